@@ -1,0 +1,61 @@
+// Package domain is the order aggregate and the vocabulary every adapter
+// speaks: events, commands, the fold, the command Service, and the sentinel
+// errors. It imports only the standard library (checked by make lint).
+//
+// # Lifecycle
+//
+// An order follows the Olist lifecycle. Each command appends one event;
+// Decide refuses a command whose event is not in this table with
+// ErrInvalidTransition, and Apply refuses to fold such an event.
+//
+//	command            event                    legal from                                  to
+//	place              OrderPlaced              (new stream)                                created
+//	approve            OrderApproved            created                                     approved
+//	invoice            OrderInvoiced            approved                                    invoiced
+//	process            OrderProcessingStarted   approved, invoiced                          processing
+//	ship               OrderShipped             approved, invoiced, processing              shipped
+//	deliver            OrderDelivered           shipped                                     delivered
+//	cancel             OrderCanceled            created, approved, invoiced, processing,    canceled
+//	                                            shipped
+//	mark-unavailable   OrderMarkedUnavailable   created, approved, invoiced, processing     unavailable
+//
+// delivered, canceled and unavailable are terminal. The odd paths of the
+// real Olist data are decided on purpose:
+//
+//   - Invoicing and processing are optional: Olist records a hand-over to
+//     the carrier for orders it never marked invoiced or processing, so ship
+//     is legal straight from approved.
+//   - Approval is not optional: an order is never shipped, delivered or
+//     invoiced before its payment is approved. An Olist order with no
+//     approval time but a carrier date is refused at ship and stays created.
+//   - A cancel after hand-over to the carrier is legal (the parcel is
+//     recalled or refused in transit): shipped -> canceled.
+//   - A cancel after delivery is refused: delivered is terminal, a return is
+//     a different process. The Olist order that is both delivered and
+//     canceled ends delivered.
+//   - A delivered order with no delivery date is delivered at the time the
+//     service receives the command, like any command without a time.
+//
+// Commands do not check that their times are later than the previous step:
+// the real data has carrier dates after delivery dates, and the log keeps
+// what it was told.
+//
+// # Events
+//
+// Events carry an id, the stream id and type, a 1-based contiguous version,
+// OccurredAt (the business time), RecordedAt (the commit time), typed Data
+// and Metadata (correlation id, causation id = command id, schema version).
+// Times are UTC with millisecond precision (Timestamp). MarshalEvent and
+// UnmarshalEvent are the JSON wire form; DecodeData runs the upcasters for
+// older schema versions. Money is int64 minor units with an ISO 4217
+// currency, never a float.
+//
+// # Commands
+//
+// Service.Execute is the command path: fold (or take the cached state),
+// Decide, EventStore.Append with the expected version. It keeps invariant 7
+// (an Idempotency-Key's retry returns the first result and appends
+// nothing), invariant 8 (bad input returns an error before anything is
+// appended) and retries lost version races with jittered backoff unless
+// the client sent If-Match.
+package domain

@@ -1,0 +1,75 @@
+package domain
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Sentinel errors: the error vocabulary of the service. Adapters translate
+// driver errors into these at their boundary; the HTTP layer maps them to
+// status codes in one table. Match them with errors.Is.
+var (
+	// ErrNotFound: the stream or read-model document does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrVersionConflict: an append lost an optimistic-concurrency race (the
+	// stream is no longer at the expected version).
+	ErrVersionConflict = errors.New("version conflict")
+	// ErrPreconditionFailed: the client's If-Match version is not the
+	// stream's current version.
+	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrInvalidTransition: the command is not legal in the order's status.
+	ErrInvalidTransition = errors.New("invalid transition")
+	// ErrValidation: the command or its data is malformed.
+	ErrValidation = errors.New("validation failed")
+	// ErrAlreadyExists: an order with this id exists with other content.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrDuplicateRequest: the idempotency key is already stored in a commit.
+	// Returned by EventStore.Append; the Service turns it into a replay of
+	// the first result or ErrIdempotencyKeyReused.
+	ErrDuplicateRequest = errors.New("duplicate request")
+	// ErrIdempotencyKeyReused: the idempotency key was first used for a
+	// different request.
+	ErrIdempotencyKeyReused = errors.New("idempotency key reused for another request")
+	// ErrUnavailable: a dependency (store, bus) cannot be reached.
+	ErrUnavailable = errors.New("unavailable")
+	// ErrUnknownEvent: an event type or schema version this build cannot decode.
+	ErrUnknownEvent = errors.New("unknown event type")
+)
+
+// FieldError is one rejected field of a command: Field is the JSON path
+// (for example "items[2].quantity"), Detail says what is wrong.
+type FieldError struct {
+	Field  string `json:"field"`
+	Detail string `json:"detail"`
+}
+
+// ValidationError lists every rejected field. errors.Is(err, ErrValidation)
+// holds for it.
+type ValidationError struct {
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Detail
+	}
+	return fmt.Sprintf("%s: %s", ErrValidation, strings.Join(parts, "; "))
+}
+
+// Is makes errors.Is(err, ErrValidation) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrValidation }
+
+// add records a field error; it keeps the zero value usable.
+func (e *ValidationError) add(field, format string, args ...any) {
+	e.Fields = append(e.Fields, FieldError{Field: field, Detail: fmt.Sprintf(format, args...)})
+}
+
+// err returns nil when no field was rejected.
+func (e *ValidationError) err() error {
+	if len(e.Fields) == 0 {
+		return nil
+	}
+	return e
+}

@@ -1,0 +1,294 @@
+package domain
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// StreamTypeOrder is the stream type of order streams.
+const StreamTypeOrder = "order"
+
+// Event types of the order stream.
+const (
+	TypeOrderPlaced                  = "OrderPlaced"
+	TypeOrderApproved                = "OrderApproved"
+	TypeOrderInvoiced                = "OrderInvoiced"
+	TypeOrderProcessingStarted       = "OrderProcessingStarted"
+	TypeOrderShipped                 = "OrderShipped"
+	TypeOrderDelivered               = "OrderDelivered"
+	TypeOrderCanceled                = "OrderCanceled"
+	TypeOrderMarkedUnavailable       = "OrderMarkedUnavailable"
+	currentSchemaVersion             = 1
+	maxEventJSONBytes                = 1 << 20
+	maxReasonLength                  = 500
+	maxItemsPerOrder                 = 500
+	maxQuantity                      = 1_000_000
+	maxCents                   int64 = 1_000_000_000_000 // 10^10 currency units per amount
+)
+
+// Metadata travels with every event. CausationID is the id of the command
+// that produced the event; CorrelationID ties together everything one
+// client request caused. SchemaVersion is the version of Data's shape, used
+// by the upcasters in DecodeData.
+type Metadata struct {
+	CorrelationID string `json:"correlation_id,omitempty"`
+	CausationID   string `json:"causation_id,omitempty"`
+	SchemaVersion int    `json:"schema_version"`
+}
+
+// Event is one immutable, versioned fact of a stream. Version is 1-based and
+// contiguous within a stream. OccurredAt is when it happened in the business
+// (a command's timestamp); RecordedAt is when the store committed it. Both
+// are normalized by Timestamp.
+type Event struct {
+	ID         string    `json:"event_id"`
+	StreamID   string    `json:"stream_id"`
+	StreamType string    `json:"stream_type"`
+	Type       string    `json:"type"`
+	Version    int64     `json:"version"`
+	OccurredAt time.Time `json:"occurred_at"`
+	RecordedAt time.Time `json:"recorded_at"`
+	Data       EventData `json:"-"`
+	Metadata   Metadata  `json:"metadata"`
+}
+
+// EventData is the typed payload of an event; EventType names it.
+type EventData interface{ EventType() string }
+
+// Line is one order line. UnitPriceCents is in minor units of the order's
+// currency.
+type Line struct {
+	SKU            string `json:"sku"`
+	Quantity       int64  `json:"quantity"`
+	UnitPriceCents int64  `json:"unit_price_cents"`
+}
+
+// OrderPlaced starts an order stream. Amounts are minor units of Currency
+// (ISO 4217).
+type OrderPlaced struct {
+	CustomerID   string `json:"customer_id"`
+	Currency     string `json:"currency"`
+	Items        []Line `json:"items"`
+	FreightCents int64  `json:"freight_cents"`
+}
+
+// OrderApproved: payment approved.
+type OrderApproved struct{}
+
+// OrderInvoiced: invoice issued.
+type OrderInvoiced struct{}
+
+// OrderProcessingStarted: the seller started preparing the order.
+type OrderProcessingStarted struct{}
+
+// OrderShipped: handed over to the carrier.
+type OrderShipped struct{}
+
+// OrderDelivered: delivered to the customer.
+type OrderDelivered struct{}
+
+// OrderCanceled: canceled, with the reason given.
+type OrderCanceled struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// OrderMarkedUnavailable: cannot be fulfilled (stock), with the reason given.
+type OrderMarkedUnavailable struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+func (OrderPlaced) EventType() string            { return TypeOrderPlaced }
+func (OrderApproved) EventType() string          { return TypeOrderApproved }
+func (OrderInvoiced) EventType() string          { return TypeOrderInvoiced }
+func (OrderProcessingStarted) EventType() string { return TypeOrderProcessingStarted }
+func (OrderShipped) EventType() string           { return TypeOrderShipped }
+func (OrderDelivered) EventType() string         { return TypeOrderDelivered }
+func (OrderCanceled) EventType() string          { return TypeOrderCanceled }
+func (OrderMarkedUnavailable) EventType() string { return TypeOrderMarkedUnavailable }
+
+// newData returns a pointer to a zero payload of the given type.
+func newData(eventType string) (EventData, bool) {
+	switch eventType {
+	case TypeOrderPlaced:
+		return &OrderPlaced{}, true
+	case TypeOrderApproved:
+		return &OrderApproved{}, true
+	case TypeOrderInvoiced:
+		return &OrderInvoiced{}, true
+	case TypeOrderProcessingStarted:
+		return &OrderProcessingStarted{}, true
+	case TypeOrderShipped:
+		return &OrderShipped{}, true
+	case TypeOrderDelivered:
+		return &OrderDelivered{}, true
+	case TypeOrderCanceled:
+		return &OrderCanceled{}, true
+	case TypeOrderMarkedUnavailable:
+		return &OrderMarkedUnavailable{}, true
+	}
+	return nil, false
+}
+
+// Upcaster rewrites the JSON payload of one (type, schema version) to the
+// next schema version. Register one in upcasters when a payload changes
+// shape; stored events are never rewritten (invariant 2).
+type Upcaster func(data []byte) ([]byte, error)
+
+// upcasters maps type -> schema version -> upcaster to version+1. Schema 1 is
+// current, so it is empty.
+var upcasters = map[string]map[int]Upcaster{}
+
+// EncodeData returns the JSON payload of d.
+func EncodeData(d EventData) ([]byte, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", d.EventType(), err)
+	}
+	return b, nil
+}
+
+// DecodeData decodes a JSON payload of the given type and schema version,
+// upcasting it to the current schema first. It rejects unknown types and
+// schema versions (ErrUnknownEvent), unknown fields and invalid values
+// (ErrValidation), so a corrupt event never reaches a fold.
+func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, error) {
+	d, ok := newData(eventType)
+	if !ok {
+		return nil, fmt.Errorf("decode %q: %w", eventType, ErrUnknownEvent)
+	}
+	if schemaVersion < 1 || schemaVersion > currentSchemaVersion {
+		return nil, fmt.Errorf("decode %s schema v%d: %w", eventType, schemaVersion, ErrUnknownEvent)
+	}
+	for v := schemaVersion; v < currentSchemaVersion; v++ {
+		up, ok := upcasters[eventType][v]
+		if !ok {
+			return nil, fmt.Errorf("decode %s: no upcaster from schema v%d: %w", eventType, v, ErrUnknownEvent)
+		}
+		var err error
+		if data, err = up(data); err != nil {
+			return nil, fmt.Errorf("upcast %s from schema v%d: %w", eventType, v, err)
+		}
+	}
+	if len(data) == 0 {
+		data = []byte("{}")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(d); err != nil {
+		return nil, fmt.Errorf("decode %s: %v: %w", eventType, err, ErrValidation)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("decode %s: trailing data: %w", eventType, ErrValidation)
+	}
+	if err := validateData(d); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", eventType, err)
+	}
+	return deref(d), nil
+}
+
+// deref turns the pointer from newData into the value type used everywhere
+// else, so type switches match values only.
+func deref(d EventData) EventData {
+	switch v := d.(type) {
+	case *OrderPlaced:
+		return *v
+	case *OrderApproved:
+		return *v
+	case *OrderInvoiced:
+		return *v
+	case *OrderProcessingStarted:
+		return *v
+	case *OrderShipped:
+		return *v
+	case *OrderDelivered:
+		return *v
+	case *OrderCanceled:
+		return *v
+	case *OrderMarkedUnavailable:
+		return *v
+	}
+	return d
+}
+
+func validateData(d EventData) error {
+	switch v := d.(type) {
+	case *OrderPlaced:
+		var ve ValidationError
+		validatePlaced(&ve, v.CustomerID, v.Currency, v.Items, v.FreightCents)
+		return ve.err()
+	case *OrderCanceled:
+		return validateReason(v.Reason)
+	case *OrderMarkedUnavailable:
+		return validateReason(v.Reason)
+	}
+	return nil
+}
+
+func validateReason(r string) error {
+	if len(r) > maxReasonLength {
+		return &ValidationError{Fields: []FieldError{{Field: "reason", Detail: fmt.Sprintf("at most %d bytes", maxReasonLength)}}}
+	}
+	return nil
+}
+
+// eventJSON is the wire form of an Event (the body of a NATS message).
+type eventJSON struct {
+	ID         string          `json:"event_id"`
+	StreamID   string          `json:"stream_id"`
+	StreamType string          `json:"stream_type"`
+	Type       string          `json:"type"`
+	Version    int64           `json:"version"`
+	OccurredAt time.Time       `json:"occurred_at"`
+	RecordedAt time.Time       `json:"recorded_at"`
+	Data       json.RawMessage `json:"data"`
+	Metadata   Metadata        `json:"metadata"`
+}
+
+// MarshalEvent returns the JSON wire form of e: the envelope fields and its
+// payload under "data".
+func MarshalEvent(e Event) ([]byte, error) {
+	data, err := EncodeData(e.Data)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(eventJSON{
+		ID: e.ID, StreamID: e.StreamID, StreamType: e.StreamType, Type: e.Type, Version: e.Version,
+		OccurredAt: e.OccurredAt, RecordedAt: e.RecordedAt, Data: data, Metadata: e.Metadata,
+	})
+}
+
+// UnmarshalEvent decodes the JSON wire form written by MarshalEvent and
+// checks the envelope: ids, a positive version, a type matching its payload.
+// Errors wrap ErrValidation or ErrUnknownEvent.
+func UnmarshalEvent(b []byte) (Event, error) {
+	if len(b) > maxEventJSONBytes {
+		return Event{}, fmt.Errorf("decode event: %d bytes is over the %d limit: %w", len(b), maxEventJSONBytes, ErrValidation)
+	}
+	var w eventJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&w); err != nil {
+		return Event{}, fmt.Errorf("decode event: %v: %w", err, ErrValidation)
+	}
+	if dec.More() {
+		return Event{}, fmt.Errorf("decode event: trailing data: %w", ErrValidation)
+	}
+	switch {
+	case w.ID == "" || len(w.ID) > MaxIDLength:
+		return Event{}, fmt.Errorf("decode event: bad event_id: %w", ErrValidation)
+	case !validID(w.StreamID):
+		return Event{}, fmt.Errorf("decode event %s: bad stream_id: %w", w.ID, ErrValidation)
+	case w.Version < 1:
+		return Event{}, fmt.Errorf("decode event %s: version %d < 1: %w", w.ID, w.Version, ErrValidation)
+	}
+	data, err := DecodeData(w.Type, w.Metadata.SchemaVersion, w.Data)
+	if err != nil {
+		return Event{}, fmt.Errorf("decode event %s: %w", w.ID, err)
+	}
+	return Event{
+		ID: w.ID, StreamID: w.StreamID, StreamType: w.StreamType, Type: w.Type, Version: w.Version,
+		OccurredAt: Timestamp(w.OccurredAt), RecordedAt: Timestamp(w.RecordedAt), Data: data, Metadata: w.Metadata,
+	}, nil
+}

@@ -1,0 +1,327 @@
+package domain
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Status is an order's lifecycle state.
+type Status string
+
+// The statuses of the Olist lifecycle. Delivered, Canceled and Unavailable
+// are terminal.
+const (
+	StatusCreated     Status = "created"
+	StatusApproved    Status = "approved"
+	StatusInvoiced    Status = "invoiced"
+	StatusProcessing  Status = "processing"
+	StatusShipped     Status = "shipped"
+	StatusDelivered   Status = "delivered"
+	StatusCanceled    Status = "canceled"
+	StatusUnavailable Status = "unavailable"
+)
+
+// Statuses lists every status in lifecycle order.
+var Statuses = []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing,
+	StatusShipped, StatusDelivered, StatusCanceled, StatusUnavailable}
+
+// ValidStatus reports whether s is one of Statuses.
+func ValidStatus(s string) bool { return slices.Contains(Statuses, Status(s)) }
+
+// transitions is the table of the package doc: for each lifecycle event
+// type, the statuses it may follow and the status it leads to.
+var transitions = map[string]struct {
+	from []Status
+	to   Status
+}{
+	TypeOrderApproved:          {[]Status{StatusCreated}, StatusApproved},
+	TypeOrderInvoiced:          {[]Status{StatusApproved}, StatusInvoiced},
+	TypeOrderProcessingStarted: {[]Status{StatusApproved, StatusInvoiced}, StatusProcessing},
+	TypeOrderShipped:           {[]Status{StatusApproved, StatusInvoiced, StatusProcessing}, StatusShipped},
+	TypeOrderDelivered:         {[]Status{StatusShipped}, StatusDelivered},
+	TypeOrderCanceled:          {[]Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing, StatusShipped}, StatusCanceled},
+	TypeOrderMarkedUnavailable: {[]Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing}, StatusUnavailable},
+}
+
+// Order is the order aggregate's state, folded from its events. Amounts are
+// minor units of Currency; SubtotalCents is the sum of quantity times unit
+// price, TotalCents adds FreightCents. A zero Version means the order does
+// not exist. The step timestamps are the OccurredAt of the event that set
+// them; nil when the step did not happen.
+type Order struct {
+	ID            string     `json:"order_id"`
+	CustomerID    string     `json:"customer_id"`
+	Status        Status     `json:"status"`
+	Currency      string     `json:"currency"`
+	Items         []Line     `json:"items"`
+	ItemCount     int64      `json:"item_count"`
+	SubtotalCents int64      `json:"subtotal_cents"`
+	FreightCents  int64      `json:"freight_cents"`
+	TotalCents    int64      `json:"total_cents"`
+	PlacedAt      *time.Time `json:"placed_at,omitempty"`
+	ApprovedAt    *time.Time `json:"approved_at,omitempty"`
+	InvoicedAt    *time.Time `json:"invoiced_at,omitempty"`
+	ProcessingAt  *time.Time `json:"processing_at,omitempty"`
+	ShippedAt     *time.Time `json:"shipped_at,omitempty"`
+	DeliveredAt   *time.Time `json:"delivered_at,omitempty"`
+	CanceledAt    *time.Time `json:"canceled_at,omitempty"`
+	UnavailableAt *time.Time `json:"unavailable_at,omitempty"`
+	Reason        string     `json:"reason,omitempty"`
+	Version       int64      `json:"version"`
+	UpdatedAt     time.Time  `json:"updated_at"`
+}
+
+// Fold folds events, in version order, into a new Order.
+func Fold(events []Event) (Order, error) {
+	var o Order
+	for _, e := range events {
+		if err := o.Apply(e); err != nil {
+			return Order{}, err
+		}
+	}
+	return o, nil
+}
+
+// Apply folds one event into o. The event must be the next version
+// (o.Version+1) of the same stream and a transition the table allows;
+// otherwise Apply changes nothing and returns an error. Apply is the only
+// fold: the aggregate, GET /v1/orders/{id} and the order_summaries
+// projection all use it.
+func (o *Order) Apply(e Event) error {
+	if e.Version != o.Version+1 {
+		return fmt.Errorf("apply %s v%d to %s at v%d: not the next version", e.Type, e.Version, e.StreamID, o.Version)
+	}
+	if o.Version > 0 && e.StreamID != o.ID {
+		return fmt.Errorf("apply %s of stream %s to order %s: %w", e.Type, e.StreamID, o.ID, ErrValidation)
+	}
+	at := e.OccurredAt
+	switch d := e.Data.(type) {
+	case OrderPlaced:
+		if o.Version != 0 {
+			return fmt.Errorf("apply %s to %s at v%d: %w", e.Type, e.StreamID, o.Version, ErrInvalidTransition)
+		}
+		sub, count := subtotal(d.Items)
+		*o = Order{
+			ID: e.StreamID, CustomerID: d.CustomerID, Status: StatusCreated, Currency: d.Currency,
+			Items: d.Items, ItemCount: count, SubtotalCents: sub, FreightCents: d.FreightCents,
+			TotalCents: sub + d.FreightCents, PlacedAt: &at,
+		}
+	default:
+		if e.Data == nil || e.Data.EventType() != e.Type {
+			return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
+		}
+		t, ok := transitions[e.Type]
+		if !ok {
+			return fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, ErrUnknownEvent)
+		}
+		if !slices.Contains(t.from, o.Status) {
+			return fmt.Errorf("apply %s v%d of %s in status %q: %w", e.Type, e.Version, e.StreamID, o.Status, ErrInvalidTransition)
+		}
+		o.Status = t.to
+		switch d := d.(type) {
+		case OrderApproved:
+			o.ApprovedAt = &at
+		case OrderInvoiced:
+			o.InvoicedAt = &at
+		case OrderProcessingStarted:
+			o.ProcessingAt = &at
+		case OrderShipped:
+			o.ShippedAt = &at
+		case OrderDelivered:
+			o.DeliveredAt = &at
+		case OrderCanceled:
+			o.CanceledAt, o.Reason = &at, d.Reason
+		case OrderMarkedUnavailable:
+			o.UnavailableAt, o.Reason = &at, d.Reason
+		}
+	}
+	o.Version = e.Version
+	o.UpdatedAt = at
+	return nil
+}
+
+// subtotal returns the sum of quantity times unit price and the sum of
+// quantities. validatePlaced has bounded both, so neither overflows.
+func subtotal(items []Line) (cents, count int64) {
+	for _, l := range items {
+		cents += l.Quantity * l.UnitPriceCents
+		count += l.Quantity
+	}
+	return cents, count
+}
+
+// Command is a request to change an order. Each command type has a
+// Decide case; At is when it happened in the business (zero means the
+// time the service received it).
+type Command interface{ commandName() string }
+
+// PlaceOrder opens a new order stream.
+type PlaceOrder struct {
+	CustomerID   string
+	Currency     string
+	Items        []Line
+	FreightCents int64
+	At           time.Time
+}
+
+// Approve, Invoice, StartProcessing, Ship and Deliver move an order one step
+// along its lifecycle.
+type (
+	Approve         struct{ At time.Time }
+	Invoice         struct{ At time.Time }
+	StartProcessing struct{ At time.Time }
+	Ship            struct{ At time.Time }
+	Deliver         struct{ At time.Time }
+)
+
+// Cancel cancels an order that is not delivered yet.
+type Cancel struct {
+	At     time.Time
+	Reason string
+}
+
+// MarkUnavailable marks an order that cannot be fulfilled.
+type MarkUnavailable struct {
+	At     time.Time
+	Reason string
+}
+
+func (PlaceOrder) commandName() string      { return "place" }
+func (Approve) commandName() string         { return "approve" }
+func (Invoice) commandName() string         { return "invoice" }
+func (StartProcessing) commandName() string { return "process" }
+func (Ship) commandName() string            { return "ship" }
+func (Deliver) commandName() string         { return "deliver" }
+func (Cancel) commandName() string          { return "cancel" }
+func (MarkUnavailable) commandName() string { return "mark-unavailable" }
+
+// CommandName is the command's name in the REST path ("approve", ...).
+func CommandName(c Command) string { return c.commandName() }
+
+// Decide returns the payloads and occurrence time that cmd produces for the
+// order in state o, or an error wrapping ErrValidation, ErrNotFound,
+// ErrAlreadyExists or ErrInvalidTransition. It changes nothing. now is used
+// when the command carries no time.
+func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error) {
+	at := now
+	var data EventData
+	switch c := cmd.(type) {
+	case PlaceOrder:
+		var ve ValidationError
+		validatePlaced(&ve, c.CustomerID, c.Currency, c.Items, c.FreightCents)
+		if err := ve.err(); err != nil {
+			return nil, time.Time{}, err
+		}
+		if o.Version > 0 {
+			return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
+		}
+		return []EventData{OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency,
+			Items: slices.Clone(c.Items), FreightCents: c.FreightCents}}, Timestamp(pick(c.At, at)), nil
+	case Approve:
+		data, at = OrderApproved{}, pick(c.At, now)
+	case Invoice:
+		data, at = OrderInvoiced{}, pick(c.At, now)
+	case StartProcessing:
+		data, at = OrderProcessingStarted{}, pick(c.At, now)
+	case Ship:
+		data, at = OrderShipped{}, pick(c.At, now)
+	case Deliver:
+		data, at = OrderDelivered{}, pick(c.At, now)
+	case Cancel:
+		if err := validateReason(c.Reason); err != nil {
+			return nil, time.Time{}, err
+		}
+		data, at = OrderCanceled{Reason: c.Reason}, pick(c.At, now)
+	case MarkUnavailable:
+		if err := validateReason(c.Reason); err != nil {
+			return nil, time.Time{}, err
+		}
+		data, at = OrderMarkedUnavailable{Reason: c.Reason}, pick(c.At, now)
+	default:
+		return nil, time.Time{}, fmt.Errorf("decide %T: %w", cmd, ErrValidation)
+	}
+	if o.Version == 0 {
+		return nil, time.Time{}, fmt.Errorf("%s: order: %w", cmd.commandName(), ErrNotFound)
+	}
+	t := transitions[data.EventType()]
+	if !slices.Contains(t.from, o.Status) {
+		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", cmd.commandName(), o.ID, o.Status, ErrInvalidTransition)
+	}
+	return []EventData{data}, Timestamp(at), nil
+}
+
+// SamePlacement reports whether p would place exactly the order o was
+// placed as, so a repeated PlaceOrder can be answered with the existing
+// order instead of ErrAlreadyExists.
+func (o Order) SamePlacement(p PlaceOrder) bool {
+	return o.Version > 0 && o.CustomerID == p.CustomerID && o.Currency == p.Currency &&
+		o.FreightCents == p.FreightCents && slices.Equal(o.Items, p.Items)
+}
+
+func pick(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
+}
+
+// validatePlaced bounds every amount so that subtotals and totals fit in an
+// int64 with room to spare: at most maxItemsPerOrder lines, quantities up to
+// maxQuantity, prices and freight up to maxCents.
+func validatePlaced(ve *ValidationError, customerID, currency string, items []Line, freight int64) {
+	if !validID(customerID) {
+		ve.add("customer_id", "1 to %d letters, digits, '_' or '-'", MaxIDLength)
+	}
+	if !validCurrency(currency) {
+		ve.add("currency", "an ISO 4217 code: three upper-case letters")
+	}
+	if len(items) == 0 || len(items) > maxItemsPerOrder {
+		ve.add("items", "1 to %d lines", maxItemsPerOrder)
+	}
+	for i, l := range items {
+		if i >= maxItemsPerOrder {
+			break
+		}
+		if !validID(l.SKU) {
+			ve.add(fmt.Sprintf("items[%d].sku", i), "1 to %d letters, digits, '_' or '-'", MaxIDLength)
+		}
+		if l.Quantity < 1 || l.Quantity > maxQuantity {
+			ve.add(fmt.Sprintf("items[%d].quantity", i), "1 to %d", maxQuantity)
+		}
+		if l.UnitPriceCents < 0 || l.UnitPriceCents > maxCents {
+			ve.add(fmt.Sprintf("items[%d].unit_price_cents", i), "0 to %d", maxCents)
+		}
+	}
+	if freight < 0 || freight > maxCents {
+		ve.add("freight_cents", "0 to %d", maxCents)
+	}
+	// Each product is at most 10^6 * 10^12 = 10^18 < MaxInt64, but 500 of
+	// them are not: bound the running sum before each addition.
+	const limit = math.MaxInt64 / 4
+	sum := freight
+	for _, l := range items {
+		if l.Quantity < 1 || l.Quantity > maxQuantity || l.UnitPriceCents < 0 || l.UnitPriceCents > maxCents {
+			continue // reported above
+		}
+		p := l.Quantity * l.UnitPriceCents
+		if sum > limit-p {
+			ve.add("items", "order total is over %d minor units", int64(limit))
+			return
+		}
+		sum += p
+	}
+}
+
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}

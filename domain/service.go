@@ -1,0 +1,301 @@
+package domain
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"time"
+)
+
+// Commit is the unit of append: the events of one command, stored as one
+// document so the append is atomic (invariant 1). Events carry versions
+// ExpectedVersion+1 .. ExpectedVersion+len(Events). IdempotencyKey, when
+// set, is stored in the commit under a unique index together with
+// RequestHash, the fingerprint of the request that used it (invariant 7).
+type Commit struct {
+	StreamID        string
+	StreamType      string
+	ExpectedVersion int64
+	Events          []Event
+	IdempotencyKey  string
+	RequestHash     string
+}
+
+// LastVersion is the stream version after the commit.
+func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Events)) }
+
+// EventStore is the event log as the Service needs it.
+//
+// Append stores c or nothing. ExpectedVersion must be a version the stream
+// has had (0 for a new stream): the store does not read the head, and a
+// stale ExpectedVersion collides with the commit that followed it. Append
+// returns ErrVersionConflict when the stream moved on, ErrDuplicateRequest
+// when c.IdempotencyKey is already stored, ErrValidation for a malformed
+// commit and ErrUnavailable when the store cannot be reached.
+//
+// Load returns a stream's events in version order (none for an unknown
+// stream). FindIdempotencyKey returns the commit that stored key, without
+// its events, or ErrNotFound.
+type EventStore interface {
+	Append(ctx context.Context, c Commit) (recordedAt time.Time, err error)
+	Load(ctx context.Context, streamID string) ([]Event, error)
+	FindIdempotencyKey(ctx context.Context, key string) (Commit, error)
+}
+
+// StateCache keeps the last folded state of recently used streams, so a
+// command usually needs no read before its append. Entries may be stale
+// (another instance appended since): the append's expected version then
+// collides and the Service reloads. Implementations must be safe for
+// concurrent use.
+type StateCache interface {
+	Get(streamID string) (Order, bool)
+	Add(streamID string, o Order)
+	Remove(streamID string)
+}
+
+// ExecOptions are the per-request options of Service.Execute. IfMatch, when
+// set, is the version the client last saw: no server-side retry then, and a
+// mismatch is ErrPreconditionFailed. CommandID becomes the causation id of
+// the events (a new one is made when empty).
+type ExecOptions struct {
+	IdempotencyKey string
+	IfMatch        *int64
+	CorrelationID  string
+	CommandID      string
+}
+
+// Result is what a command did. Replayed is true when the result is the
+// stored result of an earlier request with the same idempotency key (or an
+// identical PlaceOrder) and nothing was appended. Attempts counts decide-
+// and-append rounds (more than 1 after lost version races).
+type Result struct {
+	OrderID  string
+	Version  int64
+	Status   Status
+	Replayed bool
+	Attempts int
+}
+
+// Service handles commands: it folds the stream (or takes it from the
+// cache), decides, and appends under optimistic concurrency. Without
+// If-Match it retries a lost race up to MaxAttempts times with full-jitter
+// exponential backoff (Brooker, "Exponential Backoff And Jitter", AWS
+// Architecture Blog, 2015), starting at BaseBackoff.
+type Service struct {
+	Store       EventStore
+	Cache       StateCache // optional
+	Now         func() time.Time
+	NewID       func() string
+	MaxAttempts int
+	BaseBackoff time.Duration
+}
+
+// NewService returns a Service with the defaults: 6 attempts, 2 ms base
+// backoff, time.Now and random 128-bit hex ids (callers usually set NewID
+// to a UUID generator).
+func NewService(store EventStore, cache StateCache) *Service {
+	return &Service{Store: store, Cache: cache, Now: time.Now, NewID: randomID, MaxAttempts: 6, BaseBackoff: 2 * time.Millisecond}
+}
+
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Get folds the order from the log: always fresh, never from the cache.
+// Returns ErrNotFound for an unknown order.
+func (s *Service) Get(ctx context.Context, orderID string) (Order, []Event, error) {
+	if err := ValidateID("order id", orderID); err != nil {
+		return Order{}, nil, err
+	}
+	events, err := s.Store.Load(ctx, orderID)
+	if err != nil {
+		return Order{}, nil, err
+	}
+	if len(events) == 0 {
+		return Order{}, nil, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	o, err := Fold(events)
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("fold order %s: %w", orderID, err)
+	}
+	return o, events, nil
+}
+
+// Execute runs cmd against order orderID. For PlaceOrder an empty orderID
+// gets a new id. Errors: ErrValidation, ErrNotFound, ErrInvalidTransition,
+// ErrAlreadyExists, ErrPreconditionFailed, ErrIdempotencyKeyReused,
+// ErrVersionConflict (retries exhausted) and ErrUnavailable.
+func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt ExecOptions) (Result, error) {
+	_, placing := cmd.(PlaceOrder)
+	clientID := orderID
+	if orderID == "" && placing {
+		orderID = s.NewID()
+	}
+	if err := ValidateID("order id", orderID); err != nil {
+		return Result{}, err
+	}
+	hash := requestHash(clientID, cmd)
+	if opt.IdempotencyKey != "" {
+		if r, err := s.replay(ctx, opt.IdempotencyKey, clientID, hash); !errors.Is(err, ErrNotFound) {
+			return r, err
+		}
+	}
+	if opt.CommandID == "" {
+		opt.CommandID = s.NewID()
+	}
+	if opt.CorrelationID == "" {
+		opt.CorrelationID = opt.CommandID
+	}
+	assume := true
+	for attempt := 1; ; attempt++ {
+		o, assumed, err := s.state(ctx, orderID, assume, placing)
+		if err != nil {
+			return Result{}, err
+		}
+		res, err := s.try(ctx, orderID, o, cmd, opt, hash)
+		res.Attempts = attempt
+		switch {
+		case err == nil:
+			return res, nil
+		case assumed && !errors.Is(err, ErrVersionConflict) && !errors.Is(err, ErrDuplicateRequest) && !errors.Is(err, ErrValidation):
+			// The assumed state may be stale: decide again on the log's
+			// state before refusing, without counting an attempt.
+			assume, attempt = false, attempt-1
+			continue
+		case errors.Is(err, ErrDuplicateRequest):
+			return s.replay(ctx, opt.IdempotencyKey, clientID, hash)
+		case errors.Is(err, ErrVersionConflict):
+			if s.Cache != nil {
+				s.Cache.Remove(orderID)
+			}
+			if opt.IfMatch != nil {
+				return res, fmt.Errorf("%s order %s: expected v%d: %w", cmd.commandName(), orderID, *opt.IfMatch, ErrPreconditionFailed)
+			}
+			if attempt >= s.MaxAttempts {
+				return res, fmt.Errorf("%s order %s after %d attempts: %w", cmd.commandName(), orderID, attempt, err)
+			}
+			if !assumed { // a stale assumption is no contention: reload at once
+				if err := s.sleep(ctx, attempt); err != nil {
+					return res, err
+				}
+			}
+			assume = false
+		default:
+			return res, err
+		}
+	}
+}
+
+// state returns the stream's state: when assume is set, from the cache, or
+// for a PlaceOrder the empty state of a new stream (assumed=true: not read,
+// so possibly stale); otherwise folded from the log.
+func (s *Service) state(ctx context.Context, orderID string, assume, placing bool) (o Order, assumed bool, err error) {
+	if assume && s.Cache != nil {
+		if o, ok := s.Cache.Get(orderID); ok {
+			return o, true, nil
+		}
+	}
+	if assume && placing {
+		return Order{}, true, nil
+	}
+	events, err := s.Store.Load(ctx, orderID)
+	if err != nil {
+		return Order{}, false, err
+	}
+	o, err = Fold(events)
+	if err != nil {
+		return Order{}, false, fmt.Errorf("fold order %s: %w", orderID, err)
+	}
+	return o, false, nil
+}
+
+// try decides cmd on o and appends the result.
+func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command, opt ExecOptions, hash string) (Result, error) {
+	if p, ok := cmd.(PlaceOrder); ok && o.SamePlacement(p) {
+		return Result{OrderID: orderID, Version: o.Version, Status: o.Status, Replayed: true}, nil
+	}
+	if opt.IfMatch != nil && *opt.IfMatch != o.Version {
+		return Result{}, fmt.Errorf("%s order %s: at v%d, expected v%d: %w", cmd.commandName(), orderID, o.Version, *opt.IfMatch, ErrPreconditionFailed)
+	}
+	datas, at, err := o.Decide(cmd, s.Now())
+	if err != nil {
+		return Result{}, err
+	}
+	c := Commit{StreamID: orderID, StreamType: StreamTypeOrder, ExpectedVersion: o.Version,
+		IdempotencyKey: opt.IdempotencyKey, RequestHash: hash}
+	for i, d := range datas {
+		c.Events = append(c.Events, Event{
+			ID: s.NewID(), StreamID: orderID, StreamType: StreamTypeOrder, Type: d.EventType(),
+			Version: o.Version + int64(i) + 1, OccurredAt: at, Data: d,
+			Metadata: Metadata{CorrelationID: opt.CorrelationID, CausationID: opt.CommandID, SchemaVersion: currentSchemaVersion},
+		})
+	}
+	recordedAt, err := s.Store.Append(ctx, c)
+	if err != nil {
+		return Result{}, err
+	}
+	next := o
+	for _, e := range c.Events {
+		e.RecordedAt = recordedAt
+		if err := next.Apply(e); err != nil {
+			return Result{}, fmt.Errorf("apply own event: %w", err)
+		}
+	}
+	if s.Cache != nil {
+		s.Cache.Add(orderID, next)
+	}
+	return Result{OrderID: orderID, Version: next.Version, Status: next.Status}, nil
+}
+
+// replay answers a request whose idempotency key is stored: with the
+// stored result when it is the same request, else ErrIdempotencyKeyReused.
+// It returns ErrNotFound when the key is not stored. clientID is the order
+// id the client named: empty for a PlaceOrder that lets the server choose,
+// whose retries get a new id each, so then any stream matches.
+func (s *Service) replay(ctx context.Context, key, clientID string, hash string) (Result, error) {
+	c, err := s.Store.FindIdempotencyKey(ctx, key)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.RequestHash != hash || (clientID != "" && c.StreamID != clientID) {
+		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
+	}
+	o, _, err := s.Get(ctx, c.StreamID)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{OrderID: c.StreamID, Version: c.LastVersion(), Status: o.Status, Replayed: true}, nil
+}
+
+func (s *Service) sleep(ctx context.Context, attempt int) error {
+	max := s.BaseBackoff << min(attempt, 10)
+	t := time.NewTimer(time.Duration(mrand.Int64N(int64(max) + 1)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// requestHash fingerprints a command for idempotency checks: the command
+// name, the order id the client named (empty when the server chooses it)
+// and the command's JSON form.
+func requestHash(clientID string, cmd Command) string {
+	b, _ := json.Marshal(cmd)
+	h := sha256.New()
+	h.Write([]byte(cmd.commandName()))
+	h.Write([]byte{0})
+	h.Write([]byte(clientID))
+	h.Write([]byte{0})
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
