@@ -325,3 +325,18 @@ func validCurrency(c string) bool {
 	}
 	return true
 }
+
+// CustomerOrderStats is the customer_order_stats read model of one
+// customer: how many orders it placed, how many are in each status, and its
+// lifetime value per currency in minor units: the totals of its orders that
+// are not canceled or unavailable.
+type CustomerOrderStats struct {
+	CustomerID         string           `json:"customer_id"`
+	OrderCount         int64            `json:"order_count"`
+	ByStatus           map[Status]int64 `json:"by_status"`
+	LifetimeValueCents map[string]int64 `json:"lifetime_value_cents"`
+}
+
+// CountsTowardValue reports whether an order in status s adds to a
+// customer's lifetime value.
+func CountsTowardValue(s Status) bool { return s != StatusCanceled && s != StatusUnavailable }

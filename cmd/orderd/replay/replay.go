@@ -1,0 +1,359 @@
+package replay
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Defaults of Main's flags; Run uses them for zero Config fields.
+const (
+	DefaultData        = "testdata/olist-sample"
+	DefaultURL         = "http://127.0.0.1:8080"
+	DefaultConcurrency = 8
+	DefaultTimeout     = 10 * time.Second
+)
+
+// maxFindings bounds the mismatches and unexpected rejections a Report lists.
+const maxFindings = 10
+
+// Config configures Run. Zero Data, URL, Concurrency and Timeout take the
+// defaults above; negative numbers are an error.
+type Config struct {
+	Data        string        // directory of the Olist CSV files
+	URL         string        // base URL of the service, e.g. "http://127.0.0.1:8080"
+	Concurrency int           // orders replayed (and checked) in parallel
+	CheckOnly   bool          // send no commands, only check
+	Limit       int           // only the first Limit orders by purchase time; 0 = all
+	Timeout     time.Duration // bound of each HTTP attempt
+	Progress    io.Writer     // progress bars go here; nil = none
+}
+
+// Finding is one mismatch or unexpected rejection of an order.
+type Finding struct {
+	OrderID string
+	Detail  string
+}
+
+// OddOutcome is what the service did with the orders of one odd path:
+// Orders counts them, Rejected counts their rejections by reason, Ended
+// their final status as the check read it ("" when it could not be read).
+type OddOutcome struct {
+	Orders   int
+	Rejected map[string]int
+	Ended    map[domain.Status]int
+}
+
+// Report is the result of Run. Commands counts commands sent (retries of
+// one command count once); Rejected counts the commands not accepted by
+// reason ("ship: invalid-transition"), documented refusals included;
+// UnexpectedCount counts the other rejections and Skipped the commands not
+// sent after them. Odd has an entry for each name of OddPaths. Equal
+// counts orders whose read model equals the log fold, StatusOK those in
+// the expected final status; MismatchCount counts orders failing any
+// check. Unexpected and Mismatches list the first 10.
+type Report struct {
+	Data, URL       string
+	CheckOnly       bool
+	Orders          int
+	Commands        int
+	Accepted        int
+	Rejected        map[string]int
+	UnexpectedCount int
+	Unexpected      []Finding
+	Skipped         int
+	Odd             map[string]*OddOutcome
+	Checked         int
+	Equal           int
+	StatusOK        int
+	MismatchCount   int
+	Mismatches      []Finding
+	SendTime        time.Duration
+	CheckTime       time.Duration
+}
+
+// Err returns nil when the report has no mismatch and no unexpected
+// rejection, else an error counting them.
+func (r *Report) Err() error {
+	if r.MismatchCount == 0 && r.UnexpectedCount == 0 {
+		return nil
+	}
+	return fmt.Errorf("replay: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
+}
+
+const usage = `Usage: replay [flags]
+
+Replays the Olist sample orders against a running orderd service over its
+REST API, then checks every order: the order folded from the event log
+(GET /v1/orders/{id}) must equal its read model (GET /v1/order-summaries/{id})
+and end in the dataset's final status (or the documented refusal).
+
+Start the service first, then run from the repository root, for example:
+  replay                              all 4,071 orders to http://127.0.0.1:8080
+  replay -limit 300 -concurrency 16   the 300 oldest orders, 16 at a time
+  replay -check-only                  send nothing, check a previous replay
+
+Running it again is safe: every command carries an Idempotency-Key, so the
+service appends nothing new. The report goes to stdout; the exit status is
+non-zero when an order mismatches or a command is rejected unexpectedly.
+
+Flags:
+`
+
+// Main runs the replay command line: args are the flags (without the
+// program name), the report goes to stdout, usage, errors and the progress
+// bar to stderr. It returns nil for -h, the flag or Run error, or
+// Report.Err.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	var cfg Config
+	var progress bool
+	fs.StringVar(&cfg.Data, "data", DefaultData, "`directory` of olist_orders_dataset.csv and olist_order_items_dataset.csv")
+	fs.StringVar(&cfg.URL, "url", DefaultURL, "base `URL` of the orderd service")
+	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "`orders` replayed and checked in parallel (each order's commands go one after another)")
+	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "send no commands; only check the orders in the service")
+	fs.BoolVar(&progress, "progress", true, "show a progress bar on stderr; -progress=false hides it")
+	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "time limit of each HTTP request")
+	fs.IntVar(&cfg.Limit, "limit", 0, "replay only the first `N` orders by purchase time; 0 means all")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("replay: unexpected arguments %q (see -h)", fs.Args())
+	case cfg.Concurrency < 1:
+		return errors.New("replay: -concurrency must be at least 1")
+	case cfg.Timeout <= 0:
+		return errors.New("replay: -timeout must be positive")
+	}
+	if progress {
+		cfg.Progress = stderr
+	}
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("replay: %w", err)
+	}
+	if err := rep.Print(stdout); err != nil {
+		return err
+	}
+	return rep.Err()
+}
+
+// Run loads the data, sends every plan (unless CheckOnly), checks every
+// order and returns the report. It returns an error only when it cannot do
+// that: a bad Config, a load error, or ctx ending. Mismatches and
+// rejections are in the Report (see Report.Err).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.Data = cmp.Or(cfg.Data, DefaultData)
+	cfg.URL = strings.TrimRight(cmp.Or(cfg.URL, DefaultURL), "/")
+	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
+	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return Report{}, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
+	}
+	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.Limit < 0 {
+		return Report{}, errors.New("concurrency, timeout and limit must not be negative")
+	}
+	ds, err := Load(cfg.Data)
+	if err != nil {
+		return Report{}, err
+	}
+	orders := ds.Orders
+	if cfg.Limit > 0 && cfg.Limit < len(orders) {
+		orders = orders[:cfg.Limit]
+	}
+	plans := make([]Plan, len(orders))
+	for i, o := range orders {
+		plans[i] = ds.Plan(o)
+	}
+	c := newClient(cfg.URL, cfg.Timeout, cfg.Concurrency)
+	defer c.close()
+
+	sends := make([]sent, len(plans))
+	start := time.Now()
+	if !cfg.CheckOnly {
+		err := parallel(ctx, cfg, "replay", len(plans), func(i int) { sends[i] = c.send(ctx, plans[i]) })
+		if err != nil {
+			return Report{}, err
+		}
+	}
+	sendTime := time.Since(start)
+	checks := make([]checked, len(plans))
+	start = time.Now()
+	if err := parallel(ctx, cfg, "check", len(plans), func(i int) { checks[i] = c.check(ctx, plans[i]) }); err != nil {
+		return Report{}, err
+	}
+	rep := Report{Data: cfg.Data, URL: cfg.URL, CheckOnly: cfg.CheckOnly, SendTime: sendTime, CheckTime: time.Since(start)}
+	rep.add(plans, sends, checks)
+	return rep, nil
+}
+
+// parallel calls fn(0..n-1) in index order on cfg.Concurrency workers,
+// with a progress bar on cfg.Progress. It stops starting calls when ctx
+// ends and then returns ctx.Err().
+func parallel(ctx context.Context, cfg Config, desc string, n int, fn func(i int)) error {
+	var bar *progressbar.ProgressBar
+	if cfg.Progress != nil {
+		bar = progressbar.NewOptions(n, progressbar.OptionSetWriter(cfg.Progress),
+			progressbar.OptionSetDescription(desc), progressbar.OptionShowCount(),
+			progressbar.OptionShowIts(), progressbar.OptionSetItsString("orders"),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }))
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(cfg.Concurrency, n) {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+				if bar != nil {
+					_ = bar.Add(1)
+				}
+			}
+		})
+	}
+feed:
+	for i := range n {
+		select {
+		case next <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(next)
+	wg.Wait()
+	if bar != nil && ctx.Err() != nil {
+		_ = bar.Exit()
+	}
+	return ctx.Err()
+}
+
+// add folds the per-order results into r.
+func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
+	r.Orders, r.Checked = len(plans), len(plans)
+	r.Rejected, r.Odd = map[string]int{}, map[string]*OddOutcome{}
+	for _, name := range OddPaths {
+		r.Odd[name] = &OddOutcome{Rejected: map[string]int{}, Ended: map[domain.Status]int{}}
+	}
+	for i, p := range plans {
+		s, ch := sends[i], checks[i]
+		r.Skipped += s.skipped
+		for _, a := range s.answers {
+			r.Commands++
+			if a.reason == "" {
+				r.Accepted++
+				continue
+			}
+			r.Rejected[a.reason]++
+			if !slices.Contains(p.Refused, a.reason) {
+				r.UnexpectedCount++
+				r.Unexpected = appendFinding(r.Unexpected, p.Order.ID, a.reason+": "+a.detail)
+			}
+		}
+		for _, name := range p.Odd {
+			oo := r.Odd[name]
+			oo.Orders++
+			oo.Ended[ch.status]++
+			for _, a := range s.answers {
+				if a.reason != "" {
+					oo.Rejected[a.reason]++
+				}
+			}
+		}
+		if ch.equal {
+			r.Equal++
+		}
+		if ch.statusOK {
+			r.StatusOK++
+		}
+		if ch.problem != "" {
+			r.MismatchCount++
+			r.Mismatches = appendFinding(r.Mismatches, p.Order.ID, ch.problem)
+		}
+	}
+}
+
+func appendFinding(fs []Finding, id, detail string) []Finding {
+	if len(fs) >= maxFindings {
+		return fs
+	}
+	return append(fs, Finding{OrderID: id, Detail: detail})
+}
+
+// Print writes the report as text to w.
+func (r *Report) Print(w io.Writer) error {
+	var b strings.Builder
+	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	f("replay of %s to %s\n", r.Data, r.URL)
+	f("orders          %d\n", r.Orders)
+	if r.CheckOnly {
+		f("commands        none sent (-check-only)\n")
+	} else {
+		f("commands sent   %d: accepted %d, rejected %d (unexpected %d), skipped %d\n",
+			r.Commands, r.Accepted, r.Commands-r.Accepted, r.UnexpectedCount, r.Skipped)
+	}
+	if len(r.Rejected) > 0 {
+		f("rejected by reason:\n")
+		for _, k := range slices.Sorted(maps.Keys(r.Rejected)) {
+			f("  %-34s %d\n", k, r.Rejected[k])
+		}
+	}
+	f("odd paths (orders: what the service did):\n")
+	for _, name := range OddPaths {
+		oo := r.Odd[name]
+		if oo == nil {
+			continue
+		}
+		var did []string
+		for _, k := range slices.Sorted(maps.Keys(oo.Rejected)) {
+			did = append(did, fmt.Sprintf("refused %s %d", k, oo.Rejected[k]))
+		}
+		for _, k := range slices.Sorted(maps.Keys(oo.Ended)) {
+			did = append(did, fmt.Sprintf("ended %s %d", cmp.Or(string(k), "unread"), oo.Ended[k]))
+		}
+		f("  %-24s %4d  %s\n", name, oo.Orders, strings.Join(did, ", "))
+	}
+	f("check           %d orders: read model equal to the log fold %d, status as expected %d, mismatches %d\n",
+		r.Checked, r.Equal, r.StatusOK, r.MismatchCount)
+	for _, m := range r.Mismatches {
+		f("  mismatch  %s: %s\n", m.OrderID, m.Detail)
+	}
+	for _, u := range r.Unexpected {
+		f("  unexpected rejection  %s: %s\n", u.OrderID, u.Detail)
+	}
+	f("time            send %v (%.0f commands/s), check %v (%.0f orders/s)\n",
+		r.SendTime.Round(time.Millisecond), rate(r.Commands, r.SendTime),
+		r.CheckTime.Round(time.Millisecond), rate(r.Checked, r.CheckTime))
+	if err := r.Err(); err != nil {
+		f("result          FAILED: %d mismatches, %d unexpected rejections\n", r.MismatchCount, r.UnexpectedCount)
+	} else {
+		f("result          OK\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}

@@ -1,0 +1,547 @@
+package domain_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// memStore is an in-memory EventStore: one list of commits per stream, a
+// unique idempotency key index checked before the version (as the MongoDB
+// store does).
+type memStore struct {
+	mu      sync.Mutex
+	streams map[string][]domain.Commit
+	keys    map[string]domain.Commit
+	appends atomic.Int64 // Append calls, successful or not
+	now     time.Time
+}
+
+func newMemStore() *memStore {
+	return &memStore{streams: map[string][]domain.Commit{}, keys: map[string]domain.Commit{},
+		now: time.Date(2024, 6, 1, 12, 0, 0, 987_654_321, time.UTC)}
+}
+
+func (s *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
+	s.appends.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.keys[c.IdempotencyKey]; ok && c.IdempotencyKey != "" {
+		return time.Time{}, fmt.Errorf("key %q: %w", c.IdempotencyKey, domain.ErrDuplicateRequest)
+	}
+	commits := s.streams[c.StreamID]
+	head := int64(0)
+	if len(commits) > 0 {
+		head = commits[len(commits)-1].LastVersion()
+	}
+	if c.ExpectedVersion != head {
+		return time.Time{}, fmt.Errorf("%s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
+	}
+	rec := domain.Timestamp(s.now)
+	c.Events = slices.Clone(c.Events)
+	for i := range c.Events {
+		c.Events[i].RecordedAt = rec
+	}
+	s.streams[c.StreamID] = append(commits, c)
+	if c.IdempotencyKey != "" {
+		s.keys[c.IdempotencyKey] = c
+	}
+	return rec, nil
+}
+
+func (s *memStore) Load(_ context.Context, streamID string) ([]domain.Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var evs []domain.Event
+	for _, c := range s.streams[streamID] {
+		evs = append(evs, c.Events...)
+	}
+	return evs, nil
+}
+
+func (s *memStore) FindIdempotencyKey(_ context.Context, key string) (domain.Commit, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.keys[key]
+	if !ok {
+		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
+	}
+	return c, nil
+}
+
+func (s *memStore) events(t *testing.T, streamID string) []domain.Event {
+	t.Helper()
+	evs, _ := s.Load(context.Background(), streamID)
+	return evs
+}
+
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string]domain.Order
+}
+
+func (c *mapCache) Get(id string) (domain.Order, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.m[id]
+	return o, ok
+}
+
+func (c *mapCache) Add(id string, o domain.Order) { c.mu.Lock(); c.m[id] = o; c.mu.Unlock() }
+func (c *mapCache) Remove(id string)              { c.mu.Lock(); delete(c.m, id); c.mu.Unlock() }
+
+var serviceNow = time.Date(2024, 6, 1, 11, 0, 0, 555_666_777, time.UTC)
+
+// newService returns a Service on store with a fresh cache (none when
+// cached is false), a fixed clock and sequential ids.
+func newService(store domain.EventStore, cached bool) *domain.Service {
+	var cache domain.StateCache
+	if cached {
+		cache = &mapCache{m: map[string]domain.Order{}}
+	}
+	svc := domain.NewService(store, cache)
+	svc.BaseBackoff = 50 * time.Microsecond
+	svc.Now = func() time.Time { return serviceNow }
+	var n atomic.Int64
+	prefix := fmt.Sprintf("%p", svc)[2:]
+	svc.NewID = func() string { return fmt.Sprintf("id-%s-%d", prefix, n.Add(1)) }
+	return svc
+}
+
+var ctx = context.Background()
+
+// placedOrder places orderID (and runs cmds on it) on a new store.
+func placedOrder(t *testing.T, svc *domain.Service, cmds ...domain.Command) {
+	t.Helper()
+	for _, c := range append([]domain.Command{placeCmd()}, cmds...) {
+		if _, err := svc.Execute(ctx, orderID, c, domain.ExecOptions{}); err != nil {
+			t.Fatalf("%s: %v", domain.CommandName(c), err)
+		}
+	}
+}
+
+// expect checks Execute's result and error; want is compared without
+// Attempts unless want.Attempts is set.
+func expect(t *testing.T, got domain.Result, err error, want domain.Result, wantErr error) {
+	t.Helper()
+	if wantErr != nil {
+		if !errors.Is(err, wantErr) {
+			t.Fatalf("Execute error = %v, want %v", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatalf("Execute: %v", err)
+	}
+	if want.Attempts == 0 {
+		got.Attempts = 0
+	}
+	if got != want {
+		t.Fatalf("Execute = %+v, want %+v", got, want)
+	}
+}
+
+func TestServicePlaceThenApprove(t *testing.T) {
+	for _, cached := range []bool{true, false} {
+		t.Run(fmt.Sprintf("cache=%v", cached), func(t *testing.T) {
+			store := newMemStore()
+			svc := newService(store, cached)
+			r, err := svc.Execute(ctx, orderID, placeCmd(), domain.ExecOptions{})
+			expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Attempts: 1}, nil)
+			r, err = svc.Execute(ctx, orderID, domain.Approve{At: at(1)}, domain.ExecOptions{})
+			expect(t, r, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved, Attempts: 1}, nil)
+
+			o, evs, err := svc.Get(ctx, orderID)
+			if err != nil || o.Status != domain.StatusApproved || o.Version != 2 || len(evs) != 2 {
+				t.Fatalf("Get = %+v, %d events, %v", o, len(evs), err)
+			}
+			if !evs[0].OccurredAt.Equal(domain.Timestamp(serviceNow)) || !evs[1].OccurredAt.Equal(at(1)) {
+				t.Fatalf("occurred at %v, %v", evs[0].OccurredAt, evs[1].OccurredAt)
+			}
+			if !reflect.DeepEqual(evs[0].Data, placed()) || evs[1].Data != (domain.OrderApproved{}) {
+				t.Fatalf("payloads %#v, %#v", evs[0].Data, evs[1].Data)
+			}
+		})
+	}
+}
+
+func TestServiceGet(t *testing.T) {
+	svc := newService(newMemStore(), true)
+	if _, _, err := svc.Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("Get(unknown) = %v, want ErrNotFound", err)
+	}
+	if _, _, err := svc.Get(ctx, "a.b"); !errors.Is(err, domain.ErrValidation) {
+		t.Errorf("Get(a.b) = %v, want ErrValidation", err)
+	}
+}
+
+func TestServiceGeneratesOrderID(t *testing.T) {
+	store := newMemStore()
+	svc := newService(store, true)
+	r1, err1 := svc.Execute(ctx, "", placeCmd(), domain.ExecOptions{})
+	r2, err2 := svc.Execute(ctx, "", placeCmd(), domain.ExecOptions{})
+	if err1 != nil || err2 != nil || r1.OrderID == r2.OrderID || domain.ValidateID("", r1.OrderID) != nil || r1.Version != 1 {
+		t.Fatalf("Execute = %+v, %v; %+v, %v", r1, err1, r2, err2)
+	}
+	if evs := store.events(t, r1.OrderID); len(evs) != 1 || evs[0].StreamID != r1.OrderID {
+		t.Fatalf("stream %s = %+v", r1.OrderID, evs)
+	}
+	if _, err := svc.Execute(ctx, "", domain.Approve{}, domain.ExecOptions{}); !errors.Is(err, domain.ErrValidation) {
+		t.Fatalf("approve with no order id = %v, want ErrValidation", err)
+	}
+}
+
+func TestServiceRePlace(t *testing.T) {
+	other := placeCmd()
+	other.FreightCents++
+	for _, tc := range []struct {
+		name   string
+		cached bool // the replacing service has the order cached
+		cmd    domain.PlaceOrder
+		want   domain.Result
+		err    error
+	}{
+		{"identical, cached", true, placeCmd(), domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil},
+		{"identical, not cached", false, placeCmd(), domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil},
+		{"other content, cached", true, other, domain.Result{}, domain.ErrAlreadyExists},
+		{"other content, not cached", false, other, domain.Result{}, domain.ErrAlreadyExists},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			svc := newService(store, true)
+			placedOrder(t, svc)
+			if !tc.cached {
+				svc = newService(store, true)
+			}
+			r, err := svc.Execute(ctx, orderID, tc.cmd, domain.ExecOptions{})
+			expect(t, r, err, tc.want, tc.err)
+			if n := len(store.events(t, orderID)); n != 1 {
+				t.Fatalf("stream has %d events, want 1", n)
+			}
+		})
+	}
+}
+
+func TestServiceIdempotencyKey(t *testing.T) {
+	store := newMemStore()
+	svc := newService(store, true)
+	placedOrder(t, svc)
+	key := domain.ExecOptions{IdempotencyKey: "k-1"}
+	first, err := svc.Execute(ctx, orderID, domain.Approve{}, key)
+	expect(t, first, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved}, nil)
+	appends := store.appends.Load()
+
+	for _, tc := range []struct {
+		name    string
+		svc     *domain.Service
+		orderID string
+		cmd     domain.Command
+		err     error
+	}{
+		{"retry", svc, orderID, domain.Approve{}, nil},
+		{"retry on another instance", newService(store, true), orderID, domain.Approve{}, nil},
+		{"other command", svc, orderID, domain.Invoice{}, domain.ErrIdempotencyKeyReused},
+		{"same command, other time", svc, orderID, domain.Approve{At: at(3)}, domain.ErrIdempotencyKeyReused},
+		{"other order", svc, "o-2", domain.Approve{}, domain.ErrIdempotencyKeyReused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := tc.svc.Execute(ctx, tc.orderID, tc.cmd, key)
+			expect(t, r, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved, Replayed: true}, tc.err)
+			if n := store.appends.Load(); n != appends {
+				t.Fatalf("%d appends after the first request, want 0", n-appends)
+			}
+		})
+	}
+	if n := len(store.events(t, orderID)); n != 2 {
+		t.Fatalf("stream has %d events, want 2", n)
+	}
+}
+
+func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
+	store := newMemStore()
+	key := domain.ExecOptions{IdempotencyKey: "k-place"}
+	first, err := newService(store, true).Execute(ctx, "", placeCmd(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second instance generates another id, yet must answer with the first.
+	r, err := newService(store, true).Execute(ctx, "", placeCmd(), key)
+	expect(t, r, err, domain.Result{OrderID: first.OrderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
+	if len(store.streams) != 1 {
+		t.Fatalf("%d streams, want 1", len(store.streams))
+	}
+	other := placeCmd()
+	other.Currency = "USD"
+	_, err = newService(store, true).Execute(ctx, "", other, key)
+	expect(t, domain.Result{}, err, domain.Result{}, domain.ErrIdempotencyKeyReused)
+}
+
+// lateKeyStore hides stored idempotency keys from the first lookup, as when
+// two retries of one request race: the key is then found by Append.
+type lateKeyStore struct {
+	*memStore
+	lookups atomic.Int64
+}
+
+func (s *lateKeyStore) FindIdempotencyKey(ctx context.Context, key string) (domain.Commit, error) {
+	if s.lookups.Add(1) == 1 {
+		return domain.Commit{}, fmt.Errorf("hidden: %w", domain.ErrNotFound)
+	}
+	return s.memStore.FindIdempotencyKey(ctx, key)
+}
+
+func TestServiceDuplicateRequestFromAppend(t *testing.T) {
+	mem := newMemStore()
+	key := domain.ExecOptions{IdempotencyKey: "k-1"}
+	if _, err := newService(mem, true).Execute(ctx, orderID, placeCmd(), key); err != nil {
+		t.Fatal(err)
+	}
+	store := &lateKeyStore{memStore: mem}
+	r, err := newService(store, true).Execute(ctx, orderID, placeCmd(), key)
+	expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
+	if store.lookups.Load() != 2 || len(mem.events(t, orderID)) != 1 {
+		t.Fatalf("%d key lookups, %d events; want 2 and 1", store.lookups.Load(), len(mem.events(t, orderID)))
+	}
+}
+
+func TestServiceIfMatch(t *testing.T) {
+	v := func(n int64) *int64 { return &n }
+	for _, tc := range []struct {
+		name    string
+		svc     func(*testing.T, *memStore) *domain.Service
+		ifMatch int64
+		err     error
+	}{
+		{"stale, cache current", warm, 1, domain.ErrPreconditionFailed},
+		{"stale, no cache entry", cold, 1, domain.ErrPreconditionFailed},
+		{"stale, cache equally stale", stale, 1, domain.ErrPreconditionFailed},
+		{"ahead", warm, 3, domain.ErrPreconditionFailed},
+		{"current, cache current", warm, 2, nil},
+		{"current, no cache entry", cold, 2, nil},
+		{"current, cache stale", stale, 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			svc := tc.svc(t, store)
+			appends := store.appends.Load()
+			r, err := svc.Execute(ctx, orderID, domain.Cancel{}, domain.ExecOptions{IfMatch: v(tc.ifMatch)})
+			expect(t, r, err, domain.Result{OrderID: orderID, Version: 3, Status: domain.StatusCanceled}, tc.err)
+			if n := len(store.events(t, orderID)); tc.err != nil && n != 2 {
+				t.Fatalf("stream has %d events after a failed precondition, want 2", n)
+			}
+			if n := store.appends.Load() - appends; n > 1 {
+				t.Fatalf("%d appends with If-Match, want at most 1 (no retry)", n)
+			}
+		})
+	}
+}
+
+// warm, cold and stale return a Service on store, where orderID is approved
+// (v2), whose cache holds v2, nothing, or v1 (created).
+func warm(t *testing.T, store *memStore) *domain.Service {
+	svc := newService(store, true)
+	placedOrder(t, svc, domain.Approve{})
+	return svc
+}
+
+func cold(t *testing.T, store *memStore) *domain.Service {
+	warm(t, store)
+	return newService(store, true)
+}
+
+func stale(t *testing.T, store *memStore) *domain.Service {
+	svc := newService(store, true)
+	placedOrder(t, svc)
+	if _, err := newService(store, false).Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func TestServiceStaleCache(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cmd  domain.Command
+		want domain.Result
+	}{
+		// created -> cancel is legal in the cached state too: the append
+		// loses the version race and is retried on the log's state.
+		{"legal in both", domain.Cancel{Reason: "r"}, domain.Result{OrderID: orderID, Version: 3, Status: domain.StatusCanceled, Attempts: 2}},
+		// created -> invoice is illegal in the cached state, legal in the log.
+		{"illegal in the cache only", domain.Invoice{}, domain.Result{OrderID: orderID, Version: 3, Status: domain.StatusInvoiced, Attempts: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			svc := stale(store)
+			r, err := svc.Execute(ctx, orderID, tc.cmd, domain.ExecOptions{})
+			expect(t, r, err, tc.want, nil)
+			assertStream(t, store, 3)
+			// The cache now holds the new state: the next command needs no retry.
+			r, err = svc.Execute(ctx, orderID, domain.Cancel{}, domain.ExecOptions{})
+			if tc.want.Status == domain.StatusInvoiced {
+				expect(t, r, err, domain.Result{OrderID: orderID, Version: 4, Status: domain.StatusCanceled, Attempts: 1}, nil)
+			} else {
+				expect(t, r, err, domain.Result{}, domain.ErrInvalidTransition)
+			}
+		})
+	}
+}
+
+func TestServiceRefusalsAppendNothing(t *testing.T) {
+	bad := placeCmd()
+	bad.Items[0].Quantity = 0
+	for _, tc := range []struct {
+		name    string
+		orderID string
+		cmd     domain.Command
+		err     error
+	}{
+		{"invalid transition", orderID, domain.Deliver{}, domain.ErrInvalidTransition},
+		{"unknown order", "o-2", domain.Approve{}, domain.ErrNotFound},
+		{"bad order id", "o.1", domain.Approve{}, domain.ErrValidation},
+		{"bad placement", "o-2", bad, domain.ErrValidation},
+		{"reason too long", orderID, domain.Cancel{Reason: string(make([]byte, 501))}, domain.ErrValidation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			svc := newService(store, true)
+			placedOrder(t, svc)
+			appends := store.appends.Load()
+			_, err := svc.Execute(ctx, tc.orderID, tc.cmd, domain.ExecOptions{IdempotencyKey: "k"})
+			expect(t, domain.Result{}, err, domain.Result{}, tc.err)
+			if n := store.appends.Load() - appends; n != 0 || len(store.keys) != 0 {
+				t.Fatalf("%d appends, %d keys stored; want none", n, len(store.keys))
+			}
+		})
+	}
+}
+
+// assertStream checks the stream has n events with contiguous versions and
+// the metadata of the Service.
+func assertStream(t *testing.T, store *memStore, n int) []domain.Event {
+	t.Helper()
+	evs := store.events(t, orderID)
+	if len(evs) != n {
+		t.Fatalf("stream has %d events, want %d", len(evs), n)
+	}
+	ids := map[string]bool{}
+	for i, e := range evs {
+		if e.Version != int64(i+1) || e.StreamID != orderID || e.StreamType != domain.StreamTypeOrder ||
+			e.Type != e.Data.EventType() || e.Metadata.SchemaVersion != 1 || e.ID == "" || ids[e.ID] ||
+			!reflect.DeepEqual(e.RecordedAt, domain.Timestamp(store.now)) {
+			t.Fatalf("event %d: %+v", i, e)
+		}
+		ids[e.ID] = true
+	}
+	return evs
+}
+
+func TestServiceEventMetadata(t *testing.T) {
+	store := newMemStore()
+	svc := newService(store, true)
+	_, err := svc.Execute(ctx, orderID, placeCmd(), domain.ExecOptions{CorrelationID: "corr-1", CommandID: "cmd-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{CommandID: "cmd-2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Execute(ctx, orderID, domain.Ship{}, domain.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	evs := assertStream(t, store, 3)
+	want := []domain.Metadata{{CorrelationID: "corr-1", CausationID: "cmd-1", SchemaVersion: 1}, {CorrelationID: "cmd-2", CausationID: "cmd-2", SchemaVersion: 1}}
+	for i, w := range want {
+		if evs[i].Metadata != w {
+			t.Errorf("event %d metadata = %+v, want %+v", i+1, evs[i].Metadata, w)
+		}
+	}
+	if m := evs[2].Metadata; m.CausationID == "" || m.CorrelationID != m.CausationID || m.CausationID == evs[2].ID {
+		t.Errorf("event 3 metadata = %+v: want a generated command id as causation and correlation", m)
+	}
+	// The events survive the wire form.
+	for _, e := range evs {
+		b, err := domain.MarshalEvent(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := domain.UnmarshalEvent(b); err != nil || !reflect.DeepEqual(got, e) {
+			t.Fatalf("wire round trip = %+v, %v; want %+v", got, err, e)
+		}
+	}
+}
+
+// conflictStore loses every version race.
+type conflictStore struct{ *memStore }
+
+func (s conflictStore) Append(context.Context, domain.Commit) (time.Time, error) {
+	s.appends.Add(1)
+	return time.Time{}, fmt.Errorf("always: %w", domain.ErrVersionConflict)
+}
+
+func TestServiceRetriesExhausted(t *testing.T) {
+	mem := newMemStore()
+	placedOrder(t, newService(mem, false))
+	store := conflictStore{mem}
+	svc := newService(store, true)
+	svc.MaxAttempts = 3
+	before := mem.appends.Load()
+	r, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{})
+	if !errors.Is(err, domain.ErrVersionConflict) || r.Attempts != 3 || mem.appends.Load()-before != 3 {
+		t.Fatalf("Execute = %+v, %v after %d appends; want ErrVersionConflict after 3", r, err, mem.appends.Load()-before)
+	}
+	v := int64(1)
+	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{IfMatch: &v}); !errors.Is(err, domain.ErrPreconditionFailed) {
+		t.Fatalf("If-Match conflict = %v, want ErrPreconditionFailed", err)
+	}
+	svc.BaseBackoff = time.Hour
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := svc.Execute(cctx, orderID, domain.Approve{}, domain.ExecOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Execute with a canceled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestServiceConcurrentApprove(t *testing.T) {
+	for _, shared := range []bool{true, false} {
+		t.Run(fmt.Sprintf("shared service=%v", shared), func(t *testing.T) {
+			store := newMemStore()
+			svc := newService(store, true)
+			placedOrder(t, svc)
+			const n = 16
+			errs := make([]error, n)
+			var wg sync.WaitGroup
+			for i := range n {
+				s := svc
+				if !shared {
+					s = newService(store, false)
+				}
+				wg.Go(func() { _, errs[i] = s.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{}) })
+			}
+			wg.Wait()
+			ok := 0
+			for _, err := range errs {
+				switch {
+				case err == nil:
+					ok++
+				case !errors.Is(err, domain.ErrInvalidTransition):
+					t.Errorf("Execute = %v, want ErrInvalidTransition", err)
+				}
+			}
+			if ok != 1 {
+				t.Fatalf("%d approvals succeeded, want 1", ok)
+			}
+			if evs := assertStream(t, store, 2); evs[1].Type != domain.TypeOrderApproved {
+				t.Fatalf("second event is %s", evs[1].Type)
+			}
+		})
+	}
+}

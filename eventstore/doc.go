@@ -1,0 +1,34 @@
+// Package eventstore is the MongoDB event log and its outbox relay.
+//
+// The log is the "events" collection, one document per commit:
+//
+//	{_id: ObjectId, stream_id, stream_type, first_version, last_version,
+//	 events: [{event_id, type, version, occurred_at, recorded_at, data,
+//	           correlation_id, causation_id, schema_version}],
+//	 recorded_at, published: false, published_at, idempotency_key, request_hash}
+//
+// Invariant 1 (atomic, conditional append): a command's events are one
+// insertOne, so they are stored together or not at all, whatever happens
+// to the process. A unique index on (stream_id, first_version) turns every
+// race into a duplicate key: the writer sets first_version to the expected
+// version + 1, which collides with the commit that followed that version if
+// the stream moved on. Callers pass a version the stream has had (the head
+// they loaded or cached); the store does not read the head itself, which is
+// what lets a cached head skip the read.
+//
+// Invariant 2 (immutable events): nothing updates or deletes a commit
+// except the outbox marker (published, published_at).
+//
+// Invariant 7 (retry-safe commands): the idempotency key is stored in the
+// commit under a sparse unique index, so the append and its idempotency
+// record are one write.
+//
+// Invariant 3 (every committed event reaches NATS at least once): the
+// commit's published=false is the outbox; the Relay publishes it and marks
+// it afterwards, under a Lease so one instance relays at a time.
+//
+// No multi-document transaction, change stream, partial or TTL index is
+// used, so the package behaves the same on MongoDB 6+ and FerretDB 1.24
+// (DESIGN.md §8). The conformance suite in storetest proves it on any
+// MONGODB_URI.
+package eventstore

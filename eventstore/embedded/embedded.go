@@ -1,0 +1,136 @@
+// Package embedded runs the development servers in-process: FerretDB 1.24
+// on SQLite (a MongoDB wire-protocol store) and a NATS server with
+// JetStream. `orderd` uses it when no MONGODB_URI and no NATS_URL are set,
+// and the tests use it when no external servers are named. Production
+// binaries leave it out: cmd/orderd imports it only without the `noembed`
+// build tag.
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/FerretDB/FerretDB/ferretdb"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Store is a running embedded FerretDB.
+type Store struct {
+	// URI is the MongoDB connection string of its loopback listener.
+	URI    string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// StartStore starts FerretDB on SQLite with its files in dir and a TCP
+// listener on addr ("127.0.0.1:0" for any free port). It returns once the
+// listener accepts connections.
+func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded store dir: %w", err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	f, err := ferretdb.New(&ferretdb.Config{
+		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Handler:   "sqlite",
+		SQLiteURL: "file:" + abs + "/",
+		Logger:    log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded store: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		_ = f.Run(ctx)
+	}()
+	// MongoDBURI blocks until Run has bound the listener.
+	uric := make(chan string, 1)
+	go func() { uric <- f.MongoDBURI() }()
+	select {
+	case s.URI = <-uric:
+	case <-time.After(30 * time.Second):
+		cancel()
+		return nil, errors.New("embedded store: listener did not start within 30s")
+	}
+	u := s.URI
+	if host, port, err := net.SplitHostPort(trimURI(u)); err == nil {
+		if err := waitDial(net.JoinHostPort(host, port), 10*time.Second); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close stops the store and waits for its files to be closed.
+func (s *Store) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+func trimURI(u string) string {
+	const p = "mongodb://"
+	if len(u) > len(p) && u[:len(p)] == p {
+		u = u[len(p):]
+	}
+	if i := len(u) - 1; i >= 0 && u[i] == '/' {
+		u = u[:i]
+	}
+	return u
+}
+
+func waitDial(addr string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			return c.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("embedded store at %s: %w", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// StartNATS starts a NATS server with JetStream storing under dir,
+// listening on host:port (port -1 picks a free one). It returns once the
+// server is ready for connections; ClientURL gives its address.
+func StartNATS(dir, host string, port int) (*server.Server, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embedded nats dir: %w", err)
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "orderd-embedded",
+		Host:       host,
+		Port:       port,
+		JetStream:  true,
+		StoreDir:   dir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded nats: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embedded nats: not ready within 30s")
+	}
+	return ns, nil
+}

@@ -1,0 +1,70 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// LeasesCollection holds one document per lease: {_id: name, owner,
+// expires_at, acquired_at}.
+const LeasesCollection = "leases"
+
+// Lease is a named, time-limited claim held by one owner among many
+// instances (invariant 6). It is claimed and renewed by one conditional
+// upsert whose filter contains the value being changed: the document
+// matches only if this owner holds it or it has expired. When another owner
+// holds it, the filter matches nothing and the upsert's insert collides on
+// _id (E11000): the claim is lost. Expiry uses the claimant's clock, so
+// clocks must agree to well within the TTL.
+type Lease struct {
+	coll  *mongo.Collection
+	name  string
+	owner string
+	ttl   time.Duration
+	now   func() time.Time
+}
+
+// NewLease returns a lease named name for owner (an instance id) on db's
+// "leases" collection. ttl is how long a claim lasts without renewal.
+func NewLease(db *mongo.Database, name, owner string, ttl time.Duration) *Lease {
+	return &Lease{coll: db.Collection(LeasesCollection), name: name, owner: owner, ttl: ttl, now: time.Now}
+}
+
+// TryAcquire claims or renews the lease. It returns true while this owner
+// holds it and false when another owner does.
+func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
+	now := l.now().UTC()
+	filter := bson.D{{Key: "_id", Value: l.name}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "owner", Value: l.owner}},
+		bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: now}}}},
+	}}}
+	update := bson.D{{Key: "$set", Value: bson.D{
+		{Key: "owner", Value: l.owner}, {Key: "expires_at", Value: now.Add(l.ttl)}, {Key: "renewed_at", Value: now},
+	}}}
+	_, err := l.coll.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+	if isDuplicate(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("claim lease %s: %w", l.name, translate(err))
+	}
+	return true, nil
+}
+
+// Release gives the lease up if this owner holds it, so another instance
+// can take over without waiting for the TTL.
+func (l *Lease) Release(ctx context.Context) error {
+	_, err := l.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "owner", Value: l.owner}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
+	if err != nil {
+		return fmt.Errorf("release lease %s: %w", l.name, translate(err))
+	}
+	return nil
+}
+
+func isDuplicate(err error) bool { return err != nil && mongo.IsDuplicateKeyError(err) }

@@ -1,0 +1,283 @@
+package eventstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// CommitsCollection is the event log's collection: one document per commit.
+const CommitsCollection = "events"
+
+var _ domain.EventStore = (*Store)(nil)
+
+// Store is the MongoDB event log. It keeps invariants 1, 2 and 7: an append
+// is one insertOne of a commit document, guarded by a unique index on
+// (stream_id, first_version) and a sparse unique index on idempotency_key;
+// nothing but the outbox marker is ever updated.
+type Store struct {
+	commits  *mongo.Collection
+	metrics  *Metrics
+	onAppend func()
+	now      func() time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithMetrics records append latency and conflicts in m.
+func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
+
+// WithAppendHook calls fn after every successful append, for example
+// Relay.Notify so the relay publishes at once instead of at its next poll.
+// fn must not block.
+func WithAppendHook(fn func()) Option { return func(s *Store) { s.onAppend = fn } }
+
+// New returns a Store on db's "events" collection. Call EnsureIndexes once
+// at start-up before the first append.
+func New(db *mongo.Database, opts ...Option) *Store {
+	s := &Store{commits: db.Collection(CommitsCollection), now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// EnsureIndexes creates the indexes the invariants rely on. It is
+// idempotent.
+func (s *Store) EnsureIndexes(ctx context.Context) error {
+	_, err := s.commits.Indexes().CreateMany(ctx, []mongo.IndexModel{
+		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}},
+			Options: options.Index().SetUnique(true).SetName("stream_first_version")},
+		{Keys: bson.D{{Key: "idempotency_key", Value: 1}},
+			Options: options.Index().SetUnique(true).SetSparse(true).SetName("idempotency_key")},
+		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "_id", Value: 1}},
+			Options: options.Index().SetName("outbox")},
+	})
+	if err != nil {
+		return fmt.Errorf("create indexes on %s: %w", CommitsCollection, translate(err))
+	}
+	return nil
+}
+
+// commitDoc is the stored form of a commit. Only Published and PublishedAt
+// change after the insert.
+type commitDoc struct {
+	ID             bson.ObjectID `bson:"_id"`
+	StreamID       string        `bson:"stream_id"`
+	StreamType     string        `bson:"stream_type"`
+	FirstVersion   int64         `bson:"first_version"`
+	LastVersion    int64         `bson:"last_version"`
+	Events         []eventDoc    `bson:"events"`
+	RecordedAt     time.Time     `bson:"recorded_at"`
+	Published      bool          `bson:"published"`
+	PublishedAt    *time.Time    `bson:"published_at,omitempty"`
+	IdempotencyKey string        `bson:"idempotency_key,omitempty"`
+	RequestHash    string        `bson:"request_hash,omitempty"`
+}
+
+// eventDoc is one event inside a commit; Data is the payload's JSON
+// converted to a BSON document, so operators can read it in any client.
+type eventDoc struct {
+	ID            string    `bson:"event_id"`
+	Type          string    `bson:"type"`
+	Version       int64     `bson:"version"`
+	OccurredAt    time.Time `bson:"occurred_at"`
+	RecordedAt    time.Time `bson:"recorded_at"`
+	Data          bson.Raw  `bson:"data"`
+	CorrelationID string    `bson:"correlation_id,omitempty"`
+	CausationID   string    `bson:"causation_id,omitempty"`
+	SchemaVersion int       `bson:"schema_version"`
+}
+
+// Append stores c as one commit document, or nothing. It returns the
+// commit's recorded time, or an error wrapping domain.ErrVersionConflict
+// (a commit at that version exists), domain.ErrDuplicateRequest (the
+// idempotency key is stored), domain.ErrValidation (malformed commit) or
+// domain.ErrUnavailable.
+func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
+	now := domain.Timestamp(s.now())
+	doc, err := newCommitDoc(c, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	start := time.Now()
+	_, err = s.commits.InsertOne(ctx, doc)
+	s.metrics.observeAppend(time.Since(start), err)
+	if err != nil {
+		if mongo.IsDuplicateKeyError(err) {
+			return time.Time{}, s.duplicate(ctx, c)
+		}
+		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
+	}
+	if s.onAppend != nil {
+		s.onAppend()
+	}
+	return now, nil
+}
+
+// duplicate tells which unique index an E11000 came from. FerretDB's error
+// does not name the index, so it asks: is the idempotency key stored?
+func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
+	if c.IdempotencyKey != "" {
+		_, err := s.FindIdempotencyKey(ctx, c.IdempotencyKey)
+		if err == nil {
+			return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
+		}
+		if !errors.Is(err, domain.ErrNotFound) {
+			return err
+		}
+	}
+	s.metrics.conflict()
+	return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, domain.ErrVersionConflict)
+}
+
+func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
+	if err := domain.ValidateID("stream id", c.StreamID); err != nil {
+		return commitDoc{}, err
+	}
+	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
+		return commitDoc{}, fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
+	}
+	doc := commitDoc{
+		ID: bson.NewObjectID(), StreamID: c.StreamID, StreamType: c.StreamType,
+		FirstVersion: c.ExpectedVersion + 1, LastVersion: c.LastVersion(),
+		RecordedAt: now, IdempotencyKey: c.IdempotencyKey, RequestHash: c.RequestHash,
+	}
+	for i, e := range c.Events {
+		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
+			return commitDoc{}, fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
+		}
+		data, err := toBSON(e.Data)
+		if err != nil {
+			return commitDoc{}, err
+		}
+		doc.Events = append(doc.Events, eventDoc{
+			ID: e.ID, Type: e.Type, Version: e.Version, OccurredAt: domain.Timestamp(e.OccurredAt), RecordedAt: now,
+			Data: data, CorrelationID: e.Metadata.CorrelationID, CausationID: e.Metadata.CausationID,
+			SchemaVersion: e.Metadata.SchemaVersion,
+		})
+	}
+	return doc, nil
+}
+
+func toBSON(d domain.EventData) (bson.Raw, error) {
+	js, err := domain.EncodeData(d)
+	if err != nil {
+		return nil, err
+	}
+	var doc bson.D
+	if err := bson.UnmarshalExtJSON(js, false, &doc); err != nil {
+		return nil, fmt.Errorf("convert %s payload to BSON: %w", d.EventType(), err)
+	}
+	return bson.Marshal(doc)
+}
+
+func (d commitDoc) events() ([]domain.Event, error) {
+	out := make([]domain.Event, 0, len(d.Events))
+	for _, e := range d.Events {
+		js, err := bson.MarshalExtJSON(e.Data, false, false)
+		if err != nil {
+			return nil, fmt.Errorf("read %s v%d payload: %w", d.StreamID, e.Version, err)
+		}
+		data, err := domain.DecodeData(e.Type, e.SchemaVersion, js)
+		if err != nil {
+			return nil, fmt.Errorf("read %s v%d: %w", d.StreamID, e.Version, err)
+		}
+		out = append(out, domain.Event{
+			ID: e.ID, StreamID: d.StreamID, StreamType: d.StreamType, Type: e.Type, Version: e.Version,
+			OccurredAt: e.OccurredAt.UTC(), RecordedAt: e.RecordedAt.UTC(), Data: data,
+			Metadata: domain.Metadata{CorrelationID: e.CorrelationID, CausationID: e.CausationID, SchemaVersion: e.SchemaVersion},
+		})
+	}
+	return out, nil
+}
+
+// Load returns the stream's events in version order; none (and no error)
+// for an unknown stream.
+func (s *Store) Load(ctx context.Context, streamID string) ([]domain.Event, error) {
+	return s.LoadFrom(ctx, streamID, 1)
+}
+
+// LoadFrom returns the stream's events with version >= from, in version
+// order. Projections use it to fill gaps.
+func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
+	filter := bson.D{{Key: "stream_id", Value: streamID}}
+	if from > 1 {
+		filter = append(filter, bson.E{Key: "last_version", Value: bson.D{{Key: "$gte", Value: from}}})
+	}
+	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "first_version", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, translate(err))
+	}
+	var docs []commitDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, translate(err))
+	}
+	var out []domain.Event
+	for _, d := range docs {
+		evs, err := d.events()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range evs {
+			if e.Version >= from {
+				out = append(out, e)
+			}
+		}
+	}
+	for i := range out {
+		if out[i].Version != from+int64(i) {
+			return nil, fmt.Errorf("load %s: v%d follows v%d: log has a hole", streamID, out[i].Version, from+int64(i)-1)
+		}
+	}
+	return out, nil
+}
+
+// FindIdempotencyKey returns the commit that stored key, or an error
+// wrapping domain.ErrNotFound.
+func (s *Store) FindIdempotencyKey(ctx context.Context, key string) (domain.Commit, error) {
+	var d commitDoc
+	err := s.commits.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: key}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
+	}
+	if err != nil {
+		return domain.Commit{}, fmt.Errorf("find idempotency key: %w", translate(err))
+	}
+	events, err := d.events()
+	if err != nil {
+		return domain.Commit{}, err
+	}
+	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
+		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
+}
+
+// Ping checks that the store answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.commits.Database().Client().Ping(ctx, nil); err != nil {
+		return fmt.Errorf("ping store: %w", translate(err))
+	}
+	return nil
+}
+
+// translate maps driver errors to the domain's vocabulary at the adapter
+// boundary: anything that is not a server's answer (network, timeout,
+// server selection) means the store is unavailable.
+func translate(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+}

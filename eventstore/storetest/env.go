@@ -1,0 +1,129 @@
+// Package storetest gives tests real servers: a MongoDB database and a NATS
+// JetStream connection. With MONGODB_URI or NATS_URL set they point at
+// those servers; otherwise they start the embedded FerretDB (one per test
+// binary, on a temp dir) and an embedded NATS server (one per test, port
+// -1). Every test gets its own database, dropped in cleanup. It also holds
+// the event store conformance suite (RunConformance).
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/eventstore/embedded"
+)
+
+var (
+	storeOnce sync.Once
+	storeURI  string
+	storeErr  error
+)
+
+// MongoURI returns MONGODB_URI, or the URI of the test binary's embedded
+// FerretDB, started on first use with its files in a temp dir (left to the
+// OS to clean: a package without TestMain has no exit hook).
+func MongoURI(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("MONGODB_URI"); u != "" {
+		return u
+	}
+	storeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orderd-store-")
+		if err != nil {
+			storeErr = err
+			return
+		}
+		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+		if err != nil {
+			storeErr = err
+			return
+		}
+		storeURI = s.URI
+	})
+	if storeErr != nil {
+		t.Fatalf("embedded store: %v", storeErr)
+	}
+	return storeURI
+}
+
+// Client returns a connected client for MongoURI, disconnected in cleanup.
+func Client(t testing.TB) *mongo.Client {
+	t.Helper()
+	c, err := mongo.Connect(options.Client().ApplyURI(MongoURI(t)).SetTimeout(30 * time.Second))
+	if err != nil {
+		t.Fatalf("connect store: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c
+}
+
+// Database returns a new, uniquely named database, dropped in cleanup.
+func Database(t testing.TB) *mongo.Database {
+	t.Helper()
+	db := Client(t).Database("t_" + randomHex(6))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+	})
+	return db
+}
+
+// NATS is a JetStream connection for a test, with the server when it is an
+// embedded one (nil on NATS_URL).
+type NATS struct {
+	URL    string
+	Conn   *nats.Conn
+	JS     jetstream.JetStream
+	Server *server.Server
+}
+
+// StartNATS connects to NATS_URL, or starts an embedded NATS server with
+// JetStream on a free loopback port and a temp dir. Both are closed in
+// cleanup. On NATS_URL, callers must use stream and consumer names unique to
+// the test (see Unique).
+func StartNATS(t testing.TB) *NATS {
+	t.Helper()
+	n := &NATS{URL: os.Getenv("NATS_URL")}
+	if n.URL == "" {
+		ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+		if err != nil {
+			t.Fatalf("embedded nats: %v", err)
+		}
+		t.Cleanup(ns.Shutdown)
+		n.Server, n.URL = ns, ns.ClientURL()
+	}
+	nc, err := nats.Connect(n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	n.Conn, n.JS = nc, js
+	return n
+}
+
+// Unique returns prefix plus a random suffix of letters and digits, for
+// names that must not clash on shared external servers.
+func Unique(prefix string) string { return prefix + randomHex(4) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

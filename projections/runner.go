@@ -1,0 +1,280 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// RunnerConfig tunes a Runner. Zero values take the defaults in brackets.
+type RunnerConfig struct {
+	Stream        string        // JetStream stream name
+	Subject       string        // filter subject, e.g. "orders.events.>"
+	Workers       int           // pull loops in this process [2]
+	BatchSize     int           // most messages folded per write round [256]
+	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
+	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
+	LagInterval   time.Duration // consumer lag sampling [2s]
+}
+
+// applier is what a Runner needs of a Store, whatever its document type.
+type applier interface {
+	Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error)
+	EnsureIndexes(ctx context.Context) error
+}
+
+// Runner feeds one projection from its durable JetStream pull consumer,
+// "proj_<name>", shared by every worker of every process. Each worker takes
+// the messages at hand (up to BatchSize), folds them with one read and one
+// bulk write per round, and acknowledges a message only once its stream's
+// document reflects it. Events that cannot be applied are redelivered with
+// backoff and, after MaxDeliveries, parked in the dead-letter collection and
+// terminated; failures that may pass (store down) are redelivered without
+// limit.
+type Runner struct {
+	name    string
+	store   applier
+	js      jetstream.JetStream
+	dead    *DeadLetters
+	cfg     RunnerConfig
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+// NewRunner returns a Runner for the projection named name writing through
+// store.
+func NewRunner[D any](store *Store[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+	if cfg.Workers <= 0 {
+		cfg.Workers = 2
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 256
+	}
+	if cfg.MaxDeliveries <= 0 {
+		cfg.MaxDeliveries = 5
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.LagInterval <= 0 {
+		cfg.LagInterval = 2 * time.Second
+	}
+	return &Runner{name: store.def.Name, store: store, js: js, dead: dead, cfg: cfg, log: log.With("projection", store.def.Name), metrics: m}
+}
+
+// Name is the projection's name.
+func (r *Runner) Name() string { return r.name }
+
+// ConsumerName is the durable consumer's name.
+func (r *Runner) ConsumerName() string { return "proj_" + r.name }
+
+// Consumer creates or updates the durable consumer and returns it.
+func (r *Runner) Consumer(ctx context.Context) (jetstream.Consumer, error) {
+	c, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, jetstream.ConsumerConfig{
+		Durable:       r.ConsumerName(),
+		FilterSubject: r.cfg.Subject,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       r.cfg.AckWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		MaxDeliver:    -1,
+		MaxAckPending: 4 * r.cfg.Workers * r.cfg.BatchSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(), err)
+	}
+	return c, nil
+}
+
+// Run ensures the indexes and the consumer, then runs the workers until ctx
+// is done. It returns nil on cancellation.
+func (r *Runner) Run(ctx context.Context) error {
+	if err := r.store.EnsureIndexes(ctx); err != nil {
+		return err
+	}
+	cons, err := r.Consumer(ctx)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for i := 0; i < r.cfg.Workers; i++ {
+		g.Go(func() error { return r.work(ctx, cons) })
+	}
+	g.Go(func() error { r.sampleLag(ctx, cons); return nil })
+	return g.Wait()
+}
+
+// work pulls continuously; the first message of a batch is waited for, the
+// rest are whatever is already buffered, so a batch costs no extra latency
+// at low load and grows to BatchSize under load.
+func (r *Runner) work(ctx context.Context, cons jetstream.Consumer) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * r.cfg.BatchSize))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", r.ConsumerName(), err)
+	}
+	defer it.Stop()
+	for ctx.Err() == nil {
+		first, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return fmt.Errorf("consume %s: %w", r.ConsumerName(), err)
+			}
+			r.log.Warn("projection pull failed", "err", err)
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		batch := []jetstream.Msg{first}
+		for len(batch) < r.cfg.BatchSize {
+			m, err := it.Next(jetstream.NextMaxWait(500 * time.Microsecond))
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		r.Handle(ctx, batch)
+	}
+	return nil
+}
+
+// Handle folds one batch of messages and acknowledges, redelivers or parks
+// each of them.
+func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
+	events := make([]domain.Event, 0, len(msgs))
+	byStream := map[string][]jetstream.Msg{}
+	poison := map[string]error{}
+	for _, m := range msgs {
+		e, err := domain.UnmarshalEvent(m.Data())
+		stream := e.StreamID
+		if err != nil {
+			stream = subjectStream(m.Subject())
+			poison[stream] = errors.Join(poison[stream], err)
+		} else {
+			events = append(events, e)
+		}
+		byStream[stream] = append(byStream[stream], m)
+	}
+	out, failed, err := r.store.Apply(ctx, events)
+	if err != nil {
+		// Nothing is known to be written: redeliver everything soon,
+		// without counting it against the dead-letter limit.
+		r.metrics.failed(r.name)
+		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
+		for _, m := range msgs {
+			_ = m.NakWithDelay(time.Second)
+		}
+		return
+	}
+	r.metrics.outcome(r.name, out)
+	for id, e := range failed {
+		poison[id] = errors.Join(poison[id], e)
+	}
+	for stream, ms := range byStream {
+		perr, bad := poison[stream]
+		for _, m := range ms {
+			if !bad {
+				_ = m.Ack()
+				continue
+			}
+			r.reject(ctx, m, stream, perr)
+		}
+	}
+}
+
+// reject redelivers a message whose event could not be applied, with
+// backoff, or parks it once it was delivered MaxDeliveries times.
+func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cause error) {
+	md, err := m.Metadata()
+	if err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if md.NumDelivered < uint64(r.cfg.MaxDeliveries) {
+		_ = m.NakWithDelay(min(time.Duration(md.NumDelivered)*200*time.Millisecond, 5*time.Second))
+		return
+	}
+	d := DeadLetter{
+		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
+		Error: cause.Error(), Deliveries: md.NumDelivered, ParkedAt: time.Now().UTC(), StreamSeq: md.Sequence.Stream,
+	}
+	if e, err := domain.UnmarshalEvent(m.Data()); err == nil {
+		d.EventID, d.Version = e.ID, e.Version
+	}
+	d.ID = r.name + ":" + d.EventID
+	if d.EventID == "" {
+		d.ID = fmt.Sprintf("%s:seq-%d", r.name, md.Sequence.Stream)
+	}
+	if err := r.dead.Park(ctx, d); err != nil {
+		r.log.Warn("dead letter not parked; redelivering", "err", err, "stream_id", stream)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	r.metrics.deadLetter(r.name)
+	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version, "err", cause)
+	_ = m.Term()
+}
+
+// Retry re-applies a dead letter of this projection (see DeadLetters.Retry).
+func (r *Runner) Retry(ctx context.Context, id string) error {
+	if !strings.HasPrefix(id, r.name+":") {
+		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)
+	}
+	return r.dead.Retry(ctx, id, func(ctx context.Context, evs []domain.Event) error {
+		_, failed, err := r.store.Apply(ctx, evs)
+		for _, e := range failed {
+			err = errors.Join(err, e)
+		}
+		return err
+	})
+}
+
+// Lag returns the number of messages the consumer has not acknowledged.
+func (r *Runner) Lag(ctx context.Context) (uint64, error) {
+	c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName())
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(), err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(), err)
+	}
+	return info.NumPending + uint64(info.NumAckPending), nil
+}
+
+func (r *Runner) sampleLag(ctx context.Context, cons jetstream.Consumer) {
+	t := time.NewTicker(r.cfg.LagInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if info, err := cons.Info(ctx); err == nil {
+				r.metrics.setLag(r.name, float64(info.NumPending)+float64(info.NumAckPending))
+			}
+		}
+	}
+}
+
+// subjectStream is the last token of an event subject: the stream id.
+func subjectStream(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
