@@ -53,7 +53,9 @@ func New(db *mongo.Database, opts ...Option) *Store {
 // EnsureIndexes creates the indexes the invariants rely on. It is
 // idempotent.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
-	_, err := s.commits.Indexes().CreateMany(ctx, []mongo.IndexModel{
+	// One index per createIndexes call: FerretDB 1.24 drops the connection
+	// when one call names several indexes that already exist (a restart).
+	return createIndexes(ctx, s.commits, []mongo.IndexModel{
 		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}},
 			Options: options.Index().SetUnique(true).SetName("stream_first_version")},
 		{Keys: bson.D{{Key: "idempotency_key", Value: 1}},
@@ -61,8 +63,13 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "_id", Value: 1}},
 			Options: options.Index().SetName("outbox")},
 	})
-	if err != nil {
-		return fmt.Errorf("create indexes on %s: %w", CommitsCollection, translate(err))
+}
+
+func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
+	for _, m := range models {
+		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
+			return fmt.Errorf("create index on %s: %w", coll.Name(), translate(err))
+		}
 	}
 	return nil
 }

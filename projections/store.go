@@ -53,8 +53,12 @@ func (s *Store[D]) EnsureIndexes(ctx context.Context) error {
 		}
 		models = append(models, mongo.IndexModel{Keys: keys})
 	}
-	if _, err := s.coll.Indexes().CreateMany(ctx, models); err != nil {
-		return fmt.Errorf("create indexes on %s: %w", s.def.Collection, translate(err))
+	// One index per call: FerretDB 1.24 drops the connection when one call
+	// names several indexes that already exist.
+	for _, m := range models {
+		if _, err := s.coll.Indexes().CreateOne(ctx, m); err != nil {
+			return fmt.Errorf("create index on %s: %w", s.def.Collection, translate(err))
+		}
 	}
 	return nil
 }

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/projections"
+)
+
+// subjectPrefix is the subject space of order events: one subject per
+// order stream, orders.events.<order id>.
+const subjectPrefix = "orders.events"
+
+// Main is the whole program: Run starts it, Close stops it in reverse start
+// order. Tests boot it on port 0 with a temp data dir.
+type Main struct {
+	Config Config
+	Log    *slog.Logger
+
+	// HTTPAddr is the API's bound address once Run has returned.
+	HTTPAddr string
+
+	stopEmbedded func()
+	mongo        *mongo.Client
+	nc           *nats.Conn
+	http         *orderhttp.Server
+	cancel       context.CancelFunc
+	group        *errgroup.Group
+}
+
+// NewMain returns a Main with the default config.
+func NewMain() *Main {
+	return &Main{Config: DefaultConfig(), stopEmbedded: func() {}}
+}
+
+// ParseFlags reads the environment through getenv, then the flags.
+func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("orderd serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, "Usage: orderd serve [flags]\n\nRuns the service. With no MONGODB_URI and no NATS_URL it starts an embedded\nstore and NATS server keeping their data under -data-dir.\n\nFlags (each also read from the environment variable named):\n")
+		fs.PrintDefaults()
+	}
+	if err := m.Config.bind(fs, getenv); err != nil {
+		return err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		return err
+	}
+	return m.Config.Validate()
+}
+
+// Run connects to (or starts) the servers, ensures indexes, stream and
+// consumers, and starts the configured roles. It returns once the API
+// listens; the roles run until Close.
+func (m *Main) Run(ctx context.Context) (err error) {
+	c := &m.Config
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if m.Log == nil {
+		m.Log = newLogger(c.LogFormat, c.LogLevel, os.Stderr)
+	}
+	r, _ := c.roles()
+	if m.stopEmbedded, err = startEmbedded(c, m.Log); err != nil {
+		return fmt.Errorf("embedded servers: %w", err)
+	}
+
+	m.mongo, err = mongo.Connect(options.Client().ApplyURI(c.MongoURI).SetServerSelectionTimeout(5 * time.Second))
+	if err != nil {
+		return fmt.Errorf("mongodb: %w", err)
+	}
+	db := m.mongo.Database(c.Database)
+	m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		return fmt.Errorf("nats: %w", err)
+	}
+	js, err := jetstream.New(m.nc)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	storeMetrics := eventstore.NewMetrics(reg)
+	stream := eventstore.StreamConfig{Name: c.Stream, SubjectPrefix: subjectPrefix, Replicas: c.StreamReplicas,
+		Duplicates: 2 * time.Minute}
+
+	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelSetup()
+	if err := eventstore.EnsureStream(setupCtx, js, stream); err != nil {
+		return err
+	}
+	var relay *eventstore.Relay
+	var opts []eventstore.Option
+	opts = append(opts, eventstore.WithMetrics(storeMetrics), eventstore.WithAppendHook(func() {
+		if relay != nil {
+			relay.Notify()
+		}
+	}))
+	store := eventstore.New(db, opts...)
+	if err := store.EnsureIndexes(setupCtx); err != nil {
+		return err
+	}
+	if r.relay {
+		relay = eventstore.NewRelay(store, js, eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(), PollInterval: c.RelayPoll},
+			m.Log.With("component", "relay"), storeMetrics)
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	g, runCtx := errgroup.WithContext(runCtx)
+	m.group = g
+	if relay != nil {
+		g.Go(func() error { return relay.Run(runCtx) })
+	}
+	if r.projector {
+		pm := projections.NewMetrics(reg)
+		dead := projections.NewDeadLetters(db)
+		rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
+		plog := m.Log.With("component", "projector")
+		runners := []*projections.Runner{
+			projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, store, pm), js, dead, rc, plog, pm),
+			projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, store, pm), js, dead, rc, plog, pm),
+		}
+		for _, pr := range runners {
+			g.Go(func() error {
+				err := pr.Run(runCtx)
+				if err != nil && runCtx.Err() == nil {
+					m.Log.Error("projection stopped", "projection", pr.Name(), "err", err)
+				}
+				return err
+			})
+		}
+	}
+	if r.api {
+		var cache domain.StateCache
+		if c.CacheSize > 0 {
+			l, err := lru.New[string, domain.Order](c.CacheSize)
+			if err != nil {
+				return err
+			}
+			cache = stateCache{l}
+		}
+		svc := domain.NewService(store, cache)
+		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
+		m.http = orderhttp.NewServer(orderhttp.Config{
+			Commands: svc, ReadModels: projections.NewReader(db),
+			Ready: map[string]orderhttp.Check{
+				"store": store.Ping,
+				"bus": func(context.Context) error {
+					if !m.nc.IsConnected() {
+						return errors.New("nats: not connected")
+					}
+					return nil
+				},
+			},
+			Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
+		})
+		ln, err := net.Listen("tcp", c.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", c.HTTPAddr, err)
+		}
+		m.HTTPAddr = ln.Addr().String()
+		g.Go(func() error { return m.http.Serve(ln) })
+	}
+	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.MongoURI),
+		"nats_url", redact(c.NATSURL), "instance", c.instanceID())
+	return nil
+}
+
+// Close stops the roles and disconnects, in reverse start order: the HTTP
+// server drains its requests, the relay and projection workers stop, NATS
+// drains, MongoDB disconnects, the embedded servers stop.
+func (m *Main) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var errs []error
+	if m.http != nil {
+		errs = append(errs, m.http.Shutdown(ctx))
+	}
+	if m.cancel != nil {
+		m.cancel()
+	}
+	if m.group != nil {
+		if err := m.group.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			errs = append(errs, err)
+		}
+	}
+	if m.nc != nil {
+		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+			errs = append(errs, err)
+		}
+		for i := 0; i < 100 && !m.nc.IsClosed(); i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if m.mongo != nil {
+		errs = append(errs, m.mongo.Disconnect(ctx))
+	}
+	m.stopEmbedded()
+	return errors.Join(errs...)
+}
+
+// stateCache adapts an LRU to domain.StateCache.
+type stateCache struct {
+	*lru.Cache[string, domain.Order]
+}
+
+func (c stateCache) Get(id string) (domain.Order, bool) { return c.Cache.Get(id) }
+func (c stateCache) Add(id string, o domain.Order)      { c.Cache.Add(id, o) }
+func (c stateCache) Remove(id string)                   { c.Cache.Remove(id) }
+
+func newLogger(format, level string, w io.Writer) *slog.Logger {
+	var lv slog.Level
+	_ = lv.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}

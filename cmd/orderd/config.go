@@ -1,0 +1,144 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is read once, here: environment variables give the values, flags
+// override them. The embedded servers start when MONGODB_URI or NATS_URL is
+// empty.
+type Config struct {
+	HTTPAddr          string // ORDERD_HTTP_ADDR
+	MongoURI          string // MONGODB_URI
+	Database          string // MONGODB_DATABASE
+	NATSURL           string // NATS_URL
+	DataDir           string // ORDERD_DATA_DIR
+	Roles             string // ORDERD_ROLES: api, relay, projector, comma-separated, or all
+	InstanceID        string // ORDERD_INSTANCE_ID
+	LogFormat         string // ORDERD_LOG_FORMAT: text or json
+	LogLevel          string // ORDERD_LOG_LEVEL: debug, info, warn, error
+	EmbeddedStoreAddr string // ORDERD_EMBEDDED_STORE_ADDR
+	EmbeddedNATSAddr  string // ORDERD_EMBEDDED_NATS_ADDR
+	Stream            string // ORDERD_STREAM
+	StreamReplicas    int    // ORDERD_STREAM_REPLICAS
+	ProjectorWorkers  int    // ORDERD_PROJECTOR_WORKERS
+	CacheSize         int    // ORDERD_CACHE_SIZE: streams whose state the API caches
+	RelayPoll         time.Duration
+}
+
+// DefaultConfig returns the defaults: everything on loopback, embedded
+// servers on ports that do not clash with a NATS on 4222 or a MongoDB on
+// 27017.
+func DefaultConfig() Config {
+	return Config{
+		HTTPAddr: "127.0.0.1:8080", Database: "orderd", DataDir: "./data", Roles: "all",
+		LogFormat: "text", LogLevel: "info",
+		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
+		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 2, CacheSize: 100_000,
+		RelayPoll: 500 * time.Millisecond,
+	}
+}
+
+// env lists each setting's variable, flag and help, in one place.
+func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
+	var errs []error
+	str := func(p *string, env, name, usage string) {
+		if v := getenv(env); v != "" {
+			*p = v
+		}
+		fs.StringVar(p, name, *p, usage+" (env "+env+")")
+	}
+	num := func(p *int, env, name, usage string) {
+		if v := getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: not a number", env, v))
+			}
+			*p = n
+		}
+		fs.IntVar(p, name, *p, usage+" (env "+env+")")
+	}
+	dur := func(p *time.Duration, env, name, usage string) {
+		if v := getenv(env); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: not a duration", env, v))
+			}
+			*p = d
+		}
+		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
+	}
+	str(&c.HTTPAddr, "ORDERD_HTTP_ADDR", "http-addr", "REST API listen address")
+	str(&c.MongoURI, "MONGODB_URI", "mongodb-uri", "MongoDB URI; empty starts the embedded store")
+	str(&c.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
+	str(&c.NATSURL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server")
+	str(&c.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
+	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector (comma-separated) or all")
+	str(&c.InstanceID, "ORDERD_INSTANCE_ID", "instance-id", "instance id for leases (default: host name and pid)")
+	str(&c.LogFormat, "ORDERD_LOG_FORMAT", "log-format", "text or json")
+	str(&c.LogLevel, "ORDERD_LOG_LEVEL", "log-level", "debug, info, warn or error")
+	str(&c.EmbeddedStoreAddr, "ORDERD_EMBEDDED_STORE_ADDR", "embedded-store-addr", "listen address of the embedded MongoDB-compatible store")
+	str(&c.EmbeddedNATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
+	str(&c.Stream, "ORDERD_STREAM", "stream", "JetStream stream name")
+	num(&c.StreamReplicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
+	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process")
+	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
+	dur(&c.RelayPoll, "ORDERD_RELAY_POLL", "relay-poll", "outbox poll interval when not woken by an append")
+	return errors.Join(errs...)
+}
+
+// Validate reports every invalid setting.
+func (c Config) Validate() error {
+	var errs []error
+	if _, err := c.roles(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.LogFormat != "text" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
+	}
+	if c.Database == "" || strings.ContainsAny(c.Database, "/\\. \"$") {
+		errs = append(errs, fmt.Errorf("database name %q is not valid", c.Database))
+	}
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.StreamReplicas))
+	}
+	if c.ProjectorWorkers < 1 || c.CacheSize < 0 || c.RelayPoll <= 0 {
+		errs = append(errs, errors.New("projector workers must be >= 1, cache size >= 0, relay poll > 0"))
+	}
+	return errors.Join(errs...)
+}
+
+type roles struct{ api, relay, projector bool }
+
+func (c Config) roles() (roles, error) {
+	var r roles
+	for _, s := range strings.Split(c.Roles, ",") {
+		switch strings.TrimSpace(s) {
+		case "all":
+			r = roles{true, true, true}
+		case "api":
+			r.api = true
+		case "relay":
+			r.relay = true
+		case "projector":
+			r.projector = true
+		default:
+			return r, fmt.Errorf("role %q: want api, relay, projector or all", s)
+		}
+	}
+	return r, nil
+}
+
+func (c Config) instanceID() string {
+	if c.InstanceID != "" {
+		return c.InstanceID
+	}
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}

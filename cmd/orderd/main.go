@@ -1,0 +1,69 @@
+// Command orderd is the event-sourced order service: the REST API, the
+// outbox relay and the projection workers, in one process or split by
+// role, and the Olist replay tool.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/orderd/orderd/cmd/orderd/replay"
+)
+
+const usage = `orderd: an event-sourced order service.
+
+Usage:
+  orderd [serve] [flags]     run the service (all roles, embedded servers by default)
+  orderd replay [flags]      replay the Olist sample through the REST API and check it
+  orderd help                this text
+
+Run "orderd serve -h" or "orderd replay -h" for their flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "orderd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		cmd, args = args[0], args[1:]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, args, stderr)
+	case "replay":
+		return replay.Main(ctx, args, stdout, stderr)
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", cmd)
+}
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	m := NewMain()
+	if err := m.ParseFlags(args, os.Getenv, stderr); err != nil {
+		return err
+	}
+	if err := m.Run(ctx); err != nil {
+		_ = m.Close()
+		return err
+	}
+	<-ctx.Done()
+	return m.Close()
+}
+
+// errHelp is returned by ParseFlags after printing the help.
+var errHelp = errors.New("help requested")

@@ -1,0 +1,17 @@
+// Package http is the REST API of DESIGN.md §10 (imported as orderhttp):
+// commands over POST, the order folded from the log, the read models, and
+// health, readiness and Prometheus metrics.
+//
+// It keeps invariant 8: a body is decoded strictly (application/json, no
+// unknown fields, no trailing data, a size limit) and validated, path ids
+// are checked before any query, and every refusal is an RFC 9457 problem
+// document with a stable type ("/problems/<slug>") and per-field details;
+// nothing reaches the log unless the domain accepts it. Errors map to
+// statuses in one table (codes); only 5xx are logged.
+//
+// Commands accept Idempotency-Key (invariant 7), If-Match: "<version>"
+// (412 when stale; no server-side retry then) and X-Correlation-ID; they
+// answer with ETag: "<version>". GET /v1/order-summaries/{id}?min_version=N
+// waits, bounded, until the read model reflects version N: read-your-writes
+// over an eventually consistent model.
+package http

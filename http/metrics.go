@@ -1,0 +1,51 @@
+package http
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderd/orderd/domain"
+)
+
+type metrics struct {
+	commands *prometheus.CounterVec
+	retries  prometheus.Counter
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderd_commands_total",
+			Help: "Commands handled, by command and outcome (accepted, replayed, or the problem type)."}, []string{"command", "outcome"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "orderd_command_retries_total",
+			Help: "Server-side retries of commands that lost a version race."}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "orderd_command_duration_seconds",
+			Help: "Command latency from decode to answer, in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)},
+			[]string{"command"}),
+	}
+	reg.MustRegister(m.commands, m.retries, m.duration)
+	return m
+}
+
+func (m *metrics) command(name string, res domain.Result, err error, d time.Duration) {
+	outcome := "accepted"
+	switch {
+	case err != nil:
+		outcome = "error"
+		for _, c := range codes {
+			if errors.Is(err, c.err) {
+				outcome = c.slug
+				break
+			}
+		}
+	case res.Replayed:
+		outcome = "replayed"
+	}
+	m.commands.WithLabelValues(name, outcome).Inc()
+	if res.Attempts > 1 {
+		m.retries.Add(float64(res.Attempts - 1))
+	}
+	m.duration.WithLabelValues(name).Observe(d.Seconds())
+}

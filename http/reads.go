@@ -1,0 +1,128 @@
+package http
+
+import (
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// getSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D].
+// With min_version it polls the read model until it reflects version N or
+// the wait (default SummaryWait, at most MaxSummaryWait) ends; on timeout it
+// answers with what it has and X-Read-Model-Stale: true, or 404 when the
+// read model has nothing yet.
+func (s *Server) getSummary(c echo.Context) error {
+	id := c.Param("id")
+	if err := domain.ValidateID("order id", id); err != nil {
+		return notFoundIfInvalid(err)
+	}
+	var minVersion int64
+	if v := c.QueryParam("min_version"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return invalid(domain.FieldError{Field: "min_version", Detail: "a version: a whole number >= 0"})
+		}
+		minVersion = n
+	}
+	wait := s.cfg.SummaryWait
+	if v := c.QueryParam("wait"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > s.cfg.MaxSummaryWait {
+			return invalid(domain.FieldError{Field: "wait", Detail: "a duration such as 2s, at most " + s.cfg.MaxSummaryWait.String()})
+		}
+		wait = d
+	}
+	ctx := c.Request().Context()
+	deadline := time.Now().Add(wait)
+	pause := 2 * time.Millisecond
+	for {
+		o, err := s.cfg.ReadModels.Summary(ctx, id)
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
+			return err
+		}
+		found := err == nil
+		if found && o.Version >= minVersion {
+			c.Response().Header().Set("X-Read-Model-Version", strconv.FormatInt(o.Version, 10))
+			return c.JSON(http.StatusOK, o)
+		}
+		if (!found && minVersion == 0) || time.Now().After(deadline) {
+			if !found {
+				return err
+			}
+			h := c.Response().Header()
+			h.Set("X-Read-Model-Version", strconv.FormatInt(o.Version, 10))
+			h.Set("X-Read-Model-Stale", "true")
+			return c.JSON(http.StatusOK, o)
+		}
+		t := time.NewTimer(min(pause, time.Until(deadline)+time.Millisecond))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// listSummaries answers GET /v1/order-summaries?customer_id=&status=&limit=&cursor=
+// with {"items": [...], "next_cursor": "..."}; next_cursor is absent on the
+// last page. limit is 1..500, default 50. The cursor is opaque.
+func (s *Server) listSummaries(c echo.Context) error {
+	var fields []domain.FieldError
+	customer, status := c.QueryParam("customer_id"), c.QueryParam("status")
+	if customer != "" && domain.ValidateID("customer id", customer) != nil {
+		fields = append(fields, domain.FieldError{Field: "customer_id", Detail: "1 to 64 letters, digits, '_' or '-'"})
+	}
+	if status != "" && !domain.ValidStatus(status) {
+		fields = append(fields, domain.FieldError{Field: "status", Detail: "one of created, approved, invoiced, processing, shipped, delivered, canceled, unavailable"})
+	}
+	limit := 50
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 500 {
+			fields = append(fields, domain.FieldError{Field: "limit", Detail: "1 to 500"})
+		}
+		limit = n
+	}
+	after := ""
+	if v := c.QueryParam("cursor"); v != "" {
+		b, err := base64.RawURLEncoding.DecodeString(v)
+		if err != nil || domain.ValidateID("cursor", string(b)) != nil {
+			fields = append(fields, domain.FieldError{Field: "cursor", Detail: "a next_cursor from an earlier page"})
+		}
+		after = string(b)
+	}
+	if len(fields) > 0 {
+		return invalid(fields...)
+	}
+	items, err := s.cfg.ReadModels.ListSummaries(c.Request().Context(), customer, status, after, limit+1)
+	if err != nil {
+		return err
+	}
+	body := map[string]any{}
+	if len(items) > limit {
+		items = items[:limit]
+		body["next_cursor"] = base64.RawURLEncoding.EncodeToString([]byte(items[limit-1].ID))
+	}
+	body["items"] = items
+	return c.JSON(http.StatusOK, body)
+}
+
+func (s *Server) customerStats(c echo.Context) error {
+	id := c.Param("id")
+	if err := domain.ValidateID("customer id", id); err != nil {
+		return notFoundIfInvalid(err)
+	}
+	st, err := s.cfg.ReadModels.CustomerStats(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
+}

@@ -1,0 +1,163 @@
+package http
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Commands is the command side as the API needs it (domain.Service).
+type Commands interface {
+	Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error)
+	Get(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
+}
+
+// ReadModels is the query side (projections.Reader). Summary and
+// CustomerStats return errors wrapping domain.ErrNotFound for unknown ids.
+type ReadModels interface {
+	Summary(ctx context.Context, orderID string) (domain.Order, error)
+	ListSummaries(ctx context.Context, customerID, status, after string, limit int) ([]domain.Order, error)
+	CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error)
+}
+
+// Check is a readiness probe of one dependency; nil means reachable.
+type Check func(ctx context.Context) error
+
+// Config configures a Server. Zero durations take the defaults in brackets.
+type Config struct {
+	Commands   Commands
+	ReadModels ReadModels
+	Ready      map[string]Check // checked by /readyz, e.g. "store", "bus"
+	Gatherer   prometheus.Gatherer
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+
+	MaxBodyBytes   int64         // [1 MiB]
+	SummaryWait    time.Duration // default bound of ?min_version waits [5s]
+	MaxSummaryWait time.Duration // largest ?wait a client may ask for [30s]
+	MaxInFlight    int           // concurrent requests before 503 [1024]
+}
+
+// Server is the REST API of DESIGN.md §10 on echo.
+type Server struct {
+	echo    *echo.Echo
+	http    *http.Server
+	cfg     Config
+	metrics *metrics
+}
+
+// NewServer builds the routes.
+func NewServer(cfg Config) *Server {
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = 1 << 20
+	}
+	if cfg.SummaryWait <= 0 {
+		cfg.SummaryWait = 5 * time.Second
+	}
+	if cfg.MaxSummaryWait <= 0 {
+		cfg.MaxSummaryWait = 30 * time.Second
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1024
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(cfg.Log)
+	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	e.Use(middleware.Recover(), middleware.RequestID(), inFlightLimit(cfg.MaxInFlight))
+
+	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/readyz", s.ready)
+	if cfg.Gatherer != nil {
+		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+	}
+
+	v1 := e.Group("/v1", middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
+	v1.POST("/orders", s.place)
+	for name, decode := range lifecycle {
+		v1.POST("/orders/:id/"+name, s.lifecycle(name, decode))
+	}
+	v1.GET("/orders/:id", s.getOrder)
+	v1.GET("/orders/:id/events", s.getEvents)
+	v1.GET("/order-summaries/:id", s.getSummary)
+	v1.GET("/order-summaries", s.listSummaries)
+	v1.GET("/customers/:id/order-stats", s.customerStats)
+	return s
+}
+
+// Handler returns the API as an http.Handler.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// Serve serves on ln with timeouts against slow clients until Shutdown.
+// It returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error {
+	s.http = &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      s.cfg.MaxSummaryWait + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelWarn),
+	}
+	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops accepting requests and waits for those in flight.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.http == nil {
+		return nil
+	}
+	return s.http.Shutdown(ctx)
+}
+
+func (s *Server) ready(c echo.Context) error {
+	status, body := http.StatusOK, map[string]string{}
+	for name, check := range s.cfg.Ready {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+		err := check(ctx)
+		cancel()
+		body[name] = "ok"
+		if err != nil {
+			status, body[name] = http.StatusServiceUnavailable, "unavailable"
+			s.cfg.Log.Warn("readiness check failed", "check", name, "err", err)
+		}
+	}
+	return c.JSON(status, body)
+}
+
+// inFlightLimit answers 503 instead of queueing when max requests are
+// already being served.
+func inFlightLimit(max int) echo.MiddlewareFunc {
+	sem := make(chan struct{}, max)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			select {
+			case sem <- struct{}{}:
+				defer func() { <-sem }()
+				return next(c)
+			default:
+				return echo.NewHTTPError(http.StatusServiceUnavailable, "too many requests in flight; retry")
+			}
+		}
+	}
+}
