@@ -179,7 +179,7 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	if err := dec.Decode(d); err != nil {
 		return nil, fmt.Errorf("decode %s: %v: %w", eventType, err, ErrValidation)
 	}
-	if dec.More() {
+	if trailing(data, dec) {
 		return nil, fmt.Errorf("decode %s: trailing data: %w", eventType, ErrValidation)
 	}
 	if err := validateData(d); err != nil {
@@ -272,7 +272,7 @@ func UnmarshalEvent(b []byte) (Event, error) {
 	if err := dec.Decode(&w); err != nil {
 		return Event{}, fmt.Errorf("decode event: %v: %w", err, ErrValidation)
 	}
-	if dec.More() {
+	if trailing(b, dec) {
 		return Event{}, fmt.Errorf("decode event: trailing data: %w", ErrValidation)
 	}
 	switch {
@@ -282,6 +282,8 @@ func UnmarshalEvent(b []byte) (Event, error) {
 		return Event{}, fmt.Errorf("decode event %s: bad stream_id: %w", w.ID, ErrValidation)
 	case w.Version < 1:
 		return Event{}, fmt.Errorf("decode event %s: version %d < 1: %w", w.ID, w.Version, ErrValidation)
+	case !ValidTime(w.OccurredAt) || !ValidTime(w.RecordedAt):
+		return Event{}, fmt.Errorf("decode event %s: times must be in years 1 to 9999 UTC: %w", w.ID, ErrValidation)
 	}
 	data, err := DecodeData(w.Type, w.Metadata.SchemaVersion, w.Data)
 	if err != nil {
@@ -291,4 +293,10 @@ func UnmarshalEvent(b []byte) (Event, error) {
 		ID: w.ID, StreamID: w.StreamID, StreamType: w.StreamType, Type: w.Type, Version: w.Version,
 		OccurredAt: Timestamp(w.OccurredAt), RecordedAt: Timestamp(w.RecordedAt), Data: data, Metadata: w.Metadata,
 	}, nil
+}
+
+// trailing reports whether anything but white space follows the value dec
+// decoded from b. (dec.More is false before a stray '}' or ']'.)
+func trailing(b []byte, dec *json.Decoder) bool {
+	return len(bytes.TrimSpace(b[dec.InputOffset():])) > 0
 }

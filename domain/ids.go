@@ -38,3 +38,10 @@ func truncate(s string) string {
 // a BSON date. Every time in an event passes through it, so an event decoded
 // from the log and the same event decoded from its JSON message are equal.
 func Timestamp(t time.Time) time.Time { return t.UTC().Truncate(time.Millisecond) }
+
+// ValidTime reports whether t, in UTC, falls in years 1 to 9999: the range
+// every time of an event must have so its JSON form can be written again.
+func ValidTime(t time.Time) bool {
+	y := t.UTC().Year()
+	return y >= 1 && y <= 9999
+}

@@ -97,7 +97,10 @@ func (o *Order) Apply(e Event) error {
 		return fmt.Errorf("apply %s of stream %s to order %s: %w", e.Type, e.StreamID, o.ID, ErrValidation)
 	}
 	at := e.OccurredAt
-	switch d := e.Data.(type) {
+	if e.Data == nil || e.Data.EventType() != e.Type {
+		return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
+	}
+	switch d := deref(e.Data).(type) {
 	case OrderPlaced:
 		if o.Version != 0 {
 			return fmt.Errorf("apply %s to %s at v%d: %w", e.Type, e.StreamID, o.Version, ErrInvalidTransition)
@@ -109,9 +112,6 @@ func (o *Order) Apply(e Event) error {
 			TotalCents: sub + d.FreightCents, PlacedAt: &at,
 		}
 	default:
-		if e.Data == nil || e.Data.EventType() != e.Type {
-			return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
-		}
 		t, ok := transitions[e.Type]
 		if !ok {
 			return fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, ErrUnknownEvent)
@@ -214,6 +214,9 @@ func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error
 		if err := ve.err(); err != nil {
 			return nil, time.Time{}, err
 		}
+		if !ValidTime(pick(c.At, at)) {
+			return nil, time.Time{}, &ValidationError{Fields: []FieldError{{Field: "at", Detail: "a time in years 1 to 9999 UTC"}}}
+		}
 		if o.Version > 0 {
 			return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
 		}
@@ -241,6 +244,9 @@ func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error
 		data, at = OrderMarkedUnavailable{Reason: c.Reason}, pick(c.At, now)
 	default:
 		return nil, time.Time{}, fmt.Errorf("decide %T: %w", cmd, ErrValidation)
+	}
+	if !ValidTime(at) {
+		return nil, time.Time{}, &ValidationError{Fields: []FieldError{{Field: "at", Detail: "a time in years 1 to 9999 UTC"}}}
 	}
 	if o.Version == 0 {
 		return nil, time.Time{}, fmt.Errorf("%s: order: %w", cmd.commandName(), ErrNotFound)

@@ -502,3 +502,12 @@ func TestTimestamp(t *testing.T) {
 		t.Fatalf("Timestamp(now) = %v, Timestamp(now.UTC()) = %v", a, b)
 	}
 }
+
+func TestCountsTowardValue(t *testing.T) {
+	for _, s := range docStatuses {
+		want := s != domain.StatusCanceled && s != domain.StatusUnavailable
+		if got := domain.CountsTowardValue(s); got != want {
+			t.Errorf("CountsTowardValue(%s) = %v, want %v", s, got, want)
+		}
+	}
+}

@@ -39,8 +39,8 @@ func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Eve
 // commit and ErrUnavailable when the store cannot be reached.
 //
 // Load returns a stream's events in version order (none for an unknown
-// stream). FindIdempotencyKey returns the commit that stored key, without
-// its events, or ErrNotFound.
+// stream). FindIdempotencyKey returns the commit that stored key, with its
+// events, or an error wrapping ErrNotFound.
 type EventStore interface {
 	Append(ctx context.Context, c Commit) (recordedAt time.Time, err error)
 	Load(ctx context.Context, streamID string) ([]Event, error)
@@ -188,6 +188,13 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			}
 			assume = false
 		default:
+			if opt.IdempotencyKey != "" {
+				// The first request with this key may have committed since
+				// the look-up above; then its result is the answer.
+				if r, rerr := s.replay(ctx, opt.IdempotencyKey, clientID, hash); !errors.Is(rerr, ErrNotFound) {
+					return r, rerr
+				}
+			}
 			return res, err
 		}
 	}
@@ -267,11 +274,16 @@ func (s *Service) replay(ctx context.Context, key, clientID string, hash string)
 	if c.RequestHash != hash || (clientID != "" && c.StreamID != clientID) {
 		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
 	}
-	o, _, err := s.Get(ctx, c.StreamID)
+	// The first result is the state right after that commit.
+	_, events, err := s.Get(ctx, c.StreamID)
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{OrderID: c.StreamID, Version: c.LastVersion(), Status: o.Status, Replayed: true}, nil
+	first, err := Fold(events[:min(int(c.LastVersion()), len(events))])
+	if err != nil {
+		return Result{}, fmt.Errorf("fold order %s: %w", c.StreamID, err)
+	}
+	return Result{OrderID: c.StreamID, Version: first.Version, Status: first.Status, Replayed: true}, nil
 }
 
 func (s *Service) sleep(ctx context.Context, attempt int) error {

@@ -116,8 +116,11 @@ type stepRequest struct {
 }
 
 // outcome is the answer to one command: reason is "" when accepted, else
-// "<command>: <reason>".
-type outcome struct{ reason, detail string }
+// "<command>: <reason>"; replayed is the Idempotent-Replayed header.
+type outcome struct {
+	reason, detail string
+	replayed       bool
+}
 
 // sent is what sending one plan did.
 type sent struct {
@@ -145,10 +148,12 @@ func (c *client) send(ctx context.Context, p Plan) sent {
 		var o outcome
 		switch {
 		case err != nil:
-			o = outcome{cmd.Name + ": unreachable", err.Error()}
+			o = outcome{reason: cmd.Name + ": unreachable", detail: err.Error()}
 		case a.code/100 != 2:
 			reason, detail := a.problem()
-			o = outcome{cmd.Name + ": " + reason, detail}
+			o = outcome{reason: cmd.Name + ": " + reason, detail: detail}
+		default:
+			o.replayed = a.header.Get("Idempotent-Replayed") == "true"
 		}
 		s.answers = append(s.answers, o)
 		if o.reason != "" && !slices.Contains(p.Refused, o.reason) {

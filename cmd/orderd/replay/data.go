@@ -27,8 +27,7 @@ const (
 const timeLayout = "2006-01-02 15:04:05"
 
 // Order is one row of the orders file. Times are UTC (see the package doc);
-// a zero time means the step did not happen. Line is the row's line in the
-// file.
+// a zero time means the step did not happen.
 type Order struct {
 	ID, CustomerID string
 	Status         domain.Status
@@ -36,7 +35,6 @@ type Order struct {
 	ApprovedAt     time.Time
 	CarrierAt      time.Time // order_delivered_carrier_date
 	DeliveredAt    time.Time // order_delivered_customer_date
-	Line           int
 }
 
 // Item is one row of the items file. Seq is order_item_id (1-based within
@@ -67,8 +65,8 @@ func Load(dir string) (*Dataset, error) {
 	seen := map[string]bool{}
 	err := readCSV(dir, OrdersFile, []string{"order_id", "customer_id", "order_status",
 		"order_purchase_timestamp", "order_approved_at", "order_delivered_carrier_date",
-		"order_delivered_customer_date"}, func(f []string, line int) error {
-		o := Order{ID: f[0], CustomerID: f[1], Status: domain.Status(f[2]), Line: line}
+		"order_delivered_customer_date"}, func(f []string) error {
+		o := Order{ID: f[0], CustomerID: f[1], Status: domain.Status(f[2])}
 		if err := validIDs(f[0], f[1]); err != nil {
 			return err
 		}
@@ -95,7 +93,7 @@ func Load(dir string) (*Dataset, error) {
 		return nil, err
 	}
 	err = readCSV(dir, ItemsFile, []string{"order_id", "order_item_id", "product_id", "price",
-		"freight_value"}, func(f []string, line int) error {
+		"freight_value"}, func(f []string) error {
 		if err := validIDs(f[0], f[2]); err != nil {
 			return err
 		}
@@ -130,8 +128,8 @@ func Load(dir string) (*Dataset, error) {
 }
 
 // readCSV calls row for each record of dir/name with the fields of cols, in
-// that order, and the record's line. Errors are prefixed "name:line: ".
-func readCSV(dir, name string, cols []string, row func(f []string, line int) error) error {
+// that order. Errors are prefixed "name:line: ".
+func readCSV(dir, name string, cols []string, row func(f []string) error) error {
 	file, err := os.Open(filepath.Join(dir, name))
 	if err != nil {
 		return err
@@ -162,7 +160,7 @@ func readCSV(dir, name string, cols []string, row func(f []string, line int) err
 		for i, j := range idx {
 			f[i] = rec[j]
 		}
-		if err := row(f, line); err != nil {
+		if err := row(f); err != nil {
 			return fmt.Errorf("%s:%d: %w", name, line, err)
 		}
 	}

@@ -58,7 +58,8 @@ type OddOutcome struct {
 }
 
 // Report is the result of Run. Commands counts commands sent (retries of
-// one command count once); Rejected counts the commands not accepted by
+// one command count once); Replayed counts the accepted ones answered with
+// Idempotent-Replayed: true (all of them on a second run); Rejected counts the commands not accepted by
 // reason ("ship: invalid-transition"), documented refusals included;
 // UnexpectedCount counts the other rejections and Skipped the commands not
 // sent after them. Odd has an entry for each name of OddPaths. Equal
@@ -71,6 +72,7 @@ type Report struct {
 	Orders          int
 	Commands        int
 	Accepted        int
+	Replayed        int
 	Rejected        map[string]int
 	UnexpectedCount int
 	Unexpected      []Finding
@@ -94,7 +96,7 @@ func (r *Report) Err() error {
 	return fmt.Errorf("replay: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
 }
 
-const usage = `Usage: replay [flags]
+const usage = `Usage: orderd replay [flags]
 
 Replays the Olist sample orders against a running orderd service over its
 REST API, then checks every order: the order folded from the event log
@@ -102,9 +104,9 @@ REST API, then checks every order: the order folded from the event log
 and end in the dataset's final status (or the documented refusal).
 
 Start the service first, then run from the repository root, for example:
-  replay                              all 4,071 orders to http://127.0.0.1:8080
-  replay -limit 300 -concurrency 16   the 300 oldest orders, 16 at a time
-  replay -check-only                  send nothing, check a previous replay
+  orderd replay                             every order, to http://127.0.0.1:8080
+  orderd replay -limit 300 -concurrency 16  the 300 oldest orders, 16 at a time
+  orderd replay -check-only                 send nothing, check a previous replay
 
 Running it again is safe: every command carries an Idempotency-Key, so the
 service appends nothing new. The report goes to stdout; the exit status is
@@ -125,7 +127,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var progress bool
 	fs.StringVar(&cfg.Data, "data", DefaultData, "`directory` of olist_orders_dataset.csv and olist_order_items_dataset.csv")
 	fs.StringVar(&cfg.URL, "url", DefaultURL, "base `URL` of the orderd service")
-	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "`orders` replayed and checked in parallel (each order's commands go one after another)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "how many orders are replayed and checked in parallel (each order's commands go one after another)")
 	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "send no commands; only check the orders in the service")
 	fs.BoolVar(&progress, "progress", true, "show a progress bar on stderr; -progress=false hides it")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "time limit of each HTTP request")
@@ -260,6 +262,9 @@ func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
 			r.Commands++
 			if a.reason == "" {
 				r.Accepted++
+				if a.replayed {
+					r.Replayed++
+				}
 				continue
 			}
 			r.Rejected[a.reason]++
@@ -307,8 +312,8 @@ func (r *Report) Print(w io.Writer) error {
 	if r.CheckOnly {
 		f("commands        none sent (-check-only)\n")
 	} else {
-		f("commands sent   %d: accepted %d, rejected %d (unexpected %d), skipped %d\n",
-			r.Commands, r.Accepted, r.Commands-r.Accepted, r.UnexpectedCount, r.Skipped)
+		f("commands sent   %d: accepted %d (idempotent replays %d), rejected %d (unexpected %d), skipped %d\n",
+			r.Commands, r.Accepted, r.Replayed, r.Commands-r.Accepted, r.UnexpectedCount, r.Skipped)
 	}
 	if len(r.Rejected) > 0 {
 		f("rejected by reason:\n")
@@ -329,7 +334,7 @@ func (r *Report) Print(w io.Writer) error {
 		for _, k := range slices.Sorted(maps.Keys(oo.Ended)) {
 			did = append(did, fmt.Sprintf("ended %s %d", cmp.Or(string(k), "unread"), oo.Ended[k]))
 		}
-		f("  %-24s %4d  %s\n", name, oo.Orders, strings.Join(did, ", "))
+		f("  %-24s %4d  %s\n", name, oo.Orders, cmp.Or(strings.Join(did, ", "), "-"))
 	}
 	f("check           %d orders: read model equal to the log fold %d, status as expected %d, mismatches %d\n",
 		r.Checked, r.Equal, r.StatusOK, r.MismatchCount)
