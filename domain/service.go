@@ -38,13 +38,16 @@ func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Eve
 // when c.IdempotencyKey is already stored, ErrValidation for a malformed
 // commit and ErrUnavailable when the store cannot be reached.
 //
-// Load returns a stream's events in version order (none for an unknown
-// stream). FindIdempotencyKey returns the commit that stored key, with its
-// events, or an error wrapping ErrNotFound.
+// Load returns a stream's events after version after, in version order
+// (none for an unknown stream). after is 0 or a head the caller saw (the
+// version right after one of the stream's commits), so the store can start
+// reading at the next commit. FindIdempotencyKey returns the commit that stored key, with its
+// events, or an error wrapping ErrNotFound; streamID is where the key most
+// likely is, searched first.
 type EventStore interface {
 	Append(ctx context.Context, c Commit) (recordedAt time.Time, err error)
-	Load(ctx context.Context, streamID string) ([]Event, error)
-	FindIdempotencyKey(ctx context.Context, key string) (Commit, error)
+	Load(ctx context.Context, streamID string, after int64) ([]Event, error)
+	FindIdempotencyKey(ctx context.Context, key, streamID string) (Commit, error)
 }
 
 // StateCache keeps the last folded state of recently used streams, so a
@@ -108,13 +111,39 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Get folds the order from the log: always fresh, never from the cache.
-// Returns ErrNotFound for an unknown order.
-func (s *Service) Get(ctx context.Context, orderID string) (Order, []Event, error) {
+// Get returns the order as folded from the log: always fresh. A cached
+// state is used only after the log confirms that no commit follows it
+// (one read); the events are not returned then. Returns ErrNotFound for an
+// unknown order.
+func (s *Service) Get(ctx context.Context, orderID string) (Order, error) {
+	if err := ValidateID("order id", orderID); err != nil {
+		return Order{}, err
+	}
+	if s.Cache != nil {
+		if o, ok := s.Cache.Get(orderID); ok {
+			newer, err := s.Store.Load(ctx, orderID, o.Version)
+			if err != nil {
+				return Order{}, err
+			}
+			for _, e := range newer {
+				if err := o.Apply(e); err != nil {
+					return Order{}, fmt.Errorf("fold order %s: %w", orderID, err)
+				}
+			}
+			return o, nil
+		}
+	}
+	o, _, err := s.Events(ctx, orderID)
+	return o, err
+}
+
+// Events folds the order from the whole stream, never from the cache, and
+// returns the stream. Returns ErrNotFound for an unknown order.
+func (s *Service) Events(ctx context.Context, orderID string) (Order, []Event, error) {
 	if err := ValidateID("order id", orderID); err != nil {
 		return Order{}, nil, err
 	}
-	events, err := s.Store.Load(ctx, orderID)
+	events, err := s.Store.Load(ctx, orderID, 0)
 	if err != nil {
 		return Order{}, nil, err
 	}
@@ -141,12 +170,12 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 	if err := ValidateID("order id", orderID); err != nil {
 		return Result{}, err
 	}
+	// No look-up of the idempotency key before deciding: the key's unique
+	// index is the authority, and a retry of a request that succeeded
+	// always fails to decide (the transition happened) or to append (the
+	// key is taken), which is when the key is looked up. First tries cost
+	// no read.
 	hash := requestHash(clientID, cmd)
-	if opt.IdempotencyKey != "" {
-		if r, err := s.replay(ctx, opt.IdempotencyKey, clientID, hash); !errors.Is(err, ErrNotFound) {
-			return r, err
-		}
-	}
 	if opt.CommandID == "" {
 		opt.CommandID = s.NewID()
 	}
@@ -170,7 +199,7 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			assume, attempt = false, attempt-1
 			continue
 		case errors.Is(err, ErrDuplicateRequest):
-			return s.replay(ctx, opt.IdempotencyKey, clientID, hash)
+			return s.replay(ctx, opt.IdempotencyKey, clientID, orderID, hash)
 		case errors.Is(err, ErrVersionConflict):
 			if s.Cache != nil {
 				s.Cache.Remove(orderID)
@@ -189,9 +218,9 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			assume = false
 		default:
 			if opt.IdempotencyKey != "" {
-				// The first request with this key may have committed since
-				// the look-up above; then its result is the answer.
-				if r, rerr := s.replay(ctx, opt.IdempotencyKey, clientID, hash); !errors.Is(rerr, ErrNotFound) {
+				// A retry of a request that committed: its result is the
+				// answer.
+				if r, rerr := s.replay(ctx, opt.IdempotencyKey, clientID, orderID, hash); !errors.Is(rerr, ErrNotFound) {
 					return r, rerr
 				}
 			}
@@ -212,7 +241,7 @@ func (s *Service) state(ctx context.Context, orderID string, assume, placing boo
 	if assume && placing {
 		return Order{}, true, nil
 	}
-	events, err := s.Store.Load(ctx, orderID)
+	events, err := s.Store.Load(ctx, orderID, 0)
 	if err != nil {
 		return Order{}, false, err
 	}
@@ -266,8 +295,8 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 // It returns ErrNotFound when the key is not stored. clientID is the order
 // id the client named: empty for a PlaceOrder that lets the server choose,
 // whose retries get a new id each, so then any stream matches.
-func (s *Service) replay(ctx context.Context, key, clientID string, hash string) (Result, error) {
-	c, err := s.Store.FindIdempotencyKey(ctx, key)
+func (s *Service) replay(ctx context.Context, key, clientID, orderID, hash string) (Result, error) {
+	c, err := s.Store.FindIdempotencyKey(ctx, key, orderID)
 	if err != nil {
 		return Result{}, err
 	}
@@ -275,7 +304,7 @@ func (s *Service) replay(ctx context.Context, key, clientID string, hash string)
 		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
 	}
 	// The first result is the state right after that commit.
-	_, events, err := s.Get(ctx, c.StreamID)
+	_, events, err := s.Events(ctx, c.StreamID)
 	if err != nil {
 		return Result{}, err
 	}

@@ -35,9 +35,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds and unacknowledged events."}),
 		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orderd_relay_unpublished_commits", Help: "Commits not yet marked published (outbox backlog)."}),
+			Name: "orderd_relay_unpublished_commits", Help: "Unpublished commits seen by the last outbox sweep (at most one batch)."}),
 		oldestAgeSecond: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orderd_relay_lag_seconds", Help: "Age of the oldest unpublished commit, in seconds (0 when none)."}),
+			Name: "orderd_relay_lag_seconds", Help: "Age of the oldest unpublished commit at the last outbox sweep, in seconds (0 when none)."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderd_relay_leader", Help: "1 while this instance holds the relay lease."}),
 	}

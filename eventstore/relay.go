@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,18 +54,27 @@ type RelayConfig struct {
 	Stream       StreamConfig
 	Owner        string        // instance id holding the lease
 	BatchSize    int           // commits per round [256]
-	PollInterval time.Duration // safety-net poll when not woken [500ms]
+	PollInterval time.Duration // least time between two outbox sweeps [1s]
 	LeaseTTL     time.Duration // lease lifetime; renewed every TTL/3 [10s]
 	AckTimeout   time.Duration // wait for JetStream acks of one round [10s]
+	MarkInterval time.Duration // longest wait before published markers are written [2s]
 }
 
-// Relay is the outbox relay (invariant 3): it reads unpublished commits in
-// _id order, publishes one JetStream message per event with Nats-Msg-Id set
-// to the event id, waits for the acks, and only then marks the commits
-// published. A crash between publish and mark republishes the commit; the
-// stream's de-duplication window drops the copies it still remembers and
-// the projections' version guard skips the rest. Only the holder of the
-// "relay" lease publishes, so several instances may run a Relay.
+// Relay is the outbox relay (invariant 3): it publishes one JetStream
+// message per event of each unpublished commit, with Nats-Msg-Id set to the
+// event id, waits for the acks, and only then marks the commits published.
+// A crash between publish and mark republishes the commit; the stream's
+// de-duplication window drops the copies it still remembers and the
+// projections' version guard skips the rest. Only the holder of the "relay"
+// lease publishes, so several instances may run a Relay.
+//
+// Commits appended in this process reach the relay directly (a hint with
+// the committed document), so they are published without reading the log.
+// A sweep of {published: false} catches everything else: commits of other
+// processes, hints lost to a crash or dropped while not leader. On MongoDB
+// the sweep is an index scan; on FerretDB 1.24 it decodes the whole
+// collection, so sweeps are spaced at least ten times their own duration
+// apart (and PollInterval).
 type Relay struct {
 	store   *Store
 	js      jetstream.JetStream
@@ -72,7 +83,23 @@ type Relay struct {
 	log     *slog.Logger
 	metrics *Metrics
 	wake    chan struct{}
+
+	mu    sync.Mutex
+	hints []commitDoc
+
+	// unmarked holds commits published and acknowledged but not yet marked
+	// published in the log: markers are written in batches (one update per
+	// MarkInterval) because every write costs a scan on FerretDB. A crash
+	// before the marker is written republishes them, which the
+	// de-duplication window and the projections' version guard absorb.
+	unmarked      map[string]bool
+	unmarkedSince time.Time
+	markCost      time.Duration // duration of the last marker write
 }
+
+// maxHints bounds the hints kept while the relay is busy; the sweep finds
+// any that are dropped.
+const maxHints = 10_000
 
 // NewRelay returns a relay publishing store's commits through js.
 func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Relay {
@@ -80,7 +107,7 @@ func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.L
 		cfg.BatchSize = 256
 	}
 	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 500 * time.Millisecond
+		cfg.PollInterval = time.Second
 	}
 	if cfg.LeaseTTL <= 0 {
 		cfg.LeaseTTL = 10 * time.Second
@@ -88,11 +115,36 @@ func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.L
 	if cfg.AckTimeout <= 0 {
 		cfg.AckTimeout = 10 * time.Second
 	}
-	return &Relay{
+	if cfg.MarkInterval <= 0 {
+		cfg.MarkInterval = 2 * time.Second
+	}
+	r := &Relay{
 		store: store, js: js, cfg: cfg, log: log, metrics: m,
 		lease: NewLease(store.commits.Database(), "relay", cfg.Owner, cfg.LeaseTTL),
-		wake:  make(chan struct{}, 1),
+		wake:     make(chan struct{}, 1),
+		unmarked: map[string]bool{},
 	}
+	store.relay = r
+	return r
+}
+
+// hint queues a commit just appended in this process and wakes the relay.
+func (r *Relay) hint(d commitDoc) {
+	r.mu.Lock()
+	if len(r.hints) < maxHints {
+		r.hints = append(r.hints, d)
+	}
+	r.mu.Unlock()
+	r.Notify()
+}
+
+func (r *Relay) takeHints(n int) []commitDoc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n = min(n, len(r.hints))
+	out := slices.Clone(r.hints[:n])
+	r.hints = slices.Delete(r.hints, 0, n)
+	return out
 }
 
 // Notify wakes the relay so it publishes without waiting for its next poll.
@@ -109,8 +161,11 @@ func (r *Relay) Notify() {
 // exponential backoff; Run returns nil on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer cancel()
+		if err := r.flushMarks(ctx, true); err != nil {
+			r.log.Warn("published markers not written; those commits will be republished", "err", err)
+		}
 		_ = r.lease.Release(ctx)
 		r.setLeader(false)
 	}()
@@ -118,7 +173,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		leader    bool
 		renewedAt time.Time
 		backoff   time.Duration
-		statsAt   time.Time
+		sweptAt   time.Time
+		sweepCost time.Duration
 	)
 	for ctx.Err() == nil {
 		if !leader || time.Since(renewedAt) > r.cfg.LeaseTTL/3 {
@@ -133,9 +189,14 @@ func (r *Relay) Run(ctx context.Context) error {
 			r.setLeader(leader)
 			renewedAt = time.Now()
 		}
-		full := false
+		more := false
 		if leader {
-			n, err := r.PublishPending(ctx)
+			sweep := time.Since(sweptAt) >= max(r.cfg.PollInterval, 10*sweepCost)
+			start := time.Now()
+			n, err := r.round(ctx, sweep)
+			if sweep {
+				sweptAt, sweepCost = time.Now(), time.Since(start)
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
@@ -147,14 +208,12 @@ func (r *Relay) Run(ctx context.Context) error {
 				continue
 			case err == nil:
 				backoff = 0
-				full = n == r.cfg.BatchSize
+				more = n == r.cfg.BatchSize
 			}
-			if time.Since(statsAt) > 5*time.Second {
-				r.updateStats(ctx)
-				statsAt = time.Now()
-			}
+		} else {
+			r.takeHints(maxHints) // the leader's sweep publishes them
 		}
-		if full {
+		if more {
 			continue
 		}
 		wait := r.cfg.PollInterval
@@ -183,23 +242,86 @@ func (r *Relay) setLeader(on bool) {
 	r.metrics.leader.Set(v)
 }
 
-// PublishPending runs one relay round: it publishes up to BatchSize
-// unpublished commits and marks the fully acknowledged ones published. It
-// returns how many commits it read. A commit with an unacknowledged event
-// stays unpublished and is retried next round.
+// PublishPending runs one relay round with a sweep of the outbox: it
+// publishes up to BatchSize unpublished commits and marks the fully
+// acknowledged ones published. It returns how many commits it handled. A
+// commit with an unacknowledged event stays unpublished and is retried.
 func (r *Relay) PublishPending(ctx context.Context) (int, error) {
-	cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
-		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(r.cfg.BatchSize)))
+	n, err := r.round(ctx, true)
 	if err != nil {
-		return 0, fmt.Errorf("read outbox: %w", translate(err))
+		return n, err
 	}
-	var docs []commitDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return 0, fmt.Errorf("read outbox: %w", translate(err))
+	return n, r.flushMarks(ctx, true)
+}
+
+// round publishes the queued hints and, when sweep is set, the oldest
+// unpublished commits of the log.
+func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
+	docs := r.takeHints(r.cfg.BatchSize)
+	if sweep && len(docs) < r.cfg.BatchSize {
+		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
+			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(r.cfg.BatchSize-len(docs))))
+		if err != nil {
+			return 0, fmt.Errorf("read outbox: %w", translate(err))
+		}
+		var swept []commitDoc
+		if err := cur.All(ctx, &swept); err != nil {
+			return 0, fmt.Errorf("read outbox: %w", translate(err))
+		}
+		seen := map[string]bool{}
+		for _, d := range docs {
+			seen[d.ID] = true
+		}
+		backlog, oldest := 0, time.Time{}
+		for _, d := range swept {
+			if r.unmarked[d.ID] {
+				continue
+			}
+			if backlog++; oldest.IsZero() {
+				oldest = d.RecordedAt
+			}
+			if !seen[d.ID] {
+				docs = append(docs, d)
+			}
+		}
+		r.setBacklog(backlog, oldest)
 	}
-	if len(docs) == 0 {
-		return 0, nil
+	n, err := 0, error(nil)
+	if len(docs) > 0 {
+		n, err = r.publish(ctx, docs)
 	}
+	if ferr := r.flushMarks(ctx, false); err == nil {
+		err = ferr
+	}
+	return n, err
+}
+
+// flushMarks writes the published markers of the unmarked commits when
+// forced, when they have waited MarkInterval (and ten times the last
+// write's duration), or when many are waiting.
+func (r *Relay) flushMarks(ctx context.Context, force bool) error {
+	// Spaced at least ten times their own cost apart: on FerretDB a marker
+	// write scans the collection.
+	due := time.Since(r.unmarkedSince) >= max(r.cfg.MarkInterval, 10*r.markCost)
+	if len(r.unmarked) == 0 || !(force || len(r.unmarked) >= 16*r.cfg.BatchSize || due) {
+		return nil
+	}
+	start := time.Now()
+	defer func() { r.markCost = time.Since(start) }()
+	ids := make([]string, 0, len(r.unmarked))
+	for id := range r.unmarked {
+		ids = append(ids, id)
+	}
+	if err := r.markPublished(ctx, ids); err != nil {
+		return err
+	}
+	clear(r.unmarked)
+	return nil
+}
+
+// publish sends docs' events and queues the acknowledged commits for their
+// published marker.
+func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
 	type pending struct {
 		commit  int
 		futures []jetstream.PubAckFuture
@@ -236,7 +358,7 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 	}
 	timeout := time.NewTimer(r.cfg.AckTimeout)
 	defer timeout.Stop()
-	var acked []bson.ObjectID
+	var acked []string
 	events := 0
 	for _, p := range rounds {
 		ok := true
@@ -257,12 +379,11 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 		}
 	}
 	if len(acked) > 0 {
-		now := domain.Timestamp(time.Now())
-		_, err := r.store.commits.UpdateMany(ctx,
-			bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: acked}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: now}}}})
-		if err != nil {
-			return 0, fmt.Errorf("mark %d commits published: %w", len(acked), translate(err))
+		if len(r.unmarked) == 0 {
+			r.unmarkedSince = time.Now()
+		}
+		for _, id := range acked {
+			r.unmarked[id] = true
 		}
 		if r.metrics != nil {
 			r.metrics.published.Add(float64(events))
@@ -272,6 +393,27 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 		return len(docs), fmt.Errorf("publish: %d of %d commits acknowledged: %w", len(acked), len(docs), firstErr)
 	}
 	return len(docs), nil
+}
+
+// markPublished sets the outbox marker of the commits ids: one update per
+// commit by _id (the cheap query on FerretDB), or for many commits one
+// update by $in (which FerretDB answers with one collection scan).
+func (r *Relay) markPublished(ctx context.Context, ids []string) error {
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
+	var err error
+	if len(ids) > 64 {
+		_, err = r.store.commits.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, set)
+	} else {
+		models := make([]mongo.WriteModel, len(ids))
+		for i, id := range ids {
+			models[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(set)
+		}
+		_, err = r.store.commits.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true))
+	}
+	if err != nil {
+		return fmt.Errorf("mark %d commits published: %w", len(ids), translate(err))
+	}
+	return nil
 }
 
 // Backlog returns the number of unpublished commits and the age of the
@@ -286,7 +428,7 @@ func (r *Relay) Backlog(ctx context.Context) (int64, time.Duration, error) {
 		return 0, 0, nil
 	}
 	var oldest commitDoc
-	err = r.store.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).
+	err = r.store.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
 		SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&oldest)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return 0, 0, nil
@@ -297,16 +439,18 @@ func (r *Relay) Backlog(ctx context.Context) (int64, time.Duration, error) {
 	return n, time.Since(oldest.RecordedAt), nil
 }
 
-func (r *Relay) updateStats(ctx context.Context) {
+// setBacklog records what a sweep saw: the unpublished commits (at most a
+// batch: the gauge then reads "at least") and the oldest one's age.
+func (r *Relay) setBacklog(n int, oldest time.Time) {
 	if r.metrics == nil {
 		return
 	}
-	n, age, err := r.Backlog(ctx)
-	if err != nil {
-		return
-	}
 	r.metrics.unpublished.Set(float64(n))
-	r.metrics.oldestAgeSecond.Set(age.Seconds())
+	age := 0.0
+	if !oldest.IsZero() {
+		age = time.Since(oldest).Seconds()
+	}
+	r.metrics.oldestAgeSecond.Set(age)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -23,10 +23,10 @@ var _ domain.EventStore = (*Store)(nil)
 // (stream_id, first_version) and a sparse unique index on idempotency_key;
 // nothing but the outbox marker is ever updated.
 type Store struct {
-	commits  *mongo.Collection
-	metrics  *Metrics
-	onAppend func()
-	now      func() time.Time
+	commits *mongo.Collection
+	metrics *Metrics
+	now     func() time.Time
+	relay   *Relay // told of every append, when one runs in this process
 }
 
 // Option configures a Store.
@@ -34,11 +34,6 @@ type Option func(*Store)
 
 // WithMetrics records append latency and conflicts in m.
 func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
-
-// WithAppendHook calls fn after every successful append, for example
-// Relay.Notify so the relay publishes at once instead of at its next poll.
-// fn must not block.
-func WithAppendHook(fn func()) Option { return func(s *Store) { s.onAppend = fn } }
 
 // New returns a Store on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
@@ -60,7 +55,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 			Options: options.Index().SetUnique(true).SetName("stream_first_version")},
 		{Keys: bson.D{{Key: "idempotency_key", Value: 1}},
 			Options: options.Index().SetUnique(true).SetSparse(true).SetName("idempotency_key")},
-		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "_id", Value: 1}},
+		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
 			Options: options.Index().SetName("outbox")},
 	})
 }
@@ -75,9 +70,9 @@ func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 }
 
 // commitDoc is the stored form of a commit. Only Published and PublishedAt
-// change after the insert.
+// change after the insert. ID is CommitID(stream, first version).
 type commitDoc struct {
-	ID             bson.ObjectID `bson:"_id"`
+	ID             string        `bson:"_id"`
 	StreamID       string        `bson:"stream_id"`
 	StreamType     string        `bson:"stream_type"`
 	FirstVersion   int64         `bson:"first_version"`
@@ -124,26 +119,38 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
 	}
-	if s.onAppend != nil {
-		s.onAppend()
+	if r := s.relay; r != nil {
+		r.hint(doc)
 	}
 	return now, nil
 }
 
 // duplicate tells which unique index an E11000 came from. FerretDB's error
-// does not name the index, so it asks: is the idempotency key stored?
+// does not name the index, so it reads the commit at that version: if none
+// is there, only the idempotency key can have collided.
 func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
-	if c.IdempotencyKey != "" {
-		_, err := s.FindIdempotencyKey(ctx, c.IdempotencyKey)
-		if err == nil {
-			return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
-		}
-		if !errors.Is(err, domain.ErrNotFound) {
-			return err
-		}
+	var d commitDoc
+	err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(c.StreamID, c.ExpectedVersion+1)}}).Decode(&d)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments) && c.IdempotencyKey != "":
+		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
+	case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
+		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
+	case err == nil && c.IdempotencyKey != "" && d.IdempotencyKey == c.IdempotencyKey:
+		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	}
 	s.metrics.conflict()
 	return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, domain.ErrVersionConflict)
+}
+
+// CommitID is the _id of the commit of stream that starts at version
+// first: "<stream id>:<first version, 10 digits>". Deterministic ids make
+// every read of a stream a chain of _id look-ups, the one query FerretDB
+// 1.24 on SQLite hands to SQLite instead of decoding the whole collection,
+// and give the (stream_id, first_version) guard a second, primary-key
+// line of defence.
+func CommitID(streamID string, first int64) string {
+	return fmt.Sprintf("%s:%010d", streamID, first)
 }
 
 func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
@@ -154,7 +161,7 @@ func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
 		return commitDoc{}, fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
 	}
 	doc := commitDoc{
-		ID: bson.NewObjectID(), StreamID: c.StreamID, StreamType: c.StreamType,
+		ID: CommitID(c.StreamID, c.ExpectedVersion+1), StreamID: c.StreamID, StreamType: c.StreamType,
 		FirstVersion: c.ExpectedVersion + 1, LastVersion: c.LastVersion(),
 		RecordedAt: now, IdempotencyKey: c.IdempotencyKey, RequestHash: c.RequestHash,
 	}
@@ -207,29 +214,40 @@ func (d commitDoc) events() ([]domain.Event, error) {
 	return out, nil
 }
 
-// Load returns the stream's events in version order; none (and no error)
-// for an unknown stream.
-func (s *Store) Load(ctx context.Context, streamID string) ([]domain.Event, error) {
-	return s.LoadFrom(ctx, streamID, 1)
+// Load returns the stream's events after version after, in version order;
+// none (and no error) for an unknown stream. after must be 0 or a head the
+// caller saw (the last version of one of the stream's commits): the read
+// starts at the commit after it, one _id look-up per commit.
+func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
+	docs, err := s.chain(ctx, streamID, after+1)
+	if err != nil {
+		return nil, err
+	}
+	return eventsFrom(docs, after+1)
 }
 
 // LoadFrom returns the stream's events with version >= from, in version
-// order. Projections use it to fill gaps.
+// order. Projections use it to fill gaps; from need not start a commit.
 func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
-	filter := bson.D{{Key: "stream_id", Value: streamID}}
-	if from > 1 {
-		filter = append(filter, bson.E{Key: "last_version", Value: bson.D{{Key: "$gte", Value: from}}})
-	}
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "first_version", Value: 1}}))
+	docs, err := s.chain(ctx, streamID, from)
 	if err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, translate(err))
+		return nil, err
 	}
-	var docs []commitDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, translate(err))
+	if len(docs) == 0 && from > 1 {
+		// Nothing starts at from: it is inside a commit, or past the head.
+		if docs, err = s.chain(ctx, streamID, 1); err != nil {
+			return nil, err
+		}
 	}
+	return eventsFrom(docs, from)
+}
+
+func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
 	var out []domain.Event
 	for _, d := range docs {
+		if d.LastVersion < from {
+			continue
+		}
 		evs, err := d.events()
 		if err != nil {
 			return nil, err
@@ -240,24 +258,56 @@ func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]do
 			}
 		}
 	}
-	for i := range out {
-		if out[i].Version != from+int64(i) {
-			return nil, fmt.Errorf("load %s: v%d follows v%d: log has a hole", streamID, out[i].Version, from+int64(i)-1)
-		}
-	}
 	return out, nil
 }
 
-// FindIdempotencyKey returns the commit that stored key, or an error
-// wrapping domain.ErrNotFound.
-func (s *Store) FindIdempotencyKey(ctx context.Context, key string) (domain.Commit, error) {
-	var d commitDoc
-	err := s.commits.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: key}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
+// chain reads a stream's commits in order, from the one that starts at
+// version first.
+func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]commitDoc, error) {
+	var docs []commitDoc
+	for next := first; ; {
+		var d commitDoc
+		err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(streamID, next)}}).Decode(&d)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, translate(err))
+		}
+		if d.FirstVersion != next || d.LastVersion < next {
+			return nil, fmt.Errorf("load %s: commit %s holds v%d..v%d", streamID, d.ID, d.FirstVersion, d.LastVersion)
+		}
+		docs = append(docs, d)
+		next = d.LastVersion + 1
 	}
-	if err != nil {
-		return domain.Commit{}, fmt.Errorf("find idempotency key: %w", translate(err))
+}
+
+// FindIdempotencyKey returns the commit that stored key, or an error
+// wrapping domain.ErrNotFound. It looks in streamID's commits first (a retry
+// nearly always targets the same order), then searches the whole log
+// through the idempotency_key index (a scan on FerretDB).
+func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
+	var d commitDoc
+	found := false
+	if streamID != "" && domain.ValidateID("stream id", streamID) == nil {
+		docs, err := s.chain(ctx, streamID, 1)
+		if err != nil {
+			return domain.Commit{}, err
+		}
+		for _, c := range docs {
+			if c.IdempotencyKey == key {
+				d, found = c, true
+			}
+		}
+	}
+	if !found {
+		err := s.commits.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: key}}).Decode(&d)
+		if errors.Is(err, mongo.ErrNoDocuments) {
+			return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
+		}
+		if err != nil {
+			return domain.Commit{}, fmt.Errorf("find idempotency key: %w", translate(err))
+		}
 	}
 	events, err := d.events()
 	if err != nil {

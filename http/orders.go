@@ -278,7 +278,7 @@ func describe(fe validator.FieldError) string {
 }
 
 func (s *Server) getOrder(c echo.Context) error {
-	o, _, err := s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
+	o, err := s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return notFoundIfInvalid(err)
 	}
@@ -287,7 +287,7 @@ func (s *Server) getOrder(c echo.Context) error {
 }
 
 func (s *Server) getEvents(c echo.Context) error {
-	o, events, err := s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
+	o, events, err := s.cfg.Commands.Events(c.Request().Context(), c.Param("id"))
 	if err != nil {
 		return notFoundIfInvalid(err)
 	}

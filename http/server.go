@@ -20,7 +20,8 @@ import (
 // Commands is the command side as the API needs it (domain.Service).
 type Commands interface {
 	Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error)
-	Get(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
+	Get(ctx context.Context, orderID string) (domain.Order, error)
+	Events(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
 }
 
 // ReadModels is the query side (projections.Reader). Summary and

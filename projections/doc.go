@@ -11,17 +11,19 @@
 // Invariant 4 (idempotent, order-tolerant): every document carries the
 // stream version it reflects. An event at or below it is skipped; an event
 // beyond version+1 means a gap, and the missing events are read from the
-// log; every write is a compare-and-set on the version read, so two
-// workers racing on one order cannot lose an update: the loser re-reads and
-// re-folds. Messages are acknowledged only after their document is written.
+// log. Messages are acknowledged only after their document is written.
 //
-// Writes use an ordered bulkWrite of upserting replaceOne models filtered
-// on {_id, version}. A lost compare-and-set shows as a duplicate key error
-// (the upsert's insert collides on _id). FerretDB stops a bulk at its first
-// error and reports it at the wrong index with no counts, so after any
-// failed bulk the Store re-reads every document of the round and redoes the
-// ones still behind, and never trusts a failed bulk's result (DESIGN.md §8).
-//
+// Racing writers: FerretDB 1.24 on SQLite answers every filter other than
+// {_id: value} by decoding the whole collection, so a compare-and-set on
+// {_id, version} would cost a collection scan per write. Writes are
+// instead guarded by a version register in the document itself: one
+// findOneAndUpdate by _id sets the folded fields and $max-es "attempted";
+// the writer that finds attempted above what it wrote folds again from the
+// log and rewrites. The last write therefore always leaves the highest
+// version any writer attempted, so two workers racing on one order cannot
+// lose an update (see Store and its race test). The trade-off: during such
+// a race a reader may briefly see an older version.
+
 // Poison events (not decodable or not applicable) are redelivered with
 // backoff and parked in the dead_letters collection after MaxDeliveries,
 // so one bad event stalls only its own stream; DeadLetters lists them and

@@ -23,7 +23,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		applied:     vec("orderd_projection_events_applied_total", "Events folded into a read model."),
 		duplicates:  vec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
 		gaps:        vec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
-		casRetries:  vec("orderd_projection_cas_retries_total", "Batches that lost a compare-and-set and re-read."),
+		casRetries:  vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
 		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
 		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_consumer_lag",
@@ -42,7 +42,7 @@ func (m *Metrics) outcome(name string, o Outcome) {
 	m.gaps.WithLabelValues(name).Add(float64(o.GapsFilled))
 }
 
-func (m *Metrics) casRetry(name string) {
+func (m *Metrics) repair(name string) {
 	if m != nil {
 		m.casRetries.WithLabelValues(name).Inc()
 	}

@@ -27,7 +27,7 @@ type RunnerConfig struct {
 
 // applier is what a Runner needs of a Store, whatever its document type.
 type applier interface {
-	Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error)
+	apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error)
 	EnsureIndexes(ctx context.Context) error
 }
 
@@ -152,7 +152,11 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	events := make([]domain.Event, 0, len(msgs))
 	byStream := map[string][]jetstream.Msg{}
 	poison := map[string]error{}
+	fresh := false // a redelivery reads the documents instead of the cache
 	for _, m := range msgs {
+		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
+			fresh = true
+		}
 		e, err := domain.UnmarshalEvent(m.Data())
 		stream := e.StreamID
 		if err != nil {
@@ -163,7 +167,7 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		byStream[stream] = append(byStream[stream], m)
 	}
-	out, failed, err := r.store.Apply(ctx, events)
+	_, failed, err := r.store.apply(ctx, events, fresh)
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
 		// without counting it against the dead-letter limit.
@@ -174,7 +178,6 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		return
 	}
-	r.metrics.outcome(r.name, out)
 	for id, e := range failed {
 		poison[id] = errors.Join(poison[id], e)
 	}
@@ -229,7 +232,7 @@ func (r *Runner) Retry(ctx context.Context, id string) error {
 		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)
 	}
 	return r.dead.Retry(ctx, id, func(ctx context.Context, evs []domain.Event) error {
-		_, failed, err := r.store.Apply(ctx, evs)
+		_, failed, err := r.store.apply(ctx, evs, true)
 		for _, e := range failed {
 			err = errors.Join(err, e)
 		}

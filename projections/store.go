@@ -1,11 +1,18 @@
 package projections
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
+	"sync"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+	"golang.org/x/sync/errgroup"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -24,39 +31,59 @@ type EventLog interface {
 // names, so the domain needs no BSON tags.
 var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONStructTags: true})
 
-// Store writes one projection's read model. Apply keeps invariant 4: an
-// event at or below a document's version is skipped, a gap is filled from
-// the log, and every write is a compare-and-set on the version it read.
+// Store writes one projection's read model, keeping invariant 4 with
+// single-document operations by _id only (the one query FerretDB 1.24 on
+// SQLite does not answer by decoding the whole collection):
+//
+// Each document carries version (the stream version it reflects) and
+// attempted, the highest version any writer has tried to write, kept with
+// $max. A write is one findOneAndUpdate by _id that sets the folded fields
+// and $max-es attempted, returning the document as written. If attempted
+// came back above the version written, a writer with a newer state got
+// there first and this write may have overwritten it: the writer folds the
+// stream again, from the log, up to at least attempted, and writes again.
+// The last write to a document therefore always sees the highest attempted
+// version and leaves the document at it, so no update is lost; a reader
+// may for a moment see an older version between the two writes of such a
+// race (the trade-off for needing no multi-field filter).
+//
+// An event at or below the version is skipped; a gap is filled from the
+// log. Documents this process wrote are cached, so a batch usually reads
+// nothing before writing.
 type Store[D any] struct {
 	def     Definition[D]
 	coll    *mongo.Collection
 	log     EventLog
 	metrics *Metrics
+	cache   *lru.Cache[string, entry[D]]
+	fields  []string // top-level field names of D, for $unset
 }
+
+type entry[D any] struct {
+	doc       D
+	attempted int64
+}
+
+// cacheSize is how many documents a Store remembers.
+const cacheSize = 100_000
 
 // NewStore returns the store of def's read model in db, folding gaps from
 // log. m may be nil.
 func NewStore[D any](db *mongo.Database, def Definition[D], log EventLog, m *Metrics) *Store[D] {
-	return &Store[D]{def: def, coll: db.Collection(def.Collection, jsonTags), log: log, metrics: m}
+	c, _ := lru.New[string, entry[D]](cacheSize)
+	return &Store[D]{def: def, coll: db.Collection(def.Collection, jsonTags), log: log, metrics: m, cache: c, fields: jsonFields[D]()}
 }
 
-// EnsureIndexes creates the definition's indexes.
+// EnsureIndexes creates the definition's indexes, one per call: FerretDB
+// 1.24 drops the connection when one call names several indexes that
+// already exist.
 func (s *Store[D]) EnsureIndexes(ctx context.Context) error {
-	if len(s.def.Indexes) == 0 {
-		return nil
-	}
-	models := make([]mongo.IndexModel, 0, len(s.def.Indexes))
 	for _, fields := range s.def.Indexes {
 		keys := bson.D{}
 		for _, f := range fields {
 			keys = append(keys, bson.E{Key: f, Value: 1})
 		}
-		models = append(models, mongo.IndexModel{Keys: keys})
-	}
-	// One index per call: FerretDB 1.24 drops the connection when one call
-	// names several indexes that already exist.
-	for _, m := range models {
-		if _, err := s.coll.Indexes().CreateOne(ctx, m); err != nil {
+		if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys}); err != nil {
 			return fmt.Errorf("create index on %s: %w", s.def.Collection, translate(err))
 		}
 	}
@@ -65,8 +92,9 @@ func (s *Store[D]) EnsureIndexes(ctx context.Context) error {
 
 // stored is a read-model document with its stream id as _id.
 type stored[D any] struct {
-	ID  string `bson:"_id"`
-	Doc D      `bson:",inline"`
+	ID        string `bson:"_id"`
+	Attempted int64  `bson:"attempted"`
+	Doc       D      `bson:",inline"`
 }
 
 // Outcome counts what one Apply did.
@@ -74,111 +102,175 @@ type Outcome struct {
 	Applied    int // events folded into documents
 	Duplicates int // events at or below the stored version, skipped
 	GapsFilled int // streams whose gap was read from the log
+	Repairs    int // writes redone because a newer version was attempted
 }
 
-// maxCASRounds bounds the compare-and-set retries of one Apply; each lost
-// round means another writer advanced the documents, so progress is made.
-const maxCASRounds = 8
+func (o *Outcome) add(p Outcome) {
+	o.Applied += p.Applied
+	o.Duplicates += p.Duplicates
+	o.GapsFilled += p.GapsFilled
+	o.Repairs += p.Repairs
+}
+
+// maxRounds bounds the writes of one stream in one Apply; each repair
+// round means another writer advanced the document, so progress is made.
+const maxRounds = 8
+
+// parallel is how many streams of a batch are written at once.
+const parallel = 4
 
 // Apply folds events (any streams, any order, duplicates allowed) into the
 // read model. It returns per-stream errors for streams whose events cannot
 // be applied (poison: the caller parks them) and an error for failures
 // that may pass (store unavailable): then nothing is known to be written
 // and the caller redelivers. When both are nil every stream's document
-// reflects at least the highest version given for it.
+// reflects at least the highest version given for it. fresh makes it read
+// every document instead of trusting the cache (redeliveries).
 func (s *Store[D]) Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error) {
+	return s.apply(ctx, events, false)
+}
+
+func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
 	for _, e := range events {
 		byStream[e.StreamID] = append(byStream[e.StreamID], e)
 	}
-	want := map[string]int64{}
+	var (
+		mu     sync.Mutex
+		out    Outcome
+		poison = map[string]error{}
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
 	for id, evs := range byStream {
-		slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
-		byStream[id] = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
-		want[id] = evs[len(evs)-1].Version
+		g.Go(func() error {
+			o, perr, err := s.applyStream(gctx, id, evs, fresh)
+			mu.Lock()
+			defer mu.Unlock()
+			out.add(o)
+			if perr != nil {
+				poison[id] = perr
+			}
+			return err
+		})
 	}
-	var out Outcome
-	poison := map[string]error{}
-	pending := byStream
-	for round := 0; len(pending) > 0; round++ {
-		if round == maxCASRounds {
-			return out, poison, fmt.Errorf("%s: %d streams still contended after %d rounds", s.def.Name, len(pending), round)
+	err := g.Wait()
+	s.metrics.outcome(s.def.Name, out)
+	return out, poison, err
+}
+
+// applyStream brings one document up to the highest version in evs (and
+// to any higher version attempted). It returns a poison error for events
+// that cannot be applied, or an error that may pass.
+func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
+	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
+	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
+	want := evs[len(evs)-1].Version
+	cur, ok := s.cache.Get(id)
+	if !ok || fresh {
+		if cur, err = s.read(ctx, id); err != nil {
+			return out, nil, err
 		}
-		docs, err := s.load(ctx, keys(pending))
-		if err != nil {
-			return out, poison, err
-		}
-		var writes []mongo.WriteModel
-		var written []string
-		for id, evs := range pending {
-			doc, found := docs[id]
-			from := int64(0)
-			if found {
-				from = s.def.Version(&doc)
-			}
-			if from >= want[id] {
-				if round == 0 {
-					out.Duplicates += len(evs)
-				}
-				continue
-			}
-			next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
+	}
+	for round := 0; ; round++ {
+		from := s.def.Version(&cur.doc)
+		target := max(want, cur.attempted)
+		if from >= target {
 			if round == 0 {
-				out.Duplicates += len(evs) - len(next)
+				out.Duplicates += len(evs)
 			}
-			if !contiguous(next, from+1) {
-				// A gap: the log has the missing events (and maybe more).
-				next, err = s.log.LoadFrom(ctx, id, from+1)
-				if err != nil {
-					return out, poison, fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
-				}
+			return out, nil, nil
+		}
+		if round == maxRounds {
+			return out, nil, fmt.Errorf("%s %s: still contended after %d writes", s.def.Name, id, round)
+		}
+		next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
+		if round == 0 {
+			out.Duplicates += len(evs) - len(next)
+		}
+		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
+			// A gap (or a repair): the log has the missing events.
+			if next, err = s.log.LoadFrom(ctx, id, from+1); err != nil {
+				return out, nil, fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
+			}
+			if round == 0 {
 				out.GapsFilled++
-				if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < want[id] {
-					poison[id] = fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, want[id])
-					continue
-				}
 			}
-			var apply error
-			for _, e := range next {
-				if apply = s.def.Apply(&doc, e); apply != nil {
-					apply = fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, apply)
-					break
-				}
+			if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
+				return out, fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, target), nil
 			}
-			if apply != nil {
-				poison[id] = apply
-				continue
+		}
+		doc := cur.doc
+		for _, e := range next {
+			if err := s.def.Apply(&doc, e); err != nil {
+				return out, fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err), nil
 			}
-			out.Applied += len(next)
-			writes = append(writes, mongo.NewReplaceOneModel().
-				SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "version", Value: from}}).
-				SetReplacement(stored[D]{ID: id, Doc: doc}).SetUpsert(true))
-			written = append(written, id)
 		}
-		if len(writes) == 0 {
-			return out, poison, nil
+		if cur, err = s.write(ctx, id, doc); err != nil {
+			return out, nil, err
 		}
-		// Ordered, because FerretDB stops an unordered bulk at its first
-		// error too; and it reports that error at the wrong index with no
-		// counts, so a failed bulk is followed by a re-read (next round),
-		// never by trusting the result.
-		_, err = s.coll.BulkWrite(ctx, writes, options.BulkWrite().SetOrdered(true))
-		if err == nil {
-			return out, poison, nil
+		out.Applied += len(next)
+		if round > 0 {
+			out.Repairs++
+			s.metrics.repair(s.def.Name)
 		}
-		if !isDuplicate(err) {
-			return out, poison, fmt.Errorf("%s: write %d documents: %w", s.def.Name, len(writes), translate(err))
-		}
-		// Some compare-and-set lost: another writer moved those documents.
-		// Re-read every written stream and redo the ones still behind.
-		s.metrics.casRetry(s.def.Name)
-		next := map[string][]domain.Event{}
-		for _, id := range written {
-			next[id] = pending[id]
-		}
-		pending = next
 	}
-	return out, poison, nil
+}
+
+// read returns a stream's document and attempted version; the zero entry
+// when there is none.
+func (s *Store[D]) read(ctx context.Context, id string) (entry[D], error) {
+	var d stored[D]
+	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return entry[D]{}, nil
+	}
+	if err != nil {
+		return entry[D]{}, fmt.Errorf("%s: read %s: %w", s.def.Name, id, translate(err))
+	}
+	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
+	s.cache.Add(id, e)
+	return e, nil
+}
+
+// write sets the document to doc and $max-es attempted to its version, in
+// one operation by _id, and returns the document as written.
+func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error) {
+	raw, err := marshalJSONTags(doc)
+	if err != nil {
+		return entry[D]{}, fmt.Errorf("%s: encode %s: %w", s.def.Name, id, err)
+	}
+	set, present := bson.D{}, map[string]bool{"_id": true, "attempted": true}
+	elems, err := raw.Elements()
+	if err != nil {
+		return entry[D]{}, err
+	}
+	for _, el := range elems {
+		if k := el.Key(); !present[k] {
+			present[k] = true
+			set = append(set, bson.E{Key: k, Value: el.Value()})
+		}
+	}
+	update := bson.D{{Key: "$set", Value: set}, {Key: "$max", Value: bson.D{{Key: "attempted", Value: s.def.Version(&doc)}}}}
+	unset := bson.D{}
+	for _, f := range s.fields {
+		if !present[f] {
+			unset = append(unset, bson.E{Key: f, Value: ""})
+		}
+	}
+	if len(unset) > 0 {
+		update = append(update, bson.E{Key: "$unset", Value: unset})
+	}
+	var d stored[D]
+	err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update,
+		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&d)
+	if err != nil {
+		s.cache.Remove(id)
+		return entry[D]{}, fmt.Errorf("%s: write %s: %w", s.def.Name, id, translate(err))
+	}
+	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
+	s.cache.Add(id, e)
+	return e, nil
 }
 
 func contiguous(evs []domain.Event, from int64) bool {
@@ -190,29 +282,33 @@ func contiguous(evs []domain.Event, from int64) bool {
 	return true
 }
 
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// marshalJSONTags encodes v with its JSON field names.
+func marshalJSONTags(v any) (bson.Raw, error) {
+	buf := new(bytes.Buffer)
+	enc := bson.NewEncoder(bson.NewDocumentWriter(buf))
+	enc.UseJSONStructTags()
+	if err := enc.Encode(v); err != nil {
+		return nil, err
 	}
-	return out
+	return bson.Raw(buf.Bytes()), nil
 }
 
-// load reads the documents of ids in one round trip.
-func (s *Store[D]) load(ctx context.Context, ids []string) (map[string]D, error) {
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
-	if err != nil {
-		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(ids), translate(err))
+// jsonFields lists the top-level JSON field names of struct type D.
+func jsonFields[D any]() []string {
+	t := reflect.TypeFor[D]()
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = strings.ToLower(f.Name)
+		}
+		out = append(out, name)
 	}
-	var docs []stored[D]
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(ids), translate(err))
-	}
-	out := make(map[string]D, len(docs))
-	for _, d := range docs {
-		out[d.ID] = d.Doc
-	}
-	return out, nil
+	return out
 }
 
 // Get returns the document of one stream, or an error wrapping
@@ -229,7 +325,6 @@ func (s *Store[D]) Get(ctx context.Context, id string) (D, error) {
 	return d.Doc, nil
 }
 
-func isDuplicate(err error) bool { return err != nil && mongo.IsDuplicateKeyError(err) }
 
 // translate maps driver errors that are not a server's answer to
 // domain.ErrUnavailable, as eventstore does.

@@ -115,18 +115,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err := eventstore.EnsureStream(setupCtx, js, stream); err != nil {
 		return err
 	}
-	var relay *eventstore.Relay
-	var opts []eventstore.Option
-	opts = append(opts, eventstore.WithMetrics(storeMetrics), eventstore.WithAppendHook(func() {
-		if relay != nil {
-			relay.Notify()
-		}
-	}))
-	store := eventstore.New(db, opts...)
+	store := eventstore.New(db, eventstore.WithMetrics(storeMetrics))
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
 	}
+	var relay *eventstore.Relay
 	if r.relay {
+		// The relay hears of this process's appends directly.
 		relay = eventstore.NewRelay(store, js, eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(), PollInterval: c.RelayPoll},
 			m.Log.With("component", "relay"), storeMetrics)
 	}

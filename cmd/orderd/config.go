@@ -40,8 +40,8 @@ func DefaultConfig() Config {
 		HTTPAddr: "127.0.0.1:8080", Database: "orderd", DataDir: "./data", Roles: "all",
 		LogFormat: "text", LogLevel: "info",
 		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
-		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 2, CacheSize: 100_000,
-		RelayPoll: 500 * time.Millisecond,
+		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, CacheSize: 100_000,
+		RelayPoll: time.Second,
 	}
 }
 
@@ -87,9 +87,9 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.EmbeddedNATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
 	str(&c.Stream, "ORDERD_STREAM", "stream", "JetStream stream name")
 	num(&c.StreamReplicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
-	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process")
+	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process (1 keeps each order's events in order, so gaps are rare)")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
-	dur(&c.RelayPoll, "ORDERD_RELAY_POLL", "relay-poll", "outbox poll interval when not woken by an append")
+	dur(&c.RelayPoll, "ORDERD_RELAY_POLL", "relay-poll", "least time between two outbox sweeps (appends of this process are relayed at once)")
 	return errors.Join(errs...)
 }
 

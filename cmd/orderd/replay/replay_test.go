@@ -344,13 +344,13 @@ func (m *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 	return now, nil
 }
 
-func (m *memStore) Load(_ context.Context, id string) ([]domain.Event, error) {
+func (m *memStore) Load(_ context.Context, id string, after int64) ([]domain.Event, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return slices.Clone(m.streams[id]), nil
+	return slices.DeleteFunc(slices.Clone(m.streams[id]), func(e domain.Event) bool { return e.Version <= after }), nil
 }
 
-func (m *memStore) FindIdempotencyKey(_ context.Context, key string) (domain.Commit, error) {
+func (m *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c, ok := m.keys[key]; ok {
@@ -518,7 +518,7 @@ func writeOrder(w http.ResponseWriter, o domain.Order) {
 }
 
 func (f *fake) get(w http.ResponseWriter, r *http.Request) {
-	o, _, err := f.svc.Get(r.Context(), r.PathValue("id"))
+	o, err := f.svc.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -674,7 +674,7 @@ func TestRunOddPaths(t *testing.T) {
 		}
 	}
 	// The service stamped the delivery without a date at its receive time.
-	o, _, err := f.svc.Get(t.Context(), "2d1e2d5bf4dc7227b3bfebb81328c15f")
+	o, err := f.svc.Get(t.Context(), "2d1e2d5bf4dc7227b3bfebb81328c15f")
 	if err != nil || o.DeliveredAt == nil || time.Since(*o.DeliveredAt) > time.Minute {
 		t.Errorf("delivered without date: %+v, %v", o.DeliveredAt, err)
 	}
