@@ -120,7 +120,7 @@ func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.L
 	}
 	r := &Relay{
 		store: store, js: js, cfg: cfg, log: log, metrics: m,
-		lease: NewLease(store.commits.Database(), "relay", cfg.Owner, cfg.LeaseTTL),
+		lease:    NewLease(store.commits.Database(), "relay", cfg.Owner, cfg.LeaseTTL),
 		wake:     make(chan struct{}, 1),
 		unmarked: map[string]bool{},
 	}

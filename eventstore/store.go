@@ -72,17 +72,17 @@ func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 // commitDoc is the stored form of a commit. Only Published and PublishedAt
 // change after the insert. ID is CommitID(stream, first version).
 type commitDoc struct {
-	ID             string        `bson:"_id"`
-	StreamID       string        `bson:"stream_id"`
-	StreamType     string        `bson:"stream_type"`
-	FirstVersion   int64         `bson:"first_version"`
-	LastVersion    int64         `bson:"last_version"`
-	Events         []eventDoc    `bson:"events"`
-	RecordedAt     time.Time     `bson:"recorded_at"`
-	Published      bool          `bson:"published"`
-	PublishedAt    *time.Time    `bson:"published_at,omitempty"`
-	IdempotencyKey string        `bson:"idempotency_key,omitempty"`
-	RequestHash    string        `bson:"request_hash,omitempty"`
+	ID             string     `bson:"_id"`
+	StreamID       string     `bson:"stream_id"`
+	StreamType     string     `bson:"stream_type"`
+	FirstVersion   int64      `bson:"first_version"`
+	LastVersion    int64      `bson:"last_version"`
+	Events         []eventDoc `bson:"events"`
+	RecordedAt     time.Time  `bson:"recorded_at"`
+	Published      bool       `bson:"published"`
+	PublishedAt    *time.Time `bson:"published_at,omitempty"`
+	IdempotencyKey string     `bson:"idempotency_key,omitempty"`
+	RequestHash    string     `bson:"request_hash,omitempty"`
 }
 
 // eventDoc is one event inside a commit; Data is the payload's JSON

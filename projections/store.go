@@ -325,7 +325,6 @@ func (s *Store[D]) Get(ctx context.Context, id string) (D, error) {
 	return d.Doc, nil
 }
 
-
 // translate maps driver errors that are not a server's answer to
 // domain.ErrUnavailable, as eventstore does.
 func translate(err error) error {
