@@ -208,7 +208,8 @@ func decode(c echo.Context, dst any, optional bool) error {
 		}
 		return malformed("reading the body: " + err.Error())
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
+	trimmed := bytes.Trim(body, jsonSpace)
+	if len(trimmed) == 0 {
 		if optional {
 			return nil
 		}
@@ -222,16 +223,22 @@ func decode(c echo.Context, dst any, optional bool) error {
 	} else {
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/json")
 	}
+	if trimmed[0] != '{' {
+		return malformed("the body must be a JSON object")
+	}
+	if err := checkKeys(body); err != nil {
+		return malformed(err.Error())
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return invalid(domain.FieldError{Field: te.Field, Detail: "must be a " + te.Type.String()})
+			return invalid(domain.FieldError{Field: te.Field, Detail: "must be " + jsonKind(te.Type.Kind())})
 		}
 		return malformed("invalid JSON: " + err.Error())
 	}
-	if dec.More() {
+	if len(bytes.Trim(body[dec.InputOffset():], jsonSpace)) > 0 {
 		return malformed("invalid JSON: data after the object")
 	}
 	if err := validate.Struct(dst); err != nil {
@@ -246,6 +253,74 @@ func decode(c echo.Context, dst any, optional bool) error {
 		return invalid(fields...)
 	}
 	return nil
+}
+
+// checkKeys refuses what encoding/json would silently accept: a field
+// given twice (the last would win) and a field name in other case than
+// the API's lower-case names (encoding/json matches them case-blind).
+// Syntax errors are left to the decoder.
+func checkKeys(body []byte) error {
+	type frame struct {
+		object, wantKey bool
+		keys            map[string]bool
+	}
+	var stack []*frame
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				stack = append(stack, &frame{object: t == '{', wantKey: t == '{', keys: map[string]bool{}})
+				continue
+			}
+			stack = stack[:len(stack)-1]
+		case string:
+			if top != nil && top.object && top.wantKey {
+				switch {
+				case t != strings.ToLower(t):
+					return fmt.Errorf("field %q: field names are lower case", t)
+				case top.keys[t]:
+					return fmt.Errorf("field %q is given twice", t)
+				}
+				top.keys[t], top.wantKey = true, false
+				continue
+			}
+		}
+		// A value ended: the enclosing object expects a key next.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].wantKey = true
+		}
+	}
+}
+
+// jsonSpace is the white space JSON allows between tokens (RFC 8259 §2);
+// bytes.TrimSpace would also take \v, \f and Unicode spaces.
+const jsonSpace = " \t\r\n"
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number within range"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "of another type"
 }
 
 // fieldPath turns "placeRequest.items[0].sku" into "items[0].sku".

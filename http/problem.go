@@ -77,11 +77,12 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		}
 		p := toProblem(err)
 		if p.Status >= 500 {
-			log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", p.Status, "err", err,
-				"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
-			if p.Status == http.StatusInternalServerError {
-				p.Detail = "" // never leak internals
+			if c.Request().Context().Err() == nil { // not a client that went away
+				log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", p.Status, "err", err,
+					"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
 			}
+			// Never send internals (hosts, connection strings) to clients.
+			p.Detail = map[int]string{http.StatusServiceUnavailable: "a dependency is unavailable or the service is busy; retry later"}[p.Status]
 		}
 		c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
 		_ = c.JSON(p.Status, p)

@@ -82,7 +82,7 @@ func NewServer(cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
-	e.Use(middleware.Recover(), middleware.RequestID(), inFlightLimit(cfg.MaxInFlight))
+	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), inFlightLimit(cfg.MaxInFlight))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/readyz", s.ready)
@@ -144,6 +144,19 @@ func (s *Server) ready(c echo.Context) error {
 		}
 	}
 	return c.JSON(status, body)
+}
+
+// dropInvalidRequestID removes a client's X-Request-Id unless it is a
+// short visible-ASCII token: the request id becomes the causation id of
+// the events, stored in the log and sent to every consumer.
+func dropInvalidRequestID(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Request().Header
+		if id := h.Get(echo.HeaderXRequestID); id != "" && !token(id, 128) {
+			h.Del(echo.HeaderXRequestID)
+		}
+		return next(c)
+	}
 }
 
 // inFlightLimit answers 503 instead of queueing when max requests are

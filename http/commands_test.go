@@ -1,0 +1,346 @@
+package http_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/orderd/orderd/domain"
+)
+
+func TestPlace(t *testing.T) {
+	e := newEnv(t)
+	rec := e.post(t, "/v1/orders", placeBody("o-1"))
+	wantCommand(t, rec, http.StatusCreated, commandAnswer{OrderID: "o-1", Version: 1, Status: "created"}, false)
+	if loc := rec.Header().Get("Location"); loc != "/v1/orders/o-1" {
+		t.Errorf("Location = %q, want /v1/orders/o-1", loc)
+	}
+	evs := e.store.events("o-1")
+	if len(evs) != 1 || evs[0].Type != domain.TypeOrderPlaced {
+		t.Fatalf("stream o-1 = %+v, want one OrderPlaced", evs)
+	}
+	want := domain.OrderPlaced{CustomerID: "c-1", Currency: "BRL", FreightCents: 300,
+		Items: []domain.Line{{SKU: "sku-1", Quantity: 2, UnitPriceCents: 1250}}}
+	got, _ := json.Marshal(evs[0].Data)
+	if w, _ := json.Marshal(want); string(got) != string(w) {
+		t.Errorf("OrderPlaced = %s, want %s", got, w)
+	}
+}
+
+func TestPlaceGeneratesID(t *testing.T) {
+	e := newEnv(t)
+	rec := e.post(t, "/v1/orders", placeBody(""))
+	wantCommand(t, rec, http.StatusCreated, commandAnswer{Version: 1, Status: "created"}, false)
+	var got commandAnswer
+	_ = json.Unmarshal(rec.Body.Bytes(), &got)
+	if err := domain.ValidateID("order id", got.OrderID); err != nil {
+		t.Fatalf("generated order id: %v", err)
+	}
+	if loc := rec.Header().Get("Location"); loc != "/v1/orders/"+got.OrderID {
+		t.Errorf("Location = %q, want /v1/orders/%s", loc, got.OrderID)
+	}
+	if n := len(e.store.events(got.OrderID)); n != 1 {
+		t.Errorf("stream %s has %d events, want 1", got.OrderID, n)
+	}
+	// Without an id and without a key, a second request is another order.
+	rec = e.post(t, "/v1/orders", placeBody(""))
+	var second commandAnswer
+	_ = json.Unmarshal(rec.Body.Bytes(), &second)
+	if rec.Code != http.StatusCreated || second.OrderID == got.OrderID {
+		t.Errorf("second place without id: %d %s, want 201 with a new id", rec.Code, rec.Body)
+	}
+}
+
+func TestPlaceAgain(t *testing.T) {
+	tests := []struct {
+		name     string
+		body     string
+		status   int
+		problem  string
+		replayed bool
+	}{
+		{name: "identical", body: placeBody("o-1"), status: http.StatusCreated, replayed: true},
+		{name: "identical, fields reordered", status: http.StatusCreated, replayed: true,
+			body: `{"freight_cents": 300, "items": [{"unit_price_cents": 1250, "quantity": 2, "sku": "sku-1"}], "currency": "BRL", "customer_id": "c-1", "order_id": "o-1"}`},
+		{name: "other customer", body: placeBodyWith("o-1", `"customer_id": "c-2", "currency": "BRL", "items": [{"sku": "sku-1", "quantity": 2, "unit_price_cents": 1250}], "freight_cents": 300`),
+			status: http.StatusConflict, problem: "/problems/already-exists"},
+		{name: "other quantity", body: placeBodyWith("o-1", `"customer_id": "c-1", "currency": "BRL", "items": [{"sku": "sku-1", "quantity": 3, "unit_price_cents": 1250}], "freight_cents": 300`),
+			status: http.StatusConflict, problem: "/problems/already-exists"},
+		{name: "other freight", body: placeBodyWith("o-1", `"customer_id": "c-1", "currency": "BRL", "items": [{"sku": "sku-1", "quantity": 2, "unit_price_cents": 1250}]`),
+			status: http.StatusConflict, problem: "/problems/already-exists"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.place(t, "o-1")
+			e.run(t, "o-1", "approve")
+			rec := e.post(t, "/v1/orders", tt.body)
+			if tt.problem != "" {
+				wantProblem(t, rec, tt.status, tt.problem)
+			} else {
+				// The existing order as it is now, not as placed.
+				wantCommand(t, rec, tt.status, commandAnswer{OrderID: "o-1", Version: 2, Status: "approved"}, tt.replayed)
+			}
+			if n := e.store.commits(); n != 2 {
+				t.Errorf("store holds %d commits, want 2", n)
+			}
+		})
+	}
+}
+
+func TestLifecycle(t *testing.T) {
+	tests := []struct {
+		name   string
+		before []string // commands run first
+		cmd    string
+		body   string
+		want   commandAnswer
+	}{
+		{name: "approve", cmd: "approve", want: commandAnswer{Version: 2, Status: "approved"}},
+		{name: "approve with at", cmd: "approve", body: `{"at": "2017-10-02T10:56:33Z"}`, want: commandAnswer{Version: 2, Status: "approved"}},
+		{name: "invoice", before: []string{"approve"}, cmd: "invoice", want: commandAnswer{Version: 3, Status: "invoiced"}},
+		{name: "process", before: []string{"approve", "invoice"}, cmd: "process", want: commandAnswer{Version: 4, Status: "processing"}},
+		{name: "process without invoice", before: []string{"approve"}, cmd: "process", want: commandAnswer{Version: 3, Status: "processing"}},
+		{name: "ship", before: []string{"approve", "invoice", "process"}, cmd: "ship", body: `{}`, want: commandAnswer{Version: 5, Status: "shipped"}},
+		{name: "deliver", before: []string{"approve", "invoice", "process", "ship"}, cmd: "deliver", want: commandAnswer{Version: 6, Status: "delivered"}},
+		{name: "cancel", cmd: "cancel", body: `{"reason": "customer changed their mind"}`, want: commandAnswer{Version: 2, Status: "canceled"}},
+		{name: "cancel shipped", before: []string{"approve", "ship"}, cmd: "cancel", body: `{"reason": "lost", "at": "2018-01-01T00:00:00.123+03:00"}`, want: commandAnswer{Version: 4, Status: "canceled"}},
+		{name: "cancel without body", cmd: "cancel", want: commandAnswer{Version: 2, Status: "canceled"}},
+		{name: "cancel with reason of 500 bytes", cmd: "cancel", body: `{"reason": "` + strings.Repeat("r", 500) + `"}`, want: commandAnswer{Version: 2, Status: "canceled"}},
+		{name: "mark unavailable", before: []string{"approve"}, cmd: "mark-unavailable", body: `{"reason": "out of stock"}`, want: commandAnswer{Version: 3, Status: "unavailable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.place(t, "o-1")
+			e.run(t, "o-1", tt.before...)
+			rec := e.post(t, "/v1/orders/o-1/"+tt.cmd, tt.body)
+			tt.want.OrderID = "o-1"
+			wantCommand(t, rec, http.StatusOK, tt.want, false)
+			if n := len(e.store.events("o-1")); int64(n) != tt.want.Version {
+				t.Errorf("stream holds %d events, want %d", n, tt.want.Version)
+			}
+		})
+	}
+}
+
+func TestLifecycleEventData(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o-1")
+	rec := e.post(t, "/v1/orders/o-1/cancel", `{"reason": "fraud", "at": "2017-10-02T10:56:33.5-03:00"}`,
+		"X-Correlation-ID", "corr-42")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
+	}
+	evs := e.store.events("o-1")
+	last := evs[len(evs)-1]
+	if d, ok := last.Data.(domain.OrderCanceled); !ok || d.Reason != "fraud" {
+		t.Errorf("event data = %#v, want OrderCanceled{Reason: fraud}", last.Data)
+	}
+	if want := "2017-10-02T13:56:33.5Z"; last.OccurredAt.Format("2006-01-02T15:04:05.999Z07:00") != want {
+		t.Errorf("occurred at %v, want %s", last.OccurredAt, want)
+	}
+	if last.Metadata.CorrelationID != "corr-42" {
+		t.Errorf("correlation id %q, want corr-42", last.Metadata.CorrelationID)
+	}
+	if rid := rec.Header().Get("X-Request-Id"); rid == "" || last.Metadata.CausationID != rid {
+		t.Errorf("causation id %q, want the request id %q", last.Metadata.CausationID, rid)
+	}
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	tests := []struct {
+		name string
+		// first and retry are the two requests, both with the key k;
+		// between runs requests without a key in between.
+		first, retry req
+		between      []req
+		// want is the retry's answer: a replay of first, or a problem.
+		wantStatus  int
+		wantAnswer  commandAnswer
+		wantProblem string
+	}{
+		{
+			name:       "place without order id",
+			first:      req{Path: "/v1/orders", Body: placeBody("")},
+			retry:      req{Path: "/v1/orders", Body: placeBody("")},
+			wantStatus: http.StatusCreated, wantAnswer: commandAnswer{Version: 1, Status: "created"},
+		},
+		{
+			name:       "place with order id",
+			first:      req{Path: "/v1/orders", Body: placeBody("o-9")},
+			retry:      req{Path: "/v1/orders", Body: placeBody("o-9")},
+			wantStatus: http.StatusCreated, wantAnswer: commandAnswer{OrderID: "o-9", Version: 1, Status: "created"},
+		},
+		{
+			name:       "approve",
+			first:      req{Path: "/v1/orders/o-1/approve"},
+			retry:      req{Path: "/v1/orders/o-1/approve"},
+			wantStatus: http.StatusOK, wantAnswer: commandAnswer{OrderID: "o-1", Version: 2, Status: "approved"},
+		},
+		{
+			name:       "approve, retried after the order moved on",
+			first:      req{Path: "/v1/orders/o-1/approve"},
+			between:    []req{{Path: "/v1/orders/o-1/invoice"}, {Path: "/v1/orders/o-1/process"}},
+			retry:      req{Path: "/v1/orders/o-1/approve"},
+			wantStatus: http.StatusOK, wantAnswer: commandAnswer{OrderID: "o-1", Version: 2, Status: "approved"},
+		},
+		{
+			name:       "cancel with reason",
+			first:      req{Path: "/v1/orders/o-1/cancel", Body: `{"reason": "r"}`},
+			retry:      req{Path: "/v1/orders/o-1/cancel", Body: `{"reason": "r"}`},
+			wantStatus: http.StatusOK, wantAnswer: commandAnswer{OrderID: "o-1", Version: 2, Status: "canceled"},
+		},
+		{
+			name:       "reused for another place",
+			first:      req{Path: "/v1/orders", Body: placeBody("")},
+			retry:      req{Path: "/v1/orders", Body: placeBodyWith("", `"customer_id": "c-2", "currency": "BRL", "items": [{"sku": "s", "quantity": 1, "unit_price_cents": 1}]`)},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+		{
+			name:       "reused for another order id",
+			first:      req{Path: "/v1/orders", Body: placeBody("o-7")},
+			retry:      req{Path: "/v1/orders", Body: placeBody("o-8")},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+		{
+			name:       "reused for another command",
+			first:      req{Path: "/v1/orders/o-1/approve"},
+			retry:      req{Path: "/v1/orders/o-1/cancel"},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+		{
+			name:       "reused for another order",
+			first:      req{Path: "/v1/orders/o-1/approve"},
+			retry:      req{Path: "/v1/orders/o-2/approve"},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+		{
+			name:       "reused with another reason",
+			first:      req{Path: "/v1/orders/o-1/cancel", Body: `{"reason": "a"}`},
+			retry:      req{Path: "/v1/orders/o-1/cancel", Body: `{"reason": "b"}`},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+		{
+			name:       "place key reused for a lifecycle command",
+			first:      req{Path: "/v1/orders", Body: placeBody("")},
+			retry:      req{Path: "/v1/orders/o-1/approve"},
+			wantStatus: http.StatusUnprocessableEntity, wantProblem: "/problems/idempotency-key-reused",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.place(t, "o-1")
+			e.place(t, "o-2")
+			first := e.post(t, tt.first.Path, tt.first.Body, "Idempotency-Key", "key-1")
+			if first.Code/100 != 2 {
+				t.Fatalf("first request: %d %s", first.Code, first.Body)
+			}
+			for _, b := range tt.between {
+				if rec := e.post(t, b.Path, b.Body); rec.Code/100 != 2 {
+					t.Fatalf("%s: %d %s", b.Path, rec.Code, rec.Body)
+				}
+			}
+			commits := e.store.commits()
+			rec := e.post(t, tt.retry.Path, tt.retry.Body, "Idempotency-Key", "key-1")
+			if tt.wantProblem != "" {
+				wantProblem(t, rec, tt.wantStatus, tt.wantProblem)
+			} else {
+				if tt.wantAnswer.OrderID == "" {
+					var f commandAnswer
+					_ = json.Unmarshal(first.Body.Bytes(), &f)
+					tt.wantAnswer.OrderID = f.OrderID
+				}
+				wantCommand(t, rec, tt.wantStatus, tt.wantAnswer, true)
+				if loc := first.Header().Get("Location"); loc != rec.Header().Get("Location") {
+					t.Errorf("Location %q, first answer had %q", rec.Header().Get("Location"), loc)
+				}
+			}
+			if n := e.store.commits(); n != commits {
+				t.Errorf("the retry appended: %d commits, want %d", n, commits)
+			}
+		})
+	}
+}
+
+func TestIfMatch(t *testing.T) {
+	tests := []struct {
+		name    string
+		ifMatch string
+		status  int
+		problem string
+		field   string
+	}{
+		{name: "current", ifMatch: `"2"`, status: http.StatusOK},
+		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusOK},
+		{name: "stale", ifMatch: `"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "ahead", ifMatch: `"3"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "zero", ifMatch: `"0"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "not a number", ifMatch: `"abc"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "negative", ifMatch: `"-1"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "overflow", ifMatch: `"9223372036854775808"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "empty tag", ifMatch: `""`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "star", ifMatch: `*`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "list", ifMatch: `"1", "2"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.place(t, "o-1")
+			e.run(t, "o-1", "approve")
+			rec := e.post(t, "/v1/orders/o-1/invoice", "", "If-Match", tt.ifMatch)
+			if tt.problem == "" {
+				wantCommand(t, rec, tt.status, commandAnswer{OrderID: "o-1", Version: 3, Status: "invoiced"}, false)
+				return
+			}
+			if tt.field != "" {
+				wantProblem(t, rec, tt.status, tt.problem, tt.field)
+			} else {
+				wantProblem(t, rec, tt.status, tt.problem)
+			}
+			if n := e.store.commits(); n != 2 {
+				t.Errorf("store holds %d commits, want 2", n)
+			}
+		})
+	}
+}
+
+func TestCommandRefused(t *testing.T) {
+	tests := []struct {
+		name    string
+		before  []string
+		path    string
+		body    string
+		header  []string
+		status  int
+		problem string
+	}{
+		{name: "deliver created", path: "/v1/orders/o-1/deliver", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "invoice created", path: "/v1/orders/o-1/invoice", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "approve twice", before: []string{"approve"}, path: "/v1/orders/o-1/approve", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "cancel delivered", before: []string{"approve", "ship", "deliver"}, path: "/v1/orders/o-1/cancel", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "mark shipped unavailable", before: []string{"approve", "ship"}, path: "/v1/orders/o-1/mark-unavailable", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "approve canceled", before: []string{"cancel"}, path: "/v1/orders/o-1/approve", status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "illegal with a fresh key", path: "/v1/orders/o-1/deliver", header: []string{"Idempotency-Key", "fresh"}, status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "illegal with If-Match current", path: "/v1/orders/o-1/deliver", header: []string{"If-Match", `"1"`}, status: http.StatusConflict, problem: "/problems/invalid-transition"},
+		{name: "unknown order", path: "/v1/orders/nope/approve", status: http.StatusNotFound, problem: "/problems/not-found"},
+		{name: "unknown order, cancel with body", path: "/v1/orders/nope/cancel", body: `{"reason": "x"}`, status: http.StatusNotFound, problem: "/problems/not-found"},
+		{name: "unknown order with a key", path: "/v1/orders/nope/ship", header: []string{"Idempotency-Key", "k"}, status: http.StatusNotFound, problem: "/problems/not-found"},
+		{name: "unknown command", path: "/v1/orders/o-1/refund", status: http.StatusNotFound, problem: "/problems/route"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.place(t, "o-1")
+			e.run(t, "o-1", tt.before...)
+			commits := e.store.commits()
+			rec := e.post(t, tt.path, tt.body, tt.header...)
+			wantProblem(t, rec, tt.status, tt.problem)
+			if n := e.store.commits(); n != commits {
+				t.Errorf("store holds %d commits, want %d", n, commits)
+			}
+		})
+	}
+}

@@ -1,0 +1,133 @@
+package http_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
+)
+
+func TestHealthz(t *testing.T) {
+	e := newEnv(t, func(c *orderhttp.Config) {
+		c.Ready = map[string]orderhttp.Check{"store": func(context.Context) error { return errors.New("down") }}
+	})
+	rec := e.get(t, "/healthz")
+	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != `{"status":"ok"}` {
+		t.Errorf("GET /healthz: %d %s, want 200 even with a dependency down", rec.Code, rec.Body)
+	}
+}
+
+func TestReadyz(t *testing.T) {
+	ok := func(context.Context) error { return nil }
+	down := func(context.Context) error { return domain.ErrUnavailable }
+	tests := []struct {
+		name   string
+		checks map[string]orderhttp.Check
+		status int
+		want   map[string]string
+	}{
+		{name: "no checks", checks: nil, status: 200, want: map[string]string{}},
+		{name: "all pass", checks: map[string]orderhttp.Check{"store": ok, "bus": ok}, status: 200,
+			want: map[string]string{"store": "ok", "bus": "ok"}},
+		{name: "bus down", checks: map[string]orderhttp.Check{"store": ok, "bus": down}, status: 503,
+			want: map[string]string{"store": "ok", "bus": "unavailable"}},
+		{name: "all down", checks: map[string]orderhttp.Check{"store": down, "bus": down}, status: 503,
+			want: map[string]string{"store": "unavailable", "bus": "unavailable"}},
+		{name: "check honours its deadline", status: 503, want: map[string]string{"store": "unavailable"},
+			checks: map[string]orderhttp.Check{"store": func(ctx context.Context) error {
+				if _, ok := ctx.Deadline(); !ok {
+					return errors.New("no deadline")
+				}
+				<-ctx.Done()
+				return ctx.Err()
+			}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.name == "check honours its deadline" && testing.Short() {
+				t.Skip("waits for the 2s check timeout")
+			}
+			e := newEnv(t, func(c *orderhttp.Config) { c.Ready = tt.checks })
+			rec := e.get(t, "/readyz")
+			if rec.Code != tt.status {
+				t.Errorf("status %d, want %d", rec.Code, tt.status)
+			}
+			var got map[string]string
+			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {
+				t.Fatalf("body %s: %v", rec.Body, err)
+			}
+			if len(got) != len(tt.want) {
+				t.Errorf("body %v, want %v", got, tt.want)
+			}
+			for k, v := range tt.want {
+				if got[k] != v {
+					t.Errorf("check %s = %q, want %q", k, got[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o-1")
+	e.post(t, "/v1/orders", placeBody("o-1")) // replayed
+	e.post(t, "/v1/orders/o-1/deliver", "")   // invalid transition
+
+	rec := e.get(t, "/metrics")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", rec.Code)
+	}
+	body := rec.Body.String()
+	for _, want := range []string{
+		`orderd_commands_total{command="place",outcome="accepted"} 1`,
+		`orderd_commands_total{command="place",outcome="replayed"} 1`,
+		`orderd_commands_total{command="deliver",outcome="invalid-transition"} 1`,
+		`orderd_command_duration_seconds_count{command="place"} 2`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %q", want)
+		}
+	}
+}
+
+func TestUnknownRoute(t *testing.T) {
+	e := newEnv(t)
+	wantProblem(t, e.get(t, "/v2/orders"), http.StatusNotFound, "/problems/route")
+	wantProblem(t, e.do(t, req{Method: http.MethodPost, Path: "/healthz"}), http.StatusMethodNotAllowed, "/problems/method")
+	// Under /v1 a wrong method is a 404: echo's Group.Use registers a
+	// catch-all route for the group, which matches before the router can
+	// tell that the path exists with another method.
+	for _, r := range []req{{Method: http.MethodDelete, Path: "/v1/orders/o-1"}, {Method: http.MethodGet, Path: "/v1/orders/o-1/approve"}} {
+		rec := e.do(t, r)
+		if rec.Code == http.StatusMethodNotAllowed {
+			wantProblem(t, rec, http.StatusMethodNotAllowed, "/problems/method")
+		} else {
+			wantProblem(t, rec, http.StatusNotFound, "/problems/route")
+		}
+	}
+}
+
+// TestOverload: past MaxInFlight concurrent requests the server answers
+// 503 at once instead of queueing.
+func TestOverload(t *testing.T) {
+	e := newEnv(t, func(c *orderhttp.Config) { c.MaxInFlight = 1 })
+	e.reads.put(summary("o-1", 1))
+	e.reads.entered, e.reads.release = make(chan struct{}), make(chan struct{})
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- e.get(t, "/v1/order-summaries/o-1") }()
+	<-e.reads.entered // the first request holds the only slot
+
+	wantProblem(t, e.get(t, "/v1/orders/o-1"), http.StatusServiceUnavailable, "/problems/overloaded")
+
+	close(e.reads.release)
+	if rec := <-done; rec.Code != http.StatusOK {
+		t.Errorf("the first request: %d %s", rec.Code, rec.Body)
+	}
+}
