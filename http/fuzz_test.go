@@ -85,4 +85,3 @@ func checkAnswer(t *testing.T, e *env, rec *httptest.ResponseRecorder, body []by
 	}
 	t.Errorf("body %q is not JSON, but the answer is %d %s", body, rec.Code, rec.Body)
 }
-
