@@ -21,8 +21,12 @@
 // the writer that finds attempted above what it wrote folds again from the
 // log and rewrites. The last write therefore always leaves the highest
 // version any writer attempted, so two workers racing on one order cannot
-// lose an update (see Store and its race test). The trade-off: during such
-// a race a reader may briefly see an older version.
+// lose an update (see Store and its race test). The trade-offs: during such
+// a race a reader may briefly see an older version; and the guard needs
+// atomic single-document updates, which MongoDB has and FerretDB 1.24 has
+// not (it reads, then writes, with no transaction), so on the embedded
+// store only the workers of one process are safe: they take turns per
+// stream.
 
 // Poison events (not decodable or not applicable) are redelivered with
 // backoff and parked in the dead_letters collection after MaxDeliveries,

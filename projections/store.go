@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"reflect"
 	"slices"
 	"strings"
@@ -45,7 +46,11 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // The last write to a document therefore always sees the highest attempted
 // version and leaves the document at it, so no update is lost; a reader
 // may for a moment see an older version between the two writes of such a
-// race (the trade-off for needing no multi-field filter).
+// race (the trade-off for needing no multi-field filter). This holds where
+// a single-document update is atomic (MongoDB). FerretDB 1.24 runs an
+// update as a read and a later write with no transaction, so there only
+// the writers of one process are safe, because they take turns per
+// stream; run one projector process on the embedded store.
 //
 // An event at or below the version is skipped; a gap is filled from the
 // log. Documents this process wrote are cached, so a batch usually reads
@@ -57,6 +62,7 @@ type Store[D any] struct {
 	metrics *Metrics
 	cache   *lru.Cache[string, entry[D]]
 	fields  []string // top-level field names of D, for $unset
+	locks   [64]sync.Mutex
 }
 
 type entry[D any] struct {
@@ -163,6 +169,13 @@ func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool)
 // to any higher version attempted). It returns a poison error for events
 // that cannot be applied, or an error that may pass.
 func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
+	// Writers of one stream in this process take turns: the guard below
+	// needs atomic single-document updates to be safe between processes,
+	// which MongoDB has and FerretDB 1.24 has not (it reads, then writes,
+	// with no transaction).
+	mu := &s.locks[fnv32(id)%uint32(len(s.locks))]
+	mu.Lock()
+	defer mu.Unlock()
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
 	want := evs[len(evs)-1].Version
@@ -262,8 +275,12 @@ func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error
 		update = append(update, bson.E{Key: "$unset", Value: unset})
 	}
 	var d stored[D]
-	err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update,
-		options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)).Decode(&d)
+	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
+	err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update, opts).Decode(&d)
+	if mongo.IsDuplicateKeyError(err) {
+		// Two first writes raced to insert the document; now it exists.
+		err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update, opts).Decode(&d)
+	}
 	if err != nil {
 		s.cache.Remove(id)
 		return entry[D]{}, fmt.Errorf("%s: write %s: %w", s.def.Name, id, translate(err))
@@ -271,6 +288,12 @@ func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error
 	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
 	s.cache.Add(id, e)
 	return e, nil
+}
+
+func fnv32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
 }
 
 func contiguous(evs []domain.Event, from int64) bool {

@@ -32,6 +32,9 @@ type client struct {
 	tr      *http.Transport
 	base    string
 	timeout time.Duration
+	// catchUp is when the check stops waiting for read models that are
+	// behind the log (zero: no waiting beyond the server's own bound).
+	catchUp time.Time
 }
 
 func newClient(base string, timeout time.Duration, conns int) *client {
@@ -190,6 +193,12 @@ func (c *client) check(ctx context.Context, p Plan) checked {
 	}
 	path := fmt.Sprintf("/v1/order-summaries/%s?min_version=%d", id, o.Version)
 	summary, s, stale, err := c.getOrder(ctx, path)
+	for err == nil && stale && time.Now().Before(c.catchUp) {
+		// The projection is still catching up: wait longer, up to the
+		// check's overall bound.
+		wait := max(min(time.Until(c.catchUp), c.timeout-2*time.Second), time.Second).Round(time.Second)
+		summary, s, stale, err = c.getOrder(ctx, fmt.Sprintf("%s&wait=%s", path, wait))
+	}
 	switch {
 	case err != nil:
 		problems = append(problems, err.Error())

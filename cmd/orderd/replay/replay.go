@@ -25,6 +25,7 @@ const (
 	DefaultURL         = "http://127.0.0.1:8080"
 	DefaultConcurrency = 8
 	DefaultTimeout     = 10 * time.Second
+	DefaultCatchUp     = 10 * time.Minute
 )
 
 // maxFindings bounds the mismatches and unexpected rejections a Report lists.
@@ -39,6 +40,7 @@ type Config struct {
 	CheckOnly   bool          // send no commands, only check
 	Limit       int           // only the first Limit orders by purchase time; 0 = all
 	Timeout     time.Duration // bound of each HTTP attempt
+	CatchUp     time.Duration // how long the check waits, in all, for read models still behind [10m]
 	Progress    io.Writer     // progress bars go here; nil = none
 }
 
@@ -132,6 +134,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&progress, "progress", true, "show a progress bar on stderr; -progress=false hides it")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "time limit of each HTTP request")
 	fs.IntVar(&cfg.Limit, "limit", 0, "replay only the first `N` orders by purchase time; 0 means all")
+	fs.DurationVar(&cfg.CatchUp, "catch-up", DefaultCatchUp, "how long the check waits, in all, for read models that are still catching up")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -168,6 +171,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.URL = strings.TrimRight(cmp.Or(cfg.URL, DefaultURL), "/")
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
+	cfg.CatchUp = cmp.Or(cfg.CatchUp, DefaultCatchUp)
 	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return Report{}, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
 	}
@@ -200,6 +204,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	sendTime := time.Since(start)
 	checks := make([]checked, len(plans))
 	start = time.Now()
+	c.catchUp = time.Now().Add(cfg.CatchUp)
 	if err := parallel(ctx, cfg, "check", len(plans), func(i int) { checks[i] = c.check(ctx, plans[i]) }); err != nil {
 		return Report{}, err
 	}

@@ -699,9 +699,14 @@ func TestRunReportsCorruptSummary(t *testing.T) {
 func TestRunReportsStaleSummary(t *testing.T) {
 	const stuck = "7033745709b7cf1bac7d2533663592de"
 	_, ts := newFake(t, func(f *fake) { f.stuck, f.wait = stuck, 50*time.Millisecond })
-	rep, err := Run(t.Context(), Config{Data: sample, URL: ts.URL, Limit: 10})
+	start := time.Now()
+	rep, err := Run(t.Context(), Config{Data: sample, URL: ts.URL, Limit: 10, CatchUp: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The check kept asking for the stuck summary until its catch-up bound.
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("Run took %v, less than its catch-up bound", d)
 	}
 	if rep.MismatchCount != 1 || rep.Equal != 9 || !strings.Contains(rep.Mismatches[0].Detail, "read model stale at version 1, want 4") {
 		t.Errorf("mismatches %d %+v, equal %d", rep.MismatchCount, rep.Mismatches, rep.Equal)
