@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -57,7 +58,7 @@ type RelayConfig struct {
 	PollInterval time.Duration // least time between two outbox sweeps [1s]
 	LeaseTTL     time.Duration // lease lifetime; renewed every TTL/3 [10s]
 	AckTimeout   time.Duration // wait for JetStream acks of one round [10s]
-	MarkInterval time.Duration // longest wait before published markers are written [2s]
+	MarkInterval time.Duration // pause of the marker loop when idle [1s]
 }
 
 // Relay is the outbox relay (invariant 3): it publishes one JetStream
@@ -88,13 +89,14 @@ type Relay struct {
 	hints []commitDoc
 
 	// unmarked holds commits published and acknowledged but not yet marked
-	// published in the log: markers are written in batches (one update per
-	// MarkInterval) because every write costs a scan on FerretDB. A crash
-	// before the marker is written republishes them, which the
-	// de-duplication window and the projections' version guard absorb.
-	unmarked      map[string]bool
-	unmarkedSince time.Time
-	markCost      time.Duration // duration of the last marker write
+	// published in the log. Markers are written by their own loop, at most
+	// half of the time, because on FerretDB each costs two scans of the
+	// collection; publishing never waits for them, and sweeps skip these
+	// commits. A crash before the marker is written republishes them, which
+	// the de-duplication window and the projections' version guard absorb.
+	markMu   sync.Mutex
+	unmarked map[string]bool
+	marked   chan struct{}
 }
 
 // maxHints bounds the hints kept while the relay is busy; the sweep finds
@@ -116,15 +118,16 @@ func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.L
 		cfg.AckTimeout = 10 * time.Second
 	}
 	if cfg.MarkInterval <= 0 {
-		cfg.MarkInterval = 2 * time.Second
+		cfg.MarkInterval = time.Second
 	}
 	r := &Relay{
 		store: store, js: js, cfg: cfg, log: log, metrics: m,
 		lease:    NewLease(store.commits.Database(), "relay", cfg.Owner, cfg.LeaseTTL),
 		wake:     make(chan struct{}, 1),
 		unmarked: map[string]bool{},
+		marked:   make(chan struct{}, 1),
 	}
-	store.relay = r
+	store.relay.Store(r)
 	return r
 }
 
@@ -160,13 +163,21 @@ func (r *Relay) Notify() {
 // round (store or broker down) are logged and retried with capped
 // exponential backoff; Run returns nil on cancellation.
 func (r *Relay) Run(ctx context.Context) error {
+	markerDone := make(chan struct{})
+	go func() {
+		defer close(markerDone)
+		r.markLoop(ctx)
+	}()
 	defer func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := r.flushMarks(ctx, true); err != nil {
-			r.log.Warn("published markers not written; those commits will be republished", "err", err)
+		<-markerDone
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := r.flushMarks(fctx); err != nil {
+			r.log.Info("published markers left for the next start; those commits will be republished", "err", err)
 		}
-		_ = r.lease.Release(ctx)
+		cancel()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = r.lease.Release(rctx)
+		cancel()
 		r.setLeader(false)
 	}()
 	var (
@@ -248,10 +259,7 @@ func (r *Relay) setLeader(on bool) {
 // commit with an unacknowledged event stays unpublished and is retried.
 func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 	n, err := r.round(ctx, true)
-	if err != nil {
-		return n, err
-	}
-	return n, r.flushMarks(ctx, true)
+	return n, errors.Join(err, r.flushMarks(ctx))
 }
 
 // round publishes the queued hints and, when sweep is set, the oldest
@@ -273,8 +281,11 @@ func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
 			seen[d.ID] = true
 		}
 		backlog, oldest := 0, time.Time{}
+		r.markMu.Lock()
+		unmarked := maps.Clone(r.unmarked)
+		r.markMu.Unlock()
 		for _, d := range swept {
-			if r.unmarked[d.ID] {
+			if unmarked[d.ID] {
 				continue
 			}
 			if backlog++; oldest.IsZero() {
@@ -286,37 +297,68 @@ func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
 		}
 		r.setBacklog(backlog, oldest)
 	}
-	n, err := 0, error(nil)
-	if len(docs) > 0 {
-		n, err = r.publish(ctx, docs)
+	if len(docs) == 0 {
+		return 0, nil
 	}
-	if ferr := r.flushMarks(ctx, false); err == nil {
-		err = ferr
-	}
-	return n, err
+	return r.publish(ctx, docs)
 }
 
-// flushMarks writes the published markers of the unmarked commits when
-// forced, when they have waited MarkInterval (and ten times the last
-// write's duration), or when many are waiting.
-func (r *Relay) flushMarks(ctx context.Context, force bool) error {
-	// Spaced at least ten times their own cost apart: on FerretDB a marker
-	// write scans the collection.
-	due := time.Since(r.unmarkedSince) >= max(r.cfg.MarkInterval, 10*r.markCost)
-	if len(r.unmarked) == 0 || !(force || len(r.unmarked) >= 16*r.cfg.BatchSize || due) {
-		return nil
+// markLoop writes published markers until ctx is done, pausing after
+// each bulk as long as the bulk took (so at most half of the time).
+func (r *Relay) markLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		start := time.Now()
+		n, err := r.markSome(ctx, markChunk)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("published markers not written; retrying", "err", err)
+		}
+		if n == 0 || err != nil {
+			t := time.NewTimer(r.cfg.MarkInterval)
+			select {
+			case <-ctx.Done():
+			case <-r.marked:
+			case <-t.C:
+			}
+			t.Stop()
+			continue
+		}
+		sleep(ctx, time.Since(start))
 	}
-	start := time.Now()
-	defer func() { r.markCost = time.Since(start) }()
-	ids := make([]string, 0, len(r.unmarked))
+}
+
+// markSome writes the markers of up to n unmarked commits.
+func (r *Relay) markSome(ctx context.Context, n int) (int, error) {
+	r.markMu.Lock()
+	ids := make([]string, 0, n)
 	for id := range r.unmarked {
+		if len(ids) == n {
+			break
+		}
 		ids = append(ids, id)
 	}
-	if err := r.markPublished(ctx, ids); err != nil {
-		return err
+	r.markMu.Unlock()
+	if len(ids) == 0 {
+		return 0, nil
 	}
-	clear(r.unmarked)
-	return nil
+	if err := r.markPublished(ctx, ids); err != nil {
+		return 0, err
+	}
+	r.markMu.Lock()
+	for _, id := range ids {
+		delete(r.unmarked, id)
+	}
+	r.markMu.Unlock()
+	return len(ids), nil
+}
+
+// flushMarks writes every pending marker now.
+func (r *Relay) flushMarks(ctx context.Context) error {
+	for {
+		n, err := r.markSome(ctx, markChunk)
+		if n == 0 || err != nil {
+			return err
+		}
+	}
 }
 
 // publish sends docs' events and queues the acknowledged commits for their
@@ -379,11 +421,14 @@ func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
 		}
 	}
 	if len(acked) > 0 {
-		if len(r.unmarked) == 0 {
-			r.unmarkedSince = time.Now()
-		}
+		r.markMu.Lock()
 		for _, id := range acked {
 			r.unmarked[id] = true
+		}
+		r.markMu.Unlock()
+		select {
+		case r.marked <- struct{}{}:
+		default:
 		}
 		if r.metrics != nil {
 			r.metrics.published.Add(float64(events))
@@ -395,26 +440,24 @@ func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
 	return len(docs), nil
 }
 
-// markPublished sets the outbox marker of the commits ids: one update per
-// commit by _id (the cheap query on FerretDB), or for many commits one
-// update by $in (which FerretDB answers with one collection scan).
+// markPublished sets the outbox marker of the commits ids, one updateOne
+// by _id each. Not one update by $in: FerretDB runs that as a single
+// SQLite transaction that scans the collection once per matched commit,
+// holding the write lock long enough to time out every other writer; and
+// its bulk updates are slower than the same updates one by one.
 func (r *Relay) markPublished(ctx context.Context, ids []string) error {
 	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
-	var err error
-	if len(ids) > 64 {
-		_, err = r.store.commits.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}}, set)
-	} else {
-		models := make([]mongo.WriteModel, len(ids))
-		for i, id := range ids {
-			models[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(set)
+	for _, id := range ids {
+		if _, err := r.store.commits.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, set); err != nil {
+			return fmt.Errorf("mark %s published: %w", id, translate(err))
 		}
-		_, err = r.store.commits.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true))
-	}
-	if err != nil {
-		return fmt.Errorf("mark %d commits published: %w", len(ids), translate(err))
 	}
 	return nil
 }
+
+// markChunk is how many published markers the marker loop writes between
+// pauses.
+const markChunk = 32
 
 // Backlog returns the number of unpublished commits and the age of the
 // oldest one (0 when there is none).

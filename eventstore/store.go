@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -26,7 +27,7 @@ type Store struct {
 	commits *mongo.Collection
 	metrics *Metrics
 	now     func() time.Time
-	relay   *Relay // told of every append, when one runs in this process
+	relay   atomic.Pointer[Relay] // told of every append, when one runs in this process
 }
 
 // Option configures a Store.
@@ -119,7 +120,7 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
 	}
-	if r := s.relay; r != nil {
+	if r := s.relay.Load(); r != nil {
 		r.hint(doc)
 	}
 	return now, nil
@@ -169,9 +170,9 @@ func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
 		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
 			return commitDoc{}, fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
 		}
-		data, err := toBSON(e.Data)
+		data, err := toBSON(e.Data, e.Metadata.SchemaVersion)
 		if err != nil {
-			return commitDoc{}, err
+			return commitDoc{}, fmt.Errorf("append %s v%d: %w", c.StreamID, e.Version, err)
 		}
 		doc.Events = append(doc.Events, eventDoc{
 			ID: e.ID, Type: e.Type, Version: e.Version, OccurredAt: domain.Timestamp(e.OccurredAt), RecordedAt: now,
@@ -182,9 +183,15 @@ func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
 	return doc, nil
 }
 
-func toBSON(d domain.EventData) (bson.Raw, error) {
+// toBSON converts a payload to a BSON document. It first decodes the
+// payload's JSON as a reader will, so nothing is stored that Load would
+// then refuse (a reason too long, an unknown schema version).
+func toBSON(d domain.EventData, schemaVersion int) (bson.Raw, error) {
 	js, err := domain.EncodeData(d)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := domain.DecodeData(d.EventType(), schemaVersion, js); err != nil {
 		return nil, err
 	}
 	var doc bson.D
@@ -229,6 +236,7 @@ func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domai
 // LoadFrom returns the stream's events with version >= from, in version
 // order. Projections use it to fill gaps; from need not start a commit.
 func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
+	from = max(from, 1)
 	docs, err := s.chain(ctx, streamID, from)
 	if err != nil {
 		return nil, err
@@ -287,6 +295,9 @@ func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]comm
 // nearly always targets the same order), then searches the whole log
 // through the idempotency_key index (a scan on FerretDB).
 func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
+	if key == "" {
+		return domain.Commit{}, fmt.Errorf("empty idempotency key: %w", domain.ErrNotFound)
+	}
 	var d commitDoc
 	found := false
 	if streamID != "" && domain.ValidateID("stream id", streamID) == nil {

@@ -40,7 +40,9 @@ func (s *Server) getSummary(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	deadline := time.Now().Add(wait)
-	pause := 2 * time.Millisecond
+	// Each poll is a read of the store; on the embedded store every read
+	// scans a table, so waiting readers back off quickly, to 250ms.
+	pause := 5 * time.Millisecond
 	for {
 		o, err := s.cfg.ReadModels.Summary(ctx, id)
 		if err != nil && !errors.Is(err, domain.ErrNotFound) {
@@ -67,7 +69,7 @@ func (s *Server) getSummary(c echo.Context) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		pause = min(2*pause, 50*time.Millisecond)
+		pause = min(2*pause, 250*time.Millisecond)
 	}
 }
 

@@ -171,6 +171,9 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
 		// without counting it against the dead-letter limit.
+		if ctx.Err() != nil {
+			return // shutting down: the messages are redelivered after AckWait
+		}
 		r.metrics.failed(r.name)
 		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
 		for _, m := range msgs {

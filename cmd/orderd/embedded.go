@@ -59,11 +59,12 @@ func splitAddr(addr string) (string, int, error) {
 	return host, port, err
 }
 
-// warnOnly drops FerretDB's per-connection info logs.
+// warnOnly keeps FerretDB's errors only: it logs every connection at info
+// and commands it does not implement (endSessions) at warn.
 type warnOnly struct{ slog.Handler }
 
 func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+	return l >= slog.LevelError && h.Handler.Enabled(ctx, l)
 }
 
 func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }

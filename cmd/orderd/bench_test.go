@@ -1,0 +1,498 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/projections"
+)
+
+// Sizes of BenchmarkService. The raw inserts and the commands are as many,
+// so the scratch collection and the event log end the same size: the
+// embedded store's look-ups scan their table, and the figures fall as
+// collections grow.
+const (
+	benchClients     = 32
+	benchOrders      = 750                 // 4 commands each: place, approve, ship, deliver
+	benchCommands    = 4 * benchOrders     // 3000
+	benchRawInserts  = benchCommands       // 3000
+	benchProbeEvery  = 10                  // every 10th command is followed by a visibility probe...
+	benchProbeSlots  = 8                   // ...when fewer than 8 probes are waiting (see measureCommands)
+	benchVisibleWait = "30s"               // ?wait of the probes
+	benchScratch     = "bench_raw_commits" // the raw phase's collection
+	benchDrainLimit  = 2 * time.Minute     // longest wait for the read models after the last command
+)
+
+// BenchmarkService measures, against its own embedded Main, in one run:
+//
+//  1. the store's raw limit: insertOne of commit-sized documents into a
+//     scratch collection, from 32 goroutines;
+//  2. REST command throughput: 32 clients each driving orders through
+//     place, approve, ship and deliver;
+//  3. accepted-to-visible latency: after every 10th command, the time from
+//     its answer to the answer of GET /v1/order-summaries/{id}?min_version=
+//     <its version>&wait=30s. Probes run beside the clients, which do not
+//     wait for them, and at most 8 at a time: the server answers a waiting
+//     GET by reading the read model every 2-50 ms, and on this store every
+//     read scans the table, so unbounded probes load the store until they
+//     starve the projection they wait for (single runs on the shared
+//     2-core machine: no probes ~420 commands/s, at most 8 waiting ~300/s,
+//     16 ~160/s, all 300 at once 25/s). A probe whose wait runs out
+//     counts with the time it waited (about 30s): the percentiles are then
+//     lower bounds, and the table says how many.
+//
+// It prints a table and reports the figures with b.ReportMetric. Run it
+// with -benchtime 1x (make bench); it does its fixed work once whatever
+// b.N is.
+func BenchmarkService(b *testing.B) {
+	m := runMain(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	db := m.mongo.Database(m.Config.Database)
+
+	b.ResetTimer()
+	raw := measureRawInserts(ctx, b, db.Collection(benchScratch))
+	cmds := measureCommands(ctx, b, "http://"+m.HTTPAddr)
+	b.StopTimer()
+
+	sizes := map[string]int64{}
+	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projections.OrderSummaries.Collection,
+		projections.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
+		if err != nil {
+			b.Errorf("count %s: %v", name, err)
+		}
+		sizes[name] = n
+	}
+	unmarked, err := db.Collection(eventstore.CommitsCollection).CountDocuments(ctx, bson.D{{Key: "published", Value: false}})
+	if err != nil {
+		b.Errorf("count unpublished commits: %v", err)
+	}
+
+	rawRate := float64(benchRawInserts) / raw.elapsed.Seconds()
+	cmdRate := float64(benchCommands) / cmds.elapsed.Seconds()
+	rawP50, rawP99 := percentile(raw.latencies, 50), percentile(raw.latencies, 99)
+	cmdP50, cmdP99 := percentile(cmds.latencies, 50), percentile(cmds.latencies, 99)
+	visP50, visP99 := percentile(cmds.visible, 50), percentile(cmds.visible, 99)
+	b.ReportMetric(rawRate, "raw_inserts/s")
+	b.ReportMetric(ms(rawP50), "raw_p50_ms")
+	b.ReportMetric(ms(rawP99), "raw_p99_ms")
+	b.ReportMetric(cmdRate, "commands/s")
+	b.ReportMetric(ms(cmdP50), "cmd_p50_ms")
+	b.ReportMetric(ms(cmdP99), "cmd_p99_ms")
+	b.ReportMetric(cmdRate/rawRate, "cmd_to_raw_ratio")
+	b.ReportMetric(ms(visP50), "visible_p50_ms")
+	b.ReportMetric(ms(visP99), "visible_p99_ms")
+	b.ReportMetric(float64(visP99)/float64(rawP99), "visible_p99_to_raw_p99")
+
+	var t strings.Builder
+	f := func(format string, args ...any) { fmt.Fprintf(&t, format, args...) }
+	f("\nBenchmarkService: embedded FerretDB 1.24 on SQLite + embedded NATS, %d concurrent clients\n", benchClients)
+	f("  %-44s %12s %12s %12s %12s\n", "measure", "count", "per second", "p50", "p99")
+	f("  %-44s %12d %12.0f %12s %12s\n", "raw insertOne of a commit-sized document", benchRawInserts, rawRate, round(rawP50), round(rawP99))
+	f("  %-44s %12d %12.0f %12s %12s\n", "REST commands (place/approve/ship/deliver)", benchCommands, cmdRate, round(cmdP50), round(cmdP99))
+	f("  %-44s %12d %12s %12s %12s\n", "accepted-to-visible (summary min_version)", len(cmds.visible), "-", round(visP50), round(visP99))
+	f("  (the scratch collection has only the _id index; the event log has 3 more: stream_first_version,\n")
+	f("   idempotency_key, outbox)\n")
+	f("  commands/s to raw inserts/s       %.3f\n", cmdRate/rawRate)
+	f("  visible p99 to raw insert p99     %.1f\n", float64(visP99)/float64(rawP99))
+	f("  phase times                       raw %v, commands %v; read models complete %v after the last command answer\n",
+		raw.elapsed.Round(time.Millisecond), cmds.elapsed.Round(time.Millisecond), cmds.drained.Round(time.Millisecond))
+	f("  visibility probes                 %d (every %dth command, %d skipped: %d already waiting); %d ran out of their %s wait\n",
+		len(cmds.visible), benchProbeEvery, cmds.skipped, benchProbeSlots, cmds.stale, benchVisibleWait)
+	if cmds.stale > 0 {
+		f("                                    so the visible percentiles are lower bounds\n")
+	}
+	f("  failed commands %d; summaries not at version 4 after the drain: %d\n", cmds.failed, cmds.undrained)
+	end := scrapeMetrics(ctx, &http.Client{Timeout: 10 * time.Second}, "http://"+m.HTTPAddr)
+	if a, e := cmds.atLast, end; a != nil && e != nil {
+		const (
+			pub = "orderd_relay_published_events_total"
+			sum = `orderd_projection_events_applied_total{projection="order_summaries"}`
+			sta = `orderd_projection_events_applied_total{projection="customer_order_stats"}`
+		)
+		f("  at the last command answer        relay published %.0f of %d events; applied: order_summaries %.0f, customer_order_stats %.0f\n",
+			a[pub], benchCommands, a[sum], a[sta])
+		f("  at the end                        relay published %.0f; applied: order_summaries %.0f, customer_order_stats %.0f\n",
+			e[pub], e[sum], e[sta])
+		if n := e["orderd_append_duration_seconds_count"]; n > 0 {
+			f("  in-service insert of a commit     mean %s over %.0f appends (orderd_append_duration_seconds)\n",
+				round(time.Duration(e["orderd_append_duration_seconds_sum"]/n*float64(time.Second))), n)
+		}
+		f("  command retries %.0f, append conflicts %.0f, projection gaps filled %.0f, projection batch errors %.0f\n",
+			e["orderd_command_retries_total"], e["orderd_append_conflicts_total"],
+			e[`orderd_projection_gaps_filled_total{projection="order_summaries"}`]+e[`orderd_projection_gaps_filled_total{projection="customer_order_stats"}`],
+			e[`orderd_projection_errors_total{projection="order_summaries"}`]+e[`orderd_projection_errors_total{projection="customer_order_stats"}`])
+	}
+	f("  collection sizes reached          ")
+	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projections.OrderSummaries.Collection,
+		projections.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+		if i > 0 {
+			f(", ")
+		}
+		f("%s %d", name, sizes[name])
+	}
+	f("\n  commits without their published marker at the end: %d (the relay marks them behind publishing)\n", unmarked)
+	fmt.Fprint(os.Stdout, t.String())
+
+	if sizes[benchScratch] != benchRawInserts || sizes[eventstore.CommitsCollection] != benchCommands ||
+		sizes[projections.OrderSummaries.Collection] != benchOrders {
+		b.Errorf("collection sizes %v; want %d raw documents, %d commits, %d summaries", sizes, benchRawInserts, benchCommands, benchOrders)
+	}
+}
+
+// rawResult is the raw phase's wall time and per-insert latencies.
+type rawResult struct {
+	elapsed   time.Duration
+	latencies []time.Duration
+}
+
+// measureRawInserts inserts benchRawInserts commit-sized documents into coll
+// from benchClients goroutines.
+func measureRawInserts(ctx context.Context, b *testing.B, coll *mongo.Collection) rawResult {
+	b.Helper()
+	_ = coll.Drop(ctx)
+	if err := coll.Database().CreateCollection(ctx, coll.Name()); err != nil {
+		b.Fatalf("create %s: %v", coll.Name(), err)
+	}
+	lat := make([]time.Duration, benchRawInserts)
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range benchClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= benchRawInserts || ctx.Err() != nil {
+					return
+				}
+				doc := commitLike(i)
+				t0 := time.Now()
+				_, err := coll.InsertOne(ctx, doc)
+				lat[i] = time.Since(t0)
+				if err != nil && failed.Add(1) <= 3 {
+					b.Errorf("raw insert %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return rawResult{elapsed: time.Since(start), latencies: lat}
+}
+
+// commitLike is a document shaped like eventstore's commit of an
+// OrderPlaced event: the same fields and types, one event whose data has
+// the four fields of OrderPlaced (one line item), published false.
+func commitLike(i int) bson.D {
+	stream := fmt.Sprintf("bench-raw-%06d", i)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	return bson.D{
+		{Key: "_id", Value: eventstore.CommitID(stream, 1)},
+		{Key: "stream_id", Value: stream},
+		{Key: "stream_type", Value: "order"},
+		{Key: "first_version", Value: int64(1)},
+		{Key: "last_version", Value: int64(1)},
+		{Key: "events", Value: bson.A{bson.D{
+			{Key: "event_id", Value: fmt.Sprintf("0190c0de-0000-7000-8000-%012d", i)},
+			{Key: "type", Value: "OrderPlaced"},
+			{Key: "version", Value: int64(1)},
+			{Key: "occurred_at", Value: now},
+			{Key: "recorded_at", Value: now},
+			{Key: "data", Value: bson.D{
+				{Key: "customer_id", Value: fmt.Sprintf("bench-customer-%04d", i%500)},
+				{Key: "currency", Value: "BRL"},
+				{Key: "items", Value: bson.A{bson.D{
+					{Key: "sku", Value: "sku-4244733e06e7ecb4970a6e2683c13e61"},
+					{Key: "quantity", Value: int64(1)},
+					{Key: "unit_price_cents", Value: int64(5890)},
+				}}},
+				{Key: "freight_cents", Value: int64(1329)},
+			}},
+			{Key: "correlation_id", Value: fmt.Sprintf("0190c0de-0000-7000-9000-%012d", i)},
+			{Key: "causation_id", Value: fmt.Sprintf("0190c0de-0000-7000-9000-%012d", i)},
+			{Key: "schema_version", Value: int32(1)},
+		}}},
+		{Key: "recorded_at", Value: now},
+		{Key: "published", Value: false},
+	}
+}
+
+// cmdResult is the REST phase's outcome.
+type cmdResult struct {
+	elapsed   time.Duration      // first command sent to last command answered
+	latencies []time.Duration    // per command
+	visible   []time.Duration    // per probe, until its answer (a stale one's included)
+	stale     int                // probes whose wait ran out (stale summary, or 404: none yet)
+	skipped   int                // probe candidates skipped: benchProbeSlots were waiting
+	failed    int                // commands not answered 2xx
+	drained   time.Duration      // last command answered to every summary at version 4
+	undrained int                // summaries not at version 4 when the drain gave up
+	atLast    map[string]float64 // /metrics when the last command was answered
+}
+
+// measureCommands drives benchOrders orders through four commands each
+// from benchClients clients, probing the read model after every
+// benchProbeEvery-th command when a probe slot is free, then waits for the
+// read models to apply every event.
+func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
+	b.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 2 * benchClients
+	hc := &http.Client{Transport: tr, Timeout: 60 * time.Second}
+	defer tr.CloseIdleConnections()
+
+	var (
+		res      cmdResult
+		mu       sync.Mutex
+		nextCmd  atomic.Int64
+		next     atomic.Int64
+		failed   atomic.Int64
+		probes   sync.WaitGroup
+		slots    = make(chan struct{}, benchProbeSlots)
+		skipped  atomic.Int64
+		clients  sync.WaitGroup
+		lat      = make([]time.Duration, benchCommands)
+		reported atomic.Int64
+	)
+	errorf := func(format string, args ...any) {
+		if reported.Add(1) <= 5 {
+			b.Errorf(format, args...)
+		}
+	}
+	// send posts one command and returns when its answer is read.
+	send := func(id, path, body string, want int) (version int64, answered time.Time, ok bool) {
+		i := int(nextCmd.Add(1)) - 1
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		req, _ := http.NewRequestWithContext(ctx, "POST", base+path, rd)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		t0 := time.Now()
+		resp, err := hc.Do(req)
+		if err != nil {
+			failed.Add(1)
+			errorf("POST %s: %v", path, err)
+			return 0, time.Time{}, false
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered = time.Now()
+		if i < len(lat) {
+			lat[i] = answered.Sub(t0)
+		}
+		if err != nil || resp.StatusCode != want {
+			failed.Add(1)
+			errorf("POST %s: %d %s (%v)", path, resp.StatusCode, data, err)
+			return 0, answered, false
+		}
+		etag := strings.Trim(resp.Header.Get("ETag"), `"`)
+		if _, err := fmt.Sscan(etag, &version); err != nil {
+			errorf("POST %s: ETag %q", path, resp.Header.Get("ETag"))
+		}
+		if (i+1)%benchProbeEvery == 0 {
+			select {
+			case slots <- struct{}{}:
+				probes.Go(func() {
+					defer func() { <-slots }()
+					probe(ctx, hc, base, id, version, answered, &mu, &res, errorf)
+				})
+			default:
+				skipped.Add(1)
+			}
+		}
+		return version, answered, true
+	}
+
+	start := time.Now()
+	var last atomic.Int64 // unix nanos of the last command answer
+	for range benchClients {
+		clients.Go(func() {
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= benchOrders || ctx.Err() != nil {
+					return
+				}
+				id := fmt.Sprintf("bench-order-%05d", n)
+				place := fmt.Sprintf(`{"order_id":%q,"customer_id":"bench-customer-%03d","currency":"BRL","items":[{"sku":"sku-%03d","quantity":%d,"unit_price_cents":%d}],"freight_cents":%d}`,
+					id, n%100, n%37, 1+n%3, 990+n, 500)
+				steps := []struct {
+					path, body string
+					want       int
+				}{
+					{"/v1/orders", place, http.StatusCreated},
+					{"/v1/orders/" + id + "/approve", "", http.StatusOK},
+					{"/v1/orders/" + id + "/ship", "", http.StatusOK},
+					{"/v1/orders/" + id + "/deliver", "", http.StatusOK},
+				}
+				for _, s := range steps {
+					_, answered, ok := send(id, s.path, s.body, s.want)
+					if at := answered.UnixNano(); at > 0 {
+						for {
+							l := last.Load()
+							if at <= l || last.CompareAndSwap(l, at) {
+								break
+							}
+						}
+					}
+					if !ok {
+						break
+					}
+				}
+			}
+		})
+	}
+	clients.Wait()
+	lastAnswer := time.Unix(0, last.Load())
+	res.elapsed = lastAnswer.Sub(start)
+	res.latencies = lat[:min(int(nextCmd.Load()), len(lat))]
+
+	res.atLast = scrapeMetrics(ctx, hc, base)
+	probes.Wait()
+	res.skipped = int(skipped.Load())
+
+	// The read models are complete when both projections have applied
+	// every event; /metrics tells without loading the store.
+	deadline := lastAnswer.Add(benchDrainLimit)
+	for {
+		mt := scrapeMetrics(ctx, hc, base)
+		if mt[`orderd_projection_events_applied_total{projection="order_summaries"}`] >= benchCommands &&
+			mt[`orderd_projection_events_applied_total{projection="customer_order_stats"}`] >= benchCommands {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			errorf("read models incomplete %v after the last command: %v", benchDrainLimit, mt)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	res.drained = time.Since(lastAnswer)
+
+	// Then every summary is at version 4.
+	var check sync.WaitGroup
+	var nextCheck, undrained atomic.Int64
+	for range 4 {
+		check.Go(func() {
+			for {
+				n := int(nextCheck.Add(1)) - 1
+				if n >= benchOrders || ctx.Err() != nil {
+					return
+				}
+				path := fmt.Sprintf("/v1/order-summaries/bench-order-%05d?min_version=4&wait=10s", n)
+				if code, stale, err := get(ctx, hc, base+path); err != nil || code != http.StatusOK || stale {
+					undrained.Add(1)
+					errorf("GET %s: %d stale %v %v", path, code, stale, err)
+				}
+			}
+		})
+	}
+	check.Wait()
+	res.undrained = int(undrained.Load())
+	res.failed = int(failed.Load())
+	return res
+}
+
+// probe waits for the summary of order id at version (its command was
+// answered at answered), and records the time from that answer to its own.
+func probe(ctx context.Context, hc *http.Client, base, id string, version int64, answered time.Time,
+	mu *sync.Mutex, res *cmdResult, errorf func(string, ...any)) {
+	url := fmt.Sprintf("%s/v1/order-summaries/%s?min_version=%d&wait=%s", base, id, version, benchVisibleWait)
+	code, stale, err := get(ctx, hc, url)
+	d := time.Since(answered)
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case err == nil && (code == http.StatusNotFound || code == http.StatusOK && stale):
+		res.stale++ // the summary did not reach the version within the wait
+		res.visible = append(res.visible, d)
+	case err != nil || code != http.StatusOK:
+		errorf("GET %s: %d %v", url, code, err)
+	default:
+		res.visible = append(res.visible, d)
+	}
+}
+
+// get GETs url and reads the answer in full; stale reports
+// X-Read-Model-Stale: true.
+func get(ctx context.Context, hc *http.Client, url string) (code int, stale bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Read-Model-Stale") == "true", err
+}
+
+// scrapeMetrics reads /metrics into a map from series ("name{labels}") to
+// value; nil when it cannot.
+func scrapeMetrics(ctx context.Context, hc *http.Client, base string) map[string]float64 {
+	req, err := http.NewRequestWithContext(ctx, "GET", base+"/metrics", nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(body), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		var v float64
+		if _, err := fmt.Sscan(line[i+1:], &v); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// percentile returns the p-th percentile (nearest rank) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(float64(len(s))*p/100+0.5) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func round(d time.Duration) string {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
+}

@@ -1,0 +1,347 @@
+package projections_test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projections"
+)
+
+// TestRunnerEndToEnd runs the whole path on real servers: commands through
+// domain.Service append to the log, the Relay publishes to JetStream, two
+// "processes" (own store client, own NATS connection) share the durable
+// consumer of order_summaries and one runs customer_order_stats. Once the
+// commands are done, the consumers' lag drains to 0 and every read-model
+// document equals the fold of the log: events of one order handled by
+// different workers and processes at once lose no update.
+func TestRunnerEndToEnd(t *testing.T) {
+	ctx := testContext(t, 120*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	log := testLogger(t)
+
+	es := newLog(t, ctx, db)
+	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
+	goRun(t, "relay", relay.Run)
+
+	reg := prometheus.NewRegistry()
+	m := projections.NewMetrics(reg)
+	cfg := b.runnerConfig()
+	sumsStore := projections.NewStore(db, projections.OrderSummaries, es, m)
+	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	stats := projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, es, m), b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	// The second runner: its own NATS connection and, where single-document
+	// updates are atomic (MongoDB), its own store client, as a second
+	// process; on the embedded FerretDB it shares the first one's Store, as
+	// a second worker of the same process (see
+	// storetest.RequireAtomicUpdates).
+	db2 := db
+	sumsStore2 := sumsStore
+	if os.Getenv("MONGODB_URI") != "" {
+		db2 = storetest.Client(t).Database(db.Name())
+		sumsStore2 = projections.NewStore(db2, projections.OrderSummaries, eventstore.New(db2), m)
+	}
+	nc2, err := nats.Connect(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc2.Close)
+	js2, err := jetstream.New(nc2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums2 := projections.NewRunner(sumsStore2, js2, projections.NewDeadLetters(db2), cfg, log, m)
+	if sums1.ConsumerName() != sums2.ConsumerName() {
+		t.Fatalf("the two processes use consumers %s and %s, want one shared durable", sums1.ConsumerName(), sums2.ConsumerName())
+	}
+	goRun(t, "summaries runner 1", sums1.Run)
+	goRun(t, "summaries runner 2", sums2.Run)
+	goRun(t, "stats runner", stats.Run)
+
+	// Orders driven concurrently by 8 clients, one command at a time: 100
+	// on an external MongoDB, 30 on the embedded FerretDB, which runs in
+	// this process under the race detector and decodes every document in
+	// Go (100 orders take minutes there with -race on two cores).
+	const clients = 8
+	orders := 30
+	if os.Getenv("MONGODB_URI") != "" {
+		orders = 100
+	}
+	ids := make([]string, orders)
+	jobs := make(chan int, orders)
+	for i := range orders {
+		ids[i] = fmt.Sprintf("e2e%03d", i)
+		jobs <- i
+	}
+	close(jobs)
+	// A state cache spares each command the read of its stream, as the
+	// service binary does.
+	svc := domain.NewService(es, &mapCache{m: map[string]domain.Order{}})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for i := range jobs {
+				for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%7)) {
+					if _, err := svc.Execute(ctx, ids[i], cmd, domain.ExecOptions{}); err != nil {
+						t.Errorf("%s %s: %v", domain.CommandName(cmd), ids[i], err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	t.Logf("commands done in %s", time.Since(start))
+	f := loadFixture(t, ctx, es, ids)
+	t.Logf("%d orders, %d events appended", len(ids), len(f.flat))
+
+	// Poll the cheap signals (the stream holds every event, every consumer
+	// acknowledged everything) before comparing documents.
+	waitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
+		if n := b.messages(t, ctx); n < uint64(len(f.flat)) {
+			return fmt.Errorf("%d of %d events on the stream", n, len(f.flat))
+		}
+		for _, r := range []*projections.Runner{sums1, sums2, stats} {
+			if n, err := r.Lag(ctx); err != nil || n != 0 {
+				return fmt.Errorf("%s: lag %d (%v)", r.ConsumerName(), n, err)
+			}
+		}
+		return nil
+	})
+	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
+	waitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return diffReadModels(ctx, db, f) })
+	if dl, err := projections.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
+		t.Errorf("dead letters %v (%v), want none", dl, err)
+	}
+	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
+		applied := metric(t, reg, "orderd_projection_events_applied_total", name)
+		if applied < float64(len(f.flat)) {
+			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.flat))
+		}
+		logMetrics(t, reg, name)
+	}
+}
+
+// TestRunnerDuplicatedAndReorderedDelivery injects on purpose what the
+// relay and JetStream may do: every event delivered twice (a republish
+// after the de-duplication window, so a different Nats-Msg-Id) and in
+// reverse order, queued before the runners start so that copies share a
+// batch; later the whole log once more. The read models end equal to the
+// fold, and the second round is all skipped duplicates.
+func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
+	ctx := testContext(t, 80*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	es := newLog(t, ctx, db)
+	f := newFixture(t, ctx, es, "dup", 20, 4)
+	total := float64(len(f.flat))
+
+	for _, e := range reversed(f.flat) {
+		b.publishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return e.ID })
+		b.publishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
+	}
+
+	reg := prometheus.NewRegistry()
+	m := projections.NewMetrics(reg)
+	log, cfg, dead := testLogger(t), b.runnerConfig(), projections.NewDeadLetters(db)
+	// One worker per projection: this test is about delivery, not about
+	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
+	cfg.Workers = 1
+	sums := projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, es, m), b.JS, dead, cfg, log, m)
+	stats := projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, es, m), b.JS, dead, cfg, log, m)
+	goRun(t, "summaries runner", sums.Run)
+	goRun(t, "stats runner", stats.Run)
+
+	waitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
+		return diffReadModels(ctx, db, f)
+	})
+	waitLag(t, ctx, 15*time.Second, sums, stats)
+
+	applied, dups := map[string]float64{}, map[string]float64{}
+	names := []string{sums.Name(), stats.Name()}
+	for _, n := range names {
+		applied[n] = metric(t, reg, "orderd_projection_events_applied_total", n)
+		dups[n] = metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
+	}
+
+	// The whole log again, reversed, under new message ids.
+	b.publishEvents(t, ctx, reversed(f.flat), func(e domain.Event) string { return "again-" + e.ID })
+	// A copy with a remembered id is dropped by the stream itself.
+	body, err := domain.MarshalEvent(f.flat[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack := b.publish(t, ctx, f.flat[0].StreamID, body, f.flat[0].ID); !ack.Duplicate {
+		t.Errorf("a republish under the same Nats-Msg-Id inside the window was stored (seq %d), want dropped", ack.Sequence)
+	}
+	waitLag(t, ctx, 20*time.Second, sums, stats)
+	for _, n := range names {
+		if d := metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
+			t.Errorf("%s: %v duplicates skipped for %v redelivered events", n, d, total)
+		}
+		if a := metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
+			t.Errorf("%s: %v events applied again, want 0", n, a)
+		}
+	}
+	if err := diffReadModels(ctx, db, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunnerDeadLetters: a message that does not decode and an event whose
+// gap the log cannot fill are redelivered, then parked after MaxDeliveries
+// with their error, while a healthy order published after them is
+// projected. Retry heals a dead letter once its cause is fixed (the missing
+// event appended to the log) and keeps one that still fails.
+func TestRunnerDeadLetters(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	es := newLog(t, ctx, db)
+	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
+	appendStream(t, ctx, es, "healthy", lifecycle(0, "cust-h"), 2, at)
+	appendStream(t, ctx, es, "gapped", lifecycle(0, "cust-g")[:1], 1, at)
+	healthy := loadFixture(t, ctx, es, []string{"healthy"})
+
+	reg := prometheus.NewRegistry()
+	m := projections.NewMetrics(reg)
+	dead := projections.NewDeadLetters(db)
+	cfg := b.runnerConfig()
+	cfg.MaxDeliveries = 2
+	cfg.Workers = 1 // about poison, not about writers racing
+	r := projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, es, m), b.JS, dead, cfg, testLogger(t), m)
+	goRun(t, "summaries runner", r.Run)
+
+	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
+		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
+	b.publish(t, ctx, "o1", teleported, "x1")
+	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
+	gapV2 := newEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
+	b.publishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
+	b.publishEvents(t, ctx, healthy.flat, func(e domain.Event) string { return e.ID })
+
+	reader := projections.NewReader(db)
+	waitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
+		got, err := reader.Summary(ctx, "healthy")
+		if err == nil && !reflect.DeepEqual(got, healthy.orders["healthy"]) {
+			err = fmt.Errorf("summary %s, want %s", dump(got), dump(healthy.orders["healthy"]))
+		}
+		return err
+	})
+	var letters []projections.DeadLetter
+	waitFor(t, 20*time.Second, "two dead letters", func() error {
+		var err error
+		letters, err = dead.List(ctx, r.Name(), 10)
+		if err == nil && len(letters) != 2 {
+			err = fmt.Errorf("%d dead letters: %+v", len(letters), letters)
+		}
+		return err
+	})
+	waitLag(t, ctx, 15*time.Second, r)
+
+	var undecodable, gap projections.DeadLetter
+	for _, d := range letters {
+		switch d.StreamID {
+		case "o1":
+			undecodable = d
+		case "gapped":
+			gap = d
+		}
+	}
+	if !strings.HasPrefix(undecodable.ID, r.Name()+":seq-") || undecodable.Payload != string(teleported) ||
+		undecodable.Subject != "orders.events.o1" || !strings.Contains(undecodable.Error, "OrderTeleported") ||
+		undecodable.Deliveries < 2 || undecodable.Projection != r.Name() || undecodable.ParkedAt.IsZero() {
+		t.Errorf("dead letter of the undecodable message: %+v", undecodable)
+	}
+	if gap.ID != r.Name()+":"+gapV2.ID || gap.EventID != gapV2.ID || gap.Version != 2 || gap.Deliveries < 2 ||
+		!strings.Contains(gap.Error, "does not hold v2") || gap.Subject != "orders.events.gapped" {
+		t.Errorf("dead letter of the unfillable gap: %+v", gap)
+	}
+	if n, err := dead.Count(ctx, r.Name()); err != nil || n != 2 {
+		t.Errorf("Count = %d (%v), want 2", n, err)
+	}
+	if n := metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
+		t.Errorf("dead letters metric %v, want 2", n)
+	}
+	if _, err := reader.Summary(ctx, "gapped"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
+	}
+
+	// Retry before the cause is fixed: still failing, kept, with the result.
+	if err := r.Retry(ctx, gap.ID); err == nil || errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("Retry of the unfixed gap: %v, want the apply error", err)
+	}
+	// Fix the cause: the log gets the missing event. Retry folds it.
+	if _, err := es.Append(ctx, domain.Commit{StreamID: "gapped", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
+		Events: []domain.Event{gapV2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Retry(ctx, gap.ID); err != nil {
+		t.Fatalf("Retry of the fixed gap: %v", err)
+	}
+	fixed := loadFixture(t, ctx, es, []string{"gapped"})
+	if got, err := reader.Summary(ctx, "gapped"); err != nil || got.Version != 2 || got.Status != domain.StatusApproved ||
+		!reflect.DeepEqual(got, fixed.orders["gapped"]) {
+		t.Errorf("summary of the retried stream: %s (%v), want %s", dump(got), err, dump(fixed.orders["gapped"]))
+	}
+
+	// The undecodable message cannot be healed: Retry fails and records it.
+	if err := r.Retry(ctx, undecodable.ID); err == nil || errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("Retry of the undecodable message: %v, want a decode error", err)
+	}
+	letters, err := dead.List(ctx, r.Name(), 10)
+	if err != nil || len(letters) != 1 || letters[0].ID != undecodable.ID {
+		t.Fatalf("dead letters after the retries: %+v (%v), want only %s", letters, err, undecodable.ID)
+	}
+	if letters[0].RetryResult == "" || letters[0].RetriedAt.IsZero() {
+		t.Errorf("failed retry not recorded: %+v", letters[0])
+	}
+
+	for _, id := range []string{r.Name() + ":no-such-event", "customer_order_stats:" + gapV2.ID, "nonsense"} {
+		if err := r.Retry(ctx, id); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("Retry(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+// mapCache is a domain.StateCache without eviction.
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string]domain.Order
+}
+
+func (c *mapCache) Get(id string) (domain.Order, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.m[id]
+	return o, ok
+}
+
+func (c *mapCache) Add(id string, o domain.Order) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[id] = o
+}
+
+func (c *mapCache) Remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
