@@ -53,7 +53,8 @@ func NewMain() *Main {
 	return &Main{Config: DefaultConfig(), stopEmbedded: func() {}}
 }
 
-// ParseFlags reads the environment through getenv, then the flags.
+// ParseFlags reads the environment through getenv, then the flags. It
+// returns flag.ErrHelp after printing the help for -h.
 func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("orderd serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -65,10 +66,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.W
 		return err
 	}
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
-		}
-		return err
+		return err // flag.ErrHelp after -h
 	}
 	return m.Config.Validate()
 }

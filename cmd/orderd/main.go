@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,6 +56,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	m := NewMain()
 	if err := m.ParseFlags(args, os.Getenv, stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return err
 	}
 	if err := m.Run(ctx); err != nil {
@@ -64,6 +68,3 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	<-ctx.Done()
 	return m.Close()
 }
-
-// errHelp is returned by ParseFlags after printing the help.
-var errHelp = errors.New("help requested")
