@@ -219,7 +219,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				continue
 			case err == nil:
 				backoff = 0
-				more = n == r.cfg.BatchSize
+				more = n >= r.cfg.BatchSize
 			}
 		} else {
 			r.takeHints(maxHints) // the leader's sweep publishes them
@@ -266,9 +266,11 @@ func (r *Relay) PublishPending(ctx context.Context) (int, error) {
 // unpublished commits of the log.
 func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
 	docs := r.takeHints(r.cfg.BatchSize)
-	if sweep && len(docs) < r.cfg.BatchSize {
+	if sweep {
+		// A sweep costs a scan of the whole collection on FerretDB however
+		// few it returns, so it takes up to sweepBatches batches at once.
 		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
-			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(r.cfg.BatchSize-len(docs))))
+			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(sweepBatches*r.cfg.BatchSize)))
 		if err != nil {
 			return 0, fmt.Errorf("read outbox: %w", translate(err))
 		}
@@ -297,11 +299,18 @@ func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
 		}
 		r.setBacklog(backlog, oldest)
 	}
-	if len(docs) == 0 {
-		return 0, nil
+	n := 0
+	for chunk := range slices.Chunk(docs, r.cfg.BatchSize) {
+		k, err := r.publish(ctx, chunk)
+		if n += k; err != nil {
+			return n, err
+		}
 	}
-	return r.publish(ctx, docs)
+	return n, nil
 }
+
+// sweepBatches is how many batches one outbox sweep may return.
+const sweepBatches = 16
 
 // markLoop writes published markers until ctx is done, pausing after
 // each bulk as long as the bulk took (so at most half of the time).
