@@ -254,6 +254,12 @@ func (s *Service) state(ctx context.Context, orderID string, assume, placing boo
 // try decides cmd on o and appends the result.
 func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command, opt ExecOptions, hash string) (Result, error) {
 	if p, ok := cmd.(PlaceOrder); ok && o.SamePlacement(p) {
+		if opt.IdempotencyKey != "" {
+			// A retry of the first request: its result, not today's state.
+			if r, err := s.replay(ctx, opt.IdempotencyKey, orderID, orderID, hash); !errors.Is(err, ErrNotFound) {
+				return r, err
+			}
+		}
 		return Result{OrderID: orderID, Version: o.Version, Status: o.Status, Replayed: true}, nil
 	}
 	if opt.IfMatch != nil && *opt.IfMatch != o.Version {

@@ -599,3 +599,22 @@ func TestServiceGetRefreshesCachedState(t *testing.T) {
 		}
 	}
 }
+
+// A place retried with its Idempotency-Key after the order moved on
+// answers with the first result, not the order's state today.
+func TestServicePlaceRetryAfterOrderMovedOn(t *testing.T) {
+	store := newMemStore()
+	svc := newService(store, true)
+	key := domain.ExecOptions{IdempotencyKey: "k-place"}
+	if _, err := svc.Execute(ctx, orderID, placeCmd(), key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.Execute(ctx, orderID, placeCmd(), key)
+	expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
+	if n := store.commits(); n != 2 {
+		t.Fatalf("%d commits, want 2", n)
+	}
+}

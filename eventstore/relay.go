@@ -203,10 +203,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		more := false
 		if leader {
 			sweep := time.Since(sweptAt) >= max(r.cfg.PollInterval, 10*sweepCost)
-			start := time.Now()
-			n, err := r.round(ctx, sweep)
-			if sweep {
-				sweptAt, sweepCost = time.Now(), time.Since(start)
+			n, scan, err := r.round(ctx, sweep)
+			if sweep && err == nil {
+				sweptAt, sweepCost = time.Now(), scan
 			}
 			switch {
 			case err != nil && ctx.Err() == nil:
@@ -258,34 +257,47 @@ func (r *Relay) setLeader(on bool) {
 // acknowledged ones published. It returns how many commits it handled. A
 // commit with an unacknowledged event stays unpublished and is retried.
 func (r *Relay) PublishPending(ctx context.Context) (int, error) {
-	n, err := r.round(ctx, true)
+	n, _, err := r.round(ctx, true)
 	return n, errors.Join(err, r.flushMarks(ctx))
 }
 
 // round publishes the queued hints and, when sweep is set, the oldest
-// unpublished commits of the log.
-func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
+// unpublished commits of the log. It returns how many commits it handled
+// and how long the sweep's read took. Hints of a failed round are queued
+// again.
+func (r *Relay) round(ctx context.Context, sweep bool) (n int, scan time.Duration, err error) {
 	docs := r.takeHints(r.cfg.BatchSize)
-	if sweep {
-		// A sweep costs a scan of the whole collection on FerretDB however
-		// few it returns, so it takes up to sweepBatches batches at once.
-		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
-			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(sweepBatches*r.cfg.BatchSize)))
+	defer func() {
 		if err != nil {
-			return 0, fmt.Errorf("read outbox: %w", translate(err))
+			r.requeue(docs)
+		}
+	}()
+	if sweep {
+		// Commits published but not yet marked are still published:false;
+		// the snapshot is taken before the read so that none marked in
+		// between is taken for unpublished, and the limit leaves room for
+		// all of them. A sweep costs a scan of the whole collection on
+		// FerretDB however few it returns, so it takes up to sweepBatches
+		// batches at once.
+		r.markMu.Lock()
+		unmarked := maps.Clone(r.unmarked)
+		r.markMu.Unlock()
+		start := time.Now()
+		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
+			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(sweepBatches*r.cfg.BatchSize+len(unmarked))))
+		if err != nil {
+			return 0, 0, fmt.Errorf("read outbox: %w", translate(err))
 		}
 		var swept []commitDoc
 		if err := cur.All(ctx, &swept); err != nil {
-			return 0, fmt.Errorf("read outbox: %w", translate(err))
+			return 0, 0, fmt.Errorf("read outbox: %w", translate(err))
 		}
+		scan = time.Since(start)
 		seen := map[string]bool{}
 		for _, d := range docs {
 			seen[d.ID] = true
 		}
 		backlog, oldest := 0, time.Time{}
-		r.markMu.Lock()
-		unmarked := maps.Clone(r.unmarked)
-		r.markMu.Unlock()
 		for _, d := range swept {
 			if unmarked[d.ID] {
 				continue
@@ -299,14 +311,24 @@ func (r *Relay) round(ctx context.Context, sweep bool) (int, error) {
 		}
 		r.setBacklog(backlog, oldest)
 	}
-	n := 0
 	for chunk := range slices.Chunk(docs, r.cfg.BatchSize) {
 		k, err := r.publish(ctx, chunk)
 		if n += k; err != nil {
-			return n, err
+			return n, scan, err
 		}
 	}
-	return n, nil
+	return n, scan, nil
+}
+
+// requeue puts hints back at the front of the queue; a commit among them
+// that was published meanwhile is only published again, which the
+// de-duplication window absorbs.
+func (r *Relay) requeue(docs []commitDoc) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.hints)+len(docs) <= maxHints {
+		r.hints = append(slices.Clone(docs), r.hints...)
+	}
 }
 
 // sweepBatches is how many batches one outbox sweep may return.

@@ -97,7 +97,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("nats: %w", err)
 	}
-	js, err := jetstream.New(m.nc)
+	// Acks the relay gave up on must not stay pending in the client.
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
@@ -129,7 +130,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	g, runCtx := errgroup.WithContext(runCtx)
 	m.group = g
 	if relay != nil {
-		g.Go(func() error { return relay.Run(runCtx) })
+		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
 	if r.projector {
 		pm := projections.NewMetrics(reg)
@@ -141,13 +142,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, store, pm), js, dead, rc, plog, pm),
 		}
 		for _, pr := range runners {
-			g.Go(func() error {
-				err := pr.Run(runCtx)
-				if err != nil && runCtx.Err() == nil {
-					m.Log.Error("projection stopped", "projection", pr.Name(), "err", err)
-				}
-				return err
-			})
+			g.Go(func() error { return m.supervise(runCtx, "projection "+pr.Name(), pr.Run) })
 		}
 	}
 	if r.api {
@@ -217,6 +212,29 @@ func (m *Main) Close() error {
 	}
 	m.stopEmbedded()
 	return errors.Join(errs...)
+}
+
+// supervise runs a role until ctx is done, restarting it with capped
+// exponential backoff when it fails (a consumer that could not be created
+// while JetStream was electing a leader, say), so one failing role never
+// stops the others.
+func (m *Main) supervise(ctx context.Context, role string, run func(context.Context) error) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		m.Log.Error("role stopped; restarting", "role", role, "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(2*backoff, 10*time.Second)
+	}
 }
 
 // stateCache adapts an LRU to domain.StateCache.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -603,5 +604,26 @@ func TestRun_Help(t *testing.T) {
 	err := run(ctx, []string{"frobnicate"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "frobnicate") || !strings.Contains(stderr.String(), "Usage:") {
 		t.Errorf("unknown command: err %v, stderr %q", err, stderr.String())
+	}
+}
+
+// A role that fails is restarted, so it cannot silently stop the others.
+func TestSuperviseRestartsFailedRole(t *testing.T) {
+	m := NewMain()
+	m.Log = slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	runs := 0
+	err := m.supervise(ctx, "flaky", func(ctx context.Context) error {
+		runs++
+		if runs < 3 {
+			return errors.New("consumer not created")
+		}
+		cancel() // the third run lasts until shutdown
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err != nil || runs != 3 {
+		t.Fatalf("supervise = %v after %d runs; want nil after 3", err, runs)
 	}
 }
