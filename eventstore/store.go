@@ -344,8 +344,22 @@ func translate(err error) error {
 		return err
 	}
 	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) {
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+}
+
+// transient reports a server error that passes: a failover, a node
+// shutting down, a time limit (codes from MongoDB's error_codes.yml).
+func transient(se mongo.ServerError) bool {
+	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
+		return true
+	}
+	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
+		if se.HasErrorCode(code) {
+			return true
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"time"
 
@@ -149,8 +150,12 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer) error {
 // Handle folds one batch of messages and acknowledges, redelivers or parks
 // each of them.
 func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
+	type received struct {
+		msg     jetstream.Msg
+		version int64 // 0 when the message does not decode
+	}
 	events := make([]domain.Event, 0, len(msgs))
-	byStream := map[string][]jetstream.Msg{}
+	byStream := map[string][]received{}
 	poison := map[string]error{}
 	fresh := false // a redelivery reads the documents instead of the cache
 	for _, m := range msgs {
@@ -165,7 +170,7 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 		} else {
 			events = append(events, e)
 		}
-		byStream[stream] = append(byStream[stream], m)
+		byStream[stream] = append(byStream[stream], received{m, e.Version})
 	}
 	_, failed, err := r.store.apply(ctx, events, fresh)
 	if err != nil {
@@ -181,17 +186,24 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 		}
 		return
 	}
-	for id, e := range failed {
-		poison[id] = errors.Join(poison[id], e)
-	}
 	for stream, ms := range byStream {
-		perr, bad := poison[stream]
+		// Events the document reflects are done, even in a stream with a
+		// message that does not decode or an event that does not apply.
+		applyErr := failed[stream]
+		reached := int64(math.MaxInt64)
+		if applyErr != nil {
+			reached = 0
+			var pe *PoisonError
+			if errors.As(applyErr, &pe) {
+				reached = pe.Reached
+			}
+		}
 		for _, m := range ms {
-			if !bad {
-				_ = m.Ack()
+			if m.version > 0 && m.version <= reached {
+				_ = m.msg.Ack()
 				continue
 			}
-			r.reject(ctx, m, stream, perr)
+			r.reject(ctx, m.msg, stream, errors.Join(poison[stream], applyErr))
 		}
 	}
 }

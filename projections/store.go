@@ -210,14 +210,32 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 				out.GapsFilled++
 			}
 			if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
-				return out, fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, target), nil
+				return out, &PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, target)}, nil
 			}
 		}
 		doc := cur.doc
+		applied := 0
+		var bad error
 		for _, e := range next {
 			if err := s.def.Apply(&doc, e); err != nil {
-				return out, fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err), nil
+				bad = fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)
+				break
 			}
+			applied++
+		}
+		if bad != nil {
+			// Keep what applied: the events before the bad one are good.
+			if applied > 0 {
+				doc = cur.doc
+				for _, e := range next[:applied] {
+					_ = s.def.Apply(&doc, e) // applied once above
+				}
+				if cur, err = s.write(ctx, id, doc); err != nil {
+					return out, nil, err
+				}
+				out.Applied += applied
+			}
+			return out, &PoisonError{Reached: s.def.Version(&cur.doc), Err: bad}, nil
 		}
 		if cur, err = s.write(ctx, id, doc); err != nil {
 			return out, nil, err
@@ -229,6 +247,17 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 		}
 	}
 }
+
+// PoisonError is a stream's events that cannot be applied. Reached is the
+// version the stream's document reflects despite them: events up to it
+// were applied and may be acknowledged.
+type PoisonError struct {
+	Reached int64
+	Err     error
+}
+
+func (e *PoisonError) Error() string { return e.Err.Error() }
+func (e *PoisonError) Unwrap() error { return e.Err }
 
 // read returns a stream's document and attempted version; the zero entry
 // when there is none.
@@ -355,8 +384,22 @@ func translate(err error) error {
 		return err
 	}
 	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) {
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+}
+
+// transient reports a server error that passes: a failover, a node
+// shutting down, a time limit (codes from MongoDB's error_codes.yml).
+func transient(se mongo.ServerError) bool {
+	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
+		return true
+	}
+	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
+		if se.HasErrorCode(code) {
+			return true
+		}
+	}
+	return false
 }

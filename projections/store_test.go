@@ -402,3 +402,37 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// An event that cannot be applied does not hold back the good events
+// before it: they are written, and the error says how far the document got,
+// so the runner acknowledges them and parks only the rest.
+func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
+	ctx := testContext(t, 30*time.Second)
+	db := storetest.Database(t)
+	at := domain.Timestamp(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC))
+	ev := func(v int64, d domain.EventData) domain.Event {
+		return domain.Event{ID: fmt.Sprintf("e%d", v), StreamID: "p-1", StreamType: domain.StreamTypeOrder, Type: d.EventType(),
+			Version: v, OccurredAt: at, RecordedAt: at, Data: d, Metadata: domain.Metadata{SchemaVersion: 1}}
+	}
+	events := []domain.Event{
+		ev(1, domain.OrderPlaced{CustomerID: "c-1", Currency: "BRL", Items: []domain.Line{{SKU: "s", Quantity: 1, UnitPriceCents: 100}}}),
+		ev(2, domain.OrderApproved{}),
+		ev(3, domain.OrderDelivered{}), // not from approved: cannot apply
+	}
+	store := projections.NewStore(db, projections.OrderSummaries, nil, nil)
+	out, poison, err := store.Apply(ctx, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *projections.PoisonError
+	if !errors.As(poison["p-1"], &pe) || pe.Reached != 2 || !errors.Is(pe, domain.ErrInvalidTransition) {
+		t.Fatalf("poison = %v, want a PoisonError at v2 wrapping ErrInvalidTransition", poison["p-1"])
+	}
+	if out.Applied != 2 {
+		t.Errorf("applied %d events, want 2", out.Applied)
+	}
+	o, err := store.Get(ctx, "p-1")
+	if err != nil || o.Version != 2 || o.Status != domain.StatusApproved {
+		t.Fatalf("summary = v%d %s, %v; want v2 approved", o.Version, o.Status, err)
+	}
+}
