@@ -8,6 +8,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
 // LeasesCollection holds one document per lease: {_id: name, owner,
@@ -51,7 +53,7 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("claim lease %s: %w", l.name, translate(err))
+		return false, fmt.Errorf("claim lease %s: %w", l.name, mongoerr.Translate(err))
 	}
 	return true, nil
 }
@@ -62,7 +64,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	_, err := l.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "owner", Value: l.owner}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
 	if err != nil {
-		return fmt.Errorf("release lease %s: %w", l.name, translate(err))
+		return fmt.Errorf("release lease %s: %w", l.name, mongoerr.Translate(err))
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
 // StreamConfig names the JetStream stream the relay publishes to. Each
@@ -286,11 +287,11 @@ func (r *Relay) round(ctx context.Context, sweep bool) (n int, scan time.Duratio
 		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
 			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(sweepBatches*r.cfg.BatchSize+len(unmarked))))
 		if err != nil {
-			return 0, 0, fmt.Errorf("read outbox: %w", translate(err))
+			return 0, 0, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
 		}
 		var swept []commitDoc
 		if err := cur.All(ctx, &swept); err != nil {
-			return 0, 0, fmt.Errorf("read outbox: %w", translate(err))
+			return 0, 0, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
 		}
 		scan = time.Since(start)
 		seen := map[string]bool{}
@@ -480,7 +481,7 @@ func (r *Relay) markPublished(ctx context.Context, ids []string) error {
 	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
 	for _, id := range ids {
 		if _, err := r.store.commits.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, set); err != nil {
-			return fmt.Errorf("mark %s published: %w", id, translate(err))
+			return fmt.Errorf("mark %s published: %w", id, mongoerr.Translate(err))
 		}
 	}
 	return nil
@@ -496,7 +497,7 @@ func (r *Relay) Backlog(ctx context.Context) (int64, time.Duration, error) {
 	filter := bson.D{{Key: "published", Value: false}}
 	n, err := r.store.commits.CountDocuments(ctx, filter)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count outbox: %w", translate(err))
+		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
 	}
 	if n == 0 {
 		return 0, 0, nil
@@ -508,7 +509,7 @@ func (r *Relay) Backlog(ctx context.Context) (int64, time.Duration, error) {
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("read outbox head: %w", translate(err))
+		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
 	}
 	return n, time.Since(oldest.RecordedAt), nil
 }

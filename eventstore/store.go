@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
 // CommitsCollection is the event log's collection: one document per commit.
@@ -64,7 +65,7 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
 	for _, m := range models {
 		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
-			return fmt.Errorf("create index on %s: %w", coll.Name(), translate(err))
+			return fmt.Errorf("create index on %s: %w", coll.Name(), mongoerr.Translate(err))
 		}
 	}
 	return nil
@@ -118,7 +119,7 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		if mongo.IsDuplicateKeyError(err) {
 			return time.Time{}, s.duplicate(ctx, c)
 		}
-		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
+		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
 	}
 	if r := s.relay.Load(); r != nil {
 		r.hint(doc)
@@ -136,7 +137,7 @@ func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
 	case errors.Is(err, mongo.ErrNoDocuments) && c.IdempotencyKey != "":
 		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
-		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, translate(err))
+		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
 	case err == nil && c.IdempotencyKey != "" && d.IdempotencyKey == c.IdempotencyKey:
 		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	}
@@ -280,7 +281,7 @@ func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]comm
 			return docs, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, translate(err))
+			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, mongoerr.Translate(err))
 		}
 		if d.FirstVersion != next || d.LastVersion < next {
 			return nil, fmt.Errorf("load %s: commit %s holds v%d..v%d", streamID, d.ID, d.FirstVersion, d.LastVersion)
@@ -317,7 +318,7 @@ func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (d
 			return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
 		}
 		if err != nil {
-			return domain.Commit{}, fmt.Errorf("find idempotency key: %w", translate(err))
+			return domain.Commit{}, fmt.Errorf("find idempotency key: %w", mongoerr.Translate(err))
 		}
 	}
 	events, err := d.events()
@@ -331,35 +332,7 @@ func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (d
 // Ping checks that the store answers.
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.commits.Database().Client().Ping(ctx, nil); err != nil {
-		return fmt.Errorf("ping store: %w", translate(err))
+		return fmt.Errorf("ping store: %w", mongoerr.Translate(err))
 	}
 	return nil
-}
-
-// translate maps driver errors to the domain's vocabulary at the adapter
-// boundary: anything that is not a server's answer (network, timeout,
-// server selection) means the store is unavailable.
-func translate(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
-		return err
-	}
-	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
-}
-
-// transient reports a server error that passes: a failover, a node
-// shutting down, a time limit (codes from MongoDB's error_codes.yml).
-func transient(se mongo.ServerError) bool {
-	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
-		return true
-	}
-	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
-		if se.HasErrorCode(code) {
-			return true
-		}
-	}
-	return false
 }

@@ -5,9 +5,9 @@ import (
 )
 
 // Definition describes a projection whose read model holds one document
-// per stream, folded from that stream's events: New makes the empty
-// document, Apply folds the next event into it (an error means the event
-// cannot be applied: a poison event), Version is the stream version the
+// per stream, folded from that stream's events: Apply folds the next event
+// into it, and on error (the event cannot be applied: a poison event) must
+// leave the document unchanged; Version is the stream version the
 // document reflects. D is stored with its JSON field names and must have a
 // top-level "version" field equal to Version.
 type Definition[D any] struct {

@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
 // Reader answers queries on the read models.
@@ -45,11 +46,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	}
 	cur, err := r.summaries.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
-		return nil, fmt.Errorf("list summaries: %w", translate(err))
+		return nil, fmt.Errorf("list summaries: %w", mongoerr.Translate(err))
 	}
 	var docs []stored[domain.Order]
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list summaries: %w", translate(err))
+		return nil, fmt.Errorf("list summaries: %w", mongoerr.Translate(err))
 	}
 	out := make([]domain.Order, len(docs))
 	for i, d := range docs {
@@ -65,11 +66,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
 	cur, err := r.stats.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
 	if err != nil {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, translate(err))
+		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, mongoerr.Translate(err))
 	}
 	var docs []stored[Contribution]
 	if err := cur.All(ctx, &docs); err != nil {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, translate(err))
+		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, mongoerr.Translate(err))
 	}
 	if len(docs) == 0 {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)

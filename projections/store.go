@@ -20,6 +20,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
 // EventLog is the part of the event store a projection needs: the events of
@@ -90,7 +91,7 @@ func (s *Store[D]) EnsureIndexes(ctx context.Context) error {
 			keys = append(keys, bson.E{Key: f, Value: 1})
 		}
 		if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys}); err != nil {
-			return fmt.Errorf("create index on %s: %w", s.def.Collection, translate(err))
+			return fmt.Errorf("create index on %s: %w", s.def.Collection, mongoerr.Translate(err))
 		}
 	}
 	return nil
@@ -130,12 +131,13 @@ const parallel = 4
 // be applied (poison: the caller parks them) and an error for failures
 // that may pass (store unavailable): then nothing is known to be written
 // and the caller redelivers. When both are nil every stream's document
-// reflects at least the highest version given for it. fresh makes it read
-// every document instead of trusting the cache (redeliveries).
+// reflects at least the highest version given for it.
 func (s *Store[D]) Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error) {
 	return s.apply(ctx, events, false)
 }
 
+// apply is Apply; fresh makes it read every document instead of trusting
+// the cache (redeliveries).
 func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
 	for _, e := range events {
@@ -224,12 +226,9 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 			applied++
 		}
 		if bad != nil {
-			// Keep what applied: the events before the bad one are good.
+			// Keep what applied: the events before the bad one are good,
+			// and doc holds exactly them (Apply changes nothing on error).
 			if applied > 0 {
-				doc = cur.doc
-				for _, e := range next[:applied] {
-					_ = s.def.Apply(&doc, e) // applied once above
-				}
 				if cur, err = s.write(ctx, id, doc); err != nil {
 					return out, nil, err
 				}
@@ -268,7 +267,7 @@ func (s *Store[D]) read(ctx context.Context, id string) (entry[D], error) {
 		return entry[D]{}, nil
 	}
 	if err != nil {
-		return entry[D]{}, fmt.Errorf("%s: read %s: %w", s.def.Name, id, translate(err))
+		return entry[D]{}, fmt.Errorf("%s: read %s: %w", s.def.Name, id, mongoerr.Translate(err))
 	}
 	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
 	s.cache.Add(id, e)
@@ -312,7 +311,7 @@ func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error
 	}
 	if err != nil {
 		s.cache.Remove(id)
-		return entry[D]{}, fmt.Errorf("%s: write %s: %w", s.def.Name, id, translate(err))
+		return entry[D]{}, fmt.Errorf("%s: write %s: %w", s.def.Name, id, mongoerr.Translate(err))
 	}
 	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
 	s.cache.Add(id, e)
@@ -372,34 +371,7 @@ func (s *Store[D]) Get(ctx context.Context, id string) (D, error) {
 		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, domain.ErrNotFound)
 	}
 	if err != nil {
-		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, translate(err))
+		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, mongoerr.Translate(err))
 	}
 	return d.Doc, nil
-}
-
-// translate maps driver errors that are not a server's answer to
-// domain.ErrUnavailable, as eventstore does.
-func translate(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
-		return err
-	}
-	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
-}
-
-// transient reports a server error that passes: a failover, a node
-// shutting down, a time limit (codes from MongoDB's error_codes.yml).
-func transient(se mongo.ServerError) bool {
-	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
-		return true
-	}
-	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
-		if se.HasErrorCode(code) {
-			return true
-		}
-	}
-	return false
 }

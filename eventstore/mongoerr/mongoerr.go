@@ -1,0 +1,44 @@
+// Package mongoerr translates MongoDB driver errors into the domain's
+// error vocabulary, for every adapter that talks to MongoDB (the event
+// store, the read models). It imports neither adapter.
+package mongoerr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Translate returns err wrapping domain.ErrUnavailable when it is not a
+// server's answer (network, timeout, server selection) or is a server
+// error that passes (see Transient); other server errors and context
+// errors are returned as they are, nil as nil.
+func Translate(err error) error {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var se mongo.ServerError
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !Transient(se) {
+		return err
+	}
+	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+}
+
+// Transient reports a server error that passes: a failover, a node
+// shutting down, a time limit (codes from MongoDB's error_codes.yml), or
+// one the server labels retryable.
+func Transient(se mongo.ServerError) bool {
+	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
+		return true
+	}
+	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
+		if se.HasErrorCode(code) {
+			return true
+		}
+	}
+	return false
+}
