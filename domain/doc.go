@@ -58,4 +58,13 @@
 // nothing), invariant 8 (bad input returns an error before anything is
 // appended) and retries lost version races with jittered backoff unless
 // the client sent If-Match.
+//
+// # Log scans and operator types
+//
+// ScanRange and StreamEvents describe a read of the log in log order (the
+// event store produces them, the read models' rebuild and verify consume
+// them). Job, Task, VerifyReport, ProjectionStatus and DeadLetter are the
+// repair jobs and dead letters as the projections keep them and the admin
+// API shows them (ops.go), so the adapters share them without importing
+// one another.
 package domain

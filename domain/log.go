@@ -1,0 +1,27 @@
+package domain
+
+import "time"
+
+// ScanRange selects streams of the event log in log order, for a full scan
+// or one partition of it (see eventstore.Store.Scan). Log order is stream
+// by stream, each stream's events in version order, streams ordered by
+// their id followed by ":" (which differs from plain id order only when one
+// id is a prefix of another). Zero fields do not limit.
+type ScanRange struct {
+	From  string // first stream of the range (a partition bound)
+	To    string // first stream after the range (a partition bound)
+	After string // last stream already done: resume after it
+	// RecordedFrom and RecordedTo keep only commits recorded in
+	// [RecordedFrom, RecordedTo).
+	RecordedFrom, RecordedTo time.Time
+}
+
+// StreamEvents is one stream's events in a scanned range, in version order.
+// Err is set when one of its commits cannot be decoded; Events then holds
+// the events before that commit.
+type StreamEvents struct {
+	StreamID string
+	Events   []Event
+	Commits  int // commits read
+	Err      error
+}

@@ -1,0 +1,224 @@
+package domain
+
+import (
+	"errors"
+	"time"
+)
+
+// The operator's vocabulary: the repair jobs (rebuild, verify, replay) of
+// the read models, their reports, and the dead letters, as the projections
+// keep them and the admin API shows them.
+
+// MaxPartitions bounds the partitions of one rebuild.
+const MaxPartitions = 64
+
+// JobKind is what a job does.
+type JobKind string
+
+// Job kinds.
+const (
+	KindRebuild JobKind = "rebuild" // rebuild a read model into a shadow collection and switch to it
+	KindVerify  JobKind = "verify"  // compare a read model with the fold of the log, optionally repair
+	KindReplay  JobKind = "replay"  // publish part of the log to NATS again
+)
+
+// JobState is where a job is.
+type JobState string
+
+// Job states; succeeded, failed and canceled are final.
+const (
+	StateQueued    JobState = "queued"
+	StateRunning   JobState = "running"
+	StateSucceeded JobState = "succeeded"
+	StateFailed    JobState = "failed"
+	StateCanceled  JobState = "canceled"
+)
+
+// Final reports whether s is a final state.
+func (s JobState) Final() bool {
+	return s == StateSucceeded || s == StateFailed || s == StateCanceled
+}
+
+// Errors of job and dead-letter requests.
+var (
+	// ErrJobRunning: a rebuild of the projection is already running.
+	ErrJobRunning = errors.New("a rebuild of this projection is already running")
+	// ErrJobFinished: the job has already finished.
+	ErrJobFinished = errors.New("the job has already finished")
+	// ErrRetryFailed: a retried dead letter still cannot be applied.
+	ErrRetryFailed = errors.New("dead letter still fails")
+)
+
+// ReplaySpec selects the part of the log a replay job publishes again: one
+// stream, or every commit recorded in [From, To) (zero bounds do not
+// limit).
+type ReplaySpec struct {
+	StreamID string    `bson:"stream_id,omitempty" json:"stream_id,omitempty"`
+	From     time.Time `bson:"from,omitempty" json:"from,omitzero"`
+	To       time.Time `bson:"to,omitempty" json:"to,omitzero"`
+}
+
+// Job is a rebuild, verify or replay job. Its progress is the sum of its
+// tasks'.
+type Job struct {
+	ID           string        `bson:"_id" json:"id"`
+	Kind         JobKind       `bson:"kind" json:"kind"`
+	Projection   string        `bson:"projection,omitempty" json:"projection,omitempty"`
+	State        JobState      `bson:"state" json:"state"`
+	CreatedAt    time.Time     `bson:"created_at" json:"created_at"`
+	FinishedAt   time.Time     `bson:"finished_at,omitempty" json:"finished_at,omitzero"`
+	Error        string        `bson:"error,omitempty" json:"error,omitempty"`
+	Partitions   int           `bson:"partitions,omitempty" json:"partitions,omitempty"` // asked for, then as cut
+	Shadow       string        `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
+	Replaced     string        `bson:"replaced,omitempty" json:"replaced_collection,omitempty"` // the collection a rebuild switched away from
+	Repair       bool          `bson:"repair,omitempty" json:"repair,omitempty"`
+	Replay       *ReplaySpec   `bson:"replay,omitempty" json:"replay,omitempty"`
+	TotalCommits int64         `bson:"total_commits" json:"-"`
+	Bounds       []string      `bson:"bounds,omitempty" json:"-"` // first stream of each partition but the first
+	Report       *VerifyReport `bson:"report,omitempty" json:"report,omitempty"`
+
+	// Filled in by Jobs.Get from the tasks.
+	StartedAt       time.Time `bson:"-" json:"started_at,omitzero"`
+	Events          int64     `bson:"-" json:"events_done"`
+	Streams         int64     `bson:"-" json:"streams_done"`
+	PoisonStreams   int64     `bson:"-" json:"poison_streams,omitempty"`
+	RatePerSecond   float64   `bson:"-" json:"events_per_second"`
+	ETASeconds      float64   `bson:"-" json:"eta_seconds,omitempty"`
+	CancelRequested bool      `bson:"-" json:"cancel_requested,omitempty"`
+	Tasks           []Task    `bson:"-" json:"tasks"`
+}
+
+// Task returns the job's task named name ("plan", "part-0", ..., "finish",
+// "verify", "replay"), as filled in by Jobs.Get.
+func (j Job) Task(name string) (Task, bool) {
+	for _, t := range j.Tasks {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Task{}, false
+}
+
+// Task is one claimable unit of a job: a rebuild's plan (cut the log into
+// partitions), a partition of its scan, its finish (verify, switch, clean
+// up), or a whole verify or replay.
+// Only its owner of the current epoch writes it.
+type Task struct {
+	ID         string    `bson:"_id" json:"id"`
+	Job        string    `bson:"job" json:"-"`
+	Name       string    `bson:"name" json:"name"`
+	From       string    `bson:"from,omitempty" json:"from,omitempty"` // first stream of the partition
+	To         string    `bson:"to,omitempty" json:"to,omitempty"`     // first stream after it
+	State      string    `bson:"state" json:"state"`                   // pending, running, done, failed, canceled
+	Owner      string    `bson:"owner,omitempty" json:"owner,omitempty"`
+	Epoch      int64     `bson:"epoch" json:"epoch"`
+	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
+	Attempts   int       `bson:"attempts" json:"attempts"`
+	Cursor     string    `bson:"cursor,omitempty" json:"cursor,omitempty"` // last stream done
+	Events     int64     `bson:"events" json:"events"`
+	Streams    int64     `bson:"streams" json:"streams"`
+	Commits    int64     `bson:"commits" json:"-"`
+	Poison     int64     `bson:"poison" json:"poison_streams,omitempty"`
+	Resumes    []Resume  `bson:"resumes,omitempty" json:"resumes,omitempty"`
+	StartedAt  time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
+	FinishedAt time.Time `bson:"finished_at,omitempty" json:"finished_at,omitzero"`
+	Error      string    `bson:"error,omitempty" json:"error,omitempty"`
+}
+
+// Resume records a claim of a task that had already made progress: the
+// cursor and counters the new owner started from.
+type Resume struct {
+	At      time.Time `bson:"at" json:"at"`
+	Owner   string    `bson:"owner" json:"owner"`
+	Cursor  string    `bson:"cursor" json:"cursor"`
+	Events  int64     `bson:"events" json:"events"`
+	Streams int64     `bson:"streams" json:"streams"`
+}
+
+// VerifyReport is the result of comparing a read model with the fold of
+// the log. A document is missing (the log has the stream, the read model
+// not), stale (the read model is at a lower version: drift, or a projector
+// still catching up), extra (no such stream in the log), or different (at
+// the same or a higher version, some field differs). Digest and
+// ExpectedDigest are AdHash sums (Bellare and Micciancio, "A New Paradigm
+// for Collision-free Hashing", EUROCRYPT 1997: the sum modulo 2^256 of the
+// SHA-256 of each document's JSON), of the read model as read and of the
+// fold of the log; they are equal exactly when nothing drifted (up to
+// hash collisions), whatever order the documents were read in.
+type VerifyReport struct {
+	Collection     string         `bson:"collection" json:"collection"`
+	Streams        int64          `bson:"streams" json:"streams"`
+	Events         int64          `bson:"events" json:"events"`
+	Documents      int64          `bson:"documents" json:"documents"`
+	Missing        int64          `bson:"missing" json:"missing"`
+	Stale          int64          `bson:"stale" json:"stale"`
+	Extra          int64          `bson:"extra" json:"extra"`
+	Different      int64          `bson:"different" json:"different"`
+	Repaired       int64          `bson:"repaired" json:"repaired"`
+	PoisonStreams  int64          `bson:"poison_streams" json:"poison_streams"`
+	Examples       []DriftExample `bson:"examples" json:"examples"`
+	Digest         string         `bson:"digest" json:"digest"`
+	ExpectedDigest string         `bson:"expected_digest" json:"expected_digest"`
+}
+
+// Drift is the number of documents that differ from the log.
+func (r VerifyReport) Drift() int64 { return r.Missing + r.Stale + r.Extra + r.Different }
+
+// DriftExample is one document that differs.
+type DriftExample struct {
+	ID            string   `bson:"id" json:"id"`
+	Kind          string   `bson:"kind" json:"kind"` // missing, stale, extra, different
+	StoredVersion int64    `bson:"stored_version" json:"stored_version"`
+	LogVersion    int64    `bson:"log_version" json:"log_version"`
+	Fields        []string `bson:"fields,omitempty" json:"fields,omitempty"` // top-level fields that differ
+}
+
+// ProjectionStatus is one projection as GET /v1/admin/projections shows
+// it.
+type ProjectionStatus struct {
+	Name             string         `json:"name"`
+	ActiveCollection string         `json:"active_collection"`
+	ShadowCollection string         `json:"shadow_collection,omitempty"`
+	Generation       int64          `json:"generation"`
+	ConsumerLag      *uint64        `json:"consumer_lag"`
+	LastError        string         `json:"last_error,omitempty"`
+	DeadLetters      int64          `json:"dead_letters"`
+	LastVerify       *VerifySummary `json:"last_verify,omitempty"`
+	LastRebuild      *JobSummary    `json:"last_rebuild,omitempty"`
+}
+
+// VerifySummary is the outcome of a projection's latest verify job.
+type VerifySummary struct {
+	Job        string    `json:"job"`
+	State      JobState  `json:"state"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	Drift      int64     `json:"drift"`
+	Repaired   int64     `json:"repaired"`
+	Digest     string    `json:"digest,omitempty"`
+}
+
+// JobSummary is a job's id and state.
+type JobSummary struct {
+	Job   string   `json:"job"`
+	State JobState `json:"state"`
+	Error string   `json:"error,omitempty"`
+}
+
+// DeadLetter is a parked event: the raw message, why it failed, and how
+// often it was delivered. ID is "<projection>:<event id or stream
+// sequence>".
+type DeadLetter struct {
+	ID          string    `bson:"_id" json:"id"`
+	Projection  string    `bson:"projection" json:"projection"`
+	StreamID    string    `bson:"stream_id" json:"stream_id"`
+	EventID     string    `bson:"event_id,omitempty" json:"event_id,omitempty"`
+	Version     int64     `bson:"version,omitempty" json:"version,omitempty"`
+	Subject     string    `bson:"subject" json:"subject"`
+	Payload     string    `bson:"payload" json:"payload"`
+	Error       string    `bson:"error" json:"error"`
+	Deliveries  uint64    `bson:"deliveries" json:"deliveries"`
+	ParkedAt    time.Time `bson:"parked_at" json:"parked_at"`
+	StreamSeq   uint64    `bson:"stream_seq" json:"stream_seq"`
+	RetriedAt   time.Time `bson:"retried_at,omitempty" json:"retried_at,omitzero"`
+	RetryResult string    `bson:"retry_result,omitempty" json:"retry_result,omitempty"`
+}
