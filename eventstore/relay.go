@@ -10,11 +10,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
@@ -399,35 +401,53 @@ func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
 	type pending struct {
 		commit  int
 		futures []jetstream.PubAckFuture
+		span    trace.Span
 	}
 	rounds := make([]pending, 0, len(docs))
+	defer func() {
+		for _, p := range rounds {
+			p.span.End() // a second End is ignored
+		}
+	}()
 	var firstErr error
 	for i, d := range docs {
 		p := pending{commit: i}
+		correlation := ""
+		if len(d.Events) > 0 {
+			correlation = d.Events[0].CorrelationID
+		}
+		_, p.span = tracer.Start(inCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("orderd.stream_id", d.StreamID), attribute.Int64("orderd.first_version", d.FirstVersion),
+				attribute.Int("orderd.events", len(d.Events)), attribute.String("orderd.correlation_id", correlation)))
 		events, err := d.events()
 		if err != nil {
+			p.span.SetStatus(codes.Error, err.Error())
+			p.span.End()
 			// A commit that cannot be decoded cannot be published; it stays
 			// in the outbox, visible in the backlog metrics.
 			firstErr = errors.Join(firstErr, err)
 			continue
 		}
 		for _, e := range events {
-			body, err := domain.MarshalEvent(e)
+			msg, err := eventMsg(r.cfg.Stream, e)
 			if err != nil {
 				firstErr = errors.Join(firstErr, err)
 				p.futures = nil
 				break
 			}
-			msg := &nats.Msg{Subject: r.cfg.Stream.Subject(e.StreamID), Data: body, Header: nats.Header{}}
-			msg.Header.Set(jetstream.MsgIDHeader, e.ID)
 			f, err := r.js.PublishMsgAsync(msg, jetstream.WithExpectStream(r.cfg.Stream.Name))
 			if err != nil {
+				p.span.SetStatus(codes.Error, err.Error())
+				p.span.End()
 				return 0, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
 			}
 			p.futures = append(p.futures, f)
 		}
 		if len(p.futures) == len(d.Events) {
 			rounds = append(rounds, p)
+		} else {
+			p.span.SetStatus(codes.Error, "not published")
+			p.span.End()
 		}
 	}
 	timeout := time.NewTimer(r.cfg.AckTimeout)
@@ -441,12 +461,14 @@ func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
 			case <-f.Ok():
 			case err := <-f.Err():
 				ok, firstErr = false, errors.Join(firstErr, err)
+				p.span.SetStatus(codes.Error, err.Error())
 			case <-timeout.C:
 				return 0, fmt.Errorf("wait for JetStream acks: timed out after %s", r.cfg.AckTimeout)
 			case <-ctx.Done():
 				return 0, ctx.Err()
 			}
 		}
+		p.span.End()
 		if ok {
 			acked = append(acked, docs[p.commit].ID)
 			events += len(p.futures)

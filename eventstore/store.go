@@ -10,6 +10,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
@@ -112,9 +115,16 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, err
 	}
+	ctx, span := tracer.Start(ctx, "eventstore.append", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		attribute.String("orderd.stream_id", c.StreamID), attribute.Int64("orderd.expected_version", c.ExpectedVersion),
+		attribute.Int("orderd.events", len(c.Events))))
+	defer span.End()
 	start := time.Now()
 	_, err = s.commits.InsertOne(ctx, doc)
 	s.metrics.observeAppend(time.Since(start), err)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+	}
 	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return time.Time{}, s.duplicate(ctx, c)
