@@ -17,25 +17,6 @@ import (
 // DeadLettersCollection holds the events a projection could not apply.
 const DeadLettersCollection = "dead_letters"
 
-// DeadLetter is a parked event: the raw message, why it failed, and how
-// often it was delivered. ID is "<projection>:<event id or stream
-// sequence>".
-type DeadLetter struct {
-	ID          string    `bson:"_id" json:"id"`
-	Projection  string    `bson:"projection" json:"projection"`
-	StreamID    string    `bson:"stream_id" json:"stream_id"`
-	EventID     string    `bson:"event_id,omitempty" json:"event_id,omitempty"`
-	Version     int64     `bson:"version,omitempty" json:"version,omitempty"`
-	Subject     string    `bson:"subject" json:"subject"`
-	Payload     string    `bson:"payload" json:"payload"`
-	Error       string    `bson:"error" json:"error"`
-	Deliveries  uint64    `bson:"deliveries" json:"deliveries"`
-	ParkedAt    time.Time `bson:"parked_at" json:"parked_at"`
-	StreamSeq   uint64    `bson:"stream_seq" json:"stream_seq"`
-	RetriedAt   time.Time `bson:"retried_at,omitempty" json:"retried_at,omitzero"`
-	RetryResult string    `bson:"retry_result,omitempty" json:"retry_result,omitempty"`
-}
-
 // DeadLetters is the dead-letter collection.
 type DeadLetters struct {
 	coll *mongo.Collection
@@ -102,7 +83,10 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 	if err != nil {
 		_, uerr := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 			{Key: "retried_at", Value: time.Now().UTC()}, {Key: "retry_result", Value: err.Error()}}}})
-		return errors.Join(fmt.Errorf("retry %s: %w", id, err), mongoerr.Translate(uerr))
+		if errors.Is(err, domain.ErrUnavailable) {
+			return errors.Join(fmt.Errorf("retry %s: %w", id, err), mongoerr.Translate(uerr))
+		}
+		return errors.Join(fmt.Errorf("retry %s: %w: %w", id, ErrRetryFailed, err), mongoerr.Translate(uerr))
 	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
 		return fmt.Errorf("retry %s: delete: %w", id, mongoerr.Translate(err))

@@ -32,4 +32,28 @@
 // backoff and parked in the dead_letters collection after MaxDeliveries,
 // so one bad event stalls only its own stream; DeadLetters lists them and
 // Runner.Retry re-applies one.
+//
+// Repair path. Each projection has a pointer document naming its active
+// collection (Pointers, Projection); readers follow it. Jobs creates
+// rebuild, verify and replay jobs, split into tasks that Workers in any
+// number of instances claim and run:
+//
+//   - Invariant 5: a rebuild announces a shadow collection in the pointer;
+//     live projectors then write every batch to the shadow first and the
+//     active collection second. The rebuild's partitions scan the log in
+//     log order and insert each stream's fold into the shadow (documents a
+//     projector already wrote go through the version guard); its finish
+//     verifies the shadow against the log with repair and switches the
+//     pointer, and the replaced collection is dropped after a grace
+//     period. Readers never see the shadow before the switch.
+//   - Invariant 6: a task is claimed by inserting a claim document with a
+//     unique _id (exactly one of any number of workers succeeds, also on
+//     FerretDB, whose updates are not atomic) and then updating the task
+//     with a filter on its epoch; the owner renews a lease and checkpoints
+//     under the same filter, and a task whose lease ran out is resumed by
+//     another worker from its cursor (see claim).
+//
+// Verify folds every stream and compares it with the read model, reporting
+// missing, stale, extra and different documents with AdHash digests; with
+// repair it rewrites only those.
 package projections

@@ -286,8 +286,9 @@ func dump(v any) string {
 // folded order, each stored contribution is the folded order's, and each
 // customer's stats (Reader.CustomerStats) are the expected ones.
 func diffReadModels(ctx context.Context, db *mongo.Database, f *fixture) error {
-	r := projections.NewReader(db)
-	stats := projections.NewStore(db, projections.CustomerOrderStats, nil, nil)
+	ps := projections.NewPointers(db)
+	r := projections.NewReader(db, ps)
+	stats := projections.NewProjection(db, projections.CustomerOrderStats, nil, nil, ps)
 	for _, id := range f.ids {
 		want := f.orders[id]
 		got, err := r.Summary(ctx, id)

@@ -1,6 +1,10 @@
 package projections
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the projections' Prometheus metrics, labelled by projection.
 // A nil *Metrics records nothing.
@@ -12,12 +16,33 @@ type Metrics struct {
 	deadLetters *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	lag         *prometheus.GaugeVec
+	parked      *prometheus.GaugeVec
+
+	// Rebuild progress of this instance, set by the Worker.
+	rebuildEvents  *prometheus.GaugeVec
+	rebuildStreams *prometheus.GaugeVec
+	rebuildRunning *prometheus.GaugeVec
+
+	mu       sync.Mutex
+	rebuilds map[string]*rebuildTally // by projection
+}
+
+// rebuildTally is this instance's share of a projection's current
+// rebuild: the counts of the partitions it ran, and the tasks of any
+// rebuild of the projection it is running now.
+type rebuildTally struct {
+	job     string
+	parts   map[string][2]int64 // partition task name: events, streams
+	running int
 }
 
 // NewMetrics registers the metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
 	}
 	m := &Metrics{
 		applied:     vec("orderd_projection_events_applied_total", "Events folded into a read model."),
@@ -26,11 +51,46 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		casRetries:  vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
 		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
 		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_consumer_lag",
-			Help: "Messages not yet acknowledged by the projection's consumer (pending plus in flight)."}, []string{"projection"}),
+		lag:         gauge("orderd_projection_consumer_lag", "Messages not yet acknowledged by the projection's consumer (pending plus in flight)."),
+		parked: gauge("orderd_projection_dead_letters_parked",
+			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
+		rebuildEvents: gauge("orderd_rebuild_events_done",
+			"Events written by this instance's partitions of the projection's current rebuild (kept after it ends, reset when this instance "+
+				"takes part in the next one). A partition resumed from another instance counts what that instance wrote too."),
+		rebuildStreams: gauge("orderd_rebuild_streams_done",
+			"Streams written by this instance's partitions of the projection's current rebuild (kept after it ends, reset when this instance "+
+				"takes part in the next one). A partition resumed from another instance counts what that instance wrote too."),
+		rebuildRunning: gauge("orderd_rebuild_running",
+			"1 while this instance runs a task (plan, partition or finish) of a rebuild of the projection, else 0."),
+		rebuilds: map[string]*rebuildTally{},
 	}
-	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors, m.lag)
+	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors, m.lag, m.parked,
+		m.rebuildEvents, m.rebuildStreams, m.rebuildRunning)
 	return m
+}
+
+// initProjection creates the projection's counters at 0, so they are
+// exposed before anything happened and their first increase shows in
+// rate() and increase() (a series born at 1 looks unchanged).
+func (m *Metrics) initProjection(name string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors} {
+		v.WithLabelValues(name)
+	}
+}
+
+// initRebuild creates the projection's rebuild gauges (at 0 unless they
+// already hold a value), so an instance that can run rebuilds exposes them
+// before its first one.
+func (m *Metrics) initRebuild(name string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.GaugeVec{m.rebuildEvents, m.rebuildStreams, m.rebuildRunning} {
+		v.WithLabelValues(name)
+	}
 }
 
 func (m *Metrics) outcome(name string, o Outcome) {
@@ -64,4 +124,75 @@ func (m *Metrics) setLag(name string, n float64) {
 	if m != nil {
 		m.lag.WithLabelValues(name).Set(n)
 	}
+}
+
+func (m *Metrics) setDeadLetters(name string, n float64) {
+	if m != nil {
+		m.parked.WithLabelValues(name).Set(n)
+	}
+}
+
+// tally returns the projection's tally for job, starting afresh (progress
+// gauges at 0) when job is not the one it counted. m.mu is held.
+func (m *Metrics) tally(projection, job string) *rebuildTally {
+	t := m.rebuilds[projection]
+	if t == nil {
+		t = &rebuildTally{}
+		m.rebuilds[projection] = t
+	}
+	if t.job != job {
+		t.job, t.parts = job, map[string][2]int64{}
+		m.rebuildEvents.WithLabelValues(projection).Set(0)
+		m.rebuildStreams.WithLabelValues(projection).Set(0)
+	}
+	return t
+}
+
+// rebuildTaskStarted records that this instance starts a task of the
+// rebuild job of projection; a job other than the one counted so far
+// starts the progress afresh.
+func (m *Metrics) rebuildTaskStarted(projection, job string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tally(projection, job)
+	t.running++
+	m.rebuildRunning.WithLabelValues(projection).Set(1)
+}
+
+// rebuildTaskEnded records that a task of a rebuild of projection ended
+// (of whichever job: the next may have started meanwhile).
+func (m *Metrics) rebuildTaskEnded(projection string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.rebuilds[projection]
+	if t == nil {
+		return
+	}
+	t.running = max(t.running-1, 0)
+	if t.running == 0 {
+		m.rebuildRunning.WithLabelValues(projection).Set(0)
+	}
+}
+
+// rebuildPartition records a partition's counts as last checkpointed.
+func (m *Metrics) rebuildPartition(projection, job, partition string, events, streams int64) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tally(projection, job)
+	t.parts[partition] = [2]int64{events, streams}
+	var ev, st int64
+	for _, c := range t.parts {
+		ev, st = ev+c[0], st+c[1]
+	}
+	m.rebuildEvents.WithLabelValues(projection).Set(float64(ev))
+	m.rebuildStreams.WithLabelValues(projection).Set(float64(st))
 }

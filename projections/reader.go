@@ -13,14 +13,15 @@ import (
 )
 
 // Reader answers queries on the read models.
+// It reads each projection's active collection, following its pointer.
 type Reader struct {
-	summaries *Store[domain.Order]
-	stats     *Store[Contribution]
+	summaries *Projection[domain.Order]
+	stats     *Projection[Contribution]
 }
 
 // NewReader returns a Reader on db's read models.
-func NewReader(db *mongo.Database) *Reader {
-	return &Reader{summaries: NewStore(db, OrderSummaries, nil, nil), stats: NewStore(db, CustomerOrderStats, nil, nil)}
+func NewReader(db *mongo.Database, ps *Pointers) *Reader {
+	return &Reader{summaries: NewProjection(db, OrderSummaries, nil, nil, ps), stats: NewProjection(db, CustomerOrderStats, nil, nil, ps)}
 }
 
 // Summary returns an order's summary, or an error wrapping
@@ -44,7 +45,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	if after != "" {
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
 	}
-	cur, err := r.summaries.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	s, err := r.summaries.Active(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := s.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list summaries: %w", mongoerr.Translate(err))
 	}
@@ -64,7 +69,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 // here rather than with $group: FerretDB 1.24 answers $sum of a field path
 // with 0.
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
-	cur, err := r.stats.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
+	s, err := r.stats.Active(ctx)
+	if err != nil {
+		return domain.CustomerOrderStats{}, err
+	}
+	cur, err := s.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
 	if err != nil {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, mongoerr.Translate(err))
 	}

@@ -28,7 +28,7 @@ func TestReaderListSummaries(t *testing.T) {
 	if _, poison, err := s.Apply(ctx, reversed(f.flat)); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}
-	r := projections.NewReader(db)
+	r := projections.NewReader(db, projections.NewPointers(db))
 
 	const limit = 3
 	cases := []struct{ customer, status string }{

@@ -7,13 +7,34 @@ import (
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
 )
+
+// tracer records the projections' spans through the global OpenTelemetry
+// provider (a no-op unless the program installs one).
+var tracer = otel.Tracer("github.com/orderd/orderd/projections")
+
+// inCorrelationTrace returns ctx under the trace derived from a
+// correlation id (domain.TraceIDs), so a projection's spans join the trace
+// of the command whose events it applies.
+func inCorrelationTrace(ctx context.Context, correlationID string) context.Context {
+	if correlationID == "" {
+		return ctx
+	}
+	tid, sid := domain.TraceIDs(correlationID)
+	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
+}
 
 // RunnerConfig tunes a Runner. Zero values take the defaults in brackets.
 type RunnerConfig struct {
@@ -48,11 +69,25 @@ type Runner struct {
 	cfg     RunnerConfig
 	log     *slog.Logger
 	metrics *Metrics
+	lastErr atomic.Pointer[string]
 }
 
-// NewRunner returns a Runner for the projection named name writing through
-// store.
-func NewRunner[D any](store *Store[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+// LastError is the last failure of this process's workers: a batch that
+// could not be written, or an event parked; "" when there was none.
+func (r *Runner) LastError() string {
+	if p := r.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (r *Runner) setLastError(err error) {
+	msg := err.Error()
+	r.lastErr.Store(&msg)
+}
+
+// NewRunner returns a Runner feeding the projection p.
+func NewRunner[D any](p *Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 2
 	}
@@ -68,7 +103,7 @@ func NewRunner[D any](store *Store[D], js jetstream.JetStream, dead *DeadLetters
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 2 * time.Second
 	}
-	return &Runner{name: store.def.Name, store: store, js: js, dead: dead, cfg: cfg, log: log.With("projection", store.def.Name), metrics: m}
+	return &Runner{name: p.def.Name, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.def.Name), metrics: m}
 }
 
 // Name is the projection's name.
@@ -153,6 +188,7 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 	type received struct {
 		msg     jetstream.Msg
 		version int64 // 0 when the message does not decode
+		span    trace.Span
 	}
 	events := make([]domain.Event, 0, len(msgs))
 	byStream := map[string][]received{}
@@ -170,8 +206,20 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 		} else {
 			events = append(events, e)
 		}
-		byStream[stream] = append(byStream[stream], received{m, e.Version})
+		_, span := tracer.Start(inCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+				attribute.String("orderd.projection", r.name), attribute.String("orderd.stream_id", stream),
+				attribute.Int64("orderd.version", e.Version), attribute.String("orderd.event_type", e.Type),
+				attribute.String("orderd.correlation_id", e.Metadata.CorrelationID)))
+		byStream[stream] = append(byStream[stream], received{m, e.Version, span})
 	}
+	defer func() {
+		for _, ms := range byStream {
+			for _, m := range ms {
+				m.span.End()
+			}
+		}
+	}()
 	_, failed, err := r.store.apply(ctx, events, fresh)
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
@@ -180,7 +228,13 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 			return // shutting down: the messages are redelivered after AckWait
 		}
 		r.metrics.failed(r.name)
+		r.setLastError(err)
 		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
+		for _, ms := range byStream {
+			for _, m := range ms {
+				m.span.SetStatus(codes.Error, err.Error())
+			}
+		}
 		for _, m := range msgs {
 			_ = m.NakWithDelay(time.Second)
 		}
@@ -203,7 +257,9 @@ func (r *Runner) Handle(ctx context.Context, msgs []jetstream.Msg) {
 				_ = m.msg.Ack()
 				continue
 			}
-			r.reject(ctx, m.msg, stream, errors.Join(poison[stream], applyErr))
+			cause := errors.Join(poison[stream], applyErr)
+			m.span.SetStatus(codes.Error, cause.Error())
+			r.reject(ctx, m.msg, stream, cause)
 		}
 	}
 }
@@ -237,7 +293,9 @@ func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cau
 		return
 	}
 	r.metrics.deadLetter(r.name)
-	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version, "err", cause)
+	r.setLastError(cause)
+	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version,
+		"correlation_id", correlationOf(m.Data()), "err", cause)
 	_ = m.Term()
 }
 
@@ -268,19 +326,39 @@ func (r *Runner) Lag(ctx context.Context) (uint64, error) {
 	return info.NumPending + uint64(info.NumAckPending), nil
 }
 
+// sampleLag creates the projection's counters, then samples the consumer
+// lag and the number of dead letters parked, at once and every
+// LagInterval, until ctx is done.
 func (r *Runner) sampleLag(ctx context.Context, cons jetstream.Consumer) {
+	r.metrics.initProjection(r.name)
 	t := time.NewTicker(r.cfg.LagInterval)
 	defer t.Stop()
 	for {
+		if info, err := cons.Info(ctx); err == nil {
+			r.metrics.setLag(r.name, float64(info.NumPending)+float64(info.NumAckPending))
+		}
+		// The dead letters parked now: one count of a small collection.
+		if r.metrics != nil && r.dead != nil {
+			if n, err := r.dead.Count(ctx, r.name); err == nil {
+				r.metrics.setDeadLetters(r.name, float64(n))
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if info, err := cons.Info(ctx); err == nil {
-				r.metrics.setLag(r.name, float64(info.NumPending)+float64(info.NumAckPending))
-			}
 		}
 	}
+}
+
+// correlationOf is the correlation id of an event's message, or "" when
+// it does not decode.
+func correlationOf(data []byte) string {
+	e, err := domain.UnmarshalEvent(data)
+	if err != nil {
+		return ""
+	}
+	return e.Metadata.CorrelationID
 }
 
 // subjectStream is the last token of an event subject: the stream id.

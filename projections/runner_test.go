@@ -40,9 +40,9 @@ func TestRunnerEndToEnd(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
 	cfg := b.runnerConfig()
-	sumsStore := projections.NewStore(db, projections.OrderSummaries, es, m)
+	sumsStore := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
 	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg, log, m)
-	stats := projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, es, m), b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and, where single-document
 	// updates are atomic (MongoDB), its own store client, as a second
 	// process; on the embedded FerretDB it shares the first one's Store, as
@@ -52,7 +52,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	sumsStore2 := sumsStore
 	if os.Getenv("MONGODB_URI") != "" {
 		db2 = storetest.Client(t).Database(db.Name())
-		sumsStore2 = projections.NewStore(db2, projections.OrderSummaries, eventstore.New(db2), m)
+		sumsStore2 = projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
 	}
 	nc2, err := nats.Connect(b.URL)
 	if err != nil {
@@ -164,8 +164,8 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
-	sums := projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, es, m), b.JS, dead, cfg, log, m)
-	stats := projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, es, m), b.JS, dead, cfg, log, m)
+	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
 	goRun(t, "summaries runner", sums.Run)
 	goRun(t, "stats runner", stats.Run)
 
@@ -226,7 +226,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	cfg := b.runnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	r := projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, es, m), b.JS, dead, cfg, testLogger(t), m)
+	r := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, testLogger(t), m)
 	goRun(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
@@ -237,7 +237,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	b.publishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
 	b.publishEvents(t, ctx, healthy.flat, func(e domain.Event) string { return e.ID })
 
-	reader := projections.NewReader(db)
+	reader := projections.NewReader(db, projections.NewPointers(db))
 	waitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
 		if err == nil && !reflect.DeepEqual(got, healthy.orders["healthy"]) {

@@ -277,6 +277,12 @@ func (s *Store[D]) read(ctx context.Context, id string) (entry[D], error) {
 // write sets the document to doc and $max-es attempted to its version, in
 // one operation by _id, and returns the document as written.
 func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error) {
+	return s.writeDoc(ctx, id, doc, "$max")
+}
+
+// writeDoc is write, with attempted updated by op: "$max" (a live write)
+// or "$set" (a repair, which may lower a corrupted register).
+func (s *Store[D]) writeDoc(ctx context.Context, id string, doc D, op string) (entry[D], error) {
 	raw, err := marshalJSONTags(doc)
 	if err != nil {
 		return entry[D]{}, fmt.Errorf("%s: encode %s: %w", s.def.Name, id, err)
@@ -292,7 +298,13 @@ func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error
 			set = append(set, bson.E{Key: k, Value: el.Value()})
 		}
 	}
-	update := bson.D{{Key: "$set", Value: set}, {Key: "$max", Value: bson.D{{Key: "attempted", Value: s.def.Version(&doc)}}}}
+	var update bson.D
+	if op == "$set" {
+		set = append(set, bson.E{Key: "attempted", Value: s.def.Version(&doc)})
+		update = bson.D{{Key: "$set", Value: set}}
+	} else {
+		update = bson.D{{Key: "$set", Value: set}, {Key: "$max", Value: bson.D{{Key: "attempted", Value: s.def.Version(&doc)}}}}
+	}
 	unset := bson.D{}
 	for _, f := range s.fields {
 		if !present[f] {

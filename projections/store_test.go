@@ -143,7 +143,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 func TestStoreReadsNotFound(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	db := storetest.Database(t)
-	r := projections.NewReader(db)
+	r := projections.NewReader(db, projections.NewPointers(db))
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Summary of an unknown order: %v, want ErrNotFound", err)
 	}

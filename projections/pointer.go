@@ -1,0 +1,276 @@
+package projections
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
+)
+
+// PointersCollection holds one pointer document per projection, naming the
+// collection readers read (active) and, during a rebuild, the shadow
+// collection live events are also written to. A projection with no
+// pointer document reads its Definition's Collection.
+const PointersCollection = "projection_pointers"
+
+// RetiredCollection lists collections a rebuild replaced (or a failed one
+// left behind), each dropped once its drop_after time has passed.
+const RetiredCollection = "projection_retired"
+
+// Pointer is a projection's pointer document. Only the runner of the
+// projection's one rebuild writes it (the rebuild lock makes it one).
+type Pointer struct {
+	Projection string    `bson:"_id" json:"projection"`
+	Active     string    `bson:"active" json:"active_collection"`
+	Shadow     string    `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
+	ShadowJob  string    `bson:"shadow_job,omitempty" json:"shadow_job,omitempty"`
+	Generation int64     `bson:"generation" json:"generation"`
+	SwitchedAt time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
+}
+
+// Pointers reads and writes pointer documents, caching reads per process.
+type Pointers struct {
+	coll    *mongo.Collection
+	retired *mongo.Collection
+
+	mu    sync.Mutex
+	cache map[string]cachedPointer
+}
+
+type cachedPointer struct {
+	p  Pointer
+	at time.Time
+}
+
+// NewPointers returns the pointer documents of db.
+func NewPointers(db *mongo.Database) *Pointers {
+	return &Pointers{coll: db.Collection(PointersCollection), retired: db.Collection(RetiredCollection), cache: map[string]cachedPointer{}}
+}
+
+// Get returns the pointer of the projection def, read from the store unless
+// this process read it less than maxAge ago. A projection never rebuilt
+// points at def.Collection. A cached pointer is only replaced by one of a
+// higher generation, so one process never goes back to an older
+// collection.
+func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge time.Duration) (Pointer, error) {
+	ps.mu.Lock()
+	c, ok := ps.cache[name]
+	ps.mu.Unlock()
+	if ok && time.Since(c.at) < maxAge {
+		return c.p, nil
+	}
+	var p Pointer
+	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
+	switch {
+	case errors.Is(err, mongo.ErrNoDocuments):
+		p = Pointer{Projection: name, Active: collection}
+	case err != nil:
+		if ok {
+			return c.p, nil // the store is away: keep reading what we read
+		}
+		return Pointer{}, fmt.Errorf("pointer of %s: %w", name, mongoerr.Translate(err))
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if old, ok := ps.cache[name]; ok && old.p.Generation > p.Generation {
+		p = old.p
+	}
+	ps.cache[name] = cachedPointer{p: p, at: time.Now()}
+	return p, nil
+}
+
+// put stores p (the caller holds the projection's rebuild lock) and caches
+// it.
+func (ps *Pointers) put(ctx context.Context, p Pointer) error {
+	_, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}}, p, options.Replace().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("pointer of %s: %w", p.Projection, mongoerr.Translate(err))
+	}
+	ps.mu.Lock()
+	ps.cache[p.Projection] = cachedPointer{p: p, at: time.Now()}
+	ps.mu.Unlock()
+	return nil
+}
+
+// retiredDoc is a collection to drop after DropAfter.
+type retiredDoc struct {
+	Collection string    `bson:"_id"`
+	Projection string    `bson:"projection"`
+	DropAfter  time.Time `bson:"drop_after"`
+	Reason     string    `bson:"reason"`
+}
+
+// retire schedules a collection's drop.
+func (ps *Pointers) retire(ctx context.Context, projection, collection, reason string, after time.Time) error {
+	d := retiredDoc{Collection: collection, Projection: projection, DropAfter: after.UTC(), Reason: reason}
+	_, err := ps.retired.ReplaceOne(ctx, bson.D{{Key: "_id", Value: collection}}, d, options.Replace().SetUpsert(true))
+	if err != nil {
+		return fmt.Errorf("retire %s: %w", collection, mongoerr.Translate(err))
+	}
+	return nil
+}
+
+// dropRetired drops the retired collections whose time has come, except
+// any a pointer still names, and returns their names.
+func (ps *Pointers) dropRetired(ctx context.Context, now time.Time) ([]string, error) {
+	cur, err := ps.retired.Find(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("list retired collections: %w", mongoerr.Translate(err))
+	}
+	var docs []retiredDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("list retired collections: %w", mongoerr.Translate(err))
+	}
+	var dropped []string
+	for _, d := range docs {
+		if now.Before(d.DropAfter) {
+			continue
+		}
+		var p Pointer
+		err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: d.Projection}}).Decode(&p)
+		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, mongoerr.Translate(err))
+		}
+		if err == nil && (p.Active == d.Collection || p.Shadow == d.Collection) {
+			// In use again (a pointer never goes back, but be safe).
+			_, _ = ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}})
+			continue
+		}
+		if err := ps.coll.Database().Collection(d.Collection).Drop(ctx); err != nil {
+			return dropped, fmt.Errorf("drop %s: %w", d.Collection, mongoerr.Translate(err))
+		}
+		if _, err := ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}}); err != nil {
+			return dropped, fmt.Errorf("forget %s: %w", d.Collection, mongoerr.Translate(err))
+		}
+		dropped = append(dropped, d.Collection)
+	}
+	return dropped, nil
+}
+
+// Projection is one read model as the service runs it: its Definition, the
+// pointer that says which collection is active, and a Store per collection
+// in use. Live events go to the shadow collection (during a rebuild) and
+// then to the active one; readers read the active one.
+type Projection[D any] struct {
+	def      Definition[D]
+	db       *mongo.Database
+	log      EventLog
+	metrics  *Metrics
+	pointers *Pointers
+
+	mu     sync.Mutex
+	stores map[string]*Store[D]
+}
+
+// How old a pointer each side may act on. Writers re-read it before every
+// batch (one _id look-up), so a rebuild's shadow is written by every
+// projector within a batch of its announcement; readers re-read it every
+// second.
+const (
+	writerPointerAge = 100 * time.Millisecond
+	readerPointerAge = time.Second
+)
+
+// NewProjection returns the projection def in db. log fills gaps; m may be
+// nil.
+func NewProjection[D any](db *mongo.Database, def Definition[D], log EventLog, m *Metrics, ps *Pointers) *Projection[D] {
+	return &Projection[D]{def: def, db: db, log: log, metrics: m, pointers: ps, stores: map[string]*Store[D]{}}
+}
+
+// Name is the projection's name.
+func (p *Projection[D]) Name() string { return p.def.Name }
+
+// Store returns the store writing collection coll of this projection.
+func (p *Projection[D]) Store(coll string) *Store[D] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.stores[coll]; ok {
+		return s
+	}
+	def := p.def
+	def.Collection = coll
+	s := NewStore(p.db, def, p.log, p.metrics)
+	p.stores[coll] = s
+	return s
+}
+
+// forget drops the stores of collections the pointer no longer names.
+func (p *Projection[D]) forget(ptr Pointer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.stores {
+		if c != ptr.Active && c != ptr.Shadow {
+			delete(p.stores, c)
+		}
+	}
+}
+
+// Pointer returns the projection's pointer, at most maxAge old.
+func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
+	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
+}
+
+// Active returns the store of the collection readers read.
+func (p *Projection[D]) Active(ctx context.Context) (*Store[D], error) {
+	ptr, err := p.Pointer(ctx, readerPointerAge)
+	if err != nil {
+		return nil, err
+	}
+	return p.Store(ptr.Active), nil
+}
+
+// EnsureIndexes creates the indexes of the active collection (and of the
+// shadow, if any).
+func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
+	ptr, err := p.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	for _, c := range []string{ptr.Shadow, ptr.Active} {
+		if c != "" {
+			if err := p.Store(c).EnsureIndexes(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// apply writes events to the shadow collection first, then to the active
+// one, so that during a rebuild the shadow is never behind the active
+// collection on any document this process touched (the switch then never
+// shows a reader an older version). What is acknowledged follows the
+// active collection: an event the shadow alone cannot apply is left to the
+// verify-and-repair pass that precedes the switch.
+func (p *Projection[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+	ptr, err := p.Pointer(ctx, writerPointerAge)
+	if err != nil {
+		return Outcome{}, nil, err
+	}
+	p.forget(ptr)
+	if ptr.Shadow != "" {
+		if _, _, err := p.Store(ptr.Shadow).apply(ctx, events, fresh); err != nil {
+			return Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
+		}
+	}
+	return p.Store(ptr.Active).apply(ctx, events, fresh)
+}
+
+// Get returns one document of the active collection, or an error wrapping
+// domain.ErrNotFound.
+func (p *Projection[D]) Get(ctx context.Context, id string) (D, error) {
+	s, err := p.Active(ctx)
+	if err != nil {
+		var zero D
+		return zero, err
+	}
+	return s.Get(ctx, id)
+}
