@@ -55,6 +55,9 @@ var codes = []struct {
 	{domain.ErrPreconditionFailed, http.StatusPreconditionFailed, "precondition-failed", "If-Match version is stale"},
 	{domain.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key was used for another request"},
 	{domain.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "A dependency is unavailable"},
+	{domain.ErrJobRunning, http.StatusConflict, "job-running", "A rebuild of this projection is already running"},
+	{domain.ErrJobFinished, http.StatusConflict, "job-finished", "The job has already finished"},
+	{domain.ErrRetryFailed, http.StatusConflict, "retry-failed", "The dead letter still cannot be applied"},
 }
 
 var titles = map[string]string{
@@ -79,7 +82,7 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 		if p.Status >= 500 {
 			if c.Request().Context().Err() == nil { // not a client that went away
 				log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", p.Status, "err", err,
-					"request_id", c.Response().Header().Get(echo.HeaderXRequestID))
+					"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "correlation_id", correlationID(c))
 			}
 			// Never send internals (hosts, connection strings) to clients.
 			p.Detail = map[int]string{http.StatusServiceUnavailable: "a dependency is unavailable or the service is busy; retry later"}[p.Status]

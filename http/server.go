@@ -43,6 +43,8 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
+	Admin      Admin  // the admin routes, registered only with AdminToken
+	AdminToken string // bearer token of the admin routes
 
 	MaxBodyBytes   int64         // [1 MiB]
 	SummaryWait    time.Duration // default bound of ?min_version waits [5s]
@@ -82,9 +84,18 @@ func NewServer(cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
-	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), inFlightLimit(cfg.MaxInFlight))
+	s.http = &http.Server{
+		Handler:           e,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      cfg.MaxSummaryWait + 30*time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
+	}
+	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
+	e.GET("/openapi.json", openAPIDocument)
 	e.GET("/readyz", s.ready)
 	if cfg.Gatherer != nil {
 		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
@@ -100,6 +111,7 @@ func NewServer(cfg Config) *Server {
 	v1.GET("/order-summaries/:id", s.getSummary)
 	v1.GET("/order-summaries", s.listSummaries)
 	v1.GET("/customers/:id/order-stats", s.customerStats)
+	s.adminRoutes(v1)
 	return s
 }
 
@@ -108,15 +120,8 @@ func (s *Server) Handler() http.Handler { return s.echo }
 
 // Serve serves on ln with timeouts against slow clients until Shutdown.
 // It returns nil after Shutdown.
+// A Shutdown before Serve makes Serve return at once.
 func (s *Server) Serve(ln net.Listener) error {
-	s.http = &http.Server{
-		Handler:           s.echo,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      s.cfg.MaxSummaryWait + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(s.cfg.Log.Handler(), slog.LevelWarn),
-	}
 	if err := s.http.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -125,9 +130,6 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Shutdown stops accepting requests and waits for those in flight.
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.http == nil {
-		return nil
-	}
 	return s.http.Shutdown(ctx)
 }
 

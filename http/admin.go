@@ -1,0 +1,200 @@
+package http
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Admin is the operator side (the repair jobs and dead letters). Methods
+// return errors wrapping domain.ErrNotFound (unknown projection, job or
+// dead letter), domain.ErrValidation, domain.ErrJobRunning or
+// domain.ErrJobFinished.
+type Admin interface {
+	StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error)
+	StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error)
+	StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error)
+	Job(ctx context.Context, id string) (domain.Job, error)
+	CancelJob(ctx context.Context, id string) (domain.Job, error)
+	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
+	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
+	RetryDeadLetter(ctx context.Context, id string) error
+}
+
+// adminRoutes registers the admin API under /v1/admin, behind the bearer
+// token. With no token configured nothing is registered: the routes answer
+// 404 like any unknown path.
+func (s *Server) adminRoutes(v1 *echo.Group) {
+	if s.cfg.Admin == nil || s.cfg.AdminToken == "" {
+		return
+	}
+	a := v1.Group("/admin", bearer(s.cfg.AdminToken))
+	a.GET("/projections", s.listProjections)
+	a.POST("/projections/:name/rebuilds", s.startRebuild)
+	a.GET("/projections/:name/rebuilds/:job", s.getJob(domain.KindRebuild))
+	a.POST("/projections/:name/rebuilds/:job/cancel", s.cancelJob(domain.KindRebuild))
+	a.POST("/projections/:name/verifications", s.startVerify)
+	a.GET("/projections/:name/verifications/:job", s.getJob(domain.KindVerify))
+	a.POST("/projections/:name/verifications/:job/cancel", s.cancelJob(domain.KindVerify))
+	a.POST("/replays", s.startReplay)
+	a.GET("/replays/:job", s.getJob(domain.KindReplay))
+	a.POST("/replays/:job/cancel", s.cancelJob(domain.KindReplay))
+	a.GET("/dead-letters", s.listDeadLetters)
+	a.POST("/dead-letters/:id/retry", s.retryDeadLetter)
+}
+
+// bearer admits requests carrying "Authorization: Bearer <token>". The
+// comparison is of SHA-256 digests in constant time, so neither the
+// token's bytes nor its length leak through timing.
+func bearer(token string) echo.MiddlewareFunc {
+	want := sha256.Sum256([]byte(token))
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			scheme, got, ok := strings.Cut(c.Request().Header.Get(echo.HeaderAuthorization), " ")
+			sum := sha256.Sum256([]byte(strings.TrimLeft(got, " "))) // RFC 6750: one or more spaces
+			if !ok || !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="orderd admin"`)
+				return echo.NewHTTPError(http.StatusUnauthorized, "admin routes need Authorization: Bearer <ADMIN_TOKEN>")
+			}
+			return next(c)
+		}
+	}
+}
+
+func (s *Server) listProjections(c echo.Context) error {
+	ps, err := s.cfg.Admin.Projections(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"projections": ps})
+}
+
+type rebuildRequest struct {
+	Partitions *int `json:"partitions" validate:"omitempty,min=1,max=64"`
+}
+
+func (s *Server) startRebuild(c echo.Context) error {
+	var req rebuildRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	n := 1
+	if req.Partitions != nil {
+		n = *req.Partitions
+	}
+	job, err := s.cfg.Admin.StartRebuild(c.Request().Context(), c.Param("name"), n)
+	if err != nil {
+		return err
+	}
+	return accepted(c, job, "/v1/admin/projections/"+job.Projection+"/rebuilds/"+job.ID)
+}
+
+type verifyRequest struct {
+	Repair bool `json:"repair"`
+}
+
+func (s *Server) startVerify(c echo.Context) error {
+	var req verifyRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	job, err := s.cfg.Admin.StartVerify(c.Request().Context(), c.Param("name"), req.Repair)
+	if err != nil {
+		return err
+	}
+	return accepted(c, job, "/v1/admin/projections/"+job.Projection+"/verifications/"+job.ID)
+}
+
+type replayRequest struct {
+	StreamID string `json:"stream_id" validate:"omitempty,id"`
+	From     string `json:"from" validate:"omitempty,rfc3339"`
+	To       string `json:"to" validate:"omitempty,rfc3339"`
+}
+
+func (s *Server) startReplay(c echo.Context) error {
+	var req replayRequest
+	if err := decode(c, &req, false); err != nil {
+		return err
+	}
+	job, err := s.cfg.Admin.StartReplay(c.Request().Context(), domain.ReplaySpec{
+		StreamID: req.StreamID, From: parseTime(req.From), To: parseTime(req.To)})
+	if err != nil {
+		return err
+	}
+	return accepted(c, job, "/v1/admin/replays/"+job.ID)
+}
+
+func accepted(c echo.Context, job domain.Job, location string) error {
+	c.Response().Header().Set(echo.HeaderLocation, location)
+	return c.JSON(http.StatusAccepted, job)
+}
+
+// job returns the job of the route, or not found when it is of another
+// kind or projection.
+func (s *Server) job(c echo.Context, kind domain.JobKind) (domain.Job, error) {
+	id := c.Param("job")
+	job, err := s.cfg.Admin.Job(c.Request().Context(), id)
+	if err != nil {
+		return job, err
+	}
+	if job.Kind != kind || job.Projection != c.Param("name") {
+		return job, fmt.Errorf("%s job %s: %w", kind, id, domain.ErrNotFound)
+	}
+	return job, nil
+}
+
+func (s *Server) getJob(kind domain.JobKind) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		job, err := s.job(c, kind)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, job)
+	}
+}
+
+func (s *Server) cancelJob(kind domain.JobKind) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if _, err := s.job(c, kind); err != nil {
+			return err
+		}
+		job, err := s.cfg.Admin.CancelJob(c.Request().Context(), c.Param("job"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusAccepted, job)
+	}
+}
+
+func (s *Server) listDeadLetters(c echo.Context) error {
+	limit := int64(100)
+	if v := c.QueryParam("limit"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 1 || n > 1000 {
+			return invalid(domain.FieldError{Field: "limit", Detail: "a whole number from 1 to 1000"})
+		}
+		limit = n
+	}
+	projection := c.QueryParam("projection")
+	ds, err := s.cfg.Admin.DeadLetters(c.Request().Context(), projection, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"dead_letters": ds})
+}
+
+func (s *Server) retryDeadLetter(c echo.Context) error {
+	id := c.Param("id")
+	if err := s.cfg.Admin.RetryDeadLetter(c.Request().Context(), id); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"id": id, "result": "applied"})
+}
