@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/google/uuid"
@@ -39,8 +40,11 @@ type Main struct {
 
 	// HTTPAddr is the API's bound address once Run has returned.
 	HTTPAddr string
+	// Out receives the start-up summary of the embedded mode [os.Stderr].
+	Out io.Writer
 
 	stopEmbedded func()
+	stopTracing  func(context.Context) error
 	mongo        *mongo.Client
 	nc           *nats.Conn
 	http         *orderhttp.Server
@@ -83,6 +87,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.Log = newLogger(c.LogFormat, c.LogLevel, os.Stderr)
 	}
 	r, _ := c.roles()
+	if m.stopTracing, err = startTracing(ctx, *c); err != nil {
+		return err
+	}
+	embeddedStore, embeddedNATS := c.MongoURI == "", c.NATSURL == ""
 	if m.stopEmbedded, err = startEmbedded(c, m.Log); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
@@ -132,18 +140,35 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if relay != nil {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
+	pm := projections.NewMetrics(reg)
+	pointers := projections.NewPointers(db)
+	sums := projections.NewProjection(db, projections.OrderSummaries, store, pm, pointers)
+	stats := projections.NewProjection(db, projections.CustomerOrderStats, store, pm, pointers)
+	dead := projections.NewDeadLetters(db)
+	rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
+	plog := m.Log.With("component", "projector")
+	runners := []*projections.Runner{
+		projections.NewRunner(sums, js, dead, rc, plog, pm),
+		projections.NewRunner(stats, js, dead, rc, plog, pm),
+	}
+	jobs := projections.NewJobs(db, pointers, store, map[string]string{
+		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
+		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+	})
 	if r.projector {
-		pm := projections.NewMetrics(reg)
-		dead := projections.NewDeadLetters(db)
-		rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
-		plog := m.Log.With("component", "projector")
-		runners := []*projections.Runner{
-			projections.NewRunner(projections.NewStore(db, projections.OrderSummaries, store, pm), js, dead, rc, plog, pm),
-			projections.NewRunner(projections.NewStore(db, projections.CustomerOrderStats, store, pm), js, dead, rc, plog, pm),
-		}
 		for _, pr := range runners {
 			g.Go(func() error { return m.supervise(runCtx, "projection "+pr.Name(), pr.Run) })
 		}
+	}
+	if r.jobs {
+		republish := func(ctx context.Context, evs []domain.Event) (int, error) {
+			return eventstore.Republish(ctx, js, stream, evs)
+		}
+		w := projections.NewWorker(jobs, store, republish, []projections.Managed{sums, stats}, projections.WorkerConfig{
+			Owner: c.instanceID(), LeaseTTL: c.JobLeaseTTL, Concurrency: c.JobConcurrency, BatchStreams: c.RebuildBatch,
+			MaxEventsPerSecond: c.RebuildMaxRate, Settle: c.RebuildSettle, Grace: c.RebuildGrace, Metrics: pm,
+		}, m.Log)
+		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
 	if r.api {
 		var cache domain.StateCache
@@ -157,7 +182,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc := domain.NewService(store, cache)
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
-			Commands: svc, ReadModels: projections.NewReader(db),
+			Commands: svc, ReadModels: projections.NewReader(db, pointers),
+			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners}, AdminToken: c.AdminToken,
 			Ready: map[string]orderhttp.Check{
 				"store": store.Ping,
 				"bus": func(context.Context) error {
@@ -176,9 +202,46 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.HTTPAddr = ln.Addr().String()
 		g.Go(func() error { return m.http.Serve(ln) })
 	}
+	if r.api && c.AdminToken == "" {
+		m.Log.Info("admin routes are off: set ADMIN_TOKEN to turn them on")
+	}
+	if embeddedStore || embeddedNATS {
+		m.printEmbedded(embeddedStore, embeddedNATS)
+	}
 	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.MongoURI),
-		"nats_url", redact(c.NATSURL), "instance", c.instanceID())
+		"nats_url", redact(c.NATSURL), "instance", c.instanceID(), "tracing", c.OTLPEndpoint != "")
 	return nil
+}
+
+// printEmbedded tells a newcomer what the embedded mode started, where its
+// data lives and how to reach it.
+func (m *Main) printEmbedded(store, bus bool) {
+	c := m.Config
+	out := m.Out
+	if out == nil {
+		out = os.Stderr
+	}
+	dir, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		dir = c.DataDir
+	}
+	fmt.Fprintf(out, "\norderd is running in embedded mode (roles: %s); its data lives under %s\n", c.Roles, dir)
+	if m.HTTPAddr != "" {
+		fmt.Fprintf(out, "  REST API         http://%s   (try: curl http://%s/readyz)\n", m.HTTPAddr, m.HTTPAddr)
+	}
+	if store {
+		fmt.Fprintf(out, "  event store      %s   FerretDB on SQLite, files in %s; open it with mongosh\n",
+			redact(c.MongoURI), filepath.Join(dir, "store"))
+	}
+	if bus {
+		fmt.Fprintf(out, "  NATS JetStream   %s   files in %s\n", c.NATSURL, filepath.Join(dir, "nats"))
+	}
+	if c.AdminToken == "" {
+		fmt.Fprintf(out, "  admin API        off: start with ADMIN_TOKEN set to rebuild, verify or see status\n")
+	} else {
+		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
+	}
+	fmt.Fprintf(out, "Stop with Ctrl-C; the data stays for the next start.\n\n")
 }
 
 // Close stops the roles and disconnects, in reverse start order: the HTTP
@@ -211,6 +274,9 @@ func (m *Main) Close() error {
 		errs = append(errs, m.mongo.Disconnect(ctx))
 	}
 	m.stopEmbedded()
+	if m.stopTracing != nil {
+		errs = append(errs, m.stopTracing(ctx))
+	}
 	return errors.Join(errs...)
 }
 

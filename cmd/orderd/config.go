@@ -19,7 +19,7 @@ type Config struct {
 	Database          string // MONGODB_DATABASE
 	NATSURL           string // NATS_URL
 	DataDir           string // ORDERD_DATA_DIR
-	Roles             string // ORDERD_ROLES: api, relay, projector, comma-separated, or all
+	Roles             string // ORDERD_ROLES: api, relay, projector, jobs, comma-separated, or all
 	InstanceID        string // ORDERD_INSTANCE_ID
 	LogFormat         string // ORDERD_LOG_FORMAT: text or json
 	LogLevel          string // ORDERD_LOG_LEVEL: debug, info, warn, error
@@ -30,6 +30,19 @@ type Config struct {
 	ProjectorWorkers  int    // ORDERD_PROJECTOR_WORKERS
 	CacheSize         int    // ORDERD_CACHE_SIZE: streams whose state the API caches
 	RelayPoll         time.Duration
+	AdminToken        string // ADMIN_TOKEN (environment only, never a flag: flags show in ps)
+	// OTLPEndpoint turns tracing on: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	// OTEL_EXPORTER_OTLP_ENDPOINT (the exporter reads the other OTEL_*
+	// variables itself).
+	OTLPEndpoint string
+
+	// Repair jobs (the jobs role).
+	JobConcurrency int           // ORDERD_JOB_CONCURRENCY: tasks one instance runs at once
+	JobLeaseTTL    time.Duration // ORDERD_JOB_LEASE_TTL
+	RebuildBatch   int           // ORDERD_REBUILD_BATCH_STREAMS: streams per checkpoint
+	RebuildMaxRate float64       // ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: 0 is unpaced
+	RebuildSettle  time.Duration // ORDERD_REBUILD_SETTLE
+	RebuildGrace   time.Duration // ORDERD_REBUILD_GRACE
 }
 
 // DefaultConfig returns the defaults: everything on loopback, embedded
@@ -41,7 +54,9 @@ func DefaultConfig() Config {
 		LogFormat: "text", LogLevel: "info",
 		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
 		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, CacheSize: 100_000,
-		RelayPoll: time.Second,
+		RelayPoll:      time.Second,
+		JobConcurrency: 1, JobLeaseTTL: 15 * time.Second, RebuildBatch: 500,
+		RebuildSettle: 2 * time.Second, RebuildGrace: time.Minute,
 	}
 }
 
@@ -79,7 +94,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
 	str(&c.NATSURL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server")
 	str(&c.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
-	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector (comma-separated) or all")
+	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector, jobs (comma-separated) or all")
 	str(&c.InstanceID, "ORDERD_INSTANCE_ID", "instance-id", "instance id for leases (default: host name and pid)")
 	str(&c.LogFormat, "ORDERD_LOG_FORMAT", "log-format", "text or json")
 	str(&c.LogLevel, "ORDERD_LOG_LEVEL", "log-level", "debug, info, warn or error")
@@ -90,6 +105,25 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process (1 keeps each order's events in order, so gaps are rare)")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
 	dur(&c.RelayPoll, "ORDERD_RELAY_POLL", "relay-poll", "least time between two outbox sweeps (appends of this process are relayed at once)")
+	num(&c.JobConcurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
+	dur(&c.JobLeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
+	num(&c.RebuildBatch, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
+	if v := getenv("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND=%q: not a number", v))
+		}
+		c.RebuildMaxRate = f
+	}
+	fs.Float64Var(&c.RebuildMaxRate, "rebuild-max-events-per-second", c.RebuildMaxRate,
+		"pace of each rebuild partition, to spare the store; 0 is as fast as it goes (env ORDERD_REBUILD_MAX_EVENTS_PER_SECOND)")
+	dur(&c.RebuildSettle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning (projectors pick it up within a batch)")
+	dur(&c.RebuildGrace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept before it is dropped")
+	c.AdminToken = getenv("ADMIN_TOKEN")
+	c.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if c.OTLPEndpoint == "" {
+		c.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
 	return errors.Join(errs...)
 }
 
@@ -111,25 +145,30 @@ func (c Config) Validate() error {
 	if c.ProjectorWorkers < 1 || c.CacheSize < 0 || c.RelayPoll <= 0 {
 		errs = append(errs, errors.New("projector workers must be >= 1, cache size >= 0, relay poll > 0"))
 	}
+	if c.JobConcurrency < 1 || c.JobLeaseTTL < time.Second || c.RebuildBatch < 1 || c.RebuildMaxRate < 0 || c.RebuildSettle < 0 || c.RebuildGrace < 0 {
+		errs = append(errs, errors.New("job concurrency and rebuild batch must be >= 1, job lease TTL >= 1s, rebuild rate, settle and grace >= 0"))
+	}
 	return errors.Join(errs...)
 }
 
-type roles struct{ api, relay, projector bool }
+type roles struct{ api, relay, projector, jobs bool }
 
 func (c Config) roles() (roles, error) {
 	var r roles
 	for _, s := range strings.Split(c.Roles, ",") {
 		switch strings.TrimSpace(s) {
 		case "all":
-			r = roles{true, true, true}
+			r = roles{true, true, true, true}
 		case "api":
 			r.api = true
 		case "relay":
 			r.relay = true
 		case "projector":
 			r.projector = true
+		case "jobs":
+			r.jobs = true
 		default:
-			return r, fmt.Errorf("role %q: want api, relay, projector or all", s)
+			return r, fmt.Errorf("role %q: want api, relay, projector, jobs or all", s)
 		}
 	}
 	return r, nil

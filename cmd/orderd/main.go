@@ -21,9 +21,17 @@ const usage = `orderd: an event-sourced order service.
 Usage:
   orderd [serve] [flags]     run the service (all roles, embedded servers by default)
   orderd replay [flags]      replay the Olist sample through the REST API and check it
+  orderd rebuild <projection> [flags]
+                             rebuild a read model from the event log and switch to it
+  orderd verify <projection> [flags]
+                             compare a read model with the event log, optionally repair it
+  orderd status [flags]      show each read model: collection, lag, dead letters, last verify and rebuild
   orderd help                this text
 
-Run "orderd serve -h" or "orderd replay -h" for their flags.
+rebuild and verify call the admin API of a running service: set ADMIN_TOKEN
+to the token the service was started with.
+
+Run "orderd <command> -h" (serve, replay, rebuild, verify) for its flags.
 `
 
 func main() {
@@ -45,6 +53,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args, stderr)
 	case "replay":
 		return replay.Main(ctx, args, stdout, stderr)
+	case "rebuild":
+		return rebuildMain(ctx, args, os.Getenv, stdout, stderr)
+	case "verify":
+		return verifyMain(ctx, args, os.Getenv, stdout, stderr)
+	case "status":
+		return statusMain(ctx, args, os.Getenv, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -32,10 +32,10 @@ func runMain(t testing.TB) *Main {
 	return runMainDir(t, t.TempDir())
 }
 
-// runMainDir boots Main with its data under dir. The cleanup closes it
-// unless closeMain already did; it is registered after dir was made, so it
-// runs before a t.TempDir is removed.
-func runMainDir(t testing.TB, dir string) *Main {
+// runMainDir boots Main with its data under dir, after opts have changed
+// its config. The cleanup closes it unless closeMain already did; it is
+// registered after dir was made, so it runs before a t.TempDir is removed.
+func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	t.Helper()
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
@@ -45,6 +45,10 @@ func runMainDir(t testing.TB, dir string) *Main {
 	m.Config.Roles = "all"
 	m.Config.InstanceID = "test-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	m.Log = testLogger(t)
+	m.Out = new(bytes.Buffer) // the embedded mode's start-up summary, for TestMain_EmbeddedSummary
+	for _, o := range opts {
+		o(&m.Config)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	if err := m.Run(ctx); err != nil {

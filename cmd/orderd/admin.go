@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projections"
+)
+
+// adminAPI is the admin side of the REST API: the repair jobs, the
+// projections' state and the dead letters.
+type adminAPI struct {
+	jobs    *projections.Jobs
+	dead    *projections.DeadLetters
+	runners []*projections.Runner
+}
+
+func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (projections.Job, error) {
+	return a.jobs.StartRebuild(ctx, projection, partitions)
+}
+
+func (a *adminAPI) StartVerify(ctx context.Context, projection string, repair bool) (projections.Job, error) {
+	return a.jobs.StartVerify(ctx, projection, repair)
+}
+
+func (a *adminAPI) StartReplay(ctx context.Context, spec projections.ReplaySpec) (projections.Job, error) {
+	return a.jobs.StartReplay(ctx, spec)
+}
+
+func (a *adminAPI) Job(ctx context.Context, id string) (projections.Job, error) {
+	if err := domain.ValidateID("job id", id); err != nil {
+		return projections.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
+	}
+	return a.jobs.Get(ctx, id)
+}
+
+func (a *adminAPI) CancelJob(ctx context.Context, id string) (projections.Job, error) {
+	if _, err := a.Job(ctx, id); err != nil {
+		return projections.Job{}, err
+	}
+	return a.jobs.Cancel(ctx, id)
+}
+
+func (a *adminAPI) Projections(ctx context.Context) ([]projections.ProjectionStatus, error) {
+	return a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
+		r := a.runner(name)
+		if r == nil {
+			return nil, ""
+		}
+		n, err := r.Lag(ctx)
+		if err != nil {
+			return nil, "consumer: " + err.Error()
+		}
+		return &n, r.LastError()
+	})
+}
+
+func (a *adminAPI) runner(name string) *projections.Runner {
+	for _, r := range a.runners {
+		if r.Name() == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func (a *adminAPI) DeadLetters(ctx context.Context, projection string, limit int64) ([]projections.DeadLetter, error) {
+	if projection != "" && a.runner(projection) == nil {
+		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	}
+	return a.dead.List(ctx, projection, limit)
+}
+
+func (a *adminAPI) RetryDeadLetter(ctx context.Context, id string) error {
+	name, _, _ := strings.Cut(id, ":")
+	r := a.runner(name)
+	if r == nil || len(id) > 256 {
+		return fmt.Errorf("dead letter %q: %w", id, domain.ErrNotFound)
+	}
+	return r.Retry(ctx, id)
+}

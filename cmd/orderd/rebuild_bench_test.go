@@ -1,0 +1,532 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/projections"
+)
+
+// Sizes and settings of BenchmarkRebuild.
+const (
+	rebuildMinEvents   = 100_000                // the log holds at least this many events
+	rebuildLoaders     = 16                     // goroutines appending the log
+	rebuildScanBatch   = 512                    // batch size of the raw scans: eventstore.Store.Scan's
+	rebuildConcurrency = 2                      // JobConcurrency: tasks run at once
+	rebuildSettle      = 100 * time.Millisecond // RebuildSettle
+	rebuildPollJob     = 500 * time.Millisecond // how often the benchmark reads the job
+	rebuildLimit       = 25 * time.Minute       // longest run (make bench allows 30m for all benchmarks)
+	rebuildSample      = "../../testdata/olist-sample"
+)
+
+// BenchmarkRebuild measures rebuilding the order_summaries read model from
+// the event log, in one run against its own embedded Main booted with the
+// jobs role only (no API, relay or projector, so nothing else writes), 2
+// job tasks at a time, a 100 ms settle and the default batch of 500
+// streams per checkpoint:
+//
+//  1. setup, not timed: the log is filled with copies of the Olist sample
+//     (4,071 orders) until it holds at least 100,000 events (7 copies:
+//     113,211 events in as many commits, 28,497 order streams; ids
+//     "c<copy>-<olist id>"). Each order's plan is run through
+//     domain.Service on the real eventstore.Store, from 16 goroutines,
+//     with the replay tool's idempotency keys; commands the plan lists as
+//     refused are not sent (they would append nothing).
+//  2. the store's raw scan rate of the log, events/s: a Find({}) of the
+//     events collection decoding each commit to bson.Raw and counting its
+//     events, then the same Find sorted by _id, the rebuild scan's query
+//     (FerretDB 1.24 sorts in memory); both in batches of 512, as the
+//     scan.
+//  3. a rebuild with 1 partition, then one with 2 (after the first has
+//     finished), each timed from Jobs.StartRebuild to the job's final
+//     state: the plan (commit count, partition bounds), settle and claim,
+//     the scan of the log into a new collection,
+//     the verify of that collection against the log and the pointer
+//     switch. Each must succeed and count every event of the log. The
+//     table gives its rate, its ratio to the raw scan rate, the 2-partition
+//     speed-up over 1, and where the time went.
+//  4. the process's peak RSS in each phase: VmHWM from /proc/self/status
+//     after writing 5 to /proc/self/clear_refs (Linux; the table says
+//     when the reset failed). The embedded store runs in this process, so
+//     the RSS includes it.
+//
+// The figures are from the embedded store (FerretDB 1.24 on SQLite), not
+// from MongoDB, and they follow from how that store reads: only a filter
+// of _id equality reaches SQLite, so every other query (a partition's _id
+// range, a count, a sort) decodes the whole collection, and sorts are done
+// in memory. A rebuild therefore reads the log three times or more (the
+// plan's count, and for several partitions its bounds, the scan, the
+// verify's scan), and 2 partitions decode it twice side by side. Run it
+// with -benchtime 1x (make bench); it does its fixed work once whatever
+// b.N is; the README gives the figures of one run.
+func BenchmarkRebuild(b *testing.B) {
+	b.StopTimer()
+	ctx, cancel := context.WithTimeout(context.Background(), rebuildLimit)
+	defer cancel()
+	loadStart := loadAverage()
+	resetOK := resetPeakRSS()
+	rssBoot := currentRSS()
+	m := runMainDir(b, b.TempDir(), func(c *Config) {
+		c.Roles = "jobs"
+		c.JobConcurrency = rebuildConcurrency
+		c.RebuildSettle = rebuildSettle
+	})
+	db := m.mongo.Database(m.Config.Database)
+	store := eventstore.New(db)
+	jobs := projections.NewJobs(db, projections.NewPointers(db), store, map[string]string{
+		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
+		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+	})
+
+	resetPeakRSS()
+	loaded := loadOlistCopies(ctx, b, store)
+	loaded.rss = phaseRSS{before: currentRSS(), peak: peakRSS()}
+	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders, loaded.elapsed.Round(time.Second))
+
+	events := db.Collection(eventstore.CommitsCollection)
+	b.StartTimer()
+	raw := rawScan(ctx, b, events, false)
+	sorted := rawScan(ctx, b, events, true)
+	if raw.events != loaded.events || sorted.events != loaded.events || raw.docs != sorted.docs {
+		b.Fatalf("raw scans counted %d and %d events (%d and %d commits); the load appended %d events",
+			raw.events, sorted.events, raw.docs, sorted.docs, loaded.events)
+	}
+	logEvents := raw.events
+	runs := []rebuildRun{runRebuild(ctx, b, jobs, 1, logEvents, loaded.orders)}
+	runs = append(runs, runRebuild(ctx, b, jobs, 2, logEvents, loaded.orders))
+	b.StopTimer()
+
+	ptr, err := projections.NewPointers(db).Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		b.Errorf("read the pointer: %v", err)
+	} else if ptr.Active != runs[1].job.Shadow {
+		b.Errorf("order_summaries reads %q, want the last rebuild's %q", ptr.Active, runs[1].job.Shadow)
+	}
+
+	rawRate := raw.rate()
+	p1, p2 := runs[0], runs[1]
+	speedup := p2.rate() / p1.rate()
+	b.ReportMetric(rawRate, "raw_scan_events/s")
+	b.ReportMetric(sorted.rate(), "raw_sorted_scan_events/s")
+	b.ReportMetric(p1.rate(), "rebuild_events/s_p1")
+	b.ReportMetric(p2.rate(), "rebuild_events/s_p2")
+	b.ReportMetric(p1.rate()/rawRate, "ratio_to_raw_scan_p1")
+	b.ReportMetric(p2.rate()/rawRate, "ratio_to_raw_scan_p2")
+	b.ReportMetric(speedup, "speedup_p2")
+	b.ReportMetric(mib(loaded.rss.peak), "peak_rss_MiB_load")
+	b.ReportMetric(mib(raw.rss.peak), "peak_rss_MiB_raw_scan")
+	b.ReportMetric(mib(sorted.rss.peak), "peak_rss_MiB_sorted_scan")
+	b.ReportMetric(mib(p1.rss.peak), "peak_rss_MiB_p1")
+	b.ReportMetric(mib(p2.rss.peak), "peak_rss_MiB_p2")
+
+	var t strings.Builder
+	f := func(format string, args ...any) { fmt.Fprintf(&t, format, args...) }
+	f("\nBenchmarkRebuild: embedded FerretDB 1.24 on SQLite in this process, jobs role only, job concurrency %d\n", rebuildConcurrency)
+	f("  log: %d events in %d commits, %d order streams (%d copies of the %d Olist sample orders)\n",
+		logEvents, raw.docs, loaded.orders, loaded.copies, loaded.orders/loaded.copies)
+	f("  %-46s %10s %10s %10s %8s %9s %9s\n", "measure", "events", "time", "events/s", "to raw", "RSS MiB", "peak MiB")
+	row := func(name string, n int64, d time.Duration, rate, ratio float64, rss phaseRSS) {
+		r := "-"
+		if ratio > 0 {
+			r = fmt.Sprintf("%.3f", ratio)
+		}
+		f("  %-46s %10d %10s %10.0f %8s %9.0f %9.0f\n", name, n, d.Round(100*time.Millisecond), rate, r, mib(rss.before), mib(rss.peak))
+	}
+	row(fmt.Sprintf("load: Service + Store.Append, %d goroutines", rebuildLoaders), loaded.events, loaded.elapsed,
+		float64(loaded.events)/loaded.elapsed.Seconds(), 0, loaded.rss)
+	row("raw scan: Find({}) of events, bson.Raw", raw.events, raw.elapsed, rawRate, 1, raw.rss)
+	row("raw scan: Find({}) sorted by _id (rebuild's)", sorted.events, sorted.elapsed, sorted.rate(), sorted.rate()/rawRate, sorted.rss)
+	for _, r := range runs {
+		row(fmt.Sprintf("rebuild order_summaries, %d partition(s)", r.partitions), r.job.Events, r.elapsed, r.rate(), r.rate()/rawRate, r.rss)
+	}
+	f("  (load is setup, not timed; a rebuild's time runs from StartRebuild to the job's finished_at; RSS MiB is\n")
+	f("   the RSS when the phase began, after returning free Go memory to the OS)\n")
+	f("  2-partition speed-up over 1         %.2fx\n", speedup)
+	for _, r := range runs {
+		f("  rebuild with %d partition(s)\n", r.partitions)
+		f("    StartRebuild                      %v (lock, tasks, pointer)\n", r.create.Round(time.Millisecond))
+		f("    plan                              %v (commit count, partition bounds)\n", r.plan.Round(time.Millisecond))
+		f("    plan + settle + claim             %v (settle %v; the worker looks for tasks every 1s)\n", r.queued.Round(time.Millisecond), rebuildSettle)
+		f("    scan of the log into %-12s %v, %.0f events/s", "the shadow", r.scan.Round(100*time.Millisecond), float64(r.job.Events)/r.scan.Seconds())
+		if len(r.parts) > 1 {
+			f(" (partitions:")
+			for i, p := range r.parts {
+				f(" %d events in %v", p.Events, p.FinishedAt.Sub(p.StartedAt).Round(100*time.Millisecond))
+				if i < len(r.parts)-1 {
+					f(",")
+				}
+			}
+			f(")")
+		}
+		f("\n")
+		f("    last partition to finish claimed  %v\n", r.handoff.Round(time.Millisecond))
+		f("    finish: verify + switch           %v", r.finish.Round(100*time.Millisecond))
+		if rep := r.job.Report; rep != nil {
+			f(" (verified %d streams, %d documents; drift %d, repaired %d)", rep.Streams, rep.Documents, rep.Drift(), rep.Repaired)
+		}
+		f("\n")
+		f("    job: %s, %d events, %d streams, %d poison; the job's own rate %.0f events/s\n",
+			r.job.State, r.job.Events, r.job.Streams, r.job.PoisonStreams, r.job.RatePerSecond)
+	}
+	f("  load: %d commands from %d orders, %d skipped as the plans' documented refusals\n", loaded.commands, loaded.orders, loaded.refused)
+	f("  RSS is the whole process's: the embedded store (FerretDB and SQLite) runs in it with the benchmark\n")
+	if !resetOK {
+		f("  writing 5 to /proc/self/clear_refs failed: each peak is the highest since the process started\n")
+	}
+	f("  RSS after boot %.0f MiB; load average (shared machine, %d CPUs) %s at the start, %s at the end\n",
+		mib(rssBoot), runtime.NumCPU(), loadStart, loadAverage())
+	fmt.Fprint(os.Stdout, t.String())
+}
+
+// rebuildLoad is what loadOlistCopies appended.
+type rebuildLoad struct {
+	copies, orders    int // orders counts every copy's
+	commands, refused int // commands appended; commands skipped as documented refusals
+	events            int64
+	elapsed           time.Duration
+	rss               phaseRSS
+}
+
+// phaseRSS is the process's RSS when a phase began and its peak during it,
+// in bytes.
+type phaseRSS struct{ before, peak int64 }
+
+// loaderStep is one command of an Olist plan.
+type loaderStep struct {
+	name string
+	cmd  domain.Command
+}
+
+// loadOlistCopies appends copies of the Olist sample's orders until the
+// log holds rebuildMinEvents events: each copy's order ids are
+// "c<copy>-<olist id>", each order's commands run in order through a
+// domain.Service on store, orders spread over rebuildLoaders goroutines.
+func loadOlistCopies(ctx context.Context, b *testing.B, store *eventstore.Store) rebuildLoad {
+	b.Helper()
+	ds, err := replay.Load(rebuildSample)
+	if err != nil {
+		b.Fatalf("load the Olist sample: %v", err)
+	}
+	var res rebuildLoad
+	ids := make([]string, len(ds.Orders))
+	plans := make([][]loaderStep, len(ds.Orders))
+	perCopy := 0
+	for i, o := range ds.Orders {
+		p := ds.Plan(o)
+		ids[i] = o.ID
+		for _, c := range p.Commands {
+			if slices.Contains(p.Refused, c.Name+": invalid-transition") {
+				res.refused++
+				continue
+			}
+			plans[i] = append(plans[i], loaderStep{name: c.Name, cmd: olistCommand(c)})
+		}
+		perCopy += len(plans[i]) // one event per accepted command
+	}
+	res.copies = (rebuildMinEvents + perCopy - 1) / perCopy
+	res.refused *= res.copies
+	res.orders = res.copies * len(plans)
+
+	var (
+		next, events, commands, failed atomic.Int64
+		wg                             sync.WaitGroup
+	)
+	start := time.Now()
+	for range rebuildLoaders {
+		wg.Go(func() {
+			cache := loaderCache{}
+			svc := domain.NewService(store, cache)
+			svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
+			for {
+				n := int(next.Add(1)) - 1
+				if n >= res.orders || ctx.Err() != nil {
+					return
+				}
+				i := n % len(plans)
+				id := fmt.Sprintf("c%d-%s", n/len(plans), ids[i])
+				for k, s := range plans[i] {
+					key := replay.Command{Name: s.name}.IdempotencyKey(id)
+					r, err := svc.Execute(ctx, id, s.cmd, domain.ExecOptions{IdempotencyKey: key})
+					if err == nil && (r.Replayed || r.Version != int64(k+1)) {
+						err = fmt.Errorf("answer %+v, want a new version %d", r, k+1)
+					}
+					if err != nil {
+						if failed.Add(1) <= 3 {
+							b.Errorf("load %s %s: %v", id, s.name, err)
+						}
+						break
+					}
+					commands.Add(1)
+					events.Add(1)
+				}
+				clear(cache)
+			}
+		})
+	}
+	wg.Wait()
+	res.elapsed = time.Since(start)
+	if n := failed.Load(); n > 0 || ctx.Err() != nil {
+		b.Fatalf("loading the log: %d commands failed (%v)", n, ctx.Err())
+	}
+	res.commands, res.events = int(commands.Load()), events.Load()
+	if res.events < rebuildMinEvents {
+		b.Fatalf("the log holds %d events, want at least %d", res.events, rebuildMinEvents)
+	}
+	return res
+}
+
+// olistCommand is the domain command of one plan step, as the HTTP API
+// builds it from the request the replay tool sends.
+func olistCommand(c replay.Command) domain.Command {
+	switch c.Name {
+	case replay.CmdPlace:
+		p := c.Place
+		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, FreightCents: p.FreightCents, At: p.At}
+	case replay.CmdApprove:
+		return domain.Approve{At: c.At}
+	case replay.CmdInvoice:
+		return domain.Invoice{At: c.At}
+	case replay.CmdProcess:
+		return domain.StartProcessing{At: c.At}
+	case replay.CmdShip:
+		return domain.Ship{At: c.At}
+	case replay.CmdDeliver:
+		return domain.Deliver{At: c.At}
+	case replay.CmdCancel:
+		return domain.Cancel{At: c.At, Reason: c.Reason}
+	case replay.CmdMarkUnavailable:
+		return domain.MarkUnavailable{At: c.At, Reason: c.Reason}
+	}
+	panic("unknown Olist plan command " + c.Name)
+}
+
+// loaderCache is the state cache of one loader goroutine (which runs one
+// order at a time), so its commands need no read before their append,
+// as in the service.
+type loaderCache map[string]domain.Order
+
+func (c loaderCache) Get(id string) (domain.Order, bool) { o, ok := c[id]; return o, ok }
+func (c loaderCache) Add(id string, o domain.Order)      { c[id] = o }
+func (c loaderCache) Remove(id string)                   { delete(c, id) }
+
+// scanResult is one raw scan of the log.
+type scanResult struct {
+	docs, events int64
+	elapsed      time.Duration
+	rss          phaseRSS
+}
+
+func (s scanResult) rate() float64 { return float64(s.events) / s.elapsed.Seconds() }
+
+// rawScan reads every commit of coll with one Find, in batches of
+// rebuildScanBatch, sorted by _id when sorted is set, decoding each to
+// bson.Raw and counting its events.
+func rawScan(ctx context.Context, b *testing.B, coll *mongo.Collection, sorted bool) scanResult {
+	b.Helper()
+	var res scanResult
+	resetPeakRSS()
+	res.rss.before = currentRSS()
+	opts := options.Find().SetBatchSize(rebuildScanBatch)
+	if sorted {
+		opts.SetSort(bson.D{{Key: "_id", Value: 1}})
+	}
+	start := time.Now()
+	cur, err := coll.Find(ctx, bson.D{}, opts)
+	if err != nil {
+		b.Fatalf("scan %s (sorted %v): %v", coll.Name(), sorted, err)
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		var doc bson.Raw
+		if err := cur.Decode(&doc); err != nil {
+			b.Fatalf("scan %s: decode: %v", coll.Name(), err)
+		}
+		evs, ok := doc.Lookup("events").ArrayOK()
+		if !ok {
+			b.Fatalf("scan %s: commit without an events array: %s", coll.Name(), doc)
+		}
+		vals, err := evs.Values()
+		if err != nil {
+			b.Fatalf("scan %s: events: %v", coll.Name(), err)
+		}
+		res.docs++
+		res.events += int64(len(vals))
+	}
+	if err := cur.Err(); err != nil {
+		b.Fatalf("scan %s: %v", coll.Name(), err)
+	}
+	res.elapsed = time.Since(start)
+	res.rss.peak = peakRSS()
+	progressf("raw scan (sorted %v): %d events in %v", sorted, res.events, res.elapsed.Round(100*time.Millisecond))
+	return res
+}
+
+// rebuildRun is one rebuild job as it ended.
+type rebuildRun struct {
+	partitions int
+	job        projections.Job
+	parts      []projections.Task
+	elapsed    time.Duration // StartRebuild called to the job's finished_at
+	create     time.Duration // StartRebuild: lock, tasks, pointer
+	plan       time.Duration // the plan task: commit count and partition bounds
+	queued     time.Duration // StartRebuild returned to the first partition claimed
+	scan       time.Duration // first partition claimed to the last one done
+	handoff    time.Duration // last partition done to the finish task claimed
+	finish     time.Duration // the finish task: verify and switch
+	rss        phaseRSS
+}
+
+func (r rebuildRun) rate() float64 { return float64(r.job.Events) / r.elapsed.Seconds() }
+
+// runRebuild rebuilds order_summaries in partitions and waits for the job
+// to end. It fails the benchmark unless the job succeeded having counted
+// events events and orders streams.
+func runRebuild(ctx context.Context, b *testing.B, jobs *projections.Jobs, partitions int, events int64, orders int) rebuildRun {
+	b.Helper()
+	r := rebuildRun{partitions: partitions}
+	resetPeakRSS()
+	r.rss.before = currentRSS()
+	start := time.Now()
+	job, err := jobs.StartRebuild(ctx, projections.OrderSummaries.Name, partitions)
+	if err != nil {
+		b.Fatalf("start a rebuild with %d partition(s): %v", partitions, err)
+	}
+	r.create = time.Since(start)
+	created := time.Now()
+	lastNote := start
+	for {
+		j, err := jobs.Get(ctx, job.ID)
+		if err != nil {
+			b.Fatalf("read rebuild %s: %v", job.ID, err)
+		}
+		if j.State.Final() {
+			job = j
+			break
+		}
+		if time.Since(lastNote) >= 30*time.Second {
+			lastNote = time.Now()
+			progressf("rebuild, %d partition(s): %s, %d of %d events after %v", partitions, j.State, j.Events, events,
+				time.Since(start).Round(time.Second))
+		}
+		select {
+		case <-ctx.Done():
+			b.Fatalf("rebuild %s with %d partition(s) unfinished after %v: %+v", job.ID, partitions, time.Since(start).Round(time.Second), j)
+		case <-time.After(rebuildPollJob):
+		}
+	}
+	r.elapsed = time.Since(start)
+	if !job.FinishedAt.IsZero() {
+		r.elapsed = job.FinishedAt.Sub(start)
+	}
+	r.rss.peak = peakRSS()
+	r.job = job
+	if job.State != projections.StateSucceeded {
+		b.Fatalf("rebuild with %d partition(s) %s: %s", partitions, job.State, job.Error)
+	}
+	if job.Events != events {
+		b.Fatalf("rebuild with %d partition(s) counted %d events; the log holds %d", partitions, job.Events, events)
+	}
+	if job.Streams != int64(orders) || job.PoisonStreams != 0 {
+		b.Errorf("rebuild with %d partition(s) counted %d streams (%d poison); the log holds %d", partitions, job.Streams, job.PoisonStreams, orders)
+	}
+	if rep := job.Report; rep == nil || rep.Drift() != 0 || rep.Events != events {
+		b.Errorf("rebuild with %d partition(s): verify report %+v; want no drift over %d events", partitions, rep, events)
+	}
+
+	var first, last, finishStart time.Time
+	for _, t := range job.Tasks {
+		switch t.Name {
+		case "finish":
+			finishStart = t.StartedAt
+			r.finish = t.FinishedAt.Sub(t.StartedAt)
+			continue
+		case "plan":
+			r.plan = t.FinishedAt.Sub(t.StartedAt)
+			continue
+		}
+		r.parts = append(r.parts, t)
+		if first.IsZero() || t.StartedAt.Before(first) {
+			first = t.StartedAt
+		}
+		if t.FinishedAt.After(last) {
+			last = t.FinishedAt
+		}
+	}
+	r.queued, r.scan, r.handoff = first.Sub(created), last.Sub(first), finishStart.Sub(last)
+	if len(r.parts) != partitions {
+		b.Errorf("rebuild asked for %d partition(s) has %d", partitions, len(r.parts))
+	}
+	progressf("rebuild, %d partition(s): %s in %v", partitions, job.State, r.elapsed.Round(100*time.Millisecond))
+	return r
+}
+
+// resetPeakRSS returns free Go memory to the OS, then resets the
+// kernel's high-water mark of the process's RSS (Linux: 5 written to
+// /proc/self/clear_refs). It reports whether the reset was accepted.
+func resetPeakRSS() bool {
+	debug.FreeOSMemory()
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
+// peakRSS is VmHWM of /proc/self/status in bytes (0 when unreadable).
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+// currentRSS is VmRSS of /proc/self/status in bytes (0 when unreadable).
+func currentRSS() int64 { return procStatus("VmRSS:") }
+
+func procStatus(field string) int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// loadAverage is the 1-, 5- and 15-minute load averages of
+// /proc/loadavg ("?" when unreadable).
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(data)); err == nil && len(f) >= 3 {
+		return strings.Join(f[:3], " ")
+	}
+	return "?"
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// progressf notes a finished phase on stderr: the benchmark runs for
+// minutes.
+func progressf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "BenchmarkRebuild: "+format+"\n", args...)
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/projections"
+)
+
+// subprocessEnv makes the test binary run the program instead of the
+// tests, so a test can start orderd instances it can kill.
+const subprocessEnv = "ORDERD_TEST_RUN_PROGRAM"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(subprocessEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "orderd:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// instance is an orderd process started by a test.
+type instance struct {
+	cmd *exec.Cmd
+	out *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startInstance runs "orderd serve args..." as a child process; the test's
+// cleanup kills it and logs its output if the test failed.
+func startInstance(t *testing.T, name string, args ...string) *instance {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{cmd: exec.Command(exe, append([]string{"serve"}, args...)...), out: &syncBuffer{}}
+	in.cmd.Env = append(os.Environ(), subprocessEnv+"=1")
+	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
+	if err := in.cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		in.kill()
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", name, in.out.String())
+		}
+	})
+	return in
+}
+
+// kill stops the process with SIGKILL: no graceful shutdown, no lease
+// released, as when a machine dies.
+func (in *instance) kill() {
+	if in.cmd.ProcessState == nil {
+		_ = in.cmd.Process.Kill()
+		_ = in.cmd.Wait()
+	}
+}
+
+// TestMain_RebuildResumesAfterKill runs a rebuild in a jobs-only orderd
+// process, kills it with SIGKILL halfway, and checks that a second process
+// resumes the rebuild from the saved cursor once the dead one's lease has
+// run out: the job succeeds, its partition was claimed twice, the second
+// claim started from the first one's checkpoint, every stream is counted
+// exactly once (a restart from scratch would count the first part twice),
+// and the summaries then read from the new collection equal the orders
+// folded from the log.
+func TestMain_RebuildResumesAfterKill(t *testing.T) {
+	const token = "test-admin-token"
+	a := runMainDir(t, t.TempDir(), func(c *Config) {
+		c.Roles = "api,relay,projector"
+		c.AdminToken = token
+		c.RebuildSettle = 200 * time.Millisecond
+		c.RebuildGrace = time.Second
+	})
+	ctx := t.Context()
+	began := time.Now()
+
+	// The orders: written through the command service on the same store.
+	db := a.mongo.Database(a.Config.Database)
+	cache, err := lru.New[string, domain.Order](1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := domain.NewService(eventstore.New(db), stateCache{cache})
+	const orders = 160
+	var ids []string
+	for i := range orders {
+		id := fmt.Sprintf("kill-%03d", i)
+		ids = append(ids, id)
+		cmds := []domain.Command{
+			domain.PlaceOrder{CustomerID: fmt.Sprintf("cust-%d", i%7), Currency: "BRL",
+				Items: []domain.Line{{SKU: "sku-1", Quantity: 1 + int64(i%3), UnitPriceCents: 1990}}},
+			domain.Approve{}, domain.Ship{}, domain.Deliver{},
+		}
+		for _, c := range cmds[:1+i%4] {
+			if _, err := svc.Execute(ctx, id, c, domain.ExecOptions{}); err != nil {
+				t.Fatalf("%s: %T: %v", id, c, err)
+			}
+		}
+	}
+	t.Logf("%d orders written in %v", orders, time.Since(began).Round(time.Millisecond))
+	var events int64
+	for i := range orders {
+		events += int64(1 + i%4)
+	}
+
+	jobsFlags := func(id string) []string {
+		return []string{"-roles", "jobs", "-instance-id", id, "-mongodb-uri", a.Config.MongoURI, "-nats-url", a.Config.NATSURL,
+			"-job-lease-ttl", "3s", "-rebuild-batch-streams", "10", "-rebuild-max-events-per-second", "80",
+			"-rebuild-settle", "200ms", "-rebuild-grace", "1s", "-log-level", "info"}
+	}
+	b := startInstance(t, "instance B", jobsFlags("instance-B")...)
+
+	c := newClient(t, a)
+	auth := []string{"Authorization", "Bearer " + token}
+	r := c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", "", auth...)
+	var job projections.Job
+	r.decode(t, &job)
+	path := "/v1/admin/projections/order_summaries/rebuilds/" + job.ID
+
+	get := func() projections.Job {
+		var j projections.Job
+		c.must(200, "GET", path, "", auth...).decode(t, &j)
+		return j
+	}
+	// Halfway: B holds the partition and has checkpointed half the streams.
+	var atKill projections.Task
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		j := get()
+		if p, _ := j.Task("part-0"); p.Owner == "instance-B" && p.Streams >= orders/2 {
+			atKill = p
+			break
+		}
+		if j.State.Final() || time.Now().After(deadline) {
+			t.Fatalf("the rebuild never got halfway in instance B: %+v", j)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.kill()
+	killed, _ := get().Task("part-0")
+	if killed.Streams >= orders {
+		t.Fatalf("the partition finished before the kill: %+v", killed)
+	}
+	t.Logf("at %v: killed instance B with %d of %d streams checkpointed (cursor %s)", time.Since(began).Round(time.Millisecond), killed.Streams, orders, killed.Cursor)
+
+	startInstance(t, "instance C", jobsFlags("instance-C")...)
+	deadline = time.Now().Add(90 * time.Second)
+	var done projections.Job
+	for {
+		done = get()
+		if done.State.Final() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rebuild did not finish after the takeover: %+v", done)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if done.State != projections.StateSucceeded {
+		t.Fatalf("rebuild %s: %s", done.State, done.Error)
+	}
+	t.Logf("at %v: the rebuild succeeded", time.Since(began).Round(time.Millisecond))
+	p, _ := done.Task("part-0")
+	if p.Attempts != 2 || len(p.Resumes) != 1 || p.Owner != "instance-C" {
+		t.Fatalf("partition: owner %s, %d claims, resumes %+v; want instance-C after one resume", p.Owner, p.Attempts, p.Resumes)
+	}
+	if res := p.Resumes[0]; res.Owner != "instance-C" || res.Streams < atKill.Streams || res.Streams != killed.Streams || res.Cursor != killed.Cursor {
+		t.Errorf("resume %+v does not start from the dead runner's checkpoint (%d streams, cursor %s)", res, killed.Streams, killed.Cursor)
+	}
+	if p.Streams != orders || p.Events != events || done.Streams != orders {
+		t.Errorf("the rebuild counted %d streams and %d events, want %d and %d: each stream exactly once", p.Streams, p.Events, orders, events)
+	}
+	if finish := done.Tasks[len(done.Tasks)-1]; finish.Owner != "instance-C" {
+		t.Errorf("finish task run by %q, want instance-C", finish.Owner)
+	}
+
+	var status struct {
+		Projections []projections.ProjectionStatus `json:"projections"`
+	}
+	c.must(200, "GET", "/v1/admin/projections", "", auth...).decode(t, &status)
+	for _, ps := range status.Projections {
+		if ps.Name == "order_summaries" && ps.ActiveCollection != done.Shadow {
+			t.Errorf("order_summaries reads %s, want the rebuilt %s", ps.ActiveCollection, done.Shadow)
+		}
+	}
+	// The rebuilt read model equals the fold of the log: a verify job
+	// reports no drift, and a sample read over REST agrees.
+	r = c.must(202, "POST", "/v1/admin/projections/order_summaries/verifications", `{"repair":false}`, auth...)
+	var verify projections.Job
+	r.decode(t, &verify)
+	deadline = time.Now().Add(60 * time.Second)
+	for !verify.State.Final() {
+		if time.Now().After(deadline) {
+			t.Fatalf("verify did not finish: %+v", verify)
+		}
+		time.Sleep(200 * time.Millisecond)
+		c.must(200, "GET", "/v1/admin/projections/order_summaries/verifications/"+verify.ID, "", auth...).decode(t, &verify)
+	}
+	if rep := verify.Report; verify.State != projections.StateSucceeded || rep == nil || rep.Drift() != 0 ||
+		rep.Digest != rep.ExpectedDigest || rep.Documents != orders || rep.Collection != done.Shadow {
+		t.Errorf("verify after the rebuild: %s %+v", verify.State, verify.Report)
+	}
+	for i := 0; i < len(ids); i += 10 {
+		id := ids[i]
+		var o domain.Order
+		c.must(200, "GET", "/v1/orders/"+id, "").decode(t, &o)
+		got := c.must(200, "GET", fmt.Sprintf("/v1/order-summaries/%s?min_version=%d", id, o.Version), "")
+		if got.Header.Get("X-Read-Model-Stale") == "true" {
+			t.Fatalf("summary %s did not reach v%d", id, o.Version)
+		}
+		var s domain.Order
+		got.decode(t, &s)
+		want, _ := json.Marshal(o)
+		have, _ := json.Marshal(s)
+		if !bytes.Equal(want, have) {
+			t.Errorf("summary %s differs from the fold of the log:\n got %s\nwant %s", id, have, want)
+		}
+	}
+}

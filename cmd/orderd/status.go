@@ -1,0 +1,207 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderd/orderd/projections"
+)
+
+// statusErrorWidth is how many characters of a projection's last error
+// the table shows.
+const statusErrorWidth = 60
+
+const statusUsage = `Usage: orderd status [flags]
+
+Shows the read models (projections) of a running service at a glance, one
+row each, for example:
+
+  PROJECTION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
+  order_summaries       order_summaries       0    0             clean 2m ago  -             -
+  customer_order_stats  customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
+
+The columns:
+  PROJECTION         the read model
+  ACTIVE COLLECTION  the collection reads are served from; a rebuild switches
+                     it to a new one
+  LAG                events the projection has not applied yet (pending or
+                     in flight on its consumer); it should fall back to 0
+                     when the load drops. "-" when the service cannot tell.
+  DEAD LETTERS       events the projection gave up on and parked; each one
+                     means a read-model document is behind the log
+  LAST VERIFY        the latest "orderd verify": "clean 2m ago" (nothing
+                     differed from the log), "drift 3 2m ago" (3 documents
+                     differ and were not repaired), "repaired 3 2m ago", the
+                     state of one not finished yet or failed, or "-" (never)
+  LAST REBUILD       the state of the latest "orderd rebuild" (running,
+                     succeeded, failed, canceled), or "-" (never)
+  LAST ERROR         the projection's last failure seen by the service (a
+                     write that failed, an event parked, a failed rebuild),
+                     cut to 60 characters; "-" when none
+
+Below the table come what to do next: how to list dead letters, stop a
+running rebuild, or repair drift. The exit status is 0 whenever the
+service answered, whatever the state of the projections.
+
+The command reads GET /v1/admin/projections of the admin API (the full
+JSON, with the whole last error, is there too). Both sides need the same
+token: start the service with ADMIN_TOKEN set (without it the admin routes
+are off), and set ADMIN_TOKEN in this shell too. The token is read from
+the environment only, never from a flag (flags show in ps).
+
+Examples:
+  export ADMIN_TOKEN=...                        # the server's token
+  orderd status                                 the service on 127.0.0.1:8080
+  orderd status -url http://orderd.internal:8080
+
+Flags:
+`
+
+// statusMain runs "orderd status", like rebuildMain: the table goes to
+// stdout, usage to stderr. It returns nil for -h and whenever the service
+// answered.
+func statusMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), statusUsage); fs.PrintDefaults() }
+	var o adminOptions
+	o.bindConn(fs, getenv)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
+	}
+	c, err := o.client("status", getenv)
+	if err != nil {
+		return err
+	}
+	list, err := c.projectionStatus(ctx)
+	if err != nil {
+		return err
+	}
+	return printStatus(stdout, c, list, time.Now())
+}
+
+// projectionStatus returns the projections as GET /v1/admin/projections
+// shows them.
+func (c *adminClient) projectionStatus(ctx context.Context) ([]projections.ProjectionStatus, error) {
+	var list struct {
+		Projections []projections.ProjectionStatus `json:"projections"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/admin/projections", nil, &list); err != nil {
+		return nil, err
+	}
+	return list.Projections, nil
+}
+
+// printStatus writes the table of the projections, then hints for what
+// needs attention; now is the time the ages are counted to.
+func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatus, now time.Time) error {
+	if len(list) == 0 {
+		_, err := fmt.Fprintln(w, "the service reports no projections")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECTION\tACTIVE COLLECTION\tLAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
+	for _, p := range list {
+		lag := "-"
+		if p.ConsumerLag != nil {
+			lag = fmt.Sprint(*p.ConsumerLag)
+		}
+		rebuild := "-"
+		if p.LastRebuild != nil {
+			rebuild = string(p.LastRebuild.State)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, cmp.Or(p.ActiveCollection, "-"), lag, p.DeadLetters,
+			verifyCell(p.LastVerify, now), rebuild, cmp.Or(truncate(p.LastError, statusErrorWidth), "-"))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var notes []string
+	for _, p := range list {
+		if p.DeadLetters > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d dead letters; list them with\n    curl -H \"Authorization: Bearer $%s\" '%s'",
+				p.Name, p.DeadLetters, c.tokenEnv, c.url("/v1/admin/dead-letters?projection="+url.QueryEscape(p.Name))))
+		}
+		if r := p.LastRebuild; r != nil && !r.State.Final() {
+			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer $%s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
+				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), c.tokenEnv,
+				c.url("/v1/admin/projections/"+url.PathEscape(p.Name)+"/rebuilds/"+url.PathEscape(r.Job)), p.Name, r.Job))
+		}
+		if v := p.LastVerify; v != nil && v.State == projections.StateSucceeded && v.Drift > v.Repaired {
+			notes = append(notes, fmt.Sprintf("%s: %d documents differed from the log at the last verify; repair them with: orderd verify %s -repair",
+				p.Name, v.Drift-v.Repaired, p.Name))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
+	}
+	return nil
+}
+
+// verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify
+// that has not succeeded, or its outcome and age.
+func verifyCell(v *projections.VerifySummary, now time.Time) string {
+	if v == nil {
+		return "-"
+	}
+	if v.State != projections.StateSucceeded {
+		return string(v.State)
+	}
+	s := "clean"
+	switch left := v.Drift - v.Repaired; {
+	case left > 0:
+		s = fmt.Sprintf("drift %d", left)
+	case v.Drift > 0:
+		s = fmt.Sprintf("repaired %d", v.Repaired)
+	}
+	if !v.FinishedAt.IsZero() {
+		s += " " + ago(now.Sub(v.FinishedAt))
+	}
+	return s
+}
+
+// ago says how long ago something happened, in its largest whole unit:
+// "just now", "42s ago", "2m ago", "5h ago", "3d ago".
+func ago(d time.Duration) string {
+	switch {
+	case d < time.Second:
+		return "just now"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
+// truncate returns s on one line, cut to at most n characters (the last
+// three "..." when cut).
+func truncate(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-3]) + "..."
+}

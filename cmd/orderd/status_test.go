@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/projections"
+)
+
+// statusRows reads the table "orderd status" printed: for each projection,
+// its cells by column heading. Cells are cut at the columns' offsets in the
+// heading line (tabwriter aligns them), so cells with spaces read whole.
+func statusRows(t *testing.T, out string) map[string]map[string]string {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "PROJECTION ") {
+		t.Fatalf("no table heading in:\n%s", out)
+	}
+	head := lines[0]
+	starts := regexp.MustCompile(`\S+( \S+)*`).FindAllStringIndex(head, -1)
+	rows := map[string]map[string]string{}
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) == "" {
+			break // the notes follow an empty line
+		}
+		row := map[string]string{}
+		for i, s := range starts {
+			end := len(l)
+			if i+1 < len(starts) {
+				end = min(starts[i+1][0], len(l))
+			}
+			if s[0] < end {
+				row[head[s[0]:s[1]]] = strings.TrimSpace(l[s[0]:end])
+			}
+		}
+		rows[row["PROJECTION"]] = row
+	}
+	return rows
+}
+
+// TestStatus runs "orderd status" against the running program: after an
+// order is projected and one read model verified, the table lists both
+// projections with their active collection, a lag, no dead letters and
+// the verify's outcome; then the errors an operator meets first.
+func TestStatus(t *testing.T) {
+	m := runMainDir(t, t.TempDir(), func(c *Config) { c.AdminToken = testAdminToken })
+	c := newClient(t, m)
+	base := "http://" + m.HTTPAddr
+	env := map[string]string{"ADMIN_TOKEN": testAdminToken, "ORDERD_URL": base}
+
+	a := c.place("order-status-1", "cust-status", 2, 1250, 300)
+	c.summaryEqualsOrder("order-status-1", a.Version)
+	c.waitStats("cust-status", func(s customerStats) bool { return s.OrderCount == 1 })
+	if r := runCLI(t, verifyMain, env, "order_summaries", "-interval", "100ms"); r.err != nil {
+		t.Fatalf("verify: %v", r)
+	}
+
+	r := runCLI(t, statusMain, env)
+	if r.err != nil {
+		t.Fatalf("status: %v", r)
+	}
+	for _, col := range []string{"PROJECTION", "ACTIVE COLLECTION", "LAG", "DEAD LETTERS", "LAST VERIFY", "LAST REBUILD", "LAST ERROR"} {
+		if !strings.Contains(strings.SplitN(r.stdout, "\n", 2)[0], col) {
+			t.Errorf("heading lacks %s:\n%s", col, r.stdout)
+		}
+	}
+	rows := statusRows(t, r.stdout)
+	if len(rows) != 2 {
+		t.Errorf("%d rows, want 2:\n%s", len(rows), r.stdout)
+	}
+	for _, name := range []string{"order_summaries", "customer_order_stats"} {
+		row, ok := rows[name]
+		if !ok {
+			t.Errorf("no row for %s:\n%s", name, r.stdout)
+			continue
+		}
+		if got := row["ACTIVE COLLECTION"]; got != name {
+			t.Errorf("%s: active collection %q, want %q (never rebuilt)", name, got, name)
+		}
+		if lag, err := strconv.ParseUint(row["LAG"], 10, 64); err != nil {
+			t.Errorf("%s: lag %q, want a number (the consumer's)", name, row["LAG"])
+		} else if lag > 1 {
+			t.Logf("%s: lag %d right after the order was projected", name, lag)
+		}
+		for col, want := range map[string]string{"DEAD LETTERS": "0", "LAST REBUILD": "-", "LAST ERROR": "-"} {
+			if got := row[col]; got != want {
+				t.Errorf("%s: %s %q, want %q", name, col, got, want)
+			}
+		}
+	}
+	if got := rows["order_summaries"]["LAST VERIFY"]; !regexp.MustCompile(`^clean (just now|\d+s ago)$`).MatchString(got) {
+		t.Errorf("order_summaries: last verify %q, want \"clean <age>\"", got)
+	}
+	if got := rows["customer_order_stats"]["LAST VERIFY"]; got != "-" {
+		t.Errorf("customer_order_stats: last verify %q, want - (never verified)", got)
+	}
+
+	t.Run("dispatch", func(t *testing.T) {
+		t.Setenv("ADMIN_TOKEN", testAdminToken)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var stdout, stderr bytes.Buffer
+		if err := run(ctx, []string{"status", "-url", base}, &stdout, &stderr); err != nil {
+			t.Fatalf("orderd status -url %s: %v\n%s", base, err, stderr.String())
+		}
+		if rows := statusRows(t, stdout.String()); rows["order_summaries"] == nil || rows["customer_order_stats"] == nil {
+			t.Errorf("orderd status:\n%s", stdout.String())
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		r := runCLI(t, statusMain, map[string]string{"ADMIN_TOKEN": "wrong", "ORDERD_URL": base})
+		if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 401") ||
+			!strings.Contains(r.err.Error(), "hint: the token in $ADMIN_TOKEN is not the server's ADMIN_TOKEN") {
+			t.Errorf("wrong token: %v", r.err)
+		}
+		if r.stdout != "" {
+			t.Errorf("wrong token printed a table:\n%s", r.stdout)
+		}
+		r = runCLI(t, statusMain, map[string]string{"ORDERD_URL": base})
+		if r.err == nil || !strings.Contains(r.err.Error(), "set ADMIN_TOKEN") {
+			t.Errorf("no token: %v", r.err)
+		}
+		r = runCLI(t, statusMain, map[string]string{"OPS_TOKEN": testAdminToken, "ORDERD_URL": base}, "-token-env", "OPS_TOKEN")
+		if r.err != nil || statusRows(t, r.stdout)["order_summaries"] == nil {
+			t.Errorf("-token-env OPS_TOKEN: %v", r)
+		}
+		r = runCLI(t, statusMain, env, "order_summaries")
+		if r.err == nil || !strings.Contains(r.err.Error(), "unexpected arguments") {
+			t.Errorf("an argument: %v", r.err)
+		}
+		r = runCLI(t, statusMain, env, "-h")
+		if r.err != nil || !strings.Contains(r.stderr, "Usage: orderd status") || !strings.Contains(r.stderr, "ADMIN_TOKEN") ||
+			!strings.Contains(r.stderr, "LAST VERIFY") || !strings.Contains(r.stderr, "-url") || !strings.Contains(r.stderr, "-token-env") {
+			t.Errorf("status -h: %v", r)
+		}
+		if strings.Contains(r.stderr, "-interval") {
+			t.Errorf("status -h offers -interval, which it has no use for:\n%s", r.stderr)
+		}
+	})
+}
+
+// TestStatusTable prints a status with every kind of cell and note, and
+// no server.
+func TestStatusTable(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	lag := uint64(12)
+	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
+	list := []projections.ProjectionStatus{
+		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
+			LastVerify:  &projections.VerifySummary{Job: "v1", State: projections.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastRebuild: &projections.JobSummary{Job: "job-7", State: projections.StateRunning}},
+		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
+			LastVerify: &projections.VerifySummary{Job: "v2", State: projections.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
+	}
+	c := &adminClient{base: "http://orderd:8080", tokenEnv: "ADMIN_TOKEN"}
+	var b bytes.Buffer
+	if err := printStatus(&b, c, list, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	rows := statusRows(t, out)
+	want := map[string]map[string]string{
+		"order_summaries": {"ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
+			"LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running", "LAST ERROR": "-"},
+		"customer_order_stats": {"ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
+			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
+	}
+	for name, cells := range want {
+		for col, v := range cells {
+			if got := rows[name][col]; got != v {
+				t.Errorf("%s %s = %q, want %q", name, col, got, v)
+			}
+		}
+	}
+	if e := rows["customer_order_stats"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
+		t.Errorf("last error not cut to one line of %d characters: %q", statusErrorWidth, e)
+	}
+	for _, s := range []string{
+		"orderd rebuild order_summaries -cancel job-7",
+		"filling order_summaries_r2",
+		"http://orderd:8080/v1/admin/projections/order_summaries/rebuilds/job-7",
+		"customer_order_stats: 2 dead letters",
+		"'http://orderd:8080/v1/admin/dead-letters?projection=customer_order_stats'",
+		"orderd verify order_summaries -repair",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("notes lack %q", s)
+		}
+	}
+	if strings.Contains(out, "orderd verify customer_order_stats -repair") {
+		t.Errorf("a repair suggested for a verify that repaired everything")
+	}
+
+	for d, want := range map[time.Duration]string{0: "just now", -time.Second: "just now", 42 * time.Second: "42s ago",
+		2*time.Minute + 5*time.Second: "2m ago", 5 * time.Hour: "5h ago", 47 * time.Hour: "47h ago", 72 * time.Hour: "3d ago"} {
+		if got := ago(d); got != want {
+			t.Errorf("ago(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
