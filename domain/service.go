@@ -192,6 +192,10 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 		switch {
 		case err == nil:
 			return res, nil
+		case errors.Is(err, ErrUnavailable):
+			// Re-deciding on the log or looking the key up would wait for
+			// the store again: fail fast; the client retries with its key.
+			return res, err
 		case assumed && !errors.Is(err, ErrVersionConflict) && !errors.Is(err, ErrDuplicateRequest) && !errors.Is(err, ErrValidation):
 			// The assumed state may be stale: decide again on the log's
 			// state before refusing, without counting an attempt.

@@ -23,6 +23,17 @@ type memStore struct {
 	keys    map[string]domain.Commit
 	appends atomic.Int64 // Append calls, successful or not
 	now     time.Time
+	// down makes every call fail with ErrUnavailable, counted in downCalls.
+	down      atomic.Bool
+	downCalls atomic.Int64
+}
+
+func (s *memStore) unavailable() error {
+	if !s.down.Load() {
+		return nil
+	}
+	s.downCalls.Add(1)
+	return fmt.Errorf("server selection: %w", domain.ErrUnavailable)
 }
 
 func newMemStore() *memStore {
@@ -32,6 +43,9 @@ func newMemStore() *memStore {
 
 func (s *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
 	s.appends.Add(1)
+	if err := s.unavailable(); err != nil {
+		return time.Time{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.keys[c.IdempotencyKey]; ok && c.IdempotencyKey != "" {
@@ -58,6 +72,9 @@ func (s *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 }
 
 func (s *memStore) Load(_ context.Context, streamID string, after int64) ([]domain.Event, error) {
+	if err := s.unavailable(); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var evs []domain.Event
@@ -72,6 +89,9 @@ func (s *memStore) Load(_ context.Context, streamID string, after int64) ([]doma
 }
 
 func (s *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
+	if err := s.unavailable(); err != nil {
+		return domain.Commit{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, ok := s.keys[key]
@@ -616,5 +636,42 @@ func TestServicePlaceRetryAfterOrderMovedOn(t *testing.T) {
 	expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
 	if n := store.commits(); n != 2 {
 		t.Fatalf("%d commits, want 2", n)
+	}
+}
+
+// With the store unreachable a command fails after one store call, with
+// ErrUnavailable: re-deciding on the log or looking up the idempotency key
+// would only wait for the store again, so the client's 503 would come
+// later and say nothing more.
+func TestServiceStoreDownFailsAfterOneCall(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		cached bool
+		cmd    domain.Command
+		key    string
+	}{
+		{"place", false, placeCmd(), ""},
+		{"place with key", false, placeCmd(), "k-place"},
+		{"approve", false, domain.Approve{}, ""},
+		{"approve, state cached", true, domain.Approve{}, "k-approve"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := newMemStore()
+			svc := newService(mem, tc.cached)
+			id := orderID
+			if _, ok := tc.cmd.(domain.PlaceOrder); ok {
+				id = "o-new"
+			} else {
+				placedOrder(t, svc) // warms the cache when there is one
+			}
+			mem.down.Store(true)
+			_, err := svc.Execute(ctx, id, tc.cmd, domain.ExecOptions{IdempotencyKey: tc.key})
+			if !errors.Is(err, domain.ErrUnavailable) {
+				t.Fatalf("Execute with the store down: %v; want ErrUnavailable", err)
+			}
+			if n := mem.downCalls.Load(); n != 1 {
+				t.Errorf("Execute called the unreachable store %d times, want 1", n)
+			}
+		})
 	}
 }

@@ -95,7 +95,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 
-	m.mongo, err = mongo.Connect(options.Client().ApplyURI(c.MongoURI).SetServerSelectionTimeout(5 * time.Second))
+	// With no reachable server a call gives up after 2s (the driver's
+	// default is 30s): a command then answers 503 at once, and the client
+	// retries with its Idempotency-Key. A URI's serverSelectionTimeoutMS
+	// overrides it.
+	m.mongo, err = mongo.Connect(options.Client().SetServerSelectionTimeout(2 * time.Second).ApplyURI(c.MongoURI))
 	if err != nil {
 		return fmt.Errorf("mongodb: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -18,6 +19,12 @@ import (
 // error that passes (see Transient); other server errors and context
 // errors are returned as they are, nil as nil.
 func Translate(err error) error {
+	// No server could be selected in time: the driver reports it with the
+	// deadline of its serverSelectionTimeout, but the store is what failed.
+	var sel topology.ServerSelectionError
+	if errors.As(err, &sel) {
+		return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

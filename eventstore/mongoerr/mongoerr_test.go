@@ -1,0 +1,45 @@
+package mongoerr
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// A store nobody listens on: the driver gives up server selection with a
+// deadline error of its own, which must read as unavailable (503), not as
+// the caller's deadline (500).
+func TestTranslateServerSelection(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // now nothing listens there
+	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + addr + "/").SetServerSelectionTimeout(200 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Disconnect(context.Background())
+	err = c.Database("d").Collection("c").FindOne(t.Context(), bson.D{}).Err()
+	if err == nil {
+		t.Fatal("FindOne on a closed port succeeded")
+	}
+	if got := Translate(err); !errors.Is(got, domain.ErrUnavailable) {
+		t.Errorf("Translate(%v) = %v; want it to wrap domain.ErrUnavailable", err, got)
+	}
+	// The caller's own deadline or cancellation stays what it is.
+	for _, e := range []error{context.DeadlineExceeded, context.Canceled, nil} {
+		if got := Translate(e); got != e {
+			t.Errorf("Translate(%v) = %v; want it unchanged", e, got)
+		}
+	}
+}
