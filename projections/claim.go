@@ -13,7 +13,8 @@ import (
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
-// errLeaseLost: another runner claimed the task (this one's lease ran out).
+// errLeaseLost: this runner's lease ran out before a renewal got through
+// (its own clock fences it), or another runner claimed the task.
 var errLeaseLost = errors.New("task lease lost")
 
 // claim is one runner's hold on a task (invariant 6). A task carries an

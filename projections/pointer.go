@@ -213,6 +213,16 @@ func (p *Projection[D]) forget(ptr Pointer) {
 	}
 }
 
+// purge empties the document caches of every store: documents written by
+// another process since this one last wrote them must be read again.
+func (p *Projection[D]) purge() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.stores {
+		s.purge()
+	}
+}
+
 // Pointer returns the projection's pointer, at most maxAge old.
 func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
 	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)

@@ -45,12 +45,28 @@ type RunnerConfig struct {
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
 	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
 	LagInterval   time.Duration // consumer lag sampling [2s]
+	// Lease, when set, makes the projection exclusive: only the instance
+	// holding it consumes, the others wait as hot standbys and take over
+	// when it expires (a killed holder's unacknowledged deliveries come
+	// back after AckWait). Renewed every LeaseTTL/3; a holder whose
+	// renewals fail for LeaseTTL/2 stops writing, before the lease can
+	// pass to another instance.
+	Lease    Lease
+	LeaseTTL time.Duration // [10s]
+}
+
+// Lease is a named claim held by one instance at a time
+// (eventstore.Lease).
+type Lease interface {
+	TryAcquire(ctx context.Context) (bool, error)
+	Release(ctx context.Context) error
 }
 
 // applier is what a Runner needs of a Store, whatever its document type.
 type applier interface {
 	apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error)
 	EnsureIndexes(ctx context.Context) error
+	purge()
 }
 
 // Runner feeds one projection from its durable JetStream pull consumer,
@@ -100,6 +116,9 @@ func NewRunner[D any](p *Projection[D], js jetstream.JetStream, dead *DeadLetter
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
 	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 2 * time.Second
 	}
@@ -130,8 +149,73 @@ func (r *Runner) Consumer(ctx context.Context) (jetstream.Consumer, error) {
 }
 
 // Run ensures the indexes and the consumer, then runs the workers until ctx
-// is done. It returns nil on cancellation.
+// is done; with a Lease, only while this instance holds it. It returns nil
+// on cancellation.
 func (r *Runner) Run(ctx context.Context) error {
+	if r.cfg.Lease == nil {
+		return r.consume(ctx)
+	}
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = r.cfg.Lease.Release(rctx)
+		cancel()
+	}()
+	for ctx.Err() == nil {
+		ok, err := r.cfg.Lease.TryAcquire(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("projection lease claim failed", "err", err)
+		}
+		if !ok || err != nil {
+			sleep(ctx, r.cfg.LeaseTTL/3)
+			continue
+		}
+		r.log.Info("projection lease acquired: consuming")
+		// Another holder may have written since this process last did.
+		r.store.purge()
+		if err := r.whileHeld(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// whileHeld consumes while the lease is renewed. It returns nil when the
+// lease is lost (the workers are stopped first) or ctx is done, and the
+// workers' error otherwise.
+func (r *Runner) whileHeld(ctx context.Context) error {
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.consume(hctx) }()
+	renewed := time.Now()
+	t := time.NewTicker(r.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-t.C:
+		}
+		ok, err := r.cfg.Lease.TryAcquire(ctx)
+		if ok && err == nil {
+			renewed = time.Now()
+			continue
+		}
+		if err == nil || time.Since(renewed) > r.cfg.LeaseTTL/2 {
+			r.log.Warn("projection lease lost: stopping the workers", "err", err, "taken_by_another", err == nil)
+			cancel()
+			<-done
+			return nil
+		}
+		if ctx.Err() == nil {
+			r.log.Warn("projection lease renewal failed", "err", err)
+		}
+	}
+}
+
+// consume ensures the indexes and the consumer, then runs the workers until
+// ctx is done.
+func (r *Runner) consume(ctx context.Context) error {
 	if err := r.store.EnsureIndexes(ctx); err != nil {
 		return err
 	}

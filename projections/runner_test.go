@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -344,4 +346,94 @@ func (c *mapCache) Remove(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, id)
+}
+
+// TestRunnerLeaseMakesProjectionExclusive runs order_summaries in two
+// "processes" (own NATS connection, own Projection and document cache)
+// under one projection lease: while A holds it, B consumes nothing; once A
+// stops, B takes over and the read model reaches the fold of the log of
+// the orders written before and after the handover.
+func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
+	ctx := testContext(t, 90*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	log := testLogger(t)
+	es := newLog(t, ctx, db)
+	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
+	goRun(t, "relay", relay.Run)
+
+	const ttl = time.Second
+	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
+		nc, err := nats.Connect(b.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg := prometheus.NewRegistry()
+		m := projections.NewMetrics(reg)
+		cfg := b.runnerConfig()
+		cfg.Lease, cfg.LeaseTTL = eventstore.NewLease(db, "projection:order_summaries", owner, ttl), ttl
+		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
+		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, m), reg
+	}
+	a, regA := proc("A")
+	bRunner, regB := proc("B")
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
+		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
+	goRun(t, "stats runner", stats.Run)
+
+	actx, stopA := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Run(actx) }()
+	waitFor(t, 10*time.Second, "A holding the lease", func() error {
+		var l struct {
+			Owner string `bson:"owner"`
+		}
+		err := db.Collection(eventstore.LeasesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "projection:order_summaries"}}).Decode(&l)
+		if err != nil || l.Owner != "A" {
+			return fmt.Errorf("lease owner %q (%v)", l.Owner, err)
+		}
+		return nil
+	})
+	goRun(t, "runner B", bRunner.Run)
+
+	svc := domain.NewService(es, nil)
+	write := func(from, to int) []string {
+		var ids []string
+		for i := from; i < to; i++ {
+			id := fmt.Sprintf("lease%03d", i)
+			ids = append(ids, id)
+			for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
+				if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+					t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
+				}
+			}
+		}
+		return ids
+	}
+	ids := write(0, 10)
+	f := loadFixture(t, ctx, es, ids)
+	waitFor(t, 30*time.Second, "read models equal to the fold while A holds the lease", func() error { return diffReadModels(ctx, db, f) })
+	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n != 0 {
+		t.Fatalf("B applied %v events while A held the lease, want 0", n)
+	}
+	appliedA := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries")
+
+	stopA()
+	if err := <-aDone; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	ids = append(ids, write(10, 20)...)
+	f = loadFixture(t, ctx, es, ids)
+	waitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return diffReadModels(ctx, db, f) })
+	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+		t.Errorf("B applied nothing after A stopped")
+	}
+	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != appliedA {
+		t.Errorf("A applied %v events after it stopped (had %v)", n, appliedA)
+	}
 }

@@ -51,7 +51,8 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // a single-document update is atomic (MongoDB). FerretDB 1.24 runs an
 // update as a read and a later write with no transaction, so there only
 // the writers of one process are safe, because they take turns per
-// stream; run one projector process on the embedded store.
+// stream; the Runner's lease (RunnerConfig.Lease) keeps a projection to
+// one process at a time.
 //
 // An event at or below the version is skipped; a gap is filled from the
 // log. Documents this process wrote are cached, so a batch usually reads
@@ -70,6 +71,8 @@ type entry[D any] struct {
 	doc       D
 	attempted int64
 }
+
+func (s *Store[D]) purge() { s.cache.Purge() }
 
 // cacheSize is how many documents a Store remembers.
 const cacheSize = 100_000

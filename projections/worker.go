@@ -302,7 +302,7 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 	case err == nil:
 		l.Info("task done")
 	case errors.Is(context.Cause(tctx), errLeaseLost) || errors.Is(err, errLeaseLost):
-		l.Warn("task lease lost; another instance has it")
+		l.Warn("task lease lost: it ran out before a renewal got through, or another instance took the task")
 	case errors.Is(err, errJobCanceled):
 		l.Info("task canceled")
 		if job.Kind == KindRebuild && c.task.Name == taskFinish {

@@ -151,9 +151,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	dead := projections.NewDeadLetters(db)
 	rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
 	plog := m.Log.With("component", "projector")
+	// Each projection is consumed by one instance at a time, under a lease:
+	// FerretDB runs an update as a read and a later write, so writers in
+	// two processes could lose each other's updates. Two projectors still
+	// split the work, one projection each, and stand by for each other.
+	exclusive := func(name string) projections.RunnerConfig {
+		e := rc
+		e.LeaseTTL = 10 * time.Second
+		e.Lease = eventstore.NewLease(db, "projection:"+name, c.instanceID(), e.LeaseTTL)
+		return e
+	}
 	runners := []*projections.Runner{
-		projections.NewRunner(sums, js, dead, rc, plog, pm),
-		projections.NewRunner(stats, js, dead, rc, plog, pm),
+		projections.NewRunner(sums, js, dead, exclusive(projections.OrderSummaries.Name), plog, pm),
+		projections.NewRunner(stats, js, dead, exclusive(projections.CustomerOrderStats.Name), plog, pm),
 	}
 	jobs := projections.NewJobs(db, pointers, store, map[string]string{
 		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
