@@ -4,10 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
@@ -129,5 +133,68 @@ func TestOverload(t *testing.T) {
 	close(e.reads.release)
 	if rec := <-done; rec.Code != http.StatusOK {
 		t.Errorf("the first request: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// TestSlowClientsAreCutOff serves over a real listener with short
+// timeouts: a client that never finishes its headers, and one that never
+// finishes its body, each have their connection closed by the server
+// (within a bounded wait on the client side), and the slow body appends nothing;
+// a well-behaved request on the same server still succeeds.
+func TestSlowClientsAreCutOff(t *testing.T) {
+	store := newMemStore()
+	srv := orderhttp.NewServer(orderhttp.Config{
+		Commands: domain.NewService(store, nil), ReadModels: newFakeReads(), Ready: map[string]orderhttp.Check{},
+		ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, IdleTimeout: time.Second,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = srv.Shutdown(context.Background())
+		<-served
+	})
+
+	// closedByServer sends start, then waits for the server
+	// to end the connection (3s: well past the 200ms and 500ms configured,
+	// short of the 5s and 30s defaults), and returns what it answered.
+	closedByServer := func(start string) string {
+		t.Helper()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, start); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(3 * time.Second))
+		b, err := io.ReadAll(conn)
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			t.Fatalf("after %q the server kept the connection open for 3s", start)
+		}
+		return string(b)
+	}
+	closedByServer("POST /v1/orders HTTP/1.1\r\nHost: orderd\r\nContent-Type: appli")
+	body := `{"order_id":"slow-1","customer_id":"c-1","currency":"BRL","items":[{"sku":"s","quantity":1,"unit_price_cents":1}]}`
+	answer := closedByServer("POST /v1/orders HTTP/1.1\r\nHost: orderd\r\nContent-Type: application/json\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body[:20])
+	if strings.HasPrefix(answer, "HTTP/1.1 2") || strings.HasPrefix(answer, "HTTP/1.1 5") {
+		t.Errorf("a body cut short by the read timeout was answered %q", answer)
+	}
+	if n := store.commits(); n != 0 {
+		t.Errorf("the slow clients appended %d commits", n)
+	}
+	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/orders", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Errorf("a prompt client after the slow ones: %d", resp.StatusCode)
 	}
 }

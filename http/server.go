@@ -50,6 +50,14 @@ type Config struct {
 	SummaryWait    time.Duration // default bound of ?min_version waits [5s]
 	MaxSummaryWait time.Duration // largest ?wait a client may ask for [30s]
 	MaxInFlight    int           // concurrent requests before 503 [1024]
+
+	// Slow clients: the request line and headers must arrive within
+	// ReadHeaderTimeout [5s], the whole request within ReadTimeout [30s];
+	// an idle keep-alive connection is closed after IdleTimeout [120s].
+	// Writes may take MaxSummaryWait + 30s.
+	ReadHeaderTimeout time.Duration
+	ReadTimeout       time.Duration
+	IdleTimeout       time.Duration
 }
 
 // Server is the REST API of DESIGN.md §10 on echo.
@@ -74,6 +82,15 @@ func NewServer(cfg Config) *Server {
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1024
 	}
+	if cfg.ReadHeaderTimeout <= 0 {
+		cfg.ReadHeaderTimeout = 5 * time.Second
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 30 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 120 * time.Second
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -86,10 +103,10 @@ func NewServer(cfg Config) *Server {
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
 	s.http = &http.Server{
 		Handler:           e,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       30 * time.Second,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
 		WriteTimeout:      cfg.MaxSummaryWait + 30*time.Second,
-		IdleTimeout:       120 * time.Second,
+		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
 	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight))
