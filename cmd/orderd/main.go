@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/cmd/orderd/replay"
 )
 
@@ -26,12 +27,14 @@ Usage:
   orderd verify <projection> [flags]
                              compare a read model with the event log, optionally repair it
   orderd status [flags]      show each read model: collection, lag, dead letters, last verify and rebuild
+  orderd loadgen [flags]     drive orders through their lifecycle against a service on loopback,
+                             with racing commands, and report what was acknowledged
   orderd help                this text
 
 rebuild and verify call the admin API of a running service: set ADMIN_TOKEN
 to the token the service was started with.
 
-Run "orderd <command> -h" (serve, replay, rebuild, verify) for its flags.
+Run "orderd <command> -h" (serve, replay, rebuild, verify, status, loadgen) for its flags.
 `
 
 func main() {
@@ -59,6 +62,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return verifyMain(ctx, args, os.Getenv, stdout, stderr)
 	case "status":
 		return statusMain(ctx, args, os.Getenv, stdout, stderr)
+	case "loadgen":
+		if err := loadgen.Main(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return nil
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
