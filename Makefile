@@ -8,7 +8,7 @@ MODULE  := $(shell $(GO) list -m)
 # go.dev/issue/75804, fixed in Go 1.27). A count has no deadline to race.
 FUZZTIME ?= 20000x
 
-.PHONY: all build run test test-short lint fuzz bench replay clean
+.PHONY: all build run test test-short lint fuzz chaos bench replay clean
 
 all: lint build
 
@@ -38,6 +38,10 @@ fuzz:
 	  $(GO) test ./domain -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
 	@for t in $$($(GO) test -list '^Fuzz' ./http | grep '^Fuzz'); do \
 	  $(GO) test ./http -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
+
+## chaos: the fault tests' long variants: more load, more kills, longer outages
+chaos:
+	$(GO) test ./cmd/orderd -run '^TestChaos' -count=1 -timeout 20m -v -chaos.long
 
 ## bench: raw store limit, command throughput, accepted-to-visible latency, rebuild rate against the raw scan
 bench:
