@@ -5,117 +5,24 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 )
 
-// memStore is an in-memory EventStore: one list of commits per stream, a
-// unique idempotency key index checked before the version (as the MongoDB
-// store does).
-type memStore struct {
-	mu      sync.Mutex
-	streams map[string][]domain.Commit
-	keys    map[string]domain.Commit
-	appends atomic.Int64 // Append calls, successful or not
-	now     time.Time
-	// down makes every call fail with ErrUnavailable, counted in downCalls.
-	down      atomic.Bool
-	downCalls atomic.Int64
-}
+// storeNow is the store's clock: every append is recorded at it.
+var storeNow = time.Date(2024, 6, 1, 12, 0, 0, 987_654_321, time.UTC)
 
-func (s *memStore) unavailable() error {
-	if !s.down.Load() {
-		return nil
-	}
-	s.downCalls.Add(1)
-	return fmt.Errorf("server selection: %w", domain.ErrUnavailable)
-}
-
-func newMemStore() *memStore {
-	return &memStore{streams: map[string][]domain.Commit{}, keys: map[string]domain.Commit{},
-		now: time.Date(2024, 6, 1, 12, 0, 0, 987_654_321, time.UTC)}
-}
-
-func (s *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
-	s.appends.Add(1)
-	if err := s.unavailable(); err != nil {
-		return time.Time{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.keys[c.IdempotencyKey]; ok && c.IdempotencyKey != "" {
-		return time.Time{}, fmt.Errorf("key %q: %w", c.IdempotencyKey, domain.ErrDuplicateRequest)
-	}
-	commits := s.streams[c.StreamID]
-	head := int64(0)
-	if len(commits) > 0 {
-		head = commits[len(commits)-1].LastVersion()
-	}
-	if c.ExpectedVersion != head {
-		return time.Time{}, fmt.Errorf("%s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
-	}
-	rec := domain.Timestamp(s.now)
-	c.Events = slices.Clone(c.Events)
-	for i := range c.Events {
-		c.Events[i].RecordedAt = rec
-	}
-	s.streams[c.StreamID] = append(commits, c)
-	if c.IdempotencyKey != "" {
-		s.keys[c.IdempotencyKey] = c
-	}
-	return rec, nil
-}
-
-func (s *memStore) Load(_ context.Context, streamID string, after int64) ([]domain.Event, error) {
-	if err := s.unavailable(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var evs []domain.Event
-	for _, c := range s.streams[streamID] {
-		for _, e := range c.Events {
-			if e.Version > after {
-				evs = append(evs, e)
-			}
-		}
-	}
-	return evs, nil
-}
-
-func (s *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
-	if err := s.unavailable(); err != nil {
-		return domain.Commit{}, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.keys[key]
-	if !ok {
-		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
-	}
-	return c, nil
-}
-
-// commits counts the stored commits of all streams.
-func (s *memStore) commits() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, cs := range s.streams {
-		n += len(cs)
-	}
-	return n
-}
-
-func (s *memStore) events(t *testing.T, streamID string) []domain.Event {
-	t.Helper()
-	evs, _ := s.Load(context.Background(), streamID, 0)
-	return evs
+// newMemStore returns an in-memory store recording every append at
+// storeNow.
+func newMemStore() *domaintest.MemStore {
+	s := domaintest.NewMemStore()
+	s.Now = func() time.Time { return storeNow }
+	return s
 }
 
 type mapCache struct {
@@ -227,7 +134,7 @@ func TestServiceGeneratesOrderID(t *testing.T) {
 	if err1 != nil || err2 != nil || r1.OrderID == r2.OrderID || domain.ValidateID("", r1.OrderID) != nil || r1.Version != 1 {
 		t.Fatalf("Execute = %+v, %v; %+v, %v", r1, err1, r2, err2)
 	}
-	if evs := store.events(t, r1.OrderID); len(evs) != 1 || evs[0].StreamID != r1.OrderID {
+	if evs := store.Events(r1.OrderID); len(evs) != 1 || evs[0].StreamID != r1.OrderID {
 		t.Fatalf("stream %s = %+v", r1.OrderID, evs)
 	}
 	if _, err := svc.Execute(ctx, "", domain.Approve{}, domain.ExecOptions{}); !errors.Is(err, domain.ErrValidation) {
@@ -259,7 +166,7 @@ func TestServiceRePlace(t *testing.T) {
 			}
 			r, err := svc.Execute(ctx, orderID, tc.cmd, domain.ExecOptions{})
 			expect(t, r, err, tc.want, tc.err)
-			if n := len(store.events(t, orderID)); n != 1 {
+			if n := len(store.Events(orderID)); n != 1 {
 				t.Fatalf("stream has %d events, want 1", n)
 			}
 		})
@@ -273,7 +180,7 @@ func TestServiceIdempotencyKey(t *testing.T) {
 	key := domain.ExecOptions{IdempotencyKey: "k-1"}
 	first, err := svc.Execute(ctx, orderID, domain.Approve{}, key)
 	expect(t, first, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved}, nil)
-	stored := store.commits()
+	stored := store.Commits()
 
 	for _, tc := range []struct {
 		name    string
@@ -291,12 +198,12 @@ func TestServiceIdempotencyKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := tc.svc.Execute(ctx, tc.orderID, tc.cmd, key)
 			expect(t, r, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved, Replayed: true}, tc.err)
-			if n := store.commits(); n != stored {
+			if n := store.Commits(); n != stored {
 				t.Fatalf("%d commits stored after the first request, want 0", n-stored)
 			}
 		})
 	}
-	if n := len(store.events(t, orderID)); n != 2 {
+	if n := len(store.Events(orderID)); n != 2 {
 		t.Fatalf("stream has %d events, want 2", n)
 	}
 	// After the order moved on, a retry still answers with the first
@@ -318,8 +225,8 @@ func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
 	// A second instance generates another id, yet must answer with the first.
 	r, err := newService(store, true).Execute(ctx, "", placeCmd(), key)
 	expect(t, r, err, domain.Result{OrderID: first.OrderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
-	if len(store.streams) != 1 {
-		t.Fatalf("%d streams, want 1", len(store.streams))
+	if store.Streams() != 1 {
+		t.Fatalf("%d streams, want 1", store.Streams())
 	}
 	other := placeCmd()
 	other.Currency = "USD"
@@ -329,19 +236,19 @@ func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
 
 // countingStore counts idempotency key look-ups.
 type countingStore struct {
-	*memStore
+	*domaintest.MemStore
 	lookups atomic.Int64
 }
 
 func (s *countingStore) FindIdempotencyKey(ctx context.Context, key, stream string) (domain.Commit, error) {
 	s.lookups.Add(1)
-	return s.memStore.FindIdempotencyKey(ctx, key, stream)
+	return s.MemStore.FindIdempotencyKey(ctx, key, stream)
 }
 
 // A first try with a key reads no key; a retry reads it once, after the
 // unique index refused its append.
 func TestServiceKeyLookups(t *testing.T) {
-	store := &countingStore{memStore: newMemStore()}
+	store := &countingStore{MemStore: newMemStore()}
 	key := domain.ExecOptions{IdempotencyKey: "k-1"}
 	if _, err := newService(store, true).Execute(ctx, orderID, placeCmd(), key); err != nil {
 		t.Fatal(err)
@@ -351,8 +258,8 @@ func TestServiceKeyLookups(t *testing.T) {
 	}
 	r, err := newService(store, true).Execute(ctx, orderID, placeCmd(), key)
 	expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
-	if store.lookups.Load() != 1 || len(store.events(t, orderID)) != 1 {
-		t.Fatalf("retry: %d key look-ups, %d events; want 1 and 1", store.lookups.Load(), len(store.events(t, orderID)))
+	if store.lookups.Load() != 1 || len(store.Events(orderID)) != 1 {
+		t.Fatalf("retry: %d key look-ups, %d events; want 1 and 1", store.lookups.Load(), len(store.Events(orderID)))
 	}
 }
 
@@ -360,7 +267,7 @@ func TestServiceIfMatch(t *testing.T) {
 	v := func(n int64) *int64 { return &n }
 	for _, tc := range []struct {
 		name    string
-		svc     func(*testing.T, *memStore) *domain.Service
+		svc     func(*testing.T, *domaintest.MemStore) *domain.Service
 		ifMatch int64
 		err     error
 	}{
@@ -375,13 +282,13 @@ func TestServiceIfMatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemStore()
 			svc := tc.svc(t, store)
-			appends := store.appends.Load()
+			appends := store.Appends.Load()
 			r, err := svc.Execute(ctx, orderID, domain.Cancel{}, domain.ExecOptions{IfMatch: v(tc.ifMatch)})
 			expect(t, r, err, domain.Result{OrderID: orderID, Version: 3, Status: domain.StatusCanceled}, tc.err)
-			if n := len(store.events(t, orderID)); tc.err != nil && n != 2 {
+			if n := len(store.Events(orderID)); tc.err != nil && n != 2 {
 				t.Fatalf("stream has %d events after a failed precondition, want 2", n)
 			}
-			if n := store.appends.Load() - appends; n > 1 {
+			if n := store.Appends.Load() - appends; n > 1 {
 				t.Fatalf("%d appends with If-Match, want at most 1 (no retry)", n)
 			}
 		})
@@ -390,18 +297,18 @@ func TestServiceIfMatch(t *testing.T) {
 
 // warm, cold and stale return a Service on store, where orderID is approved
 // (v2), whose cache holds v2, nothing, or v1 (created).
-func warm(t *testing.T, store *memStore) *domain.Service {
+func warm(t *testing.T, store *domaintest.MemStore) *domain.Service {
 	svc := newService(store, true)
 	placedOrder(t, svc, domain.Approve{})
 	return svc
 }
 
-func cold(t *testing.T, store *memStore) *domain.Service {
+func cold(t *testing.T, store *domaintest.MemStore) *domain.Service {
 	warm(t, store)
 	return newService(store, true)
 }
 
-func stale(t *testing.T, store *memStore) *domain.Service {
+func stale(t *testing.T, store *domaintest.MemStore) *domain.Service {
 	svc := newService(store, true)
 	placedOrder(t, svc)
 	if _, err := newService(store, false).Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{}); err != nil {
@@ -462,11 +369,11 @@ func TestServiceRefusalsAppendNothing(t *testing.T) {
 			store := newMemStore()
 			svc := newService(store, true)
 			placedOrder(t, svc)
-			appends := store.appends.Load()
+			appends := store.Appends.Load()
 			_, err := svc.Execute(ctx, tc.orderID, tc.cmd, domain.ExecOptions{IdempotencyKey: "k"})
 			expect(t, domain.Result{}, err, domain.Result{}, tc.err)
-			if n := store.appends.Load() - appends; n != 0 || len(store.keys) != 0 {
-				t.Fatalf("%d appends, %d keys stored; want none", n, len(store.keys))
+			if n := store.Appends.Load() - appends; n != 0 || store.Keys() != 0 {
+				t.Fatalf("%d appends, %d keys stored; want none", n, store.Keys())
 			}
 		})
 	}
@@ -474,9 +381,9 @@ func TestServiceRefusalsAppendNothing(t *testing.T) {
 
 // assertStream checks the stream has n events with contiguous versions and
 // the metadata of the Service.
-func assertStream(t *testing.T, store *memStore, n int) []domain.Event {
+func assertStream(t *testing.T, store *domaintest.MemStore, n int) []domain.Event {
 	t.Helper()
-	evs := store.events(t, orderID)
+	evs := store.Events(orderID)
 	if len(evs) != n {
 		t.Fatalf("stream has %d events, want %d", len(evs), n)
 	}
@@ -484,7 +391,7 @@ func assertStream(t *testing.T, store *memStore, n int) []domain.Event {
 	for i, e := range evs {
 		if e.Version != int64(i+1) || e.StreamID != orderID || e.StreamType != domain.StreamTypeOrder ||
 			e.Type != e.Data.EventType() || e.Metadata.SchemaVersion != 1 || e.ID == "" || ids[e.ID] ||
-			!reflect.DeepEqual(e.RecordedAt, domain.Timestamp(store.now)) {
+			!reflect.DeepEqual(e.RecordedAt, domain.Timestamp(storeNow)) {
 			t.Fatalf("event %d: %+v", i, e)
 		}
 		ids[e.ID] = true
@@ -528,10 +435,10 @@ func TestServiceEventMetadata(t *testing.T) {
 }
 
 // conflictStore loses every version race.
-type conflictStore struct{ *memStore }
+type conflictStore struct{ *domaintest.MemStore }
 
 func (s conflictStore) Append(context.Context, domain.Commit) (time.Time, error) {
-	s.appends.Add(1)
+	s.Appends.Add(1)
 	return time.Time{}, fmt.Errorf("always: %w", domain.ErrVersionConflict)
 }
 
@@ -541,10 +448,10 @@ func TestServiceRetriesExhausted(t *testing.T) {
 	store := conflictStore{mem}
 	svc := newService(store, true)
 	svc.MaxAttempts = 3
-	before := mem.appends.Load()
+	before := mem.Appends.Load()
 	r, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{})
-	if !errors.Is(err, domain.ErrVersionConflict) || r.Attempts != 3 || mem.appends.Load()-before != 3 {
-		t.Fatalf("Execute = %+v, %v after %d appends; want ErrVersionConflict after 3", r, err, mem.appends.Load()-before)
+	if !errors.Is(err, domain.ErrVersionConflict) || r.Attempts != 3 || mem.Appends.Load()-before != 3 {
+		t.Fatalf("Execute = %+v, %v after %d appends; want ErrVersionConflict after 3", r, err, mem.Appends.Load()-before)
 	}
 	v := int64(1)
 	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{IfMatch: &v}); !errors.Is(err, domain.ErrPreconditionFailed) {
@@ -634,7 +541,7 @@ func TestServicePlaceRetryAfterOrderMovedOn(t *testing.T) {
 	}
 	r, err := svc.Execute(ctx, orderID, placeCmd(), key)
 	expect(t, r, err, domain.Result{OrderID: orderID, Version: 1, Status: domain.StatusCreated, Replayed: true}, nil)
-	if n := store.commits(); n != 2 {
+	if n := store.Commits(); n != 2 {
 		t.Fatalf("%d commits, want 2", n)
 	}
 }
@@ -664,12 +571,12 @@ func TestServiceStoreDownFailsAfterOneCall(t *testing.T) {
 			} else {
 				placedOrder(t, svc) // warms the cache when there is one
 			}
-			mem.down.Store(true)
+			mem.Down.Store(true)
 			_, err := svc.Execute(ctx, id, tc.cmd, domain.ExecOptions{IdempotencyKey: tc.key})
 			if !errors.Is(err, domain.ErrUnavailable) {
 				t.Fatalf("Execute with the store down: %v; want ErrUnavailable", err)
 			}
-			if n := mem.downCalls.Load(); n != 1 {
+			if n := mem.DownCalls.Load(); n != 1 {
 				t.Errorf("Execute called the unreachable store %d times, want 1", n)
 			}
 		})

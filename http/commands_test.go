@@ -16,7 +16,7 @@ func TestPlace(t *testing.T) {
 	if loc := rec.Header().Get("Location"); loc != "/v1/orders/o-1" {
 		t.Errorf("Location = %q, want /v1/orders/o-1", loc)
 	}
-	evs := e.store.events("o-1")
+	evs := e.store.Events("o-1")
 	if len(evs) != 1 || evs[0].Type != domain.TypeOrderPlaced {
 		t.Fatalf("stream o-1 = %+v, want one OrderPlaced", evs)
 	}
@@ -40,7 +40,7 @@ func TestPlaceGeneratesID(t *testing.T) {
 	if loc := rec.Header().Get("Location"); loc != "/v1/orders/"+got.OrderID {
 		t.Errorf("Location = %q, want /v1/orders/%s", loc, got.OrderID)
 	}
-	if n := len(e.store.events(got.OrderID)); n != 1 {
+	if n := len(e.store.Events(got.OrderID)); n != 1 {
 		t.Errorf("stream %s has %d events, want 1", got.OrderID, n)
 	}
 	// Without an id and without a key, a second request is another order.
@@ -82,7 +82,7 @@ func TestPlaceAgain(t *testing.T) {
 				// The existing order as it is now, not as placed.
 				wantCommand(t, rec, tt.status, commandAnswer{OrderID: "o-1", Version: 2, Status: "approved"}, tt.replayed)
 			}
-			if n := e.store.commits(); n != 2 {
+			if n := e.store.Commits(); n != 2 {
 				t.Errorf("store holds %d commits, want 2", n)
 			}
 		})
@@ -118,7 +118,7 @@ func TestLifecycle(t *testing.T) {
 			rec := e.post(t, "/v1/orders/o-1/"+tt.cmd, tt.body)
 			tt.want.OrderID = "o-1"
 			wantCommand(t, rec, http.StatusOK, tt.want, false)
-			if n := len(e.store.events("o-1")); int64(n) != tt.want.Version {
+			if n := len(e.store.Events("o-1")); int64(n) != tt.want.Version {
 				t.Errorf("stream holds %d events, want %d", n, tt.want.Version)
 			}
 		})
@@ -133,7 +133,7 @@ func TestLifecycleEventData(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("cancel: %d %s", rec.Code, rec.Body)
 	}
-	evs := e.store.events("o-1")
+	evs := e.store.Events("o-1")
 	last := evs[len(evs)-1]
 	if d, ok := last.Data.(domain.OrderCanceled); !ok || d.Reason != "fraud" {
 		t.Errorf("event data = %#v, want OrderCanceled{Reason: fraud}", last.Data)
@@ -243,7 +243,7 @@ func TestIdempotencyKey(t *testing.T) {
 					t.Fatalf("%s: %d %s", b.Path, rec.Code, rec.Body)
 				}
 			}
-			commits := e.store.commits()
+			commits := e.store.Commits()
 			rec := e.post(t, tt.retry.Path, tt.retry.Body, "Idempotency-Key", "key-1")
 			if tt.wantProblem != "" {
 				wantProblem(t, rec, tt.wantStatus, tt.wantProblem)
@@ -258,7 +258,7 @@ func TestIdempotencyKey(t *testing.T) {
 					t.Errorf("Location %q, first answer had %q", rec.Header().Get("Location"), loc)
 				}
 			}
-			if n := e.store.commits(); n != commits {
+			if n := e.store.Commits(); n != commits {
 				t.Errorf("the retry appended: %d commits, want %d", n, commits)
 			}
 		})
@@ -300,7 +300,7 @@ func TestIfMatch(t *testing.T) {
 			} else {
 				wantProblem(t, rec, tt.status, tt.problem)
 			}
-			if n := e.store.commits(); n != 2 {
+			if n := e.store.Commits(); n != 2 {
 				t.Errorf("store holds %d commits, want 2", n)
 			}
 		})
@@ -335,10 +335,10 @@ func TestCommandRefused(t *testing.T) {
 			e := newEnv(t)
 			e.place(t, "o-1")
 			e.run(t, "o-1", tt.before...)
-			commits := e.store.commits()
+			commits := e.store.Commits()
 			rec := e.post(t, tt.path, tt.body, tt.header...)
 			wantProblem(t, rec, tt.status, tt.problem)
-			if n := e.store.commits(); n != commits {
+			if n := e.store.Commits(); n != commits {
 				t.Errorf("store holds %d commits, want %d", n, commits)
 			}
 		})

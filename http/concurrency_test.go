@@ -54,8 +54,8 @@ func TestConcurrentRetries(t *testing.T) {
 			replayed++
 		}
 	}
-	if len(ids) != 1 || replayed != 7 || e.store.commits() != 1 {
-		t.Errorf("%d order ids, %d replayed, %d commits; want 1, 7, 1", len(ids), replayed, e.store.commits())
+	if len(ids) != 1 || replayed != 7 || e.store.Commits() != 1 {
+		t.Errorf("%d order ids, %d replayed, %d commits; want 1, 7, 1", len(ids), replayed, e.store.Commits())
 	}
 }
 
@@ -93,7 +93,7 @@ func TestConcurrentCommands(t *testing.T) {
 					wantProblem(t, rec, tt.loser, tt.problem)
 				}
 			}
-			if n := len(e.store.events("o-1")); n != 2 {
+			if n := len(e.store.Events("o-1")); n != 2 {
 				t.Errorf("stream holds %d events, want 2", n)
 			}
 		})

@@ -79,7 +79,7 @@ func TestRequestIDHeader(t *testing.T) {
 			readProblem(t, rec)
 			continue // refused: fine
 		}
-		evs := e.store.events("o-1")
+		evs := e.store.Events("o-1")
 		last := evs[len(evs)-1]
 		for name, id := range map[string]string{"causation": last.Metadata.CausationID, "correlation": last.Metadata.CorrelationID} {
 			if len(id) > 128 || strings.ContainsAny(id, " \x80\xff") {

@@ -31,7 +31,7 @@ func FuzzPlaceBody(f *testing.F) {
 	}
 	e := newEnv(f) // one server per worker: inputs run one at a time
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e.store.reset()
+		e.store.Reset()
 		e.place(t, "o-1")
 		rec := postBytes(e, "/v1/orders", body)
 		checkAnswer(t, e, rec, body, 1)
@@ -49,7 +49,7 @@ func FuzzLifecycleBody(f *testing.F) {
 	}
 	e := newEnv(f)
 	f.Fuzz(func(t *testing.T, body []byte) {
-		e.store.reset()
+		e.store.Reset()
 		e.place(t, "o-1")
 		rec := postBytes(e, "/v1/orders/o-1/cancel", body)
 		checkAnswer(t, e, rec, body, 1)
@@ -75,7 +75,7 @@ func checkAnswer(t *testing.T, e *env, rec *httptest.ResponseRecorder, body []by
 	}
 	if rec.Code/100 != 2 {
 		readProblem(t, rec)
-		if n := e.store.commits(); n != commitsBefore {
+		if n := e.store.Commits(); n != commitsBefore {
 			t.Errorf("body %q refused with %d, but the store holds %d commits, want %d", body, rec.Code, n, commitsBefore)
 		}
 		return

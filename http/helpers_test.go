@@ -9,7 +9,6 @@ import (
 	"mime"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 	orderhttp "github.com/orderd/orderd/http"
 )
 
@@ -34,102 +34,6 @@ func knownBug(t testing.TB, bug string) {
 	if !*knownBugs {
 		t.Skip("known bug, see the report: " + bug)
 	}
-}
-
-// memStore is an in-memory domain.EventStore: commits per stream, a unique
-// idempotency key index checked before the version, as the MongoDB store
-// does.
-type memStore struct {
-	mu      sync.Mutex
-	streams map[string][]domain.Commit
-	keys    map[string]domain.Commit
-	appends int // Append calls, successful or not
-}
-
-var _ domain.EventStore = (*memStore)(nil)
-
-func newMemStore() *memStore {
-	return &memStore{streams: map[string][]domain.Commit{}, keys: map[string]domain.Commit{}}
-}
-
-func (s *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.appends++
-	if c.IdempotencyKey != "" {
-		if _, ok := s.keys[c.IdempotencyKey]; ok {
-			return time.Time{}, fmt.Errorf("key %q: %w", c.IdempotencyKey, domain.ErrDuplicateRequest)
-		}
-	}
-	head := s.headLocked(c.StreamID)
-	if c.ExpectedVersion != head {
-		return time.Time{}, fmt.Errorf("append %s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
-	}
-	rec := domain.Timestamp(time.Now())
-	c.Events = slices.Clone(c.Events)
-	for i := range c.Events {
-		c.Events[i].RecordedAt = rec
-	}
-	s.streams[c.StreamID] = append(s.streams[c.StreamID], c)
-	if c.IdempotencyKey != "" {
-		s.keys[c.IdempotencyKey] = c
-	}
-	return rec, nil
-}
-
-func (s *memStore) headLocked(stream string) int64 {
-	cs := s.streams[stream]
-	if len(cs) == 0 {
-		return 0
-	}
-	return cs[len(cs)-1].LastVersion()
-}
-
-func (s *memStore) Load(_ context.Context, stream string, after int64) ([]domain.Event, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []domain.Event
-	for _, c := range s.streams[stream] {
-		for _, e := range c.Events {
-			if e.Version > after {
-				out = append(out, e)
-			}
-		}
-	}
-	return out, nil
-}
-
-func (s *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	c, ok := s.keys[key]
-	if !ok {
-		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
-	}
-	return c, nil
-}
-
-// reset forgets every commit.
-func (s *memStore) reset() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.streams, s.keys, s.appends = map[string][]domain.Commit{}, map[string]domain.Commit{}, 0
-}
-
-// commits counts the stored commits of all streams.
-func (s *memStore) commits() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, cs := range s.streams {
-		n += len(cs)
-	}
-	return n
-}
-
-func (s *memStore) events(stream string) []domain.Event {
-	evs, _ := s.Load(context.Background(), stream, 0)
-	return evs
 }
 
 // fakeReads is a ReadModels whose answers the test sets. A summary may be
@@ -242,14 +146,14 @@ func (f *fakeReads) CustomerStats(_ context.Context, id string) (domain.Customer
 // fake read models.
 type env struct {
 	h     http.Handler
-	store *memStore
+	store *domaintest.MemStore
 	reads *fakeReads
 	reg   *prometheus.Registry
 }
 
 func newEnv(t testing.TB, mod ...func(*orderhttp.Config)) *env {
 	t.Helper()
-	e := &env{store: newMemStore(), reads: newFakeReads(), reg: prometheus.NewRegistry()}
+	e := &env{store: domaintest.NewMemStore(), reads: newFakeReads(), reg: prometheus.NewRegistry()}
 	cfg := orderhttp.Config{
 		Commands:   domain.NewService(e.store, nil),
 		ReadModels: e.reads,

@@ -55,14 +55,14 @@ func runHostile(t *testing.T, tests []hostileCase) {
 			}
 			e := newEnv(t)
 			e.place(t, "o-1")
-			commits := e.store.commits()
+			commits := e.store.Commits()
 			path := tt.path
 			if path == "" {
 				path = "/v1/orders"
 			}
 			rec := e.do(t, req{Method: http.MethodPost, Path: path, Body: tt.body, Header: tt.header})
 			wantProblem(t, rec, tt.status, tt.typ, tt.fields...)
-			if n := e.store.commits(); n != commits {
+			if n := e.store.Commits(); n != commits {
 				t.Errorf("store holds %d commits, want %d", n, commits)
 			}
 		})
@@ -256,7 +256,7 @@ func TestBodyLimit(t *testing.T) {
 				return
 			}
 			wantProblem(t, rec, tt.status, tooLarge)
-			if n := e.store.commits(); n != 0 {
+			if n := e.store.Commits(); n != 0 {
 				t.Errorf("store holds %d commits, want 0", n)
 			}
 		})

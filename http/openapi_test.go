@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 	orderhttp "github.com/orderd/orderd/http"
 )
 
@@ -29,7 +30,7 @@ var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head",
 // (a gatherer) and the admin routes (an Admin and a token).
 func newOpenAPIEnv(t testing.TB) (*orderhttp.Server, *env) {
 	t.Helper()
-	e := &env{store: newMemStore(), reads: newFakeReads(), reg: prometheus.NewRegistry()}
+	e := &env{store: domaintest.NewMemStore(), reads: newFakeReads(), reg: prometheus.NewRegistry()}
 	srv := orderhttp.NewServer(orderhttp.Config{
 		Commands:   domain.NewService(e.store, nil),
 		ReadModels: e.reads,

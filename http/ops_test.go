@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 	orderhttp "github.com/orderd/orderd/http"
 )
 
@@ -142,7 +143,7 @@ func TestOverload(t *testing.T) {
 // (within a bounded wait on the client side), and the slow body appends nothing;
 // a well-behaved request on the same server still succeeds.
 func TestSlowClientsAreCutOff(t *testing.T) {
-	store := newMemStore()
+	store := domaintest.NewMemStore()
 	srv := orderhttp.NewServer(orderhttp.Config{
 		Commands: domain.NewService(store, nil), ReadModels: newFakeReads(), Ready: map[string]orderhttp.Check{},
 		ReadHeaderTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, IdleTimeout: time.Second,
@@ -186,7 +187,7 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 	if strings.HasPrefix(answer, "HTTP/1.1 2") || strings.HasPrefix(answer, "HTTP/1.1 5") {
 		t.Errorf("a body cut short by the read timeout was answered %q", answer)
 	}
-	if n := store.commits(); n != 0 {
+	if n := store.Commits(); n != 0 {
 		t.Errorf("the slow clients appended %d commits", n)
 	}
 	resp, err := http.Post("http://"+ln.Addr().String()+"/v1/orders", "application/json", strings.NewReader(body))

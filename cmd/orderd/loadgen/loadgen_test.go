@@ -22,65 +22,13 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 	orderdhttp "github.com/orderd/orderd/http"
 )
 
-// memStore is an in-memory domain.EventStore with the real store's unique
-// indexes: one commit per stream version, one per idempotency key.
-type memStore struct {
-	mu      sync.Mutex
-	streams map[string][]domain.Event
-	keys    map[string]domain.Commit
-}
-
-func newMemStore() *memStore {
-	return &memStore{streams: map[string][]domain.Event{}, keys: map[string]domain.Commit{}}
-}
-
-func (m *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, ok := m.keys[c.IdempotencyKey]; ok && c.IdempotencyKey != "" {
-		return time.Time{}, domain.ErrDuplicateRequest
-	}
-	if int64(len(m.streams[c.StreamID])) != c.ExpectedVersion {
-		return time.Time{}, domain.ErrVersionConflict
-	}
-	now := domain.Timestamp(time.Now())
-	for _, e := range c.Events {
-		e.RecordedAt = now
-		m.streams[c.StreamID] = append(m.streams[c.StreamID], e)
-	}
-	if c.IdempotencyKey != "" {
-		m.keys[c.IdempotencyKey] = c
-	}
-	return now, nil
-}
-
-func (m *memStore) Load(_ context.Context, id string, after int64) ([]domain.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.DeleteFunc(slices.Clone(m.streams[id]), func(e domain.Event) bool { return e.Version <= after }), nil
-}
-
-func (m *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok := m.keys[key]; ok {
-		return c, nil
-	}
-	return domain.Commit{}, domain.ErrNotFound
-}
-
-func (m *memStore) stream(id string) []domain.Event {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.streams[id])
-}
-
-// api is the real REST API (package http) over domain.Service and a
-// memStore; wrap, when set, wraps its handler.
-func api(t *testing.T, store *memStore, wrap func(http.Handler) http.Handler) *httptest.Server {
+// api is the real REST API (package http) over domain.Service and an
+// in-memory store; wrap, when set, wraps its handler.
+func api(t *testing.T, store *domaintest.MemStore, wrap func(http.Handler) http.Handler) *httptest.Server {
 	t.Helper()
 	var h http.Handler = orderdhttp.NewServer(orderdhttp.Config{Commands: domain.NewService(store, nil)}).Handler()
 	if wrap != nil {
@@ -123,7 +71,7 @@ func (l *lossy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // checkLog checks rep.Acks against the store: per order, one event per
 // ack, whose correlation id is the ack's key and whose version is the
 // ack's, and no other event.
-func checkLog(t *testing.T, store *memStore, rep Report) {
+func checkLog(t *testing.T, store *domaintest.MemStore, rep Report) {
 	t.Helper()
 	byOrder := map[string]map[string]Ack{}
 	for _, a := range rep.Acks {
@@ -139,7 +87,7 @@ func checkLog(t *testing.T, store *memStore, rep Report) {
 		t.Errorf("acks of %d orders, %d started", len(byOrder), rep.Orders)
 	}
 	for id, acks := range byOrder {
-		events := store.stream(id)
+		events := store.Events(id)
 		if len(events) != len(acks) {
 			t.Errorf("order %s: %d events, %d acks %v", id, len(events), len(acks), acks)
 		}
@@ -152,7 +100,7 @@ func checkLog(t *testing.T, store *memStore, rep Report) {
 }
 
 func TestLoadgenLostAnswersAndRaces(t *testing.T) {
-	store := newMemStore()
+	store := domaintest.NewMemStore()
 	l := &lossy{}
 	lossyAPI := api(t, store, func(h http.Handler) http.Handler { l.next = h; return l })
 	plainAPI := api(t, store, nil)
@@ -224,7 +172,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 // races then commit on both sides whenever the second command is still
 // legal after the first.
 func TestLoadgenDetectsDoubleWins(t *testing.T) {
-	store := newMemStore()
+	store := domaintest.NewMemStore()
 	ts := api(t, store, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			r.Header.Del("If-Match")
@@ -305,7 +253,7 @@ func TestLoadgenStopsWhenCanceled(t *testing.T) {
 }
 
 func TestLoadgenDurationBound(t *testing.T) {
-	store := newMemStore()
+	store := domaintest.NewMemStore()
 	ts := api(t, store, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(10 * time.Millisecond)
@@ -419,7 +367,7 @@ func TestLoadgenMain(t *testing.T) {
 		t.Errorf("-conflicts 2: %v", err)
 	}
 
-	store := newMemStore()
+	store := domaintest.NewMemStore()
 	ts := api(t, store, nil)
 	acks := filepath.Join(t.TempDir(), "acks.jsonl")
 	stdout.Reset()

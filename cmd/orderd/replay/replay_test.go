@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 )
 
 const sample = "../../../testdata/olist-sample"
@@ -312,63 +313,11 @@ func TestPlanLines(t *testing.T) {
 
 // ---- the fake service ----
 
-// memStore is an in-memory domain.EventStore that feeds every appended
-// event to the read-model projector.
-type memStore struct {
-	mu      sync.Mutex
-	streams map[string][]domain.Event
-	keys    map[string]domain.Commit
-	events  int
-	out     chan<- domain.Event
-}
-
-func (m *memStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if int64(len(m.streams[c.StreamID])) != c.ExpectedVersion {
-		return time.Time{}, domain.ErrVersionConflict
-	}
-	if _, ok := m.keys[c.IdempotencyKey]; ok && c.IdempotencyKey != "" {
-		return time.Time{}, domain.ErrDuplicateRequest
-	}
-	now := domain.Timestamp(time.Now())
-	for _, e := range c.Events {
-		e.RecordedAt = now
-		m.streams[c.StreamID] = append(m.streams[c.StreamID], e)
-		m.events++
-		m.out <- e
-	}
-	if c.IdempotencyKey != "" {
-		m.keys[c.IdempotencyKey] = c // with its events, so LastVersion is right
-	}
-	return now, nil
-}
-
-func (m *memStore) Load(_ context.Context, id string, after int64) ([]domain.Event, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.DeleteFunc(slices.Clone(m.streams[id]), func(e domain.Event) bool { return e.Version <= after }), nil
-}
-
-func (m *memStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if c, ok := m.keys[key]; ok {
-		return c, nil
-	}
-	return domain.Commit{}, domain.ErrNotFound
-}
-
-func (m *memStore) count() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.events
-}
-
-// fake is the service of the REST contract over domain.Service and
-// memStore, with an asynchronous order_summaries projection.
+// fake is the service of the REST contract over domain.Service and an
+// in-memory store that feeds every appended event to an asynchronous
+// order_summaries projection.
 type fake struct {
-	store      *memStore
+	store      *domaintest.MemStore
 	svc        *domain.Service
 	mu         sync.Mutex
 	summaries  map[string]domain.Order
@@ -384,8 +333,8 @@ type fake struct {
 
 func newFake(t *testing.T, configure func(*fake)) (*fake, *httptest.Server) {
 	feed := make(chan domain.Event, 1024)
-	f := &fake{store: &memStore{streams: map[string][]domain.Event{}, keys: map[string]domain.Commit{}, out: feed},
-		summaries: map[string]domain.Order{}, wait: 2 * time.Second}
+	f := &fake{store: domaintest.NewMemStore(), summaries: map[string]domain.Order{}, wait: 2 * time.Second}
+	f.store.OnAppend = func(e domain.Event) { feed <- e }
 	if configure != nil {
 		configure(f)
 	}
@@ -582,8 +531,8 @@ func TestRunLimit300(t *testing.T) {
 			t.Errorf("odd path %s: %+v", name, oo)
 		}
 	}
-	if f.failed.Load() == 0 || f.store.count() != 1177 {
-		t.Errorf("503s served %d (want some, all retried), events %d (want 1177)", f.failed.Load(), f.store.count())
+	if f.failed.Load() == 0 || f.store.EventCount() != 1177 {
+		t.Errorf("503s served %d (want some, all retried), events %d (want 1177)", f.failed.Load(), f.store.EventCount())
 	}
 	if !strings.Contains(bar.String(), "300/300") {
 		t.Errorf("progress bar: %q", bar.String())
@@ -599,8 +548,8 @@ func TestRunLimit300(t *testing.T) {
 	if err := Main(t.Context(), []string{"-data", sample, "-url", ts.URL, "-limit", "300", "-progress=false"}, &out, &bytes.Buffer{}); err != nil {
 		t.Fatalf("second run: %v\n%s", err, out.String())
 	}
-	if f.store.count() != 1177 || f.replayed.Load() < 1177 {
-		t.Errorf("second run: events %d (want 1177), replayed answers %d (want >= 1177)", f.store.count(), f.replayed.Load())
+	if f.store.EventCount() != 1177 || f.replayed.Load() < 1177 {
+		t.Errorf("second run: events %d (want 1177), replayed answers %d (want >= 1177)", f.store.EventCount(), f.replayed.Load())
 	}
 	for _, want := range []string{"orders          300\n", "commands sent   1177: accepted 1177 (idempotent replays 1177), rejected 0 (unexpected 0), skipped 0\n",
 		"mismatches 0\n", "result          OK\n"} {
@@ -719,9 +668,9 @@ func TestRunCheckOnlyEmptyService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Commands != 0 || f.store.count() != 0 || rep.MismatchCount != 5 || rep.Err() == nil ||
+	if rep.Commands != 0 || f.store.EventCount() != 0 || rep.MismatchCount != 5 || rep.Err() == nil ||
 		!strings.Contains(rep.Mismatches[0].Detail, "404 not-found") {
-		t.Errorf("commands %d, events %d, mismatches %d %+v", rep.Commands, f.store.count(), rep.MismatchCount, rep.Mismatches)
+		t.Errorf("commands %d, events %d, mismatches %d %+v", rep.Commands, f.store.EventCount(), rep.MismatchCount, rep.Mismatches)
 	}
 }
 

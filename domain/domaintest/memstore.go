@@ -1,0 +1,252 @@
+// Package domaintest holds test doubles for the domain package's
+// interfaces, for the tests of packages that need no MongoDB.
+package domaintest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+var _ domain.EventStore = (*MemStore)(nil)
+
+// MemStore is an in-memory domain.EventStore. It stands for
+// eventstore.Store in tests that need no MongoDB and keeps the same
+// contract:
+//
+//   - Append stores a commit whole or not at all, under one lock, and only
+//     when c.ExpectedVersion is the stream's head (0 for a new stream).
+//   - A non-empty idempotency key is unique across all streams. The key is
+//     checked before the version: reusing a stored key fails with
+//     domain.ErrDuplicateRequest even when the version is stale too.
+//   - Every event of a stored commit, and the commit's return value, carry
+//     one RecordedAt: Now() normalized with domain.Timestamp.
+//
+// Its state is one list of commits per stream and an index from
+// idempotency key to commit. The zero value is ready to use; set Now and
+// OnAppend before the store is shared. All methods are safe for concurrent
+// use. Contexts are ignored: an Append is never abandoned half way.
+type MemStore struct {
+	// Now gives the RecordedAt of each append (time.Now when nil).
+	Now func() time.Time
+	// OnAppend, when set, is called with each event of each stored
+	// commit, RecordedAt set, in commit order across the whole store and
+	// in version order within a commit, before Append returns. The calls
+	// are made without the store's lock held, one at a time: OnAppend may
+	// block (a send on a channel, say) and whoever it waits for may call
+	// Load, FindIdempotencyKey and the inspection methods meanwhile. It
+	// must not wait for an Append that stores a commit, which would queue
+	// behind it.
+	OnAppend func(domain.Event)
+
+	// Down makes every call of Append, Load and FindIdempotencyKey fail
+	// with an error wrapping domain.ErrUnavailable, as a store that cannot
+	// be reached; each such call is counted in DownCalls.
+	Down      atomic.Bool
+	DownCalls atomic.Int64
+	// Appends counts Append calls, successful or not (Down included).
+	Appends atomic.Int64
+
+	mu      sync.Mutex
+	streams map[string][]domain.Commit
+	keys    map[string]domain.Commit
+	events  int
+	// notified is closed once OnAppend has seen the last stored commit's
+	// events; the next commit's calls wait for it, which keeps them in
+	// commit order without holding mu.
+	notified chan struct{}
+}
+
+// NewMemStore returns an empty MemStore with the real clock.
+func NewMemStore() *MemStore { return &MemStore{} }
+
+func (s *MemStore) unavailable(op string) error {
+	if !s.Down.Load() {
+		return nil
+	}
+	s.DownCalls.Add(1)
+	return fmt.Errorf("memstore %s: server selection: %w", op, domain.ErrUnavailable)
+}
+
+// Append stores c as one commit, or nothing. It returns the commit's
+// recorded time, or an error wrapping domain.ErrUnavailable (Down),
+// domain.ErrValidation (a malformed commit, refused as eventstore.Store
+// refuses it), domain.ErrDuplicateRequest (c.IdempotencyKey is stored) or
+// domain.ErrVersionConflict (c.ExpectedVersion is not the stream's head).
+func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
+	s.Appends.Add(1)
+	if err := s.unavailable("append"); err != nil {
+		return time.Time{}, err
+	}
+	if err := validate(c); err != nil {
+		return time.Time{}, err
+	}
+	now := time.Now
+	if s.Now != nil {
+		now = s.Now
+	}
+	rec := domain.Timestamp(now())
+
+	s.mu.Lock()
+	if c.IdempotencyKey != "" {
+		if _, ok := s.keys[c.IdempotencyKey]; ok {
+			s.mu.Unlock()
+			return time.Time{}, fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
+		}
+	}
+	if head := s.headLocked(c.StreamID); c.ExpectedVersion != head {
+		s.mu.Unlock()
+		return time.Time{}, fmt.Errorf("append %s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
+	}
+	c.Events = slices.Clone(c.Events)
+	for i := range c.Events {
+		c.Events[i].RecordedAt = rec
+	}
+	if s.streams == nil {
+		s.streams, s.keys = map[string][]domain.Commit{}, map[string]domain.Commit{}
+	}
+	s.streams[c.StreamID] = append(s.streams[c.StreamID], c)
+	if c.IdempotencyKey != "" {
+		s.keys[c.IdempotencyKey] = c
+	}
+	s.events += len(c.Events)
+	var prev, done chan struct{}
+	if s.OnAppend != nil {
+		prev, done = s.notified, make(chan struct{})
+		s.notified = done
+	}
+	s.mu.Unlock()
+
+	if done != nil {
+		defer close(done)
+		if prev != nil {
+			<-prev
+		}
+		for _, e := range c.Events {
+			s.OnAppend(e)
+		}
+	}
+	return rec, nil
+}
+
+// validate refuses what eventstore.Store refuses before writing: a bad
+// stream id, no events, a negative expected version, or an event that does
+// not fit the commit (version, stream, id, payload type).
+func validate(c domain.Commit) error {
+	if err := domain.ValidateID("stream id", c.StreamID); err != nil {
+		return err
+	}
+	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
+		return fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
+	}
+	for i, e := range c.Events {
+		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
+			return fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
+		}
+	}
+	return nil
+}
+
+func (s *MemStore) headLocked(streamID string) int64 {
+	cs := s.streams[streamID]
+	if len(cs) == 0 {
+		return 0
+	}
+	return cs[len(cs)-1].LastVersion()
+}
+
+// Load returns a copy of the stream's events with a version above after,
+// in version order: none (and no error) for an unknown stream. The only
+// error wraps domain.ErrUnavailable (Down).
+func (s *MemStore) Load(_ context.Context, streamID string, after int64) ([]domain.Event, error) {
+	if err := s.unavailable("load"); err != nil {
+		return nil, err
+	}
+	return s.load(streamID, after), nil
+}
+
+func (s *MemStore) load(streamID string, after int64) []domain.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var evs []domain.Event
+	for _, c := range s.streams[streamID] {
+		for _, e := range c.Events {
+			if e.Version > after {
+				evs = append(evs, e)
+			}
+		}
+	}
+	return evs
+}
+
+// FindIdempotencyKey returns the commit stored with key, with its events
+// (RecordedAt set), whatever stream it is in; streamID is only a hint. It
+// returns an error wrapping domain.ErrNotFound when no commit has key (the
+// empty key included), or domain.ErrUnavailable (Down).
+func (s *MemStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
+	if err := s.unavailable("find idempotency key"); err != nil {
+		return domain.Commit{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.keys[key]
+	if !ok {
+		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
+	}
+	c.Events = slices.Clone(c.Events)
+	return c, nil
+}
+
+// The inspection methods below read the stored state directly: Down does
+// not affect them and they are not counted.
+
+// Commits returns the number of stored commits, all streams together.
+func (s *MemStore) Commits() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, cs := range s.streams {
+		n += len(cs)
+	}
+	return n
+}
+
+// Events returns a copy of the stream's events in version order (nil for
+// an unknown stream).
+func (s *MemStore) Events(streamID string) []domain.Event { return s.load(streamID, 0) }
+
+// EventCount returns the number of stored events, all streams together.
+func (s *MemStore) EventCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.events
+}
+
+// Streams returns the number of streams with at least one commit.
+func (s *MemStore) Streams() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.streams)
+}
+
+// Keys returns the number of stored idempotency keys.
+func (s *MemStore) Keys() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.keys)
+}
+
+// Reset forgets every commit and key and zeroes Appends and DownCalls.
+// Now, OnAppend and Down are kept. Call it when no Append is running.
+func (s *MemStore) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams, s.keys, s.events = nil, nil, 0
+	s.Appends.Store(0)
+	s.DownCalls.Store(0)
+}
