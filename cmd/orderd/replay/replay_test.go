@@ -325,8 +325,9 @@ type fake struct {
 	wait       time.Duration // bound of the min_version wait
 	corrupt    string        // this order's summary is served with total_cents+1
 	stuck      string        // this order's summary stops at version 1
-	flakyEvery int64         // every n-th POST first answers 503
+	flakyEvery int64         // every n-th POST answers 503, once per Idempotency-Key
 	posts      atomic.Int64
+	flaked     sync.Map     // Idempotency-Keys answered 503 once
 	failed     atomic.Int64 // 503s served
 	replayed   atomic.Int64 // Idempotent-Replayed answers
 }
@@ -360,7 +361,13 @@ func newFake(t *testing.T, configure func(*fake)) (*fake, *httptest.Server) {
 	mux.HandleFunc("GET /v1/orders/{id}", f.get)
 	mux.HandleFunc("GET /v1/order-summaries/{id}", f.summary)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A request answered 503 once is not answered 503 again: a retry
+		// could otherwise hit every n-th POST by chance on each attempt.
 		if r.Method == http.MethodPost && f.flakyEvery > 0 && f.posts.Add(1)%f.flakyEvery == 0 {
+			if _, again := f.flaked.LoadOrStore(r.Header.Get("Idempotency-Key"), true); again {
+				mux.ServeHTTP(w, r)
+				return
+			}
 			f.failed.Add(1)
 			problem(w, http.StatusServiceUnavailable, "unavailable", "try again", nil)
 			return
