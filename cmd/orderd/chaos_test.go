@@ -547,9 +547,9 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 // with the same Idempotency-Key, as a client would. The run ends with the
 // three checks of guarantees.
 func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
-	loadFor, every := 20*time.Second, 3*time.Second
+	loadFor, every := 16*time.Second, 2*time.Second
 	if *chaosLong {
-		loadFor = time.Minute
+		loadFor, every = 50*time.Second, 3*time.Second
 	}
 	c := newCluster(t)
 	api1 := c.add("api-1", "api,relay")
@@ -627,9 +627,9 @@ func placeBody(orderID string) string {
 // /readyz says the bus is unavailable, and once the server is back on the
 // same port and data the relay catches up and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
-	loadFor, outage := 12*time.Second, 4*time.Second
+	loadFor, outage := 9*time.Second, 3*time.Second
 	if *chaosLong {
-		loadFor, outage = 30*time.Second, 12*time.Second
+		loadFor, outage = 25*time.Second, 10*time.Second
 	}
 	c := newCluster(t)
 	api := c.add("api", "api,relay,projector")
@@ -671,9 +671,9 @@ func TestChaos_NATSOutage(t *testing.T) {
 // port and data every role reconnects by itself and the load's retries go
 // through.
 func TestChaos_StoreOutage(t *testing.T) {
-	loadFor, outage := 12*time.Second, 4*time.Second
+	loadFor, outage := 9*time.Second, 3*time.Second
 	if *chaosLong {
-		loadFor, outage = 30*time.Second, 12*time.Second
+		loadFor, outage = 25*time.Second, 10*time.Second
 	}
 	c := newCluster(t)
 	api := c.add("api", "api,relay")
