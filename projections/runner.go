@@ -169,6 +169,14 @@ func (r *Runner) Run(ctx context.Context) error {
 			sleep(ctx, r.cfg.LeaseTTL/3)
 			continue
 		}
+		// Two standbys may both take an expired lease on FerretDB, where an
+		// update is a read and a later write: the later write wins. Claiming
+		// it once more after a pause tells each which one did, before
+		// either consumes.
+		sleep(ctx, r.cfg.LeaseTTL/3)
+		if ok, err := r.cfg.Lease.TryAcquire(ctx); !ok || err != nil {
+			continue
+		}
 		r.log.Info("projection lease acquired: consuming")
 		// Another holder may have written since this process last did.
 		r.store.purge()

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,5 +436,77 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	}
 	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != appliedA {
 		t.Errorf("A applied %v events after it stopped (had %v)", n, appliedA)
+	}
+}
+
+// racyLease stands for the race of two standbys that both took an expired
+// lease on FerretDB: every owner's first claim succeeds, after which only
+// the winner holds it.
+type racyLease struct {
+	owner, winner string
+	claims        atomic.Int64
+}
+
+func (l *racyLease) TryAcquire(context.Context) (bool, error) {
+	if l.claims.Add(1) == 1 {
+		return true, nil
+	}
+	return l.owner == l.winner, nil
+}
+
+func (l *racyLease) Release(context.Context) error { return nil }
+
+// TestRunnerLeaseConfirmedBeforeConsuming: a runner whose first claim
+// succeeded but whose confirming claim fails never consumes, even with
+// events waiting; the winner consumes them all.
+func TestRunnerLeaseConfirmedBeforeConsuming(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	log := testLogger(t)
+	es := newLog(t, ctx, db)
+	svc := domain.NewService(es, nil)
+	var ids []string
+	for i := range 5 {
+		id := fmt.Sprintf("racy%02d", i)
+		ids = append(ids, id)
+		for _, cmd := range commands(i, "cust-1") {
+			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
+	goRun(t, "relay", relay.Run)
+	f := loadFixture(t, ctx, es, ids)
+	waitFor(t, 20*time.Second, "every event on the stream", func() error {
+		if n := b.messages(t, ctx); n < uint64(len(f.flat)) {
+			return fmt.Errorf("%d of %d events on the stream", n, len(f.flat))
+		}
+		return nil
+	})
+
+	runner := func(owner string) (*projections.Runner, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		m := projections.NewMetrics(reg)
+		cfg := b.runnerConfig()
+		cfg.Lease, cfg.LeaseTTL = &racyLease{owner: owner, winner: "B"}, 600*time.Millisecond
+		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
+		return projections.NewRunner(p, b.JS, projections.NewDeadLetters(db), cfg, log, m), reg
+	}
+	a, regA := runner("A")
+	goRun(t, "runner A", a.Run)
+	time.Sleep(time.Second) // A's first claim, pause and confirmation are over
+	bRunner, regB := runner("B")
+	goRun(t, "runner B", bRunner.Run)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
+		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
+	goRun(t, "stats runner", stats.Run)
+	waitFor(t, 30*time.Second, "read models equal to the fold", func() error { return diffReadModels(ctx, db, f) })
+	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != 0 {
+		t.Errorf("A applied %v events on a claim it did not confirm", n)
+	}
+	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+		t.Errorf("B, the winner, applied nothing")
 	}
 }
