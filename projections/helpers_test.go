@@ -91,6 +91,13 @@ func newLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...event
 	return es
 }
 
+// goRelay runs a relay from es to b's stream until the test ends.
+func goRelay(t *testing.T, es *eventstore.Store, b *bus, log *slog.Logger) {
+	t.Helper()
+	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
+	goRun(t, "relay", relay.Run)
+}
+
 // lifecycle returns the payloads of order i's life: one of seven paths
 // through the lifecycle table, from a placed-only order to a full
 // delivery, with the canceled and unavailable ends.

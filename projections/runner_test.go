@@ -37,8 +37,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	log := testLogger(t)
 
 	es := newLog(t, ctx, db)
-	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
-	goRun(t, "relay", relay.Run)
+	goRelay(t, es, b, log)
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
@@ -360,8 +359,7 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	db := storetest.Database(t)
 	log := testLogger(t)
 	es := newLog(t, ctx, db)
-	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
-	goRun(t, "relay", relay.Run)
+	goRelay(t, es, b, log)
 
 	const ttl = time.Second
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
@@ -476,8 +474,7 @@ func TestRunnerLeaseConfirmedBeforeConsuming(t *testing.T) {
 			}
 		}
 	}
-	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
-	goRun(t, "relay", relay.Run)
+	goRelay(t, es, b, log)
 	f := loadFixture(t, ctx, es, ids)
 	waitFor(t, 20*time.Second, "every event on the stream", func() error {
 		if n := b.messages(t, ctx); n < uint64(len(f.flat)) {

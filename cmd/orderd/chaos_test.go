@@ -210,6 +210,22 @@ func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	return n
 }
 
+// jetStream connects to the cluster's NATS server (reconnecting across
+// its restarts) until the test ends.
+func (c *cluster) jetStream() jetstream.JetStream {
+	c.t.Helper()
+	nc, err := nats.Connect(c.natsURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return js
+}
+
 // holdsProjection reports whether p holds a projection's lease: a
 // projector that does is the one consuming it.
 func (c *cluster) holdsProjection(ctx context.Context, p *proc) bool {
@@ -337,15 +353,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 	}
 
 	// 2. Every committed event reached NATS.
-	nc, err := nats.Connect(c.natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.jetStream()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		seen, msgs := streamMsgIDs(ctx, t, js)
@@ -480,20 +488,10 @@ func runLoad(t *testing.T, cfg loadgen.Config) (wait func() loadgen.Report, done
 func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) func() int {
 	var sent atomic.Int64
 	var wg sync.WaitGroup
+	js := c.jetStream()
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		nc, err := nats.Connect(c.natsURL(), nats.MaxReconnects(-1))
-		if err != nil {
-			c.t.Error(err)
-			return
-		}
-		defer nc.Close()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			c.t.Error(err)
-			return
-		}
 		store := eventstore.New(c.mongo.Database(chaosDatabase))
 		cfg := eventstore.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix}
 		coll := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection)
@@ -558,15 +556,7 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 	proj2 := c.add("projector-2", "projector")
 	c.add("jobs", "jobs")
 
-	nc, err := nats.Connect(c.natsURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := c.jetStream()
 	wait, done := runLoad(t, loadgen.Config{URLs: []string{api1.url(), api2.url()}, Orders: 100_000, Duration: loadFor,
 		Concurrency: 8, ConflictRate: 0.1, Seed: 42, RunID: "kill", RetryFor: time.Minute})
 	dups := c.injectDuplicates(t.Context(), done)
