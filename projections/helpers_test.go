@@ -91,6 +91,22 @@ func newLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...event
 	return es
 }
 
+// connect opens a NATS connection of its own to b, as a second process
+// would, closed when the test ends.
+func (b *bus) connect(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // goRelay runs a relay from es to b's stream until the test ends.
 func goRelay(t *testing.T, es *eventstore.Store, b *bus, log *slog.Logger) {
 	t.Helper()

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -56,16 +54,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 		db2 = storetest.Client(t).Database(db.Name())
 		sumsStore2 = projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
 	}
-	nc2, err := nats.Connect(b.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc2.Close)
-	js2, err := jetstream.New(nc2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sums2 := projections.NewRunner(sumsStore2, js2, projections.NewDeadLetters(db2), cfg, log, m)
+	sums2 := projections.NewRunner(sumsStore2, b.connect(t), projections.NewDeadLetters(db2), cfg, log, m)
 	if sums1.ConsumerName() != sums2.ConsumerName() {
 		t.Fatalf("the two processes use consumers %s and %s, want one shared durable", sums1.ConsumerName(), sums2.ConsumerName())
 	}
@@ -363,15 +352,7 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 
 	const ttl = time.Second
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
-		nc, err := nats.Connect(b.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		js := b.connect(t)
 		reg := prometheus.NewRegistry()
 		m := projections.NewMetrics(reg)
 		cfg := b.runnerConfig()
