@@ -17,11 +17,11 @@ import (
 const LeasesCollection = "leases"
 
 // Lease is a named, time-limited claim held by one owner among many
-// instances (invariant 6). It is claimed and renewed by one conditional
-// upsert whose filter contains the value being changed: the document
-// matches only if this owner holds it or it has expired. When another owner
-// holds it, the filter matches nothing and the upsert's insert collides on
-// _id (E11000): the claim is lost. Expiry uses the claimant's clock, so
+// instances (invariant 6). It is renewed by an update filtered on this
+// owner, and otherwise claimed by a conditional upsert whose filter
+// matches only an expired claim: when another owner holds it, the filter
+// matches nothing and the upsert's insert collides on _id (E11000), and
+// the claim is lost. Expiry uses the claimant's clock, so
 // clocks must agree to well within the TTL.
 type Lease struct {
 	coll  *mongo.Collection
@@ -40,22 +40,38 @@ func NewLease(db *mongo.Database, name, owner string, ttl time.Duration) *Lease 
 // TryAcquire claims or renews the lease. It returns true while this owner
 // holds it and false when another owner does.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
+	held, _, err := l.Claim(ctx)
+	return held, err
+}
+
+// Claim is TryAcquire that also says whether this claim took the lease
+// over from another owner whose claim had expired (or was released). That
+// is the one case where two claimants can both succeed on a store whose
+// updates are not atomic (FerretDB 1.24 runs an update as a read and a
+// later write): the later write wins, so a claimant that must be alone
+// claims again after a pause before it acts. Renewing its own claim or
+// creating the lease (an insert on the unique _id) races with nobody.
+func (l *Lease) Claim(ctx context.Context) (held, tookOver bool, err error) {
 	now := l.now().UTC()
-	filter := bson.D{{Key: "_id", Value: l.name}, {Key: "$or", Value: bson.A{
-		bson.D{{Key: "owner", Value: l.owner}},
-		bson.D{{Key: "expires_at", Value: bson.D{{Key: "$lt", Value: now}}}},
-	}}}
-	update := bson.D{{Key: "$set", Value: bson.D{
+	set := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "owner", Value: l.owner}, {Key: "expires_at", Value: now.Add(l.ttl)}, {Key: "renewed_at", Value: now},
 	}}}
-	_, err := l.coll.UpdateOne(ctx, filter, update, options.UpdateOne().SetUpsert(true))
+	res, err := l.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "owner", Value: l.owner}}, set)
+	if err != nil {
+		return false, false, fmt.Errorf("renew lease %s: %w", l.name, mongoerr.Translate(err))
+	}
+	if res.MatchedCount == 1 {
+		return true, false, nil
+	}
+	expired := bson.D{{Key: "_id", Value: l.name}, {Key: "expires_at", Value: bson.D{{Key: "$lt", Value: now}}}}
+	res, err = l.coll.UpdateOne(ctx, expired, set, options.UpdateOne().SetUpsert(true))
 	if isDuplicate(err) {
-		return false, nil
+		return false, false, nil // another owner holds it
 	}
 	if err != nil {
-		return false, fmt.Errorf("claim lease %s: %w", l.name, mongoerr.Translate(err))
+		return false, false, fmt.Errorf("claim lease %s: %w", l.name, mongoerr.Translate(err))
 	}
-	return true, nil
+	return true, res.UpsertedCount == 0, nil
 }
 
 // Release gives the lease up if this owner holds it, so another instance

@@ -419,18 +419,18 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 }
 
 // racyLease stands for the race of two standbys that both took an expired
-// lease on FerretDB: every owner's first claim succeeds, after which only
-// the winner holds it.
+// lease over on FerretDB: every owner's first claim succeeds as a
+// takeover, after which only the winner holds it.
 type racyLease struct {
 	owner, winner string
 	claims        atomic.Int64
 }
 
-func (l *racyLease) TryAcquire(context.Context) (bool, error) {
+func (l *racyLease) Claim(context.Context) (held, tookOver bool, err error) {
 	if l.claims.Add(1) == 1 {
-		return true, nil
+		return true, true, nil
 	}
-	return l.owner == l.winner, nil
+	return l.owner == l.winner, false, nil
 }
 
 func (l *racyLease) Release(context.Context) error { return nil }
