@@ -156,8 +156,16 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// projectionArg returns the one positional argument, the projection.
-func projectionArg(cmd string, pos []string) (string, error) {
+// parseProjection parses fs from args (flags before or after the
+// positional argument) and returns the one positional argument, the
+// projection. It returns flag.ErrHelp for -h, and an error naming fs's
+// command for no projection or extra arguments.
+func parseProjection(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	cmd := fs.Name()
 	switch {
 	case len(pos) == 0:
 		return "", fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
@@ -180,14 +188,10 @@ func rebuildMain(ctx context.Context, args []string, getenv func(string) string,
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
 	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	name, err := parseProjection(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
 	}
-	name, err := projectionArg("rebuild", pos)
 	if err != nil {
 		return err
 	}
@@ -262,14 +266,10 @@ func verifyMain(ctx context.Context, args []string, getenv func(string) string, 
 	var o adminOptions
 	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	name, err := parseProjection(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
 	}
-	name, err := projectionArg("verify", pos)
 	if err != nil {
 		return err
 	}
