@@ -20,17 +20,24 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
-// Store is a running embedded FerretDB.
+// Store is a running embedded FerretDB behind its write funnel.
 type Store struct {
-	// URI is the MongoDB connection string of its loopback listener.
+	// URI is the MongoDB connection string of the funnel's loopback
+	// listener, the one address clients use.
 	URI    string
+	funnel *funnel
+	index  *idIndex
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// StartStore starts FerretDB on SQLite with its files in dir and a TCP
-// listener on addr ("127.0.0.1:0" for any free port). It returns once the
-// listener accepts connections.
+// StartStore starts FerretDB on SQLite with its files in dir, and the
+// funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
+// front of it: every client, in this process or another, reaches FerretDB
+// through the funnel, which keeps MongoDB's single-document atomicity and
+// indexes every collection's _id. FerretDB itself listens on a loopback
+// port nobody else is told. StartStore returns once the funnel accepts
+// connections.
 func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded store dir: %w", err)
@@ -43,7 +50,7 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	f, err := ferretdb.New(&ferretdb.Config{
-		Listener:  ferretdb.ListenerConfig{TCP: addr},
+		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:   "sqlite",
 		SQLiteURL: "file:" + abs + "/",
 		Logger:    log,
@@ -52,34 +59,53 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("embedded store: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Store{cancel: cancel, done: make(chan struct{})}
+	s := &Store{cancel: cancel, done: make(chan struct{}), index: newIDIndex(abs)}
 	go func() {
 		defer close(s.done)
 		_ = f.Run(ctx)
 	}()
+	fail := func(err error) (*Store, error) {
+		cancel()
+		<-s.done
+		s.index.close()
+		return nil, err
+	}
 	// MongoDBURI blocks until Run has bound the listener.
 	uric := make(chan string, 1)
 	go func() { uric <- f.MongoDBURI() }()
+	var upstream string
 	select {
-	case s.URI = <-uric:
+	case u := <-uric:
+		upstream = trimURI(u)
 	case <-time.After(30 * time.Second):
-		cancel()
-		return nil, errors.New("embedded store: listener did not start within 30s")
+		return fail(errors.New("embedded store: listener did not start within 30s"))
 	}
-	u := s.URI
-	if host, port, err := net.SplitHostPort(trimURI(u)); err == nil {
-		if err := waitDial(net.JoinHostPort(host, port), 10*time.Second); err != nil {
-			cancel()
-			return nil, err
-		}
+	if err := waitDial(upstream, 10*time.Second); err != nil {
+		return fail(err)
 	}
+	ictx, icancel := context.WithTimeout(ctx, 5*time.Minute)
+	err = s.index.ensureAll(ictx)
+	icancel()
+	if err != nil {
+		return fail(fmt.Errorf("embedded store: %w", err))
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fail(fmt.Errorf("embedded store: %w", err))
+	}
+	s.funnel = newFunnel(ln, upstream, s.index, log)
+	go s.funnel.serve()
+	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil
 }
 
-// Close stops the store and waits for its files to be closed.
+// Close stops the funnel and the store and waits for the store's files to
+// be closed.
 func (s *Store) Close() error {
+	s.funnel.close()
 	s.cancel()
 	<-s.done
+	s.index.close()
 	return nil
 }
 
