@@ -33,3 +33,7 @@ func TestConformance(t *testing.T) {
 		return s
 	})
 }
+
+func TestAtomicity(t *testing.T) {
+	storetest.RunAtomicity(t, storetest.AtomicityConfig{})
+}
