@@ -38,40 +38,32 @@ func NewLease(db *mongo.Database, name, owner string, ttl time.Duration) *Lease 
 }
 
 // TryAcquire claims or renews the lease. It returns true while this owner
-// holds it and false when another owner does.
+// holds it and false when another owner does. A renewal is an update
+// filtered on {_id, owner}; a claim is an upsert filtered on {_id,
+// expires_at < now}, which matches only an expired (or released) claim, so
+// of any number of claimants exactly one wins: the others' filters match
+// nothing once the winner's write is in, and their inserts collide on _id.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
-	held, _, err := l.Claim(ctx)
-	return held, err
-}
-
-// Claim is TryAcquire that also says whether this claim took the lease
-// over from another owner whose claim had expired (or was released). That
-// is the one case where two claimants can both succeed on a store whose
-// updates are not atomic (FerretDB 1.24 runs an update as a read and a
-// later write): the later write wins, so a claimant that must be alone
-// claims again after a pause before it acts. Renewing its own claim or
-// creating the lease (an insert on the unique _id) races with nobody.
-func (l *Lease) Claim(ctx context.Context) (held, tookOver bool, err error) {
 	now := l.now().UTC()
 	set := bson.D{{Key: "$set", Value: bson.D{
 		{Key: "owner", Value: l.owner}, {Key: "expires_at", Value: now.Add(l.ttl)}, {Key: "renewed_at", Value: now},
 	}}}
 	res, err := l.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: l.name}, {Key: "owner", Value: l.owner}}, set)
 	if err != nil {
-		return false, false, fmt.Errorf("renew lease %s: %w", l.name, mongoerr.Translate(err))
+		return false, fmt.Errorf("renew lease %s: %w", l.name, mongoerr.Translate(err))
 	}
 	if res.MatchedCount == 1 {
-		return true, false, nil
+		return true, nil
 	}
 	expired := bson.D{{Key: "_id", Value: l.name}, {Key: "expires_at", Value: bson.D{{Key: "$lt", Value: now}}}}
-	res, err = l.coll.UpdateOne(ctx, expired, set, options.UpdateOne().SetUpsert(true))
+	_, err = l.coll.UpdateOne(ctx, expired, set, options.UpdateOne().SetUpsert(true))
 	if isDuplicate(err) {
-		return false, false, nil // another owner holds it
+		return false, nil // another owner holds it
 	}
 	if err != nil {
-		return false, false, fmt.Errorf("claim lease %s: %w", l.name, mongoerr.Translate(err))
+		return false, fmt.Errorf("claim lease %s: %w", l.name, mongoerr.Translate(err))
 	}
-	return true, res.UpsertedCount == 0, nil
+	return true, nil
 }
 
 // Release gives the lease up if this owner holds it, so another instance

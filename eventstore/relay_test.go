@@ -545,34 +545,3 @@ func TestRelayRunWaitsForLease(t *testing.T) {
 		t.Errorf("the old holder after the relay stopped: %v, %v; want the lease back", ok, err)
 	}
 }
-
-// Claim says when a claim took the lease over from another owner: not
-// when it creates the lease or renews its own claim, but after the other
-// owner's claim expired or was released.
-func TestLeaseClaimSaysTakeover(t *testing.T) {
-	ctx := t.Context()
-	db := storetest.Database(t)
-	name := storetest.Unique("proj-")
-	a := eventstore.NewLease(db, name, "a", time.Minute)
-	aShort := eventstore.NewLease(db, name, "a", 200*time.Millisecond)
-	b := eventstore.NewLease(db, name, "b", time.Minute)
-	claim := func(l *eventstore.Lease, who string, wantHeld, wantTookOver bool) {
-		t.Helper()
-		held, tookOver, err := l.Claim(ctx)
-		if err != nil || held != wantHeld || tookOver != wantTookOver {
-			t.Fatalf("%s: Claim = %v, %v, %v; want %v, %v", who, held, tookOver, err, wantHeld, wantTookOver)
-		}
-	}
-	claim(a, "a creates the lease", true, false)
-	claim(a, "a renews", true, false)
-	claim(b, "b while a holds it", false, false)
-	claim(aShort, "a renews for 200ms", true, false)
-	time.Sleep(300 * time.Millisecond)
-	claim(b, "b after a's claim expired", true, true)
-	claim(b, "b renews", true, false)
-	claim(a, "a while b holds it", false, false)
-	if err := b.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	claim(a, "a after b released it", true, true)
-}

@@ -56,10 +56,9 @@ type RunnerConfig struct {
 }
 
 // Lease is a named claim held by one instance at a time
-// (eventstore.Lease). Claim claims or renews it, and says whether the
-// claim took it over from another owner.
+// (eventstore.Lease). TryAcquire claims or renews it.
 type Lease interface {
-	Claim(ctx context.Context) (held, tookOver bool, err error)
+	TryAcquire(ctx context.Context) (bool, error)
 	Release(ctx context.Context) error
 }
 
@@ -162,23 +161,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		cancel()
 	}()
 	for ctx.Err() == nil {
-		ok, tookOver, err := r.cfg.Lease.Claim(ctx)
+		ok, err := r.cfg.Lease.TryAcquire(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("projection lease claim failed", "err", err)
 		}
 		if !ok || err != nil {
 			sleep(ctx, r.cfg.LeaseTTL/3)
 			continue
-		}
-		if tookOver {
-			// Two standbys may both take an expired lease on FerretDB,
-			// where an update is a read and a later write: the later write
-			// wins. Claiming it once more after a pause tells each which
-			// one did, before either consumes.
-			sleep(ctx, r.cfg.LeaseTTL/3)
-			if ok, _, err := r.cfg.Lease.Claim(ctx); !ok || err != nil {
-				continue
-			}
 		}
 		r.log.Info("projection lease acquired: consuming")
 		// Another holder may have written since this process last did.
@@ -207,7 +196,7 @@ func (r *Runner) whileHeld(ctx context.Context) error {
 			return err
 		case <-t.C:
 		}
-		ok, _, err := r.cfg.Lease.Claim(ctx)
+		ok, err := r.cfg.Lease.TryAcquire(ctx)
 		if ok && err == nil {
 			renewed = time.Now()
 			continue

@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,17 +42,10 @@ func TestRunnerEndToEnd(t *testing.T) {
 	sumsStore := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
 	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg, log, m)
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
-	// The second runner: its own NATS connection and, where single-document
-	// updates are atomic (MongoDB), its own store client, as a second
-	// process; on the embedded FerretDB it shares the first one's Store, as
-	// a second worker of the same process (see
-	// storetest.RequireAtomicUpdates).
-	db2 := db
-	sumsStore2 := sumsStore
-	if os.Getenv("MONGODB_URI") != "" {
-		db2 = storetest.Client(t).Database(db.Name())
-		sumsStore2 = projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
-	}
+	// The second runner: its own NATS connection and its own store client,
+	// as a second process.
+	db2 := storetest.Client(t).Database(db.Name())
+	sumsStore2 := projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
 	sums2 := projections.NewRunner(sumsStore2, b.connect(t), projections.NewDeadLetters(db2), cfg, log, m)
 	if sums1.ConsumerName() != sums2.ConsumerName() {
 		t.Fatalf("the two processes use consumers %s and %s, want one shared durable", sums1.ConsumerName(), sums2.ConsumerName())
@@ -415,76 +407,5 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	}
 	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != appliedA {
 		t.Errorf("A applied %v events after it stopped (had %v)", n, appliedA)
-	}
-}
-
-// racyLease stands for the race of two standbys that both took an expired
-// lease over on FerretDB: every owner's first claim succeeds as a
-// takeover, after which only the winner holds it.
-type racyLease struct {
-	owner, winner string
-	claims        atomic.Int64
-}
-
-func (l *racyLease) Claim(context.Context) (held, tookOver bool, err error) {
-	if l.claims.Add(1) == 1 {
-		return true, true, nil
-	}
-	return l.owner == l.winner, false, nil
-}
-
-func (l *racyLease) Release(context.Context) error { return nil }
-
-// TestRunnerLeaseConfirmedBeforeConsuming: a runner whose first claim
-// succeeded but whose confirming claim fails never consumes, even with
-// events waiting; the winner consumes them all.
-func TestRunnerLeaseConfirmedBeforeConsuming(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	b := newBus(t, ctx)
-	db := storetest.Database(t)
-	log := testLogger(t)
-	es := newLog(t, ctx, db)
-	svc := domain.NewService(es, nil)
-	var ids []string
-	for i := range 5 {
-		id := fmt.Sprintf("racy%02d", i)
-		ids = append(ids, id)
-		for _, cmd := range commands(i, "cust-1") {
-			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	goRelay(t, es, b, log)
-	f := loadFixture(t, ctx, es, ids)
-	waitFor(t, 20*time.Second, "every event on the stream", func() error {
-		if n := b.messages(t, ctx); n < uint64(len(f.flat)) {
-			return fmt.Errorf("%d of %d events on the stream", n, len(f.flat))
-		}
-		return nil
-	})
-
-	runner := func(owner string) (*projections.Runner, *prometheus.Registry) {
-		reg := prometheus.NewRegistry()
-		m := projections.NewMetrics(reg)
-		cfg := b.runnerConfig()
-		cfg.Lease, cfg.LeaseTTL = &racyLease{owner: owner, winner: "B"}, 600*time.Millisecond
-		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
-		return projections.NewRunner(p, b.JS, projections.NewDeadLetters(db), cfg, log, m), reg
-	}
-	a, regA := runner("A")
-	goRun(t, "runner A", a.Run)
-	time.Sleep(time.Second) // A's first claim, pause and confirmation are over
-	bRunner, regB := runner("B")
-	goRun(t, "runner B", bRunner.Run)
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
-		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
-	goRun(t, "stats runner", stats.Run)
-	waitFor(t, 30*time.Second, "read models equal to the fold", func() error { return diffReadModels(ctx, db, f) })
-	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != 0 {
-		t.Errorf("A applied %v events on a claim it did not confirm", n)
-	}
-	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
-		t.Errorf("B, the winner, applied nothing")
 	}
 }
