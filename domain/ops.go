@@ -84,7 +84,7 @@ type Job struct {
 	PoisonStreams   int64     `bson:"-" json:"poison_streams,omitempty"`
 	RatePerSecond   float64   `bson:"-" json:"events_per_second"`
 	ETASeconds      float64   `bson:"-" json:"eta_seconds,omitempty"`
-	CancelRequested bool      `bson:"-" json:"cancel_requested,omitempty"`
+	CancelRequested bool      `bson:"cancel_requested,omitempty" json:"cancel_requested,omitempty"`
 	Tasks           []Task    `bson:"-" json:"tasks"`
 }
 

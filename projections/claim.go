@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
@@ -18,13 +17,10 @@ import (
 var errLeaseLost = errors.New("task lease lost")
 
 // claim is one runner's hold on a task (invariant 6). A task carries an
-// epoch; claiming it means moving it from epoch e to e+1, in two steps:
-//
-//  1. insert the claim document "<task>#<e+1>" — a unique _id, so of any
-//     number of runners exactly one succeeds, also on FerretDB 1.24, whose
-//     updates are not atomic;
-//  2. the winner updates the task with a filter on {_id, epoch: e} (the
-//     claim-by-filter pattern) to epoch e+1, owner and lease_until.
+// epoch; claiming it is one update filtered on {_id, epoch: e, lease_until
+// in the past} that moves it to epoch e+1 with this owner and a new
+// lease_until (the claim-by-filter pattern: the filter names the values
+// the update changes, so of any number of runners exactly one matches).
 //
 // The owner renews lease_until every TTL/3 with a filter on its epoch, and
 // every checkpoint is written with the same filter, so a runner that lost
@@ -44,43 +40,13 @@ type claim struct {
 
 	mu        sync.Mutex
 	renewedAt time.Time
-	// writing serialises this claim's updates of the task: FerretDB 1.24
-	// runs an update as a read and a later write of the whole document,
-	// so a renewal overlapping a checkpoint could write back the older
-	// cursor and counters.
-	writing sync.Mutex
 }
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
-// no error when another runner got it first.
+// no error when another runner holds it or got it first.
 func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Duration) (*claim, error) {
 	now := j.now().UTC()
 	next := t.Epoch + 1
-	for {
-		_, err := j.claims.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%d", t.ID, next)},
-			{Key: "owner", Value: owner}, {Key: "at", Value: now}})
-		if err == nil {
-			break
-		}
-		if !mongo.IsDuplicateKeyError(err) {
-			return nil, fmt.Errorf("claim %s: %w", t.ID, mongoerr.Translate(err))
-		}
-		// Another runner holds this epoch's claim. If it is older than a
-		// lease and the task never moved to it, its runner died between
-		// the two steps: claim the epoch after it instead, or the task
-		// could never be claimed again.
-		var held struct {
-			At time.Time `bson:"at"`
-		}
-		err = j.claims.FindOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%d", t.ID, next)}}).Decode(&held)
-		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-			return nil, fmt.Errorf("claim %s: %w", t.ID, mongoerr.Translate(err))
-		}
-		if err == nil && now.Sub(held.At) < ttl {
-			return nil, nil
-		}
-		next++
-	}
 	set := bson.D{{Key: "epoch", Value: next}, {Key: "owner", Value: owner}, {Key: "state", Value: taskRunning},
 		{Key: "lease_until", Value: now.Add(ttl)}}
 	if t.StartedAt.IsZero() {
@@ -93,7 +59,11 @@ func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Dura
 		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
 		t.Resumes = append(t.Resumes, r)
 	}
-	res, err := j.tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: t.ID}, {Key: "epoch", Value: t.Epoch}}, update)
+	free := bson.D{{Key: "_id", Value: t.ID}, {Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
+	}}}
+	res, err := j.tasks.UpdateOne(ctx, free, update)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s: %w", t.ID, mongoerr.Translate(err))
 	}
@@ -113,16 +83,9 @@ func (c *claim) valid() bool {
 	return time.Since(c.renewedAt) < c.ttl*3/4
 }
 
-// renew extends the lease. It returns errLeaseLost when a later claim
-// exists or the task moved on.
+// renew extends the lease. It returns errLeaseLost when the task moved on
+// to a later claim.
 func (c *claim) renew(ctx context.Context) error {
-	lost, err := c.superseded(ctx)
-	if err != nil {
-		return err
-	}
-	if lost {
-		return errLeaseLost
-	}
 	now := c.jobs.now().UTC()
 	if err := c.update(ctx, bson.D{{Key: "lease_until", Value: now.Add(c.ttl)}}); err != nil {
 		return err
@@ -133,22 +96,8 @@ func (c *claim) renew(ctx context.Context) error {
 	return nil
 }
 
-// superseded reports whether a later claim of the task exists.
-func (c *claim) superseded(ctx context.Context) (bool, error) {
-	err := c.jobs.claims.FindOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("%s#%d", c.id, c.epoch+1)}}).Err()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("claim of %s: %w", c.id, mongoerr.Translate(err))
-	}
-	return true, nil
-}
-
 // update sets fields of the task if this claim still holds it.
 func (c *claim) update(ctx context.Context, set bson.D) error {
-	c.writing.Lock()
-	defer c.writing.Unlock()
 	if !c.valid() {
 		return errLeaseLost
 	}

@@ -22,10 +22,9 @@ import (
 
 // Collections of the repair jobs.
 const (
-	JobsCollection   = "projection_jobs"       // one document per job
-	TasksCollection  = "projection_job_tasks"  // the claimable units of a job
-	ClaimsCollection = "projection_job_claims" // one insert per claim and per cancel request
-	LocksCollection  = "projection_locks"      // one rebuild per projection
+	JobsCollection  = "projection_jobs"      // one document per job
+	TasksCollection = "projection_job_tasks" // the claimable units of a job
+	LocksCollection = "projection_locks"     // one rebuild per projection
 )
 
 // The job types are the domain's (domain/ops.go).
@@ -95,7 +94,6 @@ type Jobs struct {
 	db       *mongo.Database
 	jobs     *mongo.Collection
 	tasks    *mongo.Collection
-	claims   *mongo.Collection
 	locks    *mongo.Collection
 	pointers *Pointers
 	log      Log
@@ -107,7 +105,7 @@ type Jobs struct {
 // (projection name to its Definition's Collection).
 func NewJobs(db *mongo.Database, ps *Pointers, log Log, defs map[string]string) *Jobs {
 	return &Jobs{db: db, jobs: db.Collection(JobsCollection), tasks: db.Collection(TasksCollection),
-		claims: db.Collection(ClaimsCollection), locks: db.Collection(LocksCollection),
+		locks:    db.Collection(LocksCollection),
 		pointers: ps, log: log, defs: defs, now: time.Now}
 }
 
@@ -355,9 +353,6 @@ func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	if job.CancelRequested, err = j.cancelRequested(ctx, id); err != nil {
-		return Job{}, err
-	}
 	job.Tasks = tasks
 	var commits int64
 	for _, t := range tasks {
@@ -425,23 +420,24 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, ErrJobFinished)
 	}
-	_, err = j.claims.InsertOne(ctx, bson.D{{Key: "_id", Value: id + "#cancel"}, {Key: "at", Value: j.now().UTC()}})
-	if err != nil && !mongo.IsDuplicateKeyError(err) {
+	_, err = j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
+	if err != nil {
 		return Job{}, fmt.Errorf("cancel %s: %w", id, mongoerr.Translate(err))
 	}
 	job.CancelRequested = true
 	return job, nil
 }
 
+// cancelRequested reports whether an operator asked job id to stop.
 func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
-	err := j.claims.FindOne(ctx, bson.D{{Key: "_id", Value: id + "#cancel"}}).Err()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return false, nil
+	var job struct {
+		CancelRequested bool `bson:"cancel_requested"`
 	}
+	err := j.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "cancel_requested", Value: 1}})).Decode(&job)
 	if err != nil {
-		return false, fmt.Errorf("cancel marker of %s: %w", id, mongoerr.Translate(err))
+		return false, fmt.Errorf("cancel request of %s: %w", id, mongoerr.Translate(err))
 	}
-	return true, nil
+	return job.CancelRequested, nil
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
