@@ -362,11 +362,7 @@ func diffFields[D any](a, b D) []string {
 // it is not lost: the log is read again afterwards and the document
 // brought up to the head through the version guard.
 func (s *Store[D]) overwrite(ctx context.Context, id string, doc D) error {
-	mu := &s.locks[fnv32(id)%uint32(len(s.locks))]
-	mu.Lock()
-	_, err := s.writeDoc(ctx, id, doc, "$set")
-	mu.Unlock()
-	if err != nil {
+	if _, err := s.writeDoc(ctx, id, doc, "$set"); err != nil {
 		return err
 	}
 	evs, err := s.log.LoadFrom(ctx, id, s.def.Version(&doc)+1)

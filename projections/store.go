@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"reflect"
 	"slices"
 	"strings"
@@ -34,8 +33,9 @@ type EventLog interface {
 var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONStructTags: true})
 
 // Store writes one projection's read model, keeping invariant 4 with
-// single-document operations by _id only (the one query FerretDB 1.24 on
-// SQLite does not answer by decoding the whole collection):
+// single-document operations by _id only (on big collections the one
+// filter the embedded store answers from an index; any other it evaluates
+// in Go over the whole collection):
 //
 // Each document carries version (the stream version it reflects) and
 // attempted, the highest version any writer has tried to write, kept with
@@ -45,14 +45,12 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // there first and this write may have overwritten it: the writer folds the
 // stream again, from the log, up to at least attempted, and writes again.
 // The last write to a document therefore always sees the highest attempted
-// version and leaves the document at it, so no update is lost; a reader
-// may for a moment see an older version between the two writes of such a
-// race (the trade-off for needing no multi-field filter). This holds where
-// a single-document update is atomic (MongoDB). FerretDB 1.24 runs an
-// update as a read and a later write with no transaction, so there only
-// the writers of one process are safe, because they take turns per
-// stream; the Runner's lease (RunnerConfig.Lease) keeps a projection to
-// one process at a time.
+// version and leaves the document at it, so no update is lost between
+// writers in any number of processes (single-document updates are atomic);
+// a reader may for a moment see an older version between the two writes
+// of such a race. It stays the write: a compare-and-set on {_id, version}
+// would be a filter beyond _id, a scan of the read model on the embedded
+// store, for the same one round trip.
 //
 // An event at or below the version is skipped; a gap is filled from the
 // log. Documents this process wrote are cached, so a batch usually reads
@@ -64,7 +62,6 @@ type Store[D any] struct {
 	metrics *Metrics
 	cache   *lru.Cache[string, entry[D]]
 	fields  []string // top-level field names of D, for $unset
-	locks   [64]sync.Mutex
 }
 
 type entry[D any] struct {
@@ -174,13 +171,6 @@ func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool)
 // to any higher version attempted). It returns a poison error for events
 // that cannot be applied, or an error that may pass.
 func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
-	// Writers of one stream in this process take turns: the guard below
-	// needs atomic single-document updates to be safe between processes,
-	// which MongoDB has and FerretDB 1.24 has not (it reads, then writes,
-	// with no transaction).
-	mu := &s.locks[fnv32(id)%uint32(len(s.locks))]
-	mu.Lock()
-	defer mu.Unlock()
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
 	want := evs[len(evs)-1].Version
@@ -331,12 +321,6 @@ func (s *Store[D]) writeDoc(ctx context.Context, id string, doc D, op string) (e
 	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
 	s.cache.Add(id, e)
 	return e, nil
-}
-
-func fnv32(s string) uint32 {
-	h := fnv.New32a()
-	h.Write([]byte(s))
-	return h.Sum32()
 }
 
 func contiguous(evs []domain.Event, from int64) bool {

@@ -132,15 +132,3 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
-// RequireAtomicUpdates skips t unless the store runs a single-document
-// update atomically. MongoDB does; FerretDB 1.24 does not (an update is a
-// read and a later write with no transaction, so concurrent conditional
-// updates can both match), so tests of writers in separate processes run
-// only against MONGODB_URI.
-func RequireAtomicUpdates(t testing.TB) {
-	t.Helper()
-	if os.Getenv("MONGODB_URI") == "" {
-		t.Skip("the embedded FerretDB 1.24 does not run single-document updates atomically; set MONGODB_URI to run this against MongoDB")
-	}
-}
