@@ -2,14 +2,15 @@ package eventstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
@@ -63,50 +64,114 @@ func scanFilter(r ScanRange) bson.D {
 
 // Scan reads the streams of r in log order and calls fn once per stream
 // with its events, until fn returns an error (which Scan returns). A whole
-// stream is read before fn sees it. On MongoDB the read is a walk of the
-// _id index; FerretDB 1.24 decodes and sorts the matching commits in
-// memory first.
+// stream is read before fn sees it.
+//
+// It holds the range's commit ids (about 40 bytes each) and one batch of
+// commits in memory, never the range's commits: a first pass reads only
+// the ids, unsorted (a walk of the _id index on MongoDB; on the embedded
+// store, where only {_id: v} reaches an index and any sort is done in
+// memory over whole documents, a streamed pass whose ids are then sorted
+// here); then each batch of streams is read by _id look-ups, scanParallel
+// at a time, and handed to fn stream by stream.
 func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) error) error {
-	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(512))
+	ids, err := s.commitIDs(ctx, scanFilter(r))
 	if err != nil {
-		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	var cs StreamEvents
-	flush := func() error {
-		if cs.StreamID == "" {
-			return nil
-		}
-		err := fn(cs)
-		cs = StreamEvents{}
 		return err
 	}
-	for cur.Next(ctx) {
-		var d commitDoc
-		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("scan log: decode commit: %w", err)
+	for len(ids) > 0 {
+		// Cut the batch at a stream's end, so each stream is read whole.
+		n := min(len(ids), scanBatch)
+		for n < len(ids) && streamOf(ids[n]) == streamOf(ids[n-1]) {
+			n++
 		}
-		if d.StreamID != cs.StreamID {
-			if err := flush(); err != nil {
+		docs, err := s.commitsByID(ctx, ids[:n])
+		if err != nil {
+			return err
+		}
+		ids = ids[n:]
+		var cs StreamEvents
+		for _, d := range docs {
+			if d.StreamID != cs.StreamID {
+				if cs.StreamID != "" {
+					if err := fn(cs); err != nil {
+						return err
+					}
+				}
+				cs = StreamEvents{StreamID: d.StreamID}
+			}
+			cs.Commits++
+			if cs.Err != nil {
+				continue
+			}
+			evs, err := d.events()
+			if err != nil {
+				cs.Err = err
+				continue
+			}
+			cs.Events = append(cs.Events, evs...)
+		}
+		if cs.StreamID != "" {
+			if err := fn(cs); err != nil {
 				return err
 			}
-			cs.StreamID = d.StreamID
 		}
-		cs.Commits++
-		if cs.Err != nil {
-			continue
+	}
+	return nil
+}
+
+const (
+	scanBatch    = 512 // commits read per batch of a Scan
+	scanParallel = 8   // _id look-ups of a batch in flight at once
+)
+
+// streamOf is the stream id of a commit id (see CommitID).
+func streamOf(commitID string) string {
+	if i := strings.LastIndexByte(commitID, ':'); i >= 0 {
+		return commitID[:i]
+	}
+	return commitID
+}
+
+// commitIDs returns the ids of the commits matching filter, in log order.
+func (s *Store) commitIDs(ctx context.Context, filter bson.D) ([]string, error) {
+	cur, err := s.commits.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(4096))
+	if err != nil {
+		return nil, fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var ids []string
+	for cur.Next(ctx) {
+		id, ok := cur.Current.Lookup("_id").StringValueOK()
+		if !ok {
+			return nil, fmt.Errorf("scan log ids: commit id %s is not a string", cur.Current.Lookup("_id"))
 		}
-		evs, err := d.events()
-		if err != nil {
-			cs.Err = err
-			continue
-		}
-		cs.Events = append(cs.Events, evs...)
+		ids = append(ids, id)
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
 	}
-	return flush()
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// commitsByID reads the commits ids, in the order given.
+func (s *Store) commitsByID(ctx context.Context, ids []string) ([]commitDoc, error) {
+	docs := make([]commitDoc, len(ids))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(scanParallel)
+	for i, id := range ids {
+		g.Go(func() error {
+			err := s.commits.FindOne(gctx, bson.D{{Key: "_id", Value: id}}).Decode(&docs[i])
+			if err != nil {
+				return fmt.Errorf("scan log: read commit %s: %w", id, mongoerr.Translate(err))
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return docs, nil
 }
 
 // Commits returns the number of commits in the log, from the collection's
@@ -119,28 +184,21 @@ func (s *Store) Commits(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// Bounds splits a log of total commits (see Commits) into n ranges of
-// about equal numbers of commits, cut at stream starts: it returns up to
-// n-1 ascending stream ids, each the first stream of the next range (fewer
-// when the log has fewer streams). Each bound is one skip over the _id
-// index (a sort in memory on FerretDB).
+// Bounds splits the log into n ranges of about equal numbers of commits,
+// cut at stream starts: it returns up to n-1 ascending stream ids, each the
+// first stream of the next range (fewer when the log has fewer streams).
+// The cut is taken from one pass over the commit ids (see Scan); total
+// (see Commits) is not needed for it.
 func (s *Store) Bounds(ctx context.Context, n int, total int64) ([]string, error) {
+	ids, err := s.commitIDs(ctx, bson.D{})
+	if err != nil {
+		return nil, fmt.Errorf("partition bounds: %w", err)
+	}
 	var out []string
-	for i := 1; i < n; i++ {
-		var d struct {
-			StreamID string `bson:"stream_id"`
-		}
-		opts := options.FindOne().SetSort(bson.D{{Key: "_id", Value: 1}}).SetSkip(total * int64(i) / int64(n)).
-			SetProjection(bson.D{{Key: "stream_id", Value: 1}})
-		err := s.commits.FindOne(ctx, bson.D{}, opts).Decode(&d)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("partition bound %d of %d: %w", i, n, mongoerr.Translate(err))
-		}
-		if len(out) == 0 || out[len(out)-1] < d.StreamID {
-			out = append(out, d.StreamID)
+	for i := 1; i < n && len(ids) > 0; i++ {
+		id := streamOf(ids[len(ids)*i/n])
+		if len(out) == 0 || out[len(out)-1] < id {
+			out = append(out, id)
 		}
 	}
 	return out, nil
