@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -35,11 +36,21 @@ type ReadModels interface {
 // Check is a readiness probe of one dependency; nil means reachable.
 type Check func(ctx context.Context) error
 
+// StoreGuard bounds a request by the store's reachability
+// (eventstore.Reachability): Bound returns an error wrapping
+// domain.ErrUnavailable while the store is known to be down, and otherwise
+// a context cancelled, with domain.ErrUnavailable as its cause, if the
+// store goes down during the request.
+type StoreGuard interface {
+	Bound(ctx context.Context) (context.Context, context.CancelFunc, error)
+}
+
 // Config configures a Server. Zero durations take the defaults in brackets.
 type Config struct {
 	Commands   Commands
 	ReadModels ReadModels
 	Ready      map[string]Check // checked by /readyz, e.g. "store", "bus"
+	Store      StoreGuard       // optional: answer /v1 requests 503 at once while the store is down
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -109,7 +120,7 @@ func NewServer(cfg Config) *Server {
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
-	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight))
+	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
 	e.GET("/openapi.json", openAPIDocument)
@@ -191,6 +202,34 @@ func inFlightLimit(max int) echo.MiddlewareFunc {
 			default:
 				return echo.NewHTTPError(http.StatusServiceUnavailable, "too many requests in flight; retry")
 			}
+		}
+	}
+}
+
+// storeGuard answers /v1 requests unavailable at once while the store is
+// known to be down, and turns a request cancelled because the store went
+// down into the same answer, instead of letting each wait out the
+// driver's server selection.
+func storeGuard(g StoreGuard) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if g == nil {
+			return next
+		}
+		return func(c echo.Context) error {
+			if !strings.HasPrefix(c.Request().URL.Path, "/v1/") {
+				return next(c)
+			}
+			ctx, done, err := g.Bound(c.Request().Context())
+			if err != nil {
+				return err
+			}
+			defer done()
+			c.SetRequest(c.Request().WithContext(ctx))
+			err = next(c)
+			if cause := context.Cause(ctx); err != nil && errors.Is(cause, domain.ErrUnavailable) {
+				return cause
+			}
+			return err
 		}
 	}
 }

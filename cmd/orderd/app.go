@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
@@ -95,11 +94,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 
-	// With no reachable server a call gives up after 2s (the driver's
-	// default is 30s): a command then answers 503 at once, and the client
-	// retries with its Idempotency-Key. A URI's serverSelectionTimeoutMS
-	// overrides it.
-	m.mongo, err = mongo.Connect(options.Client().SetServerSelectionTimeout(2 * time.Second).ApplyURI(c.MongoURI))
+	// Majority writes and reads; a wait in server selection long enough
+	// for an election, and a prompt 503 while every member is down (see
+	// eventstore.ClientOptions and Reachability).
+	reach := eventstore.NewReachability()
+	m.mongo, err = mongo.Connect(eventstore.ClientOptions(c.MongoURI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
 		return fmt.Errorf("mongodb: %w", err)
 	}
@@ -207,6 +206,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 					return nil
 				},
 			},
+			Store:    reach,
 			Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})
 		ln, err := net.Listen("tcp", c.HTTPAddr)

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/embedded"
 )
 
@@ -58,15 +58,16 @@ func MongoURI(t testing.TB) string {
 	return storeURI
 }
 
-// Client returns a connected client for MongoURI, disconnected in cleanup.
-// It sets no client-side operation timeout, as the service does not: with
+// Client returns a connected client for MongoURI with the service's client
+// options (eventstore.ClientOptions: majority writes and reads),
+// disconnected in cleanup. It sets no client-side operation timeout, as the service does not: with
 // one, the driver sends each command a maxTimeMS of the timeout less its
 // round-trip estimate, and on an embedded store starved by a loaded test
 // run FerretDB interrupted a plain find under it. Tests bound their calls
 // with their contexts and go test -timeout.
 func Client(t testing.TB) *mongo.Client {
 	t.Helper()
-	c, err := mongo.Connect(options.Client().ApplyURI(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
+	c, err := mongo.Connect(eventstore.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
 	if err != nil {
 		t.Fatalf("connect store: %v", err)
 	}

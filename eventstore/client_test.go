@@ -1,0 +1,157 @@
+package eventstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/eventstore/storetest"
+)
+
+// commands records the commands a client sends, by name.
+type commands struct {
+	mu   sync.Mutex
+	sent map[string][]bson.Raw
+}
+
+func (c *commands) monitor() *event.CommandMonitor {
+	return &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sent[e.CommandName] = append(c.sent[e.CommandName], e.Command)
+	}}
+}
+
+// TestClientSendsMajorityConcerns: every write the event log, its leases
+// and its readers send carries w:majority, j:true, and every read
+// readConcern majority, whatever the server's defaults (a replica set
+// whose default is w:1 would otherwise acknowledge appends a failover can
+// roll back). The URI cannot weaken them.
+func TestClientSendsMajorityConcerns(t *testing.T) {
+	ctx := t.Context()
+	rec := &commands{sent: map[string][]bson.Raw{}}
+	c, err := mongo.Connect(eventstore.ClientOptions(storetest.MongoURI(t) + "?w=1&readConcernLevel=local").SetMonitor(rec.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	db := c.Database(storetest.Database(t).Name())
+	s := eventstore.New(db)
+	if err := s.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	commit := storetest.NewCommit("ord-concern", 0, domain.OrderPlaced{CustomerID: "c-1", Currency: "EUR",
+		Items: []domain.Line{{SKU: "s", Quantity: 1, UnitPriceCents: 100}}})
+	if _, err := s.Append(ctx, commit); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Load(ctx, "ord-concern", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Scan(ctx, domain.ScanRange{}, func(domain.StreamEvents) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	lease := eventstore.NewLease(db, "concern", "me", time.Minute)
+	if ok, err := lease.TryAcquire(ctx); !ok || err != nil {
+		t.Fatalf("lease: %v, %v", ok, err)
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, name := range []string{"insert", "update"} {
+		if len(rec.sent[name]) == 0 {
+			t.Fatalf("no %s command was sent", name)
+		}
+		for _, cmd := range rec.sent[name] {
+			w, _ := cmd.Lookup("writeConcern", "w").StringValueOK()
+			j, _ := cmd.Lookup("writeConcern", "j").BooleanOK()
+			if w != "majority" || !j {
+				t.Errorf("%s sent writeConcern %s, want {w: majority, j: true}", name, cmd.Lookup("writeConcern"))
+			}
+		}
+	}
+	if len(rec.sent["find"]) == 0 {
+		t.Fatal("no find command was sent")
+	}
+	for _, cmd := range rec.sent["find"] {
+		if level, _ := cmd.Lookup("readConcern", "level").StringValueOK(); level != "majority" {
+			t.Errorf("find sent readConcern %s, want {level: majority}", cmd.Lookup("readConcern"))
+		}
+	}
+}
+
+// TestReachability: a store whose every member fails its heartbeat is
+// down at once for new requests, and requests in flight are cancelled
+// with domain.ErrUnavailable as the cause; when it answers again it is up.
+func TestReachability(t *testing.T) {
+	dir := t.TempDir()
+	store, err := embedded.StartStore(dir, "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := store.URI[len("mongodb://") : len(store.URI)-1]
+	reach := eventstore.NewReachability()
+	c, err := mongo.Connect(eventstore.ClientOptions(store.URI).SetServerMonitor(reach.ServerMonitor()).
+		SetHeartbeatInterval(500 * time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	if err := c.Ping(t.Context(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if reach.Down() {
+		t.Fatal("down while the store answers")
+	}
+	inFlight, done, err := reach.Bound(t.Context())
+	if err != nil {
+		t.Fatalf("bound while up: %v", err)
+	}
+	defer done()
+
+	_ = store.Close()
+	waitUntil(t, 30*time.Second, "the store is seen down", reach.Down)
+	select {
+	case <-inFlight.Done():
+		if cause := context.Cause(inFlight); !errors.Is(cause, domain.ErrUnavailable) {
+			t.Errorf("in-flight request cancelled with %v, want ErrUnavailable", cause)
+		}
+	default:
+		t.Error("the request in flight was not cancelled when the store went down")
+	}
+	if _, _, err := reach.Bound(t.Context()); !errors.Is(err, domain.ErrUnavailable) {
+		t.Errorf("bound while down: %v, want ErrUnavailable", err)
+	}
+
+	store, err = embedded.StartStore(dir, addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	waitUntil(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
+	if _, done, err := reach.Bound(t.Context()); err != nil {
+		t.Errorf("bound after the store came back: %v", err)
+	} else {
+		done()
+	}
+}
+
+func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
