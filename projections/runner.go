@@ -161,6 +161,15 @@ func (r *Runner) Run(ctx context.Context) error {
 		cancel()
 	}()
 	for ctx.Err() == nil {
+		if err := r.busReachable(ctx); err != nil {
+			// A holder that cannot pull would keep the lease and apply
+			// nothing: leave the lease to an instance that can.
+			if ctx.Err() == nil {
+				r.log.Warn("projection lease not claimed: the bus is unreachable", "err", err)
+			}
+			sleep(ctx, r.cfg.LeaseTTL/3)
+			continue
+		}
 		ok, err := r.cfg.Lease.TryAcquire(ctx)
 		if err != nil && ctx.Err() == nil {
 			r.log.Warn("projection lease claim failed", "err", err)
@@ -187,7 +196,7 @@ func (r *Runner) whileHeld(ctx context.Context) error {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- r.consume(hctx) }()
-	renewed := time.Now()
+	renewed, busOK := time.Now(), time.Now()
 	t := time.NewTicker(r.cfg.LeaseTTL / 3)
 	defer t.Stop()
 	for {
@@ -195,6 +204,21 @@ func (r *Runner) whileHeld(ctx context.Context) error {
 		case err := <-done:
 			return err
 		case <-t.C:
+		}
+		if err := r.busReachable(ctx); err == nil {
+			busOK = time.Now()
+		} else if time.Since(busOK) > r.cfg.LeaseTTL/2 {
+			// Renewing on a timer whatever the pulls do would hold the
+			// projection still for as long as this instance lives.
+			r.log.Warn("projection lease released: the bus is unreachable", "err", err)
+			cancel()
+			<-done
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := r.cfg.Lease.Release(rctx); err != nil {
+				r.log.Warn("projection lease release failed; it expires instead", "err", err)
+			}
+			rcancel()
+			return nil
 		}
 		ok, err := r.cfg.Lease.TryAcquire(ctx)
 		if ok && err == nil {
@@ -211,6 +235,17 @@ func (r *Runner) whileHeld(ctx context.Context) error {
 			r.log.Warn("projection lease renewal failed", "err", err)
 		}
 	}
+}
+
+// busReachable makes one JetStream API round trip, bounded by a sixth of
+// the lease.
+func (r *Runner) busReachable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/6)
+	defer cancel()
+	if _, err := r.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream account info: %w", err)
+	}
+	return nil
 }
 
 // consume ensures the indexes and the consumer, then runs the workers until

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"reflect"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
@@ -407,5 +411,125 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	}
 	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != appliedA {
 		t.Errorf("A applied %v events after it stopped (had %v)", n, appliedA)
+	}
+}
+
+// TestRunnerCutOffFromTheBusReleasesTheLease: a lease holder whose NATS
+// connection is gone stops renewing its projection lease (it would hold
+// the projection still for as long as it lives), and a healthy standby
+// takes over and applies what was written meanwhile.
+func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
+	ctx := testContext(t, 90*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	log := testLogger(t)
+	es := newLog(t, ctx, db)
+	goRelay(t, es, b, log)
+
+	const ttl = 1500 * time.Millisecond
+	proc := func(owner string, js jetstream.JetStream) *projections.Runner {
+		cfg := b.runnerConfig()
+		cfg.Lease, cfg.LeaseTTL = eventstore.NewLease(db, "projection:order_summaries", owner, ttl), ttl
+		p := projections.NewProjection(db, projections.OrderSummaries, es, nil, projections.NewPointers(db))
+		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, nil)
+	}
+	// A reaches NATS through a proxy the test cuts: A's connection then
+	// stays open and reconnecting, as when the network between them fails.
+	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
+	ncA, err := nats.Connect(cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ncA.Close)
+	jsA, err := jetstream.New(ncA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := func() string {
+		var l struct {
+			Owner string `bson:"owner"`
+		}
+		_ = db.Collection(eventstore.LeasesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "projection:order_summaries"}}).Decode(&l)
+		return l.Owner
+	}
+	goRun(t, "runner A", proc("A", jsA).Run)
+	waitFor(t, 10*time.Second, "A holding the lease", func() error {
+		if o := owner(); o != "A" {
+			return fmt.Errorf("lease owner %q", o)
+		}
+		return nil
+	})
+	goRun(t, "runner B", proc("B", b.connect(t)).Run)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
+		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
+	goRun(t, "stats runner", stats.Run)
+
+	cut.close()
+	svc := domain.NewService(es, nil)
+	var ids []string
+	for i := range 8 {
+		id := fmt.Sprintf("cut%03d", i)
+		ids = append(ids, id)
+		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
+			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
+			}
+		}
+	}
+	waitFor(t, 30*time.Second, "B holding the lease after A lost the bus", func() error {
+		if o := owner(); o != "B" {
+			return fmt.Errorf("lease owner %q", o)
+		}
+		return nil
+	})
+	f := loadFixture(t, ctx, es, ids)
+	waitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return diffReadModels(ctx, db, f) })
+}
+
+// proxy forwards TCP connections to a target until it is closed, which
+// also drops the connections it forwards.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func tcpProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func cutURL(p *proxy) string { return "nats://" + p.ln.Addr().String() }
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
 	}
 }
