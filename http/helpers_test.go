@@ -67,6 +67,12 @@ func newFakeReads() *fakeReads {
 		stats: map[string]domain.CustomerOrderStats{}}
 }
 
+func (f *fakeReads) callCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
 func (f *fakeReads) put(o domain.Order) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -13,10 +13,12 @@ import (
 )
 
 // getSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D].
-// With min_version it polls the read model until it reflects version N or
-// the wait (default SummaryWait, at most MaxSummaryWait) ends; on timeout it
+// With min_version it waits until the read model reflects version N or the
+// wait (default SummaryWait, at most MaxSummaryWait) ends; on timeout it
 // answers with what it has and X-Read-Model-Stale: true, or 404 when the
-// read model has nothing yet.
+// read model has nothing yet. Waiters of one summary share one poll of the
+// store (summaryWatch); past MaxSummaryWaits waits it answers 503 with
+// Retry-After.
 func (s *Server) getSummary(c echo.Context) error {
 	id := c.Param("id")
 	if err := domain.ValidateID("order id", id); err != nil {
@@ -40,37 +42,27 @@ func (s *Server) getSummary(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	deadline := time.Now().Add(wait)
-	// Each poll is a read of the store; on the embedded store every read
-	// scans a table, so waiting readers back off quickly, to 250ms.
-	pause := 5 * time.Millisecond
-	for {
-		o, err := s.cfg.ReadModels.Summary(ctx, id)
-		if err != nil && !errors.Is(err, domain.ErrNotFound) {
-			return err
-		}
-		found := err == nil
-		if found && o.Version >= minVersion {
-			c.Response().Header().Set("X-Read-Model-Version", strconv.FormatInt(o.Version, 10))
-			return c.JSON(http.StatusOK, o)
-		}
-		if (!found && minVersion == 0) || time.Now().After(deadline) {
-			if !found {
-				return err
-			}
-			h := c.Response().Header()
-			h.Set("X-Read-Model-Version", strconv.FormatInt(o.Version, 10))
-			h.Set("X-Read-Model-Stale", "true")
-			return c.JSON(http.StatusOK, o)
-		}
-		t := time.NewTimer(min(pause, time.Until(deadline)+time.Millisecond))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		pause = min(2*pause, 250*time.Millisecond)
+	o, err := s.cfg.ReadModels.Summary(ctx, id)
+	r := read{order: o, err: err}
+	settled := func(r read) bool {
+		return (r.err == nil && r.order.Version >= minVersion) || (r.err != nil && !errors.Is(r.err, domain.ErrNotFound))
 	}
+	if !settled(r) && (r.err == nil || minVersion > 0) {
+		var ok bool
+		if r, ok = s.watch.wait(ctx, id, deadline, r, settled); !ok {
+			c.Response().Header().Set("Retry-After", "1")
+			return echo.NewHTTPError(http.StatusServiceUnavailable, "too many read-your-writes waits in flight; retry")
+		}
+	}
+	if r.err != nil {
+		return r.err
+	}
+	h := c.Response().Header()
+	h.Set("X-Read-Model-Version", strconv.FormatInt(r.order.Version, 10))
+	if r.order.Version < minVersion {
+		h.Set("X-Read-Model-Stale", "true")
+	}
+	return c.JSON(http.StatusOK, r.order)
 }
 
 // listSummaries answers GET /v1/order-summaries?customer_id=&status=&limit=&cursor=

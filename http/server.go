@@ -61,6 +61,7 @@ type Config struct {
 	SummaryWait    time.Duration // default bound of ?min_version waits [5s]
 	MaxSummaryWait time.Duration // largest ?wait a client may ask for [30s]
 	MaxInFlight    int           // concurrent requests before 503 [1024]
+	MaxWaits       int           // concurrent ?min_version waits before 503 [256]
 
 	// Slow clients: the request line and headers must arrive within
 	// ReadHeaderTimeout [5s], the whole request within ReadTimeout [30s];
@@ -77,6 +78,7 @@ type Server struct {
 	http    *http.Server
 	cfg     Config
 	metrics *metrics
+	watch   *summaryWatch
 }
 
 // NewServer builds the routes.
@@ -92,6 +94,9 @@ func NewServer(cfg Config) *Server {
 	}
 	if cfg.MaxInFlight <= 0 {
 		cfg.MaxInFlight = 1024
+	}
+	if cfg.MaxWaits <= 0 {
+		cfg.MaxWaits = 256
 	}
 	if cfg.ReadHeaderTimeout <= 0 {
 		cfg.ReadHeaderTimeout = 5 * time.Second
@@ -111,7 +116,7 @@ func NewServer(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
-	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer)}
+	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits)}
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

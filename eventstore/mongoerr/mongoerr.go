@@ -25,6 +25,13 @@ func Translate(err error) error {
 	if errors.As(err, &sel) {
 		return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
 	}
+	// Every pooled connection is busy: the store is saturated, which
+	// passes; the error wraps the caller's deadline, but the pool is what
+	// failed.
+	var pool topology.WaitQueueTimeoutError
+	if errors.As(err, &pool) {
+		return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
+	}
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}

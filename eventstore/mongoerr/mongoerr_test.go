@@ -3,6 +3,7 @@ package mongoerr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -41,5 +43,15 @@ func TestTranslateServerSelection(t *testing.T) {
 		if got := Translate(e); got != e {
 			t.Errorf("Translate(%v) = %v; want it unchanged", e, got)
 		}
+	}
+}
+
+// A pool whose connections are all busy reports the caller's deadline
+// inside its own error; it is the store that is saturated (503), not the
+// request that ran late (500).
+func TestTranslatePoolExhausted(t *testing.T) {
+	err := fmt.Errorf("find summary: %w", topology.WaitQueueTimeoutError{Wrapped: context.DeadlineExceeded})
+	if got := Translate(err); !errors.Is(got, domain.ErrUnavailable) {
+		t.Errorf("Translate(%v) = %v; want it to wrap domain.ErrUnavailable", err, got)
 	}
 }
