@@ -20,6 +20,8 @@ import (
 )
 
 // placeRequest is the body of POST /v1/orders. Amounts are minor units.
+// freight_cents is an optional whole-order charge on top of the lines'
+// own freight_cents.
 type placeRequest struct {
 	OrderID      string        `json:"order_id" validate:"omitempty,id"`
 	CustomerID   string        `json:"customer_id" validate:"required,id"`
@@ -29,10 +31,13 @@ type placeRequest struct {
 	At           string        `json:"at" validate:"omitempty,rfc3339"`
 }
 
+// itemRequest is one line: unit_price_cents per unit, the optional
+// freight_cents for the whole line (Olist's freight_value per item).
 type itemRequest struct {
 	SKU            string `json:"sku" validate:"required,id"`
 	Quantity       int64  `json:"quantity" validate:"required,min=1,max=1000000"`
 	UnitPriceCents *int64 `json:"unit_price_cents" validate:"required,min=0,max=1000000000000"`
+	FreightCents   int64  `json:"freight_cents" validate:"min=0,max=1000000000000"`
 }
 
 // stepRequest is the optional body of approve, invoice, process, ship and
@@ -95,7 +100,8 @@ func (s *Server) place(c echo.Context) error {
 	}
 	cmd := domain.PlaceOrder{CustomerID: req.CustomerID, Currency: req.Currency, FreightCents: req.FreightCents, At: parseTime(req.At)}
 	for _, it := range req.Items {
-		cmd.Items = append(cmd.Items, domain.Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: *it.UnitPriceCents})
+		cmd.Items = append(cmd.Items, domain.Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: *it.UnitPriceCents,
+			FreightCents: it.FreightCents})
 	}
 	res, err := s.execute(c, req.OrderID, cmd)
 	if err != nil {
