@@ -323,7 +323,12 @@ func TestIfMatch(t *testing.T) {
 		field   string
 	}{
 		{name: "current", ifMatch: `"2"`, status: http.StatusOK},
-		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusOK},
+		// If-Match compares strong tags only (RFC 9110 §13.1.1): a weak
+		// tag matches no version, not even the current one.
+		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "stale, weak", ifMatch: `W/"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "weak, not a number", ifMatch: `W/"abc"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "current, unquoted", ifMatch: `2`, status: http.StatusOK},
 		{name: "stale", ifMatch: `"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
 		{name: "ahead", ifMatch: `"3"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
 		{name: "zero", ifMatch: `"0"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},

@@ -148,7 +148,11 @@ func respond(c echo.Context, status int, res domain.Result) error {
 
 func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
 
-// commandOptions reads Idempotency-Key, If-Match and X-Correlation-ID.
+// commandOptions reads Idempotency-Key, If-Match and X-Correlation-ID. A
+// malformed header is a validation error (422). A weak If-Match tag,
+// W/"<version>", is well formed but wraps domain.ErrPreconditionFailed
+// (412): If-Match uses the strong comparison (RFC 9110 §13.1.1), under
+// which a weak tag matches no version, whatever the order's state.
 func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 	h := c.Request().Header
 	opt := domain.ExecOptions{CommandID: c.Response().Header().Get(echo.HeaderXRequestID)}
@@ -158,10 +162,15 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 		}
 		opt.IdempotencyKey = k
 	}
+	var weak string
 	if m := h.Get("If-Match"); m != "" {
-		v, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(m, "W/"), `"`), 10, 64)
+		tag, isWeak := strings.CutPrefix(m, "W/")
+		v, err := strconv.ParseInt(strings.Trim(tag, `"`), 10, 64)
 		if err != nil || v < 0 {
 			return opt, invalid(domain.FieldError{Field: "If-Match", Detail: `an entity tag "<version>" as sent in ETag`})
+		}
+		if isWeak {
+			weak = m
 		}
 		opt.IfMatch = &v
 	}
@@ -170,6 +179,12 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 			return opt, invalid(domain.FieldError{Field: "X-Correlation-ID", Detail: "1 to 128 visible ASCII characters"})
 		}
 		opt.CorrelationID = id
+	}
+	// Checked last: a precondition is evaluated only on an otherwise
+	// valid request (RFC 9110 §13.2.1).
+	if weak != "" {
+		return opt, fmt.Errorf("If-Match %s: a weak entity tag never matches (If-Match compares strong tags only, RFC 9110 §13.1.1): %w",
+			weak, domain.ErrPreconditionFailed)
 	}
 	return opt, nil
 }
