@@ -47,8 +47,11 @@
 // and Metadata (correlation id, causation id = command id, schema version).
 // Times are UTC with millisecond precision (Timestamp). MarshalEvent and
 // UnmarshalEvent are the JSON wire form; DecodeData runs the upcasters for
-// older schema versions. Money is int64 minor units with an ISO 4217
-// currency, never a float.
+// older schema versions. A schema version belongs to an event type
+// (CurrentSchema): OrderPlaced is at 2, which gave lines their own freight,
+// every other type at 1. Money is int64 minor units with an ISO 4217
+// currency, never a float; an order's freight is its order-level freight
+// plus its lines'.
 //
 // # Commands
 //

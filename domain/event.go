@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -20,7 +21,6 @@ const (
 	TypeOrderDelivered               = "OrderDelivered"
 	TypeOrderCanceled                = "OrderCanceled"
 	TypeOrderMarkedUnavailable       = "OrderMarkedUnavailable"
-	currentSchemaVersion             = 1
 	maxEventJSONBytes                = 1 << 20
 	maxReasonLength                  = 500
 	maxItemsPerOrder                 = 500
@@ -30,8 +30,8 @@ const (
 
 // Metadata travels with every event. CausationID is the id of the command
 // that produced the event; CorrelationID ties together everything one
-// client request caused. SchemaVersion is the version of Data's shape, used
-// by the upcasters in DecodeData.
+// client request caused. SchemaVersion is the version of Data's shape, per
+// event type (CurrentSchema), used by the upcasters in DecodeData.
 type Metadata struct {
 	CorrelationID string `json:"correlation_id,omitempty"`
 	CausationID   string `json:"causation_id,omitempty"`
@@ -57,16 +57,22 @@ type Event struct {
 // EventData is the typed payload of an event; EventType names it.
 type EventData interface{ EventType() string }
 
-// Line is one order line. UnitPriceCents is in minor units of the order's
-// currency.
+// Line is one order line. Amounts are minor units of the order's currency:
+// UnitPriceCents per unit, FreightCents for the whole line (all Quantity
+// units), as Olist's order_items.freight_value is per item row. Lines of
+// OrderPlaced schema 1 have no freight (zero).
 type Line struct {
 	SKU            string `json:"sku"`
 	Quantity       int64  `json:"quantity"`
 	UnitPriceCents int64  `json:"unit_price_cents"`
+	// omitempty: a line without freight encodes exactly as in schema 1.
+	FreightCents int64 `json:"freight_cents,omitempty"`
 }
 
 // OrderPlaced starts an order stream. Amounts are minor units of Currency
-// (ISO 4217).
+// (ISO 4217). FreightCents is a whole-order charge on top of the lines'
+// own freight; the order's freight is the sum of both. Schema 2 added the
+// per-line freight.
 type OrderPlaced struct {
 	CustomerID   string `json:"customer_id"`
 	Currency     string `json:"currency"`
@@ -136,9 +142,53 @@ func newData(eventType string) (EventData, bool) {
 // shape; stored events are never rewritten (invariant 2).
 type Upcaster func(data []byte) ([]byte, error)
 
-// upcasters maps type -> schema version -> upcaster to version+1. Schema 1 is
-// current, so it is empty.
-var upcasters = map[string]map[int]Upcaster{}
+// schemas is the current schema version of each event type whose payload
+// changed shape; every other type is at schema 1.
+var schemas = map[string]int{TypeOrderPlaced: 2}
+
+// CurrentSchema returns the schema version the service writes for events of
+// eventType (1 for a type whose shape never changed) and the highest one
+// DecodeData accepts.
+func CurrentSchema(eventType string) int {
+	if v, ok := schemas[eventType]; ok {
+		return v
+	}
+	return 1
+}
+
+// upcasters maps type -> schema version -> upcaster to version+1, one for
+// each version below the type's CurrentSchema.
+var upcasters = map[string]map[int]Upcaster{
+	TypeOrderPlaced: {1: upcastPlacedV1},
+}
+
+// upcastPlacedV1 takes OrderPlaced from schema 1 to 2, which added
+// items[].freight_cents. A schema 1 line has no freight, and schema 2 reads
+// a missing one as zero, so the payload stays as it is and folds to the
+// same totals: its freight_cents was and remains the whole order's. A
+// schema 1 payload with a line freight was not written by a schema 1
+// writer: it is refused (ErrValidation) rather than given a meaning it
+// never had.
+func upcastPlacedV1(data []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return data, nil // no items: the decoder reports it
+	}
+	var v1 struct {
+		Items []map[string]json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(data, &v1); err != nil {
+		return nil, fmt.Errorf("%v: %w", err, ErrValidation)
+	}
+	for i, l := range v1.Items {
+		for k := range l {
+			// encoding/json matches field names case-blind: so does this.
+			if strings.EqualFold(k, "freight_cents") {
+				return nil, fmt.Errorf("items[%d].freight_cents is not in schema 1: %w", i, ErrValidation)
+			}
+		}
+	}
+	return data, nil
+}
 
 // EncodeData returns the JSON payload of d.
 func EncodeData(d EventData) ([]byte, error) {
@@ -158,10 +208,11 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	if !ok {
 		return nil, fmt.Errorf("decode %q: %w", eventType, ErrUnknownEvent)
 	}
-	if schemaVersion < 1 || schemaVersion > currentSchemaVersion {
+	current := CurrentSchema(eventType)
+	if schemaVersion < 1 || schemaVersion > current {
 		return nil, fmt.Errorf("decode %s schema v%d: %w", eventType, schemaVersion, ErrUnknownEvent)
 	}
-	for v := schemaVersion; v < currentSchemaVersion; v++ {
+	for v := schemaVersion; v < current; v++ {
 		up, ok := upcasters[eventType][v]
 		if !ok {
 			return nil, fmt.Errorf("decode %s: no upcaster from schema v%d: %w", eventType, v, ErrUnknownEvent)

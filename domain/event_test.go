@@ -188,6 +188,14 @@ func TestUnmarshalEventAccepts(t *testing.T) {
 	}
 }
 
+// withLineFreight is placed() with freight f on line i.
+func withLineFreight(i int, f int64) domain.OrderPlaced {
+	p := placed()
+	p.Items = lines()
+	p.Items[i].FreightCents = f
+	return p
+}
+
 func TestDecodeData(t *testing.T) {
 	good := `{"customer_id":"c-1","currency":"BRL","items":[{"sku":"sku-1","quantity":2,"unit_price_cents":1500},` +
 		`{"sku":"sku_2","quantity":3,"unit_price_cents":250}],"freight_cents":999}`
@@ -205,7 +213,18 @@ func TestDecodeData(t *testing.T) {
 		{"OrderCanceled", domain.TypeOrderCanceled, 1, `{"reason":"r"}`, domain.OrderCanceled{Reason: "r"}, nil, nil},
 		{"unknown type", "OrderRefunded", 1, `{}`, nil, domain.ErrUnknownEvent, nil},
 		{"schema 0", domain.TypeOrderPlaced, 0, good, nil, domain.ErrUnknownEvent, nil},
-		{"schema 2", domain.TypeOrderPlaced, 2, good, nil, domain.ErrUnknownEvent, nil},
+		{"schema 1 without line freight, as written before schema 2", domain.TypeOrderPlaced, 1, good, placed(), nil, nil},
+		{"schema 2 without line freight", domain.TypeOrderPlaced, 2, good, placed(), nil, nil},
+		{"schema 2 with line freight", domain.TypeOrderPlaced, 2, strings.Replace(good, `"quantity":3,"unit_price_cents":250}`,
+			`"quantity":3,"unit_price_cents":250,"freight_cents":1234}`, 1), withLineFreight(1, 1234), nil, nil},
+		{"schema 1 with line freight", domain.TypeOrderPlaced, 1, strings.Replace(good, `"quantity":3,"unit_price_cents":250}`,
+			`"quantity":3,"unit_price_cents":250,"freight_cents":1234}`, 1), nil, domain.ErrValidation, nil},
+		{"schema 1 with line freight in upper case", domain.TypeOrderPlaced, 1, strings.Replace(good, `"quantity":3,"unit_price_cents":250}`,
+			`"quantity":3,"unit_price_cents":250,"Freight_Cents":1234}`, 1), nil, domain.ErrValidation, nil},
+		{"negative line freight", domain.TypeOrderPlaced, 2, strings.Replace(good, `"quantity":2,"unit_price_cents":1500}`,
+			`"quantity":2,"unit_price_cents":1500,"freight_cents":-1}`, 1), nil, domain.ErrValidation, []string{"items[0].freight_cents"}},
+		{"schema 3", domain.TypeOrderPlaced, 3, good, nil, domain.ErrUnknownEvent, nil},
+		{"schema 2 of a type still at 1", domain.TypeOrderCanceled, 2, `{"reason":"r"}`, nil, domain.ErrUnknownEvent, nil},
 		{"unknown field", domain.TypeOrderPlaced, 1, strings.Replace(good, `{"customer_id"`, `{"coupon":"x","customer_id"`, 1),
 			nil, domain.ErrValidation, nil},
 		{"wrong type of field", domain.TypeOrderPlaced, 1, strings.Replace(good, `"freight_cents":999`, `"freight_cents":"999"`, 1),
@@ -268,9 +287,37 @@ func TestEncodeData(t *testing.T) {
 		{domain.OrderMarkedUnavailable{Reason: "r"}, `{"reason":"r"}`},
 		{domain.OrderPlaced{CustomerID: "c", Currency: "EUR", Items: []domain.Line{{SKU: "s", Quantity: 1, UnitPriceCents: 0}}},
 			`{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_cents":0}],"freight_cents":0}`},
+		{domain.OrderPlaced{CustomerID: "c", Currency: "EUR", Items: []domain.Line{{SKU: "s", Quantity: 1, UnitPriceCents: 0, FreightCents: 7}}},
+			`{"customer_id":"c","currency":"EUR","items":[{"sku":"s","quantity":1,"unit_price_cents":0,"freight_cents":7}],"freight_cents":0}`},
 	} {
 		if got, err := domain.EncodeData(tc.d); err != nil || string(got) != tc.want {
 			t.Errorf("EncodeData(%#v) = %s, %v; want %s", tc.d, got, err, tc.want)
 		}
+	}
+}
+
+// TestOrderPlacedSchema1 reads an OrderPlaced as the service wrote it before
+// lines had freight (schema 1, the whole freight on the order): it decodes,
+// folds to the totals it always had, and encodes back to the same bytes.
+func TestOrderPlacedSchema1(t *testing.T) {
+	old := `{"event_id":"0b5c6f0e","stream_id":"e481f51c","stream_type":"order","type":"OrderPlaced","version":1,` +
+		`"occurred_at":"2017-10-02T10:56:33Z","recorded_at":"2024-06-01T12:00:00.987Z","data":{"customer_id":"9ef432eb",` +
+		`"currency":"BRL","items":[{"sku":"87285b34","quantity":2,"unit_price_cents":2999}],"freight_cents":872},` +
+		`"metadata":{"correlation_id":"req-1","causation_id":"cmd-1","schema_version":1}}`
+	e, err := domain.UnmarshalEvent([]byte(old))
+	if err != nil {
+		t.Fatalf("UnmarshalEvent: %v", err)
+	}
+	o, err := domain.Fold([]domain.Event{e})
+	if err != nil {
+		t.Fatalf("Fold: %v", err)
+	}
+	if o.SubtotalCents != 2*2999 || o.FreightCents != 872 || o.TotalCents != 2*2999+872 || o.Items[0].FreightCents != 0 {
+		t.Errorf("folded subtotal %d, freight %d, total %d, items %+v; want 5998, 872, 6870 and no line freight",
+			o.SubtotalCents, o.FreightCents, o.TotalCents, o.Items)
+	}
+	b, err := domain.MarshalEvent(e)
+	if err != nil || string(b) != old {
+		t.Errorf("MarshalEvent = %s, %v; want the bytes read", b, err)
 	}
 }

@@ -35,7 +35,8 @@ func FuzzUnmarshalEvent(f *testing.F) {
 			}
 			return
 		}
-		if e.Version < 1 || e.Data == nil || e.Data.EventType() != e.Type || e.Metadata.SchemaVersion != 1 {
+		if e.Version < 1 || e.Data == nil || e.Data.EventType() != e.Type ||
+			e.Metadata.SchemaVersion < 1 || e.Metadata.SchemaVersion > domain.CurrentSchema(e.Type) {
 			t.Fatalf("UnmarshalEvent accepted a bad envelope: %+v", e)
 		}
 		if !reflect.DeepEqual(e.OccurredAt, domain.Timestamp(e.OccurredAt)) || !reflect.DeepEqual(e.RecordedAt, domain.Timestamp(e.RecordedAt)) {
@@ -63,7 +64,9 @@ var (
 // FuzzPlaceOrder: deciding a PlaceOrder never panics; an accepted order
 // satisfies every documented bound and folds to the total computed here
 // without overflow; an order within the bounds and far from overflow is
-// accepted. The lines are n copies of two fuzzed lines, alternating.
+// accepted. The lines are n copies of two fuzzed lines, alternating; the
+// second carries the fuzzed freight too, so freight is both per line and
+// per order.
 func FuzzPlaceOrder(f *testing.F) {
 	f.Add("c-1", "BRL", uint16(2), "sku-1", int64(2), int64(1500), "sku_2", int64(3), int64(250), int64(999))
 	f.Add("c", "USD", uint16(500), "s", int64(1_000_000), int64(1_000_000_000_000), "t", int64(1), int64(0), int64(0))
@@ -75,18 +78,20 @@ func FuzzPlaceOrder(f *testing.F) {
 		for i := range items {
 			items[i] = domain.Line{SKU: sku1, Quantity: q1, UnitPriceCents: p1}
 			if i%2 == 1 {
-				items[i] = domain.Line{SKU: sku2, Quantity: q2, UnitPriceCents: p2}
+				items[i] = domain.Line{SKU: sku2, Quantity: q2, UnitPriceCents: p2, FreightCents: freight}
 			}
 		}
 		cmd := domain.PlaceOrder{CustomerID: customer, Currency: currency, Items: items, FreightCents: freight}
 
 		valid := idPattern.MatchString(customer) && currencyPattern.MatchString(currency) &&
 			len(items) >= 1 && len(items) <= 500 && freight >= 0 && freight <= 1e12
-		total, count := big.NewInt(freight), new(big.Int)
+		total, allFreight, count := big.NewInt(freight), big.NewInt(freight), new(big.Int)
 		for _, l := range items {
 			valid = valid && idPattern.MatchString(l.SKU) && l.Quantity >= 1 && l.Quantity <= 1e6 &&
 				l.UnitPriceCents >= 0 && l.UnitPriceCents <= 1e12
 			total.Add(total, new(big.Int).Mul(big.NewInt(l.Quantity), big.NewInt(l.UnitPriceCents)))
+			total.Add(total, big.NewInt(l.FreightCents))
+			allFreight.Add(allFreight, big.NewInt(l.FreightCents))
 			count.Add(count, big.NewInt(l.Quantity))
 		}
 
@@ -110,7 +115,8 @@ func FuzzPlaceOrder(f *testing.F) {
 		if err != nil {
 			t.Fatalf("fold accepted placement: %v", err)
 		}
-		if o.TotalCents != total.Int64() || o.ItemCount != count.Int64() || o.SubtotalCents != total.Int64()-freight ||
+		if o.TotalCents != total.Int64() || o.ItemCount != count.Int64() || o.FreightCents != allFreight.Int64() ||
+			o.SubtotalCents != total.Int64()-allFreight.Int64() ||
 			o.Status != domain.StatusCreated || !o.SamePlacement(cmd) {
 			t.Fatalf("folded %+v, want total %v, count %v", o, total, count)
 		}

@@ -47,8 +47,8 @@ var transitions = map[string]struct {
 
 // Order is the order aggregate's state, folded from its events. Amounts are
 // minor units of Currency; SubtotalCents is the sum of quantity times unit
-// price, TotalCents adds FreightCents. A zero Version means the order does
-// not exist. The step timestamps are the OccurredAt of the event that set
+// price, FreightCents the order-level freight plus every line's freight,
+// TotalCents their sum. A zero Version means the order does not exist. The step timestamps are the OccurredAt of the event that set
 // them; nil when the step did not happen.
 type Order struct {
 	ID            string     `json:"order_id"`
@@ -105,11 +105,12 @@ func (o *Order) Apply(e Event) error {
 		if o.Version != 0 {
 			return fmt.Errorf("apply %s to %s at v%d: %w", e.Type, e.StreamID, o.Version, ErrInvalidTransition)
 		}
-		sub, count := subtotal(d.Items)
+		sub, freight, count := sums(d.Items)
+		freight += d.FreightCents
 		*o = Order{
 			ID: e.StreamID, CustomerID: d.CustomerID, Status: StatusCreated, Currency: d.Currency,
-			Items: d.Items, ItemCount: count, SubtotalCents: sub, FreightCents: d.FreightCents,
-			TotalCents: sub + d.FreightCents, PlacedAt: &at,
+			Items: d.Items, ItemCount: count, SubtotalCents: sub, FreightCents: freight,
+			TotalCents: sub + freight, PlacedAt: &at,
 		}
 	default:
 		t, ok := transitions[e.Type]
@@ -142,14 +143,16 @@ func (o *Order) Apply(e Event) error {
 	return nil
 }
 
-// subtotal returns the sum of quantity times unit price and the sum of
-// quantities. validatePlaced has bounded both, so neither overflows.
-func subtotal(items []Line) (cents, count int64) {
+// sums returns the sum of quantity times unit price, the sum of the lines'
+// freight and the sum of quantities. validatePlaced has bounded them, so
+// none overflows.
+func sums(items []Line) (subtotal, freight, count int64) {
 	for _, l := range items {
-		cents += l.Quantity * l.UnitPriceCents
+		subtotal += l.Quantity * l.UnitPriceCents
+		freight += l.FreightCents
 		count += l.Quantity
 	}
-	return cents, count
+	return subtotal, freight, count
 }
 
 // Command is a request to change an order. Each command type has a
@@ -157,7 +160,8 @@ func subtotal(items []Line) (cents, count int64) {
 // time the service received it).
 type Command interface{ commandName() string }
 
-// PlaceOrder opens a new order stream.
+// PlaceOrder opens a new order stream. FreightCents is a whole-order
+// charge on top of each line's own FreightCents.
 type PlaceOrder struct {
 	CustomerID   string
 	Currency     string
@@ -262,8 +266,11 @@ func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error
 // placed as, so a repeated PlaceOrder can be answered with the existing
 // order instead of ErrAlreadyExists.
 func (o Order) SamePlacement(p PlaceOrder) bool {
+	// With the lines equal, equal freight sums mean equal order-level
+	// freight.
+	_, lineFreight, _ := sums(p.Items)
 	return o.Version > 0 && o.CustomerID == p.CustomerID && o.Currency == p.Currency &&
-		o.FreightCents == p.FreightCents && slices.Equal(o.Items, p.Items)
+		slices.Equal(o.Items, p.Items) && o.FreightCents == p.FreightCents+lineFreight
 }
 
 func pick(t, def time.Time) time.Time {
@@ -275,7 +282,7 @@ func pick(t, def time.Time) time.Time {
 
 // validatePlaced bounds every amount so that subtotals and totals fit in an
 // int64 with room to spare: at most maxItemsPerOrder lines, quantities up to
-// maxQuantity, prices and freight up to maxCents.
+// maxQuantity, prices, line freight and order freight up to maxCents.
 func validatePlaced(ve *ValidationError, customerID, currency string, items []Line, freight int64) {
 	if !validID(customerID) {
 		ve.add("customer_id", "1 to %d letters, digits, '_' or '-'", MaxIDLength)
@@ -299,19 +306,23 @@ func validatePlaced(ve *ValidationError, customerID, currency string, items []Li
 		if l.UnitPriceCents < 0 || l.UnitPriceCents > maxCents {
 			ve.add(fmt.Sprintf("items[%d].unit_price_cents", i), "0 to %d", maxCents)
 		}
+		if l.FreightCents < 0 || l.FreightCents > maxCents {
+			ve.add(fmt.Sprintf("items[%d].freight_cents", i), "0 to %d", maxCents)
+		}
 	}
 	if freight < 0 || freight > maxCents {
 		ve.add("freight_cents", "0 to %d", maxCents)
 	}
-	// Each product is at most 10^6 * 10^12 = 10^18 < MaxInt64, but 500 of
+	// Each line is at most 10^6 * 10^12 + 10^12 < MaxInt64, but 500 of
 	// them are not: bound the running sum before each addition.
 	const limit = math.MaxInt64 / 4
 	sum := freight
 	for _, l := range items {
-		if l.Quantity < 1 || l.Quantity > maxQuantity || l.UnitPriceCents < 0 || l.UnitPriceCents > maxCents {
+		if l.Quantity < 1 || l.Quantity > maxQuantity || l.UnitPriceCents < 0 || l.UnitPriceCents > maxCents ||
+			l.FreightCents < 0 || l.FreightCents > maxCents {
 			continue // reported above
 		}
-		p := l.Quantity * l.UnitPriceCents
+		p := l.Quantity*l.UnitPriceCents + l.FreightCents
 		if sum > limit-p {
 			ve.add("items", "order total is over %d minor units", int64(limit))
 			return

@@ -309,7 +309,21 @@ func TestPlaceOrderValidation(t *testing.T) {
 		{"empty sku", func(p *domain.PlaceOrder) { p.Items[0].SKU = "" }, []string{"items[0].sku"}},
 		{"negative freight", func(p *domain.PlaceOrder) { p.FreightCents = -1 }, []string{"freight_cents"}},
 		{"freight too large", func(p *domain.PlaceOrder) { p.FreightCents = 1_000_000_000_001 }, []string{"freight_cents"}},
+		{"line freight at the bound", func(p *domain.PlaceOrder) { p.Items[1].FreightCents = 1_000_000_000_000 }, nil},
+		{"negative line freight", func(p *domain.PlaceOrder) { p.Items[1].FreightCents = -1 }, []string{"items[1].freight_cents"}},
+		{"line freight too large", func(p *domain.PlaceOrder) { p.Items[0].FreightCents = 1_000_000_000_001 },
+			[]string{"items[0].freight_cents"}},
 		{"total overflows", func(p *domain.PlaceOrder) { p.Items = n(500, maxLine) }, []string{"items"}},
+		// 2*10^18 + 305843*10^12 is 9.2*10^9 below the bound, MaxInt64/4:
+		// the freight of one line tips it over.
+		{"total just under the bound", func(p *domain.PlaceOrder) {
+			p.Items, p.FreightCents = []domain.Line{maxLine, maxLine, {SKU: "s", Quantity: 305_843, UnitPriceCents: 1_000_000_000_000},
+				{SKU: "s", Quantity: 1, FreightCents: 9_000_000_000}}, 0
+		}, nil},
+		{"total over the bound by line freight", func(p *domain.PlaceOrder) {
+			p.Items, p.FreightCents = []domain.Line{maxLine, maxLine, {SKU: "s", Quantity: 305_843, UnitPriceCents: 1_000_000_000_000},
+				{SKU: "s", Quantity: 1, FreightCents: 10_000_000_000}}, 0
+		}, []string{"items"}},
 		{"every field at once", func(p *domain.PlaceOrder) {
 			p.CustomerID, p.Currency, p.FreightCents = "", "x", -5
 			p.Items[1] = domain.Line{SKU: "a b", Quantity: 0, UnitPriceCents: -1}
@@ -462,6 +476,43 @@ func TestFoldLifecycle(t *testing.T) {
 	}
 }
 
+// TestFoldFreight: the order's freight is its order-level freight plus each
+// line's, and the total includes both; an order placed without line freight
+// (the only shape before per-line freight) keeps its totals.
+func TestFoldFreight(t *testing.T) {
+	withLineFreight := func(order int64, perLine ...int64) domain.OrderPlaced {
+		p := placed()
+		p.Items, p.FreightCents = lines(), order
+		for i, f := range perLine {
+			p.Items[i].FreightCents = f
+		}
+		return p
+	}
+	const subtotal = 2*1500 + 3*250
+	for _, tc := range []struct {
+		name    string
+		placed  domain.OrderPlaced
+		freight int64
+	}{
+		{"order-level freight only", placed(), 999},
+		{"freight per line", withLineFreight(0, 1234, 567), 1234 + 567},
+		{"freight on one line", withLineFreight(0, 0, 890), 890},
+		{"per line and order-level", withLineFreight(100, 1234, 567), 100 + 1234 + 567},
+		{"no freight", withLineFreight(0), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := fold(t, tc.placed, domain.OrderApproved{})
+			if o.SubtotalCents != subtotal || o.FreightCents != tc.freight || o.TotalCents != subtotal+tc.freight {
+				t.Fatalf("subtotal %d, freight %d, total %d; want %d, %d, %d",
+					o.SubtotalCents, o.FreightCents, o.TotalCents, subtotal, tc.freight, subtotal+tc.freight)
+			}
+			if !reflect.DeepEqual(o.Items, tc.placed.Items) {
+				t.Errorf("items %+v, want %+v", o.Items, tc.placed.Items)
+			}
+		})
+	}
+}
+
 func TestSamePlacement(t *testing.T) {
 	o := fold(t, placed(), domain.OrderApproved{})
 	for _, tc := range []struct {
@@ -474,6 +525,10 @@ func TestSamePlacement(t *testing.T) {
 		{"other customer", func(p *domain.PlaceOrder) { p.CustomerID = "c-2" }, false},
 		{"other currency", func(p *domain.PlaceOrder) { p.Currency = "USD" }, false},
 		{"other freight", func(p *domain.PlaceOrder) { p.FreightCents++ }, false},
+		{"other line freight", func(p *domain.PlaceOrder) { p.Items[1].FreightCents++ }, false},
+		{"order freight moved to a line", func(p *domain.PlaceOrder) {
+			p.Items[0].FreightCents, p.FreightCents = p.FreightCents, 0
+		}, false},
 		{"other quantity", func(p *domain.PlaceOrder) { p.Items[1].Quantity++ }, false},
 		{"other price", func(p *domain.PlaceOrder) { p.Items[0].UnitPriceCents++ }, false},
 		{"other sku", func(p *domain.PlaceOrder) { p.Items[0].SKU = "sku-9" }, false},
@@ -485,6 +540,12 @@ func TestSamePlacement(t *testing.T) {
 		if got := o.SamePlacement(p); got != tc.want {
 			t.Errorf("%s: SamePlacement = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	p := placeCmd()
+	p.Items[0].FreightCents, p.FreightCents = 400, 599
+	if o := fold(t, domain.OrderPlaced{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items,
+		FreightCents: p.FreightCents}); !o.SamePlacement(p) {
+		t.Error("an order placed with line freight differs from its own placement")
 	}
 	if (domain.Order{}).SamePlacement(domain.PlaceOrder{}) {
 		t.Error("a new order has the same placement as an empty PlaceOrder")

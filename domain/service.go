@@ -279,7 +279,7 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 		c.Events = append(c.Events, Event{
 			ID: s.NewID(), StreamID: orderID, StreamType: StreamTypeOrder, Type: d.EventType(),
 			Version: o.Version + int64(i) + 1, OccurredAt: at, Data: d,
-			Metadata: Metadata{CorrelationID: opt.CorrelationID, CausationID: opt.CommandID, SchemaVersion: currentSchemaVersion},
+			Metadata: Metadata{CorrelationID: opt.CorrelationID, CausationID: opt.CommandID, SchemaVersion: CurrentSchema(d.EventType())},
 		})
 	}
 	recordedAt, err := s.Store.Append(ctx, c)

@@ -390,7 +390,7 @@ func assertStream(t *testing.T, store *domaintest.MemStore, n int) []domain.Even
 	ids := map[string]bool{}
 	for i, e := range evs {
 		if e.Version != int64(i+1) || e.StreamID != orderID || e.StreamType != domain.StreamTypeOrder ||
-			e.Type != e.Data.EventType() || e.Metadata.SchemaVersion != 1 || e.ID == "" || ids[e.ID] ||
+			e.Type != e.Data.EventType() || e.Metadata.SchemaVersion != domain.CurrentSchema(e.Type) || e.ID == "" || ids[e.ID] ||
 			!reflect.DeepEqual(e.RecordedAt, domain.Timestamp(storeNow)) {
 			t.Fatalf("event %d: %+v", i, e)
 		}
@@ -413,7 +413,8 @@ func TestServiceEventMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	evs := assertStream(t, store, 3)
-	want := []domain.Metadata{{CorrelationID: "corr-1", CausationID: "cmd-1", SchemaVersion: 1}, {CorrelationID: "cmd-2", CausationID: "cmd-2", SchemaVersion: 1}}
+	// OrderPlaced is at schema 2 (line freight), the others at 1.
+	want := []domain.Metadata{{CorrelationID: "corr-1", CausationID: "cmd-1", SchemaVersion: 2}, {CorrelationID: "cmd-2", CausationID: "cmd-2", SchemaVersion: 1}}
 	for i, w := range want {
 		if evs[i].Metadata != w {
 			t.Errorf("event %d metadata = %+v, want %+v", i+1, evs[i].Metadata, w)

@@ -3,6 +3,7 @@ package http_test
 import (
 	"encoding/json"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -26,6 +27,54 @@ func TestPlace(t *testing.T) {
 	if w, _ := json.Marshal(want); string(got) != string(w) {
 		t.Errorf("OrderPlaced = %s, want %s", got, w)
 	}
+}
+
+// TestPlaceFreightPerLine: each item may carry its own freight_cents (as
+// Olist's order_items.freight_value); it is stored on the line and counted
+// in the order's freight and total, next to an order-level freight_cents.
+func TestPlaceFreightPerLine(t *testing.T) {
+	e := newEnv(t)
+	rec := e.post(t, "/v1/orders", placeBodyWith("o-1", `"customer_id": "c-1", "currency": "BRL", "items": [`+
+		`{"sku": "sku-1", "quantity": 2, "unit_price_cents": 1250, "freight_cents": 872},`+
+		`{"sku": "sku-2", "quantity": 1, "unit_price_cents": 990}], "freight_cents": 100`))
+	wantCommand(t, rec, http.StatusCreated, commandAnswer{OrderID: "o-1", Version: 1, Status: "created"}, false)
+	evs := e.store.Events("o-1")
+	want := domain.OrderPlaced{CustomerID: "c-1", Currency: "BRL", FreightCents: 100, Items: []domain.Line{
+		{SKU: "sku-1", Quantity: 2, UnitPriceCents: 1250, FreightCents: 872}, {SKU: "sku-2", Quantity: 1, UnitPriceCents: 990}}}
+	if len(evs) != 1 || !reflect.DeepEqual(evs[0].Data, want) {
+		t.Fatalf("stream o-1 = %+v, want one %+v", evs, want)
+	}
+
+	rec = e.get(t, "/v1/orders/o-1")
+	var o struct {
+		Items []struct {
+			SKU          string `json:"sku"`
+			FreightCents *int64 `json:"freight_cents"`
+		} `json:"items"`
+		SubtotalCents int64 `json:"subtotal_cents"`
+		FreightCents  int64 `json:"freight_cents"`
+		TotalCents    int64 `json:"total_cents"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &o); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("GET /v1/orders/o-1: %d %s", rec.Code, rec.Body)
+	}
+	if o.SubtotalCents != 2*1250+990 || o.FreightCents != 872+100 || o.TotalCents != 2*1250+990+872+100 {
+		t.Errorf("subtotal %d, freight %d, total %d; want %d, %d, %d", o.SubtotalCents, o.FreightCents, o.TotalCents,
+			2*1250+990, 872+100, 2*1250+990+872+100)
+	}
+	if len(o.Items) != 2 || o.Items[0].FreightCents == nil || *o.Items[0].FreightCents != 872 || o.Items[1].FreightCents != nil {
+		t.Errorf("items %s; want the first with freight_cents 872, the second without", rec.Body)
+	}
+
+	// The same lines again are the same placement; other line freight is not.
+	rec = e.post(t, "/v1/orders", placeBodyWith("o-1", `"customer_id": "c-1", "currency": "BRL", "items": [`+
+		`{"sku": "sku-1", "quantity": 2, "unit_price_cents": 1250, "freight_cents": 872},`+
+		`{"sku": "sku-2", "quantity": 1, "unit_price_cents": 990, "freight_cents": 0}], "freight_cents": 100`))
+	wantCommand(t, rec, http.StatusCreated, commandAnswer{OrderID: "o-1", Version: 1, Status: "created"}, true)
+	rec = e.post(t, "/v1/orders", placeBodyWith("o-1", `"customer_id": "c-1", "currency": "BRL", "items": [`+
+		`{"sku": "sku-1", "quantity": 2, "unit_price_cents": 1250, "freight_cents": 972},`+
+		`{"sku": "sku-2", "quantity": 1, "unit_price_cents": 990}]`))
+	wantProblem(t, rec, http.StatusConflict, "/problems/already-exists")
 }
 
 func TestPlaceGeneratesID(t *testing.T) {
@@ -274,7 +323,12 @@ func TestIfMatch(t *testing.T) {
 		field   string
 	}{
 		{name: "current", ifMatch: `"2"`, status: http.StatusOK},
-		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusOK},
+		// If-Match compares strong tags only (RFC 9110 §13.1.1): a weak
+		// tag matches no version, not even the current one.
+		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "stale, weak", ifMatch: `W/"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "weak, not a number", ifMatch: `W/"abc"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "current, unquoted", ifMatch: `2`, status: http.StatusOK},
 		{name: "stale", ifMatch: `"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
 		{name: "ahead", ifMatch: `"3"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
 		{name: "zero", ifMatch: `"0"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},

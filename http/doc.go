@@ -10,7 +10,8 @@
 // statuses in one table (codes); only 5xx are logged.
 //
 // Commands accept Idempotency-Key (invariant 7), If-Match: "<version>"
-// (412 when stale; no server-side retry then) and X-Correlation-ID; they
+// (compared strongly, RFC 9110 §13.1.1: 412 when stale or weak, W/"<n>";
+// no server-side retry then) and X-Correlation-ID; they
 // answer with ETag: "<version>". GET /v1/order-summaries/{id}?min_version=N
 // waits, bounded, until the read model reflects version N: read-your-writes
 // over an eventually consistent model.

@@ -148,6 +148,10 @@ func TestPlaceHostileBody(t *testing.T) {
 		{name: "price null", body: withItem(`"sku": "s", "quantity": 1, "unit_price_cents": null`), status: 422, typ: validation, fields: []string{"items[0].unit_price_cents"}},
 		{name: "freight negative", body: `{` + base + `, "freight_cents": -1}`, status: 422, typ: validation, fields: []string{"freight_cents"}},
 		{name: "freight overflow", body: `{` + base + `, "freight_cents": 9223372036854775808}`, status: 422, typ: validation, fields: []string{"freight_cents"}},
+		{name: "line freight negative", body: withItem(`"sku": "s", "quantity": 1, "unit_price_cents": 1, "freight_cents": -1`), status: 422, typ: validation, fields: []string{"items[0].freight_cents"}},
+		{name: "line freight over max", body: withItem(`"sku": "s", "quantity": 1, "unit_price_cents": 1, "freight_cents": 1000000000001`), status: 422, typ: validation, fields: []string{"items[0].freight_cents"}},
+		{name: "line freight fraction", body: withItem(`"sku": "s", "quantity": 1, "unit_price_cents": 1, "freight_cents": 8.72`), status: 422, typ: validation, fields: []string{"items*"}},
+		{name: "line freight string", body: withItem(`"sku": "s", "quantity": 1, "unit_price_cents": 1, "freight_cents": "872"`), status: 422, typ: validation, fields: []string{"items*"}},
 		{name: "item null", body: `{"customer_id": "c-1", "currency": "BRL", "items": [null]}`, status: 422, typ: validation, fields: []string{"items[0].sku"}},
 
 		// Lines.

@@ -519,7 +519,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary}
 	dead := domain.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
 		Error: "e", Deliveries: 1, ParkedAt: at, StreamSeq: 1, RetriedAt: at, RetryResult: "r"}
-	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1}
+	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1, FreightCents: 1}
 	order := domain.Order{ID: "o", CustomerID: "c", Status: domain.StatusCanceled, Currency: "BRL", Items: []domain.Line{line},
 		ItemCount: 1, SubtotalCents: 1, FreightCents: 1, TotalCents: 2, PlacedAt: &at, ApprovedAt: &at, InvoicedAt: &at,
 		ProcessingAt: &at, ShippedAt: &at, DeliveredAt: &at, CanceledAt: &at, UnavailableAt: &at, Reason: "r", Version: 9, UpdatedAt: at}

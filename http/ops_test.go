@@ -18,6 +18,28 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 )
 
+// TestOpsOnly: an instance without the api role serves health, readiness
+// and metrics, and no API route.
+func TestOpsOnly(t *testing.T) {
+	e := newEnv(t, func(c *orderhttp.Config) {
+		c.OpsOnly = true
+		c.Commands, c.ReadModels = nil, nil
+		c.Ready = map[string]orderhttp.Check{"bus": func(context.Context) error { return domain.ErrUnavailable }}
+	})
+	for path, want := range map[string]int{"/healthz": 200, "/readyz": 503, "/metrics": 200, "/openapi.json": 404,
+		"/v1/orders/o-1": 404, "/v1/order-summaries/o-1": 404} {
+		if rec := e.get(t, path); rec.Code != want {
+			t.Errorf("GET %s: %d %s, want %d", path, rec.Code, rec.Body, want)
+		}
+	}
+	if rec := e.post(t, "/v1/orders", placeBody("o-1")); rec.Code != http.StatusNotFound {
+		t.Errorf("POST /v1/orders: %d, want 404", rec.Code)
+	}
+	if rec := e.get(t, "/readyz"); !strings.Contains(rec.Body.String(), `"bus":"unavailable"`) {
+		t.Errorf("/readyz: %s, want the bus named", rec.Body)
+	}
+}
+
 func TestHealthz(t *testing.T) {
 	e := newEnv(t, func(c *orderhttp.Config) {
 		c.Ready = map[string]orderhttp.Check{"store": func(context.Context) error { return errors.New("down") }}

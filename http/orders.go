@@ -20,6 +20,8 @@ import (
 )
 
 // placeRequest is the body of POST /v1/orders. Amounts are minor units.
+// freight_cents is an optional whole-order charge on top of the lines'
+// own freight_cents.
 type placeRequest struct {
 	OrderID      string        `json:"order_id" validate:"omitempty,id"`
 	CustomerID   string        `json:"customer_id" validate:"required,id"`
@@ -29,10 +31,13 @@ type placeRequest struct {
 	At           string        `json:"at" validate:"omitempty,rfc3339"`
 }
 
+// itemRequest is one line: unit_price_cents per unit, the optional
+// freight_cents for the whole line (Olist's freight_value per item).
 type itemRequest struct {
 	SKU            string `json:"sku" validate:"required,id"`
 	Quantity       int64  `json:"quantity" validate:"required,min=1,max=1000000"`
 	UnitPriceCents *int64 `json:"unit_price_cents" validate:"required,min=0,max=1000000000000"`
+	FreightCents   int64  `json:"freight_cents" validate:"min=0,max=1000000000000"`
 }
 
 // stepRequest is the optional body of approve, invoice, process, ship and
@@ -95,7 +100,8 @@ func (s *Server) place(c echo.Context) error {
 	}
 	cmd := domain.PlaceOrder{CustomerID: req.CustomerID, Currency: req.Currency, FreightCents: req.FreightCents, At: parseTime(req.At)}
 	for _, it := range req.Items {
-		cmd.Items = append(cmd.Items, domain.Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: *it.UnitPriceCents})
+		cmd.Items = append(cmd.Items, domain.Line{SKU: it.SKU, Quantity: it.Quantity, UnitPriceCents: *it.UnitPriceCents,
+			FreightCents: it.FreightCents})
 	}
 	res, err := s.execute(c, req.OrderID, cmd)
 	if err != nil {
@@ -142,7 +148,11 @@ func respond(c echo.Context, status int, res domain.Result) error {
 
 func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
 
-// commandOptions reads Idempotency-Key, If-Match and X-Correlation-ID.
+// commandOptions reads Idempotency-Key, If-Match and X-Correlation-ID. A
+// malformed header is a validation error (422). A weak If-Match tag,
+// W/"<version>", is well formed but wraps domain.ErrPreconditionFailed
+// (412): If-Match uses the strong comparison (RFC 9110 §13.1.1), under
+// which a weak tag matches no version, whatever the order's state.
 func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 	h := c.Request().Header
 	opt := domain.ExecOptions{CommandID: c.Response().Header().Get(echo.HeaderXRequestID)}
@@ -152,10 +162,15 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 		}
 		opt.IdempotencyKey = k
 	}
+	var weak string
 	if m := h.Get("If-Match"); m != "" {
-		v, err := strconv.ParseInt(strings.Trim(strings.TrimPrefix(m, "W/"), `"`), 10, 64)
+		tag, isWeak := strings.CutPrefix(m, "W/")
+		v, err := strconv.ParseInt(strings.Trim(tag, `"`), 10, 64)
 		if err != nil || v < 0 {
 			return opt, invalid(domain.FieldError{Field: "If-Match", Detail: `an entity tag "<version>" as sent in ETag`})
+		}
+		if isWeak {
+			weak = m
 		}
 		opt.IfMatch = &v
 	}
@@ -164,6 +179,12 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 			return opt, invalid(domain.FieldError{Field: "X-Correlation-ID", Detail: "1 to 128 visible ASCII characters"})
 		}
 		opt.CorrelationID = id
+	}
+	// Checked last: a precondition is evaluated only on an otherwise
+	// valid request (RFC 9110 §13.2.1).
+	if weak != "" {
+		return opt, fmt.Errorf("If-Match %s: a weak entity tag never matches (If-Match compares strong tags only, RFC 9110 §13.1.1): %w",
+			weak, domain.ErrPreconditionFailed)
 	}
 	return opt, nil
 }

@@ -47,9 +47,13 @@ type StoreGuard interface {
 
 // Config configures a Server. Zero durations take the defaults in brackets.
 type Config struct {
+	// OpsOnly serves only /healthz, /readyz and /metrics, for an instance
+	// without the api role; Commands, ReadModels and Admin are unused then.
+	OpsOnly bool
+
 	Commands   Commands
 	ReadModels ReadModels
-	Ready      map[string]Check // checked by /readyz, e.g. "store", "bus"
+	Ready      map[string]Check // checked by /readyz: what this instance's roles need, e.g. "store", "bus"
 	Store      StoreGuard       // optional: answer /v1 requests 503 at once while the store is down
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
@@ -81,7 +85,8 @@ type Server struct {
 	watch   *summaryWatch
 }
 
-// NewServer builds the routes.
+// NewServer builds the routes: the REST API with health, readiness and
+// metrics, or only the last three when cfg.OpsOnly.
 func NewServer(cfg Config) *Server {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = 1 << 20
@@ -128,11 +133,14 @@ func NewServer(cfg Config) *Server {
 	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/openapi.json", openAPIDocument)
 	e.GET("/readyz", s.ready)
 	if cfg.Gatherer != nil {
 		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
+	if cfg.OpsOnly {
+		return s
+	}
+	e.GET("/openapi.json", openAPIDocument)
 
 	v1 := e.Group("/v1", middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
 	v1.POST("/orders", s.place)
@@ -166,6 +174,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.http.Shutdown(ctx)
 }
 
+// ready answers /readyz: 200 when every check of Config.Ready passes, else
+// 503; the body maps each check's name to "ok" or "unavailable".
 func (s *Server) ready(c echo.Context) error {
 	status, body := http.StatusOK, map[string]string{}
 	for name, check := range s.cfg.Ready {

@@ -123,7 +123,9 @@ func lifecycle(i int, customerID string) []domain.EventData {
 		Currency:   []string{"BRL", "EUR"}[i%2],
 		Items: []domain.Line{
 			{SKU: "sku-a", Quantity: int64(1 + i%3), UnitPriceCents: int64(1000 + 37*i)},
-			{SKU: "sku-b", Quantity: 1, UnitPriceCents: 250},
+			// Freight on some lines, as in the Olist data, next to the
+			// order-level freight of others.
+			{SKU: "sku-b", Quantity: 1, UnitPriceCents: 250, FreightCents: int64(90 * (i % 3))},
 		},
 		FreightCents: int64(100 * (i % 4)),
 	}
@@ -180,7 +182,7 @@ func newEvent(id string, v int64, d domain.EventData, at time.Time) domain.Event
 	return domain.Event{
 		ID: fmt.Sprintf("%s-e%d", id, v), StreamID: id, StreamType: domain.StreamTypeOrder, Type: d.EventType(),
 		Version: v, OccurredAt: domain.Timestamp(at), Data: d,
-		Metadata: domain.Metadata{CorrelationID: "corr-" + id, CausationID: fmt.Sprintf("cmd-%s-%d", id, v), SchemaVersion: 1},
+		Metadata: domain.Metadata{CorrelationID: "corr-" + id, CausationID: fmt.Sprintf("cmd-%s-%d", id, v), SchemaVersion: domain.CurrentSchema(d.EventType())},
 	}
 }
 

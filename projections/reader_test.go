@@ -1,6 +1,7 @@
 package projections_test
 
 import (
+	"context"
 	"reflect"
 	"slices"
 	"strings"
@@ -92,4 +93,72 @@ func ids(os []domain.Order) []string {
 		out[i] = o.ID
 	}
 	return out
+}
+
+// TestReadModelsCountLineFreight: both read models fold an order whose
+// lines carry their own freight into totals that include it, and an order
+// placed before lines had freight (schema 1, freight on the order) into
+// the totals it always had.
+func TestReadModelsCountLineFreight(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	db := storetest.Database(t)
+	es := newLog(t, ctx, db)
+	at := time.Date(2018, 1, 2, 3, 4, 5, 0, time.UTC)
+	lines := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", Items: []domain.Line{
+		{SKU: "sku-a", Quantity: 2, UnitPriceCents: 5890, FreightCents: 1579},
+		{SKU: "sku-b", Quantity: 1, UnitPriceCents: 2999, FreightCents: 872},
+	}}
+	old := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", FreightCents: 1500,
+		Items: []domain.Line{{SKU: "sku-c", Quantity: 1, UnitPriceCents: 4990}}}
+	oldEvent := newEvent("f-old", 1, old, at)
+	oldEvent.Metadata.SchemaVersion = 1 // as written before lines had freight
+	var events []domain.Event
+	for _, e := range []domain.Event{newEvent("f-lines", 1, lines, at), oldEvent} {
+		if _, err := es.Append(ctx, domain.Commit{StreamID: e.StreamID, StreamType: e.StreamType, Events: []domain.Event{e}}); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := es.LoadFrom(ctx, e.StreamID, 1)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("load %s: %v, %v", e.StreamID, evs, err)
+		}
+		events = append(events, evs...)
+	}
+	if v := events[1].Metadata.SchemaVersion; v != 1 {
+		t.Fatalf("the old-shape order was stored at schema %d, want 1", v)
+	}
+	for _, s := range []interface {
+		Apply(context.Context, []domain.Event) (projections.Outcome, map[string]error, error)
+	}{
+		projections.NewStore(db, projections.OrderSummaries, es, nil),
+		projections.NewStore(db, projections.CustomerOrderStats, es, nil),
+	} {
+		if _, poison, err := s.Apply(ctx, events); err != nil || len(poison) > 0 {
+			t.Fatalf("Apply: poison %v, err %v", poison, err)
+		}
+	}
+
+	r := projections.NewReader(db, projections.NewPointers(db))
+	want := map[string]struct{ freight, total int64 }{
+		"f-lines": {1579 + 872, 2*5890 + 2999 + 1579 + 872},
+		"f-old":   {1500, 4990 + 1500},
+	}
+	for id, w := range want {
+		o, err := r.Summary(ctx, id)
+		if err != nil {
+			t.Fatalf("summary %s: %v", id, err)
+		}
+		if o.FreightCents != w.freight || o.TotalCents != w.total {
+			t.Errorf("summary %s: freight %d, total %d; want %d, %d", id, o.FreightCents, o.TotalCents, w.freight, w.total)
+		}
+	}
+	if o, _ := r.Summary(ctx, "f-lines"); !reflect.DeepEqual(o.Items, lines.Items) {
+		t.Errorf("summary items %+v, want %+v", o.Items, lines.Items)
+	}
+	stats, err := r.CustomerStats(ctx, "cust-f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := stats.LifetimeValueCents["BRL"]; v != want["f-lines"].total+want["f-old"].total {
+		t.Errorf("lifetime value %d, want %d", v, want["f-lines"].total+want["f-old"].total)
+	}
 }

@@ -15,6 +15,7 @@ type adminAPI struct {
 	jobs    *projections.Jobs
 	dead    *projections.DeadLetters
 	runners []*projections.Runner
+	bus     bool // false on an api-only instance without NATS_URL: no consumer lag to show
 }
 
 func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (projections.Job, error) {
@@ -48,6 +49,9 @@ func (a *adminAPI) Projections(ctx context.Context) ([]projections.ProjectionSta
 		r := a.runner(name)
 		if r == nil {
 			return nil, ""
+		}
+		if !a.bus {
+			return nil, "consumer: unknown, this instance has no NATS_URL"
 		}
 		n, err := r.Lag(ctx)
 		if err != nil {

@@ -37,7 +37,9 @@ type Main struct {
 	Config Config
 	Log    *slog.Logger
 
-	// HTTPAddr is the API's bound address once Run has returned.
+	// HTTPAddr is the bound address of the HTTP server once Run has
+	// returned: the API, or health, readiness and metrics only for an
+	// instance without the api role.
 	HTTPAddr string
 	// Out receives the start-up summary of the embedded mode [os.Stderr].
 	Out io.Writer
@@ -75,8 +77,9 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.W
 }
 
 // Run connects to (or starts) the servers, ensures indexes, stream and
-// consumers, and starts the configured roles. It returns once the API
-// listens; the roles run until Close.
+// consumers, and starts the configured roles. It returns once the HTTP
+// server listens (every role has one: /readyz checks what the roles need,
+// see readyChecks); the roles run until Close.
 func (m *Main) Run(ctx context.Context) (err error) {
 	c := &m.Config
 	if err := c.Validate(); err != nil {
@@ -89,7 +92,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if m.stopTracing, err = startTracing(ctx, *c); err != nil {
 		return err
 	}
-	embeddedStore, embeddedNATS := c.MongoURI == "", c.NATSURL == ""
+	embeddedStore, embeddedNATS := c.MongoURI == "", c.NATSURL == "" && r.needsBus()
 	if m.stopEmbedded, err = startEmbedded(c, m.Log); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
@@ -103,15 +106,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return fmt.Errorf("mongodb: %w", err)
 	}
 	db := m.mongo.Database(c.Database)
-	m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
-	if err != nil {
-		return fmt.Errorf("nats: %w", err)
-	}
-	// Acks the relay gave up on must not stay pending in the client.
-	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second))
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
+	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
+	// instance starts and takes commands while NATS is down; it uses NATS
+	// only to show consumer lag on the admin API. Without NATS_URL it has
+	// no connection at all (js stays nil).
+	var js jetstream.JetStream
+	if c.NATSURL != "" {
+		m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
+			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+		if err != nil {
+			return fmt.Errorf("nats: %w", err)
+		}
+		// Acks the relay gave up on must not stay pending in the client.
+		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
+			return fmt.Errorf("jetstream: %w", err)
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -122,8 +131,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelSetup()
-	if err := eventstore.EnsureStream(setupCtx, js, stream); err != nil {
-		return err
+	// Only the roles that use the stream wait for it: the relay, a
+	// projector or a jobs instance creates it.
+	if r.needsBus() {
+		if err := eventstore.EnsureStream(setupCtx, js, stream); err != nil {
+			return err
+		}
 	}
 	store := eventstore.New(db, eventstore.WithMetrics(storeMetrics))
 	if err := store.EnsureIndexes(setupCtx); err != nil {
@@ -183,6 +196,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
+	ready := readyChecks(r, store.Ping, m.busConnected)
 	if r.api {
 		var cache domain.StateCache
 		if c.CacheSize > 0 {
@@ -196,26 +210,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
 			Commands: svc, ReadModels: projections.NewReader(db, pointers),
-			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners}, AdminToken: c.AdminToken,
-			Ready: map[string]orderhttp.Check{
-				"store": store.Ping,
-				"bus": func(context.Context) error {
-					if !m.nc.IsConnected() {
-						return errors.New("nats: not connected")
-					}
-					return nil
-				},
-			},
-			Store:    reach,
-			Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
+			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners, bus: js != nil}, AdminToken: c.AdminToken,
+			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})
-		ln, err := net.Listen("tcp", c.HTTPAddr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", c.HTTPAddr, err)
-		}
-		m.HTTPAddr = ln.Addr().String()
-		g.Go(func() error { return m.http.Serve(ln) })
+	} else {
+		// Health, readiness and metrics only, so that probes and scrapers
+		// see every role.
+		m.http = orderhttp.NewServer(orderhttp.Config{OpsOnly: true, Ready: ready, Gatherer: reg, Registerer: reg,
+			Log: m.Log.With("component", "http")})
 	}
+	ln, err := net.Listen("tcp", c.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", c.HTTPAddr, err)
+	}
+	m.HTTPAddr = ln.Addr().String()
+	g.Go(func() error { return m.http.Serve(ln) })
 	if r.api && c.AdminToken == "" {
 		m.Log.Info("admin routes are off: set ADMIN_TOKEN to turn them on")
 	}
@@ -224,6 +233,30 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.MongoURI),
 		"nats_url", redact(c.NATSURL), "instance", c.instanceID(), "tracing", c.OTLPEndpoint != "")
+	return nil
+}
+
+// readyChecks returns what /readyz checks for roles r: the store for every
+// role, and the bus too when a role needs it (roles.needsBus). A process
+// with several roles checks the union; an api-only instance stays ready
+// while NATS is down, since commands need only the store.
+func readyChecks(r roles, store, bus orderhttp.Check) map[string]orderhttp.Check {
+	checks := map[string]orderhttp.Check{"store": store}
+	if r.needsBus() {
+		checks["bus"] = bus
+	}
+	return checks
+}
+
+// busConnected is the readiness check of the bus: nil while the NATS
+// connection is up.
+func (m *Main) busConnected(context.Context) error {
+	if m.nc == nil {
+		return errors.New("nats: no NATS_URL")
+	}
+	if !m.nc.IsConnected() {
+		return errors.New("nats: not connected")
+	}
 	return nil
 }
 
@@ -240,8 +273,10 @@ func (m *Main) printEmbedded(store, bus bool) {
 		dir = c.DataDir
 	}
 	fmt.Fprintf(out, "\norderd is running in embedded mode (roles: %s); its data lives under %s\n", c.Roles, dir)
-	if m.HTTPAddr != "" {
+	if r, _ := c.roles(); r.api {
 		fmt.Fprintf(out, "  REST API         http://%s   (try: curl http://%s/readyz)\n", m.HTTPAddr, m.HTTPAddr)
+	} else {
+		fmt.Fprintf(out, "  health           http://%s/readyz   (no api role: health, readiness and metrics only)\n", m.HTTPAddr)
 	}
 	if store {
 		fmt.Fprintf(out, "  event store      %s   FerretDB on SQLite, files in %s; open it with mongosh\n",
@@ -277,7 +312,9 @@ func (m *Main) Close() error {
 		}
 	}
 	if m.nc != nil {
-		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		// Drain closes a connection that is reconnecting (NATS down) at
+		// once, with nothing to drain: not an error of the shutdown.
+		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrConnectionReconnecting) {
 			errs = append(errs, err)
 		}
 		for i := 0; i < 100 && !m.nc.IsClosed(); i++ {

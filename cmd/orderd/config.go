@@ -12,7 +12,7 @@ import (
 
 // Config is read once, here: environment variables give the values, flags
 // override them. The embedded servers start when MONGODB_URI or NATS_URL is
-// empty.
+// empty, NATS only for roles that need it (roles.needsBus).
 type Config struct {
 	HTTPAddr          string // ORDERD_HTTP_ADDR
 	MongoURI          string // MONGODB_URI
@@ -92,7 +92,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.HTTPAddr, "ORDERD_HTTP_ADDR", "http-addr", "REST API listen address")
 	str(&c.MongoURI, "MONGODB_URI", "mongodb-uri", "MongoDB URI; empty starts the embedded store")
 	str(&c.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
-	str(&c.NATSURL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server")
+	str(&c.NATSURL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server (the api role alone needs none)")
 	str(&c.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
 	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector, jobs (comma-separated) or all")
 	str(&c.InstanceID, "ORDERD_INSTANCE_ID", "instance-id", "instance id for leases (default: host name and pid)")
@@ -152,6 +152,11 @@ func (c Config) Validate() error {
 }
 
 type roles struct{ api, relay, projector, jobs bool }
+
+// needsBus reports whether a role of r uses NATS: the relay publishes,
+// projectors consume, jobs republish (replays). The api role needs only
+// the store: its appends reach NATS through the outbox, by a relay.
+func (r roles) needsBus() bool { return r.relay || r.projector || r.jobs }
 
 func (c Config) roles() (roles, error) {
 	var r roles

@@ -81,7 +81,11 @@ func TestDeploymentsChecksCatchBreaks(t *testing.T) {
 		{"compose depends_on target", "compose.yaml", "condition: service_completed_successfully", "condition: service_healthy", "has no healthcheck"},
 		{"compose admin token default", "compose.yaml", "ADMIN_TOKEN: ${ADMIN_TOKEN:?set ADMIN_TOKEN to the admin API token, see deployments/README.md}", "ADMIN_TOKEN: ${ADMIN_TOKEN:-change-me}", "literal"},
 		{"compose role missing", "compose.yaml", "ORDERD_ROLES: jobs", "ORDERD_ROLES: projector", "no orderd service runs the jobs role"},
-		{"compose http on a non-api role", "compose.yaml", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n    ports:\n      - \"9090:8080\"\n", "serves no HTTP"},
+		{"compose ports on a non-api role", "compose.yaml", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n    ports:\n      - \"9090:8080\"\n", "serves no API"},
+		{"compose non-api role without healthcheck", "compose.yaml", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n    healthcheck: *orderd-healthcheck\n", "      ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: \"0\"\n", "service jobs-1: an orderd instance needs a healthcheck"},
+		{"compose non-api healthcheck on an API route", "compose.yaml", "      ORDERD_INSTANCE_ID: projector-2\n      ORDERD_PROJECTOR_WORKERS: \"1\"\n    healthcheck: *orderd-healthcheck\n",
+			"      ORDERD_INSTANCE_ID: projector-2\n      ORDERD_PROJECTOR_WORKERS: \"1\"\n    healthcheck:\n      test: [\"CMD\", \"wget\", \"-q\", \"-O\", \"/dev/null\", \"http://127.0.0.1:8080/readyz?x=1\", \"http://127.0.0.1:8080/openapi.json\"]\n",
+			"GET /openapi.json answered 404 on an orderd without the api role"},
 		{"compose undeclared volume", "compose.yaml", "  nats-3-data:\n", "", "nats-3-data is not declared"},
 		{"dockerfile tags", "Dockerfile", "-tags noembed ", "", "-tags noembed"},
 		{"dockerfile cgo", "Dockerfile", "ENV CGO_ENABLED=0 ", "ENV ", "CGO_ENABLED=0"},
@@ -97,6 +101,8 @@ func TestDeploymentsChecksCatchBreaks(t *testing.T) {
 		{"k8s invalid role", "kubernetes/projector.yaml", "value: projector", "value: projectors", `role "projectors"`},
 		{"k8s readiness route", "kubernetes/api.yaml", "path: /readyz", "path: /readiness", "GET /readiness answered 404"},
 		{"k8s container port", "kubernetes/api.yaml", "containerPort: 8080", "containerPort: 8081", "8081"},
+		{"k8s projector probe on an API route", "kubernetes/projector.yaml", "path: /readyz", "path: /v1/order-summaries", "GET /v1/order-summaries answered 404 on an orderd without the api role"},
+		{"k8s jobs without readiness probe", "kubernetes/jobs.yaml", "          readinessProbe:\n            httpGet:\n              path: /readyz\n              port: http\n            periodSeconds: 5\n            timeoutSeconds: 3\n            failureThreshold: 2\n", "", "readinessProbe path \"\"; want /readyz"},
 		{"k8s probe port", "kubernetes/api.yaml", "path: /readyz\n              port: http", "path: /readyz\n              port: 9090", "port 9090"},
 		{"k8s secret key", "kubernetes/secret.yaml", "  ADMIN_TOKEN: replace-me", "  ADMIN_TOKN: replace-me", "ADMIN_TOKEN"},
 		{"k8s admin token not from secret", "kubernetes/api.yaml", "            - name: ADMIN_TOKEN\n              valueFrom:\n                secretKeyRef:\n                  name: orderd-secrets\n                  key: ADMIN_TOKEN\n", "", "does not read ADMIN_TOKEN from a Secret"},
@@ -182,8 +188,9 @@ func deployConfig(env map[string]string) (Config, roles, error) {
 		return c, roles{}, err
 	}
 	var errs []error
-	if c.MongoURI == "" || c.NATSURL == "" {
-		errs = append(errs, errors.New("MONGODB_URI and NATS_URL are required by the production build (-tags noembed)"))
+	r, _ := c.roles()
+	if c.MongoURI == "" || (c.NATSURL == "" && r.needsBus()) {
+		errs = append(errs, errors.New("MONGODB_URI, and NATS_URL for roles but api alone, are required by the production build (-tags noembed)"))
 	}
 	if c.MongoURI != "" {
 		if _, err := connstring.ParseAndValidate(c.MongoURI); err != nil {
@@ -195,7 +202,6 @@ func deployConfig(env map[string]string) (Config, roles, error) {
 			errs = append(errs, fmt.Errorf("NATS_URL: %w", u.err))
 		}
 	}
-	r, _ := c.roles()
 	return c, r, errors.Join(errs...)
 }
 
@@ -237,7 +243,8 @@ type deployChecker struct {
 	known  map[string]bool
 	errs   []string
 	docker *dockerfileInfo
-	api    http.Handler
+	api    http.Handler // the HTTP server of an instance with the api role
+	ops    http.Handler // of one without: health, readiness and metrics only
 }
 
 func (c *deployChecker) errorf(format string, args ...any) {
@@ -256,6 +263,11 @@ func checkDeployments(dir string) []string {
 		Ready:    map[string]orderhttp.Check{"store": ok, "bus": ok},
 		Gatherer: prometheus.NewRegistry(),
 	}).Handler()
+	c.ops = orderhttp.NewServer(orderhttp.Config{
+		OpsOnly:  true,
+		Ready:    map[string]orderhttp.Check{"store": ok, "bus": ok},
+		Gatherer: prometheus.NewRegistry(),
+	}).Handler()
 	c.checkYAMLFiles()
 	c.checkDockerfile()
 	c.checkCompose()
@@ -263,17 +275,23 @@ func checkDeployments(dir string) []string {
 	return c.errs
 }
 
-// checkRoute requires GET target (path and query) on the API to answer 200,
-// as the probes want it, with every dependency reachable.
-func (c *deployChecker) checkRoute(where, target string) {
+// checkRoute requires GET target (path and query) to answer 200 on the
+// HTTP server of an instance with roles r, as the probes want it, with
+// every dependency reachable: the API with the api role, else health,
+// readiness and metrics only.
+func (c *deployChecker) checkRoute(where string, r roles, target string) {
 	if !strings.HasPrefix(target, "/") {
 		c.errorf("%s: probe path %q does not start with /", where, target)
 		return
 	}
+	h, what := c.api, "orderd's API"
+	if !r.api {
+		h, what = c.ops, "an orderd without the api role (health, readiness, metrics)"
+	}
 	rec := httptest.NewRecorder()
-	c.api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
 	if rec.Code != http.StatusOK {
-		c.errorf("%s: GET %s answered %d on orderd's API; want 200 (a probe needs a real route)", where, target, rec.Code)
+		c.errorf("%s: GET %s answered %d on %s; want 200 (a probe needs a real route)", where, target, rec.Code, what)
 	}
 }
 
@@ -716,32 +734,28 @@ func (c *deployChecker) checkCompose() {
 
 		ports := c.composePorts(where, svc["ports"])
 		hc := depMap(svc["healthcheck"])
-		if !r.api {
-			if len(ports) > 0 {
-				c.errorf("%s: publishes ports, but without the api role orderd serves no HTTP", where)
-			}
-			if depHasHealthcheck(svc) || hc == nil && c.docker != nil && c.docker.healthy {
-				c.errorf("%s: has a healthcheck, but without the api role orderd serves no HTTP", where)
-			}
-			continue
-		}
-		if own["ADMIN_TOKEN"] == "" {
-			c.errorf("%s: an api instance without ADMIN_TOKEN has the admin routes off", where)
-		} else if raw, ok := composeRawEnv(svc)["ADMIN_TOKEN"]; ok && !depAdminTokenFromShell.MatchString(raw) {
-			c.errorf("%s: ADMIN_TOKEN is %q: a default or literal token in the compose file; take it from the environment (${ADMIN_TOKEN:?...}) or an env file", where, raw)
-		}
 		port := c.httpPort(where, cfg.HTTPAddr)
-		for _, p := range ports {
-			if p != port {
-				c.errorf("%s: publishes container port %d, but orderd listens on %s", where, p, cfg.HTTPAddr)
+		if r.api {
+			if own["ADMIN_TOKEN"] == "" {
+				c.errorf("%s: an api instance without ADMIN_TOKEN has the admin routes off", where)
+			} else if raw, ok := composeRawEnv(svc)["ADMIN_TOKEN"]; ok && !depAdminTokenFromShell.MatchString(raw) {
+				c.errorf("%s: ADMIN_TOKEN is %q: a default or literal token in the compose file; take it from the environment (${ADMIN_TOKEN:?...}) or an env file", where, raw)
 			}
+			for _, p := range ports {
+				if p != port {
+					c.errorf("%s: publishes container port %d, but orderd listens on %s", where, p, cfg.HTTPAddr)
+				}
+			}
+		} else if len(ports) > 0 {
+			c.errorf("%s: publishes ports, but without the api role orderd serves no API (only health, readiness and metrics)", where)
 		}
 		if c.docker != nil && port != 0 && !slices.Contains(c.docker.expose, port) {
 			c.errorf("%s: listens on port %d, which the Dockerfile does not EXPOSE (%v)", where, port, c.docker.expose)
 		}
+		// Every role serves /readyz, checking what its roles need.
 		test := depStrs(hc["test"])
 		if len(test) < 2 || test[0] == "NONE" {
-			c.errorf("%s: an api instance needs a healthcheck on /readyz", where)
+			c.errorf("%s: an orderd instance needs a healthcheck on /readyz", where)
 			continue
 		}
 		if test[0] == "CMD" {
@@ -759,10 +773,10 @@ func (c *deployChecker) checkCompose() {
 			if u.Port() != strconv.Itoa(port) {
 				c.errorf("%s: healthcheck calls port %s, but orderd listens on %s", where, u.Port(), cfg.HTTPAddr)
 			}
-			c.checkRoute(where+" healthcheck", u.RequestURI())
+			c.checkRoute(where+" healthcheck", r, u.RequestURI())
 		}
 		if !readyz {
-			c.errorf("%s: healthcheck %q does not call /readyz (store and NATS reachable)", where, test)
+			c.errorf("%s: healthcheck %q does not call /readyz (what its roles need is reachable)", where, test)
 		}
 	}
 	for role, on := range map[string]bool{"api": allRoles.api, "relay": allRoles.relay, "projector": allRoles.projector, "jobs": allRoles.jobs} {
@@ -1230,7 +1244,7 @@ func (c *deployChecker) checkKubernetes() {
 				}
 				n++
 				if !d.roles.api {
-					c.errorf("%s selects the pods of %s, which serve no HTTP (no api role)", o, d)
+					c.errorf("%s selects the pods of %s, which serve no API (no api role)", o, d)
 					continue
 				}
 				for _, p := range depList(depDig(o.obj, "spec", "ports")) {
@@ -1406,18 +1420,16 @@ func (c *deployChecker) checkK8sDeployment(o k8sObject, configMaps, secrets map[
 			probes[p] = m
 		}
 	}
-	if !r.api {
-		if len(probes) > 0 || ct["ports"] != nil {
-			c.errorf("%s: declares ports or probes, but without the api role orderd serves no HTTP", where)
+	if r.api {
+		if !strings.HasPrefix(source["ADMIN_TOKEN"], "Secret ") || !depTokenIn(secrets, own["ADMIN_TOKEN"]) {
+			c.errorf("%s: the api Deployment does not read ADMIN_TOKEN from a Secret", where)
 		}
-		return d
+		if d.replicas < 2 {
+			c.errorf("%s: the api runs %d replicas; want at least 2", where, d.replicas)
+		}
 	}
-	if !strings.HasPrefix(source["ADMIN_TOKEN"], "Secret ") || !depTokenIn(secrets, own["ADMIN_TOKEN"]) {
-		c.errorf("%s: the api Deployment does not read ADMIN_TOKEN from a Secret", where)
-	}
-	if d.replicas < 2 {
-		c.errorf("%s: the api runs %d replicas; want at least 2", where, d.replicas)
-	}
+	// Every role listens on ORDERD_HTTP_ADDR: the API, or health,
+	// readiness and metrics only; its probes go there.
 	d.httpPort = c.httpPort(where, cfg.HTTPAddr)
 	if c.docker != nil && d.httpPort != 0 && !slices.Contains(c.docker.expose, d.httpPort) {
 		c.errorf("%s: listens on port %d, which the Dockerfile does not EXPOSE (%v)", where, d.httpPort, c.docker.expose)
@@ -1449,7 +1461,7 @@ func (c *deployChecker) checkK8sDeployment(o k8sObject, configMaps, secrets map[
 		if port := depContainerPort(ct, hg["port"]); port != d.httpPort {
 			c.errorf("%s: %s calls port %v (port %d), but orderd listens on %s", where, name, hg["port"], port, cfg.HTTPAddr)
 		}
-		c.checkRoute(where+" "+name, depStr(hg["path"]))
+		c.checkRoute(where+" "+name, r, depStr(hg["path"]))
 	}
 	return d
 }

@@ -13,8 +13,8 @@ import (
 )
 
 // startEmbedded starts the embedded servers that the config leaves
-// unnamed, with their data under DataDir, and fills in their URLs. The
-// returned func stops them.
+// unnamed, with their data under DataDir, and fills in their URLs; NATS
+// only when a role needs it. The returned func stops them.
 func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -22,7 +22,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			stops[i]()
 		}
 	}
-	if c.NATSURL == "" {
+	if r, _ := c.roles(); c.NATSURL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.EmbeddedNATSAddr)
 		if err != nil {
 			return stop, err

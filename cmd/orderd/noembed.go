@@ -8,10 +8,11 @@ import (
 )
 
 // startEmbedded is absent from production builds (-tags noembed): they need
-// MONGODB_URI and NATS_URL.
+// MONGODB_URI, and NATS_URL unless the api role is the only one.
 func startEmbedded(c *Config, _ *slog.Logger) (func(), error) {
-	if c.MongoURI == "" || c.NATSURL == "" {
-		return func() {}, errors.New("built without embedded servers (-tags noembed): set MONGODB_URI and NATS_URL")
+	r, _ := c.roles()
+	if c.MongoURI == "" || (c.NATSURL == "" && r.needsBus()) {
+		return func() {}, errors.New("built without embedded servers (-tags noembed): set MONGODB_URI and NATS_URL (NATS_URL may be left out with -roles api)")
 	}
 	return func() {}, nil
 }

@@ -301,7 +301,7 @@ func olistCommand(c replay.Command) domain.Command {
 	switch c.Name {
 	case replay.CmdPlace:
 		p := c.Place
-		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, FreightCents: p.FreightCents, At: p.At}
+		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, At: p.At}
 	case replay.CmdApprove:
 		return domain.Approve{At: c.At}
 	case replay.CmdInvoice:

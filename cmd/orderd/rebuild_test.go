@@ -142,7 +142,9 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	}
 
 	jobsFlags := func(id string) []string {
-		return []string{"-roles", "jobs", "-instance-id", id, "-mongodb-uri", a.Config.MongoURI, "-nats-url", a.Config.NATSURL,
+		// Every role listens (health, readiness, metrics): port 0, so
+		// B and C never clash with each other or anything on 8080.
+		return []string{"-roles", "jobs", "-instance-id", id, "-http-addr", "127.0.0.1:0", "-mongodb-uri", a.Config.MongoURI, "-nats-url", a.Config.NATSURL,
 			"-job-lease-ttl", "3s", "-rebuild-batch-streams", "10", "-rebuild-max-events-per-second", "80",
 			"-rebuild-settle", "200ms", "-rebuild-grace", "1s", "-log-level", "info"}
 	}

@@ -43,13 +43,15 @@
 //
 // Order lines: when the items file has rows for the order, the rows (in
 // order_item_id order) are grouped by product_id: sku = product_id,
-// quantity = number of rows, unit_price_cents = price; rows of one product
-// with different prices stay separate lines. freight_cents is the sum of
-// freight_value over all rows. The items file is an independent sample and
-// covers few orders, so for any other order ONE row is chosen
-// deterministically: row FNV-1a-64(order id) mod (number of item rows) of
-// the items file, giving one line of quantity 1 with that row's product and
-// price, and that row's freight (ChooseLine).
+// quantity = number of rows, unit_price_cents = price, and the line's
+// freight_cents = the sum of its rows' freight_value (freight is per item
+// in the data, so it goes on the line; the request has no order-level
+// freight_cents). Rows of one product with different prices stay separate
+// lines. The items file is an independent sample and covers few orders, so
+// for any other order ONE row is chosen deterministically: row
+// FNV-1a-64(order id) mod (number of item rows) of the items file, giving
+// one line of quantity 1 with that row's product, price and freight
+// (ChooseLine).
 //
 // Every command carries the header Idempotency-Key:
 // olist-<order_id>-<command>, so a second run appends nothing and gets the

@@ -36,15 +36,15 @@ var OddPaths = []string{OddApprovalMissing, OddCanceledAfterCarrier, OddCanceled
 // Currency is the currency of every Olist order.
 const Currency = "BRL"
 
-// PlaceRequest is the JSON body of POST /v1/orders. Amounts are BRL cents;
-// At is UTC.
+// PlaceRequest is the JSON body of POST /v1/orders. Amounts are BRL cents,
+// freight on each line as the data has it (no order-level freight); At is
+// UTC.
 type PlaceRequest struct {
-	OrderID      string        `json:"order_id"`
-	CustomerID   string        `json:"customer_id"`
-	Currency     string        `json:"currency"`
-	Items        []domain.Line `json:"items"`
-	FreightCents int64         `json:"freight_cents"`
-	At           time.Time     `json:"at"`
+	OrderID    string        `json:"order_id"`
+	CustomerID string        `json:"customer_id"`
+	Currency   string        `json:"currency"`
+	Items      []domain.Line `json:"items"`
+	At         time.Time     `json:"at"`
 }
 
 // Command is one command of a plan. Name is one of the Cmd constants. At is
@@ -141,7 +141,8 @@ func (d *Dataset) Plan(o Order) Plan {
 }
 
 // placeRequest builds the place body: the order's item rows grouped by
-// (product, price) in order_item_id order, or the one line ChooseLine picks.
+// (product, price) in order_item_id order, each line's freight the sum of
+// its rows' freight_value, or the one line ChooseLine picks.
 func (d *Dataset) placeRequest(o Order) *PlaceRequest {
 	r := &PlaceRequest{OrderID: o.ID, CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
 	rows := d.ItemsOf(o.ID)
@@ -149,7 +150,6 @@ func (d *Dataset) placeRequest(o Order) *PlaceRequest {
 		rows = []Item{ChooseLine(o.ID, d.Items)}
 	}
 	for _, it := range rows {
-		r.FreightCents += it.FreightCents
 		i := slices.IndexFunc(r.Items, func(l domain.Line) bool {
 			return l.SKU == it.ProductID && l.UnitPriceCents == it.PriceCents
 		})
@@ -158,6 +158,7 @@ func (d *Dataset) placeRequest(o Order) *PlaceRequest {
 			i = len(r.Items) - 1
 		}
 		r.Items[i].Quantity++
+		r.Items[i].FreightCents += it.FreightCents
 	}
 	return r
 }

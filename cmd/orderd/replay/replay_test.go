@@ -285,18 +285,30 @@ func TestPlanLines(t *testing.T) {
 	if other := ChooseLine("53cdb2fc8bc7dce0b6741e2150273451", ds.Items); other == row {
 		t.Errorf("two orders chose the same row %+v (possible, but not for these ids)", row)
 	}
+	// The items of the JSON body sent; the data's freight is per item, so
+	// it goes on the lines and the body has no order-level freight_cents.
 	place := func(p *PlaceRequest) string {
-		b, _ := json.Marshal(p.Items)
-		return fmt.Sprintf("%s freight %d", b, p.FreightCents)
+		b, err := json.Marshal(p)
+		var body map[string]json.RawMessage
+		if err != nil || json.Unmarshal(b, &body) != nil {
+			return fmt.Sprintf("%s: %v", b, err)
+		}
+		if f, ok := body["freight_cents"]; ok {
+			return fmt.Sprintf("%s with order-level freight_cents %s", body["items"], f)
+		}
+		return string(body["items"])
+	}
+	if row.FreightCents == 0 {
+		t.Fatalf("the chosen row %+v has no freight; pick an id whose row has", row)
 	}
 	for _, tc := range []struct{ id, want string }{
-		{id, fmt.Sprintf(`[{"sku":%q,"quantity":1,"unit_price_cents":%d}] freight %d`, row.ProductID, row.PriceCents, row.FreightCents)},
-		// Four rows of one product.
-		{"08bdbdeaf1626720051193300f93806e", `[{"sku":"ecbe1ef7e2903ff8b1d704ba78fa264d","quantity":4,"unit_price_cents":9900}] freight 7712`},
-		// Three products, in order_item_id order.
-		{"0420dbc50fc554e303e4b2d6b39063f6", `[{"sku":"7d854ab97c64ef9df2bbfaf332765786","quantity":1,"unit_price_cents":6490},` +
-			`{"sku":"84a87daa85c8b432d90bc1baa0cb4388","quantity":1,"unit_price_cents":5990},` +
-			`{"sku":"fdba6f37e0258dbca54eb0ed8b293ae0","quantity":1,"unit_price_cents":5990}] freight 5764`},
+		{id, fmt.Sprintf(`[{"sku":%q,"quantity":1,"unit_price_cents":%d,"freight_cents":%d}]`, row.ProductID, row.PriceCents, row.FreightCents)},
+		// Four rows of one product, 19.28 freight each.
+		{"08bdbdeaf1626720051193300f93806e", `[{"sku":"ecbe1ef7e2903ff8b1d704ba78fa264d","quantity":4,"unit_price_cents":9900,"freight_cents":7712}]`},
+		// Three products, in order_item_id order, each with its row's freight.
+		{"0420dbc50fc554e303e4b2d6b39063f6", `[{"sku":"7d854ab97c64ef9df2bbfaf332765786","quantity":1,"unit_price_cents":6490,"freight_cents":2698},` +
+			`{"sku":"84a87daa85c8b432d90bc1baa0cb4388","quantity":1,"unit_price_cents":5990,"freight_cents":1594},` +
+			`{"sku":"fdba6f37e0258dbca54eb0ed8b293ae0","quantity":1,"unit_price_cents":5990,"freight_cents":1472}]`},
 	} {
 		if got := place(ds.Plan(find(t, ds, tc.id)).Commands[0].Place); got != tc.want {
 			t.Errorf("%s lines\n got %s\nwant %s", tc.id, got, tc.want)
@@ -306,7 +318,8 @@ func TestPlanLines(t *testing.T) {
 	rows := []Item{{"x", "a", 2, 1200, 100}, {"x", "a", 1, 1000, 100}, {"x", "b", 4, 500, 50}, {"x", "a", 3, 1000, 100}}
 	syn := &Dataset{Items: rows, byOrder: map[string][]Item{"x": {rows[1], rows[0], rows[3], rows[2]}}}
 	got := place(syn.Plan(Order{ID: "x"}).Commands[0].Place)
-	if want := `[{"sku":"a","quantity":2,"unit_price_cents":1000},{"sku":"a","quantity":1,"unit_price_cents":1200},{"sku":"b","quantity":1,"unit_price_cents":500}] freight 350`; got != want {
+	if want := `[{"sku":"a","quantity":2,"unit_price_cents":1000,"freight_cents":200},{"sku":"a","quantity":1,"unit_price_cents":1200,"freight_cents":100},` +
+		`{"sku":"b","quantity":1,"unit_price_cents":500,"freight_cents":50}]`; got != want {
 		t.Errorf("mixed prices\n got %s\nwant %s", got, want)
 	}
 }
@@ -441,7 +454,7 @@ func (f *fake) place(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.execute(w, r, b.OrderID, domain.PlaceOrder{CustomerID: b.CustomerID, Currency: b.Currency, Items: b.Items,
-		FreightCents: b.FreightCents, At: b.At}, http.StatusCreated)
+		At: b.At}, http.StatusCreated)
 }
 
 func (f *fake) step(w http.ResponseWriter, r *http.Request) {
