@@ -163,10 +163,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	dead := projections.NewDeadLetters(db)
 	rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
 	plog := m.Log.With("component", "projector")
-	// Each projection is consumed by one instance at a time, under a lease:
-	// FerretDB runs an update as a read and a later write, so writers in
-	// two processes could lose each other's updates. Two projectors still
-	// split the work, one projection each, and stand by for each other.
+	// Each projection is consumed by one instance at a time, under a lease,
+	// until projections are split into partitions: two projectors split
+	// the work, one projection each, and stand by for each other.
 	exclusive := func(name string) projections.RunnerConfig {
 		e := rc
 		e.LeaseTTL = 10 * time.Second
