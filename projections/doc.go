@@ -34,7 +34,9 @@
 // Runner.Retry re-applies one.
 //
 // Repair path. Each projection has a pointer document naming its active
-// collection (Pointers, Projection); readers follow it. Jobs creates
+// collection (Pointers, Projection); readers follow it. Every write of it
+// is a compare-and-set on its generation, so a runner that stalled past
+// its lease cannot undo a newer rebuild's announcement or switch. Jobs creates
 // rebuild, verify and replay jobs, split into tasks that Workers in any
 // number of instances claim and run:
 //

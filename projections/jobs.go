@@ -57,9 +57,10 @@ const (
 
 // Errors of job and dead-letter requests (domain/ops.go).
 var (
-	ErrJobRunning  = domain.ErrJobRunning
-	ErrJobFinished = domain.ErrJobFinished
-	ErrRetryFailed = domain.ErrRetryFailed
+	ErrJobRunning   = domain.ErrJobRunning
+	ErrJobFinished  = domain.ErrJobFinished
+	ErrRetryFailed  = domain.ErrRetryFailed
+	ErrPointerMoved = domain.ErrPointerMoved
 )
 
 // Task states.
@@ -172,27 +173,32 @@ func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions 
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	ptr, err := j.pointers.Get(ctx, projection, j.defs[projection], 0)
-	if err != nil {
-		return Job{}, err
-	}
-	if ptr.Shadow != "" {
-		// Left by a rebuild that died before it finished.
-		if err := j.pointers.retire(ctx, projection, ptr.Shadow, "abandoned shadow", now); err != nil {
-			return Job{}, err
+	_, err := j.pointers.update(ctx, projection, j.defs[projection], func(p *Pointer) (bool, error) {
+		if p.Shadow != "" {
+			// Left by a rebuild that died before it finished. Retired
+			// first, so a crash here cannot leak it; the drop skips any
+			// collection a pointer names.
+			if err := j.pointers.retire(ctx, projection, p.Shadow, "abandoned shadow", now); err != nil {
+				return false, err
+			}
 		}
-	}
-	ptr.Shadow, ptr.ShadowJob = job.Shadow, id
-	ptr.Generation++
-	if err := j.pointers.put(ctx, ptr); err != nil {
-		return Job{}, err
+		p.Shadow, p.ShadowJob = job.Shadow, id
+		return true, nil
+	})
+	if err != nil {
+		return Job{}, fmt.Errorf("rebuild %s: announce %s: %w", projection, job.Shadow, err)
 	}
 	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		ptr.Shadow, ptr.ShadowJob = "", ""
-		ptr.Generation++
-		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), j.pointers.put(context.WithoutCancel(ctx), ptr))
+		_, perr := j.pointers.update(context.WithoutCancel(ctx), projection, j.defs[projection], func(p *Pointer) (bool, error) {
+			if p.Shadow != job.Shadow {
+				return false, nil
+			}
+			p.Shadow, p.ShadowJob = "", ""
+			return true, nil
+		})
+		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), perr)
 	}
 	return job, nil
 }

@@ -477,7 +477,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return err
 		}
 		if ptr.Shadow != job.Shadow {
-			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q", job.ID, ptr.Shadow, job.Shadow)
+			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q: %w", job.ID, ptr.Shadow, job.Shadow, ErrPointerMoved)
 		}
 		// What the switch replaces is saved first, so a finish retried
 		// after the switch can still retire it.
@@ -486,14 +486,22 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}}); err != nil {
 			return fmt.Errorf("rebuild %s: %w", job.ID, mongoerr.Translate(err))
 		}
-		if !c.valid() {
-			return errLeaseLost
-		}
-		ptr.Active, ptr.Shadow, ptr.ShadowJob = job.Shadow, "", ""
-		ptr.Generation++
-		ptr.SwitchedAt = w.jobs.now().UTC()
-		if err := w.jobs.pointers.put(ctx, ptr); err != nil {
-			return err
+		switchedAt := w.jobs.now().UTC()
+		_, err = w.jobs.pointers.update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *Pointer) (bool, error) {
+			switch {
+			case p.Active == job.Shadow:
+				return false, nil // switched by another run of this finish
+			case p.Shadow != job.Shadow || p.Active != cur.Replaced:
+				return false, fmt.Errorf("rebuild %s: the pointer names %q active and %q shadow, not %q and %q: %w",
+					job.ID, p.Active, p.Shadow, cur.Replaced, job.Shadow, ErrPointerMoved)
+			case !c.valid():
+				return false, errLeaseLost
+			}
+			p.Active, p.Shadow, p.ShadowJob, p.SwitchedAt = job.Shadow, "", "", switchedAt
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild %s: switch to %s: %w", job.ID, job.Shadow, err)
 		}
 		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow,
 			"replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
@@ -517,17 +525,15 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 // may write it until they re-read the pointer), partitions not started are
 // canceled, and the lock is released. A canceled job is marked here.
 func (w *Worker) cleanUp(ctx context.Context, job Job) error {
-	m := w.projs[job.Projection]
-	ptr, err := m.Pointer(ctx, 0)
-	if err != nil {
-		return err
-	}
-	if ptr.Shadow == job.Shadow {
-		ptr.Shadow, ptr.ShadowJob = "", ""
-		ptr.Generation++
-		if err := w.jobs.pointers.put(ctx, ptr); err != nil {
-			return err
+	_, err := w.jobs.pointers.update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *Pointer) (bool, error) {
+		if p.Shadow != job.Shadow {
+			return false, nil
 		}
+		p.Shadow, p.ShadowJob = "", ""
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild %s: withdraw %s: %w", job.ID, job.Shadow, err)
 	}
 	if err := w.jobs.pointers.retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
