@@ -417,7 +417,13 @@ func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
 
 // Cancel asks a job to stop. Its runners stop at their next checkpoint; a
 // canceled rebuild leaves the active collection as it was and drops its
-// shadow. Errors: domain.ErrNotFound, ErrJobFinished.
+// shadow. A rebuild whose finish has verified its shadow and recorded the
+// collection it replaces (Job.Replaced) is committed to the switch: a
+// cancel is too late and refused as finished, and the job ends succeeded.
+// The request and that commit are each one update filtered on the other's
+// field, so when they race exactly one of them wins. Errors:
+// domain.ErrNotFound, ErrJobFinished (a final job, or a rebuild committed
+// to its switch).
 func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	job, err := j.Get(ctx, id)
 	if err != nil {
@@ -426,9 +432,16 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, ErrJobFinished)
 	}
-	_, err = j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
+	if job.Replaced != "" {
+		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, ErrJobFinished)
+	}
+	res, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
 	if err != nil {
 		return Job{}, fmt.Errorf("cancel %s: %w", id, mongoerr.Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, ErrJobFinished)
 	}
 	job.CancelRequested = true
 	return job, nil
