@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -657,6 +659,64 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {
 		t.Errorf("rebuild after the late cancel: %v", err)
 	}
+}
+
+// TestVerifyRepairStopsWhenItsCollectionIsReplaced: a verify with repair
+// whose collection is replaced and dropped by a rebuild between its report
+// and its repairs stops with an error and writes nothing, rather than
+// recreating the dropped collection with its upserts.
+func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "gone", 12, 3)
+	db := k.db
+	name, coll := projections.OrderSummaries.Name, projections.OrderSummaries.Collection
+	// Drift to repair: two summaries missing.
+	must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.ids[2], f.ids[7]}}}}}))
+
+	// The repairs read the log (the recheck of each suspect) after the
+	// report: that is when another rebuild switches the projection to its
+	// collection and the replaced one is dropped.
+	next := coll + "_next"
+	var once sync.Once
+	hooked := &hookedLog{Store: k.es, before: func() {
+		once.Do(func() {
+			must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
+				options.Replace().SetUpsert(true)))
+			if err := db.Collection(coll).Drop(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}}
+	k.sums = projections.NewProjection(db, projections.OrderSummaries, hooked, nil, k.ps)
+	k.worker(t, "w1", projections.WorkerConfig{MaxAttempts: 1})
+	job, err := k.jobs.StartVerify(ctx, name, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if job.State != projections.StateFailed || !strings.Contains(job.Error, projections.ErrPointerMoved.Error()) {
+		t.Errorf("verify whose collection was dropped before its repairs: %s %q, want failed as the pointer moved", job.State, job.Error)
+	}
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: bson.A{coll, next}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Errorf("collections %v exist after the verify: its repairs recreated a dropped collection", names)
+	}
+}
+
+// hookedLog is the event store with before called ahead of every
+// LoadFrom.
+type hookedLog struct {
+	*eventstore.Store
+	before func()
+}
+
+func (h *hookedLog) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
+	h.before()
+	return h.Store.LoadFrom(ctx, streamID, from)
 }
 
 // TestReplayKeepsMessageIDs republishes one stream and then a recorded-time
