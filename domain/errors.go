@@ -35,6 +35,15 @@ var (
 	ErrUnavailable = errors.New("unavailable")
 	// ErrUnknownEvent: an event type or schema version this build cannot decode.
 	ErrUnknownEvent = errors.New("unknown event type")
+	// ErrUnreadableCommit: the event log holds a commit this build cannot
+	// read: an event of a type or schema version it does not know (a
+	// newer writer, during a rolling deploy), a payload or document that
+	// does not decode, or a commit that does not continue its stream's
+	// versions. Reading it again gives the same error: readers treat the
+	// stream as poison rather than as an unavailable store. The event
+	// store wraps it together with the cause (ErrUnknownEvent,
+	// ErrValidation).
+	ErrUnreadableCommit = errors.New("unreadable commit")
 )
 
 // FieldError is one rejected field of a command: Field is the JSON path

@@ -17,8 +17,8 @@ type ScanRange struct {
 }
 
 // StreamEvents is one stream's events in a scanned range, in version order.
-// Err is set when one of its commits cannot be decoded; Events then holds
-// the events before that commit.
+// Err is set when one of its commits cannot be decoded (it wraps
+// ErrUnreadableCommit); Events then holds the events before that commit.
 type StreamEvents struct {
 	StreamID string
 	Events   []Event

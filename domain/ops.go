@@ -47,6 +47,12 @@ var (
 	ErrJobFinished = errors.New("the job has already finished")
 	// ErrRetryFailed: a retried dead letter still cannot be applied.
 	ErrRetryFailed = errors.New("dead letter still fails")
+	// ErrPointerMoved: a projection's pointer document is no longer the
+	// one a write was decided on. Either a compare-and-set on its
+	// generation lost to a newer write (re-read it and decide again), or
+	// the collection a job works on is no longer named by it (a rebuild
+	// replaced it, and it is to be dropped).
+	ErrPointerMoved = errors.New("projection pointer moved")
 )
 
 // ReplaySpec selects the part of the log a replay job publishes again: one

@@ -40,7 +40,8 @@ func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Eve
 // Load returns a stream's events after version after, in version order
 // (none for an unknown stream). after is 0 or a head the caller saw (the
 // version right after one of the stream's commits), so the store can start
-// reading at the next commit. FindIdempotencyKey returns the commit that stored key, with its
+// reading at the next commit; a commit it cannot read is an error wrapping
+// ErrUnreadableCommit. FindIdempotencyKey returns the commit that stored key, with its
 // events, or an error wrapping ErrNotFound; streamID is where the key most
 // likely is, searched first.
 type EventStore interface {

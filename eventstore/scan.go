@@ -2,6 +2,7 @@ package eventstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -84,13 +85,13 @@ func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) err
 		for n < len(ids) && streamOf(ids[n]) == streamOf(ids[n-1]) {
 			n++
 		}
-		docs, err := s.commitsByID(ctx, ids[:n])
+		docs, unreadable, err := s.commitsByID(ctx, ids[:n])
 		if err != nil {
 			return err
 		}
 		ids = ids[n:]
 		var cs StreamEvents
-		for _, d := range docs {
+		for i, d := range docs {
 			if d.StreamID != cs.StreamID {
 				if cs.StreamID != "" {
 					if err := fn(cs); err != nil {
@@ -101,6 +102,10 @@ func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) err
 			}
 			cs.Commits++
 			if cs.Err != nil {
+				continue
+			}
+			if unreadable[i] != nil {
+				cs.Err = unreadable[i]
 				continue
 			}
 			evs, err := d.events()
@@ -154,24 +159,35 @@ func (s *Store) commitIDs(ctx context.Context, filter bson.D) ([]string, error) 
 	return ids, nil
 }
 
-// commitsByID reads the commits ids, in the order given.
-func (s *Store) commitsByID(ctx context.Context, ids []string) ([]commitDoc, error) {
-	docs := make([]commitDoc, len(ids))
+// commitsByID reads the commits ids, in the order given. A commit whose
+// document does not decode is left with only its stream id, and its error
+// (domain.ErrUnreadableCommit) is at its index in unreadable: it spoils
+// its stream, not the scan.
+func (s *Store) commitsByID(ctx context.Context, ids []string) (docs []commitDoc, unreadable []error, err error) {
+	docs, unreadable = make([]commitDoc, len(ids)), make([]error, len(ids))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(scanParallel)
 	for i, id := range ids {
 		g.Go(func() error {
-			err := s.commits.FindOne(gctx, bson.D{{Key: "_id", Value: id}}).Decode(&docs[i])
-			if err != nil {
-				return fmt.Errorf("scan log: read commit %s: %w", id, mongoerr.Translate(err))
+			d, found, err := s.findCommit(gctx, id)
+			switch {
+			case errors.Is(err, domain.ErrUnreadableCommit):
+				docs[i], unreadable[i] = commitDoc{ID: id, StreamID: streamOf(id)}, err
+			case err != nil:
+				return fmt.Errorf("scan log: %w", err)
+			case !found:
+				// Commits are never deleted: the store lost it.
+				return fmt.Errorf("scan log: commit %s: %w", id, domain.ErrNotFound)
+			default:
+				docs[i] = d
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return docs, nil
+	return docs, unreadable, nil
 }
 
 // Commits returns the number of commits in the log, from the collection's

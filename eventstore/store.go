@@ -212,16 +212,20 @@ func toBSON(d domain.EventData, schemaVersion int) (bson.Raw, error) {
 	return bson.Marshal(doc)
 }
 
+// events decodes the commit's events. Errors wrap
+// domain.ErrUnreadableCommit and the decoder's error (domain.ErrUnknownEvent
+// for a type or schema version this build does not know,
+// domain.ErrValidation for a payload that does not decode).
 func (d commitDoc) events() ([]domain.Event, error) {
 	out := make([]domain.Event, 0, len(d.Events))
 	for _, e := range d.Events {
 		js, err := bson.MarshalExtJSON(e.Data, false, false)
 		if err != nil {
-			return nil, fmt.Errorf("read %s v%d payload: %w", d.StreamID, e.Version, err)
+			return nil, fmt.Errorf("read %s v%d payload: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
 		}
 		data, err := domain.DecodeData(e.Type, e.SchemaVersion, js)
 		if err != nil {
-			return nil, fmt.Errorf("read %s v%d: %w", d.StreamID, e.Version, err)
+			return nil, fmt.Errorf("read %s v%d: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
 		}
 		out = append(out, domain.Event{
 			ID: e.ID, StreamID: d.StreamID, StreamType: d.StreamType, Type: e.Type, Version: e.Version,
@@ -232,10 +236,30 @@ func (d commitDoc) events() ([]domain.Event, error) {
 	return out, nil
 }
 
+// findCommit reads the commit id; found is false when there is none.
+// Errors: domain.ErrUnreadableCommit (wrapped) for a document that does
+// not decode as a commit (reading it again will not help),
+// domain.ErrUnavailable.
+func (s *Store) findCommit(ctx context.Context, id string) (d commitDoc, found bool, err error) {
+	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return commitDoc{}, false, nil
+	}
+	if err != nil {
+		return commitDoc{}, false, fmt.Errorf("read commit %s: %w", id, mongoerr.Translate(err))
+	}
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return commitDoc{}, false, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
+	}
+	return d, true, nil
+}
+
 // Load returns the stream's events after version after, in version order;
 // none (and no error) for an unknown stream. after must be 0 or a head the
 // caller saw (the last version of one of the stream's commits): the read
-// starts at the commit after it, one _id look-up per commit.
+// starts at the commit after it, one _id look-up per commit. Errors:
+// domain.ErrUnreadableCommit (wrapped) for a commit this build cannot
+// read, domain.ErrUnavailable.
 func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
 	docs, err := s.chain(ctx, streamID, after+1)
 	if err != nil {
@@ -246,6 +270,7 @@ func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domai
 
 // LoadFrom returns the stream's events with version >= from, in version
 // order. Projections use it to fill gaps; from need not start a commit.
+// Errors as Load's.
 func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
 	from = max(from, 1)
 	docs, err := s.chain(ctx, streamID, from)
@@ -281,20 +306,21 @@ func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
 }
 
 // chain reads a stream's commits in order, from the one that starts at
-// version first.
+// version first. A commit that does not continue the chain is
+// domain.ErrUnreadableCommit: the log says something this build cannot
+// make sense of, however often it is read.
 func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]commitDoc, error) {
 	var docs []commitDoc
 	for next := first; ; {
-		var d commitDoc
-		err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(streamID, next)}}).Decode(&d)
-		if errors.Is(err, mongo.ErrNoDocuments) {
+		d, found, err := s.findCommit(ctx, CommitID(streamID, next))
+		if err != nil {
+			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, err)
+		}
+		if !found {
 			return docs, nil
 		}
-		if err != nil {
-			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, mongoerr.Translate(err))
-		}
-		if d.FirstVersion != next || d.LastVersion < next {
-			return nil, fmt.Errorf("load %s: commit %s holds v%d..v%d", streamID, d.ID, d.FirstVersion, d.LastVersion)
+		if d.StreamID != streamID || d.FirstVersion != next || d.LastVersion < next {
+			return nil, fmt.Errorf("load %s: commit %s holds %s v%d..v%d: %w", streamID, d.ID, d.StreamID, d.FirstVersion, d.LastVersion, domain.ErrUnreadableCommit)
 		}
 		docs = append(docs, d)
 		next = d.LastVersion + 1

@@ -27,14 +27,19 @@
 // not (it reads, then writes, with no transaction), so on the embedded
 // store only the workers of one process are safe: they take turns per
 // stream.
-
-// Poison events (not decodable or not applicable) are redelivered with
-// backoff and parked in the dead_letters collection after MaxDeliveries,
-// so one bad event stalls only its own stream; DeadLetters lists them and
-// Runner.Retry re-applies one.
+//
+// Poison events (not decodable, not applicable, or in a stream whose gap
+// the log cannot fill: a commit this build cannot read,
+// domain.ErrUnreadableCommit) are redelivered with backoff and parked in
+// the dead_letters collection after MaxDeliveries, so one bad event
+// stalls only its own stream; only a store that cannot be reached is
+// retried without limit. DeadLetters lists them and Runner.Retry
+// re-applies one.
 //
 // Repair path. Each projection has a pointer document naming its active
-// collection (Pointers, Projection); readers follow it. Jobs creates
+// collection (Pointers, Projection); readers follow it. Every write of it
+// is a compare-and-set on its generation, so a runner that stalled past
+// its lease cannot undo a newer rebuild's announcement or switch. Jobs creates
 // rebuild, verify and replay jobs, split into tasks that Workers in any
 // number of instances claim and run:
 //

@@ -57,9 +57,10 @@ const (
 
 // Errors of job and dead-letter requests (domain/ops.go).
 var (
-	ErrJobRunning  = domain.ErrJobRunning
-	ErrJobFinished = domain.ErrJobFinished
-	ErrRetryFailed = domain.ErrRetryFailed
+	ErrJobRunning   = domain.ErrJobRunning
+	ErrJobFinished  = domain.ErrJobFinished
+	ErrRetryFailed  = domain.ErrRetryFailed
+	ErrPointerMoved = domain.ErrPointerMoved
 )
 
 // Task states.
@@ -172,27 +173,32 @@ func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions 
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	ptr, err := j.pointers.Get(ctx, projection, j.defs[projection], 0)
-	if err != nil {
-		return Job{}, err
-	}
-	if ptr.Shadow != "" {
-		// Left by a rebuild that died before it finished.
-		if err := j.pointers.retire(ctx, projection, ptr.Shadow, "abandoned shadow", now); err != nil {
-			return Job{}, err
+	_, err := j.pointers.update(ctx, projection, j.defs[projection], func(p *Pointer) (bool, error) {
+		if p.Shadow != "" {
+			// Left by a rebuild that died before it finished. Retired
+			// first, so a crash here cannot leak it; the drop skips any
+			// collection a pointer names.
+			if err := j.pointers.retire(ctx, projection, p.Shadow, "abandoned shadow", now); err != nil {
+				return false, err
+			}
 		}
-	}
-	ptr.Shadow, ptr.ShadowJob = job.Shadow, id
-	ptr.Generation++
-	if err := j.pointers.put(ctx, ptr); err != nil {
-		return Job{}, err
+		p.Shadow, p.ShadowJob = job.Shadow, id
+		return true, nil
+	})
+	if err != nil {
+		return Job{}, fmt.Errorf("rebuild %s: announce %s: %w", projection, job.Shadow, err)
 	}
 	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		ptr.Shadow, ptr.ShadowJob = "", ""
-		ptr.Generation++
-		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), j.pointers.put(context.WithoutCancel(ctx), ptr))
+		_, perr := j.pointers.update(context.WithoutCancel(ctx), projection, j.defs[projection], func(p *Pointer) (bool, error) {
+			if p.Shadow != job.Shadow {
+				return false, nil
+			}
+			p.Shadow, p.ShadowJob = "", ""
+			return true, nil
+		})
+		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), perr)
 	}
 	return job, nil
 }
@@ -411,7 +417,13 @@ func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
 
 // Cancel asks a job to stop. Its runners stop at their next checkpoint; a
 // canceled rebuild leaves the active collection as it was and drops its
-// shadow. Errors: domain.ErrNotFound, ErrJobFinished.
+// shadow. A rebuild whose finish has verified its shadow and recorded the
+// collection it replaces (Job.Replaced) is committed to the switch: a
+// cancel is too late and refused as finished, and the job ends succeeded.
+// The request and that commit are each one update filtered on the other's
+// field, so when they race exactly one of them wins. Errors:
+// domain.ErrNotFound, ErrJobFinished (a final job, or a rebuild committed
+// to its switch).
 func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	job, err := j.Get(ctx, id)
 	if err != nil {
@@ -420,9 +432,16 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, ErrJobFinished)
 	}
-	_, err = j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
+	if job.Replaced != "" {
+		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, ErrJobFinished)
+	}
+	res, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
 	if err != nil {
 		return Job{}, fmt.Errorf("cancel %s: %w", id, mongoerr.Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, ErrJobFinished)
 	}
 	job.CancelRequested = true
 	return job, nil

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -563,6 +565,158 @@ func TestRebuildCancel(t *testing.T) {
 	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
 		t.Errorf("rebuild after a canceled one: %v", err)
 	}
+}
+
+// TestRebuildCancelAfterTheSwitchIsTooLate leaves a rebuild as a finish
+// that died right after switching the pointer leaves it (the job not yet
+// final, the lock held, the finish task claimed with its lease run out),
+// asks to cancel it, and lets a worker run the finish again: the cancel is
+// refused as too late, and even with a cancel request recorded on the job
+// (as a binary without that check records it) the finish completes the
+// job as succeeded, never putting the collection readers now read on the
+// drop list.
+func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "late", 20, 3)
+	db := k.db
+	name := projections.OrderSummaries.Name
+	// A long grace keeps whatever is put on the drop list there to be seen.
+	k.worker(t, "w1", projections.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
+	job, err := k.jobs.StartRebuild(ctx, name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != projections.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+	switched, err := k.ps.Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if switched.Active != job.Shadow {
+		t.Fatalf("pointer after the rebuild: %+v, want %s active", switched, job.Shadow)
+	}
+
+	// The finish died after the switch, before it recorded the job's end.
+	must(t)(db.Collection(projections.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: projections.StateRunning}}},
+		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
+	must(t)(db.Collection(projections.LocksCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
+
+	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
+	must(t)(db.Collection(projections.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
+	// Its lease runs out: the worker claims the finish again.
+	must(t)(db.Collection(projections.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
+			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
+		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
+
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if !errors.Is(cancelErr, projections.ErrJobFinished) {
+		t.Errorf("cancel after the switch: %v, want ErrJobFinished", cancelErr)
+	}
+	if job.State != projections.StateSucceeded {
+		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
+	}
+	// The finish records its task's end after the job's.
+	waitFor(t, 10*time.Second, "finish run again", func() error {
+		j, err := k.jobs.Get(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if fin, _ := j.Task("finish"); fin.Owner != "w1" || fin.State != "done" {
+			return fmt.Errorf("finish task: owner %s, state %s", fin.Owner, fin.State)
+		}
+		return nil
+	})
+	ptr, err := projections.NewPointers(db).Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != job.Shadow || ptr.Shadow != "" {
+		t.Errorf("pointer after the late cancel: %+v, want %s active", ptr, job.Shadow)
+	}
+	var retired []bson.M
+	cur, err := db.Collection(projections.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
+	if err == nil {
+		err = cur.All(ctx, &retired)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(retired) > 0 {
+		t.Errorf("the active collection %s is on the drop list: %v", job.Shadow, retired)
+	}
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
+	if err != nil || len(names) != 1 {
+		t.Errorf("active collection %s: %v %v", job.Shadow, names, err)
+	}
+	if err := diffReadModels(ctx, db, f); err != nil {
+		t.Error(err)
+	}
+	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {
+		t.Errorf("rebuild after the late cancel: %v", err)
+	}
+}
+
+// TestVerifyRepairStopsWhenItsCollectionIsReplaced: a verify with repair
+// whose collection is replaced and dropped by a rebuild between its report
+// and its repairs stops with an error and writes nothing, rather than
+// recreating the dropped collection with its upserts.
+func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "gone", 12, 3)
+	db := k.db
+	name, coll := projections.OrderSummaries.Name, projections.OrderSummaries.Collection
+	// Drift to repair: two summaries missing.
+	must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.ids[2], f.ids[7]}}}}}))
+
+	// The repairs read the log (the recheck of each suspect) after the
+	// report: that is when another rebuild switches the projection to its
+	// collection and the replaced one is dropped.
+	next := coll + "_next"
+	var once sync.Once
+	hooked := &hookedLog{Store: k.es, before: func() {
+		once.Do(func() {
+			must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
+				options.Replace().SetUpsert(true)))
+			if err := db.Collection(coll).Drop(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}}
+	k.sums = projections.NewProjection(db, projections.OrderSummaries, hooked, nil, k.ps)
+	k.worker(t, "w1", projections.WorkerConfig{MaxAttempts: 1})
+	job, err := k.jobs.StartVerify(ctx, name, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if job.State != projections.StateFailed || !strings.Contains(job.Error, projections.ErrPointerMoved.Error()) {
+		t.Errorf("verify whose collection was dropped before its repairs: %s %q, want failed as the pointer moved", job.State, job.Error)
+	}
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: bson.A{coll, next}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) > 0 {
+		t.Errorf("collections %v exist after the verify: its repairs recreated a dropped collection", names)
+	}
+}
+
+// hookedLog is the event store with before called ahead of every
+// LoadFrom.
+type hookedLog struct {
+	*eventstore.Store
+	before func()
+}
+
+func (h *hookedLog) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
+	h.before()
+	return h.Store.LoadFrom(ctx, streamID, from)
 }
 
 // TestReplayKeepsMessageIDs republishes one stream and then a recorded-time

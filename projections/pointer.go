@@ -26,7 +26,10 @@ const PointersCollection = "projection_pointers"
 const RetiredCollection = "projection_retired"
 
 // Pointer is a projection's pointer document. Only the runner of the
-// projection's one rebuild writes it (the rebuild lock makes it one).
+// projection's one rebuild should write it (the rebuild lock makes it
+// one), but a runner that stalled may wake up after its lease passed on:
+// every write is therefore a compare-and-set on Generation, which each
+// write increments.
 type Pointer struct {
 	Projection string    `bson:"_id" json:"projection"`
 	Active     string    `bson:"active" json:"active_collection"`
@@ -87,17 +90,76 @@ func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge tim
 	return p, nil
 }
 
-// put stores p (the caller holds the projection's rebuild lock) and caches
-// it.
+// put stores p in place of the pointer at generation p.Generation-1, the
+// one the caller read and changed (generation 1 is a projection's first
+// pointer document, created by an insert), and caches it. It is a
+// compare-and-set on the generation, so a writer that read the pointer
+// before another write moved it on never overwrites that write. Errors:
+// ErrPointerMoved (wrapped) when the pointer is no longer at
+// p.Generation-1 (re-read it and decide again, see update),
+// domain.ErrValidation for a generation below 1, domain.ErrUnavailable.
 func (ps *Pointers) put(ctx context.Context, p Pointer) error {
-	_, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}}, p, options.Replace().SetUpsert(true))
-	if err != nil {
-		return fmt.Errorf("pointer of %s: %w", p.Projection, mongoerr.Translate(err))
+	read := p.Generation - 1
+	if read < 0 {
+		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, p.Generation, domain.ErrValidation)
+	}
+	var moved bool
+	if read == 0 {
+		// No document was read: another writer's insert since then is a
+		// duplicate key.
+		_, err := ps.coll.InsertOne(ctx, p)
+		if err != nil && !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, mongoerr.Translate(err))
+		}
+		moved = err != nil
+	} else {
+		res, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}, {Key: "generation", Value: read}}, p)
+		if err != nil {
+			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, mongoerr.Translate(err))
+		}
+		moved = res.MatchedCount == 0
+	}
+	if moved {
+		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, ErrPointerMoved)
 	}
 	ps.mu.Lock()
-	ps.cache[p.Projection] = cachedPointer{p: p, at: time.Now()}
+	if old, ok := ps.cache[p.Projection]; !ok || old.p.Generation <= p.Generation {
+		ps.cache[p.Projection] = cachedPointer{p: p, at: time.Now()}
+	}
 	ps.mu.Unlock()
 	return nil
+}
+
+// pointerAttempts bounds the compare-and-sets of one update. Only stalled
+// writers of earlier rebuilds race the rebuild holding the lock, and each
+// of them gives up once it sees the pointer moved on, so a few suffice.
+const pointerAttempts = 3
+
+// update reads the pointer of projection name (collection: its
+// Definition's Collection) from the store, lets change edit it, and puts
+// the result at the next generation. change returns false when the
+// pointer needs no write, or an error to stop; it is called again on a
+// fresh read when another write moved the pointer in between (a lost
+// compare-and-set), up to pointerAttempts times. It returns the pointer
+// as stored, or as read when nothing was written. Errors: change's,
+// ErrPointerMoved (wrapped) after pointerAttempts lost compare-and-sets,
+// domain.ErrUnavailable.
+func (ps *Pointers) update(ctx context.Context, name, collection string, change func(p *Pointer) (bool, error)) (Pointer, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := ps.Get(ctx, name, collection, 0)
+		if err != nil {
+			return Pointer{}, err
+		}
+		write, err := change(&p)
+		if err != nil || !write {
+			return p, err
+		}
+		p.Generation++
+		err = ps.put(ctx, p)
+		if err == nil || !errors.Is(err, ErrPointerMoved) || attempt == pointerAttempts {
+			return p, err
+		}
+	}
 }
 
 // retiredDoc is a collection to drop after DropAfter.

@@ -193,7 +193,11 @@ type seenDoc struct {
 // folding each stream; documents that differ are checked again on their
 // own (a fresh fold and a fresh read, so a projector that merely moved on
 // in between is not reported), and with repair rewritten (or deleted, for
-// extra ones) through the version guard.
+// extra ones) through the version guard, each write only after the
+// pointer was read again and still names coll. Errors: ErrPointerMoved
+// (wrapped) when a repair finds coll no longer named by the pointer (the
+// verify stops there, having written nothing more), the log's and the
+// store's.
 func (p *Projection[D]) verify(ctx context.Context, coll string, log Log, repair bool, progress func(VerifyProgress) error) (VerifyReport, error) {
 	s := p.Store(coll)
 	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
@@ -322,6 +326,9 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 	if !repair {
 		return nil
 	}
+	if err := p.named(ctx, s.def.Collection); err != nil {
+		return err
+	}
 	if ex.Kind == "extra" {
 		if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
 			return fmt.Errorf("repair %s: delete %s: %w", s.def.Collection, id, mongoerr.Translate(err))
@@ -331,6 +338,27 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 		return err
 	}
 	rep.Repaired++
+	return nil
+}
+
+// named returns nil while the projection's pointer, read from the store,
+// names coll as its active or shadow collection. Repair writes are
+// upserts: one into a collection a rebuild has replaced (or withdrawn)
+// and the drop that follows has removed would create it again, out of
+// every pointer's sight, and nothing would ever drop it. A collection
+// leaves the pointer at least the grace period before it is dropped, so
+// a write right after this check lands before the drop. Errors:
+// ErrPointerMoved (wrapped) when the pointer no longer names coll,
+// domain.ErrUnavailable.
+func (p *Projection[D]) named(ctx context.Context, coll string) error {
+	ptr, err := p.Pointer(ctx, 0)
+	if err != nil {
+		return fmt.Errorf("repair %s: %w", coll, err)
+	}
+	if ptr.Active != coll && ptr.Shadow != coll {
+		return fmt.Errorf("repair %s: the pointer of %s at generation %d names %q active and %q shadow: %w",
+			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, ErrPointerMoved)
+	}
 	return nil
 }
 

@@ -308,6 +308,84 @@ func TestRunnerDeadLetters(t *testing.T) {
 	}
 }
 
+// TestRunnerParksStreamWhoseLogCannotBeDecoded: a newer writer (a rolling
+// deploy) has put a commit of an event type this build does not know in
+// the log. The gap fill of that stream cannot read it: its message is
+// parked after MaxDeliveries instead of being redelivered for ever, and
+// the events of the other streams, published around it, are projected.
+func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
+	ctx := testContext(t, 60*time.Second)
+	b := newBus(t, ctx)
+	db := storetest.Database(t)
+	es := newLog(t, ctx, db)
+	healthy := newFixture(t, ctx, es, "fine", 6, 2)
+
+	// The stream of the newer writer: v1 as this build writes it, v2 of a
+	// type it does not know (inserted raw, as the newer binary stores
+	// it), v3 a type it knows.
+	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
+	const newer = "newer"
+	appendStream(t, ctx, es, newer, lifecycle(0, "cust-n")[:1], 1, at)
+	must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
+		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
+		{Key: "events", Value: bson.A{bson.D{
+			{Key: "event_id", Value: newer + "-e2"}, {Key: "type", Value: "OrderRefunded"}, {Key: "version", Value: int64(2)},
+			{Key: "occurred_at", Value: at.Add(time.Hour)}, {Key: "recorded_at", Value: at.Add(time.Hour)},
+			{Key: "data", Value: bson.D{{Key: "amount_cents", Value: int64(1250)}}},
+			{Key: "correlation_id", Value: "corr-" + newer}, {Key: "causation_id", Value: "cmd-newer-2"}, {Key: "schema_version", Value: 1},
+		}}},
+		{Key: "recorded_at", Value: at.Add(time.Hour)}, {Key: "published", Value: true},
+	}))
+	v3 := newEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
+	if _, err := es.Append(ctx, domain.Commit{StreamID: newer, StreamType: domain.StreamTypeOrder, ExpectedVersion: 2,
+		Events: []domain.Event{v3}}); err != nil {
+		t.Fatal(err)
+	}
+
+	dead := projections.NewDeadLetters(db)
+	cfg := b.runnerConfig()
+	cfg.MaxDeliveries = 2
+	cfg.Workers = 1 // about poison, not about writers racing
+	ps := projections.NewPointers(db)
+	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, nil, ps), b.JS, dead, cfg, testLogger(t), nil)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, testLogger(t), nil)
+	goRun(t, "summaries runner", sums.Run)
+	goRun(t, "stats runner", stats.Run)
+
+	// Only v3 of the newer stream reaches this build: a gap, filled from
+	// the log. The healthy streams' events come before and after it.
+	msgID := func(e domain.Event) string { return e.ID }
+	half := len(healthy.flat) / 2
+	b.publishEvents(t, ctx, healthy.flat[:half], msgID)
+	b.publishEvents(t, ctx, []domain.Event{v3}, msgID)
+	b.publishEvents(t, ctx, healthy.flat[half:], msgID)
+
+	for _, r := range []*projections.Runner{sums, stats} {
+		waitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
+			letters, err := dead.List(ctx, r.Name(), 10)
+			if err != nil {
+				return err
+			}
+			if len(letters) != 1 || letters[0].ID != r.Name()+":"+v3.ID {
+				return fmt.Errorf("dead letters %+v, want only %s", letters, v3.ID)
+			}
+			if d := letters[0]; d.StreamID != newer || d.Version != 3 || d.Deliveries < 2 || !strings.Contains(d.Error, "OrderRefunded") ||
+				!strings.Contains(d.Error, domain.ErrUnreadableCommit.Error()) {
+				return fmt.Errorf("dead letter %+v: not the gap fill that cannot read v2", d)
+			}
+			return nil
+		})
+	}
+	waitLag(t, ctx, 15*time.Second, sums, stats)
+	if err := diffReadModels(ctx, db, healthy); err != nil {
+		t.Error(err)
+	}
+	if _, err := projections.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
+	}
+}
+
 // mapCache is a domain.StateCache without eviction.
 type mapCache struct {
 	mu sync.Mutex

@@ -23,7 +23,9 @@ import (
 )
 
 // EventLog is the part of the event store a projection needs: the events of
-// a stream from a version on, to fill gaps.
+// a stream from a version on, to fill gaps. LoadFrom's errors wrap
+// domain.ErrUnreadableCommit for a commit the log holds but this build
+// cannot read, domain.ErrUnavailable when the store cannot be reached.
 type EventLog interface {
 	LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error)
 }
@@ -199,7 +201,14 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
 			// A gap (or a repair): the log has the missing events.
 			if next, err = s.log.LoadFrom(ctx, id, from+1); err != nil {
-				return out, nil, fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
+				err = fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
+				if passes(err) {
+					return out, nil, err
+				}
+				// The same read fails the same way on every redelivery
+				// (a commit of a newer writer: domain.ErrUnreadableCommit):
+				// parked like any poison event, not retried for ever.
+				return out, &PoisonError{Reached: from, Err: err}, nil
 			}
 			if round == 0 {
 				out.GapsFilled++
@@ -238,6 +247,13 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 			s.metrics.repair(s.def.Name)
 		}
 	}
+}
+
+// passes reports an error of a log read that may pass on a redelivery:
+// the store cannot be reached, or this process is stopping. Anything else
+// the log answers it will answer again.
+func passes(err error) bool {
+	return errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // PoisonError is a stream's events that cannot be applied. Reached is the

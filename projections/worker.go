@@ -435,13 +435,24 @@ func (w *Worker) scan(ctx context.Context, c *claim, job Job) error {
 // finishRebuild ends a rebuild: after a cancel or a failed partition it
 // cleans up; otherwise it verifies the shadow against the log, repairing
 // what live writes and the scan left behind, and switches the pointer.
+// Once the job has recorded the collection the switch replaces, it is
+// committed to the switch: a cancel is refused from then on (Jobs.Cancel),
+// and one recorded anyway (by an older binary) is ignored, so a finish run
+// again after the switch completes the job instead of retiring the
+// collection readers read.
 func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 	cur, err := w.jobs.Get(ctx, job.ID)
 	if err != nil {
 		return err
 	}
+	m := w.projs[job.Projection]
+	ptr, err := m.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	committed := cur.Replaced != "" || ptr.Active == job.Shadow
 	for _, t := range cur.Tasks {
-		if t.Name != taskFinish && t.State == taskFailed {
+		if !committed && t.Name != taskFinish && t.State == taskFailed {
 			// A failed plan or partition.
 			if err := w.cleanUp(ctx, cur); err != nil {
 				return err
@@ -452,16 +463,11 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return c.finish(ctx, taskDone, "")
 		}
 	}
-	if cur.CancelRequested {
+	if cur.CancelRequested && !committed {
 		if err := w.cleanUp(ctx, cur); err != nil {
 			return err
 		}
 		return c.finish(ctx, taskDone, "")
-	}
-	m := w.projs[job.Projection]
-	ptr, err := m.Pointer(ctx, 0)
-	if err != nil {
-		return err
 	}
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
@@ -477,23 +483,38 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return err
 		}
 		if ptr.Shadow != job.Shadow {
-			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q", job.ID, ptr.Shadow, job.Shadow)
+			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q: %w", job.ID, ptr.Shadow, job.Shadow, ErrPointerMoved)
 		}
 		// What the switch replaces is saved first, so a finish retried
-		// after the switch can still retire it.
+		// after the switch can still retire it. Saving it commits the
+		// job to the switch: filtered on no cancel request, as Cancel is
+		// filtered on no replaced collection, so of a cancel and a switch
+		// racing exactly one wins.
 		cur.Replaced, cur.Report = ptr.Active, &rep
-		if _, err := w.jobs.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: bson.D{
-			{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}}); err != nil {
+		res, err := w.jobs.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}})
+		if err != nil {
 			return fmt.Errorf("rebuild %s: %w", job.ID, mongoerr.Translate(err))
 		}
-		if !c.valid() {
-			return errLeaseLost
+		if res.MatchedCount == 0 && !committed {
+			return errJobCanceled // requested since the verify's last checkpoint
 		}
-		ptr.Active, ptr.Shadow, ptr.ShadowJob = job.Shadow, "", ""
-		ptr.Generation++
-		ptr.SwitchedAt = w.jobs.now().UTC()
-		if err := w.jobs.pointers.put(ctx, ptr); err != nil {
-			return err
+		switchedAt := w.jobs.now().UTC()
+		_, err = w.jobs.pointers.update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *Pointer) (bool, error) {
+			switch {
+			case p.Active == job.Shadow:
+				return false, nil // switched by another run of this finish
+			case p.Shadow != job.Shadow || p.Active != cur.Replaced:
+				return false, fmt.Errorf("rebuild %s: the pointer names %q active and %q shadow, not %q and %q: %w",
+					job.ID, p.Active, p.Shadow, cur.Replaced, job.Shadow, ErrPointerMoved)
+			case !c.valid():
+				return false, errLeaseLost
+			}
+			p.Active, p.Shadow, p.ShadowJob, p.SwitchedAt = job.Shadow, "", "", switchedAt
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild %s: switch to %s: %w", job.ID, job.Shadow, err)
 		}
 		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow,
 			"replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
@@ -515,19 +536,23 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 // cleanUp undoes a rebuild that will not finish: the pointer drops its
 // shadow (scheduled for dropping after the grace period, since projectors
 // may write it until they re-read the pointer), partitions not started are
-// canceled, and the lock is released. A canceled job is marked here.
+// canceled, and the lock is released. A canceled job is marked here. A
+// shadow the pointer has already made active is left alone: readers read
+// it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job Job) error {
-	m := w.projs[job.Projection]
-	ptr, err := m.Pointer(ctx, 0)
-	if err != nil {
-		return err
-	}
-	if ptr.Shadow == job.Shadow {
-		ptr.Shadow, ptr.ShadowJob = "", ""
-		ptr.Generation++
-		if err := w.jobs.pointers.put(ctx, ptr); err != nil {
-			return err
+	ptr, err := w.jobs.pointers.update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *Pointer) (bool, error) {
+		if p.Shadow != job.Shadow {
+			return false, nil
 		}
+		p.Shadow, p.ShadowJob = "", ""
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild %s: withdraw %s: %w", job.ID, job.Shadow, err)
+	}
+	if ptr.Active == job.Shadow {
+		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
+		return w.jobs.unlock(ctx, job.Projection, job.ID)
 	}
 	if err := w.jobs.pointers.retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
