@@ -32,6 +32,7 @@ type Store struct {
 	metrics *Metrics
 	now     func() time.Time
 	relay   atomic.Pointer[Relay] // told of every append, when one runs in this process
+	hooks   []AppendHook
 }
 
 // Option configures a Store.
@@ -39,6 +40,34 @@ type Option func(*Store)
 
 // WithMetrics records append latency and conflicts in m.
 func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
+
+// AppendHook is told of each commit the Store has just stored. It runs on
+// the appending goroutine, after the insert succeeded and before Append
+// returns, so it must not block or fail: the command waits for it. A hook
+// that cannot keep up drops the commit and leaves it to the outbox sweep.
+type AppendHook func(Committed)
+
+// WithAppendHook calls h after every successful append, in the order of
+// the options; main wires the relay's Appended here, so the store needs
+// no reference to the relay.
+func WithAppendHook(h AppendHook) Option { return func(s *Store) { s.hooks = append(s.hooks, h) } }
+
+// Committed is a commit as the log stored it, handed to append hooks. Its
+// events are decoded only when asked for, off the command's path.
+type Committed struct{ doc commitDoc }
+
+// ID returns the commit's _id (see CommitID).
+func (c Committed) ID() string { return c.doc.ID }
+
+// StreamID returns the stream the commit belongs to.
+func (c Committed) StreamID() string { return c.doc.StreamID }
+
+// RecordedAt returns the commit's recorded time, as stored (UTC,
+// millisecond precision).
+func (c Committed) RecordedAt() time.Time { return c.doc.RecordedAt }
+
+// Events returns the commit's events as Load returns them.
+func (c Committed) Events() ([]domain.Event, error) { return c.doc.events() }
 
 // New returns a Store on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
@@ -133,6 +162,9 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 	}
 	if r := s.relay.Load(); r != nil {
 		r.hint(doc)
+	}
+	for _, h := range s.hooks {
+		h(Committed{doc})
 	}
 	return now, nil
 }
