@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -31,7 +30,6 @@ type Store struct {
 	commits *mongo.Collection
 	metrics *Metrics
 	now     func() time.Time
-	relay   atomic.Pointer[Relay] // told of every append, when one runs in this process
 	hooks   []AppendHook
 }
 
@@ -159,9 +157,6 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 			return time.Time{}, s.duplicate(ctx, c)
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
-	}
-	if r := s.relay.Load(); r != nil {
-		r.hint(doc)
 	}
 	for _, h := range s.hooks {
 		h(Committed{doc})
@@ -395,6 +390,30 @@ func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (d
 	}
 	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
+}
+
+// Unpublished returns the number of unpublished commits in the log and
+// the age of the oldest one (0 when there is none). On FerretDB each of
+// its two reads scans the collection.
+func (s *Store) Unpublished(ctx context.Context) (int64, time.Duration, error) {
+	filter := bson.D{{Key: "published", Value: false}}
+	n, err := s.commits.CountDocuments(ctx, filter)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
+	}
+	if n == 0 {
+		return 0, 0, nil
+	}
+	var oldest commitDoc
+	err = s.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
+		SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&oldest)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
+	}
+	return n, time.Since(oldest.RecordedAt), nil
 }
 
 // Ping checks that the store answers.

@@ -37,8 +37,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	db := storetest.Database(t)
 	log := testLogger(t)
 
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
@@ -421,8 +420,7 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
 
 	const ttl = time.Second
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
@@ -501,8 +499,7 @@ func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
 
 	const ttl = 1500 * time.Millisecond
 	proc := func(owner string, js jetstream.JetStream) *projections.Runner {

@@ -108,8 +108,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	db := m.mongo.Database(c.Database)
 	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
 	// instance starts and takes commands while NATS is down; it uses NATS
-	// only to show consumer lag on the admin API. Without NATS_URL it has
-	// no connection at all (js stays nil).
+	// to publish its own appends and show consumer lag on the admin API.
+	// Without NATS_URL it has no connection at all (js stays nil).
 	var js jetstream.JetStream
 	if c.NATSURL != "" {
 		m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
@@ -138,15 +138,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	store := eventstore.New(db, eventstore.WithMetrics(storeMetrics))
+	relayCfg := eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(),
+		SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace}
+	relayLog := m.Log.With("component", "relay")
+	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
+	var relay *eventstore.Relay
+	if r.api && js != nil {
+		// Each API instance publishes its own appends at once, without a
+		// lease; the hook only queues them, so commands never wait for NATS.
+		// Without a NATS connection they all wait for the sweep.
+		relay = eventstore.NewRelay(db, js, relayCfg, relayLog, storeMetrics)
+		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
+	}
+	store := eventstore.New(db, storeOpts...)
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
-	}
-	var relay *eventstore.Relay
-	if r.relay {
-		// The relay hears of this process's appends directly.
-		relay = eventstore.NewRelay(store, js, eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(), PollInterval: c.RelayPoll},
-			m.Log.With("component", "relay"), storeMetrics)
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -155,6 +161,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.group = g
 	if relay != nil {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
+	}
+	if r.relay {
+		sweeper := eventstore.NewSweeper(db, js, relayCfg, relayLog, storeMetrics)
+		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
 	pm := projections.NewMetrics(reg)
 	pointers := projections.NewPointers(db)
