@@ -677,3 +677,28 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 		})
 	}
 }
+
+// A window of publishes awaiting acks far smaller than a round does not
+// fail the Relay or Republish: their sends wait for room.
+func TestPublishWindowPacesRounds(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(2))
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	in := newInstance(t, db, js, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	want := appendCommits(t, in.store, 4, 3) // 12 commits of 1 to 3 events, queued
+	stop := goRun(t, in.relay.Run)
+	waitBacklog(t, in.store, 10*time.Second, 0)
+	stop()
+	checkPublishedOnce(t, n, cfg, want)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if k, err := eventstore.Republish(ctx, js, cfg, want); err != nil || k != len(want) {
+		t.Fatalf("republish %d events through a window of 2: %d acknowledged, %v", len(want), k, err)
+	}
+	checkPublishedOnce(t, n, cfg, want)
+}

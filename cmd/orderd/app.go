@@ -31,6 +31,11 @@ import (
 // order stream, orders.events.<order id>.
 const subjectPrefix = "orders.events"
 
+// publishWindow is the most JetStream publishes awaiting their acks in one
+// process: a relay round of a full batch (256 commits of a few events)
+// fits; beyond it a publish waits for room.
+const publishWindow = 2048
+
 // Main is the whole program: Run starts it, Close stops it in reverse start
 // order. Tests boot it on port 0 with a temp data dir.
 type Main struct {
@@ -117,8 +122,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
-		// Acks the relay gave up on must not stay pending in the client.
-		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
+		// Acks the relay gave up on must not stay pending in the client; the
+		// window bounds the relay's (and replays') publishes awaiting acks.
+		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second),
+			jetstream.WithPublishAsyncMaxPending(publishWindow)); err != nil {
 			return fmt.Errorf("jetstream: %w", err)
 		}
 	}
