@@ -178,9 +178,10 @@ func (r *Relay) fill(batch []commitDoc) []commitDoc {
 	return batch
 }
 
-// shutdownGrace is how long a round whose context is canceled keeps
-// waiting for acks and then for its markers: long enough for acks already
-// on the wire, short enough not to hold up a shutdown when NATS is down.
+// shutdownGrace bounds what a shutdown waits for: the acks of a round
+// under way (from the cancellation on), and the acks and markers of the
+// last round of queued commits. Long enough for acks already on the wire,
+// short enough not to hold up a shutdown when NATS is down.
 const shutdownGrace = 2 * time.Second
 
 // outbox publishes commits and writes their published markers: the one
@@ -290,12 +291,14 @@ func (o *outbox) publish(ctx context.Context, docs []commitDoc, ackTimeout time.
 	o.metrics.publishedEvents(events)
 	err := errors.Join(sendErr, ackErr)
 	if len(acked) > 0 {
-		mctx, cancel := ctx, context.CancelFunc(func() {})
+		// The events are in the stream, and each marker lost costs a
+		// republish: a shutdown that starts meanwhile lets the markers
+		// finish, within the round's own bound.
+		markTimeout := ackTimeout
 		if ctx.Err() != nil {
-			// The events are in the stream: a marker is worth a short
-			// wait at shutdown, as each one lost costs a republish.
-			mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+			markTimeout = shutdownGrace
 		}
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 		err = errors.Join(err, o.mark(mctx, acked))
 		cancel()
 	}
