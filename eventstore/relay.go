@@ -62,8 +62,9 @@ type RelayConfig struct {
 	// publisher; an append that finds the queue full is left to the
 	// sweep [4096].
 	QueueSize int
-	// AckTimeout bounds the wait for the JetStream acks of one round
-	// [10s]; a Sweeper waits at most LeaseTTL/2.
+	// AckTimeout bounds one publish round: its sends, their JetStream
+	// acks and the published markers [10s]. A Sweeper's round takes at
+	// most LeaseTTL/2 besides, so its lease renewals stay on time.
 	AckTimeout time.Duration
 	// SweepInterval is the pause between two sweeps of the outbox when
 	// the last one found less than a batch [5s].
@@ -178,8 +179,8 @@ func (r *Relay) fill(batch []commitDoc) []commitDoc {
 }
 
 // shutdownGrace bounds what a shutdown waits for: the acks of a round
-// under way (from the cancellation on), and the acks and markers of the
-// last round of queued commits. Long enough for acks already on the wire,
+// under way (from the cancellation on; its markers keep the round's own
+// deadline), and the last round of queued commits. Long enough for acks already on the wire,
 // short enough not to hold up a shutdown when NATS is down.
 const shutdownGrace = 2 * time.Second
 
@@ -202,14 +203,14 @@ func newOutbox(db *mongo.Database, js jetstream.JetStream, stream StreamConfig, 
 
 // publish sends the events of docs as async publishes (the JetStream
 // context's WithPublishAsyncMaxPending bounds how many await their acks;
-// a full window makes the send wait, within ackTimeout), waits up to
-// ackTimeout for the acks, and marks the fully acknowledged commits
-// published. It returns how many commits it marked, and an error when a
-// publish, an ack or the markers failed: the commits not marked stay in
-// the outbox for the sweep. A commit that cannot be decoded is logged,
-// counted as a publish error and left in the outbox, where the backlog
-// metrics show it. A canceled ctx still sends (the final round of a
-// shutdown) but waits at most shutdownGrace for acks.
+// a full window makes the send wait), waits for the acks, and marks the
+// fully acknowledged commits published, all within ackTimeout. It returns
+// how many commits it marked, also alongside an error (a publish, an ack
+// or a marker failed): the commits not marked stay in the outbox for the
+// sweep. A commit that cannot be decoded is logged, counted as a publish
+// error and left in the outbox, where the backlog metrics show it. A
+// canceled ctx still sends (the final round of a shutdown) but waits at
+// most shutdownGrace for acks.
 func (o *outbox) publish(ctx context.Context, docs []commitDoc, ackTimeout time.Duration) (int, error) {
 	type sent struct {
 		doc     commitDoc
@@ -289,23 +290,22 @@ func (o *outbox) publish(ctx context.Context, docs []commitDoc, ackTimeout time.
 	}
 	o.metrics.publishedEvents(events)
 	err := errors.Join(sendErr, ackErr)
+	marked := 0
 	if len(acked) > 0 {
 		// The events are in the stream, and each marker lost costs a
 		// republish: a shutdown that starts meanwhile lets the markers
-		// finish, within the round's own bound.
-		markTimeout := ackTimeout
-		if ctx.Err() != nil {
-			markTimeout = shutdownGrace
-		}
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
-		err = errors.Join(err, o.mark(mctx, acked))
+		// go on, until the round's deadline.
+		mctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		var merr error
+		marked, merr = o.mark(mctx, acked)
+		err = errors.Join(err, merr)
 		cancel()
 	}
 	if err != nil {
 		o.metrics.publishError()
-		return 0, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(docs), len(acked), err)
+		return marked, fmt.Errorf("publish %d commits (%d acknowledged, %d marked): %w", len(docs), len(acked), marked, err)
 	}
-	return len(acked), nil
+	return marked, nil
 }
 
 // ackWait waits for acks until one deadline for all of them, or until
@@ -359,19 +359,20 @@ func (w *ackWait) wait(f jetstream.PubAckFuture) error {
 
 // mark sets the outbox marker of the commits ids, one updateOne by _id
 // each (the one filter the embedded store does not scan for), in order, so
-// a failure leaves a prefix marked and the rest for the sweep. Not one
+// a failure leaves a prefix marked and the rest for the sweep; it returns
+// the length of that prefix. Not one
 // bulk write: FerretDB 1.24 did not finish an ordered bulk of 100 updates
 // by _id on a 1,000-commit collection within 20s, where 64 single updates
 // took 0.1s; and a long write holds up every other writer of the embedded
 // store. On MongoDB each is an index look-up.
-func (o *outbox) mark(ctx context.Context, ids []string) error {
+func (o *outbox) mark(ctx context.Context, ids []string) (int, error) {
 	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
 	for i, id := range ids {
 		if _, err := o.commits.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, set); err != nil {
-			return fmt.Errorf("mark %s published (%d of %d marked): %w", id, i, len(ids), mongoerr.Translate(err))
+			return i, fmt.Errorf("mark %s published: %w", id, mongoerr.Translate(err))
 		}
 	}
-	return nil
+	return len(ids), nil
 }
 
 // publishAsync sends e on its subject with Nats-Msg-Id = event id and

@@ -395,6 +395,27 @@ func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
 	checkPublishedOnce(t, n, cfg, want)
 }
 
+// On shutdown the Relay gives the commits still queued one last round,
+// bounded by a short grace, instead of leaving them all to the sweep.
+func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	want := appendCommits(t, in.store, 3, 1) // queued; Run not started
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	start := time.Now()
+	if err := in.relay.Run(ctx); err != nil {
+		t.Fatalf("run after cancellation: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the last round took %v", took)
+	}
+	checkPublishedOnce(t, n, cfg, want)
+	wantBacklog(t, in.store, 0)
+}
+
 func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 	_, db := openStore(t)
 	n := storetest.StartNATS(t)

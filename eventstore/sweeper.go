@@ -31,8 +31,9 @@ const SweepLease = "relay"
 // the others stand by and claim it every LeaseTTL/3. A sweeper that cannot
 // do its work gives the lease up so a healthy instance takes over: at
 // once when its NATS connection is not connected, and after LeaseTTL/2
-// without a successful round while commits wait (it then claims no lease
-// for one LeaseTTL).
+// in which no round marked a commit while commits wait (it then claims no
+// lease for one LeaseTTL). A round lasts at most LeaseTTL/2, so renewals
+// stay on time.
 type Sweeper struct {
 	out   outbox
 	cfg   RelayConfig
@@ -57,7 +58,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	var (
 		leader     bool
 		renewedAt  time.Time
-		progressAt time.Time // last round that left nothing it read behind
+		progressAt time.Time // last round that marked commits or found none
 		backlog    bool      // the last round left commits behind
 		restUntil  time.Time // no claims before, after giving the lease up
 		backoff    time.Duration
@@ -75,7 +76,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			case !s.connected():
 				reason = "nats not connected"
 			case backlog && now.Sub(progressAt) > s.cfg.LeaseTTL/2:
-				reason = "no successful round within half the lease"
+				reason = "no commit marked within half the lease"
 				restUntil = now.Add(s.cfg.LeaseTTL)
 			}
 			if reason != "" {
@@ -103,6 +104,11 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		wait := s.cfg.LeaseTTL / 3
 		if leader {
 			read, marked, err := s.sweep(ctx, s.cfg.SweepGrace, min(s.cfg.AckTimeout, s.cfg.LeaseTTL/2))
+			if marked > 0 {
+				// Part of a failed round still counts: a slow store
+				// that marks a part of each batch is making progress.
+				progressAt = time.Now()
+			}
 			switch {
 			case err != nil && ctx.Err() == nil:
 				backlog = true
