@@ -4,6 +4,26 @@
 // and the tests use it when no external servers are named. Production
 // binaries leave it out: cmd/orderd imports it only without the `noembed`
 // build tag.
+//
+// The store keeps MongoDB's single-document guarantees through its write
+// funnel (funnel.go: every write command of every client runs alone, so
+// conditional updates are atomic) and indexes every collection's _id
+// (index.go). What still differs from MongoDB, and how the service lives
+// with it (DESIGN.md §8, README "MongoDB's guarantees"):
+//
+//   - only a filter that is exactly {_id: v} reaches an index; any other
+//     filter is evaluated in Go over the whole collection, and any sort but
+//     $natural is done in memory: hot paths on the log and the read models
+//     filter by _id only, and log scans sort commit ids, not commits;
+//   - a duplicate-key error does not name the index;
+//   - an unordered bulk stops at its first error and reports it at a wrong
+//     index, and an update command of more than 64 statements stalls;
+//   - one createIndexes naming several existing indexes drops the
+//     connection;
+//   - no transactions, change streams, partial or TTL indexes, Decimal128,
+//     $group $max/$min, or $sum of a field path;
+//   - write and read concerns are accepted and ignored (one node, fsync'd
+//     by SQLite).
 package embedded
 
 import (
