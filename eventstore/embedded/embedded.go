@@ -22,8 +22,7 @@
 //     connection;
 //   - no transactions, change streams, partial or TTL indexes, Decimal128,
 //     $group $max/$min, or $sum of a field path;
-//   - write and read concerns are accepted and ignored (one node, fsync'd
-//     by SQLite).
+//   - write and read concerns are accepted and ignored: it is one node.
 package embedded
 
 import (
