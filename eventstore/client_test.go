@@ -119,7 +119,7 @@ func TestReachability(t *testing.T) {
 	defer done()
 
 	_ = store.Close()
-	waitUntil(t, 30*time.Second, "the store is seen down", reach.Down)
+	waitFor(t, 30*time.Second, "the store is seen down", reach.Down)
 	select {
 	case <-inFlight.Done():
 		if cause := context.Cause(inFlight); !errors.Is(cause, domain.ErrUnavailable) {
@@ -137,21 +137,10 @@ func TestReachability(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	waitUntil(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
+	waitFor(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
 	if _, done, err := reach.Bound(t.Context()); err != nil {
 		t.Errorf("bound after the store came back: %v", err)
 	} else {
 		done()
-	}
-}
-
-func waitUntil(t *testing.T, within time.Duration, what string, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
