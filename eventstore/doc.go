@@ -2,8 +2,7 @@
 //
 // The log is the "events" collection, one document per commit:
 //
-//	{_id: "<stream id>:<first version>", stream_id, stream_type,
-//	 first_version, last_version,
+//	{_id: ObjectId, stream_id, stream_type, first_version, last_version,
 //	 events: [{event_id, type, version, occurred_at, recorded_at, data,
 //	           correlation_id, causation_id, schema_version}],
 //	 recorded_at, published: false, published_at, idempotency_key, request_hash}
@@ -25,14 +24,8 @@
 // record are one write.
 //
 // Invariant 3 (every committed event reaches NATS at least once): the
-// commit's published=false is the outbox. Each API instance's Relay hears
-// of its own appends through the Store's append hook (WithAppendHook,
-// wired in main), publishes them at once with Nats-Msg-Id = event id, and
-// marks them once JetStream acknowledged them; no lease is needed, since
-// the server drops a second copy. What an instance leaves unpublished (a
-// crash, a full queue, NATS down) is published by the Sweeper: one
-// instance at a time, under the "relay" Lease (invariant 6), sweeps the
-// commits still published=false after a grace period.
+// commit's published=false is the outbox; the Relay publishes it and marks
+// it afterwards, under a Lease so one instance relays at a time.
 //
 // No multi-document transaction, change stream, partial or TTL index is
 // used, so the package behaves the same on MongoDB 6+ and FerretDB 1.24

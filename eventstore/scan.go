@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -238,19 +237,17 @@ func eventMsg(cfg StreamConfig, e domain.Event) (*nats.Msg, error) {
 // Nats-Msg-Id, and waits for every ack. Copies of events the stream still
 // remembers within its de-duplication window are dropped by the server;
 // consumers' version guards skip the rest. It returns the number of events
-// acknowledged. More events than js lets await their acks
-// (WithPublishAsyncMaxPending) are sent as acks free room, each send
-// waiting up to republishStall, or until ctx's deadline when sooner.
+// acknowledged.
 func Republish(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, events []domain.Event) (int, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	for _, e := range events {
-		stall := republishStall
-		if d, ok := ctx.Deadline(); ok {
-			stall = min(stall, time.Until(d))
-		}
-		f, err := publishAsync(js, cfg, e, stall)
+		msg, err := eventMsg(cfg, e)
 		if err != nil {
-			return 0, fmt.Errorf("republish: %w", err)
+			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
+		}
+		f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(cfg.Name))
+		if err != nil {
+			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
 		}
 		futures = append(futures, f)
 	}
@@ -267,7 +264,3 @@ func Republish(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, ev
 	}
 	return acked, nil
 }
-
-// republishStall bounds how long Republish waits for room among the
-// publishes awaiting acks before it gives up.
-const republishStall = 30 * time.Second

@@ -107,18 +107,11 @@ func (b *bus) connect(t *testing.T) jetstream.JetStream {
 	return js
 }
 
-// relayedLog returns the event store of db (with its indexes) whose
-// appends a Relay publishes to b's stream, and runs a Sweeper, with a
-// short grace, for commits appended through other stores of db; both run
-// until the test ends.
-func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *bus, log *slog.Logger) *eventstore.Store {
+// goRelay runs a relay from es to b's stream until the test ends.
+func goRelay(t *testing.T, es *eventstore.Store, b *bus, log *slog.Logger) {
 	t.Helper()
-	cfg := eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", SweepInterval: 100 * time.Millisecond,
-		SweepGrace: 100 * time.Millisecond}
-	relay := eventstore.NewRelay(db, b.JS, cfg, log, nil)
+	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
 	goRun(t, "relay", relay.Run)
-	goRun(t, "relay sweep", eventstore.NewSweeper(db, b.JS, cfg, log, nil).Run)
-	return newLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
 }
 
 // lifecycle returns the payloads of order i's life: one of seven paths

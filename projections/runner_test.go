@@ -37,7 +37,8 @@ func TestRunnerEndToEnd(t *testing.T) {
 	db := storetest.Database(t)
 	log := testLogger(t)
 
-	es := relayedLog(t, ctx, db, b, log)
+	es := newLog(t, ctx, db)
+	goRelay(t, es, b, log)
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
@@ -420,7 +421,8 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	es := newLog(t, ctx, db)
+	goRelay(t, es, b, log)
 
 	const ttl = time.Second
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
@@ -499,7 +501,8 @@ func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	es := newLog(t, ctx, db)
+	goRelay(t, es, b, log)
 
 	const ttl = 1500 * time.Millisecond
 	proc := func(owner string, js jetstream.JetStream) *projections.Runner {

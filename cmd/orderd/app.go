@@ -31,11 +31,6 @@ import (
 // order stream, orders.events.<order id>.
 const subjectPrefix = "orders.events"
 
-// publishWindow is the most JetStream publishes awaiting their acks in one
-// process: a relay round of a full batch (256 commits of a few events)
-// fits; beyond it a publish waits for room.
-const publishWindow = 2048
-
 // Main is the whole program: Run starts it, Close stops it in reverse start
 // order. Tests boot it on port 0 with a temp data dir.
 type Main struct {
@@ -113,8 +108,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	db := m.mongo.Database(c.Database)
 	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
 	// instance starts and takes commands while NATS is down; it uses NATS
-	// to publish its own appends and show consumer lag on the admin API.
-	// Without NATS_URL it has no connection at all (js stays nil).
+	// only to show consumer lag on the admin API. Without NATS_URL it has
+	// no connection at all (js stays nil).
 	var js jetstream.JetStream
 	if c.NATSURL != "" {
 		m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
@@ -122,10 +117,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
-		// Acks the relay gave up on must not stay pending in the client; the
-		// window bounds the relay's (and replays') publishes awaiting acks.
-		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second),
-			jetstream.WithPublishAsyncMaxPending(publishWindow)); err != nil {
+		// Acks the relay gave up on must not stay pending in the client.
+		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
 			return fmt.Errorf("jetstream: %w", err)
 		}
 	}
@@ -145,21 +138,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	relayCfg := eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(),
-		SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace}
-	relayLog := m.Log.With("component", "relay")
-	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
-	var relay *eventstore.Relay
-	if r.api && js != nil {
-		// Each API instance publishes its own appends at once, without a
-		// lease; the hook only queues them, so commands never wait for NATS.
-		// Without a NATS connection they all wait for the sweep.
-		relay = eventstore.NewRelay(db, js, relayCfg, relayLog, storeMetrics)
-		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
-	}
-	store := eventstore.New(db, storeOpts...)
+	store := eventstore.New(db, eventstore.WithMetrics(storeMetrics))
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
+	}
+	var relay *eventstore.Relay
+	if r.relay {
+		// The relay hears of this process's appends directly.
+		relay = eventstore.NewRelay(store, js, eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(), PollInterval: c.RelayPoll},
+			m.Log.With("component", "relay"), storeMetrics)
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -168,10 +155,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.group = g
 	if relay != nil {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
-	}
-	if r.relay {
-		sweeper := eventstore.NewSweeper(db, js, relayCfg, relayLog, storeMetrics)
-		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
 	pm := projections.NewMetrics(reg)
 	pointers := projections.NewPointers(db)

@@ -145,7 +145,7 @@ func BenchmarkService(b *testing.B) {
 		}
 		f("%s %d", name, sizes[name])
 	}
-	f("\n  commits without their published marker at the end: %d (each relay round marks its commits once acknowledged)\n", unmarked)
+	f("\n  commits without their published marker at the end: %d (the relay marks them behind publishing)\n", unmarked)
 	fmt.Fprint(os.Stdout, t.String())
 
 	if sizes[benchScratch] != benchRawInserts || sizes[eventstore.CommitsCollection] != benchCommands ||

@@ -151,7 +151,7 @@ func (c *cluster) start(p *proc) {
 	c.t.Helper()
 	p.in = startInstance(c.t, p.name, "-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
-		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn")
+		"-relay-poll", "200ms", "-job-lease-ttl", "3s", "-log-level", "warn")
 	if strings.Contains(p.roles, "api") {
 		c.waitReady(p, 60*time.Second)
 	}
@@ -536,8 +536,8 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 	}
 }
 
-// TestChaos_KillAndRestartUnderLoad runs two API instances (each publishing
-// its own appends and a candidate for the outbox sweep), two projectors and a job runner as separate processes,
+// TestChaos_KillAndRestartUnderLoad runs two API instances (each also a
+// relay candidate), two projectors and a job runner as separate processes,
 // drives orders through them with a tenth of the steps sent as races of two
 // commands on one order through both APIs, injects duplicated and reordered
 // deliveries, and SIGKILLs and restarts a projector or an API instance in
@@ -615,8 +615,7 @@ func placeBody(orderID string) string {
 // TestChaos_NATSOutage stops the NATS server for several seconds under
 // load: commands keep being acknowledged (the log is the source of truth),
 // /readyz says the bus is unavailable, and once the server is back on the
-// same port and data the outbox sweep publishes what the relay could not,
-// and the projections converge.
+// same port and data the relay catches up and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
 	loadFor, outage := 9*time.Second, 3*time.Second
 	if *chaosLong {

@@ -903,11 +903,11 @@ func testImmutable(t *testing.T, s *eventstore.Store) {
 	mustAppend(t, s, NewCommit(stream, 4, domain.OrderDelivered{}))
 
 	n := StartNATS(t)
-	sweeper := eventstore.NewSweeper(databaseOf(t, s), n.JS, eventstore.RelayConfig{Stream: NewStream(t, n), Owner: "conformance",
+	relay := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: NewStream(t, n), Owner: "conformance",
 		AckTimeout: 10 * time.Second}, nil, nil)
 	markedFrom := domain.Timestamp(time.Now())
 	for i := 0; ; i++ {
-		k, err := sweeper.PublishPending(ctx)
+		k, err := relay.PublishPending(ctx)
 		if err != nil {
 			t.Fatalf("publish: %v", err)
 		}
