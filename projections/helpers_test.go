@@ -95,7 +95,13 @@ func newLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...event
 // would, closed when the test ends.
 func (b *bus) connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	nc, err := nats.Connect(b.URL)
+	return connectTo(t, b.URL)
+}
+
+// connectTo opens a NATS connection to url, closed when the test ends.
+func connectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -514,15 +514,7 @@ func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
-	ncA, err := nats.Connect(cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ncA.Close)
-	jsA, err := jetstream.New(ncA)
-	if err != nil {
-		t.Fatal(err)
-	}
+	jsA := connectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	owner := func() string {
 		var l struct {
 			Owner string `bson:"owner"`
