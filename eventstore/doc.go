@@ -2,7 +2,7 @@
 //
 // The log is the "events" collection, one document per commit:
 //
-//	{_id: ObjectId, stream_id, stream_type, first_version, last_version,
+//	{_id: "<stream id>:<first version>", stream_id, stream_type, first_version, last_version,
 //	 events: [{event_id, type, version, occurred_at, recorded_at, data,
 //	           correlation_id, causation_id, schema_version}],
 //	 recorded_at, published: false, published_at, idempotency_key, request_hash}

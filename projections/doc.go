@@ -13,20 +13,18 @@
 // beyond version+1 means a gap, and the missing events are read from the
 // log. Messages are acknowledged only after their document is written.
 //
-// Racing writers: FerretDB 1.24 on SQLite answers every filter other than
+// Racing writers: the embedded store answers every filter other than
 // {_id: value} by decoding the whole collection, so a compare-and-set on
 // {_id, version} would cost a collection scan per write. Writes are
 // instead guarded by a version register in the document itself: one
 // findOneAndUpdate by _id sets the folded fields and $max-es "attempted";
 // the writer that finds attempted above what it wrote folds again from the
 // log and rewrites. The last write therefore always leaves the highest
-// version any writer attempted, so two workers racing on one order cannot
-// lose an update (see Store and its race test). The trade-offs: during such
-// a race a reader may briefly see an older version; and the guard needs
-// atomic single-document updates, which MongoDB has and FerretDB 1.24 has
-// not (it reads, then writes, with no transaction), so on the embedded
-// store only the workers of one process are safe: they take turns per
-// stream.
+// version any writer attempted, so writers in any number of processes
+// racing on one order cannot lose an update (see Store and its race
+// tests); it needs atomic single-document updates, which MongoDB has and
+// the embedded store keeps through its write funnel. The trade-off: during
+// such a race a reader may briefly see an older version.
 //
 // Poison events (not decodable, not applicable, or in a stream whose gap
 // the log cannot fill: a commit this build cannot read,
@@ -51,11 +49,10 @@
 //     verifies the shadow against the log with repair and switches the
 //     pointer, and the replaced collection is dropped after a grace
 //     period. Readers never see the shadow before the switch.
-//   - Invariant 6: a task is claimed by inserting a claim document with a
-//     unique _id (exactly one of any number of workers succeeds, also on
-//     FerretDB, whose updates are not atomic) and then updating the task
-//     with a filter on its epoch; the owner renews a lease and checkpoints
-//     under the same filter, and a task whose lease ran out is resumed by
+//   - Invariant 6: a task is claimed by one update filtered on its epoch
+//     and an expired lease (claim-by-filter: exactly one of any number of
+//     workers matches); the owner renews the lease and checkpoints under a
+//     filter on its epoch, and a task whose lease ran out is resumed by
 //     another worker from its cursor (see claim).
 //
 // Verify folds every stream and compares it with the read model, reporting
