@@ -27,6 +27,11 @@
 // commit's published=false is the outbox; the Relay publishes it and marks
 // it afterwards, under a Lease so one instance relays at a time.
 //
+// Durability: every role connects with ClientOptions (w:majority, j:true,
+// readConcern majority, a server selection long enough for an election),
+// so nothing a failover can roll back is answered, published or folded;
+// Reachability answers requests at once while every member is down.
+//
 // No multi-document transaction, change stream, partial or TTL index is
 // used, so the package behaves the same on MongoDB 6+ and FerretDB 1.24
 // (DESIGN.md §8). The conformance suite in storetest proves it on any
