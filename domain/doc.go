@@ -58,7 +58,8 @@
 // Service.Execute is the command path: fold (or take the cached state),
 // Decide, EventStore.Append with the expected version. It keeps invariant 7
 // (an Idempotency-Key's retry returns the first result and appends
-// nothing), invariant 8 (bad input returns an error before anything is
+// nothing; a key is unique per order, and a PlaceOrder without an order id
+// gets KeyedOrderID of its key, so its retries reach the same order), invariant 8 (bad input returns an error before anything is
 // appended) and retries lost version races with jittered backoff unless
 // the client sent If-Match.
 //

@@ -1,6 +1,7 @@
 package domain
 
 import (
+	"encoding/json"
 	"errors"
 	"time"
 )
@@ -191,6 +192,53 @@ type ProjectionStatus struct {
 	DeadLetters      int64          `json:"dead_letters"`
 	LastVerify       *VerifySummary `json:"last_verify,omitempty"`
 	LastRebuild      *JobSummary    `json:"last_rebuild,omitempty"`
+	// Partitions are the projection's partitions, in order, each
+	// consumed by one process at a time.
+	Partitions []PartitionStatus `json:"partitions,omitempty"`
+
+	// AckFloor is how many deliveries the projection's consumers have
+	// acknowledged, summed over its partitions (each consumer's ack floor),
+	// nil when unknown. Its change over time is the projection's apply
+	// rate in events per second.
+	AckFloor *uint64 `json:"ack_floor"`
+}
+
+// PartitionStatus is one partition of a projection: its consumer, the
+// process holding its lease and until when, and what the owner last
+// reported at a renewal.
+type PartitionStatus struct {
+	Partition  int       `json:"partition"`
+	Consumer   string    `json:"consumer"`
+	Owner      string    `json:"owner,omitempty"` // "" when no process holds the lease
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Epoch      int64     `json:"epoch,omitempty"` // the owner's tenure: claims of the partition so far
+	// Lag is the messages of the partition not yet acknowledged; null when
+	// JetStream could not be asked.
+	Lag       *uint64 `json:"lag"`
+	Applied   int64   `json:"applied"`    // events the owner applied in this tenure
+	ApplyRate float64 `json:"apply_rate"` // events per second the owner applied between its last two renewals
+}
+
+// ReadModelCheck is one read model's document of one order stream beside
+// the fold of the stream's log, as GET /v1/admin/orders/{id}/read-models
+// shows it. State is "equal", or the verify job's kind of drift:
+// "missing" (the log has the stream, the read model no document),
+// "stale" (the document is at a lower version), "different" (same or
+// higher version, some field differs) or "extra" (no such stream in the
+// log). Document and Expected are JSON objects with the read model's
+// field names, null when absent; Fields lists the top-level fields in
+// which they differ. FoldError is the error of the first event the fold
+// could not apply (Expected then reflects the events before it).
+type ReadModelCheck struct {
+	Projection    string          `json:"projection"`
+	Collection    string          `json:"collection"`
+	State         string          `json:"state"`
+	StoredVersion int64           `json:"stored_version"`
+	LogVersion    int64           `json:"log_version"`
+	Document      json.RawMessage `json:"document"`
+	Expected      json.RawMessage `json:"expected"`
+	Fields        []string        `json:"fields,omitempty"`
+	FoldError     string          `json:"fold_error,omitempty"`
 }
 
 // VerifySummary is the outcome of a projection's latest verify job.

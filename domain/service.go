@@ -16,6 +16,8 @@ import (
 // ExpectedVersion+1 .. ExpectedVersion+len(Events). IdempotencyKey, when
 // set, is stored in the commit under a unique index together with
 // RequestHash, the fingerprint of the request that used it (invariant 7).
+// A key is unique per stream: the index is (stream_id, idempotency_key), so
+// the event collection can be sharded by stream_id.
 type Commit struct {
 	StreamID        string
 	StreamType      string
@@ -34,16 +36,17 @@ func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Eve
 // has had (0 for a new stream): the store does not read the head, and a
 // stale ExpectedVersion collides with the commit that followed it. Append
 // returns ErrVersionConflict when the stream moved on, ErrDuplicateRequest
-// when c.IdempotencyKey is already stored, ErrValidation for a malformed
+// when c.IdempotencyKey is already stored in a commit of c.StreamID (the
+// same key on another stream is no conflict), ErrValidation for a malformed
 // commit and ErrUnavailable when the store cannot be reached.
 //
 // Load returns a stream's events after version after, in version order
 // (none for an unknown stream). after is 0 or a head the caller saw (the
 // version right after one of the stream's commits), so the store can start
 // reading at the next commit; a commit it cannot read is an error wrapping
-// ErrUnreadableCommit. FindIdempotencyKey returns the commit that stored key, with its
-// events, or an error wrapping ErrNotFound; streamID is where the key most
-// likely is, searched first.
+// ErrUnreadableCommit. FindIdempotencyKey returns the commit of stream
+// streamID that stored key, with its events, or an error wrapping
+// ErrNotFound (also for an empty key or an invalid stream id).
 type EventStore interface {
 	Append(ctx context.Context, c Commit) (recordedAt time.Time, err error)
 	Load(ctx context.Context, streamID string, after int64) ([]Event, error)
@@ -158,14 +161,22 @@ func (s *Service) Events(ctx context.Context, orderID string) (Order, []Event, e
 }
 
 // Execute runs cmd against order orderID. For PlaceOrder an empty orderID
-// gets a new id. Errors: ErrValidation, ErrNotFound, ErrInvalidTransition,
+// gets KeyedOrderID(opt.IdempotencyKey) when a key is set, so a retry lands
+// on the stream of the first request, and a new id (NewID) otherwise, so
+// every such request places another order. An idempotency key belongs to
+// the order it was used on: the same key on another order is another
+// request. Errors: ErrValidation, ErrNotFound, ErrInvalidTransition,
 // ErrAlreadyExists, ErrPreconditionFailed, ErrIdempotencyKeyReused,
 // ErrVersionConflict (retries exhausted) and ErrUnavailable.
 func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt ExecOptions) (Result, error) {
 	_, placing := cmd.(PlaceOrder)
 	clientID := orderID
 	if orderID == "" && placing {
-		orderID = s.NewID()
+		if opt.IdempotencyKey != "" {
+			orderID = KeyedOrderID(opt.IdempotencyKey)
+		} else {
+			orderID = s.NewID()
+		}
 	}
 	if err := ValidateID("order id", orderID); err != nil {
 		return Result{}, err
@@ -203,7 +214,7 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			assume, attempt = false, attempt-1
 			continue
 		case errors.Is(err, ErrDuplicateRequest):
-			return s.replay(ctx, opt.IdempotencyKey, clientID, orderID, hash)
+			return s.replay(ctx, opt.IdempotencyKey, orderID, hash)
 		case errors.Is(err, ErrVersionConflict):
 			if s.Cache != nil {
 				s.Cache.Remove(orderID)
@@ -224,7 +235,7 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			if opt.IdempotencyKey != "" {
 				// A retry of a request that committed: its result is the
 				// answer.
-				if r, rerr := s.replay(ctx, opt.IdempotencyKey, clientID, orderID, hash); !errors.Is(rerr, ErrNotFound) {
+				if r, rerr := s.replay(ctx, opt.IdempotencyKey, orderID, hash); !errors.Is(rerr, ErrNotFound) {
 					return r, rerr
 				}
 			}
@@ -261,7 +272,7 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 	if p, ok := cmd.(PlaceOrder); ok && o.SamePlacement(p) {
 		if opt.IdempotencyKey != "" {
 			// A retry of the first request: its result, not today's state.
-			if r, err := s.replay(ctx, opt.IdempotencyKey, orderID, orderID, hash); !errors.Is(err, ErrNotFound) {
+			if r, err := s.replay(ctx, opt.IdempotencyKey, orderID, hash); !errors.Is(err, ErrNotFound) {
 				return r, err
 			}
 		}
@@ -300,17 +311,16 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 	return Result{OrderID: orderID, Version: next.Version, Status: next.Status}, nil
 }
 
-// replay answers a request whose idempotency key is stored: with the
-// stored result when it is the same request, else ErrIdempotencyKeyReused.
-// It returns ErrNotFound when the key is not stored. clientID is the order
-// id the client named: empty for a PlaceOrder that lets the server choose,
-// whose retries get a new id each, so then any stream matches.
-func (s *Service) replay(ctx context.Context, key, clientID, orderID, hash string) (Result, error) {
+// replay answers a request whose idempotency key is stored in order
+// orderID: with the stored result when it is the same request, else
+// ErrIdempotencyKeyReused. It returns ErrNotFound when the key is not
+// stored there.
+func (s *Service) replay(ctx context.Context, key, orderID, hash string) (Result, error) {
 	c, err := s.Store.FindIdempotencyKey(ctx, key, orderID)
 	if err != nil {
 		return Result{}, err
 	}
-	if c.RequestHash != hash || (clientID != "" && c.StreamID != clientID) {
+	if c.RequestHash != hash || c.StreamID != orderID {
 		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
 	}
 	// The first result is the state right after that commit.

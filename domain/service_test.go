@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
@@ -193,7 +196,6 @@ func TestServiceIdempotencyKey(t *testing.T) {
 		{"retry on another instance", newService(store, true), orderID, domain.Approve{}, nil},
 		{"other command", svc, orderID, domain.Invoice{}, domain.ErrIdempotencyKeyReused},
 		{"same command, other time", svc, orderID, domain.Approve{At: at(3)}, domain.ErrIdempotencyKeyReused},
-		{"other order", svc, "o-2", domain.Approve{}, domain.ErrIdempotencyKeyReused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := tc.svc.Execute(ctx, tc.orderID, tc.cmd, key)
@@ -213,6 +215,14 @@ func TestServiceIdempotencyKey(t *testing.T) {
 	}
 	r, err := svc.Execute(ctx, orderID, domain.Approve{}, key)
 	expect(t, r, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved, Replayed: true}, nil)
+
+	// A key belongs to the order it was used on: on another order the
+	// same key is another request, decided and stored there.
+	if _, err := svc.Execute(ctx, "o-2", placeCmd(), domain.ExecOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r, err = svc.Execute(ctx, "o-2", domain.Approve{}, key)
+	expect(t, r, err, domain.Result{OrderID: "o-2", Version: 2, Status: domain.StatusApproved}, nil)
 }
 
 func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
@@ -221,6 +231,11 @@ func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
 	first, err := newService(store, true).Execute(ctx, "", placeCmd(), key)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The id comes from the key, so a retry on any instance lands on the
+	// same stream and collides there.
+	if want := domain.KeyedOrderID("k-place"); first.OrderID != want {
+		t.Fatalf("order id %q, want KeyedOrderID(key) %q", first.OrderID, want)
 	}
 	// A second instance generates another id, yet must answer with the first.
 	r, err := newService(store, true).Execute(ctx, "", placeCmd(), key)
@@ -232,6 +247,36 @@ func TestServiceIdempotentPlaceWithGeneratedID(t *testing.T) {
 	other.Currency = "USD"
 	_, err = newService(store, true).Execute(ctx, "", other, key)
 	expect(t, domain.Result{}, err, domain.Result{}, domain.ErrIdempotencyKeyReused)
+	if store.Streams() != 1 || store.Commits() != 1 {
+		t.Fatalf("%d streams, %d commits after the refused request, want 1 and 1", store.Streams(), store.Commits())
+	}
+
+	// Without a key every request is a new order: a retry after a lost
+	// answer places another one.
+	a, errA := newService(store, true).Execute(ctx, "", placeCmd(), domain.ExecOptions{})
+	b, errB := newService(store, true).Execute(ctx, "", placeCmd(), domain.ExecOptions{})
+	if errA != nil || errB != nil || a.OrderID == b.OrderID || a.Replayed || b.Replayed {
+		t.Fatalf("two places without key: %+v %v, %+v %v; want two new orders", a, errA, b, errB)
+	}
+}
+
+// KeyedOrderID is the standard name-based UUID (version 5) of the key in
+// OrderIDNamespace, so any client or tool can compute it with a UUID
+// library.
+func TestKeyedOrderID(t *testing.T) {
+	ns := uuid.MustParse(domain.OrderIDNamespace)
+	for _, key := range []string{"k-place", "demo-place-1", "!", strings.Repeat("~", 128)} {
+		got := domain.KeyedOrderID(key)
+		if want := uuid.NewSHA1(ns, []byte(key)).String(); got != want {
+			t.Errorf("KeyedOrderID(%q) = %s, want %s", key, got, want)
+		}
+		if err := domain.ValidateID("order id", got); err != nil {
+			t.Errorf("KeyedOrderID(%q): %v", key, err)
+		}
+	}
+	if domain.KeyedOrderID("a") == domain.KeyedOrderID("b") {
+		t.Error("two keys, one id")
+	}
 }
 
 // countingStore counts idempotency key look-ups.

@@ -21,14 +21,15 @@ var _ domain.EventStore = (*MemStore)(nil)
 //
 //   - Append stores a commit whole or not at all, under one lock, and only
 //     when c.ExpectedVersion is the stream's head (0 for a new stream).
-//   - A non-empty idempotency key is unique across all streams. The key is
-//     checked before the version: reusing a stored key fails with
+//   - A non-empty idempotency key is unique per stream; the same key on
+//     another stream is stored. The key is checked before the version:
+//     reusing a key stored in the stream fails with
 //     domain.ErrDuplicateRequest even when the version is stale too.
 //   - Every event of a stored commit, and the commit's return value, carry
 //     one RecordedAt: Now() normalized with domain.Timestamp.
 //
-// Its state is one list of commits per stream and an index from
-// idempotency key to commit. The zero value is ready to use; set Now and
+// Its state is one list of commits per stream and an index from stream
+// and idempotency key to commit. The zero value is ready to use; set Now and
 // OnAppend before the store is shared. All methods are safe for concurrent
 // use. Contexts are ignored: an Append is never abandoned half way.
 type MemStore struct {
@@ -54,13 +55,16 @@ type MemStore struct {
 
 	mu      sync.Mutex
 	streams map[string][]domain.Commit
-	keys    map[string]domain.Commit
+	keys    map[streamKey]domain.Commit
 	events  int
 	// notified is closed once OnAppend has seen the last stored commit's
 	// events; the next commit's calls wait for it, which keeps them in
 	// commit order without holding mu.
 	notified chan struct{}
 }
+
+// streamKey is an idempotency key in its stream.
+type streamKey struct{ stream, key string }
 
 // NewMemStore returns an empty MemStore with the real clock.
 func NewMemStore() *MemStore { return &MemStore{} }
@@ -94,7 +98,7 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 
 	s.mu.Lock()
 	if c.IdempotencyKey != "" {
-		if _, ok := s.keys[c.IdempotencyKey]; ok {
+		if _, ok := s.keys[streamKey{c.StreamID, c.IdempotencyKey}]; ok {
 			s.mu.Unlock()
 			return time.Time{}, fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 		}
@@ -108,11 +112,11 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 		c.Events[i].RecordedAt = rec
 	}
 	if s.streams == nil {
-		s.streams, s.keys = map[string][]domain.Commit{}, map[string]domain.Commit{}
+		s.streams, s.keys = map[string][]domain.Commit{}, map[streamKey]domain.Commit{}
 	}
 	s.streams[c.StreamID] = append(s.streams[c.StreamID], c)
 	if c.IdempotencyKey != "" {
-		s.keys[c.IdempotencyKey] = c
+		s.keys[streamKey{c.StreamID, c.IdempotencyKey}] = c
 	}
 	s.events += len(c.Events)
 	var prev, done chan struct{}
@@ -184,18 +188,18 @@ func (s *MemStore) load(streamID string, after int64) []domain.Event {
 	return evs
 }
 
-// FindIdempotencyKey returns the commit stored with key, with its events
-// (RecordedAt set), whatever stream it is in; streamID is only a hint. It
-// returns an error wrapping domain.ErrNotFound when no commit has key (the
-// empty key included), or domain.ErrUnavailable (Down).
-func (s *MemStore) FindIdempotencyKey(_ context.Context, key, _ string) (domain.Commit, error) {
+// FindIdempotencyKey returns the commit of stream streamID stored with
+// key, with its events (RecordedAt set). It returns an error wrapping
+// domain.ErrNotFound when no commit of the stream has key (the empty key
+// included), or domain.ErrUnavailable (Down).
+func (s *MemStore) FindIdempotencyKey(_ context.Context, key, streamID string) (domain.Commit, error) {
 	if err := s.unavailable("find idempotency key"); err != nil {
 		return domain.Commit{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.keys[key]
-	if !ok {
+	c, ok := s.keys[streamKey{streamID, key}]
+	if !ok || key == "" {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
 	}
 	c.Events = slices.Clone(c.Events)
@@ -234,7 +238,8 @@ func (s *MemStore) Streams() int {
 	return len(s.streams)
 }
 
-// Keys returns the number of stored idempotency keys.
+// Keys returns the number of stored idempotency keys, each stream's
+// counted apart.
 func (s *MemStore) Keys() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

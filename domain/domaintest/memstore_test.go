@@ -58,7 +58,7 @@ func TestAppend(t *testing.T) {
 		{"new stream not at 0", commit("s-2", 1, 1, ""), domain.ErrVersionConflict, 2},
 		{"key reused at the head", commit("s-1", 2, 1, "k-1"), domain.ErrDuplicateRequest, 2},
 		{"key reused at a stale version: the key is checked first", commit("s-1", 0, 1, "k-1"), domain.ErrDuplicateRequest, 2},
-		{"key reused on another stream", commit("s-2", 0, 1, "k-1"), domain.ErrDuplicateRequest, 2},
+		{"key used on another stream: stored there", commit("s-2", 0, 1, "k-1"), nil, 2},
 		{"no events", noEvents, domain.ErrValidation, 2},
 		{"negative version", commit("s-1", -1, 1, ""), domain.ErrValidation, 2},
 		{"event version gap", gap, domain.ErrValidation, 2},
@@ -161,8 +161,9 @@ func TestFindIdempotencyKey(t *testing.T) {
 		last            int64
 	}{
 		{"found", "k-1", "s-1", "s-1", 2},
-		{"found, wrong hint", "k-1", "s-2", "s-1", 2},
-		{"other stream", "k-2", "", "s-2", 1},
+		{"in another stream only", "k-1", "s-2", "", 0},
+		{"no stream", "k-1", "", "", 0},
+		{"other stream", "k-2", "s-2", "s-2", 1},
 		{"not stored", "k-3", "s-1", "", 0},
 		{"empty key", "", "s-1", "", 0},
 	} {
