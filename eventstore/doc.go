@@ -20,20 +20,33 @@
 // except the outbox marker (published, published_at).
 //
 // Invariant 7 (retry-safe commands): the idempotency key is stored in the
-// commit under a sparse unique index, so the append and its idempotency
-// record are one write.
+// commit under a unique index on (stream_id, idempotency_key), partial
+// over the commits that have a key, so the append and its idempotency
+// record are one write. A key is unique within its stream, not across the
+// log: every unique index starts with stream_id, so the collection can be
+// sharded by stream_id. The domain sends every retry of a request to the
+// stream of the first one (a place-order without an order id gets its id
+// from the key), where the key collides.
 //
 // Invariant 3 (every committed event reaches NATS at least once): the
-// commit's published=false is the outbox; the Relay publishes it and marks
-// it afterwards, under a Lease so one instance relays at a time.
+// commit's published=false is the outbox. Each API instance's Relay hears
+// of its own appends through the Store's append hook (WithAppendHook,
+// wired in main), publishes them at once with Nats-Msg-Id = event id, and
+// marks them once JetStream acknowledged them; no lease is needed, since
+// the server drops a second copy. What an instance leaves unpublished (a
+// crash, a full queue, NATS down) is published by the Sweeper: one
+// instance at a time, under the "relay" Lease (invariant 6), sweeps the
+// commits still published=false after a grace period.
 //
 // Durability: every role connects with ClientOptions (w:majority, j:true,
 // readConcern majority, a server selection long enough for an election),
 // so nothing a failover can roll back is answered, published or folded;
 // Reachability answers requests at once while every member is down.
 //
-// No multi-document transaction, change stream, partial or TTL index is
-// used, so the package behaves the same on MongoDB 6+ and FerretDB 1.24
-// (DESIGN.md §8). The conformance suite in storetest proves it on any
-// MONGODB_URI.
+// No multi-document transaction, change stream or TTL index is used, and
+// one partial index, the key index, whose filter {idempotency_key:
+// {$exists: true}} the embedded store's funnel can drop without changing
+// its meaning there; so the package behaves the same on MongoDB 6+ and
+// FerretDB 1.24 (DESIGN.md §8). The conformance suite in storetest proves
+// it on any MONGODB_URI.
 package eventstore

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -30,15 +29,24 @@ type StreamConfig struct {
 	Replicas      int           // 1 for a single server, 3 for a cluster
 	Duplicates    time.Duration // de-duplication window for Nats-Msg-Id
 	MaxAge        time.Duration // how long messages are kept; 0 keeps them
+	// Partitions, when above 0, makes the stream store each event under
+	// <prefix>.<partition>.<stream id>, the partition a hash of the stream
+	// id modulo Partitions (JetStream's deterministic subject-token
+	// partitioning, partition(n,1)), so consumers can each take one
+	// partition and keep a stream's events in order.
+	Partitions int
 }
 
 // Subject returns the subject of a stream's events.
 func (c StreamConfig) Subject(streamID string) string { return c.SubjectPrefix + "." + streamID }
 
 // EnsureStream creates the JetStream stream or updates its configuration:
-// file storage, one subject per order stream, server-side de-duplication.
+// file storage, one subject per order stream, server-side de-duplication,
+// and with Partitions the subject transform <prefix>.* ->
+// <prefix>.{{partition(n,1)}}.{{wildcard(1)}}. A transform applies to the
+// messages stored after it is set: those stored before keep their subject.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	sc := jetstream.StreamConfig{
 		Name:       c.Name,
 		Subjects:   []string{c.SubjectPrefix + ".>"},
 		Storage:    jetstream.FileStorage,
@@ -46,515 +54,564 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) e
 		Replicas:   max(c.Replicas, 1),
 		Duplicates: c.Duplicates,
 		MaxAge:     c.MaxAge,
-	})
+	}
+	if c.Partitions > 0 {
+		sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: c.SubjectPrefix + ".*",
+			Destination: fmt.Sprintf("%s.{{partition(%d,1)}}.{{wildcard(1)}}", c.SubjectPrefix, c.Partitions)}
+	}
+	// A stream already as wanted is left alone: every process ensures the
+	// stream at start, and nats-server 2.15.2 updating a stream's
+	// configuration races with creating a consumer of it (the race
+	// detector reported fileStore.UpdateConfig against ConsumerStore when
+	// projector processes started side by side).
+	if st, err := js.Stream(ctx, c.Name); err == nil && sameStream(st.CachedInfo().Config, sc) {
+		return nil
+	}
+	_, err := js.CreateOrUpdateStream(ctx, sc)
 	if err != nil {
 		return fmt.Errorf("ensure stream %s: %w", c.Name, err)
 	}
 	return nil
 }
 
-// RelayConfig tunes the relay. Zero values take the defaults in brackets.
+// sameStream reports whether have already holds every setting of want
+// that EnsureStream sets.
+func sameStream(have, want jetstream.StreamConfig) bool {
+	sameTransform := (have.SubjectTransform == nil) == (want.SubjectTransform == nil) &&
+		(want.SubjectTransform == nil || *have.SubjectTransform == *want.SubjectTransform)
+	return slices.Equal(have.Subjects, want.Subjects) && have.Storage == want.Storage && have.Retention == want.Retention &&
+		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates && have.MaxAge == want.MaxAge && sameTransform
+}
+
+// RelayConfig tunes the outbox relay: the Relay that publishes a
+// process's own appends and the Sweeper that publishes what a crashed
+// process left behind. Zero values take the defaults in brackets.
 type RelayConfig struct {
-	Stream       StreamConfig
-	Owner        string        // instance id holding the lease
-	BatchSize    int           // commits per round [256]
-	PollInterval time.Duration // least time between two outbox sweeps [1s]
-	LeaseTTL     time.Duration // lease lifetime; renewed every TTL/3 [10s]
-	AckTimeout   time.Duration // wait for JetStream acks of one round [10s]
-	MarkInterval time.Duration // pause of the marker loop when idle [1s]
+	Stream StreamConfig
+	// Owner is this instance's id, the owner of the sweep lease.
+	Owner string
+	// BatchSize is the most commits one publish round takes [256].
+	BatchSize int
+	// QueueSize is how many appended commits may wait for the Relay's
+	// publisher; an append that finds the queue full is left to the
+	// sweep [4096].
+	QueueSize int
+	// AckTimeout bounds the sends and JetStream acks of one publish
+	// round, and again the writing of one chunk of published markers
+	// [10s]. A Sweeper's round takes at most LeaseTTL/4 for each besides,
+	// so its lease renewals stay on time.
+	AckTimeout time.Duration
+	// SweepInterval is the pause between two sweeps of the outbox when
+	// the last one found less than a batch [5s].
+	SweepInterval time.Duration
+	// SweepGrace is the age, by recorded_at, at which an unpublished
+	// commit counts as left behind and the sweep publishes it [5s]. It
+	// keeps the sweep from racing the appending instance's own publish;
+	// instance clocks must agree to well within it.
+	SweepGrace time.Duration
+	// LeaseTTL is the sweep lease's lifetime, renewed every TTL/3 [10s].
+	LeaseTTL time.Duration
 }
 
-// Relay is the outbox relay (invariant 3): it publishes one JetStream
-// message per event of each unpublished commit, with Nats-Msg-Id set to the
-// event id, waits for the acks, and only then marks the commits published.
-// A crash between publish and mark republishes the commit; the stream's
+func (c *RelayConfig) setDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 4096
+	}
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 10 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 5 * time.Second
+	}
+	if c.SweepGrace <= 0 {
+		c.SweepGrace = 5 * time.Second
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+}
+
+// Relay publishes the commits its own process appends (invariant 3), at
+// once and without a lease: one JetStream message per event, with
+// Nats-Msg-Id set to the event id, so a commit that two instances publish
+// is stored once. Once JetStream has acknowledged every event of a commit
+// the commit is queued for its published marker, which a second loop
+// writes; publishing never waits for markers. A crash between publish and
+// marker republishes the commit later (see Sweeper); the stream's
 // de-duplication window drops the copies it still remembers and the
-// projections' version guard skips the rest. Only the holder of the "relay"
-// lease publishes, so several instances may run a Relay.
+// projections' version guard skips the rest.
 //
-// Commits appended in this process reach the relay directly (a hint with
-// the committed document), so they are published without reading the log.
-// A sweep of {published: false} catches everything else: commits of other
-// processes, hints lost to a crash or dropped while not leader. On MongoDB
-// the sweep is an index scan; on FerretDB 1.24 it decodes the whole
-// collection, so sweeps are spaced at least ten times their own duration
-// apart (and PollInterval).
+// The Store tells the Relay of each append through its append hook
+// (WithAppendHook(relay.Appended)), which only queues the commit: a
+// command never waits for NATS. A commit the Relay does not publish (its
+// queue was full, the round failed, the process stopped) stays
+// published:false in the log, and a Sweeper publishes it.
 type Relay struct {
-	store   *Store
-	js      jetstream.JetStream
-	lease   *Lease
-	cfg     RelayConfig
-	log     *slog.Logger
-	metrics *Metrics
-	wake    chan struct{}
-
-	mu    sync.Mutex
-	hints []commitDoc
-
-	// unmarked holds commits published and acknowledged but not yet marked
-	// published in the log. Markers are written by their own loop, at most
-	// half of the time, because on FerretDB each costs two scans of the
-	// collection; publishing never waits for them, and sweeps skip these
-	// commits. A crash before the marker is written republishes them, which
-	// the de-duplication window and the projections' version guard absorb.
-	markMu   sync.Mutex
-	unmarked map[string]bool
-	marked   chan struct{}
+	out   outbox
+	cfg   RelayConfig
+	queue chan commitDoc
+	marks *markQueue
 }
 
-// maxHints bounds the hints kept while the relay is busy; the sweep finds
-// any that are dropped.
-const maxHints = 10_000
-
-// NewRelay returns a relay publishing store's commits through js.
-func NewRelay(store *Store, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Relay {
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 256
+// NewRelay returns a Relay publishing to js the commits handed to its
+// Appended, and marking them in db's event log.
+func NewRelay(db *mongo.Database, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Relay {
+	cfg.setDefaults()
+	return &Relay{
+		out:   newOutbox(db, js, cfg.Stream, log, m),
+		cfg:   cfg,
+		queue: make(chan commitDoc, cfg.QueueSize),
+		marks: newMarkQueue(cfg.QueueSize),
 	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = time.Second
-	}
-	if cfg.LeaseTTL <= 0 {
-		cfg.LeaseTTL = 10 * time.Second
-	}
-	if cfg.AckTimeout <= 0 {
-		cfg.AckTimeout = 10 * time.Second
-	}
-	if cfg.MarkInterval <= 0 {
-		cfg.MarkInterval = time.Second
-	}
-	r := &Relay{
-		store: store, js: js, cfg: cfg, log: log, metrics: m,
-		lease:    NewLease(store.commits.Database(), "relay", cfg.Owner, cfg.LeaseTTL),
-		wake:     make(chan struct{}, 1),
-		unmarked: map[string]bool{},
-		marked:   make(chan struct{}, 1),
-	}
-	store.relay.Store(r)
-	return r
 }
 
-// hint queues a commit just appended in this process and wakes the relay.
-func (r *Relay) hint(d commitDoc) {
-	r.mu.Lock()
-	if len(r.hints) < maxHints {
-		r.hints = append(r.hints, d)
-	}
-	r.mu.Unlock()
-	r.Notify()
-}
-
-func (r *Relay) takeHints(n int) []commitDoc {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n = min(n, len(r.hints))
-	out := slices.Clone(r.hints[:n])
-	r.hints = slices.Delete(r.hints, 0, n)
-	return out
-}
-
-// Notify wakes the relay so it publishes without waiting for its next poll.
-// It never blocks.
-func (r *Relay) Notify() {
+// Appended is the Store's append hook: it queues c for publishing and
+// never blocks. When the queue is full (the publisher is behind, NATS is
+// slow or down, or Run is not running) c is left to the sweep.
+func (r *Relay) Appended(c Committed) {
 	select {
-	case r.wake <- struct{}{}:
+	case r.queue <- c.doc:
 	default:
 	}
 }
 
-// Run publishes until ctx is done, then releases the lease. Errors of a
-// round (store or broker down) are logged and retried with capped
-// exponential backoff; Run returns nil on cancellation.
+// Run publishes queued commits, a batch per round, and writes the
+// published markers of the acknowledged ones, until ctx is done. It always
+// returns nil: a failed round is logged and its commits are left to the
+// sweep, since retrying here would hold up every later append. On
+// cancellation the commits still queued get one last round and the
+// markers still queued are written, each cut short after shutdownGrace;
+// what is not finished is left to the sweep.
 func (r *Relay) Run(ctx context.Context) error {
-	markerDone := make(chan struct{})
+	published := make(chan struct{})
+	marked := make(chan struct{})
 	go func() {
-		defer close(markerDone)
-		r.markLoop(ctx)
+		defer close(marked)
+		r.markLoop(ctx, published)
 	}()
-	defer func() {
-		<-markerDone
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if err := r.flushMarks(fctx); err != nil {
-			r.log.Info("published markers left for the next start; those commits will be republished", "err", err)
-		}
-		cancel()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = r.lease.Release(rctx)
-		cancel()
-		r.setLeader(false)
-	}()
-	var (
-		leader    bool
-		renewedAt time.Time
-		backoff   time.Duration
-		sweptAt   time.Time
-		sweepCost time.Duration
-	)
-	for ctx.Err() == nil {
-		if !leader || time.Since(renewedAt) > r.cfg.LeaseTTL/3 {
-			ok, err := r.lease.TryAcquire(ctx)
-			if err != nil {
-				r.log.Warn("relay lease claim failed", "err", err)
-			}
-			if ok != leader {
-				r.log.Info("relay lease changed", "leader", ok, "owner", r.cfg.Owner)
-			}
-			leader = ok && err == nil
-			r.setLeader(leader)
-			renewedAt = time.Now()
-		}
-		more := false
-		if leader {
-			sweep := time.Since(sweptAt) >= max(r.cfg.PollInterval, 10*sweepCost)
-			n, scan, err := r.round(ctx, sweep)
-			if sweep && err == nil {
-				sweptAt, sweepCost = time.Now(), scan
-			}
-			switch {
-			case err != nil && ctx.Err() == nil:
-				backoff = min(max(2*backoff, 50*time.Millisecond), 5*time.Second)
-				r.log.Warn("relay round failed", "err", err, "retry_in", backoff)
-				if r.metrics != nil {
-					r.metrics.publishErrors.Inc()
-				}
-				sleep(ctx, backoff)
-				continue
-			case err == nil:
-				backoff = 0
-				more = n >= r.cfg.BatchSize
-			}
-		} else {
-			r.takeHints(maxHints) // the leader's sweep publishes them
-		}
-		if more {
-			continue
-		}
-		wait := r.cfg.PollInterval
-		if !leader {
-			wait = r.cfg.LeaseTTL / 3
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-		case <-r.wake:
-		case <-t.C:
-		}
-		t.Stop()
-	}
+	r.publishLoop(ctx)
+	close(published)
+	<-marked
 	return nil
 }
 
-func (r *Relay) setLeader(on bool) {
-	if r.metrics == nil {
-		return
-	}
-	v := 0.0
-	if on {
-		v = 1
-	}
-	r.metrics.leader.Set(v)
-}
-
-// PublishPending runs one relay round with a sweep of the outbox: it
-// publishes up to BatchSize unpublished commits and marks the fully
-// acknowledged ones published. It returns how many commits it handled. A
-// commit with an unacknowledged event stays unpublished and is retried.
-func (r *Relay) PublishPending(ctx context.Context) (int, error) {
-	n, _, err := r.round(ctx, true)
-	return n, errors.Join(err, r.flushMarks(ctx))
-}
-
-// round publishes the queued hints and, when sweep is set, the oldest
-// unpublished commits of the log. It returns how many commits it handled
-// and how long the sweep's read took. Hints of a failed round are queued
-// again.
-func (r *Relay) round(ctx context.Context, sweep bool) (n int, scan time.Duration, err error) {
-	docs := r.takeHints(r.cfg.BatchSize)
-	defer func() {
-		if err != nil {
-			r.requeue(docs)
-		}
-	}()
-	if sweep {
-		// Commits published but not yet marked are still published:false;
-		// the snapshot is taken before the read so that none marked in
-		// between is taken for unpublished, and the limit leaves room for
-		// all of them. A sweep costs a scan of the whole collection on
-		// FerretDB however few it returns, so it takes up to sweepBatches
-		// batches at once.
-		r.markMu.Lock()
-		unmarked := maps.Clone(r.unmarked)
-		r.markMu.Unlock()
-		start := time.Now()
-		cur, err := r.store.commits.Find(ctx, bson.D{{Key: "published", Value: false}},
-			options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(sweepBatches*r.cfg.BatchSize+len(unmarked))))
-		if err != nil {
-			return 0, 0, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
-		}
-		var swept []commitDoc
-		if err := cur.All(ctx, &swept); err != nil {
-			return 0, 0, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
-		}
-		scan = time.Since(start)
-		seen := map[string]bool{}
-		for _, d := range docs {
-			seen[d.ID] = true
-		}
-		backlog, oldest := 0, time.Time{}
-		for _, d := range swept {
-			if unmarked[d.ID] {
-				continue
-			}
-			if backlog++; oldest.IsZero() {
-				oldest = d.RecordedAt
-			}
-			if !seen[d.ID] {
-				docs = append(docs, d)
-			}
-		}
-		r.setBacklog(backlog, oldest)
-	}
-	for chunk := range slices.Chunk(docs, r.cfg.BatchSize) {
-		k, err := r.publish(ctx, chunk)
-		if n += k; err != nil {
-			return n, scan, err
-		}
-	}
-	return n, scan, nil
-}
-
-// requeue puts hints back at the front of the queue; a commit among them
-// that was published meanwhile is only published again, which the
-// de-duplication window absorbs.
-func (r *Relay) requeue(docs []commitDoc) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.hints)+len(docs) <= maxHints {
-		r.hints = append(slices.Clone(docs), r.hints...)
-	}
-}
-
-// sweepBatches is how many batches one outbox sweep may return.
-const sweepBatches = 16
-
-// markLoop writes published markers until ctx is done, pausing after
-// each bulk as long as the bulk took (so at most half of the time).
-func (r *Relay) markLoop(ctx context.Context) {
-	for ctx.Err() == nil {
-		start := time.Now()
-		n, err := r.markSome(ctx, markChunk)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("published markers not written; retrying", "err", err)
-		}
-		if n == 0 || err != nil {
-			t := time.NewTimer(r.cfg.MarkInterval)
+// publishLoop publishes a batch per round until ctx is done, then gives
+// the commits still queued one last round. The commits of a failed round
+// are tried again first, after a backoff, so an outage of NATS delays
+// them rather than leaving them to the sweep; a commit that fails
+// maxAttempts rounds while NATS is connected (it cannot be published, or
+// JetStream refuses it), or that finds no room, is left to the sweep.
+func (r *Relay) publishLoop(ctx context.Context) {
+	var (
+		retry    []commitDoc
+		attempts = map[string]int{}
+		backoff  time.Duration
+	)
+	for {
+		batch := slices.Clone(retry[:min(len(retry), r.cfg.BatchSize)])
+		retry = retry[len(batch):]
+		if len(batch) == 0 {
 			select {
 			case <-ctx.Done():
-			case <-r.marked:
-			case <-t.C:
+			case d := <-r.queue:
+				batch = append(batch, d)
 			}
-			t.Stop()
+		}
+		batch = r.fill(batch)
+		if len(batch) > 0 {
+			acked, err := r.out.send(ctx, batch, r.cfg.AckTimeout)
+			if dropped := r.marks.add(acked); dropped > 0 {
+				r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
+			}
+			if err != nil {
+				var left int
+				retry, left = r.requeue(retry, batch, acked, attempts)
+				r.out.log.Warn("own appends not published; trying again", "commits", len(batch)-len(acked), "left_to_sweep", left, "err", err)
+				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+			} else {
+				backoff = 0
+			}
+			for _, id := range acked {
+				delete(attempts, id)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if backoff > 0 && len(retry) > 0 {
+			sleep(ctx, backoff)
+		}
+	}
+}
+
+// maxAttempts is how many rounds with NATS connected may fail to publish
+// a commit before the Relay leaves it to the sweep.
+const maxAttempts = 5
+
+// requeue appends to retry the commits of batch that were not
+// acknowledged, up to QueueSize of them, counting an attempt for each
+// while NATS is connected. It returns the new retry list and how many
+// commits it left to the sweep instead.
+func (r *Relay) requeue(retry, batch []commitDoc, acked []string, attempts map[string]int) ([]commitDoc, int) {
+	done := make(map[string]bool, len(acked))
+	for _, id := range acked {
+		done[id] = true
+	}
+	connected := r.out.connected()
+	left := 0
+	for _, d := range batch {
+		if done[d.ID] {
 			continue
 		}
-		sleep(ctx, time.Since(start))
-	}
-}
-
-// markSome writes the markers of up to n unmarked commits.
-func (r *Relay) markSome(ctx context.Context, n int) (int, error) {
-	r.markMu.Lock()
-	ids := make([]string, 0, n)
-	for id := range r.unmarked {
-		if len(ids) == n {
-			break
+		if connected {
+			attempts[d.ID]++
 		}
-		ids = append(ids, id)
+		if attempts[d.ID] >= maxAttempts || len(retry) >= r.cfg.QueueSize {
+			delete(attempts, d.ID)
+			left++
+			continue
+		}
+		retry = append(retry, d)
 	}
-	r.markMu.Unlock()
-	if len(ids) == 0 {
-		return 0, nil
-	}
-	if err := r.markPublished(ctx, ids); err != nil {
-		return 0, err
-	}
-	r.markMu.Lock()
-	for _, id := range ids {
-		delete(r.unmarked, id)
-	}
-	r.markMu.Unlock()
-	return len(ids), nil
+	return retry, left
 }
 
-// flushMarks writes every pending marker now.
-func (r *Relay) flushMarks(ctx context.Context) error {
+// markLoop writes queued published markers, a chunk per call, until ctx is
+// done and published is closed; it then writes what is still queued,
+// within shutdownGrace.
+func (r *Relay) markLoop(ctx context.Context, published <-chan struct{}) {
 	for {
-		n, err := r.markSome(ctx, markChunk)
-		if n == 0 || err != nil {
-			return err
+		ids := r.marks.take(markChunk)
+		if len(ids) == 0 {
+			select {
+			case <-r.marks.ready:
+				continue
+			case <-published:
+				if r.marks.len() > 0 {
+					continue
+				}
+				return
+			}
+		}
+		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout)
+		if ctx.Err() != nil {
+			cancel()
+			mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		}
+		n, err := r.out.mark(mctx, ids)
+		cancel()
+		if err != nil {
+			// The commits not marked are in the stream already: the
+			// sweep republishes them, and de-duplication drops the copies.
+			r.out.log.Warn("published markers not written; the sweep republishes their commits", "commits", len(ids)-n, "err", err)
+			if ctx.Err() != nil {
+				r.marks.take(r.marks.len()) // the store is gone; leave the rest to the sweep
+			}
 		}
 	}
 }
 
-// publish sends docs' events and queues the acknowledged commits for their
-// published marker.
-func (r *Relay) publish(ctx context.Context, docs []commitDoc) (int, error) {
-	type pending struct {
-		commit  int
+// markQueue holds the ids of commits published and acknowledged but not
+// yet marked, at most limit of them.
+type markQueue struct {
+	mu    sync.Mutex
+	ids   []string
+	limit int
+	ready chan struct{}
+}
+
+func newMarkQueue(limit int) *markQueue {
+	return &markQueue{limit: limit, ready: make(chan struct{}, 1)}
+}
+
+// add queues ids and returns how many of them did not fit.
+func (q *markQueue) add(ids []string) (dropped int) {
+	if len(ids) == 0 {
+		return 0
+	}
+	q.mu.Lock()
+	room := max(q.limit-len(q.ids), 0)
+	if len(ids) > room {
+		dropped, ids = len(ids)-room, ids[:room]
+	}
+	q.ids = append(q.ids, ids...)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+	return dropped
+}
+
+// take removes and returns up to n queued ids, oldest first.
+func (q *markQueue) take(n int) []string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n = min(n, len(q.ids))
+	out := slices.Clone(q.ids[:n])
+	q.ids = q.ids[n:]
+	return out
+}
+
+func (q *markQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.ids)
+}
+
+// fill adds queued commits to batch, without waiting, up to a batch.
+func (r *Relay) fill(batch []commitDoc) []commitDoc {
+	for len(batch) < r.cfg.BatchSize {
+		select {
+		case d := <-r.queue:
+			batch = append(batch, d)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// shutdownGrace bounds what a shutdown waits for: the acks of a round
+// under way (from the cancellation on; its markers keep the round's own
+// deadline), and the last round of queued commits. Long enough for acks already on the wire,
+// short enough not to hold up a shutdown when NATS is down.
+const shutdownGrace = 2 * time.Second
+
+// outbox publishes commits and writes their published markers: the one
+// publish path of the Relay and the Sweeper.
+type outbox struct {
+	commits *mongo.Collection
+	js      jetstream.JetStream
+	stream  StreamConfig
+	log     *slog.Logger
+	metrics *Metrics
+}
+
+func newOutbox(db *mongo.Database, js jetstream.JetStream, stream StreamConfig, log *slog.Logger, m *Metrics) outbox {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return outbox{commits: db.Collection(CommitsCollection), js: js, stream: stream, log: log, metrics: m}
+}
+
+// send publishes the events of docs as async publishes (the JetStream
+// context's WithPublishAsyncMaxPending bounds how many await their acks;
+// a full window makes the send wait) and waits for the acks, all within
+// ackTimeout. It returns the ids of the commits whose every event was
+// acknowledged, also alongside an error (a publish or an ack failed); the
+// others stay in the outbox for the sweep. A commit that cannot be decoded
+// is logged, counted as a publish error and left in the outbox, where the
+// backlog metrics show it. A canceled ctx still sends (the final round of
+// a shutdown) but waits at most shutdownGrace for acks.
+func (o *outbox) send(ctx context.Context, docs []commitDoc, ackTimeout time.Duration) ([]string, error) {
+	type sent struct {
+		doc     commitDoc
 		futures []jetstream.PubAckFuture
 		span    trace.Span
 	}
-	rounds := make([]pending, 0, len(docs))
-	defer func() {
-		for _, p := range rounds {
-			p.span.End() // a second End is ignored
+	if ctx.Err() != nil {
+		ackTimeout = min(ackTimeout, shutdownGrace)
+	}
+	deadline := time.Now().Add(ackTimeout)
+	var (
+		out     []sent
+		sendErr error
+	)
+	for _, d := range docs {
+		if sendErr != nil {
+			break
 		}
-	}()
-	var firstErr error
-	for i, d := range docs {
-		p := pending{commit: i}
 		correlation := ""
 		if len(d.Events) > 0 {
 			correlation = d.Events[0].CorrelationID
 		}
-		_, p.span = tracer.Start(inCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		_, span := tracer.Start(inCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("orderd.stream_id", d.StreamID), attribute.Int64("orderd.first_version", d.FirstVersion),
 				attribute.Int("orderd.events", len(d.Events)), attribute.String("orderd.correlation_id", correlation)))
 		events, err := d.events()
 		if err != nil {
-			p.span.SetStatus(codes.Error, err.Error())
-			p.span.End()
-			// A commit that cannot be decoded cannot be published; it stays
-			// in the outbox, visible in the backlog metrics.
-			firstErr = errors.Join(firstErr, err)
+			span.SetStatus(codes.Error, err.Error())
+			span.End()
+			o.log.Error("commit cannot be decoded; it stays in the outbox", "commit", d.ID, "err", err)
+			o.metrics.publishError()
 			continue
 		}
+		s := sent{doc: d, span: span}
 		for _, e := range events {
-			msg, err := eventMsg(r.cfg.Stream, e)
+			f, err := publishAsync(o.js, o.stream, e, time.Until(deadline))
 			if err != nil {
-				firstErr = errors.Join(firstErr, err)
-				p.futures = nil
+				sendErr = err
 				break
 			}
-			f, err := r.js.PublishMsgAsync(msg, jetstream.WithExpectStream(r.cfg.Stream.Name))
-			if err != nil {
-				p.span.SetStatus(codes.Error, err.Error())
-				p.span.End()
-				return 0, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
-			}
-			p.futures = append(p.futures, f)
+			s.futures = append(s.futures, f)
 		}
-		if len(p.futures) == len(d.Events) {
-			rounds = append(rounds, p)
+		if sendErr != nil {
+			span.SetStatus(codes.Error, sendErr.Error())
+			span.End()
+			break
+		}
+		out = append(out, s)
+	}
+
+	// Wait for the acks of what was sent, commit by commit: a commit is
+	// marked only when every one of its events is acknowledged.
+	w := newAckWait(ctx, time.Until(deadline))
+	defer w.stop()
+	var (
+		acked  []string
+		events int
+		ackErr error // the first; the others are usually the same
+	)
+	for _, s := range out {
+		var err error
+		for _, f := range s.futures {
+			if err = w.wait(f); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			if ackErr == nil {
+				ackErr = err
+			}
+			s.span.SetStatus(codes.Error, err.Error())
 		} else {
-			p.span.SetStatus(codes.Error, "not published")
-			p.span.End()
+			acked = append(acked, s.doc.ID)
+			events += len(s.futures)
 		}
+		s.span.End()
 	}
-	timeout := time.NewTimer(r.cfg.AckTimeout)
-	defer timeout.Stop()
-	var acked []string
-	events := 0
-	for _, p := range rounds {
-		ok := true
-		for _, f := range p.futures {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				ok, firstErr = false, errors.Join(firstErr, err)
-				p.span.SetStatus(codes.Error, err.Error())
-			case <-timeout.C:
-				return 0, fmt.Errorf("wait for JetStream acks: timed out after %s", r.cfg.AckTimeout)
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			}
-		}
-		p.span.End()
-		if ok {
-			acked = append(acked, docs[p.commit].ID)
-			events += len(p.futures)
-		}
+	o.metrics.publishedEvents(events)
+	if err := errors.Join(sendErr, ackErr); err != nil {
+		o.metrics.publishError()
+		return acked, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(docs), len(acked), err)
 	}
-	if len(acked) > 0 {
-		r.markMu.Lock()
-		for _, id := range acked {
-			r.unmarked[id] = true
-		}
-		r.markMu.Unlock()
-		select {
-		case r.marked <- struct{}{}:
-		default:
-		}
-		if r.metrics != nil {
-			r.metrics.published.Add(float64(events))
-		}
-	}
-	if firstErr != nil {
-		return len(docs), fmt.Errorf("publish: %d of %d commits acknowledged: %w", len(acked), len(docs), firstErr)
-	}
-	return len(docs), nil
+	return acked, nil
 }
 
-// markPublished sets the outbox marker of the commits ids, one updateOne
-// by _id each. Not one update by $in: FerretDB runs that as a single
-// SQLite transaction that scans the collection once per matched commit,
-// holding the write lock long enough to time out every other writer; and
-// its bulk updates are slower than the same updates one by one.
-func (r *Relay) markPublished(ctx context.Context, ids []string) error {
-	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
-	for _, id := range ids {
-		if _, err := r.store.commits.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, set); err != nil {
-			return fmt.Errorf("mark %s published: %w", id, mongoerr.Translate(err))
-		}
+// publish sends docs (see send) and marks the acknowledged commits
+// published, within ackTimeout for the acks and as long again for the
+// markers (a shutdown that starts meanwhile lets the markers go on: the
+// events are in the stream, and each marker lost costs a republish). It
+// returns how many commits it marked, also alongside an error.
+func (o *outbox) publish(ctx context.Context, docs []commitDoc, ackTimeout time.Duration) (int, error) {
+	acked, err := o.send(ctx, docs, ackTimeout)
+	if len(acked) == 0 {
+		return 0, err
 	}
-	return nil
+	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	marked, merr := o.mark(mctx, acked)
+	if merr != nil {
+		err = errors.Join(err, fmt.Errorf("%d of %d acknowledged commits marked: %w", marked, len(acked), merr))
+	}
+	return marked, err
 }
 
-// markChunk is how many published markers the marker loop writes between
-// pauses.
-const markChunk = 32
-
-// Backlog returns the number of unpublished commits and the age of the
-// oldest one (0 when there is none).
-func (r *Relay) Backlog(ctx context.Context) (int64, time.Duration, error) {
-	filter := bson.D{{Key: "published", Value: false}}
-	n, err := r.store.commits.CountDocuments(ctx, filter)
-	if err != nil {
-		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
-	}
-	if n == 0 {
-		return 0, 0, nil
-	}
-	var oldest commitDoc
-	err = r.store.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
-		SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&oldest)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
-	}
-	return n, time.Since(oldest.RecordedAt), nil
+// connected reports whether the NATS connection can publish now.
+func (o *outbox) connected() bool {
+	nc := o.js.Conn()
+	return nc != nil && nc.IsConnected()
 }
 
-// setBacklog records what a sweep saw: the unpublished commits (at most a
-// batch: the gauge then reads "at least") and the oldest one's age.
-func (r *Relay) setBacklog(n int, oldest time.Time) {
-	if r.metrics == nil {
-		return
-	}
-	r.metrics.unpublished.Set(float64(n))
-	age := 0.0
-	if !oldest.IsZero() {
-		age = time.Since(oldest).Seconds()
-	}
-	r.metrics.oldestAgeSecond.Set(age)
+// ackWait waits for acks until one deadline for all of them, or until
+// shutdownGrace after ctx is done; after either it gives up at once.
+type ackWait struct {
+	ctx      context.Context
+	timeout  *time.Timer
+	within   time.Duration
+	done     <-chan struct{}
+	grace    <-chan time.Time
+	gaveUpOn error
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
+func newAckWait(ctx context.Context, within time.Duration) *ackWait {
+	return &ackWait{ctx: ctx, timeout: time.NewTimer(within), within: within.Round(time.Millisecond), done: ctx.Done()}
+}
+
+func (w *ackWait) stop() { w.timeout.Stop() }
+
+// wait returns nil when f is acknowledged, or the error that refused it
+// or ended the wait.
+func (w *ackWait) wait(f jetstream.PubAckFuture) error {
+	if w.gaveUpOn != nil {
+		return w.gaveUpOn
+	}
+	// An ack already in counts even when the deadline has passed too.
 	select {
-	case <-ctx.Done():
-	case <-t.C:
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	default:
 	}
+	for {
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		case <-w.timeout.C:
+			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: none within %s", w.within)
+			return w.gaveUpOn
+		case <-w.grace:
+			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: %w", w.ctx.Err())
+			return w.gaveUpOn
+		case <-w.done:
+			w.done, w.grace = nil, time.After(shutdownGrace)
+		}
+	}
+}
+
+// markChunk is the most published markers one bulk write carries. FerretDB
+// 1.24 does not answer an update command of more than 64 statements (see
+// package embedded); on MongoDB a chunk is one round trip.
+const markChunk = 64
+
+// mark sets the outbox marker of the commits ids with ordered bulk writes
+// of markChunk updates by _id (the one filter the embedded store does not
+// scan for), so a failure leaves a prefix marked and the rest for the
+// sweep; it returns the length of that prefix. Not one update by $in:
+// the embedded store scans the collection for it. Measured on the
+// embedded store (500 markers on a 5,000-commit log): 2.5 s one updateOne
+// at a time, 1.6 s in bulks of 50.
+func (o *outbox) mark(ctx context.Context, ids []string) (int, error) {
+	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
+	for done := 0; done < len(ids); {
+		chunk := ids[done:min(done+markChunk, len(ids))]
+		models := make([]mongo.WriteModel, len(chunk))
+		for i, id := range chunk {
+			models[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).SetUpdate(set)
+		}
+		if _, err := o.commits.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(true)); err != nil {
+			var bwe mongo.BulkWriteException
+			if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
+				done += bwe.WriteErrors[0].Index
+			}
+			return done, fmt.Errorf("mark %d commits published: %w", len(ids)-done, mongoerr.Translate(err))
+		}
+		done += len(chunk)
+	}
+	return len(ids), nil
+}
+
+// publishAsync sends e on its subject with Nats-Msg-Id = event id and
+// returns the ack's future. When the JetStream context already awaits
+// its maximum of acks it waits up to stall for room.
+func publishAsync(js jetstream.JetStream, cfg StreamConfig, e domain.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
+	msg, err := eventMsg(cfg, e)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
+	}
+	if stall <= 0 {
+		return nil, fmt.Errorf("publish %s v%d: the round's deadline has passed", e.StreamID, e.Version)
+	}
+	f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(cfg.Name), jetstream.WithStallWait(stall))
+	if err != nil {
+		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
+	}
+	return f, nil
 }

@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -22,7 +24,7 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 )
 
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
@@ -182,13 +184,13 @@ func outbox(t *testing.T, db *mongo.Database) (published, unpublished int64) {
 
 // drain runs PublishPending until it finds nothing, at most rounds times,
 // and returns what each round read.
-func drain(t *testing.T, r *eventstore.Relay, rounds int) []int {
+func drain(t *testing.T, s *eventstore.Sweeper, rounds int) []int {
 	t.Helper()
 	var got []int
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for range rounds {
-		k, err := r.PublishPending(ctx)
+		k, err := s.PublishPending(ctx)
 		if err != nil {
 			t.Fatalf("publish round %d: %v", len(got), err)
 		}
@@ -201,21 +203,30 @@ func drain(t *testing.T, r *eventstore.Relay, rounds int) []int {
 	return nil
 }
 
-func wantBacklog(t *testing.T, r *eventstore.Relay, want int64) {
+func wantBacklog(t *testing.T, s *eventstore.Store, want int64) {
 	t.Helper()
-	n, age, err := r.Backlog(t.Context())
+	n, age, err := s.Unpublished(t.Context())
 	if err != nil || n != want || (want == 0) != (age == 0) || age < 0 {
 		t.Errorf("backlog: %d commits, oldest %v, %v; want %d", n, age, err, want)
 	}
 }
 
-// runRelay runs r.Run until the returned stop is called (also in cleanup);
-// stop waits for Run to return and fails the test if it takes over 10s or
-// returns an error.
-func runRelay(t *testing.T, r *eventstore.Relay) (stop func()) {
+// waitBacklog waits until the log holds want unpublished commits.
+func waitBacklog(t *testing.T, s *eventstore.Store, within time.Duration, want int64) {
+	t.Helper()
+	waitFor(t, within, fmt.Sprintf("%d unpublished commits", want), func() bool {
+		n, _, err := s.Unpublished(t.Context())
+		return err == nil && n == want
+	})
+}
+
+// goRun runs run (a Relay's or a Sweeper's Run) until the returned stop is
+// called (also in cleanup); stop waits for run to return and fails the
+// test if it takes over 10s or returns an error.
+func goRun(t *testing.T, run func(context.Context) error) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
@@ -223,10 +234,10 @@ func runRelay(t *testing.T, r *eventstore.Relay) (stop func()) {
 			select {
 			case err := <-done:
 				if err != nil {
-					t.Errorf("relay run: %v", err)
+					t.Errorf("run: %v", err)
 				}
 			case <-time.After(10 * time.Second):
-				t.Errorf("relay run did not return within 10s of cancellation")
+				t.Errorf("run did not return within 10s of cancellation")
 			}
 		})
 	}
@@ -246,41 +257,175 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 	}
 }
 
-func TestRelayPublishesEachEventOnce(t *testing.T) {
+// connectNATS opens a NATS connection of its own to url, as another
+// process would, closed in cleanup.
+func connectNATS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// instance is one API instance's view of the outbox: a Store whose append
+// hook feeds its Relay, and a Sweeper, each with metrics of its own.
+type instance struct {
+	store              *eventstore.Store
+	relay              *eventstore.Relay
+	sweeper            *eventstore.Sweeper
+	relayReg, sweepReg *prometheus.Registry
+}
+
+func newInstance(t testing.TB, db *mongo.Database, js jetstream.JetStream, cfg eventstore.RelayConfig) *instance {
+	t.Helper()
+	in := &instance{relayReg: prometheus.NewRegistry(), sweepReg: prometheus.NewRegistry()}
+	log := testLogger(t)
+	in.relay = eventstore.NewRelay(db, js, cfg, log, eventstore.NewMetrics(in.relayReg))
+	in.sweeper = eventstore.NewSweeper(db, js, cfg, log, eventstore.NewMetrics(in.sweepReg))
+	in.store = eventstore.New(db, eventstore.WithAppendHook(in.relay.Appended))
+	return in
+}
+
+// metric returns the value of the counter or gauge name in reg (0 when
+// it has none).
+func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather metrics: %v", err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name || len(f.GetMetric()) == 0 {
+			continue
+		}
+		m := f.GetMetric()[0]
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return 0
+}
+
+func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
 	s, db := openStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	want := appendCommits(t, s, 3, 3) // 9 commits
-	r := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1", BatchSize: 4}, testLogger(t), nil)
-	wantBacklog(t, r, 9)
+	want := appendCommits(t, s, 3, 3) // 9 commits, no relay: all in the outbox
+	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1", BatchSize: 4}, testLogger(t), nil)
+	wantBacklog(t, s, 9)
 
-	// One sweep takes up to 16 batches (here all 9 commits) and publishes
-	// them in batches of 4; the next finds nothing.
-	if rounds := drain(t, r, 10); !slices.Equal(rounds, []int{9, 0}) {
-		t.Errorf("rounds read %v commits, want [9 0]", rounds)
+	// Each round takes a batch, oldest first; the last finds nothing.
+	if rounds := drain(t, sw, 10); !slices.Equal(rounds, []int{4, 4, 1, 0}) {
+		t.Errorf("rounds read %v commits, want [4 4 1 0]", rounds)
 	}
 	checkPublishedOnce(t, n, cfg, want)
 	if pub, unpub := outbox(t, db); pub != 9 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 9, 0", pub, unpub)
 	}
-	wantBacklog(t, r, 0)
+	wantBacklog(t, s, 0)
 
 	// Later commits are published once too, and nothing earlier again.
 	want = append(want, appendCommits(t, s, 2, 1)...)
-	drain(t, r, 3)
+	drain(t, sw, 3)
 	checkPublishedOnce(t, n, cfg, want)
 	if pub, unpub := outbox(t, db); pub != 11 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 11, 0", pub, unpub)
 	}
 }
 
-func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
-	s, db := openStore(t)
+// The Relay publishes what its Store appends, through the append hook
+// alone (no sweep runs), and marks each commit in the same round.
+func TestRelayPublishesOwnAppends(t *testing.T) {
+	_, db := openStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	want := appendCommits(t, s, 2, 3) // 6 commits
-	first := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1"}, testLogger(t), nil)
-	drain(t, first, 3)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	stop := goRun(t, in.relay.Run)
+
+	start := time.Now()
+	want := appendCommits(t, in.store, 10, 5) // 50 commits
+	waitFor(t, 10*time.Second, fmt.Sprintf("%d events in the stream", len(want)), func() bool {
+		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
+	})
+	published := time.Now()
+	waitBacklog(t, in.store, 10*time.Second, 0)
+	t.Logf("all events in the stream %v after the first append; all marked %v later",
+		published.Sub(start).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
+	stop()
+	checkPublishedOnce(t, n, cfg, want)
+	if pub, unpub := outbox(t, db); pub != 50 || unpub != 0 {
+		t.Errorf("%d commits published, %d not; want 50, 0", pub, unpub)
+	}
+	if got := metric(t, in.relayReg, "orderd_relay_published_events_total"); got != float64(len(want)) {
+		t.Errorf("published events metric %v, want %d", got, len(want))
+	}
+}
+
+// The append hook never blocks: with the Relay not running and its queue
+// full, appends still return, and the commits that found no room are
+// left to the sweep.
+func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1", QueueSize: 2})
+	want := appendCommits(t, in.store, 5, 1) // 5 commits, the Relay not running
+	queued := 0                              // events of the first two commits, one stream each
+	for _, e := range want {
+		if e.StreamID == want[0].StreamID || e.StreamID == want[1].StreamID {
+			queued++
+		}
+	}
+	stop := goRun(t, in.relay.Run)
+	waitFor(t, 10*time.Second, "the 2 queued commits in the stream", func() bool {
+		return streamCount(t, n.JS, cfg.Name) >= uint64(queued)
+	})
+	waitBacklog(t, in.store, 10*time.Second, 3)
+	stop()
+	if got := streamCount(t, n.JS, cfg.Name); got != uint64(queued) {
+		t.Errorf("the relay published %d events, want the %d of the 2 commits its queue held", got, queued)
+	}
+	drain(t, in.sweeper, 3)
+	checkPublishedOnce(t, n, cfg, want)
+}
+
+// On shutdown the Relay gives the commits still queued one last round,
+// bounded by a short grace, instead of leaving them all to the sweep.
+func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	want := appendCommits(t, in.store, 3, 1) // queued; Run not started
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	start := time.Now()
+	if err := in.relay.Run(ctx); err != nil {
+		t.Fatalf("run after cancellation: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the last round took %v", took)
+	}
+	checkPublishedOnce(t, n, cfg, want)
+	wantBacklog(t, in.store, 0)
+}
+
+func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	stop := goRun(t, in.relay.Run)
+	want := appendCommits(t, in.store, 2, 3) // 6 commits
+	waitBacklog(t, in.store, 10*time.Second, 0)
+	stop()
 	checkPublishedOnce(t, n, cfg, want)
 
 	// The crash: the messages are in the stream, the marks are lost.
@@ -289,65 +434,123 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 	if err != nil || res.ModifiedCount != 6 {
 		t.Fatalf("reset marks: %+v, %v", res, err)
 	}
-	wantBacklog(t, first, 6)
+	wantBacklog(t, in.store, 6)
 
-	// The restarted relay publishes them again; JetStream drops the copies.
-	second := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r2"}, testLogger(t), nil)
-	if rounds := drain(t, second, 3); !slices.Equal(rounds, []int{6, 0}) {
+	// A sweep publishes them again; JetStream drops the copies.
+	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-2"}, testLogger(t), nil)
+	if rounds := drain(t, sw, 3); !slices.Equal(rounds, []int{6, 0}) {
 		t.Errorf("rounds read %v commits, want [6 0]", rounds)
 	}
 	checkPublishedOnce(t, n, cfg, want)
 	if pub, unpub := outbox(t, db); pub != 6 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 6, 0", pub, unpub)
 	}
-	wantBacklog(t, second, 0)
+	wantBacklog(t, in.store, 0)
+}
+
+// restartableNATS starts an embedded NATS server that the test may stop
+// and start again on the same port and store directory. connect opens a
+// connection that reconnects for ever, every 20ms, closed in cleanup.
+type restartableNATS struct {
+	t    *testing.T
+	dir  string
+	port int
+	srv  *server.Server
+}
+
+func newRestartableNATS(t *testing.T) *restartableNATS {
+	// Always an embedded server, also with NATS_URL: the test stops it.
+	r := &restartableNATS{t: t, dir: t.TempDir(), port: -1}
+	r.start()
+	u, err := url.Parse(r.srv.ClientURL())
+	if err != nil {
+		t.Fatalf("client url %q: %v", r.srv.ClientURL(), err)
+	}
+	if r.port, err = strconv.Atoi(u.Port()); err != nil {
+		t.Fatalf("client url %q: %v", r.srv.ClientURL(), err)
+	}
+	return r
+}
+
+func (r *restartableNATS) start() {
+	ns, err := embedded.StartNATS(r.dir, "127.0.0.1", r.port)
+	if err != nil {
+		r.t.Fatalf("start nats on port %d: %v", r.port, err)
+	}
+	r.t.Cleanup(ns.Shutdown)
+	r.srv = ns
+}
+
+func (r *restartableNATS) stop() {
+	r.srv.Shutdown()
+	r.srv.WaitForShutdown()
+}
+
+func (r *restartableNATS) connect() *storetest.NATS {
+	srv := r.srv.ClientURL()
+	nc, err := nats.Connect(srv, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		r.t.Fatalf("connect nats: %v", err)
+	}
+	r.t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		r.t.Fatalf("jetstream: %v", err)
+	}
+	return &storetest.NATS{URL: srv, Conn: nc, JS: js, Server: r.srv}
+}
+
+// The Relay holds the appends of a NATS outage and publishes them itself
+// once its connection is back, without a sweep: a failed round's commits
+// are tried again, not left behind.
+func TestRelayPublishesThroughAnOutage(t *testing.T) {
+	ns := newRestartableNATS(t)
+	_, db := openStore(t)
+	n := ns.connect()
+	cfg := storetest.NewStream(t, n)
+	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1", AckTimeout: 300 * time.Millisecond})
+	goRun(t, in.relay.Run)
+	want := appendCommits(t, in.store, 2, 1)
+	waitBacklog(t, in.store, 10*time.Second, 0)
+
+	ns.stop()
+	down := appendCommits(t, in.store, 3, 2)
+	want = append(want, down...)
+	// Rounds fail while the server is away; the commits stay unpublished.
+	waitFor(t, 10*time.Second, "two failed publish rounds", func() bool { return metric(t, in.relayReg, "orderd_relay_publish_errors_total") >= 2 })
+	if pub, unpub := outbox(t, db); pub != 2 || unpub != 6 {
+		t.Fatalf("with NATS down: %d commits published, %d not; want 2, 6", pub, unpub)
+	}
+	ns.start()
+	waitBacklog(t, in.store, 20*time.Second, 0)
+	checkPublishedOnce(t, n, cfg, want)
 }
 
 func TestRelayNATSDown(t *testing.T) {
-	// Always an embedded server, also with NATS_URL: the test stops it.
-	dir := t.TempDir()
-	ns, err := embedded.StartNATS(dir, "127.0.0.1", -1)
-	if err != nil {
-		t.Fatalf("start nats: %v", err)
-	}
-	t.Cleanup(ns.Shutdown)
-	u, err := url.Parse(ns.ClientURL())
-	if err != nil {
-		t.Fatalf("client url %q: %v", ns.ClientURL(), err)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		t.Fatalf("client url %q: %v", ns.ClientURL(), err)
-	}
-	connect := func(srv string) *storetest.NATS {
-		nc, err := nats.Connect(srv, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-		if err != nil {
-			t.Fatalf("connect nats: %v", err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatalf("jetstream: %v", err)
-		}
-		return &storetest.NATS{URL: srv, Conn: nc, JS: js, Server: ns}
-	}
-
-	s, db := openStore(t)
-	n := connect(ns.ClientURL())
+	ns := newRestartableNATS(t)
+	_, db := openStore(t)
+	n := ns.connect()
 	cfg := storetest.NewStream(t, n)
-	rcfg := eventstore.RelayConfig{Stream: cfg, Owner: "r1", AckTimeout: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond}
-	r := eventstore.NewRelay(s, n.JS, rcfg, testLogger(t), nil)
-	want := appendCommits(t, s, 2, 1)
-	drain(t, r, 3)
+	rcfg := eventstore.RelayConfig{Stream: cfg, Owner: "api-1", AckTimeout: 500 * time.Millisecond,
+		SweepInterval: 50 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: time.Second}
+	in := newInstance(t, db, n.JS, rcfg)
+	stopRelay := goRun(t, in.relay.Run)
+	want := appendCommits(t, in.store, 2, 1)
+	waitBacklog(t, in.store, 10*time.Second, 0)
 
-	ns.Shutdown()
-	ns.WaitForShutdown()
-	down := appendCommits(t, s, 2, 2) // appends do not need NATS
+	ns.stop()
+	// Commands do not need NATS: each append returns at once, its commit
+	// queued for the relay, whose round fails and leaves it to the sweep.
+	start := time.Now()
+	down := appendCommits(t, in.store, 2, 2)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("4 appends with NATS down took %v", took)
+	}
 	want = append(want, down...)
 	for i := range 2 {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		k, err := r.PublishPending(ctx)
+		k, err := in.sweeper.PublishPending(ctx)
 		cancel()
 		if err == nil || time.Since(start) > 5*time.Second {
 			t.Fatalf("publish round %d with NATS down: read %d commits, %v after %v; want an error within the 500ms ack timeout",
@@ -355,29 +558,23 @@ func TestRelayNATSDown(t *testing.T) {
 		}
 		t.Logf("publish with NATS down: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	}
+	stopRelay()
 	if pub, unpub := outbox(t, db); pub != 2 || unpub != 4 {
 		t.Errorf("%d commits published, %d not; want 2, 4", pub, unpub)
 	}
-	wantBacklog(t, r, 4)
+	wantBacklog(t, in.store, 4)
 	n.Conn.Close()
 
 	// The same port and store: the stream and its de-duplication state
-	// come back; a new connection's relay publishes the backlog.
-	ns, err = embedded.StartNATS(dir, "127.0.0.1", port)
-	if err != nil {
-		t.Fatalf("restart nats on port %d: %v", port, err)
-	}
-	t.Cleanup(ns.Shutdown)
-	n = connect(ns.ClientURL())
+	// come back; a new connection's sweeper publishes the backlog.
+	ns.start()
+	n = ns.connect()
 	if got := streamCount(t, n.JS, cfg.Name); got != uint64(len(want)-len(down)) {
 		t.Fatalf("after the restart the stream holds %d messages, want %d", got, len(want)-len(down))
 	}
-	r = eventstore.NewRelay(s, n.JS, rcfg, testLogger(t), nil)
-	stop := runRelay(t, r)
-	waitFor(t, 10*time.Second, "the backlog to be published", func() bool {
-		k, _, err := r.Backlog(t.Context())
-		return err == nil && k == 0
-	})
+	in = newInstance(t, db, n.JS, rcfg)
+	stop := goRun(t, in.sweeper.Run)
+	waitBacklog(t, in.store, 10*time.Second, 0)
 	stop()
 	checkPublishedOnce(t, n, cfg, want)
 	if pub, unpub := outbox(t, db); pub != 6 || unpub != 0 {
@@ -390,158 +587,259 @@ func TestRelayNATSDown(t *testing.T) {
 		bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: false}}}}); err != nil {
 		t.Fatalf("reset marks: %v", err)
 	}
-	drain(t, r, 3)
+	drain(t, in.sweeper, 3)
 	checkPublishedOnce(t, n, cfg, want)
 }
 
-func TestLease(t *testing.T) {
-	const ttl = 300 * time.Millisecond
-	ctx := t.Context()
-	db := storetest.Database(t)
-	name := storetest.Unique("relay-")
-	// Claims that must exclude the other owner last a minute, so a slow
-	// machine cannot let them expire between two steps; the expiry step
-	// uses a claim of ttl.
-	a := eventstore.NewLease(db, name, "a", time.Minute)
-	b := eventstore.NewLease(db, name, "b", time.Minute)
-	aShort := eventstore.NewLease(db, name, "a", ttl)
-	try := func(l *eventstore.Lease, who string, want bool) {
-		t.Helper()
-		got, err := l.TryAcquire(ctx)
-		if err != nil || got != want {
-			t.Fatalf("%s: TryAcquire = %v, %v; want %v", who, got, err, want)
-		}
-	}
-
-	try(a, "a claims the free lease", true)
-	try(b, "b while a holds it", false)
-	try(a, "a renews", true)
-	try(b, "b after a renewed", false)
-	if err := b.Release(ctx); err != nil {
-		t.Fatalf("b releases a lease it does not hold: %v", err)
-	}
-	try(b, "b after its own release of a's lease", false)
-
-	// a renews for ttl only and then stops: b gets the lease once that
-	// claim has expired, not before.
-	renewed := time.Now() // before the claim: a's expiry is at least this + ttl
-	try(aShort, "a renews for the short ttl", true)
-	waitFor(t, 5*time.Second, "b to take over the expired lease", func() bool {
-		ok, err := b.TryAcquire(ctx)
-		if err != nil {
-			t.Fatalf("b: %v", err)
-		}
-		return ok
-	})
-	if took := time.Since(renewed); took < ttl-5*time.Millisecond {
-		t.Errorf("b took the lease %v after a's renewal; the TTL is %v", took, ttl)
-	}
-	try(a, "a after b took over", false)
-	try(aShort, "a (short ttl) after b took over", false)
-	try(b, "b renews", true)
-
-	// Release hands over at once.
-	if err := b.Release(ctx); err != nil {
-		t.Fatalf("b releases: %v", err)
-	}
-	try(a, "a right after b's release", true)
-	try(b, "b after a took over", false)
-
-	// Many claimants of a free lease: exactly one wins.
-	other := storetest.Unique("job-")
-	const claimants = 8
-	wins := make([]bool, claimants)
-	errs := make([]error, claimants)
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range claimants {
-		wg.Go(func() {
-			<-start
-			wins[i], errs[i] = eventstore.NewLease(db, other, fmt.Sprintf("c%d", i), time.Minute).TryAcquire(ctx)
-		})
-	}
-	close(start)
-	wg.Wait()
-	won := 0
-	for i := range claimants {
-		if errs[i] != nil {
-			t.Errorf("claimant %d: %v", i, errs[i])
-		}
-		if wins[i] {
-			won++
-		}
-	}
-	if won != 1 {
-		t.Errorf("%d of %d claimants hold the lease, want 1", won, claimants)
-	}
-}
-
-func TestRelayRunEndToEnd(t *testing.T) {
+func TestSweeperWaitsForLease(t *testing.T) {
 	s, db := openStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	// Sweeps of the outbox are an hour apart after the first: the appends
-	// reach the relay through its hints and Notify alone.
-	r := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1", PollInterval: time.Hour}, testLogger(t), nil)
-	stop := runRelay(t, r)
-
-	start := time.Now()
-	want := appendCommits(t, s, 10, 5, r.Notify) // 50 commits, each followed by Notify
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d events in the stream", len(want)), func() bool {
-		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
-	})
-	published := time.Now()
-	// Marking trails publishing; on FerretDB under the race detector each
-	// marker update costs a collection scan, so allow it more time.
-	waitFor(t, 30*time.Second, "the relay to mark every commit", func() bool {
-		k, _, err := r.Backlog(t.Context())
-		return err == nil && k == 0
-	})
-	t.Logf("all events in the stream %v after the first append; all marked %v later",
-		published.Sub(start).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
-	stop()
-	wantBacklog(t, r, 0)
-	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 50 || unpub != 0 {
-		t.Errorf("%d commits published, %d not; want 50, 0", pub, unpub)
-	}
-	// Run released its lease on the way out: another instance takes it at once.
-	if ok, err := eventstore.NewLease(db, "relay", "next", time.Minute).TryAcquire(t.Context()); !ok || err != nil {
-		t.Errorf("lease after Run returned: %v, %v; want it free", ok, err)
-	}
-}
-
-func TestRelayRunWaitsForLease(t *testing.T) {
-	s, db := openStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
-	holder := eventstore.NewLease(db, "relay", "other-instance", time.Minute)
+	holder := eventstore.NewLease(db, eventstore.SweepLease, "other-instance", time.Minute)
 	if ok, err := holder.TryAcquire(t.Context()); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	r := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1",
-		PollInterval: 20 * time.Millisecond, LeaseTTL: 300 * time.Millisecond}, testLogger(t), nil)
-	stop := runRelay(t, r)
-	want := appendCommits(t, s, 2, 2)
-	r.Notify()
+	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1",
+		SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}, testLogger(t), nil)
+	stop := goRun(t, sw.Run)
+	want := appendCommits(t, s, 2, 2) // no relay: all left to the sweep
 
-	// Several lease periods of the relay pass: it must not publish.
+	// Several lease periods of the sweeper pass: it must not publish.
 	time.Sleep(500 * time.Millisecond)
 	if got := streamCount(t, n.JS, cfg.Name); got != 0 {
-		t.Fatalf("the relay published %d messages while another instance held the lease", got)
+		t.Fatalf("the sweeper published %d messages while another instance held the lease", got)
 	}
-	wantBacklog(t, r, 4)
+	wantBacklog(t, s, 4)
 
 	if err := holder.Release(t.Context()); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the relay to take over and publish", func() bool {
-		k, _, err := r.Backlog(t.Context())
-		return err == nil && k == 0
-	})
+	waitBacklog(t, s, 5*time.Second, 0)
 	stop()
 	checkPublishedOnce(t, n, cfg, want)
+	// Run released its lease on the way out: another instance takes it at once.
 	if ok, err := holder.TryAcquire(t.Context()); !ok || err != nil {
-		t.Errorf("the old holder after the relay stopped: %v, %v; want the lease back", ok, err)
+		t.Errorf("the old holder after the sweeper stopped: %v, %v; want the lease back", ok, err)
+	}
+}
+
+// A Sweeper stopped at any moment, in the middle of a renewal too, gives
+// its lease up: another instance claims it at once instead of after the
+// TTL. The renewals come every 50 ms, so some of the 30 stops land in one.
+func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	other := eventstore.NewLease(db, eventstore.SweepLease, "other-instance", time.Minute)
+	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1",
+		SweepInterval: time.Millisecond, LeaseTTL: 150 * time.Millisecond}, testLogger(t), nil)
+	holder := func() string {
+		var doc struct {
+			Owner     string    `bson:"owner"`
+			ExpiresAt time.Time `bson:"expires_at"`
+		}
+		err := db.Collection(eventstore.LeasesCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: eventstore.SweepLease}}).Decode(&doc)
+		if err != nil || !doc.ExpiresAt.After(time.Now()) {
+			return ""
+		}
+		return doc.Owner
+	}
+	for i := range 30 {
+		stop := goRun(t, sw.Run)
+		waitFor(t, 10*time.Second, "the sweeper to hold its lease", func() bool { return holder() == "r1" })
+		time.Sleep(time.Duration(i%10) * 5 * time.Millisecond)
+		stop()
+		if ok, err := other.TryAcquire(t.Context()); !ok || err != nil {
+			t.Fatalf("stop %d: another instance's claim after the sweeper stopped: %v, %v; want the lease", i, ok, err)
+		}
+		if err := other.Release(t.Context()); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+}
+
+// Two API instances on one database, each with its own NATS connection,
+// Relay and Sweeper: each publishes its own appends, and the sweep, which
+// leaves commits younger than its grace to their owner, publishes none of
+// them. Then instance 2 crashes between an append and its publish (its
+// Relay and Sweeper stopped, the commit queued in a dead process): the
+// sweep of instance 1 publishes the orphan. Every event ends in the
+// stream exactly once under its id, and every commit is marked.
+func TestRelayTwoInstancesAndAnOrphan(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	rc := func(owner string) eventstore.RelayConfig {
+		return eventstore.RelayConfig{Stream: cfg, Owner: owner, SweepGrace: 3 * time.Second,
+			SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
+	}
+	_, js1 := connectNATS(t, n.URL)
+	_, js2 := connectNATS(t, n.URL)
+	in1 := newInstance(t, db, js1, rc("api-1"))
+	in2 := newInstance(t, db, js2, rc("api-2"))
+	goRun(t, in1.relay.Run)
+	goRun(t, in1.sweeper.Run)
+	stopRelay2 := goRun(t, in2.relay.Run)
+	stopSweeper2 := goRun(t, in2.sweeper.Run)
+
+	var want []domain.Event
+	var mine [2]int
+	for range 3 {
+		for i, in := range []*instance{in1, in2} {
+			evs := appendCommits(t, in.store, 2, 2)
+			want = append(want, evs...)
+			mine[i] += len(evs)
+		}
+	}
+	waitBacklog(t, in1.store, 10*time.Second, 0)
+	for i, in := range []*instance{in1, in2} {
+		if got := metric(t, in.relayReg, "orderd_relay_published_events_total"); got != float64(mine[i]) {
+			t.Errorf("instance %d's relay published %v events, want its own %d", i+1, got, mine[i])
+		}
+		if got := metric(t, in.sweepReg, "orderd_relay_published_events_total"); got != 0 {
+			t.Errorf("instance %d's sweeper published %v events of commits younger than its grace", i+1, got)
+		}
+	}
+	checkPublishedOnce(t, n, cfg, want)
+
+	// The crash of instance 2 between its append and its publish.
+	stopRelay2()
+	stopSweeper2()
+	orphans := appendCommits(t, in2.store, 1, 2)
+	want = append(want, orphans...)
+	start := time.Now()
+	waitFor(t, 20*time.Second, "the orphans in the stream", func() bool {
+		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
+	})
+	t.Logf("orphans published %v after their append (grace 3s)", time.Since(start).Round(time.Millisecond))
+	waitBacklog(t, in1.store, 10*time.Second, 0)
+	checkPublishedOnce(t, n, cfg, want)
+	if got := metric(t, in1.sweepReg, "orderd_relay_published_events_total"); got != float64(len(orphans)) {
+		t.Errorf("instance 1's sweeper published %v events, want the %d orphans", got, len(orphans))
+	}
+}
+
+// A sweeper that holds the lease but cannot publish gives it up, and a
+// healthy standby publishes the orphans: when its NATS connection is
+// closed, and when its publishes go unacknowledged (here: connected to a
+// server without the stream) for half the lease.
+func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(t *testing.T, n *storetest.NATS) (jetstream.JetStream, func())
+	}{
+		{"connection closed", func(t *testing.T, n *storetest.NATS) (jetstream.JetStream, func()) {
+			nc, js := connectNATS(t, n.URL)
+			return js, nc.Close
+		}},
+		{"no acks", func(t *testing.T, n *storetest.NATS) (jetstream.JetStream, func()) {
+			other, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+			if err != nil {
+				t.Fatalf("start nats: %v", err)
+			}
+			t.Cleanup(other.Shutdown)
+			_, js := connectNATS(t, other.ClientURL())
+			return js, func() {}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, db := openStore(t)
+			n := storetest.StartNATS(t)
+			cfg := storetest.NewStream(t, n)
+			rc := func(owner string) eventstore.RelayConfig {
+				return eventstore.RelayConfig{Stream: cfg, Owner: owner, SweepGrace: time.Millisecond,
+					SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
+			}
+			jsA, breakA := tc.break_(t, n)
+			regA := prometheus.NewRegistry()
+			a := eventstore.NewSweeper(db, jsA, rc("a"), testLogger(t), eventstore.NewMetrics(regA))
+			goRun(t, a.Run)
+			waitFor(t, 10*time.Second, "a to hold the sweep lease", func() bool {
+				return metric(t, regA, "orderd_relay_leader") == 1
+			})
+			breakA()
+			want := appendCommits(t, s, 2, 2) // no relay: all left to the sweep
+
+			_, jsB := connectNATS(t, n.URL)
+			regB := prometheus.NewRegistry()
+			b := eventstore.NewSweeper(db, jsB, rc("b"), testLogger(t), eventstore.NewMetrics(regB))
+			goRun(t, b.Run)
+			start := time.Now()
+			waitFor(t, 20*time.Second, "the standby to publish the orphans", func() bool {
+				return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
+			})
+			t.Logf("the standby published %v after it started (lease 1s)", time.Since(start).Round(time.Millisecond))
+			waitBacklog(t, s, 10*time.Second, 0)
+			checkPublishedOnce(t, n, cfg, want)
+			if got := metric(t, regB, "orderd_relay_published_events_total"); got != float64(len(want)) {
+				t.Errorf("the standby published %v events, want %d", got, len(want))
+			}
+			if got := metric(t, regA, "orderd_relay_leader"); got != 0 {
+				t.Errorf("the broken sweeper's leader gauge is %v, want 0", got)
+			}
+		})
+	}
+}
+
+// A window of publishes awaiting acks far smaller than a round does not
+// fail the Relay or Republish: their sends wait for room.
+func TestPublishWindowPacesRounds(t *testing.T) {
+	_, db := openStore(t)
+	n := storetest.StartNATS(t)
+	cfg := storetest.NewStream(t, n)
+	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(2))
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	in := newInstance(t, db, js, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	want := appendCommits(t, in.store, 4, 3) // 12 commits of 1 to 3 events, queued
+	stop := goRun(t, in.relay.Run)
+	waitBacklog(t, in.store, 10*time.Second, 0)
+	stop()
+	checkPublishedOnce(t, n, cfg, want)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if k, err := eventstore.Republish(ctx, js, cfg, want); err != nil || k != len(want) {
+		t.Fatalf("republish %d events through a window of 2: %d acknowledged, %v", len(want), k, err)
+	}
+	checkPublishedOnce(t, n, cfg, want)
+}
+
+// EnsureStream creates the stream, leaves one already as wanted alone,
+// and updates one whose settings differ (here the partition transform).
+func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
+	n := storetest.StartNATS(t)
+	ctx := t.Context()
+	cfg := eventstore.StreamConfig{Name: storetest.Unique("ENSURE"), SubjectPrefix: storetest.Unique("ensure"), Duplicates: time.Minute, Partitions: 4}
+	transform := func() string {
+		t.Helper()
+		st, err := n.JS.Stream(ctx, cfg.Name)
+		if err != nil {
+			t.Fatalf("stream: %v", err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatalf("stream info: %v", err)
+		}
+		if info.Config.SubjectTransform == nil {
+			return ""
+		}
+		return info.Config.SubjectTransform.Destination
+	}
+	for range 2 {
+		if err := eventstore.EnsureStream(ctx, n.JS, cfg); err != nil {
+			t.Fatalf("ensure: %v", err)
+		}
+	}
+	if got, want := transform(), cfg.SubjectPrefix+".{{partition(4,1)}}.{{wildcard(1)}}"; got != want {
+		t.Fatalf("transform %q, want %q", got, want)
+	}
+	cfg.Partitions = 8
+	if err := eventstore.EnsureStream(ctx, n.JS, cfg); err != nil {
+		t.Fatalf("ensure with 8 partitions: %v", err)
+	}
+	if got, want := transform(), cfg.SubjectPrefix+".{{partition(8,1)}}.{{wildcard(1)}}"; got != want {
+		t.Fatalf("after a change: transform %q, want %q", got, want)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -237,17 +238,19 @@ func eventMsg(cfg StreamConfig, e domain.Event) (*nats.Msg, error) {
 // Nats-Msg-Id, and waits for every ack. Copies of events the stream still
 // remembers within its de-duplication window are dropped by the server;
 // consumers' version guards skip the rest. It returns the number of events
-// acknowledged.
+// acknowledged. More events than js lets await their acks
+// (WithPublishAsyncMaxPending) are sent as acks free room, each send
+// waiting up to republishStall, or until ctx's deadline when sooner.
 func Republish(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, events []domain.Event) (int, error) {
 	futures := make([]jetstream.PubAckFuture, 0, len(events))
 	for _, e := range events {
-		msg, err := eventMsg(cfg, e)
-		if err != nil {
-			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
+		stall := republishStall
+		if d, ok := ctx.Deadline(); ok {
+			stall = min(stall, time.Until(d))
 		}
-		f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(cfg.Name))
+		f, err := publishAsync(js, cfg, e, stall)
 		if err != nil {
-			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
+			return 0, fmt.Errorf("republish: %w", err)
 		}
 		futures = append(futures, f)
 	}
@@ -264,3 +267,7 @@ func Republish(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, ev
 	}
 	return acked, nil
 }
+
+// republishStall bounds how long Republish waits for room among the
+// publishes awaiting acks before it gives up.
+const republishStall = 30 * time.Second

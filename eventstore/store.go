@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"slices"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -25,13 +25,15 @@ var _ domain.EventStore = (*Store)(nil)
 
 // Store is the MongoDB event log. It keeps invariants 1, 2 and 7: an append
 // is one insertOne of a commit document, guarded by a unique index on
-// (stream_id, first_version) and a sparse unique index on idempotency_key;
-// nothing but the outbox marker is ever updated.
+// (stream_id, first_version) and a unique index on (stream_id,
+// idempotency_key) over the commits that have a key; nothing but the
+// outbox marker is ever updated. Every unique index starts with stream_id,
+// so the collection can be sharded by stream_id.
 type Store struct {
 	commits *mongo.Collection
 	metrics *Metrics
 	now     func() time.Time
-	relay   atomic.Pointer[Relay] // told of every append, when one runs in this process
+	hooks   []AppendHook
 }
 
 // Option configures a Store.
@@ -39,6 +41,34 @@ type Option func(*Store)
 
 // WithMetrics records append latency and conflicts in m.
 func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
+
+// AppendHook is told of each commit the Store has just stored. It runs on
+// the appending goroutine, after the insert succeeded and before Append
+// returns, so it must not block or fail: the command waits for it. A hook
+// that cannot keep up drops the commit and leaves it to the outbox sweep.
+type AppendHook func(Committed)
+
+// WithAppendHook calls h after every successful append, in the order of
+// the options; main wires the relay's Appended here, so the store needs
+// no reference to the relay.
+func WithAppendHook(h AppendHook) Option { return func(s *Store) { s.hooks = append(s.hooks, h) } }
+
+// Committed is a commit as the log stored it, handed to append hooks. Its
+// events are decoded only when asked for, off the command's path.
+type Committed struct{ doc commitDoc }
+
+// ID returns the commit's _id (see CommitID).
+func (c Committed) ID() string { return c.doc.ID }
+
+// StreamID returns the stream the commit belongs to.
+func (c Committed) StreamID() string { return c.doc.StreamID }
+
+// RecordedAt returns the commit's recorded time, as stored (UTC,
+// millisecond precision).
+func (c Committed) RecordedAt() time.Time { return c.doc.RecordedAt }
+
+// Events returns the commit's events as Load returns them.
+func (c Committed) Events() ([]domain.Event, error) { return c.doc.events() }
 
 // New returns a Store on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
@@ -50,19 +80,60 @@ func New(db *mongo.Database, opts ...Option) *Store {
 	return s
 }
 
-// EnsureIndexes creates the indexes the invariants rely on. It is
-// idempotent.
+// Names of the event collection's indexes.
+const (
+	indexStreamVersion = "stream_first_version"
+	indexStreamKey     = "stream_idempotency_key"
+	// indexGlobalKey is the unique index on idempotency_key alone that
+	// earlier versions created; a collection sharded by stream_id cannot
+	// have it, so EnsureIndexes drops it.
+	indexGlobalKey = "idempotency_key"
+)
+
+// EnsureIndexes creates the indexes the invariants rely on and drops the
+// unique index on idempotency_key alone if an earlier version left it. It
+// is idempotent. Errors wrap domain.ErrUnavailable when the store cannot
+// be reached.
 func (s *Store) EnsureIndexes(ctx context.Context) error {
 	// One index per createIndexes call: FerretDB 1.24 drops the connection
 	// when one call names several indexes that already exist (a restart).
-	return createIndexes(ctx, s.commits, []mongo.IndexModel{
+	err := createIndexes(ctx, s.commits, []mongo.IndexModel{
 		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}},
-			Options: options.Index().SetUnique(true).SetName("stream_first_version")},
-		{Keys: bson.D{{Key: "idempotency_key", Value: 1}},
-			Options: options.Index().SetUnique(true).SetSparse(true).SetName("idempotency_key")},
+			Options: options.Index().SetUnique(true).SetName(indexStreamVersion)},
+		// Partial, not sparse: a sparse compound index holds every document
+		// that has any of its fields, so commits without a key would all
+		// be (stream_id, null) and collide within their stream (MongoDB
+		// manual, "Sparse Compound Indexes"). The embedded store has no
+		// partial indexes; its funnel creates this one as a plain unique
+		// index, which there never holds a missing field.
+		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "idempotency_key", Value: 1}},
+			Options: options.Index().SetUnique(true).SetName(indexStreamKey).
+				SetPartialFilterExpression(bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}}})},
 		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
 			Options: options.Index().SetName("outbox")},
 	})
+	if err != nil {
+		return err
+	}
+	// Dropped after the per-stream index exists, so keys are guarded
+	// throughout.
+	return dropIndexIfExists(ctx, s.commits, indexGlobalKey)
+}
+
+func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string) error {
+	names, err := coll.Indexes().ListSpecifications(ctx)
+	if err != nil {
+		return fmt.Errorf("list indexes of %s: %w", coll.Name(), mongoerr.Translate(err))
+	}
+	for _, spec := range names {
+		if spec.Name != name {
+			continue
+		}
+		if err := coll.Indexes().DropOne(ctx, name); err != nil {
+			return fmt.Errorf("drop index %s of %s: %w", name, coll.Name(), mongoerr.Translate(err))
+		}
+	}
+	return nil
 }
 
 func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
@@ -106,9 +177,9 @@ type eventDoc struct {
 
 // Append stores c as one commit document, or nothing. It returns the
 // commit's recorded time, or an error wrapping domain.ErrVersionConflict
-// (a commit at that version exists), domain.ErrDuplicateRequest (the
-// idempotency key is stored), domain.ErrValidation (malformed commit) or
-// domain.ErrUnavailable.
+// (a commit at that version exists), domain.ErrDuplicateRequest (a commit
+// of the same stream holds the idempotency key; another stream's does not
+// count), domain.ErrValidation (malformed commit) or domain.ErrUnavailable.
 func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
 	now := domain.Timestamp(s.now())
 	doc, err := newCommitDoc(c, now)
@@ -131,15 +202,16 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
 	}
-	if r := s.relay.Load(); r != nil {
-		r.hint(doc)
+	for _, h := range s.hooks {
+		h(Committed{doc})
 	}
 	return now, nil
 }
 
 // duplicate tells which unique index an E11000 came from. FerretDB's error
 // does not name the index, so it reads the commit at that version: if none
-// is there, only the idempotency key can have collided.
+// is there, only the idempotency key, stored in an earlier commit of the
+// same stream, can have collided.
 func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
 	var d commitDoc
 	err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(c.StreamID, c.ExpectedVersion+1)}}).Decode(&d)
@@ -327,42 +399,54 @@ func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]comm
 	}
 }
 
-// FindIdempotencyKey returns the commit that stored key, or an error
-// wrapping domain.ErrNotFound. It looks in streamID's commits first (a retry
-// nearly always targets the same order), then searches the whole log
-// through the idempotency_key index (a scan on FerretDB).
+// FindIdempotencyKey returns the commit of stream streamID that stored
+// key, read as the chain of the stream's commits (_id look-ups, one shard).
+// Errors: domain.ErrNotFound (wrapped) when no commit of the stream holds
+// key, also for an empty key or an invalid stream id;
+// domain.ErrUnreadableCommit and domain.ErrUnavailable as Load's.
 func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
-	if key == "" {
-		return domain.Commit{}, fmt.Errorf("empty idempotency key: %w", domain.ErrNotFound)
+	if key == "" || domain.ValidateID("stream id", streamID) != nil {
+		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %q: %w", key, streamID, domain.ErrNotFound)
 	}
-	var d commitDoc
-	found := false
-	if streamID != "" && domain.ValidateID("stream id", streamID) == nil {
-		docs, err := s.chain(ctx, streamID, 1)
-		if err != nil {
-			return domain.Commit{}, err
-		}
-		for _, c := range docs {
-			if c.IdempotencyKey == key {
-				d, found = c, true
-			}
-		}
+	docs, err := s.chain(ctx, streamID, 1)
+	if err != nil {
+		return domain.Commit{}, err
 	}
-	if !found {
-		err := s.commits.FindOne(ctx, bson.D{{Key: "idempotency_key", Value: key}}).Decode(&d)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			return domain.Commit{}, fmt.Errorf("idempotency key %q: %w", key, domain.ErrNotFound)
-		}
-		if err != nil {
-			return domain.Commit{}, fmt.Errorf("find idempotency key: %w", mongoerr.Translate(err))
-		}
+	i := slices.IndexFunc(docs, func(c commitDoc) bool { return c.IdempotencyKey == key })
+	if i < 0 {
+		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, domain.ErrNotFound)
 	}
+	d := docs[i]
 	events, err := d.events()
 	if err != nil {
 		return domain.Commit{}, err
 	}
 	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
+}
+
+// Unpublished returns the number of unpublished commits in the log and
+// the age of the oldest one (0 when there is none). On FerretDB each of
+// its two reads scans the collection.
+func (s *Store) Unpublished(ctx context.Context) (int64, time.Duration, error) {
+	filter := bson.D{{Key: "published", Value: false}}
+	n, err := s.commits.CountDocuments(ctx, filter)
+	if err != nil {
+		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
+	}
+	if n == 0 {
+		return 0, 0, nil
+	}
+	var oldest commitDoc
+	err = s.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
+		SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&oldest)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return 0, 0, nil
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
+	}
+	return n, time.Since(oldest.RecordedAt), nil
 }
 
 // Ping checks that the store answers.

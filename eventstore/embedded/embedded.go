@@ -20,7 +20,13 @@
 //     index, and an update command of more than 64 statements stalls;
 //   - one createIndexes naming several existing indexes drops the
 //     connection;
-//   - no transactions, change streams, partial or TTL indexes, Decimal128,
+//   - no partial indexes, with one exception the funnel makes: a unique
+//     index filtered by {f: {$exists: true}} on a field f of its key (the
+//     event log's per-stream idempotency key index) is created without the
+//     filter, which there means the same: SQLite indexes a missing field
+//     as NULL and never compares NULLs in a unique index
+//     (withoutExistsFilters); FerretDB refuses every other filter;
+//   - no transactions, change streams, TTL indexes, Decimal128,
 //     $group $max/$min, or $sum of a field path;
 //   - write and read concerns are accepted and ignored: it is one node.
 package embedded

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -30,7 +31,9 @@ import (
 // never stall the writes.
 //
 // After a write command the funnel also gives the collection it named the
-// _id expression index (index.go), before the next write runs.
+// _id expression index (index.go), before the next write runs. It takes
+// the one partial filter FerretDB can keep out of createIndexes
+// (withoutExistsFilters).
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
@@ -156,6 +159,9 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.writer = w
 	}
 	name := strings.ToLower(cmd.name)
+	if name == "createindexes" {
+		req = withoutExistsFilters(req)
+	}
 	if name == "dropdatabase" {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
@@ -275,4 +281,115 @@ func parseCommand(msg []byte) (command, bool) {
 		return cmd, true
 	}
 	return command{}, false
+}
+
+// withoutExistsFilters returns a createIndexes request without the
+// partialFilterExpression of each unique index whose filter is exactly
+// {f: {$exists: true}} for a field f of the index's key; any other request
+// comes back unchanged. FerretDB 1.24 refuses partial indexes, and such an
+// index means the same as FerretDB's plain unique index there: SQLite
+// indexes a missing field as NULL, and NULLs never collide in a unique
+// index, so documents without f are never compared, as on MongoDB. Other
+// partial filters are left for FerretDB to refuse.
+func withoutExistsFilters(req []byte) []byte {
+	if opCode(req) != opMsg || len(req) < headerLen+5 {
+		return req
+	}
+	end := len(req)
+	if msgFlags(req)&flagChecksum != 0 {
+		end -= 4
+	}
+	for p := headerLen + 4; p < end; {
+		kind := req[p]
+		if p+5 > end {
+			return req
+		}
+		size := int(int32(binary.LittleEndian.Uint32(req[p+1:])))
+		if size < 5 || p+1+size > end {
+			return req
+		}
+		if kind != 0 {
+			p += 1 + size
+			continue
+		}
+		body, changed := stripExistsFilters(bson.Raw(req[p+1 : p+1+size]))
+		if !changed {
+			return req
+		}
+		// The same message with the new body, without a checksum (it would
+		// no longer match; clients rarely send one).
+		out := make([]byte, 0, len(req)-size+len(body))
+		out = append(out, req[:headerLen]...)
+		out = binary.LittleEndian.AppendUint32(out, msgFlags(req)&^flagChecksum)
+		out = append(out, req[headerLen+4:p+1]...)
+		out = append(out, body...)
+		out = append(out, req[p+1+size:end]...)
+		binary.LittleEndian.PutUint32(out, uint32(len(out)))
+		return out
+	}
+	return req
+}
+
+// stripExistsFilters is withoutExistsFilters on the command's body.
+func stripExistsFilters(body bson.Raw) (bson.Raw, bool) {
+	var cmd bson.D
+	if err := bson.Unmarshal(body, &cmd); err != nil {
+		return body, false
+	}
+	changed := false
+	for i := range cmd {
+		if cmd[i].Key != "indexes" {
+			continue
+		}
+		indexes, ok := cmd[i].Value.(bson.A)
+		if !ok {
+			return body, false
+		}
+		for j, ix := range indexes {
+			spec, ok := ix.(bson.D)
+			if !ok {
+				continue
+			}
+			if out, ok := withoutExistsFilter(spec); ok {
+				indexes[j], changed = out, true
+			}
+		}
+	}
+	if !changed {
+		return body, false
+	}
+	out, err := bson.Marshal(cmd)
+	if err != nil {
+		return body, false
+	}
+	return out, true
+}
+
+// withoutExistsFilter returns spec without its partialFilterExpression when
+// spec is unique and the filter is {f: {$exists: true}} for a field f of
+// its key.
+func withoutExistsFilter(spec bson.D) (bson.D, bool) {
+	var key, filter bson.D
+	unique := false
+	for _, e := range spec {
+		switch e.Key {
+		case "key":
+			key, _ = e.Value.(bson.D)
+		case "partialFilterExpression":
+			filter, _ = e.Value.(bson.D)
+		case "unique":
+			unique, _ = e.Value.(bool)
+		}
+	}
+	if !unique || len(filter) != 1 {
+		return nil, false
+	}
+	cond, _ := filter[0].Value.(bson.D)
+	if len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
+		return nil, false
+	}
+	if !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
+		return nil, false
+	}
+	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
 }

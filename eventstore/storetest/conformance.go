@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -115,7 +116,10 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) *eventstore.Store)
 	t.Run("TimesNormalized", func(t *testing.T) { testTimesNormalized(t, newStore(t)) })
 	t.Run("StaleExpectedVersion", func(t *testing.T) { testStaleVersion(t, newStore(t)) })
 	t.Run("MultiEventCommit", func(t *testing.T) { testMultiEventCommit(t, newStore(t)) })
+	t.Run("UniqueIndexesStartWithStreamID", func(t *testing.T) { testUniqueIndexes(t, newStore(t)) })
 	t.Run("IdempotencyKey", func(t *testing.T) { testIdempotencyKey(t, newStore(t)) })
+	t.Run("IdempotencyKeyPerStream", func(t *testing.T) { testKeyPerStream(t, newStore(t)) })
+	t.Run("CommitsWithoutKeyInOneStream", func(t *testing.T) { testKeylessCommits(t, newStore(t)) })
 	t.Run("UnknownIdempotencyKey", func(t *testing.T) { testUnknownKey(t, newStore(t)) })
 	t.Run("LoadFrom", func(t *testing.T) { testLoadFrom(t, newStore(t)) })
 	t.Run("LoadUnknownStream", func(t *testing.T) { testLoadUnknown(t, newStore(t)) })
@@ -296,7 +300,7 @@ func testStaleVersion(t *testing.T, s *eventstore.Store) {
 		if !errors.Is(err, domain.ErrVersionConflict) {
 			t.Fatalf("append at stale v%d: %v, want ErrVersionConflict", expected, err)
 		}
-		if _, err := s.FindIdempotencyKey(t.Context(), c.IdempotencyKey, ""); !errors.Is(err, domain.ErrNotFound) {
+		if _, err := s.FindIdempotencyKey(t.Context(), c.IdempotencyKey, stream); !errors.Is(err, domain.ErrNotFound) {
 			t.Errorf("key of a refused append: %v, want ErrNotFound", err)
 		}
 	}
@@ -354,13 +358,11 @@ func testIdempotencyKey(t *testing.T, s *eventstore.Store) {
 	want = append(want, recorded(first, mustAppend(t, s, first))...)
 	mustAppend(t, s, NewCommit(other, 0, placed("cust-3")))
 
-	// The retry of the same request, the same key on the stream's next
-	// version and the same key on another stream: all refused, none stored.
+	// The retry of the same request and the same key on the stream's next
+	// version: both refused, neither stored.
 	retry := NewCommit(stream, 1, domain.OrderApproved{}, domain.OrderInvoiced{})
 	next := NewCommit(stream, 3, domain.OrderShipped{})
-	elsewhere := NewCommit(other, 1, domain.OrderApproved{})
-	fresh := NewCommit(Unique("order-"), 0, placed("cust-4"))
-	for name, c := range map[string]domain.Commit{"retry": retry, "next version": next, "other stream": elsewhere, "new stream": fresh} {
+	for name, c := range map[string]domain.Commit{"retry": retry, "next version": next} {
 		c.IdempotencyKey, c.RequestHash = key, "sha256:"+name
 		if _, err := s.Append(t.Context(), c); !errors.Is(err, domain.ErrDuplicateRequest) {
 			t.Errorf("%s with a used key: %v, want ErrDuplicateRequest", name, err)
@@ -374,30 +376,129 @@ func testIdempotencyKey(t *testing.T, s *eventstore.Store) {
 		t.Errorf("%d commit documents, want 3", n)
 	}
 
-	// The stream argument is where to look first; any stream, or none,
-	// finds the key.
-	for _, hint := range []string{"", stream, other, Unique("missing-"), "a.b"} {
-		got, err := s.FindIdempotencyKey(t.Context(), key, hint)
-		if err != nil {
-			t.Fatalf("find key (stream %q): %v", hint, err)
-		}
-		if got.StreamID != stream || got.StreamType != domain.StreamTypeOrder || got.ExpectedVersion != 1 ||
-			got.LastVersion() != 3 || got.IdempotencyKey != key || got.RequestHash != "sha256:first" {
-			t.Errorf("find key (stream %q): stream %s/%s v%d..v%d key %q hash %q; want %s/%s v1..v3 key %q hash %q", hint,
-				got.StreamType, got.StreamID, got.ExpectedVersion, got.LastVersion(), got.IdempotencyKey, got.RequestHash,
-				domain.StreamTypeOrder, stream, key, "sha256:first")
-		}
-		if d := DiffEvents(want[1:], got.Events); d != "" {
-			t.Errorf("find key (stream %q) events: %s", hint, d)
+	// The key is found in its stream, and only there.
+	got, err := s.FindIdempotencyKey(t.Context(), key, stream)
+	if err != nil {
+		t.Fatalf("find key: %v", err)
+	}
+	if got.StreamID != stream || got.StreamType != domain.StreamTypeOrder || got.ExpectedVersion != 1 ||
+		got.LastVersion() != 3 || got.IdempotencyKey != key || got.RequestHash != "sha256:first" {
+		t.Errorf("find key: stream %s/%s v%d..v%d key %q hash %q; want %s/%s v1..v3 key %q hash %q",
+			got.StreamType, got.StreamID, got.ExpectedVersion, got.LastVersion(), got.IdempotencyKey, got.RequestHash,
+			domain.StreamTypeOrder, stream, key, "sha256:first")
+	}
+	if d := DiffEvents(want[1:], got.Events); d != "" {
+		t.Errorf("find key events: %s", d)
+	}
+	for _, elsewhere := range []string{"", other, Unique("missing-"), "a.b"} {
+		if got, err := s.FindIdempotencyKey(t.Context(), key, elsewhere); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("find key in stream %q: %s, %v; want ErrNotFound", elsewhere, got.StreamID, err)
 		}
 	}
+}
 
-	// Commits without a key never collide on the (sparse) key index.
-	for i := range 3 {
-		c := NewCommit(Unique("order-"), 0, domain.OrderApproved{})
-		if _, err := s.Append(t.Context(), c); err != nil {
-			t.Fatalf("append %d without key: %v", i, err)
+// testUniqueIndexes: a collection sharded by stream_id can only have
+// unique indexes that start with the shard key, so every unique index of
+// the event collection does; the two that invariants 1 and 7 rely on are
+// there.
+func testUniqueIndexes(t *testing.T, s *eventstore.Store) {
+	coll := databaseOf(t, s).Collection(eventstore.CommitsCollection)
+	mustAppend(t, s, NewCommit(Unique("order-"), 0, placed("cust-1")))
+	cur, err := coll.Indexes().List(t.Context())
+	if err != nil {
+		t.Fatalf("list indexes: %v", err)
+	}
+	var specs []struct {
+		Name   string `bson:"name"`
+		Key    bson.D `bson:"key"`
+		Unique bool   `bson:"unique"`
+	}
+	if err := cur.All(t.Context(), &specs); err != nil {
+		t.Fatalf("read indexes: %v", err)
+	}
+	var unique []string
+	for _, ix := range specs {
+		if !ix.Unique || ix.Name == "_id_" {
+			continue // _id is exempt from the shard-key rule
 		}
+		var fields []string
+		for _, k := range ix.Key {
+			fields = append(fields, k.Key)
+		}
+		unique = append(unique, strings.Join(fields, ","))
+		if fields[0] != "stream_id" {
+			t.Errorf("unique index %s on (%s) does not start with stream_id", ix.Name, strings.Join(fields, ", "))
+		}
+	}
+	for _, want := range []string{"stream_id,first_version", "stream_id,idempotency_key"} {
+		if !slices.Contains(unique, want) {
+			t.Errorf("no unique index on (%s); unique indexes: %q", want, unique)
+		}
+	}
+}
+
+// testKeyPerStream: an idempotency key is unique within its stream, not
+// across the log (a collection sharded by stream_id cannot enforce more);
+// commits of other streams with the same key, also racing, are stored.
+func testKeyPerStream(t *testing.T, s *eventstore.Store) {
+	const streams = 8
+	key := Unique("key-")
+	commits := make([]domain.Commit, streams)
+	errs := make([]error, streams)
+	for i := range commits {
+		commits[i] = NewCommit(Unique("order-"), 0, placed(fmt.Sprintf("cust-%d", i)))
+		commits[i].IdempotencyKey, commits[i].RequestHash = key, fmt.Sprintf("hash-%d", i)
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range commits {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.Append(t.Context(), commits[i])
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, c := range commits {
+		if errs[i] != nil {
+			t.Errorf("stream %d with a key used on other streams: %v, want stored", i, errs[i])
+			continue
+		}
+		got, err := s.FindIdempotencyKey(t.Context(), key, c.StreamID)
+		if err != nil || got.StreamID != c.StreamID || got.RequestHash != c.RequestHash {
+			t.Errorf("find key in stream %d: %s %q, %v; want %s %q", i, got.StreamID, got.RequestHash, err, c.StreamID, c.RequestHash)
+		}
+	}
+	// Within each stream the key stays taken.
+	again := NewCommit(commits[0].StreamID, 1, domain.OrderApproved{})
+	again.IdempotencyKey, again.RequestHash = key, "hash-again"
+	if _, err := s.Append(t.Context(), again); !errors.Is(err, domain.ErrDuplicateRequest) {
+		t.Errorf("the key again in its stream: %v, want ErrDuplicateRequest", err)
+	}
+	if n := commitCount(t, s, bson.D{}); n != streams {
+		t.Errorf("%d commit documents, want %d", n, streams)
+	}
+}
+
+// testKeylessCommits: commits without an idempotency key are never
+// compared by the key index, within one stream or across streams.
+func testKeylessCommits(t *testing.T, s *eventstore.Store) {
+	stream := Unique("order-")
+	keyed := NewCommit(stream, 0, placed("cust-1"))
+	keyed.IdempotencyKey, keyed.RequestHash = Unique("key-"), "hash"
+	mustAppend(t, s, keyed)
+	for v := int64(1); v <= 4; v++ {
+		mustAppend(t, s, NewCommit(stream, v, domain.OrderApproved{}))
+	}
+	for i := range 3 {
+		mustAppend(t, s, NewCommit(Unique("order-"), 0, domain.OrderApproved{}))
+		mustAppend(t, s, NewCommit(stream, 5+int64(i), domain.OrderApproved{}))
+	}
+	if evs := mustLoad(t, s, stream); len(evs) != 8 {
+		t.Errorf("stream has %d events, want 8", len(evs))
+	}
+	if n := commitCount(t, s, bson.D{{Key: "stream_id", Value: stream}, {Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: false}}}}); n != 7 {
+		t.Errorf("%d commits of the stream without an idempotency_key field, want 7", n)
 	}
 }
 
@@ -505,7 +606,7 @@ func testMalformedCommit(t *testing.T, s *eventstore.Store) {
 		t.Errorf("%d commit documents after malformed appends, want 1", n)
 	}
 	for _, key := range []string{"k-bad", "k-bad2"} {
-		if _, err := s.FindIdempotencyKey(t.Context(), key, ""); !errors.Is(err, domain.ErrNotFound) {
+		if _, err := s.FindIdempotencyKey(t.Context(), key, stream); !errors.Is(err, domain.ErrNotFound) {
 			t.Errorf("key %s of a refused commit: %v, want ErrNotFound", key, err)
 		}
 	}
@@ -794,13 +895,16 @@ func raceAt(t *testing.T, s *eventstore.Store, stream string, want []domain.Even
 	return want
 }
 
+// testRaceSameKey: racing retries of one request (one stream, one
+// version, one key): one is stored, every other one is told the key is
+// stored, not that the version moved on.
 func testRaceSameKey(t *testing.T, s *eventstore.Store) {
 	const racers = 16
-	key := Unique("key-")
+	key, stream := Unique("key-"), Unique("order-")
 	commits := make([]domain.Commit, racers)
 	errs := make([]error, racers)
 	for i := range commits {
-		commits[i] = NewCommit(Unique("order-"), 0, placed(fmt.Sprintf("cust-%d", i)))
+		commits[i] = NewCommit(stream, 0, placed(fmt.Sprintf("cust-%d", i)))
 		commits[i].IdempotencyKey, commits[i].RequestHash = key, fmt.Sprintf("hash-%d", i)
 	}
 	var wg sync.WaitGroup
@@ -827,7 +931,7 @@ func testRaceSameKey(t *testing.T, s *eventstore.Store) {
 	if winner < 0 {
 		t.Fatal("no racer stored the key")
 	}
-	got, err := s.FindIdempotencyKey(t.Context(), key, "")
+	got, err := s.FindIdempotencyKey(t.Context(), key, stream)
 	if err != nil || got.StreamID != commits[winner].StreamID || got.RequestHash != commits[winner].RequestHash {
 		t.Errorf("find key: %s %q, %v; want the winner's %s %q", got.StreamID, got.RequestHash, err,
 			commits[winner].StreamID, commits[winner].RequestHash)
@@ -903,11 +1007,11 @@ func testImmutable(t *testing.T, s *eventstore.Store) {
 	mustAppend(t, s, NewCommit(stream, 4, domain.OrderDelivered{}))
 
 	n := StartNATS(t)
-	relay := eventstore.NewRelay(s, n.JS, eventstore.RelayConfig{Stream: NewStream(t, n), Owner: "conformance",
+	sweeper := eventstore.NewSweeper(databaseOf(t, s), n.JS, eventstore.RelayConfig{Stream: NewStream(t, n), Owner: "conformance",
 		AckTimeout: 10 * time.Second}, nil, nil)
 	markedFrom := domain.Timestamp(time.Now())
 	for i := 0; ; i++ {
-		k, err := relay.PublishPending(ctx)
+		k, err := sweeper.PublishPending(ctx)
 		if err != nil {
 			t.Fatalf("publish: %v", err)
 		}

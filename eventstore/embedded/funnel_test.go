@@ -1,0 +1,64 @@
+package embedded
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+func exists(field string) bson.D {
+	return bson.D{{Key: field, Value: bson.D{{Key: "$exists", Value: true}}}}
+}
+
+// TestUniqueIndexOverPresentFields: a unique index with the partial filter
+// {f: {$exists: true}} is created (FerretDB refuses partial indexes) and
+// keeps MongoDB's meaning: documents without f are never compared, those
+// with f are unique on the whole key. Other partial filters are refused,
+// not silently widened.
+func TestUniqueIndexOverPresentFields(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("funnel").Collection("partial")
+	model := mongo.IndexModel{
+		Keys:    bson.D{{Key: "s", Value: 1}, {Key: "k", Value: 1}},
+		Options: options.Index().SetUnique(true).SetName("s_k").SetPartialFilterExpression(exists("k")),
+	}
+	for i := range 2 { // again: a restart
+		if _, err := coll.Indexes().CreateOne(t.Context(), model); err != nil {
+			t.Fatalf("create index (%d): %v", i+1, err)
+		}
+	}
+	docs := []bson.D{
+		{{Key: "_id", Value: 1}, {Key: "s", Value: "a"}},
+		{{Key: "_id", Value: 2}, {Key: "s", Value: "a"}}, // no k, same s: no collision
+		{{Key: "_id", Value: 3}, {Key: "s", Value: "a"}, {Key: "k", Value: "x"}},
+		{{Key: "_id", Value: 4}, {Key: "s", Value: "b"}, {Key: "k", Value: "x"}}, // other s
+	}
+	for _, d := range docs {
+		if _, err := coll.InsertOne(t.Context(), d); err != nil {
+			t.Fatalf("insert %v: %v", d, err)
+		}
+	}
+	_, err := coll.InsertOne(t.Context(), bson.D{{Key: "_id", Value: 5}, {Key: "s", Value: "a"}, {Key: "k", Value: "x"}})
+	if !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("insert of a taken (s, k): %v, want a duplicate key error", err)
+	}
+
+	for name, m := range map[string]mongo.IndexModel{
+		"other filter": {Keys: bson.D{{Key: "k", Value: 1}},
+			Options: options.Index().SetUnique(true).SetName("k_gt").SetPartialFilterExpression(bson.D{{Key: "k", Value: bson.D{{Key: "$gt", Value: 1}}}})},
+		"field not in the key": {Keys: bson.D{{Key: "s", Value: 1}},
+			Options: options.Index().SetUnique(true).SetName("s_if_k").SetPartialFilterExpression(exists("k"))},
+		"not unique": {Keys: bson.D{{Key: "k", Value: 1}},
+			Options: options.Index().SetName("k_if_k").SetPartialFilterExpression(exists("k"))},
+	} {
+		_, err := coll.Indexes().CreateOne(t.Context(), m)
+		var ce mongo.CommandError
+		if !errors.As(err, &ce) || !strings.Contains(ce.Message, "partialFilterExpression") {
+			t.Errorf("%s: %v, want FerretDB's refusal of partialFilterExpression", name, err)
+		}
+	}
+}

@@ -1,0 +1,235 @@
+package eventstore
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/eventstore/mongoerr"
+)
+
+// SweepLease is the name of the lease under which one Sweeper at a time
+// sweeps the outbox.
+const SweepLease = "relay"
+
+// Sweeper publishes the commits that their appending instance left
+// unpublished (invariant 3): it crashed between the insert and the
+// publish or the marker, its queue was full, or NATS was down. Each sweep
+// reads the oldest commits {published: false} whose recorded_at is older
+// than SweepGrace (an index range on (published, recorded_at) on
+// MongoDB), publishes them as the Relay does and marks them. The grace
+// keeps it from racing the appending instance's own publish; a race it
+// loses anyway only publishes copies that the de-duplication window drops.
+//
+// One Sweeper sweeps at a time, under the "relay" Lease (invariant 6);
+// the others stand by and claim it every LeaseTTL/3. A sweeper that cannot
+// do its work gives the lease up so a healthy instance takes over: at
+// once when its NATS connection is not connected, and after LeaseTTL/2
+// in which no round marked a commit while commits wait (it then claims no
+// lease for one LeaseTTL). A round's acks and its markers each take at most
+// LeaseTTL/4, so renewals stay on time.
+type Sweeper struct {
+	out   outbox
+	cfg   RelayConfig
+	lease *Lease
+}
+
+// NewSweeper returns a Sweeper of db's event log publishing to js, its
+// lease owned by cfg.Owner.
+func NewSweeper(db *mongo.Database, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Sweeper {
+	cfg.setDefaults()
+	return &Sweeper{
+		out:   newOutbox(db, js, cfg.Stream, log, m),
+		cfg:   cfg,
+		lease: NewLease(db, SweepLease, cfg.Owner, cfg.LeaseTTL),
+	}
+}
+
+// Run sweeps while it holds the lease, until ctx is done, then releases
+// the lease. Failed rounds and claims (store or NATS down) are logged and
+// retried; Run always returns nil.
+func (s *Sweeper) Run(ctx context.Context) error {
+	var (
+		leader     bool
+		renewedAt  time.Time
+		progressAt time.Time // last round that marked commits or found none
+		backlog    bool      // the last round left commits behind
+		restUntil  time.Time // no claims before, after giving the lease up
+		backoff    time.Duration
+		pending    []commitDoc   // read by the last outbox read, not yet published
+		readTook   time.Duration // how long the last outbox read took
+		uncertain  bool          // the last claim or renewal failed
+	)
+	defer func() {
+		// A claim that failed may still have landed: releasing a lease
+		// this owner does not hold changes nothing.
+		if leader || uncertain {
+			s.standDown(ctx, "shutdown")
+		}
+	}()
+	for ctx.Err() == nil {
+		now := time.Now()
+		if leader {
+			reason := ""
+			switch {
+			case !s.out.connected():
+				reason = "nats not connected"
+			case backlog && now.Sub(progressAt) > s.cfg.LeaseTTL/2:
+				reason = "no commit marked within half the lease"
+				restUntil = now.Add(s.cfg.LeaseTTL)
+			}
+			if reason != "" {
+				s.standDown(ctx, reason)
+				leader, pending = false, nil
+			}
+		}
+		renew := leader && now.Sub(renewedAt) >= s.cfg.LeaseTTL/3
+		claim := !leader && now.After(restUntil) && s.out.connected()
+		if renew || claim {
+			// Not cancelled by shutdown: a write cut off mid-flight may
+			// land after the release and hold the lease for a TTL.
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.LeaseTTL/2)
+			held, err := s.lease.TryAcquire(lctx)
+			cancel()
+			uncertain = err != nil
+			if err != nil {
+				s.out.log.Warn("relay sweep lease claim failed", "err", err)
+			}
+			held = held && err == nil
+			if held != leader {
+				s.out.log.Info("relay sweep lease changed", "leader", held, "owner", s.cfg.Owner)
+			}
+			if held && !leader {
+				progressAt, backlog, backoff = now, false, 0
+			}
+			leader, renewedAt = held, now
+			if !leader {
+				pending = nil
+			}
+			s.out.metrics.setLeader(leader)
+		}
+		wait := s.cfg.LeaseTTL / 3
+		if leader {
+			var (
+				marked int
+				err    error
+			)
+			if len(pending) == 0 {
+				start := time.Now()
+				pending, err = s.readOutbox(ctx, s.cfg.SweepGrace, sweepBatches*s.cfg.BatchSize)
+				readTook = time.Since(start)
+			}
+			if err == nil && len(pending) > 0 {
+				batch := pending[:min(len(pending), s.cfg.BatchSize)]
+				marked, err = s.out.publish(ctx, batch, min(s.cfg.AckTimeout, s.cfg.LeaseTTL/4))
+				pending = pending[len(batch):]
+				if marked > 0 {
+					// Part of a failed round still counts: a slow store
+					// that marks a part of each batch is making progress.
+					progressAt = time.Now()
+				}
+				if err != nil || len(pending) == 0 {
+					// Read again: what failed is still unpublished, and a
+					// full read may have left more behind.
+					pending = pending[:0]
+					readTook = 0
+				}
+			}
+			switch {
+			case err != nil && ctx.Err() == nil:
+				backlog = true
+				backoff = min(max(2*backoff, 50*time.Millisecond), s.cfg.SweepInterval)
+				s.out.log.Warn("outbox sweep failed", "err", err, "retry_in", backoff)
+				wait = backoff
+			case err == nil:
+				backlog, progressAt, backoff = false, time.Now(), 0
+				if marked > 0 {
+					continue // more may wait
+				}
+				wait = max(s.cfg.SweepInterval, sweepSpacing*readTook)
+			}
+		}
+		sleep(ctx, wait)
+	}
+	return nil
+}
+
+// standDown releases the lease, so a healthy standby claims it within a
+// third of its TTL instead of after it.
+func (s *Sweeper) standDown(ctx context.Context, reason string) {
+	s.out.metrics.setLeader(false)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := s.lease.Release(ctx); err != nil {
+		s.out.log.Warn("relay sweep lease not released; it expires", "reason", reason, "err", err)
+		return
+	}
+	s.out.log.Info("relay sweep lease released", "reason", reason, "owner", s.cfg.Owner)
+}
+
+// PublishPending sweeps once, now and without the lease: it publishes the
+// up to BatchSize oldest unpublished commits, whatever their age, and
+// marks the acknowledged ones published. It returns how many commits it
+// read; the ones not acknowledged stay unpublished and are read again by
+// the next call. For tests and tools: beside a running Relay it may
+// publish a commit twice, which de-duplication absorbs.
+func (s *Sweeper) PublishPending(ctx context.Context) (int, error) {
+	docs, err := s.readOutbox(ctx, 0, s.cfg.BatchSize)
+	if err != nil || len(docs) == 0 {
+		return 0, err
+	}
+	_, err = s.out.publish(ctx, docs, s.cfg.AckTimeout)
+	return len(docs), err
+}
+
+// sweepBatches is how many batches one outbox read returns: on the
+// embedded store every read decodes the whole collection, so one read
+// feeds several rounds; on MongoDB it is an index range scan.
+const sweepBatches = 16
+
+// sweepSpacing is the least pause between two outbox reads that found
+// nothing left to publish, as a multiple of the last read's duration:
+// the embedded store answers {published: false} by decoding every commit
+// in Go (12.5 s at 50,000 commits, measured on a busy 2-core machine), so
+// an idle sweeper spends at most a tenth of a core on it. On MongoDB a
+// read takes milliseconds and SweepInterval decides.
+const sweepSpacing = 10
+
+// readOutbox returns the up to limit oldest unpublished commits recorded
+// more than grace ago, and records what it found in the backlog metrics.
+func (s *Sweeper) readOutbox(ctx context.Context, grace time.Duration, limit int) ([]commitDoc, error) {
+	filter := bson.D{{Key: "published", Value: false}}
+	if grace > 0 {
+		filter = append(filter, bson.E{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: time.Now().Add(-grace)}}})
+	}
+	cur, err := s.out.commits.Find(ctx, filter,
+		options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
+	}
+	var docs []commitDoc
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
+	}
+	var oldest time.Time
+	if len(docs) > 0 {
+		oldest = docs[0].RecordedAt
+	}
+	s.out.metrics.setOutbox(len(docs), oldest)
+	return docs, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
