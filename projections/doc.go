@@ -5,8 +5,11 @@
 // order_summaries (a domain.Order, the same fold as the aggregate) and
 // customer_order_stats (each order's Contribution to its customer's stats,
 // summed on read). A Definition says how to fold a document; a Store writes
-// one read model; a Runner feeds a Store from a durable pull consumer; a
-// Reader answers queries.
+// one read model; a Runner feeds a Store from JetStream, split into
+// partitions by stream id, each consumed by one process at a time under a
+// lease and shared evenly by the live projector processes (Axon's
+// tracking-processor segments, Kafka's consumer groups); a Reader answers
+// queries.
 //
 // Invariant 4 (idempotent, order-tolerant): every document carries the
 // stream version it reflects. An event at or below it is skipped; an event

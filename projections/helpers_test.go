@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -113,11 +114,18 @@ func connectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStrea
 	return js
 }
 
-// goRelay runs a relay from es to b's stream until the test ends.
-func goRelay(t *testing.T, es *eventstore.Store, b *bus, log *slog.Logger) {
+// relayedLog returns the event store of db (with its indexes) whose
+// appends a Relay publishes to b's stream, and runs a Sweeper, with a
+// short grace, for commits appended through other stores of db; both run
+// until the test ends.
+func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *bus, log *slog.Logger) *eventstore.Store {
 	t.Helper()
-	relay := eventstore.NewRelay(es, b.JS, eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", PollInterval: 100 * time.Millisecond}, log, nil)
+	cfg := eventstore.RelayConfig{Stream: b.stream, Owner: "relay-1", SweepInterval: 100 * time.Millisecond,
+		SweepGrace: 100 * time.Millisecond}
+	relay := eventstore.NewRelay(db, b.JS, cfg, log, nil)
 	goRun(t, "relay", relay.Run)
+	goRun(t, "relay sweep", eventstore.NewSweeper(db, b.JS, cfg, log, nil).Run)
+	return newLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
 }
 
 // lifecycle returns the payloads of order i's life: one of seven paths
@@ -408,7 +416,7 @@ type bus struct {
 func newBus(t *testing.T, ctx context.Context) *bus {
 	t.Helper()
 	b := &bus{NATS: storetest.StartNATS(t), stream: eventstore.StreamConfig{
-		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute}}
+		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}}
 	if err := eventstore.EnsureStream(ctx, b.JS, b.stream); err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +424,7 @@ func newBus(t *testing.T, ctx context.Context) *bus {
 }
 
 func (b *bus) runnerConfig() projections.RunnerConfig {
-	return projections.RunnerConfig{Stream: b.stream.Name, Subject: "orders.events.>", Workers: 2, BatchSize: 16}
+	return projections.RunnerConfig{Stream: b.stream.Name, SubjectPrefix: b.stream.SubjectPrefix, Partitions: b.stream.Partitions, Workers: 2, BatchSize: 16}
 }
 
 // messages is the number of messages the stream holds.
@@ -472,7 +480,7 @@ func waitLag(t *testing.T, ctx context.Context, limit time.Duration, runners ...
 				return err
 			}
 			if n != 0 {
-				return fmt.Errorf("%s: lag %d", r.ConsumerName(), n)
+				return fmt.Errorf("%s: lag %d", r.Name(), n)
 			}
 		}
 		return nil
@@ -483,4 +491,16 @@ func reversed(evs []domain.Event) []domain.Event {
 	out := slices.Clone(evs)
 	slices.Reverse(out)
 	return out
+}
+
+// partitioned reports whether subject is the stored subject of an event of
+// stream id: orders.events.<partition>.<id>, as the stream's transform
+// maps the published orders.events.<id>.
+func partitioned(subject, id string) bool {
+	tok := strings.Split(subject, ".")
+	if len(tok) != 4 || tok[0] != "orders" || tok[1] != "events" || tok[3] != id {
+		return false
+	}
+	p, err := strconv.Atoi(tok[2])
+	return err == nil && p >= 0 && p < 4
 }

@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,11 @@ type Metrics struct {
 	errors      *prometheus.CounterVec
 	lag         *prometheus.GaugeVec
 	parked      *prometheus.GaugeVec
+
+	// Partitions: what this instance owns and applies.
+	partApplied *prometheus.CounterVec
+	partLag     *prometheus.GaugeVec
+	owned       *prometheus.GaugeVec
 
 	// Rebuild progress of this instance, set by the Worker.
 	rebuildEvents  *prometheus.GaugeVec
@@ -51,7 +57,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		casRetries:  vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
 		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
 		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
-		lag:         gauge("orderd_projection_consumer_lag", "Messages not yet acknowledged by the projection's consumer (pending plus in flight)."),
+		lag: gauge("orderd_projection_consumer_lag",
+			"Messages not yet acknowledged by the consumers of the projection's partitions this instance owns (pending plus in flight); sum over instances for the projection's lag."),
+		partApplied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderd_projection_partition_events_applied_total",
+			Help: "Events folded into a read model by this instance, by partition (rate() is the partition's apply rate)."}, []string{"projection", "partition"}),
+		partLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_partition_lag",
+			Help: "Messages not yet acknowledged by a partition's consumer, exposed by the partition's owner only (pending plus in flight)."}, []string{"projection", "partition"}),
+		owned: gauge("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
 		parked: gauge("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
 		rebuildEvents: gauge("orderd_rebuild_events_done",
@@ -64,7 +76,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			"1 while this instance runs a task (plan, partition or finish) of a rebuild of the projection, else 0."),
 		rebuilds: map[string]*rebuildTally{},
 	}
-	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors, m.lag, m.parked,
+	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned,
 		m.rebuildEvents, m.rebuildStreams, m.rebuildRunning)
 	return m
 }
@@ -78,6 +90,35 @@ func (m *Metrics) initProjection(name string) {
 	}
 	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors} {
 		v.WithLabelValues(name)
+	}
+	m.owned.WithLabelValues(name)
+}
+
+// partitionApplied counts n events applied in a partition.
+func (m *Metrics) partitionApplied(name string, p, n int) {
+	if m != nil {
+		m.partApplied.WithLabelValues(name, strconv.Itoa(p)).Add(float64(n))
+	}
+}
+
+func (m *Metrics) setPartitionLag(name string, p int, n float64) {
+	if m != nil {
+		m.partLag.WithLabelValues(name, strconv.Itoa(p)).Set(n)
+	}
+}
+
+// dropPartition removes the lag series of a partition this instance no
+// longer owns (its new owner exposes it); the applied counter stays, as
+// counters do.
+func (m *Metrics) dropPartition(name string, p int) {
+	if m != nil {
+		m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
+	}
+}
+
+func (m *Metrics) setOwned(name string, n int) {
+	if m != nil {
+		m.owned.WithLabelValues(name).Set(float64(n))
 	}
 }
 

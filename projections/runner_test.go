@@ -26,34 +26,31 @@ import (
 
 // TestRunnerEndToEnd runs the whole path on real servers: commands through
 // domain.Service append to the log, the Relay publishes to JetStream, two
-// "processes" (own store client, own NATS connection) share the durable
-// consumer of order_summaries and one runs customer_order_stats. Once the
-// commands are done, the consumers' lag drains to 0 and every read-model
-// document equals the fold of the log: events of one order handled by
-// different workers and processes at once lose no update.
+// "processes" (own store client, own NATS connection) share the partitions
+// of order_summaries and one runs customer_order_stats. Once the commands
+// are done, the consumers' lag drains to 0 and every read-model document
+// equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
 	ctx := testContext(t, 120*time.Second)
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
 
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
 	cfg := b.runnerConfig()
 	sumsStore := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
-	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	cfg1, cfg2 := cfg, cfg
+	cfg1.Owner, cfg2.Owner = "p1", "p2"
+	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg1, log, m)
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
-	sums2 := projections.NewRunner(sumsStore2, b.connect(t), projections.NewDeadLetters(db2), cfg, log, m)
-	if sums1.ConsumerName() != sums2.ConsumerName() {
-		t.Fatalf("the two processes use consumers %s and %s, want one shared durable", sums1.ConsumerName(), sums2.ConsumerName())
-	}
+	sums2 := projections.NewRunner(sumsStore2, b.connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
 	goRun(t, "summaries runner 1", sums1.Run)
 	goRun(t, "summaries runner 2", sums2.Run)
 	goRun(t, "stats runner", stats.Run)
@@ -107,7 +104,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 		}
 		for _, r := range []*projections.Runner{sums1, sums2, stats} {
 			if n, err := r.Lag(ctx); err != nil || n != 0 {
-				return fmt.Errorf("%s: lag %d (%v)", r.ConsumerName(), n, err)
+				return fmt.Errorf("%s: lag %d (%v)", r.Name(), n, err)
 			}
 		}
 		return nil
@@ -253,12 +250,12 @@ func TestRunnerDeadLetters(t *testing.T) {
 		}
 	}
 	if !strings.HasPrefix(undecodable.ID, r.Name()+":seq-") || undecodable.Payload != string(teleported) ||
-		undecodable.Subject != "orders.events.o1" || !strings.Contains(undecodable.Error, "OrderTeleported") ||
+		!partitioned(undecodable.Subject, "o1") || !strings.Contains(undecodable.Error, "OrderTeleported") ||
 		undecodable.Deliveries < 2 || undecodable.Projection != r.Name() || undecodable.ParkedAt.IsZero() {
 		t.Errorf("dead letter of the undecodable message: %+v", undecodable)
 	}
 	if gap.ID != r.Name()+":"+gapV2.ID || gap.EventID != gapV2.ID || gap.Version != 2 || gap.Deliveries < 2 ||
-		!strings.Contains(gap.Error, "does not hold v2") || gap.Subject != "orders.events.gapped" {
+		!strings.Contains(gap.Error, "does not hold v2") || !partitioned(gap.Subject, "gapped") {
 		t.Errorf("dead letter of the unfillable gap: %+v", gap)
 	}
 	if n, err := dead.Count(ctx, r.Name()); err != nil || n != 2 {
@@ -411,30 +408,105 @@ func (c *mapCache) Remove(id string) {
 	delete(c.m, id)
 }
 
-// TestRunnerLeaseMakesProjectionExclusive runs order_summaries in two
-// "processes" (own NATS connection, own Projection and document cache)
-// under one projection lease: while A holds it, B consumes nothing; once A
-// stops, B takes over and the read model reaches the fold of the log of
-// the orders written before and after the handover.
-func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
-	ctx := testContext(t, 90*time.Second)
+// tenures checks, as the runners report them through OnTenure, that no
+// partition is ever written by two owners at once: a start while another
+// owner's tenure of the partition is open is an error.
+type tenures struct {
+	t      *testing.T
+	mu     sync.Mutex
+	active map[int]string // partition: owner writing it
+	starts map[string]int // owner: tenures started
+}
+
+func newTenures(t *testing.T) *tenures {
+	return &tenures{t: t, active: map[int]string{}, starts: map[string]int{}}
+}
+
+func (ts *tenures) hook(owner string) func(string, int, bool) {
+	return func(_ string, p int, start bool) {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		cur, busy := ts.active[p]
+		switch {
+		case start && busy:
+			ts.t.Errorf("partition %d: %s starts writing while %s still does", p, owner, cur)
+		case start:
+			ts.active[p] = owner
+			ts.starts[owner]++
+		case cur != owner:
+			ts.t.Errorf("partition %d: %s stops a tenure it did not start (writer %q)", p, owner, cur)
+		default:
+			delete(ts.active, p)
+		}
+	}
+}
+
+// owners returns how many partitions each owner holds.
+func owners(t *testing.T, ctx context.Context, r *projections.Runner) map[string]int {
+	t.Helper()
+	ps, err := r.PartitionStatus(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range ps {
+		if p.Owner != "" {
+			out[p.Owner]++
+		}
+	}
+	return out
+}
+
+// waitOwners waits until the partitions are held exactly as want says.
+func waitOwners(t *testing.T, ctx context.Context, r *projections.Runner, limit time.Duration, want map[string]int) {
+	t.Helper()
+	waitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("held as %v", got)
+		}
+		return nil
+	})
+}
+
+// writeOrders runs the lifecycle of orders from..to-1 named prefix<i>.
+func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix string, from, to int) []string {
+	t.Helper()
+	var ids []string
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("%s%03d", prefix, i)
+		ids = append(ids, id)
+		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
+			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
+			}
+		}
+	}
+	return ids
+}
+
+// TestRunnerPartitionsRebalance runs order_summaries in "processes" (own
+// NATS connection, own Projection and document cache) sharing its four
+// partitions: A alone holds all four; B joins and each holds two; A stops
+// and B holds all four. After each step the read model reaches the fold
+// of the log, B applies events once it holds partitions, and no partition
+// is ever written by two of them at once.
+func TestRunnerPartitionsRebalance(t *testing.T) {
+	ctx := testContext(t, 120*time.Second)
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
+	ts := newTenures(t)
 
-	const ttl = time.Second
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
-		js := b.connect(t)
 		reg := prometheus.NewRegistry()
 		m := projections.NewMetrics(reg)
 		cfg := b.runnerConfig()
-		cfg.Lease, cfg.LeaseTTL = eventstore.NewLease(db, "projection:order_summaries", owner, ttl), ttl
+		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
-		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, m), reg
+		return projections.NewRunner(p, b.connect(t), projections.NewDeadLetters(db), cfg, log, m), reg
 	}
-	a, regA := proc("A")
+	a, _ := proc("A")
 	bRunner, regB := proc("B")
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
@@ -443,71 +515,86 @@ func TestRunnerLeaseMakesProjectionExclusive(t *testing.T) {
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
 	go func() { aDone <- a.Run(actx) }()
-	waitFor(t, 10*time.Second, "A holding the lease", func() error {
-		var l struct {
-			Owner string `bson:"owner"`
-		}
-		err := db.Collection(eventstore.LeasesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "projection:order_summaries"}}).Decode(&l)
-		if err != nil || l.Owner != "A" {
-			return fmt.Errorf("lease owner %q (%v)", l.Owner, err)
-		}
-		return nil
-	})
-	goRun(t, "runner B", bRunner.Run)
-
+	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	svc := domain.NewService(es, nil)
-	write := func(from, to int) []string {
-		var ids []string
-		for i := from; i < to; i++ {
-			id := fmt.Sprintf("lease%03d", i)
-			ids = append(ids, id)
-			for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
-				if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
-					t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
-				}
-			}
-		}
-		return ids
+	ids := writeOrders(t, ctx, svc, "part", 0, 10)
+	waitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
+		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	})
+
+	goRun(t, "runner B", bRunner.Run)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
+	ids = append(ids, writeOrders(t, ctx, svc, "part", 10, 20)...)
+	waitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
+		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	})
+	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+		t.Errorf("B applied nothing while it held two partitions")
 	}
-	ids := write(0, 10)
-	f := loadFixture(t, ctx, es, ids)
-	waitFor(t, 30*time.Second, "read models equal to the fold while A holds the lease", func() error { return diffReadModels(ctx, db, f) })
-	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n != 0 {
-		t.Fatalf("B applied %v events while A held the lease, want 0", n)
-	}
-	appliedA := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries")
 
 	stopA()
 	if err := <-aDone; err != nil {
 		t.Fatalf("A: %v", err)
 	}
-	ids = append(ids, write(10, 20)...)
-	f = loadFixture(t, ctx, es, ids)
-	waitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return diffReadModels(ctx, db, f) })
-	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
-		t.Errorf("B applied nothing after A stopped")
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
+	ids = append(ids, writeOrders(t, ctx, svc, "part", 20, 30)...)
+	waitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
+		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	})
+	waitLag(t, ctx, 15*time.Second, bRunner)
+	// B's metrics, by partition: it owns all four, exposes each one's lag,
+	// and its per-partition applied counters add up to its total.
+	if n := metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
+		t.Errorf("B: partitions owned %v, want 4", n)
 	}
-	if n := metric(t, regA, "orderd_projection_events_applied_total", "order_summaries"); n != appliedA {
-		t.Errorf("A applied %v events after it stopped (had %v)", n, appliedA)
+	byPart := map[string]float64{}
+	lags := 0
+	for _, mf := range mustGather(t, regB) {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch mf.GetName() {
+			case "orderd_projection_partition_events_applied_total":
+				byPart[labels["partition"]] += m.GetCounter().GetValue()
+			case "orderd_projection_partition_lag":
+				lags++
+			}
+		}
+	}
+	total := 0.0
+	for _, v := range byPart {
+		total += v
+	}
+	if applied := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
+		t.Errorf("B: applied by partition %v (sum %v), total %v", byPart, total, applied)
+	}
+	if lags != 4 {
+		t.Errorf("B exposes the lag of %d partitions, want its 4", lags)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.starts["A"] < 4 || ts.starts["B"] < 4 {
+		t.Errorf("tenures started: %v, want at least 4 each", ts.starts)
 	}
 }
 
-// TestRunnerCutOffFromTheBusReleasesTheLease: a lease holder whose NATS
-// connection is gone stops renewing its projection lease (it would hold
-// the projection still for as long as it lives), and a healthy standby
-// takes over and applies what was written meanwhile.
-func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
+// TestRunnerCutOffFromTheBusReleasesPartitions: a partition owner whose
+// NATS connection is gone stops renewing its partitions (it would hold
+// them still for as long as it lives) and leaves, and a healthy member
+// takes them over and applies what was written meanwhile.
+func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	ctx := testContext(t, 90*time.Second)
 	b := newBus(t, ctx)
 	db := storetest.Database(t)
 	log := testLogger(t)
-	es := newLog(t, ctx, db)
-	goRelay(t, es, b, log)
+	es := relayedLog(t, ctx, db, b, log)
+	ts := newTenures(t)
 
-	const ttl = 1500 * time.Millisecond
 	proc := func(owner string, js jetstream.JetStream) *projections.Runner {
 		cfg := b.runnerConfig()
-		cfg.Lease, cfg.LeaseTTL = eventstore.NewLease(db, "projection:order_summaries", owner, ttl), ttl
+		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projections.NewProjection(db, projections.OrderSummaries, es, nil, projections.NewPointers(db))
 		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, nil)
 	}
@@ -515,43 +602,18 @@ func TestRunnerCutOffFromTheBusReleasesTheLease(t *testing.T) {
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
 	jsA := connectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	owner := func() string {
-		var l struct {
-			Owner string `bson:"owner"`
-		}
-		_ = db.Collection(eventstore.LeasesCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "projection:order_summaries"}}).Decode(&l)
-		return l.Owner
-	}
-	goRun(t, "runner A", proc("A", jsA).Run)
-	waitFor(t, 10*time.Second, "A holding the lease", func() error {
-		if o := owner(); o != "A" {
-			return fmt.Errorf("lease owner %q", o)
-		}
-		return nil
-	})
+	a := proc("A", jsA)
+	goRun(t, "runner A", a.Run)
+	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	goRun(t, "runner B", proc("B", b.connect(t)).Run)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
 	goRun(t, "stats runner", stats.Run)
 
 	cut.close()
-	svc := domain.NewService(es, nil)
-	var ids []string
-	for i := range 8 {
-		id := fmt.Sprintf("cut%03d", i)
-		ids = append(ids, id)
-		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
-			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
-				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
-			}
-		}
-	}
-	waitFor(t, 30*time.Second, "B holding the lease after A lost the bus", func() error {
-		if o := owner(); o != "B" {
-			return fmt.Errorf("lease owner %q", o)
-		}
-		return nil
-	})
+	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	f := loadFixture(t, ctx, es, ids)
 	waitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return diffReadModels(ctx, db, f) })
 }
