@@ -27,6 +27,10 @@ type Admin interface {
 	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
+	// ReadModels returns each read model's document of an order beside
+	// the fold of its log (domain.ReadModelCheck), or an error wrapping
+	// domain.ErrNotFound when neither the log nor any read model has it.
+	ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error)
 }
 
 // adminRoutes registers the admin API under /v1/admin, behind the bearer
@@ -49,6 +53,7 @@ func (s *Server) adminRoutes(v1 *echo.Group) {
 	a.POST("/replays/:job/cancel", s.cancelJob(domain.KindReplay))
 	a.GET("/dead-letters", s.listDeadLetters)
 	a.POST("/dead-letters/:id/retry", s.retryDeadLetter)
+	a.GET("/orders/:id/read-models", s.readModels)
 }
 
 // bearer admits requests carrying "Authorization: Bearer <token>". The
@@ -197,4 +202,16 @@ func (s *Server) retryDeadLetter(c echo.Context) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"id": id, "result": "applied"})
+}
+
+func (s *Server) readModels(c echo.Context) error {
+	id := c.Param("id")
+	if err := domain.ValidateID("order id", id); err != nil {
+		return notFoundIfInvalid(err)
+	}
+	rs, err := s.cfg.Admin.ReadModels(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"order_id": id, "read_models": rs})
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +44,8 @@ type fakeAdmin struct {
 	dead     map[string]error    // dead letter id -> what a retry returns
 	letters  []domain.DeadLetter // listed by DeadLetters
 	statuses []domain.ProjectionStatus
-	err      error // returned by Projections when set
+	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
+	err      error                              // returned by Projections when set
 	calls    []adminCall
 	seq      int
 }
@@ -226,6 +228,17 @@ func (f *fakeAdmin) RetryDeadLetter(_ context.Context, id string) error {
 	return nil
 }
 
+func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]domain.ReadModelCheck, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.record(adminCall{Method: "ReadModels", ID: orderID})
+	cs, ok := f.checks[orderID]
+	if !ok {
+		return nil, fmt.Errorf("order %s: %w", orderID, domain.ErrNotFound)
+	}
+	return cs, nil
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger and a test to share.
 type syncBuffer struct {
 	mu  sync.Mutex
@@ -293,6 +306,7 @@ var adminRoutes = []adminRoute{
 	{http.MethodGet, "/v1/admin/dead-letters", ""},
 	{http.MethodGet, "/v1/admin/dead-letters?limit=5&projection=order_summaries", ""},
 	{http.MethodPost, "/v1/admin/dead-letters/order_summaries:ev-1/retry", ""},
+	{http.MethodGet, "/v1/admin/orders/o-1/read-models", ""},
 }
 
 // decodeJob reads a job from a response body.
@@ -984,4 +998,46 @@ func TestAdminNo5xx(t *testing.T) {
 	if len(e.admin.recorded()) == 0 {
 		t.Error("no request reached the admin side: the sweep tested nothing past the middleware")
 	}
+}
+
+// TestAdminReadModels: an order's documents beside the fold are passed on
+// as the admin side gives them; an unknown order is a 404, and an id that
+// cannot exist is one before the admin side is called.
+func TestAdminReadModels(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	want := []domain.ReadModelCheck{
+		{Projection: "order_summaries", Collection: "order_summaries", State: "different", StoredVersion: 2, LogVersion: 2,
+			Document: json.RawMessage(`{"status":"shipped","version":2}`), Expected: json.RawMessage(`{"status":"approved","version":2}`),
+			Fields: []string{"status"}},
+		{Projection: "customer_order_stats", Collection: "customer_order_stats", State: "missing", LogVersion: 2,
+			Document: json.RawMessage("null"), Expected: json.RawMessage(`{"order_id":"o-1","version":2}`)},
+	}
+	e.admin.checks = map[string][]domain.ReadModelCheck{"o-1": want}
+	rec := e.call(t, http.MethodGet, "/v1/admin/orders/o-1/read-models", "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET read models: %d %s", rec.Code, rec.Body)
+	}
+	wantJSON(t, rec)
+	var body struct {
+		OrderID    string                  `json:"order_id"`
+		ReadModels []domain.ReadModelCheck `json:"read_models"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+		t.Fatalf("body %q: %v", rec.Body, err)
+	}
+	if body.OrderID != "o-1" || len(body.ReadModels) != 2 || body.ReadModels[0].State != "different" ||
+		!slices.Equal(body.ReadModels[0].Fields, []string{"status"}) || string(body.ReadModels[1].Document) != "null" ||
+		string(body.ReadModels[0].Document) != string(want[0].Document) {
+		t.Errorf("body = %s", rec.Body)
+	}
+	if calls := e.admin.recorded(); len(calls) != 1 || calls[0] != (adminCall{Method: "ReadModels", ID: "o-1"}) {
+		t.Errorf("calls %+v", calls)
+	}
+
+	wantProblem(t, e.call(t, http.MethodGet, "/v1/admin/orders/o-2/read-models", ""), http.StatusNotFound, "/problems/not-found")
+	e = newAdminEnv(t, adminToken)
+	for _, id := range []string{"%20x", strings.Repeat("o", 300), "a%2Fb"} {
+		wantProblem(t, e.call(t, http.MethodGet, "/v1/admin/orders/"+id+"/read-models", ""), http.StatusNotFound, "/problems/not-found")
+	}
+	wantNoCalls(t, e.admin)
 }

@@ -9,7 +9,9 @@
 // nothing reaches the log unless the domain accepts it. Errors map to
 // statuses in one table (codes); only 5xx are logged.
 //
-// Commands accept Idempotency-Key (invariant 7), If-Match: "<version>"
+// Commands accept Idempotency-Key (invariant 7; a key belongs to the order
+// it is used on, and a place without order_id gets domain.KeyedOrderID of
+// its key as order id), If-Match: "<version>"
 // (compared strongly, RFC 9110 §13.1.1: 412 when stale or weak, W/"<n>";
 // no server-side retry then) and X-Correlation-ID; they
 // answer with ETag: "<version>". GET /v1/order-summaries/{id}?min_version=N

@@ -515,8 +515,11 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []domain.Task{task}}
 	verifySummary := domain.VerifySummary{Job: "j", State: domain.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
 	jobSummary := domain.JobSummary{Job: "j", State: domain.StateFailed, Error: "e"}
+	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, Applied: 1, ApplyRate: 1}
 	projection := domain.ProjectionStatus{Name: "p", ActiveCollection: "a", ShadowCollection: "s", Generation: 1, ConsumerLag: &lag,
-		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary}
+		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
+	check := domain.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
+		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}
 	dead := domain.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
 		Error: "e", Deliveries: 1, ParkedAt: at, StreamSeq: 1, RetriedAt: at, RetryResult: "r"}
 	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1, FreightCents: 1}
@@ -556,9 +559,11 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"VerifyReport", report, domain.VerifyReport{}},
 		{"DriftExample", drift, domain.DriftExample{}},
 		{"ProjectionStatus", projection, domain.ProjectionStatus{}},
+		{"PartitionStatus", partition, domain.PartitionStatus{}},
 		{"VerifySummary", verifySummary, domain.VerifySummary{}},
 		{"JobSummary", jobSummary, domain.JobSummary{}},
 		{"DeadLetter", dead, domain.DeadLetter{}},
+		{"ReadModelCheck", check, domain.ReadModelCheck{}},
 	} {
 		s := componentSchema(doc, c.schema)
 		if s == nil {

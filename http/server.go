@@ -153,6 +153,7 @@ func NewServer(cfg Config) *Server {
 	v1.GET("/order-summaries", s.listSummaries)
 	v1.GET("/customers/:id/order-stats", s.customerStats)
 	s.adminRoutes(v1)
+	s.consoleRoutes()
 	return s
 }
 

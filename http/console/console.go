@@ -1,0 +1,62 @@
+package console
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed static
+var static embed.FS
+
+// Prefix is the path every console route starts with.
+const Prefix = "/console/"
+
+// files maps each route to the embedded file it serves and its media type.
+var files = map[string]struct{ name, contentType string }{
+	Prefix:                 {"static/index.html", "text/html; charset=utf-8"},
+	Prefix + "console.js":  {"static/console.js", "text/javascript; charset=utf-8"},
+	Prefix + "console.css": {"static/console.css", "text/css; charset=utf-8"},
+}
+
+// Paths returns the paths the console serves, each under Prefix, for GET.
+func Paths() []string {
+	out := make([]string, 0, len(files))
+	for p := range files {
+		out = append(out, p)
+	}
+	return out
+}
+
+// securityHeaders keep the shell from loading anything but its own files
+// and from being framed, and keep URLs out of Referer headers.
+var securityHeaders = map[string]string{
+	"Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+		"connect-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'",
+	"Referrer-Policy":        "no-referrer",
+	"X-Content-Type-Options": "nosniff",
+	"X-Frame-Options":        "DENY",
+	"Cache-Control":          "no-cache",
+}
+
+// Handler serves the console's files at the paths Paths returns, and 404
+// elsewhere. The files are the same for every request and carry no data.
+func Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f, ok := files[r.URL.Path]
+		if !ok || r.Method != http.MethodGet {
+			http.NotFound(w, r)
+			return
+		}
+		b, err := fs.ReadFile(static, f.name)
+		if err != nil {
+			http.Error(w, "console asset missing", http.StatusInternalServerError)
+			return
+		}
+		for k, v := range securityHeaders {
+			w.Header().Set(k, v)
+		}
+		w.Header().Set("Content-Type", f.contentType)
+		_, _ = w.Write(b)
+	})
+}

@@ -1,0 +1,731 @@
+// orderd console: a front end to the admin JSON API. No data is in the
+// page itself; everything is fetched with the admin token, which lives in
+// sessionStorage and travels only in the Authorization header.
+'use strict';
+(function () {
+  const TOKEN_KEY = 'orderd.adminToken';
+  const SAMPLE_MS = 2000;            // projections page: one sample every 2 s
+  const WINDOW_MS = 5 * 60 * 1000;   // chart window: the last 5 minutes
+  const JOB_POLL_MS = 1000;
+  const DEAD_POLL_MS = 3000;
+
+  // Samples of lag and ack floor per projection, taken while the
+  // projections page is open; kept across page changes in this tab.
+  const samples = {};
+  let stops = [];
+  let generation = 0;
+
+  // ---- DOM helpers: text only, never HTML from data ----
+  function h(tag, attrs, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (v === true) el.setAttribute(k, '');
+      else el.setAttribute(k, String(v));
+    }
+    append(el, kids);
+    return el;
+  }
+  function append(el, kids) {
+    for (const k of kids.flat(Infinity)) {
+      if (k === undefined || k === null || k === false) continue;
+      el.append(k instanceof Node ? k : document.createTextNode(String(k)));
+    }
+    return el;
+  }
+  function svg(tag, attrs, ...kids) {
+    const el = document.createElementNS('http://www.w3.org/2000/svg', tag);
+    for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+    return append(el, kids);
+  }
+  const $ = (id) => document.getElementById(id);
+  const enc = encodeURIComponent;
+  // seg escapes one path segment of an API URL as Go's url.PathEscape does:
+  // the API reads ids such as "order_summaries:<event id>" unescaped.
+  const seg = (v) => encodeURIComponent(v).replace(/%(3A|40|24|26|2B|2C|3B|3D)/gi, (m) => decodeURIComponent(m));
+
+  // ---- formatting ----
+  function fmtTime(s) {
+    if (!s) return '–';
+    const d = new Date(s);
+    return isNaN(d) ? String(s) : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z').replace(/Z$/, ' UTC');
+  }
+  function fmtNum(n) { return (n === undefined || n === null) ? '–' : Number(n).toLocaleString('en-US'); }
+  function fmtRate(r) { return (r === undefined || r === null) ? '–' : (r >= 100 ? r.toFixed(0) : r.toFixed(1)); }
+  function fmtDuration(secs) {
+    if (!secs || secs <= 0) return '–';
+    secs = Math.round(secs);
+    const m = Math.floor(secs / 60), s = secs % 60;
+    return m > 0 ? `${m}m${String(s).padStart(2, '0')}s` : `${s}s`;
+  }
+  const STATE_SYMBOL = { queued: '…', pending: '…', running: '⟳', succeeded: '✓', done: '✓', failed: '✗', canceled: '⊘' };
+  function stateText(st) { return `${STATE_SYMBOL[st] || '?'} ${st || 'unknown'}`; }
+  function stateCell(st) {
+    const cls = (st === 'failed') ? 'bad' : (st === 'succeeded' || st === 'done') ? 'ok' : (st === 'canceled' ? 'warn' : '');
+    return h('span', { class: cls, 'data-state': st }, stateText(st));
+  }
+  function canonical(v) {
+    if (Array.isArray(v)) return '[' + v.map(canonical).join(',') + ']';
+    if (v && typeof v === 'object') return '{' + Object.keys(v).sort().map((k) => JSON.stringify(k) + ':' + canonical(v[k])).join(',') + '}';
+    return JSON.stringify(v === undefined ? null : v);
+  }
+  function show(v) {
+    if (v === undefined) return h('span', { class: 'muted' }, '(absent)');
+    if (v === null) return h('span', { class: 'muted' }, 'null');
+    if (typeof v === 'object') return h('code', {}, JSON.stringify(v));
+    return h('code', {}, String(v));
+  }
+
+  // ---- API ----
+  class Problem extends Error {
+    constructor(doc, status) {
+      super((doc && (doc.detail || doc.title)) || 'request failed');
+      this.doc = doc;
+      this.status = status;
+    }
+  }
+
+  function token() { return sessionStorage.getItem(TOKEN_KEY) || ''; }
+
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json, application/problem+json' };
+    const t = token();
+    if (t) headers.Authorization = 'Bearer ' + t;
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' };
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(path, init);
+    } catch (e) {
+      throw new Problem({ type: 'about:blank', title: 'The server could not be reached', status: 0, detail: String(e && e.message || e) }, 0);
+    }
+    const text = await res.text();
+    let doc = null;
+    try { doc = text ? JSON.parse(text) : null; } catch (_) { doc = null; }
+    if (res.status === 401) {
+      signOut('The server refused the token (401): sign in again.', doc);
+      throw new Problem(doc || { title: 'Unauthorized', status: 401 }, 401);
+    }
+    if (!res.ok) {
+      throw new Problem(doc && typeof doc === 'object' ? doc : { title: res.statusText || 'Error', status: res.status, detail: text.slice(0, 500) }, res.status);
+    }
+    return doc;
+  }
+
+  // problemBox shows an error as the problem document the API returned.
+  function problemBox(err) {
+    const doc = (err && err.doc) || { title: 'Error', detail: String(err && err.message || err) };
+    const rows = [];
+    for (const key of ['type', 'title', 'status', 'detail', 'instance']) {
+      if (doc[key] !== undefined && doc[key] !== '') rows.push(h('dt', {}, key), h('dd', {}, show(doc[key])));
+    }
+    for (const [k, v] of Object.entries(doc)) {
+      if (['type', 'title', 'status', 'detail', 'instance', 'errors'].includes(k)) continue;
+      rows.push(h('dt', {}, k), h('dd', {}, show(v)));
+    }
+    const errors = Array.isArray(doc.errors) && doc.errors.length
+      ? h('ul', { class: 'problem-errors' }, doc.errors.map((e) => h('li', {}, h('code', {}, e.field || ''), ': ', e.detail || '')))
+      : null;
+    return h('div', { class: 'problem', role: 'alert', 'data-problem-type': doc.type || '', 'data-status': doc.status || '' },
+      h('p', { class: 'problem-title' }, `✗ ${doc.title || 'Error'}${doc.status ? ` (HTTP ${doc.status})` : ''}`),
+      h('dl', {}, rows), errors,
+      h('details', {}, h('summary', {}, 'Problem document'), h('pre', {}, JSON.stringify(doc, null, 2))));
+  }
+
+  // ---- timers: each page's polling stops when the page changes ----
+  function every(ms, fn) {
+    let stopped = false;
+    let id = null;
+    const tick = async () => {
+      if (stopped) return;
+      try { await fn(); } catch (e) { if (e instanceof Problem && e.status === 401) return; }
+      if (!stopped) id = setTimeout(tick, ms);
+    };
+    stops.push(() => { stopped = true; clearTimeout(id); });
+    tick();
+    return () => { stopped = true; clearTimeout(id); };
+  }
+  function stopAll() {
+    for (const s of stops) s();
+    stops = [];
+    generation++;
+  }
+
+  // ---- login ----
+  function showLogin(message, doc) {
+    stopAll();
+    $('nav').hidden = true;
+    $('sign-out').hidden = true;
+    $('page').hidden = true;
+    $('page').replaceChildren();
+    $('login').hidden = false;
+    const m = $('login-message');
+    m.replaceChildren();
+    if (message) m.append(h('p', { class: 'bad' }, '✗ ' + message));
+    if (doc) m.append(problemBox({ doc }));
+    $('token').focus();
+  }
+  function signOut(message, doc) {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogin(message, doc);
+  }
+  async function signIn(ev) {
+    ev.preventDefault();
+    const input = $('token');
+    const t = input.value.trim();
+    input.value = '';
+    if (!t) return;
+    sessionStorage.setItem(TOKEN_KEY, t);
+    try {
+      await api('GET', '/v1/admin/projections');
+    } catch (e) {
+      if (e.status !== 401) showLogin('The token could not be checked.', e.doc);
+      return;
+    }
+    route();
+  }
+
+  // ---- router ----
+  const pages = {
+    projections: projectionsPage,
+    rebuild: (el, args) => jobPage(el, args, 'rebuild'),
+    verify: (el, args) => jobPage(el, args, 'verify'),
+    'dead-letters': deadLettersPage,
+    order: orderPage,
+  };
+  function route() {
+    stopAll();
+    if (!token()) { showLogin(); return; }
+    const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '');
+    const name = parts[0];
+    if (!pages[name]) { location.replace('#/projections'); if (name === undefined || name === '') route(); return; }
+    $('login').hidden = true;
+    $('nav').hidden = false;
+    $('sign-out').hidden = false;
+    for (const a of document.querySelectorAll('#nav a')) {
+      if (a.dataset.page === name) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+    }
+    const el = $('page');
+    el.hidden = false;
+    el.replaceChildren();
+    el.dataset.page = name;
+    let args;
+    try { args = parts.slice(1).map(decodeURIComponent); } catch (_) { args = []; }
+    pages[name](el, args, generation);
+  }
+
+  // ---- page 1: projections ----
+  function projectionsPage(el) {
+    const status = h('p', { class: 'status-line', id: 'projections-updated' }, 'Loading…');
+    const err = h('div', { id: 'projections-error' });
+    const table = h('div', { id: 'projections-table' });
+    const charts = h('div', { id: 'projections-charts' });
+    el.append(h('h2', {}, 'Projections'), status, err, table,
+      h('h3', {}, `Lag and apply rate, last ${WINDOW_MS / 60000} minutes`),
+      h('p', { class: 'muted' }, `Sampled by this page every ${SAMPLE_MS / 1000} s while it is open. Apply rate: change of the consumer's ack floor per second.`),
+      charts);
+    every(SAMPLE_MS, async () => {
+      let body;
+      try {
+        body = await api('GET', '/v1/admin/projections');
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+        throw e;
+      }
+      err.replaceChildren();
+      const now = Date.now();
+      for (const p of body.projections) {
+        const s = samples[p.name] || (samples[p.name] = []);
+        s.push({ t: now, lag: p.consumer_lag, ack: p.ack_floor });
+        while (s.length && s[0].t < now - WINDOW_MS) s.shift();
+      }
+      status.textContent = `Updated ${fmtTime(new Date(now).toISOString())}`;
+      table.replaceChildren(projectionsTable(body.projections));
+      charts.replaceChildren(...body.projections.map((p) => projectionCharts(p.name, now)));
+    });
+  }
+
+  // rate is the apply rate in events/s from the last two samples with an
+  // ack floor, or null.
+  function rateSeries(s) {
+    const out = [];
+    for (let i = 1; i < s.length; i++) {
+      const a = s[i - 1], b = s[i];
+      if (a.ack === null || a.ack === undefined || b.ack === null || b.ack === undefined || b.t <= a.t) continue;
+      out.push({ t: b.t, v: Math.max(0, (b.ack - a.ack) / ((b.t - a.t) / 1000)) });
+    }
+    return out;
+  }
+
+  function projectionsTable(ps) {
+    const head = h('tr', {}, ['Projection', 'Active collection', 'Lag', 'Apply rate (events/s)', 'Dead letters', 'Last verify', 'Last rebuild', 'Last error']
+      .map((c) => h('th', { scope: 'col' }, c)));
+    const rows = [];
+    for (const p of ps) {
+      const rates = rateSeries(samples[p.name] || []);
+      const rate = rates.length ? rates[rates.length - 1].v : null;
+      const lag = p.consumer_lag;
+      const lagCell = (lag === null || lag === undefined)
+        ? h('td', { class: 'num lag', 'data-lag': 'unknown' }, h('span', { class: 'warn' }, '? unknown'))
+        : h('td', { class: 'num lag', 'data-lag': lag }, lag === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `… ${fmtNum(lag)}`));
+      const dead = p.dead_letters > 0
+        ? h('a', { href: '#/dead-letters', class: 'bad' }, `⚠ ${fmtNum(p.dead_letters)}`)
+        : h('span', { class: 'ok' }, '✓ 0');
+      rows.push(h('tr', { 'data-projection': p.name },
+        h('th', { scope: 'row' }, p.name),
+        h('td', {}, h('code', {}, p.active_collection),
+          p.shadow_collection ? [h('br'), 'shadow: ', h('code', {}, p.shadow_collection)] : null,
+          h('br'), h('span', { class: 'muted' }, `generation ${p.generation}`)),
+        lagCell,
+        h('td', { class: 'num rate', 'data-rate': rate === null ? '' : rate.toFixed(2) }, rate === null ? h('span', { class: 'muted' }, '– (sampling)') : fmtRate(rate)),
+        h('td', { class: 'num dead', 'data-dead-letters': p.dead_letters }, dead),
+        h('td', { class: 'last-verify' }, verifySummary(p)),
+        h('td', { class: 'last-rebuild' }, rebuildSummary(p)),
+        h('td', { class: 'last-error' }, p.last_error ? h('span', { class: 'bad' }, '⚠ ' + p.last_error) : h('span', { class: 'muted' }, '– none'))));
+      if (Array.isArray(p.partitions) && p.partitions.length) rows.push(partitionsRow(p));
+    }
+    return h('table', { class: 'projections' }, h('thead', {}, head), h('tbody', {}, rows));
+  }
+
+  function verifySummary(p) {
+    const v = p.last_verify;
+    if (!v) return h('span', { class: 'muted' }, '– never');
+    const link = h('a', { href: `#/verify/${enc(p.name)}/${enc(v.job)}` }, 'report');
+    if (v.state !== 'succeeded') return [stateCell(v.state), ' ', link];
+    const when = v.finished_at ? ` ${fmtTime(v.finished_at)}` : '';
+    if (v.drift === 0) return [h('span', { class: 'ok' }, `✓ clean${when}`), ' ', link];
+    return [h('span', { class: 'bad' }, `✗ drift ${v.drift}${v.repaired ? `, repaired ${v.repaired}` : ''}${when}`), ' ', link];
+  }
+  function rebuildSummary(p) {
+    const r = p.last_rebuild;
+    if (!r) return h('span', { class: 'muted' }, '– never');
+    return [stateCell(r.state), ' ', h('a', { href: `#/rebuild/${enc(p.name)}/${enc(r.job)}` }, 'progress'),
+      r.error ? [h('br'), h('span', { class: 'bad' }, r.error)] : null];
+  }
+  function partitionsRow(p) {
+    const keys = [];
+    for (const part of p.partitions) for (const k of Object.keys(part || {})) if (!keys.includes(k)) keys.push(k);
+    const t = h('table', { class: 'partitions', 'data-partitions-of': p.name },
+      h('thead', {}, h('tr', {}, keys.map((k) => h('th', { scope: 'col' }, k)))),
+      h('tbody', {}, p.partitions.map((part) => h('tr', {}, keys.map((k) => h('td', {}, show((part || {})[k])))))));
+    return h('tr', { class: 'partitions-row' }, h('td', { colspan: 8 }, h('strong', {}, `${p.name}: ${p.partitions.length} partitions`), t));
+  }
+
+  function projectionCharts(name, now) {
+    const s = samples[name] || [];
+    const lag = s.filter((x) => x.lag !== null && x.lag !== undefined).map((x) => ({ t: x.t, v: x.lag }));
+    return h('div', { class: 'charts', 'data-chart-of': name },
+      chart(`${name}: lag (messages)`, lag, now, 'lag'),
+      chart(`${name}: apply rate (events/s, dashed)`, rateSeries(s), now, 'rate'));
+  }
+
+  function chart(title, points, now, cls) {
+    const W = 420, H = 110, L = 44, B = 16, T = 8;
+    const max = Math.max(1, ...points.map((p) => p.v));
+    const x = (t) => L + (W - L - 4) * (1 - (now - t) / WINDOW_MS);
+    const y = (v) => T + (H - T - B - 3) * (1 - v / max);
+    const last = points.length ? points[points.length - 1].v : null;
+    const g = svg('svg', { class: 'spark', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
+      'aria-label': `${title}: ${points.length} samples, latest ${last === null ? 'none' : fmtRate(last)}, max ${fmtRate(max)}` },
+    svg('title', {}, title),
+    svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B, stroke: '#888' }),
+    svg('line', { x1: L, y1: T, x2: L, y2: H - B, stroke: '#888' }),
+    svg('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtRate(max)),
+    svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
+    svg('text', { x: L, y: H - 3 }, `−${WINDOW_MS / 60000} min`),
+    svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'));
+    if (points.length) {
+      g.append(svg('polyline', { class: cls, points: points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ') }));
+    }
+    return h('figure', { class: 'chart', 'data-series': cls, 'data-max': points.length ? Math.max(...points.map((p) => p.v)) : '' }, g,
+      h('figcaption', {}, `${title}: latest ${last === null ? '–' : fmtRate(last)}, max ${fmtRate(max)}`));
+  }
+
+  // ---- pages 2 and 3: rebuild and verify jobs ----
+  async function projectionNames() {
+    const body = await api('GET', '/v1/admin/projections');
+    return body.projections;
+  }
+
+  function jobPage(el, args, kind) {
+    const verify = kind === 'verify';
+    const [name, jobID] = args;
+    const formErr = h('div', { id: `${kind}-form-error` });
+    const select = h('select', { id: `${kind}-projection`, required: true });
+    const fields = verify
+      ? h('label', { class: 'check' }, h('input', { type: 'checkbox', id: 'verify-repair' }), 'repair: rewrite the documents that differ')
+      : h('label', {}, 'Partitions (1–64)', h('input', { type: 'number', id: 'rebuild-partitions', min: 1, max: 64, value: 1, required: true }));
+    const submit = h('button', { type: 'submit', id: `${kind}-start` }, verify ? 'Start verify' : 'Start rebuild');
+    const form = h('form', { class: 'inline', id: `${kind}-form` },
+      h('label', {}, 'Projection', select), fields, submit);
+    const latest = h('div', { id: `${kind}-latest` });
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      formErr.replaceChildren();
+      submit.disabled = true;
+      try {
+        const body = verify ? { repair: $('verify-repair').checked } : { partitions: Number($('rebuild-partitions').value) };
+        const job = await api('POST', `/v1/admin/projections/${seg(select.value)}/${verify ? 'verifications' : 'rebuilds'}`, body);
+        location.hash = `#/${kind}/${enc(job.projection)}/${enc(job.id)}`;
+      } catch (e) {
+        formErr.replaceChildren(problemBox(e));
+      } finally {
+        submit.disabled = false;
+      }
+    });
+    el.append(h('h2', {}, verify ? 'Verify a read model' : 'Rebuild a read model'),
+      h('p', { class: 'muted' }, verify
+        ? 'Folds every stream of the log and compares it with the read model: missing, stale, extra and different documents, and two digests that are equal exactly when nothing drifted.'
+        : 'Builds a shadow collection from the log while the active one keeps serving, verifies it, then switches the projection to it.'),
+      form, formErr, latest);
+    const refreshLatest = () => projectionNames().then((ps) => {
+      if (!select.options.length) select.replaceChildren(...ps.map((p) => h('option', { value: p.name, selected: p.name === name }, p.name)));
+      latest.replaceChildren(h('h3', {}, verify ? 'Latest verify of each projection' : 'Latest rebuild of each projection'),
+        h('ul', {}, ps.map((p) => {
+          const j = verify ? p.last_verify : p.last_rebuild;
+          return h('li', {}, h('strong', {}, p.name), ': ', j
+            ? [stateCell(j.state), ' ', h('a', { href: `#/${kind}/${enc(p.name)}/${enc(j.job)}` }, `job ${j.job}`)]
+            : h('span', { class: 'muted' }, 'none yet'));
+        })));
+    }).catch((e) => { formErr.replaceChildren(problemBox(e)); });
+    refreshLatest();
+    if (name && jobID) watchJob(el, kind, name, jobID, refreshLatest);
+  }
+
+  function watchJob(el, kind, name, jobID, onFinal) {
+    const verify = kind === 'verify';
+    const path = `/v1/admin/projections/${seg(name)}/${verify ? 'verifications' : 'rebuilds'}/${seg(jobID)}`;
+    const panel = h('section', { id: `${kind}-job`, 'data-job': jobID });
+    const err = h('div', { id: `${kind}-job-error` });
+    const actions = h('div', { id: `${kind}-actions` });
+    el.append(h('h3', {}, `${verify ? 'Verify' : 'Rebuild'} job `, h('code', {}, jobID), ` of ${name}`), actions, err, panel);
+    let stop = null;
+    const cancel = h('button', { type: 'button', id: `${kind}-cancel` }, `Cancel this ${kind}`);
+    cancel.addEventListener('click', async () => {
+      cancel.disabled = true;
+      err.replaceChildren();
+      try {
+        await api('POST', `${path}/cancel`);
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+      }
+    });
+    actions.append(cancel);
+    stop = every(JOB_POLL_MS, async () => {
+      let job;
+      try {
+        job = await api('GET', path);
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+        if (e.status === 404) stop();
+        throw e;
+      }
+      const final = ['succeeded', 'failed', 'canceled'].includes(job.state);
+      cancel.disabled = final || job.cancel_requested;
+      panel.dataset.state = job.state;
+      panel.replaceChildren(...(verify ? verifyView(job) : rebuildView(job)));
+      if (final) {
+        stop();
+        onFinal();
+      }
+    });
+  }
+
+  // percent is the share of the log's commits scanned (the ETA is the
+  // commits left at the rate so far, so done/(done+rate*eta) is exactly
+  // that share); 100 only once the job has succeeded.
+  function percent(job) {
+    if (job.state === 'succeeded') return 100;
+    const parts = (job.tasks || []).filter((t) => t.name.startsWith('part-'));
+    if (parts.length && parts.every((t) => t.state === 'done')) return 99;
+    if (job.eta_seconds > 0 && job.events_per_second > 0) {
+      return Math.min(99, Math.floor(100 * job.events_done / (job.events_done + job.eta_seconds * job.events_per_second)));
+    }
+    return 0;
+  }
+  function phase(job) {
+    const tasks = job.tasks || [];
+    const by = (n) => tasks.find((t) => t.name === n);
+    if (job.state === 'succeeded') return `✓ rebuild succeeded: 100 %${job.replaced_collection ? `; ${job.shadow_collection} replaced ${job.replaced_collection}` : ''}`;
+    if (job.state === 'failed') return `✗ rebuild failed: ${job.error || ''}`;
+    if (job.state === 'canceled') return '⊘ rebuild canceled: the active collection is unchanged';
+    if (job.cancel_requested) return '⊘ cancel requested: stopping at the next checkpoint';
+    const plan = by('plan');
+    if (plan && plan.state !== 'done') return '… planning the partitions';
+    const fin = by('finish');
+    if (fin && fin.state === 'running') return '⟳ verifying the shadow and switching';
+    return '⟳ scanning the log into the shadow collection';
+  }
+
+  function rebuildView(job) {
+    const pct = percent(job);
+    const out = [];
+    out.push(h('p', { class: 'job-state' }, 'State: ', stateCell(job.state)));
+    out.push(h('div', { class: 'progress' },
+      h('progress', { id: 'rebuild-progress', max: 100, value: pct }, `${pct} %`),
+      h('span', { class: 'percent', id: 'rebuild-percent' }, `${pct} %`),
+      h('span', { id: 'rebuild-phase' }, phase(job))));
+    out.push(h('dl', { class: 'facts' },
+      h('dt', {}, 'Events done'), h('dd', { id: 'rebuild-events' }, fmtNum(job.events_done)),
+      h('dt', {}, 'Streams done'), h('dd', {}, fmtNum(job.streams_done)),
+      h('dt', {}, 'Events/s'), h('dd', { id: 'rebuild-rate' }, fmtRate(job.events_per_second)),
+      h('dt', {}, 'ETA'), h('dd', { id: 'rebuild-eta' }, fmtDuration(job.eta_seconds)),
+      h('dt', {}, 'Partitions'), h('dd', {}, fmtNum(job.partitions)),
+      h('dt', {}, 'Shadow collection'), h('dd', {}, job.shadow_collection ? h('code', {}, job.shadow_collection) : '–'),
+      h('dt', {}, 'Replaced collection'), h('dd', {}, job.replaced_collection ? h('code', {}, job.replaced_collection) : '–'),
+      h('dt', {}, 'Poison streams'), h('dd', {}, fmtNum(job.poison_streams || 0)),
+      h('dt', {}, 'Created'), h('dd', {}, fmtTime(job.created_at)),
+      h('dt', {}, 'Started'), h('dd', {}, fmtTime(job.started_at)),
+      h('dt', {}, 'Finished'), h('dd', {}, fmtTime(job.finished_at)),
+      job.error ? [h('dt', {}, 'Error'), h('dd', { class: 'bad' }, '✗ ' + job.error)] : null));
+    out.push(h('h3', {}, 'Tasks'), tasksTable(job.tasks || []));
+    return out;
+  }
+
+  function tasksTable(tasks) {
+    const head = h('tr', {}, ['Task', 'State', 'Range', 'Cursor', 'Events', 'Streams', 'Attempts', 'Owner', 'Lease until', 'Resumes', 'Error']
+      .map((c) => h('th', { scope: 'col' }, c)));
+    return h('table', { class: 'tasks', id: 'tasks' }, h('thead', {}, head), h('tbody', {}, tasks.map((t) => h('tr', { 'data-task': t.name, 'data-state': t.state },
+      h('th', { scope: 'row' }, t.name),
+      h('td', {}, stateCell(t.state)),
+      h('td', { class: 'mono' }, t.from || t.to ? `${t.from || '(start)'} – ${t.to || '(end)'}` : '–'),
+      h('td', { class: 'mono' }, t.cursor || '–'),
+      h('td', { class: 'num' }, fmtNum(t.events)),
+      h('td', { class: 'num' }, fmtNum(t.streams)),
+      h('td', { class: 'num' }, fmtNum(t.attempts)),
+      h('td', { class: 'mono' }, t.owner || '–'),
+      h('td', {}, fmtTime(t.lease_until)),
+      h('td', { class: 'resumes' }, (t.resumes && t.resumes.length)
+        ? h('details', {}, h('summary', {}, `↻ ${t.resumes.length}`), h('ul', {}, t.resumes.map((r) =>
+          h('li', {}, `${fmtTime(r.at)} by ${r.owner} from ${r.cursor || '(start)'} (${fmtNum(r.events)} events, ${fmtNum(r.streams)} streams)`))))
+        : '0'),
+      h('td', {}, t.error ? h('span', { class: 'bad' }, '✗ ' + t.error) : '–')))));
+  }
+
+  const KIND_SYMBOL = { missing: '∅', stale: '↓', extra: '+', different: '≠' };
+  function verifyView(job) {
+    const out = [h('p', { class: 'job-state' }, 'State: ', stateCell(job.state), job.repair ? ' (with repair)' : ' (report only)')];
+    if (!job.report) {
+      out.push(h('p', { id: 'verify-progress' }, `⟳ ${fmtNum(job.streams_done)} streams, ${fmtNum(job.events_done)} events so far`));
+      if (job.error) out.push(h('p', { class: 'bad' }, '✗ ' + job.error));
+      return out;
+    }
+    const r = job.report;
+    const drift = r.missing + r.stale + r.extra + r.different;
+    out.push(h('p', { id: 'verify-verdict', 'data-drift': drift, class: drift ? 'bad' : 'ok' }, drift
+      ? `✗ drift: ${drift} document${drift === 1 ? ' differs' : 's differ'} from the log${r.repaired ? `; ${r.repaired} repaired` : ''}`
+      : '✓ no drift: the read model equals the fold of the log'));
+    if (job.error) out.push(h('p', { class: 'bad' }, '✗ ' + job.error));
+    const counts = [['Collection', h('code', {}, r.collection)], ['Documents', r.documents], ['Streams', r.streams], ['Events', r.events],
+      ['∅ Missing', r.missing], ['↓ Stale', r.stale], ['+ Extra', r.extra], ['≠ Different', r.different], ['Repaired', r.repaired], ['Poison streams', r.poison_streams]];
+    out.push(h('table', { class: 'report-counts', id: 'verify-counts' }, h('tbody', {}, counts.map(([k, v]) =>
+      h('tr', { 'data-count': String(k).replace(/^\W+\s/, '').toLowerCase() }, h('th', { scope: 'row' }, k), h('td', { class: 'num' }, typeof v === 'number' ? fmtNum(v) : v))))));
+    const same = r.digest === r.expected_digest;
+    out.push(h('h3', {}, 'Digests'), h('table', { class: 'digests', id: 'verify-digests' },
+      h('thead', {}, h('tr', {}, h('th', {}, 'Read model (as read)'), h('th', {}, 'Fold of the log'))),
+      h('tbody', {}, h('tr', {}, h('td', {}, h('code', {}, r.digest)), h('td', {}, h('code', {}, r.expected_digest))),
+        h('tr', {}, h('td', { colspan: 2, class: same ? 'ok' : 'bad', id: 'verify-digests-verdict' }, same ? '= equal' : '≠ differ')))));
+    out.push(h('h3', {}, 'Documents that differ (up to five of each kind)'));
+    if (!r.examples || !r.examples.length) {
+      out.push(h('p', { class: 'muted', id: 'verify-no-examples' }, 'None.'));
+    } else {
+      out.push(h('table', { class: 'examples', id: 'verify-examples' },
+        h('thead', {}, h('tr', {}, ['Document', 'Kind', 'Stored version', 'Log version', 'Fields that differ'].map((c) => h('th', { scope: 'col' }, c)))),
+        h('tbody', {}, r.examples.map((x) => h('tr', { 'data-id': x.id, 'data-kind': x.kind },
+          h('td', {}, h('a', { href: `#/order/${enc(x.id)}` }, x.id)),
+          h('td', {}, `${KIND_SYMBOL[x.kind] || '?'} ${x.kind}`),
+          h('td', { class: 'num' }, x.stored_version),
+          h('td', { class: 'num' }, x.log_version),
+          h('td', {}, (x.fields && x.fields.length) ? x.fields.map((f, i) => [i ? ', ' : '', h('code', {}, f)]) : '–'))))));
+    }
+    return out;
+  }
+
+  // ---- page 4: dead letters ----
+  function deadLettersPage(el) {
+    const filter = h('select', { id: 'dead-projection' }, h('option', { value: '' }, 'all projections'));
+    const reload = h('button', { type: 'button', id: 'dead-reload' }, 'Reload');
+    const status = h('p', { class: 'status-line', id: 'dead-updated' }, 'Loading…');
+    const err = h('div', { id: 'dead-error' });
+    const list = h('div', { id: 'dead-list' });
+    const log = h('ol', { class: 'log', id: 'retry-log' });
+    el.append(h('h2', {}, 'Dead letters'),
+      h('p', { class: 'muted' }, 'Events a projection could not apply after repeated deliveries, parked so that only their own stream waits. Fix the cause, then retry: a retry folds the stream from the log up to the event; on success the dead letter is removed.'),
+      h('form', { class: 'inline', onsubmit: (e) => e.preventDefault() }, h('label', {}, 'Projection', filter), reload),
+      status, err, list, h('h3', {}, 'Retries in this session'), log);
+    projectionNames().then((ps) => {
+      filter.append(...ps.map((p) => h('option', { value: p.name }, p.name)));
+    }).catch((e) => err.replaceChildren(problemBox(e)));
+    let shown = null;
+    const load = async (force) => {
+      let body;
+      try {
+        const q = filter.value ? `&projection=${enc(filter.value)}` : '';
+        body = await api('GET', `/v1/admin/dead-letters?limit=1000${q}`);
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+        throw e;
+      }
+      err.replaceChildren();
+      status.textContent = `${body.dead_letters.length} dead letter${body.dead_letters.length === 1 ? '' : 's'}; updated ${fmtTime(new Date().toISOString())}`;
+      const sig = canonical(body.dead_letters.map((d) => [d.id, d.retried_at || '', d.retry_result || '', d.deliveries]));
+      if (!force && sig === shown) return;
+      shown = sig;
+      list.replaceChildren(deadTable(body.dead_letters, retry, load));
+    };
+    const retry = async (letters) => {
+      for (const d of letters) {
+        const li = h('li', { 'data-retry-of': d.id }, `⟳ ${d.id}: retrying…`);
+        log.prepend(li);
+        try {
+          await api('POST', `/v1/admin/dead-letters/${seg(d.id)}/retry`);
+          li.dataset.result = 'applied';
+          li.replaceChildren(h('span', { class: 'ok' }, `✓ ${d.id}: applied`), ` (stream ${d.stream_id}${d.version ? `, v${d.version}` : ''})`);
+        } catch (e) {
+          li.dataset.result = 'failed';
+          li.replaceChildren(h('span', { class: 'bad' }, `✗ ${d.id}: still fails`), problemBox(e));
+        }
+      }
+      await load(true).catch(() => {});
+    };
+    filter.addEventListener('change', () => load(true).catch(() => {}));
+    reload.addEventListener('click', () => load(true).catch(() => {}));
+    every(DEAD_POLL_MS, () => load(false));
+  }
+
+  function eventOf(d) {
+    try { return JSON.parse(d.payload); } catch (_) { return null; }
+  }
+
+  function deadTable(letters, retry) {
+    if (!letters.length) return h('p', { class: 'ok', id: 'dead-none' }, '✓ No dead letters.');
+    const byStream = new Map();
+    for (const d of letters) {
+      if (!byStream.has(d.stream_id)) byStream.set(d.stream_id, []);
+      byStream.get(d.stream_id).push(d);
+    }
+    const head = h('tr', {}, ['Dead letter', 'Projection', 'Version', 'Event', 'Error', 'Deliveries', 'Parked at', 'Last retry', '']
+      .map((c) => h('th', { scope: 'col' }, c)));
+    const body = [];
+    for (const [stream, ds] of byStream) {
+      ds.sort((a, b) => (a.version || 0) - (b.version || 0) || (a.stream_seq || 0) - (b.stream_seq || 0));
+      const all = h('button', { type: 'button', class: 'retry-stream', 'data-stream': stream }, `Retry all ${ds.length} of this stream`);
+      all.addEventListener('click', () => { all.disabled = true; retry(ds); });
+      body.push(h('tr', { class: 'stream-head', 'data-stream': stream },
+        h('td', { colspan: 8 }, 'Stream ', h('a', { href: `#/order/${enc(stream)}` }, h('code', {}, stream)), ` — ${ds.length} dead letter${ds.length === 1 ? '' : 's'}`),
+        h('td', {}, all)));
+      for (const d of ds) {
+        const ev = eventOf(d);
+        const one = h('button', { type: 'button', class: 'retry-one', 'data-id': d.id }, 'Retry');
+        one.addEventListener('click', () => { one.disabled = true; retry([d]); });
+        body.push(h('tr', { class: 'dead-letter', 'data-id': d.id, 'data-stream': d.stream_id },
+          h('td', { class: 'mono' }, d.id),
+          h('td', {}, d.projection),
+          h('td', { class: 'num' }, d.version ? `v${d.version}` : '–'),
+          h('td', {}, ev && ev.type ? h('code', {}, ev.type) : h('span', { class: 'bad' }, '✗ not decodable'),
+            h('details', {}, h('summary', {}, 'event'), h('pre', {}, ev ? JSON.stringify(ev, null, 2) : d.payload),
+              h('p', { class: 'muted' }, `subject ${d.subject}, stream sequence ${d.stream_seq}${d.event_id ? `, event id ${d.event_id}` : ''}`))),
+          h('td', { class: 'bad' }, '✗ ' + d.error),
+          h('td', { class: 'num' }, fmtNum(d.deliveries)),
+          h('td', {}, fmtTime(d.parked_at)),
+          h('td', {}, d.retried_at ? [fmtTime(d.retried_at), h('br'), h('span', { class: 'bad' }, '✗ ' + (d.retry_result || ''))] : '–'),
+          h('td', {}, one)));
+      }
+    }
+    return h('table', { class: 'dead-letters', id: 'dead-table' }, h('thead', {}, head), h('tbody', {}, body));
+  }
+
+  // ---- page 5: order ----
+  function orderPage(el, args) {
+    const id = args[0] || '';
+    const input = h('input', { id: 'order-id', type: 'text', value: id, required: true, size: 40, spellcheck: 'false', placeholder: 'order id' });
+    const form = h('form', { class: 'inline', id: 'order-form' }, h('label', {}, 'Order id', input), h('button', { type: 'submit' }, 'Look up'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const v = input.value.trim();
+      if (!v) return;
+      const target = `#/order/${enc(v)}`;
+      if (location.hash === target) route(); else location.hash = target;
+    });
+    el.append(h('h2', {}, 'Order'), form);
+    if (!id) return;
+    const gen = generation;
+    const out = h('div', { id: 'order-view' }, h('p', { class: 'status-line' }, 'Loading…'));
+    el.append(out);
+    const get = (p) => api('GET', p).then((v) => ({ v }), (e) => ({ e }));
+    Promise.all([get(`/v1/orders/${seg(id)}/events`), get(`/v1/orders/${seg(id)}`), get(`/v1/admin/orders/${seg(id)}/read-models`)])
+      .then(([evs, order, rms]) => {
+        if (gen !== generation) return;
+        out.replaceChildren(
+          h('p', { class: 'status-line' }, `Loaded ${fmtTime(new Date().toISOString())}. `, h('a', { href: '#', id: 'order-reload', onclick: (e) => { e.preventDefault(); route(); } }, 'Reload')),
+          h('div', { class: 'columns' },
+            h('section', { id: 'order-events' }, h('h3', {}, 'Events'), evs.e ? problemBox(evs.e) : timeline(evs.v)),
+            h('section', { id: 'order-state' },
+              h('h3', {}, 'State folded from the log'), order.e ? problemBox(order.e) : foldedTable(order.v),
+              h('h3', {}, 'Read models beside the fold of the log'), rms.e ? problemBox(rms.e) : rms.v.read_models.map(readModelView))));
+      });
+  }
+
+  function timeline(body) {
+    const meta = (e) => e.metadata || {};
+    return [h('p', { class: 'muted' }, `${body.events.length} event${body.events.length === 1 ? '' : 's'}, stream at version ${body.version}, in the order the log returned them.`),
+      h('ol', { class: 'timeline', id: 'timeline' }, body.events.map((e) => h('li', { 'data-version': e.version, 'data-type': e.type },
+        h('div', { class: 'ev-head' }, `v${e.version} · ${e.type}`),
+        h('dl', { class: 'facts' },
+          h('dt', {}, 'occurred at'), h('dd', {}, fmtTime(e.occurred_at)),
+          h('dt', {}, 'recorded at'), h('dd', {}, fmtTime(e.recorded_at)),
+          h('dt', {}, 'event id'), h('dd', { class: 'mono' }, e.event_id),
+          h('dt', {}, 'correlation id'), h('dd', { class: 'mono' }, meta(e).correlation_id || '–'),
+          h('dt', {}, 'causation id'), h('dd', { class: 'mono' }, meta(e).causation_id || '–'),
+          h('dt', {}, 'schema version'), h('dd', {}, meta(e).schema_version)),
+        h('details', {}, h('summary', {}, 'data'), h('pre', {}, JSON.stringify(e.data, null, 2))))))];
+  }
+
+  function foldedTable(order) {
+    return h('table', { class: 'folded', id: 'order-folded' }, h('tbody', {}, Object.entries(order).map(([k, v]) =>
+      h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, show(v))))));
+  }
+
+  const CHECK_TEXT = {
+    equal: '✓ equal to the fold of the log',
+    missing: '∅ missing: the read model has no document',
+    stale: '↓ stale: the document is behind the log',
+    different: '≠ different: same version, other content',
+    extra: '+ extra: the log has no such stream',
+  };
+  function readModelView(c) {
+    const doc = c.document || {};
+    const exp = c.expected || {};
+    const keys = [];
+    for (const k of [...Object.keys(exp), ...Object.keys(doc)]) if (!keys.includes(k)) keys.push(k);
+    const rows = keys.map((k) => {
+      const differs = canonical(exp[k]) !== canonical(doc[k]) || (c.fields || []).includes(k);
+      return h('tr', { class: differs ? 'diff' : '', 'data-field': k, 'data-differs': differs ? 'yes' : 'no' },
+        h('th', { scope: 'row' }, k),
+        h('td', {}, c.expected ? show(exp[k]) : h('span', { class: 'muted' }, '–')),
+        h('td', {}, c.document ? show(doc[k]) : h('span', { class: 'muted' }, '–')),
+        h('td', { class: 'mark', title: differs ? 'differs' : 'equal' }, differs ? '≠' : '='));
+    });
+    return h('section', { class: 'read-model', 'data-projection': c.projection, 'data-state': c.state },
+      h('h4', {}, `${c.projection} `, h('span', { class: 'muted' }, '(collection ', h('code', {}, c.collection), ')')),
+      h('p', { class: c.state === 'equal' ? 'ok' : 'bad' }, CHECK_TEXT[c.state] || c.state,
+        ` — read model v${c.stored_version}, log v${c.log_version}`,
+        (c.fields && c.fields.length) ? `; fields that differ: ${c.fields.join(', ')}` : ''),
+      c.fold_error ? h('p', { class: 'bad' }, '✗ the fold stopped: ' + c.fold_error) : null,
+      h('table', { class: 'compare' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Fold of the log'), h('th', {}, 'Read model'), h('th', {}, '= / ≠'))),
+        h('tbody', {}, rows)));
+  }
+
+  // ---- start ----
+  document.addEventListener('DOMContentLoaded', () => {
+    $('login-form').addEventListener('submit', signIn);
+    $('sign-out').addEventListener('click', () => { signOut('Signed out.'); });
+    window.addEventListener('hashchange', route);
+    route();
+  });
+}());
