@@ -8,7 +8,7 @@ MODULE  := $(shell $(GO) list -m)
 # go.dev/issue/75804, fixed in Go 1.27). A count has no deadline to race.
 FUZZTIME ?= 20000x
 
-.PHONY: all build run test test-short lint fuzz chaos bench replay clean
+.PHONY: all build run test test-short lint fuzz chaos bench bench-1m replay clean browser screenshots
 
 all: lint build
 
@@ -20,7 +20,7 @@ run: build
 	./bin/orderd serve -data-dir ./data
 
 ## test: lint, every test with the race detector, then a short fuzz run
-test: lint
+test: lint browser
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
@@ -31,6 +31,17 @@ lint:
 	@ext=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./domain | grep -v '^$(MODULE)/domain$$' || true); \
 	  if [ -n "$$ext" ]; then echo "domain must import only the standard library, found:"; echo "$$ext"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
+
+## browser: Debian's chromium, which the console's browser tests drive (they fail without it)
+browser:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  echo "installing Debian's chromium for the console tests"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq chromium; fi
+
+## screenshots: the console's pages, against data the test creates, into docs/console
+screenshots: browser
+	$(GO) test ./cmd/orderd -run '^TestConsole$$' -count=1 -console.screenshots
 
 ## fuzz: each fuzz target for FUZZTIME executions on top of its committed seed corpus
 fuzz:
@@ -43,9 +54,18 @@ fuzz:
 chaos:
 	$(GO) test ./cmd/orderd -run '^TestChaos' -count=1 -timeout 20m -v -chaos.long
 
-## bench: raw store limit, command throughput, accepted-to-visible latency, rebuild rate against the raw scan
+## bench: raw store limit, command throughput, accepted-to-visible latency, rebuild rate against the raw scan,
+## rebuild under load, the relay's publish rate against raw async publishes, projection apply rate with
+## 1-3 projectors against raw updates
 bench:
+	$(GO) test ./eventstore -run '^$$' -bench . -benchtime 1x -timeout 10m
 	$(GO) test ./cmd/orderd -run '^$$' -bench . -benchtime 1x -timeout 30m
+
+## bench-1m: BenchmarkRebuild's peak RSS and rate on a log of REBUILD_EVENTS events, 1 partition
+REBUILD_EVENTS ?= 1000000
+bench-1m:
+	$(GO) test ./cmd/orderd -run '^$$' -bench '^BenchmarkRebuild$$' -benchtime 1x -timeout 4h \
+	  -rebuild.events=$(REBUILD_EVENTS) -rebuild.partitions=1 -rebuild.sorted-scan=false
 
 ## replay: replay the Olist sample against a running `make run`
 replay: build

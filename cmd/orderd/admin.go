@@ -15,7 +15,14 @@ type adminAPI struct {
 	jobs    *projections.Jobs
 	dead    *projections.DeadLetters
 	runners []*projections.Runner
+	checks  []readModelCheck
 	bus     bool // false on an api-only instance without NATS_URL: no consumer lag to show
+}
+
+// readModelCheck is a projection as the order page of the console sees it
+// (*projections.Projection).
+type readModelCheck interface {
+	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
 
 func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (projections.Job, error) {
@@ -44,8 +51,11 @@ func (a *adminAPI) CancelJob(ctx context.Context, id string) (projections.Job, e
 	return a.jobs.Cancel(ctx, id)
 }
 
+// Projections adds to each projection's state (Jobs.Status) its
+// partitions: owner and apply rate from the lease documents, lag from
+// JetStream.
 func (a *adminAPI) Projections(ctx context.Context) ([]projections.ProjectionStatus, error) {
-	return a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
+	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
 			return nil, ""
@@ -59,6 +69,24 @@ func (a *adminAPI) Projections(ctx context.Context) ([]projections.ProjectionSta
 		}
 		return &n, r.LastError()
 	})
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range list {
+		r := a.runner(p.Name)
+		if r == nil {
+			continue
+		}
+		if list[i].Partitions, err = r.PartitionStatus(ctx, a.bus); err != nil {
+			return nil, err
+		}
+		if a.bus {
+			if n, err := r.AckFloor(ctx); err == nil {
+				list[i].AckFloor = &n
+			}
+		}
+	}
+	return list, nil
 }
 
 func (a *adminAPI) runner(name string) *projections.Runner {
@@ -84,4 +112,21 @@ func (a *adminAPI) RetryDeadLetter(ctx context.Context, id string) error {
 		return fmt.Errorf("dead letter %q: %w", id, domain.ErrNotFound)
 	}
 	return r.Retry(ctx, id)
+}
+
+func (a *adminAPI) ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error) {
+	out := make([]domain.ReadModelCheck, 0, len(a.checks))
+	known := false
+	for _, p := range a.checks {
+		c, err := p.Check(ctx, orderID)
+		if err != nil {
+			return nil, err
+		}
+		known = known || c.StoredVersion > 0 || c.LogVersion > 0 || c.State != "equal" || c.FoldError != ""
+		out = append(out, c)
+	}
+	if !known {
+		return nil, fmt.Errorf("order %s: %w", orderID, domain.ErrNotFound)
+	}
+	return out, nil
 }

@@ -31,6 +31,11 @@ import (
 // order stream, orders.events.<order id>.
 const subjectPrefix = "orders.events"
 
+// publishWindow is the most JetStream publishes awaiting their acks in one
+// process: a relay round of a full batch (256 commits of a few events)
+// fits; beyond it a publish waits for room.
+const publishWindow = 2048
+
 // Main is the whole program: Run starts it, Close stops it in reverse start
 // order. Tests boot it on port 0 with a temp data dir.
 type Main struct {
@@ -46,6 +51,7 @@ type Main struct {
 
 	stopEmbedded func()
 	stopTracing  func(context.Context) error
+	tenures      *tenureLog
 	mongo        *mongo.Client
 	nc           *nats.Conn
 	http         *orderhttp.Server
@@ -108,8 +114,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	db := m.mongo.Database(c.Database)
 	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
 	// instance starts and takes commands while NATS is down; it uses NATS
-	// only to show consumer lag on the admin API. Without NATS_URL it has
-	// no connection at all (js stays nil).
+	// to publish its own appends and show consumer lag on the admin API.
+	// Without NATS_URL it has no connection at all (js stays nil).
 	var js jetstream.JetStream
 	if c.NATSURL != "" {
 		m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
@@ -117,8 +123,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
-		// Acks the relay gave up on must not stay pending in the client.
-		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second)); err != nil {
+		// Acks the relay gave up on must not stay pending in the client; the
+		// window bounds the relay's (and replays') publishes awaiting acks.
+		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second),
+			jetstream.WithPublishAsyncMaxPending(publishWindow)); err != nil {
 			return fmt.Errorf("jetstream: %w", err)
 		}
 	}
@@ -127,7 +135,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	storeMetrics := eventstore.NewMetrics(reg)
 	stream := eventstore.StreamConfig{Name: c.Stream, SubjectPrefix: subjectPrefix, Replicas: c.StreamReplicas,
-		Duplicates: 2 * time.Minute}
+		Duplicates: 2 * time.Minute, Partitions: c.Partitions}
 
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelSetup()
@@ -138,15 +146,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	store := eventstore.New(db, eventstore.WithMetrics(storeMetrics))
+	relayCfg := eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(),
+		SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace}
+	relayLog := m.Log.With("component", "relay")
+	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
+	var relay *eventstore.Relay
+	if r.api && js != nil {
+		// Each API instance publishes its own appends at once, without a
+		// lease; the hook only queues them, so commands never wait for NATS.
+		// Without a NATS connection they all wait for the sweep.
+		relay = eventstore.NewRelay(db, js, relayCfg, relayLog, storeMetrics)
+		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
+	}
+	store := eventstore.New(db, storeOpts...)
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
-	}
-	var relay *eventstore.Relay
-	if r.relay {
-		// The relay hears of this process's appends directly.
-		relay = eventstore.NewRelay(store, js, eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(), PollInterval: c.RelayPoll},
-			m.Log.With("component", "relay"), storeMetrics)
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -156,25 +170,31 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if relay != nil {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
+	if r.relay {
+		sweeper := eventstore.NewSweeper(db, js, relayCfg, relayLog, storeMetrics)
+		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
+	}
 	pm := projections.NewMetrics(reg)
 	pointers := projections.NewPointers(db)
 	sums := projections.NewProjection(db, projections.OrderSummaries, store, pm, pointers)
 	stats := projections.NewProjection(db, projections.CustomerOrderStats, store, pm, pointers)
 	dead := projections.NewDeadLetters(db)
-	rc := projections.RunnerConfig{Stream: c.Stream, Subject: subjectPrefix + ".>", Workers: c.ProjectorWorkers}
-	plog := m.Log.With("component", "projector")
-	// Each projection is consumed by one instance at a time, under a lease,
-	// until projections are split into partitions: two projectors split
-	// the work, one projection each, and stand by for each other.
-	exclusive := func(name string) projections.RunnerConfig {
-		e := rc
-		e.LeaseTTL = 10 * time.Second
-		e.Lease = eventstore.NewLease(db, "projection:"+name, c.instanceID(), e.LeaseTTL)
-		return e
+	// Each projection is split into partitions shared by the projector
+	// processes, each partition consumed by one of them under a lease.
+	rc := projections.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
+		Owner: c.instanceID(), Workers: c.ProjectorWorkers, LeaseTTL: c.PartitionTTL}
+	if c.TenureLog != "" {
+		tl, err := openTenureLog(c.TenureLog, c.instanceID())
+		if err != nil {
+			return err
+		}
+		m.tenures = tl
+		rc.OnTenure = tl.record
 	}
+	plog := m.Log.With("component", "projector")
 	runners := []*projections.Runner{
-		projections.NewRunner(sums, js, dead, exclusive(projections.OrderSummaries.Name), plog, pm),
-		projections.NewRunner(stats, js, dead, exclusive(projections.CustomerOrderStats.Name), plog, pm),
+		projections.NewRunner(sums, js, dead, rc, plog, pm),
+		projections.NewRunner(stats, js, dead, rc, plog, pm),
 	}
 	jobs := projections.NewJobs(db, pointers, store, map[string]string{
 		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
@@ -209,7 +229,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
 			Commands: svc, ReadModels: projections.NewReader(db, pointers),
-			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners, bus: js != nil}, AdminToken: c.AdminToken,
+			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
 			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})
 	} else {
@@ -322,6 +342,9 @@ func (m *Main) Close() error {
 	}
 	if m.mongo != nil {
 		errs = append(errs, m.mongo.Disconnect(ctx))
+	}
+	if m.tenures != nil {
+		errs = append(errs, m.tenures.Close())
 	}
 	m.stopEmbedded()
 	if m.stopTracing != nil {

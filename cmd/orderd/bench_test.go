@@ -106,7 +106,7 @@ func BenchmarkService(b *testing.B) {
 	f("  %-44s %12d %12.0f %12s %12s\n", "REST commands (place/approve/ship/deliver)", benchCommands, cmdRate, round(cmdP50), round(cmdP99))
 	f("  %-44s %12d %12s %12s %12s\n", "accepted-to-visible (summary min_version)", len(cmds.visible), "-", round(visP50), round(visP99))
 	f("  (the scratch collection has only the _id index; the event log has 3 more: stream_first_version,\n")
-	f("   idempotency_key, outbox)\n")
+	f("   stream_idempotency_key, outbox)\n")
 	f("  commands/s to raw inserts/s       %.3f\n", cmdRate/rawRate)
 	f("  visible p99 to raw insert p99     %.1f\n", float64(visP99)/float64(rawP99))
 	f("  phase times                       raw %v, commands %v; read models complete %v after the last command answer\n",
@@ -145,7 +145,7 @@ func BenchmarkService(b *testing.B) {
 		}
 		f("%s %d", name, sizes[name])
 	}
-	f("\n  commits without their published marker at the end: %d (the relay marks them behind publishing)\n", unmarked)
+	f("\n  commits without their published marker at the end: %d (each relay round marks its commits once acknowledged)\n", unmarked)
 	fmt.Fprint(os.Stdout, t.String())
 
 	if sizes[benchScratch] != benchRawInserts || sizes[eventstore.CommitsCollection] != benchCommands ||

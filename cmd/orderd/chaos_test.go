@@ -62,6 +62,7 @@ type cluster struct {
 // arguments (and the same HTTP address).
 type proc struct {
 	name, roles, addr string
+	args              []string // more flags
 	in                *instance
 }
 
@@ -90,7 +91,7 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -100,7 +101,7 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
-func freeAddr(t *testing.T) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 
 func (c *cluster) storeURI() string { return "mongodb://" + c.storeAddr + "/" }
 func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort) }
@@ -134,24 +135,28 @@ func (c *cluster) stopNATS() {
 	c.nats = nil
 }
 
-// add starts an orderd process with the given roles; one with the api role
-// gets a fixed loopback address and is ready when add returns.
-func (c *cluster) add(name, roles string) *proc {
+// add starts an orderd process with the given roles on a fixed loopback
+// address; it is ready (/readyz: its start-up is done) when add returns, so
+// a fault the test injects next never meets a process still starting.
+func (c *cluster) add(name, roles string, args ...string) *proc {
 	c.t.Helper()
-	p := &proc{name: name, roles: roles, addr: "127.0.0.1:0"}
-	if strings.Contains(roles, "api") {
-		p.addr = freeAddr(c.t)
-	}
+	p := &proc{name: name, roles: roles, addr: freeAddr(c.t), args: args}
 	c.procs = append(c.procs, p)
 	c.start(p)
+	if !strings.Contains(p.roles, "api") {
+		c.waitReady(p, 60*time.Second)
+	}
 	return p
 }
 
 func (c *cluster) start(p *proc) {
 	c.t.Helper()
-	p.in = startInstance(c.t, p.name, "-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
+	args := []string{"-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
-		"-relay-poll", "200ms", "-job-lease-ttl", "3s", "-log-level", "warn")
+		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn"}
+	p.in = startInstance(c.t, p.name, append(args, p.args...)...)
+	// An API is waited for at every start, so load never meets it
+	// starting; other roles only when added, so kills keep their pace.
 	if strings.Contains(p.roles, "api") {
 		c.waitReady(p, 60*time.Second)
 	}
@@ -193,18 +198,20 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 	}
 }
 
-// ackPending is how many deliveries the projections' consumers have handed
-// out and not yet had acknowledged: a projector killed while it is above
-// zero dies in the middle of a batch.
+// ackPending is how many deliveries the projections' partition consumers
+// have handed out and not yet had acknowledged: a projector killed while
+// it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
 	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
-		cons, err := js.Consumer(ctx, "ORDERS", "proj_"+name)
-		if err != nil {
-			continue
-		}
-		if info, err := cons.Info(ctx); err == nil {
-			n += info.NumAckPending
+		for p := range projections.DefaultPartitions {
+			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
+			if err != nil {
+				continue
+			}
+			if info, err := cons.Info(ctx); err == nil {
+				n += info.NumAckPending
+			}
 		}
 	}
 	return n
@@ -226,23 +233,39 @@ func (c *cluster) jetStream() jetstream.JetStream {
 	return js
 }
 
-// holdsProjection reports whether p holds a projection's lease: a
-// projector that does is the one consuming it.
+// holdsProjection reports whether p holds a partition lease of a
+// projection: a projector that does is consuming it.
 func (c *cluster) holdsProjection(ctx context.Context, p *proc) bool {
-	var leases []struct {
-		Owner   string    `bson:"owner"`
-		Expires time.Time `bson:"expires_at"`
-	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(eventstore.LeasesCollection).Find(ctx, bson.D{})
-	if err != nil || cur.All(ctx, &leases) != nil {
-		return false
-	}
-	for _, l := range leases {
-		if l.Owner == p.name && l.Expires.After(time.Now()) {
+	for _, owners := range c.partitionOwners(ctx) {
+		if owners[p.name] > 0 {
 			return true
 		}
 	}
 	return false
+}
+
+// partitionOwners returns, by projection, how many partitions each owner
+// holds (leases not expired); nil when the store does not answer.
+func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]int {
+	var leases []struct {
+		Projection string    `bson:"projection"`
+		Owner      string    `bson:"owner"`
+		Expires    time.Time `bson:"expires_at"`
+	}
+	cur, err := c.mongo.Database(chaosDatabase).Collection(projections.PartitionsCollection).Find(ctx, bson.D{})
+	if err != nil || cur.All(ctx, &leases) != nil {
+		return nil
+	}
+	out := map[string]map[string]int{}
+	for _, l := range leases {
+		if out[l.Projection] == nil {
+			out[l.Projection] = map[string]int{}
+		}
+		if l.Owner != "" && l.Expires.After(time.Now()) {
+			out[l.Projection][l.Owner]++
+		}
+	}
+	return out
 }
 
 // figures are what the three checks counted.
@@ -253,14 +276,19 @@ type figures struct {
 
 // commitRow is the part of a commit document the checks read.
 type commitRow struct {
-	ID          string `bson:"_id"`
-	StreamID    string `bson:"stream_id"`
-	LastVersion int64  `bson:"last_version"`
-	Key         string `bson:"idempotency_key"`
-	Events      []struct {
-		ID      string `bson:"event_id"`
-		Version int64  `bson:"version"`
-	} `bson:"events"`
+	ID          string     `bson:"_id"`
+	StreamID    string     `bson:"stream_id"`
+	LastVersion int64      `bson:"last_version"`
+	Key         string     `bson:"idempotency_key"`
+	Published   bool       `bson:"published"`
+	PublishedAt *time.Time `bson:"published_at"`
+	RecordedAt  time.Time  `bson:"recorded_at"`
+	Events      []eventRow `bson:"events"`
+}
+
+type eventRow struct {
+	ID      string `bson:"event_id"`
+	Version int64  `bson:"version"`
 }
 
 // guarantees runs the three checks every chaos test ends with:
@@ -369,6 +397,18 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 		}
 		if time.Now().After(deadline) {
 			slices.Sort(missing)
+			var now []commitRow
+			if cur, err := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection).Find(ctx, bson.D{}); err == nil {
+				_ = cur.All(ctx, &now)
+			}
+			shown := 0
+			for _, r := range now {
+				if shown < 10 && slices.ContainsFunc(r.Events, func(e eventRow) bool { return !seen[e.ID] }) {
+					shown++
+					t.Logf("missing from NATS: commit %s recorded %s, published marker %v at %v",
+						r.ID, r.RecordedAt.Format("15:04:05.000"), r.Published, r.PublishedAt)
+				}
+			}
 			t.Fatalf("%d of %d committed events never reached NATS, e.g. %v", len(missing), len(eventIDs), missing[:min(5, len(missing))])
 		}
 		time.Sleep(time.Second)
@@ -536,8 +576,8 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 	}
 }
 
-// TestChaos_KillAndRestartUnderLoad runs two API instances (each also a
-// relay candidate), two projectors and a job runner as separate processes,
+// TestChaos_KillAndRestartUnderLoad runs two API instances (each publishing
+// its own appends and a candidate for the outbox sweep), two projectors and a job runner as separate processes,
 // drives orders through them with a tenth of the steps sent as races of two
 // commands on one order through both APIs, injects duplicated and reordered
 // deliveries, and SIGKILLs and restarts a projector or an API instance in
@@ -576,7 +616,7 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 			}
 			c.restart(v)
 			kills++
-			t.Logf("killed and restarted %s (projection lease holder: %v; %d deliveries awaiting acks at the kill)", v.name, holder, pending)
+			t.Logf("killed and restarted %s (partition lease holder: %v; %d deliveries awaiting acks at the kill)", v.name, holder, pending)
 		}
 	}
 	rep := wait()
@@ -615,7 +655,8 @@ func placeBody(orderID string) string {
 // TestChaos_NATSOutage stops the NATS server for several seconds under
 // load: commands keep being acknowledged (the log is the source of truth),
 // /readyz says the bus is unavailable, and once the server is back on the
-// same port and data the relay catches up and the projections converge.
+// same port and data the outbox sweep publishes what the relay could not,
+// and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
 	loadFor, outage := 9*time.Second, 3*time.Second
 	if *chaosLong {
@@ -630,6 +671,7 @@ func TestChaos_NATSOutage(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	c.stopNATS()
 	down := time.Now()
+	t.Logf("NATS stopped at %s", down.Format("15:04:05.000"))
 	var acks []loadgen.Ack
 	for i := 0; time.Since(down) < outage; i++ {
 		id := fmt.Sprintf("natsdown-probe-%03d", i)
@@ -647,6 +689,7 @@ func TestChaos_NATSOutage(t *testing.T) {
 	}
 	t.Logf("NATS down for %v: %d commands acknowledged meanwhile", time.Since(down).Round(time.Millisecond), len(acks))
 	c.startNATS()
+	t.Logf("NATS started at %s", time.Now().Format("15:04:05.000"))
 	c.waitReady(api, time.Minute)
 
 	rep := wait()

@@ -29,12 +29,23 @@ type Config struct {
 	StreamReplicas    int    // ORDERD_STREAM_REPLICAS
 	ProjectorWorkers  int    // ORDERD_PROJECTOR_WORKERS
 	CacheSize         int    // ORDERD_CACHE_SIZE: streams whose state the API caches
-	RelayPoll         time.Duration
 	AdminToken        string // ADMIN_TOKEN (environment only, never a flag: flags show in ps)
 	// OTLPEndpoint turns tracing on: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_ENDPOINT (the exporter reads the other OTEL_*
 	// variables itself).
 	OTLPEndpoint string
+
+	// Projection partitions (the projector role). Every process of the
+	// system must agree on Partitions (README: changing the partition
+	// count).
+	Partitions   int           // ORDERD_PROJECTION_PARTITIONS
+	PartitionTTL time.Duration // ORDERD_PARTITION_LEASE_TTL
+	TenureLog    string        // ORDERD_TENURE_LOG: file each partition tenure's start and stop is appended to
+
+	// The outbox sweep (the relay role): one instance at a time publishes
+	// the commits an API instance left unpublished.
+	RelaySweepInterval time.Duration // ORDERD_RELAY_SWEEP_INTERVAL
+	RelaySweepGrace    time.Duration // ORDERD_RELAY_SWEEP_GRACE: age at which a commit counts as left behind
 
 	// Repair jobs (the jobs role).
 	JobConcurrency int           // ORDERD_JOB_CONCURRENCY: tasks one instance runs at once
@@ -54,7 +65,8 @@ func DefaultConfig() Config {
 		LogFormat: "text", LogLevel: "info",
 		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
 		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, CacheSize: 100_000,
-		RelayPoll:      time.Second,
+		Partitions: 16, PartitionTTL: 10 * time.Second,
+		RelaySweepInterval: 5 * time.Second, RelaySweepGrace: 5 * time.Second,
 		JobConcurrency: 1, JobLeaseTTL: 15 * time.Second, RebuildBatch: 500,
 		RebuildSettle: 2 * time.Second, RebuildGrace: time.Minute,
 	}
@@ -103,8 +115,12 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.Stream, "ORDERD_STREAM", "stream", "JetStream stream name")
 	num(&c.StreamReplicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
 	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process (1 keeps each order's events in order, so gaps are rare)")
+	num(&c.Partitions, "ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "partitions each projection's events are split into, shared by the projector processes; every process must agree (see README before changing it)")
+	dur(&c.PartitionTTL, "ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "lease of a projection partition and a projector's heartbeat; a dead projector's partitions are taken over after this")
+	str(&c.TenureLog, "ORDERD_TENURE_LOG", "tenure-log", "file to append each partition tenure's start and stop to, one JSON line each (audits and tests); empty: none")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
-	dur(&c.RelayPoll, "ORDERD_RELAY_POLL", "relay-poll", "least time between two outbox sweeps (appends of this process are relayed at once)")
+	dur(&c.RelaySweepInterval, "ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "pause between two sweeps of the outbox for commits an instance left unpublished (each API instance publishes its own appends at once)")
+	dur(&c.RelaySweepGrace, "ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "age at which an unpublished commit is left to the sweep instead of its own instance")
 	num(&c.JobConcurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
 	dur(&c.JobLeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
 	num(&c.RebuildBatch, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
@@ -142,8 +158,14 @@ func (c Config) Validate() error {
 	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.StreamReplicas))
 	}
-	if c.ProjectorWorkers < 1 || c.CacheSize < 0 || c.RelayPoll <= 0 {
-		errs = append(errs, errors.New("projector workers must be >= 1, cache size >= 0, relay poll > 0"))
+	if c.ProjectorWorkers < 1 || c.CacheSize < 0 || c.RelaySweepInterval <= 0 || c.RelaySweepGrace <= 0 {
+		errs = append(errs, errors.New("projector workers must be >= 1, cache size >= 0, relay sweep interval and grace > 0"))
+	}
+	if c.Partitions < 1 || c.Partitions > 256 {
+		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Partitions))
+	}
+	if c.PartitionTTL < time.Second {
+		errs = append(errs, fmt.Errorf("partition lease TTL %v: want at least 1s", c.PartitionTTL))
 	}
 	if c.JobConcurrency < 1 || c.JobLeaseTTL < time.Second || c.RebuildBatch < 1 || c.RebuildMaxRate < 0 || c.RebuildSettle < 0 || c.RebuildGrace < 0 {
 		errs = append(errs, errors.New("job concurrency and rebuild batch must be >= 1, job lease TTL >= 1s, rebuild rate, settle and grace >= 0"))
@@ -153,9 +175,11 @@ func (c Config) Validate() error {
 
 type roles struct{ api, relay, projector, jobs bool }
 
-// needsBus reports whether a role of r uses NATS: the relay publishes,
-// projectors consume, jobs republish (replays). The api role needs only
-// the store: its appends reach NATS through the outbox, by a relay.
+// needsBus reports whether a role of r cannot work without NATS: the
+// relay sweeps the outbox, projectors consume, jobs republish (replays).
+// The api role needs only the store: it publishes its own appends when it
+// has a NATS connection, and what it cannot publish stays in the outbox
+// for the relay role's sweep.
 func (r roles) needsBus() bool { return r.relay || r.projector || r.jobs }
 
 func (c Config) roles() (roles, error) {

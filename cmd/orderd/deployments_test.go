@@ -64,7 +64,9 @@ func TestDeploymentsChecksCatchBreaks(t *testing.T) {
 	}{
 		{"yaml syntax", "kubernetes/secret.yaml", "type: Opaque\n", "type: Opaque\n  oops: [\n", "does not parse"},
 		{"unknown compose variable", "compose.yaml", "ORDERD_LOG_LEVEL: info", "ORDERD_LOG_LEVL: info", "ORDERD_LOG_LEVL is not a setting orderd reads"},
-		{"invalid compose role", "compose.yaml", "ORDERD_ROLES: api,relay", "ORDERD_ROLES: api,relais", `role "relais"`},
+		{"invalid compose role", "compose.yaml", "ORDERD_ROLES: api\n", "ORDERD_ROLES: api,relais\n", `role "relais"`},
+		{"compose api beside the relay", "compose.yaml", "ORDERD_ROLES: api\n", "ORDERD_ROLES: api,relay\n", "unready while NATS is down"},
+		{"kubernetes api beside the relay", "kubernetes/api.yaml", "value: api\n", "value: api,relay\n", "unready while NATS is down"},
 		{"compose number", "compose.yaml", `ORDERD_STREAM_REPLICAS: "3"`, `ORDERD_STREAM_REPLICAS: "three"`, "not a number"},
 		{"compose replicas beyond the cluster", "compose.yaml", `ORDERD_STREAM_REPLICAS: "3"`, `ORDERD_STREAM_REPLICAS: "5"`, "JetStream servers"},
 		{"compose healthcheck route", "compose.yaml", `/readyz"]`, `/ready"]`, "GET /ready answered 404"},
@@ -719,6 +721,7 @@ func (c *deployChecker) checkCompose() {
 			continue
 		}
 		allRoles = roles{allRoles.api || r.api, allRoles.relay || r.relay, allRoles.projector || r.projector, allRoles.jobs || r.jobs}
+		c.checkAPIAlone(where, r)
 		if id := env["ORDERD_INSTANCE_ID"]; id == "" {
 			c.errorf("%s: no ORDERD_INSTANCE_ID", where)
 		} else if other, dup := instances[id]; dup {
@@ -783,6 +786,15 @@ func (c *deployChecker) checkCompose() {
 		if !on {
 			c.errorf("%s: no orderd service runs the %s role", file, role)
 		}
+	}
+}
+
+// checkAPIAlone refuses an api instance that also runs a role needing
+// NATS: its /readyz would take it out of the load balancer during a NATS
+// outage, while commands need only the store.
+func (c *deployChecker) checkAPIAlone(where string, r roles) {
+	if r.api && r.needsBus() {
+		c.errorf("%s: the api role beside relay, projector or jobs is unready while NATS is down, though commands need only the store; run those roles in other instances", where)
 	}
 }
 
@@ -1194,6 +1206,7 @@ func (c *deployChecker) checkKubernetes() {
 		deps = append(deps, d)
 		r := d.roles
 		allRoles = roles{allRoles.api || r.api, allRoles.relay || r.relay, allRoles.projector || r.projector, allRoles.jobs || r.jobs}
+		c.checkAPIAlone("kubernetes: Deployment "+o.name, r)
 	}
 	for role, on := range map[string]bool{"api": allRoles.api, "relay": allRoles.relay, "projector": allRoles.projector, "jobs": allRoles.jobs} {
 		if !on {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -29,14 +30,27 @@ import (
 
 // Sizes and settings of BenchmarkRebuild.
 const (
-	rebuildMinEvents   = 100_000                // the log holds at least this many events
-	rebuildLoaders     = 16                     // goroutines appending the log
-	rebuildScanBatch   = 512                    // batch size of the raw scans: eventstore.Store.Scan's
-	rebuildConcurrency = 2                      // JobConcurrency: tasks run at once
-	rebuildSettle      = 100 * time.Millisecond // RebuildSettle
-	rebuildPollJob     = 500 * time.Millisecond // how often the benchmark reads the job
-	rebuildLimit       = 25 * time.Minute       // longest run (make bench allows 30m for all benchmarks)
-	rebuildSample      = "../../testdata/olist-sample"
+	rebuildServiceEvents = 100_000                // events appended through domain.Service (at most, and the default size)
+	rebuildLoaders       = 16                     // goroutines appending the log
+	rebuildBulk          = 1000                   // commits per InsertMany of the bulk copies
+	rebuildBulkWriters   = 2                      // InsertMany calls in flight
+	rebuildScanBatch     = 512                    // batch size of the raw scans: eventstore.Store.Scan's
+	rebuildConcurrency   = 2                      // JobConcurrency: tasks run at once
+	rebuildSettle        = 100 * time.Millisecond // RebuildSettle
+	rebuildPollJob       = 500 * time.Millisecond // how often the benchmark reads the job
+	rebuildLimit         = 25 * time.Minute       // longest run per 100,000 events (make bench allows 30m for all benchmarks)
+	rebuildSample        = "../../testdata/olist-sample"
+)
+
+// Flags of BenchmarkRebuild; make bench uses the defaults, make bench-1m
+// sets -rebuild.events=1000000 -rebuild.partitions=1 -rebuild.sorted-scan=false.
+var (
+	rebuildEvents = flag.Int("rebuild.events", rebuildServiceEvents,
+		"BenchmarkRebuild: the log holds at least this many events (whole copies of the Olist sample)")
+	rebuildPartitions = flag.String("rebuild.partitions", "1,2",
+		"BenchmarkRebuild: comma-separated partition counts, one rebuild each, in this order")
+	rebuildSortedScan = flag.Bool("rebuild.sorted-scan", true,
+		"BenchmarkRebuild: also time Find({}) sorted by _id (FerretDB sorts in memory: about 10 KiB of RSS per commit)")
 )
 
 // BenchmarkRebuild measures rebuilding the order_summaries read model from
@@ -46,25 +60,34 @@ const (
 // streams per checkpoint:
 //
 //  1. setup, not timed: the log is filled with copies of the Olist sample
-//     (4,071 orders) until it holds at least 100,000 events (7 copies:
-//     113,211 events in as many commits, 28,497 order streams; ids
-//     "c<copy>-<olist id>"). Each order's plan is run through
+//     (4,071 orders, 16,173 events) until it holds at least
+//     -rebuild.events events (default 100,000: 7 copies, 113,211 events in
+//     as many commits, 28,497 order streams; 1,000,000: 62 copies,
+//     1,002,726 events, 252,402 streams; ids "c<copy>-<olist id>"). The
+//     copies up to 100,000 events have each order's plan run through
 //     domain.Service on the real eventstore.Store, from 16 goroutines,
 //     with the replay tool's idempotency keys; commands the plan lists as
-//     refused are not sent (they would append nothing).
+//     refused are not sent (they would append nothing). Copies beyond are
+//     copy 0's commits as stored, given the copy's stream ids, commit ids,
+//     idempotency keys, new event, correlation and causation ids, the
+//     insert time as recorded_at and published: true, and inserted into
+//     the events collection with InsertMany in bulks of 1,000 (2 in
+//     flight): documents of the same shape and size, in a fraction of the
+//     time (the Service appends about 1,000 events/s here).
 //  2. the store's raw scan rate of the log, events/s: a Find({}) of the
 //     events collection decoding each commit to bson.Raw and counting its
-//     events, then the same Find sorted by _id, the rebuild scan's query
-//     (FerretDB 1.24 sorts in memory); both in batches of 512, as the
-//     scan.
-//  3. a rebuild with 1 partition, then one with 2 (after the first has
-//     finished), each timed from Jobs.StartRebuild to the job's final
-//     state: the plan (commit count, partition bounds), settle and claim,
-//     the scan of the log into a new collection,
-//     the verify of that collection against the log and the pointer
-//     switch. Each must succeed and count every event of the log. The
-//     table gives its rate, its ratio to the raw scan rate, the 2-partition
-//     speed-up over 1, and where the time went.
+//     events, then (unless -rebuild.sorted-scan=false) the same Find
+//     sorted by _id, in log order (FerretDB 1.24 sorts in memory: 1.1 GB
+//     of RSS at 113k commits); both in batches of 512, as the scan.
+//  3. one rebuild per count of -rebuild.partitions (default 1, then 2),
+//     each started after the previous one finished and timed from
+//     Jobs.StartRebuild to the job's final state: the plan (commit count,
+//     partition bounds), settle and claim, the scan of the log into a new
+//     collection, the verify of that collection against the log and the
+//     pointer switch. Each must succeed and count every event of the log.
+//     The table gives its rate, its ratio to the raw scan rate, the
+//     2-partition speed-up over 1 (when both ran), and where the time
+//     went.
 //  4. the process's peak RSS in each phase: VmHWM from /proc/self/status
 //     after writing 5 to /proc/self/clear_refs (Linux; the table says
 //     when the reset failed). The embedded store runs in this process, so
@@ -81,7 +104,15 @@ const (
 // b.N is; the README gives the figures of one run.
 func BenchmarkRebuild(b *testing.B) {
 	b.StopTimer()
-	ctx, cancel := context.WithTimeout(context.Background(), rebuildLimit)
+	partitions, err := parsePartitions(*rebuildPartitions)
+	if err != nil {
+		b.Fatalf("-rebuild.partitions: %v", err)
+	}
+	if *rebuildEvents < 1 {
+		b.Fatalf("-rebuild.events=%d: want at least 1", *rebuildEvents)
+	}
+	limit := rebuildLimit * time.Duration(max(1, (*rebuildEvents+rebuildServiceEvents-1)/rebuildServiceEvents))
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
 	loadStart := loadAverage()
 	resetOK := resetPeakRSS()
@@ -98,46 +129,61 @@ func BenchmarkRebuild(b *testing.B) {
 		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
 	})
 
-	resetPeakRSS()
-	loaded := loadOlistCopies(ctx, b, store)
-	loaded.rss = phaseRSS{before: currentRSS(), peak: peakRSS()}
-	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders, loaded.elapsed.Round(time.Second))
+	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)
+	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders,
+		(loaded.elapsed + loaded.bulkElapsed).Round(time.Second))
 
 	events := db.Collection(eventstore.CommitsCollection)
 	b.StartTimer()
 	raw := rawScan(ctx, b, events, false)
-	sorted := rawScan(ctx, b, events, true)
-	if raw.events != loaded.events || sorted.events != loaded.events || raw.docs != sorted.docs {
-		b.Fatalf("raw scans counted %d and %d events (%d and %d commits); the load appended %d events",
-			raw.events, sorted.events, raw.docs, sorted.docs, loaded.events)
+	if raw.events != loaded.events {
+		b.Fatalf("the raw scan counted %d events in %d commits; the load appended %d events", raw.events, raw.docs, loaded.events)
+	}
+	var sorted scanResult
+	if *rebuildSortedScan {
+		sorted = rawScan(ctx, b, events, true)
+		if sorted.events != raw.events || sorted.docs != raw.docs {
+			b.Fatalf("the sorted scan counted %d events in %d commits, the raw scan %d in %d", sorted.events, sorted.docs, raw.events, raw.docs)
+		}
 	}
 	logEvents := raw.events
-	runs := []rebuildRun{runRebuild(ctx, b, jobs, 1, logEvents, loaded.orders)}
-	runs = append(runs, runRebuild(ctx, b, jobs, 2, logEvents, loaded.orders))
+	var runs []rebuildRun
+	for _, p := range partitions {
+		runs = append(runs, runRebuild(ctx, b, jobs, p, logEvents, loaded.orders))
+	}
 	b.StopTimer()
 
+	last := runs[len(runs)-1]
 	ptr, err := projections.NewPointers(db).Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
 	if err != nil {
 		b.Errorf("read the pointer: %v", err)
-	} else if ptr.Active != runs[1].job.Shadow {
-		b.Errorf("order_summaries reads %q, want the last rebuild's %q", ptr.Active, runs[1].job.Shadow)
+	} else if ptr.Active != last.job.Shadow {
+		b.Errorf("order_summaries reads %q, want the last rebuild's %q", ptr.Active, last.job.Shadow)
 	}
 
 	rawRate := raw.rate()
-	p1, p2 := runs[0], runs[1]
-	speedup := p2.rate() / p1.rate()
+	byCount := map[int]rebuildRun{}
 	b.ReportMetric(rawRate, "raw_scan_events/s")
-	b.ReportMetric(sorted.rate(), "raw_sorted_scan_events/s")
-	b.ReportMetric(p1.rate(), "rebuild_events/s_p1")
-	b.ReportMetric(p2.rate(), "rebuild_events/s_p2")
-	b.ReportMetric(p1.rate()/rawRate, "ratio_to_raw_scan_p1")
-	b.ReportMetric(p2.rate()/rawRate, "ratio_to_raw_scan_p2")
-	b.ReportMetric(speedup, "speedup_p2")
+	if *rebuildSortedScan {
+		b.ReportMetric(sorted.rate(), "raw_sorted_scan_events/s")
+		b.ReportMetric(mib(sorted.rss.peak), "peak_rss_MiB_sorted_scan")
+	}
+	b.ReportMetric(float64(logEvents), "log_events")
 	b.ReportMetric(mib(loaded.rss.peak), "peak_rss_MiB_load")
 	b.ReportMetric(mib(raw.rss.peak), "peak_rss_MiB_raw_scan")
-	b.ReportMetric(mib(sorted.rss.peak), "peak_rss_MiB_sorted_scan")
-	b.ReportMetric(mib(p1.rss.peak), "peak_rss_MiB_p1")
-	b.ReportMetric(mib(p2.rss.peak), "peak_rss_MiB_p2")
+	for _, r := range runs {
+		byCount[r.partitions] = r
+		b.ReportMetric(r.rate(), fmt.Sprintf("rebuild_events/s_p%d", r.partitions))
+		b.ReportMetric(r.rate()/rawRate, fmt.Sprintf("ratio_to_raw_scan_p%d", r.partitions))
+		b.ReportMetric(mib(r.rss.peak), fmt.Sprintf("peak_rss_MiB_p%d", r.partitions))
+	}
+	p1, ok1 := byCount[1]
+	p2, ok2 := byCount[2]
+	var speedup float64
+	if ok1 && ok2 {
+		speedup = p2.rate() / p1.rate()
+		b.ReportMetric(speedup, "speedup_p2")
+	}
 
 	var t strings.Builder
 	f := func(format string, args ...any) { fmt.Fprintf(&t, format, args...) }
@@ -152,16 +198,24 @@ func BenchmarkRebuild(b *testing.B) {
 		}
 		f("  %-46s %10d %10s %10.0f %8s %9.0f %9.0f\n", name, n, d.Round(100*time.Millisecond), rate, r, mib(rss.before), mib(rss.peak))
 	}
-	row(fmt.Sprintf("load: Service + Store.Append, %d goroutines", rebuildLoaders), loaded.events, loaded.elapsed,
-		float64(loaded.events)/loaded.elapsed.Seconds(), 0, loaded.rss)
+	row(fmt.Sprintf("load: Service + Store.Append, %d goroutines", rebuildLoaders), loaded.events-loaded.bulkEvents, loaded.elapsed,
+		float64(loaded.events-loaded.bulkEvents)/loaded.elapsed.Seconds(), 0, loaded.rss)
+	if loaded.bulkCopies > 0 {
+		row(fmt.Sprintf("load: InsertMany of copy 0, %d copies", loaded.bulkCopies), loaded.bulkEvents, loaded.bulkElapsed,
+			float64(loaded.bulkEvents)/loaded.bulkElapsed.Seconds(), 0, loaded.bulkRSS)
+	}
 	row("raw scan: Find({}) of events, bson.Raw", raw.events, raw.elapsed, rawRate, 1, raw.rss)
-	row("raw scan: Find({}) sorted by _id (rebuild's)", sorted.events, sorted.elapsed, sorted.rate(), sorted.rate()/rawRate, sorted.rss)
+	if *rebuildSortedScan {
+		row("raw scan: Find({}) sorted by _id (log order)", sorted.events, sorted.elapsed, sorted.rate(), sorted.rate()/rawRate, sorted.rss)
+	}
 	for _, r := range runs {
 		row(fmt.Sprintf("rebuild order_summaries, %d partition(s)", r.partitions), r.job.Events, r.elapsed, r.rate(), r.rate()/rawRate, r.rss)
 	}
 	f("  (load is setup, not timed; a rebuild's time runs from StartRebuild to the job's finished_at; RSS MiB is\n")
 	f("   the RSS when the phase began, after returning free Go memory to the OS)\n")
-	f("  2-partition speed-up over 1         %.2fx\n", speedup)
+	if speedup > 0 {
+		f("  2-partition speed-up over 1         %.2fx\n", speedup)
+	}
 	for _, r := range runs {
 		f("  rebuild with %d partition(s)\n", r.partitions)
 		f("    StartRebuild                      %v (lock, tasks, pointer)\n", r.create.Round(time.Millisecond))
@@ -188,7 +242,12 @@ func BenchmarkRebuild(b *testing.B) {
 		f("    job: %s, %d events, %d streams, %d poison; the job's own rate %.0f events/s\n",
 			r.job.State, r.job.Events, r.job.Streams, r.job.PoisonStreams, r.job.RatePerSecond)
 	}
-	f("  load: %d commands from %d orders, %d skipped as the plans' documented refusals\n", loaded.commands, loaded.orders, loaded.refused)
+	f("  load: %d commands through the Service from %d orders, %d skipped as the plans' documented refusals",
+		loaded.commands, loaded.orders/loaded.copies*(loaded.copies-loaded.bulkCopies), loaded.refused)
+	if loaded.bulkCopies > 0 {
+		f("; %d events in %d copies of copy 0 by InsertMany of %d, %d at a time", loaded.bulkEvents, loaded.bulkCopies, rebuildBulk, rebuildBulkWriters)
+	}
+	f("\n")
 	f("  RSS is the whole process's: the embedded store (FerretDB and SQLite) runs in it with the benchmark\n")
 	if !resetOK {
 		f("  writing 5 to /proc/self/clear_refs failed: each peak is the highest since the process started\n")
@@ -200,11 +259,15 @@ func BenchmarkRebuild(b *testing.B) {
 
 // rebuildLoad is what loadOlistCopies appended.
 type rebuildLoad struct {
-	copies, orders    int // orders counts every copy's
-	commands, refused int // commands appended; commands skipped as documented refusals
-	events            int64
+	copies, orders    int   // orders counts every copy's
+	commands, refused int   // commands appended through the Service; commands skipped as documented refusals
+	events            int64 // every copy's
 	elapsed           time.Duration
 	rss               phaseRSS
+	bulkCopies        int   // copies inserted with InsertMany
+	bulkEvents        int64 // their events (one per commit)
+	bulkElapsed       time.Duration
+	bulkRSS           phaseRSS
 }
 
 // phaseRSS is the process's RSS when a phase began and its peak during it,
@@ -218,10 +281,12 @@ type loaderStep struct {
 }
 
 // loadOlistCopies appends copies of the Olist sample's orders until the
-// log holds rebuildMinEvents events: each copy's order ids are
-// "c<copy>-<olist id>", each order's commands run in order through a
-// domain.Service on store, orders spread over rebuildLoaders goroutines.
-func loadOlistCopies(ctx context.Context, b *testing.B, store *eventstore.Store) rebuildLoad {
+// log holds at least want events; each copy's order ids are
+// "c<copy>-<olist id>". The copies up to rebuildServiceEvents run each
+// order's commands in order through a domain.Service on store, orders
+// spread over rebuildLoaders goroutines; the copies beyond are copy 0's
+// commits inserted into db's events collection by bulkCopies.
+func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *eventstore.Store, want int) rebuildLoad {
 	b.Helper()
 	ds, err := replay.Load(rebuildSample)
 	if err != nil {
@@ -243,9 +308,12 @@ func loadOlistCopies(ctx context.Context, b *testing.B, store *eventstore.Store)
 		}
 		perCopy += len(plans[i]) // one event per accepted command
 	}
-	res.copies = (rebuildMinEvents + perCopy - 1) / perCopy
-	res.refused *= res.copies
-	res.orders = res.copies * len(plans)
+	res.copies = (want + perCopy - 1) / perCopy
+	serviceCopies := min(res.copies, (min(want, rebuildServiceEvents)+perCopy-1)/perCopy)
+	res.refused *= serviceCopies
+	res.orders = serviceCopies * len(plans)
+	resetPeakRSS()
+	res.rss.before = currentRSS()
 
 	var (
 		next, events, commands, failed atomic.Int64
@@ -289,10 +357,182 @@ func loadOlistCopies(ctx context.Context, b *testing.B, store *eventstore.Store)
 		b.Fatalf("loading the log: %d commands failed (%v)", n, ctx.Err())
 	}
 	res.commands, res.events = int(commands.Load()), events.Load()
-	if res.events < rebuildMinEvents {
-		b.Fatalf("the log holds %d events, want at least %d", res.events, rebuildMinEvents)
+	res.rss.peak = peakRSS()
+
+	if res.bulkCopies = res.copies - serviceCopies; res.bulkCopies > 0 {
+		resetPeakRSS()
+		res.bulkRSS.before = currentRSS()
+		start := time.Now()
+		res.bulkEvents = bulkCopies(ctx, b, db.Collection(eventstore.CommitsCollection), serviceCopies, res.copies)
+		res.bulkElapsed = time.Since(start)
+		res.bulkRSS.peak = peakRSS()
+		res.events += res.bulkEvents
+		res.orders = res.copies * len(plans)
+	}
+	if res.events < int64(want) {
+		b.Fatalf("the log holds %d events, want at least %d", res.events, want)
 	}
 	return res
+}
+
+// bulkCopies inserts copies from to to-1 of copy 0 ("c0-<olist id>")
+// into events and returns the number of events inserted. Each copy is
+// copy 0's commits as stored, read once with one Find, with the copy's
+// stream id, commit id and idempotency key, new event, correlation and
+// causation ids (equal where copy 0's are), recorded_at the time of the
+// insert and published true; everything else, the payloads included, is
+// copy 0's. The commits go in with ordered InsertMany calls of
+// rebuildBulk documents, rebuildBulkWriters at a time, through the
+// store's normal collection and indexes.
+func bulkCopies(ctx context.Context, b *testing.B, events *mongo.Collection, from, to int) int64 {
+	b.Helper()
+	cur, err := events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "c0-"}, {Key: "$lt", Value: "c0."}}}})
+	if err != nil {
+		b.Fatalf("read copy 0: %v", err)
+	}
+	var tpl []bson.D
+	if err := cur.All(ctx, &tpl); err != nil {
+		b.Fatalf("read copy 0: %v", err)
+	}
+	if len(tpl) == 0 {
+		b.Fatalf("copy 0 has no commits")
+	}
+	perCopy := int64(0)
+	for _, c := range tpl {
+		perCopy += int64(len(field[bson.A](b, c, "events")))
+	}
+
+	batches := make(chan []any)
+	var (
+		wg       sync.WaitGroup
+		failed   atomic.Bool
+		inserted atomic.Int64
+	)
+	for range rebuildBulkWriters {
+		wg.Go(func() {
+			for docs := range batches {
+				if failed.Load() {
+					continue
+				}
+				res, err := events.InsertMany(ctx, docs)
+				if err != nil {
+					failed.Store(true)
+					b.Errorf("InsertMany of %d copied commits: %v", len(docs), err)
+					continue
+				}
+				inserted.Add(int64(len(res.InsertedIDs)))
+			}
+		})
+	}
+	batch := make([]any, 0, rebuildBulk)
+	lastNote := time.Now()
+	for n := from; n < to && !failed.Load() && ctx.Err() == nil; n++ {
+		prefix := fmt.Sprintf("c%d-", n)
+		for _, c := range tpl {
+			batch = append(batch, copyCommit(b, c, prefix))
+			if len(batch) == rebuildBulk {
+				batches <- batch
+				batch = make([]any, 0, rebuildBulk)
+			}
+		}
+		if time.Since(lastNote) >= 30*time.Second {
+			lastNote = time.Now()
+			progressf("bulk copies: %d of %d commits inserted", inserted.Load(), int64(to-from)*int64(len(tpl)))
+		}
+	}
+	if len(batch) > 0 && !failed.Load() {
+		batches <- batch
+	}
+	close(batches)
+	wg.Wait()
+	if failed.Load() || ctx.Err() != nil {
+		b.Fatalf("bulk copies: %d commits inserted (%v)", inserted.Load(), ctx.Err())
+	}
+	if want := int64(to-from) * int64(len(tpl)); inserted.Load() != want {
+		b.Fatalf("bulk copies inserted %d commits, want %d", inserted.Load(), want)
+	}
+	return int64(to-from) * perCopy
+}
+
+// copyCommit is commit c of copy 0 as copy prefix ("c<copy>-") stores
+// it: see bulkCopies.
+func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
+	oldStream := field[string](b, c, "stream_id")
+	stream := prefix + strings.TrimPrefix(oldStream, "c0-")
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	ids := map[string]string{} // copy 0's uuids to the copy's
+	newID := func(old string) string {
+		if old == "" {
+			return ""
+		}
+		if id, ok := ids[old]; ok {
+			return id
+		}
+		ids[old] = uuid.Must(uuid.NewV7()).String()
+		return ids[old]
+	}
+	out := make(bson.D, 0, len(c)+1)
+	for _, e := range c {
+		switch e.Key {
+		case "_id":
+			e.Value = eventstore.CommitID(stream, field[int64](b, c, "first_version"))
+		case "stream_id":
+			e.Value = stream
+		case "idempotency_key":
+			e.Value = strings.Replace(e.Value.(string), oldStream, stream, 1)
+		case "recorded_at":
+			e.Value = now
+		case "published", "published_at":
+			continue
+		case "events":
+			evs := e.Value.(bson.A)
+			copied := make(bson.A, len(evs))
+			for i, ev := range evs {
+				d := slices.Clone(ev.(bson.D))
+				for k := range d {
+					switch d[k].Key {
+					case "event_id", "correlation_id", "causation_id":
+						d[k].Value = newID(d[k].Value.(string))
+					case "recorded_at":
+						d[k].Value = now
+					}
+				}
+				copied[i] = d
+			}
+			e.Value = copied
+		}
+		out = append(out, e)
+	}
+	return append(out, bson.E{Key: "published", Value: true}, bson.E{Key: "published_at", Value: now})
+}
+
+// field is the value of key in d, of type T; it fails the benchmark when
+// d has no such field.
+func field[T any](b *testing.B, d bson.D, key string) T {
+	for _, e := range d {
+		if e.Key == key {
+			if v, ok := e.Value.(T); ok {
+				return v
+			}
+			b.Fatalf("field %s of %v is a %T", key, d, e.Value)
+		}
+	}
+	b.Fatalf("no field %s in %v", key, d)
+	panic("unreachable")
+}
+
+// parsePartitions reads a comma-separated list of partition counts
+// (1..64 each).
+func parsePartitions(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > 64 {
+			return nil, fmt.Errorf("%q: want partition counts 1..64, comma-separated", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // olistCommand is the domain command of one plan step, as the HTTP API

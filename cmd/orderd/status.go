@@ -48,7 +48,23 @@ The columns:
                      write that failed, an event parked, a failed rebuild),
                      cut to 60 characters; "-" when none
 
-Below the table come what to do next: how to list dead letters, stop a
+Then comes one row per partition of each projection, for example:
+
+  PROJECTION            PARTITION  OWNER        LEASE LEFT  LAG  APPLIED  RATE/S
+  order_summaries       0          projector-1  8s          0    1520     12.4
+  order_summaries       1          -            -           37   0        0.0
+
+  PARTITION   the partition: a share of the order streams, consumed by one
+              projector process at a time
+  OWNER       the instance id holding the partition's lease; "-" when none
+              does (its owner died and the lease has not run out, or no
+              projector runs): its LAG then grows
+  LEASE LEFT  how long the lease lasts unless the owner renews it
+  LAG         events of the partition not applied yet; "-" when unknown
+  APPLIED     events the owner applied since it took the partition
+  RATE/S      events per second the owner applied lately
+
+Below the tables come what to do next: how to list dead letters, stop a
 running rebuild, or repair drift. The exit status is 0 whenever the
 service answered, whatever the state of the projections.
 
@@ -132,6 +148,9 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := printPartitions(w, list, now); err != nil {
+		return err
+	}
 	var notes []string
 	for _, p := range list {
 		if p.DeadLetters > 0 {
@@ -155,6 +174,34 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 		}
 	}
 	return nil
+}
+
+// printPartitions writes the table of the projections' partitions, if the
+// service reported any.
+func printPartitions(w io.Writer, list []projections.ProjectionStatus, now time.Time) error {
+	n := 0
+	for _, p := range list {
+		n += len(p.Partitions)
+	}
+	if n == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tLEASE LEFT\tLAG\tAPPLIED\tRATE/S")
+	for _, p := range list {
+		for _, pt := range p.Partitions {
+			lag, left := "-", "-"
+			if pt.Lag != nil {
+				lag = fmt.Sprint(*pt.Lag)
+			}
+			if pt.Owner != "" && pt.LeaseUntil.After(now) {
+				left = pt.LeaseUntil.Sub(now).Round(time.Second).String()
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.1f\n", p.Name, pt.Partition, cmp.Or(pt.Owner, "-"), left, lag, pt.Applied, pt.ApplyRate)
+		}
+	}
+	return tw.Flush()
 }
 
 // verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,6 +100,40 @@ func TestStatus(t *testing.T) {
 	if got := rows["customer_order_stats"]["LAST VERIFY"]; got != "-" {
 		t.Errorf("customer_order_stats: last verify %q, want - (never verified)", got)
 	}
+	// The partitions: each held by this, the only projector, or free for
+	// a moment (a lease it let lapse under load), each with a lag.
+	_, parts, ok := strings.Cut(r.stdout, "\n\nPROJECTION ")
+	if !ok {
+		t.Fatalf("no partition table:\n%s", r.stdout)
+	}
+	applied := map[string]int{}
+	n, owned := 0, 0
+	for _, l := range strings.Split(parts, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			break
+		}
+		n++
+		if len(f) != 7 || (f[2] != m.Config.instanceID() && f[2] != "-") {
+			t.Errorf("partition row %q: want 7 cells, owner %s or -", l, m.Config.instanceID())
+			continue
+		}
+		if f[2] != "-" {
+			owned++
+		}
+		if _, err := strconv.ParseUint(f[4], 10, 64); err != nil {
+			t.Errorf("partition row %q: lag not a number", l)
+		}
+		k, _ := strconv.Atoi(f[5])
+		applied[f[0]] += k
+	}
+	if owned == 0 {
+		t.Errorf("no partition has an owner:\n%s", r.stdout)
+	}
+	if n != 2*m.Config.Partitions {
+		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Partitions, r.stdout)
+	}
+	t.Logf("events applied by partition owners, as of their last heartbeats: %v", applied)
 
 	t.Run("dispatch", func(t *testing.T) {
 		t.Setenv("ADMIN_TOKEN", testAdminToken)
@@ -154,7 +189,12 @@ func TestStatusTable(t *testing.T) {
 	list := []projections.ProjectionStatus{
 		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
 			LastVerify:  &projections.VerifySummary{Job: "v1", State: projections.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &projections.JobSummary{Job: "job-7", State: projections.StateRunning}},
+			LastRebuild: &projections.JobSummary{Job: "job-7", State: projections.StateRunning},
+			Partitions: []projections.PartitionStatus{
+				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
+					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
+				{Partition: 1, Consumer: "proj_order_summaries_p01"},
+			}},
 		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
 			LastVerify: &projections.VerifySummary{Job: "v2", State: projections.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
 	}
@@ -177,6 +217,23 @@ func TestStatusTable(t *testing.T) {
 			if got := rows[name][col]; got != v {
 				t.Errorf("%s %s = %q, want %q", name, col, got, v)
 			}
+		}
+	}
+	// The partitions' table: its own heading, one row per partition.
+	_, parts, ok := strings.Cut(out, "\n\nPROJECTION ")
+	if !ok {
+		t.Fatalf("no partition table in:\n%s", out)
+	}
+	lines := strings.Split(parts, "\n")
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "APPLIED", "RATE/S"}) {
+		t.Errorf("partition heading %q", lines[0])
+	}
+	for i, want := range [][]string{
+		{"order_summaries", "0", "projector-1", "8s", "12", "1520", "12.4"},
+		{"order_summaries", "1", "-", "-", "-", "0", "0.0"},
+	} {
+		if got := strings.Fields(lines[1+i]); !slices.Equal(got, want) {
+			t.Errorf("partition row %d: %q, want %q", i, got, want)
 		}
 	}
 	if e := rows["customer_order_stats"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {

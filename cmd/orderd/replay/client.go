@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -193,9 +194,9 @@ func (c *client) check(ctx context.Context, p Plan) checked {
 	}
 	path := fmt.Sprintf("/v1/order-summaries/%s?min_version=%d", id, o.Version)
 	summary, s, stale, err := c.getOrder(ctx, path)
-	for err == nil && stale && time.Now().Before(c.catchUp) {
-		// The projection is still catching up: wait longer, up to the
-		// check's overall bound.
+	for (err == nil && stale || errors.Is(err, errNotFound)) && time.Now().Before(c.catchUp) {
+		// The projection is still catching up (behind, or not at the
+		// order yet): wait longer, up to the check's overall bound.
 		wait := max(min(time.Until(c.catchUp), c.timeout-2*time.Second), time.Second).Round(time.Second)
 		summary, s, stale, err = c.getOrder(ctx, fmt.Sprintf("%s&wait=%s", path, wait))
 	}
@@ -213,6 +214,9 @@ func (c *client) check(ctx context.Context, p Plan) checked {
 	return ch
 }
 
+// errNotFound is a 404 answer: the document does not exist (yet).
+var errNotFound = errors.New("not found")
+
 // getOrder GETs an order document, as a JSON value and as a domain.Order,
 // and whether the answer says X-Read-Model-Stale: true. Any answer but 200
 // with a JSON object is an error.
@@ -220,6 +224,9 @@ func (c *client) getOrder(ctx context.Context, path string) (doc map[string]any,
 	a, err := c.do(ctx, http.MethodGet, path, nil, "")
 	switch {
 	case err != nil:
+	case a.code == http.StatusNotFound:
+		reason, detail := a.problem()
+		err = fmt.Errorf("%w: %d %s: %s", errNotFound, a.code, reason, detail)
 	case a.code != http.StatusOK:
 		reason, detail := a.problem()
 		err = fmt.Errorf("%d %s: %s", a.code, reason, detail)

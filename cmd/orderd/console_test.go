@@ -1,0 +1,505 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+)
+
+// -console.screenshots: save a PNG of each console page into docs/console
+// (make screenshots).
+var consoleScreenshots = flag.Bool("console.screenshots", false, "save a PNG of each console page into docs/console (make screenshots)")
+
+// chromiumPath is Debian's chromium; `make browser` installs it.
+const chromiumPath = "/usr/bin/chromium"
+
+// browserTab starts a headless Chromium with a fresh profile and returns a
+// tab in it, closed when the test ends. A missing Chromium fails the test:
+// a skipped browser test would pass CI without testing anything.
+func browserTab(t *testing.T) context.Context {
+	t.Helper()
+	path := chromiumPath
+	if _, err := os.Stat(path); err != nil {
+		if path, err = exec.LookPath("chromium"); err != nil {
+			t.Fatalf("no Chromium at %s or on PATH: run `make browser` (apt-get install chromium)", chromiumPath)
+		}
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(path),
+		chromedp.Flag("headless", true),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1366, 900),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	tab, cancelTab := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		cancelTab()
+		cancelAlloc()
+	})
+	// The first call starts the browser, which lives as long as the
+	// context of that call: it takes no timeout (the test's bounds it).
+	if err := chromedp.Do(tab); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+	return tab
+}
+
+// page drives one tab of the console for one (sub)test.
+type page struct {
+	t   *testing.T
+	tab context.Context
+}
+
+// onFailure saves a full-page screenshot into the test's artifact
+// directory (kept with go test -artifacts) if the test has failed.
+func (p *page) onFailure(t *testing.T) {
+	dir := t.ArtifactDir()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		name := filepath.Join(dir, "failure.png")
+		if err := p.screenshot(name); err != nil {
+			t.Logf("screenshot on failure: %v", err)
+			return
+		}
+		t.Logf("screenshot of the page at the failure: %s", name)
+	})
+}
+
+func (p *page) screenshot(name string) error {
+	ctx, cancel := context.WithTimeout(p.tab, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(name, png, 0o644)
+}
+
+// save writes the page's screenshot to docs/console/<name>.png when
+// -console.screenshots is set.
+func (p *page) save(name string) {
+	p.t.Helper()
+	if !*consoleScreenshots {
+		return
+	}
+	dir := filepath.Join("..", "..", "docs", "console")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		p.t.Fatal(err)
+	}
+	if err := p.screenshot(filepath.Join(dir, name+".png")); err != nil {
+		p.t.Fatalf("screenshot %s: %v", name, err)
+	}
+}
+
+// run runs actions, bounded by d.
+func (p *page) run(d time.Duration, what string, actions ...chromedp.Action[chromedp.Void]) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.tab, d)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		p.t.Fatalf("%s: %v", what, err)
+	}
+}
+
+// waitJS waits, at most d, until the JavaScript expression is truthy.
+func (p *page) waitJS(d time.Duration, what, expr string) {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.tab, d+5*time.Second)
+	defer cancel()
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")",
+		chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(d)))
+	if err != nil {
+		p.t.Fatalf("wait %v for %s: %v", d, what, err)
+	}
+}
+
+// eval evaluates a JavaScript expression in the page into a T.
+func eval[T any](p *page, expr string) T {
+	p.t.Helper()
+	ctx, cancel := context.WithTimeout(p.tab, 10*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		p.t.Fatalf("evaluate %s: %v", expr, err)
+	}
+	return v
+}
+
+// eval evaluates a JavaScript expression in the page and decodes its
+// JSON value into v.
+func (p *page) eval(expr string, v any) {
+	p.t.Helper()
+	raw := eval[json.RawMessage](p, expr)
+	if err := json.Unmarshal(raw, v); err != nil {
+		p.t.Fatalf("evaluate %s: %s: %v", expr, raw, err)
+	}
+}
+
+// open shows a console route (the URL fragment) in the loaded console and
+// waits for the page to be shown. Only the fragment changes, as when an
+// operator follows the console's own links.
+func (p *page) open(route, pageName string) {
+	p.t.Helper()
+	eval[string](p, fmt.Sprintf(`location.hash = %q`, route))
+	p.waitJS(10*time.Second, "page "+pageName, fmt.Sprintf(`document.getElementById('page').dataset.page === %q && !document.getElementById('page').hidden`, pageName))
+}
+
+// TestConsole boots the service, places and moves orders, and drives
+// every page of the operator console in headless Chromium.
+func TestConsole(t *testing.T) {
+	m := runAdminMain(t)
+	c := newClient(t, m)
+	tab := browserTab(t)
+	base := "http://" + m.HTTPAddr + "/console/"
+
+	// Orders: con-1..con-4 placed, moved along, and projected.
+	steps := map[string][]string{
+		"con-1": {"approve"},
+		"con-2": {"approve", "ship"},
+		"con-3": {"approve", "invoice", "ship", "deliver"},
+		"con-4": {"cancel"},
+	}
+	for i, id := range []string{"con-1", "con-2", "con-3", "con-4"} {
+		a := c.place(id, fmt.Sprintf("cust-con-%d", i%2), int64(i+1), 1990, 500)
+		for _, s := range steps[id] {
+			a = c.step(id, s)
+		}
+		c.summaryEqualsOrder(id, a.Version)
+	}
+	c.waitStats("cust-con-0", func(s customerStats) bool { return s.OrderCount == 2 })
+	c.waitStats("cust-con-1", func(s customerStats) bool { return s.OrderCount == 2 })
+
+	sub := func(name string, f func(t *testing.T, p *page)) {
+		t.Run(name, func(t *testing.T) {
+			p := &page{t: t, tab: tab}
+			p.onFailure(t)
+			f(t, p)
+		})
+	}
+	ok := true
+	ok = ok && t.Run("login", func(t *testing.T) {
+		p := &page{t: t, tab: tab}
+		p.onFailure(t)
+		p.run(20*time.Second, "open the console", chromedp.Navigate(base))
+		p.run(10*time.Second, "login form", chromedp.WaitVisible("#token"))
+		// A wrong token is refused by the API (401) and the form stays.
+		p.run(10*time.Second, "sign in with a wrong token",
+			chromedp.SendKeys("#token", "not-the-token"), chromedp.Click("#login-form button"))
+		p.waitJS(10*time.Second, "the 401 shown on the login form",
+			`document.getElementById('login-message').textContent.includes('401') && !document.getElementById('login').hidden`)
+		p.run(10*time.Second, "sign in",
+			chromedp.SendKeys("#token", testAdminToken), chromedp.Click("#login-form button"))
+		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 2`)
+		var leaks []string
+		p.eval(fmt.Sprintf(`[location.href, document.documentElement.outerHTML, ...performance.getEntriesByType('resource').map(e => e.name)].filter(s => s.includes(%q))`, testAdminToken), &leaks)
+		if len(leaks) != 0 {
+			t.Errorf("the token is in a URL or in the page: %q", leaks)
+		}
+		var stored string
+		p.eval(`sessionStorage.getItem('orderd.adminToken')`, &stored)
+		if stored != testAdminToken {
+			t.Errorf("session storage holds %q, want the token", stored)
+		}
+	})
+	if !ok {
+		t.Fatal("not signed in: the pages cannot be tested")
+	}
+
+	sub("projections", func(t *testing.T, p *page) {
+		p.open("#/projections", "projections")
+		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+			row := fmt.Sprintf(`document.querySelector('tr[data-projection=%q]')`, name)
+			p.waitJS(20*time.Second, name+" with lag 0",
+				row+` && `+row+`.querySelector('td.lag').dataset.lag === '0' && `+row+`.querySelector('td.lag').textContent.includes('0')`)
+			// The apply rate needs two samples of the ack floor.
+			p.waitJS(10*time.Second, name+" with an apply rate", row+`.querySelector('td.rate').dataset.rate !== ''`)
+			p.waitJS(10*time.Second, name+"'s lag chart",
+				fmt.Sprintf(`document.querySelector('[data-chart-of=%q] polyline.lag') !== null`, name))
+			var cells []string
+			p.eval(`Array.from(`+row+`.querySelectorAll('td')).map(td => td.textContent)`, &cells)
+			if len(cells) != 7 || !strings.HasPrefix(cells[0], name) || !strings.Contains(cells[3], "✓ 0") ||
+				!strings.Contains(cells[4], "never") || !strings.Contains(cells[5], "never") || !strings.Contains(cells[6], "none") {
+				t.Errorf("%s row: %q", name, cells)
+			}
+		}
+
+		// Orders placed while the page samples: the apply rate rises above
+		// zero and the lag returns to 0.
+		for i := range 30 {
+			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
+			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
+		}
+		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+			p.waitJS(20*time.Second, name+"'s apply rate above 0 in the chart",
+				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
+			p.waitJS(20*time.Second, name+" back to lag 0",
+				fmt.Sprintf(`document.querySelector('tr[data-projection=%q] td.lag').dataset.lag === '0'`, name))
+		}
+		p.save("projections")
+	})
+
+	sub("rebuild", func(t *testing.T, p *page) {
+		p.open("#/rebuild", "rebuild")
+		p.waitJS(10*time.Second, "projections to choose from", `document.querySelector('#rebuild-projection option[value=order_summaries]') !== null`)
+		p.run(10*time.Second, "start a rebuild with 2 partitions",
+			chromedp.SetValue("#rebuild-projection", "order_summaries"),
+			chromedp.SetValue("#rebuild-partitions", "2"),
+			chromedp.Click("#rebuild-start"))
+		p.waitJS(10*time.Second, "the job's page", `location.hash.startsWith('#/rebuild/order_summaries/') && document.getElementById('rebuild-job') !== null`)
+		p.waitJS(60*time.Second, "the rebuild to succeed", `document.getElementById('rebuild-job').dataset.state === 'succeeded'`)
+		var percent, phase string
+		var value float64
+		p.eval(`document.getElementById('rebuild-percent').textContent`, &percent)
+		p.eval(`document.getElementById('rebuild-phase').textContent`, &phase)
+		p.eval(`document.getElementById('rebuild-progress').value`, &value)
+		if percent != "100 %" || value != 100 || !strings.Contains(phase, "succeeded: 100 %") {
+			t.Errorf("finished rebuild shows %q, progress %v, %q", percent, value, phase)
+		}
+		var tasks map[string]string
+		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('#tasks tr[data-task]')).map(tr => [tr.dataset.task, tr.dataset.state]))`, &tasks)
+		if len(tasks) != 4 || tasks["plan"] != "done" || tasks["part-0"] != "done" || tasks["part-1"] != "done" || tasks["finish"] != "done" {
+			t.Errorf("tasks %v, want plan, part-0, part-1 and finish done", tasks)
+		}
+		var cancelDisabled bool
+		p.eval(`document.getElementById('rebuild-cancel').disabled`, &cancelDisabled)
+		if !cancelDisabled {
+			t.Error("cancel is offered for a finished rebuild")
+		}
+		p.save("rebuild")
+	})
+
+	sub("verify", func(t *testing.T, p *page) {
+		// Drift: a summary written behind the service's back, at the
+		// same version, with another status.
+		active := activeCollection(t, c, "order_summaries")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		coll := m.mongo.Database(m.Config.Database).Collection(active)
+		if res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-2"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "delivered"}, {Key: "total_cents", Value: 1}}}}); err != nil || res.ModifiedCount != 1 {
+			t.Fatalf("drift con-2 in %s: %v %+v", active, err, res)
+		}
+
+		startVerify := func(repair bool) {
+			p.open("#/verify", "verify")
+			p.waitJS(10*time.Second, "projections to choose from", `document.querySelector('#verify-projection option[value=order_summaries]') !== null`)
+			p.run(10*time.Second, "choose order_summaries", chromedp.SetValue("#verify-projection", "order_summaries"))
+			eval[bool](p, fmt.Sprintf(`document.getElementById('verify-repair').checked = %v`, repair))
+			p.run(10*time.Second, "start a verify", chromedp.Click("#verify-start"))
+			p.waitJS(10*time.Second, "the job's page", `location.hash.startsWith('#/verify/order_summaries/') && document.getElementById('verify-job') !== null`)
+			p.waitJS(60*time.Second, "the verify to succeed", `document.getElementById('verify-job').dataset.state === 'succeeded' && document.getElementById('verify-verdict') !== null`)
+		}
+		count := func(name string) string {
+			var s string
+			p.eval(fmt.Sprintf(`document.querySelector('#verify-counts tr[data-count=%q] td').textContent`, name), &s)
+			return s
+		}
+
+		startVerify(false)
+		var fields string
+		p.waitJS(5*time.Second, "con-2 reported different", `document.querySelector('#verify-examples tr[data-id="con-2"][data-kind="different"]') !== null`)
+		p.eval(`document.querySelector('#verify-examples tr[data-id="con-2"] td:last-child').textContent`, &fields)
+		if fields != "status, total_cents" {
+			t.Errorf("differing fields of con-2: %q, want status, total_cents", fields)
+		}
+		var digests string
+		p.eval(`document.getElementById('verify-digests-verdict').textContent`, &digests)
+		if got := count("different"); got != "1" || digests != "≠ differ" {
+			t.Errorf("different %q, digests %q; want 1 and ≠ differ", got, digests)
+		}
+		var left, right string
+		p.eval(`document.querySelectorAll('#verify-digests tbody tr:first-child td code')[0].textContent`, &left)
+		p.eval(`document.querySelectorAll('#verify-digests tbody tr:first-child td code')[1].textContent`, &right)
+		if left == "" || right == "" || left == right {
+			t.Errorf("digests side by side: %q and %q, want two different ones", left, right)
+		}
+		p.save("verify")
+
+		startVerify(true)
+		if got := count("repaired"); got != "1" {
+			t.Errorf("repaired %q, want 1", got)
+		}
+		startVerify(false)
+		p.waitJS(5*time.Second, "a clean report", `document.getElementById('verify-verdict').dataset.drift === '0' && document.getElementById('verify-no-examples') !== null`)
+		p.eval(`document.getElementById('verify-digests-verdict').textContent`, &digests)
+		if digests != "= equal" {
+			t.Errorf("digests after the repair: %q", digests)
+		}
+		c.summaryEqualsOrder("con-2", 3)
+	})
+
+	sub("dead letters", func(t *testing.T, p *page) {
+		// A poison event: v3 of con-dl reaches the projectors while the
+		// log holds only v1, a gap the log cannot fill, so each projection
+		// parks it.
+		a := c.place("con-dl", "cust-con-dl", 1, 700, 0)
+		c.summaryEqualsOrder("con-dl", a.Version)
+		at := time.Now().UTC()
+		event := func(v int64, d domain.EventData) domain.Event {
+			return domain.Event{ID: fmt.Sprintf("con-dl-e%d", v), StreamID: "con-dl", StreamType: domain.StreamTypeOrder, Type: d.EventType(),
+				Version: v, OccurredAt: domain.Timestamp(at), RecordedAt: domain.Timestamp(at), Data: d,
+				Metadata: domain.Metadata{CorrelationID: "corr-con-dl", CausationID: fmt.Sprintf("cmd-con-dl-%d", v), SchemaVersion: domain.CurrentSchema(d.EventType())}}
+		}
+		v2, v3 := event(2, domain.OrderApproved{}), event(3, domain.OrderShipped{})
+		publishEvent(t, m, v3)
+
+		p.open("#/dead-letters", "dead-letters")
+		p.waitJS(30*time.Second, "the poison event on the page, once per projection",
+			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 2`)
+		var errText string
+		p.eval(`document.querySelector('#dead-table tr.dead-letter[data-stream="con-dl"] td.bad').textContent`, &errText)
+		if strings.TrimPrefix(errText, "✗ ") == "" {
+			t.Error("dead letter shown without its error")
+		}
+		t.Logf("dead letter error as shown: %s", errText)
+		p.save("dead-letters")
+
+		// Before the fix a retry fails, and the page shows the API's
+		// problem document.
+		p.run(10*time.Second, "retry one", chromedp.Click(`#dead-table button.retry-one[data-id="order_summaries:con-dl-e3"]`))
+		p.waitJS(20*time.Second, "the failed retry's problem document",
+			`document.querySelector('#retry-log li[data-result="failed"] .problem[data-problem-type="/problems/retry-failed"][data-status="409"]') !== null`)
+
+		// The fix: the log gets v2 and v3 (the ids of the events parked),
+		// so the gap can be filled; then retry all of the stream.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		es := eventstore.New(m.mongo.Database(m.Config.Database))
+		if _, err := es.Append(ctx, domain.Commit{StreamID: "con-dl", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
+			Events: []domain.Event{v2, v3}}); err != nil {
+			t.Fatalf("append v2 and v3 of con-dl: %v", err)
+		}
+		p.waitJS(10*time.Second, "the retry-all button", `document.querySelector('#dead-table button.retry-stream[data-stream="con-dl"]') !== null`)
+		p.run(10*time.Second, "retry all of con-dl", chromedp.Click(`#dead-table button.retry-stream[data-stream="con-dl"]`))
+		p.waitJS(30*time.Second, "both retries applied and the list empty",
+			`document.querySelectorAll('#retry-log li[data-result="applied"]').length === 2 && document.querySelector('#dead-table tr[data-stream="con-dl"]') === null`)
+		c.summaryEqualsOrder("con-dl", 3)
+	})
+
+	sub("order", func(t *testing.T, p *page) {
+		// A read model's document drifted behind the service's back: the
+		// page marks the field.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stats := m.mongo.Database(m.Config.Database).Collection(activeCollection(t, c, "customer_order_stats"))
+		if res, err := stats.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-3"}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "shipped"}}}}); err != nil || res.ModifiedCount != 1 {
+			t.Fatalf("drift con-3's contribution: %v %+v", err, res)
+		}
+
+		p.open("#/order", "order")
+		p.run(10*time.Second, "look up con-3",
+			chromedp.SendKeys("#order-id", "con-3"), chromedp.Click("#order-form button"))
+		p.waitJS(20*time.Second, "the timeline and both read models",
+			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 2`)
+		var versions []int
+		var types []string
+		p.eval(`Array.from(document.querySelectorAll('#timeline li')).map(li => Number(li.dataset.version))`, &versions)
+		p.eval(`Array.from(document.querySelectorAll('#timeline li')).map(li => li.dataset.type)`, &types)
+		wantTypes := []string{domain.TypeOrderPlaced, domain.TypeOrderApproved, domain.TypeOrderInvoiced, domain.TypeOrderShipped, domain.TypeOrderDelivered}
+		if fmt.Sprint(versions) != "[1 2 3 4 5]" || fmt.Sprint(types) != fmt.Sprint(wantTypes) {
+			t.Errorf("timeline versions %v types %v, want 1..5 %v", versions, types, wantTypes)
+		}
+		var ids []string
+		p.eval(`Array.from(document.querySelectorAll('#timeline li dd.mono')).map(dd => dd.textContent)`, &ids)
+		if len(ids) != 15 || strings.Contains(strings.Join(ids, ""), "–") {
+			t.Errorf("each event's id, correlation and causation id: %q", ids)
+		}
+		var states map[string]string
+		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('section.read-model')).map(s => [s.dataset.projection, s.dataset.state]))`, &states)
+		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" {
+			t.Errorf("read model states %v, want order_summaries equal and customer_order_stats different", states)
+		}
+		var marked []string
+		p.eval(`Array.from(document.querySelectorAll('section.read-model[data-projection="customer_order_stats"] tr[data-differs="yes"]')).map(tr => tr.dataset.field + ' ' + tr.querySelector('td.mark').textContent)`, &marked)
+		if fmt.Sprint(marked) != "[status ≠]" {
+			t.Errorf("fields marked as differing: %q, want [status ≠]", marked)
+		}
+		p.save("order")
+
+		// An unknown order: the API's problem document.
+		p.open("#/order/no-such-order", "order")
+		p.waitJS(10*time.Second, "the 404 problem document",
+			`document.querySelector('#order-events .problem[data-problem-type="/problems/not-found"][data-status="404"]') !== null`)
+	})
+
+	sub("401 signs out", func(t *testing.T, p *page) {
+		eval[bool](p, `sessionStorage.setItem('orderd.adminToken', 'revoked'); location.hash = '#/dead-letters'; true`)
+		p.waitJS(10*time.Second, "the login form again",
+			`!document.getElementById('login').hidden && document.getElementById('page').hidden && document.getElementById('login-message').textContent.includes('401')`)
+		var stored *string
+		p.eval(`sessionStorage.getItem('orderd.adminToken')`, &stored)
+		if stored != nil {
+			t.Errorf("the refused token is still stored: %q", *stored)
+		}
+	})
+}
+
+// activeCollection returns the projection's active collection as the
+// admin API names it.
+func activeCollection(t *testing.T, c *client, projection string) string {
+	t.Helper()
+	var body struct {
+		Projections []domain.ProjectionStatus `json:"projections"`
+	}
+	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+testAdminToken).decode(t, &body)
+	for _, p := range body.Projections {
+		if p.Name == projection {
+			return p.ActiveCollection
+		}
+	}
+	t.Fatalf("no projection %s in %+v", projection, body)
+	return ""
+}
+
+// publishEvent publishes e to the service's JetStream stream as the relay
+// would, with its id as Nats-Msg-Id, without it being in the log.
+func publishEvent(t *testing.T, m *Main, e domain.Event) {
+	t.Helper()
+	body, err := domain.MarshalEvent(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(m.Config.NATSURL)
+	if err != nil {
+		t.Fatalf("nats: %v", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	msg := &nats.Msg{Subject: subjectPrefix + "." + e.StreamID, Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+	if ack, err := js.PublishMsg(ctx, msg); err != nil || ack.Duplicate {
+		t.Fatalf("publish %s: %v (ack %+v)", e.ID, err, ack)
+	}
+}

@@ -1,0 +1,269 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/projections"
+)
+
+// Sizes of BenchmarkProjectionScaling.
+const (
+	scaleOrders  = 600 // 4 events each: 2400 events, applied by each of the two projections
+	scaleUpdates = 4800
+	scaleClients = 16
+)
+
+// BenchmarkProjectionScaling measures, against one embedded store and NATS
+// server that the benchmark process owns, in one run:
+//
+//  1. the store's raw update rate: updateOne by _id ($set of two fields)
+//     on a scratch collection of 600 documents, from 16 goroutines;
+//  2. the projection apply rate with 1, 2 and 3 projector processes
+//     (orderd serve -roles projector): for each count, a fresh database
+//     and stream, the processes started and their 16 partitions per
+//     projection shared evenly, then 600 orders' 2400 events published at
+//     once; the rate is the events applied by both projections (4800)
+//     over the time from the first publish until every partition's
+//     consumer has acknowledged everything.
+//
+// Every process writes through the same store, whose writes run one at a
+// time (its funnel) on a machine whose cores the processes share: the
+// curve shows how far partitions spread the work before the store is the
+// limit. Run it with -benchtime 1x (make bench).
+func BenchmarkProjectionScaling(b *testing.B) {
+	dir := b.TempDir()
+	storeAddr := "127.0.0.1:" + fmt.Sprint(freePort(b))
+	store, err := embedded.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = store.Close() })
+	natsPort := freePort(b)
+	ns, err := embedded.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	uri, natsURL := "mongodb://"+storeAddr+"/", fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	client, err := mongo.Connect(options.Client().ApplyURI(uri))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.Disconnect(context.Background()) })
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+
+	b.ResetTimer()
+	raw := rawUpdates(ctx, b, client.Database("bench_raw").Collection("docs"))
+	rates := map[int]float64{}
+	for _, procs := range []int{1, 2, 3} {
+		rates[procs] = applyRate(ctx, b, client, js, uri, natsURL, procs)
+	}
+	b.StopTimer()
+
+	b.ReportMetric(raw, "raw_updates/s")
+	var t strings.Builder
+	fmt.Fprintf(&t, "\nBenchmarkProjectionScaling: embedded FerretDB 1.24 on SQLite + embedded NATS, 16 partitions per projection\n")
+	fmt.Fprintf(&t, "  %-52s %12.0f /s\n", "raw updateOne by _id, 16 goroutines", raw)
+	for _, procs := range []int{1, 2, 3} {
+		b.ReportMetric(rates[procs], fmt.Sprintf("applied/s_%dproc", procs))
+		fmt.Fprintf(&t, "  %-52s %12.0f /s  (%.2f of raw, %.2fx one process)\n",
+			fmt.Sprintf("projection apply rate, %d projector process(es)", procs), rates[procs], rates[procs]/raw, rates[procs]/rates[1])
+	}
+	fmt.Fprint(os.Stdout, t.String())
+}
+
+// rawUpdates inserts scaleOrders documents into coll, then updates them by
+// _id scaleUpdates times from scaleClients goroutines, and returns the
+// updates per second.
+func rawUpdates(ctx context.Context, b *testing.B, coll *mongo.Collection) float64 {
+	b.Helper()
+	_ = coll.Drop(ctx)
+	for i := range scaleOrders {
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i)}, {Key: "version", Value: int64(0)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next, failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range scaleClients {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= scaleUpdates || ctx.Err() != nil {
+					return
+				}
+				_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i%scaleOrders)}},
+					bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(i)}, {Key: "status", Value: "shipped"}}}})
+				if err != nil && failed.Add(1) <= 3 {
+					b.Errorf("raw update %d: %v", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(scaleUpdates) / time.Since(start).Seconds()
+}
+
+// applyRate starts procs projector processes on a fresh database and
+// stream, waits until they share the partitions evenly, publishes
+// scaleOrders orders' events and returns the events applied per second
+// (both projections) until every partition consumer has acknowledged
+// everything.
+func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetstream.JetStream, uri, natsURL string, procs int) float64 {
+	b.Helper()
+	dbName, streamName := fmt.Sprintf("scale_%d", procs), fmt.Sprintf("SCALE_%d", procs)
+	db := client.Database(dbName)
+	cfg := eventstore.StreamConfig{Name: streamName, SubjectPrefix: subjectPrefix, Duplicates: time.Minute, Partitions: projections.DefaultPartitions}
+	if err := eventstore.EnsureStream(ctx, js, cfg); err != nil {
+		b.Fatal(err)
+	}
+	// The log first, unpublished: the processes then start on an empty
+	// stream.
+	es := eventstore.New(db)
+	if err := es.EnsureIndexes(ctx); err != nil {
+		b.Fatal(err)
+	}
+	svc := domain.NewService(es, nil)
+	var events []domain.Event
+	for i := range scaleOrders {
+		id := fmt.Sprintf("scale-%d-%04d", procs, i)
+		for _, c := range []domain.Command{
+			domain.PlaceOrder{CustomerID: fmt.Sprintf("cust-%d", i%50), Currency: "BRL",
+				Items: []domain.Line{{SKU: "sku-1", Quantity: 1, UnitPriceCents: 1990}}},
+			domain.Approve{}, domain.Ship{}, domain.Deliver{},
+		} {
+			if _, err := svc.Execute(ctx, id, c, domain.ExecOptions{}); err != nil {
+				b.Fatalf("%s: %T: %v", id, c, err)
+			}
+		}
+		evs, err := es.Load(ctx, id, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events = append(events, evs...)
+	}
+	// The stream and processes go at the end of the round: the next
+	// round's stream takes the same subjects.
+	var started []*instance
+	defer func() {
+		for _, in := range started {
+			in.kill()
+		}
+		if err := js.DeleteStream(context.WithoutCancel(ctx), streamName); err != nil {
+			b.Errorf("delete stream %s: %v", streamName, err)
+		}
+	}()
+	for i := range procs {
+		name := fmt.Sprintf("projector-%d", i+1)
+		started = append(started, startInstance(b, name, "-roles", "projector", "-instance-id", name, "-http-addr", "127.0.0.1:0",
+			"-mongodb-uri", uri, "-mongodb-database", dbName, "-nats-url", natsURL, "-stream", streamName, "-log-level", "warn"))
+	}
+	// Even shares: with n processes, each holds 16/n or one more, in both
+	// projections.
+	parts := db.Collection(projections.PartitionsCollection)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var leases []struct {
+			Projection string    `bson:"projection"`
+			Owner      string    `bson:"owner"`
+			Expires    time.Time `bson:"expires_at"`
+		}
+		held := map[string]map[string]int{}
+		if cur, err := parts.Find(ctx, bson.D{}); err == nil && cur.All(ctx, &leases) == nil {
+			for _, l := range leases {
+				if l.Owner != "" && l.Expires.After(time.Now()) {
+					if held[l.Projection] == nil {
+						held[l.Projection] = map[string]int{}
+					}
+					held[l.Projection][l.Owner]++
+				}
+			}
+		}
+		even := len(held) == 2
+		for _, owners := range held {
+			total := 0
+			for _, n := range owners {
+				total += n
+				even = even && n >= projections.DefaultPartitions/procs && n <= (projections.DefaultPartitions+procs-1)/procs
+			}
+			even = even && len(owners) == procs && total == projections.DefaultPartitions
+		}
+		if even {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d projectors: partitions held as %v, not evenly", procs, held)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	start := time.Now()
+	if n, err := eventstore.Republish(ctx, js, cfg, events); err != nil || n != len(events) {
+		b.Fatalf("publish: %d of %d (%v)", n, len(events), err)
+	}
+	deadline = time.Now().Add(10 * time.Minute)
+	for {
+		lag, err := streamLag(ctx, js, streamName)
+		if err == nil && lag == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d projectors: lag %d (%v) after 10 minutes", procs, lag, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	n, err := db.Collection(projections.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})
+	if err != nil || n != scaleOrders {
+		b.Errorf("%d projectors: %d summaries at version 4 (%v), want %d", procs, n, err, scaleOrders)
+	}
+	return float64(2*len(events)) / elapsed.Seconds()
+}
+
+// streamLag sums, over the stream's consumers, the messages pending or
+// awaiting acks; an error until every partition consumer of both
+// projections exists.
+func streamLag(ctx context.Context, js jetstream.JetStream, stream string) (uint64, error) {
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0, err
+	}
+	var lag uint64
+	n := 0
+	for info := range s.ListConsumers(ctx).Info() {
+		n++
+		lag += info.NumPending + uint64(info.NumAckPending)
+	}
+	if n < 2*projections.DefaultPartitions {
+		return 0, fmt.Errorf("%d consumers", n)
+	}
+	return lag, nil
+}
