@@ -50,10 +50,19 @@ type RunnerConfig struct {
 	SubjectPrefix string
 	// Partitions is how many partitions the stream splits the events into
 	// [DefaultPartitions]; it must equal the stream's.
-	Partitions    int
-	Owner         string        // instance id holding partition leases [host name and pid]
-	Workers       int           // pull loops per partition this process owns [2]
-	BatchSize     int           // most messages folded per write round [256]
+	Partitions int
+	Owner      string // instance id holding partition leases [host name and pid]
+	Workers    int    // pull loops per partition this process owns [2]
+	BatchSize  int    // most messages folded per write round [256]
+	// Writers is how many write rounds of this projection may be in
+	// flight at once in this process, whatever the number of partitions it
+	// owns [2]. A worker waiting for a slot keeps receiving, so its next
+	// batch is larger and the events of one stream in it fold into one
+	// document write: on a store with one writer (the embedded store) 16
+	// partitions with a round each in flight wrote a document per event,
+	// 2.4 times the writes of 2 rounds (measured on the Olist replay).
+	// Raise it where the store takes parallel writes (MongoDB).
+	Writers       int
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
 	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
 	LagInterval   time.Duration // consumer lag sampling [2s]
@@ -111,6 +120,7 @@ type Runner struct {
 	log     *slog.Logger
 	metrics *Metrics
 	lastErr atomic.Pointer[string]
+	writers chan struct{} // a slot per write round in flight (Writers)
 
 	// Run's goroutine changes owned, under mu; renewLoop reads it under
 	// mu. The other fields are Run's goroutine's only.
@@ -174,7 +184,7 @@ func (r *Runner) setLastError(err error) {
 func NewRunner[D any](p *Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.def.Name, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.def.Name), metrics: m,
-		table: newPartitionTable(p.db, p.def.Name, cfg.Owner, cfg.LeaseTTL)}
+		table: newPartitionTable(p.db, p.def.Name, cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
 }
 
 func (c *RunnerConfig) setDefaults() {
@@ -190,6 +200,9 @@ func (c *RunnerConfig) setDefaults() {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
+	}
+	if c.Writers <= 0 {
+		c.Writers = 2
 	}
 	if c.MaxDeliveries <= 0 {
 		c.MaxDeliveries = 5
@@ -559,9 +572,10 @@ func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 	return g.Wait()
 }
 
-// work pulls continuously; the first message of a batch is waited for, the
-// rest are whatever is already buffered, so a batch costs no extra latency
-// at low load and grows to BatchSize under load. When ctx is done, the
+// work pulls continuously; the first message of a batch is waited for,
+// then a write slot (Writers), and the rest are whatever is buffered by
+// then, so a batch costs no extra latency at low load and grows to
+// BatchSize under load. When ctx is done, the
 // messages pulled and not handled are given back (Nak), so the
 // partition's next owner gets them at once rather than after AckWait.
 func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) error {
@@ -593,6 +607,12 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 			sleep(ctx, 100*time.Millisecond)
 			continue
 		}
+		select {
+		case r.writers <- struct{}{}:
+		case <-ctx.Done():
+			_ = first.Nak()
+			return nil
+		}
 		batch := []jetstream.Msg{first}
 		for len(batch) < r.cfg.BatchSize {
 			m, err := it.Next(jetstream.NextMaxWait(500 * time.Microsecond))
@@ -602,6 +622,7 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 			batch = append(batch, m)
 		}
 		r.handle(ctx, tn, batch)
+		<-r.writers
 	}
 	return nil
 }

@@ -182,7 +182,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
 	rc := projections.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
-		Owner: c.instanceID(), Workers: c.ProjectorWorkers, LeaseTTL: c.PartitionTTL}
+		Owner: c.instanceID(), Workers: c.ProjectorWorkers, Writers: c.ProjectorWriters, LeaseTTL: c.PartitionTTL}
 	if c.TenureLog != "" {
 		tl, err := openTenureLog(c.TenureLog, c.instanceID())
 		if err != nil {

@@ -28,6 +28,7 @@ type Config struct {
 	Stream            string // ORDERD_STREAM
 	StreamReplicas    int    // ORDERD_STREAM_REPLICAS
 	ProjectorWorkers  int    // ORDERD_PROJECTOR_WORKERS
+	ProjectorWriters  int    // ORDERD_PROJECTOR_WRITERS
 	CacheSize         int    // ORDERD_CACHE_SIZE: streams whose state the API caches
 	AdminToken        string // ADMIN_TOKEN (environment only, never a flag: flags show in ps)
 	// OTLPEndpoint turns tracing on: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
@@ -64,7 +65,7 @@ func DefaultConfig() Config {
 		HTTPAddr: "127.0.0.1:8080", Database: "orderd", DataDir: "./data", Roles: "all",
 		LogFormat: "text", LogLevel: "info",
 		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
-		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, CacheSize: 100_000,
+		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, ProjectorWriters: 2, CacheSize: 100_000,
 		Partitions: 16, PartitionTTL: 10 * time.Second,
 		RelaySweepInterval: 5 * time.Second, RelaySweepGrace: 5 * time.Second,
 		JobConcurrency: 1, JobLeaseTTL: 15 * time.Second, RebuildBatch: 500,
@@ -114,7 +115,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.EmbeddedNATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
 	str(&c.Stream, "ORDERD_STREAM", "stream", "JetStream stream name")
 	num(&c.StreamReplicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
-	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per projection in this process (1 keeps each order's events in order, so gaps are rare)")
+	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per partition this process owns (1 keeps each order's events in order, so gaps are rare)")
+	num(&c.ProjectorWriters, "ORDERD_PROJECTOR_WRITERS", "projector-writers", "write rounds of a projection in flight at once in this process, across its partitions (fewer writes fold more events each; raise it on MongoDB)")
 	num(&c.Partitions, "ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "partitions each projection's events are split into, shared by the projector processes; every process must agree (see README before changing it)")
 	dur(&c.PartitionTTL, "ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "lease of a projection partition and a projector's heartbeat; a dead projector's partitions are taken over after this")
 	str(&c.TenureLog, "ORDERD_TENURE_LOG", "tenure-log", "file to append each partition tenure's start and stop to, one JSON line each (audits and tests); empty: none")
@@ -158,8 +160,8 @@ func (c Config) Validate() error {
 	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.StreamReplicas))
 	}
-	if c.ProjectorWorkers < 1 || c.CacheSize < 0 || c.RelaySweepInterval <= 0 || c.RelaySweepGrace <= 0 {
-		errs = append(errs, errors.New("projector workers must be >= 1, cache size >= 0, relay sweep interval and grace > 0"))
+	if c.ProjectorWorkers < 1 || c.ProjectorWriters < 1 || c.CacheSize < 0 || c.RelaySweepInterval <= 0 || c.RelaySweepGrace <= 0 {
+		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size >= 0, relay sweep interval and grace > 0"))
 	}
 	if c.Partitions < 1 || c.Partitions > 256 {
 		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Partitions))
