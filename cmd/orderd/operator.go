@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -25,6 +26,15 @@ const (
 	// a 5xx) before waiting gives up.
 	adminPollFailures = 5
 )
+
+// adminFlagSet returns the flags of subcommand name, which print usage
+// and then the flags' defaults to stderr for -h.
+func adminFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	return fs
+}
 
 // adminOptions are the flags the admin subcommands share.
 type adminOptions struct {

@@ -48,9 +48,7 @@ Flags:
 // stdout; usage, progress and hints to stderr. It returns nil for -h and
 // for a rebuild that was started (or, with -wait, that succeeded).
 func rebuildMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("rebuild", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), rebuildUsage); fs.PrintDefaults() }
+	fs := adminFlagSet("rebuild", rebuildUsage, stderr)
 	var o adminOptions
 	o.bind(fs, getenv)
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")

@@ -84,9 +84,7 @@ Flags:
 // stdout, usage to stderr. It returns nil for -h and whenever the service
 // answered.
 func statusMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), statusUsage); fs.PrintDefaults() }
+	fs := adminFlagSet("status", statusUsage, stderr)
 	var o adminOptions
 	o.bindConn(fs, getenv)
 	pos, err := parseInterspersed(fs, args)

@@ -47,9 +47,7 @@ Flags:
 // stdout. It returns nil for -h and when the job succeeded with no drift
 // left unrepaired.
 func verifyMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), verifyUsage); fs.PrintDefaults() }
+	fs := adminFlagSet("verify", verifyUsage, stderr)
 	var o adminOptions
 	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
