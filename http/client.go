@@ -52,8 +52,9 @@ func (c *ClientConfig) setDefaults() {
 // Client is the client of the REST API that Server serves. Each call is
 // one HTTP request, without retries: a call returns the domain type of a
 // 2xx answer, an *Error for any other answer, an error wrapping
-// ErrUndecodable for a 2xx body that does not decode, or the transport's
-// error (a *url.Error) when no answer came.
+// ErrUndecodable for a 2xx body that does not decode, the transport's
+// error (a *url.Error) when no answer came, or a read error when the
+// answer was cut.
 type Client struct {
 	cfg ClientConfig
 }
@@ -128,27 +129,21 @@ func excerpt(body []byte) string {
 	return s
 }
 
-// answer is a 2xx answer read in full.
-type answer struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
 // do sends one request with in as its JSON body (nil: no body) and the
-// headers of h, and decodes a 2xx answer into out (nil: not decoded).
-func (c *Client) do(ctx context.Context, method, path string, h http.Header, in, out any) (answer, error) {
+// headers of h, decodes a 2xx answer into out (nil: not decoded) and
+// returns its headers.
+func (c *Client) do(ctx context.Context, method, path string, h http.Header, in, out any) (http.Header, error) {
 	var rd io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return answer{}, fmt.Errorf("%s %s: %w", method, path, err)
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.cfg.URL+path, rd)
 	if err != nil {
-		return answer{}, err
+		return nil, err
 	}
 	for k, v := range h {
 		req.Header[k] = v
@@ -162,7 +157,7 @@ func (c *Client) do(ctx context.Context, method, path string, h http.Header, in,
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return answer{}, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
@@ -170,18 +165,17 @@ func (c *Client) do(ctx context.Context, method, path string, h http.Header, in,
 		_, err = io.Copy(io.Discard, resp.Body)
 	}
 	if err != nil {
-		return answer{}, fmt.Errorf("%s %s: %d answer cut: %w", method, path, resp.StatusCode, err)
+		return nil, fmt.Errorf("%s %s: %d answer cut: %w", method, path, resp.StatusCode, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return answer{}, newError(method, path, resp.StatusCode, body)
+		return nil, newError(method, path, resp.StatusCode, body)
 	}
-	a := answer{status: resp.StatusCode, header: resp.Header, body: body}
 	if out != nil {
 		if err := json.Unmarshal(body, out); err != nil {
-			return a, fmt.Errorf("%s %s: %d answer %q: %w: %v", method, path, resp.StatusCode, excerpt(body), ErrUndecodable, err)
+			return resp.Header, fmt.Errorf("%s %s: %d answer %q: %w: %v", method, path, resp.StatusCode, excerpt(body), ErrUndecodable, err)
 		}
 	}
-	return a, nil
+	return resp.Header, nil
 }
 
 // placeBody is the body of POST /v1/orders (placeRequest).
@@ -243,12 +237,12 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 		Version int64         `json:"version"`
 		Status  domain.Status `json:"status"`
 	}
-	a, err := c.do(ctx, http.MethodPost, path, h, body, &res)
+	header, err := c.do(ctx, http.MethodPost, path, h, body, &res)
 	if err != nil {
 		return domain.Result{}, err
 	}
 	return domain.Result{OrderID: res.OrderID, Version: res.Version, Status: res.Status,
-		Replayed: a.header.Get("Idempotent-Replayed") == "true"}, nil
+		Replayed: header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
 func setHeader(h http.Header, k, v string) {
@@ -298,9 +292,9 @@ func (c *Client) Summary(ctx context.Context, id string, q SummaryQuery) (o doma
 	if len(v) > 0 {
 		path += "?" + v.Encode()
 	}
-	a, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
+	header, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
 	if err != nil {
 		return domain.Order{}, false, err
 	}
-	return o, a.header.Get("X-Read-Model-Stale") == "true", nil
+	return o, header.Get("X-Read-Model-Stale") == "true", nil
 }
