@@ -1,6 +1,6 @@
-// Package http is the REST API of DESIGN.md §10 (imported as orderhttp):
-// commands over POST, the order folded from the log, the read models, and
-// health, readiness and Prometheus metrics.
+// Package http is the REST API of DESIGN.md §10, server and client (imported
+// as orderhttp): commands over POST, the order folded from the log, the read
+// models, and health, readiness and Prometheus metrics.
 //
 // It keeps invariant 8: a body is decoded strictly (application/json, no
 // unknown fields, no trailing data, a size limit) and validated, path ids
@@ -17,4 +17,13 @@
 // answer with ETag: "<version>". GET /v1/order-summaries/{id}?min_version=N
 // waits, bounded, until the read model reflects version N: read-your-writes
 // over an eventually consistent model.
+//
+// Client is the same API from the other side, for the project's tools:
+// one method per route they use, each answer decoded into the domain's
+// types, and every refusal an *Error carrying the problem document and
+// wrapping the domain error the server's table maps to its type, so that
+// a caller matches errors.Is(err, domain.ErrNotFound) on either side of
+// the wire. Retries, timeouts and where connections may go are the
+// caller's: the Client sends each request once over the *http.Client it
+// is given.
 package http

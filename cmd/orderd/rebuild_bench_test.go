@@ -304,7 +304,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 				res.refused++
 				continue
 			}
-			plans[i] = append(plans[i], loaderStep{name: c.Name, cmd: olistCommand(c)})
+			plans[i] = append(plans[i], loaderStep{name: c.Name, cmd: c.Domain()})
 		}
 		perCopy += len(plans[i]) // one event per accepted command
 	}
@@ -533,31 +533,6 @@ func parsePartitions(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// olistCommand is the domain command of one plan step, as the HTTP API
-// builds it from the request the replay tool sends.
-func olistCommand(c replay.Command) domain.Command {
-	switch c.Name {
-	case replay.CmdPlace:
-		p := c.Place
-		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, At: p.At}
-	case replay.CmdApprove:
-		return domain.Approve{At: c.At}
-	case replay.CmdInvoice:
-		return domain.Invoice{At: c.At}
-	case replay.CmdProcess:
-		return domain.StartProcessing{At: c.At}
-	case replay.CmdShip:
-		return domain.Ship{At: c.At}
-	case replay.CmdDeliver:
-		return domain.Deliver{At: c.At}
-	case replay.CmdCancel:
-		return domain.Cancel{At: c.At, Reason: c.Reason}
-	case replay.CmdMarkUnavailable:
-		return domain.MarkUnavailable{At: c.At, Reason: c.Reason}
-	}
-	panic("unknown Olist plan command " + c.Name)
 }
 
 // loaderCache is the state cache of one loader goroutine (which runs one

@@ -7,13 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/domain"
 )
 
 // statusErrorWidth is how many characters of a projection's last error
@@ -86,9 +84,7 @@ Flags:
 // stdout, usage to stderr. It returns nil for -h and whenever the service
 // answered.
 func statusMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), statusUsage); fs.PrintDefaults() }
+	fs := adminFlagSet("status", statusUsage, stderr)
 	var o adminOptions
 	o.bindConn(fs, getenv)
 	pos, err := parseInterspersed(fs, args)
@@ -101,32 +97,20 @@ func statusMain(ctx context.Context, args []string, getenv func(string) string, 
 	if len(pos) > 0 {
 		return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
 	}
-	c, err := o.client("status", getenv)
+	op, err := o.operator("status", getenv)
 	if err != nil {
 		return err
 	}
-	list, err := c.projectionStatus(ctx)
+	list, err := op.projections(ctx)
 	if err != nil {
 		return err
 	}
-	return printStatus(stdout, c, list, time.Now())
-}
-
-// projectionStatus returns the projections as GET /v1/admin/projections
-// shows them.
-func (c *adminClient) projectionStatus(ctx context.Context) ([]projections.ProjectionStatus, error) {
-	var list struct {
-		Projections []projections.ProjectionStatus `json:"projections"`
-	}
-	if _, err := c.do(ctx, http.MethodGet, "/v1/admin/projections", nil, &list); err != nil {
-		return nil, err
-	}
-	return list.Projections, nil
+	return printStatus(stdout, op, list, time.Now())
 }
 
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
-func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatus, now time.Time) error {
+func printStatus(w io.Writer, op *operator, list []domain.ProjectionStatus, now time.Time) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err
@@ -155,14 +139,14 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 	for _, p := range list {
 		if p.DeadLetters > 0 {
 			notes = append(notes, fmt.Sprintf("%s: %d dead letters; list them with\n    curl -H \"Authorization: Bearer $%s\" '%s'",
-				p.Name, p.DeadLetters, c.tokenEnv, c.url("/v1/admin/dead-letters?projection="+url.QueryEscape(p.Name))))
+				p.Name, p.DeadLetters, op.tokenEnv, op.api.DeadLettersURL(p.Name)))
 		}
 		if r := p.LastRebuild; r != nil && !r.State.Final() {
 			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer $%s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
-				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), c.tokenEnv,
-				c.url("/v1/admin/projections/"+url.PathEscape(p.Name)+"/rebuilds/"+url.PathEscape(r.Job)), p.Name, r.Job))
+				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), op.tokenEnv,
+				op.api.JobURL(domain.KindRebuild, p.Name, r.Job), p.Name, r.Job))
 		}
-		if v := p.LastVerify; v != nil && v.State == projections.StateSucceeded && v.Drift > v.Repaired {
+		if v := p.LastVerify; v != nil && v.State == domain.StateSucceeded && v.Drift > v.Repaired {
 			notes = append(notes, fmt.Sprintf("%s: %d documents differed from the log at the last verify; repair them with: orderd verify %s -repair",
 				p.Name, v.Drift-v.Repaired, p.Name))
 		}
@@ -178,7 +162,7 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 
 // printPartitions writes the table of the projections' partitions, if the
 // service reported any.
-func printPartitions(w io.Writer, list []projections.ProjectionStatus, now time.Time) error {
+func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time) error {
 	n := 0
 	for _, p := range list {
 		n += len(p.Partitions)
@@ -206,11 +190,11 @@ func printPartitions(w io.Writer, list []projections.ProjectionStatus, now time.
 
 // verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify
 // that has not succeeded, or its outcome and age.
-func verifyCell(v *projections.VerifySummary, now time.Time) string {
+func verifyCell(v *domain.VerifySummary, now time.Time) string {
 	if v == nil {
 		return "-"
 	}
-	if v.State != projections.StateSucceeded {
+	if v.State != domain.StateSucceeded {
 		return string(v.State)
 	}
 	s := "clean"

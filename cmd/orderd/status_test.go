@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -198,7 +199,11 @@ func TestStatusTable(t *testing.T) {
 		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
 			LastVerify: &projections.VerifySummary{Job: "v2", State: projections.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
 	}
-	c := &adminClient{base: "http://orderd:8080", tokenEnv: "ADMIN_TOKEN"}
+	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &operator{tokenEnv: "ADMIN_TOKEN", api: api}
 	var b bytes.Buffer
 	if err := printStatus(&b, c, list, now); err != nil {
 		t.Fatal(err)

@@ -29,10 +29,11 @@ var lifecycleCommands = []struct {
 	{domain.Cancel{Reason: cancelReason}, 1},
 }
 
-// step is a command legal in some status: its REST name, the status it
-// leads to and its weight.
+// step is a command legal in some status: its REST name, the command, the
+// status it leads to and its weight.
 type step struct {
 	name   string
+	cmd    domain.Command
 	to     domain.Status
 	weight int
 }
@@ -65,7 +66,7 @@ func legalSteps() map[domain.Status][]step {
 				// The version check assumes one event per command.
 				panic(fmt.Sprintf("loadgen: %s appends %d events", domain.CommandName(c.cmd), len(datas)))
 			}
-			m[s] = append(m[s], step{name: domain.CommandName(c.cmd), to: next.Status, weight: c.weight})
+			m[s] = append(m[s], step{name: domain.CommandName(c.cmd), cmd: c.cmd, to: next.Status, weight: c.weight})
 		}
 	}
 	return m

@@ -88,7 +88,8 @@
 // attempt. Each answer is accepted (2xx) or rejected with a reason
 // "<command>: <last path segment of the problem type>", for example
 // "ship: invalid-transition" ("http-<code>" when the answer is no problem
-// document, "unreachable" when no answer came).
+// document, "unreachable" when no answer came, "undecodable" when a 2xx
+// answer is not the JSON of the route).
 //
 // The check (also the only step with -check-only) reads GET /v1/orders/{id}
 // and GET /v1/order-summaries/{id}?min_version=<its version> for every

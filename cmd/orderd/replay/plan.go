@@ -62,6 +62,31 @@ type Command struct {
 // "olist-<order id>-<command>".
 func (c Command) IdempotencyKey(orderID string) string { return "olist-" + orderID + "-" + c.Name }
 
+// Domain is the domain command of c: the one the service runs when it
+// gets c's request.
+func (c Command) Domain() domain.Command {
+	switch c.Name {
+	case CmdPlace:
+		p := c.Place
+		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, At: p.At}
+	case CmdApprove:
+		return domain.Approve{At: c.At}
+	case CmdInvoice:
+		return domain.Invoice{At: c.At}
+	case CmdProcess:
+		return domain.StartProcessing{At: c.At}
+	case CmdShip:
+		return domain.Ship{At: c.At}
+	case CmdDeliver:
+		return domain.Deliver{At: c.At}
+	case CmdCancel:
+		return domain.Cancel{At: c.At, Reason: c.Reason}
+	case CmdMarkUnavailable:
+		return domain.MarkUnavailable{At: c.At, Reason: c.Reason}
+	}
+	panic("replay: unknown plan command " + c.Name)
+}
+
 // Plan is what the tool sends for one order and what it expects back.
 // Odd lists the order's odd paths (sorted); Refused the documented
 // refusals as rejection reasons ("ship: invalid-transition"); Want the

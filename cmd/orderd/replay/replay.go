@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -172,9 +171,11 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.CatchUp = cmp.Or(cfg.CatchUp, DefaultCatchUp)
-	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return Report{}, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
+	c, err := newReplayer(cfg.URL, cfg.Timeout, cfg.Concurrency)
+	if err != nil {
+		return Report{}, err
 	}
+	defer c.close()
 	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.Limit < 0 {
 		return Report{}, errors.New("concurrency, timeout and limit must not be negative")
 	}
@@ -190,8 +191,6 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	for i, o := range orders {
 		plans[i] = ds.Plan(o)
 	}
-	c := newClient(cfg.URL, cfg.Timeout, cfg.Concurrency)
-	defer c.close()
 
 	sends := make([]sent, len(plans))
 	start := time.Now()

@@ -1,19 +1,19 @@
 package loadgen
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
 )
 
 // Retry backoff of one command: the first wait, doubled after each retry
@@ -21,21 +21,20 @@ import (
 const (
 	firstBackoff = 50 * time.Millisecond
 	maxBackoff   = time.Second
-	maxBodyBytes = 1 << 20 // of an answer kept for parsing; the rest is read and dropped
 )
 
-// client sends commands. Only this file knows the REST contract.
-type client struct {
-	hc       *http.Client
+// sender sends commands to the instances, with the run's retry policy.
+type sender struct {
 	tr       *http.Transport
-	urls     []string      // base URLs, checked
-	timeout  time.Duration // per attempt
-	retryFor time.Duration // per command, all attempts
+	apis     []*orderhttp.Client // one per URL, over tr
+	timeout  time.Duration       // per attempt
+	retryFor time.Duration       // per command, all attempts
 }
 
-// newClient returns a client whose connections can only go to loopback
+// newSender returns a sender whose connections can only go to loopback
 // addresses: no proxy, no redirects, and a dial-time check of the address.
-func newClient(cfg Config) *client {
+// cfg.URLs must have been checked.
+func newSender(cfg Config) (*sender, error) {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: loopbackOnly}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
@@ -45,10 +44,18 @@ func newClient(cfg Config) *client {
 	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse // a command is never redirected; the 3xx is the answer
 	}}
-	return &client{hc: hc, tr: tr, urls: cfg.URLs, timeout: cfg.RequestTimeout, retryFor: cfg.RetryFor}
+	s := &sender{tr: tr, timeout: cfg.RequestTimeout, retryFor: cfg.RetryFor}
+	for _, u := range cfg.URLs {
+		api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: u, HTTPClient: hc})
+		if err != nil {
+			return nil, err
+		}
+		s.apis = append(s.apis, api)
+	}
+	return s, nil
 }
 
-func (c *client) close() { c.tr.CloseIdleConnections() }
+func (s *sender) close() { s.tr.CloseIdleConnections() }
 
 // loopbackOnly is the dialer's Control: it refuses any address that is not
 // a loopback IP, whatever a host name resolved to.
@@ -82,8 +89,8 @@ func checkURL(u string) (string, error) {
 
 // request is one command as sent, identical on every attempt.
 type request struct {
-	path    string // "/v1/orders" or "/v1/orders/<id>/<command>"
-	body    []byte
+	orderID string
+	cmd     domain.Command
 	key     string // Idempotency-Key and X-Correlation-ID
 	ifMatch int64  // the If-Match version; -1 for none
 }
@@ -111,12 +118,12 @@ type answer struct {
 	malformedAnswer bool
 }
 
-// send sends r to c.urls[first] until it gets an answer that is not
+// send sends r to s.apis[first] until it gets an answer that is not
 // retried: a transport error, a 5xx or a 429 is sent again, same key and
 // body, to the next URL (round robin: a dead instance does not hold an
 // order up while another can answer), with backoff, while RetryFor allows
 // and ctx lasts.
-func (c *client) send(ctx context.Context, first int, r request) answer {
+func (s *sender) send(ctx context.Context, first int, r request) answer {
 	start := time.Now()
 	backoff := firstBackoff
 	var a answer
@@ -126,31 +133,26 @@ func (c *client) send(ctx context.Context, first int, r request) answer {
 			return a
 		}
 		a.attempts++
-		code, header, body, err := c.once(ctx, c.urls[(first+a.attempts-1)%len(c.urls)], r)
+		res, err := s.once(ctx, s.apis[(first+a.attempts-1)%len(s.apis)], r)
+		var pe *orderhttp.Error
 		switch {
-		case err != nil:
-			a.detail = err.Error()
-		case code == http.StatusTooManyRequests || code >= 500:
-			reason, detail := problem(code, body)
-			a.detail = fmt.Sprintf("%d %s: %s", code, reason, detail)
-		case code/100 == 2:
-			a.outcome, a.code = acked, code
-			a.replayed = header.Get("Idempotent-Replayed") == "true"
-			var res struct {
-				Version int64  `json:"version"`
-				Status  string `json:"status"`
+		case err == nil || errors.Is(err, orderhttp.ErrUndecodable):
+			a.outcome, a.code = acked, answerCode(r.cmd)
+			a.replayed, a.version, a.status = res.Replayed, res.Version, string(res.Status)
+			if err != nil {
+				a.malformedAnswer, a.detail = true, err.Error()
 			}
-			if json.Unmarshal(body, &res) != nil {
-				a.malformedAnswer, a.detail = true, truncate(string(body))
-			}
-			a.version, a.status = res.Version, res.Status
 			return a
+		case !errors.As(err, &pe):
+			a.detail = err.Error()
+		case pe.Status == http.StatusTooManyRequests || pe.Status >= 500:
+			a.detail = fmt.Sprintf("%d %s: %s", pe.Status, pe.Slug(), pe.Text())
 		default:
-			a.outcome, a.code = refused, code
-			a.reason, a.detail = problem(code, body)
+			a.outcome, a.code = refused, pe.Status
+			a.reason, a.detail = pe.Slug(), pe.Text()
 			return a
 		}
-		if ctx.Err() != nil || time.Since(start)+backoff > c.retryFor {
+		if ctx.Err() != nil || time.Since(start)+backoff > s.retryFor {
 			a.outcome = unknown
 			if ctx.Err() != nil {
 				a.detail = "stopped: " + ctx.Err().Error() + "; last: " + a.detail
@@ -169,53 +171,22 @@ func (c *client) send(ctx context.Context, first int, r request) answer {
 	}
 }
 
-// once makes one HTTP attempt and reads the whole answer.
-func (c *client) once(ctx context.Context, base string, r request) (int, http.Header, []byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+// once makes one HTTP attempt, bounded by the request timeout.
+func (s *sender) once(ctx context.Context, api *orderhttp.Client, r request) (domain.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+r.path, bytes.NewReader(r.body))
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	h := req.Header
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json, application/problem+json")
-	h.Set("Idempotency-Key", r.key)
-	h.Set("X-Correlation-ID", r.key)
+	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
 	if r.ifMatch >= 0 {
-		h.Set("If-Match", `"`+strconv.FormatInt(r.ifMatch, 10)+`"`)
+		opt.IfMatch = &r.ifMatch
 	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBodyBytes))
-	if err == nil {
-		_, err = io.Copy(io.Discard, resp.Body) // all of it, so the connection is reused
-	}
-	if err != nil {
-		// The answer was cut: it tells nothing, so it is retried like a
-		// transport error.
-		return 0, nil, nil, fmt.Errorf("%d answer cut: %w", resp.StatusCode, err)
-	}
-	return resp.StatusCode, resp.Header, body, nil
+	return api.Execute(ctx, r.orderID, r.cmd, opt)
 }
 
-// problem returns the last path segment of the problem type of an error
-// answer ("http-<code>" when the body is no problem document) and its
-// detail.
-func problem(code int, body []byte) (reason, detail string) {
-	var p struct{ Type, Title, Detail string }
-	if json.Unmarshal(body, &p) != nil || p.Type == "" || p.Type == "about:blank" {
-		return fmt.Sprintf("http-%d", code), truncate(strings.TrimSpace(string(body)))
+// answerCode is the status of an acknowledgement of cmd: the API answers a
+// place 201 Created, every other command 200 OK.
+func answerCode(cmd domain.Command) int {
+	if _, ok := cmd.(domain.PlaceOrder); ok {
+		return http.StatusCreated
 	}
-	return p.Type[strings.LastIndex(p.Type, "/")+1:], truncate(cmp.Or(p.Detail, p.Title))
-}
-
-func truncate(s string) string {
-	if len(s) > 200 {
-		return s[:200] + "..."
-	}
-	return s
+	return http.StatusOK
 }

@@ -1,0 +1,279 @@
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"io"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// driver sends the orders of one Run. Its counters feed the progress line.
+type driver struct {
+	cfg   Config
+	s     *sender
+	width int           // digits of the order number
+	log   *lockedWriter // nil without cfg.Progress
+
+	started, done, commands, acked, refused, unknown, retries, races atomic.Int64
+}
+
+// lockedWriter serializes the lines written by the orders' goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (d *driver) logf(format string, args ...any) {
+	if d.log == nil {
+		return
+	}
+	d.log.mu.Lock()
+	defer d.log.mu.Unlock()
+	fmt.Fprintf(d.log.w, "loadgen: "+format+"\n", args...)
+}
+
+// progress writes a progress line every second until the returned func
+// is called.
+func (d *driver) progress(start time.Time) (stop func()) {
+	if d.log == nil {
+		return func() {}
+	}
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				d.logf("%3.0fs  orders %d/%d (%d done)  commands %d  acked %d  refused %d  races %d  unknown %d  retries %d",
+					time.Since(start).Seconds(), d.started.Load(), d.cfg.Orders, d.done.Load(), d.commands.Load(),
+					d.acked.Load(), d.refused.Load(), d.races.Load(), d.unknown.Load(), d.retries.Load())
+			}
+		}
+	}()
+	return func() { close(quit); <-finished }
+}
+
+// orderResult is what driving one order did.
+type orderResult struct {
+	n                                              int
+	commands, races, raceWins, doubleWins, retries int
+	refused                                        map[string]int
+	acks                                           []Ack
+	unexpected, unknown                            []string
+}
+
+// order is the state of an order as its last acknowledged answer has it.
+type order struct {
+	id      string
+	version int64
+	status  domain.Status
+}
+
+// drive places order n and walks it to a terminal status, or until a
+// command is refused or its outcome unknown, or ctx ends.
+func (d *driver) drive(ctx context.Context, n int) *orderResult {
+	rng := mrand.New(mrand.NewPCG(uint64(d.cfg.Seed), uint64(n)))
+	r := &orderResult{n: n, refused: map[string]int{}}
+	o := &order{id: fmt.Sprintf("%s-%0*d", d.cfg.RunID, d.width, n)}
+	place := step{name: cmdPlace, to: domain.StatusCreated}
+	req := request{orderID: o.id, cmd: d.placeOrder(rng), key: o.id + "-" + cmdPlace, ifMatch: -1}
+	if !d.single(ctx, rng, r, o, place, req) {
+		return r
+	}
+	for {
+		steps := legal[o.status]
+		if len(steps) == 0 || ctx.Err() != nil {
+			return r
+		}
+		var goOn bool
+		if rng.Float64() < d.cfg.ConflictRate {
+			goOn = d.race(ctx, rng, r, o, steps)
+		} else {
+			s := draw(rng, steps)
+			goOn = d.single(ctx, rng, r, o, s, d.stepRequest(o.id, s, "", -1))
+		}
+		if !goOn {
+			return r
+		}
+	}
+}
+
+// placeOrder draws the customer and 1 to 3 lines of an order; amounts are
+// BRL cents.
+func (d *driver) placeOrder(rng *mrand.Rand) domain.PlaceOrder {
+	p := domain.PlaceOrder{CustomerID: fmt.Sprintf("lg-cust-%d", 1+rng.IntN(d.cfg.Customers)),
+		Currency: "BRL", FreightCents: int64(rng.IntN(3001))}
+	for i := range 1 + rng.IntN(3) {
+		p.Items = append(p.Items, domain.Line{SKU: fmt.Sprintf("lg-sku-%d-%d", i+1, 1+rng.IntN(50)),
+			Quantity: int64(1 + rng.IntN(5)), UnitPriceCents: int64(100 + rng.IntN(50000))})
+	}
+	return p
+}
+
+// stepRequest is the request of lifecycle step s on order id; side is ""
+// outside a race, else "a" or "b"; ifMatch is -1 for none.
+func (d *driver) stepRequest(id string, s step, side string, ifMatch int64) request {
+	key := id + "-" + s.name
+	if side != "" {
+		key += "-" + side
+	}
+	return request{orderID: id, cmd: s.cmd, key: key, ifMatch: ifMatch}
+}
+
+// url draws the index of one of the URLs.
+func (d *driver) url(rng *mrand.Rand) int { return rng.IntN(len(d.cfg.URLs)) }
+
+// urlPair draws the indexes of two different URLs, or of the only one
+// twice.
+func (d *driver) urlPair(rng *mrand.Rand) (int, int) {
+	n := len(d.cfg.URLs)
+	i := rng.IntN(n)
+	if n == 1 {
+		return i, i
+	}
+	return i, (i + 1 + rng.IntN(n-1)) % n
+}
+
+// count adds one sent command's answer to the counters of r and d.
+func (d *driver) count(r *orderResult, a answer) {
+	r.commands++
+	d.commands.Add(1)
+	if a.attempts > 1 {
+		r.retries += a.attempts - 1
+		d.retries.Add(int64(a.attempts - 1))
+	}
+	switch a.outcome {
+	case acked:
+		d.acked.Add(1)
+	case refused:
+		d.refused.Add(1)
+		r.refused[a.reason]++
+	case unknown:
+		d.unknown.Add(1)
+	}
+}
+
+// ack records an acknowledged command.
+func (r *orderResult) ack(o *order, name string, req request, a answer) {
+	r.acks = append(r.acks, Ack{OrderID: o.id, Command: name, Key: req.key, Version: a.version, Status: a.status})
+}
+
+// follow checks an acknowledged answer of step s against o's last state,
+// then moves o to the answer's state.
+func (r *orderResult) follow(o *order, s step, a answer) {
+	switch {
+	case a.malformedAnswer:
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with a body that is not a command answer: %s", o.id, s.name, a.code, a.detail))
+	case a.version != o.version+1:
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with version %d after version %d, want %d", o.id, s.name, a.code, a.version, o.version, o.version+1))
+	case domain.Status(a.status) != s.to:
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with status %q, want %q", o.id, s.name, a.code, a.status, s.to))
+	}
+	o.version, o.status = a.version, domain.Status(a.status)
+}
+
+// single sends one command on its own and reports whether the order goes
+// on: only after an acknowledgement.
+func (d *driver) single(ctx context.Context, rng *mrand.Rand, r *orderResult, o *order, s step, req request) bool {
+	a := d.s.send(ctx, d.url(rng), req)
+	if a.attempts == 0 {
+		return false // ctx ended before it was sent: nothing to count
+	}
+	d.count(r, a)
+	switch a.outcome {
+	case acked:
+		r.ack(o, s.name, req, a)
+		r.follow(o, s, a)
+		return true
+	case refused:
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d %s: %s", o.id, s.name, a.code, a.reason, a.detail))
+	default:
+		r.unknown = append(r.unknown, req.key)
+		d.logf("order %s: %s: outcome unknown (key %s): %s", o.id, s.name, req.key, a.detail)
+	}
+	return false
+}
+
+// race sends two commands legal in o's status at once, both with If-Match
+// o's version, and reports whether the order goes on: only when exactly
+// one side was acknowledged and the other refused.
+func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *order, steps []step) bool {
+	sa, sb := drawPair(rng, steps)
+	ua, ub := d.urlPair(rng)
+	sides := [2]struct {
+		s   step
+		req request
+		a   answer
+	}{
+		{s: sa, req: d.stepRequest(o.id, sa, "a", o.version)},
+		{s: sb, req: d.stepRequest(o.id, sb, "b", o.version)},
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { sides[0].a = d.s.send(ctx, ua, sides[0].req) })
+	wg.Go(func() { sides[1].a = d.s.send(ctx, ub, sides[1].req) })
+	wg.Wait()
+	if sides[0].a.attempts == 0 || sides[1].a.attempts == 0 {
+		// ctx ended before a side was sent: no race. A side that was sent
+		// still counts.
+		for _, x := range sides {
+			if x.a.attempts == 0 {
+				continue
+			}
+			d.count(r, x.a)
+			switch x.a.outcome {
+			case acked:
+				r.ack(o, x.s.name, x.req, x.a)
+			case unknown:
+				r.unknown = append(r.unknown, x.req.key)
+			}
+		}
+		return false
+	}
+	r.races++
+	d.races.Add(1)
+	var won []int
+	unknowns := 0
+	for i, x := range sides {
+		d.count(r, x.a)
+		switch x.a.outcome {
+		case acked:
+			r.ack(o, x.s.name, x.req, x.a)
+			won = append(won, i)
+		case refused:
+			if x.a.code != 409 && x.a.code != 412 {
+				r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s (race at version %d): %d %s: %s", o.id, x.s.name, o.version, x.a.code, x.a.reason, x.a.detail))
+			}
+		default:
+			unknowns++
+			r.unknown = append(r.unknown, x.req.key)
+			d.logf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name, o.version, x.req.key, x.a.detail)
+		}
+	}
+	what := fmt.Sprintf("race %s/%s at version %d", sa.name, sb.name, o.version)
+	switch len(won) {
+	case 2:
+		r.doubleWins++
+		d.logf("order %s: %s: DOUBLE WIN: %s v%d %s and %s v%d %s", o.id, what,
+			sa.name, sides[0].a.version, sides[0].a.status, sb.name, sides[1].a.version, sides[1].a.status)
+		return false
+	case 1:
+		r.raceWins++
+		w := sides[won[0]]
+		r.follow(o, w.s, w.a)
+		return unknowns == 0
+	}
+	if unknowns == 0 {
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: neither side acknowledged: %d %s, %d %s",
+			o.id, what, sides[0].a.code, sides[0].a.reason, sides[1].a.code, sides[1].a.reason))
+	}
+	return false
+}

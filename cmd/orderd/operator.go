@@ -1,0 +1,296 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
+)
+
+// Defaults of the admin subcommands' flags.
+const (
+	adminDefaultURL      = "http://127.0.0.1:8080"
+	adminDefaultTokenEnv = "ADMIN_TOKEN"
+	adminDefaultInterval = time.Second
+	adminRequestTimeout  = 30 * time.Second
+	// adminPollFailures is how many polls in a row may fail (no answer, or
+	// a 5xx) before waiting gives up.
+	adminPollFailures = 5
+)
+
+// adminFlagSet returns the flags of subcommand name, which print usage
+// and then the flags' defaults to stderr for -h.
+func adminFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	return fs
+}
+
+// adminOptions are the flags the admin subcommands share.
+type adminOptions struct {
+	url      string
+	tokenEnv string
+	interval time.Duration
+}
+
+func (o *adminOptions) bind(fs *flag.FlagSet, getenv func(string) string) {
+	o.bindConn(fs, getenv)
+	fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
+}
+
+// bindConn binds only the flags that say where the service is and where
+// the token is (-url, -token-env), for subcommands that wait for no job;
+// the interval keeps its default.
+func (o *adminOptions) bindConn(fs *flag.FlagSet, getenv func(string) string) {
+	fs.StringVar(&o.url, "url", cmp.Or(getenv("ORDERD_URL"), adminDefaultURL), "base `URL` of the orderd service; env ORDERD_URL sets the default")
+	fs.StringVar(&o.tokenEnv, "token-env", adminDefaultTokenEnv, "`name` of the environment variable holding the admin token")
+	o.interval = adminDefaultInterval
+}
+
+// operator checks the options and returns the operator of cmd.
+func (o *adminOptions) operator(cmd string, getenv func(string) string) (*operator, error) {
+	token := strings.TrimSpace(getenv(o.tokenEnv))
+	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: o.url, Token: token,
+		HTTPClient: &http.Client{Timeout: adminRequestTimeout}})
+	if err != nil {
+		return nil, fmt.Errorf("%s: -url %q: want http://host:port", cmd, o.url)
+	}
+	if o.interval <= 0 {
+		return nil, fmt.Errorf("%s: -interval must be positive", cmd)
+	}
+	if o.tokenEnv == "" {
+		return nil, fmt.Errorf("%s: -token-env must name an environment variable", cmd)
+	}
+	if token == "" {
+		how := "set ADMIN_TOKEN to the token the service was started with"
+		if o.tokenEnv != adminDefaultTokenEnv {
+			how = fmt.Sprintf("set %s (named by -token-env) to the service's ADMIN_TOKEN", o.tokenEnv)
+		}
+		return nil, fmt.Errorf("%s: no admin token: %s (it is read from the environment only, never from a flag)", cmd, how)
+	}
+	return &operator{cmd: cmd, tokenEnv: o.tokenEnv, api: api}, nil
+}
+
+// parseInterspersed parses fs from args, allowing positional arguments
+// before, between and after the flags, and returns the positional ones.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos, args = append(pos, args[0]), args[1:]
+	}
+}
+
+// parseProjection parses fs from args (flags before or after the
+// positional argument) and returns the one positional argument, the
+// projection. It returns flag.ErrHelp for -h, and an error naming fs's
+// command for no projection or extra arguments.
+func parseProjection(fs *flag.FlagSet, args []string) (string, error) {
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return "", err
+	}
+	cmd := fs.Name()
+	switch {
+	case len(pos) == 0:
+		return "", fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
+	case len(pos) > 1:
+		return "", fmt.Errorf("%s: unexpected arguments %q (see -h)", cmd, pos[1:])
+	}
+	return pos[0], nil
+}
+
+// operator is one admin subcommand at work: the API client with the
+// admin token, and what its errors and hints name.
+type operator struct {
+	cmd        string // subcommand, the prefix of errors
+	projection string // for hints
+	tokenEnv   string
+	api        *orderhttp.Client
+}
+
+// adminError is an answer other than 2xx, as the operator reads it.
+type adminError struct {
+	cmd  string
+	err  *orderhttp.Error
+	hint string
+}
+
+func (e *adminError) Error() string {
+	var b strings.Builder
+	b.WriteString(e.cmd + ": ")
+	p := e.err.Problem
+	if p.Type == "" {
+		fmt.Fprintf(&b, "unexpected answer: %s", cmp.Or(p.Detail, http.StatusText(p.Status)))
+	} else {
+		b.WriteString(cmp.Or(p.Title, http.StatusText(p.Status)))
+		if p.Detail != "" {
+			b.WriteString(": " + p.Detail)
+		}
+		if len(p.Errors) > 0 {
+			fields := make([]string, len(p.Errors))
+			for i, f := range p.Errors {
+				fields[i] = f.Field + ": " + f.Detail
+			}
+			b.WriteString(" (" + strings.Join(fields, "; ") + ")")
+		}
+	}
+	fmt.Fprintf(&b, " (HTTP %d)", p.Status)
+	if e.hint != "" {
+		b.WriteString("\n  hint: " + e.hint)
+	}
+	return b.String()
+}
+
+func (e *adminError) Unwrap() error { return e.err }
+
+// fail turns an error of the API client into the subcommand's: an answer
+// other than 2xx becomes an *adminError with a hint for the usual
+// mistakes; no answer at all says where it was expected. When ctx has
+// ended it returns ctx's error.
+func (o *operator) fail(ctx context.Context, err error) error {
+	var pe *orderhttp.Error
+	if errors.As(err, &pe) {
+		e := &adminError{cmd: o.cmd, err: pe}
+		switch {
+		case pe.Status == http.StatusUnauthorized:
+			e.hint = fmt.Sprintf("the token in $%s is not the server's ADMIN_TOKEN; set %s to the token orderd was started with", o.tokenEnv, o.tokenEnv)
+		case pe.Status == http.StatusNotFound && (pe.Type == "/problems/route" || pe.Type == ""):
+			e.hint = "the server has no admin routes: it was started without ADMIN_TOKEN, so they are off. " +
+				"Restart it with ADMIN_TOKEN set (or check -url)"
+		case errors.Is(pe, domain.ErrJobRunning):
+			e.hint = fmt.Sprintf("wait for that rebuild to end, or stop it with: orderd rebuild %s -cancel <job-id>", cmp.Or(o.projection, "<projection>"))
+		}
+		return e
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("%s: no answer from %s: %w\n  hint: is orderd running there? Set -url or ORDERD_URL", o.cmd, o.api.URL(""), ue.Err)
+	}
+	return fmt.Errorf("%s: %w", o.cmd, err)
+}
+
+// projections returns the projections as the service reports them.
+func (o *operator) projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+	list, err := o.api.Projections(ctx)
+	if err != nil {
+		return nil, o.fail(ctx, err)
+	}
+	return list, nil
+}
+
+// unknownProjection adds the names of the projections to a not-found
+// answer to a start request (the only thing it can be about).
+func (o *operator) unknownProjection(ctx context.Context, err error) error {
+	var ae *adminError
+	if !errors.As(err, &ae) || !errors.Is(ae.err, domain.ErrNotFound) {
+		return err
+	}
+	list, lerr := o.projections(ctx)
+	if lerr != nil || len(list) == 0 {
+		return err
+	}
+	var names []string
+	for _, p := range list {
+		names = append(names, p.Name)
+	}
+	ae.hint = "the projections are " + strings.Join(names, ", ")
+	return ae
+}
+
+// activeCollection returns the projection's active collection as the
+// service reports it, or "" when it cannot be read.
+func (o *operator) activeCollection(ctx context.Context, name string) string {
+	list, err := o.projections(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, p := range list {
+		if p.Name == name {
+			return p.ActiveCollection
+		}
+	}
+	return ""
+}
+
+// wait polls the job of kind on the projection every interval until it is
+// final, showing progress. When ctx ends it stops waiting (the job keeps
+// running), says how to follow the job, and returns an error.
+func (o *operator) wait(ctx context.Context, kind domain.JobKind, projection string, job domain.Job, interval time.Duration, p *progress) (domain.Job, error) {
+	p.show(job)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failures := 0
+	for !job.State.Final() {
+		select {
+		case <-ctx.Done():
+			return job, o.stoppedWaiting(p, kind, projection, job)
+		case <-t.C:
+		}
+		next, err := o.api.Job(ctx, kind, projection, job.ID)
+		if ctx.Err() != nil {
+			return job, o.stoppedWaiting(p, kind, projection, job)
+		}
+		if err != nil {
+			err = o.fail(ctx, err)
+			var ae *adminError
+			if errors.As(err, &ae) && ae.err.Status < 500 {
+				p.end()
+				return job, err
+			}
+			if failures++; failures >= adminPollFailures {
+				p.end()
+				return job, fmt.Errorf("%w\n  (gave up after %d failed polls; job %s may still be running)", err, failures, job.ID)
+			}
+			p.note(fmt.Sprintf("poll failed (%d of %d), retrying: %v", failures, adminPollFailures, firstLine(err.Error())))
+			continue
+		}
+		failures = 0
+		job = next
+		p.show(job)
+	}
+	p.end()
+	return job, nil
+}
+
+func (o *operator) stoppedWaiting(p *progress, kind domain.JobKind, projection string, job domain.Job) error {
+	p.end()
+	w := p.w
+	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)
+	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer $%s\" %s\n", o.tokenEnv, o.api.JobURL(kind, projection, job.ID))
+	if job.Kind == domain.KindRebuild {
+		fmt.Fprintf(w, "  stop it:   orderd rebuild %s -cancel %s\n", job.Projection, job.ID)
+	}
+	return fmt.Errorf("%s: stopped waiting for job %s, which keeps running", o.cmd, job.ID)
+}
+
+func firstLine(s string) string {
+	first, _, _ := strings.Cut(s, "\n")
+	return first
+}
+
+func suffix(sep, s string) string {
+	if s == "" {
+		return ""
+	}
+	return sep + s
+}

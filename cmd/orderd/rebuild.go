@@ -1,0 +1,150 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+const rebuildUsage = `Usage: orderd rebuild <projection> [flags]
+
+Rebuilds a read model (projection) from the event log, without downtime:
+the service folds every order stream into a new "shadow" collection, which
+the live projectors also keep up to date meanwhile, checks the shadow
+against the log (verify before switch), and then switches reads to it. The
+old collection is dropped after a grace period (ORDERD_REBUILD_GRACE).
+Only one rebuild of a projection runs at a time.
+
+Projections: order_summaries, customer_order_stats.
+
+The command talks to the admin API of a running service. Both sides need
+the same token: start the service with ADMIN_TOKEN set (without it the
+admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
+read from the environment only, never from a flag (flags show in ps).
+
+Examples:
+  export ADMIN_TOKEN=...                                # the server's token
+  orderd rebuild order_summaries                        start, print the job id, return
+  orderd rebuild order_summaries -wait -partitions 4    start and follow until it ends
+  orderd rebuild order_summaries -cancel <job-id>       ask a running rebuild to stop
+
+With -wait a progress line goes to stderr and a summary to stdout; the exit
+status is 0 only when the rebuild succeeded. Ctrl-C stops waiting but not
+the rebuild, which keeps running on the server. -cancel stops it: the
+active collection then stays as it was.
+
+Flags:
+`
+
+// rebuildMain runs "orderd rebuild": args are the arguments after the
+// subcommand, getenv reads the environment. The job id and summary go to
+// stdout; usage, progress and hints to stderr. It returns nil for -h and
+// for a rebuild that was started (or, with -wait, that succeeded).
+func rebuildMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := adminFlagSet("rebuild", rebuildUsage, stderr)
+	var o adminOptions
+	o.bind(fs, getenv)
+	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")
+	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
+	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
+	name, err := parseProjection(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if *partitions < 0 || *partitions > domain.MaxPartitions {
+		return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, domain.MaxPartitions)
+	}
+	op, err := o.operator("rebuild", getenv)
+	if err != nil {
+		return err
+	}
+	op.projection = name
+
+	var job domain.Job
+	if *cancelID != "" {
+		if *partitions != 0 {
+			return errors.New("rebuild: -partitions does not go with -cancel")
+		}
+		if job, err = op.api.CancelJob(ctx, domain.KindRebuild, name, *cancelID); err != nil {
+			return op.fail(ctx, err)
+		}
+		fmt.Fprintf(stdout, "cancel requested for rebuild %s of %s (now %s)\n", job.ID, name, job.State)
+		fmt.Fprintln(stdout, "It stops at its next checkpoint; the active collection stays as it was.")
+	} else {
+		if job, err = op.api.StartRebuild(ctx, name, *partitions); err != nil {
+			return op.unknownProjection(ctx, op.fail(ctx, err))
+		}
+		fmt.Fprintf(stdout, "rebuild of %s started: job %s (partitions %d, shadow collection %s)\n",
+			name, job.ID, job.Partitions, job.Shadow)
+		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(domain.KindRebuild, name, job.ID))
+		if !*wait {
+			fmt.Fprintf(stdout, "follow it with a GET of that URL (Authorization: Bearer $%s); stop it with: orderd rebuild %s -cancel %s\n",
+				op.tokenEnv, name, job.ID)
+			return nil
+		}
+	}
+	if !*wait {
+		return nil
+	}
+	job, err = op.wait(ctx, domain.KindRebuild, name, job, o.interval, newProgress(stderr, "rebuild"))
+	if err != nil {
+		return err
+	}
+	active := op.activeCollection(ctx, name)
+	if active == "" && job.State == domain.StateSucceeded {
+		active = job.Shadow // the switch made it active
+	}
+	if err := printRebuild(stdout, job, active); err != nil {
+		return err
+	}
+	switch {
+	case *cancelID != "" && job.State == domain.StateCanceled:
+		return nil
+	case job.State != domain.StateSucceeded:
+		return fmt.Errorf("rebuild: job %s ended %s%s", job.ID, job.State, suffix(": ", job.Error))
+	}
+	return nil
+}
+
+// printRebuild writes the summary of a finished rebuild.
+func printRebuild(w io.Writer, job domain.Job, active string) error {
+	duration := "-"
+	if !job.FinishedAt.IsZero() {
+		duration = job.FinishedAt.Sub(job.CreatedAt).Round(time.Millisecond).String()
+		if !job.StartedAt.IsZero() {
+			duration += " (scanning " + job.FinishedAt.Sub(job.StartedAt).Round(time.Millisecond).String() + ")"
+		}
+	}
+	fmt.Fprintf(w, "rebuild %s of %s: %s\n", job.ID, job.Projection, job.State)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
+	if job.Error != "" {
+		row("error", job.Error)
+	}
+	row("events", job.Events)
+	row("streams", job.Streams)
+	row("poison streams", job.PoisonStreams)
+	row("partitions", job.Partitions)
+	row("duration", duration)
+	row("events/s", fmt.Sprintf("%.0f", job.RatePerSecond))
+	row("shadow collection", cmp.Or(job.Shadow, "-"))
+	row("active collection", cmp.Or(active, "(unknown)"))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if job.Report != nil {
+		fmt.Fprintln(w, "verify before switch (of the shadow collection, repaired in place):")
+		return printVerifyReport(w, job.Report)
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package replay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
+)
+
+// Retry policy of one request: attempts in all, and the first backoff,
+// doubled after each retry.
+const (
+	attempts     = 4
+	firstBackoff = 50 * time.Millisecond
+)
+
+// valueWidth is how many bytes of a JSON value a diff shows.
+const valueWidth = 120
+
+// replayer sends the plans to the service and checks the orders there.
+type replayer struct {
+	api     *orderhttp.Client
+	tr      *http.Transport
+	timeout time.Duration // per attempt
+	// catchUp is when the check stops waiting for read models that are
+	// behind the log (zero: no waiting beyond the server's own bound).
+	catchUp time.Time
+}
+
+// newReplayer returns a replayer of the service at base that keeps up to
+// conns idle connections.
+func newReplayer(base string, timeout time.Duration, conns int) (*replayer, error) {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = conns
+	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: base, HTTPClient: &http.Client{Transport: tr}})
+	if err != nil {
+		return nil, err
+	}
+	return &replayer{api: api, tr: tr, timeout: timeout}, nil
+}
+
+func (r *replayer) close() { r.tr.CloseIdleConnections() }
+
+// retry calls call, each attempt bounded by the timeout, again after no
+// answer or a 5xx, with backoff. It returns the last attempt's error, or
+// ctx's when ctx ends while it waits.
+func (r *replayer) retry(ctx context.Context, call func(ctx context.Context) error) error {
+	backoff := firstBackoff
+	for attempt := 1; ; attempt++ {
+		err := r.once(ctx, call)
+		var pe *orderhttp.Error
+		again := err != nil && !errors.Is(err, orderhttp.ErrUndecodable) && (!errors.As(err, &pe) || pe.Status >= 500)
+		if !again || attempt == attempts || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff *= 2
+	}
+}
+
+func (r *replayer) once(ctx context.Context, call func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	return call(ctx)
+}
+
+// outcome is the answer to one command: reason is "" when accepted, else
+// "<command>: <reason>"; replayed is the Idempotent-Replayed header.
+type outcome struct {
+	reason, detail string
+	replayed       bool
+}
+
+// sent is what sending one plan did.
+type sent struct {
+	answers []outcome
+	skipped int
+}
+
+// send runs p's commands in order. After a rejection that is not in
+// p.Refused it skips the rest.
+func (r *replayer) send(ctx context.Context, p Plan) sent {
+	var s sent
+	for i, cmd := range p.Commands {
+		var res domain.Result
+		err := r.retry(ctx, func(ctx context.Context) (err error) {
+			res, err = r.api.Execute(ctx, p.Order.ID, cmd.Domain(), domain.ExecOptions{IdempotencyKey: cmd.IdempotencyKey(p.Order.ID)})
+			return err
+		})
+		var o outcome
+		var pe *orderhttp.Error
+		switch {
+		case errors.As(err, &pe):
+			o = outcome{reason: cmd.Name + ": " + pe.Slug(), detail: pe.Text()}
+		case errors.Is(err, orderhttp.ErrUndecodable):
+			o = outcome{reason: cmd.Name + ": undecodable", detail: err.Error()}
+		case err != nil:
+			o = outcome{reason: cmd.Name + ": unreachable", detail: err.Error()}
+		default:
+			o.replayed = res.Replayed
+		}
+		s.answers = append(s.answers, o)
+		if o.reason != "" && !slices.Contains(p.Refused, o.reason) {
+			s.skipped = len(p.Commands) - i - 1
+			break
+		}
+	}
+	return s
+}
+
+// checked is the check of one order: the status read from the log fold
+// ("" when unread), whether the read model equals the fold, whether the
+// status is the expected one, and what is wrong ("" when nothing).
+type checked struct {
+	status          domain.Status
+	equal, statusOK bool
+	problem         string
+}
+
+// check reads the order's log fold and its read model at that version and
+// compares them and the status with p.Want.
+func (r *replayer) check(ctx context.Context, p Plan) checked {
+	var ch checked
+	var problems []string
+	id := p.Order.ID
+	var fold domain.Order
+	err := r.retry(ctx, func(ctx context.Context) (err error) {
+		fold, err = r.api.Order(ctx, id)
+		return err
+	})
+	if err != nil {
+		ch.problem = err.Error()
+		return ch
+	}
+	ch.status = fold.Status
+	if ch.statusOK = fold.Status == p.Want; !ch.statusOK {
+		problems = append(problems, fmt.Sprintf("status %s, want %s", fold.Status, p.Want))
+	}
+	q := orderhttp.SummaryQuery{MinVersion: fold.Version}
+	summary, stale, err := r.summary(ctx, id, q)
+	for (err == nil && stale || errors.Is(err, domain.ErrNotFound)) && time.Now().Before(r.catchUp) {
+		// The projection is still catching up (behind, or not at the
+		// order yet): wait longer, up to the check's overall bound.
+		q.Wait = max(min(time.Until(r.catchUp), r.timeout-2*time.Second), time.Second).Round(time.Second)
+		summary, stale, err = r.summary(ctx, id, q)
+	}
+	switch {
+	case err != nil:
+		problems = append(problems, err.Error())
+	case stale:
+		problems = append(problems, fmt.Sprintf("read model stale at version %d, want %d", summary.Version, fold.Version))
+	default:
+		if d := diff(document(fold), document(summary)); d != "" {
+			problems = append(problems, "read model differs from the log fold: "+d)
+		} else {
+			ch.equal = true
+		}
+	}
+	ch.problem = strings.Join(problems, "; ")
+	return ch
+}
+
+func (r *replayer) summary(ctx context.Context, id string, q orderhttp.SummaryQuery) (o domain.Order, stale bool, err error) {
+	err = r.retry(ctx, func(ctx context.Context) (err error) {
+		o, stale, err = r.api.Summary(ctx, id, q)
+		return err
+	})
+	return o, stale, err
+}
+
+// document is o as the JSON object the API sends.
+func document(o domain.Order) map[string]any {
+	var m map[string]any
+	if err := json.Unmarshal(must(json.Marshal(o)), &m); err != nil {
+		panic(err) // impossible: o marshals to an object
+	}
+	return m
+}
+
+// diff names the top-level keys where a and b differ, with both values.
+func diff(a, b map[string]any) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(merge(a, b))) {
+		if !reflect.DeepEqual(a[k], b[k]) {
+			out = append(out, fmt.Sprintf("%s: log %s, read model %s", k, jsonText(a[k]), jsonText(b[k])))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+func merge(a, b map[string]any) map[string]any {
+	m := maps.Clone(a)
+	maps.Copy(m, b)
+	return m
+}
+
+// jsonText is v as JSON, cut to valueWidth bytes ("..." appended when cut).
+func jsonText(v any) string {
+	s := string(must(json.Marshal(v)))
+	if len(s) > valueWidth {
+		return s[:valueWidth] + "..."
+	}
+	return s
+}
+
+// must returns v; err is impossible for the values marshaled here.
+func must(v []byte, err error) []byte {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

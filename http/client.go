@@ -1,0 +1,300 @@
+package http
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// maxAnswerBytes bounds the part of an answer the Client reads and keeps;
+// the rest is read and dropped, so the connection can be reused.
+const maxAnswerBytes = 4 << 20
+
+// excerptBytes is how much of an answer that is no problem document an
+// Error keeps as its detail.
+const excerptBytes = 200
+
+// ErrUndecodable is wrapped by the error of a 2xx answer whose body is not
+// the JSON the route promises.
+var ErrUndecodable = errors.New("answer does not decode")
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// URL is the base URL of the service, "http://host:port" (a trailing
+	// slash is dropped): http or https, with a host.
+	URL string
+	// Token is the bearer token of the admin routes (the server's
+	// AdminToken); "" sends no Authorization header.
+	Token string
+	// HTTPClient sends the requests: its transport, redirect policy and
+	// timeout are the caller's [http.DefaultClient].
+	HTTPClient *http.Client
+}
+
+func (c *ClientConfig) setDefaults() {
+	c.URL = strings.TrimRight(c.URL, "/")
+	if c.HTTPClient == nil {
+		c.HTTPClient = http.DefaultClient
+	}
+}
+
+// Client is the client of the REST API that Server serves. Each call is
+// one HTTP request, without retries: a call returns the domain type of a
+// 2xx answer, an *Error for any other answer, an error wrapping
+// ErrUndecodable for a 2xx body that does not decode, the transport's
+// error (a *url.Error) when no answer came, or a read error when the
+// answer was cut.
+type Client struct {
+	cfg ClientConfig
+}
+
+// NewClient returns a client of the service at cfg.URL, or an error when
+// the URL is not http(s)://host[:port].
+func NewClient(cfg ClientConfig) (*Client, error) {
+	cfg.setDefaults()
+	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+// URL returns the absolute URL of path, a path of the API with its query.
+func (c *Client) URL(path string) string { return c.cfg.URL + path }
+
+// Error is an answer other than 2xx: the problem document the server sent
+// (RFC 9457), or, when the body was none, Status with the start of the
+// body as Detail and an empty Type. It wraps the domain error that the
+// server's table (codes) maps to its problem type, if any, so that
+// errors.Is(err, domain.ErrNotFound) holds for a /problems/not-found.
+type Error struct {
+	Problem
+	Method, Path string // of the request; Path with its query
+	err          error  // the domain error, or nil
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s %s: %d %s: %s", e.Method, e.Path, e.Status, e.Slug(), e.Text())
+}
+
+func (e *Error) Unwrap() error { return e.err }
+
+// Slug is the last path segment of the problem type ("not-found",
+// "invalid-transition"), or "http-<status>" when the answer had no problem
+// type.
+func (e *Error) Slug() string {
+	if e.Type == "" || e.Type == "about:blank" {
+		return "http-" + strconv.Itoa(e.Status)
+	}
+	return e.Type[strings.LastIndex(e.Type, "/")+1:]
+}
+
+// Text is the problem's detail, or its title when it has none.
+func (e *Error) Text() string { return cmp.Or(e.Detail, e.Title) }
+
+// newError reads an answer of status to a request as an *Error.
+func newError(method, path string, status int, body []byte) *Error {
+	e := &Error{Method: method, Path: path}
+	if json.Unmarshal(body, &e.Problem) != nil || e.Type == "" {
+		e.Problem = Problem{Detail: excerpt(body)}
+	}
+	e.Status = status
+	slug := e.Slug()
+	for _, c := range codes {
+		if c.slug == slug {
+			e.err = c.err
+			break
+		}
+	}
+	return e
+}
+
+// excerpt returns body without surrounding space, cut to excerptBytes
+// ("..." appended when cut).
+func excerpt(body []byte) string {
+	s := strings.TrimSpace(string(body))
+	if len(s) > excerptBytes {
+		return s[:excerptBytes] + "..."
+	}
+	return s
+}
+
+// do sends one request with in as its JSON body (nil: no body) and the
+// headers of h, decodes a 2xx answer into out (nil: not decoded) and
+// returns its headers.
+func (c *Client) do(ctx context.Context, method, path string, h http.Header, in, out any) (http.Header, error) {
+	var rd io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.URL+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range h {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if c.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+	}
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %d answer cut: %w", method, path, resp.StatusCode, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, newError(method, path, resp.StatusCode, body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(body, out); err != nil {
+			return resp.Header, fmt.Errorf("%s %s: %d answer %q: %w: %v", method, path, resp.StatusCode, excerpt(body), ErrUndecodable, err)
+		}
+	}
+	return resp.Header, nil
+}
+
+// placeBody is the body of POST /v1/orders (placeRequest).
+type placeBody struct {
+	OrderID      string        `json:"order_id,omitempty"`
+	CustomerID   string        `json:"customer_id"`
+	Currency     string        `json:"currency"`
+	Items        []domain.Line `json:"items"`
+	FreightCents int64         `json:"freight_cents,omitempty"`
+	At           string        `json:"at,omitempty"`
+}
+
+// commandBody is the body of the lifecycle commands (stepRequest,
+// reasonRequest).
+type commandBody struct {
+	At     string `json:"at,omitempty"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Execute sends cmd for the order: POST /v1/orders for a domain.PlaceOrder
+// (orderID "" lets the server choose), else
+// POST /v1/orders/{orderID}/{domain.CommandName(cmd)}. opt goes as the
+// headers Idempotency-Key, If-Match: "<version>", X-Correlation-ID and
+// X-Request-ID (CommandID). The Result has no Attempts. A refusal is an
+// *Error wrapping the domain error: domain.ErrInvalidTransition,
+// domain.ErrPreconditionFailed, domain.ErrValidation and so on.
+func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error) {
+	path, body := "/v1/orders/"+url.PathEscape(orderID)+"/"+domain.CommandName(cmd), any(nil)
+	switch x := cmd.(type) {
+	case domain.PlaceOrder:
+		path, body = "/v1/orders", placeBody{OrderID: orderID, CustomerID: x.CustomerID, Currency: x.Currency, Items: x.Items,
+			FreightCents: x.FreightCents, At: timeText(x.At)}
+	case domain.Approve:
+		body = commandBody{At: timeText(x.At)}
+	case domain.Invoice:
+		body = commandBody{At: timeText(x.At)}
+	case domain.StartProcessing:
+		body = commandBody{At: timeText(x.At)}
+	case domain.Ship:
+		body = commandBody{At: timeText(x.At)}
+	case domain.Deliver:
+		body = commandBody{At: timeText(x.At)}
+	case domain.Cancel:
+		body = commandBody{At: timeText(x.At), Reason: x.Reason}
+	case domain.MarkUnavailable:
+		body = commandBody{At: timeText(x.At), Reason: x.Reason}
+	default:
+		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
+	}
+	h := http.Header{}
+	setHeader(h, "Idempotency-Key", opt.IdempotencyKey)
+	setHeader(h, "X-Correlation-ID", opt.CorrelationID)
+	setHeader(h, "X-Request-ID", opt.CommandID)
+	if opt.IfMatch != nil {
+		h.Set("If-Match", etag(*opt.IfMatch))
+	}
+	var res struct {
+		OrderID string        `json:"order_id"`
+		Version int64         `json:"version"`
+		Status  domain.Status `json:"status"`
+	}
+	header, err := c.do(ctx, http.MethodPost, path, h, body, &res)
+	if err != nil {
+		return domain.Result{}, err
+	}
+	return domain.Result{OrderID: res.OrderID, Version: res.Version, Status: res.Status,
+		Replayed: header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+func setHeader(h http.Header, k, v string) {
+	if v != "" {
+		h.Set(k, v)
+	}
+}
+
+// timeText is t in RFC 3339, or "" for the zero time (the server then uses
+// its receive time).
+func timeText(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Format(time.RFC3339Nano)
+}
+
+// Order returns the order folded from its event log (GET /v1/orders/{id}),
+// or an *Error wrapping domain.ErrNotFound.
+func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
+	var o domain.Order
+	_, err := c.do(ctx, http.MethodGet, "/v1/orders/"+url.PathEscape(id), nil, nil, &o)
+	return o, err
+}
+
+// SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
+// model reflects MinVersion (0: no wait), for at most Wait (0: the
+// server's default bound).
+type SummaryQuery struct {
+	MinVersion int64
+	Wait       time.Duration
+}
+
+// Summary returns the order's read model (order_summaries) and whether it
+// is stale: older than q.MinVersion when the wait ended
+// (X-Read-Model-Stale). It returns an *Error wrapping domain.ErrNotFound
+// while the read model has nothing of the order.
+func (c *Client) Summary(ctx context.Context, id string, q SummaryQuery) (o domain.Order, stale bool, err error) {
+	v := url.Values{}
+	if q.MinVersion > 0 {
+		v.Set("min_version", strconv.FormatInt(q.MinVersion, 10))
+	}
+	if q.Wait > 0 {
+		v.Set("wait", q.Wait.String())
+	}
+	path := "/v1/order-summaries/" + url.PathEscape(id)
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	header, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
+	if err != nil {
+		return domain.Order{}, false, err
+	}
+	return o, header.Get("X-Read-Model-Stale") == "true", nil
+}
