@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/tracing"
 )
 
 // shutdownGrace bounds what a shutdown waits for: the acks of a round
@@ -73,7 +74,7 @@ func (o *outbox) send(ctx context.Context, docs []commitDoc, ackTimeout time.Dur
 		if len(d.Events) > 0 {
 			correlation = d.Events[0].CorrelationID
 		}
-		_, span := tracer.Start(inCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
+		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.String("orderd.stream_id", d.StreamID), attribute.Int64("orderd.first_version", d.FirstVersion),
 				attribute.Int("orderd.events", len(d.Events)), attribute.String("orderd.correlation_id", correlation)))
 		events, err := d.events()

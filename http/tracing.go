@@ -8,7 +8,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/tracing"
 )
 
 // tracer records a server span per request through the global
@@ -18,7 +18,7 @@ var tracer = otel.Tracer("github.com/orderd/orderd/http")
 // traceRequests starts a server span for each request. A request that
 // carries W3C trace context continues the caller's trace; any other joins
 // the trace derived from its correlation id (X-Correlation-ID, else the
-// request id: see domain.TraceIDs), where the relay's and the projectors'
+// request id: see tracing.SpanContext), where the relay's and the projectors'
 // spans for the same events land too.
 func traceRequests(next echo.HandlerFunc) echo.HandlerFunc {
 	prop := propagation.TraceContext{}
@@ -30,8 +30,7 @@ func traceRequests(next echo.HandlerFunc) echo.HandlerFunc {
 			trace.WithAttributes(attribute.String("http.request.method", req.Method), attribute.String("http.route", c.Path()),
 				attribute.String("orderd.correlation_id", correlation))}
 		if correlation != "" {
-			tid, sid := domain.TraceIDs(correlation)
-			derived := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true})
+			derived := tracing.SpanContext(correlation)
 			if trace.SpanContextFromContext(ctx).IsValid() {
 				// The caller's trace goes on; the events' trace is linked.
 				opts = append(opts, trace.WithLinks(trace.Link{SpanContext: derived}))

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/tracing"
 )
 
 // consume runs the workers of one partition until ctx is done.
@@ -109,7 +110,7 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		} else {
 			events = append(events, e)
 		}
-		_, span := tracer.Start(inCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
+		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("orderd.projection", r.name), attribute.String("orderd.stream_id", stream),
 				attribute.Int64("orderd.version", e.Version), attribute.String("orderd.event_type", e.Type),

@@ -11,7 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -19,18 +18,6 @@ import (
 // tracer records the projections' spans through the global OpenTelemetry
 // provider (a no-op unless the program installs one).
 var tracer = otel.Tracer("github.com/orderd/orderd/projections")
-
-// inCorrelationTrace returns ctx under the trace derived from a
-// correlation id (domain.TraceIDs), so a projection's spans join the trace
-// of the command whose events it applies.
-func inCorrelationTrace(ctx context.Context, correlationID string) context.Context {
-	if correlationID == "" {
-		return ctx
-	}
-	tid, sid := domain.TraceIDs(correlationID)
-	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, Remote: true}))
-}
 
 // RunnerConfig tunes a Runner. Zero values take the defaults in brackets.
 type RunnerConfig struct {
