@@ -12,7 +12,6 @@ import (
 	"math/bits"
 	"reflect"
 	"slices"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -23,17 +22,16 @@ import (
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
-// Managed is a projection as the repair jobs see it, whatever its document
-// type: *Projection[D] implements it.
-type Managed interface {
-	Name() string
-	Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error)
-	ensureIndexes(ctx context.Context, coll string) error
-	writeFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (foldResult, error)
-	verify(ctx context.Context, coll string, log Log, repair bool, progress func(VerifyProgress) error) (VerifyReport, error)
+// Scanner reads the event log stream by stream in log order (the events
+// of each stream of r, in version order); eventstore.Store implements it.
+type Scanner interface {
+	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 }
 
-func (p *Projection[D]) ensureIndexes(ctx context.Context, coll string) error {
+// EnsureCollectionIndexes creates the projection's indexes on collection
+// coll, such as a rebuild's shadow before it is written. Errors:
+// domain.ErrUnavailable.
+func (p *Projection[D]) EnsureCollectionIndexes(ctx context.Context, coll string) error {
 	return p.Store(coll).EnsureIndexes(ctx)
 }
 
@@ -51,20 +49,23 @@ func (p *Projection[D]) fold(evs []domain.Event) (D, int, error) {
 	return doc, len(evs), nil
 }
 
-// foldResult counts what writeFolds did.
-type foldResult struct {
+// FoldResult counts what WriteFolds did.
+type FoldResult struct {
 	Events  int64
 	Poison  int64    // streams with an event that could not be read or applied
 	Errors  []string // the first few poison errors
 	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
 }
 
-// writeFolds folds each stream and writes its document into coll: an
-// insert, or, for a document a live projector has already written, the
-// version-guarded write, so neither side can go back a version.
-func (p *Projection[D]) writeFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (foldResult, error) {
+// WriteFolds folds each stream of a rebuild's batch and writes its
+// document into coll: an insert, or, for a document a live projector has
+// already written, the version-guarded write, so neither side can go back
+// a version. A stream that cannot be folded (or read: StreamEvents.Err)
+// is counted as poison and its good events are kept. Errors: the store's
+// (domain.ErrUnavailable).
+func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
 	s := p.Store(coll)
-	var res foldResult
+	var res FoldResult
 	type folded struct {
 		id   string
 		evs  []domain.Event
@@ -191,19 +192,20 @@ type seenDoc struct {
 	hash    [32]byte
 }
 
-// verify compares coll with the fold of the log. It reads the read model
+// Verify compares coll with the fold of the log. It reads the read model
 // once (keeping each document's version and hash), then scans the log,
 // folding each stream; documents that differ are checked again on their
 // own (a fresh fold and a fresh read, so a projector that merely moved on
 // in between is not reported), and with repair rewritten (or deleted, for
 // extra ones) through the version guard, each write only after the
-// pointer was read again and still names coll. Errors: ErrPointerMoved
-// (wrapped) when a repair finds coll no longer named by the pointer (the
-// verify stops there, having written nothing more), the log's and the
-// store's.
-func (p *Projection[D]) verify(ctx context.Context, coll string, log Log, repair bool, progress func(VerifyProgress) error) (VerifyReport, error) {
+// pointer was read again and still names coll. progress (nil: none) is
+// called every 500 streams and at the end; its error stops the verify.
+// Errors: domain.ErrPointerMoved (wrapped) when a repair finds coll no
+// longer named by the pointer (the verify stops there, having written
+// nothing more), progress's, the log's and the store's.
+func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
 	s := p.Store(coll)
-	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
+	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
 	seen := map[string]seenDoc{}
 	var digest, expected adhash
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
@@ -281,7 +283,7 @@ func (p *Projection[D]) verify(ctx context.Context, coll string, log Log, repair
 
 // recheck compares one suspect document with a fresh fold of its stream,
 // counts it if it still differs, and repairs it if asked.
-func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, repair bool, rep *VerifyReport) error {
+func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, repair bool, rep *domain.VerifyReport) error {
 	// The document first, then the log: a document only reflects events
 	// already in the log, so a live write in between cannot look like a
 	// document ahead of the log.
@@ -296,7 +298,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
 	want, n, _ := p.fold(evs)
-	ex := DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
+	ex := domain.DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
 	switch {
 	case n == 0 && !exists:
 		return nil
@@ -351,7 +353,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 // every pointer's sight, and nothing would ever drop it. A collection
 // leaves the pointer at least the grace period before it is dropped, so
 // a write right after this check lands before the drop. Errors:
-// ErrPointerMoved (wrapped) when the pointer no longer names coll,
+// domain.ErrPointerMoved (wrapped) when the pointer no longer names coll,
 // domain.ErrUnavailable.
 func (p *Projection[D]) named(ctx context.Context, coll string) error {
 	ptr, err := p.Pointer(ctx, 0)
@@ -360,7 +362,7 @@ func (p *Projection[D]) named(ctx context.Context, coll string) error {
 	}
 	if ptr.Active != coll && ptr.Shadow != coll {
 		return fmt.Errorf("repair %s: the pointer of %s at generation %d names %q active and %q shadow: %w",
-			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, ErrPointerMoved)
+			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, domain.ErrPointerMoved)
 	}
 	return nil
 }

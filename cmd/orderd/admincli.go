@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/domain"
 )
 
 // Defaults of the admin subcommands' flags.
@@ -195,8 +195,8 @@ func rebuildMain(ctx context.Context, args []string, getenv func(string) string,
 	if err != nil {
 		return err
 	}
-	if *partitions < 0 || *partitions > projections.MaxPartitions {
-		return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, projections.MaxPartitions)
+	if *partitions < 0 || *partitions > domain.MaxPartitions {
+		return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, domain.MaxPartitions)
 	}
 	c, err := o.client("rebuild", getenv)
 	if err != nil {
@@ -205,7 +205,7 @@ func rebuildMain(ctx context.Context, args []string, getenv func(string) string,
 	c.projection = name
 	jobsPath := "/v1/admin/projections/" + url.PathEscape(name) + "/rebuilds"
 
-	var job projections.Job
+	var job domain.Job
 	if *cancelID != "" {
 		if *partitions != 0 {
 			return errors.New("rebuild: -partitions does not go with -cancel")
@@ -241,16 +241,16 @@ func rebuildMain(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	active := c.activeCollection(ctx, name)
-	if active == "" && job.State == projections.StateSucceeded {
+	if active == "" && job.State == domain.StateSucceeded {
 		active = job.Shadow // the switch made it active
 	}
 	if err := printRebuild(stdout, job, active); err != nil {
 		return err
 	}
 	switch {
-	case *cancelID != "" && job.State == projections.StateCanceled:
+	case *cancelID != "" && job.State == domain.StateCanceled:
 		return nil
-	case job.State != projections.StateSucceeded:
+	case job.State != domain.StateSucceeded:
 		return fmt.Errorf("rebuild: job %s ended %s%s", job.ID, job.State, suffix(": ", job.Error))
 	}
 	return nil
@@ -278,7 +278,7 @@ func verifyMain(ctx context.Context, args []string, getenv func(string) string, 
 		return err
 	}
 	jobsPath := "/v1/admin/projections/" + url.PathEscape(name) + "/verifications"
-	var job projections.Job
+	var job domain.Job
 	if _, err := c.do(ctx, http.MethodPost, jobsPath, map[string]bool{"repair": *repair}, &job); err != nil {
 		return c.unknownProjection(ctx, err)
 	}
@@ -292,7 +292,7 @@ func verifyMain(ctx context.Context, args []string, getenv func(string) string, 
 		mode = "repair"
 	}
 	fmt.Fprintf(stdout, "verify of %s (%s): job %s %s\n", name, mode, job.ID, job.State)
-	if job.State != projections.StateSucceeded || job.Report == nil {
+	if job.State != domain.StateSucceeded || job.Report == nil {
 		return fmt.Errorf("verify: job %s ended %s%s", job.ID, job.State, suffix(": ", job.Error))
 	}
 	rep := job.Report
@@ -318,7 +318,7 @@ func verifyMain(ctx context.Context, args []string, getenv func(string) string, 
 
 // printVerifyReport writes a verify report as an aligned table, then its
 // examples.
-func printVerifyReport(w io.Writer, rep *projections.VerifyReport) error {
+func printVerifyReport(w io.Writer, rep *domain.VerifyReport) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("collection", rep.Collection)
@@ -358,7 +358,7 @@ func printVerifyReport(w io.Writer, rep *projections.VerifyReport) error {
 }
 
 // printRebuild writes the summary of a finished rebuild.
-func printRebuild(w io.Writer, job projections.Job, active string) error {
+func printRebuild(w io.Writer, job domain.Job, active string) error {
 	duration := "-"
 	if !job.FinishedAt.IsZero() {
 		duration = job.FinishedAt.Sub(job.CreatedAt).Round(time.Millisecond).String()
@@ -568,7 +568,7 @@ func (c *adminClient) activeCollection(ctx context.Context, name string) string 
 // wait polls the job at path every interval until it is final, showing
 // progress. When ctx ends it stops waiting (the job keeps running), says
 // how to follow the job, and returns an error.
-func (c *adminClient) wait(ctx context.Context, path string, job projections.Job, interval time.Duration, p *progress) (projections.Job, error) {
+func (c *adminClient) wait(ctx context.Context, path string, job domain.Job, interval time.Duration, p *progress) (domain.Job, error) {
 	p.show(job)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -579,7 +579,7 @@ func (c *adminClient) wait(ctx context.Context, path string, job projections.Job
 			return job, c.stoppedWaiting(p, path, job)
 		case <-t.C:
 		}
-		var next projections.Job
+		var next domain.Job
 		_, err := c.do(ctx, http.MethodGet, path, nil, &next)
 		if ctx.Err() != nil {
 			return job, c.stoppedWaiting(p, path, job)
@@ -605,12 +605,12 @@ func (c *adminClient) wait(ctx context.Context, path string, job projections.Job
 	return job, nil
 }
 
-func (c *adminClient) stoppedWaiting(p *progress, path string, job projections.Job) error {
+func (c *adminClient) stoppedWaiting(p *progress, path string, job domain.Job) error {
 	p.end()
 	w := p.w
 	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)
 	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer $%s\" %s\n", c.tokenEnv, c.url(path))
-	if job.Kind == projections.KindRebuild {
+	if job.Kind == domain.KindRebuild {
 		fmt.Fprintf(w, "  stop it:   orderd rebuild %s -cancel %s\n", job.Projection, job.ID)
 	}
 	return fmt.Errorf("%s: stopped waiting for job %s, which keeps running", c.cmd, job.ID)
@@ -630,7 +630,7 @@ type progress struct {
 	tty       bool
 	drawn     int // width of the line on screen (tty), 0 when none
 	last      time.Time
-	lastState projections.JobState
+	lastState domain.JobState
 	now       func() time.Time
 }
 
@@ -645,7 +645,7 @@ func isTerminal(w io.Writer) bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
-func (p *progress) line(j projections.Job) string {
+func (p *progress) line(j domain.Job) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s: %d streams, %d events", p.kind, j.State, j.Streams, j.Events)
 	if j.RatePerSecond > 0 {
@@ -663,7 +663,7 @@ func (p *progress) line(j projections.Job) string {
 	return b.String()
 }
 
-func (p *progress) show(j projections.Job) {
+func (p *progress) show(j domain.Job) {
 	s := p.line(j)
 	if p.tty {
 		pad := max(p.drawn-len(s), 0)

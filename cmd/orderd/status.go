@@ -13,7 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/domain"
 )
 
 // statusErrorWidth is how many characters of a projection's last error
@@ -114,9 +114,9 @@ func statusMain(ctx context.Context, args []string, getenv func(string) string, 
 
 // projectionStatus returns the projections as GET /v1/admin/projections
 // shows them.
-func (c *adminClient) projectionStatus(ctx context.Context) ([]projections.ProjectionStatus, error) {
+func (c *adminClient) projectionStatus(ctx context.Context) ([]domain.ProjectionStatus, error) {
 	var list struct {
-		Projections []projections.ProjectionStatus `json:"projections"`
+		Projections []domain.ProjectionStatus `json:"projections"`
 	}
 	if _, err := c.do(ctx, http.MethodGet, "/v1/admin/projections", nil, &list); err != nil {
 		return nil, err
@@ -126,7 +126,7 @@ func (c *adminClient) projectionStatus(ctx context.Context) ([]projections.Proje
 
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
-func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatus, now time.Time) error {
+func printStatus(w io.Writer, c *adminClient, list []domain.ProjectionStatus, now time.Time) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err
@@ -162,7 +162,7 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), c.tokenEnv,
 				c.url("/v1/admin/projections/"+url.PathEscape(p.Name)+"/rebuilds/"+url.PathEscape(r.Job)), p.Name, r.Job))
 		}
-		if v := p.LastVerify; v != nil && v.State == projections.StateSucceeded && v.Drift > v.Repaired {
+		if v := p.LastVerify; v != nil && v.State == domain.StateSucceeded && v.Drift > v.Repaired {
 			notes = append(notes, fmt.Sprintf("%s: %d documents differed from the log at the last verify; repair them with: orderd verify %s -repair",
 				p.Name, v.Drift-v.Repaired, p.Name))
 		}
@@ -178,7 +178,7 @@ func printStatus(w io.Writer, c *adminClient, list []projections.ProjectionStatu
 
 // printPartitions writes the table of the projections' partitions, if the
 // service reported any.
-func printPartitions(w io.Writer, list []projections.ProjectionStatus, now time.Time) error {
+func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time) error {
 	n := 0
 	for _, p := range list {
 		n += len(p.Partitions)
@@ -206,11 +206,11 @@ func printPartitions(w io.Writer, list []projections.ProjectionStatus, now time.
 
 // verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify
 // that has not succeeded, or its outcome and age.
-func verifyCell(v *projections.VerifySummary, now time.Time) string {
+func verifyCell(v *domain.VerifySummary, now time.Time) string {
 	if v == nil {
 		return "-"
 	}
-	if v.State != projections.StateSucceeded {
+	if v.State != domain.StateSucceeded {
 		return string(v.State)
 	}
 	s := "clean"

@@ -1,4 +1,4 @@
-package projections_test
+package jobs_test
 
 import (
 	"context"
@@ -17,7 +17,9 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
 )
 
 // repairKit is what the repair jobs need on one database.
@@ -27,7 +29,7 @@ type repairKit struct {
 	ps   *projections.Pointers
 	sums *projections.Projection[domain.Order]
 	stat *projections.Projection[projections.Contribution]
-	jobs *projections.Jobs
+	jobs *jobs.Jobs
 }
 
 func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eventstore.Store) *repairKit {
@@ -36,7 +38,7 @@ func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eve
 		sums: projections.NewProjection(db, projections.OrderSummaries, es, nil, ps),
 		stat: projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps),
 	}
-	k.jobs = projections.NewJobs(db, ps, es, map[string]string{
+	k.jobs = jobs.New(db, ps, es, map[string]string{
 		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
 		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
 	})
@@ -45,18 +47,18 @@ func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eve
 
 // projectedKit appends n orders named prefix000.. to a new database and
 // writes their fold into both read models.
-func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *fixture) {
+func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectionstest.Fixture) {
 	t.Helper()
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	f := newFixture(t, ctx, es, prefix, n, customers)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, prefix, n, customers)
 	k := newRepairKit(t, ctx, db, es)
 	k.project(t, ctx, f)
 	return k, f
 }
 
 // worker starts a Worker with test timings; it stops with the test.
-func (k *repairKit) worker(t *testing.T, owner string, cfg projections.WorkerConfig) {
+func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	cfg.Owner = owner
 	if cfg.Poll == 0 {
 		cfg.Poll = 50 * time.Millisecond
@@ -67,15 +69,15 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg projections.WorkerCon
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := projections.NewWorker(k.jobs, k.es, nil, []projections.Managed{k.sums, k.stat}, cfg, testLogger(t))
-	goRun(t, "worker "+owner, w.Run)
+	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectionstest.Logger(t))
+	projectionstest.Go(t, "worker "+owner, w.Run)
 }
 
 // waitJob waits until the job is final and returns it.
-func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) projections.Job {
+func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) domain.Job {
 	t.Helper()
-	var job projections.Job
-	waitFor(t, limit, "job "+id+" final", func() error {
+	var job domain.Job
+	projectionstest.WaitFor(t, limit, "job "+id+" final", func() error {
 		var err error
 		if job, err = k.jobs.Get(ctx, id); err != nil {
 			return err
@@ -89,13 +91,13 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 }
 
 // project writes the fold of f into both read models' active collections.
-func (k *repairKit) project(t *testing.T, ctx context.Context, f *fixture) {
+func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projections.Outcome, map[string]error, error){
 		projections.NewStore(k.db, projections.OrderSummaries, k.es, nil).Apply,
 		projections.NewStore(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
 	} {
-		if _, poison, err := apply(ctx, f.flat); err != nil || len(poison) > 0 {
+		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)
 		}
 	}
@@ -107,10 +109,10 @@ func (k *repairKit) project(t *testing.T, ctx context.Context, f *fixture) {
 // that verify with repair fixes exactly those, and that a third verify
 // finds no drift and a digest equal to the fold's.
 func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
-	ctx := testContext(t, 90*time.Second)
+	ctx := projectionstest.Context(t, 90*time.Second)
 	k, f := projectedKit(t, ctx, "vfy", 40, 5)
 	db := k.db
-	k.worker(t, "w1", projections.WorkerConfig{})
+	k.worker(t, "w1", jobs.WorkerConfig{})
 
 	clean := k.verify(t, ctx, false)
 	if clean.Drift() != 0 || clean.Digest != clean.ExpectedDigest || clean.Streams != 40 || clean.Documents != 40 {
@@ -118,21 +120,21 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 
 	coll := db.Collection(projections.OrderSummaries.Collection)
-	del := []string{f.ids[3], f.ids[17]}
-	changed := []string{f.ids[5], f.ids[22]}
-	staleID := f.ids[0] // lifecycle 0 has six events
+	del := []string{f.IDs[3], f.IDs[17]}
+	changed := []string{f.IDs[5], f.IDs[22]}
+	staleID := f.IDs[0] // lifecycle 0 has six events
 	for _, id := range del {
-		must(t)(coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}))
+		projectionstest.Must(t)(coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}))
 	}
-	must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "total_cents", Value: 1}}}}))
-	must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "customer_id", Value: "someone-else"}}}}))
-	must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: staleID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: 2}, {Key: "status", Value: "approved"}}}}))
+	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "total_cents", Value: 1}}}}))
+	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "customer_id", Value: "someone-else"}}}}))
+	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: staleID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: 2}, {Key: "status", Value: "approved"}}}}))
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "ghost"}, {Key: "version", Value: 1}, {Key: "status", Value: "created"}}); err != nil {
 		t.Fatal(err)
 	}
 
 	want := map[string][]string{"missing": del, "different": changed, "stale": {staleID}, "extra": {"ghost"}}
-	check := func(rep projections.VerifyReport, what string) {
+	check := func(rep domain.VerifyReport, what string) {
 		t.Helper()
 		got := map[string][]string{}
 		for _, e := range rep.Examples {
@@ -168,9 +170,9 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	check(k.verify(t, ctx, false), "second verify without repair")
 
 	// Documents not drifted must not be written by the repair.
-	untouched := f.ids[30]
+	untouched := f.IDs[30]
 	before := rawDoc(t, ctx, coll, untouched)
-	must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: untouched}}, bson.D{{Key: "$set", Value: bson.D{{Key: "marker", Value: "kept"}}}}))
+	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: untouched}}, bson.D{{Key: "$set", Value: bson.D{{Key: "marker", Value: "kept"}}}}))
 
 	repaired := k.verify(t, ctx, true)
 	check(repaired, "verify with repair")
@@ -184,7 +186,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	if got := rawDoc(t, ctx, coll, untouched); got["marker"] != "kept" || got["version"] != before["version"] {
 		t.Errorf("an undrifted document was rewritten by the repair: %v", got)
 	}
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartVerify(ctx, "no_such_projection", false); !errors.Is(err, domain.ErrNotFound) {
@@ -192,27 +194,17 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 }
 
-func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) projections.VerifyReport {
+func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) domain.VerifyReport {
 	t.Helper()
 	job, err := k.jobs.StartVerify(ctx, projections.OrderSummaries.Name, repair)
 	if err != nil {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != projections.StateSucceeded || job.Report == nil {
+	if job.State != domain.StateSucceeded || job.Report == nil {
 		t.Fatalf("verify job %s: %s %s", job.ID, job.State, job.Error)
 	}
 	return *job.Report
-}
-
-// must fails the test when a call returning (result, error) failed.
-func must(t *testing.T) func(any, error) {
-	return func(_ any, err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func rawDoc(t *testing.T, ctx context.Context, coll *mongo.Collection, id string) bson.M {
@@ -232,26 +224,26 @@ func rawDoc(t *testing.T, ctx context.Context, coll *mongo.Collection, id string
 // models end equal to the fold of the log, and the replaced collection is
 // dropped after the grace period (invariants 5 and 6).
 func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
-	ctx := testContext(t, 120*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 120*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	f := newFixture(t, ctx, es, "pre", 50, 9)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, "pre", 50, 9)
 	k := newRepairKit(t, ctx, db, es)
-	cfg := b.runnerConfig()
+	cfg := b.RunnerConfig()
 	cfg.Workers = 1
 	dead := projections.NewDeadLetters(db)
-	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, testLogger(t), nil)
-	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, testLogger(t), nil)
-	goRun(t, "summaries runner", sums.Run)
-	goRun(t, "stats runner", stats.Run)
-	b.publishEvents(t, ctx, f.flat, func(e domain.Event) string { return e.ID })
-	waitFor(t, 30*time.Second, "read models built", func() error { return diffReadModels(ctx, db, f) })
+	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	projectionstest.Go(t, "summaries runner", sums.Run)
+	projectionstest.Go(t, "stats runner", stats.Run)
+	b.PublishEvents(t, ctx, f.Flat, func(e domain.Event) string { return e.ID })
+	projectionstest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
 	began := time.Now()
 
 	// Writer: new orders, event by event, published like the relay does.
 	var mu sync.Mutex
-	written := slices.Clone(f.ids)
+	written := slices.Clone(f.IDs)
 	stopWriter := make(chan struct{})
 	writerDone := make(chan struct{})
 	go func() {
@@ -272,14 +264,14 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 				t.Errorf("writer: %v", err)
 				return
 			}
-			appendStreamNoFatal(t, ctx, es, id, lifecycle(n, "cust-new"), at)
+			appendStreamNoFatal(t, ctx, es, id, projectionstest.Lifecycle(n, "cust-new"), at)
 			loaded, err := es.Load(ctx, id, 0)
 			if err != nil || len(loaded) == 0 {
 				continue
 			}
 			for _, e := range loaded[len(before):] {
 				body, _ := domain.MarshalEvent(e)
-				if _, err := b.JS.Publish(ctx, b.stream.Subject(id), body); err != nil {
+				if _, err := b.JS.Publish(ctx, b.Stream.Subject(id), body); err != nil {
 					t.Errorf("writer publish: %v", err)
 					return
 				}
@@ -307,7 +299,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 				return
 			default:
 			}
-			for _, id := range f.ids {
+			for _, id := range f.IDs {
 				o, err := reader.Summary(ctx, id)
 				if err == nil && o.Version < seen[id] {
 					err = fmt.Errorf("summary %s went back from v%d to v%d", id, seen[id], o.Version)
@@ -327,7 +319,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 
 	// Paced, and with a settling time longer than the readers' pointer
 	// cache, so that a model switched too early would be read half-built.
-	wc := projections.WorkerConfig{BatchStreams: 10, Grace: time.Second, Settle: 1500 * time.Millisecond, MaxEventsPerSecond: 300}
+	wc := jobs.WorkerConfig{BatchStreams: 10, Grace: time.Second, Settle: 1500 * time.Millisecond, MaxEventsPerSecond: 300}
 	k.worker(t, "w1", wc)
 	k.worker(t, "w2", wc)
 	time.Sleep(200 * time.Millisecond)
@@ -335,7 +327,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); !errors.Is(err, projections.ErrJobRunning) {
+	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
 		t.Errorf("a second rebuild while one runs: %v, want ErrJobRunning", err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 90*time.Second)
@@ -349,7 +341,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		t.Errorf("reader: %v", err)
 	default:
 	}
-	if job.State != projections.StateSucceeded {
+	if job.State != domain.StateSucceeded {
 		t.Fatalf("rebuild %s: %s: %s", job.ID, job.State, job.Error)
 	}
 	owners := map[string]bool{}
@@ -370,12 +362,12 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	if ptr.Active != job.Shadow || ptr.Shadow != "" {
 		t.Errorf("pointer after the rebuild: %+v, want active %s", ptr, job.Shadow)
 	}
-	waitLag(t, ctx, 30*time.Second, sums, stats)
+	projectionstest.WaitLag(t, ctx, 30*time.Second, sums, stats)
 	mu.Lock()
-	all := loadFixture(t, ctx, es, written)
+	all := projectionstest.LoadFixture(t, ctx, es, written)
 	mu.Unlock()
-	waitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return diffReadModels(ctx, db, all) })
-	waitFor(t, 10*time.Second, "replaced collection dropped", func() error {
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectionstest.DiffReadModels(ctx, db, all) })
+	projectionstest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projections.OrderSummaries.Collection}})
 		if err != nil {
 			return err
@@ -404,7 +396,7 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 	}
 	for n := 0; n < 2 && version < int64(len(datas)); n++ {
 		c := domain.Commit{StreamID: id, StreamType: domain.StreamTypeOrder, ExpectedVersion: version,
-			Events: []domain.Event{newEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
+			Events: []domain.Event{projectionstest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
 		if _, err := es.Append(ctx, c); err != nil {
 			t.Errorf("append %s v%d: %v", id, version+1, err)
 			return
@@ -416,17 +408,17 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 // TestTaskClaimedByExactlyOneWorker runs eight workers on one verify job:
 // its task is claimed once, by one of them (invariant 6).
 func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	k, _ := projectedKit(t, ctx, "clm", 10, 2)
 	job, err := k.jobs.StartVerify(ctx, projections.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 8 {
-		k.worker(t, fmt.Sprintf("w%d", i), projections.WorkerConfig{Poll: 5 * time.Millisecond})
+		k.worker(t, fmt.Sprintf("w%d", i), jobs.WorkerConfig{Poll: 5 * time.Millisecond})
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != projections.StateSucceeded || len(job.Tasks) != 1 || job.Tasks[0].Attempts != 1 {
+	if job.State != domain.StateSucceeded || len(job.Tasks) != 1 || job.Tasks[0].Attempts != 1 {
 		t.Fatalf("job %s: %+v", job.State, job.Tasks)
 	}
 	if task := job.Tasks[0]; task.Epoch != 1 {
@@ -440,7 +432,7 @@ func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
 // instead of starting over, and that the job completes with every stream
 // counted once.
 func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "res", 30, 3)
 	db, es := k.db, k.es
 	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
@@ -448,12 +440,12 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker whose settling time never ends runs only the plan.
-	planner := projections.NewWorker(k.jobs, es, nil, []projections.Managed{k.sums, k.stat},
-		projections.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, testLogger(t))
+	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
+		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectionstest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)
 	go func() { planned <- planner.Run(pctx) }()
-	waitFor(t, 20*time.Second, "plan done", func() error {
+	projectionstest.WaitFor(t, 20*time.Second, "plan done", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -472,40 +464,40 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	}
 	// The dead runner did the first 12 streams (ids sort in log order
 	// here: same length, no prefixes).
-	done := f.ids[:12]
+	done := f.IDs[:12]
 	var events int64
 	for _, id := range done {
-		events += int64(len(f.events[id]))
+		events += int64(len(f.Events[id]))
 	}
 	shadow := db.Collection(job.Shadow)
 	for _, id := range done {
-		o := f.orders[id]
-		must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
+		o := f.Orders[id]
+		projectionstest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
 	}
 	part := job.ID + "/part-0"
-	must(t)(db.Collection(projections.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
+	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: time.Now().Add(-time.Minute)},
 		{Key: "cursor", Value: done[len(done)-1]}, {Key: "streams", Value: len(done)}, {Key: "events", Value: events},
 	}}}))
-	k.worker(t, "alive", projections.WorkerConfig{BatchStreams: 5})
+	k.worker(t, "alive", jobs.WorkerConfig{BatchStreams: 5})
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != projections.StateSucceeded {
+	if job.State != domain.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	p, _ := job.Task("part-0")
 	if p.Owner != "alive" || p.Attempts != 2 || len(p.Resumes) != 1 || p.Resumes[0].Cursor != done[len(done)-1] || p.Resumes[0].Streams != 12 {
 		t.Errorf("partition after the takeover: owner %s attempts %d resumes %+v", p.Owner, p.Attempts, p.Resumes)
 	}
-	if p.Streams != int64(len(f.ids)) || p.Events != int64(len(f.flat)) {
-		t.Errorf("partition counted %d streams and %d events, want %d and %d (each once)", p.Streams, p.Events, len(f.ids), len(f.flat))
+	if p.Streams != int64(len(f.IDs)) || p.Events != int64(len(f.Flat)) {
+		t.Errorf("partition counted %d streams and %d events, want %d and %d (each once)", p.Streams, p.Events, len(f.IDs), len(f.Flat))
 	}
 	// The dead runner's half-written documents (only id and version) were
 	// caught by the verify before the switch.
 	if job.Report == nil || job.Report.Different != 12 || job.Report.Repaired != 12 {
 		t.Errorf("verify before the switch: %+v", job.Report)
 	}
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 }
@@ -514,20 +506,20 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 // readers' collection never changed, the shadow is dropped after the grace
 // period, and the projection can be rebuilt again.
 func TestRebuildCancel(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "cnl", 60, 4)
 	db := k.db
-	k.worker(t, "w1", projections.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
 	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "rebuild under way", func() error {
+	projectionstest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
 		}
-		if j.Streams == 0 || j.State != projections.StateRunning {
+		if j.Streams == 0 || j.State != domain.StateRunning {
 			return fmt.Errorf("%s, %d streams", j.State, j.Streams)
 		}
 		return nil
@@ -536,13 +528,13 @@ func TestRebuildCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 20*time.Second)
-	if job.State != projections.StateCanceled || !job.CancelRequested {
+	if job.State != domain.StateCanceled || !job.CancelRequested {
 		t.Fatalf("after cancel: %s (cancel requested %v) %s", job.State, job.CancelRequested, job.Error)
 	}
-	if p, _ := job.Task("part-0"); p.State != "canceled" || job.Streams >= int64(len(f.ids)) {
-		t.Errorf("partition %s after %d of %d streams", p.State, job.Streams, len(f.ids))
+	if p, _ := job.Task("part-0"); p.State != "canceled" || job.Streams >= int64(len(f.IDs)) {
+		t.Errorf("partition %s after %d of %d streams", p.State, job.Streams, len(f.IDs))
 	}
-	if _, err := k.jobs.Cancel(ctx, job.ID); !errors.Is(err, projections.ErrJobFinished) {
+	if _, err := k.jobs.Cancel(ctx, job.ID); !errors.Is(err, domain.ErrJobFinished) {
 		t.Errorf("cancel of a canceled job: %v, want ErrJobFinished", err)
 	}
 	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
@@ -552,14 +544,14 @@ func TestRebuildCancel(t *testing.T) {
 	if ptr.Active != projections.OrderSummaries.Collection || ptr.Shadow != "" {
 		t.Errorf("pointer after cancel: %+v", ptr)
 	}
-	waitFor(t, 10*time.Second, "shadow dropped", func() error {
+	projectionstest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
 		if err != nil || len(names) > 0 {
 			return fmt.Errorf("%v %v", names, err)
 		}
 		return nil
 	})
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
@@ -576,17 +568,17 @@ func TestRebuildCancel(t *testing.T) {
 // job as succeeded, never putting the collection readers now read on the
 // drop list.
 func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "late", 20, 3)
 	db := k.db
 	name := projections.OrderSummaries.Name
 	// A long grace keeps whatever is put on the drop list there to be seen.
-	k.worker(t, "w1", projections.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
 	job, err := k.jobs.StartRebuild(ctx, name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != projections.StateSucceeded {
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	switched, err := k.ps.Get(ctx, name, projections.OrderSummaries.Collection, 0)
@@ -598,30 +590,30 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	}
 
 	// The finish died after the switch, before it recorded the job's end.
-	must(t)(db.Collection(projections.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: projections.StateRunning}}},
+	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
-	must(t)(db.Collection(projections.LocksCollection).InsertOne(ctx, bson.D{
+	projectionstest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
 
 	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
-	must(t)(db.Collection(projections.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
 	// Its lease runs out: the worker claims the finish again.
-	must(t)(db.Collection(projections.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
 			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
 
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if !errors.Is(cancelErr, projections.ErrJobFinished) {
+	if !errors.Is(cancelErr, domain.ErrJobFinished) {
 		t.Errorf("cancel after the switch: %v, want ErrJobFinished", cancelErr)
 	}
-	if job.State != projections.StateSucceeded {
+	if job.State != domain.StateSucceeded {
 		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
 	}
 	// The finish records its task's end after the job's.
-	waitFor(t, 10*time.Second, "finish run again", func() error {
+	projectionstest.WaitFor(t, 10*time.Second, "finish run again", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -653,7 +645,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if err != nil || len(names) != 1 {
 		t.Errorf("active collection %s: %v %v", job.Shadow, names, err)
 	}
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {
@@ -666,12 +658,12 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 // and its repairs stops with an error and writes nothing, rather than
 // recreating the dropped collection with its upserts.
 func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "gone", 12, 3)
 	db := k.db
 	name, coll := projections.OrderSummaries.Name, projections.OrderSummaries.Collection
 	// Drift to repair: two summaries missing.
-	must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.ids[2], f.ids[7]}}}}}))
+	projectionstest.Must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.IDs[2], f.IDs[7]}}}}}))
 
 	// The repairs read the log (the recheck of each suspect) after the
 	// report: that is when another rebuild switches the projection to its
@@ -680,7 +672,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	var once sync.Once
 	hooked := &hookedLog{Store: k.es, before: func() {
 		once.Do(func() {
-			must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+			projectionstest.Must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
 				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
 				options.Replace().SetUpsert(true)))
 			if err := db.Collection(coll).Drop(ctx); err != nil {
@@ -689,13 +681,13 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 		})
 	}}
 	k.sums = projections.NewProjection(db, projections.OrderSummaries, hooked, nil, k.ps)
-	k.worker(t, "w1", projections.WorkerConfig{MaxAttempts: 1})
+	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != projections.StateFailed || !strings.Contains(job.Error, projections.ErrPointerMoved.Error()) {
+	if job.State != domain.StateFailed || !strings.Contains(job.Error, domain.ErrPointerMoved.Error()) {
 		t.Errorf("verify whose collection was dropped before its repairs: %s %q, want failed as the pointer moved", job.State, job.Error)
 	}
 	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: bson.A{coll, next}}}}})
@@ -723,52 +715,52 @@ func (h *hookedLog) LoadFrom(ctx context.Context, streamID string, from int64) (
 // range of the log: every message carries its event's id as Nats-Msg-Id,
 // so the stream's de-duplication window keeps one message per event.
 func TestReplayKeepsMessageIDs(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 60*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	f := newFixture(t, ctx, es, "rpl", 6, 2)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, "rpl", 6, 2)
 	k := newRepairKit(t, ctx, db, es)
 	republish := func(ctx context.Context, evs []domain.Event) (int, error) {
-		return eventstore.Republish(ctx, b.JS, b.stream, evs)
+		return eventstore.Republish(ctx, b.JS, b.Stream, evs)
 	}
-	w := projections.NewWorker(k.jobs, es, republish, []projections.Managed{k.sums, k.stat},
-		projections.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, testLogger(t))
-	goRun(t, "worker", w.Run)
+	w := jobs.NewWorker(k.jobs, es, republish, []jobs.Projection{k.sums, k.stat},
+		jobs.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, projectionstest.Logger(t))
+	projectionstest.Go(t, "worker", w.Run)
 
-	replay := func(spec projections.ReplaySpec) projections.Job {
+	replay := func(spec domain.ReplaySpec) domain.Job {
 		t.Helper()
 		job, err := k.jobs.StartReplay(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		job = k.waitJob(t, ctx, job.ID, 20*time.Second)
-		if job.State != projections.StateSucceeded {
+		if job.State != domain.StateSucceeded {
 			t.Fatalf("replay %+v: %s %s", spec, job.State, job.Error)
 		}
 		return job
 	}
-	one := f.ids[2]
-	if job := replay(projections.ReplaySpec{StreamID: one}); job.Events != int64(len(f.events[one])) {
-		t.Errorf("replay of %s published %d events, want %d", one, job.Events, len(f.events[one]))
+	one := f.IDs[2]
+	if job := replay(domain.ReplaySpec{StreamID: one}); job.Events != int64(len(f.Events[one])) {
+		t.Errorf("replay of %s published %d events, want %d", one, job.Events, len(f.Events[one]))
 	}
-	if got := b.messages(t, ctx); got != uint64(len(f.events[one])) {
-		t.Errorf("stream holds %d messages after replaying %s, want %d", got, one, len(f.events[one]))
+	if got := b.Messages(t, ctx); got != uint64(len(f.Events[one])) {
+		t.Errorf("stream holds %d messages after replaying %s, want %d", got, one, len(f.Events[one]))
 	}
-	all := replay(projections.ReplaySpec{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
-	if all.Events != int64(len(f.flat)) || all.Streams != int64(len(f.ids)) {
-		t.Errorf("range replay published %d events of %d streams, want %d of %d", all.Events, all.Streams, len(f.flat), len(f.ids))
+	all := replay(domain.ReplaySpec{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	if all.Events != int64(len(f.Flat)) || all.Streams != int64(len(f.IDs)) {
+		t.Errorf("range replay published %d events of %d streams, want %d of %d", all.Events, all.Streams, len(f.Flat), len(f.IDs))
 	}
-	n := b.messages(t, ctx)
-	if n != uint64(len(f.flat)) {
-		t.Errorf("stream holds %d messages, want %d: one per event", n, len(f.flat))
+	n := b.Messages(t, ctx)
+	if n != uint64(len(f.Flat)) {
+		t.Errorf("stream holds %d messages, want %d: one per event", n, len(f.Flat))
 	}
-	st, err := b.JS.Stream(ctx, b.stream.Name)
+	st, err := b.JS.Stream(ctx, b.Stream.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ids := map[string]bool{}
-	for _, e := range f.flat {
+	for _, e := range f.Flat {
 		ids[e.ID] = true
 	}
 	for seq := uint64(1); seq <= n; seq++ {
@@ -788,7 +780,7 @@ func TestReplayKeepsMessageIDs(t *testing.T) {
 	if len(ids) > 0 {
 		t.Errorf("events not republished: %v", ids)
 	}
-	if _, err := k.jobs.StartReplay(ctx, projections.ReplaySpec{StreamID: "a.b"}); !errors.Is(err, domain.ErrValidation) {
+	if _, err := k.jobs.StartReplay(ctx, domain.ReplaySpec{StreamID: "a.b"}); !errors.Is(err, domain.ErrValidation) {
 		t.Errorf("replay of an invalid stream id: %v", err)
 	}
 }
