@@ -45,9 +45,10 @@ const (
 	taskReplay = "replay"
 )
 
-// Log is the event log as the jobs read it; eventstore.Store implements
-// it. Its errors wrap domain.ErrUnavailable when the store cannot be
-// reached.
+// Log is the event log as the jobs read it: a stream's events, a scan in
+// log order, the number of commits, and the stream ids that cut the log
+// into n ranges of about equal commits (a rebuild's partitions).
+// eventstore.Store implements it.
 type Log interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
@@ -55,7 +56,7 @@ type Log interface {
 	Bounds(ctx context.Context, n int, total int64) ([]string, error)
 }
 
-// Jobs stores jobs and their tasks, and creates and cancels them.
+// Jobs stores jobs and their tasks, and creates, reads and cancels them.
 type Jobs struct {
 	db       *mongo.Database
 	jobs     *mongo.Collection

@@ -146,8 +146,8 @@ func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
 	return out
 }
 
-// ContributionOf is the customer_order_stats document of the folded order o.
-func ContributionOf(o domain.Order) projections.Contribution {
+// contributionOf is the customer_order_stats document of the folded order o.
+func contributionOf(o domain.Order) projections.Contribution {
 	return projections.Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
 		TotalCents: o.TotalCents, Version: o.Version}
 }
@@ -182,7 +182,7 @@ func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture) error {
 		if err != nil {
 			return fmt.Errorf("contribution %s (want v%d): %w", id, want.Version, err)
 		}
-		if wc := ContributionOf(want); c != wc {
+		if wc := contributionOf(want); c != wc {
 			return fmt.Errorf("contribution %s:\n got %+v\nwant %+v", id, c, wc)
 		}
 	}
