@@ -28,7 +28,7 @@ func NewDeadLetters(db *mongo.Database) *DeadLetters {
 }
 
 // Park stores d; parking the same event again overwrites it.
-func (s *DeadLetters) Park(ctx context.Context, d DeadLetter) error {
+func (s *DeadLetters) Park(ctx context.Context, d domain.DeadLetter) error {
 	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, d, options.Replace().SetUpsert(true))
 	if err != nil {
 		return fmt.Errorf("park %s: %w", d.ID, mongoerr.Translate(err))
@@ -38,7 +38,7 @@ func (s *DeadLetters) Park(ctx context.Context, d DeadLetter) error {
 
 // List returns up to limit dead letters of a projection ("" for all),
 // oldest first.
-func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) ([]DeadLetter, error) {
+func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
 	filter := bson.D{}
 	if projection != "" {
 		filter = bson.D{{Key: "projection", Value: projection}}
@@ -47,7 +47,7 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", mongoerr.Translate(err))
 	}
-	out := []DeadLetter{}
+	out := []domain.DeadLetter{}
 	if err := cur.All(ctx, &out); err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", mongoerr.Translate(err))
 	}
@@ -68,7 +68,7 @@ func (s *DeadLetters) Count(ctx context.Context, projection string) (int64, erro
 // document). On success the dead letter is deleted; on failure it stays,
 // with the new error. Errors: domain.ErrNotFound for an unknown id.
 func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.Context, []domain.Event) error) error {
-	var d DeadLetter
+	var d domain.DeadLetter
 	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return fmt.Errorf("dead letter %s: %w", id, domain.ErrNotFound)
@@ -86,7 +86,7 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 		if errors.Is(err, domain.ErrUnavailable) {
 			return errors.Join(fmt.Errorf("retry %s: %w", id, err), mongoerr.Translate(uerr))
 		}
-		return errors.Join(fmt.Errorf("retry %s: %w: %w", id, ErrRetryFailed, err), mongoerr.Translate(uerr))
+		return errors.Join(fmt.Errorf("retry %s: %w: %w", id, domain.ErrRetryFailed, err), mongoerr.Translate(uerr))
 	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
 		return fmt.Errorf("retry %s: delete: %w", id, mongoerr.Translate(err))

@@ -39,26 +39,15 @@
 //
 // Repair path. Each projection has a pointer document naming its active
 // collection (Pointers, Projection); readers follow it. Every write of it
-// is a compare-and-set on its generation, so a runner that stalled past
-// its lease cannot undo a newer rebuild's announcement or switch. Jobs creates
-// rebuild, verify and replay jobs, split into tasks that Workers in any
-// number of instances claim and run:
-//
-//   - Invariant 5: a rebuild announces a shadow collection in the pointer;
-//     live projectors then write every batch to the shadow first and the
-//     active collection second. The rebuild's partitions scan the log in
-//     log order and insert each stream's fold into the shadow (documents a
-//     projector already wrote go through the version guard); its finish
-//     verifies the shadow against the log with repair and switches the
-//     pointer, and the replaced collection is dropped after a grace
-//     period. Readers never see the shadow before the switch.
-//   - Invariant 6: a task is claimed by one update filtered on its epoch
-//     and an expired lease (claim-by-filter: exactly one of any number of
-//     workers matches); the owner renews the lease and checkpoints under a
-//     filter on its epoch, and a task whose lease ran out is resumed by
-//     another worker from its cursor (see claim).
-//
-// Verify folds every stream and compares it with the read model, reporting
+// is a compare-and-set on its generation, so a job that stalled past its
+// lease cannot undo a newer rebuild's announcement or switch. While the
+// pointer names a shadow collection (a rebuild under way), live projectors
+// write every batch to the shadow first and the active collection second,
+// so the switch never shows a reader an older version (invariant 5). A
+// rebuild fills the shadow with Projection.WriteFolds, whose inserts meet
+// the documents live projectors wrote through the version guard. Verify
+// folds every stream and compares it with the read model, reporting
 // missing, stale, extra and different documents with AdHash digests; with
-// repair it rewrites only those.
+// repair it rewrites only those. Package jobs schedules rebuilds and
+// verifies and runs them.
 package projections

@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
@@ -31,9 +30,6 @@ const MembersCollection = "projection_members"
 // DefaultPartitions is how many partitions a projection's events are
 // split into when RunnerConfig.Partitions is 0.
 const DefaultPartitions = 16
-
-// PartitionStatus is one partition as GET /v1/admin/projections shows it.
-type PartitionStatus = domain.PartitionStatus
 
 // partitionDoc is a document of PartitionsCollection.
 type partitionDoc struct {

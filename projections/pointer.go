@@ -95,8 +95,8 @@ func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge tim
 // pointer document, created by an insert), and caches it. It is a
 // compare-and-set on the generation, so a writer that read the pointer
 // before another write moved it on never overwrites that write. Errors:
-// ErrPointerMoved (wrapped) when the pointer is no longer at
-// p.Generation-1 (re-read it and decide again, see update),
+// domain.ErrPointerMoved (wrapped) when the pointer is no longer at
+// p.Generation-1 (re-read it and decide again, see Update),
 // domain.ErrValidation for a generation below 1, domain.ErrUnavailable.
 func (ps *Pointers) put(ctx context.Context, p Pointer) error {
 	read := p.Generation - 1
@@ -120,7 +120,7 @@ func (ps *Pointers) put(ctx context.Context, p Pointer) error {
 		moved = res.MatchedCount == 0
 	}
 	if moved {
-		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, ErrPointerMoved)
+		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, domain.ErrPointerMoved)
 	}
 	ps.mu.Lock()
 	if old, ok := ps.cache[p.Projection]; !ok || old.p.Generation <= p.Generation {
@@ -135,16 +135,16 @@ func (ps *Pointers) put(ctx context.Context, p Pointer) error {
 // of them gives up once it sees the pointer moved on, so a few suffice.
 const pointerAttempts = 3
 
-// update reads the pointer of projection name (collection: its
+// Update reads the pointer of projection name (collection: its
 // Definition's Collection) from the store, lets change edit it, and puts
 // the result at the next generation. change returns false when the
 // pointer needs no write, or an error to stop; it is called again on a
 // fresh read when another write moved the pointer in between (a lost
 // compare-and-set), up to pointerAttempts times. It returns the pointer
 // as stored, or as read when nothing was written. Errors: change's,
-// ErrPointerMoved (wrapped) after pointerAttempts lost compare-and-sets,
+// domain.ErrPointerMoved (wrapped) after pointerAttempts lost compare-and-sets,
 // domain.ErrUnavailable.
-func (ps *Pointers) update(ctx context.Context, name, collection string, change func(p *Pointer) (bool, error)) (Pointer, error) {
+func (ps *Pointers) Update(ctx context.Context, name, collection string, change func(p *Pointer) (bool, error)) (Pointer, error) {
 	for attempt := 1; ; attempt++ {
 		p, err := ps.Get(ctx, name, collection, 0)
 		if err != nil {
@@ -156,7 +156,7 @@ func (ps *Pointers) update(ctx context.Context, name, collection string, change 
 		}
 		p.Generation++
 		err = ps.put(ctx, p)
-		if err == nil || !errors.Is(err, ErrPointerMoved) || attempt == pointerAttempts {
+		if err == nil || !errors.Is(err, domain.ErrPointerMoved) || attempt == pointerAttempts {
 			return p, err
 		}
 	}
@@ -170,8 +170,9 @@ type retiredDoc struct {
 	Reason     string    `bson:"reason"`
 }
 
-// retire schedules a collection's drop.
-func (ps *Pointers) retire(ctx context.Context, projection, collection, reason string, after time.Time) error {
+// Retire schedules the drop of collection, a former collection of
+// projection, at after (the caller's clock). Errors: domain.ErrUnavailable.
+func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason string, after time.Time) error {
 	d := retiredDoc{Collection: collection, Projection: projection, DropAfter: after.UTC(), Reason: reason}
 	_, err := ps.retired.ReplaceOne(ctx, bson.D{{Key: "_id", Value: collection}}, d, options.Replace().SetUpsert(true))
 	if err != nil {
@@ -180,9 +181,10 @@ func (ps *Pointers) retire(ctx context.Context, projection, collection, reason s
 	return nil
 }
 
-// dropRetired drops the retired collections whose time has come, except
-// any a pointer still names, and returns their names.
-func (ps *Pointers) dropRetired(ctx context.Context, now time.Time) ([]string, error) {
+// DropRetired drops the retired collections whose time has come by now,
+// except any a pointer still names, and returns their names. Errors:
+// domain.ErrUnavailable, with the names dropped before the failure.
+func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, error) {
 	cur, err := ps.retired.Find(ctx, bson.D{})
 	if err != nil {
 		return nil, fmt.Errorf("list retired collections: %w", mongoerr.Translate(err))

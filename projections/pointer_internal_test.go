@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
 )
 
@@ -45,8 +46,8 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	}
 	racer := none
 	racer.Shadow, racer.ShadowJob, racer.Generation = base+"_b", "job-b", none.Generation+1
-	if err := ps.put(ctx, racer); !errors.Is(err, ErrPointerMoved) {
-		t.Errorf("a second first pointer, written over the one created meanwhile: %v, want ErrPointerMoved", err)
+	if err := ps.put(ctx, racer); !errors.Is(err, domain.ErrPointerMoved) {
+		t.Errorf("a second first pointer, written over the one created meanwhile: %v, want domain.ErrPointerMoved", err)
 	}
 	if got := stored(); got != first {
 		t.Errorf("pointer after two creations: %+v, want the first %+v", got, first)
@@ -66,18 +67,18 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	// shadow it read.
 	stale := read
 	stale.Shadow, stale.ShadowJob, stale.Generation = "", "", read.Generation+1
-	if err := ps.put(ctx, stale); !errors.Is(err, ErrPointerMoved) {
-		t.Errorf("a write from generation %d after the pointer moved to %d: %v, want ErrPointerMoved", read.Generation, newer.Generation, err)
+	if err := ps.put(ctx, stale); !errors.Is(err, domain.ErrPointerMoved) {
+		t.Errorf("a write from generation %d after the pointer moved to %d: %v, want domain.ErrPointerMoved", read.Generation, newer.Generation, err)
 	}
 	if got := stored(); got != newer {
 		t.Errorf("pointer after the stale write: %+v, want the newer %+v", got, newer)
 	}
 
-	// update decides again on the pointer as re-read after a lost
+	// Update decides again on the pointer as re-read after a lost
 	// compare-and-set: here a rebuild announces its shadow while another
 	// one's stalled cleanup still tries to withdraw its own.
 	var seen []int64
-	got, err := ps.update(ctx, name, base, func(p *Pointer) (bool, error) {
+	got, err := ps.Update(ctx, name, base, func(p *Pointer) (bool, error) {
 		seen = append(seen, p.Generation)
 		if len(seen) == 1 {
 			moved := *p
@@ -98,6 +99,6 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	want := newer
 	want.Shadow, want.ShadowJob, want.Generation = base+"_c", "job-c", newer.Generation+1
 	if len(seen) != 2 || seen[1] != want.Generation || got != want || stored() != want {
-		t.Errorf("update over a concurrent write: read generations %v, returned %+v, stored %+v, want %+v", seen, got, stored(), want)
+		t.Errorf("Update over a concurrent write: read generations %v, returned %+v, stored %+v, want %+v", seen, got, stored(), want)
 	}
 }

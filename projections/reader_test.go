@@ -11,22 +11,23 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
 )
 
 // TestReaderListSummaries: filters by customer and status, and cursor
 // pagination with limit 3 that returns every matching summary exactly once,
 // in order id order.
 func TestReaderListSummaries(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	f := newFixture(t, ctx, es, "lst", 14, 3)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, "lst", 14, 3)
 	s := projections.NewStore(db, projections.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Insert out of id order, so id order is the query's doing.
-	if _, poison, err := s.Apply(ctx, reversed(f.flat)); err != nil || len(poison) > 0 {
+	if _, poison, err := s.Apply(ctx, reversed(f.Flat)); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}
 	r := projections.NewReader(db, projections.NewPointers(db))
@@ -44,19 +45,19 @@ func TestReaderListSummaries(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.customer+"/"+tc.status, func(t *testing.T) {
 			var want []domain.Order
-			for _, id := range f.ids { // ids are in id order
-				o := f.orders[id]
+			for _, id := range f.IDs { // ids are in id order
+				o := f.Orders[id]
 				if (tc.customer == "" || o.CustomerID == tc.customer) && (tc.status == "" || string(o.Status) == tc.status) {
 					want = append(want, o)
 				}
 			}
-			if tc.customer == "" && tc.status == "" && len(want) != len(f.ids) {
-				t.Fatalf("want %d, fixture has %d", len(want), len(f.ids))
+			if tc.customer == "" && tc.status == "" && len(want) != len(f.IDs) {
+				t.Fatalf("want %d, fixture has %d", len(want), len(f.IDs))
 			}
 			var got []domain.Order
 			after := ""
 			for page := 0; ; page++ {
-				if page > len(f.ids) {
+				if page > len(f.IDs) {
 					t.Fatalf("more than %d pages: the cursor does not advance", page)
 				}
 				p, err := r.ListSummaries(ctx, tc.customer, tc.status, after, limit)
@@ -82,7 +83,7 @@ func TestReaderListSummaries(t *testing.T) {
 	}
 
 	// A cursor past the last id is an empty page, not an error.
-	if p, err := r.ListSummaries(ctx, "", "", f.ids[len(f.ids)-1], limit); err != nil || len(p) != 0 {
+	if p, err := r.ListSummaries(ctx, "", "", f.IDs[len(f.IDs)-1], limit); err != nil || len(p) != 0 {
 		t.Errorf("page after the last id: %v (%v), want empty", ids(p), err)
 	}
 }
@@ -100,9 +101,9 @@ func ids(os []domain.Order) []string {
 // placed before lines had freight (schema 1, freight on the order) into
 // the totals it always had.
 func TestReadModelsCountLineFreight(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
+	ctx := projectionstest.Context(t, 60*time.Second)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
+	es := projectionstest.NewLog(t, ctx, db)
 	at := time.Date(2018, 1, 2, 3, 4, 5, 0, time.UTC)
 	lines := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", Items: []domain.Line{
 		{SKU: "sku-a", Quantity: 2, UnitPriceCents: 5890, FreightCents: 1579},
@@ -110,10 +111,10 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 	}}
 	old := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", FreightCents: 1500,
 		Items: []domain.Line{{SKU: "sku-c", Quantity: 1, UnitPriceCents: 4990}}}
-	oldEvent := newEvent("f-old", 1, old, at)
+	oldEvent := projectionstest.NewEvent("f-old", 1, old, at)
 	oldEvent.Metadata.SchemaVersion = 1 // as written before lines had freight
 	var events []domain.Event
-	for _, e := range []domain.Event{newEvent("f-lines", 1, lines, at), oldEvent} {
+	for _, e := range []domain.Event{projectionstest.NewEvent("f-lines", 1, lines, at), oldEvent} {
 		if _, err := es.Append(ctx, domain.Commit{StreamID: e.StreamID, StreamType: e.StreamType, Events: []domain.Event{e}}); err != nil {
 			t.Fatal(err)
 		}

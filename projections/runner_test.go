@@ -22,6 +22,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
 )
 
 // TestRunnerEndToEnd runs the whole path on real servers: commands through
@@ -31,16 +32,16 @@ import (
 // are done, the consumers' lag drains to 0 and every read-model document
 // equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
-	ctx := testContext(t, 120*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 120*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := testLogger(t)
+	log := projectionstest.Logger(t)
 
 	es := relayedLog(t, ctx, db, b, log)
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
-	cfg := b.runnerConfig()
+	cfg := b.RunnerConfig()
 	sumsStore := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
@@ -50,10 +51,10 @@ func TestRunnerEndToEnd(t *testing.T) {
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
-	sums2 := projections.NewRunner(sumsStore2, b.connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
-	goRun(t, "summaries runner 1", sums1.Run)
-	goRun(t, "summaries runner 2", sums2.Run)
-	goRun(t, "stats runner", stats.Run)
+	sums2 := projections.NewRunner(sumsStore2, b.Connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
+	projectionstest.Go(t, "summaries runner 1", sums1.Run)
+	projectionstest.Go(t, "summaries runner 2", sums2.Run)
+	projectionstest.Go(t, "stats runner", stats.Run)
 
 	// Orders driven concurrently by 8 clients, one command at a time: 100
 	// on an external MongoDB, 30 on the embedded FerretDB, which runs in
@@ -93,14 +94,14 @@ func TestRunnerEndToEnd(t *testing.T) {
 		return
 	}
 	t.Logf("commands done in %s", time.Since(start))
-	f := loadFixture(t, ctx, es, ids)
-	t.Logf("%d orders, %d events appended", len(ids), len(f.flat))
+	f := projectionstest.LoadFixture(t, ctx, es, ids)
+	t.Logf("%d orders, %d events appended", len(ids), len(f.Flat))
 
 	// Poll the cheap signals (the stream holds every event, every consumer
 	// acknowledged everything) before comparing documents.
-	waitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
-		if n := b.messages(t, ctx); n < uint64(len(f.flat)) {
-			return fmt.Errorf("%d of %d events on the stream", n, len(f.flat))
+	projectionstest.WaitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
+		if n := b.Messages(t, ctx); n < uint64(len(f.Flat)) {
+			return fmt.Errorf("%d of %d events on the stream", n, len(f.Flat))
 		}
 		for _, r := range []*projections.Runner{sums1, sums2, stats} {
 			if n, err := r.Lag(ctx); err != nil || n != 0 {
@@ -110,16 +111,16 @@ func TestRunnerEndToEnd(t *testing.T) {
 		return nil
 	})
 	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
-	waitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return diffReadModels(ctx, db, f) })
+	projectionstest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
 	if dl, err := projections.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
 	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
-		applied := metric(t, reg, "orderd_projection_events_applied_total", name)
-		if applied < float64(len(f.flat)) {
-			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.flat))
+		applied := projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", name)
+		if applied < float64(len(f.Flat)) {
+			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.Flat))
 		}
-		logMetrics(t, reg, name)
+		projectionstest.LogMetrics(t, reg, name)
 	}
 }
 
@@ -130,61 +131,61 @@ func TestRunnerEndToEnd(t *testing.T) {
 // batch; later the whole log once more. The read models end equal to the
 // fold, and the second round is all skipped duplicates.
 func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
-	ctx := testContext(t, 80*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 80*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	f := newFixture(t, ctx, es, "dup", 20, 4)
-	total := float64(len(f.flat))
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, "dup", 20, 4)
+	total := float64(len(f.Flat))
 
-	for _, e := range reversed(f.flat) {
-		b.publishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return e.ID })
-		b.publishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
+	for _, e := range reversed(f.Flat) {
+		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return e.ID })
+		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
 	}
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
-	log, cfg, dead := testLogger(t), b.runnerConfig(), projections.NewDeadLetters(db)
+	log, cfg, dead := projectionstest.Logger(t), b.RunnerConfig(), projections.NewDeadLetters(db)
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
 	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
-	goRun(t, "summaries runner", sums.Run)
-	goRun(t, "stats runner", stats.Run)
+	projectionstest.Go(t, "summaries runner", sums.Run)
+	projectionstest.Go(t, "stats runner", stats.Run)
 
-	waitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
-		return diffReadModels(ctx, db, f)
+	projectionstest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
+		return projectionstest.DiffReadModels(ctx, db, f)
 	})
-	waitLag(t, ctx, 15*time.Second, sums, stats)
+	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
 
 	applied, dups := map[string]float64{}, map[string]float64{}
 	names := []string{sums.Name(), stats.Name()}
 	for _, n := range names {
-		applied[n] = metric(t, reg, "orderd_projection_events_applied_total", n)
-		dups[n] = metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
+		applied[n] = projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", n)
+		dups[n] = projectionstest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
 	}
 
 	// The whole log again, reversed, under new message ids.
-	b.publishEvents(t, ctx, reversed(f.flat), func(e domain.Event) string { return "again-" + e.ID })
+	b.PublishEvents(t, ctx, reversed(f.Flat), func(e domain.Event) string { return "again-" + e.ID })
 	// A copy with a remembered id is dropped by the stream itself.
-	body, err := domain.MarshalEvent(f.flat[0])
+	body, err := domain.MarshalEvent(f.Flat[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ack := b.publish(t, ctx, f.flat[0].StreamID, body, f.flat[0].ID); !ack.Duplicate {
+	if ack := b.Publish(t, ctx, f.Flat[0].StreamID, body, f.Flat[0].ID); !ack.Duplicate {
 		t.Errorf("a republish under the same Nats-Msg-Id inside the window was stored (seq %d), want dropped", ack.Sequence)
 	}
-	waitLag(t, ctx, 20*time.Second, sums, stats)
+	projectionstest.WaitLag(t, ctx, 20*time.Second, sums, stats)
 	for _, n := range names {
-		if d := metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
+		if d := projectionstest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
 			t.Errorf("%s: %v duplicates skipped for %v redelivered events", n, d, total)
 		}
-		if a := metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
+		if a := projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
 			t.Errorf("%s: %v events applied again, want 0", n, a)
 		}
 	}
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -195,42 +196,42 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 // projected. Retry heals a dead letter once its cause is fixed (the missing
 // event appended to the log) and keeps one that still fails.
 func TestRunnerDeadLetters(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 60*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
+	es := projectionstest.NewLog(t, ctx, db)
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
-	appendStream(t, ctx, es, "healthy", lifecycle(0, "cust-h"), 2, at)
-	appendStream(t, ctx, es, "gapped", lifecycle(0, "cust-g")[:1], 1, at)
-	healthy := loadFixture(t, ctx, es, []string{"healthy"})
+	projectionstest.AppendStream(t, ctx, es, "healthy", projectionstest.Lifecycle(0, "cust-h"), 2, at)
+	projectionstest.AppendStream(t, ctx, es, "gapped", projectionstest.Lifecycle(0, "cust-g")[:1], 1, at)
+	healthy := projectionstest.LoadFixture(t, ctx, es, []string{"healthy"})
 
 	reg := prometheus.NewRegistry()
 	m := projections.NewMetrics(reg)
 	dead := projections.NewDeadLetters(db)
-	cfg := b.runnerConfig()
+	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	r := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, testLogger(t), m)
-	goRun(t, "summaries runner", r.Run)
+	r := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
+	projectionstest.Go(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
 		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
-	b.publish(t, ctx, "o1", teleported, "x1")
+	b.Publish(t, ctx, "o1", teleported, "x1")
 	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
-	gapV2 := newEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
-	b.publishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
-	b.publishEvents(t, ctx, healthy.flat, func(e domain.Event) string { return e.ID })
+	gapV2 := projectionstest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
+	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
+	b.PublishEvents(t, ctx, healthy.Flat, func(e domain.Event) string { return e.ID })
 
 	reader := projections.NewReader(db, projections.NewPointers(db))
-	waitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
+	projectionstest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
-		if err == nil && !reflect.DeepEqual(got, healthy.orders["healthy"]) {
-			err = fmt.Errorf("summary %s, want %s", dump(got), dump(healthy.orders["healthy"]))
+		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
+			err = fmt.Errorf("summary %s, want %s", projectionstest.Dump(got), projectionstest.Dump(healthy.Orders["healthy"]))
 		}
 		return err
 	})
-	var letters []projections.DeadLetter
-	waitFor(t, 20*time.Second, "two dead letters", func() error {
+	var letters []domain.DeadLetter
+	projectionstest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
 		var err error
 		letters, err = dead.List(ctx, r.Name(), 10)
 		if err == nil && len(letters) != 2 {
@@ -238,9 +239,9 @@ func TestRunnerDeadLetters(t *testing.T) {
 		}
 		return err
 	})
-	waitLag(t, ctx, 15*time.Second, r)
+	projectionstest.WaitLag(t, ctx, 15*time.Second, r)
 
-	var undecodable, gap projections.DeadLetter
+	var undecodable, gap domain.DeadLetter
 	for _, d := range letters {
 		switch d.StreamID {
 		case "o1":
@@ -261,7 +262,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	if n, err := dead.Count(ctx, r.Name()); err != nil || n != 2 {
 		t.Errorf("Count = %d (%v), want 2", n, err)
 	}
-	if n := metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
+	if n := projectionstest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
 		t.Errorf("dead letters metric %v, want 2", n)
 	}
 	if _, err := reader.Summary(ctx, "gapped"); !errors.Is(err, domain.ErrNotFound) {
@@ -280,10 +281,10 @@ func TestRunnerDeadLetters(t *testing.T) {
 	if err := r.Retry(ctx, gap.ID); err != nil {
 		t.Fatalf("Retry of the fixed gap: %v", err)
 	}
-	fixed := loadFixture(t, ctx, es, []string{"gapped"})
+	fixed := projectionstest.LoadFixture(t, ctx, es, []string{"gapped"})
 	if got, err := reader.Summary(ctx, "gapped"); err != nil || got.Version != 2 || got.Status != domain.StatusApproved ||
-		!reflect.DeepEqual(got, fixed.orders["gapped"]) {
-		t.Errorf("summary of the retried stream: %s (%v), want %s", dump(got), err, dump(fixed.orders["gapped"]))
+		!reflect.DeepEqual(got, fixed.Orders["gapped"]) {
+		t.Errorf("summary of the retried stream: %s (%v), want %s", projectionstest.Dump(got), err, projectionstest.Dump(fixed.Orders["gapped"]))
 	}
 
 	// The undecodable message cannot be healed: Retry fails and records it.
@@ -311,19 +312,19 @@ func TestRunnerDeadLetters(t *testing.T) {
 // parked after MaxDeliveries instead of being redelivered for ever, and
 // the events of the other streams, published around it, are projected.
 func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 60*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := newLog(t, ctx, db)
-	healthy := newFixture(t, ctx, es, "fine", 6, 2)
+	es := projectionstest.NewLog(t, ctx, db)
+	healthy := projectionstest.NewFixture(t, ctx, es, "fine", 6, 2)
 
 	// The stream of the newer writer: v1 as this build writes it, v2 of a
 	// type it does not know (inserted raw, as the newer binary stores
 	// it), v3 a type it knows.
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
 	const newer = "newer"
-	appendStream(t, ctx, es, newer, lifecycle(0, "cust-n")[:1], 1, at)
-	must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
+	projectionstest.AppendStream(t, ctx, es, newer, projectionstest.Lifecycle(0, "cust-n")[:1], 1, at)
+	projectionstest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
 		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
 		{Key: "events", Value: bson.A{bson.D{
@@ -334,32 +335,32 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		}}},
 		{Key: "recorded_at", Value: at.Add(time.Hour)}, {Key: "published", Value: true},
 	}))
-	v3 := newEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
+	v3 := projectionstest.NewEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
 	if _, err := es.Append(ctx, domain.Commit{StreamID: newer, StreamType: domain.StreamTypeOrder, ExpectedVersion: 2,
 		Events: []domain.Event{v3}}); err != nil {
 		t.Fatal(err)
 	}
 
 	dead := projections.NewDeadLetters(db)
-	cfg := b.runnerConfig()
+	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
 	ps := projections.NewPointers(db)
-	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, nil, ps), b.JS, dead, cfg, testLogger(t), nil)
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, testLogger(t), nil)
-	goRun(t, "summaries runner", sums.Run)
-	goRun(t, "stats runner", stats.Run)
+	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	projectionstest.Go(t, "summaries runner", sums.Run)
+	projectionstest.Go(t, "stats runner", stats.Run)
 
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
 	msgID := func(e domain.Event) string { return e.ID }
-	half := len(healthy.flat) / 2
-	b.publishEvents(t, ctx, healthy.flat[:half], msgID)
-	b.publishEvents(t, ctx, []domain.Event{v3}, msgID)
-	b.publishEvents(t, ctx, healthy.flat[half:], msgID)
+	half := len(healthy.Flat) / 2
+	b.PublishEvents(t, ctx, healthy.Flat[:half], msgID)
+	b.PublishEvents(t, ctx, []domain.Event{v3}, msgID)
+	b.PublishEvents(t, ctx, healthy.Flat[half:], msgID)
 
 	for _, r := range []*projections.Runner{sums, stats} {
-		waitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
+		projectionstest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
 			letters, err := dead.List(ctx, r.Name(), 10)
 			if err != nil {
 				return err
@@ -374,8 +375,8 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 			return nil
 		})
 	}
-	waitLag(t, ctx, 15*time.Second, sums, stats)
-	if err := diffReadModels(ctx, db, healthy); err != nil {
+	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
+	if err := projectionstest.DiffReadModels(ctx, db, healthy); err != nil {
 		t.Error(err)
 	}
 	if _, err := projections.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
@@ -460,7 +461,7 @@ func owners(t *testing.T, ctx context.Context, r *projections.Runner) map[string
 // waitOwners waits until the partitions are held exactly as want says.
 func waitOwners(t *testing.T, ctx context.Context, r *projections.Runner, limit time.Duration, want map[string]int) {
 	t.Helper()
-	waitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+	projectionstest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
 		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
 			return fmt.Errorf("held as %v", got)
 		}
@@ -491,26 +492,26 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 // of the log, B applies events once it holds partitions, and no partition
 // is ever written by two of them at once.
 func TestRunnerPartitionsRebalance(t *testing.T) {
-	ctx := testContext(t, 120*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 120*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := testLogger(t)
+	log := projectionstest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
 		m := projections.NewMetrics(reg)
-		cfg := b.runnerConfig()
+		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
-		return projections.NewRunner(p, b.connect(t), projections.NewDeadLetters(db), cfg, log, m), reg
+		return projections.NewRunner(p, b.Connect(t), projections.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
-		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
-	goRun(t, "stats runner", stats.Run)
+		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	projectionstest.Go(t, "stats runner", stats.Run)
 
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
@@ -518,17 +519,17 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "part", 0, 10)
-	waitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
-		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
+		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
 	})
 
-	goRun(t, "runner B", bRunner.Run)
+	projectionstest.Go(t, "runner B", bRunner.Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 10, 20)...)
-	waitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
-		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
+		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
 	})
-	if n := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+	if n := projectionstest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
 		t.Errorf("B applied nothing while it held two partitions")
 	}
 
@@ -538,18 +539,18 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	}
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 20, 30)...)
-	waitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
-		return diffReadModels(ctx, db, loadFixture(t, ctx, es, ids))
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
+		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
 	})
-	waitLag(t, ctx, 15*time.Second, bRunner)
+	projectionstest.WaitLag(t, ctx, 15*time.Second, bRunner)
 	// B's metrics, by partition: it owns all four, exposes each one's lag,
 	// and its per-partition applied counters add up to its total.
-	if n := metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
+	if n := projectionstest.Metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
 		t.Errorf("B: partitions owned %v, want 4", n)
 	}
 	byPart := map[string]float64{}
 	lags := 0
-	for _, mf := range mustGather(t, regB) {
+	for _, mf := range projectionstest.MustGather(t, regB) {
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
@@ -567,7 +568,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	for _, v := range byPart {
 		total += v
 	}
-	if applied := metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
+	if applied := projectionstest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
 		t.Errorf("B: applied by partition %v (sum %v), total %v", byPart, total, applied)
 	}
 	if lags != 4 {
@@ -585,15 +586,15 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 // them still for as long as it lives) and leaves, and a healthy member
 // takes them over and applies what was written meanwhile.
 func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
-	ctx := testContext(t, 90*time.Second)
-	b := newBus(t, ctx)
+	ctx := projectionstest.Context(t, 90*time.Second)
+	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := testLogger(t)
+	log := projectionstest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
 	proc := func(owner string, js jetstream.JetStream) *projections.Runner {
-		cfg := b.runnerConfig()
+		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projections.NewProjection(db, projections.OrderSummaries, es, nil, projections.NewPointers(db))
 		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, nil)
@@ -601,21 +602,21 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
-	jsA := connectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	jsA := projectionstest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
-	goRun(t, "runner A", a.Run)
+	projectionstest.Go(t, "runner A", a.Run)
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
-	goRun(t, "runner B", proc("B", b.connect(t)).Run)
+	projectionstest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
-		b.JS, projections.NewDeadLetters(db), b.runnerConfig(), log, nil)
-	goRun(t, "stats runner", stats.Run)
+		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	projectionstest.Go(t, "stats runner", stats.Run)
 
 	cut.close()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
-	f := loadFixture(t, ctx, es, ids)
-	waitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return diffReadModels(ctx, db, f) })
+	f := projectionstest.LoadFixture(t, ctx, es, ids)
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
 }
 
 // proxy forwards TCP connections to a target until it is closed, which

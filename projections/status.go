@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/orderd/orderd/domain"
 )
 
 // Lag returns the number of messages the partitions' consumers have not
@@ -59,7 +61,7 @@ func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
 // documents, the events applied and the apply rate its owner reported at
 // its last heartbeat, and, with lag, its consumer's lag (nil when
 // JetStream does not answer).
-func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
+func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.PartitionStatus, error) {
 	docs, err := r.table.list(ctx)
 	if err != nil {
 		return nil, err
@@ -79,9 +81,9 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 		}
 	}
 	now := time.Now()
-	out := make([]PartitionStatus, 0, r.cfg.Partitions)
+	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
-		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
+		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
 		if d, ok := byPart[p]; ok && d.ExpiresAt.After(now) && d.Owner != "" {
 			st.Owner, st.LeaseUntil, st.Epoch = d.Owner, d.ExpiresAt, d.Epoch
 			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Owner, p)]; ok {

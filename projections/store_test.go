@@ -17,6 +17,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
 )
 
 // applier is Store.Apply of either projection.
@@ -60,10 +61,10 @@ func singles(evs []domain.Event) [][]domain.Event {
 // equal to the fold of the log, every event is folded exactly once, and
 // the skipped duplicates and filled gaps are counted.
 func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	es := newLog(t, ctx, storetest.Database(t))
-	f := newFixture(t, ctx, es, "ord", 7, 3)
-	total, gappy := len(f.flat), f.multiEventStreams()
+	ctx := projectionstest.Context(t, 60*time.Second)
+	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
+	f := projectionstest.NewFixture(t, ctx, es, "ord", 7, 3)
+	total, gappy := len(f.Flat), multiEventStreams(f)
 	if total < 25 || gappy < 6 {
 		t.Fatalf("fixture too small: %d events, %d multi-event streams", total, gappy)
 	}
@@ -74,26 +75,26 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 		batches func(rng *rand.Rand) [][]domain.Event
 		want    want
 	}{
-		{"once in order", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{f.flat} },
+		{"once in order", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{f.Flat} },
 			want{total, 0, 0}},
-		{"once in order one by one", func(*rand.Rand) [][]domain.Event { return singles(f.flat) },
+		{"once in order one by one", func(*rand.Rand) [][]domain.Event { return singles(f.Flat) },
 			want{total, 0, 0}},
-		{"twice", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{f.flat, f.flat} },
+		{"twice", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{f.Flat, f.Flat} },
 			want{total, total, 0}},
-		{"twice one by one", func(*rand.Rand) [][]domain.Event { return append(singles(f.flat), singles(f.flat)...) },
+		{"twice one by one", func(*rand.Rand) [][]domain.Event { return append(singles(f.Flat), singles(f.Flat)...) },
 			want{total, total, 0}},
-		{"twice in one batch", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{append(slices.Clone(f.flat), f.flat...)} },
+		{"twice in one batch", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{append(slices.Clone(f.Flat), f.Flat...)} },
 			want{total, -1, 0}},
-		{"reversed in one batch", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{reversed(f.flat)} },
+		{"reversed in one batch", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{reversed(f.Flat)} },
 			want{total, 0, 0}},
-		{"reversed one by one", func(*rand.Rand) [][]domain.Event { return singles(reversed(f.flat)) },
+		{"reversed one by one", func(*rand.Rand) [][]domain.Event { return singles(reversed(f.Flat)) },
 			// Each stream's last event comes first: a gap, filled from the
 			// log; the stream's other events are then duplicates.
-			want{total, total - len(f.ids), gappy}},
-		{"only the last events", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{f.lastEvents()} },
+			want{total, total - len(f.IDs), gappy}},
+		{"only the last events", func(*rand.Rand) [][]domain.Event { return [][]domain.Event{lastEvents(f)} },
 			want{total, 0, gappy}},
 		{"only the last events, then all again", func(*rand.Rand) [][]domain.Event {
-			return [][]domain.Event{f.lastEvents(), f.flat}
+			return [][]domain.Event{lastEvents(f), f.Flat}
 		}, want{total, total, gappy}},
 	}
 	for seed := uint64(1); seed <= 3; seed++ {
@@ -102,7 +103,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 			batches func(rng *rand.Rand) [][]domain.Event
 			want    want
 		}{fmt.Sprintf("shuffled with duplicates seed %d", seed), func(rng *rand.Rand) [][]domain.Event {
-			return chunks(rng, shuffledWithDuplicates(rng, f.flat), 12)
+			return chunks(rng, shuffledWithDuplicates(rng, f.Flat), 12)
 		}, want{total, -1, -1}})
 	}
 
@@ -131,7 +132,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 						name, sum, len(batches), w.applied, w.duplicates, w.gaps)
 				}
 			}
-			if err := diffReadModels(ctx, db, f); err != nil {
+			if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -141,7 +142,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 // TestStoreReadsNotFound: an order or customer with no document is
 // domain.ErrNotFound, not an empty value.
 func TestStoreReadsNotFound(t *testing.T) {
-	ctx := testContext(t, 30*time.Second)
+	ctx := projectionstest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
 	r := projections.NewReader(db, projections.NewPointers(db))
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
@@ -173,18 +174,18 @@ func TestStoreReadsNotFound(t *testing.T) {
 // The test checks that Apply calls on the same documents did overlap, so
 // it proves something.
 func TestStoreApplyRacingWriters(t *testing.T) {
-	ctx := testContext(t, 90*time.Second)
-	es := newLog(t, ctx, storetest.Database(t))
-	f := newFixture(t, ctx, es, "race", 20, 4)
+	ctx := projectionstest.Context(t, 90*time.Second)
+	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
+	f := projectionstest.NewFixture(t, ctx, es, "race", 20, 4)
 	const writers = 8
 
 	t.Run("shuffled subsets", func(t *testing.T) {
-		last := f.lastEvents()
+		last := lastEvents(f)
 		plans := make([][][]domain.Event, writers)
 		for w := range plans {
 			rng := rand.New(rand.NewPCG(uint64(w), 0xcafe))
 			var mine []domain.Event
-			for _, e := range f.flat {
+			for _, e := range f.Flat {
 				if rng.IntN(2) == 0 {
 					mine = append(mine, e)
 				}
@@ -198,8 +199,8 @@ func TestStoreApplyRacingWriters(t *testing.T) {
 			plans := make([][][]domain.Event, writers)
 			for w := range plans {
 				var batch []domain.Event
-				for _, id := range f.ids {
-					evs := f.events[id]
+				for _, id := range f.IDs {
+					evs := f.Events[id]
 					batch = append(batch, evs[:1+(len(evs)-1)*((w+round)%writers)/(writers-1)]...)
 				}
 				rng := rand.New(rand.NewPCG(uint64(w), uint64(round)))
@@ -225,7 +226,7 @@ func forProcesses(t *testing.T, fn func(t *testing.T, processes int)) {
 // processes Stores on their own clients, each applying its batches to both
 // projections (alternating which goes first), and then compares the read
 // models with the fold of the log.
-func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *fixture, plans [][][]domain.Event, processes int) {
+func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projectionstest.Fixture, plans [][][]domain.Event, processes int) {
 	t.Helper()
 	db := storetest.Database(t)
 	other := storetest.Client(t).Database(db.Name())
@@ -266,12 +267,12 @@ func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *fixture, p
 	if t.Failed() {
 		return
 	}
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	t.Logf("Apply calls that started while another one on the same stream was running: %d; retried after an error: %d",
 		o.overlapping, o.retries)
-	for _, mf := range mustGather(t, reg) {
+	for _, mf := range projectionstest.MustGather(t, reg) {
 		if strings.Contains(mf.GetName(), "retries") || strings.Contains(mf.GetName(), "repairs") {
 			for _, mt := range mf.GetMetric() {
 				t.Logf("%s%v = %v", mf.GetName(), mt.GetLabel(), mt.GetCounter().GetValue())
@@ -337,22 +338,22 @@ func (o *overlaps) apply(ctx context.Context, projection string, apply applier, 
 // in the per-stream error map, their stream's document stays as it was, and
 // the other streams of the same batch are written.
 func TestStoreApplyPoisonIsPerStream(t *testing.T) {
-	ctx := testContext(t, 60*time.Second)
-	es := newLog(t, ctx, storetest.Database(t))
-	f := newFixture(t, ctx, es, "ok", 5, 2)
+	ctx := projectionstest.Context(t, 60*time.Second)
+	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
+	f := projectionstest.NewFixture(t, ctx, es, "ok", 5, 2)
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 
 	// "corrupt": a log whose v2 is an illegal transition (created ->
 	// delivered). The store checks versions, not transitions, so the log
 	// takes it; the fold must not.
-	appendStream(t, ctx, es, "corrupt", []domain.EventData{lifecycle(0, "cust-corrupt")[0], domain.OrderDelivered{}}, 1, at)
+	projectionstest.AppendStream(t, ctx, es, "corrupt", []domain.EventData{projectionstest.Lifecycle(0, "cust-corrupt")[0], domain.OrderDelivered{}}, 1, at)
 	corrupt, err := es.Load(ctx, "corrupt", 0)
 	if err != nil || len(corrupt) != 2 {
 		t.Fatalf("load corrupt: %d events, %v", len(corrupt), err)
 	}
 	// "ghost": an event at v2 of a stream the log does not hold, so its gap
 	// cannot be filled.
-	ghost := newEvent("ghost", 2, domain.OrderApproved{}, at)
+	ghost := projectionstest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
 
 	db := storetest.Database(t)
 	sums := projections.NewStore(db, projections.OrderSummaries, es, nil)
@@ -369,7 +370,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 		if _, poison, err := p.apply(ctx, corrupt[:1]); err != nil || len(poison) > 0 {
 			t.Fatalf("%s: Apply(corrupt v1): poison %v, err %v", p.name, poison, err)
 		}
-		batch := append([]domain.Event{ghost, corrupt[1]}, reversed(f.flat)...)
+		batch := append([]domain.Event{ghost, corrupt[1]}, reversed(f.Flat)...)
 		out, poison, err := p.apply(ctx, batch)
 		if err != nil {
 			t.Fatalf("%s: Apply: %v", p.name, err)
@@ -380,8 +381,8 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 		if !errors.Is(poison["corrupt"], domain.ErrInvalidTransition) {
 			t.Errorf("%s: poison[corrupt] = %v, want ErrInvalidTransition", p.name, poison["corrupt"])
 		}
-		if out.Applied != len(f.flat) || out.GapsFilled != 1 {
-			t.Errorf("%s: outcome %+v, want %d applied (the healthy streams) and 1 gap filled (ghost's attempt)", p.name, out, len(f.flat))
+		if out.Applied != len(f.Flat) || out.GapsFilled != 1 {
+			t.Errorf("%s: outcome %+v, want %d applied (the healthy streams) and 1 gap filled (ghost's attempt)", p.name, out, len(f.Flat))
 		}
 		if _, err := p.version("ghost"); !errors.Is(err, domain.ErrNotFound) {
 			t.Errorf("%s: ghost document: %v, want ErrNotFound", p.name, err)
@@ -395,7 +396,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 		}
 	}
 	// The healthy streams of the batches are written in full.
-	if err := diffReadModels(ctx, db, f); err != nil {
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -404,7 +405,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 // before it: they are written, and the error says how far the document got,
 // so the runner acknowledges them and parks only the rest.
 func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
-	ctx := testContext(t, 30*time.Second)
+	ctx := projectionstest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
 	at := domain.Timestamp(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC))
 	ev := func(v int64, d domain.EventData) domain.Event {

@@ -6,13 +6,14 @@ import (
 	"strings"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projections"
 )
 
 // adminAPI is the admin side of the REST API: the repair jobs, the
 // projections' state and the dead letters.
 type adminAPI struct {
-	jobs    *projections.Jobs
+	jobs    *jobs.Jobs
 	dead    *projections.DeadLetters
 	runners []*projections.Runner
 	checks  []readModelCheck
@@ -25,36 +26,36 @@ type readModelCheck interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
 
-func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (projections.Job, error) {
+func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
 	return a.jobs.StartRebuild(ctx, projection, partitions)
 }
 
-func (a *adminAPI) StartVerify(ctx context.Context, projection string, repair bool) (projections.Job, error) {
+func (a *adminAPI) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	return a.jobs.StartVerify(ctx, projection, repair)
 }
 
-func (a *adminAPI) StartReplay(ctx context.Context, spec projections.ReplaySpec) (projections.Job, error) {
+func (a *adminAPI) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
 	return a.jobs.StartReplay(ctx, spec)
 }
 
-func (a *adminAPI) Job(ctx context.Context, id string) (projections.Job, error) {
+func (a *adminAPI) Job(ctx context.Context, id string) (domain.Job, error) {
 	if err := domain.ValidateID("job id", id); err != nil {
-		return projections.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
+		return domain.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
 	}
 	return a.jobs.Get(ctx, id)
 }
 
-func (a *adminAPI) CancelJob(ctx context.Context, id string) (projections.Job, error) {
+func (a *adminAPI) CancelJob(ctx context.Context, id string) (domain.Job, error) {
 	if _, err := a.Job(ctx, id); err != nil {
-		return projections.Job{}, err
+		return domain.Job{}, err
 	}
 	return a.jobs.Cancel(ctx, id)
 }
 
-// Projections adds to each projection's state (Jobs.Status) its
+// Projections adds to each projection's state (jobs.Jobs.Status) its
 // partitions: owner and apply rate from the lease documents, lag from
 // JetStream.
-func (a *adminAPI) Projections(ctx context.Context) ([]projections.ProjectionStatus, error) {
+func (a *adminAPI) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
 	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
@@ -98,7 +99,7 @@ func (a *adminAPI) runner(name string) *projections.Runner {
 	return nil
 }
 
-func (a *adminAPI) DeadLetters(ctx context.Context, projection string, limit int64) ([]projections.DeadLetter, error) {
+func (a *adminAPI) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
 	if projection != "" && a.runner(projection) == nil {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -175,6 +176,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
 	pm := projections.NewMetrics(reg)
+	jm := jobs.NewMetrics(reg)
 	pointers := projections.NewPointers(db)
 	sums := projections.NewProjection(db, projections.OrderSummaries, store, pm, pointers)
 	stats := projections.NewProjection(db, projections.CustomerOrderStats, store, pm, pointers)
@@ -196,7 +198,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		projections.NewRunner(sums, js, dead, rc, plog, pm),
 		projections.NewRunner(stats, js, dead, rc, plog, pm),
 	}
-	jobs := projections.NewJobs(db, pointers, store, map[string]string{
+	scheduler := jobs.New(db, pointers, store, map[string]string{
 		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
 		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
 	})
@@ -209,9 +211,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		republish := func(ctx context.Context, evs []domain.Event) (int, error) {
 			return eventstore.Republish(ctx, js, stream, evs)
 		}
-		w := projections.NewWorker(jobs, store, republish, []projections.Managed{sums, stats}, projections.WorkerConfig{
+		w := jobs.NewWorker(scheduler, store, republish, []jobs.Projection{sums, stats}, jobs.WorkerConfig{
 			Owner: c.instanceID(), LeaseTTL: c.JobLeaseTTL, Concurrency: c.JobConcurrency, BatchStreams: c.RebuildBatch,
-			MaxEventsPerSecond: c.RebuildMaxRate, Settle: c.RebuildSettle, Grace: c.RebuildGrace, Metrics: pm,
+			MaxEventsPerSecond: c.RebuildMaxRate, Settle: c.RebuildSettle, Grace: c.RebuildGrace, Metrics: jm,
 		}, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
@@ -229,7 +231,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
 			Commands: svc, ReadModels: projections.NewReader(db, pointers),
-			Admin: &adminAPI{jobs: jobs, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
+			Admin: &adminAPI{jobs: scheduler, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
 			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})
 	} else {

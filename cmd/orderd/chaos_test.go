@@ -474,10 +474,10 @@ func streamMsgIDs(ctx context.Context, t *testing.T, js jetstream.JetStream) (ma
 }
 
 // verifyOnce runs a verify job (no repair) of projection name to its end.
-func verifyOnce(t *testing.T, cl *client, name string) *projections.VerifyReport {
+func verifyOnce(t *testing.T, cl *client, name string) *domain.VerifyReport {
 	t.Helper()
 	auth := []string{"Authorization", "Bearer " + chaosToken}
-	var job projections.Job
+	var job domain.Job
 	cl.must(http.StatusAccepted, "POST", "/v1/admin/projections/"+name+"/verifications", `{"repair":false}`, auth...).decode(t, &job)
 	deadline := time.Now().Add(2 * time.Minute)
 	for !job.State.Final() {
@@ -487,7 +487,7 @@ func verifyOnce(t *testing.T, cl *client, name string) *projections.VerifyReport
 		time.Sleep(200 * time.Millisecond)
 		cl.must(http.StatusOK, "GET", "/v1/admin/projections/"+name+"/verifications/"+job.ID, "", auth...).decode(t, &job)
 	}
-	if job.State != projections.StateSucceeded || job.Report == nil {
+	if job.State != domain.StateSucceeded || job.Report == nil {
 		t.Fatalf("verify of %s: %s %s", name, job.State, job.Error)
 	}
 	return job.Report

@@ -25,6 +25,7 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/replay"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -124,7 +125,7 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Database)
 	store := eventstore.New(db)
-	jobs := projections.NewJobs(db, projections.NewPointers(db), store, map[string]string{
+	scheduler := jobs.New(db, projections.NewPointers(db), store, map[string]string{
 		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
 		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
 	})
@@ -149,7 +150,7 @@ func BenchmarkRebuild(b *testing.B) {
 	logEvents := raw.events
 	var runs []rebuildRun
 	for _, p := range partitions {
-		runs = append(runs, runRebuild(ctx, b, jobs, p, logEvents, loaded.orders))
+		runs = append(runs, runRebuild(ctx, b, scheduler, p, logEvents, loaded.orders))
 	}
 	b.StopTimer()
 
@@ -599,8 +600,8 @@ func rawScan(ctx context.Context, b *testing.B, coll *mongo.Collection, sorted b
 // rebuildRun is one rebuild job as it ended.
 type rebuildRun struct {
 	partitions int
-	job        projections.Job
-	parts      []projections.Task
+	job        domain.Job
+	parts      []domain.Task
 	elapsed    time.Duration // StartRebuild called to the job's finished_at
 	create     time.Duration // StartRebuild: lock, tasks, pointer
 	plan       time.Duration // the plan task: commit count and partition bounds
@@ -616,13 +617,13 @@ func (r rebuildRun) rate() float64 { return float64(r.job.Events) / r.elapsed.Se
 // runRebuild rebuilds order_summaries in partitions and waits for the job
 // to end. It fails the benchmark unless the job succeeded having counted
 // events events and orders streams.
-func runRebuild(ctx context.Context, b *testing.B, jobs *projections.Jobs, partitions int, events int64, orders int) rebuildRun {
+func runRebuild(ctx context.Context, b *testing.B, scheduler *jobs.Jobs, partitions int, events int64, orders int) rebuildRun {
 	b.Helper()
 	r := rebuildRun{partitions: partitions}
 	resetPeakRSS()
 	r.rss.before = currentRSS()
 	start := time.Now()
-	job, err := jobs.StartRebuild(ctx, projections.OrderSummaries.Name, partitions)
+	job, err := scheduler.StartRebuild(ctx, projections.OrderSummaries.Name, partitions)
 	if err != nil {
 		b.Fatalf("start a rebuild with %d partition(s): %v", partitions, err)
 	}
@@ -630,7 +631,7 @@ func runRebuild(ctx context.Context, b *testing.B, jobs *projections.Jobs, parti
 	created := time.Now()
 	lastNote := start
 	for {
-		j, err := jobs.Get(ctx, job.ID)
+		j, err := scheduler.Get(ctx, job.ID)
 		if err != nil {
 			b.Fatalf("read rebuild %s: %v", job.ID, err)
 		}
@@ -655,7 +656,7 @@ func runRebuild(ctx context.Context, b *testing.B, jobs *projections.Jobs, parti
 	}
 	r.rss.peak = peakRSS()
 	r.job = job
-	if job.State != projections.StateSucceeded {
+	if job.State != domain.StateSucceeded {
 		b.Fatalf("rebuild with %d partition(s) %s: %s", partitions, job.State, job.Error)
 	}
 	if job.Events != events {

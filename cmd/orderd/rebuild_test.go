@@ -18,7 +18,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/projections"
 )
 
 // subprocessEnv makes the test binary run the program instead of the
@@ -154,17 +153,17 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	c := newClient(t, a)
 	auth := []string{"Authorization", "Bearer " + token}
 	r := c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", "", auth...)
-	var job projections.Job
+	var job domain.Job
 	r.decode(t, &job)
 	path := "/v1/admin/projections/order_summaries/rebuilds/" + job.ID
 
-	get := func() projections.Job {
-		var j projections.Job
+	get := func() domain.Job {
+		var j domain.Job
 		c.must(200, "GET", path, "", auth...).decode(t, &j)
 		return j
 	}
 	// Halfway: B holds the partition and has checkpointed half the streams.
-	var atKill projections.Task
+	var atKill domain.Task
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		j := get()
@@ -186,7 +185,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 
 	startInstance(t, "instance C", jobsFlags("instance-C")...)
 	deadline = time.Now().Add(90 * time.Second)
-	var done projections.Job
+	var done domain.Job
 	for {
 		done = get()
 		if done.State.Final() {
@@ -197,7 +196,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if done.State != projections.StateSucceeded {
+	if done.State != domain.StateSucceeded {
 		t.Fatalf("rebuild %s: %s", done.State, done.Error)
 	}
 	t.Logf("at %v: the rebuild succeeded", time.Since(began).Round(time.Millisecond))
@@ -206,7 +205,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	// claim the task again: B before its first checkpoint starts afresh
 	// (no resume), any later claim resumes at or after the previous one.
 	p, _ := done.Task("part-0")
-	firstC := slices.IndexFunc(p.Resumes, func(r projections.Resume) bool { return r.Owner == "instance-C" })
+	firstC := slices.IndexFunc(p.Resumes, func(r domain.Resume) bool { return r.Owner == "instance-C" })
 	if firstC < 0 || p.Attempts < 1+len(p.Resumes) || p.Owner != "instance-C" {
 		t.Fatalf("partition: owner %s, %d claims, resumes %+v; want instance-C after a resume, a claim for each resume", p.Owner, p.Attempts, p.Resumes)
 	}
@@ -227,7 +226,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	}
 
 	var status struct {
-		Projections []projections.ProjectionStatus `json:"projections"`
+		Projections []domain.ProjectionStatus `json:"projections"`
 	}
 	c.must(200, "GET", "/v1/admin/projections", "", auth...).decode(t, &status)
 	for _, ps := range status.Projections {
@@ -238,7 +237,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	// The rebuilt read model equals the fold of the log: a verify job
 	// reports no drift, and a sample read over REST agrees.
 	r = c.must(202, "POST", "/v1/admin/projections/order_summaries/verifications", `{"repair":false}`, auth...)
-	var verify projections.Job
+	var verify domain.Job
 	r.decode(t, &verify)
 	deadline = time.Now().Add(60 * time.Second)
 	for !verify.State.Final() {
@@ -248,7 +247,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		c.must(200, "GET", "/v1/admin/projections/order_summaries/verifications/"+verify.ID, "", auth...).decode(t, &verify)
 	}
-	if rep := verify.Report; verify.State != projections.StateSucceeded || rep == nil || rep.Drift() != 0 ||
+	if rep := verify.Report; verify.State != domain.StateSucceeded || rep == nil || rep.Drift() != 0 ||
 		rep.Digest != rep.ExpectedDigest || rep.Documents != orders || rep.Collection != done.Shadow {
 		t.Errorf("verify after the rebuild: %s %+v", verify.State, verify.Report)
 	}

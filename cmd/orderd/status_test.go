@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
-	"github.com/orderd/orderd/projections"
 )
 
 // statusRows reads the table "orderd status" printed: for each projection,
@@ -187,17 +187,17 @@ func TestStatusTable(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	lag := uint64(12)
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
-	list := []projections.ProjectionStatus{
+	list := []domain.ProjectionStatus{
 		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
-			LastVerify:  &projections.VerifySummary{Job: "v1", State: projections.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &projections.JobSummary{Job: "job-7", State: projections.StateRunning},
-			Partitions: []projections.PartitionStatus{
+			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
+			Partitions: []domain.PartitionStatus{
 				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
 					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
 				{Partition: 1, Consumer: "proj_order_summaries_p01"},
 			}},
 		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
-			LastVerify: &projections.VerifySummary{Job: "v2", State: projections.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
+			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
 	}
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
 	if err != nil {

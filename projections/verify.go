@@ -12,141 +12,19 @@ import (
 	"math/bits"
 	"reflect"
 	"slices"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
-// Managed is a projection as the repair jobs see it, whatever its document
-// type: *Projection[D] implements it.
-type Managed interface {
-	Name() string
-	Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error)
-	ensureIndexes(ctx context.Context, coll string) error
-	writeFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (foldResult, error)
-	verify(ctx context.Context, coll string, log Log, repair bool, progress func(VerifyProgress) error) (VerifyReport, error)
-}
-
-func (p *Projection[D]) ensureIndexes(ctx context.Context, coll string) error {
-	return p.Store(coll).EnsureIndexes(ctx)
-}
-
-// fold folds a stream's events from nothing. It returns the document, the
-// number of events applied and the error of the first event that could
-// not be applied (the document then reflects the events before it, as the
-// live projection leaves it).
-func (p *Projection[D]) fold(evs []domain.Event) (D, int, error) {
-	var doc D
-	for i, e := range evs {
-		if err := p.def.Apply(&doc, e); err != nil {
-			return doc, i, fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, err)
-		}
-	}
-	return doc, len(evs), nil
-}
-
-// foldResult counts what writeFolds did.
-type foldResult struct {
-	Events  int64
-	Poison  int64    // streams with an event that could not be read or applied
-	Errors  []string // the first few poison errors
-	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
-}
-
-// writeFolds folds each stream and writes its document into coll: an
-// insert, or, for a document a live projector has already written, the
-// version-guarded write, so neither side can go back a version.
-func (p *Projection[D]) writeFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (foldResult, error) {
-	s := p.Store(coll)
-	var res foldResult
-	type folded struct {
-		id   string
-		evs  []domain.Event
-		body bson.D
-	}
-	var docs []folded
-	for _, st := range streams {
-		res.Events += int64(len(st.Events))
-		doc, n, err := p.fold(st.Events)
-		if err == nil {
-			err = st.Err
-		}
-		if err != nil {
-			res.Poison++
-			if len(res.Errors) < 5 {
-				res.Errors = append(res.Errors, err.Error())
-			}
-		}
-		if n == 0 {
-			continue
-		}
-		body, err := storedBSON(st.StreamID, doc, p.def.Version(&doc))
-		if err != nil {
-			return res, fmt.Errorf("%s: encode %s: %w", p.def.Name, st.StreamID, err)
-		}
-		docs = append(docs, folded{id: st.StreamID, evs: st.Events[:n], body: body})
-	}
-	if len(docs) == 0 {
-		return res, nil
-	}
-	all := make([]any, len(docs))
-	for i, d := range docs {
-		all[i] = d.body
-	}
-	if _, err := s.coll.InsertMany(ctx, all); err == nil {
-		return res, nil
-	} else if !isDuplicates(err) {
-		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, mongoerr.Translate(err))
-	}
-	// Some documents exist (live writes got there first), and which of
-	// the others this insert wrote is not reliable to tell (FerretDB stops
-	// a bulk at the first error and reports it at the wrong index). So
-	// each document goes through the version guard, which reads it and
-	// writes only when it is missing or behind the fold: one a live
-	// projector already holds at or past the fold costs a read, not a
-	// write. Under load that is what keeps this fast: every write waits
-	// for the store's writers (on the embedded store, one at a time behind
-	// its funnel), and the documents that collide are the ones live
-	// writes keep up to date.
-	res.Guarded = int64(len(docs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(parallel)
-	for _, d := range docs {
-		g.Go(func() error {
-			_, _, err := s.applyStream(gctx, d.id, slices.Clone(d.evs), true)
-			return err
-		})
-	}
-	return res, g.Wait()
-}
-
-func isDuplicates(err error) bool {
-	return mongo.IsDuplicateKeyError(err)
-}
-
-// storedBSON is the stored form of doc: {_id, attempted, fields...}.
-func storedBSON[D any](id string, doc D, version int64) (bson.D, error) {
-	raw, err := marshalJSONTags(doc)
-	if err != nil {
-		return nil, err
-	}
-	elems, err := raw.Elements()
-	if err != nil {
-		return nil, err
-	}
-	out := bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: version}}
-	for _, el := range elems {
-		if k := el.Key(); k != "_id" && k != "attempted" {
-			out = append(out, bson.E{Key: k, Value: el.Value()})
-		}
-	}
-	return out, nil
+// Scanner reads the event log stream by stream in log order (the events
+// of each stream of r, in version order); eventstore.Store implements it.
+type Scanner interface {
+	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 }
 
 // examplesPerKind bounds the examples of each kind in a report.
@@ -191,19 +69,20 @@ type seenDoc struct {
 	hash    [32]byte
 }
 
-// verify compares coll with the fold of the log. It reads the read model
+// Verify compares coll with the fold of the log. It reads the read model
 // once (keeping each document's version and hash), then scans the log,
 // folding each stream; documents that differ are checked again on their
 // own (a fresh fold and a fresh read, so a projector that merely moved on
 // in between is not reported), and with repair rewritten (or deleted, for
 // extra ones) through the version guard, each write only after the
-// pointer was read again and still names coll. Errors: ErrPointerMoved
-// (wrapped) when a repair finds coll no longer named by the pointer (the
-// verify stops there, having written nothing more), the log's and the
-// store's.
-func (p *Projection[D]) verify(ctx context.Context, coll string, log Log, repair bool, progress func(VerifyProgress) error) (VerifyReport, error) {
+// pointer was read again and still names coll. progress (nil: none) is
+// called every 500 streams and at the end; its error stops the verify.
+// Errors: domain.ErrPointerMoved (wrapped) when a repair finds coll no
+// longer named by the pointer (the verify stops there, having written
+// nothing more), progress's, the log's and the store's.
+func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
 	s := p.Store(coll)
-	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
+	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
 	seen := map[string]seenDoc{}
 	var digest, expected adhash
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
@@ -281,7 +160,7 @@ func (p *Projection[D]) verify(ctx context.Context, coll string, log Log, repair
 
 // recheck compares one suspect document with a fresh fold of its stream,
 // counts it if it still differs, and repairs it if asked.
-func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, repair bool, rep *VerifyReport) error {
+func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, repair bool, rep *domain.VerifyReport) error {
 	// The document first, then the log: a document only reflects events
 	// already in the log, so a live write in between cannot look like a
 	// document ahead of the log.
@@ -296,7 +175,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
 	want, n, _ := p.fold(evs)
-	ex := DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
+	ex := domain.DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
 	switch {
 	case n == 0 && !exists:
 		return nil
@@ -351,7 +230,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 // every pointer's sight, and nothing would ever drop it. A collection
 // leaves the pointer at least the grace period before it is dropped, so
 // a write right after this check lands before the drop. Errors:
-// ErrPointerMoved (wrapped) when the pointer no longer names coll,
+// domain.ErrPointerMoved (wrapped) when the pointer no longer names coll,
 // domain.ErrUnavailable.
 func (p *Projection[D]) named(ctx context.Context, coll string) error {
 	ptr, err := p.Pointer(ctx, 0)
@@ -360,7 +239,7 @@ func (p *Projection[D]) named(ctx context.Context, coll string) error {
 	}
 	if ptr.Active != coll && ptr.Shadow != coll {
 		return fmt.Errorf("repair %s: the pointer of %s at generation %d names %q active and %q shadow: %w",
-			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, ErrPointerMoved)
+			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, domain.ErrPointerMoved)
 	}
 	return nil
 }

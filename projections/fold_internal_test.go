@@ -86,8 +86,8 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 	mu.Lock()
 	clear(writes)
 	mu.Unlock()
-	if _, err := p.writeFolds(ctx, shadow, batch); err != nil {
-		t.Fatalf("writeFolds: %v", err)
+	if _, err := p.WriteFolds(ctx, shadow, batch); err != nil {
+		t.Fatalf("WriteFolds: %v", err)
 	}
 
 	for _, id := range order {

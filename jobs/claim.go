@@ -1,4 +1,4 @@
-package projections
+package jobs
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
@@ -36,7 +37,7 @@ type claim struct {
 	ttl   time.Duration
 	// task is the task as claimed, then as last checkpointed; only the
 	// runner's goroutine touches it (the renewal uses id and epoch).
-	task Task
+	task domain.Task
 
 	mu        sync.Mutex
 	renewedAt time.Time
@@ -44,7 +45,7 @@ type claim struct {
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
 // no error when another runner holds it or got it first.
-func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Duration) (*claim, error) {
+func (j *Jobs) tryClaim(ctx context.Context, t domain.Task, owner string, ttl time.Duration) (*claim, error) {
 	now := j.now().UTC()
 	next := t.Epoch + 1
 	set := bson.D{{Key: "epoch", Value: next}, {Key: "owner", Value: owner}, {Key: "state", Value: taskRunning},
@@ -55,7 +56,7 @@ func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Dura
 	}
 	update := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
 	if t.Cursor != "" || t.Events > 0 {
-		r := Resume{At: now, Owner: owner, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
+		r := domain.Resume{At: now, Owner: owner, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
 		update = append(update, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
 		t.Resumes = append(t.Resumes, r)
 	}
@@ -113,7 +114,7 @@ func (c *claim) update(ctx context.Context, set bson.D) error {
 }
 
 // checkpoint saves the task's cursor and counters.
-func (c *claim) checkpoint(ctx context.Context, t *Task) error {
+func (c *claim) checkpoint(ctx context.Context, t *domain.Task) error {
 	return c.update(ctx, bson.D{{Key: "cursor", Value: t.Cursor}, {Key: "events", Value: t.Events},
 		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}})
 }

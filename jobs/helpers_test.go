@@ -1,0 +1,98 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
+)
+
+// repairKit is what the repair jobs need on one database.
+type repairKit struct {
+	db   *mongo.Database
+	es   *eventstore.Store
+	ps   *projections.Pointers
+	sums *projections.Projection[domain.Order]
+	stat *projections.Projection[projections.Contribution]
+	jobs *jobs.Jobs
+}
+
+func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eventstore.Store) *repairKit {
+	ps := projections.NewPointers(db)
+	k := &repairKit{db: db, es: es, ps: ps,
+		sums: projections.NewProjection(db, projections.OrderSummaries, es, nil, ps),
+		stat: projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps),
+	}
+	k.jobs = jobs.New(db, ps, es, map[string]string{
+		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
+		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+	})
+	return k
+}
+
+// projectedKit appends n orders named prefix000.. to a new database and
+// writes their fold into both read models.
+func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectionstest.Fixture) {
+	t.Helper()
+	db := storetest.Database(t)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, prefix, n, customers)
+	k := newRepairKit(t, ctx, db, es)
+	k.project(t, ctx, f)
+	return k, f
+}
+
+// worker starts a Worker with test timings; it stops with the test.
+func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
+	cfg.Owner = owner
+	if cfg.Poll == 0 {
+		cfg.Poll = 50 * time.Millisecond
+	}
+	if cfg.Settle == 0 {
+		cfg.Settle = 300 * time.Millisecond
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 3 * time.Second
+	}
+	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectionstest.Logger(t))
+	projectionstest.Go(t, "worker "+owner, w.Run)
+}
+
+// waitJob waits until the job is final and returns it.
+func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) domain.Job {
+	t.Helper()
+	var job domain.Job
+	projectionstest.WaitFor(t, limit, "job "+id+" final", func() error {
+		var err error
+		if job, err = k.jobs.Get(ctx, id); err != nil {
+			return err
+		}
+		if !job.State.Final() {
+			return fmt.Errorf("state %s, %d streams done", job.State, job.Streams)
+		}
+		return nil
+	})
+	return job
+}
+
+// project writes the fold of f into both read models' active collections.
+func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
+	t.Helper()
+	for _, apply := range []func(context.Context, []domain.Event) (projections.Outcome, map[string]error, error){
+		projections.NewStore(k.db, projections.OrderSummaries, k.es, nil).Apply,
+		projections.NewStore(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
+	} {
+		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
+			t.Fatalf("project the fixture: %v %v", err, poison)
+		}
+	}
+}

@@ -1,0 +1,350 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/projections"
+)
+
+// StartRebuild creates a rebuild job of projection split into partitions
+// (1 to domain.MaxPartitions) and announces its shadow collection, which live
+// projectors then also write. Errors: domain.ErrNotFound for an unknown
+// projection, domain.ErrValidation for a bad partition count, domain.ErrJobRunning
+// (wrapped, with the running job's id) while another rebuild of the
+// projection is not finished.
+func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+	if err := j.known(projection); err != nil {
+		return domain.Job{}, err
+	}
+	if partitions < 1 || partitions > domain.MaxPartitions {
+		return domain.Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, domain.MaxPartitions, domain.ErrValidation)
+	}
+	id := newJobID()
+	if err := j.lock(ctx, projection, id); err != nil {
+		return domain.Job{}, err
+	}
+	job, err := j.createRebuild(ctx, projection, partitions, id)
+	if err != nil {
+		_ = j.unlock(context.WithoutCancel(ctx), projection, id)
+		return domain.Job{}, err
+	}
+	return job, nil
+}
+
+func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions int, id string) (domain.Job, error) {
+	now := j.now().UTC()
+	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: projection, State: domain.StateQueued, CreatedAt: now,
+		Partitions: partitions, Shadow: j.defs[projection] + "_" + strings.ReplaceAll(id, "-", "")}
+	// The partitions are cut by the plan task, off the request path: on
+	// FerretDB counting and cutting the log means sorting it.
+	tasks := []any{
+		domain.Task{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
+		domain.Task{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
+	}
+	if _, err := j.tasks.InsertMany(ctx, tasks); err != nil {
+		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", projection, mongoerr.Translate(err))
+	}
+	// Announce the shadow before the job exists: scans start only a
+	// settling time after the job's creation, by which time every
+	// projector writes the shadow too.
+	_, err := j.pointers.Update(ctx, projection, j.defs[projection], func(p *projections.Pointer) (bool, error) {
+		if p.Shadow != "" {
+			// Left by a rebuild that died before it finished. Retired
+			// first, so a crash here cannot leak it; the drop skips any
+			// collection a pointer names.
+			if err := j.pointers.Retire(ctx, projection, p.Shadow, "abandoned shadow", now); err != nil {
+				return false, err
+			}
+		}
+		p.Shadow, p.ShadowJob = job.Shadow, id
+		return true, nil
+	})
+	if err != nil {
+		return domain.Job{}, fmt.Errorf("rebuild %s: announce %s: %w", projection, job.Shadow, err)
+	}
+	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
+		// Take the announcement back, or projectors would write a shadow
+		// no job will finish.
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), projection, j.defs[projection], func(p *projections.Pointer) (bool, error) {
+			if p.Shadow != job.Shadow {
+				return false, nil
+			}
+			p.Shadow, p.ShadowJob = "", ""
+			return true, nil
+		})
+		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), perr)
+	}
+	return job, nil
+}
+
+// plan cuts a rebuild's log into its partitions and creates their tasks.
+// It is idempotent: the cut is saved in the job first, and tasks that
+// already exist are kept, so a plan resumed after a crash creates the
+// same partitions.
+func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
+	save := func(set bson.D) error {
+		if _, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: set}}); err != nil {
+			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
+		}
+		return nil
+	}
+	if job.Bounds == nil && job.Partitions <= 1 {
+		// One partition needs no cut: it can start while the log is
+		// counted for the ETA.
+		job.Bounds, job.Partitions = []string{}, 1
+		if err := save(bson.D{{Key: "bounds", Value: job.Bounds}, {Key: "partitions", Value: 1}}); err != nil {
+			return err
+		}
+	}
+	if job.Bounds == nil {
+		total, err := j.log.Commits(ctx)
+		if err != nil {
+			return err
+		}
+		bounds, err := j.log.Bounds(ctx, job.Partitions, total)
+		if err != nil {
+			return err
+		}
+		job.Bounds, job.TotalCommits, job.Partitions = bounds, total, len(bounds)+1
+		if err := save(bson.D{{Key: "bounds", Value: bounds}, {Key: "total_commits", Value: total}, {Key: "partitions", Value: job.Partitions}}); err != nil {
+			return err
+		}
+	}
+	edges := append(append([]string{""}, job.Bounds...), "")
+	for i := 0; i+1 < len(edges); i++ {
+		name := "part-" + strconv.Itoa(i)
+		_, err := j.tasks.InsertOne(ctx, domain.Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
+		if err != nil && !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
+		}
+	}
+	if job.TotalCommits == 0 {
+		total, err := j.log.Commits(ctx)
+		if err != nil {
+			return err
+		}
+		job.TotalCommits = total
+		return save(bson.D{{Key: "total_commits", Value: total}})
+	}
+	return nil
+}
+
+// scan rebuilds one partition into the shadow collection, from the
+// task's cursor on, checkpointing after every batch of streams.
+func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
+	m := w.projs[job.Projection]
+	if err := m.EnsureCollectionIndexes(ctx, job.Shadow); err != nil {
+		return err
+	}
+	t := c.task
+	start, startEvents := time.Now(), t.Events
+	// The partition's counts as last checkpointed (c.task), also when
+	// the checkpoint found the job canceled.
+	record := func() {
+		w.cfg.Metrics.rebuildPartition(job.Projection, job.ID, c.task.Name, c.task.Events, c.task.Streams)
+	}
+	record()
+	var batch []domain.StreamEvents
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		res, err := m.WriteFolds(ctx, job.Shadow, batch)
+		if err != nil {
+			return err
+		}
+		for _, st := range batch {
+			t.Commits += int64(st.Commits)
+		}
+		t.Events += res.Events
+		t.Streams += int64(len(batch))
+		t.Poison += res.Poison
+		t.Cursor = batch[len(batch)-1].StreamID
+		batch = batch[:0]
+		for _, e := range res.Errors {
+			w.l.Warn("rebuild: stream cannot be folded; its good events are kept", "job", job.ID, "err", e)
+		}
+		err = w.progress(ctx, c, &t)
+		record()
+		if err != nil {
+			return err
+		}
+		if r := w.cfg.MaxEventsPerSecond; r > 0 {
+			due := time.Duration(float64(t.Events-startEvents) / r * float64(time.Second))
+			pause(ctx, due-time.Since(start))
+		}
+		return ctx.Err()
+	}
+	err := w.log.Scan(ctx, domain.ScanRange{From: t.From, To: t.To, After: t.Cursor}, func(st domain.StreamEvents) error {
+		batch = append(batch, st)
+		if len(batch) >= w.cfg.BatchStreams {
+			return flush()
+		}
+		return nil
+	})
+	if err == nil {
+		err = flush()
+	}
+	if err != nil {
+		return err
+	}
+	return c.finish(ctx, taskDone, "")
+}
+
+// finishRebuild ends a rebuild: after a cancel or a failed partition it
+// cleans up; otherwise it verifies the shadow against the log, repairing
+// what live writes and the scan left behind, and switches the pointer.
+// Once the job has recorded the collection the switch replaces, it is
+// committed to the switch: a cancel is refused from then on (Jobs.Cancel),
+// and one recorded anyway (by an older binary) is ignored, so a finish run
+// again after the switch completes the job instead of retiring the
+// collection readers read.
+func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) error {
+	cur, err := w.jobs.Get(ctx, job.ID)
+	if err != nil {
+		return err
+	}
+	m := w.projs[job.Projection]
+	ptr, err := m.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	committed := cur.Replaced != "" || ptr.Active == job.Shadow
+	for _, t := range cur.Tasks {
+		if !committed && t.Name != taskFinish && t.State == taskFailed {
+			// A failed plan or partition.
+			if err := w.cleanUp(ctx, cur); err != nil {
+				return err
+			}
+			if err := w.jobs.finishJob(ctx, job.ID, domain.StateFailed, t.Name+": "+t.Error, nil); err != nil {
+				return err
+			}
+			return c.finish(ctx, taskDone, "")
+		}
+	}
+	if cur.CancelRequested && !committed {
+		if err := w.cleanUp(ctx, cur); err != nil {
+			return err
+		}
+		return c.finish(ctx, taskDone, "")
+	}
+	if ptr.Active != job.Shadow {
+		// Not switched yet (a retried finish may find it switched).
+		t := c.task
+		rep, err := m.Verify(ctx, job.Shadow, w.log, true, func(p projections.VerifyProgress) error {
+			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
+			return w.progress(ctx, c, &t)
+		})
+		if err != nil {
+			return err
+		}
+		if ptr, err = m.Pointer(ctx, 0); err != nil {
+			return err
+		}
+		if ptr.Shadow != job.Shadow {
+			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q: %w", job.ID, ptr.Shadow, job.Shadow, domain.ErrPointerMoved)
+		}
+		// What the switch replaces is saved first, so a finish retried
+		// after the switch can still retire it. Saving it commits the
+		// job to the switch: filtered on no cancel request, as Cancel is
+		// filtered on no replaced collection, so of a cancel and a switch
+		// racing exactly one wins.
+		cur.Replaced, cur.Report = ptr.Active, &rep
+		res, err := w.jobs.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}})
+		if err != nil {
+			return fmt.Errorf("rebuild %s: %w", job.ID, mongoerr.Translate(err))
+		}
+		if res.MatchedCount == 0 && !committed {
+			return errJobCanceled // requested since the verify's last checkpoint
+		}
+		switchedAt := w.jobs.now().UTC()
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projections.Pointer) (bool, error) {
+			switch {
+			case p.Active == job.Shadow:
+				return false, nil // switched by another run of this finish
+			case p.Shadow != job.Shadow || p.Active != cur.Replaced:
+				return false, fmt.Errorf("rebuild %s: the pointer names %q active and %q shadow, not %q and %q: %w",
+					job.ID, p.Active, p.Shadow, cur.Replaced, job.Shadow, domain.ErrPointerMoved)
+			case !c.valid():
+				return false, errLeaseLost
+			}
+			p.Active, p.Shadow, p.ShadowJob, p.SwitchedAt = job.Shadow, "", "", switchedAt
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("rebuild %s: switch to %s: %w", job.ID, job.Shadow, err)
+		}
+		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow,
+			"replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
+	}
+	if cur.Replaced != "" {
+		if err := w.jobs.pointers.Retire(ctx, job.Projection, cur.Replaced, "replaced by rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
+			return err
+		}
+	}
+	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
+		return err
+	}
+	if err := w.jobs.unlock(ctx, job.Projection, job.ID); err != nil {
+		return err
+	}
+	return c.finish(ctx, taskDone, "")
+}
+
+// cleanUp undoes a rebuild that will not finish: the pointer drops its
+// shadow (scheduled for dropping after the grace period, since projectors
+// may write it until they re-read the pointer), partitions not started are
+// canceled, and the lock is released. A canceled job is marked here. A
+// shadow the pointer has already made active is left alone: readers read
+// it now, and what it replaced is the finish's to retire.
+func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projections.Pointer) (bool, error) {
+		if p.Shadow != job.Shadow {
+			return false, nil
+		}
+		p.Shadow, p.ShadowJob = "", ""
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rebuild %s: withdraw %s: %w", job.ID, job.Shadow, err)
+	}
+	if ptr.Active == job.Shadow {
+		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
+		return w.jobs.unlock(ctx, job.Projection, job.ID)
+	}
+	if err := w.jobs.pointers.Retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
+		return err
+	}
+	if _, err := w.jobs.tasks.UpdateMany(ctx, bson.D{{Key: "job", Value: job.ID}, {Key: "state", Value: taskPending}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: taskCanceled}}}}); err != nil {
+		return fmt.Errorf("cancel tasks of %s: %w", job.ID, mongoerr.Translate(err))
+	}
+	if job.CancelRequested {
+		if err := w.jobs.finishJob(ctx, job.ID, domain.StateCanceled, "", nil); err != nil {
+			return err
+		}
+	}
+	return w.jobs.unlock(ctx, job.Projection, job.ID)
+}
+
+// pause waits for d, or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,436 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projections/projectionstest"
+)
+
+// TestRebuildUnderLoadNeverShowsAHalfBuiltModel rebuilds order_summaries
+// in two partitions run by two workers while a writer keeps appending and
+// publishing events and readers poll every summary: no reader ever gets a
+// 404 for an order that existed before the rebuild, or a version below
+// one it saw; the job switches the pointer to the new collection, the read
+// models end equal to the fold of the log, and the replaced collection is
+// dropped after the grace period (invariants 5 and 6).
+func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
+	ctx := projectionstest.Context(t, 120*time.Second)
+	b := projectionstest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	es := projectionstest.NewLog(t, ctx, db)
+	f := projectionstest.NewFixture(t, ctx, es, "pre", 50, 9)
+	k := newRepairKit(t, ctx, db, es)
+	cfg := b.RunnerConfig()
+	cfg.Workers = 1
+	dead := projections.NewDeadLetters(db)
+	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	projectionstest.Go(t, "summaries runner", sums.Run)
+	projectionstest.Go(t, "stats runner", stats.Run)
+	b.PublishEvents(t, ctx, f.Flat, func(e domain.Event) string { return e.ID })
+	projectionstest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
+	began := time.Now()
+
+	// Writer: new orders, event by event, published like the relay does.
+	var mu sync.Mutex
+	written := slices.Clone(f.IDs)
+	stopWriter := make(chan struct{})
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		at := time.Date(2024, 9, 1, 0, 0, 0, 0, time.UTC)
+		for i := 0; ; i++ {
+			select {
+			case <-stopWriter:
+				return
+			case <-time.After(25 * time.Millisecond):
+			}
+			// Alternate: a new order, or the next events of an old one
+			// (new ids land anywhere in the id space, as real ones do).
+			n := (i * 37) % 1000
+			id := fmt.Sprintf("new%03d", n)
+			before, err := es.Load(ctx, id, 0)
+			if err != nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			appendStreamNoFatal(t, ctx, es, id, projectionstest.Lifecycle(n, "cust-new"), at)
+			loaded, err := es.Load(ctx, id, 0)
+			if err != nil || len(loaded) == 0 {
+				continue
+			}
+			for _, e := range loaded[len(before):] {
+				body, _ := domain.MarshalEvent(e)
+				if _, err := b.JS.Publish(ctx, b.Stream.Subject(id), body); err != nil {
+					t.Errorf("writer publish: %v", err)
+					return
+				}
+			}
+			mu.Lock()
+			if !slices.Contains(written, id) {
+				written = append(written, id)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	// Readers: every pre-existing order must always be found, and never at
+	// a lower version than seen before.
+	seen := map[string]int64{}
+	readerErrs := make(chan error, 1)
+	stopReaders := make(chan struct{})
+	readersDone := make(chan struct{})
+	reader := projections.NewReader(db, projections.NewPointers(db))
+	go func() {
+		defer close(readersDone)
+		for {
+			select {
+			case <-stopReaders:
+				return
+			default:
+			}
+			for _, id := range f.IDs {
+				o, err := reader.Summary(ctx, id)
+				if err == nil && o.Version < seen[id] {
+					err = fmt.Errorf("summary %s went back from v%d to v%d", id, seen[id], o.Version)
+				}
+				if err != nil {
+					select {
+					case readerErrs <- err:
+					default:
+					}
+					return
+				}
+				seen[id] = o.Version
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	// Paced, and with a settling time longer than the readers' pointer
+	// cache, so that a model switched too early would be read half-built.
+	wc := jobs.WorkerConfig{BatchStreams: 10, Grace: time.Second, Settle: 1500 * time.Millisecond, MaxEventsPerSecond: 300}
+	k.worker(t, "w1", wc)
+	k.worker(t, "w2", wc)
+	time.Sleep(200 * time.Millisecond)
+	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
+		t.Errorf("a second rebuild while one runs: %v, want ErrJobRunning", err)
+	}
+	job = k.waitJob(t, ctx, job.ID, 90*time.Second)
+	t.Logf("rebuild done after %v", time.Since(began).Round(time.Millisecond))
+	close(stopWriter)
+	<-writerDone
+	close(stopReaders)
+	<-readersDone
+	select {
+	case err := <-readerErrs:
+		t.Errorf("reader: %v", err)
+	default:
+	}
+	if job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild %s: %s: %s", job.ID, job.State, job.Error)
+	}
+	owners := map[string]bool{}
+	for _, task := range job.Tasks {
+		owners[task.Owner] = true
+		if task.Attempts != 1 {
+			t.Errorf("task %s claimed %d times, want 1", task.Name, task.Attempts)
+		}
+	}
+	if len(job.Tasks) != 4 || job.Partitions != 2 {
+		t.Errorf("rebuild in %d partitions with %d tasks, want 2 and 4 (plan, 2 partitions, finish)", job.Partitions, len(job.Tasks))
+	}
+	t.Logf("rebuild: %d events, %d streams, tasks run by %v, repaired before switch %d", job.Events, job.Streams, owners, job.Report.Repaired)
+	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != job.Shadow || ptr.Shadow != "" {
+		t.Errorf("pointer after the rebuild: %+v, want active %s", ptr, job.Shadow)
+	}
+	projectionstest.WaitLag(t, ctx, 30*time.Second, sums, stats)
+	mu.Lock()
+	all := projectionstest.LoadFixture(t, ctx, es, written)
+	mu.Unlock()
+	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectionstest.DiffReadModels(ctx, db, all) })
+	projectionstest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projections.OrderSummaries.Collection}})
+		if err != nil {
+			return err
+		}
+		if len(names) > 0 {
+			return fmt.Errorf("%v still exists", names)
+		}
+		return nil
+	})
+	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+		t.Errorf("a rebuild after the first finished: %v", err)
+	}
+}
+
+// appendStreamNoFatal appends the next events of stream id (up to datas),
+// one per commit, tolerating a stream that is already complete.
+func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store, id string, datas []domain.EventData, at time.Time) {
+	evs, err := es.Load(ctx, id, 0)
+	if err != nil {
+		t.Errorf("load %s: %v", id, err)
+		return
+	}
+	version := int64(len(evs))
+	if version >= int64(len(datas)) {
+		return
+	}
+	for n := 0; n < 2 && version < int64(len(datas)); n++ {
+		c := domain.Commit{StreamID: id, StreamType: domain.StreamTypeOrder, ExpectedVersion: version,
+			Events: []domain.Event{projectionstest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
+		if _, err := es.Append(ctx, c); err != nil {
+			t.Errorf("append %s v%d: %v", id, version+1, err)
+			return
+		}
+		version++
+	}
+}
+
+// TestRebuildResumesFromTheCursorOfADeadRunner leaves a rebuild partition
+// as a runner that died halfway leaves it (claimed, lease expired, cursor
+// and counters saved) and checks that a worker resumes it from that cursor
+// instead of starting over, and that the job completes with every stream
+// counted once.
+func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
+	ctx := projectionstest.Context(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "res", 30, 3)
+	db, es := k.db, k.es
+	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A worker whose settling time never ends runs only the plan.
+	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
+		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectionstest.Logger(t))
+	pctx, stopPlanner := context.WithCancel(ctx)
+	planned := make(chan error, 1)
+	go func() { planned <- planner.Run(pctx) }()
+	projectionstest.WaitFor(t, 20*time.Second, "plan done", func() error {
+		j, err := k.jobs.Get(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if p, ok := j.Task("plan"); !ok || p.State != "done" {
+			return fmt.Errorf("plan %+v", p)
+		}
+		if _, ok := j.Task("part-0"); !ok {
+			return errors.New("no partition")
+		}
+		return nil
+	})
+	stopPlanner()
+	if err := <-planned; err != nil {
+		t.Fatal(err)
+	}
+	// The dead runner did the first 12 streams (ids sort in log order
+	// here: same length, no prefixes).
+	done := f.IDs[:12]
+	var events int64
+	for _, id := range done {
+		events += int64(len(f.Events[id]))
+	}
+	shadow := db.Collection(job.Shadow)
+	for _, id := range done {
+		o := f.Orders[id]
+		projectionstest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
+	}
+	part := job.ID + "/part-0"
+	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
+		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: time.Now().Add(-time.Minute)},
+		{Key: "cursor", Value: done[len(done)-1]}, {Key: "streams", Value: len(done)}, {Key: "events", Value: events},
+	}}}))
+	k.worker(t, "alive", jobs.WorkerConfig{BatchStreams: 5})
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+	p, _ := job.Task("part-0")
+	if p.Owner != "alive" || p.Attempts != 2 || len(p.Resumes) != 1 || p.Resumes[0].Cursor != done[len(done)-1] || p.Resumes[0].Streams != 12 {
+		t.Errorf("partition after the takeover: owner %s attempts %d resumes %+v", p.Owner, p.Attempts, p.Resumes)
+	}
+	if p.Streams != int64(len(f.IDs)) || p.Events != int64(len(f.Flat)) {
+		t.Errorf("partition counted %d streams and %d events, want %d and %d (each once)", p.Streams, p.Events, len(f.IDs), len(f.Flat))
+	}
+	// The dead runner's half-written documents (only id and version) were
+	// caught by the verify before the switch.
+	if job.Report == nil || job.Report.Different != 12 || job.Report.Repaired != 12 {
+		t.Errorf("verify before the switch: %+v", job.Report)
+	}
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestRebuildCancel stops a running rebuild: the job ends canceled, the
+// readers' collection never changed, the shadow is dropped after the grace
+// period, and the projection can be rebuilt again.
+func TestRebuildCancel(t *testing.T) {
+	ctx := projectionstest.Context(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "cnl", 60, 4)
+	db := k.db
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
+	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	projectionstest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
+		j, err := k.jobs.Get(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if j.Streams == 0 || j.State != domain.StateRunning {
+			return fmt.Errorf("%s, %d streams", j.State, j.Streams)
+		}
+		return nil
+	})
+	if _, err := k.jobs.Cancel(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	job = k.waitJob(t, ctx, job.ID, 20*time.Second)
+	if job.State != domain.StateCanceled || !job.CancelRequested {
+		t.Fatalf("after cancel: %s (cancel requested %v) %s", job.State, job.CancelRequested, job.Error)
+	}
+	if p, _ := job.Task("part-0"); p.State != "canceled" || job.Streams >= int64(len(f.IDs)) {
+		t.Errorf("partition %s after %d of %d streams", p.State, job.Streams, len(f.IDs))
+	}
+	if _, err := k.jobs.Cancel(ctx, job.ID); !errors.Is(err, domain.ErrJobFinished) {
+		t.Errorf("cancel of a canceled job: %v, want ErrJobFinished", err)
+	}
+	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != projections.OrderSummaries.Collection || ptr.Shadow != "" {
+		t.Errorf("pointer after cancel: %+v", ptr)
+	}
+	projectionstest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
+		if err != nil || len(names) > 0 {
+			return fmt.Errorf("%v %v", names, err)
+		}
+		return nil
+	})
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+		t.Error(err)
+	}
+	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+		t.Errorf("rebuild after a canceled one: %v", err)
+	}
+}
+
+// TestRebuildCancelAfterTheSwitchIsTooLate leaves a rebuild as a finish
+// that died right after switching the pointer leaves it (the job not yet
+// final, the lock held, the finish task claimed with its lease run out),
+// asks to cancel it, and lets a worker run the finish again: the cancel is
+// refused as too late, and even with a cancel request recorded on the job
+// (as a binary without that check records it) the finish completes the
+// job as succeeded, never putting the collection readers now read on the
+// drop list.
+func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
+	ctx := projectionstest.Context(t, 60*time.Second)
+	k, f := projectedKit(t, ctx, "late", 20, 3)
+	db := k.db
+	name := projections.OrderSummaries.Name
+	// A long grace keeps whatever is put on the drop list there to be seen.
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
+	job, err := k.jobs.StartRebuild(ctx, name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+	switched, err := k.ps.Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if switched.Active != job.Shadow {
+		t.Fatalf("pointer after the rebuild: %+v, want %s active", switched, job.Shadow)
+	}
+
+	// The finish died after the switch, before it recorded the job's end.
+	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
+		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
+	projectionstest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
+
+	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
+	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
+	// Its lease runs out: the worker claims the finish again.
+	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
+			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
+		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
+
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if !errors.Is(cancelErr, domain.ErrJobFinished) {
+		t.Errorf("cancel after the switch: %v, want ErrJobFinished", cancelErr)
+	}
+	if job.State != domain.StateSucceeded {
+		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
+	}
+	// The finish records its task's end after the job's.
+	projectionstest.WaitFor(t, 10*time.Second, "finish run again", func() error {
+		j, err := k.jobs.Get(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		if fin, _ := j.Task("finish"); fin.Owner != "w1" || fin.State != "done" {
+			return fmt.Errorf("finish task: owner %s, state %s", fin.Owner, fin.State)
+		}
+		return nil
+	})
+	ptr, err := projections.NewPointers(db).Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != job.Shadow || ptr.Shadow != "" {
+		t.Errorf("pointer after the late cancel: %+v, want %s active", ptr, job.Shadow)
+	}
+	var retired []bson.M
+	cur, err := db.Collection(projections.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
+	if err == nil {
+		err = cur.All(ctx, &retired)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(retired) > 0 {
+		t.Errorf("the active collection %s is on the drop list: %v", job.Shadow, retired)
+	}
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
+	if err != nil || len(names) != 1 {
+		t.Errorf("active collection %s: %v %v", job.Shadow, names, err)
+	}
+	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+		t.Error(err)
+	}
+	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {
+		t.Errorf("rebuild after the late cancel: %v", err)
+	}
+}

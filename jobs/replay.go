@@ -1,0 +1,85 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// StartReplay creates a job publishing the part of the log spec selects
+// to NATS again. Errors: domain.ErrValidation for an invalid spec.
+func (j *Jobs) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+	if spec.StreamID != "" {
+		if err := domain.ValidateID("stream_id", spec.StreamID); err != nil {
+			return domain.Job{}, err
+		}
+		if !spec.From.IsZero() || !spec.To.IsZero() {
+			return domain.Job{}, fmt.Errorf("replay: give a stream or a time range, not both: %w", domain.ErrValidation)
+		}
+	}
+	if !spec.From.IsZero() && !spec.To.IsZero() && !spec.From.Before(spec.To) {
+		return domain.Job{}, fmt.Errorf("replay: from must be before to: %w", domain.ErrValidation)
+	}
+	job := domain.Job{ID: newJobID(), Kind: domain.KindReplay, State: domain.StateQueued, CreatedAt: j.now().UTC(), Replay: &spec}
+	return job, j.create(ctx, job, taskReplay)
+}
+
+// replay publishes the job's part of the log again, stream by stream,
+// checkpointing after every batch.
+func (w *Worker) replay(ctx context.Context, c *claim, job domain.Job) error {
+	spec := job.Replay
+	if spec == nil {
+		return fmt.Errorf("replay %s: no range", job.ID)
+	}
+	t := c.task
+	publish := func(evs []domain.Event, streams int, last string) error {
+		n, err := w.pub(ctx, evs)
+		if err != nil {
+			return err
+		}
+		t.Events += int64(n)
+		t.Streams += int64(streams)
+		t.Cursor = last
+		return w.progress(ctx, c, &t)
+	}
+	if spec.StreamID != "" {
+		evs, err := w.log.Load(ctx, spec.StreamID, 0)
+		if err != nil {
+			return err
+		}
+		if err := publish(evs, 1, spec.StreamID); err != nil {
+			return err
+		}
+		return w.finishReplay(ctx, c, job)
+	}
+	var evs []domain.Event
+	streams, last := 0, ""
+	err := w.log.Scan(ctx, domain.ScanRange{After: t.Cursor, RecordedFrom: spec.From, RecordedTo: spec.To}, func(st domain.StreamEvents) error {
+		if st.Err != nil {
+			return fmt.Errorf("replay %s: %w", st.StreamID, st.Err)
+		}
+		evs = append(evs, st.Events...)
+		streams, last = streams+1, st.StreamID
+		if len(evs) >= 1000 {
+			err := publish(evs, streams, last)
+			evs, streams = evs[:0], 0
+			return err
+		}
+		return nil
+	})
+	if err == nil && streams > 0 {
+		err = publish(evs, streams, last)
+	}
+	if err != nil {
+		return err
+	}
+	return w.finishReplay(ctx, c, job)
+}
+
+func (w *Worker) finishReplay(ctx context.Context, c *claim, job domain.Job) error {
+	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
+		return err
+	}
+	return c.finish(ctx, taskDone, "")
+}

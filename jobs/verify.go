@@ -1,0 +1,41 @@
+package jobs
+
+import (
+	"context"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projections"
+)
+
+// StartVerify creates a verify job of projection's active collection;
+// with repair it rewrites the documents that differ from the fold of the
+// log. Errors: domain.ErrNotFound for an unknown projection.
+func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
+	if err := j.known(projection); err != nil {
+		return domain.Job{}, err
+	}
+	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, State: domain.StateQueued, CreatedAt: j.now().UTC(), Repair: repair}
+	return job, j.create(ctx, job, taskVerify)
+}
+
+// verify runs a verify job on the active collection.
+func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
+	m := w.projs[job.Projection]
+	ptr, err := m.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	t := c.task
+	t.Events, t.Streams, t.Cursor = 0, 0, ""
+	rep, err := m.Verify(ctx, ptr.Active, w.log, job.Repair, func(p projections.VerifyProgress) error {
+		t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
+		return w.progress(ctx, c, &t)
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", &rep); err != nil {
+		return err
+	}
+	return c.finish(ctx, taskDone, "")
+}

@@ -1,0 +1,391 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/projections"
+)
+
+// WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
+type WorkerConfig struct {
+	Owner        string        // instance id, recorded in claims
+	LeaseTTL     time.Duration // a claim's lifetime, renewed every TTL/3 [15s]
+	Poll         time.Duration // look for claimable tasks this often [1s]
+	Concurrency  int           // tasks run at once by this worker [1]
+	BatchStreams int           // streams folded and written per checkpoint [500]
+	// MaxEventsPerSecond paces each rebuild task (0: as fast as the store
+	// goes), to spare a production store.
+	MaxEventsPerSecond float64
+	Settle             time.Duration // wait after a shadow is announced before scanning [2s]
+	Grace              time.Duration // keep a replaced collection before dropping it [1m]
+	MaxAttempts        int           // claims of a failing task before the job fails [5]
+	// Metrics receives the rebuild progress of this instance
+	// (orderd_rebuild_*); nil records nothing.
+	Metrics *Metrics
+}
+
+func (c *WorkerConfig) setDefaults() {
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	if c.Poll <= 0 {
+		c.Poll = time.Second
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = 1
+	}
+	if c.BatchStreams <= 0 {
+		c.BatchStreams = 500
+	}
+	if c.Settle <= 0 {
+		c.Settle = 2 * time.Second
+	}
+	if c.Grace <= 0 {
+		c.Grace = time.Minute
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 5
+	}
+}
+
+// Projection is a read model as the jobs see it, whatever its document
+// type: *projections.Projection[D] implements it.
+type Projection interface {
+	Name() string
+	Pointer(ctx context.Context, maxAge time.Duration) (projections.Pointer, error)
+	EnsureCollectionIndexes(ctx context.Context, coll string) error
+	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projections.FoldResult, error)
+	Verify(ctx context.Context, coll string, log projections.Scanner, repair bool, progress func(projections.VerifyProgress) error) (domain.VerifyReport, error)
+}
+
+var (
+	_ Projection = (*projections.Projection[domain.Order])(nil)
+	_ Projection = (*projections.Projection[projections.Contribution])(nil)
+)
+
+// Worker runs the jobs' tasks: any number of instances may run a
+// Worker; each task is run by exactly one of them at a time (see claim),
+// and a task whose runner died is resumed by another from its saved cursor
+// once the lease has run out. It also drops retired collections.
+type Worker struct {
+	jobs  *Jobs
+	log   Log
+	pub   Publisher
+	projs map[string]Projection
+	cfg   WorkerConfig
+	l     *slog.Logger
+	wake  chan struct{}
+
+	mu      sync.Mutex
+	running map[string]bool
+}
+
+// Publisher publishes events again, each with its event id as
+// Nats-Msg-Id, and returns how many were acknowledged
+// (eventstore.Republish).
+type Publisher func(ctx context.Context, events []domain.Event) (int, error)
+
+// NewWorker returns a worker for jobs on the projections projs, reading
+// log and republishing through pub (nil: replay jobs are left to other
+// instances).
+func NewWorker(jobs *Jobs, log Log, pub Publisher, projs []Projection, cfg WorkerConfig, l *slog.Logger) *Worker {
+	cfg.setDefaults()
+	m := map[string]Projection{}
+	for _, p := range projs {
+		m[p.Name()] = p
+		cfg.Metrics.initRebuild(p.Name())
+	}
+	return &Worker{jobs: jobs, log: log, pub: pub, projs: m, cfg: cfg, l: l.With("component", "jobs"),
+		wake: make(chan struct{}, 1), running: map[string]bool{}}
+}
+
+// Run claims and runs tasks until ctx is done, then releases the tasks it
+// holds (keeping their cursors) and returns nil.
+func (w *Worker) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	t := time.NewTicker(w.cfg.Poll)
+	defer t.Stop()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		w.dropRetired(ctx)
+	}()
+	for {
+		for w.busy() < w.cfg.Concurrency && ctx.Err() == nil {
+			c, job, err := w.claimNext(ctx)
+			if err != nil {
+				if ctx.Err() == nil {
+					w.l.Warn("looking for tasks failed", "err", err)
+				}
+				break
+			}
+			if c == nil {
+				break
+			}
+			w.setRunning(c.task.ID, true)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer w.setRunning(c.task.ID, false)
+				w.execute(ctx, c, job)
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		case <-w.wake:
+		}
+	}
+}
+
+// dropRetired drops retired collections whose time has come, on its own
+// schedule: a drop may wait for the store's locks, and must not hold up
+// claims.
+func (w *Worker) dropRetired(ctx context.Context) {
+	t := time.NewTicker(w.cfg.Poll)
+	defer t.Stop()
+	for {
+		if dropped, err := w.jobs.pointers.DropRetired(ctx, w.jobs.now()); err != nil && ctx.Err() == nil {
+			w.l.Warn("dropping retired collections failed", "err", err)
+		} else if len(dropped) > 0 {
+			w.l.Info("dropped retired collections", "collections", dropped)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *Worker) busy() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+func (w *Worker) setRunning(id string, on bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if on {
+		w.running[id] = true
+	} else {
+		delete(w.running, id)
+	}
+}
+
+// claimNext claims the first claimable task, or returns nil.
+func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
+	cur, err := w.jobs.tasks.Find(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{taskPending, taskRunning}}}}})
+	if err != nil {
+		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
+	}
+	var open []domain.Task
+	if err := cur.All(ctx, &open); err != nil {
+		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
+	}
+	now := w.jobs.now()
+	jobs := map[string]*domain.Job{}
+	for _, t := range open {
+		if w.isRunning(t.ID) || (t.State == taskRunning && now.Before(t.LeaseUntil)) {
+			continue
+		}
+		job, ok := jobs[t.Job]
+		if !ok {
+			j, err := w.jobs.Get(ctx, t.Job)
+			if errors.Is(err, domain.ErrNotFound) {
+				jobs[t.Job] = nil // tasks of a job whose creator died
+				continue
+			}
+			if err != nil {
+				return nil, domain.Job{}, err
+			}
+			job, jobs[t.Job] = &j, &j
+		}
+		if job == nil || job.State.Final() || !w.claimable(t, job, now) {
+			continue
+		}
+		c, err := w.jobs.tryClaim(ctx, t, w.cfg.Owner, w.cfg.LeaseTTL)
+		if err != nil {
+			return nil, domain.Job{}, err
+		}
+		if c != nil {
+			return c, *job, nil
+		}
+	}
+	return nil, domain.Job{}, nil
+}
+
+func (w *Worker) isRunning(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.running[id]
+}
+
+// claimable says whether this worker may take t now (job holds its
+// sibling tasks).
+func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
+	if job.Kind == domain.KindReplay && w.pub == nil {
+		return false
+	}
+	if job.Projection != "" && w.projs[job.Projection] == nil {
+		return false
+	}
+	if job.Kind != domain.KindRebuild {
+		return true
+	}
+	failed, live, final, planned, parts := false, false, true, false, 0
+	for _, s := range job.Tasks {
+		if s.Name == taskPlan {
+			planned = s.State == taskDone
+		}
+		if s.Name == taskFinish {
+			continue
+		}
+		if s.Name != taskPlan {
+			parts++
+		}
+		failed = failed || s.State == taskFailed
+		live = live || (s.State == taskRunning && now.Before(s.LeaseUntil))
+		final = final && (s.State == taskDone || s.State == taskFailed || s.State == taskCanceled)
+	}
+	stop := failed || job.CancelRequested
+	switch t.Name {
+	case taskFinish:
+		return (final && planned && parts == job.Partitions) || (stop && !live)
+	case taskPlan:
+		return !stop
+	}
+	return !stop && !now.Before(job.CreatedAt.Add(w.cfg.Settle))
+}
+
+// errJobCanceled: an operator asked the job to stop.
+var errJobCanceled = errors.New("job canceled")
+
+// execute runs a claimed task, renewing its lease, and records how it
+// ended: done (the task did), canceled, released for a retry, or failed
+// after MaxAttempts.
+func (w *Worker) execute(ctx context.Context, c *claim, job domain.Job) {
+	l := w.l.With("job", job.ID, "kind", job.Kind, "projection", job.Projection, "task", c.task.Name, "epoch", c.task.Epoch)
+	if job.Kind == domain.KindRebuild {
+		w.cfg.Metrics.rebuildTaskStarted(job.Projection, job.ID)
+		defer w.cfg.Metrics.rebuildTaskEnded(job.Projection)
+	}
+	if len(c.task.Resumes) > 0 {
+		r := c.task.Resumes[len(c.task.Resumes)-1]
+		l.Info("resuming task", "cursor", r.Cursor, "streams_done", r.Streams, "events_done", r.Events)
+	} else {
+		l.Info("starting task")
+	}
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(w.cfg.LeaseTTL / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-tctx.Done():
+				return
+			case <-t.C:
+			}
+			if err := c.renew(tctx); err != nil {
+				if errors.Is(err, errLeaseLost) || !c.valid() {
+					cancel(errLeaseLost)
+					return
+				}
+				l.Warn("lease renewal failed", "err", err)
+			}
+		}
+	}()
+	err := w.runTask(tctx, c, job)
+	cancel(nil)
+	<-renewed
+	bg := context.WithoutCancel(ctx)
+	switch {
+	case err == nil:
+		l.Info("task done")
+	case errors.Is(context.Cause(tctx), errLeaseLost) || errors.Is(err, errLeaseLost):
+		l.Warn("task lease lost: it ran out before a renewal got through, or another instance took the task")
+	case errors.Is(err, errJobCanceled):
+		l.Info("task canceled")
+		if job.Kind == domain.KindRebuild && c.task.Name == taskFinish {
+			// Canceled during the verify before the switch.
+			job.CancelRequested = true
+			if err := w.cleanUp(bg, job); err != nil {
+				l.Warn("cleaning up the canceled rebuild failed", "err", err)
+			}
+		} else if job.Kind != domain.KindRebuild {
+			_ = w.jobs.finishJob(bg, job.ID, domain.StateCanceled, "", nil)
+		}
+		if err := c.finish(bg, taskCanceled, ""); err != nil {
+			l.Warn("recording cancel failed", "err", err)
+		}
+	case ctx.Err() != nil:
+		l.Info("task released at shutdown", "cursor", c.task.Cursor)
+		_ = c.release(bg, "")
+	case c.task.Attempts >= w.cfg.MaxAttempts:
+		l.Error("task failed", "err", err, "attempts", c.task.Attempts)
+		_ = c.finish(bg, taskFailed, err.Error())
+		if job.Kind != domain.KindRebuild || c.task.Name == taskFinish {
+			_ = w.jobs.finishJob(bg, job.ID, domain.StateFailed, err.Error(), nil)
+			if job.Kind == domain.KindRebuild {
+				_ = w.cleanUp(bg, job)
+			}
+		}
+	default:
+		l.Warn("task failed; released for a retry", "err", err, "attempts", c.task.Attempts)
+		_ = c.release(bg, err.Error())
+	}
+}
+
+func (w *Worker) runTask(ctx context.Context, c *claim, job domain.Job) error {
+	switch {
+	case job.Kind == domain.KindRebuild && c.task.Name == taskPlan:
+		if err := w.jobs.plan(ctx, &job); err != nil {
+			return err
+		}
+		return c.finish(ctx, taskDone, "")
+	case job.Kind == domain.KindRebuild && c.task.Name == taskFinish:
+		return w.finishRebuild(ctx, c, job)
+	case job.Kind == domain.KindRebuild:
+		return w.scan(ctx, c, job)
+	case job.Kind == domain.KindVerify:
+		return w.verify(ctx, c, job)
+	case job.Kind == domain.KindReplay:
+		return w.replay(ctx, c, job)
+	}
+	return fmt.Errorf("task %s: unknown kind %q", c.task.ID, job.Kind)
+}
+
+// progress checkpoints t and checks for a cancel request.
+func (w *Worker) progress(ctx context.Context, c *claim, t *domain.Task) error {
+	if err := c.checkpoint(ctx, t); err != nil {
+		return err
+	}
+	c.task = *t
+	canceled, err := w.jobs.cancelRequested(ctx, t.Job)
+	if err != nil {
+		return err
+	}
+	if canceled {
+		return errJobCanceled
+	}
+	return nil
+}
