@@ -85,10 +85,14 @@ func (c *claim) valid() bool {
 }
 
 // renew extends the lease. It returns errLeaseLost when the task moved on
-// to a later claim.
+// to a later claim. Unlike the task's other writes it is not refused when
+// the claim is no longer valid: the filter on the claim's epoch decides,
+// so a renewal that was slow to get through on a loaded store keeps the
+// task as long as no other runner has claimed it, instead of restarting
+// it from its last checkpoint.
 func (c *claim) renew(ctx context.Context) error {
 	now := c.jobs.now().UTC()
-	if err := c.update(ctx, bson.D{{Key: "lease_until", Value: now.Add(c.ttl)}}); err != nil {
+	if err := c.write(ctx, bson.D{{Key: "lease_until", Value: now.Add(c.ttl)}}); err != nil {
 		return err
 	}
 	c.mu.Lock()
@@ -97,11 +101,17 @@ func (c *claim) renew(ctx context.Context) error {
 	return nil
 }
 
-// update sets fields of the task if this claim still holds it.
+// update sets fields of the task if this claim is valid and still holds
+// it.
 func (c *claim) update(ctx context.Context, set bson.D) error {
 	if !c.valid() {
 		return errLeaseLost
 	}
+	return c.write(ctx, set)
+}
+
+// write sets fields of the task if its epoch is still this claim's.
+func (c *claim) write(ctx context.Context, set bson.D) error {
 	res, err := c.jobs.tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "epoch", Value: c.epoch}},
 		bson.D{{Key: "$set", Value: set}})
 	if err != nil {

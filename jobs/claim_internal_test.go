@@ -1,0 +1,86 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projections"
+)
+
+// TestRenewalOutlivesASlowStore: a claim whose last renewal got through
+// too long ago to act on (a loaded store) is renewed while no other runner
+// has claimed the task, and may act again; once another runner has
+// claimed it after its lease ran out, the renewal answers errLeaseLost and
+// the task's other writes are refused.
+func TestRenewalOutlivesASlowStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	db := storetest.Database(t)
+	es := eventstore.New(db)
+	if err := es.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	j := New(db, projections.NewPointers(db), es, map[string]string{projections.OrderSummaries.Name: projections.OrderSummaries.Collection})
+	job, err := j.StartVerify(ctx, projections.OrderSummaries.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := j.jobTasks(ctx, job.ID)
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("tasks of %s: %v, %v", job.ID, tasks, err)
+	}
+	const ttl = 4 * time.Second
+	c, err := j.tryClaim(ctx, tasks[0], "w1", ttl)
+	if err != nil || c == nil {
+		t.Fatalf("claim: %v, %v", c, err)
+	}
+
+	lapse := func(c *claim) {
+		c.mu.Lock()
+		c.renewedAt = time.Now().Add(-ttl)
+		c.mu.Unlock()
+	}
+	lapse(c)
+	if c.valid() {
+		t.Fatal("a claim last renewed a whole lease ago is valid")
+	}
+	if err := c.checkpoint(ctx, &c.task); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("checkpoint of a lapsed claim: %v, want errLeaseLost", err)
+	}
+	if err := c.renew(ctx); err != nil {
+		t.Fatalf("renewal of a lapsed claim that nobody else took: %v", err)
+	}
+	if !c.valid() {
+		t.Fatal("not valid after a renewal that got through")
+	}
+	if err := c.checkpoint(ctx, &c.task); err != nil {
+		t.Fatalf("checkpoint after the renewal: %v", err)
+	}
+
+	// The lease runs out and another runner claims the task.
+	if _, err := j.tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: c.id}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}); err != nil {
+		t.Fatal(err)
+	}
+	tasks, err = j.jobTasks(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := j.tryClaim(ctx, tasks[0], "w2", ttl)
+	if err != nil || c2 == nil {
+		t.Fatalf("claim by w2 after the lease ran out: %v, %v", c2, err)
+	}
+	lapse(c)
+	if err := c.renew(ctx); !errors.Is(err, errLeaseLost) {
+		t.Fatalf("renewal of w1 after w2 claimed the task: %v, want errLeaseLost", err)
+	}
+	if err := c2.renew(ctx); err != nil {
+		t.Fatalf("renewal of w2: %v", err)
+	}
+}
