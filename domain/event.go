@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -114,27 +115,25 @@ func (OrderDelivered) EventType() string         { return TypeOrderDelivered }
 func (OrderCanceled) EventType() string          { return TypeOrderCanceled }
 func (OrderMarkedUnavailable) EventType() string { return TypeOrderMarkedUnavailable }
 
+// eventTypes is the one list of the event types: each payload type by the
+// name EventType gives it. Decoding looks a type up here; a name that is
+// not here is an unknown event type.
+var eventTypes = func() map[string]reflect.Type {
+	m := map[string]reflect.Type{}
+	for _, d := range []EventData{OrderPlaced{}, OrderApproved{}, OrderInvoiced{}, OrderProcessingStarted{},
+		OrderShipped{}, OrderDelivered{}, OrderCanceled{}, OrderMarkedUnavailable{}} {
+		m[d.EventType()] = reflect.TypeOf(d)
+	}
+	return m
+}()
+
 // newData returns a pointer to a zero payload of the given type.
 func newData(eventType string) (EventData, bool) {
-	switch eventType {
-	case TypeOrderPlaced:
-		return &OrderPlaced{}, true
-	case TypeOrderApproved:
-		return &OrderApproved{}, true
-	case TypeOrderInvoiced:
-		return &OrderInvoiced{}, true
-	case TypeOrderProcessingStarted:
-		return &OrderProcessingStarted{}, true
-	case TypeOrderShipped:
-		return &OrderShipped{}, true
-	case TypeOrderDelivered:
-		return &OrderDelivered{}, true
-	case TypeOrderCanceled:
-		return &OrderCanceled{}, true
-	case TypeOrderMarkedUnavailable:
-		return &OrderMarkedUnavailable{}, true
+	t, ok := eventTypes[eventType]
+	if !ok {
+		return nil, false
 	}
-	return nil, false
+	return reflect.New(t).Interface().(EventData), true
 }
 
 // Upcaster rewrites the JSON payload of one (type, schema version) to the
@@ -239,26 +238,14 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	return deref(d), nil
 }
 
-// deref turns the pointer from newData into the value type used everywhere
-// else, so type switches match values only.
+// deref turns a pointer to a payload (from newData) into the value type
+// used everywhere else, so type switches match values only; a value is
+// returned as it is.
 func deref(d EventData) EventData {
-	switch v := d.(type) {
-	case *OrderPlaced:
-		return *v
-	case *OrderApproved:
-		return *v
-	case *OrderInvoiced:
-		return *v
-	case *OrderProcessingStarted:
-		return *v
-	case *OrderShipped:
-		return *v
-	case *OrderDelivered:
-		return *v
-	case *OrderCanceled:
-		return *v
-	case *OrderMarkedUnavailable:
-		return *v
+	if v := reflect.ValueOf(d); v.Kind() == reflect.Pointer && !v.IsNil() {
+		if e, ok := v.Elem().Interface().(EventData); ok {
+			return e
+		}
 	}
 	return d
 }
