@@ -45,11 +45,11 @@ const (
 	taskReplay = "replay"
 )
 
-// Log is the event log as the jobs read it: a stream's events, a scan in
+// EventLog is the event log as the jobs read it: a stream's events, a scan in
 // log order, the number of commits, and the stream ids that cut the log
 // into n ranges of about equal commits (a rebuild's partitions).
 // eventstore.Store implements it.
-type Log interface {
+type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 	Commits(ctx context.Context) (int64, error)
@@ -63,7 +63,7 @@ type Jobs struct {
 	tasks    *mongo.Collection
 	locks    *mongo.Collection
 	pointers *projections.Pointers
-	log      Log
+	events   EventLog
 	defs     map[string]string // projection name -> base collection
 	now      func() time.Time
 }
@@ -71,10 +71,10 @@ type Jobs struct {
 // New returns the jobs of db for the projections named in defs
 // (projection name to its projections.Definition's Collection), whose
 // pointer documents ps keeps, reading log.
-func New(db *mongo.Database, ps *projections.Pointers, log Log, defs map[string]string) *Jobs {
+func New(db *mongo.Database, ps *projections.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{db: db, jobs: db.Collection(Collection), tasks: db.Collection(TasksCollection),
 		locks:    db.Collection(LocksCollection),
-		pointers: ps, log: log, defs: defs, now: time.Now}
+		pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
 // Projections returns the names of the projections, sorted.

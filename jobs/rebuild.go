@@ -107,11 +107,11 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 		}
 	}
 	if job.Bounds == nil {
-		total, err := j.log.Commits(ctx)
+		total, err := j.events.Commits(ctx)
 		if err != nil {
 			return err
 		}
-		bounds, err := j.log.Bounds(ctx, job.Partitions, total)
+		bounds, err := j.events.Bounds(ctx, job.Partitions, total)
 		if err != nil {
 			return err
 		}
@@ -129,7 +129,7 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 		}
 	}
 	if job.TotalCommits == 0 {
-		total, err := j.log.Commits(ctx)
+		total, err := j.events.Commits(ctx)
 		if err != nil {
 			return err
 		}
@@ -185,7 +185,7 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 		}
 		return ctx.Err()
 	}
-	err := w.log.Scan(ctx, domain.ScanRange{From: t.From, To: t.To, After: t.Cursor}, func(st domain.StreamEvents) error {
+	err := w.events.Scan(ctx, domain.ScanRange{From: t.From, To: t.To, After: t.Cursor}, func(st domain.StreamEvents) error {
 		batch = append(batch, st)
 		if len(batch) >= w.cfg.BatchStreams {
 			return flush()
@@ -241,7 +241,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
 		t := c.task
-		rep, err := m.Verify(ctx, job.Shadow, w.log, true, func(p projections.VerifyProgress) error {
+		rep, err := m.Verify(ctx, job.Shadow, w.events, true, func(p projections.VerifyProgress) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
 		})

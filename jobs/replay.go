@@ -44,7 +44,7 @@ func (w *Worker) replay(ctx context.Context, c *claim, job domain.Job) error {
 		return w.progress(ctx, c, &t)
 	}
 	if spec.StreamID != "" {
-		evs, err := w.log.Load(ctx, spec.StreamID, 0)
+		evs, err := w.events.Load(ctx, spec.StreamID, 0)
 		if err != nil {
 			return err
 		}
@@ -55,7 +55,7 @@ func (w *Worker) replay(ctx context.Context, c *claim, job domain.Job) error {
 	}
 	var evs []domain.Event
 	streams, last := 0, ""
-	err := w.log.Scan(ctx, domain.ScanRange{After: t.Cursor, RecordedFrom: spec.From, RecordedTo: spec.To}, func(st domain.StreamEvents) error {
+	err := w.events.Scan(ctx, domain.ScanRange{After: t.Cursor, RecordedFrom: spec.From, RecordedTo: spec.To}, func(st domain.StreamEvents) error {
 		if st.Err != nil {
 			return fmt.Errorf("replay %s: %w", st.StreamID, st.Err)
 		}

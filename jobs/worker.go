@@ -77,13 +77,13 @@ var (
 // and a task whose runner died is resumed by another from its saved cursor
 // once the lease has run out. It also drops retired collections.
 type Worker struct {
-	jobs  *Jobs
-	log   Log
-	pub   Publisher
-	projs map[string]Projection
-	cfg   WorkerConfig
-	l     *slog.Logger
-	wake  chan struct{}
+	jobs   *Jobs
+	events EventLog
+	pub    Publisher
+	projs  map[string]Projection
+	cfg    WorkerConfig
+	l      *slog.Logger
+	wake   chan struct{}
 
 	mu      sync.Mutex
 	running map[string]bool
@@ -97,14 +97,14 @@ type Publisher func(ctx context.Context, events []domain.Event) (int, error)
 // NewWorker returns a worker for jobs on the projections projs, reading
 // log and republishing through pub (nil: replay jobs are left to other
 // instances).
-func NewWorker(jobs *Jobs, log Log, pub Publisher, projs []Projection, cfg WorkerConfig, l *slog.Logger) *Worker {
+func NewWorker(jobs *Jobs, events EventLog, pub Publisher, projs []Projection, cfg WorkerConfig, l *slog.Logger) *Worker {
 	cfg.setDefaults()
 	m := map[string]Projection{}
 	for _, p := range projs {
 		m[p.Name()] = p
 		cfg.Metrics.initRebuild(p.Name())
 	}
-	return &Worker{jobs: jobs, log: log, pub: pub, projs: m, cfg: cfg, l: l.With("component", "jobs"),
+	return &Worker{jobs: jobs, events: events, pub: pub, projs: m, cfg: cfg, l: l.With("component", "jobs"),
 		wake: make(chan struct{}, 1), running: map[string]bool{}}
 }
 

@@ -32,7 +32,7 @@ func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelC
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, mongoerr.Translate(err))
 	}
-	evs, err := p.log.LoadFrom(ctx, id, 1)
+	evs, err := p.events.LoadFrom(ctx, id, 1)
 	if err != nil {
 		return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, err)
 	}

@@ -226,7 +226,7 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 type Projection[D any] struct {
 	def      Definition[D]
 	db       *mongo.Database
-	log      EventLog
+	events   EventLog
 	metrics  *Metrics
 	pointers *Pointers
 
@@ -243,10 +243,10 @@ const (
 	readerPointerAge = time.Second
 )
 
-// NewProjection returns the projection def in db. log fills gaps; m may be
+// NewProjection returns the projection def in db. events fills gaps; m may be
 // nil.
-func NewProjection[D any](db *mongo.Database, def Definition[D], log EventLog, m *Metrics, ps *Pointers) *Projection[D] {
-	return &Projection[D]{def: def, db: db, log: log, metrics: m, pointers: ps, stores: map[string]*Store[D]{}}
+func NewProjection[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics, ps *Pointers) *Projection[D] {
+	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*Store[D]{}}
 }
 
 // Name is the projection's name.
@@ -261,7 +261,7 @@ func (p *Projection[D]) Store(coll string) *Store[D] {
 	}
 	def := p.def
 	def.Collection = coll
-	s := NewStore(p.db, def, p.log, p.metrics)
+	s := NewStore(p.db, def, p.events, p.metrics)
 	p.stores[coll] = s
 	return s
 }

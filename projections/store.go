@@ -60,7 +60,7 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 type Store[D any] struct {
 	def     Definition[D]
 	coll    *mongo.Collection
-	log     EventLog
+	events  EventLog
 	metrics *Metrics
 	cache   *lru.Cache[string, entry[D]]
 	fields  []string // top-level field names of D, for $unset
@@ -78,9 +78,9 @@ const cacheSize = 100_000
 
 // NewStore returns the store of def's read model in db, folding gaps from
 // log. m may be nil.
-func NewStore[D any](db *mongo.Database, def Definition[D], log EventLog, m *Metrics) *Store[D] {
+func NewStore[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *Store[D] {
 	c, _ := lru.New[string, entry[D]](cacheSize)
-	return &Store[D]{def: def, coll: db.Collection(def.Collection, jsonTags), log: log, metrics: m, cache: c, fields: jsonFields[D]()}
+	return &Store[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c, fields: jsonFields[D]()}
 }
 
 // EnsureIndexes creates the definition's indexes, one per call: FerretDB
@@ -200,7 +200,7 @@ func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Even
 		}
 		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
 			// A gap (or a repair): the log has the missing events.
-			if next, err = s.log.LoadFrom(ctx, id, from+1); err != nil {
+			if next, err = s.events.LoadFrom(ctx, id, from+1); err != nil {
 				err = fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
 				if passes(err) {
 					return out, nil, err

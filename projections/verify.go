@@ -170,7 +170,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, rep
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 		return fmt.Errorf("verify %s: read %s: %w", s.def.Collection, id, mongoerr.Translate(err))
 	}
-	evs, err := s.log.LoadFrom(ctx, id, 1)
+	evs, err := s.events.LoadFrom(ctx, id, 1)
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
@@ -275,7 +275,7 @@ func (s *Store[D]) overwrite(ctx context.Context, id string, doc D) error {
 	if _, err := s.writeDoc(ctx, id, doc, "$set"); err != nil {
 		return err
 	}
-	evs, err := s.log.LoadFrom(ctx, id, s.def.Version(&doc)+1)
+	evs, err := s.events.LoadFrom(ctx, id, s.def.Version(&doc)+1)
 	if err != nil {
 		return fmt.Errorf("repair %s: %w", id, err)
 	}
