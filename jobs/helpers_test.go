@@ -88,8 +88,8 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projections.Outcome, map[string]error, error){
-		projections.NewStore(k.db, projections.OrderSummaries, k.es, nil).Apply,
-		projections.NewStore(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
+		projections.NewReadModel(k.db, projections.OrderSummaries, k.es, nil).Apply,
+		projections.NewReadModel(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)

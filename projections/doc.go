@@ -4,8 +4,9 @@
 // Two projections exist, both one document per order stream:
 // order_summaries (a domain.Order, the same fold as the aggregate) and
 // customer_order_stats (each order's Contribution to its customer's stats,
-// summed on read). A Definition says how to fold a document; a Store writes
-// one read model; a Runner feeds a Store from JetStream, split into
+// summed on read). A Definition says how to fold a document; a ReadModel
+// writes one collection of it; a Runner feeds a Projection (its pointer to
+// the active collection, and a ReadModel per collection) from JetStream, split into
 // partitions by stream id, each consumed by one process at a time under a
 // lease and shared evenly by the live projector processes (Axon's
 // tracking-processor segments, Kafka's consumer groups); a Reader answers
@@ -24,7 +25,7 @@
 // the writer that finds attempted above what it wrote folds again from the
 // log and rewrites. The last write therefore always leaves the highest
 // version any writer attempted, so writers in any number of processes
-// racing on one order cannot lose an update (see Store and its race
+// racing on one order cannot lose an update (see ReadModel and its race
 // tests); it needs atomic single-document updates, which MongoDB has and
 // the embedded store keeps through its write funnel. The trade-off: during
 // such a race a reader may briefly see an older version.

@@ -17,7 +17,7 @@ import (
 // coll, such as a rebuild's shadow before it is written. Errors:
 // domain.ErrUnavailable.
 func (p *Projection[D]) EnsureCollectionIndexes(ctx context.Context, coll string) error {
-	return p.Store(coll).EnsureIndexes(ctx)
+	return p.ReadModel(coll).EnsureIndexes(ctx)
 }
 
 // fold folds a stream's events from nothing. It returns the document, the
@@ -49,7 +49,7 @@ type FoldResult struct {
 // is counted as poison and its good events are kept. Errors: the store's
 // (domain.ErrUnavailable).
 func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
-	s := p.Store(coll)
+	s := p.ReadModel(coll)
 	var res FoldResult
 	type folded struct {
 		id   string

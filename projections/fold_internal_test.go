@@ -68,7 +68,7 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		}
 	}
 	p := NewProjection(db, OrderSummaries, es, nil, NewPointers(db))
-	live := p.Store(shadow)
+	live := p.ReadModel(shadow)
 	for id, n := range map[string]int{"live-even": 3, "live-ahead": 3, "live-behind": 1} {
 		if _, _, err := live.Apply(ctx, logs[id][:n]); err != nil {
 			t.Fatalf("live write of %s: %v", id, err)

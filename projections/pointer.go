@@ -220,7 +220,7 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 }
 
 // Projection is one read model as the service runs it: its Definition, the
-// pointer that says which collection is active, and a Store per collection
+// pointer that says which collection is active, and a ReadModel per collection
 // in use. Live events go to the shadow collection (during a rebuild) and
 // then to the active one; readers read the active one.
 type Projection[D any] struct {
@@ -231,7 +231,7 @@ type Projection[D any] struct {
 	pointers *Pointers
 
 	mu     sync.Mutex
-	stores map[string]*Store[D]
+	stores map[string]*ReadModel[D]
 }
 
 // How old a pointer each side may act on. Writers re-read it before every
@@ -246,14 +246,14 @@ const (
 // NewProjection returns the projection def in db. events fills gaps; m may be
 // nil.
 func NewProjection[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics, ps *Pointers) *Projection[D] {
-	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*Store[D]{}}
+	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*ReadModel[D]{}}
 }
 
 // Name is the projection's name.
 func (p *Projection[D]) Name() string { return p.def.Name }
 
-// Store returns the store writing collection coll of this projection.
-func (p *Projection[D]) Store(coll string) *Store[D] {
+// ReadModel returns the read model in collection coll of this projection.
+func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if s, ok := p.stores[coll]; ok {
@@ -261,7 +261,7 @@ func (p *Projection[D]) Store(coll string) *Store[D] {
 	}
 	def := p.def
 	def.Collection = coll
-	s := NewStore(p.db, def, p.events, p.metrics)
+	s := NewReadModel(p.db, def, p.events, p.metrics)
 	p.stores[coll] = s
 	return s
 }
@@ -293,12 +293,12 @@ func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Poin
 }
 
 // Active returns the store of the collection readers read.
-func (p *Projection[D]) Active(ctx context.Context) (*Store[D], error) {
+func (p *Projection[D]) Active(ctx context.Context) (*ReadModel[D], error) {
 	ptr, err := p.Pointer(ctx, readerPointerAge)
 	if err != nil {
 		return nil, err
 	}
-	return p.Store(ptr.Active), nil
+	return p.ReadModel(ptr.Active), nil
 }
 
 // EnsureIndexes creates the indexes of the active collection (and of the
@@ -310,7 +310,7 @@ func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
 	}
 	for _, c := range []string{ptr.Shadow, ptr.Active} {
 		if c != "" {
-			if err := p.Store(c).EnsureIndexes(ctx); err != nil {
+			if err := p.ReadModel(c).EnsureIndexes(ctx); err != nil {
 				return err
 			}
 		}
@@ -331,11 +331,11 @@ func (p *Projection[D]) apply(ctx context.Context, events []domain.Event, fresh 
 	}
 	p.forget(ptr)
 	if ptr.Shadow != "" {
-		if _, _, err := p.Store(ptr.Shadow).apply(ctx, events, fresh); err != nil {
+		if _, _, err := p.ReadModel(ptr.Shadow).apply(ctx, events, fresh); err != nil {
 			return Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
 		}
 	}
-	return p.Store(ptr.Active).apply(ctx, events, fresh)
+	return p.ReadModel(ptr.Active).apply(ctx, events, fresh)
 }
 
 // Get returns one document of the active collection, or an error wrapping

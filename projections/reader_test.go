@@ -22,7 +22,7 @@ func TestReaderListSummaries(t *testing.T) {
 	db := storetest.Database(t)
 	es := projectionstest.NewLog(t, ctx, db)
 	f := projectionstest.NewFixture(t, ctx, es, "lst", 14, 3)
-	s := projections.NewStore(db, projections.OrderSummaries, es, nil)
+	s := projections.NewReadModel(db, projections.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -130,8 +130,8 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 	for _, s := range []interface {
 		Apply(context.Context, []domain.Event) (projections.Outcome, map[string]error, error)
 	}{
-		projections.NewStore(db, projections.OrderSummaries, es, nil),
-		projections.NewStore(db, projections.CustomerOrderStats, es, nil),
+		projections.NewReadModel(db, projections.OrderSummaries, es, nil),
+		projections.NewReadModel(db, projections.CustomerOrderStats, es, nil),
 	} {
 		if _, poison, err := s.Apply(ctx, events); err != nil || len(poison) > 0 {
 			t.Fatalf("Apply: poison %v, err %v", poison, err)

@@ -58,7 +58,8 @@ type RunnerConfig struct {
 	OnTenure func(projection string, partition int, start bool)
 }
 
-// applier is what a Runner needs of a Store, whatever its document type.
+// applier is what a Runner needs of a Projection, whatever its document
+// type.
 type applier interface {
 	apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error)
 	EnsureIndexes(ctx context.Context) error

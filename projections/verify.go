@@ -81,7 +81,7 @@ type seenDoc struct {
 // longer named by the pointer (the verify stops there, having written
 // nothing more), progress's, the log's and the store's.
 func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
-	s := p.Store(coll)
+	s := p.ReadModel(coll)
 	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
 	seen := map[string]seenDoc{}
 	var digest, expected adhash
@@ -160,7 +160,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 
 // recheck compares one suspect document with a fresh fold of its stream,
 // counts it if it still differs, and repairs it if asked.
-func (p *Projection[D]) recheck(ctx context.Context, s *Store[D], id string, repair bool, rep *domain.VerifyReport) error {
+func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string, repair bool, rep *domain.VerifyReport) error {
 	// The document first, then the log: a document only reflects events
 	// already in the log, so a live write in between cannot look like a
 	// document ahead of the log.
@@ -271,7 +271,7 @@ func diffFields[D any](a, b D) []string {
 // hold the document back for ever). A live write that landed just before
 // it is not lost: the log is read again afterwards and the document
 // brought up to the head through the version guard.
-func (s *Store[D]) overwrite(ctx context.Context, id string, doc D) error {
+func (s *ReadModel[D]) overwrite(ctx context.Context, id string, doc D) error {
 	if _, err := s.writeDoc(ctx, id, doc, "$set"); err != nil {
 		return err
 	}

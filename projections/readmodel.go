@@ -34,10 +34,10 @@ type EventLog interface {
 // names, so the domain needs no BSON tags.
 var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONStructTags: true})
 
-// Store writes one projection's read model, keeping invariant 4 with
-// single-document operations by _id only (on big collections the one
-// filter the embedded store answers from an index; any other it evaluates
-// in Go over the whole collection):
+// ReadModel writes one collection of a projection's read model, keeping
+// invariant 4 with single-document operations by _id only (on big
+// collections the one filter the embedded store answers from an index;
+// any other it evaluates in Go over the whole collection):
 //
 // Each document carries version (the stream version it reflects) and
 // attempted, the highest version any writer has tried to write, kept with
@@ -57,7 +57,7 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // An event at or below the version is skipped; a gap is filled from the
 // log. Documents this process wrote are cached, so a batch usually reads
 // nothing before writing.
-type Store[D any] struct {
+type ReadModel[D any] struct {
 	def     Definition[D]
 	coll    *mongo.Collection
 	events  EventLog
@@ -71,22 +71,22 @@ type entry[D any] struct {
 	attempted int64
 }
 
-func (s *Store[D]) purge() { s.cache.Purge() }
+func (s *ReadModel[D]) purge() { s.cache.Purge() }
 
-// cacheSize is how many documents a Store remembers.
+// cacheSize is how many documents a ReadModel remembers.
 const cacheSize = 100_000
 
-// NewStore returns the store of def's read model in db, folding gaps from
-// log. m may be nil.
-func NewStore[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *Store[D] {
+// NewReadModel returns the read model of def in its collection in db,
+// folding gaps from events. m may be nil.
+func NewReadModel[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *ReadModel[D] {
 	c, _ := lru.New[string, entry[D]](cacheSize)
-	return &Store[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c, fields: jsonFields[D]()}
+	return &ReadModel[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c, fields: jsonFields[D]()}
 }
 
 // EnsureIndexes creates the definition's indexes, one per call: FerretDB
 // 1.24 drops the connection when one call names several indexes that
 // already exist.
-func (s *Store[D]) EnsureIndexes(ctx context.Context) error {
+func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 	for _, fields := range s.def.Indexes {
 		keys := bson.D{}
 		for _, f := range fields {
@@ -134,13 +134,13 @@ const parallel = 4
 // that may pass (store unavailable): then nothing is known to be written
 // and the caller redelivers. When both are nil every stream's document
 // reflects at least the highest version given for it.
-func (s *Store[D]) Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error) {
+func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error) {
 	return s.apply(ctx, events, false)
 }
 
 // apply is Apply; fresh makes it read every document instead of trusting
 // the cache (redeliveries).
-func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
 	for _, e := range events {
 		byStream[e.StreamID] = append(byStream[e.StreamID], e)
@@ -172,7 +172,7 @@ func (s *Store[D]) apply(ctx context.Context, events []domain.Event, fresh bool)
 // applyStream brings one document up to the highest version in evs (and
 // to any higher version attempted). It returns a poison error for events
 // that cannot be applied, or an error that may pass.
-func (s *Store[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
+func (s *ReadModel[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
 	want := evs[len(evs)-1].Version
@@ -269,7 +269,7 @@ func (e *PoisonError) Unwrap() error { return e.Err }
 
 // read returns a stream's document and attempted version; the zero entry
 // when there is none.
-func (s *Store[D]) read(ctx context.Context, id string) (entry[D], error) {
+func (s *ReadModel[D]) read(ctx context.Context, id string) (entry[D], error) {
 	var d stored[D]
 	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -285,13 +285,13 @@ func (s *Store[D]) read(ctx context.Context, id string) (entry[D], error) {
 
 // write sets the document to doc and $max-es attempted to its version, in
 // one operation by _id, and returns the document as written.
-func (s *Store[D]) write(ctx context.Context, id string, doc D) (entry[D], error) {
+func (s *ReadModel[D]) write(ctx context.Context, id string, doc D) (entry[D], error) {
 	return s.writeDoc(ctx, id, doc, "$max")
 }
 
 // writeDoc is write, with attempted updated by op: "$max" (a live write)
 // or "$set" (a repair, which may lower a corrupted register).
-func (s *Store[D]) writeDoc(ctx context.Context, id string, doc D, op string) (entry[D], error) {
+func (s *ReadModel[D]) writeDoc(ctx context.Context, id string, doc D, op string) (entry[D], error) {
 	raw, err := marshalJSONTags(doc)
 	if err != nil {
 		return entry[D]{}, fmt.Errorf("%s: encode %s: %w", s.def.Name, id, err)
@@ -379,7 +379,7 @@ func jsonFields[D any]() []string {
 
 // Get returns the document of one stream, or an error wrapping
 // domain.ErrNotFound.
-func (s *Store[D]) Get(ctx context.Context, id string) (D, error) {
+func (s *ReadModel[D]) Get(ctx context.Context, id string) (D, error) {
 	var d stored[D]
 	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {

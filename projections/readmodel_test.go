@@ -20,7 +20,7 @@ import (
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
-// applier is Store.Apply of either projection.
+// applier is ReadModel.Apply of either projection.
 type applier func(ctx context.Context, events []domain.Event) (projections.Outcome, map[string]error, error)
 
 // shuffledWithDuplicates is every event of evs once plus about half of
@@ -111,8 +111,8 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := storetest.Database(t)
 			stores := map[string]applier{
-				projections.OrderSummaries.Name:     projections.NewStore(db, projections.OrderSummaries, es, nil).Apply,
-				projections.CustomerOrderStats.Name: projections.NewStore(db, projections.CustomerOrderStats, es, nil).Apply,
+				projections.OrderSummaries.Name:     projections.NewReadModel(db, projections.OrderSummaries, es, nil).Apply,
+				projections.CustomerOrderStats.Name: projections.NewReadModel(db, projections.CustomerOrderStats, es, nil).Apply,
 			}
 			batches := tc.batches(rand.New(rand.NewPCG(uint64(i), 0x5eed)))
 			for name, apply := range stores {
@@ -151,8 +151,8 @@ func TestStoreReadsNotFound(t *testing.T) {
 	if _, err := r.CustomerStats(ctx, "nobody"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("CustomerStats of an unknown customer: %v, want ErrNotFound", err)
 	}
-	if _, err := projections.NewStore(db, projections.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
-		t.Errorf("Store.Get of an unknown stream: %v, want ErrNotFound", err)
+	if _, err := projections.NewReadModel(db, projections.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("ReadModel.Get of an unknown stream: %v, want ErrNotFound", err)
 	}
 }
 
@@ -234,8 +234,8 @@ func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projection
 	m := projections.NewMetrics(reg)
 	type pair struct{ sums, stats applier }
 	stores := []pair{
-		{projections.NewStore(db, projections.OrderSummaries, es, m).Apply, projections.NewStore(db, projections.CustomerOrderStats, es, m).Apply},
-		{projections.NewStore(other, projections.OrderSummaries, es, m).Apply, projections.NewStore(other, projections.CustomerOrderStats, es, m).Apply},
+		{projections.NewReadModel(db, projections.OrderSummaries, es, m).Apply, projections.NewReadModel(db, projections.CustomerOrderStats, es, m).Apply},
+		{projections.NewReadModel(other, projections.OrderSummaries, es, m).Apply, projections.NewReadModel(other, projections.CustomerOrderStats, es, m).Apply},
 	}
 	o := &overlaps{inFlight: map[string]int{}}
 	var wg sync.WaitGroup
@@ -356,8 +356,8 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	ghost := projectionstest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
 
 	db := storetest.Database(t)
-	sums := projections.NewStore(db, projections.OrderSummaries, es, nil)
-	stats := projections.NewStore(db, projections.CustomerOrderStats, es, nil)
+	sums := projections.NewReadModel(db, projections.OrderSummaries, es, nil)
+	stats := projections.NewReadModel(db, projections.CustomerOrderStats, es, nil)
 	for _, p := range []struct {
 		name    string
 		apply   applier
@@ -417,7 +417,7 @@ func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
 		ev(2, domain.OrderApproved{}),
 		ev(3, domain.OrderDelivered{}), // not from approved: cannot apply
 	}
-	store := projections.NewStore(db, projections.OrderSummaries, nil, nil)
+	store := projections.NewReadModel(db, projections.OrderSummaries, nil, nil)
 	out, poison, err := store.Apply(ctx, events)
 	if err != nil {
 		t.Fatal(err)
