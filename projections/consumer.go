@@ -124,7 +124,9 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 			}
 		}
 	}()
-	out, failed, err := r.store.apply(ctx, events, fresh)
+	wctx, done := r.writeContext(ctx)
+	out, failed, err := r.store.apply(wctx, events, fresh)
+	done()
 	tn.applied.Add(int64(out.Applied))
 	r.metrics.partitionApplied(r.name, tn.p, out.Applied)
 	if err != nil {
@@ -244,5 +246,20 @@ func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
 	case <-t.C:
+	}
+}
+
+// writeContext is the context of a batch's write: not abandoned when the
+// partition stops (ctx done), so that stop waits for a write already on
+// its way instead of leaving it to land unseen and uncounted after stop
+// returns, but cut LeaseTTL/4 after ctx is done, so that a write started
+// before the fence still ends before a successor can claim the lease.
+// Call done once the write has returned.
+func (r *Runner) writeContext(ctx context.Context) (wctx context.Context, done func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.LeaseTTL/4, cancel) })
+	return wctx, func() {
+		stop()
+		cancel()
 	}
 }
