@@ -213,7 +213,7 @@ func (w *ackWait) wait(f jetstream.PubAckFuture) error {
 
 // markChunk is the most published markers one bulk write carries. FerretDB
 // 1.24 does not answer an update command of more than 64 statements (see
-// package embedded); on MongoDB a chunk is one round trip.
+// package devstore); on MongoDB a chunk is one round trip.
 const markChunk = 64
 
 // mark sets the outbox marker of the commits ids with ordered bulk writes

@@ -20,7 +20,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 )
 
@@ -473,7 +473,7 @@ func newRestartableNATS(t *testing.T) *restartableNATS {
 }
 
 func (r *restartableNATS) start() {
-	ns, err := embedded.StartNATS(r.dir, "127.0.0.1", r.port)
+	ns, err := devstore.StartNATS(r.dir, "127.0.0.1", r.port)
 	if err != nil {
 		r.t.Fatalf("start nats on port %d: %v", r.port, err)
 	}
@@ -733,7 +733,7 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 			return js, nc.Close
 		}},
 		{"no acks", func(t *testing.T, n *storetest.NATS) (jetstream.JetStream, func()) {
-			other, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+			other, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
 			if err != nil {
 				t.Fatalf("start nats: %v", err)
 			}

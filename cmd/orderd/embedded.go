@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 )
 
 // startEmbedded starts the embedded servers that the config leaves
@@ -28,7 +28,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			return stop, err
 		}
 		dir := filepath.Join(c.DataDir, "nats")
-		ns, err := embedded.StartNATS(dir, host, port)
+		ns, err := devstore.StartNATS(dir, host, port)
 		if err != nil {
 			return stop, err
 		}
@@ -38,7 +38,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 	}
 	if c.MongoURI == "" {
 		dir := filepath.Join(c.DataDir, "store")
-		s, err := embedded.StartStore(dir, c.EmbeddedStoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
+		s, err := devstore.StartStore(dir, c.EmbeddedStoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
 			stop()
 			return func() {}, err

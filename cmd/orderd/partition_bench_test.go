@@ -19,7 +19,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -50,13 +50,13 @@ const (
 func BenchmarkProjectionScaling(b *testing.B) {
 	dir := b.TempDir()
 	storeAddr := "127.0.0.1:" + fmt.Sprint(freePort(b))
-	store, err := embedded.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
+	store, err := devstore.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	natsPort := freePort(b)
-	ns, err := embedded.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
+	ns, err := devstore.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 )
 
@@ -53,7 +53,7 @@ func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 func TestReadyzPerRole(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
-	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+	ns, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 )
 
 // lockedBuffer is a bytes.Buffer safe for the logger's goroutines.
@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 // redacted. The embedded FerretDB takes any user and password over PLAIN.
 func TestMain_SecretsRedacted(t *testing.T) {
 	const password = "s3cret-pw-7f1e"
-	store, err := embedded.StartStore(t.TempDir(), "127.0.0.1:0", nil)
+	store, err := devstore.StartStore(t.TempDir(), "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

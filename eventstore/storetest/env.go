@@ -22,7 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/internal/devstore"
 )
 
 var (
@@ -45,7 +45,7 @@ func MongoURI(t testing.TB) string {
 			storeErr = err
 			return
 		}
-		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+		s, err := devstore.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
 		if err != nil {
 			storeErr = err
 			return
@@ -104,7 +104,7 @@ func StartNATS(t testing.TB) *NATS {
 	t.Helper()
 	n := &NATS{URL: os.Getenv("NATS_URL")}
 	if n.URL == "" {
-		ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+		ns, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
 		if err != nil {
 			t.Fatalf("embedded nats: %v", err)
 		}

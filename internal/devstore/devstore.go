@@ -1,4 +1,4 @@
-// Package embedded runs the development servers in-process: FerretDB 1.24
+// Package devstore runs the development servers in-process: FerretDB 1.24
 // on SQLite (a MongoDB wire-protocol store) and a NATS server with
 // JetStream. `orderd` uses it when no MONGODB_URI and no NATS_URL are set,
 // and the tests use it when no external servers are named. Production
@@ -29,7 +29,7 @@
 //   - no transactions, change streams, TTL indexes, Decimal128,
 //     $group $max/$min, or $sum of a field path;
 //   - write and read concerns are accepted and ignored: it is one node.
-package embedded
+package devstore
 
 import (
 	"context"
