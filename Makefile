@@ -58,7 +58,7 @@ chaos:
 ## rebuild under load, the relay's publish rate against raw async publishes, projection apply rate with
 ## 1-3 projectors against raw updates
 bench:
-	$(GO) test ./eventstore -run '^$$' -bench . -benchtime 1x -timeout 10m
+	$(GO) test ./outbox -run '^$$' -bench . -benchtime 1x -timeout 10m
 	$(GO) test ./cmd/orderd -run '^$$' -bench . -benchtime 1x -timeout 30m
 
 ## bench-1m: BenchmarkRebuild's peak RSS and rate on a log of REBUILD_EVENTS events, 1 partition

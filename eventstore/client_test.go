@@ -13,8 +13,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/internal/devstore"
 )
 
 // commands records the commands a client sends, by name.
@@ -119,7 +119,7 @@ func TestReachability(t *testing.T) {
 	defer done()
 
 	_ = store.Close()
-	waitFor(t, 30*time.Second, "the store is seen down", reach.Down)
+	storetest.WaitFor(t, 30*time.Second, "the store is seen down", reach.Down)
 	select {
 	case <-inFlight.Done():
 		if cause := context.Cause(inFlight); !errors.Is(cause, domain.ErrUnavailable) {
@@ -137,7 +137,7 @@ func TestReachability(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	waitFor(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
+	storetest.WaitFor(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
 	if _, done, err := reach.Bound(t.Context()); err != nil {
 		t.Errorf("bound after the store came back: %v", err)
 	} else {

@@ -1,4 +1,6 @@
-// Package eventstore is the MongoDB event log and its outbox relay.
+// Package eventstore is the MongoDB event log: commits appended under
+// optimistic concurrency, streams loaded and scanned, the outbox marker of
+// each commit, and the leases instances take turns under.
 //
 // The log is the "events" collection, one document per commit:
 //
@@ -29,14 +31,13 @@
 // from the key), where the key collides.
 //
 // Invariant 3 (every committed event reaches NATS at least once): the
-// commit's published=false is the outbox. Each API instance's Relay hears
-// of its own appends through the Store's append hook (WithAppendHook,
-// wired in main), publishes them at once with Nats-Msg-Id = event id, and
-// marks them once JetStream acknowledged them; no lease is needed, since
-// the server drops a second copy. What an instance leaves unpublished (a
-// crash, a full queue, NATS down) is published by the Sweeper: one
-// instance at a time, under the "relay" Lease (invariant 6), sweeps the
-// commits still published=false after a grace period.
+// commit's published=false is the outbox. Pending reads it and
+// MarkPublished marks what JetStream acknowledged, for the relay of
+// package outbox, which also hears of each append through an AppendHook.
+//
+// Invariant 6 (one holder at a time): a Lease is claimed by a conditional
+// update whose filter matches only an expired claim, so of any number of
+// claimants exactly one wins.
 //
 // Durability: every role connects with ClientOptions (w:majority, j:true,
 // readConcern majority, a server selection long enough for an election),

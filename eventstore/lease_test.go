@@ -42,7 +42,7 @@ func TestLease(t *testing.T) {
 	// claim has expired, not before.
 	renewed := time.Now() // before the claim: a's expiry is at least this + ttl
 	try(aShort, "a renews for the short ttl", true)
-	waitFor(t, 5*time.Second, "b to take over the expired lease", func() bool {
+	storetest.WaitFor(t, 5*time.Second, "b to take over the expired lease", func() bool {
 		ok, err := b.TryAcquire(ctx)
 		if err != nil {
 			t.Fatalf("b: %v", err)

@@ -10,9 +10,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
@@ -42,33 +39,17 @@ type Option func(*Store)
 // WithMetrics records append latency and conflicts in m.
 func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
 
-// AppendHook is told of each commit the Store has just stored. It runs on
-// the appending goroutine, after the insert succeeded and before Append
-// returns, so it must not block or fail: the command waits for it. A hook
-// that cannot keep up drops the commit and leaves it to the outbox sweep.
-type AppendHook func(Committed)
+// AppendHook is told of each commit the Store has just stored, as Load
+// would return it. It runs on the appending goroutine, after the insert
+// succeeded and before Append returns, so it must not block or fail: the
+// command waits for it. A hook that cannot keep up drops the commit and
+// leaves it to the outbox sweep.
+type AppendHook func(domain.RecordedCommit)
 
 // WithAppendHook calls h after every successful append, in the order of
-// the options; main wires the relay's Appended here, so the store needs
-// no reference to the relay.
+// the options; main wires the outbox relay's Appended here, so the store
+// needs no reference to the relay.
 func WithAppendHook(h AppendHook) Option { return func(s *Store) { s.hooks = append(s.hooks, h) } }
-
-// Committed is a commit as the log stored it, handed to append hooks. Its
-// events are decoded only when asked for, off the command's path.
-type Committed struct{ doc commitDoc }
-
-// ID returns the commit's _id (see CommitID).
-func (c Committed) ID() string { return c.doc.ID }
-
-// StreamID returns the stream the commit belongs to.
-func (c Committed) StreamID() string { return c.doc.StreamID }
-
-// RecordedAt returns the commit's recorded time, as stored (UTC,
-// millisecond precision).
-func (c Committed) RecordedAt() time.Time { return c.doc.RecordedAt }
-
-// Events returns the commit's events as Load returns them.
-func (c Committed) Events() ([]domain.Event, error) { return c.doc.events() }
 
 // New returns a Store on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
@@ -186,24 +167,20 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, err
 	}
-	ctx, span := tracer.Start(ctx, "eventstore.append", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
-		attribute.String("orderd.stream_id", c.StreamID), attribute.Int64("orderd.expected_version", c.ExpectedVersion),
-		attribute.Int("orderd.events", len(c.Events))))
-	defer span.End()
 	start := time.Now()
 	_, err = s.commits.InsertOne(ctx, doc)
 	s.metrics.observeAppend(time.Since(start), err)
-	if err != nil {
-		span.SetStatus(codes.Error, err.Error())
-	}
 	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {
 			return time.Time{}, s.duplicate(ctx, c)
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
 	}
-	for _, h := range s.hooks {
-		h(Committed{doc})
+	if len(s.hooks) > 0 {
+		rc := doc.recorded()
+		for _, h := range s.hooks {
+			h(rc)
+		}
 	}
 	return now, nil
 }
@@ -306,6 +283,12 @@ func (d commitDoc) events() ([]domain.Event, error) {
 		})
 	}
 	return out, nil
+}
+
+// recorded is the commit as the outbox publishes it.
+func (d commitDoc) recorded() domain.RecordedCommit {
+	events, err := d.events()
+	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Err: err}
 }
 
 // findCommit reads the commit id; found is false when there is none.
@@ -423,30 +406,6 @@ func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (d
 	}
 	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
-}
-
-// Unpublished returns the number of unpublished commits in the log and
-// the age of the oldest one (0 when there is none). On FerretDB each of
-// its two reads scans the collection.
-func (s *Store) Unpublished(ctx context.Context) (int64, time.Duration, error) {
-	filter := bson.D{{Key: "published", Value: false}}
-	n, err := s.commits.CountDocuments(ctx, filter)
-	if err != nil {
-		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
-	}
-	if n == 0 {
-		return 0, 0, nil
-	}
-	var oldest commitDoc
-	err = s.commits.FindOne(ctx, filter, options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
-		SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&oldest)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
-	}
-	return n, time.Since(oldest.RecordedAt), nil
 }
 
 // Ping checks that the store answers.

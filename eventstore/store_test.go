@@ -16,8 +16,8 @@ import (
 // The append hook hears of each stored commit once, in append order, with
 // the events Load returns, and of no refused append.
 func TestAppendHook(t *testing.T) {
-	var got []eventstore.Committed
-	s, _ := openStore(t, eventstore.WithAppendHook(func(c eventstore.Committed) { got = append(got, c) }))
+	var got []domain.RecordedCommit
+	s, _ := storetest.OpenStore(t, eventstore.WithAppendHook(func(c domain.RecordedCommit) { got = append(got, c) }))
 	ctx := t.Context()
 	stream := storetest.Unique("order-")
 	c1 := storetest.NewCommit(stream, 0, domain.OrderApproved{}, domain.OrderInvoiced{})
@@ -46,19 +46,18 @@ func TestAppendHook(t *testing.T) {
 	}
 	var heard []domain.Event
 	for i, c := range got {
-		if want := eventstore.CommitID(stream, []int64{1, 3}[i]); c.ID() != want || c.StreamID() != stream {
-			t.Errorf("commit %d: id %s of %s, want %s of %s", i, c.ID(), c.StreamID(), want, stream)
+		if want := eventstore.CommitID(stream, []int64{1, 3}[i]); c.ID != want || c.StreamID != stream {
+			t.Errorf("commit %d: id %s of %s, want %s of %s", i, c.ID, c.StreamID, want, stream)
 		}
-		evs, err := c.Events()
-		if err != nil {
-			t.Fatalf("commit %d events: %v", i, err)
+		if c.Err != nil {
+			t.Fatalf("commit %d events: %v", i, c.Err)
 		}
-		for _, e := range evs {
-			if !e.RecordedAt.Equal(c.RecordedAt()) {
-				t.Errorf("commit %d: event recorded at %v, commit at %v", i, e.RecordedAt, c.RecordedAt())
+		for _, e := range c.Events {
+			if !e.RecordedAt.Equal(c.RecordedAt) {
+				t.Errorf("commit %d: event recorded at %v, commit at %v", i, e.RecordedAt, c.RecordedAt)
 			}
 		}
-		heard = append(heard, evs...)
+		heard = append(heard, c.Events...)
 	}
 	if d := storetest.DiffEvents(loaded, heard); d != "" {
 		t.Errorf("the hook's events differ from Load's: %s", d)
@@ -130,7 +129,7 @@ func TestEnsureIndexesReplacesTheGlobalKeyIndex(t *testing.T) {
 // with another body is refused, and without a key every request is a new
 // order.
 func TestServiceRetriesPlaceWithKeyOnOneStream(t *testing.T) {
-	s, _ := openStore(t)
+	s, _ := storetest.OpenStore(t)
 	place := domain.PlaceOrder{CustomerID: "cust-1", Currency: "BRL",
 		Items: []domain.Line{{SKU: "sku-1", Quantity: 2, UnitPriceCents: 4990}}}
 	key := domain.ExecOptions{IdempotencyKey: storetest.Unique("key-")}

@@ -76,6 +76,40 @@ type Config struct {
 	IdleTimeout       time.Duration
 }
 
+// setDefaults fills in the zero fields with the defaults in brackets.
+func (c *Config) setDefaults() {
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = 1 << 20
+	}
+	if c.SummaryWait <= 0 {
+		c.SummaryWait = 5 * time.Second
+	}
+	if c.MaxSummaryWait <= 0 {
+		c.MaxSummaryWait = 30 * time.Second
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 1024
+	}
+	if c.MaxWaits <= 0 {
+		c.MaxWaits = 256
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = 5 * time.Second
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 30 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 120 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+}
+
 // Server is the REST API of DESIGN.md §10 on echo.
 type Server struct {
 	echo    *echo.Echo
@@ -88,36 +122,7 @@ type Server struct {
 // NewServer builds the routes: the REST API with health, readiness and
 // metrics, or only the last three when cfg.OpsOnly.
 func NewServer(cfg Config) *Server {
-	if cfg.MaxBodyBytes <= 0 {
-		cfg.MaxBodyBytes = 1 << 20
-	}
-	if cfg.SummaryWait <= 0 {
-		cfg.SummaryWait = 5 * time.Second
-	}
-	if cfg.MaxSummaryWait <= 0 {
-		cfg.MaxSummaryWait = 30 * time.Second
-	}
-	if cfg.MaxInFlight <= 0 {
-		cfg.MaxInFlight = 1024
-	}
-	if cfg.MaxWaits <= 0 {
-		cfg.MaxWaits = 256
-	}
-	if cfg.ReadHeaderTimeout <= 0 {
-		cfg.ReadHeaderTimeout = 5 * time.Second
-	}
-	if cfg.ReadTimeout <= 0 {
-		cfg.ReadTimeout = 30 * time.Second
-	}
-	if cfg.IdleTimeout <= 0 {
-		cfg.IdleTimeout = 120 * time.Second
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Registerer == nil {
-		cfg.Registerer = prometheus.NewRegistry()
-	}
+	cfg.setDefaults()
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projections/projectionstest"
@@ -24,7 +24,7 @@ func TestReplayKeepsMessageIDs(t *testing.T) {
 	f := projectionstest.NewFixture(t, ctx, es, "rpl", 6, 2)
 	k := newRepairKit(t, ctx, db, es)
 	republish := func(ctx context.Context, evs []domain.Event) (int, error) {
-		return eventstore.Republish(ctx, b.JS, b.Stream, evs)
+		return bus.NewPublisher(b.JS, b.Stream).Republish(ctx, evs)
 	}
 	w := jobs.NewWorker(k.jobs, es, republish, []jobs.Projection{k.sums, k.stat},
 		jobs.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, projectionstest.Logger(t))

@@ -91,7 +91,7 @@ type Worker struct {
 
 // Publisher publishes events again, each with its event id as
 // Nats-Msg-Id, and returns how many were acknowledged
-// (eventstore.Republish).
+// (bus.Publisher.Republish).
 type Publisher func(ctx context.Context, events []domain.Event) (int, error)
 
 // NewWorker returns a worker for jobs on the projections projs, reading

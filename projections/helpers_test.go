@@ -11,8 +11,10 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -22,11 +24,12 @@ import (
 // until the test ends.
 func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectionstest.Bus, log *slog.Logger) *eventstore.Store {
 	t.Helper()
-	cfg := eventstore.RelayConfig{Stream: b.Stream, Owner: "relay-1", SweepInterval: 100 * time.Millisecond,
-		SweepGrace: 100 * time.Millisecond}
-	relay := eventstore.NewRelay(db, b.JS, cfg, log, nil)
+	cfg := outbox.Config{Owner: "relay-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
+	commits, pub := eventstore.New(db), bus.NewPublisher(b.JS, b.Stream)
+	relay := outbox.NewRelay(commits, pub, cfg, log, nil)
 	projectionstest.Go(t, "relay", relay.Run)
-	projectionstest.Go(t, "relay sweep", eventstore.NewSweeper(db, b.JS, cfg, log, nil).Run)
+	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
+	projectionstest.Go(t, "relay sweep", outbox.NewSweeper(commits, pub, lease, cfg, log, nil).Run)
 	return projectionstest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
 }
 

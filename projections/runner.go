@@ -24,7 +24,7 @@ type RunnerConfig struct {
 	Stream string // JetStream stream name
 	// SubjectPrefix is the event subject space, e.g. "orders.events". The
 	// stream maps each event's subject <prefix>.<stream id> to
-	// <prefix>.<partition>.<stream id> (eventstore.StreamConfig.Partitions),
+	// <prefix>.<partition>.<stream id> (bus.StreamConfig.Partitions),
 	// and partition p is consumed with the filter <prefix>.<p>.>.
 	SubjectPrefix string
 	// Partitions is how many partitions the stream splits the events into

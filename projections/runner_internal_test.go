@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
@@ -60,8 +61,8 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	defer cancel()
 	db := storetest.Database(t)
 	n := storetest.StartNATS(t)
-	stream := eventstore.StreamConfig{Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 8}
-	if err := eventstore.EnsureStream(ctx, n.JS, stream); err != nil {
+	stream := bus.StreamConfig{Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 8}
+	if err := bus.EnsureStream(ctx, n.JS, stream); err != nil {
 		t.Fatal(err)
 	}
 	es := eventstore.New(db)

@@ -3,6 +3,10 @@
 // trace without storing trace context in the event log: the trace id and
 // the parent span id are derived from the command's correlation id
 // (domain.TraceIDs), which every event carries.
+//
+// The event store and the outbox's publisher are traced by decorators
+// wired in main (EventStore, Publisher), so neither adapter knows about
+// tracing; the HTTP server and the projectors start their own spans.
 package tracing
 
 import (

@@ -21,11 +21,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/tracing"
 )
 
 // subjectPrefix is the subject space of order events: one subject per
@@ -135,7 +138,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	storeMetrics := eventstore.NewMetrics(reg)
-	stream := eventstore.StreamConfig{Name: c.Stream, SubjectPrefix: subjectPrefix, Replicas: c.StreamReplicas,
+	stream := bus.StreamConfig{Name: c.Stream, SubjectPrefix: subjectPrefix, Replicas: c.StreamReplicas,
 		Duplicates: 2 * time.Minute, Partitions: c.Partitions}
 
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
@@ -143,20 +146,28 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Only the roles that use the stream wait for it: the relay, a
 	// projector or a jobs instance creates it.
 	if r.needsBus() {
-		if err := eventstore.EnsureStream(setupCtx, js, stream); err != nil {
+		if err := bus.EnsureStream(setupCtx, js, stream); err != nil {
 			return err
 		}
 	}
-	relayCfg := eventstore.RelayConfig{Stream: stream, Owner: c.instanceID(),
-		SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace}
+	relayCfg := outbox.Config{Owner: c.instanceID(), SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace,
+		LeaseTTL: outbox.DefaultLeaseTTL}
 	relayLog := m.Log.With("component", "relay")
+	relayMetrics := outbox.NewMetrics(reg)
+	// The relay reads and marks the outbox through a Store of its own: the
+	// appending Store's hook feeds the relay.
+	commits := eventstore.New(db)
+	var publisher tracing.Publisher
+	if js != nil {
+		publisher = tracing.NewPublisher(bus.NewPublisher(js, stream))
+	}
+	var relay *outbox.Relay
 	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
-	var relay *eventstore.Relay
 	if r.api && js != nil {
 		// Each API instance publishes its own appends at once, without a
 		// lease; the hook only queues them, so commands never wait for NATS.
 		// Without a NATS connection they all wait for the sweep.
-		relay = eventstore.NewRelay(db, js, relayCfg, relayLog, storeMetrics)
+		relay = outbox.NewRelay(commits, publisher, relayCfg, relayLog, relayMetrics)
 		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
 	}
 	store := eventstore.New(db, storeOpts...)
@@ -172,7 +183,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
 	if r.relay {
-		sweeper := eventstore.NewSweeper(db, js, relayCfg, relayLog, storeMetrics)
+		lease := eventstore.NewLease(db, outbox.SweepLease, c.instanceID(), relayCfg.LeaseTTL)
+		sweeper := outbox.NewSweeper(commits, publisher, lease, relayCfg, relayLog, relayMetrics)
 		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
 	pm := projections.NewMetrics(reg)
@@ -208,10 +220,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}
 	if r.jobs {
-		republish := func(ctx context.Context, evs []domain.Event) (int, error) {
-			return eventstore.Republish(ctx, js, stream, evs)
-		}
-		w := jobs.NewWorker(scheduler, store, republish, []jobs.Projection{sums, stats}, jobs.WorkerConfig{
+		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jobs.WorkerConfig{
 			Owner: c.instanceID(), LeaseTTL: c.JobLeaseTTL, Concurrency: c.JobConcurrency, BatchStreams: c.RebuildBatch,
 			MaxEventsPerSecond: c.RebuildMaxRate, Settle: c.RebuildSettle, Grace: c.RebuildGrace, Metrics: jm,
 		}, m.Log)
@@ -227,7 +236,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			}
 			cache = stateCache{l}
 		}
-		svc := domain.NewService(store, cache)
+		svc := domain.NewService(tracing.NewEventStore(store), cache)
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
 			Commands: svc, ReadModels: projections.NewReader(db, pointers),

@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -533,7 +534,7 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 	go func() {
 		defer wg.Done()
 		store := eventstore.New(c.mongo.Database(chaosDatabase))
-		cfg := eventstore.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix}
+		cfg := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix}
 		coll := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection)
 		rng := rand.New(rand.NewPCG(7, 7))
 		for round := 0; ; round++ {

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/devstore"
@@ -141,8 +142,8 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	b.Helper()
 	dbName, streamName := fmt.Sprintf("scale_%d", procs), fmt.Sprintf("SCALE_%d", procs)
 	db := client.Database(dbName)
-	cfg := eventstore.StreamConfig{Name: streamName, SubjectPrefix: subjectPrefix, Duplicates: time.Minute, Partitions: projections.DefaultPartitions}
-	if err := eventstore.EnsureStream(ctx, js, cfg); err != nil {
+	cfg := bus.StreamConfig{Name: streamName, SubjectPrefix: subjectPrefix, Duplicates: time.Minute, Partitions: projections.DefaultPartitions}
+	if err := bus.EnsureStream(ctx, js, cfg); err != nil {
 		b.Fatal(err)
 	}
 	// The log first, unpublished: the processes then start on an empty
@@ -226,7 +227,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	}
 
 	start := time.Now()
-	if n, err := eventstore.Republish(ctx, js, cfg, events); err != nil || n != len(events) {
+	if n, err := bus.NewPublisher(js, cfg).Republish(ctx, events); err != nil || n != len(events) {
 		b.Fatalf("publish: %d of %d (%v)", n, len(events), err)
 	}
 	deadline = time.Now().Add(10 * time.Minute)

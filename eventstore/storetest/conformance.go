@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 )
@@ -48,9 +49,9 @@ func databaseOf(t testing.TB, s *eventstore.Store) *mongo.Database {
 // cleanup, and returns its configuration. Its subjects are
 // "orders.events.<stream id>"; on a shared server (NATS_URL) the prefix gets
 // a unique first token so streams of concurrent tests do not overlap.
-func NewStream(t testing.TB, n *NATS) eventstore.StreamConfig {
+func NewStream(t testing.TB, n *NATS) bus.StreamConfig {
 	t.Helper()
-	cfg := eventstore.StreamConfig{
+	cfg := bus.StreamConfig{
 		Name:          Unique("ORDERS_"),
 		SubjectPrefix: "orders.events",
 		Replicas:      1,
@@ -61,7 +62,7 @@ func NewStream(t testing.TB, n *NATS) eventstore.StreamConfig {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := eventstore.EnsureStream(ctx, n.JS, cfg); err != nil {
+	if err := bus.EnsureStream(ctx, n.JS, cfg); err != nil {
 		t.Fatalf("ensure stream: %v", err)
 	}
 	t.Cleanup(func() {
@@ -130,6 +131,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) *eventstore.Store)
 	t.Run("RaceSameExpectedVersion", func(t *testing.T) { testRaceSameVersion(t, newStore(t)) })
 	t.Run("RaceSameIdempotencyKey", func(t *testing.T) { testRaceSameKey(t, newStore(t)) })
 	t.Run("ImmutableAfterPublish", func(t *testing.T) { testImmutable(t, newStore(t)) })
+	t.Run("Outbox", func(t *testing.T) { testOutbox(t, newStore(t)) })
 	t.Run("ScanInLogOrder", func(t *testing.T) { testScan(t, newStore(t)) })
 }
 
@@ -1006,20 +1008,26 @@ func testImmutable(t *testing.T, s *eventstore.Store) {
 	}
 	mustAppend(t, s, NewCommit(stream, 4, domain.OrderDelivered{}))
 
-	n := StartNATS(t)
-	sweeper := eventstore.NewSweeper(databaseOf(t, s), n.JS, eventstore.RelayConfig{Stream: NewStream(t, n), Owner: "conformance",
-		AckTimeout: 10 * time.Second}, nil, nil)
 	markedFrom := domain.Timestamp(time.Now())
 	for i := 0; ; i++ {
-		k, err := sweeper.PublishPending(ctx)
+		pending, err := s.Pending(ctx, time.Time{}, 1000)
 		if err != nil {
-			t.Fatalf("publish: %v", err)
+			t.Fatalf("read outbox: %v", err)
 		}
-		if k == 0 {
+		var ids []string
+		for _, c := range pending {
+			if c.StreamID == stream {
+				ids = append(ids, c.ID)
+			}
+		}
+		if len(ids) == 0 {
 			break
 		}
 		if i == 10 {
-			t.Fatal("the relay still finds unpublished commits after 10 rounds")
+			t.Fatal("the outbox still holds the stream's commits after 10 rounds of markers")
+		}
+		if n, err := s.MarkPublished(ctx, ids); err != nil || n != len(ids) {
+			t.Fatalf("mark %d commits published: %d marked, %v", len(ids), n, err)
 		}
 	}
 	after := rawCommits(t, coll, stream)

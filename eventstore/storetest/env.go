@@ -133,3 +133,33 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// WaitFor polls cond every 20 ms until it holds, and fails t when it does
+// not within the given time.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// OpenStore returns a Store on a fresh test database (see Database), its
+// indexes ensured twice (the second call must change nothing) and
+// registered with the conformance suite, and the database.
+func OpenStore(t testing.TB, opts ...eventstore.Option) (*eventstore.Store, *mongo.Database) {
+	t.Helper()
+	db := Database(t)
+	s := eventstore.New(db, opts...)
+	if err := s.EnsureIndexes(t.Context()); err != nil {
+		t.Fatalf("ensure indexes: %v", err)
+	}
+	if err := s.EnsureIndexes(t.Context()); err != nil {
+		t.Fatalf("ensure indexes again: %v", err)
+	}
+	Register(t, s, db)
+	return s, db
+}

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projections"
 )
@@ -18,16 +18,16 @@ import (
 // Bus is an embedded NATS server with the event stream.
 type Bus struct {
 	*storetest.NATS
-	Stream eventstore.StreamConfig
+	Stream bus.StreamConfig
 }
 
 // NewBus starts an embedded NATS server with a JetStream event stream of
 // four partitions, stopped when the test ends.
 func NewBus(t *testing.T, ctx context.Context) *Bus {
 	t.Helper()
-	b := &Bus{NATS: storetest.StartNATS(t), Stream: eventstore.StreamConfig{
+	b := &Bus{NATS: storetest.StartNATS(t), Stream: bus.StreamConfig{
 		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}}
-	if err := eventstore.EnsureStream(ctx, b.JS, b.Stream); err != nil {
+	if err := bus.EnsureStream(ctx, b.JS, b.Stream); err != nil {
 		t.Fatal(err)
 	}
 	return b

@@ -1,4 +1,4 @@
-package eventstore
+package bus
 
 import (
 	"context"
@@ -6,10 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/orderd/orderd/domain"
 )
 
 // StreamConfig names the JetStream stream the relay publishes to. Each
@@ -73,72 +70,3 @@ func sameStream(have, want jetstream.StreamConfig) bool {
 	return slices.Equal(have.Subjects, want.Subjects) && have.Storage == want.Storage && have.Retention == want.Retention &&
 		have.Replicas == want.Replicas && have.Duplicates == want.Duplicates && have.MaxAge == want.MaxAge && sameTransform
 }
-
-// publishAsync sends e on its subject with Nats-Msg-Id = event id and
-// returns the ack's future. When the JetStream context already awaits
-// its maximum of acks it waits up to stall for room.
-func publishAsync(js jetstream.JetStream, cfg StreamConfig, e domain.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
-	msg, err := eventMsg(cfg, e)
-	if err != nil {
-		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
-	}
-	if stall <= 0 {
-		return nil, fmt.Errorf("publish %s v%d: the round's deadline has passed", e.StreamID, e.Version)
-	}
-	f, err := js.PublishMsgAsync(msg, jetstream.WithExpectStream(cfg.Name), jetstream.WithStallWait(stall))
-	if err != nil {
-		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
-	}
-	return f, nil
-}
-
-// eventMsg is the JetStream message of an event: its JSON on the stream's
-// subject, with Nats-Msg-Id set to the event id.
-func eventMsg(cfg StreamConfig, e domain.Event) (*nats.Msg, error) {
-	body, err := domain.MarshalEvent(e)
-	if err != nil {
-		return nil, err
-	}
-	msg := &nats.Msg{Subject: cfg.Subject(e.StreamID), Data: body, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
-	return msg, nil
-}
-
-// Republish publishes events again (a replay of part of the log, for a new
-// consumer or after the broker lost messages), each with its event id as
-// Nats-Msg-Id, and waits for every ack. Copies of events the stream still
-// remembers within its de-duplication window are dropped by the server;
-// consumers' version guards skip the rest. It returns the number of events
-// acknowledged. More events than js lets await their acks
-// (WithPublishAsyncMaxPending) are sent as acks free room, each send
-// waiting up to republishStall, or until ctx's deadline when sooner.
-func Republish(ctx context.Context, js jetstream.JetStream, cfg StreamConfig, events []domain.Event) (int, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(events))
-	for _, e := range events {
-		stall := republishStall
-		if d, ok := ctx.Deadline(); ok {
-			stall = min(stall, time.Until(d))
-		}
-		f, err := publishAsync(js, cfg, e, stall)
-		if err != nil {
-			return 0, fmt.Errorf("republish: %w", err)
-		}
-		futures = append(futures, f)
-	}
-	acked := 0
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-			acked++
-		case err := <-f.Err():
-			return acked, fmt.Errorf("republish: %w", err)
-		case <-ctx.Done():
-			return acked, ctx.Err()
-		}
-	}
-	return acked, nil
-}
-
-// republishStall bounds how long Republish waits for room among the
-// publishes awaiting acks before it gives up.
-const republishStall = 30 * time.Second

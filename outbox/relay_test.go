@@ -1,4 +1,4 @@
-package eventstore_test
+package outbox_test
 
 import (
 	"context"
@@ -18,10 +18,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/outbox"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -103,7 +105,7 @@ func streamCount(t *testing.T, js jetstream.JetStream, name string) uint64 {
 // checkPublishedOnce asserts that the stream holds exactly the events of
 // want, each once, on its stream's subject with Nats-Msg-Id = event id and
 // the event as its body, each stream's events in version order.
-func checkPublishedOnce(t *testing.T, n *storetest.NATS, cfg eventstore.StreamConfig, want []domain.Event) {
+func checkPublishedOnce(t *testing.T, n *storetest.NATS, cfg bus.StreamConfig, want []domain.Event) {
 	t.Helper()
 	msgs := streamMessages(t, n.JS, cfg.Name)
 	if len(msgs) != len(want) {
@@ -153,9 +155,9 @@ func checkPublishedOnce(t *testing.T, n *storetest.NATS, cfg eventstore.StreamCo
 	}
 }
 
-// outbox counts the commits by their published marker and checks that the
+// markers counts the commits by their published marker and checks that the
 // published ones carry published_at.
-func outbox(t *testing.T, db *mongo.Database) (published, unpublished int64) {
+func markers(t *testing.T, db *mongo.Database) (published, unpublished int64) {
 	t.Helper()
 	coll := db.Collection(eventstore.CommitsCollection)
 	cur, err := coll.Find(t.Context(), bson.D{})
@@ -184,7 +186,7 @@ func outbox(t *testing.T, db *mongo.Database) (published, unpublished int64) {
 
 // drain runs PublishPending until it finds nothing, at most rounds times,
 // and returns what each round read.
-func drain(t *testing.T, s *eventstore.Sweeper, rounds int) []int {
+func drain(t *testing.T, s *outbox.Sweeper, rounds int) []int {
 	t.Helper()
 	var got []int
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -214,7 +216,7 @@ func wantBacklog(t *testing.T, s *eventstore.Store, want int64) {
 // waitBacklog waits until the log holds want unpublished commits.
 func waitBacklog(t *testing.T, s *eventstore.Store, within time.Duration, want int64) {
 	t.Helper()
-	waitFor(t, within, fmt.Sprintf("%d unpublished commits", want), func() bool {
+	storetest.WaitFor(t, within, fmt.Sprintf("%d unpublished commits", want), func() bool {
 		n, _, err := s.Unpublished(t.Context())
 		return err == nil && n == want
 	})
@@ -245,18 +247,6 @@ func goRun(t *testing.T, run func(context.Context) error) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond every 20ms until it holds or within passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // connectNATS opens a NATS connection of its own to url, as another
 // process would, closed in cleanup.
 func connectNATS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
@@ -277,19 +267,29 @@ func connectNATS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 // hook feeds its Relay, and a Sweeper, each with metrics of its own.
 type instance struct {
 	store              *eventstore.Store
-	relay              *eventstore.Relay
-	sweeper            *eventstore.Sweeper
+	relay              *outbox.Relay
+	sweeper            *outbox.Sweeper
 	relayReg, sweepReg *prometheus.Registry
 }
 
-func newInstance(t testing.TB, db *mongo.Database, js jetstream.JetStream, cfg eventstore.RelayConfig) *instance {
+func newInstance(t testing.TB, db *mongo.Database, js jetstream.JetStream, stream bus.StreamConfig, cfg outbox.Config) *instance {
 	t.Helper()
 	in := &instance{relayReg: prometheus.NewRegistry(), sweepReg: prometheus.NewRegistry()}
-	log := testLogger(t)
-	in.relay = eventstore.NewRelay(db, js, cfg, log, eventstore.NewMetrics(in.relayReg))
-	in.sweeper = eventstore.NewSweeper(db, js, cfg, log, eventstore.NewMetrics(in.sweepReg))
+	in.relay = outbox.NewRelay(eventstore.New(db), bus.NewPublisher(js, stream), cfg, testLogger(t), outbox.NewMetrics(in.relayReg))
+	in.sweeper = newSweeper(t, db, js, stream, cfg, outbox.NewMetrics(in.sweepReg))
 	in.store = eventstore.New(db, eventstore.WithAppendHook(in.relay.Appended))
 	return in
+}
+
+// newSweeper returns the Sweeper of instance cfg.Owner, on db's event log,
+// publishing to stream through js, under a sweep lease of cfg.LeaseTTL.
+func newSweeper(t testing.TB, db *mongo.Database, js jetstream.JetStream, stream bus.StreamConfig, cfg outbox.Config, m *outbox.Metrics) *outbox.Sweeper {
+	ttl := cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = outbox.DefaultLeaseTTL
+	}
+	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, ttl)
+	return outbox.NewSweeper(eventstore.New(db), bus.NewPublisher(js, stream), lease, cfg, testLogger(t), m)
 }
 
 // metric returns the value of the counter or gauge name in reg (0 when
@@ -314,11 +314,11 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 }
 
 func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
-	s, db := openStore(t)
+	s, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
 	want := appendCommits(t, s, 3, 3) // 9 commits, no relay: all in the outbox
-	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1", BatchSize: 4}, testLogger(t), nil)
+	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1", BatchSize: 4}, nil)
 	wantBacklog(t, s, 9)
 
 	// Each round takes a batch, oldest first; the last finds nothing.
@@ -326,7 +326,7 @@ func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
 		t.Errorf("rounds read %v commits, want [4 4 1 0]", rounds)
 	}
 	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 9 || unpub != 0 {
+	if pub, unpub := markers(t, db); pub != 9 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 9, 0", pub, unpub)
 	}
 	wantBacklog(t, s, 0)
@@ -335,7 +335,7 @@ func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
 	want = append(want, appendCommits(t, s, 2, 1)...)
 	drain(t, sw, 3)
 	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 11 || unpub != 0 {
+	if pub, unpub := markers(t, db); pub != 11 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 11, 0", pub, unpub)
 	}
 }
@@ -343,15 +343,15 @@ func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
 // The Relay publishes what its Store appends, through the append hook
 // alone (no sweep runs), and marks each commit in the same round.
 func TestRelayPublishesOwnAppends(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	stop := goRun(t, in.relay.Run)
 
 	start := time.Now()
 	want := appendCommits(t, in.store, 10, 5) // 50 commits
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d events in the stream", len(want)), func() bool {
+	storetest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d events in the stream", len(want)), func() bool {
 		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
 	})
 	published := time.Now()
@@ -360,7 +360,7 @@ func TestRelayPublishesOwnAppends(t *testing.T) {
 		published.Sub(start).Round(time.Millisecond), time.Since(published).Round(time.Millisecond))
 	stop()
 	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 50 || unpub != 0 {
+	if pub, unpub := markers(t, db); pub != 50 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 50, 0", pub, unpub)
 	}
 	if got := metric(t, in.relayReg, "orderd_relay_published_events_total"); got != float64(len(want)) {
@@ -372,10 +372,10 @@ func TestRelayPublishesOwnAppends(t *testing.T) {
 // full, appends still return, and the commits that found no room are
 // left to the sweep.
 func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1", QueueSize: 2})
+	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1", QueueSize: 2})
 	want := appendCommits(t, in.store, 5, 1) // 5 commits, the Relay not running
 	queued := 0                              // events of the first two commits, one stream each
 	for _, e := range want {
@@ -384,7 +384,7 @@ func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
 		}
 	}
 	stop := goRun(t, in.relay.Run)
-	waitFor(t, 10*time.Second, "the 2 queued commits in the stream", func() bool {
+	storetest.WaitFor(t, 10*time.Second, "the 2 queued commits in the stream", func() bool {
 		return streamCount(t, n.JS, cfg.Name) >= uint64(queued)
 	})
 	waitBacklog(t, in.store, 10*time.Second, 3)
@@ -399,10 +399,10 @@ func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
 // On shutdown the Relay gives the commits still queued one last round,
 // bounded by a short grace, instead of leaving them all to the sweep.
 func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	want := appendCommits(t, in.store, 3, 1) // queued; Run not started
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -418,10 +418,10 @@ func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
 }
 
 func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	stop := goRun(t, in.relay.Run)
 	want := appendCommits(t, in.store, 2, 3) // 6 commits
 	waitBacklog(t, in.store, 10*time.Second, 0)
@@ -437,12 +437,12 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 	wantBacklog(t, in.store, 6)
 
 	// A sweep publishes them again; JetStream drops the copies.
-	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-2"}, testLogger(t), nil)
+	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "api-2"}, nil)
 	if rounds := drain(t, sw, 3); !slices.Equal(rounds, []int{6, 0}) {
 		t.Errorf("rounds read %v commits, want [6 0]", rounds)
 	}
 	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 6 || unpub != 0 {
+	if pub, unpub := markers(t, db); pub != 6 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 6, 0", pub, unpub)
 	}
 	wantBacklog(t, in.store, 0)
@@ -505,10 +505,10 @@ func (r *restartableNATS) connect() *storetest.NATS {
 // are tried again, not left behind.
 func TestRelayPublishesThroughAnOutage(t *testing.T) {
 	ns := newRestartableNATS(t)
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := ns.connect()
 	cfg := storetest.NewStream(t, n)
-	in := newInstance(t, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "api-1", AckTimeout: 300 * time.Millisecond})
+	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1", AckTimeout: 300 * time.Millisecond})
 	goRun(t, in.relay.Run)
 	want := appendCommits(t, in.store, 2, 1)
 	waitBacklog(t, in.store, 10*time.Second, 0)
@@ -517,8 +517,8 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 	down := appendCommits(t, in.store, 3, 2)
 	want = append(want, down...)
 	// Rounds fail while the server is away; the commits stay unpublished.
-	waitFor(t, 10*time.Second, "two failed publish rounds", func() bool { return metric(t, in.relayReg, "orderd_relay_publish_errors_total") >= 2 })
-	if pub, unpub := outbox(t, db); pub != 2 || unpub != 6 {
+	storetest.WaitFor(t, 10*time.Second, "two failed publish rounds", func() bool { return metric(t, in.relayReg, "orderd_relay_publish_errors_total") >= 2 })
+	if pub, unpub := markers(t, db); pub != 2 || unpub != 6 {
 		t.Fatalf("with NATS down: %d commits published, %d not; want 2, 6", pub, unpub)
 	}
 	ns.start()
@@ -528,12 +528,12 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 
 func TestRelayNATSDown(t *testing.T) {
 	ns := newRestartableNATS(t)
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := ns.connect()
 	cfg := storetest.NewStream(t, n)
-	rcfg := eventstore.RelayConfig{Stream: cfg, Owner: "api-1", AckTimeout: 500 * time.Millisecond,
+	rcfg := outbox.Config{Owner: "api-1", AckTimeout: 500 * time.Millisecond,
 		SweepInterval: 50 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: time.Second}
-	in := newInstance(t, db, n.JS, rcfg)
+	in := newInstance(t, db, n.JS, cfg, rcfg)
 	stopRelay := goRun(t, in.relay.Run)
 	want := appendCommits(t, in.store, 2, 1)
 	waitBacklog(t, in.store, 10*time.Second, 0)
@@ -559,7 +559,7 @@ func TestRelayNATSDown(t *testing.T) {
 		t.Logf("publish with NATS down: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	}
 	stopRelay()
-	if pub, unpub := outbox(t, db); pub != 2 || unpub != 4 {
+	if pub, unpub := markers(t, db); pub != 2 || unpub != 4 {
 		t.Errorf("%d commits published, %d not; want 2, 4", pub, unpub)
 	}
 	wantBacklog(t, in.store, 4)
@@ -572,12 +572,12 @@ func TestRelayNATSDown(t *testing.T) {
 	if got := streamCount(t, n.JS, cfg.Name); got != uint64(len(want)-len(down)) {
 		t.Fatalf("after the restart the stream holds %d messages, want %d", got, len(want)-len(down))
 	}
-	in = newInstance(t, db, n.JS, rcfg)
+	in = newInstance(t, db, n.JS, cfg, rcfg)
 	stop := goRun(t, in.sweeper.Run)
 	waitBacklog(t, in.store, 10*time.Second, 0)
 	stop()
 	checkPublishedOnce(t, n, cfg, want)
-	if pub, unpub := outbox(t, db); pub != 6 || unpub != 0 {
+	if pub, unpub := markers(t, db); pub != 6 || unpub != 0 {
 		t.Errorf("%d commits published, %d not; want 6, 0", pub, unpub)
 	}
 
@@ -592,15 +592,15 @@ func TestRelayNATSDown(t *testing.T) {
 }
 
 func TestSweeperWaitsForLease(t *testing.T) {
-	s, db := openStore(t)
+	s, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	holder := eventstore.NewLease(db, eventstore.SweepLease, "other-instance", time.Minute)
+	holder := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
 	if ok, err := holder.TryAcquire(t.Context()); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1",
-		SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}, testLogger(t), nil)
+	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1",
+		SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}, nil)
 	stop := goRun(t, sw.Run)
 	want := appendCommits(t, s, 2, 2) // no relay: all left to the sweep
 
@@ -627,18 +627,18 @@ func TestSweeperWaitsForLease(t *testing.T) {
 // its lease up: another instance claims it at once instead of after the
 // TTL. The renewals come every 50 ms, so some of the 30 stops land in one.
 func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	other := eventstore.NewLease(db, eventstore.SweepLease, "other-instance", time.Minute)
-	sw := eventstore.NewSweeper(db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "r1",
-		SweepInterval: time.Millisecond, LeaseTTL: 150 * time.Millisecond}, testLogger(t), nil)
+	other := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
+	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1",
+		SweepInterval: time.Millisecond, LeaseTTL: 150 * time.Millisecond}, nil)
 	holder := func() string {
 		var doc struct {
 			Owner     string    `bson:"owner"`
 			ExpiresAt time.Time `bson:"expires_at"`
 		}
-		err := db.Collection(eventstore.LeasesCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: eventstore.SweepLease}}).Decode(&doc)
+		err := db.Collection(eventstore.LeasesCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: outbox.SweepLease}}).Decode(&doc)
 		if err != nil || !doc.ExpiresAt.After(time.Now()) {
 			return ""
 		}
@@ -646,7 +646,7 @@ func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
 	}
 	for i := range 30 {
 		stop := goRun(t, sw.Run)
-		waitFor(t, 10*time.Second, "the sweeper to hold its lease", func() bool { return holder() == "r1" })
+		storetest.WaitFor(t, 10*time.Second, "the sweeper to hold its lease", func() bool { return holder() == "r1" })
 		time.Sleep(time.Duration(i%10) * 5 * time.Millisecond)
 		stop()
 		if ok, err := other.TryAcquire(t.Context()); !ok || err != nil {
@@ -666,17 +666,17 @@ func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
 // sweep of instance 1 publishes the orphan. Every event ends in the
 // stream exactly once under its id, and every commit is marked.
 func TestRelayTwoInstancesAndAnOrphan(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
-	rc := func(owner string) eventstore.RelayConfig {
-		return eventstore.RelayConfig{Stream: cfg, Owner: owner, SweepGrace: 3 * time.Second,
+	rc := func(owner string) outbox.Config {
+		return outbox.Config{Owner: owner, SweepGrace: 3 * time.Second,
 			SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
 	}
 	_, js1 := connectNATS(t, n.URL)
 	_, js2 := connectNATS(t, n.URL)
-	in1 := newInstance(t, db, js1, rc("api-1"))
-	in2 := newInstance(t, db, js2, rc("api-2"))
+	in1 := newInstance(t, db, js1, cfg, rc("api-1"))
+	in2 := newInstance(t, db, js2, cfg, rc("api-2"))
 	goRun(t, in1.relay.Run)
 	goRun(t, in1.sweeper.Run)
 	stopRelay2 := goRun(t, in2.relay.Run)
@@ -708,7 +708,7 @@ func TestRelayTwoInstancesAndAnOrphan(t *testing.T) {
 	orphans := appendCommits(t, in2.store, 1, 2)
 	want = append(want, orphans...)
 	start := time.Now()
-	waitFor(t, 20*time.Second, "the orphans in the stream", func() bool {
+	storetest.WaitFor(t, 20*time.Second, "the orphans in the stream", func() bool {
 		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
 	})
 	t.Logf("orphans published %v after their append (grace 3s)", time.Since(start).Round(time.Millisecond))
@@ -743,18 +743,18 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, db := openStore(t)
+			s, db := storetest.OpenStore(t)
 			n := storetest.StartNATS(t)
 			cfg := storetest.NewStream(t, n)
-			rc := func(owner string) eventstore.RelayConfig {
-				return eventstore.RelayConfig{Stream: cfg, Owner: owner, SweepGrace: time.Millisecond,
+			rc := func(owner string) outbox.Config {
+				return outbox.Config{Owner: owner, SweepGrace: time.Millisecond,
 					SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
 			}
 			jsA, breakA := tc.break_(t, n)
 			regA := prometheus.NewRegistry()
-			a := eventstore.NewSweeper(db, jsA, rc("a"), testLogger(t), eventstore.NewMetrics(regA))
+			a := newSweeper(t, db, jsA, cfg, rc("a"), outbox.NewMetrics(regA))
 			goRun(t, a.Run)
-			waitFor(t, 10*time.Second, "a to hold the sweep lease", func() bool {
+			storetest.WaitFor(t, 10*time.Second, "a to hold the sweep lease", func() bool {
 				return metric(t, regA, "orderd_relay_leader") == 1
 			})
 			breakA()
@@ -762,10 +762,10 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 
 			_, jsB := connectNATS(t, n.URL)
 			regB := prometheus.NewRegistry()
-			b := eventstore.NewSweeper(db, jsB, rc("b"), testLogger(t), eventstore.NewMetrics(regB))
+			b := newSweeper(t, db, jsB, cfg, rc("b"), outbox.NewMetrics(regB))
 			goRun(t, b.Run)
 			start := time.Now()
-			waitFor(t, 20*time.Second, "the standby to publish the orphans", func() bool {
+			storetest.WaitFor(t, 20*time.Second, "the standby to publish the orphans", func() bool {
 				return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
 			})
 			t.Logf("the standby published %v after it started (lease 1s)", time.Since(start).Round(time.Millisecond))
@@ -784,14 +784,14 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 // A window of publishes awaiting acks far smaller than a round does not
 // fail the Relay or Republish: their sends wait for room.
 func TestPublishWindowPacesRounds(t *testing.T) {
-	_, db := openStore(t)
+	_, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
 	cfg := storetest.NewStream(t, n)
 	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(2))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}
-	in := newInstance(t, db, js, eventstore.RelayConfig{Stream: cfg, Owner: "api-1"})
+	in := newInstance(t, db, js, cfg, outbox.Config{Owner: "api-1"})
 	want := appendCommits(t, in.store, 4, 3) // 12 commits of 1 to 3 events, queued
 	stop := goRun(t, in.relay.Run)
 	waitBacklog(t, in.store, 10*time.Second, 0)
@@ -800,7 +800,7 @@ func TestPublishWindowPacesRounds(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	if k, err := eventstore.Republish(ctx, js, cfg, want); err != nil || k != len(want) {
+	if k, err := bus.NewPublisher(js, cfg).Republish(ctx, want); err != nil || k != len(want) {
 		t.Fatalf("republish %d events through a window of 2: %d acknowledged, %v", len(want), k, err)
 	}
 	checkPublishedOnce(t, n, cfg, want)
@@ -811,7 +811,7 @@ func TestPublishWindowPacesRounds(t *testing.T) {
 func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 	n := storetest.StartNATS(t)
 	ctx := t.Context()
-	cfg := eventstore.StreamConfig{Name: storetest.Unique("ENSURE"), SubjectPrefix: storetest.Unique("ensure"), Duplicates: time.Minute, Partitions: 4}
+	cfg := bus.StreamConfig{Name: storetest.Unique("ENSURE"), SubjectPrefix: storetest.Unique("ensure"), Duplicates: time.Minute, Partitions: 4}
 	transform := func() string {
 		t.Helper()
 		st, err := n.JS.Stream(ctx, cfg.Name)
@@ -828,7 +828,7 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 		return info.Config.SubjectTransform.Destination
 	}
 	for range 2 {
-		if err := eventstore.EnsureStream(ctx, n.JS, cfg); err != nil {
+		if err := bus.EnsureStream(ctx, n.JS, cfg); err != nil {
 			t.Fatalf("ensure: %v", err)
 		}
 	}
@@ -836,7 +836,7 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 		t.Fatalf("transform %q, want %q", got, want)
 	}
 	cfg.Partitions = 8
-	if err := eventstore.EnsureStream(ctx, n.JS, cfg); err != nil {
+	if err := bus.EnsureStream(ctx, n.JS, cfg); err != nil {
 		t.Fatalf("ensure with 8 partitions: %v", err)
 	}
 	if got, want := transform(), cfg.SubjectPrefix+".{{partition(8,1)}}.{{wildcard(1)}}"; got != want {

@@ -1,4 +1,4 @@
-package eventstore_test
+package outbox_test
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/outbox"
 )
 
 // relayBenchCommits is how many one-event commits BenchmarkRelayPublish
@@ -36,10 +36,10 @@ const relayBenchCommits = 5000
 // Figures: raw_events/s, relay_events/s and relay_to_raw (their ratio).
 func BenchmarkRelayPublish(b *testing.B) {
 	ctx := b.Context()
-	_, db := openStore(b)
+	_, db := storetest.OpenStore(b)
 	n := storetest.StartNATS(b)
 	cfg := storetest.NewStream(b, n)
-	in := newInstance(b, db, n.JS, eventstore.RelayConfig{Stream: cfg, Owner: "bench", QueueSize: relayBenchCommits})
+	in := newInstance(b, db, n.JS, cfg, outbox.Config{Owner: "bench", QueueSize: relayBenchCommits})
 	var events []domain.Event
 	for i := range relayBenchCommits {
 		c := storetest.NewCommit(fmt.Sprintf("bench-%06d", i), 0, domain.OrderPlaced{CustomerID: "cust-bench", Currency: "BRL",

@@ -1,17 +1,11 @@
-package eventstore
+package outbox
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/domain"
 )
 
 // SweepLease is the name of the lease under which one Sweeper at a time
@@ -35,20 +29,16 @@ const SweepLease = "relay"
 // lease for one LeaseTTL). A round's acks and its markers each take at most
 // LeaseTTL/4, so renewals stay on time.
 type Sweeper struct {
-	out   outbox
-	cfg   RelayConfig
-	lease *Lease
+	out   relay
+	cfg   Config
+	lease Lease
 }
 
-// NewSweeper returns a Sweeper of db's event log publishing to js, its
-// lease owned by cfg.Owner.
-func NewSweeper(db *mongo.Database, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Sweeper {
+// NewSweeper returns a Sweeper of commits publishing through pub, under
+// lease: the SweepLease, made with cfg.LeaseTTL for this instance.
+func NewSweeper(commits Commits, pub Publisher, lease Lease, cfg Config, log *slog.Logger, m *Metrics) *Sweeper {
 	cfg.setDefaults()
-	return &Sweeper{
-		out:   newOutbox(db, js, cfg.Stream, log, m),
-		cfg:   cfg,
-		lease: NewLease(db, SweepLease, cfg.Owner, cfg.LeaseTTL),
-	}
+	return &Sweeper{out: newRelay(commits, pub, log, m), cfg: cfg, lease: lease}
 }
 
 // Run sweeps while it holds the lease, until ctx is done, then releases
@@ -62,9 +52,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		backlog    bool      // the last round left commits behind
 		restUntil  time.Time // no claims before, after giving the lease up
 		backoff    time.Duration
-		pending    []commitDoc   // read by the last outbox read, not yet published
-		readTook   time.Duration // how long the last outbox read took
-		uncertain  bool          // the last claim or renewal failed
+		pending    []domain.RecordedCommit // read by the last outbox read, not yet published
+		readTook   time.Duration           // how long the last outbox read took
+		uncertain  bool                    // the last claim or renewal failed
 	)
 	defer func() {
 		// A claim that failed may still have landed: releasing a lease
@@ -78,7 +68,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		if leader {
 			reason := ""
 			switch {
-			case !s.out.connected():
+			case !s.out.pub.Connected():
 				reason = "nats not connected"
 			case backlog && now.Sub(progressAt) > s.cfg.LeaseTTL/2:
 				reason = "no commit marked within half the lease"
@@ -90,7 +80,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			}
 		}
 		renew := leader && now.Sub(renewedAt) >= s.cfg.LeaseTTL/3
-		claim := !leader && now.After(restUntil) && s.out.connected()
+		claim := !leader && now.After(restUntil) && s.out.pub.Connected()
 		if renew || claim {
 			// Not cancelled by shutdown: a write cut off mid-flight may
 			// land after the release and hold the lease for a TTL.
@@ -203,26 +193,21 @@ const sweepSpacing = 10
 
 // readOutbox returns the up to limit oldest unpublished commits recorded
 // more than grace ago, and records what it found in the backlog metrics.
-func (s *Sweeper) readOutbox(ctx context.Context, grace time.Duration, limit int) ([]commitDoc, error) {
-	filter := bson.D{{Key: "published", Value: false}}
+func (s *Sweeper) readOutbox(ctx context.Context, grace time.Duration, limit int) ([]domain.RecordedCommit, error) {
+	var before time.Time
 	if grace > 0 {
-		filter = append(filter, bson.E{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: time.Now().Add(-grace)}}})
+		before = time.Now().Add(-grace)
 	}
-	cur, err := s.out.commits.Find(ctx, filter,
-		options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(limit)))
+	commits, err := s.out.commits.Pending(ctx, before, limit)
 	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
-	}
-	var docs []commitDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
+		return nil, err
 	}
 	var oldest time.Time
-	if len(docs) > 0 {
-		oldest = docs[0].RecordedAt
+	if len(commits) > 0 {
+		oldest = commits[0].RecordedAt
 	}
-	s.out.metrics.setOutbox(len(docs), oldest)
-	return docs, nil
+	s.out.metrics.setOutbox(len(commits), oldest)
+	return commits, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -1,4 +1,4 @@
-package eventstore
+package outbox
 
 import (
 	"context"
@@ -7,16 +7,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-	"go.mongodb.org/mongo-driver/v2/mongo"
+	"github.com/orderd/orderd/domain"
 )
 
-// RelayConfig tunes the outbox relay: the Relay that publishes a
-// process's own appends and the Sweeper that publishes what a crashed
-// process left behind. Zero values take the defaults in brackets.
-type RelayConfig struct {
-	Stream StreamConfig
-	// Owner is this instance's id, the owner of the sweep lease.
+// Config tunes the outbox relay: the Relay that publishes a process's own
+// appends and the Sweeper that publishes what a crashed process left
+// behind. Zero values take the defaults in brackets.
+type Config struct {
+	// Owner is this instance's id, the owner of the sweep lease; it names
+	// the instance in logs.
 	Owner string
 	// BatchSize is the most commits one publish round takes [256].
 	BatchSize int
@@ -37,11 +36,15 @@ type RelayConfig struct {
 	// keeps the sweep from racing the appending instance's own publish;
 	// instance clocks must agree to well within it.
 	SweepGrace time.Duration
-	// LeaseTTL is the sweep lease's lifetime, renewed every TTL/3 [10s].
+	// LeaseTTL is the lifetime the sweep lease was made with; the Sweeper
+	// renews it every TTL/3 [DefaultLeaseTTL].
 	LeaseTTL time.Duration
 }
 
-func (c *RelayConfig) setDefaults() {
+// DefaultLeaseTTL is the sweep lease's lifetime when Config sets none.
+const DefaultLeaseTTL = 10 * time.Second
+
+func (c *Config) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
 	}
@@ -58,7 +61,7 @@ func (c *RelayConfig) setDefaults() {
 		c.SweepGrace = 5 * time.Second
 	}
 	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = 10 * time.Second
+		c.LeaseTTL = DefaultLeaseTTL
 	}
 }
 
@@ -72,26 +75,26 @@ func (c *RelayConfig) setDefaults() {
 // de-duplication window drops the copies it still remembers and the
 // projections' version guard skips the rest.
 //
-// The Store tells the Relay of each append through its append hook
-// (WithAppendHook(relay.Appended)), which only queues the commit: a
+// The event store tells the Relay of each append through its append hook
+// (eventstore.WithAppendHook(relay.Appended)), which only queues the commit: a
 // command never waits for NATS. A commit the Relay does not publish (its
 // queue was full, the round failed, the process stopped) stays
 // published:false in the log, and a Sweeper publishes it.
 type Relay struct {
-	out   outbox
-	cfg   RelayConfig
-	queue chan commitDoc
+	out   relay
+	cfg   Config
+	queue chan domain.RecordedCommit
 	marks *markQueue
 }
 
-// NewRelay returns a Relay publishing to js the commits handed to its
-// Appended, and marking them in db's event log.
-func NewRelay(db *mongo.Database, js jetstream.JetStream, cfg RelayConfig, log *slog.Logger, m *Metrics) *Relay {
+// NewRelay returns a Relay publishing through pub the commits handed to
+// its Appended, and marking them in commits.
+func NewRelay(commits Commits, pub Publisher, cfg Config, log *slog.Logger, m *Metrics) *Relay {
 	cfg.setDefaults()
 	return &Relay{
-		out:   newOutbox(db, js, cfg.Stream, log, m),
+		out:   newRelay(commits, pub, log, m),
 		cfg:   cfg,
-		queue: make(chan commitDoc, cfg.QueueSize),
+		queue: make(chan domain.RecordedCommit, cfg.QueueSize),
 		marks: newMarkQueue(cfg.QueueSize),
 	}
 }
@@ -99,9 +102,9 @@ func NewRelay(db *mongo.Database, js jetstream.JetStream, cfg RelayConfig, log *
 // Appended is the Store's append hook: it queues c for publishing and
 // never blocks. When the queue is full (the publisher is behind, NATS is
 // slow or down, or Run is not running) c is left to the sweep.
-func (r *Relay) Appended(c Committed) {
+func (r *Relay) Appended(c domain.RecordedCommit) {
 	select {
-	case r.queue <- c.doc:
+	case r.queue <- c:
 	default:
 	}
 }
@@ -134,7 +137,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // JetStream refuses it), or that finds no room, is left to the sweep.
 func (r *Relay) publishLoop(ctx context.Context) {
 	var (
-		retry    []commitDoc
+		retry    []domain.RecordedCommit
 		attempts = map[string]int{}
 		backoff  time.Duration
 	)
@@ -183,12 +186,12 @@ const maxAttempts = 5
 // acknowledged, up to QueueSize of them, counting an attempt for each
 // while NATS is connected. It returns the new retry list and how many
 // commits it left to the sweep instead.
-func (r *Relay) requeue(retry, batch []commitDoc, acked []string, attempts map[string]int) ([]commitDoc, int) {
+func (r *Relay) requeue(retry, batch []domain.RecordedCommit, acked []string, attempts map[string]int) ([]domain.RecordedCommit, int) {
 	done := make(map[string]bool, len(acked))
 	for _, id := range acked {
 		done[id] = true
 	}
-	connected := r.out.connected()
+	connected := r.out.pub.Connected()
 	left := 0
 	for _, d := range batch {
 		if done[d.ID] {
@@ -207,12 +210,12 @@ func (r *Relay) requeue(retry, batch []commitDoc, acked []string, attempts map[s
 	return retry, left
 }
 
-// markLoop writes queued published markers, a chunk per call, until ctx is
+// markLoop writes queued published markers, a batch per call, until ctx is
 // done and published is closed; it then writes what is still queued,
 // within shutdownGrace.
 func (r *Relay) markLoop(ctx context.Context, published <-chan struct{}) {
 	for {
-		ids := r.marks.take(markChunk)
+		ids := r.marks.take(r.cfg.BatchSize)
 		if len(ids) == 0 {
 			select {
 			case <-r.marks.ready:
@@ -229,7 +232,7 @@ func (r *Relay) markLoop(ctx context.Context, published <-chan struct{}) {
 			cancel()
 			mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
 		}
-		n, err := r.out.mark(mctx, ids)
+		n, err := r.out.commits.MarkPublished(mctx, ids)
 		cancel()
 		if err != nil {
 			// The commits not marked are in the stream already: the
@@ -291,7 +294,7 @@ func (q *markQueue) len() int {
 }
 
 // fill adds queued commits to batch, without waiting, up to a batch.
-func (r *Relay) fill(batch []commitDoc) []commitDoc {
+func (r *Relay) fill(batch []domain.RecordedCommit) []domain.RecordedCommit {
 	for len(batch) < r.cfg.BatchSize {
 		select {
 		case d := <-r.queue:

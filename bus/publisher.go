@@ -1,0 +1,215 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// ShutdownGrace is how long a publish still waits for acks once its ctx is
+// done: long enough for acks already on the wire, short enough not to hold
+// up a shutdown when NATS is down.
+const ShutdownGrace = 2 * time.Second
+
+// Publisher sends events to one JetStream stream as async publishes and
+// waits for their acks. It is safe for concurrent use.
+type Publisher struct {
+	js     jetstream.JetStream
+	stream StreamConfig
+}
+
+// NewPublisher returns a Publisher to stream through js. How many
+// publishes may await their acks is js's WithPublishAsyncMaxPending.
+func NewPublisher(js jetstream.JetStream, stream StreamConfig) *Publisher {
+	return &Publisher{js: js, stream: stream}
+}
+
+// Connected reports whether the NATS connection can publish now.
+func (p *Publisher) Connected() bool {
+	nc := p.js.Conn()
+	return nc != nil && nc.IsConnected()
+}
+
+// Publish sends every event of commits (each a commit's events, in
+// version order) and waits for the acks, all within the given time. A full
+// window of publishes awaiting acks makes a send wait. It returns the
+// indexes in commits of the commits whose every event JetStream
+// acknowledged, in order, also alongside an error (a send or an ack
+// failed, or the time ran out): a commit is published only whole. A
+// canceled ctx still sends (the final round of a shutdown) but waits at
+// most ShutdownGrace for acks.
+func (p *Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
+	if ctx.Err() != nil {
+		within = min(within, ShutdownGrace)
+	}
+	deadline := time.Now().Add(within)
+	var (
+		futures [][]jetstream.PubAckFuture
+		sendErr error
+	)
+	for _, events := range commits {
+		fs := make([]jetstream.PubAckFuture, 0, len(events))
+		for _, e := range events {
+			f, err := p.publishAsync(e, time.Until(deadline))
+			if err != nil {
+				sendErr = err
+				break
+			}
+			fs = append(fs, f)
+		}
+		if sendErr != nil {
+			break
+		}
+		futures = append(futures, fs)
+	}
+
+	// A commit counts only when every one of its events is acknowledged.
+	w := newAckWait(ctx, time.Until(deadline))
+	defer w.stop()
+	var (
+		acked  []int
+		ackErr error // the first; the others are usually the same
+	)
+	for i, fs := range futures {
+		var err error
+		for _, f := range fs {
+			if err = w.wait(f); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			acked = append(acked, i)
+		} else if ackErr == nil {
+			ackErr = err
+		}
+	}
+	if err := errors.Join(sendErr, ackErr); err != nil {
+		return acked, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(commits), len(acked), err)
+	}
+	return acked, nil
+}
+
+// Republish publishes events again (a replay of part of the log, for a new
+// consumer or after the broker lost messages), each with its event id as
+// Nats-Msg-Id, and waits for every ack. Copies of events the stream still
+// remembers within its de-duplication window are dropped by the server;
+// consumers' version guards skip the rest. It returns the number of events
+// acknowledged. More events than the window of publishes awaiting acks
+// are sent as acks free room, each send waiting up to republishStall, or
+// until ctx's deadline when sooner.
+func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, error) {
+	futures := make([]jetstream.PubAckFuture, 0, len(events))
+	for _, e := range events {
+		stall := republishStall
+		if d, ok := ctx.Deadline(); ok {
+			stall = min(stall, time.Until(d))
+		}
+		f, err := p.publishAsync(e, stall)
+		if err != nil {
+			return 0, fmt.Errorf("republish: %w", err)
+		}
+		futures = append(futures, f)
+	}
+	acked := 0
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+			acked++
+		case err := <-f.Err():
+			return acked, fmt.Errorf("republish: %w", err)
+		case <-ctx.Done():
+			return acked, ctx.Err()
+		}
+	}
+	return acked, nil
+}
+
+// republishStall bounds how long Republish waits for room among the
+// publishes awaiting acks before it gives up.
+const republishStall = 30 * time.Second
+
+// publishAsync sends e on its subject with Nats-Msg-Id = event id and
+// returns the ack's future. When the JetStream context already awaits
+// its maximum of acks it waits up to stall for room.
+func (p *Publisher) publishAsync(e domain.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
+	msg, err := message(p.stream, e)
+	if err != nil {
+		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
+	}
+	if stall <= 0 {
+		return nil, fmt.Errorf("publish %s v%d: the round's deadline has passed", e.StreamID, e.Version)
+	}
+	f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(p.stream.Name), jetstream.WithStallWait(stall))
+	if err != nil {
+		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
+	}
+	return f, nil
+}
+
+// message is the JetStream message of an event: its JSON
+// (domain.MarshalEvent) on the stream's subject, with Nats-Msg-Id set to
+// the event id.
+func message(cfg StreamConfig, e domain.Event) (*nats.Msg, error) {
+	body, err := domain.MarshalEvent(e)
+	if err != nil {
+		return nil, err
+	}
+	msg := &nats.Msg{Subject: cfg.Subject(e.StreamID), Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+	return msg, nil
+}
+
+// ackWait waits for acks until one deadline for all of them, or until
+// ShutdownGrace after ctx is done; after either it gives up at once.
+type ackWait struct {
+	ctx      context.Context
+	timeout  *time.Timer
+	within   time.Duration
+	done     <-chan struct{}
+	grace    <-chan time.Time
+	gaveUpOn error
+}
+
+func newAckWait(ctx context.Context, within time.Duration) *ackWait {
+	return &ackWait{ctx: ctx, timeout: time.NewTimer(within), within: within.Round(time.Millisecond), done: ctx.Done()}
+}
+
+func (w *ackWait) stop() { w.timeout.Stop() }
+
+// wait returns nil when f is acknowledged, or the error that refused it
+// or ended the wait.
+func (w *ackWait) wait(f jetstream.PubAckFuture) error {
+	if w.gaveUpOn != nil {
+		return w.gaveUpOn
+	}
+	// An ack already in counts even when the deadline has passed too.
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	default:
+	}
+	for {
+		select {
+		case <-f.Ok():
+			return nil
+		case err := <-f.Err():
+			return err
+		case <-w.timeout.C:
+			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: none within %s", w.within)
+			return w.gaveUpOn
+		case <-w.grace:
+			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: %w", w.ctx.Err())
+			return w.gaveUpOn
+		case <-w.done:
+			w.done, w.grace = nil, time.After(ShutdownGrace)
+		}
+	}
+}

@@ -1,0 +1,63 @@
+package tracing
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Publishing is what Publisher decorates: the outbox's publisher
+// (outbox.Publisher, implemented by *bus.Publisher).
+type Publishing interface {
+	Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error)
+	Connected() bool
+}
+
+// Publisher decorates a Publishing with a producer span "relay.publish"
+// per commit, in the trace of the commit's correlation id
+// (InCorrelationTrace), so the relay's publish joins the command's trace
+// in whichever process it happens.
+type Publisher struct {
+	Publishing
+}
+
+// NewPublisher returns p with its publishes traced.
+func NewPublisher(p Publishing) Publisher { return Publisher{p} }
+
+// Publish starts a span per commit, publishes through the decorated
+// publisher and ends each span, as an error for a commit not acknowledged.
+func (p Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
+	spans := make([]trace.Span, len(commits))
+	for i, events := range commits {
+		var stream, correlation string
+		var first int64
+		if len(events) > 0 {
+			stream, first, correlation = events[0].StreamID, events[0].Version, events[0].Metadata.CorrelationID
+		}
+		_, spans[i] = tracer.Start(InCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("orderd.stream_id", stream), attribute.Int64("orderd.first_version", first),
+				attribute.Int("orderd.events", len(events)), attribute.String("orderd.correlation_id", correlation)))
+	}
+	acked, err := p.Publishing.Publish(ctx, commits, within)
+	done := make([]bool, len(commits))
+	for _, k := range acked {
+		done[k] = true
+	}
+	for i, span := range spans {
+		if !done[i] {
+			cause := err
+			if cause == nil {
+				cause = errors.New("not acknowledged")
+			}
+			span.SetStatus(codes.Error, cause.Error())
+		}
+		span.End()
+	}
+	return acked, err
+}
