@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/internal/devstore"
 )
 
 // readyz answers GET /readyz of m: its status and checks.
