@@ -28,7 +28,15 @@
 //     (withoutExistsFilters); FerretDB refuses every other filter;
 //   - no transactions, change streams, TTL indexes, Decimal128,
 //     $group $max/$min, or $sum of a field path;
-//   - write and read concerns are accepted and ignored: it is one node.
+//   - write and read concerns are accepted and ignored: it is one node;
+//   - a commit is durable against a crash of the process, not of the
+//     machine: SQLite runs in WAL mode with synchronous=NORMAL, which
+//     writes each transaction to the WAL and syncs it to disk at
+//     checkpoints, not at every commit. Measured here, through the funnel,
+//     2,000 inserts took 0.54 ms each against 1.77 ms with FULL, 2,000
+//     updates by _id 1.84 ms against 3.29 ms; a power loss may lose the
+//     last commits, which a development store may (production runs
+//     MongoDB with w:majority, j:true).
 package devstore
 
 import (
@@ -77,7 +85,7 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:   "sqlite",
-		SQLiteURL: "file:" + abs + "/",
+		SQLiteURL: "file:" + abs + "/?_pragma=synchronous(normal)",
 		Logger:    log,
 	})
 	if err != nil {
