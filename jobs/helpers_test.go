@@ -12,7 +12,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -20,21 +20,21 @@ import (
 type repairKit struct {
 	db   *mongo.Database
 	es   *eventstore.Store
-	ps   *projections.Pointers
-	sums *projections.Projection[domain.Order]
-	stat *projections.Projection[projections.Contribution]
+	ps   *projection.Pointers
+	sums *projection.Projection[domain.Order]
+	stat *projection.Projection[projection.Contribution]
 	jobs *jobs.Jobs
 }
 
 func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eventstore.Store) *repairKit {
-	ps := projections.NewPointers(db)
+	ps := projection.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
-		sums: projections.NewProjection(db, projections.OrderSummaries, es, nil, ps),
-		stat: projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps),
+		sums: projection.NewProjection(db, projection.OrderSummaries, es, nil, ps),
+		stat: projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
 	}
 	k.jobs = jobs.New(db, ps, es, map[string]string{
-		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
 	return k
 }
@@ -87,9 +87,9 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 // project writes the fold of f into both read models' active collections.
 func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
 	t.Helper()
-	for _, apply := range []func(context.Context, []domain.Event) (projections.Outcome, map[string]error, error){
-		projections.NewReadModel(k.db, projections.OrderSummaries, k.es, nil).Apply,
-		projections.NewReadModel(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
+	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
+		projection.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
+		projection.NewReadModel(k.db, projection.CustomerOrderStats, k.es, nil).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -62,16 +63,16 @@ type Jobs struct {
 	jobs     *mongo.Collection
 	tasks    *mongo.Collection
 	locks    *mongo.Collection
-	pointers *projections.Pointers
+	pointers *projection.Pointers
 	events   EventLog
 	defs     map[string]string // projection name -> base collection
 	now      func() time.Time
 }
 
 // New returns the jobs of db for the projections named in defs
-// (projection name to its projections.Definition's Collection), whose
+// (projection name to its projection.Definition's Collection), whose
 // pointer documents ps keeps, reading log.
-func New(db *mongo.Database, ps *projections.Pointers, events EventLog, defs map[string]string) *Jobs {
+func New(db *mongo.Database, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{db: db, jobs: db.Collection(Collection), tasks: db.Collection(TasksCollection),
 		locks:    db.Collection(LocksCollection),
 		pointers: ps, events: events, defs: defs, now: time.Now}

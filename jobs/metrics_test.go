@@ -9,7 +9,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -25,7 +25,7 @@ func TestRebuildMetrics(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	m := jobs.NewMetrics(reg)
-	name := projections.OrderSummaries.Name
+	name := projection.OrderSummaries.Name
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
 		if n := projectionstest.Series(t, reg, g); n != 0 {
 			t.Errorf("%s before any rebuild: %d series, want none", g, n)
@@ -85,8 +85,8 @@ func TestRebuildMetrics(t *testing.T) {
 		if n := projectionstest.Series(t, reg, g); n != 2 {
 			t.Errorf("%s: %d series, want 2", g, n)
 		}
-		if v := projectionstest.Metric(t, reg, g, projections.CustomerOrderStats.Name); v != 0 {
-			t.Errorf("%s of %s, never rebuilt: %v", g, projections.CustomerOrderStats.Name, v)
+		if v := projectionstest.Metric(t, reg, g, projection.CustomerOrderStats.Name); v != 0 {
+			t.Errorf("%s of %s, never rebuilt: %v", g, projection.CustomerOrderStats.Name, v)
 		}
 	}
 	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {

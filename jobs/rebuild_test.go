@@ -15,6 +15,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -93,7 +94,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	readerErrs := make(chan error, 1)
 	stopReaders := make(chan struct{})
 	readersDone := make(chan struct{})
-	reader := projections.NewReader(db, projections.NewPointers(db))
+	reader := projection.NewReader(db, projection.NewPointers(db))
 	go func() {
 		defer close(readersDone)
 		for {
@@ -126,11 +127,11 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	k.worker(t, "w1", wc)
 	k.worker(t, "w2", wc)
 	time.Sleep(200 * time.Millisecond)
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 2)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
 		t.Errorf("a second rebuild while one runs: %v, want ErrJobRunning", err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 90*time.Second)
@@ -158,7 +159,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		t.Errorf("rebuild in %d partitions with %d tasks, want 2 and 4 (plan, 2 partitions, finish)", job.Partitions, len(job.Tasks))
 	}
 	t.Logf("rebuild: %d events, %d streams, tasks run by %v, repaired before switch %d", job.Events, job.Streams, owners, job.Report.Repaired)
-	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	ptr, err := k.ps.Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +172,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	mu.Unlock()
 	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectionstest.DiffReadModels(ctx, db, all) })
 	projectionstest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
-		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projections.OrderSummaries.Collection}})
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.OrderSummaries.Collection}})
 		if err != nil {
 			return err
 		}
@@ -180,7 +181,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
 		t.Errorf("a rebuild after the first finished: %v", err)
 	}
 }
@@ -217,7 +218,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "res", 30, 3)
 	db, es := k.db, k.es
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func TestRebuildCancel(t *testing.T) {
 	k, f := projectedKit(t, ctx, "cnl", 60, 4)
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,11 +320,11 @@ func TestRebuildCancel(t *testing.T) {
 	if _, err := k.jobs.Cancel(ctx, job.ID); !errors.Is(err, domain.ErrJobFinished) {
 		t.Errorf("cancel of a canceled job: %v, want ErrJobFinished", err)
 	}
-	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	ptr, err := k.ps.Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ptr.Active != projections.OrderSummaries.Collection || ptr.Shadow != "" {
+	if ptr.Active != projection.OrderSummaries.Collection || ptr.Shadow != "" {
 		t.Errorf("pointer after cancel: %+v", ptr)
 	}
 	projectionstest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
@@ -336,7 +337,7 @@ func TestRebuildCancel(t *testing.T) {
 	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
 		t.Errorf("rebuild after a canceled one: %v", err)
 	}
 }
@@ -353,7 +354,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "late", 20, 3)
 	db := k.db
-	name := projections.OrderSummaries.Name
+	name := projection.OrderSummaries.Name
 	// A long grace keeps whatever is put on the drop list there to be seen.
 	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
 	job, err := k.jobs.StartRebuild(ctx, name, 1)
@@ -363,7 +364,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
-	switched, err := k.ps.Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	switched, err := k.ps.Get(ctx, name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +406,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		}
 		return nil
 	})
-	ptr, err := projections.NewPointers(db).Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	ptr, err := projection.NewPointers(db).Get(ctx, name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +414,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		t.Errorf("pointer after the late cancel: %+v, want %s active", ptr, job.Shadow)
 	}
 	var retired []bson.M
-	cur, err := db.Collection(projections.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
+	cur, err := db.Collection(projection.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
 	if err == nil {
 		err = cur.All(ctx, &retired)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -36,7 +36,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 		t.Fatalf("verify before any drift: %+v", clean)
 	}
 
-	coll := db.Collection(projections.OrderSummaries.Collection)
+	coll := db.Collection(projection.OrderSummaries.Collection)
 	del := []string{f.IDs[3], f.IDs[17]}
 	changed := []string{f.IDs[5], f.IDs[22]}
 	staleID := f.IDs[0] // lifecycle 0 has six events
@@ -113,7 +113,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 
 func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) domain.VerifyReport {
 	t.Helper()
-	job, err := k.jobs.StartVerify(ctx, projections.OrderSummaries.Name, repair)
+	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, repair)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	ctx := projectionstest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "gone", 12, 3)
 	db := k.db
-	name, coll := projections.OrderSummaries.Name, projections.OrderSummaries.Collection
+	name, coll := projection.OrderSummaries.Name, projection.OrderSummaries.Collection
 	// Drift to repair: two summaries missing.
 	projectionstest.Must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.IDs[2], f.IDs[7]}}}}}))
 
@@ -152,7 +152,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	var once sync.Once
 	hooked := &hookedLog{Store: k.es, before: func() {
 		once.Do(func() {
-			projectionstest.Must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+			projectionstest.Must(t)(db.Collection(projection.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
 				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
 				options.Replace().SetUpsert(true)))
 			if err := db.Collection(coll).Drop(ctx); err != nil {
@@ -160,7 +160,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 			}
 		})
 	}}
-	k.sums = projections.NewProjection(db, projections.OrderSummaries, hooked, nil, k.ps)
+	k.sums = projection.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
 	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {

@@ -119,7 +119,7 @@ func (r *Runner) step(ctx context.Context) {
 func (r *Runner) start(ctx context.Context, p int, claimedAt time.Time) {
 	// Another owner may have written this partition's documents since
 	// this process last did.
-	r.store.purge()
+	r.store.Purge()
 	pctx, cancel := context.WithCancel(ctx)
 	tn := &tenure{p: p, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt,
 		fence: time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), cancel)}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/tracing"
 )
 
@@ -125,7 +126,7 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		}
 	}()
 	wctx, done := r.writeContext(ctx)
-	out, failed, err := r.store.apply(wctx, events, fresh)
+	out, failed, err := r.store.Apply(wctx, events, fresh)
 	done()
 	tn.applied.Add(int64(out.Applied))
 	r.metrics.partitionApplied(r.name, tn.p, out.Applied)
@@ -159,7 +160,7 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		reached := int64(math.MaxInt64)
 		if applyErr != nil {
 			reached = 0
-			var pe *PoisonError
+			var pe *projection.PoisonError
 			if errors.As(applyErr, &pe) {
 				reached = pe.Reached
 			}
@@ -217,7 +218,7 @@ func (r *Runner) Retry(ctx context.Context, id string) error {
 		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)
 	}
 	return r.dead.Retry(ctx, id, func(ctx context.Context, evs []domain.Event) error {
-		_, failed, err := r.store.apply(ctx, evs, true)
+		_, failed, err := r.store.Apply(ctx, evs, true)
 		for _, e := range failed {
 			err = errors.Join(err, e)
 		}

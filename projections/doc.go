@@ -1,34 +1,12 @@
-// Package projections keeps the read models: documents derived from the
-// event log, fed by NATS JetStream, queried by the HTTP API.
-//
-// Two projections exist, both one document per order stream:
-// order_summaries (a domain.Order, the same fold as the aggregate) and
-// customer_order_stats (each order's Contribution to its customer's stats,
-// summed on read). A Definition says how to fold a document; a ReadModel
-// writes one collection of it; a Runner feeds a Projection (its pointer to
-// the active collection, and a ReadModel per collection) from JetStream, split into
+// Package projections feeds the read models of package projection from
+// NATS JetStream: a Runner per projection consumes its events, split into
 // partitions by stream id, each consumed by one process at a time under a
 // lease and shared evenly by the live projector processes (Axon's
-// tracking-processor segments, Kafka's consumer groups); a Reader answers
-// queries.
+// tracking-processor segments, Kafka's consumer groups).
 //
-// Invariant 4 (idempotent, order-tolerant): every document carries the
-// stream version it reflects. An event at or below it is skipped; an event
-// beyond version+1 means a gap, and the missing events are read from the
-// log. Messages are acknowledged only after their document is written.
-//
-// Racing writers: the embedded store answers every filter other than
-// {_id: value} by decoding the whole collection, so a compare-and-set on
-// {_id, version} would cost a collection scan per write. Writes are
-// instead guarded by a version register in the document itself: one
-// findOneAndUpdate by _id sets the folded fields and $max-es "attempted";
-// the writer that finds attempted above what it wrote folds again from the
-// log and rewrites. The last write therefore always leaves the highest
-// version any writer attempted, so writers in any number of processes
-// racing on one order cannot lose an update (see ReadModel and its race
-// tests); it needs atomic single-document updates, which MongoDB has and
-// the embedded store keeps through its write funnel. The trade-off: during
-// such a race a reader may briefly see an older version.
+// Invariant 4 (idempotent, order-tolerant) is kept by package
+// projection's version guard, which makes any redelivery harmless; this
+// side acknowledges a message only after its document is written.
 //
 // Poison events (not decodable, not applicable, or in a stream whose gap
 // the log cannot fill: a commit this build cannot read,
@@ -37,18 +15,4 @@
 // stalls only its own stream; only a store that cannot be reached is
 // retried without limit. DeadLetters lists them and Runner.Retry
 // re-applies one.
-//
-// Repair path. Each projection has a pointer document naming its active
-// collection (Pointers, Projection); readers follow it. Every write of it
-// is a compare-and-set on its generation, so a job that stalled past its
-// lease cannot undo a newer rebuild's announcement or switch. While the
-// pointer names a shadow collection (a rebuild under way), live projectors
-// write every batch to the shadow first and the active collection second,
-// so the switch never shows a reader an older version (invariant 5). A
-// rebuild fills the shadow with Projection.WriteFolds, whose inserts meet
-// the documents live projectors wrote through the version guard. Verify
-// folds every stream and compares it with the read model, reporting
-// missing, stale, extra and different documents with AdHash digests; with
-// repair it rewrites only those. Package jobs schedules rebuilds and
-// verifies and runs them.
 package projections

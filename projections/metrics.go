@@ -6,13 +6,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the projections' Prometheus metrics, labelled by projection.
-// A nil *Metrics records nothing.
+// Metrics are the projectors' Prometheus metrics, labelled by projection:
+// consumer lag, partitions, dead letters and failed batches. What the
+// writes did is counted by package projection's Metrics. A nil *Metrics
+// records nothing.
 type Metrics struct {
-	applied     *prometheus.CounterVec
-	duplicates  *prometheus.CounterVec
-	gaps        *prometheus.CounterVec
-	casRetries  *prometheus.CounterVec
 	deadLetters *prometheus.CounterVec
 	errors      *prometheus.CounterVec
 	lag         *prometheus.GaugeVec
@@ -24,7 +22,8 @@ type Metrics struct {
 	owned       *prometheus.GaugeVec
 }
 
-// NewMetrics registers the metrics with reg.
+// NewMetrics registers the metrics with reg; it panics if reg already
+// holds one of their names, as prometheus.MustRegister does.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
@@ -33,10 +32,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
 	}
 	m := &Metrics{
-		applied:     vec("orderd_projection_events_applied_total", "Events folded into a read model."),
-		duplicates:  vec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
-		gaps:        vec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
-		casRetries:  vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
 		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
 		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
 		lag: gauge("orderd_projection_consumer_lag",
@@ -49,7 +44,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		parked: gauge("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
 	}
-	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned)
+	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned)
 	return m
 }
 
@@ -60,7 +55,7 @@ func (m *Metrics) initProjection(name string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.casRetries, m.deadLetters, m.errors} {
+	for _, v := range []*prometheus.CounterVec{m.deadLetters, m.errors} {
 		v.WithLabelValues(name)
 	}
 	m.owned.WithLabelValues(name)
@@ -91,21 +86,6 @@ func (m *Metrics) dropPartition(name string, p int) {
 func (m *Metrics) setOwned(name string, n int) {
 	if m != nil {
 		m.owned.WithLabelValues(name).Set(float64(n))
-	}
-}
-
-func (m *Metrics) outcome(name string, o Outcome) {
-	if m == nil {
-		return
-	}
-	m.applied.WithLabelValues(name).Add(float64(o.Applied))
-	m.duplicates.WithLabelValues(name).Add(float64(o.Duplicates))
-	m.gaps.WithLabelValues(name).Add(float64(o.GapsFilled))
-}
-
-func (m *Metrics) repair(name string) {
-	if m != nil {
-		m.casRetries.WithLabelValues(name).Inc()
 	}
 }
 

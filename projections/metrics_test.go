@@ -9,6 +9,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -26,13 +27,13 @@ func TestDeadLettersMetric(t *testing.T) {
 	projectionstest.AppendStream(t, ctx, es, "gapped", projectionstest.Lifecycle(0, "cust-g")[:1], 1, at)
 
 	reg := prometheus.NewRegistry()
-	m := projections.NewMetrics(reg)
+	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
 	dead := projections.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1
 	cfg.LagInterval = 100 * time.Millisecond
-	r := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
+	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
 	projectionstest.Go(t, "summaries runner", r.Run)
 
 	gauge := func(want float64) func() error {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // tracer records the projections' spans through the global OpenTelemetry
@@ -58,12 +59,12 @@ type RunnerConfig struct {
 	OnTenure func(projection string, partition int, start bool)
 }
 
-// applier is what a Runner needs of a Projection, whatever its document
-// type.
+// applier is what a Runner needs of a projection.Projection, whatever its
+// document type.
 type applier interface {
-	apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error)
+	Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error)
 	EnsureIndexes(ctx context.Context) error
-	purge()
+	Purge()
 }
 
 // Runner feeds one projection from JetStream, split into partitions by
@@ -161,10 +162,10 @@ func (r *Runner) setLastError(err error) {
 
 // NewRunner returns a Runner feeding the projection p; its partition
 // leases and members live in p's database.
-func NewRunner[D any](p *Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
-	return &Runner{name: p.def.Name, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.def.Name), metrics: m,
-		table: newPartitionTable(p.db, p.def.Name, cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
+	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
+		table: newPartitionTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
 }
 
 func (c *RunnerConfig) setDefaults() {

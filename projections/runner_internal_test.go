@@ -15,6 +15,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection"
 )
 
 // slowApplier counts the write rounds of a Runner in flight at once, each
@@ -29,14 +30,14 @@ type slowApplier struct {
 	events                 int
 }
 
-func (s *slowApplier) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+func (s *slowApplier) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
 	s.mu.Lock()
 	s.inFlight++
 	s.most = max(s.most, s.inFlight)
 	s.rounds++
 	s.mu.Unlock()
 	time.Sleep(s.hold)
-	out, failed, err := s.applier.apply(ctx, events, fresh)
+	out, failed, err := s.applier.Apply(ctx, events, fresh)
 	s.mu.Lock()
 	s.inFlight--
 	if err == nil {
@@ -68,7 +69,7 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(NewProjection(db, OrderSummaries, es, nil, NewPointers(db)), n.JS, NewDeadLetters(db),
+	r := NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)), n.JS, NewDeadLetters(db),
 		RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
 			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)

@@ -21,6 +21,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -40,17 +41,17 @@ func TestRunnerEndToEnd(t *testing.T) {
 	es := relayedLog(t, ctx, db, b, log)
 
 	reg := prometheus.NewRegistry()
-	m := projections.NewMetrics(reg)
+	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
 	cfg := b.RunnerConfig()
-	sumsStore := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
+	sumsStore := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
 	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg1, log, m)
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
-	sumsStore2 := projections.NewProjection(db2, projections.OrderSummaries, eventstore.New(db2), m, projections.NewPointers(db2))
+	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
 	sums2 := projections.NewRunner(sumsStore2, b.Connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
 	projectionstest.Go(t, "summaries runner 1", sums1.Run)
 	projectionstest.Go(t, "summaries runner 2", sums2.Run)
@@ -115,7 +116,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	if dl, err := projections.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
-	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
 		applied := projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", name)
 		if applied < float64(len(f.Flat)) {
 			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.Flat))
@@ -144,13 +145,13 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	m := projections.NewMetrics(reg)
+	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
 	log, cfg, dead := projectionstest.Logger(t), b.RunnerConfig(), projections.NewDeadLetters(db)
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
-	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, m, projections.NewPointers(db)), b.JS, dead, cfg, log, m)
+	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
 	projectionstest.Go(t, "summaries runner", sums.Run)
 	projectionstest.Go(t, "stats runner", stats.Run)
 
@@ -206,12 +207,12 @@ func TestRunnerDeadLetters(t *testing.T) {
 	healthy := projectionstest.LoadFixture(t, ctx, es, []string{"healthy"})
 
 	reg := prometheus.NewRegistry()
-	m := projections.NewMetrics(reg)
+	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
 	dead := projections.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	r := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
+	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
 	projectionstest.Go(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
@@ -222,7 +223,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
 	b.PublishEvents(t, ctx, healthy.Flat, func(e domain.Event) string { return e.ID })
 
-	reader := projections.NewReader(db, projections.NewPointers(db))
+	reader := projection.NewReader(db, projection.NewPointers(db))
 	projectionstest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
 		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
@@ -345,9 +346,9 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	ps := projections.NewPointers(db)
-	sums := projections.NewRunner(projections.NewProjection(db, projections.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	ps := projection.NewPointers(db)
+	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
 	projectionstest.Go(t, "summaries runner", sums.Run)
 	projectionstest.Go(t, "stats runner", stats.Run)
 
@@ -379,7 +380,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	if err := projectionstest.DiffReadModels(ctx, db, healthy); err != nil {
 		t.Error(err)
 	}
-	if _, err := projections.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := projection.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
 	}
 }
@@ -501,15 +502,15 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 
 	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
-		m := projections.NewMetrics(reg)
+		pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
-		p := projections.NewProjection(db, projections.OrderSummaries, es, m, projections.NewPointers(db))
+		p := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
 		return projections.NewRunner(p, b.Connect(t), projections.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
 	projectionstest.Go(t, "stats runner", stats.Run)
 
@@ -596,7 +597,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	proc := func(owner string, js jetstream.JetStream) *projections.Runner {
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
-		p := projections.NewProjection(db, projections.OrderSummaries, es, nil, projections.NewPointers(db))
+		p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
 		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, nil)
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
@@ -608,7 +609,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	projectionstest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
-	stats := projections.NewRunner(projections.NewProjection(db, projections.CustomerOrderStats, es, nil, projections.NewPointers(db)),
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
 	projectionstest.Go(t, "stats runner", stats.Run)
 

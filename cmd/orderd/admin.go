@@ -21,7 +21,7 @@ type adminAPI struct {
 }
 
 // readModelCheck is a projection as the order page of the console sees it
-// (*projections.Projection).
+// (*projection.Projection).
 type readModelCheck interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }

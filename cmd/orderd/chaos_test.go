@@ -29,6 +29,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -203,7 +204,7 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 // it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
-	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
 		for p := range projections.DefaultPartitions {
 			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
 			if err != nil {
@@ -416,7 +417,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 
 	// 3. The read models equal the fold of the log.
 	cl := &client{t: t, base: api.url(), http: &http.Client{Timeout: 45 * time.Second}}
-	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
 		deadline := time.Now().Add(2 * time.Minute)
 		for attempt := 1; ; attempt++ {
 			rep := verifyOnce(t, cl, name)

@@ -20,6 +20,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/embedded"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -241,7 +242,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 		time.Sleep(50 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	n, err := db.Collection(projections.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})
+	n, err := db.Collection(projection.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})
 	if err != nil || n != scaleOrders {
 		b.Errorf("%d projectors: %d summaries at version 4 (%v), want %d", procs, n, err, scaleOrders)
 	}

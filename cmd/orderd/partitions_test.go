@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -162,7 +163,7 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 		logs[name] = filepath.Join(c.dir, "tenures-"+name+".jsonl")
 		return c.add(name, "projector", "-tenure-log", logs[name], "-partition-lease-ttl", partitionTTL.String())
 	}
-	names := []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name}
+	names := []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name}
 	ctx := t.Context()
 	// waitShares waits until, in every projection, the owners hold the
 	// partitions between them, each its even share (16 over n: 5 or 6).

@@ -12,7 +12,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 )
 
 // Lifecycle returns the payloads of order i's life: one of seven paths
@@ -125,7 +125,7 @@ func LoadFixture(t *testing.T, ctx context.Context, es *eventstore.Store, ids []
 }
 
 // ExpectedStats computes every customer's stats from the folded orders,
-// independently of projections.SumContributions: orders counted, orders
+// independently of projection.SumContributions: orders counted, orders
 // per status, and per currency the totals of orders that are neither
 // canceled nor unavailable.
 func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
@@ -147,8 +147,8 @@ func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
 }
 
 // contributionOf is the customer_order_stats document of the folded order o.
-func contributionOf(o domain.Order) projections.Contribution {
-	return projections.Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
+func contributionOf(o domain.Order) projection.Contribution {
+	return projection.Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
 		TotalCents: o.TotalCents, Version: o.Version}
 }
 
@@ -166,9 +166,9 @@ func Dump(v any) string {
 // folded order, each stored contribution is the folded order's, and each
 // customer's stats (Reader.CustomerStats) are the expected ones.
 func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture) error {
-	ps := projections.NewPointers(db)
-	r := projections.NewReader(db, ps)
-	stats := projections.NewProjection(db, projections.CustomerOrderStats, nil, nil, ps)
+	ps := projection.NewPointers(db)
+	r := projection.NewReader(db, ps)
+	stats := projection.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
 	for _, id := range f.IDs {
 		want := f.Orders[id]
 		got, err := r.Summary(ctx, id)

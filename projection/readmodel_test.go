@@ -1,4 +1,4 @@
-package projections_test
+package projection_test
 
 import (
 	"context"
@@ -16,12 +16,12 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
 // applier is ReadModel.Apply of either projection.
-type applier func(ctx context.Context, events []domain.Event) (projections.Outcome, map[string]error, error)
+type applier func(ctx context.Context, events []domain.Event) (projection.Outcome, map[string]error, error)
 
 // shuffledWithDuplicates is every event of evs once plus about half of
 // them again, shuffled.
@@ -111,12 +111,12 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := storetest.Database(t)
 			stores := map[string]applier{
-				projections.OrderSummaries.Name:     projections.NewReadModel(db, projections.OrderSummaries, es, nil).Apply,
-				projections.CustomerOrderStats.Name: projections.NewReadModel(db, projections.CustomerOrderStats, es, nil).Apply,
+				projection.OrderSummaries.Name:     projection.NewReadModel(db, projection.OrderSummaries, es, nil).Apply,
+				projection.CustomerOrderStats.Name: projection.NewReadModel(db, projection.CustomerOrderStats, es, nil).Apply,
 			}
 			batches := tc.batches(rand.New(rand.NewPCG(uint64(i), 0x5eed)))
 			for name, apply := range stores {
-				var sum projections.Outcome
+				var sum projection.Outcome
 				for _, b := range batches {
 					out, poison, err := apply(ctx, b)
 					if err != nil || len(poison) > 0 {
@@ -144,14 +144,14 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 func TestStoreReadsNotFound(t *testing.T) {
 	ctx := projectionstest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
-	r := projections.NewReader(db, projections.NewPointers(db))
+	r := projection.NewReader(db, projection.NewPointers(db))
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Summary of an unknown order: %v, want ErrNotFound", err)
 	}
 	if _, err := r.CustomerStats(ctx, "nobody"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("CustomerStats of an unknown customer: %v, want ErrNotFound", err)
 	}
-	if _, err := projections.NewReadModel(db, projections.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := projection.NewReadModel(db, projection.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("ReadModel.Get of an unknown stream: %v, want ErrNotFound", err)
 	}
 }
@@ -231,11 +231,11 @@ func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projection
 	db := storetest.Database(t)
 	other := storetest.Client(t).Database(db.Name())
 	reg := prometheus.NewRegistry()
-	m := projections.NewMetrics(reg)
+	m := projection.NewMetrics(reg)
 	type pair struct{ sums, stats applier }
 	stores := []pair{
-		{projections.NewReadModel(db, projections.OrderSummaries, es, m).Apply, projections.NewReadModel(db, projections.CustomerOrderStats, es, m).Apply},
-		{projections.NewReadModel(other, projections.OrderSummaries, es, m).Apply, projections.NewReadModel(other, projections.CustomerOrderStats, es, m).Apply},
+		{projection.NewReadModel(db, projection.OrderSummaries, es, m).Apply, projection.NewReadModel(db, projection.CustomerOrderStats, es, m).Apply},
+		{projection.NewReadModel(other, projection.OrderSummaries, es, m).Apply, projection.NewReadModel(other, projection.CustomerOrderStats, es, m).Apply},
 	}
 	o := &overlaps{inFlight: map[string]int{}}
 	var wg sync.WaitGroup
@@ -356,15 +356,15 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	ghost := projectionstest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
 
 	db := storetest.Database(t)
-	sums := projections.NewReadModel(db, projections.OrderSummaries, es, nil)
-	stats := projections.NewReadModel(db, projections.CustomerOrderStats, es, nil)
+	sums := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
+	stats := projection.NewReadModel(db, projection.CustomerOrderStats, es, nil)
 	for _, p := range []struct {
 		name    string
 		apply   applier
 		version func(id string) (int64, error)
 	}{
-		{projections.OrderSummaries.Name, sums.Apply, func(id string) (int64, error) { o, err := sums.Get(ctx, id); return o.Version, err }},
-		{projections.CustomerOrderStats.Name, stats.Apply, func(id string) (int64, error) { c, err := stats.Get(ctx, id); return c.Version, err }},
+		{projection.OrderSummaries.Name, sums.Apply, func(id string) (int64, error) { o, err := sums.Get(ctx, id); return o.Version, err }},
+		{projection.CustomerOrderStats.Name, stats.Apply, func(id string) (int64, error) { c, err := stats.Get(ctx, id); return c.Version, err }},
 	} {
 		// corrupt v1 alone is fine.
 		if _, poison, err := p.apply(ctx, corrupt[:1]); err != nil || len(poison) > 0 {
@@ -417,12 +417,12 @@ func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
 		ev(2, domain.OrderApproved{}),
 		ev(3, domain.OrderDelivered{}), // not from approved: cannot apply
 	}
-	store := projections.NewReadModel(db, projections.OrderSummaries, nil, nil)
+	store := projection.NewReadModel(db, projection.OrderSummaries, nil, nil)
 	out, poison, err := store.Apply(ctx, events)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var pe *projections.PoisonError
+	var pe *projection.PoisonError
 	if !errors.As(poison["p-1"], &pe) || pe.Reached != 2 || !errors.Is(pe, domain.ErrInvalidTransition) {
 		t.Fatalf("poison = %v, want a PoisonError at v2 wrapping ErrInvalidTransition", poison["p-1"])
 	}

@@ -1,4 +1,4 @@
-package projections
+package projection
 
 import (
 	"context"
@@ -244,13 +244,19 @@ const (
 )
 
 // NewProjection returns the projection def in db. events fills gaps; m may be
-// nil.
+// nil. The projection's counters in m are created at once, at 0.
 func NewProjection[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics, ps *Pointers) *Projection[D] {
+	m.initProjection(def.Name)
 	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*ReadModel[D]{}}
 }
 
 // Name is the projection's name.
 func (p *Projection[D]) Name() string { return p.def.Name }
+
+// Database is the database holding the projection's collections and its
+// pointer: what feeds the projection keeps its own state (partition
+// leases) beside them, so that it lives and goes with the read model.
+func (p *Projection[D]) Database() *mongo.Database { return p.db }
 
 // ReadModel returns the read model in collection coll of this projection.
 func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
@@ -277,9 +283,13 @@ func (p *Projection[D]) forget(ptr Pointer) {
 	}
 }
 
-// purge empties the document caches of every store: documents written by
-// another process since this one last wrote them must be read again.
-func (p *Projection[D]) purge() {
+// Purge empties the document cache of every collection of the projection
+// this process writes. Call it before writing streams that another
+// process may have written since this one last did (a partition taken
+// over): a write started from a stale cached document would be caught by
+// the version guard, but only after it had shown readers an older version
+// and cost a second write.
+func (p *Projection[D]) Purge() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, s := range p.stores {
@@ -318,13 +328,23 @@ func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
 	return nil
 }
 
-// apply writes events to the shadow collection first, then to the active
-// one, so that during a rebuild the shadow is never behind the active
-// collection on any document this process touched (the switch then never
-// shows a reader an older version). What is acknowledged follows the
-// active collection: an event the shadow alone cannot apply is left to the
-// verify-and-repair pass that precedes the switch.
-func (p *Projection[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+// Apply folds events (any streams, any order, duplicates allowed) into
+// the shadow collection first, when a rebuild has announced one, then
+// into the active one, so that during a rebuild the shadow is never
+// behind the active collection on any document this process touched (the
+// switch then never shows a reader an older version). fresh reads every
+// document from the store instead of trusting this process's cache: set
+// it for redeliveries, whose documents another process may have written.
+//
+// The results are the active collection's, as ReadModel.Apply gives
+// them: what it did, and per stream a *PoisonError for events that cannot
+// be applied (its Reached is the version the document reflects, so the
+// events up to it are done). An event the shadow alone cannot apply is
+// left to the verify-and-repair pass that precedes the switch. Errors:
+// domain.ErrUnavailable, a cancelled ctx, or a stream still contended
+// after repeated writes; then nothing is known to be written, in either
+// collection, and every event must be applied again.
+func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	ptr, err := p.Pointer(ctx, writerPointerAge)
 	if err != nil {
 		return Outcome{}, nil, err

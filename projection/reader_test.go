@@ -1,4 +1,4 @@
-package projections_test
+package projection_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -22,7 +22,7 @@ func TestReaderListSummaries(t *testing.T) {
 	db := storetest.Database(t)
 	es := projectionstest.NewLog(t, ctx, db)
 	f := projectionstest.NewFixture(t, ctx, es, "lst", 14, 3)
-	s := projections.NewReadModel(db, projections.OrderSummaries, es, nil)
+	s := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestReaderListSummaries(t *testing.T) {
 	if _, poison, err := s.Apply(ctx, reversed(f.Flat)); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}
-	r := projections.NewReader(db, projections.NewPointers(db))
+	r := projection.NewReader(db, projection.NewPointers(db))
 
 	const limit = 3
 	cases := []struct{ customer, status string }{
@@ -128,17 +128,17 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 		t.Fatalf("the old-shape order was stored at schema %d, want 1", v)
 	}
 	for _, s := range []interface {
-		Apply(context.Context, []domain.Event) (projections.Outcome, map[string]error, error)
+		Apply(context.Context, []domain.Event) (projection.Outcome, map[string]error, error)
 	}{
-		projections.NewReadModel(db, projections.OrderSummaries, es, nil),
-		projections.NewReadModel(db, projections.CustomerOrderStats, es, nil),
+		projection.NewReadModel(db, projection.OrderSummaries, es, nil),
+		projection.NewReadModel(db, projection.CustomerOrderStats, es, nil),
 	} {
 		if _, poison, err := s.Apply(ctx, events); err != nil || len(poison) > 0 {
 			t.Fatalf("Apply: poison %v, err %v", poison, err)
 		}
 	}
 
-	r := projections.NewReader(db, projections.NewPointers(db))
+	r := projection.NewReader(db, projection.NewPointers(db))
 	want := map[string]struct{ freight, total int64 }{
 		"f-lines": {1579 + 872, 2*5890 + 2999 + 1579 + 872},
 		"f-old":   {1500, 4990 + 1500},

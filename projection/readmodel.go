@@ -1,4 +1,4 @@
-package projections
+package projection
 
 import (
 	"bytes"
@@ -77,9 +77,11 @@ func (s *ReadModel[D]) purge() { s.cache.Purge() }
 const cacheSize = 100_000
 
 // NewReadModel returns the read model of def in its collection in db,
-// folding gaps from events. m may be nil.
+// folding gaps from events. m may be nil; the projection's counters in it
+// are created at once, at 0.
 func NewReadModel[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *ReadModel[D] {
 	c, _ := lru.New[string, entry[D]](cacheSize)
+	m.initProjection(def.Name)
 	return &ReadModel[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c, fields: jsonFields[D]()}
 }
 
