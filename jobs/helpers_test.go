@@ -13,7 +13,7 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // repairKit is what the repair jobs need on one database.
@@ -41,11 +41,11 @@ func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eve
 
 // projectedKit appends n orders named prefix000.. to a new database and
 // writes their fold into both read models.
-func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectionstest.Fixture) {
+func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
 	t.Helper()
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, prefix, n, customers)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
 	k := newRepairKit(t, ctx, db, es)
 	k.project(t, ctx, f)
 	return k, f
@@ -63,15 +63,15 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectionstest.Logger(t))
-	projectionstest.Go(t, "worker "+owner, w.Run)
+	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
+	projectiontest.Go(t, "worker "+owner, w.Run)
 }
 
 // waitJob waits until the job is final and returns it.
 func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) domain.Job {
 	t.Helper()
 	var job domain.Job
-	projectionstest.WaitFor(t, limit, "job "+id+" final", func() error {
+	projectiontest.WaitFor(t, limit, "job "+id+" final", func() error {
 		var err error
 		if job, err = k.jobs.Get(ctx, id); err != nil {
 			return err
@@ -85,7 +85,7 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 }
 
 // project writes the fold of f into both read models' active collections.
-func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
+func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest.Fixture) {
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
 		projection.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,

@@ -16,6 +16,7 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -28,21 +29,21 @@ import (
 // models end equal to the fold of the log, and the replaced collection is
 // dropped after the grace period (invariants 5 and 6).
 func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
-	ctx := projectionstest.Context(t, 120*time.Second)
+	ctx := projectiontest.Context(t, 120*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, "pre", 50, 9)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "pre", 50, 9)
 	k := newRepairKit(t, ctx, db, es)
 	cfg := b.RunnerConfig()
 	cfg.Workers = 1
 	dead := projections.NewDeadLetters(db)
-	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	projectionstest.Go(t, "summaries runner", sums.Run)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 	b.PublishEvents(t, ctx, f.Flat, func(e domain.Event) string { return e.ID })
-	projectionstest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
+	projectiontest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
 	began := time.Now()
 
 	// Writer: new orders, event by event, published like the relay does.
@@ -68,7 +69,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 				t.Errorf("writer: %v", err)
 				return
 			}
-			appendStreamNoFatal(t, ctx, es, id, projectionstest.Lifecycle(n, "cust-new"), at)
+			appendStreamNoFatal(t, ctx, es, id, projectiontest.Lifecycle(n, "cust-new"), at)
 			loaded, err := es.Load(ctx, id, 0)
 			if err != nil || len(loaded) == 0 {
 				continue
@@ -168,10 +169,10 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	}
 	projectionstest.WaitLag(t, ctx, 30*time.Second, sums, stats)
 	mu.Lock()
-	all := projectionstest.LoadFixture(t, ctx, es, written)
+	all := projectiontest.LoadFixture(t, ctx, es, written)
 	mu.Unlock()
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectionstest.DiffReadModels(ctx, db, all) })
-	projectionstest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectiontest.DiffReadModels(ctx, db, all) })
+	projectiontest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.OrderSummaries.Collection}})
 		if err != nil {
 			return err
@@ -200,7 +201,7 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 	}
 	for n := 0; n < 2 && version < int64(len(datas)); n++ {
 		c := domain.Commit{StreamID: id, StreamType: domain.StreamTypeOrder, ExpectedVersion: version,
-			Events: []domain.Event{projectionstest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
+			Events: []domain.Event{projectiontest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
 		if _, err := es.Append(ctx, c); err != nil {
 			t.Errorf("append %s v%d: %v", id, version+1, err)
 			return
@@ -215,7 +216,7 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 // instead of starting over, and that the job completes with every stream
 // counted once.
 func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "res", 30, 3)
 	db, es := k.db, k.es
 	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1)
@@ -224,11 +225,11 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	}
 	// A worker whose settling time never ends runs only the plan.
 	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
-		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectionstest.Logger(t))
+		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectiontest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)
 	go func() { planned <- planner.Run(pctx) }()
-	projectionstest.WaitFor(t, 20*time.Second, "plan done", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "plan done", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -255,10 +256,10 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	shadow := db.Collection(job.Shadow)
 	for _, id := range done {
 		o := f.Orders[id]
-		projectionstest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
+		projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
 	}
 	part := job.ID + "/part-0"
-	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: time.Now().Add(-time.Minute)},
 		{Key: "cursor", Value: done[len(done)-1]}, {Key: "streams", Value: len(done)}, {Key: "events", Value: events},
@@ -280,7 +281,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	if job.Report == nil || job.Report.Different != 12 || job.Report.Repaired != 12 {
 		t.Errorf("verify before the switch: %+v", job.Report)
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 }
@@ -289,7 +290,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 // readers' collection never changed, the shadow is dropped after the grace
 // period, and the projection can be rebuilt again.
 func TestRebuildCancel(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "cnl", 60, 4)
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
@@ -297,7 +298,7 @@ func TestRebuildCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	projectionstest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -327,14 +328,14 @@ func TestRebuildCancel(t *testing.T) {
 	if ptr.Active != projection.OrderSummaries.Collection || ptr.Shadow != "" {
 		t.Errorf("pointer after cancel: %+v", ptr)
 	}
-	projectionstest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
+	projectiontest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
 		if err != nil || len(names) > 0 {
 			return fmt.Errorf("%v %v", names, err)
 		}
 		return nil
 	})
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
@@ -351,7 +352,7 @@ func TestRebuildCancel(t *testing.T) {
 // job as succeeded, never putting the collection readers now read on the
 // drop list.
 func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "late", 20, 3)
 	db := k.db
 	name := projection.OrderSummaries.Name
@@ -373,17 +374,17 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	}
 
 	// The finish died after the switch, before it recorded the job's end.
-	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
-	projectionstest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
 
 	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
-	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
 	// Its lease runs out: the worker claims the finish again.
-	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
 			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
@@ -396,7 +397,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
 	}
 	// The finish records its task's end after the job's.
-	projectionstest.WaitFor(t, 10*time.Second, "finish run again", func() error {
+	projectiontest.WaitFor(t, 10*time.Second, "finish run again", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -428,7 +429,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if err != nil || len(names) != 1 {
 		t.Errorf("active collection %s: %v %v", job.Shadow, names, err)
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {

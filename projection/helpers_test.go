@@ -4,11 +4,11 @@ import (
 	"slices"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // lastEvents is the last event of every stream.
-func lastEvents(f *projectionstest.Fixture) []domain.Event {
+func lastEvents(f *projectiontest.Fixture) []domain.Event {
 	var out []domain.Event
 	for _, id := range f.IDs {
 		evs := f.Events[id]
@@ -19,7 +19,7 @@ func lastEvents(f *projectionstest.Fixture) []domain.Event {
 
 // multiEventStreams counts the streams with more than one event: those
 // whose last event alone is a gap.
-func multiEventStreams(f *projectionstest.Fixture) int {
+func multiEventStreams(f *projectiontest.Fixture) int {
 	n := 0
 	for _, id := range f.IDs {
 		if len(f.Events[id]) > 1 {

@@ -11,17 +11,17 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestReaderListSummaries: filters by customer and status, and cursor
 // pagination with limit 3 that returns every matching summary exactly once,
 // in order id order.
 func TestReaderListSummaries(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, "lst", 14, 3)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "lst", 14, 3)
 	s := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
@@ -101,9 +101,9 @@ func ids(os []domain.Order) []string {
 // placed before lines had freight (schema 1, freight on the order) into
 // the totals it always had.
 func TestReadModelsCountLineFreight(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
+	es := projectiontest.NewLog(t, ctx, db)
 	at := time.Date(2018, 1, 2, 3, 4, 5, 0, time.UTC)
 	lines := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", Items: []domain.Line{
 		{SKU: "sku-a", Quantity: 2, UnitPriceCents: 5890, FreightCents: 1579},
@@ -111,10 +111,10 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 	}}
 	old := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", FreightCents: 1500,
 		Items: []domain.Line{{SKU: "sku-c", Quantity: 1, UnitPriceCents: 4990}}}
-	oldEvent := projectionstest.NewEvent("f-old", 1, old, at)
+	oldEvent := projectiontest.NewEvent("f-old", 1, old, at)
 	oldEvent.Metadata.SchemaVersion = 1 // as written before lines had freight
 	var events []domain.Event
-	for _, e := range []domain.Event{projectionstest.NewEvent("f-lines", 1, lines, at), oldEvent} {
+	for _, e := range []domain.Event{projectiontest.NewEvent("f-lines", 1, lines, at), oldEvent} {
 		if _, err := es.Append(ctx, domain.Commit{StreamID: e.StreamID, StreamType: e.StreamType, Events: []domain.Event{e}}); err != nil {
 			t.Fatal(err)
 		}

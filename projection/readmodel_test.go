@@ -17,7 +17,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // applier is ReadModel.Apply of either projection.
@@ -61,9 +61,9 @@ func singles(evs []domain.Event) [][]domain.Event {
 // equal to the fold of the log, every event is folded exactly once, and
 // the skipped duplicates and filled gaps are counted.
 func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
-	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
-	f := projectionstest.NewFixture(t, ctx, es, "ord", 7, 3)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	f := projectiontest.NewFixture(t, ctx, es, "ord", 7, 3)
 	total, gappy := len(f.Flat), multiEventStreams(f)
 	if total < 25 || gappy < 6 {
 		t.Fatalf("fixture too small: %d events, %d multi-event streams", total, gappy)
@@ -132,7 +132,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 						name, sum, len(batches), w.applied, w.duplicates, w.gaps)
 				}
 			}
-			if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+			if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -142,7 +142,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 // TestStoreReadsNotFound: an order or customer with no document is
 // domain.ErrNotFound, not an empty value.
 func TestStoreReadsNotFound(t *testing.T) {
-	ctx := projectionstest.Context(t, 30*time.Second)
+	ctx := projectiontest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
 	r := projection.NewReader(db, projection.NewPointers(db))
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
@@ -174,9 +174,9 @@ func TestStoreReadsNotFound(t *testing.T) {
 // The test checks that Apply calls on the same documents did overlap, so
 // it proves something.
 func TestStoreApplyRacingWriters(t *testing.T) {
-	ctx := projectionstest.Context(t, 90*time.Second)
-	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
-	f := projectionstest.NewFixture(t, ctx, es, "race", 20, 4)
+	ctx := projectiontest.Context(t, 90*time.Second)
+	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	f := projectiontest.NewFixture(t, ctx, es, "race", 20, 4)
 	const writers = 8
 
 	t.Run("shuffled subsets", func(t *testing.T) {
@@ -226,7 +226,7 @@ func forProcesses(t *testing.T, fn func(t *testing.T, processes int)) {
 // processes Stores on their own clients, each applying its batches to both
 // projections (alternating which goes first), and then compares the read
 // models with the fold of the log.
-func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projectionstest.Fixture, plans [][][]domain.Event, processes int) {
+func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projectiontest.Fixture, plans [][][]domain.Event, processes int) {
 	t.Helper()
 	db := storetest.Database(t)
 	other := storetest.Client(t).Database(db.Name())
@@ -267,12 +267,12 @@ func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projection
 	if t.Failed() {
 		return
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	t.Logf("Apply calls that started while another one on the same stream was running: %d; retried after an error: %d",
 		o.overlapping, o.retries)
-	for _, mf := range projectionstest.MustGather(t, reg) {
+	for _, mf := range projectiontest.MustGather(t, reg) {
 		if strings.Contains(mf.GetName(), "retries") || strings.Contains(mf.GetName(), "repairs") {
 			for _, mt := range mf.GetMetric() {
 				t.Logf("%s%v = %v", mf.GetName(), mt.GetLabel(), mt.GetCounter().GetValue())
@@ -338,22 +338,22 @@ func (o *overlaps) apply(ctx context.Context, projection string, apply applier, 
 // in the per-stream error map, their stream's document stays as it was, and
 // the other streams of the same batch are written.
 func TestStoreApplyPoisonIsPerStream(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
-	es := projectionstest.NewLog(t, ctx, storetest.Database(t))
-	f := projectionstest.NewFixture(t, ctx, es, "ok", 5, 2)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	f := projectiontest.NewFixture(t, ctx, es, "ok", 5, 2)
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 
 	// "corrupt": a log whose v2 is an illegal transition (created ->
 	// delivered). The store checks versions, not transitions, so the log
 	// takes it; the fold must not.
-	projectionstest.AppendStream(t, ctx, es, "corrupt", []domain.EventData{projectionstest.Lifecycle(0, "cust-corrupt")[0], domain.OrderDelivered{}}, 1, at)
+	projectiontest.AppendStream(t, ctx, es, "corrupt", []domain.EventData{projectiontest.Lifecycle(0, "cust-corrupt")[0], domain.OrderDelivered{}}, 1, at)
 	corrupt, err := es.Load(ctx, "corrupt", 0)
 	if err != nil || len(corrupt) != 2 {
 		t.Fatalf("load corrupt: %d events, %v", len(corrupt), err)
 	}
 	// "ghost": an event at v2 of a stream the log does not hold, so its gap
 	// cannot be filled.
-	ghost := projectionstest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
+	ghost := projectiontest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
 
 	db := storetest.Database(t)
 	sums := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
@@ -396,7 +396,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 		}
 	}
 	// The healthy streams of the batches are written in full.
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -405,7 +405,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 // before it: they are written, and the error says how far the document got,
 // so the runner acknowledges them and parks only the rest.
 func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
-	ctx := projectionstest.Context(t, 30*time.Second)
+	ctx := projectiontest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
 	at := domain.Timestamp(time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC))
 	ev := func(v int64, d domain.EventData) domain.Event {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
 
@@ -25,15 +26,15 @@ func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projec
 	cfg := eventstore.RelayConfig{Stream: b.Stream, Owner: "relay-1", SweepInterval: 100 * time.Millisecond,
 		SweepGrace: 100 * time.Millisecond}
 	relay := eventstore.NewRelay(db, b.JS, cfg, log, nil)
-	projectionstest.Go(t, "relay", relay.Run)
-	projectionstest.Go(t, "relay sweep", eventstore.NewSweeper(db, b.JS, cfg, log, nil).Run)
-	return projectionstest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
+	projectiontest.Go(t, "relay", relay.Run)
+	projectiontest.Go(t, "relay sweep", eventstore.NewSweeper(db, b.JS, cfg, log, nil).Run)
+	return projectiontest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
 }
 
 // commands returns the commands that produce lifecycle(i, customerID).
 func commands(i int, customerID string) []domain.Command {
 	var out []domain.Command
-	for _, d := range projectionstest.Lifecycle(i, customerID) {
+	for _, d := range projectiontest.Lifecycle(i, customerID) {
 		switch d := d.(type) {
 		case domain.OrderPlaced:
 			out = append(out, domain.PlaceOrder{CustomerID: d.CustomerID, Currency: d.Currency, Items: d.Items, FreightCents: d.FreightCents})

@@ -10,6 +10,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -19,12 +20,12 @@ import (
 // is parked, 0 again once a retry has healed it (unlike the counter
 // orderd_projection_dead_letters_total, which stays at 1).
 func TestDeadLettersMetric(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
+	es := projectiontest.NewLog(t, ctx, db)
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
-	projectionstest.AppendStream(t, ctx, es, "gapped", projectionstest.Lifecycle(0, "cust-g")[:1], 1, at)
+	projectiontest.AppendStream(t, ctx, es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, at)
 
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
@@ -33,36 +34,36 @@ func TestDeadLettersMetric(t *testing.T) {
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1
 	cfg.LagInterval = 100 * time.Millisecond
-	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
-	projectionstest.Go(t, "summaries runner", r.Run)
+	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
+	projectiontest.Go(t, "summaries runner", r.Run)
 
 	gauge := func(want float64) func() error {
 		return func() error {
-			if n := projectionstest.Series(t, reg, "orderd_projection_dead_letters_parked"); n != 1 {
+			if n := projectiontest.Series(t, reg, "orderd_projection_dead_letters_parked"); n != 1 {
 				return fmt.Errorf("%d series of orderd_projection_dead_letters, want 1", n)
 			}
-			if v := projectionstest.Metric(t, reg, "orderd_projection_dead_letters_parked", r.Name()); v != want {
+			if v := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_parked", r.Name()); v != want {
 				return fmt.Errorf("orderd_projection_dead_letters %v, want %v", v, want)
 			}
 			return nil
 		}
 	}
-	projectionstest.WaitFor(t, 10*time.Second, "dead letters gauge sampled at 0", gauge(0))
+	projectiontest.WaitFor(t, 10*time.Second, "dead letters gauge sampled at 0", gauge(0))
 	// The counters exist from the start, at 0, so their first increase
 	// shows in rate() and increase().
 	for _, c := range []string{"orderd_projection_events_applied_total", "orderd_projection_duplicates_skipped_total",
 		"orderd_projection_gaps_filled_total", "orderd_projection_repairs_total", "orderd_projection_dead_letters_total",
 		"orderd_projection_errors_total"} {
-		if n := projectionstest.Series(t, reg, c); n != 1 {
+		if n := projectiontest.Series(t, reg, c); n != 1 {
 			t.Errorf("%s before any event: %d series, want 1", c, n)
 		}
 	}
 
 	// v2 of a stream whose log holds only v1: parked after two deliveries.
-	gapV2 := projectionstest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
+	gapV2 := projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
 	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
-	projectionstest.WaitFor(t, 20*time.Second, "dead letters gauge at 1", gauge(1))
-	if n := projectionstest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
+	projectiontest.WaitFor(t, 20*time.Second, "dead letters gauge at 1", gauge(1))
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
 		t.Errorf("orderd_projection_dead_letters_total %v, want 1", n)
 	}
 
@@ -75,8 +76,8 @@ func TestDeadLettersMetric(t *testing.T) {
 	if err := r.Retry(ctx, r.Name()+":"+gapV2.ID); err != nil {
 		t.Fatalf("Retry: %v", err)
 	}
-	projectionstest.WaitFor(t, 10*time.Second, "dead letters gauge back at 0", gauge(0))
-	if n := projectionstest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
+	projectiontest.WaitFor(t, 10*time.Second, "dead letters gauge back at 0", gauge(0))
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
 		t.Errorf("orderd_projection_dead_letters_total %v after the retry, want 1", n)
 	}
 }

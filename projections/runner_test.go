@@ -22,6 +22,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projections"
 	"github.com/orderd/orderd/projections/projectionstest"
 )
@@ -33,10 +34,10 @@ import (
 // are done, the consumers' lag drains to 0 and every read-model document
 // equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
-	ctx := projectionstest.Context(t, 120*time.Second)
+	ctx := projectiontest.Context(t, 120*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := projectionstest.Logger(t)
+	log := projectiontest.Logger(t)
 
 	es := relayedLog(t, ctx, db, b, log)
 
@@ -53,9 +54,9 @@ func TestRunnerEndToEnd(t *testing.T) {
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
 	sums2 := projections.NewRunner(sumsStore2, b.Connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
-	projectionstest.Go(t, "summaries runner 1", sums1.Run)
-	projectionstest.Go(t, "summaries runner 2", sums2.Run)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	projectiontest.Go(t, "summaries runner 1", sums1.Run)
+	projectiontest.Go(t, "summaries runner 2", sums2.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 
 	// Orders driven concurrently by 8 clients, one command at a time: 100
 	// on an external MongoDB, 30 on the embedded FerretDB, which runs in
@@ -95,12 +96,12 @@ func TestRunnerEndToEnd(t *testing.T) {
 		return
 	}
 	t.Logf("commands done in %s", time.Since(start))
-	f := projectionstest.LoadFixture(t, ctx, es, ids)
+	f := projectiontest.LoadFixture(t, ctx, es, ids)
 	t.Logf("%d orders, %d events appended", len(ids), len(f.Flat))
 
 	// Poll the cheap signals (the stream holds every event, every consumer
 	// acknowledged everything) before comparing documents.
-	projectionstest.WaitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
+	projectiontest.WaitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
 		if n := b.Messages(t, ctx); n < uint64(len(f.Flat)) {
 			return fmt.Errorf("%d of %d events on the stream", n, len(f.Flat))
 		}
@@ -112,16 +113,16 @@ func TestRunnerEndToEnd(t *testing.T) {
 		return nil
 	})
 	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
-	projectionstest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
+	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
 	if dl, err := projections.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
 	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
-		applied := projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", name)
+		applied := projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", name)
 		if applied < float64(len(f.Flat)) {
 			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.Flat))
 		}
-		projectionstest.LogMetrics(t, reg, name)
+		projectiontest.LogMetrics(t, reg, name)
 	}
 }
 
@@ -132,11 +133,11 @@ func TestRunnerEndToEnd(t *testing.T) {
 // batch; later the whole log once more. The read models end equal to the
 // fold, and the second round is all skipped duplicates.
 func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
-	ctx := projectionstest.Context(t, 80*time.Second)
+	ctx := projectiontest.Context(t, 80*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, "dup", 20, 4)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "dup", 20, 4)
 	total := float64(len(f.Flat))
 
 	for _, e := range reversed(f.Flat) {
@@ -146,25 +147,25 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
-	log, cfg, dead := projectionstest.Logger(t), b.RunnerConfig(), projections.NewDeadLetters(db)
+	log, cfg, dead := projectiontest.Logger(t), b.RunnerConfig(), projections.NewDeadLetters(db)
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
 	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
 	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
-	projectionstest.Go(t, "summaries runner", sums.Run)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 
-	projectionstest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
-		return projectionstest.DiffReadModels(ctx, db, f)
+	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
+		return projectiontest.DiffReadModels(ctx, db, f)
 	})
 	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
 
 	applied, dups := map[string]float64{}, map[string]float64{}
 	names := []string{sums.Name(), stats.Name()}
 	for _, n := range names {
-		applied[n] = projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", n)
-		dups[n] = projectionstest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
+		applied[n] = projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", n)
+		dups[n] = projectiontest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
 	}
 
 	// The whole log again, reversed, under new message ids.
@@ -179,14 +180,14 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	}
 	projectionstest.WaitLag(t, ctx, 20*time.Second, sums, stats)
 	for _, n := range names {
-		if d := projectionstest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
+		if d := projectiontest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
 			t.Errorf("%s: %v duplicates skipped for %v redelivered events", n, d, total)
 		}
-		if a := projectionstest.Metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
+		if a := projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
 			t.Errorf("%s: %v events applied again, want 0", n, a)
 		}
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -197,14 +198,14 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 // projected. Retry heals a dead letter once its cause is fixed (the missing
 // event appended to the log) and keeps one that still fails.
 func TestRunnerDeadLetters(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
+	es := projectiontest.NewLog(t, ctx, db)
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
-	projectionstest.AppendStream(t, ctx, es, "healthy", projectionstest.Lifecycle(0, "cust-h"), 2, at)
-	projectionstest.AppendStream(t, ctx, es, "gapped", projectionstest.Lifecycle(0, "cust-g")[:1], 1, at)
-	healthy := projectionstest.LoadFixture(t, ctx, es, []string{"healthy"})
+	projectiontest.AppendStream(t, ctx, es, "healthy", projectiontest.Lifecycle(0, "cust-h"), 2, at)
+	projectiontest.AppendStream(t, ctx, es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, at)
+	healthy := projectiontest.LoadFixture(t, ctx, es, []string{"healthy"})
 
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
@@ -212,27 +213,27 @@ func TestRunnerDeadLetters(t *testing.T) {
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectionstest.Logger(t), m)
-	projectionstest.Go(t, "summaries runner", r.Run)
+	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
+	projectiontest.Go(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
 		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
 	b.Publish(t, ctx, "o1", teleported, "x1")
 	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
-	gapV2 := projectionstest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
+	gapV2 := projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
 	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
 	b.PublishEvents(t, ctx, healthy.Flat, func(e domain.Event) string { return e.ID })
 
 	reader := projection.NewReader(db, projection.NewPointers(db))
-	projectionstest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
 		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
-			err = fmt.Errorf("summary %s, want %s", projectionstest.Dump(got), projectionstest.Dump(healthy.Orders["healthy"]))
+			err = fmt.Errorf("summary %s, want %s", projectiontest.Dump(got), projectiontest.Dump(healthy.Orders["healthy"]))
 		}
 		return err
 	})
 	var letters []domain.DeadLetter
-	projectionstest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
 		var err error
 		letters, err = dead.List(ctx, r.Name(), 10)
 		if err == nil && len(letters) != 2 {
@@ -263,7 +264,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	if n, err := dead.Count(ctx, r.Name()); err != nil || n != 2 {
 		t.Errorf("Count = %d (%v), want 2", n, err)
 	}
-	if n := projectionstest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
 		t.Errorf("dead letters metric %v, want 2", n)
 	}
 	if _, err := reader.Summary(ctx, "gapped"); !errors.Is(err, domain.ErrNotFound) {
@@ -282,10 +283,10 @@ func TestRunnerDeadLetters(t *testing.T) {
 	if err := r.Retry(ctx, gap.ID); err != nil {
 		t.Fatalf("Retry of the fixed gap: %v", err)
 	}
-	fixed := projectionstest.LoadFixture(t, ctx, es, []string{"gapped"})
+	fixed := projectiontest.LoadFixture(t, ctx, es, []string{"gapped"})
 	if got, err := reader.Summary(ctx, "gapped"); err != nil || got.Version != 2 || got.Status != domain.StatusApproved ||
 		!reflect.DeepEqual(got, fixed.Orders["gapped"]) {
-		t.Errorf("summary of the retried stream: %s (%v), want %s", projectionstest.Dump(got), err, projectionstest.Dump(fixed.Orders["gapped"]))
+		t.Errorf("summary of the retried stream: %s (%v), want %s", projectiontest.Dump(got), err, projectiontest.Dump(fixed.Orders["gapped"]))
 	}
 
 	// The undecodable message cannot be healed: Retry fails and records it.
@@ -313,19 +314,19 @@ func TestRunnerDeadLetters(t *testing.T) {
 // parked after MaxDeliveries instead of being redelivered for ever, and
 // the events of the other streams, published around it, are projected.
 func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	healthy := projectionstest.NewFixture(t, ctx, es, "fine", 6, 2)
+	es := projectiontest.NewLog(t, ctx, db)
+	healthy := projectiontest.NewFixture(t, ctx, es, "fine", 6, 2)
 
 	// The stream of the newer writer: v1 as this build writes it, v2 of a
 	// type it does not know (inserted raw, as the newer binary stores
 	// it), v3 a type it knows.
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
 	const newer = "newer"
-	projectionstest.AppendStream(t, ctx, es, newer, projectionstest.Lifecycle(0, "cust-n")[:1], 1, at)
-	projectionstest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
+	projectiontest.AppendStream(t, ctx, es, newer, projectiontest.Lifecycle(0, "cust-n")[:1], 1, at)
+	projectiontest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
 		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
 		{Key: "events", Value: bson.A{bson.D{
@@ -336,7 +337,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		}}},
 		{Key: "recorded_at", Value: at.Add(time.Hour)}, {Key: "published", Value: true},
 	}))
-	v3 := projectionstest.NewEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
+	v3 := projectiontest.NewEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
 	if _, err := es.Append(ctx, domain.Commit{StreamID: newer, StreamType: domain.StreamTypeOrder, ExpectedVersion: 2,
 		Events: []domain.Event{v3}}); err != nil {
 		t.Fatal(err)
@@ -347,10 +348,10 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
 	ps := projection.NewPointers(db)
-	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	projectionstest.Go(t, "summaries runner", sums.Run)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
@@ -361,7 +362,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	b.PublishEvents(t, ctx, healthy.Flat[half:], msgID)
 
 	for _, r := range []*projections.Runner{sums, stats} {
-		projectionstest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
+		projectiontest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
 			letters, err := dead.List(ctx, r.Name(), 10)
 			if err != nil {
 				return err
@@ -377,7 +378,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		})
 	}
 	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
-	if err := projectionstest.DiffReadModels(ctx, db, healthy); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, healthy); err != nil {
 		t.Error(err)
 	}
 	if _, err := projection.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
@@ -462,7 +463,7 @@ func owners(t *testing.T, ctx context.Context, r *projections.Runner) map[string
 // waitOwners waits until the partitions are held exactly as want says.
 func waitOwners(t *testing.T, ctx context.Context, r *projections.Runner, limit time.Duration, want map[string]int) {
 	t.Helper()
-	projectionstest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
 		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
 			return fmt.Errorf("held as %v", got)
 		}
@@ -493,10 +494,10 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 // of the log, B applies events once it holds partitions, and no partition
 // is ever written by two of them at once.
 func TestRunnerPartitionsRebalance(t *testing.T) {
-	ctx := projectionstest.Context(t, 120*time.Second)
+	ctx := projectiontest.Context(t, 120*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := projectionstest.Logger(t)
+	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
@@ -512,7 +513,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	bRunner, regB := proc("B")
 	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
@@ -520,17 +521,17 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "part", 0, 10)
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
-		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
 
-	projectionstest.Go(t, "runner B", bRunner.Run)
+	projectiontest.Go(t, "runner B", bRunner.Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 10, 20)...)
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
-		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
-	if n := projectionstest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+	if n := projectiontest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
 		t.Errorf("B applied nothing while it held two partitions")
 	}
 
@@ -540,18 +541,18 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	}
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 20, 30)...)
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
-		return projectionstest.DiffReadModels(ctx, db, projectionstest.LoadFixture(t, ctx, es, ids))
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
 	projectionstest.WaitLag(t, ctx, 15*time.Second, bRunner)
 	// B's metrics, by partition: it owns all four, exposes each one's lag,
 	// and its per-partition applied counters add up to its total.
-	if n := projectionstest.Metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
+	if n := projectiontest.Metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
 		t.Errorf("B: partitions owned %v, want 4", n)
 	}
 	byPart := map[string]float64{}
 	lags := 0
-	for _, mf := range projectionstest.MustGather(t, regB) {
+	for _, mf := range projectiontest.MustGather(t, regB) {
 		for _, m := range mf.GetMetric() {
 			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
@@ -569,7 +570,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	for _, v := range byPart {
 		total += v
 	}
-	if applied := projectionstest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
+	if applied := projectiontest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
 		t.Errorf("B: applied by partition %v (sum %v), total %v", byPart, total, applied)
 	}
 	if lags != 4 {
@@ -587,10 +588,10 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 // them still for as long as it lives) and leaves, and a healthy member
 // takes them over and applies what was written meanwhile.
 func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
-	ctx := projectionstest.Context(t, 90*time.Second)
+	ctx := projectiontest.Context(t, 90*time.Second)
 	b := projectionstest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	log := projectionstest.Logger(t)
+	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
@@ -605,19 +606,19 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
 	jsA := projectionstest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
-	projectionstest.Go(t, "runner A", a.Run)
+	projectiontest.Go(t, "runner A", a.Run)
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
-	projectionstest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
+	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
 		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 
 	cut.close()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
-	f := projectionstest.LoadFixture(t, ctx, es, ids)
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
+	f := projectiontest.LoadFixture(t, ctx, es, ids)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
 }
 
 // proxy forwards TCP connections to a target until it is closed, which

@@ -12,6 +12,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projections"
 )
 
@@ -107,7 +108,7 @@ func ConnectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStrea
 // unacknowledged.
 func WaitLag(t *testing.T, ctx context.Context, limit time.Duration, runners ...*projections.Runner) {
 	t.Helper()
-	WaitFor(t, limit, "consumer lag 0", func() error {
+	projectiontest.WaitFor(t, limit, "consumer lag 0", func() error {
 		for _, r := range runners {
 			n, err := r.Lag(ctx)
 			if err != nil {

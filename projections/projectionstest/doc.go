@@ -1,8 +1,7 @@
-// Package projectionstest gives the tests of the read models and of the
-// jobs that rebuild and verify them one set of fixtures: order streams
-// appended to a real event store with their expected folds, an embedded
-// NATS server with the event stream, a comparison of both read models with
-// the fold of the log, and readers of the Prometheus metrics.
+// Package projectionstest runs the tests of the projection runners, and
+// of the jobs that need live runners, against an embedded NATS server
+// holding the event stream: it publishes events as the relay would and
+// waits for the runners' consumers to drain.
 //
 // Every helper takes the test's *testing.T and fails it on an error;
 // everything it starts stops when the test ends.

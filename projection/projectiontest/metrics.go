@@ -1,4 +1,4 @@
-package projectionstest
+package projectiontest
 
 import (
 	"fmt"
