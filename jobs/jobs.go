@@ -19,7 +19,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // Collections of the jobs.
@@ -254,7 +254,7 @@ func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, 
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead *projections.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
+func (j *Jobs) Status(ctx context.Context, dead *projector.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
 	var out []domain.ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name], 0)

@@ -17,8 +17,8 @@ import (
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestRebuildUnderLoadNeverShowsAHalfBuiltModel rebuilds order_summaries
@@ -30,16 +30,16 @@ import (
 // dropped after the grace period (invariants 5 and 6).
 func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	ctx := projectiontest.Context(t, 120*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, "pre", 50, 9)
 	k := newRepairKit(t, ctx, db, es)
 	cfg := b.RunnerConfig()
 	cfg.Workers = 1
-	dead := projections.NewDeadLetters(db)
-	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectiontest.Logger(t), nil)
-	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	dead := projector.NewDeadLetters(db)
+	sums := projector.NewRunner(k.sums, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projector.NewRunner(k.stat, b.JS, dead, cfg, projectiontest.Logger(t), nil)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 	b.PublishEvents(t, ctx, f.Flat, func(e domain.Event) string { return e.ID })
@@ -167,7 +167,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	if ptr.Active != job.Shadow || ptr.Shadow != "" {
 		t.Errorf("pointer after the rebuild: %+v, want active %s", ptr, job.Shadow)
 	}
-	projectionstest.WaitLag(t, ctx, 30*time.Second, sums, stats)
+	projectortest.WaitLag(t, ctx, 30*time.Second, sums, stats)
 	mu.Lock()
 	all := projectiontest.LoadFixture(t, ctx, es, written)
 	mu.Unlock()

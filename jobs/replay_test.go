@@ -11,7 +11,7 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestReplayKeepsMessageIDs republishes one stream and then a recorded-time
@@ -19,7 +19,7 @@ import (
 // so the stream's de-duplication window keeps one message per event.
 func TestReplayKeepsMessageIDs(t *testing.T) {
 	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, "rpl", 6, 2)

@@ -26,7 +26,7 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // subjectPrefix is the subject space of order events: one subject per
@@ -177,15 +177,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
 	pm := projection.NewMetrics(reg)
-	rm := projections.NewMetrics(reg)
+	rm := projector.NewMetrics(reg)
 	jm := jobs.NewMetrics(reg)
 	pointers := projection.NewPointers(db)
 	sums := projection.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
 	stats := projection.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
-	dead := projections.NewDeadLetters(db)
+	dead := projector.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
-	rc := projections.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
+	rc := projector.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
 		Owner: c.instanceID(), Workers: c.ProjectorWorkers, Writers: c.ProjectorWriters, LeaseTTL: c.PartitionTTL}
 	if c.TenureLog != "" {
 		tl, err := openTenureLog(c.TenureLog, c.instanceID())
@@ -196,9 +196,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		rc.OnTenure = tl.record
 	}
 	plog := m.Log.With("component", "projector")
-	runners := []*projections.Runner{
-		projections.NewRunner(sums, js, dead, rc, plog, rm),
-		projections.NewRunner(stats, js, dead, rc, plog, rm),
+	runners := []*projector.Runner{
+		projector.NewRunner(sums, js, dead, rc, plog, rm),
+		projector.NewRunner(stats, js, dead, rc, plog, rm),
 	}
 	scheduler := jobs.New(db, pointers, store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,

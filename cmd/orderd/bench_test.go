@@ -18,7 +18,7 @@ import (
 
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // Sizes of BenchmarkService. The raw inserts and the commands are as many,
@@ -71,7 +71,7 @@ func BenchmarkService(b *testing.B) {
 
 	sizes := map[string]int64{}
 	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
 		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
 		if err != nil {
 			b.Errorf("count %s: %v", name, err)
@@ -140,7 +140,7 @@ func BenchmarkService(b *testing.B) {
 	}
 	f("  collection sizes reached          ")
 	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
 		if i > 0 {
 			f(", ")
 		}

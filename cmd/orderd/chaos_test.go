@@ -30,7 +30,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/embedded"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // The chaos tests run several orderd processes on loopback around a store
@@ -205,7 +205,7 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
 	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
-		for p := range projections.DefaultPartitions {
+		for p := range projector.DefaultPartitions {
 			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
 			if err != nil {
 				continue
@@ -253,7 +253,7 @@ func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]int
 		Owner      string    `bson:"owner"`
 		Expires    time.Time `bson:"expires_at"`
 	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(projections.PartitionsCollection).Find(ctx, bson.D{})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(projector.PartitionsCollection).Find(ctx, bson.D{})
 	if err != nil || cur.All(ctx, &leases) != nil {
 		return nil
 	}

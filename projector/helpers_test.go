@@ -1,4 +1,4 @@
-package projections_test
+package projector_test
 
 import (
 	"context"
@@ -14,14 +14,14 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // relayedLog returns the event store of db (with its indexes) whose
 // appends a Relay publishes to b's stream, and runs a Sweeper, with a
 // short grace, for commits appended through other stores of db; both run
 // until the test ends.
-func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectionstest.Bus, log *slog.Logger) *eventstore.Store {
+func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) *eventstore.Store {
 	t.Helper()
 	cfg := eventstore.RelayConfig{Stream: b.Stream, Owner: "relay-1", SweepInterval: 100 * time.Millisecond,
 		SweepGrace: 100 * time.Millisecond}

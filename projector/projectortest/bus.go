@@ -1,4 +1,4 @@
-package projectionstest
+package projectortest
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // Bus is an embedded NATS server with the event stream.
@@ -34,10 +34,10 @@ func NewBus(t *testing.T, ctx context.Context) *Bus {
 	return b
 }
 
-// RunnerConfig is a projections.RunnerConfig consuming b's stream with
+// RunnerConfig is a projector.RunnerConfig consuming b's stream with
 // test batch sizes.
-func (b *Bus) RunnerConfig() projections.RunnerConfig {
-	return projections.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, Workers: 2, BatchSize: 16}
+func (b *Bus) RunnerConfig() projector.RunnerConfig {
+	return projector.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, Workers: 2, BatchSize: 16}
 }
 
 // Messages is the number of messages the stream holds.
@@ -106,7 +106,7 @@ func ConnectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStrea
 
 // WaitLag waits until every runner's consumer has no message pending or
 // unacknowledged.
-func WaitLag(t *testing.T, ctx context.Context, limit time.Duration, runners ...*projections.Runner) {
+func WaitLag(t *testing.T, ctx context.Context, limit time.Duration, runners ...*projector.Runner) {
 	t.Helper()
 	projectiontest.WaitFor(t, limit, "consumer lag 0", func() error {
 		for _, r := range runners {

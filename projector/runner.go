@@ -1,4 +1,4 @@
-package projections
+package projector
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 
 // tracer records the projections' spans through the global OpenTelemetry
 // provider (a no-op unless the program installs one).
-var tracer = otel.Tracer("github.com/orderd/orderd/projections")
+var tracer = otel.Tracer("github.com/orderd/orderd/projector")
 
 // RunnerConfig tunes a Runner. Zero values take the defaults in brackets.
 type RunnerConfig struct {

@@ -1,4 +1,4 @@
-package projections_test
+package projector_test
 
 import (
 	"context"
@@ -23,8 +23,8 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestRunnerEndToEnd runs the whole path on real servers: commands through
@@ -35,25 +35,25 @@ import (
 // equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
 	ctx := projectiontest.Context(t, 120*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	log := projectiontest.Logger(t)
 
 	es := relayedLog(t, ctx, db, b, log)
 
 	reg := prometheus.NewRegistry()
-	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
 	cfg := b.RunnerConfig()
 	sumsStore := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
-	sums1 := projections.NewRunner(sumsStore, b.JS, projections.NewDeadLetters(db), cfg1, log, m)
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, projections.NewDeadLetters(db), cfg, log, m)
+	sums1 := projector.NewRunner(sumsStore, b.JS, projector.NewDeadLetters(db), cfg1, log, m)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, projector.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
-	sums2 := projections.NewRunner(sumsStore2, b.Connect(t), projections.NewDeadLetters(db2), cfg2, log, m)
+	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), projector.NewDeadLetters(db2), cfg2, log, m)
 	projectiontest.Go(t, "summaries runner 1", sums1.Run)
 	projectiontest.Go(t, "summaries runner 2", sums2.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
@@ -105,7 +105,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 		if n := b.Messages(t, ctx); n < uint64(len(f.Flat)) {
 			return fmt.Errorf("%d of %d events on the stream", n, len(f.Flat))
 		}
-		for _, r := range []*projections.Runner{sums1, sums2, stats} {
+		for _, r := range []*projector.Runner{sums1, sums2, stats} {
 			if n, err := r.Lag(ctx); err != nil || n != 0 {
 				return fmt.Errorf("%s: lag %d (%v)", r.Name(), n, err)
 			}
@@ -114,7 +114,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	})
 	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
 	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
-	if dl, err := projections.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
+	if dl, err := projector.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
 	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
@@ -134,7 +134,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 // fold, and the second round is all skipped duplicates.
 func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	ctx := projectiontest.Context(t, 80*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, "dup", 20, 4)
@@ -146,20 +146,20 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	}
 
 	reg := prometheus.NewRegistry()
-	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
-	log, cfg, dead := projectiontest.Logger(t), b.RunnerConfig(), projections.NewDeadLetters(db)
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	log, cfg, dead := projectiontest.Logger(t), b.RunnerConfig(), projector.NewDeadLetters(db)
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
-	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
+	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 
 	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
 		return projectiontest.DiffReadModels(ctx, db, f)
 	})
-	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
+	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
 
 	applied, dups := map[string]float64{}, map[string]float64{}
 	names := []string{sums.Name(), stats.Name()}
@@ -178,7 +178,7 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	if ack := b.Publish(t, ctx, f.Flat[0].StreamID, body, f.Flat[0].ID); !ack.Duplicate {
 		t.Errorf("a republish under the same Nats-Msg-Id inside the window was stored (seq %d), want dropped", ack.Sequence)
 	}
-	projectionstest.WaitLag(t, ctx, 20*time.Second, sums, stats)
+	projectortest.WaitLag(t, ctx, 20*time.Second, sums, stats)
 	for _, n := range names {
 		if d := projectiontest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
 			t.Errorf("%s: %v duplicates skipped for %v redelivered events", n, d, total)
@@ -199,7 +199,7 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 // event appended to the log) and keeps one that still fails.
 func TestRunnerDeadLetters(t *testing.T) {
 	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
@@ -208,12 +208,12 @@ func TestRunnerDeadLetters(t *testing.T) {
 	healthy := projectiontest.LoadFixture(t, ctx, es, []string{"healthy"})
 
 	reg := prometheus.NewRegistry()
-	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
-	dead := projections.NewDeadLetters(db)
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	dead := projector.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
+	r := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
@@ -241,7 +241,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 		}
 		return err
 	})
-	projectionstest.WaitLag(t, ctx, 15*time.Second, r)
+	projectortest.WaitLag(t, ctx, 15*time.Second, r)
 
 	var undecodable, gap domain.DeadLetter
 	for _, d := range letters {
@@ -315,7 +315,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 // the events of the other streams, published around it, are projected.
 func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	healthy := projectiontest.NewFixture(t, ctx, es, "fine", 6, 2)
@@ -343,13 +343,13 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dead := projections.NewDeadLetters(db)
+	dead := projector.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
 	ps := projection.NewPointers(db)
-	sums := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 
@@ -361,7 +361,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	b.PublishEvents(t, ctx, []domain.Event{v3}, msgID)
 	b.PublishEvents(t, ctx, healthy.Flat[half:], msgID)
 
-	for _, r := range []*projections.Runner{sums, stats} {
+	for _, r := range []*projector.Runner{sums, stats} {
 		projectiontest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
 			letters, err := dead.List(ctx, r.Name(), 10)
 			if err != nil {
@@ -377,7 +377,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 			return nil
 		})
 	}
-	projectionstest.WaitLag(t, ctx, 15*time.Second, sums, stats)
+	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
 	if err := projectiontest.DiffReadModels(ctx, db, healthy); err != nil {
 		t.Error(err)
 	}
@@ -445,7 +445,7 @@ func (ts *tenures) hook(owner string) func(string, int, bool) {
 }
 
 // owners returns how many partitions each owner holds.
-func owners(t *testing.T, ctx context.Context, r *projections.Runner) map[string]int {
+func owners(t *testing.T, ctx context.Context, r *projector.Runner) map[string]int {
 	t.Helper()
 	ps, err := r.PartitionStatus(ctx, false)
 	if err != nil {
@@ -461,7 +461,7 @@ func owners(t *testing.T, ctx context.Context, r *projections.Runner) map[string
 }
 
 // waitOwners waits until the partitions are held exactly as want says.
-func waitOwners(t *testing.T, ctx context.Context, r *projections.Runner, limit time.Duration, want map[string]int) {
+func waitOwners(t *testing.T, ctx context.Context, r *projector.Runner, limit time.Duration, want map[string]int) {
 	t.Helper()
 	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
 		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
@@ -495,24 +495,24 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 // is ever written by two of them at once.
 func TestRunnerPartitionsRebalance(t *testing.T) {
 	ctx := projectiontest.Context(t, 120*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
-	proc := func(owner string) (*projections.Runner, *prometheus.Registry) {
+	proc := func(owner string) (*projector.Runner, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
-		pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
+		pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
-		return projections.NewRunner(p, b.Connect(t), projections.NewDeadLetters(db), cfg, log, m), reg
+		return projector.NewRunner(p, b.Connect(t), projector.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
-		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
+		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
 	projectiontest.Go(t, "stats runner", stats.Run)
 
 	actx, stopA := context.WithCancel(ctx)
@@ -544,7 +544,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
 		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
-	projectionstest.WaitLag(t, ctx, 15*time.Second, bRunner)
+	projectortest.WaitLag(t, ctx, 15*time.Second, bRunner)
 	// B's metrics, by partition: it owns all four, exposes each one's lag,
 	// and its per-partition applied counters add up to its total.
 	if n := projectiontest.Metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
@@ -589,29 +589,29 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 // takes them over and applies what was written meanwhile.
 func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	ctx := projectiontest.Context(t, 90*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
 
-	proc := func(owner string, js jetstream.JetStream) *projections.Runner {
+	proc := func(owner string, js jetstream.JetStream) *projector.Runner {
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
-		return projections.NewRunner(p, js, projections.NewDeadLetters(db), cfg, log, nil)
+		return projector.NewRunner(p, js, projector.NewDeadLetters(db), cfg, log, nil)
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
-	jsA := projectionstest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	jsA := projectortest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
 	projectiontest.Go(t, "runner A", a.Run)
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
-	stats := projections.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
-		b.JS, projections.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
+		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
 	projectiontest.Go(t, "stats runner", stats.Run)
 
 	cut.close()

@@ -1,4 +1,4 @@
-package projections_test
+package projector_test
 
 import (
 	"fmt"
@@ -11,8 +11,8 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestDeadLettersMetric: orderd_projection_dead_letters follows the number
@@ -21,20 +21,20 @@ import (
 // orderd_projection_dead_letters_total, which stays at 1).
 func TestDeadLettersMetric(t *testing.T) {
 	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
 	es := projectiontest.NewLog(t, ctx, db)
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
 	projectiontest.AppendStream(t, ctx, es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, at)
 
 	reg := prometheus.NewRegistry()
-	pm, m := projection.NewMetrics(reg), projections.NewMetrics(reg)
-	dead := projections.NewDeadLetters(db)
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	dead := projector.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1
 	cfg.LagInterval = 100 * time.Millisecond
-	r := projections.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
+	r := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, "summaries runner", r.Run)
 
 	gauge := func(want float64) func() error {
