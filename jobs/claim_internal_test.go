@@ -10,7 +10,7 @@ import (
 
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 )
 
 // TestRenewalOutlivesASlowStore: a claim whose last renewal got through
@@ -26,8 +26,8 @@ func TestRenewalOutlivesASlowStore(t *testing.T) {
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	j := New(db, projections.NewPointers(db), es, map[string]string{projections.OrderSummaries.Name: projections.OrderSummaries.Collection})
-	job, err := j.StartVerify(ctx, projections.OrderSummaries.Name, false)
+	j := New(db, projection.NewPointers(db), es, map[string]string{projection.OrderSummaries.Name: projection.OrderSummaries.Collection})
+	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)
 	}

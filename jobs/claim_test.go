@@ -7,16 +7,16 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestTaskClaimedByExactlyOneWorker runs eight workers on one verify job:
 // its task is claimed once, by one of them (invariant 6).
 func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, _ := projectedKit(t, ctx, "clm", 10, 2)
-	job, err := k.jobs.StartVerify(ctx, projections.OrderSummaries.Name, false)
+	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)
 	}

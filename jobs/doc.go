@@ -5,7 +5,7 @@
 // projection_job_tasks beside the job's document in projection_jobs;
 // Workers in any number of instances claim the tasks and run them, and
 // Jobs.Get sums their progress. What a task does to a read model is
-// package projections' (Projection.WriteFolds, Projection.Verify, the
+// package projection's (Projection.WriteFolds, Projection.Verify, the
 // pointer documents); this package decides who runs it, when, and from
 // where:
 //

@@ -12,40 +12,40 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // repairKit is what the repair jobs need on one database.
 type repairKit struct {
 	db   *mongo.Database
 	es   *eventstore.Store
-	ps   *projections.Pointers
-	sums *projections.Projection[domain.Order]
-	stat *projections.Projection[projections.Contribution]
+	ps   *projection.Pointers
+	sums *projection.Projection[domain.Order]
+	stat *projection.Projection[projection.Contribution]
 	jobs *jobs.Jobs
 }
 
 func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eventstore.Store) *repairKit {
-	ps := projections.NewPointers(db)
+	ps := projection.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
-		sums: projections.NewProjection(db, projections.OrderSummaries, es, nil, ps),
-		stat: projections.NewProjection(db, projections.CustomerOrderStats, es, nil, ps),
+		sums: projection.NewProjection(db, projection.OrderSummaries, es, nil, ps),
+		stat: projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
 	}
 	k.jobs = jobs.New(db, ps, es, map[string]string{
-		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
 	return k
 }
 
 // projectedKit appends n orders named prefix000.. to a new database and
 // writes their fold into both read models.
-func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectionstest.Fixture) {
+func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
 	t.Helper()
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, prefix, n, customers)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
 	k := newRepairKit(t, ctx, db, es)
 	k.project(t, ctx, f)
 	return k, f
@@ -63,15 +63,15 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectionstest.Logger(t))
-	projectionstest.Go(t, "worker "+owner, w.Run)
+	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
+	projectiontest.Go(t, "worker "+owner, w.Run)
 }
 
 // waitJob waits until the job is final and returns it.
 func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) domain.Job {
 	t.Helper()
 	var job domain.Job
-	projectionstest.WaitFor(t, limit, "job "+id+" final", func() error {
+	projectiontest.WaitFor(t, limit, "job "+id+" final", func() error {
 		var err error
 		if job, err = k.jobs.Get(ctx, id); err != nil {
 			return err
@@ -85,11 +85,11 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 }
 
 // project writes the fold of f into both read models' active collections.
-func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectionstest.Fixture) {
+func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest.Fixture) {
 	t.Helper()
-	for _, apply := range []func(context.Context, []domain.Event) (projections.Outcome, map[string]error, error){
-		projections.NewReadModel(k.db, projections.OrderSummaries, k.es, nil).Apply,
-		projections.NewReadModel(k.db, projections.CustomerOrderStats, k.es, nil).Apply,
+	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
+		projection.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
+		projection.NewReadModel(k.db, projection.CustomerOrderStats, k.es, nil).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)

@@ -18,7 +18,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Collections of the jobs.
@@ -62,16 +63,16 @@ type Jobs struct {
 	jobs     *mongo.Collection
 	tasks    *mongo.Collection
 	locks    *mongo.Collection
-	pointers *projections.Pointers
+	pointers *projection.Pointers
 	events   EventLog
 	defs     map[string]string // projection name -> base collection
 	now      func() time.Time
 }
 
 // New returns the jobs of db for the projections named in defs
-// (projection name to its projections.Definition's Collection), whose
+// (projection name to its projection.Definition's Collection), whose
 // pointer documents ps keeps, reading log.
-func New(db *mongo.Database, ps *projections.Pointers, events EventLog, defs map[string]string) *Jobs {
+func New(db *mongo.Database, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{db: db, jobs: db.Collection(Collection), tasks: db.Collection(TasksCollection),
 		locks:    db.Collection(LocksCollection),
 		pointers: ps, events: events, defs: defs, now: time.Now}
@@ -253,7 +254,7 @@ func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, 
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead *projections.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
+func (j *Jobs) Status(ctx context.Context, dead *projector.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
 	var out []domain.ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name], 0)

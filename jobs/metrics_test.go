@@ -9,8 +9,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestRebuildMetrics runs rebuilds of two partitions on a Worker with
@@ -19,15 +19,15 @@ import (
 // the scan and end at the log's totals, and a second rebuild counts
 // afresh rather than adding to the first.
 func TestRebuildMetrics(t *testing.T) {
-	ctx := projectionstest.Context(t, 90*time.Second)
+	ctx := projectiontest.Context(t, 90*time.Second)
 	k, f := projectedKit(t, ctx, "rbm", 30, 3)
 	db := k.db
 
 	reg := prometheus.NewRegistry()
 	m := jobs.NewMetrics(reg)
-	name := projections.OrderSummaries.Name
+	name := projection.OrderSummaries.Name
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
-		if n := projectionstest.Series(t, reg, g); n != 0 {
+		if n := projectiontest.Series(t, reg, g); n != 0 {
 			t.Errorf("%s before any rebuild: %d series, want none", g, n)
 		}
 	}
@@ -37,7 +37,7 @@ func TestRebuildMetrics(t *testing.T) {
 	// A worker with metrics exposes the gauges of the projections it
 	// manages at once, at 0.
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
-		if n := projectionstest.Series(t, reg, g); n != 2 {
+		if n := projectiontest.Series(t, reg, g); n != 2 {
 			t.Errorf("%s once the worker is up: %d series, want 2 (one per projection)", g, n)
 		}
 	}
@@ -48,10 +48,10 @@ func TestRebuildMetrics(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Mid-scan: running, and some but not all of the events counted.
-		projectionstest.WaitFor(t, 20*time.Second, fmt.Sprintf("rebuild %d under way in the metrics", round), func() error {
-			running := projectionstest.Metric(t, reg, "orderd_rebuild_running", name)
-			events := projectionstest.Metric(t, reg, "orderd_rebuild_events_done", name)
-			streams := projectionstest.Metric(t, reg, "orderd_rebuild_streams_done", name)
+		projectiontest.WaitFor(t, 20*time.Second, fmt.Sprintf("rebuild %d under way in the metrics", round), func() error {
+			running := projectiontest.Metric(t, reg, "orderd_rebuild_running", name)
+			events := projectiontest.Metric(t, reg, "orderd_rebuild_events_done", name)
+			streams := projectiontest.Metric(t, reg, "orderd_rebuild_streams_done", name)
 			if running != 1 || events == 0 || events >= float64(len(f.Flat)) || streams == 0 {
 				return fmt.Errorf("running %v, events %v of %d, streams %v", running, events, len(f.Flat), streams)
 			}
@@ -66,30 +66,30 @@ func TestRebuildMetrics(t *testing.T) {
 		}
 		// The finish task's deferred bookkeeping runs just after the job
 		// is marked succeeded.
-		projectionstest.WaitFor(t, 10*time.Second, "orderd_rebuild_running back to 0", func() error {
-			if v := projectionstest.Metric(t, reg, "orderd_rebuild_running", name); v != 0 {
+		projectiontest.WaitFor(t, 10*time.Second, "orderd_rebuild_running back to 0", func() error {
+			if v := projectiontest.Metric(t, reg, "orderd_rebuild_running", name); v != 0 {
 				return fmt.Errorf("running %v", v)
 			}
 			return nil
 		})
-		if got, want := projectionstest.Metric(t, reg, "orderd_rebuild_events_done", name), float64(len(f.Flat)); got != want {
+		if got, want := projectiontest.Metric(t, reg, "orderd_rebuild_events_done", name), float64(len(f.Flat)); got != want {
 			t.Errorf("rebuild %d: events done %v, want %v (every event once)", round, got, want)
 		}
-		if got, want := projectionstest.Metric(t, reg, "orderd_rebuild_streams_done", name), float64(len(f.IDs)); got != want {
+		if got, want := projectiontest.Metric(t, reg, "orderd_rebuild_streams_done", name), float64(len(f.IDs)); got != want {
 			t.Errorf("rebuild %d: streams done %v, want %v", round, got, want)
 		}
-		projectionstest.LogMetrics(t, reg, name)
+		projectiontest.LogMetrics(t, reg, name)
 	}
 	// The projection not rebuilt kept its gauges at 0.
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
-		if n := projectionstest.Series(t, reg, g); n != 2 {
+		if n := projectiontest.Series(t, reg, g); n != 2 {
 			t.Errorf("%s: %d series, want 2", g, n)
 		}
-		if v := projectionstest.Metric(t, reg, g, projections.CustomerOrderStats.Name); v != 0 {
-			t.Errorf("%s of %s, never rebuilt: %v", g, projections.CustomerOrderStats.Name, v)
+		if v := projectiontest.Metric(t, reg, g, projection.CustomerOrderStats.Name); v != 0 {
+			t.Errorf("%s of %s, never rebuilt: %v", g, projection.CustomerOrderStats.Name, v)
 		}
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 }

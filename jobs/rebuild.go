@@ -13,7 +13,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 )
 
 // StartRebuild creates a rebuild job of projection split into partitions
@@ -41,10 +41,10 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 	return job, nil
 }
 
-func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions int, id string) (domain.Job, error) {
+func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, id string) (domain.Job, error) {
 	now := j.now().UTC()
-	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: projection, State: domain.StateQueued, CreatedAt: now,
-		Partitions: partitions, Shadow: j.defs[projection] + "_" + strings.ReplaceAll(id, "-", "")}
+	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, State: domain.StateQueued, CreatedAt: now,
+		Partitions: partitions, Shadow: j.defs[name] + "_" + strings.ReplaceAll(id, "-", "")}
 	// The partitions are cut by the plan task, off the request path: on
 	// FerretDB counting and cutting the log means sorting it.
 	tasks := []any{
@@ -52,17 +52,17 @@ func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions 
 		domain.Task{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
 	}
 	if _, err := j.tasks.InsertMany(ctx, tasks); err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", projection, mongoerr.Translate(err))
+		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", name, mongoerr.Translate(err))
 	}
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	_, err := j.pointers.Update(ctx, projection, j.defs[projection], func(p *projections.Pointer) (bool, error) {
+	_, err := j.pointers.Update(ctx, name, j.defs[name], func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
 			// collection a pointer names.
-			if err := j.pointers.Retire(ctx, projection, p.Shadow, "abandoned shadow", now); err != nil {
+			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now); err != nil {
 				return false, err
 			}
 		}
@@ -70,19 +70,19 @@ func (j *Jobs) createRebuild(ctx context.Context, projection string, partitions 
 		return true, nil
 	})
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: announce %s: %w", projection, job.Shadow, err)
+		return domain.Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
 	}
 	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), projection, j.defs[projection], func(p *projections.Pointer) (bool, error) {
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, j.defs[name], func(p *projection.Pointer) (bool, error) {
 			if p.Shadow != job.Shadow {
 				return false, nil
 			}
 			p.Shadow, p.ShadowJob = "", ""
 			return true, nil
 		})
-		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", projection, mongoerr.Translate(err)), perr)
+		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, mongoerr.Translate(err)), perr)
 	}
 	return job, nil
 }
@@ -241,7 +241,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
 		t := c.task
-		rep, err := m.Verify(ctx, job.Shadow, w.events, true, func(p projections.VerifyProgress) error {
+		rep, err := m.Verify(ctx, job.Shadow, w.events, true, func(p projection.VerifyProgress) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
 		})
@@ -269,7 +269,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
-		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projections.Pointer) (bool, error) {
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projection.Pointer) (bool, error) {
 			switch {
 			case p.Active == job.Shadow:
 				return false, nil // switched by another run of this finish
@@ -309,7 +309,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projections.Pointer) (bool, error) {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != job.Shadow {
 			return false, nil
 		}

@@ -15,8 +15,10 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestRebuildUnderLoadNeverShowsAHalfBuiltModel rebuilds order_summaries
@@ -27,21 +29,21 @@ import (
 // models end equal to the fold of the log, and the replaced collection is
 // dropped after the grace period (invariants 5 and 6).
 func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
-	ctx := projectionstest.Context(t, 120*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	ctx := projectiontest.Context(t, 120*time.Second)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, "pre", 50, 9)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "pre", 50, 9)
 	k := newRepairKit(t, ctx, db, es)
 	cfg := b.RunnerConfig()
 	cfg.Workers = 1
-	dead := projections.NewDeadLetters(db)
-	sums := projections.NewRunner(k.sums, b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	stats := projections.NewRunner(k.stat, b.JS, dead, cfg, projectionstest.Logger(t), nil)
-	projectionstest.Go(t, "summaries runner", sums.Run)
-	projectionstest.Go(t, "stats runner", stats.Run)
+	dead := projector.NewDeadLetters(db)
+	sums := projector.NewRunner(k.sums, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projector.NewRunner(k.stat, b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
 	b.PublishEvents(t, ctx, f.Flat, func(e domain.Event) string { return e.ID })
-	projectionstest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectionstest.DiffReadModels(ctx, db, f) })
+	projectiontest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
 	began := time.Now()
 
 	// Writer: new orders, event by event, published like the relay does.
@@ -67,7 +69,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 				t.Errorf("writer: %v", err)
 				return
 			}
-			appendStreamNoFatal(t, ctx, es, id, projectionstest.Lifecycle(n, "cust-new"), at)
+			appendStreamNoFatal(t, ctx, es, id, projectiontest.Lifecycle(n, "cust-new"), at)
 			loaded, err := es.Load(ctx, id, 0)
 			if err != nil || len(loaded) == 0 {
 				continue
@@ -93,7 +95,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	readerErrs := make(chan error, 1)
 	stopReaders := make(chan struct{})
 	readersDone := make(chan struct{})
-	reader := projections.NewReader(db, projections.NewPointers(db))
+	reader := projection.NewReader(db, projection.NewPointers(db))
 	go func() {
 		defer close(readersDone)
 		for {
@@ -126,11 +128,11 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	k.worker(t, "w1", wc)
 	k.worker(t, "w2", wc)
 	time.Sleep(200 * time.Millisecond)
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 2)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); !errors.Is(err, domain.ErrJobRunning) {
 		t.Errorf("a second rebuild while one runs: %v, want ErrJobRunning", err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 90*time.Second)
@@ -158,20 +160,20 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		t.Errorf("rebuild in %d partitions with %d tasks, want 2 and 4 (plan, 2 partitions, finish)", job.Partitions, len(job.Tasks))
 	}
 	t.Logf("rebuild: %d events, %d streams, tasks run by %v, repaired before switch %d", job.Events, job.Streams, owners, job.Report.Repaired)
-	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	ptr, err := k.ps.Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if ptr.Active != job.Shadow || ptr.Shadow != "" {
 		t.Errorf("pointer after the rebuild: %+v, want active %s", ptr, job.Shadow)
 	}
-	projectionstest.WaitLag(t, ctx, 30*time.Second, sums, stats)
+	projectortest.WaitLag(t, ctx, 30*time.Second, sums, stats)
 	mu.Lock()
-	all := projectionstest.LoadFixture(t, ctx, es, written)
+	all := projectiontest.LoadFixture(t, ctx, es, written)
 	mu.Unlock()
-	projectionstest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectionstest.DiffReadModels(ctx, db, all) })
-	projectionstest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
-		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projections.OrderSummaries.Collection}})
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectiontest.DiffReadModels(ctx, db, all) })
+	projectiontest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.OrderSummaries.Collection}})
 		if err != nil {
 			return err
 		}
@@ -180,7 +182,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
 		t.Errorf("a rebuild after the first finished: %v", err)
 	}
 }
@@ -199,7 +201,7 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 	}
 	for n := 0; n < 2 && version < int64(len(datas)); n++ {
 		c := domain.Commit{StreamID: id, StreamType: domain.StreamTypeOrder, ExpectedVersion: version,
-			Events: []domain.Event{projectionstest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
+			Events: []domain.Event{projectiontest.NewEvent(id, version+1, datas[version], at.Add(time.Duration(version)*time.Hour))}}
 		if _, err := es.Append(ctx, c); err != nil {
 			t.Errorf("append %s v%d: %v", id, version+1, err)
 			return
@@ -214,20 +216,20 @@ func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store
 // instead of starting over, and that the job completes with every stream
 // counted once.
 func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "res", 30, 3)
 	db, es := k.db, k.es
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// A worker whose settling time never ends runs only the plan.
 	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
-		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectionstest.Logger(t))
+		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectiontest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)
 	go func() { planned <- planner.Run(pctx) }()
-	projectionstest.WaitFor(t, 20*time.Second, "plan done", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "plan done", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -254,10 +256,10 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	shadow := db.Collection(job.Shadow)
 	for _, id := range done {
 		o := f.Orders[id]
-		projectionstest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
+		projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
 	}
 	part := job.ID + "/part-0"
-	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: time.Now().Add(-time.Minute)},
 		{Key: "cursor", Value: done[len(done)-1]}, {Key: "streams", Value: len(done)}, {Key: "events", Value: events},
@@ -279,7 +281,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	if job.Report == nil || job.Report.Different != 12 || job.Report.Repaired != 12 {
 		t.Errorf("verify before the switch: %+v", job.Report)
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 }
@@ -288,15 +290,15 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 // readers' collection never changed, the shadow is dropped after the grace
 // period, and the projection can be rebuilt again.
 func TestRebuildCancel(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "cnl", 60, 4)
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, MaxEventsPerSecond: 40, Grace: 500 * time.Millisecond})
-	job, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1)
+	job, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	projectionstest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
+	projectiontest.WaitFor(t, 20*time.Second, "rebuild under way", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -319,24 +321,24 @@ func TestRebuildCancel(t *testing.T) {
 	if _, err := k.jobs.Cancel(ctx, job.ID); !errors.Is(err, domain.ErrJobFinished) {
 		t.Errorf("cancel of a canceled job: %v, want ErrJobFinished", err)
 	}
-	ptr, err := k.ps.Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	ptr, err := k.ps.Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ptr.Active != projections.OrderSummaries.Collection || ptr.Shadow != "" {
+	if ptr.Active != projection.OrderSummaries.Collection || ptr.Shadow != "" {
 		t.Errorf("pointer after cancel: %+v", ptr)
 	}
-	projectionstest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
+	projectiontest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
 		if err != nil || len(names) > 0 {
 			return fmt.Errorf("%v %v", names, err)
 		}
 		return nil
 	})
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
-	if _, err := k.jobs.StartRebuild(ctx, projections.OrderSummaries.Name, 1); err != nil {
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
 		t.Errorf("rebuild after a canceled one: %v", err)
 	}
 }
@@ -350,10 +352,10 @@ func TestRebuildCancel(t *testing.T) {
 // job as succeeded, never putting the collection readers now read on the
 // drop list.
 func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "late", 20, 3)
 	db := k.db
-	name := projections.OrderSummaries.Name
+	name := projection.OrderSummaries.Name
 	// A long grace keeps whatever is put on the drop list there to be seen.
 	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
 	job, err := k.jobs.StartRebuild(ctx, name, 1)
@@ -363,7 +365,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
-	switched, err := k.ps.Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	switched, err := k.ps.Get(ctx, name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,17 +374,17 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	}
 
 	// The finish died after the switch, before it recorded the job's end.
-	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
-	projectionstest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
 
 	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
-	projectionstest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
 	// Its lease runs out: the worker claims the finish again.
-	projectionstest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
 			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
@@ -395,7 +397,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
 	}
 	// The finish records its task's end after the job's.
-	projectionstest.WaitFor(t, 10*time.Second, "finish run again", func() error {
+	projectiontest.WaitFor(t, 10*time.Second, "finish run again", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
 			return err
@@ -405,7 +407,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		}
 		return nil
 	})
-	ptr, err := projections.NewPointers(db).Get(ctx, name, projections.OrderSummaries.Collection, 0)
+	ptr, err := projection.NewPointers(db).Get(ctx, name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +415,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		t.Errorf("pointer after the late cancel: %+v, want %s active", ptr, job.Shadow)
 	}
 	var retired []bson.M
-	cur, err := db.Collection(projections.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
+	cur, err := db.Collection(projection.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
 	if err == nil {
 		err = cur.All(ctx, &retired)
 	}
@@ -427,7 +429,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if err != nil || len(names) != 1 {
 		t.Errorf("active collection %s: %v %v", job.Shadow, names, err)
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, name, 1); err != nil {

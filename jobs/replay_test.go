@@ -10,25 +10,26 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestReplayKeepsMessageIDs republishes one stream and then a recorded-time
 // range of the log: every message carries its event's id as Nats-Msg-Id,
 // so the stream's de-duplication window keeps one message per event.
 func TestReplayKeepsMessageIDs(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
-	b := projectionstest.NewBus(t, ctx)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	b := projectortest.NewBus(t, ctx)
 	db := storetest.Database(t)
-	es := projectionstest.NewLog(t, ctx, db)
-	f := projectionstest.NewFixture(t, ctx, es, "rpl", 6, 2)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "rpl", 6, 2)
 	k := newRepairKit(t, ctx, db, es)
 	republish := func(ctx context.Context, evs []domain.Event) (int, error) {
 		return bus.NewPublisher(b.JS, b.Stream).Republish(ctx, evs)
 	}
 	w := jobs.NewWorker(k.jobs, es, republish, []jobs.Projection{k.sums, k.stat},
-		jobs.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, projectionstest.Logger(t))
-	projectionstest.Go(t, "worker", w.Run)
+		jobs.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, projectiontest.Logger(t))
+	projectiontest.Go(t, "worker", w.Run)
 
 	replay := func(spec domain.ReplaySpec) domain.Job {
 		t.Helper()

@@ -16,8 +16,8 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
-	"github.com/orderd/orderd/projections/projectionstest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestVerifyReportsAndRepairsExactlyTheDrift alters the summaries behind
@@ -26,7 +26,7 @@ import (
 // that verify with repair fixes exactly those, and that a third verify
 // finds no drift and a digest equal to the fold's.
 func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
-	ctx := projectionstest.Context(t, 90*time.Second)
+	ctx := projectiontest.Context(t, 90*time.Second)
 	k, f := projectedKit(t, ctx, "vfy", 40, 5)
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{})
@@ -36,16 +36,16 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 		t.Fatalf("verify before any drift: %+v", clean)
 	}
 
-	coll := db.Collection(projections.OrderSummaries.Collection)
+	coll := db.Collection(projection.OrderSummaries.Collection)
 	del := []string{f.IDs[3], f.IDs[17]}
 	changed := []string{f.IDs[5], f.IDs[22]}
 	staleID := f.IDs[0] // lifecycle 0 has six events
 	for _, id := range del {
-		projectionstest.Must(t)(coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}))
+		projectiontest.Must(t)(coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}))
 	}
-	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "total_cents", Value: 1}}}}))
-	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "customer_id", Value: "someone-else"}}}}))
-	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: staleID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: 2}, {Key: "status", Value: "approved"}}}}))
+	projectiontest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[0]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "total_cents", Value: 1}}}}))
+	projectiontest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed[1]}}, bson.D{{Key: "$set", Value: bson.D{{Key: "customer_id", Value: "someone-else"}}}}))
+	projectiontest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: staleID}}, bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: 2}, {Key: "status", Value: "approved"}}}}))
 	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "ghost"}, {Key: "version", Value: 1}, {Key: "status", Value: "created"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	// Documents not drifted must not be written by the repair.
 	untouched := f.IDs[30]
 	before := rawDoc(t, ctx, coll, untouched)
-	projectionstest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: untouched}}, bson.D{{Key: "$set", Value: bson.D{{Key: "marker", Value: "kept"}}}}))
+	projectiontest.Must(t)(coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: untouched}}, bson.D{{Key: "$set", Value: bson.D{{Key: "marker", Value: "kept"}}}}))
 
 	repaired := k.verify(t, ctx, true)
 	check(repaired, "verify with repair")
@@ -103,7 +103,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	if got := rawDoc(t, ctx, coll, untouched); got["marker"] != "kept" || got["version"] != before["version"] {
 		t.Errorf("an undrifted document was rewritten by the repair: %v", got)
 	}
-	if err := projectionstest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
 	}
 	if _, err := k.jobs.StartVerify(ctx, "no_such_projection", false); !errors.Is(err, domain.ErrNotFound) {
@@ -113,7 +113,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 
 func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) domain.VerifyReport {
 	t.Helper()
-	job, err := k.jobs.StartVerify(ctx, projections.OrderSummaries.Name, repair)
+	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, repair)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,12 +138,12 @@ func rawDoc(t *testing.T, ctx context.Context, coll *mongo.Collection, id string
 // and its repairs stops with an error and writes nothing, rather than
 // recreating the dropped collection with its upserts.
 func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
-	ctx := projectionstest.Context(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
 	k, f := projectedKit(t, ctx, "gone", 12, 3)
 	db := k.db
-	name, coll := projections.OrderSummaries.Name, projections.OrderSummaries.Collection
+	name, coll := projection.OrderSummaries.Name, projection.OrderSummaries.Collection
 	// Drift to repair: two summaries missing.
-	projectionstest.Must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.IDs[2], f.IDs[7]}}}}}))
+	projectiontest.Must(t)(db.Collection(coll).DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{f.IDs[2], f.IDs[7]}}}}}))
 
 	// The repairs read the log (the recheck of each suspect) after the
 	// report: that is when another rebuild switches the projection to its
@@ -152,7 +152,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	var once sync.Once
 	hooked := &hookedLog{Store: k.es, before: func() {
 		once.Do(func() {
-			projectionstest.Must(t)(db.Collection(projections.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+			projectiontest.Must(t)(db.Collection(projection.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
 				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
 				options.Replace().SetUpsert(true)))
 			if err := db.Collection(coll).Drop(ctx); err != nil {
@@ -160,7 +160,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 			}
 		})
 	}}
-	k.sums = projections.NewProjection(db, projections.OrderSummaries, hooked, nil, k.ps)
+	k.sums = projection.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
 	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 )
 
 // WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
@@ -58,18 +58,18 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: *projections.Projection[D] implements it.
+// type: *projection.Projection[D] implements it.
 type Projection interface {
 	Name() string
-	Pointer(ctx context.Context, maxAge time.Duration) (projections.Pointer, error)
+	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
-	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projections.FoldResult, error)
-	Verify(ctx context.Context, coll string, log projections.Scanner, repair bool, progress func(projections.VerifyProgress) error) (domain.VerifyReport, error)
+	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
+	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
 }
 
 var (
-	_ Projection = (*projections.Projection[domain.Order])(nil)
-	_ Projection = (*projections.Projection[projections.Contribution])(nil)
+	_ Projection = (*projection.Projection[domain.Order])(nil)
+	_ Projection = (*projection.Projection[projection.Contribution])(nil)
 )
 
 // Worker runs the jobs' tasks: any number of instances may run a

@@ -7,21 +7,21 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projector"
 )
 
 // adminAPI is the admin side of the REST API: the repair jobs, the
 // projections' state and the dead letters.
 type adminAPI struct {
 	jobs    *jobs.Jobs
-	dead    *projections.DeadLetters
-	runners []*projections.Runner
+	dead    *projector.DeadLetters
+	runners []*projector.Runner
 	checks  []readModelCheck
 	bus     bool // false on an api-only instance without NATS_URL: no consumer lag to show
 }
 
 // readModelCheck is a projection as the order page of the console sees it
-// (*projections.Projection).
+// (*projection.Projection).
 type readModelCheck interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
@@ -90,7 +90,7 @@ func (a *adminAPI) Projections(ctx context.Context) ([]domain.ProjectionStatus, 
 	return list, nil
 }
 
-func (a *adminAPI) runner(name string) *projections.Runner {
+func (a *adminAPI) runner(name string) *projector.Runner {
 	for _, r := range a.runners {
 		if r.Name() == name {
 			return r

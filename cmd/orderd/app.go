@@ -27,7 +27,8 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 	"github.com/orderd/orderd/tracing"
 )
 
@@ -187,15 +188,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		sweeper := outbox.NewSweeper(commits, publisher, lease, relayCfg, relayLog, relayMetrics)
 		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
-	pm := projections.NewMetrics(reg)
+	pm := projection.NewMetrics(reg)
+	rm := projector.NewMetrics(reg)
 	jm := jobs.NewMetrics(reg)
-	pointers := projections.NewPointers(db)
-	sums := projections.NewProjection(db, projections.OrderSummaries, store, pm, pointers)
-	stats := projections.NewProjection(db, projections.CustomerOrderStats, store, pm, pointers)
-	dead := projections.NewDeadLetters(db)
+	pointers := projection.NewPointers(db)
+	sums := projection.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
+	stats := projection.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	dead := projector.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
-	rc := projections.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
+	rc := projector.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
 		Owner: c.instanceID(), Workers: c.ProjectorWorkers, Writers: c.ProjectorWriters, LeaseTTL: c.PartitionTTL}
 	if c.TenureLog != "" {
 		tl, err := openTenureLog(c.TenureLog, c.instanceID())
@@ -206,13 +208,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		rc.OnTenure = tl.record
 	}
 	plog := m.Log.With("component", "projector")
-	runners := []*projections.Runner{
-		projections.NewRunner(sums, js, dead, rc, plog, pm),
-		projections.NewRunner(stats, js, dead, rc, plog, pm),
+	runners := []*projector.Runner{
+		projector.NewRunner(sums, js, dead, rc, plog, rm),
+		projector.NewRunner(stats, js, dead, rc, plog, rm),
 	}
 	scheduler := jobs.New(db, pointers, store, map[string]string{
-		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
 	if r.projector {
 		for _, pr := range runners {
@@ -239,7 +241,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc := domain.NewService(tracing.NewEventStore(store), cache)
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
-			Commands: svc, ReadModels: projections.NewReader(db, pointers),
+			Commands: svc, ReadModels: projection.NewReader(db, pointers),
 			Admin: &adminAPI{jobs: scheduler, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
 			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})

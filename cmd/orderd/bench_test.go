@@ -17,7 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Sizes of BenchmarkService. The raw inserts and the commands are as many,
@@ -69,8 +70,8 @@ func BenchmarkService(b *testing.B) {
 	b.StopTimer()
 
 	sizes := map[string]int64{}
-	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
 		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
 		if err != nil {
 			b.Errorf("count %s: %v", name, err)
@@ -138,8 +139,8 @@ func BenchmarkService(b *testing.B) {
 			e[`orderd_projection_errors_total{projection="order_summaries"}`]+e[`orderd_projection_errors_total{projection="customer_order_stats"}`])
 	}
 	f("  collection sizes reached          ")
-	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Collection, projections.DeadLettersCollection} {
+	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
 		if i > 0 {
 			f(", ")
 		}
@@ -149,7 +150,7 @@ func BenchmarkService(b *testing.B) {
 	fmt.Fprint(os.Stdout, t.String())
 
 	if sizes[benchScratch] != benchRawInserts || sizes[eventstore.CommitsCollection] != benchCommands ||
-		sizes[projections.OrderSummaries.Collection] != benchOrders {
+		sizes[projection.OrderSummaries.Collection] != benchOrders {
 		b.Errorf("collection sizes %v; want %d raw documents, %d commits, %d summaries", sizes, benchRawInserts, benchCommands, benchOrders)
 	}
 }

@@ -30,7 +30,8 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/devstore"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // The chaos tests run several orderd processes on loopback around a store
@@ -204,8 +205,8 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 // it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
-	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
-		for p := range projections.DefaultPartitions {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
+		for p := range projector.DefaultPartitions {
 			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
 			if err != nil {
 				continue
@@ -253,7 +254,7 @@ func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]int
 		Owner      string    `bson:"owner"`
 		Expires    time.Time `bson:"expires_at"`
 	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(projections.PartitionsCollection).Find(ctx, bson.D{})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(projector.PartitionsCollection).Find(ctx, bson.D{})
 	if err != nil || cur.All(ctx, &leases) != nil {
 		return nil
 	}
@@ -417,7 +418,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 
 	// 3. The read models equal the fold of the log.
 	cl := &client{t: t, base: api.url(), http: &http.Client{Timeout: 45 * time.Second}}
-	for _, name := range []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
 		deadline := time.Now().Add(2 * time.Minute)
 		for attempt := 1; ; attempt++ {
 			rep := verifyOnce(t, cl, name)

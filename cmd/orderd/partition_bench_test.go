@@ -21,7 +21,8 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/devstore"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Sizes of BenchmarkProjectionScaling.
@@ -142,7 +143,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	b.Helper()
 	dbName, streamName := fmt.Sprintf("scale_%d", procs), fmt.Sprintf("SCALE_%d", procs)
 	db := client.Database(dbName)
-	cfg := bus.StreamConfig{Name: streamName, SubjectPrefix: subjectPrefix, Duplicates: time.Minute, Partitions: projections.DefaultPartitions}
+	cfg := bus.StreamConfig{Name: streamName, SubjectPrefix: subjectPrefix, Duplicates: time.Minute, Partitions: projector.DefaultPartitions}
 	if err := bus.EnsureStream(ctx, js, cfg); err != nil {
 		b.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	}
 	// Even shares: with n processes, each holds 16/n or one more, in both
 	// projections.
-	parts := db.Collection(projections.PartitionsCollection)
+	parts := db.Collection(projector.PartitionsCollection)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var leases []struct {
@@ -213,9 +214,9 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 			total := 0
 			for _, n := range owners {
 				total += n
-				even = even && n >= projections.DefaultPartitions/procs && n <= (projections.DefaultPartitions+procs-1)/procs
+				even = even && n >= projector.DefaultPartitions/procs && n <= (projector.DefaultPartitions+procs-1)/procs
 			}
-			even = even && len(owners) == procs && total == projections.DefaultPartitions
+			even = even && len(owners) == procs && total == projector.DefaultPartitions
 		}
 		if even {
 			break
@@ -242,7 +243,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 		time.Sleep(50 * time.Millisecond)
 	}
 	elapsed := time.Since(start)
-	n, err := db.Collection(projections.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})
+	n, err := db.Collection(projection.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})
 	if err != nil || n != scaleOrders {
 		b.Errorf("%d projectors: %d summaries at version 4 (%v), want %d", procs, n, err, scaleOrders)
 	}
@@ -263,7 +264,7 @@ func streamLag(ctx context.Context, js jetstream.JetStream, stream string) (uint
 		n++
 		lag += info.NumPending + uint64(info.NumAckPending)
 	}
-	if n < 2*projections.DefaultPartitions {
+	if n < 2*projector.DefaultPartitions {
 		return 0, fmt.Errorf("%d consumers", n)
 	}
 	return lag, nil

@@ -15,7 +15,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // partitionTTL is the partition lease of the projectors of
@@ -158,11 +159,11 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	api := c.add("api", "api,relay")
 	c.add("jobs", "jobs")
 	logs := map[string]string{}
-	projector := func(name string) *proc {
+	startProjector := func(name string) *proc {
 		logs[name] = filepath.Join(c.dir, "tenures-"+name+".jsonl")
 		return c.add(name, "projector", "-tenure-log", logs[name], "-partition-lease-ttl", partitionTTL.String())
 	}
-	names := []string{projections.OrderSummaries.Name, projections.CustomerOrderStats.Name}
+	names := []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name}
 	ctx := t.Context()
 	// waitShares waits until, in every projection, the owners hold the
 	// partitions between them, each its even share (16 over n: 5 or 6).
@@ -176,12 +177,12 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 				total := 0
 				for o, n := range got[name] {
 					total += n
-					if !slices.Contains(owners, o) || n < projections.DefaultPartitions/len(owners) ||
-						n > (projections.DefaultPartitions+len(owners)-1)/len(owners) {
+					if !slices.Contains(owners, o) || n < projector.DefaultPartitions/len(owners) ||
+						n > (projector.DefaultPartitions+len(owners)-1)/len(owners) {
 						ok = false
 					}
 				}
-				ok = ok && total == projections.DefaultPartitions && len(got[name]) == len(owners)
+				ok = ok && total == projector.DefaultPartitions && len(got[name]) == len(owners)
 			}
 			if ok {
 				t.Logf("%s: partitions held as %v", what, got)
@@ -193,7 +194,7 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	p1, p2, p3 := projector("projector-1"), projector("projector-2"), projector("projector-3")
+	p1, p2, p3 := startProjector("projector-1"), startProjector("projector-2"), startProjector("projector-3")
 	waitShares("three projectors", p1.name, p2.name, p3.name)
 
 	wait, done := runLoad(t, loadgen.Config{URLs: []string{api.url()}, Orders: 100_000, Duration: loadFor,
@@ -217,7 +218,7 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	t.Logf("partitions of the killed %s taken over %v after the kill (partition lease %v)",
 		p2.name, time.Since(killedAt).Round(100*time.Millisecond), partitionTTL)
 
-	p4 := projector("projector-4")
+	p4 := startProjector("projector-4")
 	waitShares("after "+p4.name+" joined", p1.name, p3.name, p4.name)
 
 	select {
@@ -242,7 +243,7 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 		t.Fatalf("%d times a partition had two writers at once:\n%s", len(o), strings.Join(o, "\n"))
 	}
 	t.Logf("GUARANTEES partition takeover: %d commands acknowledged, %d events, drift %d; %d tenures over %d partitions (by owner %v), none overlapping",
-		f.Acked, f.Events, f.Drift, len(tenures), 2*projections.DefaultPartitions, byOwner)
+		f.Acked, f.Events, f.Drift, len(tenures), 2*projector.DefaultPartitions, byOwner)
 }
 
 // appliedBy is how many events owner reported applying in its current
@@ -254,7 +255,7 @@ func (c *cluster) appliedBy(ctx context.Context, owner string) int64 {
 			Applied int64 `bson:"applied"`
 		} `bson:"partitions"`
 	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(projections.MembersCollection).Find(ctx, bson.D{{Key: "owner", Value: owner}})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(projector.MembersCollection).Find(ctx, bson.D{{Key: "owner", Value: owner}})
 	if err != nil || cur.All(ctx, &members) != nil {
 		return 0
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projections"
+	"github.com/orderd/orderd/projection"
 )
 
 // Sizes and settings of BenchmarkRebuild.
@@ -125,9 +125,9 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Database)
 	store := eventstore.New(db)
-	scheduler := jobs.New(db, projections.NewPointers(db), store, map[string]string{
-		projections.OrderSummaries.Name:     projections.OrderSummaries.Collection,
-		projections.CustomerOrderStats.Name: projections.CustomerOrderStats.Collection,
+	scheduler := jobs.New(db, projection.NewPointers(db), store, map[string]string{
+		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
+		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)
@@ -155,7 +155,7 @@ func BenchmarkRebuild(b *testing.B) {
 	b.StopTimer()
 
 	last := runs[len(runs)-1]
-	ptr, err := projections.NewPointers(db).Get(ctx, projections.OrderSummaries.Name, projections.OrderSummaries.Collection, 0)
+	ptr, err := projection.NewPointers(db).Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		b.Errorf("read the pointer: %v", err)
 	} else if ptr.Active != last.job.Shadow {
@@ -623,7 +623,7 @@ func runRebuild(ctx context.Context, b *testing.B, scheduler *jobs.Jobs, partiti
 	resetPeakRSS()
 	r.rss.before = currentRSS()
 	start := time.Now()
-	job, err := scheduler.StartRebuild(ctx, projections.OrderSummaries.Name, partitions)
+	job, err := scheduler.StartRebuild(ctx, projection.OrderSummaries.Name, partitions)
 	if err != nil {
 		b.Fatalf("start a rebuild with %d partition(s): %v", partitions, err)
 	}

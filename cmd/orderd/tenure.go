@@ -38,7 +38,7 @@ func openTenureLog(path, owner string) (*tenureLog, error) {
 	return &tenureLog{owner: owner, f: f}, nil
 }
 
-// record is projections.RunnerConfig.OnTenure.
+// record is projector.RunnerConfig.OnTenure.
 func (l *tenureLog) record(projection string, partition int, start bool) {
 	ev := "stop"
 	if start {

@@ -1,0 +1,67 @@
+package projection
+
+import (
+	"github.com/orderd/orderd/domain"
+)
+
+// Definition describes a projection whose read model holds one document
+// per stream, folded from that stream's events: Apply folds the next event
+// into it, and on error (the event cannot be applied: a poison event) must
+// leave the document unchanged; Version is the stream version the
+// document reflects. D is stored with its JSON field names and must have a
+// top-level "version" field equal to Version.
+type Definition[D any] struct {
+	Name       string
+	Collection string
+	Apply      func(doc *D, e domain.Event) error
+	Version    func(doc *D) int64
+	// Indexes are extra single or compound ascending indexes, as field lists.
+	Indexes [][]string
+}
+
+// OrderSummaries is the order_summaries projection: one domain.Order per
+// order, folded with domain.Order.Apply, the same fold as the aggregate, so
+// a caught-up summary equals GET /v1/orders/{id}.
+var OrderSummaries = Definition[domain.Order]{
+	Name:       "order_summaries",
+	Collection: "order_summaries",
+	Apply:      func(o *domain.Order, e domain.Event) error { return o.Apply(e) },
+	Version:    func(o *domain.Order) int64 { return o.Version },
+	Indexes:    [][]string{{"customer_id", "_id"}, {"status", "_id"}},
+}
+
+// Contribution is one order's share of its customer's stats: the fields of
+// the order that the stats add up, and the version they reflect.
+type Contribution struct {
+	OrderID    string        `json:"order_id"`
+	CustomerID string        `json:"customer_id"`
+	Status     domain.Status `json:"status"`
+	Currency   string        `json:"currency"`
+	TotalCents int64         `json:"total_cents"`
+	Version    int64         `json:"version"`
+}
+
+// CustomerOrderStats is the customer_order_stats projection. It stores one
+// Contribution per order (not one document per customer): lifecycle events
+// do not name the customer, so a per-customer document could not be found
+// without the order's own state, and per-order documents make every write
+// the same version-guarded compare-and-set as order_summaries. Reader sums
+// a customer's contributions on read, through an index on customer_id.
+var CustomerOrderStats = Definition[Contribution]{
+	Name:       "customer_order_stats",
+	Collection: "customer_order_stats",
+	Apply: func(c *Contribution, e domain.Event) error {
+		// Fold through domain.Order so the transition rules are the
+		// aggregate's own.
+		o := domain.Order{ID: c.OrderID, CustomerID: c.CustomerID, Status: c.Status, Currency: c.Currency,
+			TotalCents: c.TotalCents, Version: c.Version}
+		if err := o.Apply(e); err != nil {
+			return err
+		}
+		*c = Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
+			TotalCents: o.TotalCents, Version: o.Version}
+		return nil
+	},
+	Version: func(c *Contribution) int64 { return c.Version },
+	Indexes: [][]string{{"customer_id"}},
+}

@@ -1,0 +1,136 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/mongoerr"
+)
+
+// EnsureCollectionIndexes creates the projection's indexes on collection
+// coll, such as a rebuild's shadow before it is written. Errors:
+// domain.ErrUnavailable.
+func (p *Projection[D]) EnsureCollectionIndexes(ctx context.Context, coll string) error {
+	return p.ReadModel(coll).EnsureIndexes(ctx)
+}
+
+// fold folds a stream's events from nothing. It returns the document, the
+// number of events applied and the error of the first event that could
+// not be applied (the document then reflects the events before it, as the
+// live projection leaves it).
+func (p *Projection[D]) fold(evs []domain.Event) (D, int, error) {
+	var doc D
+	for i, e := range evs {
+		if err := p.def.Apply(&doc, e); err != nil {
+			return doc, i, fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, err)
+		}
+	}
+	return doc, len(evs), nil
+}
+
+// FoldResult counts what WriteFolds did.
+type FoldResult struct {
+	Events  int64
+	Poison  int64    // streams with an event that could not be read or applied
+	Errors  []string // the first few poison errors
+	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
+}
+
+// WriteFolds folds each stream of a rebuild's batch and writes its
+// document into coll: an insert, or, for a document a live projector has
+// already written, the version-guarded write, so neither side can go back
+// a version. A stream that cannot be folded (or read: StreamEvents.Err)
+// is counted as poison and its good events are kept. Errors: the store's
+// (domain.ErrUnavailable).
+func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
+	s := p.ReadModel(coll)
+	var res FoldResult
+	type folded struct {
+		id   string
+		evs  []domain.Event
+		body bson.D
+	}
+	var docs []folded
+	for _, st := range streams {
+		res.Events += int64(len(st.Events))
+		doc, n, err := p.fold(st.Events)
+		if err == nil {
+			err = st.Err
+		}
+		if err != nil {
+			res.Poison++
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, err.Error())
+			}
+		}
+		if n == 0 {
+			continue
+		}
+		body, err := storedBSON(st.StreamID, doc, p.def.Version(&doc))
+		if err != nil {
+			return res, fmt.Errorf("%s: encode %s: %w", p.def.Name, st.StreamID, err)
+		}
+		docs = append(docs, folded{id: st.StreamID, evs: st.Events[:n], body: body})
+	}
+	if len(docs) == 0 {
+		return res, nil
+	}
+	all := make([]any, len(docs))
+	for i, d := range docs {
+		all[i] = d.body
+	}
+	if _, err := s.coll.InsertMany(ctx, all); err == nil {
+		return res, nil
+	} else if !isDuplicates(err) {
+		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, mongoerr.Translate(err))
+	}
+	// Some documents exist (live writes got there first), and which of
+	// the others this insert wrote is not reliable to tell (FerretDB stops
+	// a bulk at the first error and reports it at the wrong index). So
+	// each document goes through the version guard, which reads it and
+	// writes only when it is missing or behind the fold: one a live
+	// projector already holds at or past the fold costs a read, not a
+	// write. Under load that is what keeps this fast: every write waits
+	// for the store's writers (on the embedded store, one at a time behind
+	// its funnel), and the documents that collide are the ones live
+	// writes keep up to date.
+	res.Guarded = int64(len(docs))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for _, d := range docs {
+		g.Go(func() error {
+			_, _, err := s.applyStream(gctx, d.id, slices.Clone(d.evs), true)
+			return err
+		})
+	}
+	return res, g.Wait()
+}
+
+func isDuplicates(err error) bool {
+	return mongo.IsDuplicateKeyError(err)
+}
+
+// storedBSON is the stored form of doc: {_id, attempted, fields...}.
+func storedBSON[D any](id string, doc D, version int64) (bson.D, error) {
+	raw, err := marshalJSONTags(doc)
+	if err != nil {
+		return nil, err
+	}
+	elems, err := raw.Elements()
+	if err != nil {
+		return nil, err
+	}
+	out := bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: version}}
+	for _, el := range elems {
+		if k := el.Key(); k != "_id" && k != "attempted" {
+			out = append(out, bson.E{Key: k, Value: el.Value()})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,59 @@
+package projection
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the read models' Prometheus metrics, all counters labelled
+// by projection: what the writes of a ReadModel did. The metrics of what
+// feeds them (lag, partitions, dead letters) are package projector's. A
+// nil *Metrics records nothing.
+type Metrics struct {
+	applied    *prometheus.CounterVec
+	duplicates *prometheus.CounterVec
+	gaps       *prometheus.CounterVec
+	casRetries *prometheus.CounterVec
+}
+
+// NewMetrics registers the metrics with reg; it panics if reg already
+// holds one of their names, as prometheus.MustRegister does.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
+	}
+	m := &Metrics{
+		applied:    vec("orderd_projection_events_applied_total", "Events folded into a read model."),
+		duplicates: vec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
+		gaps:       vec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
+		casRetries: vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
+	}
+	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries)
+	return m
+}
+
+// initProjection creates the projection's counters at 0, so they are
+// exposed before anything happened and their first increase shows in
+// rate() and increase() (a series born at 1 looks unchanged).
+func (m *Metrics) initProjection(name string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.casRetries} {
+		v.WithLabelValues(name)
+	}
+}
+
+func (m *Metrics) outcome(name string, o Outcome) {
+	if m == nil {
+		return
+	}
+	m.applied.WithLabelValues(name).Add(float64(o.Applied))
+	m.duplicates.WithLabelValues(name).Add(float64(o.Duplicates))
+	m.gaps.WithLabelValues(name).Add(float64(o.GapsFilled))
+}
+
+func (m *Metrics) repair(name string) {
+	if m != nil {
+		m.casRetries.WithLabelValues(name).Inc()
+	}
+}

@@ -1,0 +1,199 @@
+package projectiontest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/projection"
+)
+
+// Lifecycle returns the payloads of order i's life: one of seven paths
+// through the lifecycle table, from a placed-only order to a full
+// delivery, with the canceled and unavailable ends.
+func Lifecycle(i int, customerID string) []domain.EventData {
+	placed := domain.OrderPlaced{
+		CustomerID: customerID,
+		Currency:   []string{"BRL", "EUR"}[i%2],
+		Items: []domain.Line{
+			{SKU: "sku-a", Quantity: int64(1 + i%3), UnitPriceCents: int64(1000 + 37*i)},
+			// Freight on some lines, as in the Olist data, next to the
+			// order-level freight of others.
+			{SKU: "sku-b", Quantity: 1, UnitPriceCents: 250, FreightCents: int64(90 * (i % 3))},
+		},
+		FreightCents: int64(100 * (i % 4)),
+	}
+	var rest []domain.EventData
+	switch i % 7 {
+	case 0:
+		rest = []domain.EventData{domain.OrderApproved{}, domain.OrderInvoiced{}, domain.OrderProcessingStarted{},
+			domain.OrderShipped{}, domain.OrderDelivered{}}
+	case 1:
+		rest = []domain.EventData{domain.OrderApproved{}, domain.OrderShipped{}, domain.OrderDelivered{}}
+	case 2:
+		rest = []domain.EventData{domain.OrderCanceled{Reason: "changed mind"}}
+	case 3:
+		rest = []domain.EventData{domain.OrderApproved{}, domain.OrderInvoiced{}, domain.OrderMarkedUnavailable{Reason: "out of stock"}}
+	case 4:
+		rest = []domain.EventData{domain.OrderApproved{}, domain.OrderInvoiced{}, domain.OrderShipped{},
+			domain.OrderCanceled{Reason: "refused at the door"}}
+	case 5:
+		// placed only
+	case 6:
+		rest = []domain.EventData{domain.OrderApproved{}, domain.OrderProcessingStarted{}}
+	}
+	return append([]domain.EventData{placed}, rest...)
+}
+
+// NewEvent is the event of stream id at version v with payload d.
+func NewEvent(id string, v int64, d domain.EventData, at time.Time) domain.Event {
+	return domain.Event{
+		ID: fmt.Sprintf("%s-e%d", id, v), StreamID: id, StreamType: domain.StreamTypeOrder, Type: d.EventType(),
+		Version: v, OccurredAt: domain.Timestamp(at), Data: d,
+		Metadata: domain.Metadata{CorrelationID: "corr-" + id, CausationID: fmt.Sprintf("cmd-%s-%d", id, v), SchemaVersion: domain.CurrentSchema(d.EventType())},
+	}
+}
+
+// AppendStream appends datas to stream id through the event store, perCommit
+// events per commit.
+func AppendStream(t *testing.T, ctx context.Context, es *eventstore.Store, id string, datas []domain.EventData, perCommit int, base time.Time) {
+	t.Helper()
+	var version int64
+	for start := 0; start < len(datas); start += perCommit {
+		c := domain.Commit{StreamID: id, StreamType: domain.StreamTypeOrder, ExpectedVersion: version}
+		for _, d := range datas[start:min(start+perCommit, len(datas))] {
+			version++
+			c.Events = append(c.Events, NewEvent(id, version, d, base.Add(time.Duration(version)*time.Hour)))
+		}
+		if _, err := es.Append(ctx, c); err != nil {
+			t.Fatalf("append %s at v%d: %v", id, c.ExpectedVersion, err)
+		}
+	}
+}
+
+// Fixture is a set of order streams in the log, with what the log says
+// about them: the events (from eventstore Load) and their fold.
+type Fixture struct {
+	Store  *eventstore.Store
+	IDs    []string
+	Events map[string][]domain.Event
+	Flat   []domain.Event // every event, by stream (IDs order) then version
+	Orders map[string]domain.Order
+}
+
+// NewFixture appends n orders named prefix000.. for customers cust-0 ..
+// cust-(customers-1), one or two events per commit.
+func NewFixture(t *testing.T, ctx context.Context, es *eventstore.Store, prefix string, n, customers int) *Fixture {
+	t.Helper()
+	base := time.Date(2024, 3, 1, 9, 30, 15, 123_456_789, time.UTC)
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%s%03d", prefix, i)
+		AppendStream(t, ctx, es, id, Lifecycle(i, fmt.Sprintf("cust-%d", i%customers)), 1+i%2, base.Add(time.Duration(i)*time.Minute))
+		ids = append(ids, id)
+	}
+	return LoadFixture(t, ctx, es, ids)
+}
+
+// LoadFixture reads the streams ids back from the log and folds them.
+func LoadFixture(t *testing.T, ctx context.Context, es *eventstore.Store, ids []string) *Fixture {
+	t.Helper()
+	f := &Fixture{Store: es, IDs: ids, Events: map[string][]domain.Event{}, Orders: map[string]domain.Order{}}
+	for _, id := range ids {
+		evs, err := es.Load(ctx, id, 0)
+		if err != nil {
+			t.Fatalf("load %s: %v", id, err)
+		}
+		if len(evs) == 0 {
+			t.Fatalf("load %s: no events", id)
+		}
+		o, err := domain.Fold(evs)
+		if err != nil {
+			t.Fatalf("fold %s: %v", id, err)
+		}
+		f.Events[id], f.Orders[id] = evs, o
+		f.Flat = append(f.Flat, evs...)
+	}
+	return f
+}
+
+// ExpectedStats computes every customer's stats from the folded orders,
+// independently of projection.SumContributions: orders counted, orders
+// per status, and per currency the totals of orders that are neither
+// canceled nor unavailable.
+func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
+	out := map[string]domain.CustomerOrderStats{}
+	for _, id := range f.IDs {
+		o := f.Orders[id]
+		s, ok := out[o.CustomerID]
+		if !ok {
+			s = domain.CustomerOrderStats{CustomerID: o.CustomerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
+		}
+		s.OrderCount++
+		s.ByStatus[o.Status]++
+		if o.Status != domain.StatusCanceled && o.Status != domain.StatusUnavailable {
+			s.LifetimeValueCents[o.Currency] += o.TotalCents
+		}
+		out[o.CustomerID] = s
+	}
+	return out
+}
+
+// contributionOf is the customer_order_stats document of the folded order o.
+func contributionOf(o domain.Order) projection.Contribution {
+	return projection.Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
+		TotalCents: o.TotalCents, Version: o.Version}
+}
+
+// Dump is v as JSON, for failure messages.
+func Dump(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}
+
+// DiffReadModels returns nil when both read models of db equal the fold of
+// the log for every stream of f: each summary (Reader.Summary) is the
+// folded order, each stored contribution is the folded order's, and each
+// customer's stats (Reader.CustomerStats) are the expected ones.
+func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture) error {
+	ps := projection.NewPointers(db)
+	r := projection.NewReader(db, ps)
+	stats := projection.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
+	for _, id := range f.IDs {
+		want := f.Orders[id]
+		got, err := r.Summary(ctx, id)
+		if err != nil {
+			return fmt.Errorf("summary %s (want v%d): %w", id, want.Version, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("summary %s is not the fold of the log:\n got %s\nwant %s", id, Dump(got), Dump(want))
+		}
+		c, err := stats.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("contribution %s (want v%d): %w", id, want.Version, err)
+		}
+		if wc := contributionOf(want); c != wc {
+			return fmt.Errorf("contribution %s:\n got %+v\nwant %+v", id, c, wc)
+		}
+	}
+	for customer, want := range f.ExpectedStats() {
+		got, err := r.CustomerStats(ctx, customer)
+		if err != nil {
+			return fmt.Errorf("stats of %s: %w", customer, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("stats of %s:\n got %s\nwant %s", customer, Dump(got), Dump(want))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,270 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// step heartbeats, and releases or claims partitions to reach this
+// member's share.
+func (r *Runner) step(ctx context.Context) {
+	ttl := r.cfg.LeaseTTL
+	if err := r.busReachable(ctx); err == nil {
+		r.busOK = time.Now()
+	} else if ctx.Err() == nil {
+		if r.joined && time.Since(r.busOK) <= ttl/2 {
+			r.log.Warn("projection bus unreachable; keeping the partitions for now", "err", err)
+		} else {
+			// An owner that cannot pull would keep its partitions and
+			// apply nothing: leave them to a member that can.
+			if r.joined {
+				r.log.Warn("projection partitions released: the bus is unreachable", "err", err, "partitions", len(r.owned))
+				r.leave(ctx, true)
+			} else {
+				r.log.Warn("projection partitions not claimed: the bus is unreachable", "err", err)
+			}
+			return
+		}
+	}
+
+	// Partitions fenced off (renewals failing) or taken by another owner
+	// have had their workers cancelled: wait for them.
+	for _, p := range r.ownedPartitions() {
+		if tn := r.tenure(p); tn.fenced() {
+			r.log.Warn("projection partition lease lost: stopping its workers", "partition", p, "taken_by_another", tn.taken.Load())
+			r.stop(p)
+		}
+	}
+
+	// Heartbeat, then compare what is held with this member's share.
+	if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.table.heartbeat(ctx, r.stats()) }); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("projection heartbeat failed", "err", err)
+		}
+		return
+	}
+	r.joined = true
+	var live []memberDoc
+	var leases []partitionDoc
+	_, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
+		var err error
+		if live, err = r.table.live(ctx); err != nil {
+			return false, err
+		}
+		leases, err = r.table.list(ctx)
+		return err == nil, err
+	})
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("projection partitions not read", "err", err)
+		}
+		return
+	}
+	var members []string
+	for _, m := range live {
+		members = append(members, m.Owner)
+	}
+	if !slices.Contains(members, r.cfg.Owner) {
+		members = append(members, r.cfg.Owner)
+		slices.Sort(members)
+	}
+	me := slices.Index(members, r.cfg.Owner)
+	share := fairShare(r.cfg.Partitions, len(members), me)
+
+	// Above the share (a member joined): release the highest partitions,
+	// each once its workers have stopped.
+	for len(r.owned) > share {
+		p := slices.Max(slices.Collect(maps.Keys(r.owned)))
+		r.stop(p)
+		if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.table.release(ctx, p) }); err != nil {
+			r.log.Warn("projection partition release failed; it expires instead", "partition", p, "err", err)
+		}
+		r.log.Info("projection partition released to rebalance", "partition", p, "members", len(members), "share", share)
+	}
+	// Below it (a member left or died): claim free and expired
+	// partitions, starting at this member's place in the ring so that
+	// claimants rarely race for the same one.
+	now := time.Now()
+	began := now
+	for i := range leases {
+		if len(r.owned) >= share || time.Since(began) > ttl/2 || ctx.Err() != nil {
+			break
+		}
+		d := leases[(i+me*len(leases)/len(members))%len(leases)]
+		if _, held := r.owned[d.Partition]; held || d.Partition >= r.cfg.Partitions {
+			continue
+		}
+		if d.ExpiresAt.After(now) && d.Owner != r.cfg.Owner {
+			continue
+		}
+		at := time.Now()
+		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return r.table.claim(ctx, d.Partition, at) })
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("projection partition claim failed", "partition", d.Partition, "err", err)
+			}
+			return
+		}
+		if ok {
+			r.start(ctx, d.Partition, at)
+		}
+	}
+	r.metrics.setOwned(r.name, len(r.owned))
+}
+
+// start runs the workers of partition p, just claimed at claimedAt.
+func (r *Runner) start(ctx context.Context, p int, claimedAt time.Time) {
+	// Another owner may have written this partition's documents since
+	// this process last did.
+	r.store.Purge()
+	pctx, cancel := context.WithCancel(ctx)
+	tn := &tenure{p: p, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt,
+		fence: time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), cancel)}
+	r.mu.Lock()
+	r.owned[p] = tn
+	r.mu.Unlock()
+	if r.cfg.OnTenure != nil {
+		r.cfg.OnTenure(r.name, p, true)
+	}
+	r.log.Info("projection partition claimed: consuming", "partition", p)
+	go func() {
+		defer close(tn.done)
+		if err := r.consume(pctx, tn); err != nil && pctx.Err() == nil {
+			r.failed <- err
+		}
+		// Every worker has returned: nothing more is written.
+		if r.cfg.OnTenure != nil {
+			r.cfg.OnTenure(r.name, p, false)
+		}
+	}()
+}
+
+// stop cancels partition p's workers and waits until they have returned:
+// once stop returns, this process writes nothing more for p.
+func (r *Runner) stop(p int) {
+	tn := r.owned[p]
+	if tn == nil {
+		return
+	}
+	tn.fence.Stop()
+	tn.cancel()
+	<-tn.done
+	r.mu.Lock()
+	delete(r.owned, p)
+	r.mu.Unlock()
+	r.metrics.dropPartition(r.name, p)
+	r.metrics.setOwned(r.name, len(r.owned))
+}
+
+// leave stops every partition's workers and, with release, frees the
+// partitions and removes this member, each bounded by two seconds.
+func (r *Runner) leave(ctx context.Context, release bool) {
+	for _, p := range slices.Sorted(maps.Keys(r.owned)) {
+		r.stop(p)
+		if release {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			if err := r.table.release(rctx, p); err != nil {
+				r.log.Warn("projection partition release failed; it expires instead", "partition", p, "err", err)
+			}
+			cancel()
+		}
+	}
+	if r.joined {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := r.table.leave(rctx); err != nil {
+			r.log.Warn("projection member not removed; its heartbeat expires instead", "err", err)
+		}
+		cancel()
+		r.joined = false
+	}
+}
+
+// ownedPartitions returns the partitions this process holds, sorted.
+func (r *Runner) ownedPartitions() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Sorted(maps.Keys(r.owned))
+}
+
+func (r *Runner) tenure(p int) *tenure {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owned[p]
+}
+
+// renewLoop renews every LeaseTTL/4 the leases of the partitions held,
+// in one update, each renewal pushing back its partition's fence. A
+// partition whose lease is found in another owner's hands has its workers
+// cancelled at once (step then waits for them); one whose renewals keep
+// failing is cancelled by its fence LeaseTTL/2 after the last renewal that
+// got through, before a successor can claim it at LeaseTTL.
+func (r *Runner) renewLoop(ctx context.Context) {
+	ttl := r.cfg.LeaseTTL
+	t := time.NewTicker(ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		r.mu.Lock()
+		held := map[int]*tenure{}
+		for p, tn := range r.owned {
+			if !tn.fenced() {
+				held[p] = tn
+			}
+		}
+		r.mu.Unlock()
+		if len(held) == 0 {
+			continue
+		}
+		at := time.Now()
+		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
+			kept, err := r.table.renew(ctx, slices.Collect(maps.Keys(held)), at)
+			for _, p := range kept {
+				if tn := held[p]; tn.fence.Stop() { // not fired: the new deadline holds
+					tn.fence.Reset(time.Until(at.Add(ttl / 2)))
+				}
+				delete(held, p)
+			}
+			return err == nil, err
+		})
+		switch {
+		case ok:
+			for _, tn := range held { // not renewed: another owner's now
+				tn.taken.Store(true)
+				tn.cancel()
+			}
+		case ctx.Err() == nil:
+			r.log.Warn("projection partition renewal failed", "partitions", len(held), "err", err)
+		}
+	}
+}
+
+// fenced reports whether the partition's fence has stopped its workers.
+func (tn *tenure) fenced() bool { return tn.ctx.Err() != nil }
+
+// bounded runs f with a deadline d from now, and lets it finish when ctx
+// is cancelled: a lease write cut off mid-flight may still land on the
+// server after the release that shutdown sends next, and hold a
+// partition or a member place for a whole TTL.
+func bounded(ctx context.Context, d time.Duration, f func(context.Context) (bool, error)) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d)
+	defer cancel()
+	return f(ctx)
+}
+
+// busReachable makes one JetStream API round trip, bounded by a quarter
+// of the lease.
+func (r *Runner) busReachable(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
+	defer cancel()
+	if _, err := r.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("jetstream account info: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,266 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/tracing"
+)
+
+// consume runs the workers of one partition until ctx is done.
+func (r *Runner) consume(ctx context.Context, tn *tenure) error {
+	cons, err := r.Consumer(ctx, tn.p)
+	if err != nil {
+		return err
+	}
+	g, ctx := errgroup.WithContext(ctx)
+	for i := 0; i < r.cfg.Workers; i++ {
+		g.Go(func() error { return r.work(ctx, cons, tn) })
+	}
+	return g.Wait()
+}
+
+// work pulls continuously; the first message of a batch is waited for,
+// then a write slot (Writers), and the rest are whatever is buffered by
+// then, so a batch costs no extra latency at low load and grows to
+// BatchSize under load. When ctx is done, the
+// messages pulled and not handled are given back (Nak), so the
+// partition's next owner gets them at once rather than after AckWait.
+func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) error {
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * r.cfg.BatchSize))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
+	}
+	defer it.Stop()
+	defer func() {
+		it.Drain()
+		for range 4 * r.cfg.BatchSize {
+			m, err := it.Next(jetstream.NextMaxWait(100 * time.Millisecond))
+			if err != nil {
+				return
+			}
+			_ = m.Nak()
+		}
+	}()
+	for ctx.Err() == nil {
+		first, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
+			}
+			r.log.Warn("projection pull failed", "partition", tn.p, "err", err)
+			sleep(ctx, 100*time.Millisecond)
+			continue
+		}
+		select {
+		case r.writers <- struct{}{}:
+		case <-ctx.Done():
+			_ = first.Nak()
+			return nil
+		}
+		batch := []jetstream.Msg{first}
+		for len(batch) < r.cfg.BatchSize {
+			m, err := it.Next(jetstream.NextMaxWait(500 * time.Microsecond))
+			if err != nil {
+				break
+			}
+			batch = append(batch, m)
+		}
+		r.handle(ctx, tn, batch)
+		<-r.writers
+	}
+	return nil
+}
+
+// handle folds one batch of partition tn's messages and acknowledges,
+// redelivers or parks each of them.
+func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
+	type received struct {
+		msg     jetstream.Msg
+		version int64 // 0 when the message does not decode
+		span    trace.Span
+	}
+	events := make([]domain.Event, 0, len(msgs))
+	byStream := map[string][]received{}
+	poison := map[string]error{}
+	fresh := false // a redelivery reads the documents instead of the cache
+	for _, m := range msgs {
+		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
+			fresh = true
+		}
+		e, err := domain.UnmarshalEvent(m.Data())
+		stream := e.StreamID
+		if err != nil {
+			stream = subjectStream(m.Subject())
+			poison[stream] = errors.Join(poison[stream], err)
+		} else {
+			events = append(events, e)
+		}
+		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
+			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+				attribute.String("orderd.projection", r.name), attribute.String("orderd.stream_id", stream),
+				attribute.Int64("orderd.version", e.Version), attribute.String("orderd.event_type", e.Type),
+				attribute.String("orderd.correlation_id", e.Metadata.CorrelationID)))
+		byStream[stream] = append(byStream[stream], received{m, e.Version, span})
+	}
+	defer func() {
+		for _, ms := range byStream {
+			for _, m := range ms {
+				m.span.End()
+			}
+		}
+	}()
+	wctx, done := r.writeContext(ctx)
+	out, failed, err := r.store.Apply(wctx, events, fresh)
+	done()
+	tn.applied.Add(int64(out.Applied))
+	r.metrics.partitionApplied(r.name, tn.p, out.Applied)
+	if err != nil {
+		// Nothing is known to be written: redeliver everything soon,
+		// without counting it against the dead-letter limit.
+		if ctx.Err() != nil {
+			// The partition stops: its next owner gets them at once.
+			for _, m := range msgs {
+				_ = m.Nak()
+			}
+			return
+		}
+		r.metrics.failed(r.name)
+		r.setLastError(err)
+		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
+		for _, ms := range byStream {
+			for _, m := range ms {
+				m.span.SetStatus(codes.Error, err.Error())
+			}
+		}
+		for _, m := range msgs {
+			_ = m.NakWithDelay(time.Second)
+		}
+		return
+	}
+	for stream, ms := range byStream {
+		// Events the document reflects are done, even in a stream with a
+		// message that does not decode or an event that does not apply.
+		applyErr := failed[stream]
+		reached := int64(math.MaxInt64)
+		if applyErr != nil {
+			reached = 0
+			var pe *projection.PoisonError
+			if errors.As(applyErr, &pe) {
+				reached = pe.Reached
+			}
+		}
+		for _, m := range ms {
+			if m.version > 0 && m.version <= reached {
+				_ = m.msg.Ack()
+				continue
+			}
+			cause := errors.Join(poison[stream], applyErr)
+			m.span.SetStatus(codes.Error, cause.Error())
+			r.reject(ctx, m.msg, stream, cause)
+		}
+	}
+}
+
+// reject redelivers a message whose event could not be applied, with
+// backoff, or parks it once it was delivered MaxDeliveries times.
+func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cause error) {
+	md, err := m.Metadata()
+	if err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	if md.NumDelivered < uint64(r.cfg.MaxDeliveries) {
+		_ = m.NakWithDelay(min(time.Duration(md.NumDelivered)*200*time.Millisecond, 5*time.Second))
+		return
+	}
+	d := domain.DeadLetter{
+		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
+		Error: cause.Error(), Deliveries: md.NumDelivered, ParkedAt: time.Now().UTC(), StreamSeq: md.Sequence.Stream,
+	}
+	if e, err := domain.UnmarshalEvent(m.Data()); err == nil {
+		d.EventID, d.Version = e.ID, e.Version
+	}
+	d.ID = r.name + ":" + d.EventID
+	if d.EventID == "" {
+		d.ID = fmt.Sprintf("%s:seq-%d", r.name, md.Sequence.Stream)
+	}
+	if err := r.dead.Park(ctx, d); err != nil {
+		r.log.Warn("dead letter not parked; redelivering", "err", err, "stream_id", stream)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	r.metrics.deadLetter(r.name)
+	r.setLastError(cause)
+	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version,
+		"correlation_id", correlationOf(m.Data()), "err", cause)
+	_ = m.Term()
+}
+
+// Retry re-applies a dead letter of this projection (see DeadLetters.Retry).
+func (r *Runner) Retry(ctx context.Context, id string) error {
+	if !strings.HasPrefix(id, r.name+":") {
+		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)
+	}
+	return r.dead.Retry(ctx, id, func(ctx context.Context, evs []domain.Event) error {
+		_, failed, err := r.store.Apply(ctx, evs, true)
+		for _, e := range failed {
+			err = errors.Join(err, e)
+		}
+		return err
+	})
+}
+
+// correlationOf is the correlation id of an event's message, or "" when
+// it does not decode.
+func correlationOf(data []byte) string {
+	e, err := domain.UnmarshalEvent(data)
+	if err != nil {
+		return ""
+	}
+	return e.Metadata.CorrelationID
+}
+
+// subjectStream is the last token of an event subject: the stream id.
+func subjectStream(subject string) string {
+	return subject[strings.LastIndexByte(subject, '.')+1:]
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// writeContext is the context of a batch's write: not abandoned when the
+// partition stops (ctx done), so that stop waits for a write already on
+// its way instead of leaving it to land unseen and uncounted after stop
+// returns, but cut LeaseTTL/4 after ctx is done, so that a write started
+// before the fence still ends before a successor can claim the lease.
+// Call done once the write has returned.
+func (r *Runner) writeContext(ctx context.Context) (wctx context.Context, done func()) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.LeaseTTL/4, cancel) })
+	return wctx, func() {
+		stop()
+		cancel()
+	}
+}

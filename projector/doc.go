@@ -1,0 +1,30 @@
+// Package projector feeds the read models from NATS JetStream: a Runner
+// per projection consumes the projection's events, split into partitions
+// by stream id, and writes each batch through package projection's
+// Projection.Apply; each partition is consumed by one process at a time
+// under a lease, and the partitions are shared evenly by the live
+// projector processes (Axon's tracking-processor segments, Kafka's
+// consumer groups). A Runner also reports its partitions and consumer lag
+// (PartitionStatus, Lag) and keeps the events it could not apply in the
+// dead-letter collection (DeadLetters).
+//
+// Invariant 4 (idempotent, order-tolerant): the read models' version
+// guard skips what a document already reflects and fills gaps from the
+// log, so any redelivery is harmless; this side acknowledges a message
+// only after its document reflects it, and a write cut off by a deposed
+// owner's stop can land late without harm.
+//
+// During a rebuild the pointer names a shadow collection, and
+// Projection.Apply writes every batch to it before the active one: live
+// projectors need do nothing more to keep the shadow from falling behind
+// (invariant 5).
+//
+// Poison events (not decodable, not applicable, or in a stream whose gap
+// the log cannot fill: a commit this build cannot read,
+// domain.ErrUnreadableCommit) are redelivered with backoff and parked in
+// the dead_letters collection after MaxDeliveries, so one bad event
+// stalls only its own stream; the events of the stream up to the version
+// its document reached are acknowledged. Only a store that cannot be
+// reached is retried without limit. DeadLetters lists them and
+// Runner.Retry re-applies one.
+package projector

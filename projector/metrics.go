@@ -1,0 +1,114 @@
+package projector
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the projectors' Prometheus metrics, labelled by projection:
+// consumer lag, partitions, dead letters and failed batches. What the
+// writes did is counted by package projection's Metrics. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	deadLetters *prometheus.CounterVec
+	errors      *prometheus.CounterVec
+	lag         *prometheus.GaugeVec
+	parked      *prometheus.GaugeVec
+
+	// Partitions: what this instance owns and applies.
+	partApplied *prometheus.CounterVec
+	partLag     *prometheus.GaugeVec
+	owned       *prometheus.GaugeVec
+}
+
+// NewMetrics registers the metrics with reg; it panics if reg already
+// holds one of their names, as prometheus.MustRegister does.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
+	}
+	m := &Metrics{
+		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
+		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
+		lag: gauge("orderd_projection_consumer_lag",
+			"Messages not yet acknowledged by the consumers of the projection's partitions this instance owns (pending plus in flight); sum over instances for the projection's lag."),
+		partApplied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderd_projection_partition_events_applied_total",
+			Help: "Events folded into a read model by this instance, by partition (rate() is the partition's apply rate)."}, []string{"projection", "partition"}),
+		partLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_partition_lag",
+			Help: "Messages not yet acknowledged by a partition's consumer, exposed by the partition's owner only (pending plus in flight)."}, []string{"projection", "partition"}),
+		owned: gauge("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
+		parked: gauge("orderd_projection_dead_letters_parked",
+			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
+	}
+	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned)
+	return m
+}
+
+// initProjection creates the projection's counters at 0, so they are
+// exposed before anything happened and their first increase shows in
+// rate() and increase() (a series born at 1 looks unchanged).
+func (m *Metrics) initProjection(name string) {
+	if m == nil {
+		return
+	}
+	for _, v := range []*prometheus.CounterVec{m.deadLetters, m.errors} {
+		v.WithLabelValues(name)
+	}
+	m.owned.WithLabelValues(name)
+}
+
+// partitionApplied counts n events applied in a partition.
+func (m *Metrics) partitionApplied(name string, p, n int) {
+	if m != nil {
+		m.partApplied.WithLabelValues(name, strconv.Itoa(p)).Add(float64(n))
+	}
+}
+
+func (m *Metrics) setPartitionLag(name string, p int, n float64) {
+	if m != nil {
+		m.partLag.WithLabelValues(name, strconv.Itoa(p)).Set(n)
+	}
+}
+
+// dropPartition removes the lag series of a partition this instance no
+// longer owns (its new owner exposes it); the applied counter stays, as
+// counters do.
+func (m *Metrics) dropPartition(name string, p int) {
+	if m != nil {
+		m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
+	}
+}
+
+func (m *Metrics) setOwned(name string, n int) {
+	if m != nil {
+		m.owned.WithLabelValues(name).Set(float64(n))
+	}
+}
+
+func (m *Metrics) deadLetter(name string) {
+	if m != nil {
+		m.deadLetters.WithLabelValues(name).Inc()
+	}
+}
+
+func (m *Metrics) failed(name string) {
+	if m != nil {
+		m.errors.WithLabelValues(name).Inc()
+	}
+}
+
+func (m *Metrics) setLag(name string, n float64) {
+	if m != nil {
+		m.lag.WithLabelValues(name).Set(n)
+	}
+}
+
+func (m *Metrics) setDeadLetters(name string, n float64) {
+	if m != nil {
+		m.parked.WithLabelValues(name).Set(n)
+	}
+}

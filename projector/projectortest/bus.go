@@ -1,0 +1,123 @@
+package projectortest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/projector"
+)
+
+// Bus is an embedded NATS server with the event stream.
+type Bus struct {
+	*storetest.NATS
+	Stream bus.StreamConfig
+}
+
+// NewBus starts an embedded NATS server with a JetStream event stream of
+// four partitions, stopped when the test ends.
+func NewBus(t *testing.T, ctx context.Context) *Bus {
+	t.Helper()
+	b := &Bus{NATS: storetest.StartNATS(t), Stream: bus.StreamConfig{
+		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}}
+	if err := bus.EnsureStream(ctx, b.JS, b.Stream); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// RunnerConfig is a projector.RunnerConfig consuming b's stream with
+// test batch sizes.
+func (b *Bus) RunnerConfig() projector.RunnerConfig {
+	return projector.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, Workers: 2, BatchSize: 16}
+}
+
+// Messages is the number of messages the stream holds.
+func (b *Bus) Messages(t *testing.T, ctx context.Context) uint64 {
+	t.Helper()
+	st, err := b.JS.Stream(ctx, b.Stream.Name)
+	if err != nil {
+		t.Fatalf("stream %s: %v", b.Stream.Name, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatalf("stream %s: %v", b.Stream.Name, err)
+	}
+	return info.State.Msgs
+}
+
+// Publish puts body on the event subject of stream id with the given
+// Nats-Msg-Id and returns the ack.
+func (b *Bus) Publish(t *testing.T, ctx context.Context, streamID string, body []byte, msgID string) *jetstream.PubAck {
+	t.Helper()
+	msg := &nats.Msg{Subject: b.Stream.Subject(streamID), Data: body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	ack, err := b.JS.PublishMsg(ctx, msg)
+	if err != nil {
+		t.Fatalf("publish to %s: %v", msg.Subject, err)
+	}
+	return ack
+}
+
+// PublishEvents publishes events in the order given, each with msgID(e)
+// as its Nats-Msg-Id, and fails if the stream dropped one as a duplicate.
+func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.Event, msgID func(domain.Event) string) {
+	t.Helper()
+	for _, e := range events {
+		body, err := domain.MarshalEvent(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack := b.Publish(t, ctx, e.StreamID, body, msgID(e)); ack.Duplicate {
+			t.Fatalf("publish %s v%d as %q: the stream dropped it as a duplicate", e.StreamID, e.Version, msgID(e))
+		}
+	}
+}
+
+// Connect opens a NATS connection of its own to b, as a second process
+// would, closed when the test ends.
+func (b *Bus) Connect(t *testing.T) jetstream.JetStream {
+	t.Helper()
+	return ConnectTo(t, b.URL)
+}
+
+// ConnectTo opens a NATS connection to url, closed when the test ends.
+func ConnectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// WaitLag waits until every runner's consumer has no message pending or
+// unacknowledged.
+func WaitLag(t *testing.T, ctx context.Context, limit time.Duration, runners ...*projector.Runner) {
+	t.Helper()
+	projectiontest.WaitFor(t, limit, "consumer lag 0", func() error {
+		for _, r := range runners {
+			n, err := r.Lag(ctx)
+			if err != nil {
+				return err
+			}
+			if n != 0 {
+				return fmt.Errorf("%s: lag %d", r.Name(), n)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,670 @@
+package projector_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
+)
+
+// TestRunnerEndToEnd runs the whole path on real servers: commands through
+// domain.Service append to the log, the Relay publishes to JetStream, two
+// "processes" (own store client, own NATS connection) share the partitions
+// of order_summaries and one runs customer_order_stats. Once the commands
+// are done, the consumers' lag drains to 0 and every read-model document
+// equals the fold of the log.
+func TestRunnerEndToEnd(t *testing.T) {
+	ctx := projectiontest.Context(t, 120*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	log := projectiontest.Logger(t)
+
+	es := relayedLog(t, ctx, db, b, log)
+
+	reg := prometheus.NewRegistry()
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	cfg := b.RunnerConfig()
+	sumsStore := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
+	cfg1, cfg2 := cfg, cfg
+	cfg1.Owner, cfg2.Owner = "p1", "p2"
+	sums1 := projector.NewRunner(sumsStore, b.JS, projector.NewDeadLetters(db), cfg1, log, m)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, projector.NewDeadLetters(db), cfg, log, m)
+	// The second runner: its own NATS connection and its own store client,
+	// as a second process.
+	db2 := storetest.Client(t).Database(db.Name())
+	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
+	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), projector.NewDeadLetters(db2), cfg2, log, m)
+	projectiontest.Go(t, "summaries runner 1", sums1.Run)
+	projectiontest.Go(t, "summaries runner 2", sums2.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
+
+	// Orders driven concurrently by 8 clients, one command at a time: 100
+	// on an external MongoDB, 30 on the embedded FerretDB, which runs in
+	// this process under the race detector and decodes every document in
+	// Go (100 orders take minutes there with -race on two cores).
+	const clients = 8
+	orders := 30
+	if os.Getenv("MONGODB_URI") != "" {
+		orders = 100
+	}
+	ids := make([]string, orders)
+	jobs := make(chan int, orders)
+	for i := range orders {
+		ids[i] = fmt.Sprintf("e2e%03d", i)
+		jobs <- i
+	}
+	close(jobs)
+	// A state cache spares each command the read of its stream, as the
+	// service binary does.
+	svc := domain.NewService(es, &mapCache{m: map[string]domain.Order{}})
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range clients {
+		wg.Go(func() {
+			for i := range jobs {
+				for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%7)) {
+					if _, err := svc.Execute(ctx, ids[i], cmd, domain.ExecOptions{}); err != nil {
+						t.Errorf("%s %s: %v", domain.CommandName(cmd), ids[i], err)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	t.Logf("commands done in %s", time.Since(start))
+	f := projectiontest.LoadFixture(t, ctx, es, ids)
+	t.Logf("%d orders, %d events appended", len(ids), len(f.Flat))
+
+	// Poll the cheap signals (the stream holds every event, every consumer
+	// acknowledged everything) before comparing documents.
+	projectiontest.WaitFor(t, 45*time.Second, "every event published and acknowledged", func() error {
+		if n := b.Messages(t, ctx); n < uint64(len(f.Flat)) {
+			return fmt.Errorf("%d of %d events on the stream", n, len(f.Flat))
+		}
+		for _, r := range []*projector.Runner{sums1, sums2, stats} {
+			if n, err := r.Lag(ctx); err != nil || n != 0 {
+				return fmt.Errorf("%s: lag %d (%v)", r.Name(), n, err)
+			}
+		}
+		return nil
+	})
+	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
+	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
+	if dl, err := projector.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
+		t.Errorf("dead letters %v (%v), want none", dl, err)
+	}
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
+		applied := projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", name)
+		if applied < float64(len(f.Flat)) {
+			t.Errorf("%s: %v events applied, want at least %d", name, applied, len(f.Flat))
+		}
+		projectiontest.LogMetrics(t, reg, name)
+	}
+}
+
+// TestRunnerDuplicatedAndReorderedDelivery injects on purpose what the
+// relay and JetStream may do: every event delivered twice (a republish
+// after the de-duplication window, so a different Nats-Msg-Id) and in
+// reverse order, queued before the runners start so that copies share a
+// batch; later the whole log once more. The read models end equal to the
+// fold, and the second round is all skipped duplicates.
+func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
+	ctx := projectiontest.Context(t, 80*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "dup", 20, 4)
+	total := float64(len(f.Flat))
+
+	for _, e := range reversed(f.Flat) {
+		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return e.ID })
+		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
+	}
+
+	reg := prometheus.NewRegistry()
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	log, cfg, dead := projectiontest.Logger(t), b.RunnerConfig(), projector.NewDeadLetters(db)
+	// One worker per projection: this test is about delivery, not about
+	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
+	cfg.Workers = 1
+	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
+
+	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
+		return projectiontest.DiffReadModels(ctx, db, f)
+	})
+	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
+
+	applied, dups := map[string]float64{}, map[string]float64{}
+	names := []string{sums.Name(), stats.Name()}
+	for _, n := range names {
+		applied[n] = projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", n)
+		dups[n] = projectiontest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n)
+	}
+
+	// The whole log again, reversed, under new message ids.
+	b.PublishEvents(t, ctx, reversed(f.Flat), func(e domain.Event) string { return "again-" + e.ID })
+	// A copy with a remembered id is dropped by the stream itself.
+	body, err := domain.MarshalEvent(f.Flat[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ack := b.Publish(t, ctx, f.Flat[0].StreamID, body, f.Flat[0].ID); !ack.Duplicate {
+		t.Errorf("a republish under the same Nats-Msg-Id inside the window was stored (seq %d), want dropped", ack.Sequence)
+	}
+	projectortest.WaitLag(t, ctx, 20*time.Second, sums, stats)
+	for _, n := range names {
+		if d := projectiontest.Metric(t, reg, "orderd_projection_duplicates_skipped_total", n) - dups[n]; d < total {
+			t.Errorf("%s: %v duplicates skipped for %v redelivered events", n, d, total)
+		}
+		if a := projectiontest.Metric(t, reg, "orderd_projection_events_applied_total", n) - applied[n]; a != 0 {
+			t.Errorf("%s: %v events applied again, want 0", n, a)
+		}
+	}
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRunnerDeadLetters: a message that does not decode and an event whose
+// gap the log cannot fill are redelivered, then parked after MaxDeliveries
+// with their error, while a healthy order published after them is
+// projected. Retry heals a dead letter once its cause is fixed (the missing
+// event appended to the log) and keeps one that still fails.
+func TestRunnerDeadLetters(t *testing.T) {
+	ctx := projectiontest.Context(t, 60*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	es := projectiontest.NewLog(t, ctx, db)
+	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
+	projectiontest.AppendStream(t, ctx, es, "healthy", projectiontest.Lifecycle(0, "cust-h"), 2, at)
+	projectiontest.AppendStream(t, ctx, es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, at)
+	healthy := projectiontest.LoadFixture(t, ctx, es, []string{"healthy"})
+
+	reg := prometheus.NewRegistry()
+	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+	dead := projector.NewDeadLetters(db)
+	cfg := b.RunnerConfig()
+	cfg.MaxDeliveries = 2
+	cfg.Workers = 1 // about poison, not about writers racing
+	r := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
+	projectiontest.Go(t, "summaries runner", r.Run)
+
+	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
+		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
+	b.Publish(t, ctx, "o1", teleported, "x1")
+	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
+	gapV2 := projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
+	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
+	b.PublishEvents(t, ctx, healthy.Flat, func(e domain.Event) string { return e.ID })
+
+	reader := projection.NewReader(db, projection.NewPointers(db))
+	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
+		got, err := reader.Summary(ctx, "healthy")
+		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
+			err = fmt.Errorf("summary %s, want %s", projectiontest.Dump(got), projectiontest.Dump(healthy.Orders["healthy"]))
+		}
+		return err
+	})
+	var letters []domain.DeadLetter
+	projectiontest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
+		var err error
+		letters, err = dead.List(ctx, r.Name(), 10)
+		if err == nil && len(letters) != 2 {
+			err = fmt.Errorf("%d dead letters: %+v", len(letters), letters)
+		}
+		return err
+	})
+	projectortest.WaitLag(t, ctx, 15*time.Second, r)
+
+	var undecodable, gap domain.DeadLetter
+	for _, d := range letters {
+		switch d.StreamID {
+		case "o1":
+			undecodable = d
+		case "gapped":
+			gap = d
+		}
+	}
+	if !strings.HasPrefix(undecodable.ID, r.Name()+":seq-") || undecodable.Payload != string(teleported) ||
+		!partitioned(undecodable.Subject, "o1") || !strings.Contains(undecodable.Error, "OrderTeleported") ||
+		undecodable.Deliveries < 2 || undecodable.Projection != r.Name() || undecodable.ParkedAt.IsZero() {
+		t.Errorf("dead letter of the undecodable message: %+v", undecodable)
+	}
+	if gap.ID != r.Name()+":"+gapV2.ID || gap.EventID != gapV2.ID || gap.Version != 2 || gap.Deliveries < 2 ||
+		!strings.Contains(gap.Error, "does not hold v2") || !partitioned(gap.Subject, "gapped") {
+		t.Errorf("dead letter of the unfillable gap: %+v", gap)
+	}
+	if n, err := dead.Count(ctx, r.Name()); err != nil || n != 2 {
+		t.Errorf("Count = %d (%v), want 2", n, err)
+	}
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 2 {
+		t.Errorf("dead letters metric %v, want 2", n)
+	}
+	if _, err := reader.Summary(ctx, "gapped"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
+	}
+
+	// Retry before the cause is fixed: still failing, kept, with the result.
+	if err := r.Retry(ctx, gap.ID); err == nil || errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("Retry of the unfixed gap: %v, want the apply error", err)
+	}
+	// Fix the cause: the log gets the missing event. Retry folds it.
+	if _, err := es.Append(ctx, domain.Commit{StreamID: "gapped", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
+		Events: []domain.Event{gapV2}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Retry(ctx, gap.ID); err != nil {
+		t.Fatalf("Retry of the fixed gap: %v", err)
+	}
+	fixed := projectiontest.LoadFixture(t, ctx, es, []string{"gapped"})
+	if got, err := reader.Summary(ctx, "gapped"); err != nil || got.Version != 2 || got.Status != domain.StatusApproved ||
+		!reflect.DeepEqual(got, fixed.Orders["gapped"]) {
+		t.Errorf("summary of the retried stream: %s (%v), want %s", projectiontest.Dump(got), err, projectiontest.Dump(fixed.Orders["gapped"]))
+	}
+
+	// The undecodable message cannot be healed: Retry fails and records it.
+	if err := r.Retry(ctx, undecodable.ID); err == nil || errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("Retry of the undecodable message: %v, want a decode error", err)
+	}
+	letters, err := dead.List(ctx, r.Name(), 10)
+	if err != nil || len(letters) != 1 || letters[0].ID != undecodable.ID {
+		t.Fatalf("dead letters after the retries: %+v (%v), want only %s", letters, err, undecodable.ID)
+	}
+	if letters[0].RetryResult == "" || letters[0].RetriedAt.IsZero() {
+		t.Errorf("failed retry not recorded: %+v", letters[0])
+	}
+
+	for _, id := range []string{r.Name() + ":no-such-event", "customer_order_stats:" + gapV2.ID, "nonsense"} {
+		if err := r.Retry(ctx, id); !errors.Is(err, domain.ErrNotFound) {
+			t.Errorf("Retry(%q) = %v, want ErrNotFound", id, err)
+		}
+	}
+}
+
+// TestRunnerParksStreamWhoseLogCannotBeDecoded: a newer writer (a rolling
+// deploy) has put a commit of an event type this build does not know in
+// the log. The gap fill of that stream cannot read it: its message is
+// parked after MaxDeliveries instead of being redelivered for ever, and
+// the events of the other streams, published around it, are projected.
+func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
+	ctx := projectiontest.Context(t, 60*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	es := projectiontest.NewLog(t, ctx, db)
+	healthy := projectiontest.NewFixture(t, ctx, es, "fine", 6, 2)
+
+	// The stream of the newer writer: v1 as this build writes it, v2 of a
+	// type it does not know (inserted raw, as the newer binary stores
+	// it), v3 a type it knows.
+	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
+	const newer = "newer"
+	projectiontest.AppendStream(t, ctx, es, newer, projectiontest.Lifecycle(0, "cust-n")[:1], 1, at)
+	projectiontest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
+		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
+		{Key: "events", Value: bson.A{bson.D{
+			{Key: "event_id", Value: newer + "-e2"}, {Key: "type", Value: "OrderRefunded"}, {Key: "version", Value: int64(2)},
+			{Key: "occurred_at", Value: at.Add(time.Hour)}, {Key: "recorded_at", Value: at.Add(time.Hour)},
+			{Key: "data", Value: bson.D{{Key: "amount_cents", Value: int64(1250)}}},
+			{Key: "correlation_id", Value: "corr-" + newer}, {Key: "causation_id", Value: "cmd-newer-2"}, {Key: "schema_version", Value: 1},
+		}}},
+		{Key: "recorded_at", Value: at.Add(time.Hour)}, {Key: "published", Value: true},
+	}))
+	v3 := projectiontest.NewEvent(newer, 3, domain.OrderApproved{}, at.Add(2*time.Hour))
+	if _, err := es.Append(ctx, domain.Commit{StreamID: newer, StreamType: domain.StreamTypeOrder, ExpectedVersion: 2,
+		Events: []domain.Event{v3}}); err != nil {
+		t.Fatal(err)
+	}
+
+	dead := projector.NewDeadLetters(db)
+	cfg := b.RunnerConfig()
+	cfg.MaxDeliveries = 2
+	cfg.Workers = 1 // about poison, not about writers racing
+	ps := projection.NewPointers(db)
+	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
+
+	// Only v3 of the newer stream reaches this build: a gap, filled from
+	// the log. The healthy streams' events come before and after it.
+	msgID := func(e domain.Event) string { return e.ID }
+	half := len(healthy.Flat) / 2
+	b.PublishEvents(t, ctx, healthy.Flat[:half], msgID)
+	b.PublishEvents(t, ctx, []domain.Event{v3}, msgID)
+	b.PublishEvents(t, ctx, healthy.Flat[half:], msgID)
+
+	for _, r := range []*projector.Runner{sums, stats} {
+		projectiontest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
+			letters, err := dead.List(ctx, r.Name(), 10)
+			if err != nil {
+				return err
+			}
+			if len(letters) != 1 || letters[0].ID != r.Name()+":"+v3.ID {
+				return fmt.Errorf("dead letters %+v, want only %s", letters, v3.ID)
+			}
+			if d := letters[0]; d.StreamID != newer || d.Version != 3 || d.Deliveries < 2 || !strings.Contains(d.Error, "OrderRefunded") ||
+				!strings.Contains(d.Error, domain.ErrUnreadableCommit.Error()) {
+				return fmt.Errorf("dead letter %+v: not the gap fill that cannot read v2", d)
+			}
+			return nil
+		})
+	}
+	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
+	if err := projectiontest.DiffReadModels(ctx, db, healthy); err != nil {
+		t.Error(err)
+	}
+	if _, err := projection.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
+	}
+}
+
+// mapCache is a domain.StateCache without eviction.
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string]domain.Order
+}
+
+func (c *mapCache) Get(id string) (domain.Order, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.m[id]
+	return o, ok
+}
+
+func (c *mapCache) Add(id string, o domain.Order) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[id] = o
+}
+
+func (c *mapCache) Remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// tenures checks, as the runners report them through OnTenure, that no
+// partition is ever written by two owners at once: a start while another
+// owner's tenure of the partition is open is an error.
+type tenures struct {
+	t      *testing.T
+	mu     sync.Mutex
+	active map[int]string // partition: owner writing it
+	starts map[string]int // owner: tenures started
+}
+
+func newTenures(t *testing.T) *tenures {
+	return &tenures{t: t, active: map[int]string{}, starts: map[string]int{}}
+}
+
+func (ts *tenures) hook(owner string) func(string, int, bool) {
+	return func(_ string, p int, start bool) {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		cur, busy := ts.active[p]
+		switch {
+		case start && busy:
+			ts.t.Errorf("partition %d: %s starts writing while %s still does", p, owner, cur)
+		case start:
+			ts.active[p] = owner
+			ts.starts[owner]++
+		case cur != owner:
+			ts.t.Errorf("partition %d: %s stops a tenure it did not start (writer %q)", p, owner, cur)
+		default:
+			delete(ts.active, p)
+		}
+	}
+}
+
+// owners returns how many partitions each owner holds.
+func owners(t *testing.T, ctx context.Context, r *projector.Runner) map[string]int {
+	t.Helper()
+	ps, err := r.PartitionStatus(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range ps {
+		if p.Owner != "" {
+			out[p.Owner]++
+		}
+	}
+	return out
+}
+
+// waitOwners waits until the partitions are held exactly as want says.
+func waitOwners(t *testing.T, ctx context.Context, r *projector.Runner, limit time.Duration, want map[string]int) {
+	t.Helper()
+	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("held as %v", got)
+		}
+		return nil
+	})
+}
+
+// writeOrders runs the lifecycle of orders from..to-1 named prefix<i>.
+func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix string, from, to int) []string {
+	t.Helper()
+	var ids []string
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("%s%03d", prefix, i)
+		ids = append(ids, id)
+		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
+			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
+			}
+		}
+	}
+	return ids
+}
+
+// TestRunnerPartitionsRebalance runs order_summaries in "processes" (own
+// NATS connection, own Projection and document cache) sharing its four
+// partitions: A alone holds all four; B joins and each holds two; A stops
+// and B holds all four. After each step the read model reaches the fold
+// of the log, B applies events once it holds partitions, and no partition
+// is ever written by two of them at once.
+func TestRunnerPartitionsRebalance(t *testing.T) {
+	ctx := projectiontest.Context(t, 120*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+	ts := newTenures(t)
+
+	proc := func(owner string) (*projector.Runner, *prometheus.Registry) {
+		reg := prometheus.NewRegistry()
+		pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
+		cfg := b.RunnerConfig()
+		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
+		p := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
+		return projector.NewRunner(p, b.Connect(t), projector.NewDeadLetters(db), cfg, log, m), reg
+	}
+	a, _ := proc("A")
+	bRunner, regB := proc("B")
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
+		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	projectiontest.Go(t, "stats runner", stats.Run)
+
+	actx, stopA := context.WithCancel(ctx)
+	aDone := make(chan error, 1)
+	go func() { aDone <- a.Run(actx) }()
+	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
+	svc := domain.NewService(es, nil)
+	ids := writeOrders(t, ctx, svc, "part", 0, 10)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+
+	projectiontest.Go(t, "runner B", bRunner.Run)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
+	ids = append(ids, writeOrders(t, ctx, svc, "part", 10, 20)...)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	if n := projectiontest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
+		t.Errorf("B applied nothing while it held two partitions")
+	}
+
+	stopA()
+	if err := <-aDone; err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
+	ids = append(ids, writeOrders(t, ctx, svc, "part", 20, 30)...)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	projectortest.WaitLag(t, ctx, 15*time.Second, bRunner)
+	// B's metrics, by partition: it owns all four, exposes each one's lag,
+	// and its per-partition applied counters add up to its total.
+	if n := projectiontest.Metric(t, regB, "orderd_projection_partitions_owned", "order_summaries"); n != 4 {
+		t.Errorf("B: partitions owned %v, want 4", n)
+	}
+	byPart := map[string]float64{}
+	lags := 0
+	for _, mf := range projectiontest.MustGather(t, regB) {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			switch mf.GetName() {
+			case "orderd_projection_partition_events_applied_total":
+				byPart[labels["partition"]] += m.GetCounter().GetValue()
+			case "orderd_projection_partition_lag":
+				lags++
+			}
+		}
+	}
+	total := 0.0
+	for _, v := range byPart {
+		total += v
+	}
+	if applied := projectiontest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); total != applied || len(byPart) < 2 {
+		t.Errorf("B: applied by partition %v (sum %v), total %v", byPart, total, applied)
+	}
+	if lags != 4 {
+		t.Errorf("B exposes the lag of %d partitions, want its 4", lags)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.starts["A"] < 4 || ts.starts["B"] < 4 {
+		t.Errorf("tenures started: %v, want at least 4 each", ts.starts)
+	}
+}
+
+// TestRunnerCutOffFromTheBusReleasesPartitions: a partition owner whose
+// NATS connection is gone stops renewing its partitions (it would hold
+// them still for as long as it lives) and leaves, and a healthy member
+// takes them over and applies what was written meanwhile.
+func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
+	ctx := projectiontest.Context(t, 90*time.Second)
+	b := projectortest.NewBus(t, ctx)
+	db := storetest.Database(t)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+	ts := newTenures(t)
+
+	proc := func(owner string, js jetstream.JetStream) *projector.Runner {
+		cfg := b.RunnerConfig()
+		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
+		p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
+		return projector.NewRunner(p, js, projector.NewDeadLetters(db), cfg, log, nil)
+	}
+	// A reaches NATS through a proxy the test cuts: A's connection then
+	// stays open and reconnecting, as when the network between them fails.
+	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
+	jsA := projectortest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	a := proc("A", jsA)
+	projectiontest.Go(t, "runner A", a.Run)
+	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
+	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
+		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
+	projectiontest.Go(t, "stats runner", stats.Run)
+
+	cut.close()
+	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
+	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
+	f := projectiontest.LoadFixture(t, ctx, es, ids)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
+}
+
+// proxy forwards TCP connections to a target until it is closed, which
+// also drops the connections it forwards.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func tcpProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func cutURL(p *proxy) string { return "nats://" + p.ln.Addr().String() }
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}

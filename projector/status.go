@@ -1,0 +1,125 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Lag returns the number of messages the partitions' consumers have not
+// acknowledged, summed over every partition.
+func (r *Runner) Lag(ctx context.Context) (uint64, error) {
+	var n uint64
+	for p := range r.cfg.Partitions {
+		l, err := r.PartitionLag(ctx, p)
+		if err != nil {
+			return 0, err
+		}
+		n += l
+	}
+	return n, nil
+}
+
+// PartitionLag returns the number of messages partition p's consumer has
+// not acknowledged: pending plus in flight.
+func (r *Runner) PartitionLag(ctx context.Context, p int) (uint64, error) {
+	c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName(p))
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+	}
+	return info.NumPending + uint64(info.NumAckPending), nil
+}
+
+// AckFloor returns how many deliveries the projection's consumers have
+// acknowledged, summed over its partitions (each consumer's ack floor in
+// its own sequence): its change over time is the rate at which the
+// projection applies events, whichever processes apply them.
+func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
+	var n uint64
+	for p := range r.cfg.Partitions {
+		c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName(p))
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		}
+		n += info.AckFloor.Consumer
+	}
+	return n, nil
+}
+
+// PartitionStatus returns every partition of the projection: its owner
+// ("" when free or expired), lease deadline and tenure from the lease
+// documents, the events applied and the apply rate its owner reported at
+// its last heartbeat, and, with lag, its consumer's lag (nil when
+// JetStream does not answer).
+func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.PartitionStatus, error) {
+	docs, err := r.table.list(ctx)
+	if err != nil {
+		return nil, err
+	}
+	members, err := r.table.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byPart := map[int]partitionDoc{}
+	for _, d := range docs {
+		byPart[d.Partition] = d
+	}
+	reported := map[string]partitionStat{} // owner/partition
+	for _, m := range members {
+		for _, st := range m.Partitions {
+			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
+		}
+	}
+	now := time.Now()
+	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
+	for p := range r.cfg.Partitions {
+		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
+		if d, ok := byPart[p]; ok && d.ExpiresAt.After(now) && d.Owner != "" {
+			st.Owner, st.LeaseUntil, st.Epoch = d.Owner, d.ExpiresAt, d.Epoch
+			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Owner, p)]; ok {
+				st.Applied, st.ApplyRate = rep.Applied, rep.Rate
+			}
+		}
+		if lag {
+			if n, err := r.PartitionLag(ctx, p); err == nil {
+				st.Lag = &n
+			}
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// sample samples the lag of the partitions this process owns and the
+// number of dead letters parked, into the metrics.
+func (r *Runner) sample(ctx context.Context) {
+	if r.metrics == nil {
+		return
+	}
+	var total int64
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
+	defer cancel()
+	for p := range r.owned {
+		if n, err := r.PartitionLag(sctx, p); err == nil {
+			r.metrics.setPartitionLag(r.name, p, float64(n))
+			total += int64(n)
+		}
+	}
+	r.metrics.setLag(r.name, float64(total))
+	// The dead letters parked now: one count of a small collection.
+	if r.dead != nil {
+		if n, err := r.dead.Count(ctx, r.name); err == nil {
+			r.metrics.setDeadLetters(r.name, float64(n))
+		}
+	}
+}
