@@ -1,0 +1,32 @@
+package main
+
+import (
+	"context"
+	"errors"
+
+	orderhttp "github.com/orderd/orderd/http"
+)
+
+// readyChecks returns what /readyz checks for roles r: the store for every
+// role, and the bus too when a role needs it (roles.needsBus). A process
+// with several roles checks the union; an api-only instance stays ready
+// while NATS is down, since commands need only the store.
+func readyChecks(r roles, store, bus orderhttp.Check) map[string]orderhttp.Check {
+	checks := map[string]orderhttp.Check{"store": store}
+	if r.needsBus() {
+		checks["bus"] = bus
+	}
+	return checks
+}
+
+// busConnected is the readiness check of the bus: nil while the NATS
+// connection is up.
+func (m *Main) busConnected(context.Context) error {
+	if m.nc == nil {
+		return errors.New("nats: no NATS_URL")
+	}
+	if !m.nc.IsConnected() {
+		return errors.New("nats: not connected")
+	}
+	return nil
+}
