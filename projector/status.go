@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orderd/orderd/domain"
 )
 
@@ -25,15 +27,24 @@ func (r *Runner) Lag(ctx context.Context) (uint64, error) {
 // PartitionLag returns the number of messages partition p's consumer has
 // not acknowledged: pending plus in flight.
 func (r *Runner) PartitionLag(ctx context.Context, p int) (uint64, error) {
+	info, err := r.consumerInfo(ctx, p)
+	if err != nil {
+		return 0, err
+	}
+	return info.NumPending + uint64(info.NumAckPending), nil
+}
+
+// consumerInfo reads the state of partition p's consumer from JetStream.
+func (r *Runner) consumerInfo(ctx context.Context, p int) (*jetstream.ConsumerInfo, error) {
 	c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName(p))
 	if err != nil {
-		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
 	}
-	return info.NumPending + uint64(info.NumAckPending), nil
+	return info, nil
 }
 
 // AckFloor returns how many deliveries the projection's consumers have
@@ -43,13 +54,9 @@ func (r *Runner) PartitionLag(ctx context.Context, p int) (uint64, error) {
 func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
 	var n uint64
 	for p := range r.cfg.Partitions {
-		c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName(p))
+		info, err := r.consumerInfo(ctx, p)
 		if err != nil {
-			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
-		}
-		info, err := c.Info(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+			return 0, err
 		}
 		n += info.AckFloor.Consumer
 	}
