@@ -47,9 +47,7 @@ func testAppendAndLoad(t *testing.T, s *eventstore.Store) {
 			t.Fatalf("event %d has version %d", i, e.Version)
 		}
 	}
-	if n := commitCount(t, s, bson.D{{Key: "stream_id", Value: stream}}); n != 2 {
-		t.Errorf("%d commit documents, want 2", n)
-	}
+	wantCommits(t, s, inStream(stream), 2)
 }
 
 func testTimesNormalized(t *testing.T, s *eventstore.Store) {
@@ -75,8 +73,8 @@ func testStaleVersion(t *testing.T, s *eventstore.Store) {
 	stream := Unique("order-")
 	c1 := NewCommit(stream, 0, placed("cust-1"), domain.OrderApproved{})
 	c2 := NewCommit(stream, 2, domain.OrderShipped{})
-	want := recorded(c1, mustAppend(t, s, c1))
-	want = append(want, recorded(c2, mustAppend(t, s, c2))...)
+	want := appendRecorded(t, s, c1)
+	want = append(want, appendRecorded(t, s, c2)...)
 
 	for _, expected := range []int64{0, 2} {
 		c := NewCommit(stream, expected, domain.OrderCanceled{Reason: "stale"}, domain.OrderDelivered{})
@@ -90,15 +88,13 @@ func testStaleVersion(t *testing.T, s *eventstore.Store) {
 		}
 	}
 	wantEvents(t, s, stream, want)
-	if n := commitCount(t, s, bson.D{{Key: "stream_id", Value: stream}}); n != 2 {
-		t.Errorf("%d commit documents, want 2", n)
-	}
+	wantCommits(t, s, inStream(stream), 2)
 }
 
 func testMultiEventCommit(t *testing.T, s *eventstore.Store) {
 	stream := Unique("order-")
 	c := NewCommit(stream, 0, placed("cust-9"), domain.OrderApproved{}, domain.OrderInvoiced{})
-	want := recorded(c, mustAppend(t, s, c))
+	want := appendRecorded(t, s, c)
 	wantEvents(t, s, stream, want)
 
 	// One document holds the whole commit: that is what makes it atomic.
@@ -112,7 +108,7 @@ func testMultiEventCommit(t *testing.T, s *eventstore.Store) {
 		Published bool `bson:"published"`
 	}
 	coll := databaseOf(t, s).Collection(eventstore.CommitsCollection)
-	if err := coll.FindOne(t.Context(), bson.D{{Key: "stream_id", Value: stream}}).Decode(&doc); err != nil {
+	if err := coll.FindOne(t.Context(), inStream(stream)).Decode(&doc); err != nil {
 		t.Fatalf("read commit: %v", err)
 	}
 	if doc.FirstVersion != 1 || doc.LastVersion != 3 || len(doc.Events) != 3 || doc.Published {
@@ -191,7 +187,7 @@ func testInvalidStreamID(t *testing.T, s *eventstore.Store) {
 func testMalformedCommit(t *testing.T, s *eventstore.Store) {
 	stream := Unique("order-")
 	base := NewCommit(stream, 0, placed("cust-5"))
-	want := recorded(base, mustAppend(t, s, base))
+	want := appendRecorded(t, s, base)
 
 	mk := func(edit func(c *domain.Commit)) domain.Commit {
 		c := NewCommit(stream, 1, domain.OrderApproved{}, domain.OrderInvoiced{}, domain.OrderShipped{})

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 )
@@ -168,7 +166,7 @@ func testConcurrentAppenders(t *testing.T, s *eventstore.Store) {
 	if len(commits) != len(wins) {
 		t.Errorf("the log holds %d commits, %d appends succeeded", len(commits), len(wins))
 	}
-	if docs := commitCount(t, s, bson.D{{Key: "stream_id", Value: stream}}); docs != int64(len(wins)) {
+	if docs := commitCount(t, s, inStream(stream)); docs != int64(len(wins)) {
 		t.Errorf("%d commit documents, %d appends succeeded", docs, len(wins))
 	}
 }
@@ -178,11 +176,9 @@ func testRaceSameVersion(t *testing.T, s *eventstore.Store) {
 	var want []domain.Event
 	want = raceAt(t, s, stream, want) // a new stream: everyone expects v0
 	c := NewCommit(stream, int64(len(want)), domain.OrderInvoiced{}, domain.OrderApproved{})
-	want = append(want, recorded(c, mustAppend(t, s, c))...)
+	want = append(want, appendRecorded(t, s, c)...)
 	raceAt(t, s, stream, want) // a stream with a head
-	if n := commitCount(t, s, bson.D{{Key: "stream_id", Value: stream}}); n != 3 {
-		t.Errorf("%d commit documents, want 3", n)
-	}
+	wantCommits(t, s, inStream(stream), 3)
 }
 
 // raceAt lets 64 goroutines append to stream at the head of want at once:
@@ -192,8 +188,6 @@ func raceAt(t *testing.T, s *eventstore.Store, stream string, want []domain.Even
 	const racers = 64
 	expected := int64(len(want))
 	commits := make([]domain.Commit, racers)
-	errs := make([]error, racers)
-	ats := make([]time.Time, racers)
 	for i := range commits {
 		data := []domain.EventData{domain.OrderCanceled{Reason: fmt.Sprintf("racer %d", i)}}
 		if i%2 == 1 {
@@ -201,9 +195,24 @@ func raceAt(t *testing.T, s *eventstore.Store, stream string, want []domain.Even
 		}
 		commits[i] = NewCommit(stream, expected, data...)
 	}
+	ats, errs := appendAtOnce(t, s, commits)
+	winner, conflicts := oneWinner(t, fmt.Sprintf("at v%d", expected), errs, domain.ErrVersionConflict)
+	if conflicts != racers-1 {
+		t.Errorf("at v%d: %d conflicts, want %d", expected, conflicts, racers-1)
+	}
+	want = append(want, recorded(commits[winner], ats[winner])...)
+	wantEvents(t, s, stream, want)
+	return want
+}
+
+// appendAtOnce appends each commit from a goroutine of its own, all let go
+// together so that they race, and returns each append's result by index.
+func appendAtOnce(t *testing.T, s *eventstore.Store, commits []domain.Commit) ([]time.Time, []error) {
+	ats := make([]time.Time, len(commits))
+	errs := make([]error, len(commits))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := range racers {
+	for i := range commits {
 		wg.Go(func() {
 			<-start
 			ats[i], errs[i] = s.Append(t.Context(), commits[i])
@@ -211,26 +220,29 @@ func raceAt(t *testing.T, s *eventstore.Store, stream string, want []domain.Even
 	}
 	close(start)
 	wg.Wait()
-	winner, conflicts := -1, 0
+	return ats, errs
+}
+
+// oneWinner returns the index of the one append of a race that succeeded
+// and how many failed with loser. It reports a second winner and any other
+// error, and ends the test when nobody won; race names the race.
+func oneWinner(t *testing.T, race string, errs []error, loser error) (winner, losers int) {
+	t.Helper()
+	winner = -1
 	for i, err := range errs {
 		switch {
 		case err == nil && winner >= 0:
-			t.Errorf("at v%d racers %d and %d both won", expected, winner, i)
+			t.Errorf("%s: racers %d and %d both won", race, winner, i)
 		case err == nil:
 			winner = i
-		case errors.Is(err, domain.ErrVersionConflict):
-			conflicts++
+		case errors.Is(err, loser):
+			losers++
 		default:
-			t.Errorf("at v%d racer %d: %v, want ErrVersionConflict", expected, i, err)
+			t.Errorf("%s: racer %d: %v, want %v", race, i, err, loser)
 		}
 	}
 	if winner < 0 {
-		t.Fatalf("at v%d no racer won", expected)
+		t.Fatalf("%s: no racer won", race)
 	}
-	if conflicts != racers-1 {
-		t.Errorf("at v%d: %d conflicts, want %d", expected, conflicts, racers-1)
-	}
-	want = append(want, recorded(commits[winner], ats[winner])...)
-	wantEvents(t, s, stream, want)
-	return want
+	return winner, losers
 }

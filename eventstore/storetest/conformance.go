@@ -71,6 +71,12 @@ func mustAppend(t *testing.T, s *eventstore.Store, c domain.Commit) time.Time {
 	return at
 }
 
+// appendRecorded appends c and returns its events as Load returns them.
+func appendRecorded(t *testing.T, s *eventstore.Store, c domain.Commit) []domain.Event {
+	t.Helper()
+	return recorded(c, mustAppend(t, s, c))
+}
+
 func mustLoad(t *testing.T, s *eventstore.Store, stream string) []domain.Event {
 	t.Helper()
 	evs, err := s.Load(t.Context(), stream, 0)
@@ -96,3 +102,14 @@ func commitCount(t *testing.T, s *eventstore.Store, filter bson.D) int64 {
 	}
 	return n
 }
+
+// wantCommits checks that filter matches want raw commit documents.
+func wantCommits(t *testing.T, s *eventstore.Store, filter bson.D, want int64) {
+	t.Helper()
+	if n := commitCount(t, s, filter); n != want {
+		t.Errorf("%d commit documents, want %d", n, want)
+	}
+}
+
+// inStream matches the raw commit documents of stream.
+func inStream(stream string) bson.D { return bson.D{{Key: "stream_id", Value: stream}} }

@@ -3,7 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
-	"sync"
+	"slices"
 	"testing"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -16,10 +16,10 @@ func testIdempotencyKey(t *testing.T, s *eventstore.Store) {
 	stream, other := Unique("order-"), Unique("order-")
 	key := Unique("key-")
 	c0 := NewCommit(stream, 0, placed("cust-2"))
-	want := recorded(c0, mustAppend(t, s, c0))
+	want := appendRecorded(t, s, c0)
 	first := NewCommit(stream, 1, domain.OrderApproved{}, domain.OrderInvoiced{})
 	first.IdempotencyKey, first.RequestHash = key, "sha256:first"
-	want = append(want, recorded(first, mustAppend(t, s, first))...)
+	want = append(want, appendRecorded(t, s, first)...)
 	mustAppend(t, s, NewCommit(other, 0, placed("cust-3")))
 
 	// The retry of the same request and the same key on the stream's next
@@ -36,9 +36,7 @@ func testIdempotencyKey(t *testing.T, s *eventstore.Store) {
 		}
 	}
 	wantEvents(t, s, stream, want)
-	if n := commitCount(t, s, bson.D{}); n != 3 {
-		t.Errorf("%d commit documents, want 3", n)
-	}
+	wantCommits(t, s, bson.D{}, 3)
 
 	// The key is found in its stream, and only there.
 	got, err := s.FindIdempotencyKey(t.Context(), key, stream)
@@ -67,22 +65,12 @@ func testIdempotencyKey(t *testing.T, s *eventstore.Store) {
 func testKeyPerStream(t *testing.T, s *eventstore.Store) {
 	const streams = 8
 	key := Unique("key-")
-	commits := make([]domain.Commit, streams)
-	errs := make([]error, streams)
-	for i := range commits {
-		commits[i] = NewCommit(Unique("order-"), 0, placed(fmt.Sprintf("cust-%d", i)))
-		commits[i].IdempotencyKey, commits[i].RequestHash = key, fmt.Sprintf("hash-%d", i)
+	ids := make([]string, streams)
+	for i := range ids {
+		ids[i] = Unique("order-")
 	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range commits {
-		wg.Go(func() {
-			<-start
-			_, errs[i] = s.Append(t.Context(), commits[i])
-		})
-	}
-	close(start)
-	wg.Wait()
+	commits := keyedCommits(key, ids)
+	_, errs := appendAtOnce(t, s, commits)
 	for i, c := range commits {
 		if errs[i] != nil {
 			t.Errorf("stream %d with a key used on other streams: %v, want stored", i, errs[i])
@@ -99,9 +87,7 @@ func testKeyPerStream(t *testing.T, s *eventstore.Store) {
 	if _, err := s.Append(t.Context(), again); !errors.Is(err, domain.ErrDuplicateRequest) {
 		t.Errorf("the key again in its stream: %v, want ErrDuplicateRequest", err)
 	}
-	if n := commitCount(t, s, bson.D{}); n != streams {
-		t.Errorf("%d commit documents, want %d", n, streams)
-	}
+	wantCommits(t, s, bson.D{}, streams)
 }
 
 // testKeylessCommits: commits without an idempotency key are never
@@ -148,42 +134,24 @@ func testUnknownKey(t *testing.T, s *eventstore.Store) {
 func testRaceSameKey(t *testing.T, s *eventstore.Store) {
 	const racers = 16
 	key, stream := Unique("key-"), Unique("order-")
-	commits := make([]domain.Commit, racers)
-	errs := make([]error, racers)
-	for i := range commits {
-		commits[i] = NewCommit(stream, 0, placed(fmt.Sprintf("cust-%d", i)))
-		commits[i].IdempotencyKey, commits[i].RequestHash = key, fmt.Sprintf("hash-%d", i)
-	}
-	var wg sync.WaitGroup
-	start := make(chan struct{})
-	for i := range racers {
-		wg.Go(func() {
-			<-start
-			_, errs[i] = s.Append(t.Context(), commits[i])
-		})
-	}
-	close(start)
-	wg.Wait()
-	winner := -1
-	for i, err := range errs {
-		switch {
-		case err == nil && winner >= 0:
-			t.Errorf("racers %d and %d both stored key %s", winner, i, key)
-		case err == nil:
-			winner = i
-		case !errors.Is(err, domain.ErrDuplicateRequest):
-			t.Errorf("racer %d: %v, want ErrDuplicateRequest", i, err)
-		}
-	}
-	if winner < 0 {
-		t.Fatal("no racer stored the key")
-	}
+	commits := keyedCommits(key, slices.Repeat([]string{stream}, racers))
+	_, errs := appendAtOnce(t, s, commits)
+	winner, _ := oneWinner(t, "key "+key, errs, domain.ErrDuplicateRequest)
 	got, err := s.FindIdempotencyKey(t.Context(), key, stream)
 	if err != nil || got.StreamID != commits[winner].StreamID || got.RequestHash != commits[winner].RequestHash {
 		t.Errorf("find key: %s %q, %v; want the winner's %s %q", got.StreamID, got.RequestHash, err,
 			commits[winner].StreamID, commits[winner].RequestHash)
 	}
-	if n := commitCount(t, s, bson.D{}); n != 1 {
-		t.Errorf("%d commit documents, want 1", n)
+	wantCommits(t, s, bson.D{}, 1)
+}
+
+// keyedCommits returns a commit per stream, each placing an order of its
+// own under key with a request hash of its own ("hash-<i>").
+func keyedCommits(key string, streams []string) []domain.Commit {
+	commits := make([]domain.Commit, len(streams))
+	for i, stream := range streams {
+		commits[i] = NewCommit(stream, 0, placed(fmt.Sprintf("cust-%d", i)))
+		commits[i].IdempotencyKey, commits[i].RequestHash = key, fmt.Sprintf("hash-%d", i)
 	}
+	return commits
 }

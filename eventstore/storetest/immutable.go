@@ -17,7 +17,7 @@ import (
 // rawCommits returns the stream's raw commit documents in version order.
 func rawCommits(t *testing.T, coll *mongo.Collection, stream string) []bson.Raw {
 	t.Helper()
-	cur, err := coll.Find(t.Context(), bson.D{{Key: "stream_id", Value: stream}},
+	cur, err := coll.Find(t.Context(), inStream(stream),
 		options.Find().SetSort(bson.D{{Key: "first_version", Value: 1}}))
 	if err != nil {
 		t.Fatalf("read raw commits: %v", err)

@@ -19,7 +19,7 @@ func testLoadFrom(t *testing.T, s *eventstore.Store) {
 		NewCommit(stream, 3, domain.OrderProcessingStarted{}),
 		NewCommit(stream, 4, domain.OrderShipped{}, domain.OrderDelivered{}),
 	} {
-		all = append(all, recorded(c, mustAppend(t, s, c))...)
+		all = append(all, appendRecorded(t, s, c)...)
 	}
 	// Another stream interleaved must not leak in.
 	mustAppend(t, s, NewCommit(Unique("order-"), 0, domain.OrderApproved{}, domain.OrderShipped{}))
@@ -68,7 +68,7 @@ func testUnreadableCommit(t *testing.T, s *eventstore.Store) {
 	var heads []domain.Event
 	for _, stream := range []string{newer, chain, garbled, fine} {
 		c := NewCommit(stream, 0, placed("cust-u"))
-		heads = append(heads, recorded(c, mustAppend(t, s, c))...)
+		heads = append(heads, appendRecorded(t, s, c)...)
 	}
 	for _, d := range []bson.D{
 		raw(eventstore.CommitID(newer, 2), newer, 2, 2, bson.A{bson.D{{Key: "event_id", Value: "e-refund"}, {Key: "type", Value: "OrderRefunded"},
