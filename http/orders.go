@@ -1,19 +1,14 @@
 package http
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"reflect"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
@@ -199,178 +194,6 @@ func token(s string, max int) bool {
 		}
 	}
 	return true
-}
-
-var validate = func() *validator.Validate {
-	v := validator.New(validator.WithRequiredStructEnabled())
-	v.RegisterTagNameFunc(func(f reflect.StructField) string {
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		return name
-	})
-	_ = v.RegisterValidation("id", func(fl validator.FieldLevel) bool {
-		return domain.ValidateID("id", fl.Field().String()) == nil
-	})
-	_ = v.RegisterValidation("rfc3339", func(fl validator.FieldLevel) bool {
-		_, err := time.Parse(time.RFC3339Nano, fl.Field().String())
-		return err == nil
-	})
-	return v
-}()
-
-// decode reads a JSON body strictly (unknown fields and trailing data are
-// errors) and validates it. An empty body is allowed when optional.
-func decode(c echo.Context, dst any, optional bool) error {
-	req := c.Request()
-	body, err := io.ReadAll(req.Body)
-	if err != nil {
-		var he *echo.HTTPError
-		if errors.As(err, &he) {
-			return he // body limit
-		}
-		return malformed("reading the body: " + err.Error())
-	}
-	trimmed := bytes.Trim(body, jsonSpace)
-	if len(trimmed) == 0 {
-		if optional {
-			return nil
-		}
-		return malformed("a JSON body is required")
-	}
-	if ct := req.Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != echo.MIMEApplicationJSON && !strings.HasSuffix(mt, "+json")) {
-			return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/json")
-		}
-	} else {
-		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/json")
-	}
-	if trimmed[0] != '{' {
-		return malformed("the body must be a JSON object")
-	}
-	if err := checkKeys(body); err != nil {
-		return malformed(err.Error())
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return invalid(domain.FieldError{Field: te.Field, Detail: "must be " + jsonKind(te.Type.Kind())})
-		}
-		return malformed("invalid JSON: " + err.Error())
-	}
-	if len(bytes.Trim(body[dec.InputOffset():], jsonSpace)) > 0 {
-		return malformed("invalid JSON: data after the object")
-	}
-	if err := validate.Struct(dst); err != nil {
-		var ve validator.ValidationErrors
-		if !errors.As(err, &ve) {
-			return malformed(err.Error())
-		}
-		fields := make([]domain.FieldError, len(ve))
-		for i, fe := range ve {
-			fields[i] = domain.FieldError{Field: fieldPath(fe.Namespace()), Detail: describe(fe)}
-		}
-		return invalid(fields...)
-	}
-	return nil
-}
-
-// checkKeys refuses what encoding/json would silently accept: a field
-// given twice (the last would win) and a field name in other case than
-// the API's lower-case names (encoding/json matches them case-blind).
-// Syntax errors are left to the decoder.
-func checkKeys(body []byte) error {
-	type frame struct {
-		object, wantKey bool
-		keys            map[string]bool
-	}
-	var stack []*frame
-	dec := json.NewDecoder(bytes.NewReader(body))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			if t == '{' || t == '[' {
-				stack = append(stack, &frame{object: t == '{', wantKey: t == '{', keys: map[string]bool{}})
-				continue
-			}
-			stack = stack[:len(stack)-1]
-		case string:
-			if top != nil && top.object && top.wantKey {
-				switch {
-				case t != strings.ToLower(t):
-					return fmt.Errorf("field %q: field names are lower case", t)
-				case top.keys[t]:
-					return fmt.Errorf("field %q is given twice", t)
-				}
-				top.keys[t], top.wantKey = true, false
-				continue
-			}
-		}
-		// A value ended: the enclosing object expects a key next.
-		if len(stack) > 0 && stack[len(stack)-1].object {
-			stack[len(stack)-1].wantKey = true
-		}
-	}
-}
-
-// jsonSpace is the white space JSON allows between tokens (RFC 8259 §2);
-// bytes.TrimSpace would also take \v, \f and Unicode spaces.
-const jsonSpace = " \t\r\n"
-
-// jsonKind names a Go kind the way a JSON client thinks of it.
-func jsonKind(k reflect.Kind) string {
-	switch k {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number within range"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Bool:
-		return "true or false"
-	}
-	return "of another type"
-}
-
-// fieldPath turns "placeRequest.items[0].sku" into "items[0].sku".
-func fieldPath(ns string) string {
-	_, rest, ok := strings.Cut(ns, ".")
-	if !ok {
-		return ns
-	}
-	return rest
-}
-
-func describe(fe validator.FieldError) string {
-	switch fe.Tag() {
-	case "required":
-		return "is required"
-	case "id":
-		return fmt.Sprintf("1 to %d letters, digits, '_' or '-'", domain.MaxIDLength)
-	case "rfc3339":
-		return "an RFC 3339 time, e.g. 2017-10-02T10:56:33Z"
-	case "len":
-		return "must have length " + fe.Param()
-	case "min":
-		return "must be at least " + fe.Param()
-	case "max":
-		return "must be at most " + fe.Param()
-	case "uppercase", "alpha":
-		return "an ISO 4217 code: three upper-case letters"
-	}
-	return "fails " + fe.Tag()
 }
 
 func (s *Server) getOrder(c echo.Context) error {

@@ -21,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/devstore"
 )
@@ -122,6 +123,34 @@ func StartNATS(t testing.TB) *NATS {
 	}
 	n.Conn, n.JS = nc, js
 	return n
+}
+
+// NewStream creates a JetStream stream with a unique name on n, deleted in
+// cleanup, and returns its configuration. Its subjects are
+// "orders.events.<stream id>"; on a shared server (NATS_URL) the prefix gets
+// a unique first token so streams of concurrent tests do not overlap.
+func NewStream(t testing.TB, n *NATS) bus.StreamConfig {
+	t.Helper()
+	cfg := bus.StreamConfig{
+		Name:          Unique("ORDERS_"),
+		SubjectPrefix: "orders.events",
+		Replicas:      1,
+		Duplicates:    2 * time.Minute,
+	}
+	if n.Server == nil {
+		cfg.SubjectPrefix = Unique("t") + ".orders.events"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.EnsureStream(ctx, n.JS, cfg); err != nil {
+		t.Fatalf("ensure stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.JS.DeleteStream(ctx, cfg.Name)
+	})
+	return cfg
 }
 
 // Unique returns prefix plus a random suffix of letters and digits, for

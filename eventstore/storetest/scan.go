@@ -21,12 +21,12 @@ func scanLog(t *testing.T, s *eventstore.Store) (ids []string, events map[string
 	events = map[string][]domain.Event{}
 	for _, id := range ids {
 		c := NewCommit(id, 0, placed("cust-scan"))
-		events[id] = append(events[id], recorded(c, mustAppend(t, s, c))...)
+		events[id] = append(events[id], appendRecorded(t, s, c)...)
 	}
 	time.Sleep(5 * time.Millisecond) // recorded times are in milliseconds
 	for _, id := range ids {
 		c := NewCommit(id, 1, domain.OrderApproved{}, domain.OrderShipped{})
-		events[id] = append(events[id], recorded(c, mustAppend(t, s, c))...)
+		events[id] = append(events[id], appendRecorded(t, s, c)...)
 	}
 	return ids, events
 }

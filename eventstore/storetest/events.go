@@ -1,0 +1,103 @@
+package storetest
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// NewCommit returns a commit of one event per payload for streamID at
+// expected version: fresh event ids, versions expected+1.., one causation
+// id (the commit's command id) for all of its events, schema version 1 and
+// millisecond UTC times (domain.Timestamp), so a loaded event can be
+// compared with the appended one field by field.
+func NewCommit(streamID string, expected int64, data ...domain.EventData) domain.Commit {
+	cmd := Unique("cmd-")
+	at := domain.Timestamp(time.Now().Add(-time.Hour))
+	c := domain.Commit{StreamID: streamID, StreamType: domain.StreamTypeOrder, ExpectedVersion: expected}
+	for i, d := range data {
+		c.Events = append(c.Events, domain.Event{
+			ID: Unique("evt-") + Unique(""), StreamID: streamID, StreamType: domain.StreamTypeOrder,
+			Type: d.EventType(), Version: expected + int64(i) + 1,
+			OccurredAt: at.Add(time.Duration(i) * time.Second),
+			Data:       d,
+			Metadata:   domain.Metadata{CorrelationID: "corr-" + cmd, CausationID: cmd, SchemaVersion: 1},
+		})
+	}
+	return c
+}
+
+// placed is a valid OrderPlaced with an amount over 2^31, so a payload
+// that loses its int64 on the way through BSON shows.
+func placed(customer string) domain.OrderPlaced {
+	return domain.OrderPlaced{
+		CustomerID: customer, Currency: "BRL", FreightCents: 1590,
+		Items: []domain.Line{
+			{SKU: "sku-1", Quantity: 2, UnitPriceCents: 4990},
+			{SKU: "sku_2", Quantity: 1, UnitPriceCents: 1_000_000_000_000},
+		},
+	}
+}
+
+// recorded is what Load should return for c appended at recordedAt.
+func recorded(c domain.Commit, recordedAt time.Time) []domain.Event {
+	out := make([]domain.Event, len(c.Events))
+	for i, e := range c.Events {
+		e.OccurredAt = domain.Timestamp(e.OccurredAt)
+		e.RecordedAt = recordedAt
+		out[i] = e
+	}
+	return out
+}
+
+// DiffEvents describes the first difference between want and got (ids,
+// stream, type, version, times with time.Equal and in UTC, data, metadata),
+// or returns "" when they are equal.
+func DiffEvents(want, got []domain.Event) string {
+	if len(want) != len(got) {
+		return fmt.Sprintf("%d events, want %d: got versions %v", len(got), len(want), versions(got))
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		var d []string
+		if w.ID != g.ID {
+			d = append(d, fmt.Sprintf("id %q, want %q", g.ID, w.ID))
+		}
+		if w.StreamID != g.StreamID || w.StreamType != g.StreamType {
+			d = append(d, fmt.Sprintf("stream %s/%s, want %s/%s", g.StreamType, g.StreamID, w.StreamType, w.StreamID))
+		}
+		if w.Type != g.Type {
+			d = append(d, fmt.Sprintf("type %s, want %s", g.Type, w.Type))
+		}
+		if w.Version != g.Version {
+			d = append(d, fmt.Sprintf("version %d, want %d", g.Version, w.Version))
+		}
+		if !w.OccurredAt.Equal(g.OccurredAt) || g.OccurredAt.Location() != time.UTC {
+			d = append(d, fmt.Sprintf("occurred_at %v, want %v", g.OccurredAt, w.OccurredAt))
+		}
+		if !w.RecordedAt.Equal(g.RecordedAt) || g.RecordedAt.Location() != time.UTC {
+			d = append(d, fmt.Sprintf("recorded_at %v, want %v", g.RecordedAt, w.RecordedAt))
+		}
+		if !reflect.DeepEqual(w.Data, g.Data) {
+			d = append(d, fmt.Sprintf("data %#v, want %#v", g.Data, w.Data))
+		}
+		if w.Metadata != g.Metadata {
+			d = append(d, fmt.Sprintf("metadata %+v, want %+v", g.Metadata, w.Metadata))
+		}
+		if len(d) > 0 {
+			return fmt.Sprintf("event %d: %s", i, strings.Join(d, "; "))
+		}
+	}
+	return ""
+}
+
+func versions(evs []domain.Event) []int64 {
+	v := make([]int64, len(evs))
+	for i, e := range evs {
+		v[i] = e.Version
+	}
+	return v
+}
