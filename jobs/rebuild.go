@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/internal/pause"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -181,7 +182,7 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 		}
 		if r := w.cfg.MaxEventsPerSecond; r > 0 {
 			due := time.Duration(float64(t.Events-startEvents) / r * float64(time.Second))
-			pause(ctx, due-time.Since(start))
+			pause.For(ctx, due-time.Since(start))
 		}
 		return ctx.Err()
 	}
@@ -336,15 +337,4 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 		}
 	}
 	return w.jobs.unlock(ctx, job.Projection, job.ID)
-}
-
-// pause waits for d, or until ctx is done.
-func pause(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
 }

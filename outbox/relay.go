@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // Config tunes the outbox relay: the Relay that publishes a process's own
@@ -173,7 +174,7 @@ func (r *Relay) publishLoop(ctx context.Context) {
 			return
 		}
 		if backoff > 0 && len(retry) > 0 {
-			sleep(ctx, backoff)
+			pause.For(ctx, backoff)
 		}
 	}
 }

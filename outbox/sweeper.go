@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // SweepLease is the name of the lease under which one Sweeper at a time
@@ -145,7 +146,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 				wait = max(s.cfg.SweepInterval, sweepSpacing*readTook)
 			}
 		}
-		sleep(ctx, wait)
+		pause.For(ctx, wait)
 	}
 	return nil
 }
@@ -208,13 +209,4 @@ func (s *Sweeper) readOutbox(ctx context.Context, grace time.Duration, limit int
 	}
 	s.out.metrics.setOutbox(len(commits), oldest)
 	return commits, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

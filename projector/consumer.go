@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/pause"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/tracing"
 )
@@ -64,7 +65,7 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 				return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 			}
 			r.log.Warn("projection pull failed", "partition", tn.p, "err", err)
-			sleep(ctx, 100*time.Millisecond)
+			pause.For(ctx, 100*time.Millisecond)
 			continue
 		}
 		select {
@@ -239,15 +240,6 @@ func correlationOf(data []byte) string {
 // subjectStream is the last token of an event subject: the stream id.
 func subjectStream(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // writeContext is the context of a batch's write: not abandoned when the
