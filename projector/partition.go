@@ -108,13 +108,9 @@ func (t *partitionTable) ensure(ctx context.Context, n int) error {
 // list returns the projection's partition leases in partition order (a
 // filter on a small collection).
 func (t *partitionTable) list(ctx context.Context) ([]partitionDoc, error) {
-	cur, err := t.parts.Find(ctx, bson.D{{Key: "projection", Value: t.projection}})
+	docs, err := findOf[partitionDoc](ctx, t.parts, t.projection, "partitions")
 	if err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", t.projection, mongoerr.Translate(err))
-	}
-	var docs []partitionDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("partitions of %s: %w", t.projection, mongoerr.Translate(err))
+		return nil, err
 	}
 	slices.SortFunc(docs, func(a, b partitionDoc) int { return a.Partition - b.Partition })
 	return docs, nil
@@ -147,13 +143,9 @@ func (t *partitionTable) leave(ctx context.Context) error {
 // live returns the members whose heartbeat has not expired, sorted by
 // owner, and deletes the documents of members gone for ten TTLs.
 func (t *partitionTable) live(ctx context.Context) ([]memberDoc, error) {
-	cur, err := t.members.Find(ctx, bson.D{{Key: "projection", Value: t.projection}})
+	docs, err := findOf[memberDoc](ctx, t.members, t.projection, "members")
 	if err != nil {
-		return nil, fmt.Errorf("members of %s: %w", t.projection, mongoerr.Translate(err))
-	}
-	var docs []memberDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("members of %s: %w", t.projection, mongoerr.Translate(err))
+		return nil, err
 	}
 	now := t.now()
 	var live []memberDoc
@@ -167,6 +159,20 @@ func (t *partitionTable) live(ctx context.Context) ([]memberDoc, error) {
 	}
 	slices.SortFunc(live, func(a, b memberDoc) int { return strings.Compare(a.Owner, b.Owner) })
 	return live, nil
+}
+
+// findOf decodes the documents of coll about projection; what names them
+// in errors.
+func findOf[T any](ctx context.Context, coll *mongo.Collection, projection, what string) ([]T, error) {
+	cur, err := coll.Find(ctx, bson.D{{Key: "projection", Value: projection}})
+	if err != nil {
+		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongoerr.Translate(err))
+	}
+	var docs []T
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongoerr.Translate(err))
+	}
+	return docs, nil
 }
 
 // claim takes partition p at now (taken before the write is sent) if it

@@ -13,15 +13,7 @@ import (
 // Lag returns the number of messages the partitions' consumers have not
 // acknowledged, summed over every partition.
 func (r *Runner) Lag(ctx context.Context) (uint64, error) {
-	var n uint64
-	for p := range r.cfg.Partitions {
-		l, err := r.PartitionLag(ctx, p)
-		if err != nil {
-			return 0, err
-		}
-		n += l
-	}
-	return n, nil
+	return r.sumConsumers(ctx, unacked)
 }
 
 // PartitionLag returns the number of messages partition p's consumer has
@@ -31,7 +23,12 @@ func (r *Runner) PartitionLag(ctx context.Context, p int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return info.NumPending + uint64(info.NumAckPending), nil
+	return unacked(info), nil
+}
+
+// unacked is what a consumer has not acknowledged: pending plus in flight.
+func unacked(info *jetstream.ConsumerInfo) uint64 {
+	return info.NumPending + uint64(info.NumAckPending)
 }
 
 // consumerInfo reads the state of partition p's consumer from JetStream.
@@ -52,13 +49,18 @@ func (r *Runner) consumerInfo(ctx context.Context, p int) (*jetstream.ConsumerIn
 // its own sequence): its change over time is the rate at which the
 // projection applies events, whichever processes apply them.
 func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
+	return r.sumConsumers(ctx, func(info *jetstream.ConsumerInfo) uint64 { return info.AckFloor.Consumer })
+}
+
+// sumConsumers adds up what of reads from each partition's consumer.
+func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerInfo) uint64) (uint64, error) {
 	var n uint64
 	for p := range r.cfg.Partitions {
 		info, err := r.consumerInfo(ctx, p)
 		if err != nil {
 			return 0, err
 		}
-		n += info.AckFloor.Consumer
+		n += of(info)
 	}
 	return n, nil
 }
