@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderd/orderd/projection"
 )
 
 // Metrics are the rebuild progress of this instance as Prometheus gauges,
@@ -28,17 +30,14 @@ type rebuildTally struct {
 
 // NewMetrics registers the metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
-	}
 	m := &Metrics{
-		rebuildEvents: gauge("orderd_rebuild_events_done",
+		rebuildEvents: projection.NewGaugeVec("orderd_rebuild_events_done",
 			"Events written by this instance's partitions of the projection's current rebuild (kept after it ends, reset when this instance "+
 				"takes part in the next one). A partition resumed from another instance counts what that instance wrote too."),
-		rebuildStreams: gauge("orderd_rebuild_streams_done",
+		rebuildStreams: projection.NewGaugeVec("orderd_rebuild_streams_done",
 			"Streams written by this instance's partitions of the projection's current rebuild (kept after it ends, reset when this instance "+
 				"takes part in the next one). A partition resumed from another instance counts what that instance wrote too."),
-		rebuildRunning: gauge("orderd_rebuild_running",
+		rebuildRunning: projection.NewGaugeVec("orderd_rebuild_running",
 			"1 while this instance runs a task (plan, partition or finish) of a rebuild of the projection, else 0."),
 		rebuilds: map[string]*rebuildTally{},
 	}

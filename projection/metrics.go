@@ -18,17 +18,25 @@ type Metrics struct {
 // NewMetrics registers the metrics with reg; it panics if reg already
 // holds one of their names, as prometheus.MustRegister does.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
-	}
 	m := &Metrics{
-		applied:    vec("orderd_projection_events_applied_total", "Events folded into a read model."),
-		duplicates: vec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
-		gaps:       vec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
-		casRetries: vec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
+		applied:    NewCounterVec("orderd_projection_events_applied_total", "Events folded into a read model."),
+		duplicates: NewCounterVec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
+		gaps:       NewCounterVec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
+		casRetries: NewCounterVec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
 	}
 	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries)
 	return m
+}
+
+// NewCounterVec is a counter labelled by projection, as every metric of the
+// read models is, and those of their projectors and rebuilds.
+func NewCounterVec(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
+}
+
+// NewGaugeVec is a gauge labelled by projection (see NewCounterVec).
+func NewGaugeVec(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
 }
 
 // initProjection creates the projection's counters at 0, so they are

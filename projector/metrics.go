@@ -4,6 +4,8 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/orderd/orderd/projection"
 )
 
 // Metrics are the projectors' Prometheus metrics, labelled by projection:
@@ -25,23 +27,17 @@ type Metrics struct {
 // NewMetrics registers the metrics with reg; it panics if reg already
 // holds one of their names, as prometheus.MustRegister does.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	vec := func(name, help string) *prometheus.CounterVec {
-		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"projection"})
-	}
-	gauge := func(name, help string) *prometheus.GaugeVec {
-		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
-	}
 	m := &Metrics{
-		deadLetters: vec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
-		errors:      vec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
-		lag: gauge("orderd_projection_consumer_lag",
+		deadLetters: projection.NewCounterVec("orderd_projection_dead_letters_total", "Events parked in the dead-letter collection."),
+		errors:      projection.NewCounterVec("orderd_projection_errors_total", "Batches that failed and were redelivered."),
+		lag: projection.NewGaugeVec("orderd_projection_consumer_lag",
 			"Messages not yet acknowledged by the consumers of the projection's partitions this instance owns (pending plus in flight); sum over instances for the projection's lag."),
 		partApplied: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "orderd_projection_partition_events_applied_total",
 			Help: "Events folded into a read model by this instance, by partition (rate() is the partition's apply rate)."}, []string{"projection", "partition"}),
 		partLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_partition_lag",
 			Help: "Messages not yet acknowledged by a partition's consumer, exposed by the partition's owner only (pending plus in flight)."}, []string{"projection", "partition"}),
-		owned: gauge("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
-		parked: gauge("orderd_projection_dead_letters_parked",
+		owned: projection.NewGaugeVec("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
+		parked: projection.NewGaugeVec("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
 	}
 	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned)
