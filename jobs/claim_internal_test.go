@@ -1,16 +1,14 @@
 package jobs
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestRenewalOutlivesASlowStore: a claim whose last renewal got through
@@ -19,13 +17,7 @@ import (
 // claimed it after its lease ran out, the renewal answers errLeaseLost and
 // the task's other writes are refused.
 func TestRenewalOutlivesASlowStore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	db := storetest.Database(t)
-	es := eventstore.New(db)
-	if err := es.EnsureIndexes(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx, db, es := projectiontest.Start(t, time.Minute)
 	j := New(db, projection.NewPointers(db), es, map[string]string{projection.OrderSummaries.Name: projection.OrderSummaries.Collection})
 	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {

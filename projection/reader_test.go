@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -18,9 +17,7 @@ import (
 // pagination with limit 3 that returns every matching summary exactly once,
 // in order id order.
 func TestReaderListSummaries(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, db, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "lst", 14, 3)
 	s := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
@@ -101,9 +98,7 @@ func ids(os []domain.Order) []string {
 // placed before lines had freight (schema 1, freight on the order) into
 // the totals it always had.
 func TestReadModelsCountLineFreight(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, db, es := projectiontest.Start(t, 60*time.Second)
 	at := time.Date(2018, 1, 2, 3, 4, 5, 0, time.UTC)
 	lines := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", Items: []domain.Line{
 		{SKU: "sku-a", Quantity: 2, UnitPriceCents: 5890, FreightCents: 1579},

@@ -61,8 +61,7 @@ func singles(evs []domain.Event) [][]domain.Event {
 // equal to the fold of the log, every event is folded exactly once, and
 // the skipped duplicates and filled gaps are counted.
 func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	ctx, _, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "ord", 7, 3)
 	total, gappy := len(f.Flat), multiEventStreams(f)
 	if total < 25 || gappy < 6 {
@@ -174,8 +173,7 @@ func TestStoreReadsNotFound(t *testing.T) {
 // The test checks that Apply calls on the same documents did overlap, so
 // it proves something.
 func TestStoreApplyRacingWriters(t *testing.T) {
-	ctx := projectiontest.Context(t, 90*time.Second)
-	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	ctx, _, es := projectiontest.Start(t, 90*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "race", 20, 4)
 	const writers = 8
 
@@ -338,8 +336,7 @@ func (o *overlaps) apply(ctx context.Context, projection string, apply applier, 
 // in the per-stream error map, their stream's document stays as it was, and
 // the other streams of the same batch are written.
 func TestStoreApplyPoisonIsPerStream(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	es := projectiontest.NewLog(t, ctx, storetest.Database(t))
+	ctx, _, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "ok", 5, 2)
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 

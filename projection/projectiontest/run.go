@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/eventstore/storetest"
 )
 
 // Context is the context of a test body: canceled when the test ends
@@ -18,6 +19,16 @@ func Context(t *testing.T, limit time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// Start is the set-up a read-model test begins with: its context (see
+// Context), a fresh database (storetest.Database) and the event store on
+// it (see NewLog).
+func Start(t *testing.T, limit time.Duration, opts ...eventstore.Option) (context.Context, *mongo.Database, *eventstore.Store) {
+	t.Helper()
+	ctx := Context(t, limit)
+	db := storetest.Database(t)
+	return ctx, db, NewLog(t, ctx, db, opts...)
 }
 
 // Logger writes warnings and errors of the code under test to the
