@@ -24,9 +24,18 @@ type repairKit struct {
 	sums *projection.Projection[domain.Order]
 	stat *projection.Projection[projection.Contribution]
 	jobs *jobs.Jobs
+	// republish is the workers' publisher of replays (nil: they take no
+	// replay).
+	republish func(context.Context, []domain.Event) (int, error)
 }
 
-func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eventstore.Store) *repairKit {
+// newKit appends n orders named prefix000.. for customers cust-0 ..
+// cust-(customers-1) to the log of db, and returns the repair jobs on db
+// with that fixture.
+func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
+	t.Helper()
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
 	ps := projection.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
 		sums: projection.NewProjection(db, projection.OrderSummaries, es, nil, ps),
@@ -36,19 +45,18 @@ func newRepairKit(t *testing.T, ctx context.Context, db *mongo.Database, es *eve
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
-	return k
+	return k, f
 }
 
-// projectedKit appends n orders named prefix000.. to a new database and
-// writes their fold into both read models.
-func projectedKit(t *testing.T, ctx context.Context, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
+// projectedKit is newKit on a new database, under a context canceled
+// when the test ends or after limit, with the fold of the fixture written
+// into both read models.
+func projectedKit(t *testing.T, limit time.Duration, prefix string, n, customers int) (context.Context, *repairKit, *projectiontest.Fixture) {
 	t.Helper()
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
-	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
-	k := newRepairKit(t, ctx, db, es)
+	ctx := projectiontest.Context(t, limit)
+	k, f := newKit(t, ctx, storetest.Database(t), prefix, n, customers)
 	k.project(t, ctx, f)
-	return k, f
+	return ctx, k, f
 }
 
 // worker starts a Worker with test timings; it stops with the test.
@@ -63,7 +71,7 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := jobs.NewWorker(k.jobs, k.es, nil, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
+	w := jobs.NewWorker(k.jobs, k.es, k.republish, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker "+owner, w.Run)
 }
 

@@ -1,16 +1,13 @@
 package jobs_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector/projectortest"
 )
 
@@ -18,18 +15,10 @@ import (
 // range of the log: every message carries its event's id as Nats-Msg-Id,
 // so the stream's de-duplication window keeps one message per event.
 func TestReplayKeepsMessageIDs(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
-	f := projectiontest.NewFixture(t, ctx, es, "rpl", 6, 2)
-	k := newRepairKit(t, ctx, db, es)
-	republish := func(ctx context.Context, evs []domain.Event) (int, error) {
-		return bus.NewPublisher(b.JS, b.Stream).Republish(ctx, evs)
-	}
-	w := jobs.NewWorker(k.jobs, es, republish, []jobs.Projection{k.sums, k.stat},
-		jobs.WorkerConfig{Owner: "w1", Poll: 50 * time.Millisecond}, projectiontest.Logger(t))
-	projectiontest.Go(t, "worker", w.Run)
+	ctx, b, db := projectortest.Start(t, 60*time.Second)
+	k, f := newKit(t, ctx, db, "rpl", 6, 2)
+	k.republish = bus.NewPublisher(b.JS, b.Stream).Republish
+	k.worker(t, "w1", jobs.WorkerConfig{})
 
 	replay := func(spec domain.ReplaySpec) domain.Job {
 		t.Helper()

@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -26,8 +27,7 @@ import (
 // that verify with repair fixes exactly those, and that a third verify
 // finds no drift and a digest equal to the fold's.
 func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
-	ctx := projectiontest.Context(t, 90*time.Second)
-	k, f := projectedKit(t, ctx, "vfy", 40, 5)
+	ctx, k, f := projectedKit(t, 90*time.Second, "vfy", 40, 5)
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{})
 
@@ -138,8 +138,7 @@ func rawDoc(t *testing.T, ctx context.Context, coll *mongo.Collection, id string
 // and its repairs stops with an error and writes nothing, rather than
 // recreating the dropped collection with its upserts.
 func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	k, f := projectedKit(t, ctx, "gone", 12, 3)
+	ctx, k, f := projectedKit(t, 60*time.Second, "gone", 12, 3)
 	db := k.db
 	name, coll := projection.OrderSummaries.Name, projection.OrderSummaries.Collection
 	// Drift to repair: two summaries missing.
@@ -189,4 +188,24 @@ type hookedLog struct {
 func (h *hookedLog) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
 	h.before()
 	return h.Store.LoadFrom(ctx, streamID, from)
+}
+
+// TestTaskClaimedByExactlyOneWorker runs eight workers on one verify job:
+// its task is claimed once, by one of them (invariant 6).
+func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
+	ctx, k, _ := projectedKit(t, 60*time.Second, "clm", 10, 2)
+	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		k.worker(t, fmt.Sprintf("w%d", i), jobs.WorkerConfig{Poll: 5 * time.Millisecond})
+	}
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if job.State != domain.StateSucceeded || len(job.Tasks) != 1 || job.Tasks[0].Attempts != 1 {
+		t.Fatalf("job %s: %+v", job.State, job.Tasks)
+	}
+	if task := job.Tasks[0]; task.Epoch != 1 {
+		t.Errorf("task at epoch %d, want 1: one claim", task.Epoch)
+	}
 }

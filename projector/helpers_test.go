@@ -2,20 +2,28 @@ package projector_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/projector"
 	"github.com/orderd/orderd/projector/projectortest"
 )
 
@@ -76,4 +84,187 @@ func partitioned(subject, id string) bool {
 	}
 	p, err := strconv.Atoi(tok[2])
 	return err == nil && p >= 0 && p < 4
+}
+
+// gapped is a summaries Runner, with metrics, that parks a message after
+// two deliveries, on a log that holds v1 of stream "gapped" and no more:
+// v2, once published, is a gap the log cannot fill until fill appends it.
+type gapped struct {
+	es   *eventstore.Store
+	reg  *prometheus.Registry
+	dead *projector.DeadLetters
+	r    *projector.Runner
+	at   time.Time // when v1 happened
+	v2   domain.Event
+}
+
+func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mongo.Database, cfg projector.RunnerConfig) *gapped {
+	t.Helper()
+	g := &gapped{es: projectiontest.NewLog(t, ctx, db), reg: prometheus.NewRegistry(), dead: projector.NewDeadLetters(db),
+		at: time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)}
+	projectiontest.AppendStream(t, ctx, g.es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, g.at)
+	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))
+	cfg.MaxDeliveries = 2
+	cfg.Workers = 1 // about poison, not about writers racing
+	p := projection.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), projection.NewPointers(db))
+	g.r = projectortest.Run(t, b, p, cfg, projector.NewMetrics(g.reg))
+	return g
+}
+
+// fill appends v2 to the log: the cause of its dead letter fixed.
+func (g *gapped) fill(t *testing.T, ctx context.Context) {
+	t.Helper()
+	if _, err := g.es.Append(ctx, domain.Commit{StreamID: "gapped", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
+		Events: []domain.Event{g.v2}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mapCache is a domain.StateCache without eviction.
+type mapCache struct {
+	mu sync.Mutex
+	m  map[string]domain.Order
+}
+
+func (c *mapCache) Get(id string) (domain.Order, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.m[id]
+	return o, ok
+}
+
+func (c *mapCache) Add(id string, o domain.Order) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.m[id] = o
+}
+
+func (c *mapCache) Remove(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, id)
+}
+
+// tenures checks, as the runners report them through OnTenure, that no
+// partition is ever written by two owners at once: a start while another
+// owner's tenure of the partition is open is an error.
+type tenures struct {
+	t      *testing.T
+	mu     sync.Mutex
+	active map[int]string // partition: owner writing it
+	starts map[string]int // owner: tenures started
+}
+
+func newTenures(t *testing.T) *tenures {
+	return &tenures{t: t, active: map[int]string{}, starts: map[string]int{}}
+}
+
+func (ts *tenures) hook(owner string) func(string, int, bool) {
+	return func(_ string, p int, start bool) {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		cur, busy := ts.active[p]
+		switch {
+		case start && busy:
+			ts.t.Errorf("partition %d: %s starts writing while %s still does", p, owner, cur)
+		case start:
+			ts.active[p] = owner
+			ts.starts[owner]++
+		case cur != owner:
+			ts.t.Errorf("partition %d: %s stops a tenure it did not start (writer %q)", p, owner, cur)
+		default:
+			delete(ts.active, p)
+		}
+	}
+}
+
+// owners returns how many partitions each owner holds.
+func owners(t *testing.T, ctx context.Context, r *projector.Runner) map[string]int {
+	t.Helper()
+	ps, err := r.PartitionStatus(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, p := range ps {
+		if p.Owner != "" {
+			out[p.Owner]++
+		}
+	}
+	return out
+}
+
+// waitOwners waits until the partitions are held exactly as want says.
+func waitOwners(t *testing.T, ctx context.Context, r *projector.Runner, limit time.Duration, want map[string]int) {
+	t.Helper()
+	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("held as %v", got)
+		}
+		return nil
+	})
+}
+
+// writeOrders runs the lifecycle of orders from..to-1 named prefix<i>.
+func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix string, from, to int) []string {
+	t.Helper()
+	var ids []string
+	for i := from; i < to; i++ {
+		id := fmt.Sprintf("%s%03d", prefix, i)
+		ids = append(ids, id)
+		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
+			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
+				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
+			}
+		}
+	}
+	return ids
+}
+
+// proxy forwards TCP connections to a target until it is closed, which
+// also drops the connections it forwards.
+type proxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func tcpProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln}
+	t.Cleanup(p.close)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+		}
+	}()
+	return p
+}
+
+func cutURL(p *proxy) string { return "nats://" + p.ln.Addr().String() }
+
+func (p *proxy) close() {
+	_ = p.ln.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"reflect"
 	"strings"
@@ -34,9 +32,7 @@ import (
 // are done, the consumers' lag drains to 0 and every read-model document
 // equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
-	ctx := projectiontest.Context(t, 120*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
 
 	es := relayedLog(t, ctx, db, b, log)
@@ -137,28 +133,24 @@ func TestRunnerEndToEnd(t *testing.T) {
 // batch; later the whole log once more. The read models end equal to the
 // fold, and the second round is all skipped duplicates.
 func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
-	ctx := projectiontest.Context(t, 80*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
+	ctx, b, db := projectortest.Start(t, 80*time.Second)
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, "dup", 20, 4)
 	total := float64(len(f.Flat))
 
 	for _, e := range reversed(f.Flat) {
-		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return e.ID })
+		b.PublishEvents(t, ctx, []domain.Event{e}, projectortest.EventID)
 		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
 	}
 
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
-	log, cfg, dead := projectiontest.Logger(t), b.RunnerConfig(), projector.NewDeadLetters(db)
+	cfg := b.RunnerConfig()
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
-	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, log, m)
-	projectiontest.Go(t, "summaries runner", sums.Run)
-	projectiontest.Go(t, "stats runner", stats.Run)
+	sums := projectortest.Run(t, b, projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), cfg, m)
+	stats := projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), cfg, m)
 
 	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
 		return projectiontest.DiffReadModels(ctx, db, f)
@@ -202,31 +194,18 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 // projected. Retry heals a dead letter once its cause is fixed (the missing
 // event appended to the log) and keeps one that still fails.
 func TestRunnerDeadLetters(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
-	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
-	projectiontest.AppendStream(t, ctx, es, "healthy", projectiontest.Lifecycle(0, "cust-h"), 2, at)
-	projectiontest.AppendStream(t, ctx, es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, at)
+	ctx, b, db := projectortest.Start(t, 60*time.Second)
+	g := newGapped(t, ctx, b, db, b.RunnerConfig())
+	es, reg, dead, r, gapV2 := g.es, g.reg, g.dead, g.r, g.v2
+	projectiontest.AppendStream(t, ctx, es, "healthy", projectiontest.Lifecycle(0, "cust-h"), 2, g.at)
 	healthy := projectiontest.LoadFixture(t, ctx, es, []string{"healthy"})
-
-	reg := prometheus.NewRegistry()
-	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
-	dead := projector.NewDeadLetters(db)
-	cfg := b.RunnerConfig()
-	cfg.MaxDeliveries = 2
-	cfg.Workers = 1 // about poison, not about writers racing
-	r := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), b.JS, dead, cfg, projectiontest.Logger(t), m)
-	projectiontest.Go(t, "summaries runner", r.Run)
 
 	teleported := []byte(`{"event_id":"x1","stream_id":"o1","stream_type":"order","type":"OrderTeleported","version":1,` +
 		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
 	b.Publish(t, ctx, "o1", teleported, "x1")
 	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
-	gapV2 := projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, at.Add(time.Hour))
-	b.PublishEvents(t, ctx, []domain.Event{gapV2}, func(e domain.Event) string { return e.ID })
-	b.PublishEvents(t, ctx, healthy.Flat, func(e domain.Event) string { return e.ID })
+	b.PublishEvents(t, ctx, []domain.Event{gapV2}, projectortest.EventID)
+	b.PublishEvents(t, ctx, healthy.Flat, projectortest.EventID)
 
 	reader := projection.NewReader(db, projection.NewPointers(db))
 	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
@@ -280,10 +259,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 		t.Errorf("Retry of the unfixed gap: %v, want the apply error", err)
 	}
 	// Fix the cause: the log gets the missing event. Retry folds it.
-	if _, err := es.Append(ctx, domain.Commit{StreamID: "gapped", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
-		Events: []domain.Event{gapV2}}); err != nil {
-		t.Fatal(err)
-	}
+	g.fill(t, ctx)
 	if err := r.Retry(ctx, gap.ID); err != nil {
 		t.Fatalf("Retry of the fixed gap: %v", err)
 	}
@@ -312,15 +288,65 @@ func TestRunnerDeadLetters(t *testing.T) {
 	}
 }
 
+// TestDeadLettersMetric: orderd_projection_dead_letters follows the number
+// of dead letters parked now: 1 once an event whose gap the log cannot fill
+// is parked, 0 again once a retry has healed it (unlike the counter
+// orderd_projection_dead_letters_total, which stays at 1).
+func TestDeadLettersMetric(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 60*time.Second)
+	cfg := b.RunnerConfig()
+	cfg.LagInterval = 100 * time.Millisecond
+	g := newGapped(t, ctx, b, db, cfg)
+	reg, r := g.reg, g.r
+
+	gauge := func(want float64) func() error {
+		return func() error {
+			if n := projectiontest.Series(t, reg, "orderd_projection_dead_letters_parked"); n != 1 {
+				return fmt.Errorf("%d series of orderd_projection_dead_letters, want 1", n)
+			}
+			if v := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_parked", r.Name()); v != want {
+				return fmt.Errorf("orderd_projection_dead_letters %v, want %v", v, want)
+			}
+			return nil
+		}
+	}
+	projectiontest.WaitFor(t, 10*time.Second, "dead letters gauge sampled at 0", gauge(0))
+	// The counters exist from the start, at 0, so their first increase
+	// shows in rate() and increase().
+	for _, c := range []string{"orderd_projection_events_applied_total", "orderd_projection_duplicates_skipped_total",
+		"orderd_projection_gaps_filled_total", "orderd_projection_repairs_total", "orderd_projection_dead_letters_total",
+		"orderd_projection_errors_total"} {
+		if n := projectiontest.Series(t, reg, c); n != 1 {
+			t.Errorf("%s before any event: %d series, want 1", c, n)
+		}
+	}
+
+	// v2 of a stream whose log holds only v1: parked after two deliveries.
+	b.PublishEvents(t, ctx, []domain.Event{g.v2}, projectortest.EventID)
+	projectiontest.WaitFor(t, 20*time.Second, "dead letters gauge at 1", gauge(1))
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
+		t.Errorf("orderd_projection_dead_letters_total %v, want 1", n)
+	}
+
+	// Fix the cause and retry: the dead letter is gone, and so is the
+	// gauge's count; the counter keeps its history.
+	g.fill(t, ctx)
+	if err := r.Retry(ctx, r.Name()+":"+g.v2.ID); err != nil {
+		t.Fatalf("Retry: %v", err)
+	}
+	projectiontest.WaitFor(t, 10*time.Second, "dead letters gauge back at 0", gauge(0))
+	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
+		t.Errorf("orderd_projection_dead_letters_total %v after the retry, want 1", n)
+	}
+}
+
 // TestRunnerParksStreamWhoseLogCannotBeDecoded: a newer writer (a rolling
 // deploy) has put a commit of an event type this build does not know in
 // the log. The gap fill of that stream cannot read it: its message is
 // parked after MaxDeliveries instead of being redelivered for ever, and
 // the events of the other streams, published around it, are projected.
 func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
-	ctx := projectiontest.Context(t, 60*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
+	ctx, b, db := projectortest.Start(t, 60*time.Second)
 	es := projectiontest.NewLog(t, ctx, db)
 	healthy := projectiontest.NewFixture(t, ctx, es, "fine", 6, 2)
 
@@ -352,18 +378,15 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
 	ps := projection.NewPointers(db)
-	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), b.JS, dead, cfg, projectiontest.Logger(t), nil)
-	projectiontest.Go(t, "summaries runner", sums.Run)
-	projectiontest.Go(t, "stats runner", stats.Run)
+	sums := projectortest.Run(t, b, projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), cfg, nil)
+	stats := projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), cfg, nil)
 
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
-	msgID := func(e domain.Event) string { return e.ID }
 	half := len(healthy.Flat) / 2
-	b.PublishEvents(t, ctx, healthy.Flat[:half], msgID)
-	b.PublishEvents(t, ctx, []domain.Event{v3}, msgID)
-	b.PublishEvents(t, ctx, healthy.Flat[half:], msgID)
+	b.PublishEvents(t, ctx, healthy.Flat[:half], projectortest.EventID)
+	b.PublishEvents(t, ctx, []domain.Event{v3}, projectortest.EventID)
+	b.PublishEvents(t, ctx, healthy.Flat[half:], projectortest.EventID)
 
 	for _, r := range []*projector.Runner{sums, stats} {
 		projectiontest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {
@@ -390,107 +413,6 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	}
 }
 
-// mapCache is a domain.StateCache without eviction.
-type mapCache struct {
-	mu sync.Mutex
-	m  map[string]domain.Order
-}
-
-func (c *mapCache) Get(id string) (domain.Order, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.m[id]
-	return o, ok
-}
-
-func (c *mapCache) Add(id string, o domain.Order) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[id] = o
-}
-
-func (c *mapCache) Remove(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
-}
-
-// tenures checks, as the runners report them through OnTenure, that no
-// partition is ever written by two owners at once: a start while another
-// owner's tenure of the partition is open is an error.
-type tenures struct {
-	t      *testing.T
-	mu     sync.Mutex
-	active map[int]string // partition: owner writing it
-	starts map[string]int // owner: tenures started
-}
-
-func newTenures(t *testing.T) *tenures {
-	return &tenures{t: t, active: map[int]string{}, starts: map[string]int{}}
-}
-
-func (ts *tenures) hook(owner string) func(string, int, bool) {
-	return func(_ string, p int, start bool) {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		cur, busy := ts.active[p]
-		switch {
-		case start && busy:
-			ts.t.Errorf("partition %d: %s starts writing while %s still does", p, owner, cur)
-		case start:
-			ts.active[p] = owner
-			ts.starts[owner]++
-		case cur != owner:
-			ts.t.Errorf("partition %d: %s stops a tenure it did not start (writer %q)", p, owner, cur)
-		default:
-			delete(ts.active, p)
-		}
-	}
-}
-
-// owners returns how many partitions each owner holds.
-func owners(t *testing.T, ctx context.Context, r *projector.Runner) map[string]int {
-	t.Helper()
-	ps, err := r.PartitionStatus(ctx, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, p := range ps {
-		if p.Owner != "" {
-			out[p.Owner]++
-		}
-	}
-	return out
-}
-
-// waitOwners waits until the partitions are held exactly as want says.
-func waitOwners(t *testing.T, ctx context.Context, r *projector.Runner, limit time.Duration, want map[string]int) {
-	t.Helper()
-	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
-		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
-			return fmt.Errorf("held as %v", got)
-		}
-		return nil
-	})
-}
-
-// writeOrders runs the lifecycle of orders from..to-1 named prefix<i>.
-func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix string, from, to int) []string {
-	t.Helper()
-	var ids []string
-	for i := from; i < to; i++ {
-		id := fmt.Sprintf("%s%03d", prefix, i)
-		ids = append(ids, id)
-		for _, cmd := range commands(i, fmt.Sprintf("cust-%d", i%3)) {
-			if _, err := svc.Execute(ctx, id, cmd, domain.ExecOptions{}); err != nil {
-				t.Fatalf("%s %s: %v", domain.CommandName(cmd), id, err)
-			}
-		}
-	}
-	return ids
-}
-
 // TestRunnerPartitionsRebalance runs order_summaries in "processes" (own
 // NATS connection, own Projection and document cache) sharing its four
 // partitions: A alone holds all four; B joins and each holds two; A stops
@@ -498,9 +420,7 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 // of the log, B applies events once it holds partitions, and no partition
 // is ever written by two of them at once.
 func TestRunnerPartitionsRebalance(t *testing.T) {
-	ctx := projectiontest.Context(t, 120*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
@@ -515,9 +435,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
-		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
-	projectiontest.Go(t, "stats runner", stats.Run)
+	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
 
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
@@ -592,9 +510,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 // them still for as long as it lives) and leaves, and a healthy member
 // takes them over and applies what was written meanwhile.
 func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
-	ctx := projectiontest.Context(t, 90*time.Second)
-	b := projectortest.NewBus(t, ctx)
-	db := storetest.Database(t)
+	ctx, b, db := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 	ts := newTenures(t)
@@ -614,61 +530,11 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
-		b.JS, projector.NewDeadLetters(db), b.RunnerConfig(), log, nil)
-	projectiontest.Go(t, "stats runner", stats.Run)
+	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
 
 	cut.close()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	f := projectiontest.LoadFixture(t, ctx, es, ids)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
-}
-
-// proxy forwards TCP connections to a target until it is closed, which
-// also drops the connections it forwards.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func tcpProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	t.Cleanup(p.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-	return p
-}
-
-func cutURL(p *proxy) string { return "nats://" + p.ln.Addr().String() }
-
-func (p *proxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
 }

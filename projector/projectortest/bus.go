@@ -8,10 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
 )
@@ -32,6 +34,16 @@ func NewBus(t *testing.T, ctx context.Context) *Bus {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// Start is the set-up a projector test begins with: its context (see
+// projectiontest.Context), a bus (NewBus) and a fresh database
+// (storetest.Database), on which the test builds its event store, plain
+// or relayed.
+func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database) {
+	t.Helper()
+	ctx := projectiontest.Context(t, limit)
+	return ctx, NewBus(t, ctx), storetest.Database(t)
 }
 
 // RunnerConfig is a projector.RunnerConfig consuming b's stream with
@@ -67,6 +79,9 @@ func (b *Bus) Publish(t *testing.T, ctx context.Context, streamID string, body [
 	return ack
 }
 
+// EventID is the Nats-Msg-Id the relay gives an event: its id.
+func EventID(e domain.Event) string { return e.ID }
+
 // PublishEvents publishes events in the order given, each with msgID(e)
 // as its Nats-Msg-Id, and fails if the stream dropped one as a duplicate.
 func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.Event, msgID func(domain.Event) string) {
@@ -80,6 +95,15 @@ func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.E
 			t.Fatalf("publish %s v%d as %q: the stream dropped it as a duplicate", e.StreamID, e.Version, msgID(e))
 		}
 	}
+}
+
+// Run starts a Runner of p on b's stream with cfg, its dead letters in
+// p's database, and stops it when the test ends.
+func Run[D any](t *testing.T, b *Bus, p *projection.Projection[D], cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
+	t.Helper()
+	r := projector.NewRunner(p, b.JS, projector.NewDeadLetters(p.Database()), cfg, projectiontest.Logger(t), m)
+	projectiontest.Go(t, r.Name()+" runner", r.Run)
+	return r
 }
 
 // Connect opens a NATS connection of its own to b, as a second process
