@@ -36,9 +36,7 @@ const relayBenchCommits = 5000
 // Figures: raw_events/s, relay_events/s and relay_to_raw (their ratio).
 func BenchmarkRelayPublish(b *testing.B) {
 	ctx := b.Context()
-	_, db := storetest.OpenStore(b)
-	n := storetest.StartNATS(b)
-	cfg := storetest.NewStream(b, n)
+	_, db, n, cfg := openOutbox(b)
 	in := newInstance(b, db, n.JS, cfg, outbox.Config{Owner: "bench", QueueSize: relayBenchCommits})
 	var events []domain.Event
 	for i := range relayBenchCommits {

@@ -30,6 +30,16 @@ func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
+// openOutbox is the set-up of an outbox test: an event store on a fresh
+// database (storetest.OpenStore), a NATS server (storetest.StartNATS) and
+// a stream on it.
+func openOutbox(t testing.TB) (*eventstore.Store, *mongo.Database, *storetest.NATS, bus.StreamConfig) {
+	t.Helper()
+	s, db := storetest.OpenStore(t)
+	n := storetest.StartNATS(t)
+	return s, db, n, storetest.NewStream(t, n)
+}
+
 // appendCommits appends commits to a few fresh streams, 1 to 3 events each,
 // and returns the stored events (as Load returns them) in append order.
 func appendCommits(t *testing.T, s *eventstore.Store, streams, perStream int, after ...func()) []domain.Event {
@@ -63,24 +73,30 @@ func appendCommits(t *testing.T, s *eventstore.Store, streams, perStream int, af
 	return out
 }
 
-// streamMessages reads every message of the JetStream stream by sequence.
-func streamMessages(t *testing.T, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
+// stream reads the JetStream stream name and its state.
+func stream(t *testing.T, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()
-	ctx := t.Context()
-	st, err := js.Stream(ctx, name)
+	st, err := js.Stream(t.Context(), name)
 	if err != nil {
 		t.Fatalf("stream %s: %v", name, err)
 	}
-	info, err := st.Info(ctx)
+	info, err := st.Info(t.Context())
 	if err != nil {
 		t.Fatalf("stream %s info: %v", name, err)
 	}
+	return st, info
+}
+
+// streamMessages reads every message of the JetStream stream by sequence.
+func streamMessages(t *testing.T, js jetstream.JetStream, name string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	st, info := stream(t, js, name)
 	var out []*jetstream.RawStreamMsg
 	if info.State.Msgs == 0 {
 		return out
 	}
 	for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
-		m, err := st.GetMsg(ctx, seq)
+		m, err := st.GetMsg(t.Context(), seq)
 		if err != nil {
 			t.Fatalf("stream %s seq %d: %v", name, seq, err)
 		}
@@ -91,14 +107,7 @@ func streamMessages(t *testing.T, js jetstream.JetStream, name string) []*jetstr
 
 func streamCount(t *testing.T, js jetstream.JetStream, name string) uint64 {
 	t.Helper()
-	st, err := js.Stream(t.Context(), name)
-	if err != nil {
-		t.Fatalf("stream %s: %v", name, err)
-	}
-	info, err := st.Info(t.Context())
-	if err != nil {
-		t.Fatalf("stream %s info: %v", name, err)
-	}
+	_, info := stream(t, js, name)
 	return info.State.Msgs
 }
 
@@ -314,9 +323,7 @@ func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
 }
 
 func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
-	s, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	s, db, n, cfg := openOutbox(t)
 	want := appendCommits(t, s, 3, 3) // 9 commits, no relay: all in the outbox
 	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1", BatchSize: 4}, nil)
 	wantBacklog(t, s, 9)
@@ -343,9 +350,7 @@ func TestSweeperPublishPendingPublishesEachEventOnce(t *testing.T) {
 // The Relay publishes what its Store appends, through the append hook
 // alone (no sweep runs), and marks each commit in the same round.
 func TestRelayPublishesOwnAppends(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	stop := goRun(t, in.relay.Run)
 
@@ -372,9 +377,7 @@ func TestRelayPublishesOwnAppends(t *testing.T) {
 // full, appends still return, and the commits that found no room are
 // left to the sweep.
 func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1", QueueSize: 2})
 	want := appendCommits(t, in.store, 5, 1) // 5 commits, the Relay not running
 	queued := 0                              // events of the first two commits, one stream each
@@ -399,9 +402,7 @@ func TestRelayFullQueueLeavesCommitsToTheSweep(t *testing.T) {
 // On shutdown the Relay gives the commits still queued one last round,
 // bounded by a short grace, instead of leaving them all to the sweep.
 func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	want := appendCommits(t, in.store, 3, 1) // queued; Run not started
 	ctx, cancel := context.WithCancel(t.Context())
@@ -418,9 +419,7 @@ func TestRelayShutdownPublishesWhatIsQueued(t *testing.T) {
 }
 
 func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	in := newInstance(t, db, n.JS, cfg, outbox.Config{Owner: "api-1"})
 	stop := goRun(t, in.relay.Run)
 	want := appendCommits(t, in.store, 2, 3) // 6 commits
@@ -488,15 +487,7 @@ func (r *restartableNATS) stop() {
 
 func (r *restartableNATS) connect() *storetest.NATS {
 	srv := r.srv.ClientURL()
-	nc, err := nats.Connect(srv, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		r.t.Fatalf("connect nats: %v", err)
-	}
-	r.t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		r.t.Fatalf("jetstream: %v", err)
-	}
+	nc, js := connectNATS(r.t, srv)
 	return &storetest.NATS{URL: srv, Conn: nc, JS: js, Server: r.srv}
 }
 
@@ -592,9 +583,7 @@ func TestRelayNATSDown(t *testing.T) {
 }
 
 func TestSweeperWaitsForLease(t *testing.T) {
-	s, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	s, db, n, cfg := openOutbox(t)
 	holder := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
 	if ok, err := holder.TryAcquire(t.Context()); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
@@ -627,9 +616,7 @@ func TestSweeperWaitsForLease(t *testing.T) {
 // its lease up: another instance claims it at once instead of after the
 // TTL. The renewals come every 50 ms, so some of the 30 stops land in one.
 func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	other := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
 	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1",
 		SweepInterval: time.Millisecond, LeaseTTL: 150 * time.Millisecond}, nil)
@@ -666,9 +653,7 @@ func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
 // sweep of instance 1 publishes the orphan. Every event ends in the
 // stream exactly once under its id, and every commit is marked.
 func TestRelayTwoInstancesAndAnOrphan(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	rc := func(owner string) outbox.Config {
 		return outbox.Config{Owner: owner, SweepGrace: 3 * time.Second,
 			SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
@@ -743,9 +728,7 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, db := storetest.OpenStore(t)
-			n := storetest.StartNATS(t)
-			cfg := storetest.NewStream(t, n)
+			s, db, n, cfg := openOutbox(t)
 			rc := func(owner string) outbox.Config {
 				return outbox.Config{Owner: owner, SweepGrace: time.Millisecond,
 					SweepInterval: 50 * time.Millisecond, LeaseTTL: time.Second}
@@ -784,9 +767,7 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 // A window of publishes awaiting acks far smaller than a round does not
 // fail the Relay or Republish: their sends wait for room.
 func TestPublishWindowPacesRounds(t *testing.T) {
-	_, db := storetest.OpenStore(t)
-	n := storetest.StartNATS(t)
-	cfg := storetest.NewStream(t, n)
+	_, db, n, cfg := openOutbox(t)
 	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(2))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
@@ -814,14 +795,7 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 	cfg := bus.StreamConfig{Name: storetest.Unique("ENSURE"), SubjectPrefix: storetest.Unique("ensure"), Duplicates: time.Minute, Partitions: 4}
 	transform := func() string {
 		t.Helper()
-		st, err := n.JS.Stream(ctx, cfg.Name)
-		if err != nil {
-			t.Fatalf("stream: %v", err)
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatalf("stream info: %v", err)
-		}
+		_, info := stream(t, n.JS, cfg.Name)
 		if info.Config.SubjectTransform == nil {
 			return ""
 		}
