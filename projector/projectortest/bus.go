@@ -113,8 +113,9 @@ func (b *Bus) Connect(t *testing.T) jetstream.JetStream {
 	return ConnectTo(t, b.URL)
 }
 
-// ConnectTo opens a NATS connection to url, closed when the test ends.
-func ConnectTo(t *testing.T, url string, opts ...nats.Option) jetstream.JetStream {
+// ConnectTo opens a NATS connection to url, closed when the test or
+// benchmark ends.
+func ConnectTo(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
