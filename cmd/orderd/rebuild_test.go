@@ -44,6 +44,8 @@ type instance struct {
 	out *syncBuffer
 }
 
+// syncBuffer is a bytes.Buffer safe for concurrent writers (a process's
+// output, a logger's goroutines) and a test reading it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
