@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -110,25 +109,15 @@ func rawUpdates(ctx context.Context, b *testing.B, coll *mongo.Collection) float
 			b.Fatal(err)
 		}
 	}
-	var next, failed atomic.Int64
-	var wg sync.WaitGroup
+	var failed atomic.Int64
 	start := time.Now()
-	for range scaleClients {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= scaleUpdates || ctx.Err() != nil {
-					return
-				}
-				_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i%scaleOrders)}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(i)}, {Key: "status", Value: "shipped"}}}})
-				if err != nil && failed.Add(1) <= 3 {
-					b.Errorf("raw update %d: %v", i, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	parallel(ctx, scaleUpdates, scaleClients, func(i int) {
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i%scaleOrders)}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(i)}, {Key: "status", Value: "shipped"}}}})
+		if err != nil && failed.Add(1) <= 3 {
+			b.Errorf("raw update %d: %v", i, err)
+		}
+	})
 	return float64(scaleUpdates) / time.Since(start).Seconds()
 }
 
