@@ -185,16 +185,13 @@ func ready(p *proc) (int, string) {
 
 func (c *cluster) waitReady(p *proc, within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, body := ready(p)
-		if code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready within %v: %d %s", p.name, within, code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var code int
+	var body string
+	if !waitFor(within, 100*time.Millisecond, func() bool {
+		code, body = ready(p)
+		return code == http.StatusOK
+	}) {
+		c.t.Fatalf("%s not ready within %v: %d %s", p.name, within, code, body)
 	}
 }
 
