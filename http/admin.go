@@ -205,9 +205,9 @@ func (s *Server) retryDeadLetter(c echo.Context) error {
 }
 
 func (s *Server) readModels(c echo.Context) error {
-	id := c.Param("id")
-	if err := domain.ValidateID("order id", id); err != nil {
-		return notFoundIfInvalid(err)
+	id, err := pathID(c, "order id")
+	if err != nil {
+		return err
 	}
 	rs, err := s.cfg.Admin.ReadModels(c.Request().Context(), id)
 	if err != nil {

@@ -65,8 +65,21 @@ func newFakeAdmin() *fakeAdmin {
 	}
 }
 
-func (f *fakeAdmin) record(c adminCall) {
+// call locks f for one call of the Admin interface and records it; the
+// method defers the unlock it returns.
+func (f *fakeAdmin) call(c adminCall) (unlock func()) {
+	f.mu.Lock()
 	f.calls = append(f.calls, c)
+	return f.mu.Unlock
+}
+
+// job returns the job id, or an error wrapping ErrNotFound.
+func (f *fakeAdmin) job(id string) (domain.Job, error) {
+	job, ok := f.jobs[id]
+	if !ok {
+		return domain.Job{}, fmt.Errorf("job %q: %w", id, domain.ErrNotFound)
+	}
+	return job, nil
 }
 
 // recorded returns the calls so far.
@@ -114,9 +127,7 @@ func (f *fakeAdmin) finish(id string, state domain.JobState, report *domain.Veri
 }
 
 func (f *fakeAdmin) StartRebuild(_ context.Context, projection string, partitions int) (domain.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "StartRebuild", Projection: projection, Partitions: partitions})
+	defer f.call(adminCall{Method: "StartRebuild", Projection: projection, Partitions: partitions})()
 	if !f.known[projection] {
 		return domain.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
@@ -134,9 +145,7 @@ func (f *fakeAdmin) StartRebuild(_ context.Context, projection string, partition
 }
 
 func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair bool) (domain.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "StartVerify", Projection: projection, Repair: repair})
+	defer f.call(adminCall{Method: "StartVerify", Projection: projection, Repair: repair})()
 	if !f.known[projection] {
 		return domain.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
@@ -147,9 +156,7 @@ func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair boo
 }
 
 func (f *fakeAdmin) StartReplay(_ context.Context, spec domain.ReplaySpec) (domain.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "StartReplay", Spec: spec})
+	defer f.call(adminCall{Method: "StartReplay", Spec: spec})()
 	if spec.StreamID != "" {
 		if err := domain.ValidateID("stream_id", spec.StreamID); err != nil {
 			return domain.Job{}, err
@@ -162,23 +169,15 @@ func (f *fakeAdmin) StartReplay(_ context.Context, spec domain.ReplaySpec) (doma
 }
 
 func (f *fakeAdmin) Job(_ context.Context, id string) (domain.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "Job", ID: id})
-	job, ok := f.jobs[id]
-	if !ok {
-		return domain.Job{}, fmt.Errorf("job %q: %w", id, domain.ErrNotFound)
-	}
-	return job, nil
+	defer f.call(adminCall{Method: "Job", ID: id})()
+	return f.job(id)
 }
 
 func (f *fakeAdmin) CancelJob(_ context.Context, id string) (domain.Job, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "CancelJob", ID: id})
-	job, ok := f.jobs[id]
-	if !ok {
-		return domain.Job{}, fmt.Errorf("job %q: %w", id, domain.ErrNotFound)
+	defer f.call(adminCall{Method: "CancelJob", ID: id})()
+	job, err := f.job(id)
+	if err != nil {
+		return job, err
 	}
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, domain.ErrJobFinished)
@@ -189,9 +188,7 @@ func (f *fakeAdmin) CancelJob(_ context.Context, id string) (domain.Job, error) 
 }
 
 func (f *fakeAdmin) Projections(context.Context) ([]domain.ProjectionStatus, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "Projections"})
+	defer f.call(adminCall{Method: "Projections"})()
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -199,9 +196,7 @@ func (f *fakeAdmin) Projections(context.Context) ([]domain.ProjectionStatus, err
 }
 
 func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "DeadLetters", Projection: projection, Limit: limit})
+	defer f.call(adminCall{Method: "DeadLetters", Projection: projection, Limit: limit})()
 	if projection != "" && !f.known[projection] {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
@@ -215,9 +210,7 @@ func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int6
 }
 
 func (f *fakeAdmin) RetryDeadLetter(_ context.Context, id string) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "RetryDeadLetter", ID: id})
+	defer f.call(adminCall{Method: "RetryDeadLetter", ID: id})()
 	err, ok := f.dead[id]
 	if !ok {
 		return fmt.Errorf("dead letter %q: %w", id, domain.ErrNotFound)
@@ -229,9 +222,7 @@ func (f *fakeAdmin) RetryDeadLetter(_ context.Context, id string) error {
 }
 
 func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]domain.ReadModelCheck, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.record(adminCall{Method: "ReadModels", ID: orderID})
+	defer f.call(adminCall{Method: "ReadModels", ID: orderID})()
 	cs, ok := f.checks[orderID]
 	if !ok {
 		return nil, fmt.Errorf("order %s: %w", orderID, domain.ErrNotFound)

@@ -151,6 +151,7 @@ func (f *fakeReads) CustomerStats(_ context.Context, id string) (domain.Customer
 // env is one server over a real domain.Service, an in-memory store and the
 // fake read models.
 type env struct {
+	srv   *orderhttp.Server
 	h     http.Handler
 	store *domaintest.MemStore
 	reads *fakeReads
@@ -170,7 +171,8 @@ func newEnv(t testing.TB, mod ...func(*orderhttp.Config)) *env {
 	for _, m := range mod {
 		m(&cfg)
 	}
-	e.h = orderhttp.NewServer(cfg).Handler()
+	e.srv = orderhttp.NewServer(cfg)
+	e.h = e.srv.Handler()
 	return e
 }
 

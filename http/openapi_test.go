@@ -15,10 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/domain/domaintest"
 	orderhttp "github.com/orderd/orderd/http"
 )
 
@@ -28,20 +25,9 @@ var openAPIMethods = []string{"get", "put", "post", "delete", "options", "head",
 
 // newOpenAPIEnv builds a server with every optional route on: metrics
 // (a gatherer) and the admin routes (an Admin and a token).
-func newOpenAPIEnv(t testing.TB) (*orderhttp.Server, *env) {
+func newOpenAPIEnv(t testing.TB) *env {
 	t.Helper()
-	e := &env{store: domaintest.NewMemStore(), reads: newFakeReads(), reg: prometheus.NewRegistry()}
-	srv := orderhttp.NewServer(orderhttp.Config{
-		Commands:   domain.NewService(e.store, nil),
-		ReadModels: e.reads,
-		Ready:      map[string]orderhttp.Check{},
-		Gatherer:   e.reg,
-		Registerer: e.reg,
-		Admin:      newFakeAdmin(),
-		AdminToken: adminToken,
-	})
-	e.h = srv.Handler()
-	return srv, e
+	return newEnv(t, func(c *orderhttp.Config) { c.Admin, c.AdminToken = newFakeAdmin(), adminToken })
 }
 
 // openAPIDoc fetches GET /openapi.json and returns it raw and parsed.
@@ -60,9 +46,9 @@ func openAPIDoc(t testing.TB, e *env) ([]byte, map[string]any) {
 }
 
 func TestOpenAPI(t *testing.T) {
-	srv, e := newOpenAPIEnv(t)
+	e := newOpenAPIEnv(t)
 	raw, doc := openAPIDoc(t, e)
-	registered, problems := registeredRoutes(srv)
+	registered, problems := registeredRoutes(e.srv)
 	for _, p := range problems {
 		t.Error(p)
 	}
@@ -160,7 +146,7 @@ func TestOpenAPI(t *testing.T) {
 // TestOpenAPIServedAlways checks that the document is served as
 // application/json, with or without the admin routes.
 func TestOpenAPIServedAlways(t *testing.T) {
-	_, e := newOpenAPIEnv(t)
+	e := newOpenAPIEnv(t)
 	rec := e.get(t, "/openapi.json")
 	if mt, _, _ := mime.ParseMediaType(rec.Header().Get("Content-Type")); mt != "application/json" {
 		t.Errorf("Content-Type = %q", rec.Header().Get("Content-Type"))
@@ -497,7 +483,7 @@ func jsonKeys(t testing.TB, v any) []string {
 // field set, and the required ones those of the zero value (the fields
 // without omitempty or omitzero).
 func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
-	_, e := newOpenAPIEnv(t)
+	e := newOpenAPIEnv(t)
 	_, doc := openAPIDoc(t, e)
 
 	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
@@ -585,7 +571,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 // together must show every property, and a 2xx answer must have the
 // properties its response schema lists.
 func TestOpenAPIRequestExamples(t *testing.T) {
-	_, e := newOpenAPIEnv(t)
+	e := newOpenAPIEnv(t)
 	_, doc := openAPIDoc(t, e)
 	paths := doc["paths"].(map[string]any)
 	seq := 0

@@ -220,6 +220,16 @@ func (s *Server) getEvents(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"order_id": o.ID, "version": o.Version, "events": out})
 }
 
+// pathID returns the route's :id, checked as an id of what; one that
+// cannot exist is answered 404 (see notFoundIfInvalid).
+func pathID(c echo.Context, what string) (string, error) {
+	id := c.Param("id")
+	if err := domain.ValidateID(what, id); err != nil {
+		return "", notFoundIfInvalid(err)
+	}
+	return id, nil
+}
+
 // notFoundIfInvalid answers a GET with an id that cannot exist as 404: the
 // id was checked before any query and there is nothing to find.
 func notFoundIfInvalid(err error) error {

@@ -20,9 +20,9 @@ import (
 // store (summaryWatch); past MaxSummaryWaits waits it answers 503 with
 // Retry-After.
 func (s *Server) getSummary(c echo.Context) error {
-	id := c.Param("id")
-	if err := domain.ValidateID("order id", id); err != nil {
-		return notFoundIfInvalid(err)
+	id, err := pathID(c, "order id")
+	if err != nil {
+		return err
 	}
 	var minVersion int64
 	if v := c.QueryParam("min_version"); v != "" {
@@ -110,9 +110,9 @@ func (s *Server) listSummaries(c echo.Context) error {
 }
 
 func (s *Server) customerStats(c echo.Context) error {
-	id := c.Param("id")
-	if err := domain.ValidateID("customer id", id); err != nil {
-		return notFoundIfInvalid(err)
+	id, err := pathID(c, "customer id")
+	if err != nil {
+		return err
 	}
 	st, err := s.cfg.ReadModels.CustomerStats(c.Request().Context(), id)
 	if err != nil {

@@ -170,29 +170,38 @@ func measureRawInserts(ctx context.Context, b *testing.B, coll *mongo.Collection
 		b.Fatalf("create %s: %v", coll.Name(), err)
 	}
 	lat := make([]time.Duration, benchRawInserts)
-	var next atomic.Int64
 	var failed atomic.Int64
-	var wg sync.WaitGroup
 	start := time.Now()
-	for range benchClients {
+	parallel(ctx, benchRawInserts, benchClients, func(i int) {
+		doc := commitLike(i)
+		t0 := time.Now()
+		_, err := coll.InsertOne(ctx, doc)
+		lat[i] = time.Since(t0)
+		if err != nil && failed.Add(1) <= 3 {
+			b.Errorf("raw insert %d: %v", i, err)
+		}
+	})
+	return rawResult{elapsed: time.Since(start), latencies: lat}
+}
+
+// parallel calls do for each of 0..n-1 from workers goroutines, each
+// taking the next number, and returns when they are done or, once ctx
+// has ended, when the calls under way are.
+func parallel(ctx context.Context, n, workers int, do func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= benchRawInserts || ctx.Err() != nil {
+				if i >= n || ctx.Err() != nil {
 					return
 				}
-				doc := commitLike(i)
-				t0 := time.Now()
-				_, err := coll.InsertOne(ctx, doc)
-				lat[i] = time.Since(t0)
-				if err != nil && failed.Add(1) <= 3 {
-					b.Errorf("raw insert %d: %v", i, err)
-				}
+				do(i)
 			}
 		})
 	}
 	wg.Wait()
-	return rawResult{elapsed: time.Since(start), latencies: lat}
 }
 
 // commitLike is a document shaped like eventstore's commit of an
@@ -260,12 +269,10 @@ func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
 		res      cmdResult
 		mu       sync.Mutex
 		nextCmd  atomic.Int64
-		next     atomic.Int64
 		failed   atomic.Int64
 		probes   sync.WaitGroup
 		slots    = make(chan struct{}, benchProbeSlots)
 		skipped  atomic.Int64
-		clients  sync.WaitGroup
 		lat      = make([]time.Duration, benchCommands)
 		reported atomic.Int64
 	)
@@ -323,43 +330,34 @@ func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
 
 	start := time.Now()
 	var last atomic.Int64 // unix nanos of the last command answer
-	for range benchClients {
-		clients.Go(func() {
-			for {
-				n := int(next.Add(1)) - 1
-				if n >= benchOrders || ctx.Err() != nil {
-					return
-				}
-				id := fmt.Sprintf("bench-order-%05d", n)
-				place := fmt.Sprintf(`{"order_id":%q,"customer_id":"bench-customer-%03d","currency":"BRL","items":[{"sku":"sku-%03d","quantity":%d,"unit_price_cents":%d}],"freight_cents":%d}`,
-					id, n%100, n%37, 1+n%3, 990+n, 500)
-				steps := []struct {
-					path, body string
-					want       int
-				}{
-					{"/v1/orders", place, http.StatusCreated},
-					{"/v1/orders/" + id + "/approve", "", http.StatusOK},
-					{"/v1/orders/" + id + "/ship", "", http.StatusOK},
-					{"/v1/orders/" + id + "/deliver", "", http.StatusOK},
-				}
-				for _, s := range steps {
-					_, answered, ok := send(id, s.path, s.body, s.want)
-					if at := answered.UnixNano(); at > 0 {
-						for {
-							l := last.Load()
-							if at <= l || last.CompareAndSwap(l, at) {
-								break
-							}
-						}
-					}
-					if !ok {
+	parallel(ctx, benchOrders, benchClients, func(n int) {
+		id := fmt.Sprintf("bench-order-%05d", n)
+		place := fmt.Sprintf(`{"order_id":%q,"customer_id":"bench-customer-%03d","currency":"BRL","items":[{"sku":"sku-%03d","quantity":%d,"unit_price_cents":%d}],"freight_cents":%d}`,
+			id, n%100, n%37, 1+n%3, 990+n, 500)
+		steps := []struct {
+			path, body string
+			want       int
+		}{
+			{"/v1/orders", place, http.StatusCreated},
+			{"/v1/orders/" + id + "/approve", "", http.StatusOK},
+			{"/v1/orders/" + id + "/ship", "", http.StatusOK},
+			{"/v1/orders/" + id + "/deliver", "", http.StatusOK},
+		}
+		for _, s := range steps {
+			_, answered, ok := send(id, s.path, s.body, s.want)
+			if at := answered.UnixNano(); at > 0 {
+				for {
+					l := last.Load()
+					if at <= l || last.CompareAndSwap(l, at) {
 						break
 					}
 				}
 			}
-		})
-	}
-	clients.Wait()
+			if !ok {
+				break
+			}
+		}
+	})
 	lastAnswer := time.Unix(0, last.Load())
 	res.elapsed = lastAnswer.Sub(start)
 	res.latencies = lat[:min(int(nextCmd.Load()), len(lat))]
@@ -386,24 +384,14 @@ func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
 	res.drained = time.Since(lastAnswer)
 
 	// Then every summary is at version 4.
-	var check sync.WaitGroup
-	var nextCheck, undrained atomic.Int64
-	for range 4 {
-		check.Go(func() {
-			for {
-				n := int(nextCheck.Add(1)) - 1
-				if n >= benchOrders || ctx.Err() != nil {
-					return
-				}
-				path := fmt.Sprintf("/v1/order-summaries/bench-order-%05d?min_version=4&wait=10s", n)
-				if code, stale, err := get(ctx, hc, base+path); err != nil || code != http.StatusOK || stale {
-					undrained.Add(1)
-					errorf("GET %s: %d stale %v %v", path, code, stale, err)
-				}
-			}
-		})
-	}
-	check.Wait()
+	var undrained atomic.Int64
+	parallel(ctx, benchOrders, 4, func(n int) {
+		path := fmt.Sprintf("/v1/order-summaries/bench-order-%05d?min_version=4&wait=10s", n)
+		if code, stale, err := get(ctx, hc, base+path); err != nil || code != http.StatusOK || stale {
+			undrained.Add(1)
+			errorf("GET %s: %d stale %v %v", path, code, stale, err)
+		}
+	})
 	res.undrained = int(undrained.Load())
 	res.failed = int(failed.Load())
 	return res

@@ -187,16 +187,13 @@ func ready(p *proc) (int, string) {
 
 func (c *cluster) waitReady(p *proc, within time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		code, body := ready(p)
-		if code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready within %v: %d %s", p.name, within, code, body)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var code int
+	var body string
+	if !waitFor(within, 100*time.Millisecond, func() bool {
+		code, body = ready(p)
+		return code == http.StatusOK
+	}) {
+		c.t.Fatalf("%s not ready within %v: %d %s", p.name, within, code, body)
 	}
 }
 
@@ -654,45 +651,65 @@ func placeBody(orderID string) string {
 	return fmt.Sprintf(`{"order_id":%q,"customer_id":"probe-customer","currency":"BRL","items":[{"sku":"sku-1","quantity":1,"unit_price_cents":990}]}`, orderID)
 }
 
+// outage runs a load on api (cfg's URLs, Orders, Duration and
+// ConflictRate are set here) and, 3s into it, takes a dependency down with
+// stop. While it is down, for the outage's length (longer with
+// -chaos.long), it places orders <cfg.RunID>-probe-NNN on api one after
+// another and hands each answer to probe. Then api's /readyz must say
+// component ("bus", "store") is unavailable; start brings the dependency
+// back and api is waited for. It returns the load's wait, the outage's
+// length and how long the dependency was down.
+func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, start func(),
+	probe func(id string, r response, took time.Duration, err error)) (wait func() loadgen.Report, outage, down time.Duration) {
+	t := c.t
+	t.Helper()
+	loadFor, outage := 9*time.Second, 3*time.Second
+	if *chaosLong {
+		loadFor, outage = 25*time.Second, 10*time.Second
+	}
+	cfg.URLs, cfg.Orders, cfg.Duration, cfg.ConflictRate = []string{api.url()}, 100_000, loadFor, 0.1
+	wait, _ = runLoad(t, cfg)
+
+	time.Sleep(3 * time.Second)
+	stop()
+	from := time.Now()
+	t.Logf("%s stopped at %s", component, from.Format("15:04:05.000"))
+	for i := 0; time.Since(from) < outage; i++ {
+		id := fmt.Sprintf("%s-probe-%03d", cfg.RunID, i)
+		r, took, err := send(api, "POST", "/v1/orders", id+"-place", placeBody(id))
+		probe(id, r, took, err)
+	}
+	if code, body := ready(api); code != http.StatusServiceUnavailable || !strings.Contains(body, component+":unavailable") {
+		t.Errorf("/readyz with the %s down: %d %s; want 503 naming the %s", component, code, body, component)
+	}
+	down = time.Since(from)
+	start()
+	t.Logf("%s started at %s", component, time.Now().Format("15:04:05.000"))
+	c.waitReady(api, time.Minute)
+	return wait, outage, down
+}
+
 // TestChaos_NATSOutage stops the NATS server for several seconds under
 // load: commands keep being acknowledged (the log is the source of truth),
 // /readyz says the bus is unavailable, and once the server is back on the
 // same port and data the outbox sweep publishes what the relay could not,
 // and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
-	loadFor, outage := 9*time.Second, 3*time.Second
-	if *chaosLong {
-		loadFor, outage = 25*time.Second, 10*time.Second
-	}
 	c := newCluster(t)
 	api := c.add("api", "api,relay,projector")
 	c.add("jobs", "jobs")
-	wait, _ := runLoad(t, loadgen.Config{URLs: []string{api.url()}, Orders: 100_000, Duration: loadFor,
-		Concurrency: 4, ConflictRate: 0.1, Seed: 7, RunID: "natsdown", RetryFor: time.Minute})
-
-	time.Sleep(3 * time.Second)
-	c.stopNATS()
-	down := time.Now()
-	t.Logf("NATS stopped at %s", down.Format("15:04:05.000"))
 	var acks []loadgen.Ack
-	for i := 0; time.Since(down) < outage; i++ {
-		id := fmt.Sprintf("natsdown-probe-%03d", i)
-		r, took, err := send(api, "POST", "/v1/orders", id+"-place", placeBody(id))
-		if err != nil || r.Status != http.StatusCreated {
-			t.Fatalf("place %s with NATS down: %v %v after %v; want 201: the log, not the bus, decides", id, r, err, took)
-		}
-		var a commandAnswer
-		r.decode(t, &a)
-		acks = append(acks, loadgen.Ack{OrderID: id, Command: "place", Key: id + "-place", Version: a.Version, Status: a.Status})
-		time.Sleep(200 * time.Millisecond)
-	}
-	if code, body := ready(api); code != http.StatusServiceUnavailable || !strings.Contains(body, "bus:unavailable") {
-		t.Errorf("/readyz with NATS down: %d %s; want 503 naming the bus", code, body)
-	}
-	t.Logf("NATS down for %v: %d commands acknowledged meanwhile", time.Since(down).Round(time.Millisecond), len(acks))
-	c.startNATS()
-	t.Logf("NATS started at %s", time.Now().Format("15:04:05.000"))
-	c.waitReady(api, time.Minute)
+	wait, outage, down := c.outage(api, loadgen.Config{Concurrency: 4, Seed: 7, RunID: "natsdown", RetryFor: time.Minute},
+		"bus", c.stopNATS, c.startNATS, func(id string, r response, took time.Duration, err error) {
+			if err != nil || r.Status != http.StatusCreated {
+				t.Fatalf("place %s with NATS down: %v %v after %v; want 201: the log, not the bus, decides", id, r, err, took)
+			}
+			var a commandAnswer
+			r.decode(t, &a)
+			acks = append(acks, loadgen.Ack{OrderID: id, Command: "place", Key: id + "-place", Version: a.Version, Status: a.Status})
+			time.Sleep(200 * time.Millisecond)
+		})
+	t.Logf("NATS down for %v: %d commands acknowledged meanwhile", down.Round(time.Millisecond), len(acks))
 
 	rep := wait()
 	f := c.guarantees(api, "natsdown-", append(rep.Acks, acks...), rep.Unknown, nil)
@@ -706,42 +723,26 @@ func TestChaos_NATSOutage(t *testing.T) {
 // port and data every role reconnects by itself and the load's retries go
 // through.
 func TestChaos_StoreOutage(t *testing.T) {
-	loadFor, outage := 9*time.Second, 3*time.Second
-	if *chaosLong {
-		loadFor, outage = 25*time.Second, 10*time.Second
-	}
 	c := newCluster(t)
 	api := c.add("api", "api,relay")
 	c.add("projector", "projector")
 	c.add("jobs", "jobs")
-	wait, _ := runLoad(t, loadgen.Config{URLs: []string{api.url()}, Orders: 100_000, Duration: loadFor,
-		Concurrency: 4, ConflictRate: 0.1, Seed: 9, RunID: "storedown", RetryFor: 2 * time.Minute})
-
-	time.Sleep(3 * time.Second)
-	c.stopStore()
-	down := time.Now()
 	var refused []string
 	var slowest time.Duration
-	for i := 0; time.Since(down) < outage; i++ {
-		id := fmt.Sprintf("storedown-probe-%03d", i)
-		r, took, err := send(api, "POST", "/v1/orders", id+"-place", placeBody(id))
-		if err != nil {
-			t.Fatalf("place %s with the store down: %v after %v", id, err, took)
-		}
-		var p struct{ Type, Title string }
-		if r.Status != http.StatusServiceUnavailable || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") ||
-			json.Unmarshal(r.Body, &p) != nil || !strings.Contains(p.Type, "/problems/") {
-			t.Fatalf("place %s with the store down: %v (%s); want 503 and a problem document", id, r, r.Header.Get("Content-Type"))
-		}
-		refused = append(refused, id+"-place")
-		slowest = max(slowest, took)
-	}
-	if code, body := ready(api); code != http.StatusServiceUnavailable || !strings.Contains(body, "store:unavailable") {
-		t.Errorf("/readyz with the store down: %d %s; want 503 naming the store", code, body)
-	}
-	t.Logf("store down for %v: %d commands refused with 503, the slowest answer in %v", time.Since(down).Round(time.Millisecond), len(refused), slowest.Round(time.Millisecond))
-	c.startStore()
-	c.waitReady(api, time.Minute)
+	wait, outage, down := c.outage(api, loadgen.Config{Concurrency: 4, Seed: 9, RunID: "storedown", RetryFor: 2 * time.Minute},
+		"store", c.stopStore, c.startStore, func(id string, r response, took time.Duration, err error) {
+			if err != nil {
+				t.Fatalf("place %s with the store down: %v after %v", id, err, took)
+			}
+			var p struct{ Type, Title string }
+			if r.Status != http.StatusServiceUnavailable || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") ||
+				json.Unmarshal(r.Body, &p) != nil || !strings.Contains(p.Type, "/problems/") {
+				t.Fatalf("place %s with the store down: %v (%s); want 503 and a problem document", id, r, r.Header.Get("Content-Type"))
+			}
+			refused = append(refused, id+"-place")
+			slowest = max(slowest, took)
+		})
+	t.Logf("store down for %v: %d commands refused with 503, the slowest answer in %v", down.Round(time.Millisecond), len(refused), slowest.Round(time.Millisecond))
 
 	rep := wait()
 	f := c.guarantees(api, "storedown-", rep.Acks, rep.Unknown, refused)

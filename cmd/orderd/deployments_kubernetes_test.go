@@ -298,26 +298,37 @@ func (c *deployChecker) checkK8sDeployment(o k8sObject, configMaps, secrets map[
 	env := maps.Clone(c.dockerEnv())
 	own := map[string]string{}
 	source := map[string]string{}
+	// ConfigMaps and Secrets are read alike: whole by envFrom, a key at a
+	// time by valueFrom.
+	envFrom := []struct {
+		kind, ref string // the object kind and the envFrom field naming one
+		data      map[string]map[string]string
+	}{{"ConfigMap", "configMapRef", configMaps}, {"Secret", "secretRef", secrets}}
 	for _, x := range depList(ct["envFrom"]) {
 		ef := depMap(x)
-		if ref := depMap(ef["configMapRef"]); ref != nil {
-			data, ok := configMaps[depStr(ref["name"])]
+		for _, from := range envFrom {
+			ref := depMap(ef[from.ref])
+			if ref == nil {
+				continue
+			}
+			data, ok := from.data[depStr(ref["name"])]
 			if !ok {
-				c.errorf("%s: envFrom ConfigMap %s, which the manifests do not define", where, depStr(ref["name"]))
+				c.errorf("%s: envFrom %s %s, which the manifests do not define", where, from.kind, depStr(ref["name"]))
 			}
 			for k, v := range data {
-				own[k], source[k] = v, "ConfigMap "+depStr(ref["name"])
+				own[k], source[k] = v, from.kind+" "+depStr(ref["name"])
 			}
 		}
-		if ref := depMap(ef["secretRef"]); ref != nil {
-			data, ok := secrets[depStr(ref["name"])]
-			if !ok {
-				c.errorf("%s: envFrom Secret %s, which the manifests do not define", where, depStr(ref["name"]))
-			}
-			for k, v := range data {
-				own[k], source[k] = v, "Secret "+depStr(ref["name"])
-			}
+	}
+	// keyRef sets env name to the key that vf's field (secretKeyRef,
+	// configMapKeyRef) names in an object of kind, defined as data.
+	keyRef := func(name string, vf map[string]any, field, kind string, data map[string]map[string]string) {
+		on, key := depStr(depDig(vf, field, "name")), depStr(depDig(vf, field, "key"))
+		v, ok := data[on][key]
+		if !ok {
+			c.errorf("%s: env %s reads key %s of %s %s, which the manifests do not define", where, name, key, kind, on)
 		}
+		own[name], source[name] = v, kind+" "+on
 	}
 	seen := map[string]bool{}
 	for _, x := range depList(ct["env"]) {
@@ -344,19 +355,9 @@ func (c *deployChecker) checkK8sDeployment(o k8sObject, configMaps, secrets map[
 				own[name] = o.name + "-5d8f7c9b4-x2k7q"
 			}
 		case vf["secretKeyRef"] != nil:
-			sn, key := depStr(depDig(vf, "secretKeyRef", "name")), depStr(depDig(vf, "secretKeyRef", "key"))
-			v, ok := secrets[sn][key]
-			if !ok {
-				c.errorf("%s: env %s reads key %s of Secret %s, which the manifests do not define", where, name, key, sn)
-			}
-			own[name], source[name] = v, "Secret "+sn
+			keyRef(name, vf, "secretKeyRef", "Secret", secrets)
 		case vf["configMapKeyRef"] != nil:
-			cn, key := depStr(depDig(vf, "configMapKeyRef", "name")), depStr(depDig(vf, "configMapKeyRef", "key"))
-			v, ok := configMaps[cn][key]
-			if !ok {
-				c.errorf("%s: env %s reads key %s of ConfigMap %s, which the manifests do not define", where, name, key, cn)
-			}
-			own[name], source[name] = v, "ConfigMap "+cn
+			keyRef(name, vf, "configMapKeyRef", "ConfigMap", configMaps)
 		default:
 			c.errorf("%s: env %s has neither value nor a known valueFrom", where, name)
 		}

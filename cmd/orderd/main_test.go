@@ -287,26 +287,39 @@ type customerStats struct {
 	LifetimeValueCents map[string]int64 `json:"lifetime_value_cents"`
 }
 
+// waitFor calls done every interval until it returns true, for at most
+// within, and reports whether it did. The caller fails the test, with
+// what done saw last, when it did not.
+func waitFor(within, interval time.Duration, done func() bool) bool {
+	deadline := time.Now().Add(within)
+	for !done() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(interval)
+	}
+	return true
+}
+
 // waitStats polls the customer's stats until ok accepts them or 20s pass.
 func (c *client) waitStats(customerID string, ok func(customerStats) bool) customerStats {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := c.do("GET", "/v1/customers/"+customerID+"/order-stats", "")
-		var s customerStats
+	var r response
+	var s customerStats
+	if !waitFor(20*time.Second, 50*time.Millisecond, func() bool {
+		r, s = c.do("GET", "/v1/customers/"+customerID+"/order-stats", ""), customerStats{}
 		if r.Status == http.StatusOK {
 			r.decode(c.t, &s)
-			if ok(s) {
-				return s
-			}
-		} else if r.Status != http.StatusNotFound {
+			return ok(s)
+		}
+		if r.Status != http.StatusNotFound {
 			c.t.Fatalf("customer %s stats: %v", customerID, r)
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("customer %s stats not as expected within 20s; last answer %v", customerID, r)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	}) {
+		c.t.Fatalf("customer %s stats not as expected within 20s; last answer %v", customerID, r)
 	}
+	return s
 }
 
 // TestMain_EndToEnd places, approves and ships an order over HTTP and

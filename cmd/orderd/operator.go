@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -27,14 +28,15 @@ const (
 	adminPollFailures = 5
 )
 
-// adminFlagSet returns the flags of subcommand name, which print usage
-// and then the flags' defaults to stderr for -h.
-func adminFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
-	return fs
-}
+// adminUsage is what the usage of rebuild and verify says about the
+// projections and about the token both sides need.
+const adminUsage = `Projections: order_summaries, customer_order_stats.
+
+The command talks to the admin API of a running service. Both sides need
+the same token: start the service with ADMIN_TOKEN set (without it the
+admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
+read from the environment only, never from a flag (flags show in ps).
+`
 
 // adminOptions are the flags the admin subcommands share.
 type adminOptions struct {
@@ -81,6 +83,24 @@ func (o *adminOptions) operator(cmd string, getenv func(string) string) (*operat
 	return &operator{cmd: cmd, tokenEnv: o.tokenEnv, api: api}, nil
 }
 
+// parse parses args into fs, the flags of an admin subcommand bound to o
+// and its own, lets check validate the positional arguments and the
+// subcommand's own flags, and returns the operator of fs's subcommand. For
+// -h it returns a nil operator and no error.
+func (o *adminOptions) parse(fs *flag.FlagSet, args []string, getenv func(string) string, check func(pos []string) error) (*operator, error) {
+	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, nil
+	}
+	if err == nil {
+		err = check(pos)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return o.operator(fs.Name(), getenv)
+}
+
 // parseInterspersed parses fs from args, allowing positional arguments
 // before, between and after the flags, and returns the positional ones.
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
@@ -97,16 +117,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// parseProjection parses fs from args (flags before or after the
-// positional argument) and returns the one positional argument, the
-// projection. It returns flag.ErrHelp for -h, and an error naming fs's
-// command for no projection or extra arguments.
-func parseProjection(fs *flag.FlagSet, args []string) (string, error) {
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		return "", err
-	}
-	cmd := fs.Name()
+// projectionArg returns the projection, the one positional argument of
+// subcommand cmd, or an error naming cmd for no projection or extra
+// arguments.
+func projectionArg(cmd string, pos []string) (string, error) {
 	switch {
 	case len(pos) == 0:
 		return "", fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
@@ -282,6 +296,10 @@ func (o *operator) stoppedWaiting(p *progress, kind domain.JobKind, projection s
 	}
 	return fmt.Errorf("%s: stopped waiting for job %s, which keeps running", o.cmd, job.ID)
 }
+
+// newTable returns a writer that aligns the tab-separated cells of the
+// subcommands' tables in columns two spaces apart.
+func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
 
 func firstLine(s string) string {
 	first, _, _ := strings.Cut(s, "\n")

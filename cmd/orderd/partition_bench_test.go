@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,25 +111,15 @@ func rawUpdates(ctx context.Context, b *testing.B, coll *mongo.Collection) float
 			b.Fatal(err)
 		}
 	}
-	var next, failed atomic.Int64
-	var wg sync.WaitGroup
+	var failed atomic.Int64
 	start := time.Now()
-	for range scaleClients {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= scaleUpdates || ctx.Err() != nil {
-					return
-				}
-				_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i%scaleOrders)}},
-					bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(i)}, {Key: "status", Value: "shipped"}}}})
-				if err != nil && failed.Add(1) <= 3 {
-					b.Errorf("raw update %d: %v", i, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
+	parallel(ctx, scaleUpdates, scaleClients, func(i int) {
+		_, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprintf("o-%04d", i%scaleOrders)}},
+			bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: int64(i)}, {Key: "status", Value: "shipped"}}}})
+		if err != nil && failed.Add(1) <= 3 {
+			b.Errorf("raw update %d: %v", i, err)
+		}
+	})
 	return float64(scaleUpdates) / time.Since(start).Seconds()
 }
 
@@ -191,14 +180,14 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	// Even shares: with n processes, each holds 16/n or one more, in both
 	// projections.
 	parts := db.Collection(projector.PartitionsCollection)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var held map[string]map[string]int
+	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
 		var leases []struct {
 			Projection string    `bson:"projection"`
 			Owner      string    `bson:"owner"`
 			Expires    time.Time `bson:"expires_at"`
 		}
-		held := map[string]map[string]int{}
+		held = map[string]map[string]int{}
 		if cur, err := parts.Find(ctx, bson.D{}); err == nil && cur.All(ctx, &leases) == nil {
 			for _, l := range leases {
 				if l.Owner != "" && l.Expires.After(time.Now()) {
@@ -218,29 +207,22 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 			}
 			even = even && len(owners) == procs && total == projector.DefaultPartitions
 		}
-		if even {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d projectors: partitions held as %v, not evenly", procs, held)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return even
+	}) {
+		b.Fatalf("%d projectors: partitions held as %v, not evenly", procs, held)
 	}
 
 	start := time.Now()
 	if n, err := bus.NewPublisher(js, cfg).Republish(ctx, events); err != nil || n != len(events) {
 		b.Fatalf("publish: %d of %d (%v)", n, len(events), err)
 	}
-	deadline = time.Now().Add(10 * time.Minute)
-	for {
-		lag, err := streamLag(ctx, js, streamName)
-		if err == nil && lag == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d projectors: lag %d (%v) after 10 minutes", procs, lag, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var lag uint64
+	var err error
+	if !waitFor(10*time.Minute, 50*time.Millisecond, func() bool {
+		lag, err = streamLag(ctx, js, streamName)
+		return err == nil && lag == 0
+	}) {
+		b.Fatalf("%d projectors: lag %d (%v) after 10 minutes", procs, lag, err)
 	}
 	elapsed := time.Since(start)
 	n, err := db.Collection(projection.OrderSummaries.Collection).CountDocuments(ctx, bson.D{{Key: "version", Value: int64(4)}})

@@ -169,9 +169,9 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	// partitions between them, each its even share (16 over n: 5 or 6).
 	waitShares := func(what string, owners ...string) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			got := c.partitionOwners(ctx)
+		var got map[string]map[string]int
+		if !waitFor(2*time.Minute, 200*time.Millisecond, func() bool {
+			got = c.partitionOwners(ctx)
 			ok := got != nil
 			for _, name := range names {
 				total := 0
@@ -184,15 +184,11 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 				}
 				ok = ok && total == projector.DefaultPartitions && len(got[name]) == len(owners)
 			}
-			if ok {
-				t.Logf("%s: partitions held as %v", what, got)
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: partitions held as %v, want an even share each for %v", what, got, owners)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return ok
+		}) {
+			t.Fatalf("%s: partitions held as %v, want an even share each for %v", what, got, owners)
 		}
+		t.Logf("%s: partitions held as %v", what, got)
 	}
 	p1, p2, p3 := startProjector("projector-1"), startProjector("projector-2"), startProjector("projector-3")
 	waitShares("three projectors", p1.name, p2.name, p3.name)
@@ -200,17 +196,16 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	wait, done := runLoad(t, loadgen.Config{URLs: []string{api.url()}, Orders: 100_000, Duration: loadFor,
 		Concurrency: 6, ConflictRate: 0.05, Seed: 11, RunID: "takeover", RetryFor: time.Minute})
 	// Kill p2 once it has applied events of its own partitions.
-	deadline := time.Now().Add(time.Minute)
-	for {
+	if !waitFor(time.Minute, 200*time.Millisecond, func() bool {
 		tns := readTenures(t, map[string]string{p2.name: logs[p2.name]}, nil)
-		if applied := c.appliedBy(ctx, p2.name); len(tns) > 0 && applied > 0 {
+		applied := c.appliedBy(ctx, p2.name)
+		if len(tns) > 0 && applied > 0 {
 			t.Logf("%s has started %d tenures and applied %d events", p2.name, len(tns), applied)
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s applied nothing within a minute of load", p2.name)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("%s applied nothing within a minute of load", p2.name)
 	}
 	p2.in.kill()
 	killedAt := time.Now()

@@ -30,16 +30,13 @@ func readyz(t *testing.T, m *Main) (int, map[string]string) {
 // waitReadyz waits until /readyz of m answers code with exactly checks.
 func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, body := readyz(t, m)
-		if got == code && maps.Equal(body, checks) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("roles %s: /readyz answers %d %v; want %d %v", m.Config.Roles, got, body, code, checks)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var got int
+	var body map[string]string
+	if !waitFor(20*time.Second, 50*time.Millisecond, func() bool {
+		got, body = readyz(t, m)
+		return got == code && maps.Equal(body, checks)
+	}) {
+		t.Fatalf("roles %s: /readyz answers %d %v; want %d %v", m.Config.Roles, got, body, code, checks)
 	}
 }
 

@@ -4,12 +4,11 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -22,13 +21,7 @@ against the log (verify before switch), and then switches reads to it. The
 old collection is dropped after a grace period (ORDERD_REBUILD_GRACE).
 Only one rebuild of a projection runs at a time.
 
-Projections: order_summaries, customer_order_stats.
-
-The command talks to the admin API of a running service. Both sides need
-the same token: start the service with ADMIN_TOKEN set (without it the
-admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
-read from the environment only, never from a flag (flags show in ps).
-
+` + adminUsage + `
 Examples:
   export ADMIN_TOKEN=...                                # the server's token
   orderd rebuild order_summaries                        start, print the job id, return
@@ -48,25 +41,24 @@ Flags:
 // stdout; usage, progress and hints to stderr. It returns nil for -h and
 // for a rebuild that was started (or, with -wait, that succeeded).
 func rebuildMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := adminFlagSet("rebuild", rebuildUsage, stderr)
+	fs := cli.FlagSet("rebuild", rebuildUsage, stderr)
 	var o adminOptions
 	o.bind(fs, getenv)
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
 	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
-	name, err := parseProjection(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
+	var name string
+	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
+		if name, err = projectionArg("rebuild", pos); err != nil {
+			return err
+		}
+		if *partitions < 0 || *partitions > domain.MaxPartitions {
+			return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, domain.MaxPartitions)
+		}
 		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if *partitions < 0 || *partitions > domain.MaxPartitions {
-		return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, domain.MaxPartitions)
-	}
-	op, err := o.operator("rebuild", getenv)
-	if err != nil {
-		return err
+	})
+	if op == nil {
+		return err // nil for -h
 	}
 	op.projection = name
 
@@ -126,7 +118,7 @@ func printRebuild(w io.Writer, job domain.Job, active string) error {
 		}
 	}
 	fmt.Fprintf(w, "rebuild %s of %s: %s\n", job.ID, job.Projection, job.State)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	if job.Error != "" {
 		row("error", job.Error)

@@ -192,7 +192,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 		job.Events, job.Streams, rate, raw.rate(), raw.events, rate/raw.rate())
 	f("  commands acknowledged meanwhile   %.0f (%.1f/s, orderd_commands_total accepted, from the POST to the end)\n", acked, acked/elapsed.Seconds())
 	f("  load (%2d loadgen clients)         %d orders, %d commands, %d acknowledged, %d refused, %d unknown, %d retries in %v\n",
-		*underLoadClients, lg.Orders, lg.Commands, lg.Acked, sumCounts(lg.Refused), len(lg.Unknown), lg.Retries, lg.Elapsed.Round(time.Second))
+		*underLoadClients, lg.Orders, lg.Commands, lg.Acked, lg.RefusedTotal(), len(lg.Unknown), lg.Retries, lg.Elapsed.Round(time.Second))
 	f("  readers                           %d reads (%d Olist orders and up to %d loadgen orders a round, %d rounds); %d errors;\n",
 		readers.reads, len(olist), underLoadSeen, readers.rounds, readers.errors)
 	f("                                    violations: %d 404s of a seen order, %d versions going back\n", readers.notFound, readers.backwards)
@@ -350,14 +350,6 @@ func sumMetric(ms map[string]float64, name, label string) float64 {
 		}
 	}
 	return sum
-}
-
-func sumCounts(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
 }
 
 // taskLine is a job's tasks as "; plan done, part-0 running 1200 events, ...".

@@ -44,6 +44,8 @@ type instance struct {
 	out *syncBuffer
 }
 
+// syncBuffer is a bytes.Buffer safe for concurrent writers (a process's
+// output, a logger's goroutines) and a test reading it.
 type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
@@ -184,17 +186,9 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	t.Logf("at %v: killed instance B with %d of %d streams checkpointed (cursor %s)", time.Since(began).Round(time.Millisecond), killed.Streams, orders, killed.Cursor)
 
 	startInstance(t, "instance C", jobsFlags("instance-C")...)
-	deadline = time.Now().Add(90 * time.Second)
 	var done domain.Job
-	for {
-		done = get()
-		if done.State.Final() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rebuild did not finish after the takeover: %+v", done)
-		}
-		time.Sleep(200 * time.Millisecond)
+	if !waitFor(90*time.Second, 200*time.Millisecond, func() bool { done = get(); return done.State.Final() }) {
+		t.Fatalf("the rebuild did not finish after the takeover: %+v", done)
 	}
 	if done.State != domain.StateSucceeded {
 		t.Fatalf("rebuild %s: %s", done.State, done.Error)

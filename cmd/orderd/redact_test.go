@@ -1,36 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/orderd/orderd/internal/devstore"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the logger's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A store URI with a password: the password appears in no log line (at
 // debug level, while the store is up and while it is down), in no
@@ -50,7 +30,7 @@ func TestMain_SecretsRedacted(t *testing.T) {
 	})
 	host := strings.TrimSuffix(strings.TrimPrefix(store.URI, "mongodb://"), "/")
 
-	logs := &lockedBuffer{}
+	logs := &syncBuffer{}
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
 	m.Config.DataDir = t.TempDir()
@@ -58,7 +38,7 @@ func TestMain_SecretsRedacted(t *testing.T) {
 	m.Config.MongoURI = "mongodb://orderd:" + password + "@" + host + "/?authMechanism=PLAIN"
 	m.Config.InstanceID = "redact-test"
 	m.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	out := &lockedBuffer{}
+	out := &syncBuffer{}
 	m.Out = out
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

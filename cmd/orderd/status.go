@@ -3,14 +3,12 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -84,22 +82,17 @@ Flags:
 // stdout, usage to stderr. It returns nil for -h and whenever the service
 // answered.
 func statusMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := adminFlagSet("status", statusUsage, stderr)
+	fs := cli.FlagSet("status", statusUsage, stderr)
 	var o adminOptions
 	o.bindConn(fs, getenv)
-	pos, err := parseInterspersed(fs, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	op, err := o.parse(fs, args, getenv, func(pos []string) error {
+		if len(pos) > 0 {
+			return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
 		}
-		return err
-	}
-	if len(pos) > 0 {
-		return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
-	}
-	op, err := o.operator("status", getenv)
-	if err != nil {
-		return err
+		return nil
+	})
+	if op == nil {
+		return err // nil for -h
 	}
 	list, err := op.projections(ctx)
 	if err != nil {
@@ -115,7 +108,7 @@ func printStatus(w io.Writer, op *operator, list []domain.ProjectionStatus, now 
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err
 	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "PROJECTION\tACTIVE COLLECTION\tLAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
 	for _, p := range list {
 		lag := "-"
@@ -171,7 +164,7 @@ func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time)
 		return nil
 	}
 	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tLEASE LEFT\tLAG\tAPPLIED\tRATE/S")
 	for _, p := range list {
 		for _, pt := range p.Partitions {

@@ -38,8 +38,7 @@ func TestTracingFollowsACommandThroughThePipeline(t *testing.T) {
 
 	want, _ := domain.TraceIDs(correlation)
 	var names []string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	if !waitFor(20*time.Second, 50*time.Millisecond, func() bool {
 		names = names[:0]
 		byName := map[string]sdktrace.ReadOnlySpan{}
 		for _, s := range rec.Ended() {
@@ -54,16 +53,15 @@ func TestTracingFollowsACommandThroughThePipeline(t *testing.T) {
 				applies++
 			}
 		}
-		if byName["HTTP POST /v1/orders"] != nil && byName["eventstore.append"] != nil && byName["relay.publish"] != nil && applies >= 2 {
-			if p := byName["eventstore.append"].Parent(); p.SpanID() != byName["HTTP POST /v1/orders"].SpanContext().SpanID() {
-				t.Errorf("the append's parent is %s, want the request's span", p.SpanID())
-			}
-			break
+		if byName["HTTP POST /v1/orders"] == nil || byName["eventstore.append"] == nil || byName["relay.publish"] == nil || applies < 2 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("spans in the correlation's trace: %v; want the request, append, relay publish and two projection applies", names)
+		if p := byName["eventstore.append"].Parent(); p.SpanID() != byName["HTTP POST /v1/orders"].SpanContext().SpanID() {
+			t.Errorf("the append's parent is %s, want the request's span", p.SpanID())
 		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	}) {
+		t.Fatalf("spans in the correlation's trace: %v; want the request, append, relay publish and two projection applies", names)
 	}
 	slices.Sort(names)
 	t.Logf("spans of trace %s: %v", trace.TraceID(want), names)

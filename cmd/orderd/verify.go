@@ -3,13 +3,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -23,13 +21,7 @@ with a few examples and two digests (of the read model and of the log's
 fold: equal exactly when nothing drifted). With -repair the documents that
 differ are rewritten from the log (extra ones deleted).
 
-Projections: order_summaries, customer_order_stats.
-
-The command talks to the admin API of a running service. Both sides need
-the same token: start the service with ADMIN_TOKEN set (without it the
-admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
-read from the environment only, never from a flag (flags show in ps).
-
+` + adminUsage + `
 Examples:
   export ADMIN_TOKEN=...                     # the server's token
   orderd verify order_summaries              report drift, change nothing
@@ -47,20 +39,17 @@ Flags:
 // stdout. It returns nil for -h and when the job succeeded with no drift
 // left unrepaired.
 func verifyMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := adminFlagSet("verify", verifyUsage, stderr)
+	fs := cli.FlagSet("verify", verifyUsage, stderr)
 	var o adminOptions
 	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
-	name, err := parseProjection(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	if err != nil {
+	var name string
+	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
+		name, err = projectionArg("verify", pos)
 		return err
-	}
-	op, err := o.operator("verify", getenv)
-	if err != nil {
-		return err
+	})
+	if op == nil {
+		return err // nil for -h
 	}
 	job, err := op.api.StartVerify(ctx, name, *repair)
 	if err != nil {
@@ -103,7 +92,7 @@ func verifyMain(ctx context.Context, args []string, getenv func(string) string, 
 // printVerifyReport writes a verify report as an aligned table, then its
 // examples.
 func printVerifyReport(w io.Writer, rep *domain.VerifyReport) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw := newTable(w)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("collection", rep.Collection)
 	row("missing", rep.Missing)
@@ -133,7 +122,7 @@ func printVerifyReport(w io.Writer, rep *domain.VerifyReport) error {
 		return nil
 	}
 	fmt.Fprintln(w, "examples:")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	tw = newTable(w)
 	fmt.Fprintln(tw, "  KIND\tID\tSTORED VERSION\tLOG VERSION\tFIELDS")
 	for _, e := range rep.Examples {
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\n", e.Kind, e.ID, e.StoredVersion, e.LogVersion, cmp.Or(strings.Join(e.Fields, ","), "-"))

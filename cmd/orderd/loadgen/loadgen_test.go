@@ -127,7 +127,7 @@ func TestLoadgenLostAnswersAndRaces(t *testing.T) {
 		t.Errorf("retries %d, answers lost %d: want some", rep.Retries, l.dropped.Load())
 	case len(rep.Unknown) != 0:
 		t.Errorf("unknown %v", rep.Unknown)
-	case rep.Acked != len(rep.Acks) || rep.Commands != rep.Acked+sum(rep.Refused):
+	case rep.Acked != len(rep.Acks) || rep.Commands != rep.Acked+rep.RefusedTotal():
 		t.Errorf("commands %d, acked %d (%d acks), refused %v", rep.Commands, rep.Acked, len(rep.Acks), rep.Refused)
 	}
 	for k := range rep.Refused {

@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 )
 
 const usage = `Usage: orderd loadgen [flags]
@@ -49,9 +50,7 @@ Flags:
 // success for the caller), a flag, Config or -acks file error, or
 // Report.Err.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs := cli.FlagSet("loadgen", usage, stderr)
 	var cfg Config
 	var urls, acksFile string
 	fs.StringVar(&urls, "url", defaultURL, "comma-separated base `URLs` of the orderd instances (loopback only)")
@@ -65,11 +64,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.RetryFor, "retry-for", defaultRetryFor, "how long one command is retried after a transport error or a 5xx before its outcome counts as unknown")
 	fs.DurationVar(&cfg.RequestTimeout, "timeout", defaultRequestTimeout, "time limit of each HTTP attempt")
 	fs.StringVar(&acksFile, "acks", "", "write every acknowledged command to `FILE` as JSON lines")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		return err // flag.ErrHelp for -h
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("loadgen: unexpected arguments %q (see -h)", fs.Args())
 	}
 	for u := range strings.SplitSeq(urls, ",") {
 		if u = strings.TrimSpace(u); u != "" {

@@ -81,7 +81,7 @@ func (r *Report) Print(w io.Writer) error {
 	var b strings.Builder
 	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	f("orders       %d\n", r.Orders)
-	f("commands     %d: acked %d, refused %d, unknown %d\n", r.Commands, r.Acked, sum(r.Refused), len(r.Unknown))
+	f("commands     %d: acked %d, refused %d, unknown %d\n", r.Commands, r.Acked, r.RefusedTotal(), len(r.Unknown))
 	for _, k := range slices.Sorted(maps.Keys(r.Refused)) {
 		f("  refused    %-24s %d\n", k, r.Refused[k])
 	}
@@ -107,9 +107,10 @@ func (r *Report) Print(w io.Writer) error {
 	return err
 }
 
-func sum(m map[string]int) int {
+// RefusedTotal is the count of refused commands, whatever the reason.
+func (r *Report) RefusedTotal() int {
 	n := 0
-	for _, v := range m {
+	for _, v := range r.Refused {
 		n += v
 	}
 	return n

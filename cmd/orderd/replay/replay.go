@@ -15,6 +15,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -121,9 +122,7 @@ Flags:
 // bar to stderr. It returns nil for -h, the flag or Run error, or
 // Report.Err.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), usage); fs.PrintDefaults() }
+	fs := cli.FlagSet("replay", usage, stderr)
 	var cfg Config
 	var progress bool
 	fs.StringVar(&cfg.Data, "data", DefaultData, "`directory` of olist_orders_dataset.csv and olist_order_items_dataset.csv")
@@ -134,15 +133,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "time limit of each HTTP request")
 	fs.IntVar(&cfg.Limit, "limit", 0, "replay only the first `N` orders by purchase time; 0 means all")
 	fs.DurationVar(&cfg.CatchUp, "catch-up", DefaultCatchUp, "how long the check waits, in all, for read models that are still catching up")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("replay: unexpected arguments %q (see -h)", fs.Args())
 	case cfg.Concurrency < 1:
 		return errors.New("replay: -concurrency must be at least 1")
 	case cfg.Timeout <= 0:
