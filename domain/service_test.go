@@ -28,21 +28,6 @@ func newMemStore() *domaintest.MemStore {
 	return s
 }
 
-type mapCache struct {
-	mu sync.Mutex
-	m  map[string]domain.Order
-}
-
-func (c *mapCache) Get(id string) (domain.Order, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.m[id]
-	return o, ok
-}
-
-func (c *mapCache) Add(id string, o domain.Order) { c.mu.Lock(); c.m[id] = o; c.mu.Unlock() }
-func (c *mapCache) Remove(id string)              { c.mu.Lock(); delete(c.m, id); c.mu.Unlock() }
-
 var serviceNow = time.Date(2024, 6, 1, 11, 0, 0, 555_666_777, time.UTC)
 
 // newService returns a Service on store with a fresh cache (none when
@@ -50,7 +35,7 @@ var serviceNow = time.Date(2024, 6, 1, 11, 0, 0, 555_666_777, time.UTC)
 func newService(store domain.EventStore, cached bool) *domain.Service {
 	var cache domain.StateCache
 	if cached {
-		cache = &mapCache{m: map[string]domain.Order{}}
+		cache = domaintest.NewMapCache()
 	}
 	svc := domain.NewService(store, cache)
 	svc.BaseBackoff = 50 * time.Microsecond

@@ -39,12 +39,7 @@ func (c *commands) monitor() *event.CommandMonitor {
 func TestClientSendsMajorityConcerns(t *testing.T) {
 	ctx := t.Context()
 	rec := &commands{sent: map[string][]bson.Raw{}}
-	c, err := mongo.Connect(eventstore.ClientOptions(storetest.MongoURI(t) + "?w=1&readConcernLevel=local").SetMonitor(rec.monitor()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	db := c.Database(storetest.Database(t).Name())
+	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)+"?w=1&readConcernLevel=local").SetMonitor(rec.monitor()))
 	s := eventstore.New(db)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/event"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -43,12 +42,7 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 			}
 		}
 	}}
-	client, err := mongo.Connect(eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(mon))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	db := client.Database(storetest.Database(t).Name())
+	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(mon))
 	es := eventstore.New(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
@@ -63,9 +57,11 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		if _, err := es.Append(ctx, c); err != nil {
 			t.Fatal(err)
 		}
-		if logs[id], err = es.Load(ctx, id, 0); err != nil || len(logs[id]) != 3 {
-			t.Fatalf("load %s: %d events, %v", id, len(logs[id]), err)
+		evs, err := es.Load(ctx, id, 0)
+		if err != nil || len(evs) != 3 {
+			t.Fatalf("load %s: %d events, %v", id, len(evs), err)
 		}
+		logs[id] = evs
 	}
 	p := NewProjection(db, OrderSummaries, es, nil, NewPointers(db))
 	live := p.ReadModel(shadow)

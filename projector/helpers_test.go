@@ -120,31 +120,6 @@ func (g *gapped) fill(t *testing.T, ctx context.Context) {
 	}
 }
 
-// mapCache is a domain.StateCache without eviction.
-type mapCache struct {
-	mu sync.Mutex
-	m  map[string]domain.Order
-}
-
-func (c *mapCache) Get(id string) (domain.Order, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.m[id]
-	return o, ok
-}
-
-func (c *mapCache) Add(id string, o domain.Order) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.m[id] = o
-}
-
-func (c *mapCache) Remove(id string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, id)
-}
-
 // tenures checks, as the runners report them through OnTenure, that no
 // partition is ever written by two owners at once: a start while another
 // owner's tenure of the partition is open is an error.

@@ -17,6 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/projection"
@@ -72,7 +73,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	close(jobs)
 	// A state cache spares each command the read of its stream, as the
 	// service binary does.
-	svc := domain.NewService(es, &mapCache{m: map[string]domain.Order{}})
+	svc := domain.NewService(es, domaintest.NewMapCache())
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range clients {

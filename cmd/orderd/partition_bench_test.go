@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -22,6 +21,7 @@ import (
 	"github.com/orderd/orderd/internal/devstore"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // Sizes of BenchmarkProjectionScaling.
@@ -68,15 +68,7 @@ func BenchmarkProjectionScaling(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
+	js := projectortest.ConnectTo(b, natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 

@@ -20,6 +20,7 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/replay"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // Sizes and settings of BenchmarkRebuildUnderLoad.
@@ -112,7 +113,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 			RunID: runID, Seed: 1, RetryFor: 10 * time.Second})
 	})
 	wg.Go(func() { readers = readSummaries(loadCtx, hc, base, olist, runID, 999_999) })
-	sleep(loadCtx, underLoadWarmUp)
+	pause.For(loadCtx, underLoadWarmUp)
 
 	before := scrapeMetrics(ctx, hc, base)
 	b.StartTimer()
@@ -140,7 +141,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 			lastNote = time.Now()
 			underLoadNote("after %v: %s, %d events, %d streams%s", time.Since(start).Round(time.Second), job.State, job.Events, job.Streams, taskLine(job))
 		}
-		sleep(ctx, underLoadPoll)
+		pause.For(ctx, underLoadPoll)
 	}
 	elapsed := time.Since(start)
 	if finished && !job.FinishedAt.IsZero() {
@@ -386,16 +387,6 @@ func errNote(e string) string {
 		return ""
 	}
 	return "; error: " + e
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // underLoadNote notes progress on stderr: the benchmark runs for minutes.

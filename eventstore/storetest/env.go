@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/eventstore"
@@ -191,4 +192,17 @@ func OpenStore(t testing.TB, opts ...eventstore.Option) (*eventstore.Store, *mon
 	}
 	Register(t, s, db)
 	return s, db
+}
+
+// Connect opens a client of the test's own with opts (the caller applies
+// MongoURI and, say, a command monitor), disconnected when the test ends,
+// and returns a fresh database of it (see Database).
+func Connect(t testing.TB, opts *options.ClientOptions) *mongo.Database {
+	t.Helper()
+	c, err := mongo.Connect(opts)
+	if err != nil {
+		t.Fatalf("connect %s: %v", MongoURI(t), err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database(Database(t).Name())
 }
