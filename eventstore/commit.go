@@ -125,3 +125,16 @@ func (d commitDoc) recorded() domain.RecordedCommit {
 	events, err := d.events()
 	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Err: err}
 }
+
+// committed is c as doc stored it, with its events as Load returns them
+// (see storetest's conformance suite), built from c without decoding doc:
+// the append hooks run on the command's path.
+func committed(doc commitDoc, c domain.Commit) domain.RecordedCommit {
+	events := make([]domain.Event, len(c.Events))
+	for i, e := range c.Events {
+		e.StreamType = doc.StreamType
+		e.OccurredAt, e.RecordedAt = doc.Events[i].OccurredAt, doc.RecordedAt
+		events[i] = e
+	}
+	return domain.RecordedCommit{ID: doc.ID, StreamID: doc.StreamID, RecordedAt: doc.RecordedAt, Events: events}
+}

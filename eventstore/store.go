@@ -147,7 +147,7 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
 	}
 	if len(s.hooks) > 0 {
-		rc := doc.recorded()
+		rc := committed(doc, c)
 		for _, h := range s.hooks {
 			h(rc)
 		}
