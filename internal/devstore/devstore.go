@@ -15,6 +15,12 @@
 //     filter is evaluated in Go over the whole collection, and any sort but
 //     $natural is done in memory: hot paths on the log and the read models
 //     filter by _id only, and log scans sort commit ids, not commits;
+//   - the count command decodes the whole collection, $collStats does not:
+//     the log is counted from $collStats;
+//   - writes run one at a time (SQLite has one writer), so the funnel
+//     serves one-document inserts (a command's append) before other writes
+//     (slot.go); under a burst of commands the read models catch up after
+//     it rather than during it;
 //   - a duplicate-key error does not name the index;
 //   - an unordered bulk stops at its first error and reports it at a wrong
 //     index, and an update command of more than 64 statements stalls;
@@ -133,7 +139,8 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 }
 
 // Close stops the funnel and the store and waits for the store's files to
-// be closed.
+// be closed. Requests in flight are dropped, as by a server that dies: their
+// clients see a network error.
 func (s *Store) Close() error {
 	s.funnel.close()
 	s.cancel()

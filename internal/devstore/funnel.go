@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"slices"
@@ -30,6 +29,11 @@ import (
 // filters in Go and which can be long scans, keep their own connections and
 // never stall the writes.
 //
+// Writes that wait for the connection go by class, then by arrival (see
+// writeClass): a command's one-document insert does not queue behind
+// published markers and read-model writes, as it would not on MongoDB,
+// where unrelated writes do not wait for each other.
+//
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
 // the one partial filter FerretDB can keep out of createIndexes
@@ -40,22 +44,14 @@ type funnel struct {
 	index    *idIndex
 	log      *slog.Logger
 
-	writeMu sync.Mutex
-	writer  net.Conn // nil until the first write, and after an error
+	slot   writeSlot
+	writer net.Conn // held with slot; nil until the first write, and after an error
 
-	mu      sync.Mutex
-	clients map[net.Conn]struct{}
-	wg      sync.WaitGroup
+	mu     sync.Mutex
+	closed bool
+	conns  map[net.Conn]struct{} // clients, their upstream connections and the writer
+	wg     sync.WaitGroup
 }
-
-// Wire protocol constants (MongoDB's OP_MSG specification).
-const (
-	opMsg           = 2013
-	headerLen       = 16
-	flagChecksum    = 1 << 0
-	flagMoreToCome  = 1 << 1
-	maxMessageBytes = 64 << 20 // above MongoDB's 48 MB maxMessageSizeBytes
-)
 
 // writeCommands are the commands that change data or metadata; each runs
 // alone on the funnel's one connection. Names are lower-cased.
@@ -66,7 +62,7 @@ var writeCommands = map[string]bool{
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
-	return &funnel{ln: ln, upstream: upstream, index: index, log: log, clients: map[net.Conn]struct{}{}}
+	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{}, slot: writeSlot{maxWait: maxWriteWait}}
 }
 
 // serve accepts clients until the listener is closed.
@@ -76,37 +72,55 @@ func (f *funnel) serve() {
 		if err != nil {
 			return
 		}
-		f.mu.Lock()
-		f.clients[c] = struct{}{}
-		f.mu.Unlock()
-		f.wg.Add(1)
+		if !f.track(c, true) { // accepted as close ran: never served
+			_ = c.Close()
+			return
+		}
 		go func() {
 			defer f.wg.Done()
 			f.client(c)
-			f.mu.Lock()
-			delete(f.clients, c)
-			f.mu.Unlock()
-			_ = c.Close()
+			f.untrack(c)
 		}()
 	}
 }
 
-// close stops accepting, drops every client and the writer, and waits for
-// the client goroutines.
+// track records a connection for close to drop, and for a client (serve
+// true) its goroutine for close to wait for; false once close has run.
+func (f *funnel) track(c net.Conn, serve bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.conns[c] = struct{}{}
+	if serve {
+		f.wg.Add(1) // under mu, so close's Wait counts it
+	}
+	return true
+}
+
+// untrack closes c and forgets it.
+func (f *funnel) untrack(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	_ = c.Close()
+}
+
+// close stops accepting and drops every connection, upstream ones too, so
+// a request in flight fails at once, as when a server dies (its outcome is
+// unknown to the client, as it would be then). It then waits for the
+// client goroutines.
 func (f *funnel) close() {
 	_ = f.ln.Close()
 	f.mu.Lock()
-	for c := range f.clients {
+	f.closed = true
+	for c := range f.conns {
 		_ = c.Close()
 	}
 	f.mu.Unlock()
 	f.wg.Wait()
-	f.writeMu.Lock()
-	if f.writer != nil {
-		_ = f.writer.Close()
-		f.writer = nil
-	}
-	f.writeMu.Unlock()
+	f.writer = nil // closed above; no client goroutine is left to use it
 }
 
 // client relays one client connection. Drivers send one request at a time
@@ -117,7 +131,7 @@ func (f *funnel) client(c net.Conn) {
 	var own net.Conn
 	defer func() {
 		if own != nil {
-			_ = own.Close()
+			f.untrack(own)
 		}
 	}()
 	for {
@@ -135,9 +149,15 @@ func (f *funnel) client(c net.Conn) {
 			continue
 		}
 		if own == nil {
-			if own, err = net.Dial("tcp", f.upstream); err != nil {
+			up, err := net.Dial("tcp", f.upstream)
+			if err != nil {
 				return
 			}
+			if !f.track(up, false) {
+				_ = up.Close()
+				return
+			}
+			own = up
 		}
 		if err := relay(own, c, req); err != nil {
 			return
@@ -147,18 +167,23 @@ func (f *funnel) client(c net.Conn) {
 
 // write runs one write command on the funnel's connection, answers the
 // client, and indexes the collection the command created, all before the
-// next write starts.
+// next write starts; writes waiting meanwhile go in the order of their
+// class (writeSlot).
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
-	f.writeMu.Lock()
-	defer f.writeMu.Unlock()
+	name := strings.ToLower(cmd.name)
+	f.slot.acquire(classOf(name, req))
+	defer f.slot.release()
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
 		if err != nil {
 			return fmt.Errorf("dial store: %w", err)
 		}
+		if !f.track(w, false) {
+			_ = w.Close()
+			return net.ErrClosed
+		}
 		f.writer = w
 	}
-	name := strings.ToLower(cmd.name)
 	if name == "createindexes" {
 		req = withoutExistsFilters(req)
 	}
@@ -168,7 +193,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.index.forgetDatabase(cmd.db)
 	}
 	if err := relay(f.writer, c, req); err != nil {
-		_ = f.writer.Close()
+		f.untrack(f.writer)
 		f.writer = nil
 		return err
 	}
@@ -209,80 +234,6 @@ func relay(up, c net.Conn, req []byte) error {
 	}
 }
 
-// readMessage reads one whole wire-protocol message.
-func readMessage(r io.Reader) ([]byte, error) {
-	var hdr [4]byte
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return nil, err
-	}
-	n := int(int32(binary.LittleEndian.Uint32(hdr[:])))
-	if n < headerLen || n > maxMessageBytes {
-		return nil, fmt.Errorf("wire message of %d bytes", n)
-	}
-	msg := make([]byte, n)
-	copy(msg, hdr[:])
-	if _, err := io.ReadFull(r, msg[4:]); err != nil {
-		return nil, err
-	}
-	return msg, nil
-}
-
-func opCode(msg []byte) int32 { return int32(binary.LittleEndian.Uint32(msg[12:16])) }
-
-func msgFlags(msg []byte) uint32 {
-	if len(msg) < headerLen+4 {
-		return 0
-	}
-	return binary.LittleEndian.Uint32(msg[16:20])
-}
-
-// command is what the funnel needs of a request: the command's name (the
-// body's first key), its database and the collection it names.
-type command struct {
-	name, db, collection string
-}
-
-// parseCommand reads an OP_MSG's body section (kind 0). Other op codes
-// (the legacy OP_QUERY of a first handshake) are not commands to funnel.
-func parseCommand(msg []byte) (command, bool) {
-	if opCode(msg) != opMsg || len(msg) < headerLen+5 {
-		return command{}, false
-	}
-	end := len(msg)
-	if msgFlags(msg)&flagChecksum != 0 {
-		end -= 4
-	}
-	for p := headerLen + 4; p < end; {
-		kind := msg[p]
-		p++
-		if p+4 > end {
-			return command{}, false
-		}
-		size := int(int32(binary.LittleEndian.Uint32(msg[p:])))
-		if size < 5 || p+size > end {
-			return command{}, false
-		}
-		if kind != 0 {
-			p += size // a document sequence: its size counts itself
-			continue
-		}
-		body := bson.Raw(msg[p : p+size])
-		elems, err := body.Elements()
-		if err != nil || len(elems) == 0 {
-			return command{}, false
-		}
-		cmd := command{name: elems[0].Key()}
-		cmd.collection, _ = elems[0].Value().StringValueOK()
-		cmd.db, _ = body.Lookup("$db").StringValueOK()
-		if strings.EqualFold(cmd.name, "renameCollection") {
-			// {renameCollection: "db.from", to: "db.to"}, sent to admin.
-			cmd.db, cmd.collection, _ = strings.Cut(cmd.collection, ".")
-		}
-		return cmd, true
-	}
-	return command{}, false
-}
-
 // withoutExistsFilters returns a createIndexes request without the
 // partialFilterExpression of each unique index whose filter is exactly
 // {f: {$exists: true}} for a field f of the index's key; any other request
@@ -292,42 +243,31 @@ func parseCommand(msg []byte) (command, bool) {
 // index, so documents without f are never compared, as on MongoDB. Other
 // partial filters are left for FerretDB to refuse.
 func withoutExistsFilters(req []byte) []byte {
-	if opCode(req) != opMsg || len(req) < headerLen+5 {
-		return req
-	}
-	end := len(req)
-	if msgFlags(req)&flagChecksum != 0 {
-		end -= 4
-	}
-	for p := headerLen + 4; p < end; {
-		kind := req[p]
-		if p+5 > end {
-			return req
-		}
-		size := int(int32(binary.LittleEndian.Uint32(req[p+1:])))
-		if size < 5 || p+1+size > end {
-			return req
-		}
+	out := req
+	sections(req, func(kind byte, from, to int) bool {
 		if kind != 0 {
-			p += 1 + size
-			continue
+			return true
 		}
-		body, changed := stripExistsFilters(bson.Raw(req[p+1 : p+1+size]))
+		body, changed := stripExistsFilters(bson.Raw(req[from:to]))
 		if !changed {
-			return req
+			return false
+		}
+		end := len(req)
+		if msgFlags(req)&flagChecksum != 0 {
+			end -= 4
 		}
 		// The same message with the new body, without a checksum (it would
 		// no longer match; clients rarely send one).
-		out := make([]byte, 0, len(req)-size+len(body))
+		out = make([]byte, 0, len(req)-(to-from)+len(body))
 		out = append(out, req[:headerLen]...)
 		out = binary.LittleEndian.AppendUint32(out, msgFlags(req)&^flagChecksum)
-		out = append(out, req[headerLen+4:p+1]...)
+		out = append(out, req[headerLen+4:from]...)
 		out = append(out, body...)
-		out = append(out, req[p+1+size:end]...)
+		out = append(out, req[to:end]...)
 		binary.LittleEndian.PutUint32(out, uint32(len(out)))
-		return out
-	}
-	return req
+		return false
+	})
+	return out
 }
 
 // stripExistsFilters is withoutExistsFilters on the command's body.

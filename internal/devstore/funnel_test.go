@@ -2,8 +2,12 @@ package devstore
 
 import (
 	"errors"
+	"log/slog"
+	"net"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -59,6 +63,87 @@ func TestUniqueIndexOverPresentFields(t *testing.T) {
 		var ce mongo.CommandError
 		if !errors.As(err, &ce) || !strings.Contains(ce.Message, "partialFilterExpression") {
 			t.Errorf("%s: %v, want FerretDB's refusal of partialFilterExpression", name, err)
+		}
+	}
+}
+
+// TestCloseDropsRequestsInFlight runs the funnel against an upstream that
+// reads requests and never answers, as a store stuck on a long scan or a
+// locked file: close must still return, and each client in flight (one
+// write, one read, one write waiting for the slot) must see its
+// connection dropped, as when a server dies.
+func TestCloseDropsRequestsInFlight(t *testing.T) {
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = up.Close() })
+	got := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := up.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for {
+					if _, err := readMessage(c); err != nil {
+						return
+					}
+					got <- struct{}{}
+				}
+			}()
+		}
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFunnel(ln, up.Addr().String(), nil, slog.New(slog.DiscardHandler))
+	go f.serve()
+
+	insert := opMsgOf(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}, "documents", bson.D{{Key: "_id", Value: 1}})
+	find := opMsgOf(t, bson.D{{Key: "find", Value: "c"}, {Key: "$db", Value: "d"}}, "")
+	answers := make(chan error, 3)
+	for _, req := range [][]byte{insert, find, insert} {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Write(req); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			_, err := readMessage(c)
+			answers <- err
+		}()
+	}
+	// The first insert holds the slot upstream, the find is upstream on
+	// its own connection, and the second insert waits for the slot.
+	<-got
+	<-got
+	for queued := false; !queued; {
+		runtime.Gosched()
+		f.slot.mu.Lock()
+		queued = waiters(&f.slot) == 1
+		f.slot.mu.Unlock()
+	}
+
+	closed := make(chan struct{})
+	go func() {
+		f.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second): // a deadlock detector, not a timing
+		t.Fatal("close waits for requests the upstream never answers")
+	}
+	for range 3 {
+		if err := <-answers; err == nil {
+			t.Error("a client in flight got an answer; want its connection dropped")
 		}
 	}
 }
