@@ -1,6 +1,7 @@
 package eventstore_test
 
 import (
+	"os"
 	"testing"
 
 	"github.com/orderd/orderd/eventstore"
@@ -16,4 +17,42 @@ func TestConformance(t *testing.T) {
 
 func TestAtomicity(t *testing.T) {
 	storetest.RunAtomicity(t, storetest.AtomicityConfig{})
+}
+
+// TestScanMethods runs the scan part of the suite with each way of reading
+// the log in order, whichever store MONGODB_URI names (ScanAuto picks one),
+// and with ScanByID in passes of a few ids.
+func TestScanMethods(t *testing.T) {
+	for name, opts := range map[string][]eventstore.Option{
+		"sorted": {eventstore.WithScanMethod(eventstore.ScanSorted)},
+		"by-id":  {eventstore.WithScanMethod(eventstore.ScanByID)},
+		// Passes of 1 to 3 ids: a stream of two commits straddles every
+		// cut of 1 and most cuts of 3.
+		"by-id-passes-of-1": {eventstore.WithScanMethod(eventstore.ScanByID), eventstore.WithIDBudget(1)},
+		"by-id-passes-of-3": {eventstore.WithScanMethod(eventstore.ScanByID), eventstore.WithIDBudget(3)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			storetest.RunScan(t, func(t *testing.T) *eventstore.Store {
+				s, _ := storetest.OpenStore(t, opts...)
+				return s
+			})
+		})
+	}
+}
+
+// TestScanAuto: on the embedded store (no MONGODB_URI), which sorts in
+// memory, ScanAuto reads by id; on another server it reads sorted.
+func TestScanAuto(t *testing.T) {
+	s, _ := storetest.OpenStore(t)
+	got, err := eventstore.ResolvedScanMethod(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := eventstore.ScanSorted
+	if os.Getenv("MONGODB_URI") == "" {
+		want = eventstore.ScanByID
+	}
+	if got != want {
+		t.Fatalf("ScanAuto resolved to %d, want %d", got, want)
+	}
 }

@@ -35,6 +35,12 @@
 // MarkPublished marks what JetStream acknowledged, for the relay of
 // package outbox, which also hears of each append through an AppendHook.
 //
+// Scans (rebuild, verify) read the log in log order, stream by stream: on
+// MongoDB one query sorted by _id, a walk of the _id index that holds one
+// batch of commits; on FerretDB, which sorts whole documents in memory, a
+// pass over the commit ids (at most 2^20 held, about 50 MiB, per pass)
+// followed by _id look-ups (see ScanMethod).
+//
 // Invariant 6 (one holder at a time): a Lease is claimed by a conditional
 // update whose filter matches only an expired claim, so of any number of
 // claimants exactly one wins.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -61,70 +60,180 @@ func scanFilter(r ScanRange) bson.D {
 	return f
 }
 
+// ScanMethod is how Scan reads a range of the log in log order.
+type ScanMethod int
+
+const (
+	// ScanAuto reads sorted on MongoDB and by id on FerretDB, recognized
+	// by the ferretdbVersion field of its buildInfo answer.
+	ScanAuto ScanMethod = iota
+	// ScanSorted reads the range in one query sorted by _id: on MongoDB a
+	// walk of the _id index that holds one batch of commits in memory.
+	ScanSorted
+	// ScanByID reads the range's commit ids first, unsorted, sorts them
+	// here, then reads the commits in batches of _id look-ups. It is for
+	// a store that sorts in memory: FerretDB sorts whole documents in Go
+	// (about 10 KiB of RSS per commit in BenchmarkRebuild's sorted scan),
+	// while the ids take about 50 bytes per commit, at most 2^20 of them
+	// per pass over the range's ids.
+	ScanByID
+)
+
+// WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
+func WithScanMethod(m ScanMethod) Option { return func(s *Store) { s.scan = m } }
+
+// scanMethod resolves ScanAuto, asking the server once.
+func (s *Store) scanMethod(ctx context.Context) (ScanMethod, error) {
+	if s.scan != ScanAuto {
+		return s.scan, nil
+	}
+	s.scanMu.Lock()
+	defer s.scanMu.Unlock()
+	if s.scanResolved != ScanAuto {
+		return s.scanResolved, nil
+	}
+	info, err := s.commits.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	if err != nil {
+		return ScanAuto, fmt.Errorf("scan log: buildInfo: %w", mongoerr.Translate(err))
+	}
+	s.scanResolved = ScanSorted
+	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
+		s.scanResolved = ScanByID
+	}
+	return s.scanResolved, nil
+}
+
 // Scan reads the streams of r in log order and calls fn once per stream
 // with its events, until fn returns an error (which Scan returns). A whole
-// stream is read before fn sees it.
-//
-// It holds the range's commit ids (about 40 bytes each) and one batch of
-// commits in memory, never the range's commits: a first pass reads only
-// the ids, unsorted (a walk of the _id index on MongoDB; on the embedded
-// store, where only {_id: v} reaches an index and any sort is done in
-// memory over whole documents, a streamed pass whose ids are then sorted
-// here); then each batch of streams is read by _id look-ups, scanParallel
-// at a time, and handed to fn stream by stream.
+// stream is read before fn sees it. It holds one batch of commits in
+// memory, and with ScanByID up to 2^20 of the range's commit ids besides,
+// reading a larger range in passes (see ScanMethod). Errors: fn's, domain.ErrUnavailable, and domain.ErrNotFound
+// for a commit whose id was read and whose document then was not there.
 func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) error) error {
-	ids, err := s.commitIDs(ctx, scanFilter(r))
+	m, err := s.scanMethod(ctx)
 	if err != nil {
 		return err
 	}
-	for len(ids) > 0 {
-		// Cut the batch at a stream's end, so each stream is read whole.
-		n := min(len(ids), scanBatch)
-		for n < len(ids) && streamOf(ids[n]) == streamOf(ids[n-1]) {
-			n++
+	g := grouper{fn: fn}
+	if m == ScanSorted {
+		err = s.scanSorted(ctx, r, &g)
+	} else {
+		err = s.scanByID(ctx, r, &g)
+	}
+	if err != nil {
+		return err
+	}
+	return g.flush()
+}
+
+// scanSorted reads the range in one cursor sorted by _id.
+func (s *Store) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
+	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch))
+	if err != nil {
+		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		var d commitDoc
+		var unreadable error
+		if err := bson.Unmarshal(cur.Current, &d); err != nil {
+			id, ok := cur.Current.Lookup("_id").StringValueOK()
+			if !ok {
+				return fmt.Errorf("scan log: commit id %s is not a string", cur.Current.Lookup("_id"))
+			}
+			d, unreadable = commitDoc{ID: id, StreamID: streamOf(id)}, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
 		}
-		docs, unreadable, err := s.commitsByID(ctx, ids[:n])
-		if err != nil {
+		if err := g.add(d, unreadable); err != nil {
 			return err
 		}
-		ids = ids[n:]
-		var cs StreamEvents
-		for i, d := range docs {
-			if d.StreamID != cs.StreamID {
-				if cs.StreamID != "" {
-					if err := fn(cs); err != nil {
-						return err
-					}
-				}
-				cs = StreamEvents{StreamID: d.StreamID}
-			}
-			cs.Commits++
-			if cs.Err != nil {
-				continue
-			}
-			if unreadable[i] != nil {
-				cs.Err = unreadable[i]
-				continue
-			}
-			evs, err := d.events()
-			if err != nil {
-				cs.Err = err
-				continue
-			}
-			cs.Events = append(cs.Events, evs...)
-		}
-		if cs.StreamID != "" {
-			if err := fn(cs); err != nil {
-				return err
-			}
-		}
+	}
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
 	}
 	return nil
 }
 
+// scanByID reads the range's ids, then its commits by _id, a batch at a
+// time, each batch cut at a stream's end. A range of more than
+// idBudget commits is read in passes, each over the ids of the range
+// after the last stream of the one before.
+func (s *Store) scanByID(ctx context.Context, r ScanRange, g *grouper) error {
+	for {
+		ids, more, err := s.commitIDs(ctx, scanFilter(r), s.idBudget)
+		if err != nil {
+			return err
+		}
+		for i := 0; i < ids.len(); {
+			n := min(ids.len(), i+scanBatch)
+			for n < ids.len() && streamOf(ids.at(n)) == streamOf(ids.at(n-1)) {
+				n++
+			}
+			batch := make([]string, 0, n-i)
+			for ; i < n; i++ {
+				batch = append(batch, ids.at(i))
+			}
+			docs, unreadable, err := s.commitsByID(ctx, batch)
+			if err != nil {
+				return err
+			}
+			for j, d := range docs {
+				if err := g.add(d, unreadable[j]); err != nil {
+					return err
+				}
+			}
+		}
+		if !more {
+			return nil
+		}
+		r.After = streamOf(ids.at(ids.len() - 1))
+	}
+}
+
+// grouper gathers commits arriving in log order into streams and hands
+// each stream to fn once its last commit has arrived.
+type grouper struct {
+	fn  func(StreamEvents) error
+	cur StreamEvents
+}
+
+// add takes the next commit in log order; unreadable is its decode error.
+func (g *grouper) add(d commitDoc, unreadable error) error {
+	if d.StreamID != g.cur.StreamID {
+		if err := g.flush(); err != nil {
+			return err
+		}
+		g.cur = StreamEvents{StreamID: d.StreamID}
+	}
+	g.cur.Commits++
+	switch {
+	case g.cur.Err != nil:
+		// The events after an unreadable commit are left out.
+	case unreadable != nil:
+		g.cur.Err = unreadable
+	default:
+		evs, err := d.events()
+		if err != nil {
+			g.cur.Err = err
+			return nil
+		}
+		g.cur.Events = append(g.cur.Events, evs...)
+	}
+	return nil
+}
+
+// flush hands the stream gathered so far to fn.
+func (g *grouper) flush() error {
+	if g.cur.StreamID == "" {
+		return nil
+	}
+	st := g.cur
+	g.cur = StreamEvents{}
+	return g.fn(st)
+}
+
 const (
 	scanBatch    = 512 // commits read per batch of a Scan
-	scanParallel = 8   // _id look-ups of a batch in flight at once
+	scanParallel = 8   // _id look-ups of a batch in flight at once (ScanByID)
 )
 
 // streamOf is the stream id of a commit id (see CommitID).
@@ -133,28 +242,6 @@ func streamOf(commitID string) string {
 		return commitID[:i]
 	}
 	return commitID
-}
-
-// commitIDs returns the ids of the commits matching filter, in log order.
-func (s *Store) commitIDs(ctx context.Context, filter bson.D) ([]string, error) {
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(4096))
-	if err != nil {
-		return nil, fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	var ids []string
-	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
-		if !ok {
-			return nil, fmt.Errorf("scan log ids: commit id %s is not a string", cur.Current.Lookup("_id"))
-		}
-		ids = append(ids, id)
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
-	}
-	slices.Sort(ids)
-	return ids, nil
 }
 
 // commitsByID reads the commits ids, in the order given. A commit whose
@@ -186,34 +273,4 @@ func (s *Store) commitsByID(ctx context.Context, ids []string) (docs []commitDoc
 		return nil, nil, err
 	}
 	return docs, unreadable, nil
-}
-
-// Commits returns the number of commits in the log, from the collection's
-// metadata on MongoDB (a count of the whole table on FerretDB).
-func (s *Store) Commits(ctx context.Context) (int64, error) {
-	n, err := s.commits.EstimatedDocumentCount(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("count commits: %w", mongoerr.Translate(err))
-	}
-	return n, nil
-}
-
-// Bounds splits the log into n ranges of about equal numbers of commits,
-// cut at stream starts: it returns up to n-1 ascending stream ids, each the
-// first stream of the next range (fewer when the log has fewer streams).
-// The cut is taken from one pass over the commit ids (see Scan); total
-// (see Commits) is not needed for it.
-func (s *Store) Bounds(ctx context.Context, n int, total int64) ([]string, error) {
-	ids, err := s.commitIDs(ctx, bson.D{})
-	if err != nil {
-		return nil, fmt.Errorf("partition bounds: %w", err)
-	}
-	var out []string
-	for i := 1; i < n && len(ids) > 0; i++ {
-		id := streamOf(ids[len(ids)*i/n])
-		if len(out) == 0 || out[len(out)-1] < id {
-			out = append(out, id)
-		}
-	}
-	return out, nil
 }

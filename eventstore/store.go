@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -31,6 +32,11 @@ type Store struct {
 	metrics *Metrics
 	now     func() time.Time
 	hooks   []AppendHook
+
+	scan         ScanMethod // as configured
+	scanMu       sync.Mutex
+	scanResolved ScanMethod // ScanAuto until asked
+	idBudget     int        // commit ids a ScanByID pass holds
 }
 
 // Option configures a Store.
@@ -54,7 +60,7 @@ func WithAppendHook(h AppendHook) Option { return func(s *Store) { s.hooks = app
 // New returns a Store on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
 func New(db *mongo.Database, opts ...Option) *Store {
-	s := &Store{commits: db.Collection(CommitsCollection), now: time.Now}
+	s := &Store{commits: db.Collection(CommitsCollection), now: time.Now, idBudget: idBudget}
 	for _, o := range opts {
 		o(s)
 	}

@@ -54,7 +54,7 @@ type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 	Commits(ctx context.Context) (int64, error)
-	Bounds(ctx context.Context, n int, total int64) ([]string, error)
+	Bounds(ctx context.Context, n int) (bounds []string, commits int64, err error)
 }
 
 // Jobs stores jobs and their tasks, and creates, reads and cancels them.

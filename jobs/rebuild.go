@@ -46,8 +46,8 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	now := j.now().UTC()
 	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, State: domain.StateQueued, CreatedAt: now,
 		Partitions: partitions, Shadow: j.defs[name] + "_" + strings.ReplaceAll(id, "-", "")}
-	// The partitions are cut by the plan task, off the request path: on
-	// FerretDB counting and cutting the log means sorting it.
+	// The partitions are cut by the plan task, off the request path:
+	// cutting the log reads every commit id.
 	tasks := []any{
 		domain.Task{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
 		domain.Task{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
@@ -108,11 +108,7 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 		}
 	}
 	if job.Bounds == nil {
-		total, err := j.events.Commits(ctx)
-		if err != nil {
-			return err
-		}
-		bounds, err := j.events.Bounds(ctx, job.Partitions, total)
+		bounds, total, err := j.events.Bounds(ctx, job.Partitions)
 		if err != nil {
 			return err
 		}

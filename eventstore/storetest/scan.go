@@ -1,9 +1,12 @@
 package storetest
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -71,13 +74,12 @@ func testScan(t *testing.T, s *eventstore.Store) {
 		}
 	}
 	for n := 1; n <= 4; n++ {
-		total, err := s.Commits(t.Context())
+		bounds, commits, err := s.Bounds(t.Context(), n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		bounds, err := s.Bounds(t.Context(), n, total)
-		if err != nil {
-			t.Fatal(err)
+		if total, err := s.Commits(t.Context()); err != nil || commits != total {
+			t.Fatalf("Bounds(%d) counted %d commits; Commits says %d (%v)", n, commits, total, err)
 		}
 		if len(bounds) > n-1 || !slices.IsSortedFunc(bounds, func(a, b string) int { return compareKeys(a+":", b+":") }) {
 			t.Fatalf("Bounds(%d) = %v", n, bounds)
@@ -126,4 +128,42 @@ func compareKeys(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// testBoundsBalanced: on a log of more commits than Bounds samples, the
+// partitions it cuts hold about equal numbers of commits, and it counts
+// them all.
+func testBoundsBalanced(t *testing.T, s *eventstore.Store) {
+	const streams, n = 3000, 4 // two commits each: 6,000 commits
+	docs := make([]any, 0, 2*streams)
+	for i := range streams {
+		id := fmt.Sprintf("bounds-%05d", i)
+		for v := int64(1); v <= 2; v++ {
+			docs = append(docs, bson.D{{Key: "_id", Value: eventstore.CommitID(id, v)}, {Key: "stream_id", Value: id}, {Key: "first_version", Value: v}})
+		}
+	}
+	if _, err := databaseOf(t, s).Collection(eventstore.CommitsCollection).InsertMany(t.Context(), docs); err != nil {
+		t.Fatal(err)
+	}
+	bounds, commits, err := s.Bounds(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if commits != int64(len(docs)) || len(bounds) != n-1 {
+		t.Fatalf("Bounds(%d) = %v, %d commits; want %d bounds and %d commits", n, bounds, commits, n-1, len(docs))
+	}
+	edges := append(append([]string{"bounds-"}, bounds...), "bounds-99999")
+	for i := 0; i+1 < len(edges); i++ {
+		var lo, hi int
+		fmt.Sscanf(edges[i], "bounds-%d", &lo)
+		fmt.Sscanf(edges[i+1], "bounds-%d", &hi)
+		if i+1 == len(edges)-1 {
+			hi = streams
+		}
+		// A uniform sample of 4,096 of 6,000 puts a quartile within a
+		// few dozen streams of the true one.
+		if size := hi - lo; size < streams/n*9/10 || size > streams/n*11/10 {
+			t.Errorf("partition %d [%s, %s) holds %d streams of %d, want about %d", i, edges[i], edges[i+1], size, streams, streams/n)
+		}
+	}
 }
