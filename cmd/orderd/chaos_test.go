@@ -671,9 +671,10 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 	wait, _ = runLoad(t, cfg)
 
 	time.Sleep(3 * time.Second)
+	began := time.Now()
 	stop()
 	from := time.Now()
-	t.Logf("%s stopped at %s", component, from.Format("15:04:05.000"))
+	t.Logf("%s stopped at %s, in %v", component, from.Format("15:04:05.000"), from.Sub(began).Round(time.Millisecond))
 	for i := 0; time.Since(from) < outage; i++ {
 		id := fmt.Sprintf("%s-probe-%03d", cfg.RunID, i)
 		r, took, err := send(api, "POST", "/v1/orders", id+"-place", placeBody(id))
@@ -684,7 +685,7 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 	}
 	down = time.Since(from)
 	start()
-	t.Logf("%s started at %s", component, time.Now().Format("15:04:05.000"))
+	t.Logf("%s started at %s, in %v", component, time.Now().Format("15:04:05.000"), (time.Since(from) - down).Round(time.Millisecond))
 	c.waitReady(api, time.Minute)
 	return wait, outage, down
 }

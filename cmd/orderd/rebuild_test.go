@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -63,6 +65,13 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// Bytes returns a copy of what was written so far.
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
 // startInstance runs "orderd serve args..." as a child process; the test's
 // cleanup kills it and logs its output if the test failed.
 func startInstance(t testing.TB, name string, args ...string) *instance {
@@ -80,10 +89,31 @@ func startInstance(t testing.TB, name string, args ...string) *instance {
 	t.Cleanup(func() {
 		in.kill()
 		if t.Failed() {
-			t.Logf("output of %s:\n%s", name, in.out.String())
+			keepOutput(t, name, in.cmd.Process.Pid, in.out.Bytes())
 		}
 	})
 	return in
+}
+
+// keepOutput keeps a failed test's process output: the whole of it in a
+// file under $TMPDIR/orderd-test-output/<test>, its last lines in the
+// test's log. An API under a store outage logs every refused request, and
+// tens of thousands of lines in the log would bury the test's own failure
+// message.
+func keepOutput(t testing.TB, name string, pid int, out []byte) {
+	lines := bytes.Split(bytes.TrimRight(out, "\n"), []byte("\n"))
+	tail := bytes.Join(lines[max(0, len(lines)-2):], []byte("\n"))
+	dir := filepath.Join(os.TempDir(), "orderd-test-output", strings.ReplaceAll(t.Name(), "/", "_"))
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.log", name, pid))
+	err := os.MkdirAll(dir, 0o755)
+	if err == nil {
+		err = os.WriteFile(path, out, 0o644)
+	}
+	if err != nil {
+		t.Logf("output of %s: %d lines, not kept (%v); the last:\n%s", name, len(lines), err, tail)
+		return
+	}
+	t.Logf("output of %s: %d lines in %s; the last:\n%s", name, len(lines), path, tail)
 }
 
 // kill stops the process with SIGKILL: no graceful shutdown, no lease
