@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -816,4 +817,100 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 	if got, want := transform(), cfg.SubjectPrefix+".{{partition(8,1)}}.{{wildcard(1)}}"; got != want {
 		t.Fatalf("after a change: transform %q, want %q", got, want)
 	}
+}
+
+// readsThroughAnOutage is the sweeper's view of the log, where the read
+// number outageAt finds the store stopped, and waits in server selection
+// until it starts again, down later.
+type readsThroughAnOutage struct {
+	*eventstore.Store
+	outageAt int
+	down     time.Duration
+	stop     func()
+	start    func()
+	reads    int
+	waited   chan struct{} // closed when the read through the outage returned
+}
+
+func (r *readsThroughAnOutage) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
+	r.reads++
+	if r.reads != r.outageAt {
+		return r.Store.Pending(ctx, before, limit)
+	}
+	defer close(r.waited)
+	r.stop()
+	go func() {
+		time.Sleep(r.down)
+		r.start()
+	}()
+	return r.Store.Pending(ctx, before, limit)
+}
+
+// An outbox read that waited out a store outage, as a read in flight when
+// a store stops does (the driver retries it when the store is back), says
+// nothing of what a read costs: the sweeps after it keep their pace, and a
+// commit left behind after the outage is published within a few sweep
+// intervals, not after ten times the outage.
+func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
+	// Always an embedded store, also with MONGODB_URI: the test stops it.
+	dir := t.TempDir()
+	var (
+		mu    sync.Mutex
+		store *devstore.Store
+	)
+	start := func(addr string) {
+		s, err := devstore.StartStore(dir, addr, nil)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			t.Errorf("start the store on %s: %v", addr, err)
+			return
+		}
+		store = s
+	}
+	stop := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if store != nil {
+			_ = store.Close()
+			store = nil
+		}
+	}
+	start("127.0.0.1:0")
+	t.Cleanup(stop)
+	uri := store.URI
+	addr := strings.TrimSuffix(strings.TrimPrefix(uri, "mongodb://"), "/")
+	cl, err := mongo.Connect(eventstore.ClientOptions(uri))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Disconnect(context.Background()) })
+	db := cl.Database(storetest.Unique("outage_"))
+	s := eventstore.New(db)
+	if err := s.EnsureIndexes(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	n := storetest.StartNATS(t)
+	stream := storetest.NewStream(t, n)
+	_, js := connectNATS(t, n.URL)
+
+	const down = 3 * time.Second
+	commits := &readsThroughAnOutage{Store: eventstore.New(db), outageAt: 3, down: down, waited: make(chan struct{}),
+		stop: stop, start: func() { start(addr) }}
+	cfg := outbox.Config{Owner: "api-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
+	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
+	sw := outbox.NewSweeper(commits, bus.NewPublisher(js, stream), lease, cfg, testLogger(t), nil)
+	goRun(t, sw.Run)
+	select {
+	case <-commits.waited:
+	case <-time.After(time.Minute):
+		t.Fatal("the sweeper made no read through the outage within a minute")
+	}
+
+	// Left behind: appended without a relay.
+	want := appendCommits(t, s, 1, 1)
+	// The sweeper reads every 100ms when idle; paced by the read through
+	// the outage, it would wait ten times the outage (30s).
+	waitBacklog(t, s, 10*time.Second, 0)
+	checkPublishedOnce(t, n, stream, want)
 }

@@ -54,7 +54,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		restUntil  time.Time // no claims before, after giving the lease up
 		backoff    time.Duration
 		pending    []domain.RecordedCommit // read by the last outbox read, not yet published
-		readTook   time.Duration           // how long the last outbox read took
+		reads      readCosts               // how long the last outbox reads took
 		uncertain  bool                    // the last claim or renewal failed
 	)
 	defer func() {
@@ -114,7 +114,9 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			if len(pending) == 0 {
 				start := time.Now()
 				pending, err = s.readOutbox(ctx, s.cfg.SweepGrace, sweepBatches*s.cfg.BatchSize)
-				readTook = time.Since(start)
+				if err == nil {
+					reads.add(time.Since(start))
+				}
 			}
 			if err == nil && len(pending) > 0 {
 				batch := pending[:min(len(pending), s.cfg.BatchSize)]
@@ -129,7 +131,6 @@ func (s *Sweeper) Run(ctx context.Context) error {
 					// Read again: what failed is still unpublished, and a
 					// full read may have left more behind.
 					pending = pending[:0]
-					readTook = 0
 				}
 			}
 			switch {
@@ -143,7 +144,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 				if marked > 0 {
 					continue // more may wait
 				}
-				wait = max(s.cfg.SweepInterval, sweepSpacing*readTook)
+				wait = max(s.cfg.SweepInterval, sweepSpacing*reads.least())
 			}
 		}
 		pause.For(ctx, wait)
@@ -185,12 +186,38 @@ func (s *Sweeper) PublishPending(ctx context.Context) (int, error) {
 const sweepBatches = 16
 
 // sweepSpacing is the least pause between two outbox reads that found
-// nothing left to publish, as a multiple of the last read's duration:
-// the embedded store answers {published: false} by decoding every commit
-// in Go (12.5 s at 50,000 commits, measured on a busy 2-core machine), so
-// an idle sweeper spends at most a tenth of a core on it. On MongoDB a
-// read takes milliseconds and SweepInterval decides.
+// nothing left to publish, as a multiple of what a read costs (see
+// readCosts): the embedded store answers {published: false} by decoding
+// every commit in Go (12.5 s at 50,000 commits, measured on a busy 2-core
+// machine), so an idle sweeper spends at most a tenth of a core on it. On
+// MongoDB a read takes milliseconds and SweepInterval decides.
 const sweepSpacing = 10
+
+// readCosts holds the durations of the last len(readCosts) successful
+// outbox reads. What a read costs is the least of them: a read in flight
+// when the store goes down waits for it to come back (in the driver's
+// server selection, or its retry of the read) and then succeeds, and its
+// duration is the outage's. Paced by it, a sweeper would leave a commit
+// unpublished for ten times the outage after the store is back
+// (TestSweeperPaceAfterAReadThatWaitedOutAnOutage).
+type readCosts [4]time.Duration
+
+// add records a read's duration in place of the oldest.
+func (r *readCosts) add(d time.Duration) {
+	copy(r[1:], r[:len(r)-1])
+	r[0] = d
+}
+
+// least returns the least recorded duration, 0 before the first read.
+func (r *readCosts) least() time.Duration {
+	least := r[0]
+	for _, d := range r[1:] {
+		if d > 0 && (least == 0 || d < least) {
+			least = d
+		}
+	}
+	return least
+}
 
 // readOutbox returns the up to limit oldest unpublished commits recorded
 // more than grace ago, and records what it found in the backlog metrics.
