@@ -914,3 +914,65 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 	waitBacklog(t, s, 10*time.Second, 0)
 	checkPublishedOnce(t, n, stream, want)
 }
+
+// heldRead is the sweeper's view of the log where the first read that
+// finds commits is held, with its answer, until release is closed.
+type heldRead struct {
+	*eventstore.Store
+	once    sync.Once
+	held    chan struct{} // closed when the read is held
+	release chan struct{}
+}
+
+func (r *heldRead) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
+	commits, err := r.Store.Pending(ctx, before, limit)
+	if err == nil && len(commits) > 0 {
+		r.once.Do(func() {
+			close(r.held)
+			<-r.release
+		})
+	}
+	return commits, err
+}
+
+// A sweeper whose outbox read outlasts its lease (the read waited out an
+// outage or an election) renews before it publishes what it read: when
+// another instance claimed the lease meanwhile, it publishes none of it
+// (invariant 6), and the new holder publishes the commits.
+func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	reg := prometheus.NewRegistry()
+	commits := &heldRead{Store: eventstore.New(db), held: make(chan struct{}), release: make(chan struct{})}
+	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}
+	lease := eventstore.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
+	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
+	goRun(t, sw.Run)
+	want := appendCommits(t, s, 2, 2) // no relay: all left to the sweep
+	select {
+	case <-commits.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sweeper read no commit within 30s")
+	}
+
+	// r1's lease lapses during its read, and another instance claims it.
+	other := eventstore.NewLease(db, outbox.SweepLease, "r2", time.Minute)
+	storetest.WaitFor(t, 10*time.Second, "r2 to claim the lapsed lease", func() bool {
+		ok, err := other.TryAcquire(t.Context())
+		return ok && err == nil
+	})
+	close(commits.release)
+	storetest.WaitFor(t, 10*time.Second, "r1 to find its lease gone", func() bool {
+		return metric(t, reg, "orderd_relay_leader") == 0
+	})
+	if got := streamCount(t, n.JS, cfg.Name); got != 0 {
+		t.Fatalf("r1 published %d messages of a read that outlasted its lease, taken by r2 meanwhile", got)
+	}
+	wantBacklog(t, s, 4)
+
+	// The holder sweeps them.
+	r2 := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r2", SweepInterval: 20 * time.Millisecond,
+		SweepGrace: time.Millisecond, LeaseTTL: time.Minute}, nil)
+	goRun(t, r2.Run)
+	waitBacklog(t, s, 10*time.Second, 0)
+	checkPublishedOnce(t, n, cfg, want)
+}

@@ -28,7 +28,11 @@ const SweepLease = "relay"
 // once when its NATS connection is not connected, and after LeaseTTL/2
 // in which no round marked a commit while commits wait (it then claims no
 // lease for one LeaseTTL). A round's acks and its markers each take at most
-// LeaseTTL/4, so renewals stay on time.
+// LeaseTTL/4, so renewals stay on time. An outbox read is not bounded (on
+// the embedded store it decodes the whole log); one that outlasts a
+// renewal period is followed by a renewal before anything it read is
+// published, so a sweeper whose lease was taken meanwhile publishes none
+// of it.
 type Sweeper struct {
 	out   relay
 	cfg   Config
@@ -116,6 +120,12 @@ func (s *Sweeper) Run(ctx context.Context) error {
 				pending, err = s.readOutbox(ctx, s.cfg.SweepGrace, sweepBatches*s.cfg.BatchSize)
 				if err == nil {
 					reads.add(time.Since(start))
+				}
+				if err == nil && len(pending) > 0 && time.Since(renewedAt) >= s.cfg.LeaseTTL/3 {
+					// The read outlasted a renewal period (it waited out
+					// an outage or an election): renew first, and drop
+					// what it read if the lease has gone meanwhile.
+					continue
 				}
 			}
 			if err == nil && len(pending) > 0 {
