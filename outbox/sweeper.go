@@ -207,9 +207,9 @@ const sweepSpacing = 10
 // outbox reads. What a read costs is the least of them: a read issued
 // while the store is down, or in flight when it goes down, waits for it to
 // come back (in the driver's server selection, or its retry of the read)
-// and then succeeds, and its duration is the outage's. Paced by it, a sweeper would leave a commit
-// unpublished for ten times the outage after the store is back
-// (TestSweeperPaceAfterAReadThatWaitedOutAnOutage).
+// and then succeeds, and its duration is the outage's. Paced by it, a
+// sweeper would leave a commit unpublished for ten times the outage after
+// the store is back (TestSweeperPaceAfterAReadThatWaitedOutAnOutage).
 type readCosts [4]time.Duration
 
 // add records a read's duration in place of the oldest.
