@@ -192,7 +192,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
 	}
-	if err := relay(f.writer, c, req); err != nil {
+	if err := f.send(c, req, name); err != nil {
 		f.untrack(f.writer)
 		f.writer = nil
 		return err
@@ -208,6 +208,28 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 	}
 	return nil
+}
+
+// send runs req on the funnel's connection and answers c: an update with
+// guards on top of _id is served statement by statement (guard.go), any
+// other write is relayed as it is.
+func (f *funnel) send(c net.Conn, req []byte, name string) error {
+	if name != "update" {
+		return relay(f.writer, c, req)
+	}
+	body, stmts, ordered, ok := guardedUpdates(req)
+	if !ok {
+		return relay(f.writer, c, req)
+	}
+	reply, err := serveGuarded(f.writer, body, stmts, ordered)
+	if err != nil {
+		return err
+	}
+	if msgFlags(req)&flagMoreToCome != 0 {
+		return nil
+	}
+	_, err = c.Write(opMessage(reply, requestID(req)))
+	return err
 }
 
 // relay sends req on up and copies the replies back to c: none when the

@@ -18,8 +18,9 @@ type writeClass int
 const (
 	// classInsert: an insert of one document (a command's append).
 	classInsert writeClass = iota
-	// classUpdate: one findAndModify, or an update or delete of one
-	// statement (read-model writes, leases, claims).
+	// classUpdate: one findAndModify, an update or delete of one
+	// statement (leases, claims), or an update of guarded statements
+	// (read-model batches).
 	classUpdate
 	// classBulk: writes of several statements (published markers,
 	// rebuild bulk inserts) and changes of collections and indexes.
@@ -102,6 +103,10 @@ func classOf(name string, req []byte) writeClass {
 		}
 	case "update", "delete":
 		if statements(req, name+"s") == 1 {
+			return classUpdate
+		}
+		if _, _, _, guarded := guardedUpdates(req); name == "update" && guarded {
+			// A read-model batch: one version-guarded write per stream.
 			return classUpdate
 		}
 	}

@@ -1,0 +1,164 @@
+package devstore
+
+import (
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+func guardedUpsert(id string, v int64) mongo.WriteModel {
+	return mongo.NewUpdateOneModel().SetUpsert(true).
+		SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "version", Value: bson.D{{Key: "$lt", Value: v}}}}).
+		SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "version", Value: v}}}})
+}
+
+func versionOf(t *testing.T, coll *mongo.Collection, id string) int64 {
+	t.Helper()
+	var d struct {
+		Version int64 `bson:"version"`
+	}
+	if err := coll.FindOne(t.Context(), bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil {
+		t.Fatalf("read %s: %v", id, err)
+	}
+	return d.Version
+}
+
+// TestGuardedBulkAnswersAsMongoDB: an unordered bulk of version-guarded
+// upserts gets MongoDB's answer: each statement judged alone, a failed
+// guard under upsert a duplicate key at its own index, one without upsert
+// matching nothing, the statements after a failure still run, upserts
+// numbered by statement; an ordered bulk stops at its first error.
+func TestGuardedBulkAnswersAsMongoDB(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("guard").Collection("docs")
+	ctx := t.Context()
+	for _, id := range []string{"a", "b"} {
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "version", Value: int64(5)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	models := []mongo.WriteModel{
+		guardedUpsert("a", 4), // 0: a newer version is stored: duplicate key
+		guardedUpsert("b", 6), // 1: moves forward
+		mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: "a"}, {Key: "version", Value: bson.D{{Key: "$lt", Value: int64(5)}}}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "x", Value: 1}}}}), // 2: no upsert: matches nothing
+		guardedUpsert("c", 1), // 3: new document
+		guardedUpsert("a", 5), // 4: equal version: duplicate key
+	}
+	res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		t.Fatalf("bulk: %v, want a bulk write exception", err)
+	}
+	var idx []int
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we) {
+			t.Errorf("statement %d: %v, want a duplicate key", we.Index, we)
+		}
+		idx = append(idx, we.Index)
+	}
+	if !slices.Equal(idx, []int{0, 4}) {
+		t.Errorf("write errors at %v, want [0 4]", idx)
+	}
+	if res == nil || res.MatchedCount != 1 || res.ModifiedCount != 1 || res.UpsertedCount != 1 || res.UpsertedIDs[3] != "c" {
+		t.Errorf("result %+v, want 1 matched, 1 modified, c upserted at 3", res)
+	}
+	for id, want := range map[string]int64{"a": 5, "b": 6, "c": 1} {
+		if got := versionOf(t, coll, id); got != want {
+			t.Errorf("%s at v%d, want v%d", id, got, want)
+		}
+	}
+	var a bson.M
+	_ = coll.FindOne(ctx, bson.D{{Key: "_id", Value: "a"}}).Decode(&a)
+	if _, ok := a["x"]; ok {
+		t.Errorf("a was changed by a statement whose guard failed: %v", a)
+	}
+
+	_, err = coll.BulkWrite(ctx, []mongo.WriteModel{guardedUpsert("b", 2), guardedUpsert("d", 1)}, options.BulkWrite().SetOrdered(true))
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 0 {
+		t.Fatalf("ordered bulk: %v, want one duplicate key at 0", err)
+	}
+	if n, _ := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "d"}}); n != 0 {
+		t.Error("an ordered bulk ran a statement after its first error")
+	}
+}
+
+// TestGuardedWritesRaceToTheHighestVersion: writers in several clients
+// race version-guarded upserts of one document in random order; the
+// document ends at the highest version, and no write ever lowered it.
+func TestGuardedWritesRaceToTheHighestVersion(t *testing.T) {
+	s, c := startStore(t, t.TempDir())
+	ctx := t.Context()
+	const writers, versions = 6, 40
+	var wg sync.WaitGroup
+	for w := range writers {
+		cw, err := mongo.Connect(options.Client().ApplyURI(s.URI))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cw.Disconnect(ctx) })
+		coll := cw.Database("guard").Collection("race")
+		order := rand.Perm(versions)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, v := range order {
+				_, err := coll.BulkWrite(ctx, []mongo.WriteModel{guardedUpsert("o", int64(v+1))}, options.BulkWrite().SetOrdered(false))
+				var bwe mongo.BulkWriteException
+				if err != nil && !(errors.As(err, &bwe) && mongo.IsDuplicateKeyError(err)) {
+					t.Errorf("writer %d v%d: %v", w, v+1, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if got := versionOf(t, c.Database("guard").Collection("race"), "o"); got != versions {
+		t.Fatalf("document at v%d after the race, want v%d", got, versions)
+	}
+}
+
+// TestGuardOperators: each comparison a guard may use, on numbers of mixed
+// widths, strings and a missing field, judged as MongoDB judges it.
+func TestGuardOperators(t *testing.T) {
+	doc, _ := bson.Marshal(bson.D{{Key: "v", Value: int32(5)}, {Key: "s", Value: "m"}})
+	for _, tc := range []struct {
+		guard bson.D
+		want  bool
+	}{
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$lt", Value: int64(6)}}}}, true},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$lt", Value: 5.0}}}}, false},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$lte", Value: int64(5)}}}}, true},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$gt", Value: int64(4)}, {Key: "$lt", Value: int64(5)}}}}, false},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$eq", Value: 5.0}}}}, true},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$ne", Value: "5"}}}}, true},
+		{bson.D{{Key: "v", Value: bson.D{{Key: "$lt", Value: "9"}}}}, false},
+		{bson.D{{Key: "s", Value: bson.D{{Key: "$gte", Value: "m"}}}}, true},
+		{bson.D{{Key: "missing", Value: bson.D{{Key: "$lt", Value: int64(1)}}}}, false},
+		{bson.D{{Key: "missing", Value: bson.D{{Key: "$ne", Value: int64(1)}}}}, true},
+	} {
+		g, _ := bson.Marshal(tc.guard)
+		if got := holds(doc, g); got != tc.want {
+			t.Errorf("%v on %v: %v, want %v", tc.guard, bson.Raw(doc), got, tc.want)
+		}
+	}
+	for _, q := range []bson.D{
+		{{Key: "_id", Value: "x"}, {Key: "v", Value: int64(1)}},                                      // plain equality
+		{{Key: "_id", Value: "x"}, {Key: "v", Value: bson.D{{Key: "$in", Value: bson.A{1}}}}},        // unknown operator
+		{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"x"}}}}},                              // not one _id
+		{{Key: "_id", Value: "x"}, {Key: "a.b", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},       // dotted path
+		{{Key: "_id", Value: int64(1)}, {Key: "v", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},    // an _id FerretDB does not push down
+		{{Key: "_id", Value: "x"}, {Key: "$or", Value: bson.A{bson.D{{Key: "v", Value: int64(1)}}}}}, // a logical operator
+	} {
+		stmt, _ := bson.Marshal(bson.D{{Key: "q", Value: q}, {Key: "u", Value: bson.D{}}})
+		if _, ok := guardOf(stmt); ok {
+			t.Errorf("guardOf(%v) served, want it passed through", q)
+		}
+	}
+}
