@@ -248,7 +248,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	shadow := db.Collection(job.Shadow)
 	for _, id := range done {
 		o := f.Orders[id]
-		projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: o.Version}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
+		projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
 	}
 	part := job.ID + "/part-0"
 	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{

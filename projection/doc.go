@@ -22,18 +22,14 @@
 // PoisonError, with the version the document reached despite them; the
 // other streams of the batch are written.
 //
-// Racing writers: the embedded store answers every filter other than
-// {_id: value} by decoding the whole collection, so a compare-and-set on
-// {_id, version} would cost a collection scan per write. Writes are
-// instead guarded by a version register in the document itself: one
-// findOneAndUpdate by _id sets the folded fields and $max-es "attempted";
-// the writer that finds attempted above what it wrote folds again from the
-// log and rewrites. The last write therefore always leaves the highest
-// version any writer attempted, so writers in any number of processes
-// racing on one order cannot lose an update (see ReadModel and its race
-// tests); it needs atomic single-document updates, which MongoDB has and
-// the embedded store keeps through its write funnel. The trade-off: during
-// such a race a reader may briefly see an older version.
+// Racing and late writers: every write is a compare-and-set on the
+// document's version, a replacement with upsert filtered on {_id, version:
+// {$lt: v}}; a duplicate key means a newer version is already stored. A
+// write that lands late (a deposed partition owner's, one the driver
+// retried across an election) therefore never moves a document back, and
+// writers racing in any number of processes cannot lose an update. A batch
+// is one unordered bulk write. On the embedded store the write funnel
+// serves the guard by _id at index speed (package devstore).
 //
 // Repair path. Each projection has a pointer document naming its active
 // collection (Pointers, Projection); readers follow it. Every write of it

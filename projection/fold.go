@@ -3,13 +3,12 @@ package projection
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-	"golang.org/x/sync/errgroup"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
@@ -43,20 +42,15 @@ type FoldResult struct {
 }
 
 // WriteFolds folds each stream of a rebuild's batch and writes its
-// document into coll: an insert, or, for a document a live projector has
-// already written, the version-guarded write, so neither side can go back
-// a version. A stream that cannot be folded (or read: StreamEvents.Err)
-// is counted as poison and its good events are kept. Errors: the store's
-// (domain.ErrUnavailable).
+// document into coll: one unordered insert of the batch, and, for the
+// documents a live projector has already written, the version-guarded
+// write, so neither side can go back a version. A stream that cannot be
+// folded (or read: StreamEvents.Err) is counted as poison and its good
+// events are kept. Errors: the store's (domain.ErrUnavailable).
 func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
 	s := p.ReadModel(coll)
 	var res FoldResult
-	type folded struct {
-		id   string
-		evs  []domain.Event
-		body bson.D
-	}
-	var docs []folded
+	var docs []folded[D]
 	for _, st := range streams {
 		res.Events += int64(len(st.Events))
 		doc, n, err := p.fold(st.Events)
@@ -69,55 +63,54 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 				res.Errors = append(res.Errors, err.Error())
 			}
 		}
-		if n == 0 {
-			continue
+		if n > 0 {
+			docs = append(docs, folded[D]{id: st.StreamID, doc: doc, events: n})
 		}
-		body, err := storedBSON(st.StreamID, doc, p.def.Version(&doc))
-		if err != nil {
-			return res, fmt.Errorf("%s: encode %s: %w", p.def.Name, st.StreamID, err)
-		}
-		docs = append(docs, folded{id: st.StreamID, evs: st.Events[:n], body: body})
 	}
 	if len(docs) == 0 {
 		return res, nil
 	}
 	all := make([]any, len(docs))
 	for i, d := range docs {
-		all[i] = d.body
+		body, err := storedBSON(d.id, d.doc)
+		if err != nil {
+			return res, fmt.Errorf("%s: encode %s: %w", p.def.Name, d.id, err)
+		}
+		all[i] = body
 	}
-	if _, err := s.coll.InsertMany(ctx, all); err == nil {
+	_, err := s.coll.InsertMany(ctx, all, options.InsertMany().SetOrdered(false))
+	if err == nil {
 		return res, nil
-	} else if !isDuplicates(err) {
+	}
+	met, err := splitSuperseded(err)
+	if err != nil {
 		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, mongoerr.Translate(err))
 	}
-	// Some documents exist (live writes got there first), and which of
-	// the others this insert wrote is not reliable to tell (FerretDB stops
-	// a bulk at the first error and reports it at the wrong index). So
-	// each document goes through the version guard, which reads it and
-	// writes only when it is missing or behind the fold: one a live
-	// projector already holds at or past the fold costs a read, not a
-	// write. Under load that is what keeps this fast: every write waits
-	// for the store's writers (on the embedded store, one at a time behind
-	// its funnel), and the documents that collide are the ones live
-	// writes keep up to date.
-	res.Guarded = int64(len(docs))
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(parallel)
-	for _, d := range docs {
-		g.Go(func() error {
-			_, _, err := s.applyStream(gctx, d.id, slices.Clone(d.evs), true)
-			return err
-		})
+	// Some documents exist: live writes got there first. They go through
+	// the version guard, which leaves a document a live projector already
+	// holds at or past the fold as it is.
+	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
+	if err != nil {
+		return res, err
 	}
-	return res, g.Wait()
+	again := docs
+	if dialect == eventstore.MongoDB {
+		again = nil
+		for i := range met {
+			again = append(again, docs[i])
+		}
+	}
+	// else: FerretDB stops an insert of several documents at its first
+	// error and reports it at the wrong index, so which documents it wrote
+	// is unknown: all of them go through the guard (those it wrote are
+	// refused as equal).
+	res.Guarded = int64(len(again))
+	_, err = s.write(ctx, again)
+	return res, err
 }
 
-func isDuplicates(err error) bool {
-	return mongo.IsDuplicateKeyError(err)
-}
-
-// storedBSON is the stored form of doc: {_id, attempted, fields...}.
-func storedBSON[D any](id string, doc D, version int64) (bson.D, error) {
+// storedBSON is the stored form of doc: {_id, fields...}.
+func storedBSON[D any](id string, doc D) (bson.D, error) {
 	raw, err := marshalJSONTags(doc)
 	if err != nil {
 		return nil, err
@@ -126,9 +119,9 @@ func storedBSON[D any](id string, doc D, version int64) (bson.D, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := bson.D{{Key: "_id", Value: id}, {Key: "attempted", Value: version}}
+	out := bson.D{{Key: "_id", Value: id}}
 	for _, el := range elems {
-		if k := el.Key(); k != "_id" && k != "attempted" {
+		if k := el.Key(); k != "_id" {
 			out = append(out, bson.E{Key: k, Value: el.Value()})
 		}
 	}

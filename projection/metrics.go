@@ -12,7 +12,7 @@ type Metrics struct {
 	applied    *prometheus.CounterVec
 	duplicates *prometheus.CounterVec
 	gaps       *prometheus.CounterVec
-	casRetries *prometheus.CounterVec
+	superseded *prometheus.CounterVec
 }
 
 // NewMetrics registers the metrics with reg; it panics if reg already
@@ -22,9 +22,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		applied:    NewCounterVec("orderd_projection_events_applied_total", "Events folded into a read model."),
 		duplicates: NewCounterVec("orderd_projection_duplicates_skipped_total", "Events skipped because the read model already reflected them."),
 		gaps:       NewCounterVec("orderd_projection_gaps_filled_total", "Streams whose missing events were read from the log."),
-		casRetries: NewCounterVec("orderd_projection_repairs_total", "Writes redone because a newer version had been attempted (racing writers)."),
+		superseded: NewCounterVec("orderd_projection_writes_superseded_total", "Writes the version guard refused because the read model already held a newer version (racing or late writers)."),
 	}
-	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.casRetries)
+	reg.MustRegister(m.applied, m.duplicates, m.gaps, m.superseded)
 	return m
 }
 
@@ -46,7 +46,7 @@ func (m *Metrics) initProjection(name string) {
 	if m == nil {
 		return
 	}
-	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.casRetries} {
+	for _, v := range []*prometheus.CounterVec{m.applied, m.duplicates, m.gaps, m.superseded} {
 		v.WithLabelValues(name)
 	}
 }
@@ -58,10 +58,5 @@ func (m *Metrics) outcome(name string, o Outcome) {
 	m.applied.WithLabelValues(name).Add(float64(o.Applied))
 	m.duplicates.WithLabelValues(name).Add(float64(o.Duplicates))
 	m.gaps.WithLabelValues(name).Add(float64(o.GapsFilled))
-}
-
-func (m *Metrics) repair(name string) {
-	if m != nil {
-		m.casRetries.WithLabelValues(name).Inc()
-	}
+	m.superseded.WithLabelValues(name).Add(float64(o.Superseded))
 }

@@ -6,9 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -19,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
@@ -35,24 +35,17 @@ type EventLog interface {
 var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONStructTags: true})
 
 // ReadModel writes one collection of a projection's read model, keeping
-// invariant 4 with single-document operations by _id only (on big
-// collections the one filter the embedded store answers from an index;
-// any other it evaluates in Go over the whole collection):
-//
-// Each document carries version (the stream version it reflects) and
-// attempted, the highest version any writer has tried to write, kept with
-// $max. A write is one findOneAndUpdate by _id that sets the folded fields
-// and $max-es attempted, returning the document as written. If attempted
-// came back above the version written, a writer with a newer state got
-// there first and this write may have overwritten it: the writer folds the
-// stream again, from the log, up to at least attempted, and writes again.
-// The last write to a document therefore always sees the highest attempted
-// version and leaves the document at it, so no update is lost between
-// writers in any number of processes (single-document updates are atomic);
-// a reader may for a moment see an older version between the two writes
-// of such a race. It stays the write: a compare-and-set on {_id, version}
-// would be a filter beyond _id, a scan of the read model on the embedded
-// store, for the same one round trip.
+// invariant 4. Each document carries version, the stream version it
+// reflects, and every write is a compare-and-set on it: a replacement with
+// upsert whose filter is {_id, version: {$lt: v}}. A write of an older or
+// equal version matches nothing, and its upsert meets the existing _id: a
+// duplicate key, which means a newer version is already stored, so the
+// write is done. No write, however late it lands (a deposed partition
+// owner's, one the driver retried across an election), can move a
+// document back, and writers racing in any number of processes cannot lose
+// an update: each writes a fold of the log at its version. A batch is one
+// unordered bulk write of such replacements; the embedded store's funnel
+// serves the guard at index speed.
 //
 // An event at or below the version is skipped; a gap is filled from the
 // log. Documents this process wrote are cached, so a batch usually reads
@@ -62,13 +55,7 @@ type ReadModel[D any] struct {
 	coll    *mongo.Collection
 	events  EventLog
 	metrics *Metrics
-	cache   *lru.Cache[string, entry[D]]
-	fields  []string // top-level field names of D, for $unset
-}
-
-type entry[D any] struct {
-	doc       D
-	attempted int64
+	cache   *lru.Cache[string, D]
 }
 
 func (s *ReadModel[D]) purge() { s.cache.Purge() }
@@ -80,9 +67,9 @@ const cacheSize = 100_000
 // folding gaps from events. m may be nil; the projection's counters in it
 // are created at once, at 0.
 func NewReadModel[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *ReadModel[D] {
-	c, _ := lru.New[string, entry[D]](cacheSize)
+	c, _ := lru.New[string, D](cacheSize)
 	m.initProjection(def.Name)
-	return &ReadModel[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c, fields: jsonFields[D]()}
+	return &ReadModel[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c}
 }
 
 // EnsureIndexes creates the definition's indexes, one per call: FerretDB
@@ -103,9 +90,8 @@ func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 
 // stored is a read-model document with its stream id as _id.
 type stored[D any] struct {
-	ID        string `bson:"_id"`
-	Attempted int64  `bson:"attempted"`
-	Doc       D      `bson:",inline"`
+	ID  string `bson:"_id"`
+	Doc D      `bson:",inline"`
 }
 
 // Outcome counts what one Apply did.
@@ -113,21 +99,18 @@ type Outcome struct {
 	Applied    int // events folded into documents
 	Duplicates int // events at or below the stored version, skipped
 	GapsFilled int // streams whose gap was read from the log
-	Repairs    int // writes redone because a newer version was attempted
+	Superseded int // writes the version guard refused: a newer version was stored
 }
 
 func (o *Outcome) add(p Outcome) {
 	o.Applied += p.Applied
 	o.Duplicates += p.Duplicates
 	o.GapsFilled += p.GapsFilled
-	o.Repairs += p.Repairs
+	o.Superseded += p.Superseded
 }
 
-// maxRounds bounds the writes of one stream in one Apply; each repair
-// round means another writer advanced the document, so progress is made.
-const maxRounds = 8
-
-// parallel is how many streams of a batch are written at once.
+// parallel is how many streams of a batch fill their gaps from the log at
+// once.
 const parallel = 4
 
 // Apply folds events (any streams, any order, duplicates allowed) into the
@@ -140,115 +123,167 @@ func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (Outcom
 	return s.apply(ctx, events, false)
 }
 
+// folded is one stream's next document, to be written.
+type folded[D any] struct {
+	id     string
+	doc    D
+	events int          // events folded into doc
+	poison *PoisonError // events after those could not be applied
+}
+
 // apply is Apply; fresh makes it read every document instead of trusting
-// the cache (redeliveries).
+// the cache (redeliveries). It reads the documents the cache lacks, folds
+// each stream (filling gaps from the log) and writes the batch in one
+// bulk write.
 func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
 	for _, e := range events {
 		byStream[e.StreamID] = append(byStream[e.StreamID], e)
 	}
+	ids := slices.Sorted(maps.Keys(byStream))
+	cur, err := s.current(ctx, ids, fresh)
+	if err != nil {
+		return Outcome{}, nil, err
+	}
 	var (
 		mu     sync.Mutex
 		out    Outcome
+		writes []folded[D]
 		poison = map[string]error{}
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
-	for id, evs := range byStream {
+	for _, id := range ids {
 		g.Go(func() error {
-			o, perr, err := s.applyStream(gctx, id, evs, fresh)
+			f, o, err := s.fold(gctx, id, cur[id], byStream[id])
 			mu.Lock()
 			defer mu.Unlock()
 			out.add(o)
-			if perr != nil {
-				poison[id] = perr
+			if f.events > 0 {
+				writes = append(writes, f)
+			} else if f.poison != nil {
+				poison[id] = f.poison
 			}
 			return err
 		})
 	}
-	err := g.Wait()
+	if err := g.Wait(); err != nil {
+		s.metrics.outcome(s.def.Name, out)
+		return out, nil, err
+	}
+	superseded, err := s.write(ctx, writes)
+	if err != nil {
+		return out, nil, err
+	}
+	for _, f := range writes {
+		out.Applied += f.events
+		if f.poison != nil {
+			poison[f.id] = f.poison
+		}
+	}
+	out.Superseded = superseded
 	s.metrics.outcome(s.def.Name, out)
-	return out, poison, err
+	return out, poison, nil
 }
 
-// applyStream brings one document up to the highest version in evs (and
-// to any higher version attempted). It returns a poison error for events
-// that cannot be applied, or an error that may pass.
-func (s *ReadModel[D]) applyStream(ctx context.Context, id string, evs []domain.Event, fresh bool) (out Outcome, poison, err error) {
+// current returns the documents of ids from the cache, reading the others
+// (all of them when fresh); a stream without a document has none in the
+// map.
+func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (map[string]D, error) {
+	out := make(map[string]D, len(ids))
+	var missing []string
+	for _, id := range ids {
+		if d, ok := s.cache.Get(id); ok && !fresh {
+			out[id] = d
+		} else {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
+	if err != nil {
+		return nil, err
+	}
+	if dialect == eventstore.FerretDB {
+		// FerretDB scans the whole collection for {_id: {$in: ...}}; one
+		// {_id: v} look-up per document reads the index instead.
+		var mu sync.Mutex
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(parallel)
+		for _, id := range missing {
+			g.Go(func() error {
+				d, found, err := s.read(gctx, id)
+				if found {
+					mu.Lock()
+					out[id] = d
+					mu.Unlock()
+				}
+				return err
+			})
+		}
+		return out, g.Wait()
+	}
+	cursor, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: missing}}}})
+	if err != nil {
+		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), mongoerr.Translate(err))
+	}
+	var docs []stored[D]
+	if err := cursor.All(ctx, &docs); err != nil {
+		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), mongoerr.Translate(err))
+	}
+	for _, d := range docs {
+		out[d.ID] = d.Doc
+		s.cache.Add(d.ID, d.Doc)
+	}
+	return out, nil
+}
+
+// fold brings doc, the stored document of stream id (zero if none), up to
+// the highest version in evs, reading a gap from the log. It returns the
+// document to write (events 0: nothing to write), with a PoisonError for
+// events that cannot be applied, and an error that may pass.
+func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.Event) (f folded[D], out Outcome, err error) {
+	f.id = id
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
-	want := evs[len(evs)-1].Version
-	cur, ok := s.cache.Get(id)
-	if !ok || fresh {
-		if cur, err = s.read(ctx, id); err != nil {
-			return out, nil, err
+	from, want := s.def.Version(&doc), evs[len(evs)-1].Version
+	next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
+	out.Duplicates = len(evs) - len(next)
+	if len(next) == 0 {
+		return f, out, nil
+	}
+	if !contiguous(next, from+1) {
+		// A gap: the log has the missing events.
+		if next, err = s.events.LoadFrom(ctx, id, from+1); err != nil {
+			err = fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
+			if passes(err) {
+				return f, out, err
+			}
+			// The same read fails the same way on every redelivery
+			// (a commit of a newer writer: domain.ErrUnreadableCommit):
+			// parked like any poison event, not retried for ever.
+			f.poison = &PoisonError{Reached: from, Err: err}
+			return f, out, nil
+		}
+		out.GapsFilled++
+		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < want {
+			f.poison = &PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, want)}
+			return f, out, nil
 		}
 	}
-	for round := 0; ; round++ {
-		from := s.def.Version(&cur.doc)
-		target := max(want, cur.attempted)
-		if from >= target {
-			if round == 0 {
-				out.Duplicates += len(evs)
-			}
-			return out, nil, nil
-		}
-		if round == maxRounds {
-			return out, nil, fmt.Errorf("%s %s: still contended after %d writes", s.def.Name, id, round)
-		}
-		next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
-		if round == 0 {
-			out.Duplicates += len(evs) - len(next)
-		}
-		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
-			// A gap (or a repair): the log has the missing events.
-			if next, err = s.events.LoadFrom(ctx, id, from+1); err != nil {
-				err = fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
-				if passes(err) {
-					return out, nil, err
-				}
-				// The same read fails the same way on every redelivery
-				// (a commit of a newer writer: domain.ErrUnreadableCommit):
-				// parked like any poison event, not retried for ever.
-				return out, &PoisonError{Reached: from, Err: err}, nil
-			}
-			if round == 0 {
-				out.GapsFilled++
-			}
-			if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < target {
-				return out, &PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, target)}, nil
-			}
-		}
-		doc := cur.doc
-		applied := 0
-		var bad error
-		for _, e := range next {
-			if err := s.def.Apply(&doc, e); err != nil {
-				bad = fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)
-				break
-			}
-			applied++
-		}
-		if bad != nil {
+	f.doc = doc
+	for _, e := range next {
+		if err := s.def.Apply(&f.doc, e); err != nil {
 			// Keep what applied: the events before the bad one are good,
 			// and doc holds exactly them (Apply changes nothing on error).
-			if applied > 0 {
-				if cur, err = s.write(ctx, id, doc); err != nil {
-					return out, nil, err
-				}
-				out.Applied += applied
-			}
-			return out, &PoisonError{Reached: s.def.Version(&cur.doc), Err: bad}, nil
+			f.poison = &PoisonError{Reached: s.def.Version(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
+			return f, out, nil
 		}
-		if cur, err = s.write(ctx, id, doc); err != nil {
-			return out, nil, err
-		}
-		out.Applied += len(next)
-		if round > 0 {
-			out.Repairs++
-			s.metrics.repair(s.def.Name)
-		}
+		f.events++
 	}
+	return f, out, nil
 }
 
 // passes reports an error of a log read that may pass on a redelivery:
@@ -269,76 +304,77 @@ type PoisonError struct {
 func (e *PoisonError) Error() string { return e.Err.Error() }
 func (e *PoisonError) Unwrap() error { return e.Err }
 
-// read returns a stream's document and attempted version; the zero entry
-// when there is none.
-func (s *ReadModel[D]) read(ctx context.Context, id string) (entry[D], error) {
+// read returns a stream's document; found is false when there is none.
+func (s *ReadModel[D]) read(ctx context.Context, id string) (doc D, found bool, err error) {
 	var d stored[D]
-	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return entry[D]{}, nil
+		return doc, false, nil
 	}
 	if err != nil {
-		return entry[D]{}, fmt.Errorf("%s: read %s: %w", s.def.Name, id, mongoerr.Translate(err))
+		return doc, false, fmt.Errorf("%s: read %s: %w", s.def.Name, id, mongoerr.Translate(err))
 	}
-	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
-	s.cache.Add(id, e)
-	return e, nil
+	s.cache.Add(id, d.Doc)
+	return d.Doc, true, nil
 }
 
-// write sets the document to doc and $max-es attempted to its version, in
-// one operation by _id, and returns the document as written.
-func (s *ReadModel[D]) write(ctx context.Context, id string, doc D) (entry[D], error) {
-	return s.writeDoc(ctx, id, doc, "$max")
+// guarded is the filter of a write of version v of document id: it
+// matches the document only while it is older.
+func guarded(id string, v int64) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "version", Value: bson.D{{Key: "$lt", Value: v}}}}
 }
 
-// writeDoc is write, with attempted updated by op: "$max" (a live write)
-// or "$set" (a repair, which may lower a corrupted register).
-func (s *ReadModel[D]) writeDoc(ctx context.Context, id string, doc D, op string) (entry[D], error) {
-	raw, err := marshalJSONTags(doc)
-	if err != nil {
-		return entry[D]{}, fmt.Errorf("%s: encode %s: %w", s.def.Name, id, err)
+// write stores the folded documents in one unordered bulk write of
+// version-guarded replacements. It returns how many the guard refused
+// (a newer version was stored: the write is done), or an error that may
+// pass, after which any of the documents may or may not be written.
+func (s *ReadModel[D]) write(ctx context.Context, docs []folded[D]) (superseded int, err error) {
+	if len(docs) == 0 {
+		return 0, nil
 	}
-	set, present := bson.D{}, map[string]bool{"_id": true, "attempted": true}
-	elems, err := raw.Elements()
-	if err != nil {
-		return entry[D]{}, err
+	models := make([]mongo.WriteModel, len(docs))
+	for i, f := range docs {
+		body, err := storedBSON(f.id, f.doc)
+		if err != nil {
+			return 0, fmt.Errorf("%s: encode %s: %w", s.def.Name, f.id, err)
+		}
+		models[i] = mongo.NewReplaceOneModel().SetFilter(guarded(f.id, s.def.Version(&f.doc))).SetReplacement(body).SetUpsert(true)
 	}
-	for _, el := range elems {
-		if k := el.Key(); !present[k] {
-			present[k] = true
-			set = append(set, bson.E{Key: k, Value: el.Value()})
+	_, err = s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+	refused, err := splitSuperseded(err)
+	if err != nil {
+		for _, f := range docs {
+			s.cache.Remove(f.id)
+		}
+		return 0, fmt.Errorf("%s: write %d documents: %w", s.def.Name, len(docs), mongoerr.Translate(err))
+	}
+	for i, f := range docs {
+		if refused[i] {
+			// The stored document is newer than f.doc: read it when next needed.
+			s.cache.Remove(f.id)
+		} else {
+			s.cache.Add(f.id, f.doc)
 		}
 	}
-	var update bson.D
-	if op == "$set" {
-		set = append(set, bson.E{Key: "attempted", Value: s.def.Version(&doc)})
-		update = bson.D{{Key: "$set", Value: set}}
-	} else {
-		update = bson.D{{Key: "$set", Value: set}, {Key: "$max", Value: bson.D{{Key: "attempted", Value: s.def.Version(&doc)}}}}
+	return len(refused), nil
+}
+
+// splitSuperseded splits the error of an unordered bulk write of guarded
+// writes: the indexes whose write met a newer document (a duplicate key
+// on _id), and what else went wrong (nil if nothing).
+func splitSuperseded(err error) (map[int]bool, error) {
+	var bwe mongo.BulkWriteException
+	if err == nil || !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
+		return nil, err
 	}
-	unset := bson.D{}
-	for _, f := range s.fields {
-		if !present[f] {
-			unset = append(unset, bson.E{Key: f, Value: ""})
+	refused := map[int]bool{}
+	for _, we := range bwe.WriteErrors {
+		if !mongo.IsDuplicateKeyError(we) {
+			return nil, err
 		}
+		refused[we.Index] = true
 	}
-	if len(unset) > 0 {
-		update = append(update, bson.E{Key: "$unset", Value: unset})
-	}
-	var d stored[D]
-	opts := options.FindOneAndUpdate().SetUpsert(true).SetReturnDocument(options.After)
-	err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update, opts).Decode(&d)
-	if mongo.IsDuplicateKeyError(err) {
-		// Two first writes raced to insert the document; now it exists.
-		err = s.coll.FindOneAndUpdate(ctx, bson.D{{Key: "_id", Value: id}}, update, opts).Decode(&d)
-	}
-	if err != nil {
-		s.cache.Remove(id)
-		return entry[D]{}, fmt.Errorf("%s: write %s: %w", s.def.Name, id, mongoerr.Translate(err))
-	}
-	e := entry[D]{doc: d.Doc, attempted: d.Attempted}
-	s.cache.Add(id, e)
-	return e, nil
+	return refused, nil
 }
 
 func contiguous(evs []domain.Event, from int64) bool {
@@ -359,24 +395,6 @@ func marshalJSONTags(v any) (bson.Raw, error) {
 		return nil, err
 	}
 	return bson.Raw(buf.Bytes()), nil
-}
-
-// jsonFields lists the top-level JSON field names of struct type D.
-func jsonFields[D any]() []string {
-	t := reflect.TypeFor[D]()
-	var out []string
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if !f.IsExported() || name == "-" {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		out = append(out, name)
-	}
-	return out
 }
 
 // Get returns the document of one stream, or an error wrapping

@@ -270,7 +270,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 			return fmt.Errorf("repair %s: delete %s: %w", s.def.Collection, id, mongoerr.Translate(err))
 		}
 		s.cache.Remove(id)
-	} else if err := s.overwrite(ctx, id, want); err != nil {
+	} else if err := s.overwrite(ctx, id, want, ex.StoredVersion, exists); err != nil {
 		return err
 	}
 	rep.Repaired++
@@ -320,21 +320,34 @@ func diffFields[D any](a, b D) []string {
 	return out
 }
 
-// overwrite sets a document to doc, a fold of the log, whatever version
-// and attempted register it holds (a corrupted register would otherwise
-// hold the document back for ever). A live write that landed just before
-// it is not lost: the log is read again afterwards and the document
-// brought up to the head through the version guard.
-func (s *ReadModel[D]) overwrite(ctx context.Context, id string, doc D) error {
-	if _, err := s.writeDoc(ctx, id, doc, "$set"); err != nil {
-		return err
+// overwrite sets a document to doc, a fold of the log, whatever version it
+// holds (a corrupted version would otherwise hold it back for ever): the
+// one write that may lower a version, and only as a compare-and-set on the
+// version the verify read (stored, with exists false for no document). A
+// live write that lands in between makes it match nothing and stays. The
+// log is then read again and the document brought up to the head through
+// the version guard.
+func (s *ReadModel[D]) overwrite(ctx context.Context, id string, doc D, stored int64, exists bool) error {
+	body, err := storedBSON(id, doc)
+	if err != nil {
+		return fmt.Errorf("repair %s: encode %s: %w", s.def.Collection, id, err)
+	}
+	s.cache.Remove(id)
+	if exists {
+		filter := bson.D{{Key: "_id", Value: id}, {Key: "version", Value: bson.D{{Key: "$eq", Value: stored}}}}
+		_, err = s.coll.ReplaceOne(ctx, filter, body)
+	} else if _, err = s.coll.InsertOne(ctx, body); mongo.IsDuplicateKeyError(err) {
+		err = nil // a live write created it meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("repair %s: write %s: %w", s.def.Collection, id, mongoerr.Translate(err))
 	}
 	evs, err := s.events.LoadFrom(ctx, id, s.def.Version(&doc)+1)
 	if err != nil {
 		return fmt.Errorf("repair %s: %w", id, err)
 	}
 	if len(evs) > 0 {
-		if _, _, err := s.applyStream(ctx, id, evs, true); err != nil {
+		if _, _, err := s.apply(ctx, evs, true); err != nil {
 			return err
 		}
 	}

@@ -315,7 +315,7 @@ func TestDeadLettersMetric(t *testing.T) {
 	// The counters exist from the start, at 0, so their first increase
 	// shows in rate() and increase().
 	for _, c := range []string{"orderd_projection_events_applied_total", "orderd_projection_duplicates_skipped_total",
-		"orderd_projection_gaps_filled_total", "orderd_projection_repairs_total", "orderd_projection_dead_letters_total",
+		"orderd_projection_gaps_filled_total", "orderd_projection_writes_superseded_total", "orderd_projection_dead_letters_total",
 		"orderd_projection_errors_total"} {
 		if n := projectiontest.Series(t, reg, c); n != 1 {
 			t.Errorf("%s before any event: %d series, want 1", c, n)
