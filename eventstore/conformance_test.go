@@ -8,11 +8,19 @@ import (
 	"github.com/orderd/orderd/eventstore/storetest"
 )
 
+// TestConformance runs the suite on both sides of the dialect seam: the
+// embedded store's paths, and MongoDB's (correct on any store, only slower
+// on the embedded one).
 func TestConformance(t *testing.T) {
-	storetest.RunConformance(t, func(t *testing.T) *eventstore.Store {
-		s, _ := storetest.OpenStore(t)
-		return s
-	})
+	for _, d := range []eventstore.Dialect{eventstore.MongoDB, eventstore.FerretDB} {
+		t.Run(d.String(), func(t *testing.T) {
+			storetest.RunConformance(t, func(t *testing.T) *eventstore.Store {
+				s, db := storetest.OpenStore(t)
+				eventstore.UseDialect(db.Client(), d)
+				return s
+			})
+		})
+	}
 }
 
 func TestAtomicity(t *testing.T) {

@@ -200,12 +200,11 @@ func (s *Store) findCommit(ctx context.Context, id string) (d commitDoc, found b
 
 // Load returns the stream's events after version after, in version order;
 // none (and no error) for an unknown stream. after must be 0 or a head the
-// caller saw (the last version of one of the stream's commits): the read
-// starts at the commit after it, one _id look-up per commit. Errors:
+// caller saw (the last version of one of the stream's commits). Errors:
 // domain.ErrUnreadableCommit (wrapped) for a commit this build cannot
 // read, domain.ErrUnavailable.
 func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
-	docs, err := s.chain(ctx, streamID, after+1)
+	docs, err := s.commitsFrom(ctx, streamID, after+1, true)
 	if err != nil {
 		return nil, err
 	}
@@ -217,17 +216,66 @@ func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domai
 // Errors as Load's.
 func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
 	from = max(from, 1)
-	docs, err := s.chain(ctx, streamID, from)
+	docs, err := s.commitsFrom(ctx, streamID, from, false)
 	if err != nil {
 		return nil, err
 	}
-	if len(docs) == 0 && from > 1 {
-		// Nothing starts at from: it is inside a commit, or past the head.
-		if docs, err = s.chain(ctx, streamID, 1); err != nil {
-			return nil, err
-		}
-	}
 	return eventsFrom(docs, from)
+}
+
+// commitsFrom reads the stream's commits that hold versions from on, in
+// order; starts says from is where a commit starts (a head the caller
+// saw). On MongoDB it is one ranged query on the (stream_id,
+// first_version) index.
+func (s *Store) commitsFrom(ctx context.Context, streamID string, from int64, starts bool) ([]commitDoc, error) {
+	dialect, err := DialectOf(ctx, s.commits.Database().Client())
+	if err != nil {
+		return nil, err
+	}
+	if dialect == FerretDB {
+		// FerretDB decodes the whole log for a filter on stream_id (964 ms
+		// a find at 50k documents); the chain of _id look-ups reads its
+		// index (0.26 ms each).
+		docs, err := s.chain(ctx, streamID, from)
+		if err == nil && len(docs) == 0 && from > 1 && !starts {
+			// Nothing starts at from: it is inside a commit, or past the head.
+			docs, err = s.chain(ctx, streamID, 1)
+		}
+		return docs, err
+	}
+	filter := bson.D{{Key: "stream_id", Value: streamID}}
+	if starts {
+		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$gte", Value: from}}})
+	} else {
+		filter = append(filter, bson.E{Key: "last_version", Value: bson.D{{Key: "$gte", Value: from}}})
+	}
+	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, mongoerr.Translate(err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	var docs []commitDoc
+	for cur.Next(ctx) {
+		var d commitDoc
+		if err := bson.Unmarshal(cur.Current, &d); err != nil {
+			return nil, fmt.Errorf("load %s: commit %v: %w: %v", streamID, cur.Current.Lookup("_id"), domain.ErrUnreadableCommit, err)
+		}
+		// The commits must continue each other from the one holding from,
+		// as the chain of _id look-ups requires: a hole is a log this build
+		// cannot make sense of, however often it is read.
+		next := from
+		if len(docs) > 0 {
+			next = docs[len(docs)-1].LastVersion + 1
+		}
+		if d.StreamID != streamID || d.LastVersion < d.FirstVersion || d.FirstVersion > next || (len(docs) > 0 || starts) && d.FirstVersion != next {
+			return nil, fmt.Errorf("load %s: commit %s holds %s v%d..v%d where v%d was next: %w", streamID, d.ID, d.StreamID, d.FirstVersion, d.LastVersion, next, domain.ErrUnreadableCommit)
+		}
+		docs = append(docs, d)
+	}
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, mongoerr.Translate(err))
+	}
+	return docs, nil
 }
 
 func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
@@ -272,29 +320,59 @@ func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]comm
 }
 
 // FindIdempotencyKey returns the commit of stream streamID that stored
-// key, read as the chain of the stream's commits (_id look-ups, one shard).
-// Errors: domain.ErrNotFound (wrapped) when no commit of the stream holds
-// key, also for an empty key or an invalid stream id;
+// key, read on MongoDB through the (stream_id, idempotency_key) index (one
+// shard). Errors: domain.ErrNotFound (wrapped) when no commit of the
+// stream holds key, also for an empty key or an invalid stream id;
 // domain.ErrUnreadableCommit and domain.ErrUnavailable as Load's.
 func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
 	if key == "" || domain.ValidateID("stream id", streamID) != nil {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %q: %w", key, streamID, domain.ErrNotFound)
 	}
-	docs, err := s.chain(ctx, streamID, 1)
+	d, found, err := s.commitWithKey(ctx, key, streamID)
 	if err != nil {
 		return domain.Commit{}, err
 	}
-	i := slices.IndexFunc(docs, func(c commitDoc) bool { return c.IdempotencyKey == key })
-	if i < 0 {
+	if !found {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, domain.ErrNotFound)
 	}
-	d := docs[i]
 	events, err := d.events()
 	if err != nil {
 		return domain.Commit{}, err
 	}
 	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
+}
+
+func (s *Store) commitWithKey(ctx context.Context, key, streamID string) (commitDoc, bool, error) {
+	dialect, err := DialectOf(ctx, s.commits.Database().Client())
+	if err != nil {
+		return commitDoc{}, false, err
+	}
+	if dialect == FerretDB {
+		// A filter on the key decodes the whole log (see commitsFrom); the
+		// stream's chain of _id look-ups reads the index.
+		docs, err := s.chain(ctx, streamID, 1)
+		if err != nil {
+			return commitDoc{}, false, err
+		}
+		i := slices.IndexFunc(docs, func(c commitDoc) bool { return c.IdempotencyKey == key })
+		if i < 0 {
+			return commitDoc{}, false, nil
+		}
+		return docs[i], true, nil
+	}
+	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return commitDoc{}, false, nil
+	}
+	if err != nil {
+		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, mongoerr.Translate(err))
+	}
+	var d commitDoc
+	if err := bson.Unmarshal(raw, &d); err != nil {
+		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w: %v", key, streamID, domain.ErrUnreadableCommit, err)
+	}
+	return d, true, nil
 }
 
 // Ping checks that the store answers.
