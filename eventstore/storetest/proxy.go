@@ -21,7 +21,7 @@ type HoldingProxy struct {
 	mu   sync.Mutex
 	cond *sync.Cond
 	held bool
-	done bool // closed
+	done bool   // closed
 	seen []byte // what clients sent while held
 	conn []net.Conn
 }
