@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -242,8 +243,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 		m.http = orderhttp.NewServer(orderhttp.Config{
 			Commands: svc, ReadModels: projection.NewReader(db, pointers),
-			Admin: &adminAPI{jobs: scheduler, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
-			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
+			Admin: admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
+				ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil}),
+			AdminToken: c.AdminToken,
+			Ready:      ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
 		})
 	} else {
 		// Health, readiness and metrics only, so that probes and scrapers
