@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
+	"github.com/orderd/orderd/cmd/orderd/operator"
 	"github.com/orderd/orderd/cmd/orderd/replay"
 )
 
@@ -57,11 +58,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "replay":
 		return replay.Main(ctx, args, stdout, stderr)
 	case "rebuild":
-		return rebuildMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Rebuild(ctx, args, os.Getenv, stdout, stderr)
 	case "verify":
-		return verifyMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Verify(ctx, args, os.Getenv, stdout, stderr)
 	case "status":
-		return statusMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Status(ctx, args, os.Getenv, stdout, stderr)
 	case "loadgen":
 		if err := loadgen.Main(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
 			return err
