@@ -1,6 +1,7 @@
 // Command orderd is the event-sourced order service: the REST API, the
 // outbox relay and the projection workers, in one process or split by
-// role, and the Olist replay tool.
+// role, and the operator's tools: status, rebuild, verify, the Olist
+// importer and the load generator.
 package main
 
 import (
@@ -14,15 +15,17 @@ import (
 	"syscall"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/cmd/orderd/operator"
-	"github.com/orderd/orderd/cmd/orderd/replay"
 )
 
 const usage = `orderd: an event-sourced order service.
 
 Usage:
   orderd [serve] [flags]     run the service (all roles, embedded servers by default)
-  orderd replay [flags]      replay the Olist sample through the REST API and check it
+  orderd import-olist [flags]
+                             import the Olist sample as REST commands and check every order
+  orderd replay [flags]      the same as import-olist
   orderd rebuild <projection> [flags]
                              rebuild a read model from the event log and switch to it
   orderd verify <projection> [flags]
@@ -35,7 +38,7 @@ Usage:
 rebuild and verify call the admin API of a running service: set ADMIN_TOKEN
 to the token the service was started with.
 
-Run "orderd <command> -h" (serve, replay, rebuild, verify, status, loadgen) for its flags.
+Run "orderd <command> -h" (serve, import-olist, rebuild, verify, status, loadgen) for its flags.
 `
 
 func main() {
@@ -55,8 +58,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stderr)
-	case "replay":
-		return replay.Main(ctx, args, stdout, stderr)
+	case "import-olist", "replay":
+		return olist.Main(ctx, args, stdout, stderr)
 	case "rebuild":
 		return operator.Rebuild(ctx, args, os.Getenv, stdout, stderr)
 	case "verify":

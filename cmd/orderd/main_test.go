@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 )
 
 // closed records the Mains a test closed itself, so the cleanup does not
@@ -572,11 +572,11 @@ func TestMain_OlistReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	n := replayLimit()
-	cfg := replay.Config{Data: "../../testdata/olist-sample", URL: "http://" + m.HTTPAddr, Concurrency: 8, Limit: n,
+	cfg := olist.Config{Data: "../../testdata/olist-sample", URL: "http://" + m.HTTPAddr, Concurrency: 8, Limit: n,
 		Timeout: 30 * time.Second}
 	for _, checkOnly := range []bool{false, true} {
 		cfg.CheckOnly = checkOnly
-		rep, err := replay.Run(ctx, cfg)
+		rep, err := olist.Run(ctx, cfg)
 		if err != nil {
 			t.Fatalf("replay (check only %v): %v", checkOnly, err)
 		}

@@ -22,7 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
@@ -289,7 +289,7 @@ type loaderStep struct {
 // commits inserted into db's events collection by bulkCopies.
 func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *eventstore.Store, want int) rebuildLoad {
 	b.Helper()
-	ds, err := replay.Load(rebuildSample)
+	ds, err := olist.Load(rebuildSample)
 	if err != nil {
 		b.Fatalf("load the Olist sample: %v", err)
 	}
@@ -334,7 +334,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 				i := n % len(plans)
 				id := fmt.Sprintf("c%d-%s", n/len(plans), ids[i])
 				for k, s := range plans[i] {
-					key := replay.Command{Name: s.name}.IdempotencyKey(id)
+					key := olist.Command{Name: s.name}.IdempotencyKey(id)
 					r, err := svc.Execute(ctx, id, s.cmd, domain.ExecOptions{IdempotencyKey: key})
 					if err == nil && (r.Replayed || r.Version != int64(k+1)) {
 						err = fmt.Errorf("answer %+v, want a new version %d", r, k+1)
