@@ -23,10 +23,10 @@ const testAdminToken = "test-admin-token"
 func runAdminMain(t *testing.T) *Main {
 	t.Helper()
 	return runMainDir(t, t.TempDir(), func(c *Config) {
-		c.AdminToken = testAdminToken
-		c.RebuildSettle = 200 * time.Millisecond
-		c.RebuildGrace = time.Second
-		c.JobLeaseTTL = 5 * time.Second
+		c.HTTP.AdminToken = testAdminToken
+		c.Jobs.Settle = 200 * time.Millisecond
+		c.Jobs.Grace = time.Second
+		c.Jobs.LeaseTTL = 5 * time.Second
 	})
 }
 
@@ -110,7 +110,7 @@ func TestAdminCLI(t *testing.T) {
 	t.Run("verify finds and repairs drift", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		coll := m.mongo.Database(m.Config.Database).Collection("order_summaries")
+		coll := m.mongo.Database(m.Config.Mongo.Database).Collection("order_summaries")
 		res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "order-cli-2"}})
 		if err != nil || res.DeletedCount != 1 {
 			t.Fatalf("delete a summary behind the service's back: %v, %+v", err, res)

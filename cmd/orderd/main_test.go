@@ -39,9 +39,9 @@ func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	t.Helper()
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
-	m.Config.DataDir = dir
-	m.Config.EmbeddedStoreAddr = "127.0.0.1:0"
-	m.Config.EmbeddedNATSAddr = "127.0.0.1:-1"
+	m.Config.Embedded.DataDir = dir
+	m.Config.Embedded.StoreAddr = "127.0.0.1:0"
+	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
 	m.Config.Roles = "all"
 	m.Config.InstanceID = "test-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	m.Log = testLogger(t)

@@ -120,10 +120,10 @@ func BenchmarkRebuild(b *testing.B) {
 	rssBoot := currentRSS()
 	m := runMainDir(b, b.TempDir(), func(c *Config) {
 		c.Roles = "jobs"
-		c.JobConcurrency = rebuildConcurrency
-		c.RebuildSettle = rebuildSettle
+		c.Jobs.Concurrency = rebuildConcurrency
+		c.Jobs.Settle = rebuildSettle
 	})
-	db := m.mongo.Database(m.Config.Database)
+	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := eventstore.New(db)
 	scheduler := jobs.New(db, projection.NewPointers(db), store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,

@@ -74,7 +74,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), underLoadBound+10*time.Minute)
 	defer cancel()
 	loadStart := loadAverage()
-	m := runMainDir(b, b.TempDir(), func(c *Config) { c.AdminToken = underLoadToken })
+	m := runMainDir(b, b.TempDir(), func(c *Config) { c.HTTP.AdminToken = underLoadToken })
 	base := "http://" + m.HTTPAddr
 	hc := &http.Client{Timeout: 30 * time.Second}
 
@@ -162,7 +162,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 			job.Tasks = j.Tasks
 		}
 	}
-	db := m.mongo.Database(m.Config.Database)
+	db := m.mongo.Database(m.Config.Mongo.Database)
 	raw := rawScan(ctx, b, db.Collection(eventstore.CommitsCollection), false)
 
 	const accepted = `outcome="accepted"`

@@ -33,9 +33,9 @@ func TestMain_SecretsRedacted(t *testing.T) {
 	logs := &syncBuffer{}
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
-	m.Config.DataDir = t.TempDir()
-	m.Config.EmbeddedNATSAddr = "127.0.0.1:-1"
-	m.Config.MongoURI = "mongodb://orderd:" + password + "@" + host + "/?authMechanism=PLAIN"
+	m.Config.Embedded.DataDir = t.TempDir()
+	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
+	m.Config.Mongo.URI = "mongodb://orderd:" + password + "@" + host + "/?authMechanism=PLAIN"
 	m.Config.InstanceID = "redact-test"
 	m.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	out := &syncBuffer{}

@@ -48,7 +48,7 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 // projections with their active collection, a lag, no dead letters and
 // the verify's outcome; then the errors an operator meets first.
 func TestStatus(t *testing.T) {
-	m := runMainDir(t, t.TempDir(), func(c *Config) { c.AdminToken = testAdminToken })
+	m := runMainDir(t, t.TempDir(), func(c *Config) { c.HTTP.AdminToken = testAdminToken })
 	c := newClient(t, m)
 	base := "http://" + m.HTTPAddr
 	env := map[string]string{"ADMIN_TOKEN": testAdminToken, "ORDERD_URL": base}
@@ -129,8 +129,8 @@ func TestStatus(t *testing.T) {
 	if owned == 0 {
 		t.Errorf("no partition has an owner:\n%s", r.stdout)
 	}
-	if n != 2*m.Config.Partitions {
-		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Partitions, r.stdout)
+	if n != 2*m.Config.Projector.Partitions {
+		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Projector.Partitions, r.stdout)
 	}
 	t.Logf("events applied by partition owners, as of their last heartbeats: %v", applied)
 
