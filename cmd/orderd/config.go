@@ -86,7 +86,7 @@ type NATSConfig struct {
 	URL string // NATS_URL; empty starts the embedded NATS server for the roles that need one
 }
 
-// EmbeddedConfig is the embedded servers' (package internal/devstore):
+// EmbeddedConfig is the embedded servers' (package internal/embedded):
 // used for each of Mongo.URI and NATS.URL left empty.
 type EmbeddedConfig struct {
 	DataDir   string // ORDERD_DATA_DIR: their data, under store/ and nats/

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // startEmbedded starts the embedded servers that the config leaves
@@ -28,7 +28,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			return stop, err
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
-		ns, err := devstore.StartNATS(dir, host, port)
+		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
 			return stop, err
 		}
@@ -38,7 +38,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 	}
 	if c.Mongo.URI == "" {
 		dir := filepath.Join(c.Embedded.DataDir, "store")
-		s, err := devstore.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
+		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
 			stop()
 			return func() {}, err

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // readyz answers GET /readyz of m: its status and checks.
@@ -50,7 +50,7 @@ func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 func TestReadyzPerRole(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
-	ns, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
+	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
 	if err != nil {
 		t.Fatal(err)
 	}

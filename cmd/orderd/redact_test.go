@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // A store URI with a password: the password appears in no log line (at
@@ -18,7 +18,7 @@ import (
 // redacted. The embedded FerretDB takes any user and password over PLAIN.
 func TestMain_SecretsRedacted(t *testing.T) {
 	const password = "s3cret-pw-7f1e"
-	store, err := devstore.StartStore(t.TempDir(), "127.0.0.1:0", nil)
+	store, err := embedded.StartStore(t.TempDir(), "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
