@@ -2,6 +2,12 @@
 // outbox relay and the projection workers, in one process or split by
 // role, and the operator's tools: status, rebuild, verify, the Olist
 // importer and the load generator.
+//
+// This package only reads the configuration (config.go: environment
+// variables, then flags) and wires the packages together (app.go: Main);
+// the subcommands live beside it: operator (status, rebuild, verify),
+// olist (import-olist) and loadgen. The admin API they call is package
+// admin; the embedded servers are package internal/embedded.
 package main
 
 import (

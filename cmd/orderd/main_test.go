@@ -617,7 +617,18 @@ func TestRun_Help(t *testing.T) {
 		t.Errorf("help wrote to stderr: %q", stderr.String())
 	}
 
+	// The Olist importer answers to its name and to "replay", which
+	// scripts and make replay use.
+	for _, cmd := range []string{"import-olist", "replay"} {
+		stdout.Reset()
+		stderr.Reset()
+		if err := run(ctx, []string{cmd, "-h"}, &stdout, &stderr); err != nil || !strings.Contains(stderr.String(), "Usage: orderd import-olist") {
+			t.Errorf("orderd %s -h: %v\n%s", cmd, err, stderr.String())
+		}
+	}
+
 	stdout.Reset()
+	stderr.Reset()
 	err := run(ctx, []string{"frobnicate"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "frobnicate") || !strings.Contains(stderr.String(), "Usage:") {
 		t.Errorf("unknown command: err %v, stderr %q", err, stderr.String())
