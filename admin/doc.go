@@ -7,6 +7,6 @@
 //
 // It holds no state of its own: jobs, leases, pointers and dead letters
 // live in the store, so any instance with the api role answers the same.
-// An id from a request is validated here before it reaches a query (a bad
-// job id or an unknown projection is domain.ErrNotFound).
+// A malformed job id, or a dead letter of an unknown projection, is
+// domain.ErrNotFound before any query.
 package admin
