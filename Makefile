@@ -69,9 +69,9 @@ bench-1m:
 	$(GO) test ./cmd/orderd -run '^$$' -bench '^BenchmarkRebuild$$' -benchtime 1x -timeout 4h \
 	  -rebuild.events=$(REBUILD_EVENTS) -rebuild.partitions=1 -rebuild.sorted-scan=false
 
-## replay: replay the Olist sample against a running `make run`
+## replay: import the Olist sample into a running `make run` and check it
 replay: build
-	./bin/orderd replay -data testdata/olist-sample
+	./bin/orderd import-olist -data testdata/olist-sample
 
 clean:
 	rm -rf bin

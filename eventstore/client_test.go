@@ -14,7 +14,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // commands records the commands a client sends, by name.
@@ -89,7 +89,7 @@ func TestClientSendsMajorityConcerns(t *testing.T) {
 // with domain.ErrUnavailable as the cause; when it answers again it is up.
 func TestReachability(t *testing.T) {
 	dir := t.TempDir()
-	store, err := devstore.StartStore(dir, "127.0.0.1:0", nil)
+	store, err := embedded.StartStore(dir, "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestReachability(t *testing.T) {
 		t.Errorf("bound while down: %v, want ErrUnavailable", err)
 	}
 
-	store, err = devstore.StartStore(dir, addr, nil)
+	store, err = embedded.StartStore(dir, addr, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func (s *Store) Pending(ctx context.Context, recordedBefore time.Time, limit int
 
 // markChunk is the most published markers one bulk write carries. FerretDB
 // 1.24 does not answer an update command of more than 64 statements (see
-// package devstore); on MongoDB a chunk is one round trip.
+// package embedded); on MongoDB a chunk is one round trip.
 const markChunk = 64
 
 // MarkPublished sets the outbox marker (published, published_at) of the

@@ -33,6 +33,13 @@ type WorkerConfig struct {
 	Metrics *Metrics
 }
 
+// WithDefaults returns c with its zero fields set to the defaults in
+// brackets, for a program that shows or checks them before NewWorker.
+func (c WorkerConfig) WithDefaults() WorkerConfig {
+	c.setDefaults()
+	return c
+}
+
 func (c *WorkerConfig) setDefaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 15 * time.Second

@@ -45,6 +45,13 @@ type Config struct {
 // DefaultLeaseTTL is the sweep lease's lifetime when Config sets none.
 const DefaultLeaseTTL = 10 * time.Second
 
+// WithDefaults returns c with its zero fields set to the defaults in
+// brackets, for a program that shows or checks them before NewRelay.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
+}
+
 func (c *Config) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256

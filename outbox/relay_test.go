@@ -23,7 +23,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/outbox"
 )
 
@@ -473,7 +473,7 @@ func newRestartableNATS(t *testing.T) *restartableNATS {
 }
 
 func (r *restartableNATS) start() {
-	ns, err := devstore.StartNATS(r.dir, "127.0.0.1", r.port)
+	ns, err := embedded.StartNATS(r.dir, "127.0.0.1", r.port)
 	if err != nil {
 		r.t.Fatalf("start nats on port %d: %v", r.port, err)
 	}
@@ -719,7 +719,7 @@ func TestSweeperHandsOverWhenItCannotPublish(t *testing.T) {
 			return js, nc.Close
 		}},
 		{"no acks", func(t *testing.T, n *storetest.NATS) (jetstream.JetStream, func()) {
-			other, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
+			other, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
 			if err != nil {
 				t.Fatalf("start nats: %v", err)
 			}
@@ -856,10 +856,10 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 	dir := t.TempDir()
 	var (
 		mu    sync.Mutex
-		store *devstore.Store
+		store *embedded.Store
 	)
 	start := func(addr string) {
-		s, err := devstore.StartStore(dir, addr, nil)
+		s, err := embedded.StartStore(dir, addr, nil)
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {

@@ -29,7 +29,7 @@
 // retried across an election) therefore never moves a document back, and
 // writers racing in any number of processes cannot lose an update. A batch
 // is one unordered bulk write. On the embedded store the write funnel
-// serves the guard by _id at index speed (package devstore).
+// serves the guard by _id at index speed (package internal/embedded).
 //
 // Repair path. Each projection has a pointer document naming its active
 // collection (Pointers, Projection); readers follow it. Every write of it

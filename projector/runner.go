@@ -32,8 +32,11 @@ type RunnerConfig struct {
 	// [DefaultPartitions]; it must equal the stream's.
 	Partitions int
 	Owner      string // instance id holding partition leases [host name and pid]
-	Workers    int    // pull loops per partition this process owns [2]
-	BatchSize  int    // most messages folded per write round [256]
+	// Workers is how many pull loops consume each partition this process
+	// owns [1]: one keeps each order's events in order, so gaps (and the
+	// log reads that fill them) are rare.
+	Workers   int
+	BatchSize int // most messages folded per write round [256]
 	// Writers is how many write rounds of this projection may be in
 	// flight at once in this process, whatever the number of partitions it
 	// owns [2]. A worker waiting for a slot keeps receiving, so its next
@@ -168,6 +171,13 @@ func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead 
 		table: newPartitionTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
 }
 
+// WithDefaults returns c with its zero fields set to the defaults in
+// brackets, for a program that shows or checks them before NewRunner.
+func (c RunnerConfig) WithDefaults() RunnerConfig {
+	c.setDefaults()
+	return c
+}
+
 func (c *RunnerConfig) setDefaults() {
 	if c.Partitions <= 0 {
 		c.Partitions = DefaultPartitions
@@ -177,7 +187,7 @@ func (c *RunnerConfig) setDefaults() {
 		c.Owner = fmt.Sprintf("%s-%d", host, os.Getpid())
 	}
 	if c.Workers <= 0 {
-		c.Workers = 2
+		c.Workers = 1
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/cmd/orderd/operator"
 )
 
 const testAdminToken = "test-admin-token"
@@ -21,10 +23,10 @@ const testAdminToken = "test-admin-token"
 func runAdminMain(t *testing.T) *Main {
 	t.Helper()
 	return runMainDir(t, t.TempDir(), func(c *Config) {
-		c.AdminToken = testAdminToken
-		c.RebuildSettle = 200 * time.Millisecond
-		c.RebuildGrace = time.Second
-		c.JobLeaseTTL = 5 * time.Second
+		c.HTTP.AdminToken = testAdminToken
+		c.Jobs.Settle = 200 * time.Millisecond
+		c.Jobs.Grace = time.Second
+		c.Jobs.LeaseTTL = 5 * time.Second
 	})
 }
 
@@ -87,7 +89,7 @@ func TestAdminCLI(t *testing.T) {
 	}
 
 	t.Run("verify clean", func(t *testing.T) {
-		r := runCLI(t, verifyMain, env, "order_summaries", "-interval", "100ms")
+		r := runCLI(t, operator.Verify, env, "order_summaries", "-interval", "100ms")
 		if r.err != nil {
 			t.Fatalf("verify: %v", r)
 		}
@@ -108,13 +110,13 @@ func TestAdminCLI(t *testing.T) {
 	t.Run("verify finds and repairs drift", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		coll := m.mongo.Database(m.Config.Database).Collection("order_summaries")
+		coll := m.mongo.Database(m.Config.Mongo.Database).Collection("order_summaries")
 		res, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "order-cli-2"}})
 		if err != nil || res.DeletedCount != 1 {
 			t.Fatalf("delete a summary behind the service's back: %v, %+v", err, res)
 		}
 
-		r := runCLI(t, verifyMain, env, "-interval", "100ms", "order_summaries")
+		r := runCLI(t, operator.Verify, env, "-interval", "100ms", "order_summaries")
 		if r.err == nil || !strings.Contains(r.err.Error(), "-repair") {
 			t.Errorf("verify with drift: want an error suggesting -repair, got %v", r.err)
 		}
@@ -128,7 +130,7 @@ func TestAdminCLI(t *testing.T) {
 			t.Errorf("no example row for the missing summary:\n%s", r.stdout)
 		}
 
-		r = runCLI(t, verifyMain, env, "order_summaries", "-repair", "-interval", "100ms")
+		r = runCLI(t, operator.Verify, env, "order_summaries", "-repair", "-interval", "100ms")
 		if r.err != nil {
 			t.Fatalf("verify -repair: %v", r)
 		}
@@ -136,7 +138,7 @@ func TestAdminCLI(t *testing.T) {
 			t.Errorf("verify -repair: want missing 1, repaired 1:\n%s", r.stdout)
 		}
 
-		r = runCLI(t, verifyMain, env, "order_summaries", "-interval", "100ms")
+		r = runCLI(t, operator.Verify, env, "order_summaries", "-interval", "100ms")
 		if r.err != nil || tableValue(r.stdout, "drift") != "0" || tableValue(r.stdout, "digests match") != "yes" {
 			t.Errorf("verify after the repair: want clean, got %v", r)
 		}
@@ -144,7 +146,7 @@ func TestAdminCLI(t *testing.T) {
 	})
 
 	t.Run("rebuild", func(t *testing.T) {
-		r := runCLI(t, rebuildMain, env, "order_summaries", "-wait", "-partitions", "2", "-interval", "100ms")
+		r := runCLI(t, operator.Rebuild, env, "order_summaries", "-wait", "-partitions", "2", "-interval", "100ms")
 		if r.err != nil {
 			t.Fatalf("rebuild -wait: %v", r)
 		}
@@ -189,7 +191,7 @@ func TestAdminCLI(t *testing.T) {
 		}
 
 		// A rebuild started without -wait returns at once with the job id.
-		r = runCLI(t, rebuildMain, env, "customer_order_stats")
+		r = runCLI(t, operator.Rebuild, env, "customer_order_stats")
 		if r.err != nil || !strings.Contains(r.stdout, "-cancel ") {
 			t.Fatalf("rebuild without -wait: %v", r)
 		}
@@ -202,7 +204,7 @@ func TestAdminCLI(t *testing.T) {
 		defer cancel()
 		var stdout bytes.Buffer
 		stderr := &cancelOnWrite{cancel: cancel}
-		err := rebuildMain(ctx, []string{"order_summaries", "-wait", "-interval", "50ms"},
+		err := operator.Rebuild(ctx, []string{"order_summaries", "-wait", "-interval", "50ms"},
 			func(k string) string { return env[k] }, &stdout, stderr)
 		t.Logf("interrupted rebuild: err %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.b.String())
 		if err == nil || !strings.Contains(err.Error(), "keeps running") {
@@ -228,7 +230,7 @@ func TestAdminCLI(t *testing.T) {
 		}
 
 		// -cancel stops it; -wait follows it until it is canceled.
-		r := runCLI(t, rebuildMain, env, "order_summaries", "-cancel", id, "-wait", "-interval", "50ms")
+		r := runCLI(t, operator.Rebuild, env, "order_summaries", "-cancel", id, "-wait", "-interval", "50ms")
 		if r.err != nil && strings.Contains(r.err.Error(), "/problems/job-finished") || strings.Contains(fmt.Sprint(r.err), "already finished") {
 			t.Skipf("the rebuild finished before the cancel reached it (a loaded machine): %v", r.err)
 		}
@@ -239,7 +241,7 @@ func TestAdminCLI(t *testing.T) {
 			j := c.do("GET", "/v1/admin/projections/order_summaries/rebuilds/"+id, "", "Authorization", "Bearer "+testAdminToken)
 			t.Fatalf("rebuild -cancel -wait: %v\njob now: %v", r, j)
 		}
-		r = runCLI(t, rebuildMain, env, "order_summaries", "-cancel", id)
+		r = runCLI(t, operator.Rebuild, env, "order_summaries", "-cancel", id)
 		if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 409") {
 			t.Errorf("cancel of a finished job: %v", r.err)
 		}
@@ -247,28 +249,28 @@ func TestAdminCLI(t *testing.T) {
 
 	t.Run("errors", func(t *testing.T) {
 		bad := map[string]string{"ADMIN_TOKEN": "wrong", "ORDERD_URL": base}
-		r := runCLI(t, verifyMain, bad, "order_summaries")
+		r := runCLI(t, operator.Verify, bad, "order_summaries")
 		if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 401") || !strings.Contains(r.err.Error(), "ADMIN_TOKEN") {
 			t.Errorf("wrong token: %v", r.err)
 		}
-		r = runCLI(t, rebuildMain, env, "no_such_projection")
+		r = runCLI(t, operator.Rebuild, env, "no_such_projection")
 		if r.err == nil || !strings.Contains(r.err.Error(), "Not found") || !strings.Contains(r.err.Error(), "HTTP 404") ||
 			!strings.Contains(r.err.Error(), "the projections are ") || !strings.Contains(r.err.Error(), "customer_order_stats") {
 			t.Errorf("unknown projection: %v", r.err)
 		}
-		r = runCLI(t, verifyMain, map[string]string{"ORDERD_URL": base}, "order_summaries")
+		r = runCLI(t, operator.Verify, map[string]string{"ORDERD_URL": base}, "order_summaries")
 		if r.err == nil || !strings.Contains(r.err.Error(), "set ADMIN_TOKEN") {
 			t.Errorf("no token: %v", r.err)
 		}
-		r = runCLI(t, rebuildMain, env, "order_summaries", "-cancel", "no-such-job")
+		r = runCLI(t, operator.Rebuild, env, "order_summaries", "-cancel", "no-such-job")
 		if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 404") {
 			t.Errorf("cancel of an unknown job: %v", r.err)
 		}
-		r = runCLI(t, rebuildMain, env, "-wait")
+		r = runCLI(t, operator.Rebuild, env, "-wait")
 		if r.err == nil || !strings.Contains(r.err.Error(), "name the projection") {
 			t.Errorf("no projection: %v", r.err)
 		}
-		r = runCLI(t, verifyMain, env, "-h")
+		r = runCLI(t, operator.Verify, env, "-h")
 		if r.err != nil || !strings.Contains(r.stderr, "ADMIN_TOKEN") || !strings.Contains(r.stderr, "orderd verify order_summaries") {
 			t.Errorf("verify -h: %v", r)
 		}
@@ -291,7 +293,7 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 // without ADMIN_TOKEN: its admin routes answer 404 like any unknown path.
 func TestAdminCLI_AdminRoutesOff(t *testing.T) {
 	m := runMain(t)
-	r := runCLI(t, verifyMain, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://" + m.HTTPAddr}, "order_summaries")
+	r := runCLI(t, operator.Verify, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://" + m.HTTPAddr}, "order_summaries")
 	if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 404") || !strings.Contains(r.err.Error(), "without ADMIN_TOKEN") {
 		t.Errorf("admin routes off: %v", r.err)
 	}

@@ -21,6 +21,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -31,10 +32,6 @@ import (
 	"github.com/orderd/orderd/projector"
 	"github.com/orderd/orderd/tracing"
 )
-
-// subjectPrefix is the subject space of order events: one subject per
-// order stream, orders.events.<order id>.
-const subjectPrefix = "orders.events"
 
 // publishWindow is the most JetStream publishes awaiting their acks in one
 // process: a relay round of a full batch (256 commits of a few events)
@@ -56,7 +53,7 @@ type Main struct {
 
 	stopEmbedded func()
 	stopTracing  func(context.Context) error
-	tenures      *tenureLog
+	ownership    *ownershipLog
 	mongo        *mongo.Client
 	nc           *nats.Conn
 	http         *orderhttp.Server
@@ -97,13 +94,13 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	if m.Log == nil {
-		m.Log = newLogger(c.LogFormat, c.LogLevel, os.Stderr)
+		m.Log = newLogger(c.Log.Format, c.Log.Level, os.Stderr)
 	}
 	r, _ := c.roles()
 	if m.stopTracing, err = startTracing(ctx, *c); err != nil {
 		return err
 	}
-	embeddedStore, embeddedNATS := c.MongoURI == "", c.NATSURL == "" && r.needsBus()
+	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
 	if m.stopEmbedded, err = startEmbedded(c, m.Log); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
@@ -112,18 +109,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// for an election, and a prompt 503 while every member is down (see
 	// eventstore.ClientOptions and Reachability).
 	reach := eventstore.NewReachability()
-	m.mongo, err = mongo.Connect(eventstore.ClientOptions(c.MongoURI).SetServerMonitor(reach.ServerMonitor()))
+	m.mongo, err = mongo.Connect(eventstore.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
 		return fmt.Errorf("mongodb: %w", err)
 	}
-	db := m.mongo.Database(c.Database)
+	db := m.mongo.Database(c.Mongo.Database)
 	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
 	// instance starts and takes commands while NATS is down; it uses NATS
 	// to publish its own appends and show consumer lag on the admin API.
 	// Without NATS_URL it has no connection at all (js stays nil).
 	var js jetstream.JetStream
-	if c.NATSURL != "" {
-		m.nc, err = nats.Connect(c.NATSURL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
+	if c.NATS.URL != "" {
+		m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
 			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
@@ -139,8 +136,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	storeMetrics := eventstore.NewMetrics(reg)
-	stream := bus.StreamConfig{Name: c.Stream, SubjectPrefix: subjectPrefix, Replicas: c.StreamReplicas,
-		Duplicates: 2 * time.Minute, Partitions: c.Partitions}
+	// The stream splits the events into the partitions the projectors
+	// consume: one setting for both.
+	stream := c.Stream
+	stream.Partitions = c.Projector.Partitions
 
 	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelSetup()
@@ -151,8 +150,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	relayCfg := outbox.Config{Owner: c.instanceID(), SweepInterval: c.RelaySweepInterval, SweepGrace: c.RelaySweepGrace,
-		LeaseTTL: outbox.DefaultLeaseTTL}
+	relayCfg := c.Relay
+	relayCfg.Owner = c.instanceID()
 	relayLog := m.Log.With("component", "relay")
 	relayMetrics := outbox.NewMetrics(reg)
 	// The relay reads and marks the outbox through a Store of its own: the
@@ -197,15 +196,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	dead := projector.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
-	rc := projector.RunnerConfig{Stream: c.Stream, SubjectPrefix: subjectPrefix, Partitions: c.Partitions,
-		Owner: c.instanceID(), Workers: c.ProjectorWorkers, Writers: c.ProjectorWriters, LeaseTTL: c.PartitionTTL}
-	if c.TenureLog != "" {
-		tl, err := openTenureLog(c.TenureLog, c.instanceID())
+	rc := c.Projector
+	rc.Stream, rc.SubjectPrefix, rc.Owner = stream.Name, stream.SubjectPrefix, c.instanceID()
+	if c.OwnershipLog != "" {
+		ol, err := openOwnershipLog(c.OwnershipLog, c.instanceID())
 		if err != nil {
 			return err
 		}
-		m.tenures = tl
-		rc.OnTenure = tl.record
+		m.ownership = ol
+		rc.OnTenure = ol.record
 	}
 	plog := m.Log.With("component", "projector")
 	runners := []*projector.Runner{
@@ -222,10 +221,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 	}
 	if r.jobs {
-		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jobs.WorkerConfig{
-			Owner: c.instanceID(), LeaseTTL: c.JobLeaseTTL, Concurrency: c.JobConcurrency, BatchStreams: c.RebuildBatch,
-			MaxEventsPerSecond: c.RebuildMaxRate, Settle: c.RebuildSettle, Grace: c.RebuildGrace, Metrics: jm,
-		}, m.Log)
+		jc := c.Jobs
+		jc.Owner, jc.Metrics = c.instanceID(), jm
+		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jc, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
 	ready := readyChecks(r, store.Ping, m.busConnected)
@@ -240,11 +238,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 		svc := domain.NewService(tracing.NewEventStore(store), cache)
 		svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
-		m.http = orderhttp.NewServer(orderhttp.Config{
-			Commands: svc, ReadModels: projection.NewReader(db, pointers),
-			Admin: &adminAPI{jobs: scheduler, dead: dead, runners: runners, checks: []readModelCheck{sums, stats}, bus: js != nil}, AdminToken: c.AdminToken,
-			Ready: ready, Store: reach, Gatherer: reg, Registerer: reg, Log: m.Log.With("component", "http"),
-		})
+		hc := c.HTTP
+		hc.Commands, hc.ReadModels = svc, projection.NewReader(db, pointers)
+		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
+			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
+		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
+		m.http = orderhttp.NewServer(hc)
 	} else {
 		// Health, readiness and metrics only, so that probes and scrapers
 		// see every role.
@@ -257,14 +256,14 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	m.HTTPAddr = ln.Addr().String()
 	g.Go(func() error { return m.http.Serve(ln) })
-	if r.api && c.AdminToken == "" {
+	if r.api && c.HTTP.AdminToken == "" {
 		m.Log.Info("admin routes are off: set ADMIN_TOKEN to turn them on")
 	}
 	if embeddedStore || embeddedNATS {
 		m.printEmbedded(embeddedStore, embeddedNATS)
 	}
-	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.MongoURI),
-		"nats_url", redact(c.NATSURL), "instance", c.instanceID(), "tracing", c.OTLPEndpoint != "")
+	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.Mongo.URI),
+		"nats_url", redact(c.NATS.URL), "instance", c.instanceID(), "tracing", c.Tracing.OTLPEndpoint != "")
 	return nil
 }
 
@@ -276,9 +275,9 @@ func (m *Main) printEmbedded(store, bus bool) {
 	if out == nil {
 		out = os.Stderr
 	}
-	dir, err := filepath.Abs(c.DataDir)
+	dir, err := filepath.Abs(c.Embedded.DataDir)
 	if err != nil {
-		dir = c.DataDir
+		dir = c.Embedded.DataDir
 	}
 	fmt.Fprintf(out, "\norderd is running in embedded mode (roles: %s); its data lives under %s\n", c.Roles, dir)
 	if r, _ := c.roles(); r.api {
@@ -288,12 +287,12 @@ func (m *Main) printEmbedded(store, bus bool) {
 	}
 	if store {
 		fmt.Fprintf(out, "  event store      %s   FerretDB on SQLite, files in %s; open it with mongosh\n",
-			redact(c.MongoURI), filepath.Join(dir, "store"))
+			redact(c.Mongo.URI), filepath.Join(dir, "store"))
 	}
 	if bus {
-		fmt.Fprintf(out, "  NATS JetStream   %s   files in %s\n", c.NATSURL, filepath.Join(dir, "nats"))
+		fmt.Fprintf(out, "  NATS JetStream   %s   files in %s\n", c.NATS.URL, filepath.Join(dir, "nats"))
 	}
-	if c.AdminToken == "" {
+	if c.HTTP.AdminToken == "" {
 		fmt.Fprintf(out, "  admin API        off: start with ADMIN_TOKEN set to rebuild, verify or see status\n")
 	} else {
 		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
@@ -332,8 +331,8 @@ func (m *Main) Close() error {
 	if m.mongo != nil {
 		errs = append(errs, m.mongo.Disconnect(ctx))
 	}
-	if m.tenures != nil {
-		errs = append(errs, m.tenures.Close())
+	if m.ownership != nil {
+		errs = append(errs, m.ownership.Close())
 	}
 	m.stopEmbedded()
 	if m.stopTracing != nil {

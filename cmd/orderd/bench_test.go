@@ -62,7 +62,7 @@ func BenchmarkService(b *testing.B) {
 	m := runMain(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	db := m.mongo.Database(m.Config.Database)
+	db := m.mongo.Database(m.Config.Mongo.Database)
 
 	b.ResetTimer()
 	raw := measureRawInserts(ctx, b, db.Collection(benchScratch))

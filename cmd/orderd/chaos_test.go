@@ -29,7 +29,7 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -54,7 +54,7 @@ type cluster struct {
 	dir       string
 	storeAddr string
 	natsPort  int
-	store     *devstore.Store
+	store     *embedded.Store
 	nats      *server.Server
 	mongo     *mongo.Client
 	procs     []*proc
@@ -110,7 +110,7 @@ func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", 
 
 func (c *cluster) startStore() {
 	c.t.Helper()
-	s, err := devstore.StartStore(filepath.Join(c.dir, "store"), c.storeAddr, nil)
+	s, err := embedded.StartStore(filepath.Join(c.dir, "store"), c.storeAddr, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func (c *cluster) stopStore() {
 
 func (c *cluster) startNATS() {
 	c.t.Helper()
-	ns, err := devstore.StartNATS(filepath.Join(c.dir, "nats"), "127.0.0.1", c.natsPort)
+	ns, err := embedded.StartNATS(filepath.Join(c.dir, "nats"), "127.0.0.1", c.natsPort)
 	if err != nil {
 		c.t.Fatal(err)
 	}

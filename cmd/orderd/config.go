@@ -8,72 +8,119 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/orderd/orderd/bus"
+	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
+// subjectPrefix is the subject space of order events: one subject per
+// order stream, orders.events.<order id>.
+const subjectPrefix = "orders.events"
+
 // Config is read once, here: environment variables give the values, flags
-// override them. The embedded servers start when MONGODB_URI or NATS_URL is
-// empty, NATS only for roles that need it (roles.needsBus).
+// override them (bind lists each setting's variable and flag). Each
+// component's settings are its own config struct, with the component's
+// defaults (its WithDefaults); Run fills in what is wiring, not setting:
+// the instance id as each component's Owner, the stream's name and
+// partitions in the projectors' config, metrics and hooks. The embedded
+// servers start when Mongo.URI or NATS.URL is empty, NATS only for roles
+// that need it (roles.needsBus).
 type Config struct {
-	HTTPAddr          string // ORDERD_HTTP_ADDR
-	MongoURI          string // MONGODB_URI
-	Database          string // MONGODB_DATABASE
-	NATSURL           string // NATS_URL
-	DataDir           string // ORDERD_DATA_DIR
-	Roles             string // ORDERD_ROLES: api, relay, projector, jobs, comma-separated, or all
-	InstanceID        string // ORDERD_INSTANCE_ID
-	LogFormat         string // ORDERD_LOG_FORMAT: text or json
-	LogLevel          string // ORDERD_LOG_LEVEL: debug, info, warn, error
-	EmbeddedStoreAddr string // ORDERD_EMBEDDED_STORE_ADDR
-	EmbeddedNATSAddr  string // ORDERD_EMBEDDED_NATS_ADDR
-	Stream            string // ORDERD_STREAM
-	StreamReplicas    int    // ORDERD_STREAM_REPLICAS
-	ProjectorWorkers  int    // ORDERD_PROJECTOR_WORKERS
-	ProjectorWriters  int    // ORDERD_PROJECTOR_WRITERS
-	CacheSize         int    // ORDERD_CACHE_SIZE: streams whose state the API caches
-	AdminToken        string // ADMIN_TOKEN (environment only, never a flag: flags show in ps)
-	// OTLPEndpoint turns tracing on: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+	Roles      string // ORDERD_ROLES: api, relay, projector, jobs, comma-separated, or all
+	InstanceID string // ORDERD_INSTANCE_ID: the owner of this instance's leases and claims
+	HTTPAddr   string // ORDERD_HTTP_ADDR
+	CacheSize  int    // ORDERD_CACHE_SIZE: streams whose state the API caches
+
+	Log      LogConfig
+	Mongo    MongoConfig
+	NATS     NATSConfig
+	Embedded EmbeddedConfig
+	Tracing  TracingConfig
+
+	// HTTP is the REST API's: AdminToken from ADMIN_TOKEN (environment
+	// only, never a flag: flags show in ps); Run wires the rest.
+	HTTP orderhttp.Config
+	// Stream is the JetStream stream: Name (ORDERD_STREAM) and Replicas
+	// (ORDERD_STREAM_REPLICAS); its partitions are Projector.Partitions.
+	Stream bus.StreamConfig
+	// Relay is the outbox relay's (the relay role sweeps the outbox for
+	// commits an API instance left unpublished): SweepInterval
+	// (ORDERD_RELAY_SWEEP_INTERVAL) and SweepGrace
+	// (ORDERD_RELAY_SWEEP_GRACE).
+	Relay outbox.Config
+	// Projector is each projection runner's (the projector role):
+	// Partitions (ORDERD_PROJECTION_PARTITIONS; every process of the
+	// system must agree, README: changing the partition count), LeaseTTL
+	// (ORDERD_PARTITION_LEASE_TTL), Workers (ORDERD_PROJECTOR_WORKERS) and
+	// Writers (ORDERD_PROJECTOR_WRITERS).
+	Projector projector.RunnerConfig
+	// OwnershipLog is a file each start and stop of this process's
+	// ownership of a projection partition is appended to
+	// (ORDERD_OWNERSHIP_LOG, or ORDERD_TENURE_LOG); empty: none.
+	OwnershipLog string
+	// Jobs is the repair-job worker's (the jobs role): Concurrency
+	// (ORDERD_JOB_CONCURRENCY), LeaseTTL (ORDERD_JOB_LEASE_TTL),
+	// BatchStreams (ORDERD_REBUILD_BATCH_STREAMS), MaxEventsPerSecond
+	// (ORDERD_REBUILD_MAX_EVENTS_PER_SECOND, 0 is unpaced), Settle
+	// (ORDERD_REBUILD_SETTLE) and Grace (ORDERD_REBUILD_GRACE).
+	Jobs jobs.WorkerConfig
+}
+
+// LogConfig is the logger's.
+type LogConfig struct {
+	Format string // ORDERD_LOG_FORMAT: text or json
+	Level  string // ORDERD_LOG_LEVEL: debug, info, warn, error
+}
+
+// MongoConfig says which MongoDB holds the event log and the read models.
+type MongoConfig struct {
+	URI      string // MONGODB_URI; empty starts the embedded store
+	Database string // MONGODB_DATABASE
+}
+
+// NATSConfig says which NATS server carries the events.
+type NATSConfig struct {
+	URL string // NATS_URL; empty starts the embedded NATS server for the roles that need one
+}
+
+// EmbeddedConfig is the embedded servers' (package internal/embedded):
+// used for each of Mongo.URI and NATS.URL left empty.
+type EmbeddedConfig struct {
+	DataDir   string // ORDERD_DATA_DIR: their data, under store/ and nats/
+	StoreAddr string // ORDERD_EMBEDDED_STORE_ADDR
+	NATSAddr  string // ORDERD_EMBEDDED_NATS_ADDR
+}
+
+// TracingConfig turns tracing on.
+type TracingConfig struct {
+	// OTLPEndpoint is OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
 	// OTEL_EXPORTER_OTLP_ENDPOINT (the exporter reads the other OTEL_*
-	// variables itself).
+	// variables itself); empty: tracing off.
 	OTLPEndpoint string
-
-	// Projection partitions (the projector role). Every process of the
-	// system must agree on Partitions (README: changing the partition
-	// count).
-	Partitions   int           // ORDERD_PROJECTION_PARTITIONS
-	PartitionTTL time.Duration // ORDERD_PARTITION_LEASE_TTL
-	TenureLog    string        // ORDERD_TENURE_LOG: file each partition tenure's start and stop is appended to
-
-	// The outbox sweep (the relay role): one instance at a time publishes
-	// the commits an API instance left unpublished.
-	RelaySweepInterval time.Duration // ORDERD_RELAY_SWEEP_INTERVAL
-	RelaySweepGrace    time.Duration // ORDERD_RELAY_SWEEP_GRACE: age at which a commit counts as left behind
-
-	// Repair jobs (the jobs role).
-	JobConcurrency int           // ORDERD_JOB_CONCURRENCY: tasks one instance runs at once
-	JobLeaseTTL    time.Duration // ORDERD_JOB_LEASE_TTL
-	RebuildBatch   int           // ORDERD_REBUILD_BATCH_STREAMS: streams per checkpoint
-	RebuildMaxRate float64       // ORDERD_REBUILD_MAX_EVENTS_PER_SECOND: 0 is unpaced
-	RebuildSettle  time.Duration // ORDERD_REBUILD_SETTLE
-	RebuildGrace   time.Duration // ORDERD_REBUILD_GRACE
 }
 
 // DefaultConfig returns the defaults: everything on loopback, embedded
 // servers on ports that do not clash with a NATS on 4222 or a MongoDB on
-// 27017.
+// 27017, and each component's own defaults.
 func DefaultConfig() Config {
 	return Config{
-		HTTPAddr: "127.0.0.1:8080", Database: "orderd", DataDir: "./data", Roles: "all",
-		LogFormat: "text", LogLevel: "info",
-		EmbeddedStoreAddr: "127.0.0.1:27117", EmbeddedNATSAddr: "127.0.0.1:14222",
-		Stream: "ORDERS", StreamReplicas: 1, ProjectorWorkers: 1, ProjectorWriters: 2, CacheSize: 100_000,
-		Partitions: 16, PartitionTTL: 10 * time.Second,
-		RelaySweepInterval: 5 * time.Second, RelaySweepGrace: 5 * time.Second,
-		JobConcurrency: 1, JobLeaseTTL: 15 * time.Second, RebuildBatch: 500,
-		RebuildSettle: 2 * time.Second, RebuildGrace: time.Minute,
+		Roles: "all", HTTPAddr: "127.0.0.1:8080", CacheSize: 100_000,
+		Log:      LogConfig{Format: "text", Level: "info"},
+		Mongo:    MongoConfig{Database: "orderd"},
+		Embedded: EmbeddedConfig{DataDir: "./data", StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
+		Stream: bus.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix, Replicas: 1,
+			Duplicates: 2 * time.Minute},
+		Relay:     outbox.Config{}.WithDefaults(),
+		Projector: projector.RunnerConfig{}.WithDefaults(),
+		Jobs:      jobs.WorkerConfig{}.WithDefaults(),
 	}
 }
 
-// env lists each setting's variable, flag and help, in one place.
+// bind lists each setting's variable, flag and help, in one place: it
+// reads the variables through getenv into c and binds the flags to c.
 func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	var errs []error
 	str := func(p *string, env, name, usage string) {
@@ -103,44 +150,50 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
 	}
 	str(&c.HTTPAddr, "ORDERD_HTTP_ADDR", "http-addr", "REST API listen address")
-	str(&c.MongoURI, "MONGODB_URI", "mongodb-uri", "MongoDB URI; empty starts the embedded store")
-	str(&c.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
-	str(&c.NATSURL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server (the api role alone needs none)")
-	str(&c.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
+	str(&c.Mongo.URI, "MONGODB_URI", "mongodb-uri", "MongoDB URI; empty starts the embedded store")
+	str(&c.Mongo.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
+	str(&c.NATS.URL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server (the api role alone needs none)")
+	str(&c.Embedded.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
 	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector, jobs (comma-separated) or all")
 	str(&c.InstanceID, "ORDERD_INSTANCE_ID", "instance-id", "instance id for leases (default: host name and pid)")
-	str(&c.LogFormat, "ORDERD_LOG_FORMAT", "log-format", "text or json")
-	str(&c.LogLevel, "ORDERD_LOG_LEVEL", "log-level", "debug, info, warn or error")
-	str(&c.EmbeddedStoreAddr, "ORDERD_EMBEDDED_STORE_ADDR", "embedded-store-addr", "listen address of the embedded MongoDB-compatible store")
-	str(&c.EmbeddedNATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
-	str(&c.Stream, "ORDERD_STREAM", "stream", "JetStream stream name")
-	num(&c.StreamReplicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
-	num(&c.ProjectorWorkers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per partition this process owns (1 keeps each order's events in order, so gaps are rare)")
-	num(&c.ProjectorWriters, "ORDERD_PROJECTOR_WRITERS", "projector-writers", "write rounds of a projection in flight at once in this process, across its partitions (fewer writes fold more events each; raise it on MongoDB)")
-	num(&c.Partitions, "ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "partitions each projection's events are split into, shared by the projector processes; every process must agree (see README before changing it)")
-	dur(&c.PartitionTTL, "ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "lease of a projection partition and a projector's heartbeat; a dead projector's partitions are taken over after this")
-	str(&c.TenureLog, "ORDERD_TENURE_LOG", "tenure-log", "file to append each partition tenure's start and stop to, one JSON line each (audits and tests); empty: none")
+	str(&c.Log.Format, "ORDERD_LOG_FORMAT", "log-format", "text or json")
+	str(&c.Log.Level, "ORDERD_LOG_LEVEL", "log-level", "debug, info, warn or error")
+	str(&c.Embedded.StoreAddr, "ORDERD_EMBEDDED_STORE_ADDR", "embedded-store-addr", "listen address of the embedded MongoDB-compatible store")
+	str(&c.Embedded.NATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
+	str(&c.Stream.Name, "ORDERD_STREAM", "stream", "JetStream stream name")
+	num(&c.Stream.Replicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
+	num(&c.Projector.Workers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per partition this process owns (1 keeps each order's events in order, so gaps are rare)")
+	num(&c.Projector.Writers, "ORDERD_PROJECTOR_WRITERS", "projector-writers", "write rounds of a projection in flight at once in this process, across its partitions (fewer writes fold more events each; raise it on MongoDB)")
+	num(&c.Projector.Partitions, "ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "partitions each projection's events are split into, shared by the projector processes; every process must agree (see README before changing it)")
+	dur(&c.Projector.LeaseTTL, "ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "lease of a projection partition and a projector's heartbeat; a dead projector's partitions are taken over after this")
+	// The ownership log's first names stay: deployments and scripts use them.
+	const ownershipUsage = "file to append each start and stop of this process's ownership of a projection partition to, one JSON line each (audits and tests); empty: none"
+	if v := getenv("ORDERD_TENURE_LOG"); v != "" {
+		c.OwnershipLog = v
+	}
+	str(&c.OwnershipLog, "ORDERD_OWNERSHIP_LOG", "ownership-log", ownershipUsage)
+	fs.StringVar(&c.OwnershipLog, "tenure-log", c.OwnershipLog, "the same as -ownership-log (env ORDERD_TENURE_LOG)")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
-	dur(&c.RelaySweepInterval, "ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "pause between two sweeps of the outbox for commits an instance left unpublished (each API instance publishes its own appends at once)")
-	dur(&c.RelaySweepGrace, "ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "age at which an unpublished commit is left to the sweep instead of its own instance")
-	num(&c.JobConcurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
-	dur(&c.JobLeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
-	num(&c.RebuildBatch, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
+	dur(&c.Relay.SweepInterval, "ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "pause between two sweeps of the outbox for commits an instance left unpublished (each API instance publishes its own appends at once)")
+	dur(&c.Relay.SweepGrace, "ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "age at which an unpublished commit is left to the sweep instead of its own instance")
+	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
+	dur(&c.Jobs.LeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
+	num(&c.Jobs.BatchStreams, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
 	if v := getenv("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND=%q: not a number", v))
 		}
-		c.RebuildMaxRate = f
+		c.Jobs.MaxEventsPerSecond = f
 	}
-	fs.Float64Var(&c.RebuildMaxRate, "rebuild-max-events-per-second", c.RebuildMaxRate,
+	fs.Float64Var(&c.Jobs.MaxEventsPerSecond, "rebuild-max-events-per-second", c.Jobs.MaxEventsPerSecond,
 		"pace of each rebuild partition, to spare the store; 0 is as fast as it goes (env ORDERD_REBUILD_MAX_EVENTS_PER_SECOND)")
-	dur(&c.RebuildSettle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning (projectors pick it up within a batch)")
-	dur(&c.RebuildGrace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept before it is dropped")
-	c.AdminToken = getenv("ADMIN_TOKEN")
-	c.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if c.OTLPEndpoint == "" {
-		c.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning (projectors pick it up within a batch)")
+	dur(&c.Jobs.Grace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept before it is dropped")
+	c.HTTP.AdminToken = getenv("ADMIN_TOKEN")
+	c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+	if c.Tracing.OTLPEndpoint == "" {
+		c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
 	return errors.Join(errs...)
 }
@@ -151,25 +204,26 @@ func (c Config) Validate() error {
 	if _, err := c.roles(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.LogFormat))
+	if c.Log.Format != "text" && c.Log.Format != "json" {
+		errs = append(errs, fmt.Errorf("log format %q: want text or json", c.Log.Format))
 	}
-	if c.Database == "" || strings.ContainsAny(c.Database, "/\\. \"$") {
-		errs = append(errs, fmt.Errorf("database name %q is not valid", c.Database))
+	if c.Mongo.Database == "" || strings.ContainsAny(c.Mongo.Database, "/\\. \"$") {
+		errs = append(errs, fmt.Errorf("database name %q is not valid", c.Mongo.Database))
 	}
-	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
-		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.StreamReplicas))
+	if c.Stream.Replicas < 1 || c.Stream.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.Stream.Replicas))
 	}
-	if c.ProjectorWorkers < 1 || c.ProjectorWriters < 1 || c.CacheSize < 0 || c.RelaySweepInterval <= 0 || c.RelaySweepGrace <= 0 {
+	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.Relay.SweepInterval <= 0 || c.Relay.SweepGrace <= 0 {
 		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size >= 0, relay sweep interval and grace > 0"))
 	}
-	if c.Partitions < 1 || c.Partitions > 256 {
-		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Partitions))
+	if c.Projector.Partitions < 1 || c.Projector.Partitions > 256 {
+		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Projector.Partitions))
 	}
-	if c.PartitionTTL < time.Second {
-		errs = append(errs, fmt.Errorf("partition lease TTL %v: want at least 1s", c.PartitionTTL))
+	if c.Projector.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("partition lease TTL %v: want at least 1s", c.Projector.LeaseTTL))
 	}
-	if c.JobConcurrency < 1 || c.JobLeaseTTL < time.Second || c.RebuildBatch < 1 || c.RebuildMaxRate < 0 || c.RebuildSettle < 0 || c.RebuildGrace < 0 {
+	j := c.Jobs
+	if j.Concurrency < 1 || j.LeaseTTL < time.Second || j.BatchStreams < 1 || j.MaxEventsPerSecond < 0 || j.Settle < 0 || j.Grace < 0 {
 		errs = append(errs, errors.New("job concurrency and rebuild batch must be >= 1, job lease TTL >= 1s, rebuild rate, settle and grace >= 0"))
 	}
 	return errors.Join(errs...)

@@ -300,7 +300,7 @@ func TestConsole(t *testing.T) {
 		active := activeCollection(t, c, "order_summaries")
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		coll := m.mongo.Database(m.Config.Database).Collection(active)
+		coll := m.mongo.Database(m.Config.Mongo.Database).Collection(active)
 		if res, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-2"}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "delivered"}, {Key: "total_cents", Value: 1}}}}); err != nil || res.ModifiedCount != 1 {
 			t.Fatalf("drift con-2 in %s: %v %+v", active, err, res)
@@ -390,7 +390,7 @@ func TestConsole(t *testing.T) {
 		// so the gap can be filled; then retry all of the stream.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		es := eventstore.New(m.mongo.Database(m.Config.Database))
+		es := eventstore.New(m.mongo.Database(m.Config.Mongo.Database))
 		if _, err := es.Append(ctx, domain.Commit{StreamID: "con-dl", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
 			Events: []domain.Event{v2, v3}}); err != nil {
 			t.Fatalf("append v2 and v3 of con-dl: %v", err)
@@ -407,7 +407,7 @@ func TestConsole(t *testing.T) {
 		// page marks the field.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		stats := m.mongo.Database(m.Config.Database).Collection(activeCollection(t, c, "customer_order_stats"))
+		stats := m.mongo.Database(m.Config.Mongo.Database).Collection(activeCollection(t, c, "customer_order_stats"))
 		if res, err := stats.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-3"}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "shipped"}}}}); err != nil || res.ModifiedCount != 1 {
 			t.Fatalf("drift con-3's contribution: %v %+v", err, res)
@@ -486,7 +486,7 @@ func publishEvent(t *testing.T, m *Main, e domain.Event) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(m.Config.NATSURL)
+	nc, err := nats.Connect(m.Config.NATS.URL)
 	if err != nil {
 		t.Fatalf("nats: %v", err)
 	}

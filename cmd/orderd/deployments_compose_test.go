@@ -301,7 +301,7 @@ var (
 // one, each runs --replSet with the URI's replicaSet, a one-shot service
 // initiates that set with exactly these members, and orderd waits for it.
 func (c *deployChecker) checkComposeStore(where string, cfg Config, svc map[string]any, services map[string]map[string]any) {
-	cs, err := connstring.ParseAndValidate(cfg.MongoURI)
+	cs, err := connstring.ParseAndValidate(cfg.Mongo.URI)
 	if err != nil {
 		return // reported by deployConfig
 	}
@@ -367,7 +367,7 @@ func (c *deployChecker) checkComposeNATS(where string, cfg Config, svc map[strin
 	cluster := map[string]bool{}
 	var clusterName *string
 	var queue []string
-	for _, u := range depNATSURLs(cfg.NATSURL) {
+	for _, u := range depNATSURLs(cfg.NATS.URL) {
 		if u.err != nil {
 			continue
 		}
@@ -436,8 +436,8 @@ func (c *deployChecker) checkComposeNATS(where string, cfg Config, svc map[strin
 			}
 		}
 	}
-	if len(cluster) > 0 && cfg.StreamReplicas > len(cluster) {
-		c.errorf("%s: ORDERD_STREAM_REPLICAS=%d, but the cluster has %d JetStream servers", where, cfg.StreamReplicas, len(cluster))
+	if len(cluster) > 0 && cfg.Stream.Replicas > len(cluster) {
+		c.errorf("%s: ORDERD_STREAM_REPLICAS=%d, but the cluster has %d JetStream servers", where, cfg.Stream.Replicas, len(cluster))
 	}
 }
 

@@ -187,15 +187,15 @@ func deployConfig(env map[string]string) (Config, roles, error) {
 	}
 	var errs []error
 	r, _ := c.roles()
-	if c.MongoURI == "" || (c.NATSURL == "" && r.needsBus()) {
+	if c.Mongo.URI == "" || (c.NATS.URL == "" && r.needsBus()) {
 		errs = append(errs, errors.New("MONGODB_URI, and NATS_URL for roles but api alone, are required by the production build (-tags noembed)"))
 	}
-	if c.MongoURI != "" {
-		if _, err := connstring.ParseAndValidate(c.MongoURI); err != nil {
+	if c.Mongo.URI != "" {
+		if _, err := connstring.ParseAndValidate(c.Mongo.URI); err != nil {
 			errs = append(errs, fmt.Errorf("MONGODB_URI: %w", err))
 		}
 	}
-	for _, u := range depNATSURLs(c.NATSURL) {
+	for _, u := range depNATSURLs(c.NATS.URL) {
 		if u.err != nil {
 			errs = append(errs, fmt.Errorf("NATS_URL: %w", u.err))
 		}

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // startEmbedded starts the embedded servers that the config leaves
-// unnamed, with their data under DataDir, and fills in their URLs; NATS
+// unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
 // only when a role needs it. The returned func stops them.
 func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 	var stops []func()
@@ -22,30 +22,30 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			stops[i]()
 		}
 	}
-	if r, _ := c.roles(); c.NATSURL == "" && r.needsBus() {
-		host, port, err := splitAddr(c.EmbeddedNATSAddr)
+	if r, _ := c.roles(); c.NATS.URL == "" && r.needsBus() {
+		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
 			return stop, err
 		}
-		dir := filepath.Join(c.DataDir, "nats")
-		ns, err := devstore.StartNATS(dir, host, port)
+		dir := filepath.Join(c.Embedded.DataDir, "nats")
+		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
 			return stop, err
 		}
 		stops = append(stops, ns.Shutdown)
-		c.NATSURL = ns.ClientURL()
-		log.Info("embedded NATS started", "url", c.NATSURL, "dir", dir)
+		c.NATS.URL = ns.ClientURL()
+		log.Info("embedded NATS started", "url", c.NATS.URL, "dir", dir)
 	}
-	if c.MongoURI == "" {
-		dir := filepath.Join(c.DataDir, "store")
-		s, err := devstore.StartStore(dir, c.EmbeddedStoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
+	if c.Mongo.URI == "" {
+		dir := filepath.Join(c.Embedded.DataDir, "store")
+		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
 			stop()
 			return func() {}, err
 		}
 		stops = append(stops, func() { _ = s.Close() })
-		c.MongoURI = s.URI
-		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.MongoURI, "dir", dir)
+		c.Mongo.URI = s.URI
+		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.Mongo.URI, "dir", dir)
 	}
 	return stop, nil
 }

@@ -1,6 +1,13 @@
 // Command orderd is the event-sourced order service: the REST API, the
 // outbox relay and the projection workers, in one process or split by
-// role, and the Olist replay tool.
+// role, and the operator's tools: status, rebuild, verify, the Olist
+// importer and the load generator.
+//
+// This package only reads the configuration (config.go: environment
+// variables, then flags) and wires the packages together (app.go: Main);
+// the subcommands live beside it: operator (status, rebuild, verify),
+// olist (import-olist) and loadgen. The admin API they call is package
+// admin; the embedded servers are package internal/embedded.
 package main
 
 import (
@@ -14,14 +21,17 @@ import (
 	"syscall"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
+	"github.com/orderd/orderd/cmd/orderd/operator"
 )
 
 const usage = `orderd: an event-sourced order service.
 
 Usage:
   orderd [serve] [flags]     run the service (all roles, embedded servers by default)
-  orderd replay [flags]      replay the Olist sample through the REST API and check it
+  orderd import-olist [flags]
+                             import the Olist sample as REST commands and check every order
+  orderd replay [flags]      the same as import-olist
   orderd rebuild <projection> [flags]
                              rebuild a read model from the event log and switch to it
   orderd verify <projection> [flags]
@@ -34,7 +44,7 @@ Usage:
 rebuild and verify call the admin API of a running service: set ADMIN_TOKEN
 to the token the service was started with.
 
-Run "orderd <command> -h" (serve, replay, rebuild, verify, status, loadgen) for its flags.
+Run "orderd <command> -h" (serve, import-olist, rebuild, verify, status, loadgen) for its flags.
 `
 
 func main() {
@@ -54,14 +64,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch cmd {
 	case "serve":
 		return serve(ctx, args, stderr)
-	case "replay":
-		return replay.Main(ctx, args, stdout, stderr)
+	case "import-olist", "replay":
+		return olist.Main(ctx, args, stdout, stderr)
 	case "rebuild":
-		return rebuildMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Rebuild(ctx, args, os.Getenv, stdout, stderr)
 	case "verify":
-		return verifyMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Verify(ctx, args, os.Getenv, stdout, stderr)
 	case "status":
-		return statusMain(ctx, args, os.Getenv, stdout, stderr)
+		return operator.Status(ctx, args, os.Getenv, stdout, stderr)
 	case "loadgen":
 		if err := loadgen.Main(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
 			return err

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 )
 
 // closed records the Mains a test closed itself, so the cleanup does not
@@ -39,9 +39,9 @@ func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	t.Helper()
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
-	m.Config.DataDir = dir
-	m.Config.EmbeddedStoreAddr = "127.0.0.1:0"
-	m.Config.EmbeddedNATSAddr = "127.0.0.1:-1"
+	m.Config.Embedded.DataDir = dir
+	m.Config.Embedded.StoreAddr = "127.0.0.1:0"
+	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
 	m.Config.Roles = "all"
 	m.Config.InstanceID = "test-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
 	m.Log = testLogger(t)
@@ -572,11 +572,11 @@ func TestMain_OlistReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	n := replayLimit()
-	cfg := replay.Config{Data: "../../testdata/olist-sample", URL: "http://" + m.HTTPAddr, Concurrency: 8, Limit: n,
+	cfg := olist.Config{Data: "../../testdata/olist-sample", URL: "http://" + m.HTTPAddr, Concurrency: 8, Limit: n,
 		Timeout: 30 * time.Second}
 	for _, checkOnly := range []bool{false, true} {
 		cfg.CheckOnly = checkOnly
-		rep, err := replay.Run(ctx, cfg)
+		rep, err := olist.Run(ctx, cfg)
 		if err != nil {
 			t.Fatalf("replay (check only %v): %v", checkOnly, err)
 		}
@@ -617,7 +617,18 @@ func TestRun_Help(t *testing.T) {
 		t.Errorf("help wrote to stderr: %q", stderr.String())
 	}
 
+	// The Olist importer answers to its name and to "replay", which
+	// scripts and make replay use.
+	for _, cmd := range []string{"import-olist", "replay"} {
+		stdout.Reset()
+		stderr.Reset()
+		if err := run(ctx, []string{cmd, "-h"}, &stdout, &stderr); err != nil || !strings.Contains(stderr.String(), "Usage: orderd import-olist") {
+			t.Errorf("orderd %s -h: %v\n%s", cmd, err, stderr.String())
+		}
+	}
+
 	stdout.Reset()
+	stderr.Reset()
 	err := run(ctx, []string{"frobnicate"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "frobnicate") || !strings.Contains(stderr.String(), "Usage:") {
 		t.Errorf("unknown command: err %v, stderr %q", err, stderr.String())

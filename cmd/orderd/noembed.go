@@ -11,7 +11,7 @@ import (
 // MONGODB_URI, and NATS_URL unless the api role is the only one.
 func startEmbedded(c *Config, _ *slog.Logger) (func(), error) {
 	r, _ := c.roles()
-	if c.MongoURI == "" || (c.NATSURL == "" && r.needsBus()) {
+	if c.Mongo.URI == "" || (c.NATS.URL == "" && r.needsBus()) {
 		return func() {}, errors.New("built without embedded servers (-tags noembed): set MONGODB_URI and NATS_URL (NATS_URL may be left out with -roles api)")
 	}
 	return func() {}, nil

@@ -18,7 +18,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 	"github.com/orderd/orderd/projector/projectortest"
@@ -51,13 +51,13 @@ const (
 func BenchmarkProjectionScaling(b *testing.B) {
 	dir := b.TempDir()
 	storeAddr := "127.0.0.1:" + fmt.Sprint(freePort(b))
-	store, err := devstore.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
+	store, err := embedded.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
 	natsPort := freePort(b)
-	ns, err := devstore.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
+	ns, err := embedded.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
 	if err != nil {
 		b.Fatal(err)
 	}

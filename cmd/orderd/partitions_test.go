@@ -23,21 +23,22 @@ import (
 // TestChaos_PartitionTakeover.
 const partitionTTL = 5 * time.Second
 
-// tenure is one owner's hold on one partition, as its tenure log says:
-// from a start line to the next stop line of the same partition, or, with
-// no stop, to the owner's death (a SIGKILL) or for ever (still running).
-type tenure struct {
+// ownership is one owner's hold on one partition, as its ownership log
+// says: from a start line to the next stop line of the same partition, or,
+// with no stop, to the owner's death (a SIGKILL) or for ever (still
+// running).
+type ownership struct {
 	Owner, Projection string
 	Partition         int
 	Start, Stop       time.Time // Stop zero: never stopped
 }
 
-// readTenures reads the tenure logs of the owners in files (owner: path);
-// an owner in killed has its open tenures end at its kill time, the
-// moment after which it wrote nothing.
-func readTenures(t *testing.T, files map[string]string, killed map[string]time.Time) []tenure {
+// readOwnerships reads the ownership logs of the owners in files (owner:
+// path); an owner in killed has its open ownerships end at its kill time,
+// the moment after which it wrote nothing.
+func readOwnerships(t *testing.T, files map[string]string, killed map[string]time.Time) []ownership {
 	t.Helper()
-	var out []tenure
+	var out []ownership
 	for owner, path := range files {
 		f, err := os.Open(path)
 		if os.IsNotExist(err) {
@@ -49,7 +50,7 @@ func readTenures(t *testing.T, files map[string]string, killed map[string]time.T
 		open := map[string]int{} // projection/partition: index in out
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			var r tenureRecord
+			var r ownershipRecord
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				t.Fatalf("%s: %q: %v", path, sc.Text(), err)
 			}
@@ -63,7 +64,7 @@ func readTenures(t *testing.T, files map[string]string, killed map[string]time.T
 				t.Errorf("%s: %s starts %s twice without a stop", path, owner, key)
 			case r.Event == "start":
 				open[key] = len(out)
-				out = append(out, tenure{Owner: owner, Projection: r.Projection, Partition: r.Partition, Start: r.At})
+				out = append(out, ownership{Owner: owner, Projection: r.Projection, Partition: r.Partition, Start: r.At})
 			case r.Event == "stop" && isOpen:
 				out[i].Stop = r.At
 				delete(open, key)
@@ -85,11 +86,11 @@ func readTenures(t *testing.T, files map[string]string, killed map[string]time.T
 }
 
 // overlaps returns, for each partition, every pair of consecutive
-// tenures (by start) of which the later started before the earlier had
+// ownerships (by start) of which the later started before the earlier had
 // stopped: two writers at once.
-func overlaps(tenures []tenure) []string {
-	byPart := map[string][]tenure{}
-	for _, tn := range tenures {
+func overlaps(ownerships []ownership) []string {
+	byPart := map[string][]ownership{}
+	for _, tn := range ownerships {
 		key := fmt.Sprintf("%s/%02d", tn.Projection, tn.Partition)
 		byPart[key] = append(byPart[key], tn)
 	}
@@ -102,7 +103,7 @@ func overlaps(tenures []tenure) []string {
 		}
 	}) {
 		ts := byPart[key]
-		slices.SortFunc(ts, func(a, b tenure) int { return a.Start.Compare(b.Start) })
+		slices.SortFunc(ts, func(a, b ownership) int { return a.Start.Compare(b.Start) })
 		for i := 1; i < len(ts); i++ {
 			prev, cur := ts[i-1], ts[i]
 			if prev.Stop.IsZero() || cur.Start.Before(prev.Stop) {
@@ -118,12 +119,13 @@ func overlaps(tenures []tenure) []string {
 	return out
 }
 
-// TestTenureOverlapCheck: the check of TestChaos_PartitionTakeover finds
-// two writers of a partition at once, whether the first one stopped too
-// late or never stopped, and accepts tenures that follow each other.
-func TestTenureOverlapCheck(t *testing.T) {
+// TestOwnershipOverlapCheck: the check of TestChaos_PartitionTakeover
+// finds two writers of a partition at once, whether the first one stopped
+// too late or never stopped, and accepts ownerships that follow each
+// other.
+func TestOwnershipOverlapCheck(t *testing.T) {
 	at := func(s int) time.Time { return time.Date(2026, 1, 1, 0, 0, s, 0, time.UTC) }
-	clean := []tenure{
+	clean := []ownership{
 		{Owner: "a", Projection: "p", Partition: 1, Start: at(0), Stop: at(10)},
 		{Owner: "b", Projection: "p", Partition: 1, Start: at(10), Stop: at(20)},
 		{Owner: "a", Projection: "p", Partition: 1, Start: at(25)},
@@ -131,13 +133,13 @@ func TestTenureOverlapCheck(t *testing.T) {
 		{Owner: "b", Projection: "q", Partition: 1, Start: at(5)},
 	}
 	if got := overlaps(clean); len(got) != 0 {
-		t.Errorf("tenures that follow each other: %v", got)
+		t.Errorf("ownerships that follow each other: %v", got)
 	}
-	late := append(slices.Clone(clean), tenure{Owner: "c", Projection: "p", Partition: 1, Start: at(19), Stop: at(24)})
+	late := append(slices.Clone(clean), ownership{Owner: "c", Projection: "p", Partition: 1, Start: at(19), Stop: at(24)})
 	if got := overlaps(late); len(got) != 1 || !strings.Contains(got[0], "c started") {
 		t.Errorf("a start before the previous owner's stop: %v, want one overlap", got)
 	}
-	never := append(slices.Clone(clean), tenure{Owner: "c", Projection: "p", Partition: 2, Start: at(30)})
+	never := append(slices.Clone(clean), ownership{Owner: "c", Projection: "p", Partition: 2, Start: at(30)})
 	if got := overlaps(never); len(got) != 1 || !strings.Contains(got[0], "never stopped") {
 		t.Errorf("a start while the previous owner never stopped: %v, want one overlap", got)
 	}
@@ -148,7 +150,7 @@ func TestTenureOverlapCheck(t *testing.T) {
 // under load. It SIGKILLs one projector: the others take over its
 // partitions once its leases expire; then a fourth joins and gets its
 // share. Every event is applied (the three checks of guarantees, verify
-// at drift 0), and the tenure logs show that no partition was ever
+// at drift 0), and the ownership logs show that no partition was ever
 // written by two processes at once.
 func TestChaos_PartitionTakeover(t *testing.T) {
 	loadFor := 20 * time.Second
@@ -160,8 +162,8 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	c.add("jobs", "jobs")
 	logs := map[string]string{}
 	startProjector := func(name string) *proc {
-		logs[name] = filepath.Join(c.dir, "tenures-"+name+".jsonl")
-		return c.add(name, "projector", "-tenure-log", logs[name], "-partition-lease-ttl", partitionTTL.String())
+		logs[name] = filepath.Join(c.dir, "ownership-"+name+".jsonl")
+		return c.add(name, "projector", "-ownership-log", logs[name], "-partition-lease-ttl", partitionTTL.String())
 	}
 	names := []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name}
 	ctx := t.Context()
@@ -197,10 +199,10 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 		Concurrency: 6, ConflictRate: 0.05, Seed: 11, RunID: "takeover", RetryFor: time.Minute})
 	// Kill p2 once it has applied events of its own partitions.
 	if !waitFor(time.Minute, 200*time.Millisecond, func() bool {
-		tns := readTenures(t, map[string]string{p2.name: logs[p2.name]}, nil)
+		tns := readOwnerships(t, map[string]string{p2.name: logs[p2.name]}, nil)
 		applied := c.appliedBy(ctx, p2.name)
 		if len(tns) > 0 && applied > 0 {
-			t.Logf("%s has started %d tenures and applied %d events", p2.name, len(tns), applied)
+			t.Logf("%s has started %d ownerships and applied %d events", p2.name, len(tns), applied)
 			return true
 		}
 		return false
@@ -224,25 +226,25 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 	rep := wait()
 	f := c.guarantees(api, "takeover-", rep.Acks, rep.Unknown, nil)
 
-	tenures := readTenures(t, logs, map[string]time.Time{p2.name: killedAt})
+	ownerships := readOwnerships(t, logs, map[string]time.Time{p2.name: killedAt})
 	byOwner := map[string]int{}
-	for _, tn := range tenures {
+	for _, tn := range ownerships {
 		byOwner[tn.Owner]++
 	}
 	for _, p := range []*proc{p1, p2, p3, p4} {
 		if byOwner[p.name] == 0 {
-			t.Errorf("%s logged no tenure", p.name)
+			t.Errorf("%s logged no ownership", p.name)
 		}
 	}
-	if o := overlaps(tenures); len(o) > 0 {
+	if o := overlaps(ownerships); len(o) > 0 {
 		t.Fatalf("%d times a partition had two writers at once:\n%s", len(o), strings.Join(o, "\n"))
 	}
-	t.Logf("GUARANTEES partition takeover: %d commands acknowledged, %d events, drift %d; %d tenures over %d partitions (by owner %v), none overlapping",
-		f.Acked, f.Events, f.Drift, len(tenures), 2*projector.DefaultPartitions, byOwner)
+	t.Logf("GUARANTEES partition takeover: %d commands acknowledged, %d events, drift %d; %d ownerships over %d partitions (by owner %v), none overlapping",
+		f.Acked, f.Events, f.Drift, len(ownerships), 2*projector.DefaultPartitions, byOwner)
 }
 
 // appliedBy is how many events owner reported applying in its current
-// tenures, summed over the projections (its member heartbeats).
+// ownerships, summed over the projections (its member heartbeats).
 func (c *cluster) appliedBy(ctx context.Context, owner string) int64 {
 	var members []struct {
 		Owner      string `bson:"owner"`

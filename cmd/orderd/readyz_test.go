@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/eventstore/storetest"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // readyz answers GET /readyz of m: its status and checks.
@@ -50,7 +50,7 @@ func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 func TestReadyzPerRole(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
-	ns, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
+	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestReadyzPerRole(t *testing.T) {
 	start := func(roles, natsURL string) *Main {
 		t.Helper()
 		return runMainDir(t, t.TempDir(), func(c *Config) {
-			c.Roles, c.MongoURI, c.Database, c.NATSURL = roles, storeURI, db.Name(), natsURL
+			c.Roles, c.Mongo.URI, c.Mongo.Database, c.NATS.URL = roles, storeURI, db.Name(), natsURL
 			c.InstanceID = "readyz-" + strings.ReplaceAll(roles, ",", "-")
 		})
 	}
@@ -97,8 +97,8 @@ func TestReadyzPerRole(t *testing.T) {
 	waitReadyz(t, down, http.StatusOK, storeOnly)
 	newClient(t, down).place("readyz-2", "cust-r", 1, 990, 0)
 	none := start("api", "")
-	if none.nc != nil || none.Config.NATSURL != "" {
-		t.Errorf("api without NATS_URL connected to NATS at %q: the embedded NATS started for a role that needs none", none.Config.NATSURL)
+	if none.nc != nil || none.Config.NATS.URL != "" {
+		t.Errorf("api without NATS_URL connected to NATS at %q: the embedded NATS started for a role that needs none", none.Config.NATS.URL)
 	}
 	waitReadyz(t, none, http.StatusOK, storeOnly)
 	newClient(t, none).place("readyz-3", "cust-r", 1, 990, 0)

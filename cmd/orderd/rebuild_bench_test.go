@@ -22,7 +22,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
@@ -120,10 +120,10 @@ func BenchmarkRebuild(b *testing.B) {
 	rssBoot := currentRSS()
 	m := runMainDir(b, b.TempDir(), func(c *Config) {
 		c.Roles = "jobs"
-		c.JobConcurrency = rebuildConcurrency
-		c.RebuildSettle = rebuildSettle
+		c.Jobs.Concurrency = rebuildConcurrency
+		c.Jobs.Settle = rebuildSettle
 	})
-	db := m.mongo.Database(m.Config.Database)
+	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := eventstore.New(db)
 	scheduler := jobs.New(db, projection.NewPointers(db), store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
@@ -289,7 +289,7 @@ type loaderStep struct {
 // commits inserted into db's events collection by bulkCopies.
 func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *eventstore.Store, want int) rebuildLoad {
 	b.Helper()
-	ds, err := replay.Load(rebuildSample)
+	ds, err := olist.Load(rebuildSample)
 	if err != nil {
 		b.Fatalf("load the Olist sample: %v", err)
 	}
@@ -334,7 +334,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 				i := n % len(plans)
 				id := fmt.Sprintf("c%d-%s", n/len(plans), ids[i])
 				for k, s := range plans[i] {
-					key := replay.Command{Name: s.name}.IdempotencyKey(id)
+					key := olist.Command{Name: s.name}.IdempotencyKey(id)
 					r, err := svc.Execute(ctx, id, s.cmd, domain.ExecOptions{IdempotencyKey: key})
 					if err == nil && (r.Replayed || r.Version != int64(k+1)) {
 						err = fmt.Errorf("answer %+v, want a new version %d", r, k+1)

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
-	"github.com/orderd/orderd/cmd/orderd/replay"
+	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/pause"
@@ -44,7 +44,7 @@ var underLoadClients = flag.Int("rebuild.load-clients", 2,
 // run:
 //
 //  1. setup, not timed: the first 500 Olist orders by purchase time are
-//     replayed through the REST API (replay.Run, which also checks that
+//     imported through the REST API (olist.Run, which also checks that
 //     each read model equals the fold of its log);
 //  2. 2 loadgen clients (Concurrency 2, one API, no races; another count
 //     with -rebuild.load-clients) drive new orders through their
@@ -74,12 +74,12 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), underLoadBound+10*time.Minute)
 	defer cancel()
 	loadStart := loadAverage()
-	m := runMainDir(b, b.TempDir(), func(c *Config) { c.AdminToken = underLoadToken })
+	m := runMainDir(b, b.TempDir(), func(c *Config) { c.HTTP.AdminToken = underLoadToken })
 	base := "http://" + m.HTTPAddr
 	hc := &http.Client{Timeout: 30 * time.Second}
 
 	replayStart := time.Now()
-	rep, err := replay.Run(ctx, replay.Config{Data: rebuildSample, URL: base, Limit: underLoadOrders})
+	rep, err := olist.Run(ctx, olist.Config{Data: rebuildSample, URL: base, Limit: underLoadOrders})
 	if err != nil {
 		b.Fatalf("replay of %d Olist orders: %v", underLoadOrders, err)
 	}
@@ -89,13 +89,13 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 		b.Fatalf("replay of %d Olist orders: %v\n%s", underLoadOrders, err, out.String())
 	}
 	replayed := time.Since(replayStart)
-	olist := make([]string, 0, underLoadOrders)
-	ds, err := replay.Load(rebuildSample)
+	olistIDs := make([]string, 0, underLoadOrders)
+	ds, err := olist.Load(rebuildSample)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for _, o := range ds.Orders[:underLoadOrders] {
-		olist = append(olist, o.ID)
+		olistIDs = append(olistIDs, o.ID)
 	}
 	underLoadNote("replayed %d orders (%d commands) in %v", rep.Orders, rep.Commands, replayed.Round(time.Second))
 
@@ -112,7 +112,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 		lg, lgErr = loadgen.Run(loadCtx, loadgen.Config{URLs: []string{base}, Orders: 999_999, Concurrency: *underLoadClients,
 			RunID: runID, Seed: 1, RetryFor: 10 * time.Second})
 	})
-	wg.Go(func() { readers = readSummaries(loadCtx, hc, base, olist, runID, 999_999) })
+	wg.Go(func() { readers = readSummaries(loadCtx, hc, base, olistIDs, runID, 999_999) })
 	pause.For(loadCtx, underLoadWarmUp)
 
 	before := scrapeMetrics(ctx, hc, base)
@@ -162,7 +162,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 			job.Tasks = j.Tasks
 		}
 	}
-	db := m.mongo.Database(m.Config.Database)
+	db := m.mongo.Database(m.Config.Mongo.Database)
 	raw := rawScan(ctx, b, db.Collection(eventstore.CommitsCollection), false)
 
 	const accepted = `outcome="accepted"`
@@ -195,7 +195,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 	f("  load (%2d loadgen clients)         %d orders, %d commands, %d acknowledged, %d refused, %d unknown, %d retries in %v\n",
 		*underLoadClients, lg.Orders, lg.Commands, lg.Acked, lg.RefusedTotal(), len(lg.Unknown), lg.Retries, lg.Elapsed.Round(time.Second))
 	f("  readers                           %d reads (%d Olist orders and up to %d loadgen orders a round, %d rounds); %d errors;\n",
-		readers.reads, len(olist), underLoadSeen, readers.rounds, readers.errors)
+		readers.reads, len(olistIDs), underLoadSeen, readers.rounds, readers.errors)
 	f("                                    violations: %d 404s of a seen order, %d versions going back\n", readers.notFound, readers.backwards)
 	for _, v := range readers.examples {
 		f("                                      %s\n", v)

@@ -137,15 +137,15 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	const token = "test-admin-token"
 	a := runMainDir(t, t.TempDir(), func(c *Config) {
 		c.Roles = "api,relay,projector"
-		c.AdminToken = token
-		c.RebuildSettle = 200 * time.Millisecond
-		c.RebuildGrace = time.Second
+		c.HTTP.AdminToken = token
+		c.Jobs.Settle = 200 * time.Millisecond
+		c.Jobs.Grace = time.Second
 	})
 	ctx := t.Context()
 	began := time.Now()
 
 	// The orders: written through the command service on the same store.
-	db := a.mongo.Database(a.Config.Database)
+	db := a.mongo.Database(a.Config.Mongo.Database)
 	cache, err := lru.New[string, domain.Order](1000)
 	if err != nil {
 		t.Fatal(err)
@@ -176,7 +176,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	jobsFlags := func(id string) []string {
 		// Every role listens (health, readiness, metrics): port 0, so
 		// B and C never clash with each other or anything on 8080.
-		return []string{"-roles", "jobs", "-instance-id", id, "-http-addr", "127.0.0.1:0", "-mongodb-uri", a.Config.MongoURI, "-nats-url", a.Config.NATSURL,
+		return []string{"-roles", "jobs", "-instance-id", id, "-http-addr", "127.0.0.1:0", "-mongodb-uri", a.Config.Mongo.URI, "-nats-url", a.Config.NATS.URL,
 			"-job-lease-ttl", "3s", "-rebuild-batch-streams", "10", "-rebuild-max-events-per-second", "80",
 			"-rebuild-settle", "200ms", "-rebuild-grace", "1s", "-log-level", "info"}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // A store URI with a password: the password appears in no log line (at
@@ -18,7 +18,7 @@ import (
 // redacted. The embedded FerretDB takes any user and password over PLAIN.
 func TestMain_SecretsRedacted(t *testing.T) {
 	const password = "s3cret-pw-7f1e"
-	store, err := devstore.StartStore(t.TempDir(), "127.0.0.1:0", nil)
+	store, err := embedded.StartStore(t.TempDir(), "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,9 +33,9 @@ func TestMain_SecretsRedacted(t *testing.T) {
 	logs := &syncBuffer{}
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
-	m.Config.DataDir = t.TempDir()
-	m.Config.EmbeddedNATSAddr = "127.0.0.1:-1"
-	m.Config.MongoURI = "mongodb://orderd:" + password + "@" + host + "/?authMechanism=PLAIN"
+	m.Config.Embedded.DataDir = t.TempDir()
+	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
+	m.Config.Mongo.URI = "mongodb://orderd:" + password + "@" + host + "/?authMechanism=PLAIN"
 	m.Config.InstanceID = "redact-test"
 	m.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	out := &syncBuffer{}

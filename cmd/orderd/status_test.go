@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/domain"
-	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/cmd/orderd/operator"
 )
 
 // statusRows reads the table "orderd status" printed: for each projection,
@@ -50,7 +48,7 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 // projections with their active collection, a lag, no dead letters and
 // the verify's outcome; then the errors an operator meets first.
 func TestStatus(t *testing.T) {
-	m := runMainDir(t, t.TempDir(), func(c *Config) { c.AdminToken = testAdminToken })
+	m := runMainDir(t, t.TempDir(), func(c *Config) { c.HTTP.AdminToken = testAdminToken })
 	c := newClient(t, m)
 	base := "http://" + m.HTTPAddr
 	env := map[string]string{"ADMIN_TOKEN": testAdminToken, "ORDERD_URL": base}
@@ -58,11 +56,11 @@ func TestStatus(t *testing.T) {
 	a := c.place("order-status-1", "cust-status", 2, 1250, 300)
 	c.summaryEqualsOrder("order-status-1", a.Version)
 	c.waitStats("cust-status", func(s customerStats) bool { return s.OrderCount == 1 })
-	if r := runCLI(t, verifyMain, env, "order_summaries", "-interval", "100ms"); r.err != nil {
+	if r := runCLI(t, operator.Verify, env, "order_summaries", "-interval", "100ms"); r.err != nil {
 		t.Fatalf("verify: %v", r)
 	}
 
-	r := runCLI(t, statusMain, env)
+	r := runCLI(t, operator.Status, env)
 	if r.err != nil {
 		t.Fatalf("status: %v", r)
 	}
@@ -131,8 +129,8 @@ func TestStatus(t *testing.T) {
 	if owned == 0 {
 		t.Errorf("no partition has an owner:\n%s", r.stdout)
 	}
-	if n != 2*m.Config.Partitions {
-		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Partitions, r.stdout)
+	if n != 2*m.Config.Projector.Partitions {
+		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Projector.Partitions, r.stdout)
 	}
 	t.Logf("events applied by partition owners, as of their last heartbeats: %v", applied)
 
@@ -150,7 +148,7 @@ func TestStatus(t *testing.T) {
 	})
 
 	t.Run("errors", func(t *testing.T) {
-		r := runCLI(t, statusMain, map[string]string{"ADMIN_TOKEN": "wrong", "ORDERD_URL": base})
+		r := runCLI(t, operator.Status, map[string]string{"ADMIN_TOKEN": "wrong", "ORDERD_URL": base})
 		if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 401") ||
 			!strings.Contains(r.err.Error(), "hint: the token in $ADMIN_TOKEN is not the server's ADMIN_TOKEN") {
 			t.Errorf("wrong token: %v", r.err)
@@ -158,19 +156,19 @@ func TestStatus(t *testing.T) {
 		if r.stdout != "" {
 			t.Errorf("wrong token printed a table:\n%s", r.stdout)
 		}
-		r = runCLI(t, statusMain, map[string]string{"ORDERD_URL": base})
+		r = runCLI(t, operator.Status, map[string]string{"ORDERD_URL": base})
 		if r.err == nil || !strings.Contains(r.err.Error(), "set ADMIN_TOKEN") {
 			t.Errorf("no token: %v", r.err)
 		}
-		r = runCLI(t, statusMain, map[string]string{"OPS_TOKEN": testAdminToken, "ORDERD_URL": base}, "-token-env", "OPS_TOKEN")
+		r = runCLI(t, operator.Status, map[string]string{"OPS_TOKEN": testAdminToken, "ORDERD_URL": base}, "-token-env", "OPS_TOKEN")
 		if r.err != nil || statusRows(t, r.stdout)["order_summaries"] == nil {
 			t.Errorf("-token-env OPS_TOKEN: %v", r)
 		}
-		r = runCLI(t, statusMain, env, "order_summaries")
+		r = runCLI(t, operator.Status, env, "order_summaries")
 		if r.err == nil || !strings.Contains(r.err.Error(), "unexpected arguments") {
 			t.Errorf("an argument: %v", r.err)
 		}
-		r = runCLI(t, statusMain, env, "-h")
+		r = runCLI(t, operator.Status, env, "-h")
 		if r.err != nil || !strings.Contains(r.stderr, "Usage: orderd status") || !strings.Contains(r.stderr, "ADMIN_TOKEN") ||
 			!strings.Contains(r.stderr, "LAST VERIFY") || !strings.Contains(r.stderr, "-url") || !strings.Contains(r.stderr, "-token-env") {
 			t.Errorf("status -h: %v", r)
@@ -179,91 +177,4 @@ func TestStatus(t *testing.T) {
 			t.Errorf("status -h offers -interval, which it has no use for:\n%s", r.stderr)
 		}
 	})
-}
-
-// TestStatusTable prints a status with every kind of cell and note, and
-// no server.
-func TestStatusTable(t *testing.T) {
-	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	lag := uint64(12)
-	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
-	list := []domain.ProjectionStatus{
-		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
-			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
-			Partitions: []domain.PartitionStatus{
-				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
-					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
-				{Partition: 1, Consumer: "proj_order_summaries_p01"},
-			}},
-		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
-			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
-	}
-	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &operator{tokenEnv: "ADMIN_TOKEN", api: api}
-	var b bytes.Buffer
-	if err := printStatus(&b, c, list, now); err != nil {
-		t.Fatal(err)
-	}
-	out := b.String()
-	t.Logf("\n%s", out)
-	rows := statusRows(t, out)
-	want := map[string]map[string]string{
-		"order_summaries": {"ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
-			"LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running", "LAST ERROR": "-"},
-		"customer_order_stats": {"ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
-			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
-	}
-	for name, cells := range want {
-		for col, v := range cells {
-			if got := rows[name][col]; got != v {
-				t.Errorf("%s %s = %q, want %q", name, col, got, v)
-			}
-		}
-	}
-	// The partitions' table: its own heading, one row per partition.
-	_, parts, ok := strings.Cut(out, "\n\nPROJECTION ")
-	if !ok {
-		t.Fatalf("no partition table in:\n%s", out)
-	}
-	lines := strings.Split(parts, "\n")
-	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "APPLIED", "RATE/S"}) {
-		t.Errorf("partition heading %q", lines[0])
-	}
-	for i, want := range [][]string{
-		{"order_summaries", "0", "projector-1", "8s", "12", "1520", "12.4"},
-		{"order_summaries", "1", "-", "-", "-", "0", "0.0"},
-	} {
-		if got := strings.Fields(lines[1+i]); !slices.Equal(got, want) {
-			t.Errorf("partition row %d: %q, want %q", i, got, want)
-		}
-	}
-	if e := rows["customer_order_stats"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
-		t.Errorf("last error not cut to one line of %d characters: %q", statusErrorWidth, e)
-	}
-	for _, s := range []string{
-		"orderd rebuild order_summaries -cancel job-7",
-		"filling order_summaries_r2",
-		"http://orderd:8080/v1/admin/projections/order_summaries/rebuilds/job-7",
-		"customer_order_stats: 2 dead letters",
-		"'http://orderd:8080/v1/admin/dead-letters?projection=customer_order_stats'",
-		"orderd verify order_summaries -repair",
-	} {
-		if !strings.Contains(out, s) {
-			t.Errorf("notes lack %q", s)
-		}
-	}
-	if strings.Contains(out, "orderd verify customer_order_stats -repair") {
-		t.Errorf("a repair suggested for a verify that repaired everything")
-	}
-
-	for d, want := range map[time.Duration]string{0: "just now", -time.Second: "just now", 42 * time.Second: "42s ago",
-		2*time.Minute + 5*time.Second: "2m ago", 5 * time.Hour: "5h ago", 47 * time.Hour: "47h ago", 72 * time.Hour: "3d ago"} {
-		if got := ago(d); got != want {
-			t.Errorf("ago(%v) = %q, want %q", d, got, want)
-		}
-	}
 }

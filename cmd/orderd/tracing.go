@@ -17,7 +17,7 @@ import (
 // shutdown (which flushes). Without an endpoint tracing stays off: the
 // packages' tracers are no-ops.
 func startTracing(ctx context.Context, c Config) (shutdown func(context.Context) error, err error) {
-	if c.OTLPEndpoint == "" {
+	if c.Tracing.OTLPEndpoint == "" {
 		return func(context.Context) error { return nil }, nil
 	}
 	// The exporter reads OTEL_EXPORTER_OTLP_* (endpoint, headers, TLS)

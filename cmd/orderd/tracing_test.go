@@ -86,7 +86,7 @@ func TestMain_EmbeddedSummary(t *testing.T) {
 	dir := t.TempDir()
 	m := runMainDir(t, dir)
 	out := m.Out.(*bytes.Buffer).String()
-	for _, want := range []string{dir, "http://" + m.HTTPAddr, m.Config.MongoURI, m.Config.NATSURL, "admin API        off",
+	for _, want := range []string{dir, "http://" + m.HTTPAddr, m.Config.Mongo.URI, m.Config.NATS.URL, "admin API        off",
 		filepath.Join(dir, "store"), filepath.Join(dir, "nats")} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the start-up summary does not mention %q:\n%s", want, out)

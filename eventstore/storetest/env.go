@@ -24,7 +24,7 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/internal/devstore"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 var (
@@ -47,7 +47,7 @@ func MongoURI(t testing.TB) string {
 			storeErr = err
 			return
 		}
-		s, err := devstore.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
 		if err != nil {
 			storeErr = err
 			return
@@ -106,7 +106,7 @@ func StartNATS(t testing.TB) *NATS {
 	t.Helper()
 	n := &NATS{URL: os.Getenv("NATS_URL")}
 	if n.URL == "" {
-		ns, err := devstore.StartNATS(t.TempDir(), "127.0.0.1", -1)
+		ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
 		if err != nil {
 			t.Fatalf("embedded nats: %v", err)
 		}

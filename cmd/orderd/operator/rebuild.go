@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"cmp"
@@ -36,13 +36,13 @@ active collection then stays as it was.
 Flags:
 `
 
-// rebuildMain runs "orderd rebuild": args are the arguments after the
+// Rebuild runs "orderd rebuild": args are the arguments after the
 // subcommand, getenv reads the environment. The job id and summary go to
 // stdout; usage, progress and hints to stderr. It returns nil for -h and
 // for a rebuild that was started (or, with -wait, that succeeded).
-func rebuildMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func Rebuild(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("rebuild", rebuildUsage, stderr)
-	var o adminOptions
+	var o options
 	o.bind(fs, getenv)
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")

@@ -1,4 +1,4 @@
-package replay
+package olist
 
 import (
 	"cmp"
@@ -36,7 +36,7 @@ const maxFindings = 10
 type Config struct {
 	Data        string        // directory of the Olist CSV files
 	URL         string        // base URL of the service, e.g. "http://127.0.0.1:8080"
-	Concurrency int           // orders replayed (and checked) in parallel
+	Concurrency int           // orders imported (and checked) in parallel
 	CheckOnly   bool          // send no commands, only check
 	Limit       int           // only the first Limit orders by purchase time; 0 = all
 	Timeout     time.Duration // bound of each HTTP attempt
@@ -95,20 +95,21 @@ func (r *Report) Err() error {
 	if r.MismatchCount == 0 && r.UnexpectedCount == 0 {
 		return nil
 	}
-	return fmt.Errorf("replay: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
+	return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
 }
 
-const usage = `Usage: orderd replay [flags]
+const usage = `Usage: orderd import-olist [flags]
+   or: orderd replay [flags]
 
-Replays the Olist sample orders against a running orderd service over its
-REST API, then checks every order: the order folded from the event log
+Imports the Olist sample orders into a running orderd service as REST
+commands, then checks every order: the order folded from the event log
 (GET /v1/orders/{id}) must equal its read model (GET /v1/order-summaries/{id})
 and end in the dataset's final status (or the documented refusal).
 
 Start the service first, then run from the repository root, for example:
-  orderd replay                             every order, to http://127.0.0.1:8080
-  orderd replay -limit 300 -concurrency 16  the 300 oldest orders, 16 at a time
-  orderd replay -check-only                 send nothing, check a previous replay
+  orderd import-olist                             every order, to http://127.0.0.1:8080
+  orderd import-olist -limit 300 -concurrency 16  the 300 oldest orders, 16 at a time
+  orderd import-olist -check-only                 send nothing, check a previous import
 
 Running it again is safe: every command carries an Idempotency-Key, so the
 service appends nothing new. The report goes to stdout; the exit status is
@@ -117,21 +118,21 @@ non-zero when an order mismatches or a command is rejected unexpectedly.
 Flags:
 `
 
-// Main runs the replay command line: args are the flags (without the
+// Main runs the import-olist command line: args are the flags (without the
 // program name), the report goes to stdout, usage, errors and the progress
 // bar to stderr. It returns nil for -h, the flag or Run error, or
 // Report.Err.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := cli.FlagSet("replay", usage, stderr)
+	fs := cli.FlagSet("import-olist", usage, stderr)
 	var cfg Config
 	var progress bool
 	fs.StringVar(&cfg.Data, "data", DefaultData, "`directory` of olist_orders_dataset.csv and olist_order_items_dataset.csv")
 	fs.StringVar(&cfg.URL, "url", DefaultURL, "base `URL` of the orderd service")
-	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "how many orders are replayed and checked in parallel (each order's commands go one after another)")
+	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "how many orders are imported and checked in parallel (each order's commands go one after another)")
 	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "send no commands; only check the orders in the service")
 	fs.BoolVar(&progress, "progress", true, "show a progress bar on stderr; -progress=false hides it")
 	fs.DurationVar(&cfg.Timeout, "timeout", DefaultTimeout, "time limit of each HTTP request")
-	fs.IntVar(&cfg.Limit, "limit", 0, "replay only the first `N` orders by purchase time; 0 means all")
+	fs.IntVar(&cfg.Limit, "limit", 0, "import only the first `N` orders by purchase time; 0 means all")
 	fs.DurationVar(&cfg.CatchUp, "catch-up", DefaultCatchUp, "how long the check waits, in all, for read models that are still catching up")
 	if err := cli.Parse(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -141,16 +142,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	switch {
 	case cfg.Concurrency < 1:
-		return errors.New("replay: -concurrency must be at least 1")
+		return errors.New("import-olist: -concurrency must be at least 1")
 	case cfg.Timeout <= 0:
-		return errors.New("replay: -timeout must be positive")
+		return errors.New("import-olist: -timeout must be positive")
 	}
 	if progress {
 		cfg.Progress = stderr
 	}
 	rep, err := Run(ctx, cfg)
 	if err != nil {
-		return fmt.Errorf("replay: %w", err)
+		return fmt.Errorf("import-olist: %w", err)
 	}
 	if err := rep.Print(stdout); err != nil {
 		return err
@@ -168,7 +169,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.CatchUp = cmp.Or(cfg.CatchUp, DefaultCatchUp)
-	c, err := newReplayer(cfg.URL, cfg.Timeout, cfg.Concurrency)
+	c, err := newImporter(cfg.URL, cfg.Timeout, cfg.Concurrency)
 	if err != nil {
 		return Report{}, err
 	}
@@ -192,7 +193,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	sends := make([]sent, len(plans))
 	start := time.Now()
 	if !cfg.CheckOnly {
-		err := parallel(ctx, cfg, "replay", len(plans), func(i int) { sends[i] = c.send(ctx, plans[i]) })
+		err := parallel(ctx, cfg, "import", len(plans), func(i int) { sends[i] = c.send(ctx, plans[i]) })
 		if err != nil {
 			return Report{}, err
 		}
@@ -308,7 +309,7 @@ func appendFinding(fs []Finding, id, detail string) []Finding {
 func (r *Report) Print(w io.Writer) error {
 	var b strings.Builder
 	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	f("replay of %s to %s\n", r.Data, r.URL)
+	f("import of %s to %s\n", r.Data, r.URL)
 	f("orders          %d\n", r.Orders)
 	if r.CheckOnly {
 		f("commands        none sent (-check-only)\n")

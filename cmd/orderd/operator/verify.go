@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"cmp"
@@ -35,12 +35,12 @@ Ctrl-C stops waiting but not the job.
 Flags:
 `
 
-// verifyMain runs "orderd verify", like rebuildMain. The report goes to
+// Verify runs "orderd verify", like Rebuild. The report goes to
 // stdout. It returns nil for -h and when the job succeeded with no drift
 // left unrepaired.
-func verifyMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func Verify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("verify", verifyUsage, stderr)
-	var o adminOptions
+	var o options
 	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
 	var name string

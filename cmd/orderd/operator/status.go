@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"cmp"
@@ -78,12 +78,12 @@ Examples:
 Flags:
 `
 
-// statusMain runs "orderd status", like rebuildMain: the table goes to
+// Status runs "orderd status", like Rebuild: the table goes to
 // stdout, usage to stderr. It returns nil for -h and whenever the service
 // answered.
-func statusMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+func Status(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("status", statusUsage, stderr)
-	var o adminOptions
+	var o options
 	o.bindConn(fs, getenv)
 	op, err := o.parse(fs, args, getenv, func(pos []string) error {
 		if len(pos) > 0 {
@@ -103,7 +103,7 @@ func statusMain(ctx context.Context, args []string, getenv func(string) string, 
 
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
-func printStatus(w io.Writer, op *operator, list []domain.ProjectionStatus, now time.Time) error {
+func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now time.Time) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err

@@ -1,4 +1,4 @@
-// Package devstore runs the development servers in-process: FerretDB 1.24
+// Package embedded runs the development servers in-process: FerretDB 1.24
 // on SQLite (a MongoDB wire-protocol store) and a NATS server with
 // JetStream. `orderd` uses it when no MONGODB_URI and no NATS_URL are set,
 // and the tests use it when no external servers are named. Production
@@ -43,7 +43,7 @@
 //     updates by _id 1.84 ms against 3.29 ms; a power loss may lose the
 //     last commits, which a development store may (production runs
 //     MongoDB with w:majority, j:true).
-package devstore
+package embedded
 
 import (
 	"context"

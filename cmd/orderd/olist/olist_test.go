@@ -1,4 +1,4 @@
-package replay
+package olist
 
 import (
 	"bytes"
@@ -579,7 +579,7 @@ func TestRunLimit300(t *testing.T) {
 	}
 }
 
-// TestRunOddPaths replays every non-delivered order of the sample, the
+// TestRunOddPaths imports every non-delivered order of the sample, the
 // delivered one without a date, and two rows with their approval removed.
 func TestRunOddPaths(t *testing.T) {
 	f, ts := newFake(t, nil)
@@ -708,7 +708,8 @@ func TestRunUnreachable(t *testing.T) {
 
 func TestMainFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := Main(t.Context(), []string{"-h"}, &out, &errOut); err != nil || !strings.Contains(errOut.String(), "Usage: orderd replay [flags]") ||
+	if err := Main(t.Context(), []string{"-h"}, &out, &errOut); err != nil || !strings.Contains(errOut.String(), "Usage: orderd import-olist [flags]") ||
+		!strings.Contains(errOut.String(), "or: orderd replay [flags]") ||
 		!strings.Contains(errOut.String(), "-check-only") {
 		t.Errorf("-h: %v\n%s", err, errOut.String())
 	}

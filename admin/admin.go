@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -7,45 +7,70 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
-// adminAPI is the admin side of the REST API: the repair jobs, the
-// projections' state and the dead letters.
-type adminAPI struct {
-	jobs    *jobs.Jobs
-	dead    *projector.DeadLetters
-	runners []*projector.Runner
-	checks  []readModelCheck
-	bus     bool // false on an api-only instance without NATS_URL: no consumer lag to show
+// Config is what a Service works on.
+type Config struct {
+	Jobs        *jobs.Jobs
+	DeadLetters *projector.DeadLetters
+	// Runners are the projections' runners, whether or not this instance
+	// runs them: they read the partitions' leases and the consumers' lag.
+	Runners []*projector.Runner
+	// ReadModels are the projections the order page compares with the log.
+	ReadModels []ReadModel
+	// Bus is false on an instance without a NATS connection (an api-only
+	// instance without NATS_URL): there is no consumer lag to show.
+	Bus bool
 }
 
-// readModelCheck is a projection as the order page of the console sees it
-// (*projection.Projection).
-type readModelCheck interface {
+// ReadModel is a projection as the order page of the console sees it:
+// *projection.Projection implements it.
+type ReadModel interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
 
-func (a *adminAPI) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+var (
+	_ ReadModel = (*projection.Projection[domain.Order])(nil)
+	_ ReadModel = (*projection.Projection[projection.Contribution])(nil)
+)
+
+// Service is the admin side of the REST API (orderhttp.Admin): the repair
+// jobs, the projections' state and the dead letters.
+type Service struct {
+	jobs    *jobs.Jobs
+	dead    *projector.DeadLetters
+	runners []*projector.Runner
+	checks  []ReadModel
+	bus     bool
+}
+
+// New returns the admin service over cfg.
+func New(cfg Config) *Service {
+	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus}
+}
+
+func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
 	return a.jobs.StartRebuild(ctx, projection, partitions)
 }
 
-func (a *adminAPI) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
+func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	return a.jobs.StartVerify(ctx, projection, repair)
 }
 
-func (a *adminAPI) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+func (a *Service) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
 	return a.jobs.StartReplay(ctx, spec)
 }
 
-func (a *adminAPI) Job(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) Job(ctx context.Context, id string) (domain.Job, error) {
 	if err := domain.ValidateID("job id", id); err != nil {
 		return domain.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
 	}
 	return a.jobs.Get(ctx, id)
 }
 
-func (a *adminAPI) CancelJob(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) {
 	if _, err := a.Job(ctx, id); err != nil {
 		return domain.Job{}, err
 	}
@@ -55,7 +80,7 @@ func (a *adminAPI) CancelJob(ctx context.Context, id string) (domain.Job, error)
 // Projections adds to each projection's state (jobs.Jobs.Status) its
 // partitions: owner and apply rate from the lease documents, lag from
 // JetStream.
-func (a *adminAPI) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (a *Service) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
 	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
@@ -90,7 +115,7 @@ func (a *adminAPI) Projections(ctx context.Context) ([]domain.ProjectionStatus, 
 	return list, nil
 }
 
-func (a *adminAPI) runner(name string) *projector.Runner {
+func (a *Service) runner(name string) *projector.Runner {
 	for _, r := range a.runners {
 		if r.Name() == name {
 			return r
@@ -99,14 +124,14 @@ func (a *adminAPI) runner(name string) *projector.Runner {
 	return nil
 }
 
-func (a *adminAPI) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
 	if projection != "" && a.runner(projection) == nil {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
 	return a.dead.List(ctx, projection, limit)
 }
 
-func (a *adminAPI) RetryDeadLetter(ctx context.Context, id string) error {
+func (a *Service) RetryDeadLetter(ctx context.Context, id string) error {
 	name, _, _ := strings.Cut(id, ":")
 	r := a.runner(name)
 	if r == nil || len(id) > 256 {
@@ -115,7 +140,7 @@ func (a *adminAPI) RetryDeadLetter(ctx context.Context, id string) error {
 	return r.Retry(ctx, id)
 }
 
-func (a *adminAPI) ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error) {
+func (a *Service) ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error) {
 	out := make([]domain.ReadModelCheck, 0, len(a.checks))
 	known := false
 	for _, p := range a.checks {

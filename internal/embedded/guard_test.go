@@ -1,4 +1,4 @@
-package devstore
+package embedded
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package main
+package operator
 
 import (
 	"cmp"
@@ -38,14 +38,14 @@ admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
 read from the environment only, never from a flag (flags show in ps).
 `
 
-// adminOptions are the flags the admin subcommands share.
-type adminOptions struct {
+// options are the flags the admin subcommands share.
+type options struct {
 	url      string
 	tokenEnv string
 	interval time.Duration
 }
 
-func (o *adminOptions) bind(fs *flag.FlagSet, getenv func(string) string) {
+func (o *options) bind(fs *flag.FlagSet, getenv func(string) string) {
 	o.bindConn(fs, getenv)
 	fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
 }
@@ -53,14 +53,14 @@ func (o *adminOptions) bind(fs *flag.FlagSet, getenv func(string) string) {
 // bindConn binds only the flags that say where the service is and where
 // the token is (-url, -token-env), for subcommands that wait for no job;
 // the interval keeps its default.
-func (o *adminOptions) bindConn(fs *flag.FlagSet, getenv func(string) string) {
+func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.url, "url", cmp.Or(getenv("ORDERD_URL"), adminDefaultURL), "base `URL` of the orderd service; env ORDERD_URL sets the default")
 	fs.StringVar(&o.tokenEnv, "token-env", adminDefaultTokenEnv, "`name` of the environment variable holding the admin token")
 	o.interval = adminDefaultInterval
 }
 
-// operator checks the options and returns the operator of cmd.
-func (o *adminOptions) operator(cmd string, getenv func(string) string) (*operator, error) {
+// command checks the options and returns the command cmd at work.
+func (o *options) command(cmd string, getenv func(string) string) (*command, error) {
 	token := strings.TrimSpace(getenv(o.tokenEnv))
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: o.url, Token: token,
 		HTTPClient: &http.Client{Timeout: adminRequestTimeout}})
@@ -80,14 +80,14 @@ func (o *adminOptions) operator(cmd string, getenv func(string) string) (*operat
 		}
 		return nil, fmt.Errorf("%s: no admin token: %s (it is read from the environment only, never from a flag)", cmd, how)
 	}
-	return &operator{cmd: cmd, tokenEnv: o.tokenEnv, api: api}, nil
+	return &command{cmd: cmd, tokenEnv: o.tokenEnv, api: api}, nil
 }
 
 // parse parses args into fs, the flags of an admin subcommand bound to o
 // and its own, lets check validate the positional arguments and the
-// subcommand's own flags, and returns the operator of fs's subcommand. For
-// -h it returns a nil operator and no error.
-func (o *adminOptions) parse(fs *flag.FlagSet, args []string, getenv func(string) string, check func(pos []string) error) (*operator, error) {
+// subcommand's own flags, and returns fs's subcommand at work. For -h it
+// returns a nil command and no error.
+func (o *options) parse(fs *flag.FlagSet, args []string, getenv func(string) string, check func(pos []string) error) (*command, error) {
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil
@@ -98,7 +98,7 @@ func (o *adminOptions) parse(fs *flag.FlagSet, args []string, getenv func(string
 	if err != nil {
 		return nil, err
 	}
-	return o.operator(fs.Name(), getenv)
+	return o.command(fs.Name(), getenv)
 }
 
 // parseInterspersed parses fs from args, allowing positional arguments
@@ -130,9 +130,9 @@ func projectionArg(cmd string, pos []string) (string, error) {
 	return pos[0], nil
 }
 
-// operator is one admin subcommand at work: the API client with the
+// command is one admin subcommand at work: the API client with the
 // admin token, and what its errors and hints name.
-type operator struct {
+type command struct {
 	cmd        string // subcommand, the prefix of errors
 	projection string // for hints
 	tokenEnv   string
@@ -178,7 +178,7 @@ func (e *adminError) Unwrap() error { return e.err }
 // other than 2xx becomes an *adminError with a hint for the usual
 // mistakes; no answer at all says where it was expected. When ctx has
 // ended it returns ctx's error.
-func (o *operator) fail(ctx context.Context, err error) error {
+func (o *command) fail(ctx context.Context, err error) error {
 	var pe *orderhttp.Error
 	if errors.As(err, &pe) {
 		e := &adminError{cmd: o.cmd, err: pe}
@@ -204,7 +204,7 @@ func (o *operator) fail(ctx context.Context, err error) error {
 }
 
 // projections returns the projections as the service reports them.
-func (o *operator) projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (o *command) projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
 	list, err := o.api.Projections(ctx)
 	if err != nil {
 		return nil, o.fail(ctx, err)
@@ -214,7 +214,7 @@ func (o *operator) projections(ctx context.Context) ([]domain.ProjectionStatus, 
 
 // unknownProjection adds the names of the projections to a not-found
 // answer to a start request (the only thing it can be about).
-func (o *operator) unknownProjection(ctx context.Context, err error) error {
+func (o *command) unknownProjection(ctx context.Context, err error) error {
 	var ae *adminError
 	if !errors.As(err, &ae) || !errors.Is(ae.err, domain.ErrNotFound) {
 		return err
@@ -233,7 +233,7 @@ func (o *operator) unknownProjection(ctx context.Context, err error) error {
 
 // activeCollection returns the projection's active collection as the
 // service reports it, or "" when it cannot be read.
-func (o *operator) activeCollection(ctx context.Context, name string) string {
+func (o *command) activeCollection(ctx context.Context, name string) string {
 	list, err := o.projections(ctx)
 	if err != nil {
 		return ""
@@ -249,7 +249,7 @@ func (o *operator) activeCollection(ctx context.Context, name string) string {
 // wait polls the job of kind on the projection every interval until it is
 // final, showing progress. When ctx ends it stops waiting (the job keeps
 // running), says how to follow the job, and returns an error.
-func (o *operator) wait(ctx context.Context, kind domain.JobKind, projection string, job domain.Job, interval time.Duration, p *progress) (domain.Job, error) {
+func (o *command) wait(ctx context.Context, kind domain.JobKind, projection string, job domain.Job, interval time.Duration, p *progress) (domain.Job, error) {
 	p.show(job)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -286,7 +286,7 @@ func (o *operator) wait(ctx context.Context, kind domain.JobKind, projection str
 	return job, nil
 }
 
-func (o *operator) stoppedWaiting(p *progress, kind domain.JobKind, projection string, job domain.Job) error {
+func (o *command) stoppedWaiting(p *progress, kind domain.JobKind, projection string, job domain.Job) error {
 	p.end()
 	w := p.w
 	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)

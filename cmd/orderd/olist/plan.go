@@ -1,4 +1,4 @@
-package replay
+package olist
 
 import (
 	"cmp"
@@ -84,7 +84,7 @@ func (c Command) Domain() domain.Command {
 	case CmdMarkUnavailable:
 		return domain.MarkUnavailable{At: c.At, Reason: c.Reason}
 	}
-	panic("replay: unknown plan command " + c.Name)
+	panic("olist: unknown plan command " + c.Name)
 }
 
 // Plan is what the tool sends for one order and what it expects back.

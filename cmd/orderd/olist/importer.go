@@ -1,4 +1,4 @@
-package replay
+package olist
 
 import (
 	"context"
@@ -26,8 +26,8 @@ const (
 // valueWidth is how many bytes of a JSON value a diff shows.
 const valueWidth = 120
 
-// replayer sends the plans to the service and checks the orders there.
-type replayer struct {
+// importer sends the plans to the service and checks the orders there.
+type importer struct {
 	api     *orderhttp.Client
 	tr      *http.Transport
 	timeout time.Duration // per attempt
@@ -36,24 +36,24 @@ type replayer struct {
 	catchUp time.Time
 }
 
-// newReplayer returns a replayer of the service at base that keeps up to
+// newImporter returns an importer of the service at base that keeps up to
 // conns idle connections.
-func newReplayer(base string, timeout time.Duration, conns int) (*replayer, error) {
+func newImporter(base string, timeout time.Duration, conns int) (*importer, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = conns
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: base, HTTPClient: &http.Client{Transport: tr}})
 	if err != nil {
 		return nil, err
 	}
-	return &replayer{api: api, tr: tr, timeout: timeout}, nil
+	return &importer{api: api, tr: tr, timeout: timeout}, nil
 }
 
-func (r *replayer) close() { r.tr.CloseIdleConnections() }
+func (r *importer) close() { r.tr.CloseIdleConnections() }
 
 // retry calls call, each attempt bounded by the timeout, again after no
 // answer or a 5xx, with backoff. It returns the last attempt's error, or
 // ctx's when ctx ends while it waits.
-func (r *replayer) retry(ctx context.Context, call func(ctx context.Context) error) error {
+func (r *importer) retry(ctx context.Context, call func(ctx context.Context) error) error {
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		err := r.once(ctx, call)
@@ -73,7 +73,7 @@ func (r *replayer) retry(ctx context.Context, call func(ctx context.Context) err
 	}
 }
 
-func (r *replayer) once(ctx context.Context, call func(ctx context.Context) error) error {
+func (r *importer) once(ctx context.Context, call func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	return call(ctx)
@@ -94,7 +94,7 @@ type sent struct {
 
 // send runs p's commands in order. After a rejection that is not in
 // p.Refused it skips the rest.
-func (r *replayer) send(ctx context.Context, p Plan) sent {
+func (r *importer) send(ctx context.Context, p Plan) sent {
 	var s sent
 	for i, cmd := range p.Commands {
 		var res domain.Result
@@ -134,7 +134,7 @@ type checked struct {
 
 // check reads the order's log fold and its read model at that version and
 // compares them and the status with p.Want.
-func (r *replayer) check(ctx context.Context, p Plan) checked {
+func (r *importer) check(ctx context.Context, p Plan) checked {
 	var ch checked
 	var problems []string
 	id := p.Order.ID
@@ -175,7 +175,7 @@ func (r *replayer) check(ctx context.Context, p Plan) checked {
 	return ch
 }
 
-func (r *replayer) summary(ctx context.Context, id string, q orderhttp.SummaryQuery) (o domain.Order, stale bool, err error) {
+func (r *importer) summary(ctx context.Context, id string, q orderhttp.SummaryQuery) (o domain.Order, stale bool, err error) {
 	err = r.retry(ctx, func(ctx context.Context) (err error) {
 		o, stale, err = r.api.Summary(ctx, id, q)
 		return err

@@ -1,8 +1,11 @@
-// Package replay replays the Olist sample (testdata/olist-sample) against a
-// running orderd service over its REST API, then checks that every order's
+// Package olist imports the Olist sample (testdata/olist-sample) into a
+// running orderd service as REST commands, then checks that every order's
 // event-log fold equals its read model and ends in the status the dataset
-// says. Main is the command line (flags -data, -url, -concurrency,
-// -check-only, -progress, -timeout, -limit); Run is the same for tests.
+// says. Main is the command line, "orderd import-olist" ("orderd replay"
+// is the same command: flags -data, -url, -concurrency, -check-only,
+// -progress, -timeout, -limit); Run is the same for tests. It is no
+// replay of the event log: that is the republish job (POST
+// /v1/admin/replays).
 //
 // # Data
 //
@@ -98,4 +101,4 @@
 // expects (the dataset's, or the documented refusal's). Main prints the
 // Report and returns an error when there is any mismatch or unexpected
 // rejection.
-package replay
+package olist

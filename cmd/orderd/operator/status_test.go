@@ -1,0 +1,131 @@
+package operator
+
+import (
+	"bytes"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
+)
+
+// statusRows reads the table "orderd status" printed: for each projection,
+// its cells by column heading. Cells are cut at the columns' offsets in the
+// heading line (tabwriter aligns them), so cells with spaces read whole.
+func statusRows(t *testing.T, out string) map[string]map[string]string {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "PROJECTION ") {
+		t.Fatalf("no table heading in:\n%s", out)
+	}
+	head := lines[0]
+	starts := regexp.MustCompile(`\S+( \S+)*`).FindAllStringIndex(head, -1)
+	rows := map[string]map[string]string{}
+	for _, l := range lines[1:] {
+		if strings.TrimSpace(l) == "" {
+			break // the notes follow an empty line
+		}
+		row := map[string]string{}
+		for i, s := range starts {
+			end := len(l)
+			if i+1 < len(starts) {
+				end = min(starts[i+1][0], len(l))
+			}
+			if s[0] < end {
+				row[head[s[0]:s[1]]] = strings.TrimSpace(l[s[0]:end])
+			}
+		}
+		rows[row["PROJECTION"]] = row
+	}
+	return rows
+}
+
+// TestStatusTable prints a status with every kind of cell and note, and
+// no server.
+func TestStatusTable(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	lag := uint64(12)
+	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
+	list := []domain.ProjectionStatus{
+		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
+			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
+			Partitions: []domain.PartitionStatus{
+				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
+					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
+				{Partition: 1, Consumer: "proj_order_summaries_p01"},
+			}},
+		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
+			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
+	}
+	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &command{tokenEnv: "ADMIN_TOKEN", api: api}
+	var b bytes.Buffer
+	if err := printStatus(&b, c, list, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	rows := statusRows(t, out)
+	want := map[string]map[string]string{
+		"order_summaries": {"ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
+			"LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running", "LAST ERROR": "-"},
+		"customer_order_stats": {"ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
+			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
+	}
+	for name, cells := range want {
+		for col, v := range cells {
+			if got := rows[name][col]; got != v {
+				t.Errorf("%s %s = %q, want %q", name, col, got, v)
+			}
+		}
+	}
+	// The partitions' table: its own heading, one row per partition.
+	_, parts, ok := strings.Cut(out, "\n\nPROJECTION ")
+	if !ok {
+		t.Fatalf("no partition table in:\n%s", out)
+	}
+	lines := strings.Split(parts, "\n")
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "APPLIED", "RATE/S"}) {
+		t.Errorf("partition heading %q", lines[0])
+	}
+	for i, want := range [][]string{
+		{"order_summaries", "0", "projector-1", "8s", "12", "1520", "12.4"},
+		{"order_summaries", "1", "-", "-", "-", "0", "0.0"},
+	} {
+		if got := strings.Fields(lines[1+i]); !slices.Equal(got, want) {
+			t.Errorf("partition row %d: %q, want %q", i, got, want)
+		}
+	}
+	if e := rows["customer_order_stats"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
+		t.Errorf("last error not cut to one line of %d characters: %q", statusErrorWidth, e)
+	}
+	for _, s := range []string{
+		"orderd rebuild order_summaries -cancel job-7",
+		"filling order_summaries_r2",
+		"http://orderd:8080/v1/admin/projections/order_summaries/rebuilds/job-7",
+		"customer_order_stats: 2 dead letters",
+		"'http://orderd:8080/v1/admin/dead-letters?projection=customer_order_stats'",
+		"orderd verify order_summaries -repair",
+	} {
+		if !strings.Contains(out, s) {
+			t.Errorf("notes lack %q", s)
+		}
+	}
+	if strings.Contains(out, "orderd verify customer_order_stats -repair") {
+		t.Errorf("a repair suggested for a verify that repaired everything")
+	}
+
+	for d, want := range map[time.Duration]string{0: "just now", -time.Second: "just now", 42 * time.Second: "42s ago",
+		2*time.Minute + 5*time.Second: "2m ago", 5 * time.Hour: "5h ago", 47 * time.Hour: "47h ago", 72 * time.Hour: "3d ago"} {
+		if got := ago(d); got != want {
+			t.Errorf("ago(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
