@@ -48,6 +48,23 @@ func TestScanMethods(t *testing.T) {
 	}
 }
 
+// TestDialectOf: the embedded store (no MONGODB_URI) is told apart from
+// MongoDB by its buildInfo answer, once per client.
+func TestDialectOf(t *testing.T) {
+	_, db := storetest.OpenStore(t)
+	got, err := eventstore.DialectOf(t.Context(), db.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := eventstore.MongoDB
+	if os.Getenv("MONGODB_URI") == "" {
+		want = eventstore.FerretDB
+	}
+	if got != want {
+		t.Fatalf("DialectOf = %s, want %s", got, want)
+	}
+}
+
 // TestScanAuto: on the embedded store (no MONGODB_URI), which sorts in
 // memory, ScanAuto reads by id; on another server it reads sorted.
 func TestScanAuto(t *testing.T) {

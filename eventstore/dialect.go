@@ -38,7 +38,7 @@ func (d Dialect) String() string {
 var dialects sync.Map // *mongo.Client -> Dialect
 
 // DialectOf returns the dialect of the store c talks to, asked once per
-// client with buildInfo (FerretDB answers with a "ferretdb" field).
+// client with buildInfo (FerretDB answers with a "ferretdbVersion" field).
 // Errors wrap domain.ErrUnavailable when the store cannot be reached.
 func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
 	if d, ok := dialects.Load(c); ok {
@@ -50,7 +50,7 @@ func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
 		return MongoDB, fmt.Errorf("ask the store its build: %w", mongoerr.Translate(err))
 	}
 	d := MongoDB
-	if _, err := info.LookupErr("ferretdb"); err == nil {
+	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
 		d = FerretDB
 	}
 	actual, _ := dialects.LoadOrStore(c, d)

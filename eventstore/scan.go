@@ -64,8 +64,7 @@ func scanFilter(r ScanRange) bson.D {
 type ScanMethod int
 
 const (
-	// ScanAuto reads sorted on MongoDB and by id on FerretDB, recognized
-	// by the ferretdbVersion field of its buildInfo answer.
+	// ScanAuto reads sorted on MongoDB and by id on FerretDB (DialectOf).
 	ScanAuto ScanMethod = iota
 	// ScanSorted reads the range in one query sorted by _id: on MongoDB a
 	// walk of the _id index that holds one batch of commits in memory.
@@ -82,25 +81,19 @@ const (
 // WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
 func WithScanMethod(m ScanMethod) Option { return func(s *Store) { s.scan = m } }
 
-// scanMethod resolves ScanAuto, asking the server once.
+// scanMethod resolves ScanAuto from the store's dialect.
 func (s *Store) scanMethod(ctx context.Context) (ScanMethod, error) {
 	if s.scan != ScanAuto {
 		return s.scan, nil
 	}
-	s.scanMu.Lock()
-	defer s.scanMu.Unlock()
-	if s.scanResolved != ScanAuto {
-		return s.scanResolved, nil
-	}
-	info, err := s.commits.Database().RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Raw()
+	d, err := DialectOf(ctx, s.commits.Database().Client())
 	if err != nil {
-		return ScanAuto, fmt.Errorf("scan log: buildInfo: %w", mongoerr.Translate(err))
+		return ScanAuto, fmt.Errorf("scan log: %w", err)
 	}
-	s.scanResolved = ScanSorted
-	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
-		s.scanResolved = ScanByID
+	if d == FerretDB {
+		return ScanByID, nil
 	}
-	return s.scanResolved, nil
+	return ScanSorted, nil
 }
 
 // Scan reads the streams of r in log order and calls fn once per stream

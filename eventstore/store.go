@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -33,10 +32,8 @@ type Store struct {
 	now     func() time.Time
 	hooks   []AppendHook
 
-	scan         ScanMethod // as configured
-	scanMu       sync.Mutex
-	scanResolved ScanMethod // ScanAuto until asked
-	idBudget     int        // commit ids a ScanByID pass holds
+	scan     ScanMethod // as configured
+	idBudget int        // commit ids a ScanByID pass holds
 }
 
 // Option configures a Store.
