@@ -39,6 +39,9 @@ type Contribution struct {
 	Currency   string        `json:"currency"`
 	TotalCents int64         `json:"total_cents"`
 	Version    int64         `json:"version"`
+	// Orders is how many orders a sum of contributions stands for (see
+	// SumContributions); never stored.
+	Orders int64 `json:"-"`
 }
 
 // CustomerOrderStats is the customer_order_stats projection. It stores one

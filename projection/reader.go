@@ -9,6 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/mongoerr"
 )
 
@@ -65,38 +66,95 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 }
 
 // CustomerStats sums a customer's order contributions. It returns an error
-// wrapping domain.ErrNotFound when the customer has none. The sum is taken
-// here rather than with $group: FerretDB 1.24 answers $sum of a field path
-// with 0.
+// wrapping domain.ErrNotFound when the customer has none. On MongoDB the
+// sum is one aggregation through the customer_id index, grouped by status
+// and currency (a few rows whatever the customer's order count).
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
 	s, err := r.stats.Active(ctx)
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
+	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
+	if err != nil {
+		return domain.CustomerOrderStats{}, err
+	}
+	var cs []Contribution
+	if dialect == eventstore.FerretDB {
+		// FerretDB 1.24 feeds a $group's documents to its first
+		// accumulator only (the others answer 0): the contributions are
+		// read and summed here.
+		cs, err = s.contributions(ctx, customerID)
+	} else {
+		cs, err = s.contributionsByStatus(ctx, customerID)
+	}
+	if err != nil {
+		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
+	}
+	stats := SumContributions(customerID, cs)
+	if stats.OrderCount == 0 {
+		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)
+	}
+	return stats, nil
+}
+
+// contributions reads a customer's contributions, one per order.
+func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]Contribution, error) {
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
 	if err != nil {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, mongoerr.Translate(err))
+		return nil, mongoerr.Translate(err)
 	}
 	var docs []stored[Contribution]
 	if err := cur.All(ctx, &docs); err != nil {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, mongoerr.Translate(err))
-	}
-	if len(docs) == 0 {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)
+		return nil, mongoerr.Translate(err)
 	}
 	cs := make([]Contribution, len(docs))
 	for i, d := range docs {
 		cs[i] = d.Doc
 	}
-	return SumContributions(customerID, cs), nil
+	return cs, nil
 }
 
-// SumContributions adds up a customer's contributions.
+// contributionsByStatus sums a customer's contributions on the server by
+// status and currency: each returned Contribution stands for Orders orders.
+func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID string) ([]Contribution, error) {
+	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: bson.D{{Key: "customer_id", Value: customerID}}}},
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
+			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
+			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
+		}}},
+	})
+	if err != nil {
+		return nil, mongoerr.Translate(err)
+	}
+	var groups []struct {
+		Key struct {
+			Status   domain.Status `bson:"status"`
+			Currency string        `bson:"currency"`
+		} `bson:"_id"`
+		Orders     int64 `bson:"orders"`
+		TotalCents int64 `bson:"total_cents"`
+	}
+	if err := cur.All(ctx, &groups); err != nil {
+		return nil, mongoerr.Translate(err)
+	}
+	cs := make([]Contribution, len(groups))
+	for i, g := range groups {
+		cs[i] = Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
+	}
+	return cs, nil
+}
+
+// SumContributions adds up a customer's contributions; one with Orders
+// set stands for that many orders of its status and currency, with
+// TotalCents their sum.
 func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
 	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
 	for _, c := range cs {
-		s.OrderCount++
-		s.ByStatus[c.Status]++
+		n := max(c.Orders, 1)
+		s.OrderCount += n
+		s.ByStatus[c.Status] += n
 		if domain.CountsTowardValue(c.Status) {
 			s.LifetimeValueCents[c.Currency] += c.TotalCents
 		}
