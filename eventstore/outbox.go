@@ -21,7 +21,7 @@ import (
 
 // Pending returns the up to limit oldest commits still unpublished,
 // recorded before recordedBefore (any time when zero), oldest first: an
-// index range on (published, recorded_at) on MongoDB. A commit that does
+// index range on the partial index of unpublished commits on MongoDB. A commit that does
 // not decode comes with its Err set (wrapping domain.ErrUnreadableCommit).
 // Errors: domain.ErrUnavailable.
 func (s *Store) Pending(ctx context.Context, recordedBefore time.Time, limit int) ([]domain.RecordedCommit, error) {

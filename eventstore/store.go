@@ -72,6 +72,11 @@ const (
 	// earlier versions created; a collection sharded by stream_id cannot
 	// have it, so EnsureIndexes drops it.
 	indexGlobalKey = "idempotency_key"
+	// indexOutbox holds the unpublished commits by recorded_at;
+	// indexOldOutbox is the index of every commit on (published,
+	// recorded_at) that earlier versions created.
+	indexOutbox    = "outbox_unpublished"
+	indexOldOutbox = "outbox"
 )
 
 // EnsureIndexes creates the indexes the invariants rely on and drops the
@@ -93,15 +98,22 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "idempotency_key", Value: 1}},
 			Options: options.Index().SetUnique(true).SetName(indexStreamKey).
 				SetPartialFilterExpression(bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}}})},
-		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
-			Options: options.Index().SetName("outbox")},
+		// Partial: it holds only the unpublished commits, a handful at any
+		// time, not one entry per commit of the log.
+		{Keys: bson.D{{Key: "recorded_at", Value: 1}},
+			Options: options.Index().SetName(indexOutbox).SetPartialFilterExpression(bson.D{{Key: "published", Value: false}})},
 	})
 	if err != nil {
 		return err
 	}
-	// Dropped after the per-stream index exists, so keys are guarded
-	// throughout.
-	return dropIndexIfExists(ctx, s.commits, indexGlobalKey)
+	// Dropped after the indexes that replace them exist, so keys are
+	// guarded and the outbox indexed throughout.
+	for _, old := range []string{indexGlobalKey, indexOldOutbox} {
+		if err := dropIndexIfExists(ctx, s.commits, old); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string) error {

@@ -77,6 +77,30 @@ func indexNames(t *testing.T, coll *mongo.Collection) map[string]bool {
 	return names
 }
 
+// TestEnsureIndexesReplacesTheOutboxIndex: a log indexed on (published,
+// recorded_at) over every commit gets the partial index of unpublished
+// commits in its place at start, and a restart changes nothing.
+func TestEnsureIndexesReplacesTheOutboxIndex(t *testing.T) {
+	db := storetest.Database(t)
+	coll := db.Collection(eventstore.CommitsCollection)
+	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
+		Keys:    bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
+		Options: options.Index().SetName("outbox"),
+	}); err != nil {
+		t.Fatalf("create the old outbox index: %v", err)
+	}
+	s := eventstore.New(db)
+	for i := range 2 {
+		if err := s.EnsureIndexes(t.Context()); err != nil {
+			t.Fatalf("ensure indexes (run %d): %v", i+1, err)
+		}
+		names := indexNames(t, coll)
+		if names["outbox"] || !names["outbox_unpublished"] {
+			t.Fatalf("run %d: indexes %v, want outbox_unpublished and no outbox", i+1, names)
+		}
+	}
+}
+
 // TestEnsureIndexesReplacesTheGlobalKeyIndex: a log whose idempotency
 // keys were unique across the whole log (the unique index on
 // idempotency_key alone) gets the per-stream index in its place at start,

@@ -26,14 +26,16 @@
 //     index, and an update command of more than 64 statements stalls;
 //   - one createIndexes naming several existing indexes drops the
 //     connection;
-//   - no partial indexes, with one exception the funnel makes: a unique
-//     index filtered by {f: {$exists: true}} on a field f of its key (the
-//     event log's per-stream idempotency key index) is created without the
-//     filter, which there means the same: SQLite indexes a missing field
-//     as NULL and never compares NULLs in a unique index
-//     (withoutExistsFilters); FerretDB refuses every other filter;
+//   - no partial indexes; the funnel creates those that mean the same
+//     without their filter as plain indexes: any non-unique one (the
+//     outbox's index of unpublished commits), and a unique index filtered
+//     by {f: {$exists: true}} on a field f of its key (the event log's
+//     per-stream idempotency key index), since SQLite indexes a missing
+//     field as NULL and never compares NULLs in a unique index
+//     (withoutPartialFilters); FerretDB refuses every other filter;
 //   - no transactions, change streams, TTL indexes, Decimal128,
-//     $group $max/$min, or $sum of a field path;
+//     $group $max/$min, or a $group of several accumulators (only the
+//     first sees the group's documents);
 //   - write and read concerns are accepted and ignored: it is one node;
 //   - a commit is durable against a crash of the process, not of the
 //     machine: SQLite runs in WAL mode with synchronous=NORMAL, which

@@ -36,8 +36,8 @@ import (
 //
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
-// the one partial filter FerretDB can keep out of createIndexes
-// (withoutExistsFilters).
+// out of createIndexes the partial filters whose index means the same
+// without them (withoutPartialFilters).
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
@@ -185,7 +185,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.writer = w
 	}
 	if name == "createindexes" {
-		req = withoutExistsFilters(req)
+		req = withoutPartialFilters(req)
 	}
 	if name == "dropdatabase" {
 		// FerretDB removes the database's file; the index keeper must not
@@ -256,21 +256,23 @@ func relay(up, c net.Conn, req []byte) error {
 	}
 }
 
-// withoutExistsFilters returns a createIndexes request without the
-// partialFilterExpression of each unique index whose filter is exactly
-// {f: {$exists: true}} for a field f of the index's key; any other request
-// comes back unchanged. FerretDB 1.24 refuses partial indexes, and such an
-// index means the same as FerretDB's plain unique index there: SQLite
-// indexes a missing field as NULL, and NULLs never collide in a unique
-// index, so documents without f are never compared, as on MongoDB. Other
-// partial filters are left for FerretDB to refuse.
-func withoutExistsFilters(req []byte) []byte {
+// withoutPartialFilters returns a createIndexes request without the
+// partialFilterExpression of each index that means the same without it;
+// any other request comes back unchanged. FerretDB 1.24 refuses partial
+// indexes. A non-unique index only speeds up the queries a partial one
+// would (it answers the same queries, holding more entries); a unique
+// index whose filter is exactly {f: {$exists: true}} for a field f of its
+// key means the same as FerretDB's plain unique index: SQLite indexes a
+// missing field as NULL, and NULLs never collide in a unique index, so
+// documents without f are never compared, as on MongoDB. Other partial
+// filters of unique indexes are left for FerretDB to refuse.
+func withoutPartialFilters(req []byte) []byte {
 	out := req
 	sections(req, func(kind byte, from, to int) bool {
 		if kind != 0 {
 			return true
 		}
-		body, changed := stripExistsFilters(bson.Raw(req[from:to]))
+		body, changed := stripPartialFilters(bson.Raw(req[from:to]))
 		if !changed {
 			return false
 		}
@@ -292,8 +294,8 @@ func withoutExistsFilters(req []byte) []byte {
 	return out
 }
 
-// stripExistsFilters is withoutExistsFilters on the command's body.
-func stripExistsFilters(body bson.Raw) (bson.Raw, bool) {
+// stripPartialFilters is withoutPartialFilters on the command's body.
+func stripPartialFilters(body bson.Raw) (bson.Raw, bool) {
 	var cmd bson.D
 	if err := bson.Unmarshal(body, &cmd); err != nil {
 		return body, false
@@ -312,7 +314,7 @@ func stripExistsFilters(body bson.Raw) (bson.Raw, bool) {
 			if !ok {
 				continue
 			}
-			if out, ok := withoutExistsFilter(spec); ok {
+			if out, ok := withoutPartialFilter(spec); ok {
 				indexes[j], changed = out, true
 			}
 		}
@@ -327,23 +329,31 @@ func stripExistsFilters(body bson.Raw) (bson.Raw, bool) {
 	return out, true
 }
 
-// withoutExistsFilter returns spec without its partialFilterExpression when
-// spec is unique and the filter is {f: {$exists: true}} for a field f of
-// its key.
-func withoutExistsFilter(spec bson.D) (bson.D, bool) {
+// withoutPartialFilter returns spec without its partialFilterExpression when
+// spec is not unique, or is unique and the filter is {f: {$exists: true}}
+// for a field f of its key.
+func withoutPartialFilter(spec bson.D) (bson.D, bool) {
 	var key, filter bson.D
-	unique := false
+	unique, partial := false, false
 	for _, e := range spec {
 		switch e.Key {
 		case "key":
 			key, _ = e.Value.(bson.D)
 		case "partialFilterExpression":
 			filter, _ = e.Value.(bson.D)
+			partial = true
 		case "unique":
 			unique, _ = e.Value.(bool)
 		}
 	}
-	if !unique || len(filter) != 1 {
+	if !partial {
+		return nil, false
+	}
+	strip := slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" })
+	if !unique {
+		return strip, true
+	}
+	if len(filter) != 1 {
 		return nil, false
 	}
 	cond, _ := filter[0].Value.(bson.D)
@@ -353,5 +363,5 @@ func withoutExistsFilter(spec bson.D) (bson.D, bool) {
 	if !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
 		return nil, false
 	}
-	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
+	return strip, true
 }
