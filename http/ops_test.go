@@ -142,7 +142,7 @@ func TestUnknownRoute(t *testing.T) {
 }
 
 // TestOverload: past MaxInFlight concurrent requests the server answers
-// 503 at once instead of queueing.
+// 503 at once instead of queueing, except to the probes and the scrape.
 func TestOverload(t *testing.T) {
 	e := newEnv(t, func(c *orderhttp.Config) { c.MaxInFlight = 1 })
 	e.reads.put(summary("o-1", 1))
@@ -152,6 +152,12 @@ func TestOverload(t *testing.T) {
 	<-e.reads.entered // the first request holds the only slot
 
 	wantProblem(t, e.get(t, "/v1/orders/o-1"), http.StatusServiceUnavailable, "/problems/overloaded")
+	// The probes and the scrape still answer: a busy instance is alive.
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		if rec := e.get(t, path); rec.Code != http.StatusOK {
+			t.Errorf("%s while overloaded: %d %s, want 200", path, rec.Code, rec.Body)
+		}
+	}
 
 	close(e.reads.release)
 	if rec := <-done; rec.Code != http.StatusOK {

@@ -211,11 +211,18 @@ func dropInvalidRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // inFlightLimit answers 503 instead of queueing when max requests are
-// already being served.
+// already being served. /healthz, /readyz and /metrics are never limited:
+// a liveness probe refused while the instance is only busy would have the
+// kubelet restart it, dropping its relay queue and every request in
+// flight.
 func inFlightLimit(max int) echo.MiddlewareFunc {
 	sem := make(chan struct{}, max)
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
+			switch c.Request().URL.Path {
+			case "/healthz", "/readyz", "/metrics":
+				return next(c)
+			}
 			select {
 			case sem <- struct{}{}:
 				defer func() { <-sem }()
