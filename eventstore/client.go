@@ -85,6 +85,19 @@ func (r *Reachability) heartbeat(connectionID string, ok bool) {
 	}
 }
 
+// Ready is the store's readiness check: nil unless it is down. A replica
+// set electing a primary is not down (its members answer their
+// heartbeats), and commands wait the election out in server selection
+// (ServerSelectionTimeout), so an instance stays ready through it instead
+// of leaving the load balancer for the 10–12 s a ping would fail. Errors:
+// domain.ErrUnavailable.
+func (r *Reachability) Ready(context.Context) error {
+	if r.Down() {
+		return fmt.Errorf("store: every member failed its heartbeat: %w", domain.ErrUnavailable)
+	}
+	return nil
+}
+
 // Down reports whether every known member failed its last heartbeat.
 func (r *Reachability) Down() bool {
 	r.mu.Lock()

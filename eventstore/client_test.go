@@ -104,7 +104,7 @@ func TestReachability(t *testing.T) {
 	if err := c.Ping(t.Context(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if reach.Down() {
+	if reach.Down() || reach.Ready(t.Context()) != nil {
 		t.Fatal("down while the store answers")
 	}
 	inFlight, done, err := reach.Bound(t.Context())
@@ -126,6 +126,9 @@ func TestReachability(t *testing.T) {
 	if _, _, err := reach.Bound(t.Context()); !errors.Is(err, domain.ErrUnavailable) {
 		t.Errorf("bound while down: %v, want ErrUnavailable", err)
 	}
+	if err := reach.Ready(t.Context()); !errors.Is(err, domain.ErrUnavailable) {
+		t.Errorf("ready while down: %v, want ErrUnavailable", err)
+	}
 
 	store, err = embedded.StartStore(dir, addr, nil)
 	if err != nil {
@@ -137,5 +140,31 @@ func TestReachability(t *testing.T) {
 		t.Errorf("bound after the store came back: %v", err)
 	} else {
 		done()
+	}
+}
+
+// TestReachabilityElectingIsReady: members that answer their heartbeats
+// while none is primary (a replica set electing) leave the store ready:
+// commands wait the election out, and the instance stays in the load
+// balancer. Only every member failing makes it unready.
+func TestReachabilityElectingIsReady(t *testing.T) {
+	reach := eventstore.NewReachability()
+	mon := reach.ServerMonitor()
+	secondary := event.ServerDescription{Kind: "RSSecondary"}
+	for _, member := range []string{"mongo-0:27017", "mongo-1:27017", "mongo-2:27017"} {
+		mon.ServerHeartbeatSucceeded(&event.ServerHeartbeatSucceededEvent{ConnectionID: member + "[-1]", Reply: secondary})
+	}
+	if err := reach.Ready(t.Context()); err != nil {
+		t.Fatalf("electing: %v, want ready", err)
+	}
+	for _, member := range []string{"mongo-0:27017", "mongo-1:27017"} {
+		mon.ServerHeartbeatFailed(&event.ServerHeartbeatFailedEvent{ConnectionID: member + "[-2]"})
+	}
+	if err := reach.Ready(t.Context()); err != nil {
+		t.Fatalf("one member answering: %v, want ready", err)
+	}
+	mon.ServerHeartbeatFailed(&event.ServerHeartbeatFailedEvent{ConnectionID: "mongo-2:27017[-2]"})
+	if err := reach.Ready(t.Context()); !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("every member failing: %v, want ErrUnavailable", err)
 	}
 }

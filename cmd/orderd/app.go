@@ -226,7 +226,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jc, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
-	ready := readyChecks(r, store.Ping, m.busConnected)
+	ready := readyChecks(r, reach.Ready, m.busConnected)
 	if r.api {
 		var cache domain.StateCache
 		if c.CacheSize > 0 {
