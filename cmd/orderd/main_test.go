@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/orderd/orderd/cmd/orderd/olist"
 )
 
@@ -335,6 +337,12 @@ func TestMain_EndToEnd(t *testing.T) {
 	id := placed.OrderID
 	if id == "" || placed.Version != 1 || placed.Status != "created" {
 		t.Fatalf("place: %v", r)
+	}
+	// Random, not time-ordered: the log is range-sharded by stream_id
+	// (deployments/sharding.md), and ordered ids would all land in the
+	// top chunk.
+	if u, err := uuid.Parse(id); err != nil || u.Version() != 4 {
+		t.Errorf("server-made order id %q: version %v (%v), want a random UUID (version 4)", id, u.Version(), err)
 	}
 	if got := r.Header.Get("Location"); got != "/v1/orders/"+id {
 		t.Errorf("Location %q, want /v1/orders/%s", got, id)
