@@ -162,7 +162,8 @@ func (r *Relay) publishLoop(ctx context.Context) {
 		batch = r.fill(batch)
 		if len(batch) > 0 {
 			acked, err := r.out.send(ctx, batch, r.cfg.AckTimeout)
-			if dropped := r.marks.add(acked); dropped > 0 {
+			if dropped := r.marks.add(ctx, acked); dropped > 0 {
+				// Only when stopping: the markers had no room before the end.
 				r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
 			}
 			if err != nil {
@@ -254,35 +255,51 @@ func (r *Relay) markLoop(ctx context.Context, published <-chan struct{}) {
 }
 
 // markQueue holds the ids of commits published and acknowledged but not
-// yet marked, at most limit of them.
+// yet marked, at most limit of them. A publish round that finds it full
+// waits for room: the markers are the store's writes, and a publisher
+// that ran ahead of them would only drop them and leave their commits to
+// be republished by the sweep.
 type markQueue struct {
 	mu    sync.Mutex
 	ids   []string
 	limit int
-	ready chan struct{}
+	ready chan struct{} // something was queued
+	room  chan struct{} // something was taken
 }
 
 func newMarkQueue(limit int) *markQueue {
-	return &markQueue{limit: limit, ready: make(chan struct{}, 1)}
+	return &markQueue{limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
-// add queues ids and returns how many of them did not fit.
-func (q *markQueue) add(ids []string) (dropped int) {
-	if len(ids) == 0 {
-		return 0
+// add queues ids, waiting for room while the queue is full. It returns how
+// many did not fit before ctx was done.
+func (q *markQueue) add(ctx context.Context, ids []string) (dropped int) {
+	for len(ids) > 0 {
+		q.mu.Lock()
+		n := min(max(q.limit-len(q.ids), 0), len(ids))
+		q.ids = append(q.ids, ids[:n]...)
+		q.mu.Unlock()
+		ids = ids[n:]
+		if n > 0 {
+			signal(q.ready)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		select {
+		case <-q.room:
+		case <-ctx.Done():
+			return len(ids)
+		}
 	}
-	q.mu.Lock()
-	room := max(q.limit-len(q.ids), 0)
-	if len(ids) > room {
-		dropped, ids = len(ids)-room, ids[:room]
-	}
-	q.ids = append(q.ids, ids...)
-	q.mu.Unlock()
+	return 0
+}
+
+func signal(c chan struct{}) {
 	select {
-	case q.ready <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
-	return dropped
 }
 
 // take removes and returns up to n queued ids, oldest first.
@@ -292,6 +309,9 @@ func (q *markQueue) take(n int) []string {
 	n = min(n, len(q.ids))
 	out := slices.Clone(q.ids[:n])
 	q.ids = q.ids[n:]
+	if n > 0 {
+		signal(q.room)
+	}
 	return out
 }
 
