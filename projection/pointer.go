@@ -62,8 +62,22 @@ func NewPointers(db *mongo.Database) *Pointers {
 // this process read it less than maxAge ago. A projection never rebuilt
 // points at def.Collection. A cached pointer is only replaced by one of a
 // higher generation, so one process never goes back to an older
-// collection.
+// collection. When the read fails Get fails, however recent its cached
+// copy: a writer acting on it could write a collection a rebuild has
+// retired, and its upsert would re-create the collection after the drop,
+// where nothing drops it again. Errors: domain.ErrUnavailable.
 func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge time.Duration) (Pointer, error) {
+	return ps.get(ctx, name, collection, maxAge, false)
+}
+
+// Last is Get for readers: when the read fails it returns the pointer this
+// process read last, if any, so a store that is away for a moment keeps
+// serving reads from what it served.
+func (ps *Pointers) Last(ctx context.Context, name, collection string, maxAge time.Duration) (Pointer, error) {
+	return ps.get(ctx, name, collection, maxAge, true)
+}
+
+func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge time.Duration, orLast bool) (Pointer, error) {
 	ps.mu.Lock()
 	c, ok := ps.cache[name]
 	ps.mu.Unlock()
@@ -76,8 +90,8 @@ func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge tim
 	case errors.Is(err, mongo.ErrNoDocuments):
 		p = Pointer{Projection: name, Active: collection}
 	case err != nil:
-		if ok {
-			return c.p, nil // the store is away: keep reading what we read
+		if ok && orLast {
+			return c.p, nil
 		}
 		return Pointer{}, fmt.Errorf("pointer of %s: %w", name, mongoerr.Translate(err))
 	}

@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // TestPointerWritesCompareAndSetTheGeneration: a pointer write made from a
@@ -100,5 +104,39 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	want.Shadow, want.ShadowJob, want.Generation = base+"_c", "job-c", newer.Generation+1
 	if len(seen) != 2 || seen[1] != want.Generation || got != want || stored() != want {
 		t.Errorf("Update over a concurrent write: read generations %v, returned %+v, stored %+v, want %+v", seen, got, stored(), want)
+	}
+}
+
+// TestWritersNeverActOnAPointerTheyCouldNotRead: with the store stopped, a
+// projection's writers get an error instead of the pointer this process
+// read before (which may name a collection a rebuild has since retired:
+// an upsert there would re-create it after its drop), and its readers keep
+// the pointer they had.
+func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
+	store, err := embedded.StartStore(t.TempDir(), "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := mongo.Connect(options.Client().ApplyURI(store.URI).SetServerSelectionTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	db := c.Database("pointers")
+	p := NewProjection(db, OrderSummaries, nil, nil, NewPointers(db))
+	read, err := p.Pointer(t.Context(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	_ = store.Close()
+	if _, _, err := p.Apply(t.Context(), []domain.Event{{StreamID: "o-1", Version: 1}}, false); !errors.Is(err, domain.ErrUnavailable) {
+		t.Errorf("apply with the store stopped: %v, want ErrUnavailable before any write", err)
+	}
+	if got, err := p.pointers.Get(t.Context(), OrderSummaries.Name, OrderSummaries.Collection, 0); err == nil {
+		t.Errorf("a writer's pointer with the store stopped: %+v, want an error", got)
+	}
+	if got, err := p.pointers.Last(t.Context(), OrderSummaries.Name, OrderSummaries.Collection, 0); err != nil || got != read {
+		t.Errorf("a reader's pointer with the store stopped: %+v, %v; want %+v, the one read before", got, err, read)
 	}
 }

@@ -96,7 +96,7 @@ func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Poin
 
 // Active returns the store of the collection readers read.
 func (p *Projection[D]) Active(ctx context.Context) (*ReadModel[D], error) {
-	ptr, err := p.Pointer(ctx, readerPointerAge)
+	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
 	if err != nil {
 		return nil, err
 	}
