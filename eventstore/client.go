@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"go.mongodb.org/mongo-driver/v2/mongo/readconcern"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
@@ -26,16 +27,27 @@ const ServerSelectionTimeout = 15 * time.Second
 // ClientOptions returns the MongoDB client options of every role, for the
 // connection string uri. Writes are acknowledged by a majority of the
 // replica set, journaled (w:majority, j:true), and reads see only
-// majority-committed data (readConcern majority), so nothing a failover
-// can roll back is answered to a client, published by the relay, or
-// folded into a read model (DESIGN.md §8). The URI cannot weaken them; it
-// may set serverSelectionTimeoutMS (default ServerSelectionTimeout).
+// majority-committed data (readConcern majority) from the primary, so
+// nothing a failover can roll back is answered to a client, published by
+// the relay, or folded into a read model (DESIGN.md §8); writes and reads
+// are retried once across an election. The URI cannot weaken any of
+// these (w, j, readConcernLevel, readPreference, retryWrites and
+// retryReads in it are overridden); it may set serverSelectionTimeoutMS
+// (default ServerSelectionTimeout) and maxPoolSize (default
+// DefaultMaxPoolSize).
 func ClientOptions(uri string) *options.ClientOptions {
 	journal := true
-	return options.Client().SetServerSelectionTimeout(ServerSelectionTimeout).ApplyURI(uri).
-		SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &journal}).
-		SetReadConcern(readconcern.Majority())
+	o := options.Client().SetServerSelectionTimeout(ServerSelectionTimeout).SetMaxPoolSize(DefaultMaxPoolSize).ApplyURI(uri)
+	return o.SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &journal}).
+		SetReadConcern(readconcern.Majority()).SetReadPreference(readpref.Primary()).
+		SetRetryWrites(true).SetRetryReads(true)
 }
+
+// DefaultMaxPoolSize is the most connections a client opens to each member
+// [1100]: above the 1,024 requests an API instance serves at once (the
+// driver's default, 100, would make the others wait for a connection
+// behind reads) plus the background roles' own.
+const DefaultMaxPoolSize = 1100
 
 // Reachability follows the driver's heartbeats to tell a store that is
 // down (every known member failed its last heartbeat) from one that is

@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -29,6 +30,31 @@ func (c *commands) monitor() *event.CommandMonitor {
 		defer c.mu.Unlock()
 		c.sent[e.CommandName] = append(c.sent[e.CommandName], e.Command)
 	}}
+}
+
+// TestClientOptionsKeepTheGuarantees: a URI that would read from
+// secondaries, turn retries off or lower the concerns gets the service's
+// settings back; the pool and server selection it may set.
+func TestClientOptionsKeepTheGuarantees(t *testing.T) {
+	o := eventstore.ClientOptions("mongodb://db1,db2/?replicaSet=rs0&readPreference=secondaryPreferred&retryWrites=false&retryReads=false&w=1&journal=false&readConcernLevel=local")
+	if o.ReadPreference == nil || o.ReadPreference.Mode() != readpref.PrimaryMode {
+		t.Errorf("read preference %v, want primary", o.ReadPreference)
+	}
+	if o.RetryWrites == nil || !*o.RetryWrites || o.RetryReads == nil || !*o.RetryReads {
+		t.Errorf("retryWrites %v, retryReads %v, want both on", o.RetryWrites, o.RetryReads)
+	}
+	if o.WriteConcern == nil || o.WriteConcern.W != "majority" || o.WriteConcern.Journal == nil || !*o.WriteConcern.Journal {
+		t.Errorf("write concern %+v, want w:majority, j:true", o.WriteConcern)
+	}
+	if o.ReadConcern == nil || o.ReadConcern.Level != "majority" {
+		t.Errorf("read concern %+v, want majority", o.ReadConcern)
+	}
+	if o.MaxPoolSize == nil || *o.MaxPoolSize != eventstore.DefaultMaxPoolSize {
+		t.Errorf("pool %v, want %d by default", o.MaxPoolSize, eventstore.DefaultMaxPoolSize)
+	}
+	if o := eventstore.ClientOptions("mongodb://db1/?maxPoolSize=50&serverSelectionTimeoutMS=2000"); *o.MaxPoolSize != 50 || *o.ServerSelectionTimeout != 2*time.Second {
+		t.Errorf("the URI's pool %d and server selection %v, want 50 and 2s", *o.MaxPoolSize, *o.ServerSelectionTimeout)
+	}
 }
 
 // TestClientSendsMajorityConcerns: every write the event log, its leases
