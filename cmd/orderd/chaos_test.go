@@ -628,6 +628,46 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 		f.Acked, kills, midBatch, injected, f.Events, f.Drift)
 }
 
+// TestChaos_KillWholeServiceMidCommand runs the whole service as one
+// process (every role) and SIGKILLs it every couple of seconds under
+// concurrent commands, a tenth of the steps sent as races of two
+// conditional commands (If-Match) on one order, every command with its
+// own Idempotency-Key. Commands in flight at a kill go unanswered; the
+// client retries them with the same key once the process is back, and a
+// retry of a command that was committed must answer its first result. The
+// run ends with the three checks of guarantees: every acknowledged
+// command once in the log at the version it was answered with, no commit
+// of a command nobody acknowledged, every event in NATS, read models equal
+// to the fold.
+func TestChaos_KillWholeServiceMidCommand(t *testing.T) {
+	loadFor, every := 12*time.Second, 2*time.Second
+	if *chaosLong {
+		loadFor, every = 40*time.Second, 3*time.Second
+	}
+	c := newCluster(t)
+	all := c.add("all", "api,relay,projector,jobs")
+	wait, done := runLoad(t, loadgen.Config{URLs: []string{all.url()}, Orders: 100_000, Duration: loadFor,
+		Concurrency: 8, ConflictRate: 0.1, Seed: 7, RunID: "whole", RetryFor: time.Minute})
+	kills := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-time.After(every):
+			c.restart(all)
+			kills++
+			t.Logf("killed and restarted the whole service (%d)", kills)
+		}
+	}
+	rep := wait()
+	if kills < 3 || rep.Acked == 0 || rep.Races == 0 {
+		t.Fatalf("the run proved little: %d kills, %d commands acknowledged, %d races", kills, rep.Acked, rep.Races)
+	}
+	f := c.guarantees(all, "whole-", rep.Acks, rep.Unknown, nil)
+	t.Logf("GUARANTEES kill-whole-service: %d commands acknowledged, %d kills, %d of unknown outcome, %d events, drift %d",
+		f.Acked, kills, len(rep.Unknown), f.Events, f.Drift)
+}
+
 // send sends one command with its own Idempotency-Key and returns the
 // answer and how long it took.
 func send(p *proc, method, path, key, body string) (response, time.Duration, error) {
