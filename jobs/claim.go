@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // errLeaseLost: this runner's lease ran out before a renewal got through
@@ -66,7 +66,7 @@ func (j *Jobs) tryClaim(ctx context.Context, t domain.Task, owner string, ttl ti
 	}}}
 	res, err := j.tasks.UpdateOne(ctx, free, update)
 	if err != nil {
-		return nil, fmt.Errorf("claim %s: %w", t.ID, mongoerr.Translate(err))
+		return nil, fmt.Errorf("claim %s: %w", t.ID, mongodb.Translate(err))
 	}
 	if res.MatchedCount == 0 {
 		return nil, nil
@@ -115,7 +115,7 @@ func (c *claim) write(ctx context.Context, set bson.D) error {
 	res, err := c.jobs.tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: c.id}, {Key: "epoch", Value: c.epoch}},
 		bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return fmt.Errorf("update %s: %w", c.id, mongoerr.Translate(err))
+		return fmt.Errorf("update %s: %w", c.id, mongodb.Translate(err))
 	}
 	if res.MatchedCount == 0 {
 		return errLeaseLost

@@ -17,7 +17,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -99,10 +99,10 @@ func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
 func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
 	if _, err := j.tasks.InsertOne(ctx, domain.Task{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}); err != nil {
-		return fmt.Errorf("%s job: %w", job.Kind, mongoerr.Translate(err))
+		return fmt.Errorf("%s job: %w", job.Kind, mongodb.Translate(err))
 	}
 	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
-		return fmt.Errorf("%s job: %w", job.Kind, mongoerr.Translate(err))
+		return fmt.Errorf("%s job: %w", job.Kind, mongodb.Translate(err))
 	}
 	return nil
 }
@@ -116,7 +116,7 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 		return domain.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("job %s: %w", id, mongoerr.Translate(err))
+		return domain.Job{}, fmt.Errorf("job %s: %w", id, mongodb.Translate(err))
 	}
 	tasks, err := j.jobTasks(ctx, id)
 	if err != nil {
@@ -157,11 +157,11 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) {
 	cur, err := j.tasks.Find(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("tasks of %s: %w", job, mongoerr.Translate(err))
+		return nil, fmt.Errorf("tasks of %s: %w", job, mongodb.Translate(err))
 	}
 	tasks := []domain.Task{}
 	if err := cur.All(ctx, &tasks); err != nil {
-		return nil, fmt.Errorf("tasks of %s: %w", job, mongoerr.Translate(err))
+		return nil, fmt.Errorf("tasks of %s: %w", job, mongodb.Translate(err))
 	}
 	// Partitions in order, the finish last.
 	rank := func(t domain.Task) int {
@@ -201,7 +201,7 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 	res, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("cancel %s: %w", id, mongoerr.Translate(err))
+		return domain.Job{}, fmt.Errorf("cancel %s: %w", id, mongodb.Translate(err))
 	}
 	if res.MatchedCount == 0 {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
@@ -217,7 +217,7 @@ func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
 	}
 	err := j.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "cancel_requested", Value: 1}})).Decode(&job)
 	if err != nil {
-		return false, fmt.Errorf("cancel request of %s: %w", id, mongoerr.Translate(err))
+		return false, fmt.Errorf("cancel request of %s: %w", id, mongodb.Translate(err))
 	}
 	return job.CancelRequested, nil
 }
@@ -231,7 +231,7 @@ func (j *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKin
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, mongodb.Translate(err))
 	}
 	return &job, nil
 }
@@ -246,7 +246,7 @@ func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, 
 		set = append(set, bson.E{Key: "report", Value: report})
 	}
 	if _, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-		return fmt.Errorf("finish job %s: %w", id, mongoerr.Translate(err))
+		return fmt.Errorf("finish job %s: %w", id, mongodb.Translate(err))
 	}
 	return nil
 }

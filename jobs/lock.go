@@ -10,7 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // lockDoc is a projection's rebuild lock: the job holding it, since when.
@@ -31,21 +31,21 @@ func (j *Jobs) lock(ctx context.Context, projection, job string) error {
 			return nil
 		}
 		if !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("rebuild lock of %s: %w", projection, mongoerr.Translate(err))
+			return fmt.Errorf("rebuild lock of %s: %w", projection, mongodb.Translate(err))
 		}
 		var l lockDoc
 		if err := j.locks.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&l); err != nil {
 			if errors.Is(err, mongo.ErrNoDocuments) {
 				continue
 			}
-			return fmt.Errorf("rebuild lock of %s: %w", projection, mongoerr.Translate(err))
+			return fmt.Errorf("rebuild lock of %s: %w", projection, mongodb.Translate(err))
 		}
 		held, err := j.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: l.Job}}).Raw()
 		switch {
 		case errors.Is(err, mongo.ErrNoDocuments) && j.now().Sub(l.Since) < time.Minute:
 			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
 		case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
-			return fmt.Errorf("rebuild lock of %s: %w", projection, mongoerr.Translate(err))
+			return fmt.Errorf("rebuild lock of %s: %w", projection, mongodb.Translate(err))
 		case err == nil && !domain.JobState(held.Lookup("state").StringValue()).Final():
 			return fmt.Errorf("rebuild %s: %w", l.Job, domain.ErrJobRunning)
 		}
@@ -59,7 +59,7 @@ func (j *Jobs) lock(ctx context.Context, projection, job string) error {
 func (j *Jobs) unlock(ctx context.Context, projection, job string) error {
 	_, err := j.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + projection}, {Key: "job_id", Value: job}})
 	if err != nil {
-		return fmt.Errorf("rebuild lock of %s: %w", projection, mongoerr.Translate(err))
+		return fmt.Errorf("rebuild lock of %s: %w", projection, mongodb.Translate(err))
 	}
 	return nil
 }

@@ -12,8 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
 	"github.com/orderd/orderd/internal/pause"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -53,7 +53,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 		domain.Task{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
 	}
 	if _, err := j.tasks.InsertMany(ctx, tasks); err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", name, mongoerr.Translate(err))
+		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", name, mongodb.Translate(err))
 	}
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
@@ -83,7 +83,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			p.Shadow, p.ShadowJob = "", ""
 			return true, nil
 		})
-		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, mongoerr.Translate(err)), perr)
+		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, mongodb.Translate(err)), perr)
 	}
 	return job, nil
 }
@@ -95,7 +95,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 	save := func(set bson.D) error {
 		if _, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
+			return fmt.Errorf("plan %s: %w", job.ID, mongodb.Translate(err))
 		}
 		return nil
 	}
@@ -122,7 +122,7 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 		name := "part-" + strconv.Itoa(i)
 		_, err := j.tasks.InsertOne(ctx, domain.Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
 		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
+			return fmt.Errorf("plan %s: %w", job.ID, mongodb.Translate(err))
 		}
 	}
 	if job.TotalCommits == 0 {
@@ -260,7 +260,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		res, err := w.jobs.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}})
 		if err != nil {
-			return fmt.Errorf("rebuild %s: %w", job.ID, mongoerr.Translate(err))
+			return fmt.Errorf("rebuild %s: %w", job.ID, mongodb.Translate(err))
 		}
 		if res.MatchedCount == 0 && !committed {
 			return errJobCanceled // requested since the verify's last checkpoint
@@ -325,7 +325,7 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 	}
 	if _, err := w.jobs.tasks.UpdateMany(ctx, bson.D{{Key: "job", Value: job.ID}, {Key: "state", Value: taskPending}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: taskCanceled}}}}); err != nil {
-		return fmt.Errorf("cancel tasks of %s: %w", job.ID, mongoerr.Translate(err))
+		return fmt.Errorf("cancel tasks of %s: %w", job.ID, mongodb.Translate(err))
 	}
 	if job.CancelRequested {
 		if err := w.jobs.finishJob(ctx, job.ID, domain.StateCanceled, "", nil); err != nil {

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -193,11 +193,11 @@ func (w *Worker) setRunning(id string, on bool) {
 func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
 	cur, err := w.jobs.tasks.Find(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{taskPending, taskRunning}}}}})
 	if err != nil {
-		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
+		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongodb.Translate(err))
 	}
 	var open []domain.Task
 	if err := cur.All(ctx, &open); err != nil {
-		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
+		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongodb.Translate(err))
 	}
 	now := w.jobs.now()
 	jobs := map[string]*domain.Job{}

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // DeadLettersCollection holds the events a projection could not apply.
@@ -31,7 +31,7 @@ func NewDeadLetters(db *mongo.Database) *DeadLetters {
 func (s *DeadLetters) Park(ctx context.Context, d domain.DeadLetter) error {
 	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, d, options.Replace().SetUpsert(true))
 	if err != nil {
-		return fmt.Errorf("park %s: %w", d.ID, mongoerr.Translate(err))
+		return fmt.Errorf("park %s: %w", d.ID, mongodb.Translate(err))
 	}
 	return nil
 }
@@ -45,11 +45,11 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 	}
 	cur, err := s.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "parked_at", Value: 1}}).SetLimit(limit))
 	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list dead letters: %w", mongodb.Translate(err))
 	}
 	out := []domain.DeadLetter{}
 	if err := cur.All(ctx, &out); err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list dead letters: %w", mongodb.Translate(err))
 	}
 	return out, nil
 }
@@ -58,7 +58,7 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 func (s *DeadLetters) Count(ctx context.Context, projection string) (int64, error) {
 	n, err := s.coll.CountDocuments(ctx, bson.D{{Key: "projection", Value: projection}})
 	if err != nil {
-		return 0, fmt.Errorf("count dead letters: %w", mongoerr.Translate(err))
+		return 0, fmt.Errorf("count dead letters: %w", mongodb.Translate(err))
 	}
 	return n, nil
 }
@@ -74,7 +74,7 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 		return fmt.Errorf("dead letter %s: %w", id, domain.ErrNotFound)
 	}
 	if err != nil {
-		return fmt.Errorf("dead letter %s: %w", id, mongoerr.Translate(err))
+		return fmt.Errorf("dead letter %s: %w", id, mongodb.Translate(err))
 	}
 	e, err := domain.UnmarshalEvent([]byte(d.Payload))
 	if err == nil {
@@ -84,12 +84,12 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 		_, uerr := s.coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: bson.D{
 			{Key: "retried_at", Value: time.Now().UTC()}, {Key: "retry_result", Value: err.Error()}}}})
 		if errors.Is(err, domain.ErrUnavailable) {
-			return errors.Join(fmt.Errorf("retry %s: %w", id, err), mongoerr.Translate(uerr))
+			return errors.Join(fmt.Errorf("retry %s: %w", id, err), mongodb.Translate(uerr))
 		}
-		return errors.Join(fmt.Errorf("retry %s: %w: %w", id, domain.ErrRetryFailed, err), mongoerr.Translate(uerr))
+		return errors.Join(fmt.Errorf("retry %s: %w: %w", id, domain.ErrRetryFailed, err), mongodb.Translate(uerr))
 	}
 	if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
-		return fmt.Errorf("retry %s: delete: %w", id, mongoerr.Translate(err))
+		return fmt.Errorf("retry %s: delete: %w", id, mongodb.Translate(err))
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // PartitionsCollection holds one lease document per partition of each
@@ -99,7 +99,7 @@ func (t *partitionTable) ensure(ctx context.Context, n int) error {
 		_, err := t.parts.InsertOne(ctx, partitionDoc{ID: partitionID(t.projection, p), Projection: t.projection, Partition: p,
 			ExpiresAt: time.Unix(0, 0).UTC()})
 		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("create partition %s: %w", partitionID(t.projection, p), mongoerr.Translate(err))
+			return fmt.Errorf("create partition %s: %w", partitionID(t.projection, p), mongodb.Translate(err))
 		}
 	}
 	return nil
@@ -126,7 +126,7 @@ func (t *partitionTable) heartbeat(ctx context.Context, stats []partitionStat) e
 		bson.D{{Key: "$set", Value: bson.D{{Key: "projection", Value: t.projection}, {Key: "owner", Value: t.owner},
 			{Key: "expires_at", Value: t.now().UTC().Add(t.ttl)}, {Key: "partitions", Value: stats}}}}, options.UpdateOne().SetUpsert(true))
 	if err != nil {
-		return fmt.Errorf("heartbeat %s/%s: %w", t.projection, t.owner, mongoerr.Translate(err))
+		return fmt.Errorf("heartbeat %s/%s: %w", t.projection, t.owner, mongodb.Translate(err))
 	}
 	return nil
 }
@@ -135,7 +135,7 @@ func (t *partitionTable) heartbeat(ctx context.Context, stats []partitionStat) e
 func (t *partitionTable) leave(ctx context.Context) error {
 	_, err := t.members.DeleteOne(ctx, bson.D{{Key: "_id", Value: t.projection + "/" + t.owner}})
 	if err != nil {
-		return fmt.Errorf("leave %s/%s: %w", t.projection, t.owner, mongoerr.Translate(err))
+		return fmt.Errorf("leave %s/%s: %w", t.projection, t.owner, mongodb.Translate(err))
 	}
 	return nil
 }
@@ -166,11 +166,11 @@ func (t *partitionTable) live(ctx context.Context) ([]memberDoc, error) {
 func findOf[T any](ctx context.Context, coll *mongo.Collection, projection, what string) ([]T, error) {
 	cur, err := coll.Find(ctx, bson.D{{Key: "projection", Value: projection}})
 	if err != nil {
-		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongodb.Translate(err))
 	}
 	var docs []T
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("%s of %s: %w", what, projection, mongodb.Translate(err))
 	}
 	return docs, nil
 }
@@ -190,7 +190,7 @@ func (t *partitionTable) claim(ctx context.Context, p int, now time.Time) (bool,
 			{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}}},
 			{Key: "$inc", Value: bson.D{{Key: "epoch", Value: int64(1)}}}})
 	if err != nil {
-		return false, fmt.Errorf("claim partition %s: %w", partitionID(t.projection, p), mongoerr.Translate(err))
+		return false, fmt.Errorf("claim partition %s: %w", partitionID(t.projection, p), mongodb.Translate(err))
 	}
 	return res.MatchedCount == 1, nil
 }
@@ -207,7 +207,7 @@ func (t *partitionTable) renew(ctx context.Context, ps []int, now time.Time) ([]
 	res, err := t.parts.UpdateMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}, {Key: "owner", Value: t.owner}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "expires_at", Value: now.UTC().Add(t.ttl)}, {Key: "renewed_at", Value: now.UTC()}}}})
 	if err != nil {
-		return nil, fmt.Errorf("renew partitions of %s: %w", t.projection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("renew partitions of %s: %w", t.projection, mongodb.Translate(err))
 	}
 	if int(res.MatchedCount) == len(ps) {
 		return ps, nil
@@ -233,7 +233,7 @@ func (t *partitionTable) release(ctx context.Context, p int) error {
 	_, err := t.parts.UpdateOne(ctx, bson.D{{Key: "_id", Value: partitionID(t.projection, p)}, {Key: "owner", Value: t.owner}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "owner", Value: ""}, {Key: "expires_at", Value: time.Unix(0, 0).UTC()}}}})
 	if err != nil {
-		return fmt.Errorf("release partition %s: %w", partitionID(t.projection, p), mongoerr.Translate(err))
+		return fmt.Errorf("release partition %s: %w", partitionID(t.projection, p), mongodb.Translate(err))
 	}
 	return nil
 }
