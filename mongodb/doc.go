@@ -1,6 +1,26 @@
-// Package mongodb is the MongoDB adapter: the MongoDB code of the service
-// that is not the event log's or the read models' lives here, and it speaks
-// the domain's types and errors to the packages that use it.
+// Package mongodb is the MongoDB adapter: the lease every instance takes
+// turns under, and the translation of the driver's errors, speaking the
+// domain's types and errors to the packages that use it.
+//
+// Invariant 6 (one job, one runner): Leases is the one lease
+// implementation. A lease is one document; a claim is one conditional
+// update whose filter includes the value it changes (a deadline in the
+// past, or this holder's name), so of any number of claimants exactly one
+// matches. Every claim raises the lease's epoch, the fencing token
+// (domain.Lease.Epoch): renewals, releases and fenced writes match only
+// {_id, owner, epoch} of the tenure making them, so a deposed holder's
+// are refused with domain.ErrLeaseLost and its late writes change
+// nothing. A holder that stops renewing loses the lease after its TTL;
+// Release hands it over at once. Lease wraps one named lease for a loop
+// that claims and renews it (the relay's sweeper).
+//
+// Durability (DESIGN.md §8): lease writes are w:majority, j:true whatever
+// the client's defaults, so no claim a failover can roll back is acted on.
+// No transaction, change stream or TTL index is used: each operation is
+// one document write or one updateMany, which MongoDB applies atomically
+// per document and the embedded store's funnel runs alone, so the leases
+// behave the same on MongoDB 6+ and on FerretDB 1.24; the conformance
+// suite (lease_test.go) proves it on any MONGODB_URI.
 //
 // Errors: Translate turns a driver error into the domain's vocabulary at
 // the boundary: a network error, a failed server selection, an exhausted
