@@ -34,6 +34,9 @@ var durable = func() *writeconcern.WriteConcern {
 // partitions (Partitions) and the jobs' tasks (Tasks) are all held through
 // it.
 //
+// Times a Lease carries are the holder's clock with its monotonic reading,
+// so a holder's fence does not move with the wall clock.
+//
 // Every write is one conditional update whose filter includes the value
 // it changes (claim-by-filter): a claim matches only a lease that is free,
 // expired, or already this holder's, and raises its epoch, the fencing
@@ -73,7 +76,7 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // it (or got it first). It costs one round trip, two when the lease has no
 // document yet or another holder has it.
 func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error) {
-	now := l.now().UTC()
+	now := l.now()
 	lease, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
 	if err != nil || ok {
 		return lease, ok, err
@@ -162,7 +165,7 @@ func fence(lease domain.Lease) bson.D {
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
 // passed to another tenure.
 func (l *Leases) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
-	now := l.now().UTC()
+	now := l.now()
 	res, err := l.coll.UpdateOne(ctx, fence(lease), l.renewal(now, ttl))
 	if err != nil {
 		return lease, fmt.Errorf("renew lease %s: %w", lease.Name, Translate(err))
@@ -195,7 +198,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 		}
 		return []domain.Lease{lease}, nil
 	}
-	now := l.now().UTC()
+	now := l.now()
 	tenures := make(bson.A, len(leases))
 	for i, lease := range leases {
 		tenures[i] = fence(lease)
