@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -96,7 +97,8 @@ type Runner struct {
 	store   applier
 	js      jetstream.JetStream
 	dead    *DeadLetters
-	table   *partitionTable
+	leases  Partitions
+	members *memberTable
 	cfg     RunnerConfig
 	log     *slog.Logger
 	metrics *Metrics
@@ -116,6 +118,7 @@ type Runner struct {
 // its workers have stopped.
 type tenure struct {
 	p      int
+	lease  domain.Lease    // as claimed: its epoch fences the renewals and the release
 	ctx    context.Context // the workers'; done once the partition stops
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -165,7 +168,8 @@ func (r *Runner) setLastError(err error) {
 func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
-		table: newPartitionTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
+		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: newMemberTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
+		writers: make(chan struct{}, cfg.Writers)}
 }
 
 func (c *RunnerConfig) setDefaults() {
@@ -239,7 +243,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.store.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	if err := r.table.ensure(ctx, r.cfg.Partitions); err != nil {
+	if err := r.leases.Ensure(ctx, r.cfg.Partitions); err != nil {
 		return err
 	}
 	for p := range r.cfg.Partitions {
