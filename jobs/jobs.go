@@ -24,9 +24,9 @@ import (
 
 // Collections of the jobs.
 const (
-	Collection      = "projection_jobs"      // one document per job
-	TasksCollection = "projection_job_tasks" // the claimable units of a job
-	LocksCollection = "projection_locks"     // one rebuild per projection
+	Collection      = "projection_jobs"       // one document per job
+	TasksCollection = mongodb.TasksCollection // the claimable units of a job
+	LocksCollection = "projection_locks"      // one rebuild per projection
 )
 
 // Task states.
@@ -62,6 +62,7 @@ type Jobs struct {
 	db       *mongo.Database
 	jobs     *mongo.Collection
 	tasks    *mongo.Collection
+	leases   TaskLeases
 	locks    *mongo.Collection
 	pointers *projection.Pointers
 	events   EventLog
@@ -74,7 +75,7 @@ type Jobs struct {
 // pointer documents ps keeps, reading log.
 func New(db *mongo.Database, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{db: db, jobs: db.Collection(Collection), tasks: db.Collection(TasksCollection),
-		locks:    db.Collection(LocksCollection),
+		leases: mongodb.NewTasks(db), locks: db.Collection(LocksCollection),
 		pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
