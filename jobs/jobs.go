@@ -19,7 +19,6 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projector"
 )
 
 // Collections of the jobs.
@@ -252,10 +251,18 @@ func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, 
 	return nil
 }
 
+// DeadLetterCounter counts a projection's dead letters. The MongoDB
+// adapter's *mongodb.DeadLetters implements it.
+type DeadLetterCounter interface {
+	Count(ctx context.Context, projection string) (int64, error)
+}
+
+var _ DeadLetterCounter = (*mongodb.DeadLetters)(nil)
+
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead *projector.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
+func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
 	var out []domain.ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name], 0)

@@ -1,6 +1,8 @@
-// Package mongodb is the MongoDB adapter: the lease every instance takes
-// turns under, and the translation of the driver's errors, speaking the
-// domain's types and errors to the packages that use it.
+// Package mongodb is the MongoDB adapter: the leases instances take turns
+// under (the relay's sweep, the projections' partitions, the jobs'
+// tasks), the projections' dead letters, and the translation of the
+// driver's errors. It speaks the domain's types and errors; the workers
+// (outbox, projector, jobs) use it through small interfaces of their own.
 //
 // Invariant 6 (one job, one runner): Leases is the one lease
 // implementation. A lease is one document; a claim is one conditional
@@ -11,8 +13,17 @@
 // {_id, owner, epoch} of the tenure making them, so a deposed holder's
 // are refused with domain.ErrLeaseLost and its late writes change
 // nothing. A holder that stops renewing loses the lease after its TTL;
-// Release hands it over at once. Lease wraps one named lease for a loop
-// that claims and renews it (the relay's sweeper).
+// Release hands it over at once. Three sets of leases use it:
+//
+//   - Lease: one named lease of the "leases" collection, for a loop that
+//     claims and renews it (the relay's sweeper, "relay").
+//   - Partitions: a projection's partitions in "projection_partitions",
+//     renewed all at once in one updateMany.
+//   - Tasks: the jobs' tasks in "projection_job_tasks", claimed at the
+//     epoch they were read at, with every checkpoint fenced by the claim.
+//
+// DeadLetters is the "dead_letters" collection: the events a projection
+// could not apply, parked with their error, listed and retried.
 //
 // Durability (DESIGN.md §8): lease writes are w:majority, j:true whatever
 // the client's defaults, so no claim a failover can roll back is acted on.

@@ -96,7 +96,7 @@ type Runner struct {
 	name    string
 	store   applier
 	js      jetstream.JetStream
-	dead    *DeadLetters
+	dead    DeadLetterStore
 	leases  Partitions
 	members *memberTable
 	cfg     RunnerConfig
@@ -165,7 +165,7 @@ func (r *Runner) setLastError(err error) {
 
 // NewRunner returns a Runner feeding the projection p; its partition
 // leases and members live in p's database.
-func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: newMemberTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
