@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/orderd/orderd/domain"
@@ -313,4 +314,150 @@ func TestLeaseTryAcquire(t *testing.T) {
 	}
 	try(a, "a right after b's release", true)
 	try(b, "b after a took over", false)
+}
+
+// A projection's partitions: created free, listed by partition, claimed
+// one at a time, renewed together, and released under their epochs.
+func TestPartitions(t *testing.T) {
+	ctx := t.Context()
+	db := storetest.Database(t)
+	parts := mongodb.NewPartitions(db, "sums")
+	other := mongodb.NewPartitions(db, "stats")
+	for _, s := range []*mongodb.Partitions{parts, parts, other} { // a second Ensure changes nothing
+		if err := s.Ensure(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list, err := parts.List(ctx, 4)
+	if err != nil || len(list) != 4 {
+		t.Fatalf("List = %d leases, %v; want 4", len(list), err)
+	}
+	for p, l := range list {
+		if l.Name != fmt.Sprintf("sums/%02d", p) || l.Held(time.Now()) || l.Epoch != 0 {
+			t.Errorf("partition %d = %+v; want sums/%02d, free, epoch 0", p, l, p)
+		}
+	}
+
+	a1, ok, err := parts.Claim(ctx, 1, "a", time.Minute)
+	if err != nil || !ok || a1.Epoch != 1 {
+		t.Fatalf("a claims partition 1: %+v, %v, %v", a1, ok, err)
+	}
+	a3, ok, err := parts.Claim(ctx, 3, "a", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("a claims partition 3: %v, %v", ok, err)
+	}
+	if _, ok, err := parts.Claim(ctx, 1, "b", time.Minute); err != nil || ok {
+		t.Fatalf("b claims a's partition 1: %v, %v; want false, nil", ok, err)
+	}
+	if l, err := other.List(ctx, 4); err != nil || l[1].Held(time.Now()) {
+		t.Fatalf("another projection's partition 1 = %+v, %v; want free", l[1], err)
+	}
+	renewed, err := parts.Renew(ctx, []domain.Lease{a1, a3}, time.Minute)
+	if err != nil || len(renewed) != 2 {
+		t.Fatalf("a renews 1 and 3: %d, %v", len(renewed), err)
+	}
+	list, err = parts.List(ctx, 4)
+	if err != nil || list[1].Holder != "a" || !list[1].Held(time.Now()) || list[3].Holder != "a" || list[0].Held(time.Now()) {
+		t.Fatalf("List after a's claims = %+v, %v", list, err)
+	}
+
+	if err := parts.Release(ctx, renewed[0]); err != nil {
+		t.Fatalf("a releases partition 1: %v", err)
+	}
+	b1, ok, err := parts.Claim(ctx, 1, "b", time.Minute)
+	if err != nil || !ok || b1.Epoch != 2 {
+		t.Fatalf("b claims the released partition 1: %+v, %v, %v; want epoch 2", b1, ok, err)
+	}
+	if err := parts.Release(ctx, a1); !errors.Is(err, domain.ErrLeaseLost) {
+		t.Fatalf("a releases partition 1 again, now b's: %v; want domain.ErrLeaseLost", err)
+	}
+	kept, err := parts.Renew(ctx, renewed, time.Minute)
+	if err != nil || len(kept) != 1 || kept[0].Name != a3.Name {
+		t.Fatalf("a renews 1 and 3 after b took 1: %+v, %v; want only 3", kept, err)
+	}
+}
+
+// A job's task is claimed at the epoch it was read at, by one of many
+// runners; the claim records the attempt, and a runner deposed by a
+// later claim writes nothing more.
+func TestTaskLeases(t *testing.T) {
+	ctx := t.Context()
+	db := storetest.Database(t)
+	tasks := mongodb.NewTasks(db)
+	read := domain.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
+	if _, err := db.Collection(mongodb.TasksCollection).InsertOne(ctx, read); err != nil {
+		t.Fatal(err)
+	}
+
+	const runners = 6
+	claims := make([]domain.Lease, runners)
+	wins := make([]bool, runners)
+	errs := make([]error, runners)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range runners {
+		wg.Go(func() {
+			<-start
+			_, claims[i], wins[i], errs[i] = tasks.Claim(ctx, read, fmt.Sprintf("w%d", i), 200*time.Millisecond, "running")
+		})
+	}
+	close(start)
+	wg.Wait()
+	var first domain.Lease
+	n := 0
+	for i := range runners {
+		if errs[i] != nil {
+			t.Errorf("runner %d: %v", i, errs[i])
+		}
+		if wins[i] {
+			n, first = n+1, claims[i]
+		}
+	}
+	if n != 1 || first.Epoch != 1 {
+		t.Fatalf("%d of %d runners claimed the task (epoch %d); want 1, at epoch 1", n, runners, first.Epoch)
+	}
+	var stored domain.Task
+	if err := db.Collection(mongodb.TasksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: read.ID}}).Decode(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.State != "running" || stored.Attempts != 1 || stored.Owner != first.Holder || len(stored.Resumes) != 1 ||
+		stored.Resumes[0].Cursor != "ord-7" || stored.StartedAt.IsZero() {
+		t.Fatalf("claimed task = %+v", stored)
+	}
+	if _, _, ok, err := tasks.Claim(ctx, stored, "late", time.Minute, "running"); err != nil || ok {
+		t.Fatalf("a claim of the held task: %v, %v; want false, nil", ok, err)
+	}
+
+	// The lease runs out; a claim of the task as read before the first
+	// claim is refused (stale epoch), one of the task as it is now wins.
+	time.Sleep(300 * time.Millisecond)
+	if _, _, ok, err := tasks.Claim(ctx, read, "stale", time.Minute, "running"); err != nil || ok {
+		t.Fatalf("a claim at the epoch before the first claim: %v, %v; want false, nil", ok, err)
+	}
+	claimed, second, ok, err := tasks.Claim(ctx, stored, "w9", time.Minute, "running")
+	if err != nil || !ok || second.Epoch != 2 || claimed.Attempts != 2 {
+		t.Fatalf("w9 claims the expired task: %+v, %+v, %v, %v", claimed, second, ok, err)
+	}
+	stored.Cursor = "ord-9"
+	if err := tasks.Checkpoint(ctx, first, stored); !errors.Is(err, domain.ErrLeaseLost) {
+		t.Fatalf("the deposed runner's checkpoint: %v; want domain.ErrLeaseLost", err)
+	}
+	if _, err := tasks.Renew(ctx, first, time.Minute); !errors.Is(err, domain.ErrLeaseLost) {
+		t.Fatalf("the deposed runner's renewal: %v; want domain.ErrLeaseLost", err)
+	}
+	if err := tasks.Finish(ctx, first, "done", ""); !errors.Is(err, domain.ErrLeaseLost) {
+		t.Fatalf("the deposed runner's finish: %v; want domain.ErrLeaseLost", err)
+	}
+	if err := tasks.Checkpoint(ctx, second, stored); err != nil {
+		t.Fatalf("w9's checkpoint: %v", err)
+	}
+	if err := tasks.Release(ctx, second, "stopping"); err != nil {
+		t.Fatalf("w9's release: %v", err)
+	}
+	if err := db.Collection(mongodb.TasksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: read.ID}}).Decode(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Cursor != "ord-9" || stored.Error != "stopping" || stored.LeaseUntil.After(time.Now()) || stored.Epoch != 2 {
+		t.Fatalf("task after w9's checkpoint and release = %+v", stored)
+	}
 }
