@@ -1,7 +1,7 @@
 // Package mongodb is the MongoDB adapter: the leases instances take turns
 // under (the relay's sweep, the projections' partitions, the jobs'
-// tasks), the projections' dead letters, and the translation of the
-// driver's errors. It speaks the domain's types and errors; the workers
+// tasks), the projector members' heartbeats, the projections' dead
+// letters, and the translation of the driver's errors. It speaks the domain's types and errors; the workers
 // (outbox, projector, jobs) use it through small interfaces of their own.
 //
 // Invariant 6 (one job, one runner): Leases is the one lease
@@ -18,7 +18,8 @@
 //   - Lease: one named lease of the "leases" collection, for a loop that
 //     claims and renews it (the relay's sweeper, "relay").
 //   - Partitions: a projection's partitions in "projection_partitions",
-//     renewed all at once in one updateMany.
+//     renewed all at once in one updateMany; Members are the heartbeats
+//     of the processes that share them, in "projection_members".
 //   - Tasks: the jobs' tasks in "projection_job_tasks", claimed at the
 //     epoch they were read at, with every checkpoint fenced by the claim.
 //

@@ -43,18 +43,18 @@ func (r *Runner) step(ctx context.Context) {
 	}
 
 	// Heartbeat, then compare what is held with this member's share.
-	if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.members.heartbeat(ctx, r.stats()) }); err != nil {
+	if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.members.Heartbeat(ctx, r.stats()) }); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("projection heartbeat failed", "err", err)
 		}
 		return
 	}
 	r.joined = true
-	var live []memberDoc
+	var live []domain.Member
 	var leases []domain.Lease
 	_, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
 		var err error
-		if live, err = r.members.live(ctx); err != nil {
+		if live, err = r.members.Live(ctx); err != nil {
 			return false, err
 		}
 		leases, err = r.leases.List(ctx, r.cfg.Partitions)
@@ -185,7 +185,7 @@ func (r *Runner) leave(ctx context.Context, release bool) {
 	}
 	if r.joined {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if err := r.members.leave(rctx); err != nil {
+		if err := r.members.Leave(rctx); err != nil {
 			r.log.Warn("projection member not removed; its heartbeat expires instead", "err", err)
 		}
 		cancel()

@@ -12,6 +12,10 @@ import (
 // mongodb.PartitionsCollection).
 const PartitionsCollection = mongodb.PartitionsCollection
 
+// MembersCollection holds the members' heartbeats (see
+// mongodb.MembersCollection).
+const MembersCollection = mongodb.MembersCollection
+
 // DefaultPartitions is how many partitions a projection's events are
 // split into when RunnerConfig.Partitions is 0.
 const DefaultPartitions = 16
@@ -39,6 +43,22 @@ type Partitions interface {
 }
 
 var _ Partitions = (*mongodb.Partitions)(nil)
+
+// Members are the processes consuming one projection's partitions, from
+// one process's side: each heartbeats for one lease TTL, and the live ones
+// share the partitions. *mongodb.Members implements it.
+type Members interface {
+	// Heartbeat announces this process as a live member for one TTL,
+	// with what it applied in the partitions it holds.
+	Heartbeat(ctx context.Context, reports []domain.PartitionReport) error
+	// Leave removes this process from the members at once.
+	Leave(ctx context.Context) error
+	// Live returns the members whose heartbeat has not expired, sorted by
+	// owner.
+	Live(ctx context.Context) ([]domain.Member, error)
+}
+
+var _ Members = (*mongodb.Members)(nil)
 
 // fairShare is how many of n partitions the member at index i of m live
 // members (sorted by owner) should hold: n/m, plus one for the first n%m

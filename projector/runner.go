@@ -98,7 +98,7 @@ type Runner struct {
 	js      jetstream.JetStream
 	dead    DeadLetterStore
 	leases  Partitions
-	members *memberTable
+	members Members
 	cfg     RunnerConfig
 	log     *slog.Logger
 	metrics *Metrics
@@ -134,12 +134,12 @@ type tenure struct {
 
 // stats returns what this process applied in each partition it holds
 // since its claim, and per second since the previous call.
-func (r *Runner) stats() []partitionStat {
+func (r *Runner) stats() []domain.PartitionReport {
 	now := time.Now()
-	var out []partitionStat
+	var out []domain.PartitionReport
 	for _, p := range r.ownedPartitions() {
 		tn := r.tenure(p)
-		st := partitionStat{Partition: p, Applied: tn.applied.Load()}
+		st := domain.PartitionReport{Partition: p, Applied: tn.applied.Load()}
 		if d := now.Sub(tn.ratedAt).Seconds(); d > 0 {
 			st.Rate = float64(st.Applied-tn.ratedApplied) / d
 		}
@@ -168,7 +168,7 @@ func (r *Runner) setLastError(err error) {
 func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
-		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: newMemberTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
+		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: mongodb.NewMembers(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers)}
 }
 

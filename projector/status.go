@@ -75,11 +75,11 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 	if err != nil {
 		return nil, err
 	}
-	members, err := r.members.live(ctx)
+	members, err := r.members.Live(ctx)
 	if err != nil {
 		return nil, err
 	}
-	reported := map[string]partitionStat{} // owner/partition
+	reported := map[string]domain.PartitionReport{} // owner/partition
 	for _, m := range members {
 		for _, st := range m.Partitions {
 			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
