@@ -2,7 +2,8 @@
 // (rebuild, verify and replay) across any number of instances.
 //
 // Jobs creates a job and splits it into tasks, stored in
-// projection_job_tasks beside the job's document in projection_jobs;
+// projection_job_tasks beside the job's document in projection_jobs,
+// through Store (the MongoDB adapter's *mongodb.Jobs);
 // Workers in any number of instances claim the tasks and run them, and
 // Jobs.Get sums their progress. What a task does to a read model is
 // package projection's (Projection.WriteFolds, Projection.Verify, the

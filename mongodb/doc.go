@@ -1,7 +1,7 @@
 // Package mongodb is the MongoDB adapter: the leases instances take turns
 // under (the relay's sweep, the projections' partitions, the jobs'
-// tasks), the projector members' heartbeats, the projections' dead
-// letters, and the translation of the driver's errors. It speaks the domain's types and errors; the workers
+// tasks), the projector members' heartbeats, the job store, the
+// projections' dead letters, and the translation of the driver's errors. It speaks the domain's types and errors; the workers
 // (outbox, projector, jobs) use it through small interfaces of their own.
 //
 // Invariant 6 (one job, one runner): Leases is the one lease
@@ -23,11 +23,15 @@
 //   - Tasks: the jobs' tasks in "projection_job_tasks", claimed at the
 //     epoch they were read at, with every checkpoint fenced by the claim.
 //
-// DeadLetters is the "dead_letters" collection: the events a projection
-// could not apply, parked with their error, listed and retried.
+// Jobs is the job store: the operator's jobs in "projection_jobs", their
+// tasks beside them, and one rebuild lock per projection in
+// "projection_locks", taken by an insert so that one of concurrent
+// requests gets it. DeadLetters is the "dead_letters" collection: the
+// events a projection could not apply, parked with their error, listed
+// and retried.
 //
-// Durability (DESIGN.md §8): lease writes are w:majority, j:true whatever
-// the client's defaults, so no claim a failover can roll back is acted on.
+// Durability (DESIGN.md §8): lease and job writes are w:majority, j:true
+// whatever the client's defaults, so no claim a failover can roll back is acted on.
 // No transaction, change stream or TTL index is used: each operation is
 // one document write or one updateMany, which MongoDB applies atomically
 // per document and the embedded store's funnel runs alone, so the leases
