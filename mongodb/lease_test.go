@@ -11,6 +11,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/event"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
@@ -459,5 +461,58 @@ func TestTaskLeases(t *testing.T) {
 	}
 	if stored.Cursor != "ord-9" || stored.Error != "stopping" || stored.LeaseUntil.After(time.Now()) || stored.Epoch != 2 {
 		t.Fatalf("task after w9's checkpoint and release = %+v", stored)
+	}
+}
+
+// Every lease and job write is w:majority, j:true, also on a client whose
+// own default is weaker: a claim a failover rolls back would let two
+// holders in.
+func TestLeaseWritesAreMajorityJournaled(t *testing.T) {
+	ctx := t.Context()
+	var mu sync.Mutex
+	var writes []bson.Raw
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		switch e.CommandName {
+		case "insert", "update", "findAndModify", "delete":
+			mu.Lock()
+			writes = append(writes, e.Command)
+			mu.Unlock()
+		}
+	}}
+	db := storetest.Connect(t, options.Client().ApplyURI(storetest.MongoURI(t)).SetMonitor(monitor).
+		SetWriteConcern(writeconcern.W1()))
+	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
+	lease, ok, err := leases.Claim(ctx, storetest.Unique("lease-"), "a", time.Minute)
+	if err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	if _, err := leases.RenewAll(ctx, []domain.Lease{lease}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := leases.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	jobs := mongodb.NewJobs(db)
+	if err := jobs.InsertTasks(ctx, []domain.Task{{ID: "j/verify", Job: "j", Name: "verify", State: "pending"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := jobs.InsertJob(ctx, domain.Job{ID: "j", Kind: domain.KindVerify, State: domain.StateQueued}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, domain.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
+		t.Fatalf("task claim: %v, %v", ok, err)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(writes) < 6 {
+		t.Fatalf("%d writes seen, want at least 6", len(writes))
+	}
+	for _, cmd := range writes {
+		w, _ := cmd.Lookup("writeConcern", "w").StringValueOK()
+		j, _ := cmd.Lookup("writeConcern", "j").BooleanOK()
+		if w != "majority" || !j {
+			t.Errorf("%s sent writeConcern %s, want {w: majority, j: true}", cmd.Index(0).Key(), cmd.Lookup("writeConcern"))
+		}
 	}
 }
