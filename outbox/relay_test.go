@@ -980,3 +980,37 @@ func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 	waitBacklog(t, s, 10*time.Second, 0)
 	checkPublishedOnce(t, n, cfg, want)
 }
+
+// slowRead is an outbox whose every read takes delay.
+type slowRead struct {
+	*eventstore.Store
+	delay time.Duration
+}
+
+func (r *slowRead) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
+	time.Sleep(r.delay)
+	return r.Store.Pending(ctx, before, limit)
+}
+
+// An idle sweeper paced by slow outbox reads (ten times a read that costs
+// more than a tenth of a renewal period) still renews its lease every
+// LeaseTTL/3: the pace spaces its reads, not its renewals, so a standby
+// never takes the lease from a healthy holder.
+func TestSweeperIdleOnSlowReadsKeepsItsLease(t *testing.T) {
+	_, db, n, cfg := openOutbox(t)
+	reg := prometheus.NewRegistry()
+	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: time.Second}
+	lease := mongodb.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
+	commits := &slowRead{Store: eventstore.New(db), delay: 150 * time.Millisecond} // a pace of 1.5s, above the TTL
+	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
+	goRun(t, sw.Run)
+	storetest.WaitFor(t, 10*time.Second, "r1 to hold the sweep lease", func() bool {
+		return metric(t, reg, "orderd_relay_leader") == 1
+	})
+	other := mongodb.NewLease(db, outbox.SweepLease, "r2", time.Minute)
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if ok, err := other.TryAcquire(t.Context()); err != nil || ok {
+			t.Fatalf("a standby claimed the lease of an idle, healthy sweeper: %v, %v", ok, err)
+		}
+	}
+}
