@@ -34,16 +34,17 @@ var durable = func() *writeconcern.WriteConcern {
 // partitions (Partitions) and the jobs' tasks (Tasks) are all held through
 // it.
 //
-// Times a Lease carries are the holder's clock with its monotonic reading,
-// so a holder's fence does not move with the wall clock.
+// The times of the domain.Lease values it returns are the holder's clock
+// with its monotonic reading, so a holder's fence does not move with the
+// wall clock.
 //
 // Every write is one conditional update whose filter includes the value
 // it changes (claim-by-filter): a claim matches only a lease that is free,
 // expired, or already this holder's, and raises its epoch, the fencing
 // token; a renewal, a release and a fenced write match only {_id, owner,
 // epoch} of the tenure that makes them. So of any number of claimants
-// exactly one wins, and a holder that was deposed, even one that claimed
-// again since under the same name, has every write refused with
+// exactly one wins, and a deposed tenure, also one deposed by a later
+// claim of the same holder, has every write refused with
 // domain.ErrLeaseLost. Expiry uses the holder's and the claimant's clocks:
 // they must agree to well within the TTL. Writes are w:majority, j:true,
 // whatever the client's defaults.
