@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Dialect is the one seam between MongoDB and the embedded store

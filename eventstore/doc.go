@@ -1,6 +1,7 @@
 // Package eventstore is the MongoDB event log: commits appended under
-// optimistic concurrency, streams loaded and scanned, the outbox marker of
-// each commit, and the leases instances take turns under.
+// optimistic concurrency, streams loaded and scanned, and the outbox
+// marker of each commit. The leases instances take turns under are the
+// MongoDB adapter's (package mongodb).
 //
 // The log is the "events" collection, one document per commit:
 //
@@ -40,10 +41,6 @@
 // batch of commits; on FerretDB, which sorts whole documents in memory, a
 // pass over the commit ids (at most 2^20 held, about 50 MiB, per pass)
 // followed by _id look-ups (see ScanMethod).
-//
-// Invariant 6 (one holder at a time): a Lease is claimed by a conditional
-// update whose filter matches only an expired claim, so of any number of
-// claimants exactly one wins.
 //
 // Durability: every role connects with ClientOptions (w:majority, j:true,
 // readConcern majority, a server selection long enough for an election),

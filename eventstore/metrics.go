@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Metrics are the event log's Prometheus metrics: append latency, failed
@@ -45,3 +46,6 @@ func (m *Metrics) conflict() {
 		m.conflicts.Inc()
 	}
 }
+
+// isDuplicate reports a duplicate key: a lost race, not a failed append.
+func isDuplicate(err error) bool { return err != nil && mongo.IsDuplicateKeyError(err) }

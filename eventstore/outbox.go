@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // The outbox is the commits' published field (invariant 3): false from the

@@ -12,7 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // CommitsCollection is the event log's collection: one document per commit.

@@ -35,7 +35,7 @@ func TestRenewalOutlivesASlowStore(t *testing.T) {
 
 	lapse := func(c *claim) {
 		c.mu.Lock()
-		c.renewedAt = time.Now().Add(-ttl)
+		c.lease.RenewedAt = time.Now().Add(-ttl)
 		c.mu.Unlock()
 	}
 	lapse(c)
@@ -56,7 +56,7 @@ func TestRenewalOutlivesASlowStore(t *testing.T) {
 	}
 
 	// The lease runs out and another runner claims the task.
-	if _, err := j.tasks.UpdateOne(ctx, bson.D{{Key: "_id", Value: c.id}},
+	if _, err := db.Collection(TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: c.task.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}); err != nil {
 		t.Fatal(err)
 	}

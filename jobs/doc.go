@@ -2,7 +2,8 @@
 // (rebuild, verify and replay) across any number of instances.
 //
 // Jobs creates a job and splits it into tasks, stored in
-// projection_job_tasks beside the job's document in projection_jobs;
+// projection_job_tasks beside the job's document in projection_jobs,
+// through Store (the MongoDB adapter's *mongodb.Jobs);
 // Workers in any number of instances claim the tasks and run them, and
 // Jobs.Get sums their progress. What a task does to a read model is
 // package projection's (Projection.WriteFolds, Projection.Verify, the
@@ -22,7 +23,8 @@
 //     and an expired lease (claim-by-filter: exactly one of any number of
 //     workers matches); the owner renews the lease and checkpoints under a
 //     filter on its epoch, and a task whose lease ran out is resumed by
-//     another worker from its cursor (see claim).
+//     another worker from its cursor (see claim). The tasks' leases are
+//     kept through TaskLeases, the MongoDB adapter's *mongodb.Tasks.
 //
 // A verify job compares a projection's active collection with the fold of
 // the log and, when asked, repairs the documents that differ; a replay job

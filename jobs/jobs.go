@@ -3,7 +3,6 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -12,21 +11,18 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projector"
 )
 
 // Collections of the jobs.
 const (
-	Collection      = "projection_jobs"      // one document per job
-	TasksCollection = "projection_job_tasks" // the claimable units of a job
-	LocksCollection = "projection_locks"     // one rebuild per projection
+	Collection      = mongodb.JobsCollection  // one document per job
+	TasksCollection = mongodb.TasksCollection // the claimable units of a job
+	LocksCollection = mongodb.LocksCollection // one rebuild per projection
 )
 
 // Task states.
@@ -59,10 +55,8 @@ type EventLog interface {
 
 // Jobs stores jobs and their tasks, and creates, reads and cancels them.
 type Jobs struct {
-	db       *mongo.Database
-	jobs     *mongo.Collection
-	tasks    *mongo.Collection
-	locks    *mongo.Collection
+	store    Store
+	leases   TaskLeases
 	pointers *projection.Pointers
 	events   EventLog
 	defs     map[string]string // projection name -> base collection
@@ -73,8 +67,7 @@ type Jobs struct {
 // (projection name to its projection.Definition's Collection), whose
 // pointer documents ps keeps, reading log.
 func New(db *mongo.Database, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
-	return &Jobs{db: db, jobs: db.Collection(Collection), tasks: db.Collection(TasksCollection),
-		locks:    db.Collection(LocksCollection),
+	return &Jobs{store: mongodb.NewJobs(db), leases: mongodb.NewTasks(db),
 		pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
@@ -98,25 +91,18 @@ func (j *Jobs) known(projection string) error {
 func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
 func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
-	if _, err := j.tasks.InsertOne(ctx, domain.Task{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}); err != nil {
-		return fmt.Errorf("%s job: %w", job.Kind, mongoerr.Translate(err))
+	if err := j.store.InsertTasks(ctx, []domain.Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
+		return err
 	}
-	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
-		return fmt.Errorf("%s job: %w", job.Kind, mongoerr.Translate(err))
-	}
-	return nil
+	return j.store.InsertJob(ctx, job)
 }
 
 // Get returns a job with its tasks and progress. Errors:
 // domain.ErrNotFound for an unknown id.
 func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
-	var job domain.Job
-	err := j.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&job)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
-	}
+	job, err := j.store.Job(ctx, id)
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("job %s: %w", id, mongoerr.Translate(err))
+		return domain.Job{}, err
 	}
 	tasks, err := j.jobTasks(ctx, id)
 	if err != nil {
@@ -155,13 +141,9 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 }
 
 func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) {
-	cur, err := j.tasks.Find(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	tasks, err := j.store.Tasks(ctx, job)
 	if err != nil {
-		return nil, fmt.Errorf("tasks of %s: %w", job, mongoerr.Translate(err))
-	}
-	tasks := []domain.Task{}
-	if err := cur.All(ctx, &tasks); err != nil {
-		return nil, fmt.Errorf("tasks of %s: %w", job, mongoerr.Translate(err))
+		return nil, err
 	}
 	// Partitions in order, the finish last.
 	rank := func(t domain.Task) int {
@@ -198,12 +180,11 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 	if job.Replaced != "" {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
 	}
-	res, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
+	requested, err := j.store.RequestCancel(ctx, id)
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("cancel %s: %w", id, mongoerr.Translate(err))
+		return domain.Job{}, err
 	}
-	if res.MatchedCount == 0 {
+	if !requested {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
 	}
 	job.CancelRequested = true
@@ -212,49 +193,31 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 
 // cancelRequested reports whether an operator asked job id to stop.
 func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
-	var job struct {
-		CancelRequested bool `bson:"cancel_requested"`
-	}
-	err := j.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "cancel_requested", Value: 1}})).Decode(&job)
-	if err != nil {
-		return false, fmt.Errorf("cancel request of %s: %w", id, mongoerr.Translate(err))
-	}
-	return job.CancelRequested, nil
+	return j.store.CancelRequested(ctx, id)
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
 func (j *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
-	var job domain.Job
-	err := j.jobs.FindOne(ctx, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
-		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&job)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, mongoerr.Translate(err))
-	}
-	return &job, nil
+	return j.store.Latest(ctx, projection, kind)
 }
 
 // finishJob writes a job's final state.
 func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
-	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: j.now().UTC()}}
-	if errMsg != "" {
-		set = append(set, bson.E{Key: "error", Value: errMsg})
-	}
-	if report != nil {
-		set = append(set, bson.E{Key: "report", Value: report})
-	}
-	if _, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-		return fmt.Errorf("finish job %s: %w", id, mongoerr.Translate(err))
-	}
-	return nil
+	return j.store.FinishJob(ctx, id, state, errMsg, report)
 }
+
+// DeadLetterCounter counts a projection's dead letters. The MongoDB
+// adapter's *mongodb.DeadLetters implements it.
+type DeadLetterCounter interface {
+	Count(ctx context.Context, projection string) (int64, error)
+}
+
+var _ DeadLetterCounter = (*mongodb.DeadLetters)(nil)
 
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead *projector.DeadLetters, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
+func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
 	var out []domain.ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name], 0)

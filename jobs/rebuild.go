@@ -8,11 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
 	"github.com/orderd/orderd/internal/pause"
 	"github.com/orderd/orderd/projection"
 )
@@ -31,12 +27,12 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 		return domain.Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, domain.MaxPartitions, domain.ErrValidation)
 	}
 	id := newJobID()
-	if err := j.lock(ctx, projection, id); err != nil {
+	if err := j.store.Lock(ctx, projection, id); err != nil {
 		return domain.Job{}, err
 	}
 	job, err := j.createRebuild(ctx, projection, partitions, id)
 	if err != nil {
-		_ = j.unlock(context.WithoutCancel(ctx), projection, id)
+		_ = j.store.Unlock(context.WithoutCancel(ctx), projection, id)
 		return domain.Job{}, err
 	}
 	return job, nil
@@ -48,12 +44,12 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 		Partitions: partitions, Shadow: j.defs[name] + "_" + strings.ReplaceAll(id, "-", "")}
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
-	tasks := []any{
-		domain.Task{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
-		domain.Task{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
+	tasks := []domain.Task{
+		{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
+		{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
 	}
-	if _, err := j.tasks.InsertMany(ctx, tasks); err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: tasks: %w", name, mongoerr.Translate(err))
+	if err := j.store.InsertTasks(ctx, tasks); err != nil {
+		return domain.Job{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
@@ -73,7 +69,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	if err != nil {
 		return domain.Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
 	}
-	if _, err := j.jobs.InsertOne(ctx, job); err != nil {
+	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
 		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, j.defs[name], func(p *projection.Pointer) (bool, error) {
@@ -83,7 +79,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			p.Shadow, p.ShadowJob = "", ""
 			return true, nil
 		})
-		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, mongoerr.Translate(err)), perr)
+		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
 	return job, nil
 }
@@ -93,17 +89,11 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 // already exist are kept, so a plan resumed after a crash creates the
 // same partitions.
 func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
-	save := func(set bson.D) error {
-		if _, err := j.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
-		}
-		return nil
-	}
 	if job.Bounds == nil && job.Partitions <= 1 {
 		// One partition needs no cut: it can start while the log is
 		// counted for the ETA.
 		job.Bounds, job.Partitions = []string{}, 1
-		if err := save(bson.D{{Key: "bounds", Value: job.Bounds}, {Key: "partitions", Value: 1}}); err != nil {
+		if err := j.store.SavePlan(ctx, *job); err != nil {
 			return err
 		}
 	}
@@ -113,17 +103,18 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 			return err
 		}
 		job.Bounds, job.TotalCommits, job.Partitions = bounds, total, len(bounds)+1
-		if err := save(bson.D{{Key: "bounds", Value: bounds}, {Key: "total_commits", Value: total}, {Key: "partitions", Value: job.Partitions}}); err != nil {
+		if err := j.store.SavePlan(ctx, *job); err != nil {
 			return err
 		}
 	}
 	edges := append(append([]string{""}, job.Bounds...), "")
+	var parts []domain.Task
 	for i := 0; i+1 < len(edges); i++ {
 		name := "part-" + strconv.Itoa(i)
-		_, err := j.tasks.InsertOne(ctx, domain.Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
-		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("plan %s: %w", job.ID, mongoerr.Translate(err))
-		}
+		parts = append(parts, domain.Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
+	}
+	if err := j.store.InsertTasks(ctx, parts); err != nil {
+		return fmt.Errorf("plan %s: %w", job.ID, err)
 	}
 	if job.TotalCommits == 0 {
 		total, err := j.events.Commits(ctx)
@@ -131,7 +122,7 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 			return err
 		}
 		job.TotalCommits = total
-		return save(bson.D{{Key: "total_commits", Value: total}})
+		return j.store.SavePlan(ctx, *job)
 	}
 	return nil
 }
@@ -257,12 +248,11 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		// filtered on no replaced collection, so of a cancel and a switch
 		// racing exactly one wins.
 		cur.Replaced, cur.Report = ptr.Active, &rep
-		res, err := w.jobs.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
-			bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: cur.Replaced}, {Key: "report", Value: cur.Report}}}})
+		recorded, err := w.jobs.store.CommitSwitch(ctx, job.ID, cur.Replaced, cur.Report)
 		if err != nil {
-			return fmt.Errorf("rebuild %s: %w", job.ID, mongoerr.Translate(err))
+			return err
 		}
-		if res.MatchedCount == 0 && !committed {
+		if !recorded && !committed {
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
@@ -293,7 +283,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
 		return err
 	}
-	if err := w.jobs.unlock(ctx, job.Projection, job.ID); err != nil {
+	if err := w.jobs.store.Unlock(ctx, job.Projection, job.ID); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")
@@ -318,19 +308,18 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 	}
 	if ptr.Active == job.Shadow {
 		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
-		return w.jobs.unlock(ctx, job.Projection, job.ID)
+		return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 	}
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
-	if _, err := w.jobs.tasks.UpdateMany(ctx, bson.D{{Key: "job", Value: job.ID}, {Key: "state", Value: taskPending}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: taskCanceled}}}}); err != nil {
-		return fmt.Errorf("cancel tasks of %s: %w", job.ID, mongoerr.Translate(err))
+	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {
+		return err
 	}
 	if job.CancelRequested {
 		if err := w.jobs.finishJob(ctx, job.ID, domain.StateCanceled, "", nil); err != nil {
 			return err
 		}
 	}
-	return w.jobs.unlock(ctx, job.Projection, job.ID)
+	return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 }

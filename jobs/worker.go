@@ -8,10 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -198,13 +195,9 @@ func (w *Worker) setRunning(id string, on bool) {
 
 // claimNext claims the first claimable task, or returns nil.
 func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
-	cur, err := w.jobs.tasks.Find(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: bson.A{taskPending, taskRunning}}}}})
+	open, err := w.jobs.store.OpenTasks(ctx, taskPending, taskRunning)
 	if err != nil {
-		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
-	}
-	var open []domain.Task
-	if err := cur.All(ctx, &open); err != nil {
-		return nil, domain.Job{}, fmt.Errorf("list tasks: %w", mongoerr.Translate(err))
+		return nil, domain.Job{}, err
 	}
 	now := w.jobs.now()
 	jobs := map[string]*domain.Job{}

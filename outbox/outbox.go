@@ -33,13 +33,15 @@ type Publisher interface {
 	Connected() bool
 }
 
-// Lease is a named claim held by one instance at a time (invariant 6).
-// *eventstore.Lease implements it.
+// Lease is a named claim held by one instance at a time (invariant 6),
+// fenced by an epoch that every claim raises. *mongodb.Lease implements
+// it.
 type Lease interface {
-	// TryAcquire claims or renews the lease and reports whether this
-	// instance holds it.
+	// TryAcquire renews the tenure this instance holds or, holding none,
+	// claims the lease, and reports whether this instance holds it.
 	TryAcquire(ctx context.Context) (bool, error)
-	// Release gives the lease up, if this instance holds it.
+	// Release gives the lease up if this instance holds it, and returns
+	// nil if it does not.
 	Release(ctx context.Context) error
 }
 

@@ -24,8 +24,12 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
 )
+
+// The MongoDB adapter's lease is the one the sweeper runs under.
+var _ outbox.Lease = (*mongodb.Lease)(nil)
 
 func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -298,7 +302,7 @@ func newSweeper(t testing.TB, db *mongo.Database, js jetstream.JetStream, stream
 	if ttl == 0 {
 		ttl = outbox.DefaultLeaseTTL
 	}
-	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, ttl)
+	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, ttl)
 	return outbox.NewSweeper(eventstore.New(db), bus.NewPublisher(js, stream), lease, cfg, testLogger(t), m)
 }
 
@@ -585,7 +589,7 @@ func TestRelayNATSDown(t *testing.T) {
 
 func TestSweeperWaitsForLease(t *testing.T) {
 	s, db, n, cfg := openOutbox(t)
-	holder := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
+	holder := mongodb.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
 	if ok, err := holder.TryAcquire(t.Context()); !ok || err != nil {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
@@ -618,7 +622,7 @@ func TestSweeperWaitsForLease(t *testing.T) {
 // TTL. The renewals come every 50 ms, so some of the 30 stops land in one.
 func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
 	_, db, n, cfg := openOutbox(t)
-	other := eventstore.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
+	other := mongodb.NewLease(db, outbox.SweepLease, "other-instance", time.Minute)
 	sw := newSweeper(t, db, n.JS, cfg, outbox.Config{Owner: "r1",
 		SweepInterval: time.Millisecond, LeaseTTL: 150 * time.Millisecond}, nil)
 	holder := func() string {
@@ -626,7 +630,7 @@ func TestSweeperReleasesItsLeaseWheneverItStops(t *testing.T) {
 			Owner     string    `bson:"owner"`
 			ExpiresAt time.Time `bson:"expires_at"`
 		}
-		err := db.Collection(eventstore.LeasesCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: outbox.SweepLease}}).Decode(&doc)
+		err := db.Collection(mongodb.LeasesCollection).FindOne(t.Context(), bson.D{{Key: "_id", Value: outbox.SweepLease}}).Decode(&doc)
 		if err != nil || !doc.ExpiresAt.After(time.Now()) {
 			return ""
 		}
@@ -898,7 +902,7 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 	commits := &readsThroughAnOutage{Store: eventstore.New(db), outageAt: 3, down: down, waited: make(chan struct{}),
 		stop: stop, start: func() { start(addr) }}
 	cfg := outbox.Config{Owner: "api-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
-	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
+	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
 	sw := outbox.NewSweeper(commits, bus.NewPublisher(js, stream), lease, cfg, testLogger(t), nil)
 	goRun(t, sw.Run)
 	select {
@@ -944,7 +948,7 @@ func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	commits := &heldRead{Store: eventstore.New(db), held: make(chan struct{}), release: make(chan struct{})}
 	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}
-	lease := eventstore.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
+	lease := mongodb.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
 	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
 	goRun(t, sw.Run)
 	want := appendCommits(t, s, 2, 2) // no relay: all left to the sweep
@@ -955,7 +959,7 @@ func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 	}
 
 	// r1's lease lapses during its read, and another instance claims it.
-	other := eventstore.NewLease(db, outbox.SweepLease, "r2", time.Minute)
+	other := mongodb.NewLease(db, outbox.SweepLease, "r2", time.Minute)
 	storetest.WaitFor(t, 10*time.Second, "r2 to claim the lapsed lease", func() bool {
 		ok, err := other.TryAcquire(t.Context())
 		return ok && err == nil
@@ -975,4 +979,38 @@ func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 	goRun(t, r2.Run)
 	waitBacklog(t, s, 10*time.Second, 0)
 	checkPublishedOnce(t, n, cfg, want)
+}
+
+// slowRead is an outbox whose every read takes delay.
+type slowRead struct {
+	*eventstore.Store
+	delay time.Duration
+}
+
+func (r *slowRead) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
+	time.Sleep(r.delay)
+	return r.Store.Pending(ctx, before, limit)
+}
+
+// An idle sweeper paced by slow outbox reads (ten times a read that costs
+// more than a tenth of a renewal period) still renews its lease every
+// LeaseTTL/3: the pace spaces its reads, not its renewals, so a standby
+// never takes the lease from a healthy holder.
+func TestSweeperIdleOnSlowReadsKeepsItsLease(t *testing.T) {
+	_, db, n, cfg := openOutbox(t)
+	reg := prometheus.NewRegistry()
+	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: time.Second}
+	lease := mongodb.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
+	commits := &slowRead{Store: eventstore.New(db), delay: 150 * time.Millisecond} // a pace of 1.5s, above the TTL
+	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
+	goRun(t, sw.Run)
+	storetest.WaitFor(t, 10*time.Second, "r1 to hold the sweep lease", func() bool {
+		return metric(t, reg, "orderd_relay_leader") == 1
+	})
+	other := mongodb.NewLease(db, outbox.SweepLease, "r2", time.Minute)
+	for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if ok, err := other.TryAcquire(t.Context()); err != nil || ok {
+			t.Fatalf("a standby claimed the lease of an idle, healthy sweeper: %v, %v", ok, err)
+		}
+	}
 }

@@ -28,7 +28,8 @@ const SweepLease = "relay"
 // once when its NATS connection is not connected, and after LeaseTTL/2
 // in which no round marked a commit while commits wait (it then claims no
 // lease for one LeaseTTL). A round's acks and its markers each take at most
-// LeaseTTL/4, so renewals stay on time. An outbox read is not bounded (on
+// LeaseTTL/4, and an idle sweeper's pace spaces its reads but not its
+// renewals, so renewals stay on time. An outbox read is not bounded (on
 // the embedded store it decodes the whole log); one that outlasts a
 // renewal period is followed by a renewal before anything it read is
 // published, so a sweeper whose lease was taken meanwhile publishes none
@@ -59,6 +60,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		backoff    time.Duration
 		pending    []domain.RecordedCommit // read by the last outbox read, not yet published
 		reads      readCosts               // how long the last outbox reads took
+		readAt     time.Time               // idle: no outbox read before
 		uncertain  bool                    // the last claim or renewal failed
 	)
 	defer func() {
@@ -101,7 +103,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 				s.out.log.Info("relay sweep lease changed", "leader", held, "owner", s.cfg.Owner)
 			}
 			if held && !leader {
-				progressAt, backlog, backoff = now, false, 0
+				progressAt, backlog, backoff, readAt = now, false, 0, time.Time{}
 			}
 			leader, renewedAt = held, now
 			if !leader {
@@ -110,6 +112,13 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			s.out.metrics.setLeader(leader)
 		}
 		wait := s.cfg.LeaseTTL / 3
+		// The pace of an idle sweeper spaces its reads, not its renewals:
+		// a pace above a renewal period would let its lease lapse.
+		untilRenewal := func() time.Duration { return max(0, time.Until(renewedAt.Add(s.cfg.LeaseTTL/3))) }
+		if leader && len(pending) == 0 && time.Now().Before(readAt) {
+			pause.For(ctx, min(time.Until(readAt), untilRenewal()))
+			continue
+		}
 		if leader {
 			var (
 				marked int
@@ -154,7 +163,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 				if marked > 0 {
 					continue // more may wait
 				}
-				wait = max(s.cfg.SweepInterval, sweepSpacing*reads.least())
+				readAt = time.Now().Add(max(s.cfg.SweepInterval, sweepSpacing*reads.least()))
+				wait = min(time.Until(readAt), untilRenewal())
 			}
 		}
 		pause.For(ctx, wait)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // EnsureCollectionIndexes creates the projection's indexes on collection

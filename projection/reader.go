@@ -10,7 +10,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Reader answers queries on the read models.

@@ -19,7 +19,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // EventLog is the part of the event store a projection needs: the events of

@@ -18,7 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/mongoerr"
+	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Scanner reads the event log stream by stream in log order (the events

@@ -2,10 +2,13 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/orderd/orderd/domain"
 )
 
 // step heartbeats, and releases or claims partitions to reach this
@@ -40,21 +43,21 @@ func (r *Runner) step(ctx context.Context) {
 	}
 
 	// Heartbeat, then compare what is held with this member's share.
-	if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.table.heartbeat(ctx, r.stats()) }); err != nil {
+	if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.members.Heartbeat(ctx, r.stats()) }); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("projection heartbeat failed", "err", err)
 		}
 		return
 	}
 	r.joined = true
-	var live []memberDoc
-	var leases []partitionDoc
+	var live []domain.Member
+	var leases []domain.Lease
 	_, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
 		var err error
-		if live, err = r.table.live(ctx); err != nil {
+		if live, err = r.members.Live(ctx); err != nil {
 			return false, err
 		}
-		leases, err = r.table.list(ctx)
+		leases, err = r.leases.List(ctx, r.cfg.Partitions)
 		return err == nil, err
 	})
 	if err != nil {
@@ -78,8 +81,9 @@ func (r *Runner) step(ctx context.Context) {
 	// each once its workers have stopped.
 	for len(r.owned) > share {
 		p := slices.Max(slices.Collect(maps.Keys(r.owned)))
+		lease := r.owned[p].lease
 		r.stop(p)
-		if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.table.release(ctx, p) }); err != nil {
+		if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.release(ctx, lease) }); err != nil {
 			r.log.Warn("projection partition release failed; it expires instead", "partition", p, "err", err)
 		}
 		r.log.Info("projection partition released to rebalance", "partition", p, "members", len(members), "share", share)
@@ -93,35 +97,41 @@ func (r *Runner) step(ctx context.Context) {
 		if len(r.owned) >= share || time.Since(began) > ttl/2 || ctx.Err() != nil {
 			break
 		}
-		d := leases[(i+me*len(leases)/len(members))%len(leases)]
-		if _, held := r.owned[d.Partition]; held || d.Partition >= r.cfg.Partitions {
+		p := (i + me*len(leases)/len(members)) % len(leases)
+		if _, held := r.owned[p]; held {
 			continue
 		}
-		if d.ExpiresAt.After(now) && d.Owner != r.cfg.Owner {
+		if d := leases[p]; d.ExpiresAt.After(now) && d.Holder != r.cfg.Owner {
 			continue
 		}
-		at := time.Now()
-		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return r.table.claim(ctx, d.Partition, at) })
+		var lease domain.Lease
+		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
+			var ok bool
+			var err error
+			lease, ok, err = r.leases.Claim(ctx, p, r.cfg.Owner, ttl)
+			return ok, err
+		})
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log.Warn("projection partition claim failed", "partition", d.Partition, "err", err)
+				r.log.Warn("projection partition claim failed", "partition", p, "err", err)
 			}
 			return
 		}
 		if ok {
-			r.start(ctx, d.Partition, at)
+			r.start(ctx, p, lease)
 		}
 	}
 	r.metrics.setOwned(r.name, len(r.owned))
 }
 
-// start runs the workers of partition p, just claimed at claimedAt.
-func (r *Runner) start(ctx context.Context, p int, claimedAt time.Time) {
+// start runs the workers of partition p, just claimed under lease.
+func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
+	claimedAt := lease.AcquiredAt
 	// Another owner may have written this partition's documents since
 	// this process last did.
 	r.store.Purge()
 	pctx, cancel := context.WithCancel(ctx)
-	tn := &tenure{p: p, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt,
+	tn := &tenure{p: p, lease: lease, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt,
 		fence: time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), cancel)}
 	r.mu.Lock()
 	r.owned[p] = tn
@@ -163,10 +173,11 @@ func (r *Runner) stop(p int) {
 // partitions and removes this member, each bounded by two seconds.
 func (r *Runner) leave(ctx context.Context, release bool) {
 	for _, p := range slices.Sorted(maps.Keys(r.owned)) {
+		lease := r.owned[p].lease
 		r.stop(p)
 		if release {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			if err := r.table.release(rctx, p); err != nil {
+			if err := r.release(rctx, lease); err != nil {
 				r.log.Warn("projection partition release failed; it expires instead", "partition", p, "err", err)
 			}
 			cancel()
@@ -174,7 +185,7 @@ func (r *Runner) leave(ctx context.Context, release bool) {
 	}
 	if r.joined {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if err := r.table.leave(rctx); err != nil {
+		if err := r.members.Leave(rctx); err != nil {
 			r.log.Warn("projection member not removed; its heartbeat expires instead", "err", err)
 		}
 		cancel()
@@ -222,12 +233,18 @@ func (r *Runner) renewLoop(ctx context.Context) {
 		if len(held) == 0 {
 			continue
 		}
-		at := time.Now()
+		leases := make([]domain.Lease, 0, len(held))
+		byName := make(map[string]int, len(held))
+		for p, tn := range held {
+			leases = append(leases, tn.lease)
+			byName[tn.lease.Name] = p
+		}
 		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
-			kept, err := r.table.renew(ctx, slices.Collect(maps.Keys(held)), at)
-			for _, p := range kept {
+			kept, err := r.leases.Renew(ctx, leases, ttl)
+			for _, lease := range kept {
+				p := byName[lease.Name]
 				if tn := held[p]; tn.fence.Stop() { // not fired: the new deadline holds
-					tn.fence.Reset(time.Until(at.Add(ttl / 2)))
+					tn.fence.Reset(time.Until(lease.RenewedAt.Add(ttl / 2)))
 				}
 				delete(held, p)
 			}
@@ -243,6 +260,15 @@ func (r *Runner) renewLoop(ctx context.Context) {
 			r.log.Warn("projection partition renewal failed", "partitions", len(held), "err", err)
 		}
 	}
+}
+
+// release frees a partition's lease once its workers have stopped; a
+// lease that had already passed to another tenure has nothing to free.
+func (r *Runner) release(ctx context.Context, lease domain.Lease) error {
+	if err := r.leases.Release(ctx, lease); err != nil && !errors.Is(err, domain.ErrLeaseLost) {
+		return err
+	}
+	return nil
 }
 
 // fenced reports whether the partition's fence has stopped its workers.

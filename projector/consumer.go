@@ -213,7 +213,8 @@ func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cau
 	_ = m.Term()
 }
 
-// Retry re-applies a dead letter of this projection (see DeadLetters.Retry).
+// Retry re-applies a dead letter of this projection (see
+// DeadLetterStore.Retry).
 func (r *Runner) Retry(ctx context.Context, id string) error {
 	if !strings.HasPrefix(id, r.name+":") {
 		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)

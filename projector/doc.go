@@ -6,7 +6,8 @@
 // projector processes (Axon's tracking-processor segments, Kafka's
 // consumer groups). A Runner also reports its partitions and consumer lag
 // (PartitionStatus, Lag) and keeps the events it could not apply in the
-// dead-letter collection (DeadLetters).
+// dead-letter collection (DeadLetterStore, the MongoDB adapter's
+// *mongodb.DeadLetters).
 //
 // Invariant 4 (idempotent, order-tolerant): the read models' version
 // guard skips what a document already reflects and fills gaps from the
@@ -25,6 +26,6 @@
 // the dead_letters collection after MaxDeliveries, so one bad event
 // stalls only its own stream; the events of the stream up to the version
 // its document reached are acknowledged. Only a store that cannot be
-// reached is retried without limit. DeadLetters lists them and
+// reached is retried without limit. mongodb.DeadLetters lists them and
 // Runner.Retry re-applies one.
 package projector

@@ -20,6 +20,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
@@ -37,7 +38,7 @@ func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projec
 	commits, pub := eventstore.New(db), bus.NewPublisher(b.JS, b.Stream)
 	relay := outbox.NewRelay(commits, pub, cfg, log, nil)
 	projectiontest.Go(t, "relay", relay.Run)
-	lease := eventstore.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
+	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
 	projectiontest.Go(t, "relay sweep", outbox.NewSweeper(commits, pub, lease, cfg, log, nil).Run)
 	return projectiontest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
 }

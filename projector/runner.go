@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -98,8 +99,9 @@ type Runner struct {
 	name    string
 	store   applier
 	js      jetstream.JetStream
-	dead    *DeadLetters
-	table   *partitionTable
+	dead    DeadLetterStore
+	leases  Partitions
+	members Members
 	cfg     RunnerConfig
 	log     *slog.Logger
 	metrics *Metrics
@@ -119,6 +121,7 @@ type Runner struct {
 // its workers have stopped.
 type tenure struct {
 	p      int
+	lease  domain.Lease    // as claimed: its epoch fences the renewals and the release
 	ctx    context.Context // the workers'; done once the partition stops
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -134,12 +137,12 @@ type tenure struct {
 
 // stats returns what this process applied in each partition it holds
 // since its claim, and per second since the previous call.
-func (r *Runner) stats() []partitionStat {
+func (r *Runner) stats() []domain.PartitionReport {
 	now := time.Now()
-	var out []partitionStat
+	var out []domain.PartitionReport
 	for _, p := range r.ownedPartitions() {
 		tn := r.tenure(p)
-		st := partitionStat{Partition: p, Applied: tn.applied.Load()}
+		st := domain.PartitionReport{Partition: p, Applied: tn.applied.Load()}
 		if d := now.Sub(tn.ratedAt).Seconds(); d > 0 {
 			st.Rate = float64(st.Applied-tn.ratedApplied) / d
 		}
@@ -165,10 +168,11 @@ func (r *Runner) setLastError(err error) {
 
 // NewRunner returns a Runner feeding the projection p; its partition
 // leases and members live in p's database.
-func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead *DeadLetters, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
-		table: newPartitionTable(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL), writers: make(chan struct{}, cfg.Writers)}
+		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: mongodb.NewMembers(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
+		writers: make(chan struct{}, cfg.Writers)}
 }
 
 // WithDefaults returns c with its zero fields set to the defaults in
@@ -249,7 +253,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := r.store.EnsureIndexes(ctx); err != nil {
 		return err
 	}
-	if err := r.table.ensure(ctx, r.cfg.Partitions); err != nil {
+	if err := r.leases.Ensure(ctx, r.cfg.Partitions); err != nil {
 		return err
 	}
 	for p := range r.cfg.Partitions {

@@ -71,19 +71,15 @@ func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerIn
 // its last heartbeat, and, with lag, its consumer's lag (nil when
 // JetStream does not answer).
 func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.PartitionStatus, error) {
-	docs, err := r.table.list(ctx)
+	leases, err := r.leases.List(ctx, r.cfg.Partitions)
 	if err != nil {
 		return nil, err
 	}
-	members, err := r.table.live(ctx)
+	members, err := r.members.Live(ctx)
 	if err != nil {
 		return nil, err
 	}
-	byPart := map[int]partitionDoc{}
-	for _, d := range docs {
-		byPart[d.Partition] = d
-	}
-	reported := map[string]partitionStat{} // owner/partition
+	reported := map[string]domain.PartitionReport{} // owner/partition
 	for _, m := range members {
 		for _, st := range m.Partitions {
 			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
@@ -93,9 +89,9 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
 		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
-		if d, ok := byPart[p]; ok && d.ExpiresAt.After(now) && d.Owner != "" {
-			st.Owner, st.LeaseUntil, st.Epoch = d.Owner, d.ExpiresAt, d.Epoch
-			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Owner, p)]; ok {
+		if d := leases[p]; d.Held(now) {
+			st.Owner, st.LeaseUntil, st.Epoch = d.Holder, d.ExpiresAt, d.Epoch
+			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Holder, p)]; ok {
 				st.Applied, st.ApplyRate = rep.Applied, rep.Rate
 			}
 		}

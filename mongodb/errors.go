@@ -1,7 +1,4 @@
-// Package mongoerr translates MongoDB driver errors into the domain's
-// error vocabulary, for every adapter that talks to MongoDB (the event
-// store, the read models). It imports neither adapter.
-package mongoerr
+package mongodb
 
 import (
 	"context"

@@ -1,0 +1,263 @@
+package mongodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// Collections of the job store.
+const (
+	JobsCollection  = "projection_jobs"  // one document per job (domain.Job)
+	LocksCollection = "projection_locks" // one rebuild lock per projection: {_id: "rebuild:<projection>", job_id, since}
+)
+
+// Jobs is the job store: the operator's jobs, their tasks (whose leases
+// are Tasks') and the rebuild locks. Every write is w:majority, j:true,
+// whatever the client's defaults.
+type Jobs struct {
+	jobs, tasks, locks *mongo.Collection
+	now                func() time.Time
+}
+
+// NewJobs returns the job store of db.
+func NewJobs(db *mongo.Database) *Jobs {
+	durably := options.Collection().SetWriteConcern(durable)
+	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
+		locks: db.Collection(LocksCollection, durably), now: time.Now}
+}
+
+// InsertJob stores a new job.
+func (s *Jobs) InsertJob(ctx context.Context, job domain.Job) error {
+	if _, err := s.jobs.InsertOne(ctx, job); err != nil {
+		return fmt.Errorf("%s job %s: %w", job.Kind, job.ID, Translate(err))
+	}
+	return nil
+}
+
+// InsertTasks stores tasks, keeping any that exists already (so a plan
+// resumed after a crash creates the same tasks): one insert, and one per
+// task after a duplicate (the embedded store stops an unordered insert at
+// its first error).
+func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
+	if len(tasks) == 0 {
+		return nil
+	}
+	docs := make([]any, len(tasks))
+	for i, t := range tasks {
+		docs[i] = t
+	}
+	_, err := s.tasks.InsertMany(ctx, docs)
+	if err == nil || !mongo.IsDuplicateKeyError(err) {
+		if err != nil {
+			return fmt.Errorf("tasks of %s: %w", tasks[0].Job, Translate(err))
+		}
+		return nil
+	}
+	for _, t := range tasks {
+		if _, err := s.tasks.InsertOne(ctx, t); err != nil && !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("task %s: %w", t.ID, Translate(err))
+		}
+	}
+	return nil
+}
+
+// Job returns the job id as stored, without its tasks. Errors:
+// domain.ErrNotFound for an unknown id.
+func (s *Jobs) Job(ctx context.Context, id string) (domain.Job, error) {
+	var job domain.Job
+	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&job)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return domain.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	}
+	if err != nil {
+		return domain.Job{}, fmt.Errorf("job %s: %w", id, Translate(err))
+	}
+	return job, nil
+}
+
+// Tasks returns the tasks of job, by id.
+func (s *Jobs) Tasks(ctx context.Context, job string) ([]domain.Task, error) {
+	tasks, err := s.findTasks(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	if err != nil {
+		return nil, fmt.Errorf("tasks of %s: %w", job, err)
+	}
+	return tasks, nil
+}
+
+// OpenTasks returns the tasks of every job that are in one of states.
+func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]domain.Task, error) {
+	tasks, err := s.findTasks(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]domain.Task, error) {
+	var o []options.Lister[options.FindOptions]
+	if opts != nil {
+		o = append(o, opts)
+	}
+	cur, err := s.tasks.Find(ctx, filter, o...)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	tasks := []domain.Task{}
+	if err := cur.All(ctx, &tasks); err != nil {
+		return nil, Translate(err)
+	}
+	return tasks, nil
+}
+
+// SetTasksState moves the tasks of job that are in state from to state
+// to (a rebuild's pending partitions, canceled).
+func (s *Jobs) SetTasksState(ctx context.Context, job, from, to string) error {
+	if _, err := s.tasks.UpdateMany(ctx, bson.D{{Key: "job", Value: job}, {Key: "state", Value: from}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "state", Value: to}}}}); err != nil {
+		return fmt.Errorf("%s tasks of %s to %s: %w", from, job, to, Translate(err))
+	}
+	return nil
+}
+
+// RequestCancel records an operator's request that job id stop, unless
+// the job has recorded the collection its switch replaces (see
+// CommitSwitch): of the two, racing, exactly one wins. It reports whether
+// the request was recorded.
+func (s *Jobs) RequestCancel(ctx context.Context, id string) (bool, error) {
+	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
+	if err != nil {
+		return false, fmt.Errorf("cancel %s: %w", id, Translate(err))
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// CancelRequested reports whether an operator asked job id to stop.
+func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
+	var job struct {
+		CancelRequested bool `bson:"cancel_requested"`
+	}
+	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "cancel_requested", Value: 1}})).Decode(&job)
+	if err != nil {
+		return false, fmt.Errorf("cancel request of %s: %w", id, Translate(err))
+	}
+	return job.CancelRequested, nil
+}
+
+// CommitSwitch records what rebuild id's switch replaces, and its verify
+// report, unless an operator asked it to stop (see RequestCancel). It
+// reports whether it recorded them.
+func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *domain.VerifyReport) (bool, error) {
+	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
+		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: report}}}})
+	if err != nil {
+		return false, fmt.Errorf("rebuild %s: %w", id, Translate(err))
+	}
+	return res.MatchedCount == 1, nil
+}
+
+// SavePlan records a rebuild's cut of the log: its bounds, the commits
+// counted and its number of partitions.
+func (s *Jobs) SavePlan(ctx context.Context, job domain.Job) error {
+	bounds := job.Bounds
+	if bounds == nil {
+		bounds = []string{}
+	}
+	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "bounds", Value: bounds}, {Key: "total_commits", Value: job.TotalCommits}, {Key: "partitions", Value: job.Partitions}}}}); err != nil {
+		return fmt.Errorf("plan %s: %w", job.ID, Translate(err))
+	}
+	return nil
+}
+
+// Latest returns the most recent job of a kind for a projection, or nil.
+func (s *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+	var job domain.Job
+	err := s.jobs.FindOne(ctx, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
+		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&job)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, Translate(err))
+	}
+	return &job, nil
+}
+
+// FinishJob writes a job's final state, its finish time and, unless
+// empty, its error and report.
+func (s *Jobs) FinishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
+	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.now().UTC()}}
+	if errMsg != "" {
+		set = append(set, bson.E{Key: "error", Value: errMsg})
+	}
+	if report != nil {
+		set = append(set, bson.E{Key: "report", Value: report})
+	}
+	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
+		return fmt.Errorf("finish job %s: %w", id, Translate(err))
+	}
+	return nil
+}
+
+// lockDoc is a projection's rebuild lock: the job holding it, since when.
+type lockDoc struct {
+	ID    string    `bson:"_id"`
+	Job   string    `bson:"job_id"`
+	Since time.Time `bson:"since"`
+}
+
+// Lock takes projection's rebuild lock for job: an insert, so exactly one
+// of concurrent requests gets it. A lock whose job has finished, or whose
+// job was never created a minute after the lock was taken (its creator
+// died), is taken over. Errors: domain.ErrJobRunning when another rebuild
+// holds it.
+func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
+	key := "rebuild:" + projection
+	for attempt := 0; attempt < 3; attempt++ {
+		_, err := s.locks.InsertOne(ctx, lockDoc{ID: key, Job: job, Since: s.now().UTC()})
+		if err == nil {
+			return nil
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+		}
+		var l lockDoc
+		if err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&l); err != nil {
+			if errors.Is(err, mongo.ErrNoDocuments) {
+				continue
+			}
+			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+		}
+		held, err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: l.Job}}).Raw()
+		switch {
+		case errors.Is(err, mongo.ErrNoDocuments) && s.now().Sub(l.Since) < time.Minute:
+			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
+		case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
+			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+		case err == nil && !domain.JobState(held.Lookup("state").StringValue()).Final():
+			return fmt.Errorf("rebuild %s: %w", l.Job, domain.ErrJobRunning)
+		}
+		if err := s.Unlock(ctx, projection, l.Job); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("rebuild lock of %s: contended: %w", projection, domain.ErrJobRunning)
+}
+
+// Unlock releases projection's rebuild lock if job holds it.
+func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
+	_, err := s.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + projection}, {Key: "job_id", Value: job}})
+	if err != nil {
+		return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+	}
+	return nil
+}

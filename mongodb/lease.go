@@ -1,0 +1,397 @@
+package mongodb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// LeasesCollection holds the named leases, one document per lease:
+// {_id: name, owner, epoch, expires_at, acquired_at, renewed_at}.
+const LeasesCollection = "leases"
+
+// durable is the write concern of every lease write (DESIGN.md §8): a
+// claim a failover can roll back would let two holders in.
+var durable = func() *writeconcern.WriteConcern {
+	wc := writeconcern.Majority()
+	journal := true
+	wc.Journal = &journal
+	return wc
+}()
+
+// Leases is the one lease implementation: named, time-limited claims kept
+// in one collection, one document per lease, each held by one holder at a
+// time (invariant 6). The relay's sweep lease (Lease), the projections'
+// partitions (Partitions) and the jobs' tasks (Tasks) are all held through
+// it.
+//
+// The times of the domain.Lease values it returns are the holder's clock
+// with its monotonic reading, so a holder's fence does not move with the
+// wall clock.
+//
+// Every write is one conditional update whose filter includes the value
+// it changes (claim-by-filter): a claim matches only a lease that is free,
+// expired, or already this holder's, and raises its epoch, the fencing
+// token; a renewal, a release and a fenced write match only {_id, owner,
+// epoch} of the tenure that makes them. So of any number of claimants
+// exactly one wins, and a deposed tenure, also one deposed by a later
+// claim of the same holder, has every write refused with
+// domain.ErrLeaseLost. Expiry uses the holder's and the claimant's clocks:
+// they must agree to well within the TTL. Writes are w:majority, j:true,
+// whatever the client's defaults.
+//
+// No transaction is used: each operation is one document write (a batch
+// renewal, one updateMany), which MongoDB applies atomically per document
+// and which the embedded store's funnel runs alone.
+type Leases struct {
+	coll *mongo.Collection
+	// expiry names the field holding a tenure's deadline: "expires_at",
+	// or "lease_until" in a job's task.
+	expiry string
+	now    func() time.Time
+}
+
+// NewLeases returns the leases kept in collection of db.
+func NewLeases(db *mongo.Database, collection string) *Leases {
+	return newLeases(db, collection, "expires_at")
+}
+
+func newLeases(db *mongo.Database, collection, expiry string) *Leases {
+	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable)),
+		expiry: expiry, now: time.Now}
+}
+
+// Claim takes the lease name for holder for ttl if it is free, has
+// expired, or is already holder's (a restart under the same id), raising
+// its epoch; a lease without a document is created, at epoch 1. It returns
+// the new tenure and true, or false and no error when another holder has
+// it (or got it first). It costs one round trip, two when the lease has no
+// document yet or another holder has it.
+func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error) {
+	now := l.now()
+	lease, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
+	if err != nil || ok {
+		return lease, ok, err
+	}
+	// Held by another holder, or no document: an insert tells which, the
+	// unique _id refusing it when the lease exists.
+	_, err = l.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "owner", Value: holder},
+		{Key: "epoch", Value: int64(1)}, {Key: l.expiry, Value: now.Add(ttl)},
+		{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}})
+	if mongo.IsDuplicateKeyError(err) {
+		return domain.Lease{}, false, nil
+	}
+	if err != nil {
+		return domain.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+	}
+	return tenure(name, holder, 1, now, ttl), true, nil
+}
+
+// free is the part of a claim's filter that matches a lease holder may
+// take at now: one never held (no deadline), expired, or its own.
+func (l *Leases) free(holder string, now time.Time) bson.D {
+	return bson.D{{Key: "$or", Value: bson.A{
+		bson.D{{Key: l.expiry, Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: l.expiry, Value: bson.D{{Key: "$lt", Value: now}}}},
+		bson.D{{Key: "owner", Value: holder}},
+	}}}
+}
+
+// claim moves the existing lease document name, if it also matches cond,
+// to a new tenure of holder from now, in one findAndModify that raises its
+// epoch and applies more (further update operators, merged with the
+// claim's). It returns false and no error when nothing matched.
+func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (domain.Lease, bool, error) {
+	filter := append(bson.D{{Key: "_id", Value: name}}, cond...)
+	update := merge(bson.D{
+		{Key: "$set", Value: bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
+			{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}}},
+		{Key: "$inc", Value: bson.D{{Key: "epoch", Value: int64(1)}}},
+	}, more)
+	// The whole document comes back: lease documents are small, and the
+	// embedded store refuses a findAndModify projection.
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	raw, err := l.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return domain.Lease{}, false, nil
+	}
+	if err != nil {
+		return domain.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+	}
+	epoch, ok := raw.Lookup("epoch").AsInt64OK()
+	if !ok {
+		return domain.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
+	}
+	return tenure(name, holder, epoch, now, ttl), true, nil
+}
+
+func tenure(name, holder string, epoch int64, at time.Time, ttl time.Duration) domain.Lease {
+	return domain.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
+}
+
+// merge returns the update base with the operators of more added, each
+// operator's fields appended to base's of the same operator.
+func merge(base, more bson.D) bson.D {
+	for _, op := range more {
+		i := 0
+		for i < len(base) && base[i].Key != op.Key {
+			i++
+		}
+		if i == len(base) {
+			base = append(base, op)
+			continue
+		}
+		base[i].Value = append(base[i].Value.(bson.D), op.Value.(bson.D)...)
+	}
+	return base
+}
+
+// fence is the filter of every write made under lease: it matches only
+// while lease's tenure is the current one.
+func fence(lease domain.Lease) bson.D {
+	return bson.D{{Key: "_id", Value: lease.Name}, {Key: "owner", Value: lease.Holder}, {Key: "epoch", Value: lease.Epoch}}
+}
+
+// Renew extends lease by ttl from now, in one update fenced by its epoch,
+// and returns it renewed. A tenure that expired is renewed while no other
+// claim has followed it. Errors: domain.ErrLeaseLost when the lease has
+// passed to another tenure.
+func (l *Leases) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
+	now := l.now()
+	res, err := l.coll.UpdateOne(ctx, fence(lease), l.renewal(now, ttl))
+	if err != nil {
+		return lease, fmt.Errorf("renew lease %s: %w", lease.Name, Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return lease, fmt.Errorf("renew lease %s at epoch %d: %w", lease.Name, lease.Epoch, domain.ErrLeaseLost)
+	}
+	lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
+	return lease, nil
+}
+
+func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
+	return bson.D{{Key: "$set", Value: bson.D{{Key: l.expiry, Value: now.Add(ttl)}, {Key: "renewed_at", Value: now}}}}
+}
+
+// RenewAll extends every lease of leases by ttl from now, in one update
+// (one round trip, two when some were lost), and returns those still held,
+// renewed, in the order given; the others passed to another tenure.
+func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error) {
+	switch len(leases) {
+	case 0:
+		return nil, nil
+	case 1:
+		lease, err := l.Renew(ctx, leases[0], ttl)
+		if errors.Is(err, domain.ErrLeaseLost) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		return []domain.Lease{lease}, nil
+	}
+	now := l.now()
+	tenures := make(bson.A, len(leases))
+	for i, lease := range leases {
+		tenures[i] = fence(lease)
+	}
+	res, err := l.coll.UpdateMany(ctx, bson.D{{Key: "$or", Value: tenures}}, l.renewal(now, ttl))
+	if err != nil {
+		return nil, fmt.Errorf("renew %d leases: %w", len(leases), Translate(err))
+	}
+	kept := make([]domain.Lease, 0, len(leases))
+	if int(res.MatchedCount) == len(leases) {
+		for _, lease := range leases {
+			lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
+			kept = append(kept, lease)
+		}
+		return kept, nil
+	}
+	// Some were lost: those still at their tenure were renewed.
+	names := make(bson.A, len(leases))
+	for i, lease := range leases {
+		names[i] = lease.Name
+	}
+	stored, err := l.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}})
+	if err != nil {
+		return nil, fmt.Errorf("renew %d leases: %w", len(leases), err)
+	}
+	current := map[string]domain.Lease{}
+	for _, s := range stored {
+		current[s.Name] = s
+	}
+	for _, lease := range leases {
+		if s, ok := current[lease.Name]; ok && s.Holder == lease.Holder && s.Epoch == lease.Epoch {
+			lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
+			kept = append(kept, lease)
+		}
+	}
+	return kept, nil
+}
+
+// Release gives lease up, so that another holder can claim it at once
+// rather than after its TTL: its deadline moves to the Unix epoch. Call
+// it only once the holder has stopped acting under the lease. Errors:
+// domain.ErrLeaseLost when the lease has passed to another tenure, so
+// there was nothing of this holder's to release.
+func (l *Leases) Release(ctx context.Context, lease domain.Lease) error {
+	return l.write(ctx, lease, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
+}
+
+// write sets fields of lease's document while lease's tenure is the
+// current one; what names the write in errors. Errors:
+// domain.ErrLeaseLost when it is not.
+func (l *Leases) write(ctx context.Context, lease domain.Lease, set bson.D, what string) error {
+	res, err := l.coll.UpdateOne(ctx, fence(lease), bson.D{{Key: "$set", Value: set}})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", what, lease.Name, Translate(err))
+	}
+	if res.MatchedCount == 0 {
+		return fmt.Errorf("%s %s at epoch %d: %w", what, lease.Name, lease.Epoch, domain.ErrLeaseLost)
+	}
+	return nil
+}
+
+// Get returns the lease name as stored: its last holder, epoch and
+// deadline (a free lease has a deadline in the past). Errors:
+// domain.ErrNotFound when it has no document.
+func (l *Leases) Get(ctx context.Context, name string) (domain.Lease, error) {
+	leases, err := l.find(ctx, bson.D{{Key: "_id", Value: name}})
+	if err != nil {
+		return domain.Lease{}, fmt.Errorf("lease %s: %w", name, err)
+	}
+	if len(leases) == 0 {
+		return domain.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
+	}
+	return leases[0], nil
+}
+
+// find returns the leases whose documents match filter, as stored.
+func (l *Leases) find(ctx context.Context, filter bson.D) ([]domain.Lease, error) {
+	cur, err := l.coll.Find(ctx, filter)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	var docs []bson.Raw
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, Translate(err)
+	}
+	out := make([]domain.Lease, len(docs))
+	for i, d := range docs {
+		out[i] = l.decode(d)
+	}
+	return out, nil
+}
+
+// decode reads a lease document; a field it lacks stays zero.
+func (l *Leases) decode(d bson.Raw) domain.Lease {
+	var lease domain.Lease
+	lease.Name, _ = d.Lookup("_id").StringValueOK()
+	lease.Holder, _ = d.Lookup("owner").StringValueOK()
+	lease.Epoch, _ = d.Lookup("epoch").AsInt64OK()
+	lease.AcquiredAt, _ = d.Lookup("acquired_at").TimeOK()
+	lease.RenewedAt, _ = d.Lookup("renewed_at").TimeOK()
+	lease.ExpiresAt, _ = d.Lookup(l.expiry).TimeOK()
+	return lease
+}
+
+// Lease is one holder's hold on one named lease of LeasesCollection, for
+// a loop that claims it and keeps it (the relay sweeper): it remembers
+// the tenure it holds, so its renewals and its release are fenced by that
+// tenure's epoch. It is safe for concurrent use.
+type Lease struct {
+	leases *Leases
+	name   string
+	holder string
+	ttl    time.Duration
+
+	mu        sync.Mutex
+	held      *domain.Lease // the tenure last claimed or renewed; nil when none
+	uncertain bool          // the last claim failed: it may have landed
+}
+
+// NewLease returns the lease named name of db's LeasesCollection, for
+// holder (an instance id); ttl is how long a claim or renewal lasts.
+func NewLease(db *mongo.Database, name, holder string, ttl time.Duration) *Lease {
+	return &Lease{leases: NewLeases(db, LeasesCollection), name: name, holder: holder, ttl: ttl}
+}
+
+// TryAcquire renews the tenure this Lease holds or, when it holds none or
+// has lost it, claims the lease (see Leases.Claim). It reports whether
+// this holder holds the lease now; false and no error when another holder
+// does. After an error the tenure is kept: the next call renews it if no
+// other holder claimed it meanwhile.
+func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held != nil {
+		renewed, err := l.leases.Renew(ctx, *l.held, l.ttl)
+		if err == nil {
+			l.held = &renewed
+			return true, nil
+		}
+		if !errors.Is(err, domain.ErrLeaseLost) {
+			return false, err
+		}
+		l.held = nil
+	}
+	lease, ok, err := l.leases.Claim(ctx, l.name, l.holder, l.ttl)
+	l.uncertain = err != nil
+	if !ok {
+		return false, err
+	}
+	l.held = &lease
+	return true, nil
+}
+
+// Release gives the lease up if this holder holds it, so another instance
+// can claim it at once; releasing a lease it does not hold changes nothing
+// and returns nil. After a claim that failed, which may have landed, it
+// reads the lease and releases it if it is this holder's.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held := l.held
+	if held == nil && l.uncertain {
+		stored, err := l.leases.Get(ctx, l.name)
+		if errors.Is(err, domain.ErrNotFound) {
+			l.uncertain = false
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if stored.Holder == l.holder {
+			held = &stored
+		}
+	}
+	if held == nil {
+		l.uncertain = false
+		return nil
+	}
+	err := l.leases.Release(ctx, *held)
+	if err != nil && !errors.Is(err, domain.ErrLeaseLost) {
+		return err
+	}
+	l.held, l.uncertain = nil, false
+	return nil
+}
+
+// Held returns the tenure this Lease holds, and false when it holds none.
+func (l *Lease) Held() (domain.Lease, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held == nil {
+		return domain.Lease{}, false
+	}
+	return *l.held, true
+}

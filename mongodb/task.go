@@ -1,0 +1,98 @@
+package mongodb
+
+import (
+	"context"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// TasksCollection holds the jobs' tasks, one document per task
+// (domain.Task); a task's owner, epoch and lease_until are its lease.
+const TasksCollection = "projection_job_tasks"
+
+// Tasks are the leases of the jobs' tasks: a task is claimed by one runner
+// at a time, at the epoch it was read at, and every write of its runner
+// (renewal, checkpoint, finish, release) is fenced by the claim's epoch,
+// so a runner that lost the task writes nothing more (see Leases; the
+// deadline field is lease_until).
+type Tasks struct {
+	leases *Leases
+}
+
+// NewTasks returns the task leases of db's TasksCollection.
+func NewTasks(db *mongo.Database) *Tasks {
+	return &Tasks{leases: newLeases(db, TasksCollection, "lease_until")}
+}
+
+// Claim claims t for holder for ttl if t is still at the epoch it was read
+// at and its lease was never taken or has expired, in one update: the
+// task moves to state and the next epoch, counts an attempt, records its
+// start if it had none, and, when it had made progress, a domain.Resume
+// of the cursor and counters the holder starts from. It returns the task
+// as claimed and the claim's lease, or false and no error when another
+// runner holds it or got it first.
+func (s *Tasks) Claim(ctx context.Context, t domain.Task, holder string, ttl time.Duration, state string) (domain.Task, domain.Lease, bool, error) {
+	now := s.leases.now()
+	utc := now.UTC()
+	set := bson.D{{Key: "state", Value: state}}
+	if t.StartedAt.IsZero() {
+		t.StartedAt = utc
+		set = append(set, bson.E{Key: "started_at", Value: utc})
+	}
+	more := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
+	if t.Cursor != "" || t.Events > 0 {
+		r := domain.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
+		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
+		t.Resumes = append(t.Resumes, r)
+	}
+	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
+		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
+	}}}
+	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, more)
+	if err != nil || !ok {
+		return t, lease, false, err
+	}
+	t.Epoch, t.Owner, t.State, t.LeaseUntil = lease.Epoch, holder, state, lease.ExpiresAt
+	t.Attempts++
+	return t, lease, true, nil
+}
+
+// Renew extends the claim's lease by ttl (see Leases.Renew). Errors:
+// domain.ErrLeaseLost when another runner has claimed the task since.
+func (s *Tasks) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
+	return s.leases.Renew(ctx, lease, ttl)
+}
+
+// Checkpoint saves t's cursor and counters under lease. Errors:
+// domain.ErrLeaseLost when the task has passed to another claim.
+func (s *Tasks) Checkpoint(ctx context.Context, lease domain.Lease, t domain.Task) error {
+	return s.leases.write(ctx, lease, bson.D{{Key: "cursor", Value: t.Cursor}, {Key: "events", Value: t.Events},
+		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}}, "checkpoint task")
+}
+
+// Finish sets the task's final state, its finish time and, unless empty,
+// its error, under lease. Errors: domain.ErrLeaseLost when the task has
+// passed to another claim.
+func (s *Tasks) Finish(ctx context.Context, lease domain.Lease, state, errMsg string) error {
+	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.leases.now().UTC()}}
+	if errMsg != "" {
+		set = append(set, bson.E{Key: "error", Value: errMsg})
+	}
+	return s.leases.write(ctx, lease, set, "finish task")
+}
+
+// Release gives the task back for any runner to claim at once, keeping
+// its cursor, with errMsg as its error unless empty. Errors:
+// domain.ErrLeaseLost when the task has passed to another claim.
+func (s *Tasks) Release(ctx context.Context, lease domain.Lease, errMsg string) error {
+	set := bson.D{{Key: "lease_until", Value: time.Unix(0, 0).UTC()}}
+	if errMsg != "" {
+		set = append(set, bson.E{Key: "error", Value: errMsg})
+	}
+	return s.leases.write(ctx, lease, set, "release task")
+}
