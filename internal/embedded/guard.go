@@ -100,9 +100,9 @@ func guardedUpdates(req []byte) (body bson.Raw, stmts []guardedUpdate, ordered b
 
 // guardOf splits one update statement into its _id and its guard. It
 // refuses (ok false) multi updates, a q without a string or ObjectID _id,
-// conditions that are not operator documents of $eq, $ne, $lt, $lte, $gt
-// and $gte on scalars, and, with upsert, a plain equality beyond _id (an
-// upsert copies it into the document it inserts).
+// conditions that are not scalar equalities or operator documents of $eq,
+// $ne, $lt, $lte, $gt and $gte on scalars, and, with upsert, a plain
+// equality beyond _id (an upsert copies it into the document it inserts).
 func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
 	if m, err := stmt.LookupErr("multi"); err == nil && m.Type == bson.TypeBoolean && m.Boolean() {
 		return guardedUpdate{}, false
@@ -111,6 +111,7 @@ func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
 	if !ok {
 		return guardedUpdate{}, false
 	}
+	upsert, _ := stmt.Lookup("upsert").BooleanOK()
 	elems, err := q.Elements()
 	if err != nil {
 		return guardedUpdate{}, false
@@ -131,7 +132,11 @@ func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
 		}
 		ops, isDoc := v.DocumentOK()
 		if !isDoc {
-			return guardedUpdate{}, false // plain equality: see the doc comment
+			if upsert || !scalar(v) {
+				return guardedUpdate{}, false // see the doc comment
+			}
+			guard = append(guard, bson.E{Key: k, Value: bson.D{{Key: "$eq", Value: v}}})
+			continue
 		}
 		opElems, err := ops.Elements()
 		if err != nil || len(opElems) == 0 {

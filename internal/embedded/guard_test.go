@@ -149,7 +149,7 @@ func TestGuardOperators(t *testing.T) {
 		}
 	}
 	for _, q := range []bson.D{
-		{{Key: "_id", Value: "x"}, {Key: "v", Value: int64(1)}},                                      // plain equality
+		{{Key: "_id", Value: "x"}, {Key: "v", Value: bson.A{int64(1)}}},                              // an array
 		{{Key: "_id", Value: "x"}, {Key: "v", Value: bson.D{{Key: "$in", Value: bson.A{1}}}}},        // unknown operator
 		{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"x"}}}}},                              // not one _id
 		{{Key: "_id", Value: "x"}, {Key: "a.b", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},       // dotted path
@@ -159,6 +159,15 @@ func TestGuardOperators(t *testing.T) {
 		stmt, _ := bson.Marshal(bson.D{{Key: "q", Value: q}, {Key: "u", Value: bson.D{}}})
 		if _, ok := guardOf(stmt); ok {
 			t.Errorf("guardOf(%v) served, want it passed through", q)
+		}
+	}
+	// A plain equality beyond _id: served without upsert (a fenced lease
+	// write), passed through with it (the upsert would copy it).
+	q := bson.D{{Key: "_id", Value: "x"}, {Key: "owner", Value: "a"}, {Key: "epoch", Value: int64(3)}}
+	for _, upsert := range []bool{false, true} {
+		stmt, _ := bson.Marshal(bson.D{{Key: "q", Value: q}, {Key: "u", Value: bson.D{}}, {Key: "upsert", Value: upsert}})
+		if _, ok := guardOf(stmt); ok == upsert {
+			t.Errorf("guardOf(%v) with upsert %v: served %v", q, upsert, ok)
 		}
 	}
 }
