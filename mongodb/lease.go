@@ -182,7 +182,7 @@ func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
 	return bson.D{{Key: "$set", Value: bson.D{{Key: l.expiry, Value: now.Add(ttl)}, {Key: "renewed_at", Value: now}}}}
 }
 
-// RenewAll extends every lease of leases by ttl from now, in one update
+// RenewAll extends every lease of leases by ttl from now, in one bulk write
 // (one round trip, two when some were lost), and returns those still held,
 // renewed, in the order given; the others passed to another tenure.
 func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error) {
@@ -200,11 +200,15 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 		return []domain.Lease{lease}, nil
 	}
 	now := l.now()
-	tenures := make(bson.A, len(leases))
+	// One bulk of single-document updates, not one updateMany over an $or:
+	// the driver retries a bulk of single-document writes once across an
+	// election (retryable writes), never an updateMany, and a renewal that
+	// fails through an election fences every partition.
+	renewals := make([]mongo.WriteModel, len(leases))
 	for i, lease := range leases {
-		tenures[i] = fence(lease)
+		renewals[i] = mongo.NewUpdateOneModel().SetFilter(fence(lease)).SetUpdate(l.renewal(now, ttl))
 	}
-	res, err := l.coll.UpdateMany(ctx, bson.D{{Key: "$or", Value: tenures}}, l.renewal(now, ttl))
+	res, err := l.coll.BulkWrite(ctx, renewals, options.BulkWrite().SetOrdered(false))
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases: %w", len(leases), Translate(err))
 	}

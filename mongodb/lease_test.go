@@ -204,12 +204,25 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 	}
 }
 
-// RenewAll renews many leases in one command and returns those still
-// held; one taken by another holder meanwhile costs one read more.
+// RenewAll renews many leases in one command of single-document updates
+// (retryable across an election) and returns those still held; one taken
+// by another holder meanwhile costs one read more.
 func TestLeaseRenewAllInOneRoundTrip(t *testing.T) {
 	ctx := t.Context()
-	var sent atomic.Int64
-	monitor := &event.CommandMonitor{Started: func(context.Context, *event.CommandStartedEvent) { sent.Add(1) }}
+	var sent, multi atomic.Int64
+	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
+		sent.Add(1)
+		// A multi-document update is not retryable: through an election
+		// it would fail and fence every partition.
+		if e.CommandName == "update" {
+			stmts, _ := e.Command.Lookup("updates").Array().Values()
+			for _, st := range stmts {
+				if m, ok := st.Document().Lookup("multi").BooleanOK(); ok && m {
+					multi.Add(1)
+				}
+			}
+		}
+	}}
 	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(monitor))
 	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
 
@@ -228,6 +241,9 @@ func TestLeaseRenewAllInOneRoundTrip(t *testing.T) {
 	}
 	if n := sent.Load(); n != 1 {
 		t.Errorf("RenewAll of %d leases sent %d commands; want 1", len(held), n)
+	}
+	if n := multi.Load(); n != 0 {
+		t.Errorf("RenewAll sent %d multi-document updates; want single-document ones, which the driver retries", n)
 	}
 	for i, l := range renewed {
 		if l.Name != held[i].Name || l.Epoch != held[i].Epoch || l.RenewedAt.Before(held[i].RenewedAt) {
