@@ -46,10 +46,37 @@ func Transient(se mongo.ServerError) bool {
 	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
 		return true
 	}
-	for _, code := range []int{6, 7, 50, 89, 91, 189, 262, 9001, 10107, 11600, 11602, 13435, 13436} {
+	for _, code := range transientCodes {
 		if se.HasErrorCode(code) {
 			return true
 		}
 	}
 	return false
+}
+
+// transientCodes are the server errors that pass, from MongoDB's
+// error_codes.yml: a member unreachable or shutting down, an election
+// (what a new primary and mongos answer while one runs), a time limit,
+// and a shard's routing table being refreshed.
+var transientCodes = []int{
+	6,     // HostUnreachable
+	7,     // HostNotFound
+	50,    // MaxTimeMSExpired
+	63,    // StaleShardVersion
+	64,    // WriteConcernFailed
+	89,    // NetworkTimeout
+	91,    // ShutdownInProgress
+	133,   // FailedToSatisfyReadPreference
+	134,   // ReadConcernMajorityNotAvailableYet
+	150,   // StaleEpoch
+	189,   // PrimarySteppedDown
+	262,   // ExceededTimeLimit
+	9001,  // SocketException
+	10107, // NotWritablePrimary
+	11600, // InterruptedAtShutdown
+	11601, // Interrupted
+	11602, // InterruptedDueToReplStateChange
+	13388, // StaleConfig
+	13435, // NotPrimaryNoSecondaryOk
+	13436, // NotPrimaryOrSecondary
 }

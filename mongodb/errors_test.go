@@ -55,3 +55,23 @@ func TestTranslatePoolExhausted(t *testing.T) {
 		t.Errorf("Translate(%v) = %v; want it to wrap domain.ErrUnavailable", err, got)
 	}
 }
+
+// TestTranslateElectionCodes: what a new primary, a secondary and mongos
+// answer while a replica set elects or a shard refreshes passes: it must
+// read as unavailable (a redelivery, a 503), never as a poison event that
+// a projection would park with every later event of its order.
+func TestTranslateElectionCodes(t *testing.T) {
+	for _, code := range []int32{64, 91, 133, 134, 189, 10107, 11600, 11601, 11602, 13388, 13435, 13436, 63, 150} {
+		err := fmt.Errorf("fill gap: %w", mongo.CommandError{Code: code, Message: "electing"})
+		if got := Translate(err); !errors.Is(got, domain.ErrUnavailable) {
+			t.Errorf("code %d: Translate = %v, want it to wrap domain.ErrUnavailable", code, got)
+		}
+	}
+	// A server's answer that will not change stays what it is.
+	for _, code := range []int32{2, 11000, 121} { // BadValue, DuplicateKey, DocumentValidationFailure
+		err := mongo.CommandError{Code: code, Message: "refused"}
+		if got := Translate(err); errors.Is(got, domain.ErrUnavailable) {
+			t.Errorf("code %d: Translate = %v, want it not unavailable", code, got)
+		}
+	}
+}
