@@ -59,7 +59,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
 			// collection a pointer names.
-			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now); err != nil {
+			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
 		}
@@ -288,6 +288,12 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	}
 	return c.finish(ctx, taskDone, "")
 }
+
+// abandonedShadowGrace is how long the shadow of a rebuild that died stays
+// after a new rebuild replaced it: projectors keep writing a shadow until
+// they re-read the pointer (within a batch), and a write after the drop
+// would re-create the collection where no pointer names it.
+const abandonedShadowGrace = time.Minute
 
 // cleanUp undoes a rebuild that will not finish: the pointer drops its
 // shadow (scheduled for dropping after the grace period, since projectors

@@ -281,6 +281,34 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 // TestRebuildCancel stops a running rebuild: the job ends canceled, the
 // readers' collection never changed, the shadow is dropped after the grace
 // period, and the projection can be rebuilt again.
+// TestRebuildOverAnAbandonedShadowKeepsItAWhile: a rebuild that finds the
+// shadow of one that died retires it with a grace, not for an immediate
+// drop: projectors may still write it until they re-read the pointer, and
+// a write after the drop would re-create it out of every pointer's sight.
+func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
+	ctx, k, _ := projectedKit(t, 60*time.Second, "abd", 4, 2)
+	const abandoned = "order_summaries_abandoned"
+	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *projection.Pointer) (bool, error) {
+		p.Shadow, p.ShadowJob = abandoned, "dead-job"
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	started := time.Now()
+	if _, err := k.jobs.StartRebuild(ctx, projection.OrderSummaries.Name, 1); err != nil {
+		t.Fatal(err)
+	}
+	var retired struct {
+		DropAfter time.Time `bson:"drop_after"`
+	}
+	if err := k.db.Collection(projection.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: abandoned}}).Decode(&retired); err != nil {
+		t.Fatalf("the abandoned shadow is not on the drop list: %v", err)
+	}
+	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
+		t.Errorf("the abandoned shadow is dropped after %v, %v after the new rebuild started; want a grace", retired.DropAfter, retired.DropAfter.Sub(started))
+	}
+}
+
 func TestRebuildCancel(t *testing.T) {
 	ctx, k, f := projectedKit(t, 60*time.Second, "cnl", 60, 4)
 	db := k.db
