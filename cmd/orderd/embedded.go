@@ -4,10 +4,17 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
 
 	"github.com/orderd/orderd/internal/embedded"
 )
@@ -37,6 +44,15 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 		log.Info("embedded NATS started", "url", c.NATS.URL, "dir", dir)
 	}
 	if c.Mongo.URI == "" {
+		if c.InstanceID == "" {
+			// The data dir is this instance's alone (the store locks it):
+			// an id kept there survives a restart, so a restarted process
+			// takes back its partition and sweep leases at once instead of
+			// waiting for them to expire.
+			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
+				return stop, err
+			}
+		}
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
@@ -69,3 +85,25 @@ func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 
 func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
 func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }
+
+// keptInstanceID returns the instance id kept in dir, made and written
+// there on first use.
+func keptInstanceID(dir string) (string, error) {
+	path := filepath.Join(dir, "instance-id")
+	if b, err := os.ReadFile(path); err == nil {
+		if id := strings.TrimSpace(string(b)); id != "" {
+			return id, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("instance id: %w", err)
+	}
+	host, _ := os.Hostname()
+	id := fmt.Sprintf("%s-%s", host, uuid.NewString()[:8])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("instance id: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
+		return "", fmt.Errorf("instance id: %w", err)
+	}
+	return id, nil
+}
