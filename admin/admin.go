@@ -14,7 +14,7 @@ import (
 // Config is what a Service works on.
 type Config struct {
 	Jobs        *jobs.Jobs
-	DeadLetters *projector.DeadLetters
+	DeadLetters DeadLetters
 	// Runners are the projections' runners, whether or not this instance
 	// runs them: they read the partitions' leases and the consumers' lag.
 	Runners []*projector.Runner
@@ -23,6 +23,14 @@ type Config struct {
 	// Bus is false on an instance without a NATS connection (an api-only
 	// instance without NATS_URL): there is no consumer lag to show.
 	Bus bool
+}
+
+// DeadLetters lists the parked events of a projection (all with ""), up to
+// limit, and counts them (jobs.DeadLetterCounter): the MongoDB adapter's
+// *mongodb.DeadLetters implements it.
+type DeadLetters interface {
+	jobs.DeadLetterCounter
+	List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
 }
 
 // ReadModel is a projection as the order page of the console sees it:
@@ -40,7 +48,7 @@ var (
 // jobs, the projections' state and the dead letters.
 type Service struct {
 	jobs    *jobs.Jobs
-	dead    *projector.DeadLetters
+	dead    DeadLetters
 	runners []*projector.Runner
 	checks  []ReadModel
 	bus     bool

@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -56,7 +57,7 @@ func TestRenewalOutlivesASlowStore(t *testing.T) {
 	}
 
 	// The lease runs out and another runner claims the task.
-	if _, err := db.Collection(TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: c.task.ID}},
+	if _, err := db.Collection(mongodb.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: c.task.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}); err != nil {
 		t.Fatal(err)
 	}

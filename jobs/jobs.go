@@ -18,13 +18,6 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// Collections of the jobs.
-const (
-	Collection      = mongodb.JobsCollection  // one document per job
-	TasksCollection = mongodb.TasksCollection // the claimable units of a job
-	LocksCollection = mongodb.LocksCollection // one rebuild per projection
-)
-
 // Task states.
 const (
 	taskPending  = "pending"

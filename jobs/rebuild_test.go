@@ -15,6 +15,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector/projectortest"
@@ -251,7 +252,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 		projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "version", Value: o.Version}, {Key: "id", Value: o.ID}}))
 	}
 	part := job.ID + "/part-0"
-	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
+	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: part}}, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
 		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: time.Now().Add(-time.Minute)},
 		{Key: "cursor", Value: done[len(done)-1]}, {Key: "streams", Value: len(done)}, {Key: "events", Value: events},
@@ -392,17 +393,17 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	}
 
 	// The finish died after the switch, before it recorded the job's end.
-	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
+	projectiontest.Must(t)(db.Collection(mongodb.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
-	projectiontest.Must(t)(db.Collection(jobs.LocksCollection).InsertOne(ctx, bson.D{
+	projectiontest.Must(t)(db.Collection(mongodb.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
 
 	_, cancelErr := k.jobs.Cancel(ctx, job.ID)
-	projectiontest.Must(t)(db.Collection(jobs.Collection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
+	projectiontest.Must(t)(db.Collection(mongodb.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}}))
 	// Its lease runs out: the worker claims the finish again.
-	projectiontest.Must(t)(db.Collection(jobs.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
+	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/finish"}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"},
 			{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))

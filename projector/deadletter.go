@@ -3,8 +3,6 @@ package projector
 import (
 	"context"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 )
@@ -22,18 +20,3 @@ type DeadLetterStore interface {
 }
 
 var _ DeadLetterStore = (*mongodb.DeadLetters)(nil)
-
-// DeadLettersCollection is mongodb.DeadLettersCollection.
-//
-// Deprecated: use mongodb.DeadLettersCollection.
-const DeadLettersCollection = mongodb.DeadLettersCollection
-
-// DeadLetters is mongodb.DeadLetters.
-//
-// Deprecated: use mongodb.DeadLetters.
-type DeadLetters = mongodb.DeadLetters
-
-// NewDeadLetters returns mongodb.NewDeadLetters(db).
-//
-// Deprecated: use mongodb.NewDeadLetters.
-func NewDeadLetters(db *mongo.Database) *DeadLetters { return mongodb.NewDeadLetters(db) }

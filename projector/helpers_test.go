@@ -93,7 +93,7 @@ func partitioned(subject, id string) bool {
 type gapped struct {
 	es   *eventstore.Store
 	reg  *prometheus.Registry
-	dead *projector.DeadLetters
+	dead *mongodb.DeadLetters
 	r    *projector.Runner
 	at   time.Time // when v1 happened
 	v2   domain.Event
@@ -101,7 +101,7 @@ type gapped struct {
 
 func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mongo.Database, cfg projector.RunnerConfig) *gapped {
 	t.Helper()
-	g := &gapped{es: projectiontest.NewLog(t, ctx, db), reg: prometheus.NewRegistry(), dead: projector.NewDeadLetters(db),
+	g := &gapped{es: projectiontest.NewLog(t, ctx, db), reg: prometheus.NewRegistry(), dead: mongodb.NewDeadLetters(db),
 		at: time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)}
 	projectiontest.AppendStream(t, ctx, g.es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, g.at)
 	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))

@@ -8,14 +8,6 @@ import (
 	"github.com/orderd/orderd/mongodb"
 )
 
-// PartitionsCollection holds the partitions' lease documents (see
-// mongodb.PartitionsCollection).
-const PartitionsCollection = mongodb.PartitionsCollection
-
-// MembersCollection holds the members' heartbeats (see
-// mongodb.MembersCollection).
-const MembersCollection = mongodb.MembersCollection
-
 // DefaultPartitions is how many partitions a projection's events are
 // split into when RunnerConfig.Partitions is 0.
 const DefaultPartitions = 16

@@ -16,6 +16,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -70,7 +71,7 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)), n.JS, NewDeadLetters(db),
+	r := NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
 			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)

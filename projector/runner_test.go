@@ -20,6 +20,7 @@ import (
 	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
@@ -44,13 +45,13 @@ func TestRunnerEndToEnd(t *testing.T) {
 	sumsStore := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
-	sums1 := projector.NewRunner(sumsStore, b.JS, projector.NewDeadLetters(db), cfg1, log, m)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, projector.NewDeadLetters(db), cfg, log, m)
+	sums1 := projector.NewRunner(sumsStore, b.JS, mongodb.NewDeadLetters(db), cfg1, log, m)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
-	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), projector.NewDeadLetters(db2), cfg2, log, m)
+	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), mongodb.NewDeadLetters(db2), cfg2, log, m)
 	projectiontest.Go(t, "summaries runner 1", sums1.Run)
 	projectiontest.Go(t, "summaries runner 2", sums2.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
@@ -111,7 +112,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	})
 	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
 	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
-	if dl, err := projector.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
+	if dl, err := mongodb.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
 	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
@@ -374,7 +375,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dead := projector.NewDeadLetters(db)
+	dead := mongodb.NewDeadLetters(db)
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
@@ -432,7 +433,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
-		return projector.NewRunner(p, b.Connect(t), projector.NewDeadLetters(db), cfg, log, m), reg
+		return projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
@@ -520,7 +521,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
 		p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
-		return projector.NewRunner(p, js, projector.NewDeadLetters(db), cfg, log, nil)
+		return projector.NewRunner(p, js, mongodb.NewDeadLetters(db), cfg, log, nil)
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.

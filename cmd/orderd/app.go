@@ -27,6 +27,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
@@ -183,7 +184,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
 	if r.relay {
-		lease := eventstore.NewLease(db, outbox.SweepLease, c.instanceID(), relayCfg.LeaseTTL)
+		lease := mongodb.NewLease(db, outbox.SweepLease, c.instanceID(), relayCfg.LeaseTTL)
 		sweeper := outbox.NewSweeper(commits, publisher, lease, relayCfg, relayLog, relayMetrics)
 		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
 	}
@@ -193,7 +194,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	pointers := projection.NewPointers(db)
 	sums := projection.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
 	stats := projection.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
-	dead := projector.NewDeadLetters(db)
+	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
 	rc := c.Projector

@@ -17,8 +17,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projector"
 )
 
 // Sizes of BenchmarkService. The raw inserts and the commands are as many,
@@ -71,7 +71,7 @@ func BenchmarkService(b *testing.B) {
 
 	sizes := map[string]int64{}
 	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
+		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
 		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
 		if err != nil {
 			b.Errorf("count %s: %v", name, err)
@@ -140,7 +140,7 @@ func BenchmarkService(b *testing.B) {
 	}
 	f("  collection sizes reached          ")
 	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, projector.DeadLettersCollection} {
+		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
 		if i > 0 {
 			f(", ")
 		}

@@ -30,6 +30,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -251,7 +252,7 @@ func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]int
 		Owner      string    `bson:"owner"`
 		Expires    time.Time `bson:"expires_at"`
 	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(projector.PartitionsCollection).Find(ctx, bson.D{})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(mongodb.PartitionsCollection).Find(ctx, bson.D{})
 	if err != nil || cur.All(ctx, &leases) != nil {
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 	"github.com/orderd/orderd/projector/projectortest"
@@ -171,7 +172,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	}
 	// Even shares: with n processes, each holds 16/n or one more, in both
 	// projections.
-	parts := db.Collection(projector.PartitionsCollection)
+	parts := db.Collection(mongodb.PartitionsCollection)
 	var held map[string]map[string]int
 	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
 		var leases []struct {

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -252,7 +253,7 @@ func (c *cluster) appliedBy(ctx context.Context, owner string) int64 {
 			Applied int64 `bson:"applied"`
 		} `bson:"partitions"`
 	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(projector.MembersCollection).Find(ctx, bson.D{{Key: "owner", Value: owner}})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(mongodb.MembersCollection).Find(ctx, bson.D{{Key: "owner", Value: owner}})
 	if err != nil || cur.All(ctx, &members) != nil {
 		return 0
 	}

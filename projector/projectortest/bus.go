@@ -13,6 +13,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
@@ -101,7 +102,7 @@ func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.E
 // p's database, and stops it when the test ends.
 func Run[D any](t *testing.T, b *Bus, p *projection.Projection[D], cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
 	t.Helper()
-	r := projector.NewRunner(p, b.JS, projector.NewDeadLetters(p.Database()), cfg, projectiontest.Logger(t), m)
+	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(p.Database()), cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, r.Name()+" runner", r.Run)
 	return r
 }
