@@ -12,6 +12,7 @@ import (
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -41,7 +42,7 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 		sums: projection.NewProjection(db, projection.OrderSummaries, es, nil, ps),
 		stat: projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
 	}
-	k.jobs = jobs.New(db, ps, es, map[string]string{
+	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
@@ -56,12 +55,13 @@ type Jobs struct {
 	now      func() time.Time
 }
 
-// New returns the jobs of db for the projections named in defs
-// (projection name to its projection.Definition's Collection), whose
-// pointer documents ps keeps, reading log.
-func New(db *mongo.Database, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
-	return &Jobs{store: mongodb.NewJobs(db), leases: mongodb.NewTasks(db),
-		pointers: ps, events: events, defs: defs, now: time.Now}
+// New returns the jobs kept in store, their tasks claimed through leases
+// (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), for the
+// projections named in defs (projection name to its
+// projection.Definition's Collection), whose pointer documents ps keeps,
+// reading events.
+func New(store Store, leases TaskLeases, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
+	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
 // Projections returns the names of the projections, sorted.

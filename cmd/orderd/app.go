@@ -212,7 +212,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		projector.NewRunner(sums, js, dead, rc, plog, rm),
 		projector.NewRunner(stats, js, dead, rc, plog, rm),
 	}
-	scheduler := jobs.New(db, pointers, store, map[string]string{
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -125,7 +126,7 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := eventstore.New(db)
-	scheduler := jobs.New(db, projection.NewPointers(db), store, map[string]string{
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), projection.NewPointers(db), store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
