@@ -613,16 +613,19 @@ func TestRun_Help(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	if err := run(ctx, []string{"help"}, &stdout, &stderr); err != nil {
-		t.Fatalf("orderd help: %v", err)
-	}
-	for _, s := range []string{"Usage:", "orderd [serve]", "orderd replay", "orderd help"} {
-		if !strings.Contains(stdout.String(), s) {
-			t.Errorf("help lacks %q:\n%s", s, stdout.String())
+	for _, help := range []string{"help", "-h", "--help"} {
+		stdout.Reset()
+		if err := run(ctx, []string{help}, &stdout, &stderr); err != nil {
+			t.Fatalf("orderd %s: %v", help, err)
 		}
-	}
-	if stderr.Len() != 0 {
-		t.Errorf("help wrote to stderr: %q", stderr.String())
+		for _, s := range []string{"Usage:", "orderd [serve]", "orderd import-olist", "orderd replay", "orderd rebuild", "orderd verify", "orderd status", "orderd loadgen", "orderd help"} {
+			if !strings.Contains(stdout.String(), s) {
+				t.Errorf("orderd %s lacks %q:\n%s", help, s, stdout.String())
+			}
+		}
+		if stderr.Len() != 0 {
+			t.Errorf("orderd %s wrote to stderr: %q", help, stderr.String())
+		}
 	}
 
 	// The Olist importer answers to its name and to "replay", which

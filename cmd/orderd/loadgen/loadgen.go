@@ -17,7 +17,6 @@ import (
 
 // Defaults of Config's zero fields and of Main's flags.
 const (
-	defaultURL            = "http://127.0.0.1:8080"
 	defaultOrders         = 200
 	defaultDuration       = 2 * time.Minute
 	defaultConcurrency    = 8

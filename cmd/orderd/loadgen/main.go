@@ -53,7 +53,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("loadgen", usage, stderr)
 	var cfg Config
 	var urls, acksFile string
-	fs.StringVar(&urls, "url", defaultURL, "comma-separated base `URLs` of the orderd instances (loopback only)")
+	fs.StringVar(&urls, "url", cli.ServiceURL(os.Getenv), "comma-separated base `URLs` of the orderd instances (loopback only); default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
 	fs.IntVar(&cfg.Orders, "orders", defaultOrders, "how many orders to drive, at most")
 	fs.DurationVar(&cfg.Duration, "duration", defaultDuration, "start no new order after this `time`; 0 means no time bound")
 	fs.IntVar(&cfg.Concurrency, "concurrency", defaultConcurrency, "how many orders are in flight at once")

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,6 @@ import (
 // Defaults of Main's flags; Run uses them for zero Config fields.
 const (
 	DefaultData        = "testdata/olist-sample"
-	DefaultURL         = "http://127.0.0.1:8080"
 	DefaultConcurrency = 8
 	DefaultTimeout     = 10 * time.Second
 	DefaultCatchUp     = 10 * time.Minute
@@ -127,7 +127,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var cfg Config
 	var progress bool
 	fs.StringVar(&cfg.Data, "data", DefaultData, "`directory` of olist_orders_dataset.csv and olist_order_items_dataset.csv")
-	fs.StringVar(&cfg.URL, "url", DefaultURL, "base `URL` of the orderd service")
+	fs.StringVar(&cfg.URL, "url", cli.ServiceURL(os.Getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
 	fs.IntVar(&cfg.Concurrency, "concurrency", DefaultConcurrency, "how many orders are imported and checked in parallel (each order's commands go one after another)")
 	fs.BoolVar(&cfg.CheckOnly, "check-only", false, "send no commands; only check the orders in the service")
 	fs.BoolVar(&progress, "progress", true, "show a progress bar on stderr; -progress=false hides it")
@@ -165,7 +165,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // rejections are in the Report (see Report.Err).
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.Data = cmp.Or(cfg.Data, DefaultData)
-	cfg.URL = strings.TrimRight(cmp.Or(cfg.URL, DefaultURL), "/")
+	cfg.URL = strings.TrimRight(cmp.Or(cfg.URL, cli.DefaultServiceURL), "/")
 	cfg.Concurrency = cmp.Or(cfg.Concurrency, DefaultConcurrency)
 	cfg.Timeout = cmp.Or(cfg.Timeout, DefaultTimeout)
 	cfg.CatchUp = cmp.Or(cfg.CatchUp, DefaultCatchUp)

@@ -13,13 +13,13 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 )
 
 // Defaults of the admin subcommands' flags.
 const (
-	adminDefaultURL      = "http://127.0.0.1:8080"
 	adminDefaultTokenEnv = "ADMIN_TOKEN"
 	adminDefaultInterval = time.Second
 	adminRequestTimeout  = 30 * time.Second
@@ -54,7 +54,7 @@ func (o *options) bind(fs *flag.FlagSet, getenv func(string) string) {
 // the token is (-url, -token-env), for subcommands that wait for no job;
 // the interval keeps its default.
 func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&o.url, "url", cmp.Or(getenv("ORDERD_URL"), adminDefaultURL), "base `URL` of the orderd service; env ORDERD_URL sets the default")
+	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
 	fs.StringVar(&o.tokenEnv, "token-env", adminDefaultTokenEnv, "`name` of the environment variable holding the admin token")
 	o.interval = adminDefaultInterval
 }
@@ -198,7 +198,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: no answer from %s: %w\n  hint: is orderd running there? Set -url or ORDERD_URL", o.cmd, o.api.URL(""), ue.Err)
+		return fmt.Errorf("%s: no answer from %s: %w\n  hint: is orderd running there? Set -url, ORDERD_URL or ORDERD_HTTP_ADDR", o.cmd, o.api.URL(""), ue.Err)
 	}
 	return fmt.Errorf("%s: %w", o.cmd, err)
 }

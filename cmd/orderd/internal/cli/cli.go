@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 )
 
 // FlagSet returns the flags of subcommand name. Parse returns its errors
@@ -29,4 +30,32 @@ func Parse(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%s: unexpected arguments %q (see -h)", fs.Name(), fs.Args())
 	}
 	return nil
+}
+
+// DefaultServiceURL is the service's address when nothing says otherwise:
+// `orderd serve` listens on 127.0.0.1:8080 by default.
+const DefaultServiceURL = "http://127.0.0.1:8080"
+
+// ServiceURL is the default base URL of the service a subcommand talks
+// to: ORDERD_URL when set, else where ORDERD_HTTP_ADDR makes the server
+// listen (the same variable, so a server moved to another port is found
+// without a flag; an address on every interface is reached on loopback),
+// else DefaultServiceURL.
+func ServiceURL(getenv func(string) string) string {
+	if u := getenv("ORDERD_URL"); u != "" {
+		return u
+	}
+	addr := getenv("ORDERD_HTTP_ADDR")
+	if addr == "" {
+		return DefaultServiceURL
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return DefaultServiceURL
+	}
+	switch host {
+	case "", "0.0.0.0", "::":
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
