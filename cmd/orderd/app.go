@@ -98,6 +98,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.Log = newLogger(c.Log.Format, c.Log.Level, os.Stderr)
 	}
 	r, _ := c.roles()
+	// Bound before anything slow starts, so a port in use is said at once.
+	ln, err := listen(c.HTTPAddr, "ORDERD_HTTP_ADDR", "-http-addr")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
+		}
+	}()
 	if m.stopTracing, err = startTracing(ctx, *c); err != nil {
 		return err
 	}
@@ -254,10 +264,6 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.http = orderhttp.NewServer(orderhttp.Config{OpsOnly: true, Ready: ready, Gatherer: reg, Registerer: reg,
 			Log: m.Log.With("component", "http")})
 	}
-	ln, err := net.Listen("tcp", c.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", c.HTTPAddr, err)
-	}
 	m.HTTPAddr = ln.Addr().String()
 	g.Go(func() error { return m.http.Serve(ln) })
 	if r.api && c.HTTP.AdminToken == "" {
@@ -385,4 +391,15 @@ func newLogger(format, level string, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// listen binds addr, the value of the variable env (flag flag); a port in
+// use is an error that names the port and what moves it.
+func listen(addr, env, flag string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		_, port, _ := net.SplitHostPort(addr)
+		return nil, fmt.Errorf("port %s (%s) is not free; set %s or %s to another address: %w", port, addr, env, flag, err)
+	}
+	return ln, nil
 }

@@ -34,6 +34,9 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 		if err != nil {
 			return stop, err
 		}
+		if err := free(c.Embedded.NATSAddr, port, "ORDERD_EMBEDDED_NATS_ADDR", "-embedded-nats-addr"); err != nil {
+			return stop, err
+		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
 		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
@@ -50,6 +53,11 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			// takes back its partition and sweep leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
+				return stop, err
+			}
+		}
+		if _, port, err := splitAddr(c.Embedded.StoreAddr); err == nil {
+			if err := free(c.Embedded.StoreAddr, port, "ORDERD_EMBEDDED_STORE_ADDR", "-embedded-store-addr"); err != nil {
 				return stop, err
 			}
 		}
@@ -106,4 +114,18 @@ func keptInstanceID(dir string) (string, error) {
 		return "", fmt.Errorf("instance id: %w", err)
 	}
 	return id, nil
+}
+
+// free checks that addr, a fixed port of an embedded server, can be bound:
+// the servers themselves report a port in use only after their start-up
+// times out (NATS after 30 s, blaming readiness).
+func free(addr string, port int, env, flag string) error {
+	if port <= 0 {
+		return nil // chosen by the system
+	}
+	ln, err := listen(addr, env, flag)
+	if err != nil {
+		return err
+	}
+	return ln.Close()
 }
