@@ -227,3 +227,25 @@ func TestSlowClientsAreCutOff(t *testing.T) {
 		t.Errorf("a prompt client after the slow ones: %d", resp.StatusCode)
 	}
 }
+
+// TestWrongMethodIs405: a route that exists answers another method with
+// 405, the methods it takes in Allow, and the method problem type, under
+// /v1 as on the operational routes.
+func TestWrongMethodIs405(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		r     req
+		allow string
+	}{
+		{req{Method: http.MethodDelete, Path: "/v1/orders/o-1"}, "GET"},
+		{req{Method: http.MethodGet, Path: "/v1/orders"}, "POST"},
+		{req{Method: http.MethodPut, Path: "/v1/order-summaries/o-1"}, "GET"},
+		{req{Method: http.MethodPut, Path: "/healthz"}, "GET"},
+	} {
+		rec := e.do(t, tc.r)
+		wantProblem(t, rec, http.StatusMethodNotAllowed, "/problems/method")
+		if allow := rec.Header().Get("Allow"); !strings.Contains(allow, tc.allow) {
+			t.Errorf("%s %s: Allow %q, want it to name %s", tc.r.Method, tc.r.Path, allow, tc.allow)
+		}
+	}
+}
