@@ -1,6 +1,9 @@
 package http
 
 import (
+	"net/http"
+	"strings"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/http/console"
@@ -18,4 +21,8 @@ func (s *Server) consoleRoutes() {
 	for _, p := range console.Paths() {
 		s.echo.GET(p, h)
 	}
+	// The address people type: the console's relative links need the slash.
+	s.echo.GET(strings.TrimSuffix(console.Prefix, "/"), func(c echo.Context) error {
+		return c.Redirect(http.StatusMovedPermanently, console.Prefix)
+	})
 }

@@ -25,8 +25,8 @@ func routeSet(srv *orderhttp.Server) []string {
 	return out
 }
 
-// TestConsoleRoutes: the console adds routes only under /console/, all
-// GET, and only with the admin routes on; its files are public and hold
+// TestConsoleRoutes: the console adds routes only under /console/ (and
+// /console, a redirect there), all GET, and only with the admin routes on; its files are public and hold
 // no data; the API data it shows needs the token.
 func TestConsoleRoutes(t *testing.T) {
 	newServer := func(token string) *orderhttp.Server {
@@ -45,6 +45,7 @@ func TestConsoleRoutes(t *testing.T) {
 		method, path, _ := strings.Cut(r, " ")
 		switch {
 		case strings.HasPrefix(path, "/v1/admin/"):
+		case path == strings.TrimSuffix(console.Prefix, "/") && method == http.MethodGet: // the redirect to the console
 		case strings.HasPrefix(path, console.Prefix) && method == http.MethodGet:
 			consoleRoutes = append(consoleRoutes, path)
 		default:
@@ -99,8 +100,13 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 	wantNoCalls(t, a.admin)
 
+	// /console, as people type it, leads to the console.
+	if rec := a.get(t, "/console"); rec.Code != http.StatusMovedPermanently || rec.Header().Get("Location") != console.Prefix {
+		t.Errorf("GET /console: %d to %q, want 301 to %s", rec.Code, rec.Header().Get("Location"), console.Prefix)
+	}
+
 	// Nothing else is served under /console/.
-	for _, p := range []string{"/console", "/console/index.html", "/console/static/console.js", "/console/../openapi.json",
+	for _, p := range []string{"/console/index.html", "/console/static/console.js", "/console/../openapi.json",
 		"/console/x", "/console/console.js/"} {
 		if rec := a.get(t, p); rec.Code == http.StatusOK && p != "/console/../openapi.json" {
 			t.Errorf("GET %s: 200", p)
