@@ -67,6 +67,19 @@ func NewMain() *Main {
 	return &Main{Config: DefaultConfig(), stopEmbedded: func() {}}
 }
 
+// serveEnvOnly is the end of serve's help: the variables it reads that
+// have no flag (a secret, and the OpenTelemetry exporter's own).
+const serveEnvOnly = `
+Environment only:
+  ADMIN_TOKEN
+    	bearer token of the admin routes (/v1/admin, the console) and of the
+    	rebuild and verify commands; unset: the admin routes are off
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT
+    	OTLP/HTTP endpoint traces are exported to; unset: no tracing
+  OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, other OTEL_EXPORTER_OTLP_*
+    	read by the OpenTelemetry OTLP/HTTP exporter as it documents
+`
+
 // ParseFlags reads the environment through getenv, then the flags. It
 // returns flag.ErrHelp after printing the help for -h.
 func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.Writer) error {
@@ -75,6 +88,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.W
 	fs.Usage = func() {
 		fmt.Fprint(stderr, "Usage: orderd serve [flags]\n\nRuns the service. With no MONGODB_URI and no NATS_URL it starts an embedded\nstore and NATS server keeping their data under -data-dir.\n\nFlags (each also read from the environment variable named):\n")
 		fs.PrintDefaults()
+		fmt.Fprint(stderr, serveEnvOnly)
 	}
 	if err := m.Config.bind(fs, getenv); err != nil {
 		return err

@@ -628,6 +628,19 @@ func TestRun_Help(t *testing.T) {
 		}
 	}
 
+	// serve's help names every variable it reads, the ones without a
+	// flag too.
+	stdout.Reset()
+	stderr.Reset()
+	if err := run(ctx, []string{"serve", "-h"}, &stdout, &stderr); err != nil {
+		t.Fatalf("orderd serve -h: %v", err)
+	}
+	for _, v := range []string{"MONGODB_URI", "NATS_URL", "ORDERD_HTTP_ADDR", "ADMIN_TOKEN", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if !strings.Contains(stderr.String(), v) {
+			t.Errorf("orderd serve -h does not name %s", v)
+		}
+	}
+
 	// The Olist importer answers to its name and to "replay", which
 	// scripts and make replay use.
 	for _, cmd := range []string{"import-olist", "replay"} {
