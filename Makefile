@@ -30,6 +30,8 @@ lint:
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@ext=$$($(GO) list -deps -f '{{if not .Standard}}{{.ImportPath}}{{end}}' ./domain | grep -v '^$(MODULE)/domain$$' || true); \
 	  if [ -n "$$ext" ]; then echo "domain must import only the standard library, found:"; echo "$$ext"; exit 1; fi
+	@tags=$$(grep -n 'bson:"' domain/*.go || true); \
+	  if [ -n "$$tags" ]; then echo "domain keeps no storage tags (the adapter's documents do):"; echo "$$tags"; exit 1; fi
 	@v1=$$(grep -rn --include='*.go' '"go.mongodb.org/mongo-driver/' . | grep -v -e '^./data/' -e 'mongo-driver/v2/' || true); \
 	  if [ -n "$$v1" ]; then echo "the MongoDB driver is v2; these import v1:"; echo "$$v1"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd

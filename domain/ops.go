@@ -60,39 +60,39 @@ var (
 // stream, or every commit recorded in [From, To) (zero bounds do not
 // limit).
 type ReplaySpec struct {
-	StreamID string    `bson:"stream_id,omitempty" json:"stream_id,omitempty"`
-	From     time.Time `bson:"from,omitempty" json:"from,omitzero"`
-	To       time.Time `bson:"to,omitempty" json:"to,omitzero"`
+	StreamID string    `json:"stream_id,omitempty"`
+	From     time.Time `json:"from,omitzero"`
+	To       time.Time `json:"to,omitzero"`
 }
 
 // Job is a rebuild, verify or replay job. Its progress is the sum of its
 // tasks'.
 type Job struct {
-	ID           string        `bson:"_id" json:"id"`
-	Kind         JobKind       `bson:"kind" json:"kind"`
-	Projection   string        `bson:"projection,omitempty" json:"projection,omitempty"`
-	State        JobState      `bson:"state" json:"state"`
-	CreatedAt    time.Time     `bson:"created_at" json:"created_at"`
-	FinishedAt   time.Time     `bson:"finished_at,omitempty" json:"finished_at,omitzero"`
-	Error        string        `bson:"error,omitempty" json:"error,omitempty"`
-	Partitions   int           `bson:"partitions,omitempty" json:"partitions,omitempty"` // asked for, then as cut
-	Shadow       string        `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
-	Replaced     string        `bson:"replaced,omitempty" json:"replaced_collection,omitempty"` // the collection a rebuild switched away from
-	Repair       bool          `bson:"repair,omitempty" json:"repair,omitempty"`
-	Replay       *ReplaySpec   `bson:"replay,omitempty" json:"replay,omitempty"`
-	TotalCommits int64         `bson:"total_commits" json:"-"`
-	Bounds       []string      `bson:"bounds,omitempty" json:"-"` // first stream of each partition but the first
-	Report       *VerifyReport `bson:"report,omitempty" json:"report,omitempty"`
+	ID           string        `json:"id"`
+	Kind         JobKind       `json:"kind"`
+	Projection   string        `json:"projection,omitempty"`
+	State        JobState      `json:"state"`
+	CreatedAt    time.Time     `json:"created_at"`
+	FinishedAt   time.Time     `json:"finished_at,omitzero"`
+	Error        string        `json:"error,omitempty"`
+	Partitions   int           `json:"partitions,omitempty"` // asked for, then as cut
+	Shadow       string        `json:"shadow_collection,omitempty"`
+	Replaced     string        `json:"replaced_collection,omitempty"` // the collection a rebuild switched away from
+	Repair       bool          `json:"repair,omitempty"`
+	Replay       *ReplaySpec   `json:"replay,omitempty"`
+	TotalCommits int64         `json:"-"`
+	Bounds       []string      `json:"-"` // first stream of each partition but the first
+	Report       *VerifyReport `json:"report,omitempty"`
 
 	// Filled in by Jobs.Get from the tasks.
-	StartedAt       time.Time `bson:"-" json:"started_at,omitzero"`
-	Events          int64     `bson:"-" json:"events_done"`
-	Streams         int64     `bson:"-" json:"streams_done"`
-	PoisonStreams   int64     `bson:"-" json:"poison_streams,omitempty"`
-	RatePerSecond   float64   `bson:"-" json:"events_per_second"`
-	ETASeconds      float64   `bson:"-" json:"eta_seconds,omitempty"`
-	CancelRequested bool      `bson:"cancel_requested,omitempty" json:"cancel_requested,omitempty"`
-	Tasks           []Task    `bson:"-" json:"tasks"`
+	StartedAt       time.Time `json:"started_at,omitzero"`
+	Events          int64     `json:"events_done"`
+	Streams         int64     `json:"streams_done"`
+	PoisonStreams   int64     `json:"poison_streams,omitempty"`
+	RatePerSecond   float64   `json:"events_per_second"`
+	ETASeconds      float64   `json:"eta_seconds,omitempty"`
+	CancelRequested bool      `json:"cancel_requested,omitempty"`
+	Tasks           []Task    `json:"tasks"`
 }
 
 // Task returns the job's task named name ("plan", "part-0", ..., "finish",
@@ -111,35 +111,35 @@ func (j Job) Task(name string) (Task, bool) {
 // up), or a whole verify or replay.
 // Only its owner of the current epoch writes it.
 type Task struct {
-	ID         string    `bson:"_id" json:"id"`
-	Job        string    `bson:"job" json:"-"`
-	Name       string    `bson:"name" json:"name"`
-	From       string    `bson:"from,omitempty" json:"from,omitempty"` // first stream of the partition
-	To         string    `bson:"to,omitempty" json:"to,omitempty"`     // first stream after it
-	State      string    `bson:"state" json:"state"`                   // pending, running, done, failed, canceled
-	Owner      string    `bson:"owner,omitempty" json:"owner,omitempty"`
-	Epoch      int64     `bson:"epoch" json:"epoch"`
-	LeaseUntil time.Time `bson:"lease_until,omitempty" json:"lease_until,omitzero"`
-	Attempts   int       `bson:"attempts" json:"attempts"`
-	Cursor     string    `bson:"cursor,omitempty" json:"cursor,omitempty"` // last stream done
-	Events     int64     `bson:"events" json:"events"`
-	Streams    int64     `bson:"streams" json:"streams"`
-	Commits    int64     `bson:"commits" json:"-"`
-	Poison     int64     `bson:"poison" json:"poison_streams,omitempty"`
-	Resumes    []Resume  `bson:"resumes,omitempty" json:"resumes,omitempty"`
-	StartedAt  time.Time `bson:"started_at,omitempty" json:"started_at,omitzero"`
-	FinishedAt time.Time `bson:"finished_at,omitempty" json:"finished_at,omitzero"`
-	Error      string    `bson:"error,omitempty" json:"error,omitempty"`
+	ID         string    `json:"id"`
+	Job        string    `json:"-"`
+	Name       string    `json:"name"`
+	From       string    `json:"from,omitempty"` // first stream of the partition
+	To         string    `json:"to,omitempty"`   // first stream after it
+	State      string    `json:"state"`          // pending, running, done, failed, canceled
+	Owner      string    `json:"owner,omitempty"`
+	Epoch      int64     `json:"epoch"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	Attempts   int       `json:"attempts"`
+	Cursor     string    `json:"cursor,omitempty"` // last stream done
+	Events     int64     `json:"events"`
+	Streams    int64     `json:"streams"`
+	Commits    int64     `json:"-"`
+	Poison     int64     `json:"poison_streams,omitempty"`
+	Resumes    []Resume  `json:"resumes,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	Error      string    `json:"error,omitempty"`
 }
 
 // Resume records a claim of a task that had already made progress: the
 // cursor and counters the new owner started from.
 type Resume struct {
-	At      time.Time `bson:"at" json:"at"`
-	Owner   string    `bson:"owner" json:"owner"`
-	Cursor  string    `bson:"cursor" json:"cursor"`
-	Events  int64     `bson:"events" json:"events"`
-	Streams int64     `bson:"streams" json:"streams"`
+	At      time.Time `json:"at"`
+	Owner   string    `json:"owner"`
+	Cursor  string    `json:"cursor"`
+	Events  int64     `json:"events"`
+	Streams int64     `json:"streams"`
 }
 
 // VerifyReport is the result of comparing a read model with the fold of
@@ -153,19 +153,19 @@ type Resume struct {
 // fold of the log; they are equal exactly when nothing drifted (up to
 // hash collisions), whatever order the documents were read in.
 type VerifyReport struct {
-	Collection     string         `bson:"collection" json:"collection"`
-	Streams        int64          `bson:"streams" json:"streams"`
-	Events         int64          `bson:"events" json:"events"`
-	Documents      int64          `bson:"documents" json:"documents"`
-	Missing        int64          `bson:"missing" json:"missing"`
-	Stale          int64          `bson:"stale" json:"stale"`
-	Extra          int64          `bson:"extra" json:"extra"`
-	Different      int64          `bson:"different" json:"different"`
-	Repaired       int64          `bson:"repaired" json:"repaired"`
-	PoisonStreams  int64          `bson:"poison_streams" json:"poison_streams"`
-	Examples       []DriftExample `bson:"examples" json:"examples"`
-	Digest         string         `bson:"digest" json:"digest"`
-	ExpectedDigest string         `bson:"expected_digest" json:"expected_digest"`
+	Collection     string         `json:"collection"`
+	Streams        int64          `json:"streams"`
+	Events         int64          `json:"events"`
+	Documents      int64          `json:"documents"`
+	Missing        int64          `json:"missing"`
+	Stale          int64          `json:"stale"`
+	Extra          int64          `json:"extra"`
+	Different      int64          `json:"different"`
+	Repaired       int64          `json:"repaired"`
+	PoisonStreams  int64          `json:"poison_streams"`
+	Examples       []DriftExample `json:"examples"`
+	Digest         string         `json:"digest"`
+	ExpectedDigest string         `json:"expected_digest"`
 }
 
 // Drift is the number of documents that differ from the log.
@@ -173,11 +173,11 @@ func (r VerifyReport) Drift() int64 { return r.Missing + r.Stale + r.Extra + r.D
 
 // DriftExample is one document that differs.
 type DriftExample struct {
-	ID            string   `bson:"id" json:"id"`
-	Kind          string   `bson:"kind" json:"kind"` // missing, stale, extra, different
-	StoredVersion int64    `bson:"stored_version" json:"stored_version"`
-	LogVersion    int64    `bson:"log_version" json:"log_version"`
-	Fields        []string `bson:"fields,omitempty" json:"fields,omitempty"` // top-level fields that differ
+	ID            string   `json:"id"`
+	Kind          string   `json:"kind"` // missing, stale, extra, different
+	StoredVersion int64    `json:"stored_version"`
+	LogVersion    int64    `json:"log_version"`
+	Fields        []string `json:"fields,omitempty"` // top-level fields that differ
 }
 
 // ProjectionStatus is one projection as GET /v1/admin/projections shows
@@ -262,17 +262,17 @@ type JobSummary struct {
 // often it was delivered. ID is "<projection>:<event id or stream
 // sequence>".
 type DeadLetter struct {
-	ID          string    `bson:"_id" json:"id"`
-	Projection  string    `bson:"projection" json:"projection"`
-	StreamID    string    `bson:"stream_id" json:"stream_id"`
-	EventID     string    `bson:"event_id,omitempty" json:"event_id,omitempty"`
-	Version     int64     `bson:"version,omitempty" json:"version,omitempty"`
-	Subject     string    `bson:"subject" json:"subject"`
-	Payload     string    `bson:"payload" json:"payload"`
-	Error       string    `bson:"error" json:"error"`
-	Deliveries  uint64    `bson:"deliveries" json:"deliveries"`
-	ParkedAt    time.Time `bson:"parked_at" json:"parked_at"`
-	StreamSeq   uint64    `bson:"stream_seq" json:"stream_seq"`
-	RetriedAt   time.Time `bson:"retried_at,omitempty" json:"retried_at,omitzero"`
-	RetryResult string    `bson:"retry_result,omitempty" json:"retry_result,omitempty"`
+	ID          string    `json:"id"`
+	Projection  string    `json:"projection"`
+	StreamID    string    `json:"stream_id"`
+	EventID     string    `json:"event_id,omitempty"`
+	Version     int64     `json:"version,omitempty"`
+	Subject     string    `json:"subject"`
+	Payload     string    `json:"payload"`
+	Error       string    `json:"error"`
+	Deliveries  uint64    `json:"deliveries"`
+	ParkedAt    time.Time `json:"parked_at"`
+	StreamSeq   uint64    `json:"stream_seq"`
+	RetriedAt   time.Time `json:"retried_at,omitzero"`
+	RetryResult string    `json:"retry_result,omitempty"`
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // DeadLettersCollection holds the events a projection could not apply,
-// one document per event (domain.DeadLetter): {_id: "<projection>:<event
+// one document per event (deadLetterDoc): {_id: "<projection>:<event
 // id>", projection, stream_id, event_id, version, subject, payload,
 // error, deliveries, parked_at, stream_seq, retried_at, retry_result}.
 const DeadLettersCollection = "dead_letters"
@@ -32,7 +32,7 @@ func NewDeadLetters(db *mongo.Database) *DeadLetters {
 
 // Park stores d; parking the same event again overwrites it.
 func (s *DeadLetters) Park(ctx context.Context, d domain.DeadLetter) error {
-	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, d, options.Replace().SetUpsert(true))
+	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, deadLetterDoc(d), options.Replace().SetUpsert(true))
 	if err != nil {
 		return fmt.Errorf("park %s: %w", d.ID, Translate(err))
 	}
@@ -50,9 +50,13 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", Translate(err))
 	}
-	out := []domain.DeadLetter{}
-	if err := cur.All(ctx, &out); err != nil {
+	var docs []deadLetterDoc
+	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", Translate(err))
+	}
+	out := make([]domain.DeadLetter, len(docs))
+	for i, d := range docs {
+		out[i] = domain.DeadLetter(d)
 	}
 	return out, nil
 }
@@ -71,7 +75,7 @@ func (s *DeadLetters) Count(ctx context.Context, projection string) (int64, erro
 // document). On success the dead letter is deleted; on failure it stays,
 // with the new error. Errors: domain.ErrNotFound for an unknown id.
 func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.Context, []domain.Event) error) error {
-	var d domain.DeadLetter
+	var d deadLetterDoc
 	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return fmt.Errorf("dead letter %s: %w", id, domain.ErrNotFound)
@@ -95,4 +99,23 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 		return fmt.Errorf("retry %s: delete: %w", id, Translate(err))
 	}
 	return nil
+}
+
+// deadLetterDoc is a dead letter as stored in DeadLettersCollection. It
+// has domain.DeadLetter's fields, so the two convert into each other and
+// a field added to one and not the other does not compile.
+type deadLetterDoc struct {
+	ID          string    `bson:"_id"`
+	Projection  string    `bson:"projection"`
+	StreamID    string    `bson:"stream_id"`
+	EventID     string    `bson:"event_id,omitempty"`
+	Version     int64     `bson:"version,omitempty"`
+	Subject     string    `bson:"subject"`
+	Payload     string    `bson:"payload"`
+	Error       string    `bson:"error"`
+	Deliveries  uint64    `bson:"deliveries"`
+	ParkedAt    time.Time `bson:"parked_at"`
+	StreamSeq   uint64    `bson:"stream_seq"`
+	RetriedAt   time.Time `bson:"retried_at,omitempty"`
+	RetryResult string    `bson:"retry_result,omitempty"`
 }

@@ -28,7 +28,11 @@
 // "projection_locks", taken by an insert so that one of concurrent
 // requests gets it. DeadLetters is the "dead_letters" collection: the
 // events a projection could not apply, parked with their error, listed
-// and retried.
+// and retried. Their documents are the adapter's own types (jobDoc,
+// taskDoc, deadLetterDoc), converted from and to the domain's at each
+// call: their bson tags are the collections' field names, which the
+// filters and updates here name too, so the domain keeps no storage tags
+// (document_test.go pins the stored shape).
 //
 // Durability (DESIGN.md §8): lease and job writes are w:majority, j:true
 // whatever the client's defaults, so no claim a failover can roll back is acted on.

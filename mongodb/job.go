@@ -15,7 +15,7 @@ import (
 
 // Collections of the job store.
 const (
-	JobsCollection  = "projection_jobs"  // one document per job (domain.Job)
+	JobsCollection  = "projection_jobs"  // one document per job (jobDoc)
 	LocksCollection = "projection_locks" // one rebuild lock per projection: {_id: "rebuild:<projection>", job_id, since}
 )
 
@@ -36,7 +36,7 @@ func NewJobs(db *mongo.Database) *Jobs {
 
 // InsertJob stores a new job.
 func (s *Jobs) InsertJob(ctx context.Context, job domain.Job) error {
-	if _, err := s.jobs.InsertOne(ctx, job); err != nil {
+	if _, err := s.jobs.InsertOne(ctx, newJobDoc(job)); err != nil {
 		return fmt.Errorf("%s job %s: %w", job.Kind, job.ID, Translate(err))
 	}
 	return nil
@@ -52,7 +52,7 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
 	}
 	docs := make([]any, len(tasks))
 	for i, t := range tasks {
-		docs[i] = t
+		docs[i] = newTaskDoc(t)
 	}
 	_, err := s.tasks.InsertMany(ctx, docs)
 	if err == nil || !mongo.IsDuplicateKeyError(err) {
@@ -62,7 +62,7 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
 		return nil
 	}
 	for _, t := range tasks {
-		if _, err := s.tasks.InsertOne(ctx, t); err != nil && !mongo.IsDuplicateKeyError(err) {
+		if _, err := s.tasks.InsertOne(ctx, newTaskDoc(t)); err != nil && !mongo.IsDuplicateKeyError(err) {
 			return fmt.Errorf("task %s: %w", t.ID, Translate(err))
 		}
 	}
@@ -72,7 +72,7 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
 // Job returns the job id as stored, without its tasks. Errors:
 // domain.ErrNotFound for an unknown id.
 func (s *Jobs) Job(ctx context.Context, id string) (domain.Job, error) {
-	var job domain.Job
+	var job jobDoc
 	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&job)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return domain.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
@@ -80,7 +80,7 @@ func (s *Jobs) Job(ctx context.Context, id string) (domain.Job, error) {
 	if err != nil {
 		return domain.Job{}, fmt.Errorf("job %s: %w", id, Translate(err))
 	}
-	return job, nil
+	return job.job(), nil
 }
 
 // Tasks returns the tasks of job, by id.
@@ -110,9 +110,13 @@ func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindO
 	if err != nil {
 		return nil, Translate(err)
 	}
-	tasks := []domain.Task{}
-	if err := cur.All(ctx, &tasks); err != nil {
+	var docs []taskDoc
+	if err := cur.All(ctx, &docs); err != nil {
 		return nil, Translate(err)
+	}
+	tasks := make([]domain.Task, len(docs))
+	for i, d := range docs {
+		tasks[i] = d.task()
 	}
 	return tasks, nil
 }
@@ -157,7 +161,7 @@ func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
 // reports whether it recorded them.
 func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *domain.VerifyReport) (bool, error) {
 	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: report}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: newVerifyReportDoc(report)}}}})
 	if err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", id, Translate(err))
 	}
@@ -180,7 +184,7 @@ func (s *Jobs) SavePlan(ctx context.Context, job domain.Job) error {
 
 // Latest returns the most recent job of a kind for a projection, or nil.
 func (s *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
-	var job domain.Job
+	var job jobDoc
 	err := s.jobs.FindOne(ctx, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
 		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&job)
 	if errors.Is(err, mongo.ErrNoDocuments) {
@@ -189,7 +193,8 @@ func (s *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKin
 	if err != nil {
 		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, Translate(err))
 	}
-	return &job, nil
+	j := job.job()
+	return &j, nil
 }
 
 // FinishJob writes a job's final state, its finish time and, unless
@@ -200,7 +205,7 @@ func (s *Jobs) FinishJob(ctx context.Context, id string, state domain.JobState, 
 		set = append(set, bson.E{Key: "error", Value: errMsg})
 	}
 	if report != nil {
-		set = append(set, bson.E{Key: "report", Value: report})
+		set = append(set, bson.E{Key: "report", Value: newVerifyReportDoc(report)})
 	}
 	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
 		return fmt.Errorf("finish job %s: %w", id, Translate(err))
@@ -260,4 +265,110 @@ func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
 		return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
 	}
 	return nil
+}
+
+// jobDoc is a job as stored in JobsCollection. The fields Jobs.Get fills
+// in from the tasks are not stored.
+type jobDoc struct {
+	ID              string           `bson:"_id"`
+	Kind            domain.JobKind   `bson:"kind"`
+	Projection      string           `bson:"projection,omitempty"`
+	State           domain.JobState  `bson:"state"`
+	CreatedAt       time.Time        `bson:"created_at"`
+	FinishedAt      time.Time        `bson:"finished_at,omitempty"`
+	Error           string           `bson:"error,omitempty"`
+	Partitions      int              `bson:"partitions,omitempty"`
+	Shadow          string           `bson:"shadow,omitempty"`
+	Replaced        string           `bson:"replaced,omitempty"`
+	Repair          bool             `bson:"repair,omitempty"`
+	Replay          *replayDoc       `bson:"replay,omitempty"`
+	TotalCommits    int64            `bson:"total_commits"`
+	Bounds          []string         `bson:"bounds,omitempty"`
+	Report          *verifyReportDoc `bson:"report,omitempty"`
+	CancelRequested bool             `bson:"cancel_requested,omitempty"`
+}
+
+func newJobDoc(j domain.Job) jobDoc {
+	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, State: j.State, CreatedAt: j.CreatedAt,
+		FinishedAt: j.FinishedAt, Error: j.Error, Partitions: j.Partitions, Shadow: j.Shadow, Replaced: j.Replaced,
+		Repair: j.Repair, Replay: newReplayDoc(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
+		Report: newVerifyReportDoc(j.Report), CancelRequested: j.CancelRequested}
+}
+
+func (d jobDoc) job() domain.Job {
+	return domain.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, State: d.State, CreatedAt: d.CreatedAt,
+		FinishedAt: d.FinishedAt, Error: d.Error, Partitions: d.Partitions, Shadow: d.Shadow, Replaced: d.Replaced,
+		Repair: d.Repair, Replay: d.Replay.spec(), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
+		Report: d.Report.report(), CancelRequested: d.CancelRequested}
+}
+
+// replayDoc is a replay job's domain.ReplaySpec. It has the same fields,
+// so the two convert into each other and a field added to one and not the
+// other does not compile.
+type replayDoc struct {
+	StreamID string    `bson:"stream_id,omitempty"`
+	From     time.Time `bson:"from,omitempty"`
+	To       time.Time `bson:"to,omitempty"`
+}
+
+func newReplayDoc(s *domain.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
+
+func (d *replayDoc) spec() *domain.ReplaySpec { return (*domain.ReplaySpec)(d) }
+
+// verifyReportDoc is a verify's domain.VerifyReport, as a job keeps it.
+type verifyReportDoc struct {
+	Collection     string     `bson:"collection"`
+	Streams        int64      `bson:"streams"`
+	Events         int64      `bson:"events"`
+	Documents      int64      `bson:"documents"`
+	Missing        int64      `bson:"missing"`
+	Stale          int64      `bson:"stale"`
+	Extra          int64      `bson:"extra"`
+	Different      int64      `bson:"different"`
+	Repaired       int64      `bson:"repaired"`
+	PoisonStreams  int64      `bson:"poison_streams"`
+	Examples       []driftDoc `bson:"examples"`
+	Digest         string     `bson:"digest"`
+	ExpectedDigest string     `bson:"expected_digest"`
+}
+
+// driftDoc is one domain.DriftExample of a report (same fields, converted).
+type driftDoc struct {
+	ID            string   `bson:"id"`
+	Kind          string   `bson:"kind"`
+	StoredVersion int64    `bson:"stored_version"`
+	LogVersion    int64    `bson:"log_version"`
+	Fields        []string `bson:"fields,omitempty"`
+}
+
+func newVerifyReportDoc(r *domain.VerifyReport) *verifyReportDoc {
+	if r == nil {
+		return nil
+	}
+	d := &verifyReportDoc{Collection: r.Collection, Streams: r.Streams, Events: r.Events, Documents: r.Documents,
+		Missing: r.Missing, Stale: r.Stale, Extra: r.Extra, Different: r.Different, Repaired: r.Repaired,
+		PoisonStreams: r.PoisonStreams, Digest: r.Digest, ExpectedDigest: r.ExpectedDigest}
+	if r.Examples != nil {
+		d.Examples = make([]driftDoc, len(r.Examples))
+		for i, e := range r.Examples {
+			d.Examples[i] = driftDoc(e)
+		}
+	}
+	return d
+}
+
+func (d *verifyReportDoc) report() *domain.VerifyReport {
+	if d == nil {
+		return nil
+	}
+	r := &domain.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
+		Missing: d.Missing, Stale: d.Stale, Extra: d.Extra, Different: d.Different, Repaired: d.Repaired,
+		PoisonStreams: d.PoisonStreams, Digest: d.Digest, ExpectedDigest: d.ExpectedDigest}
+	if d.Examples != nil {
+		r.Examples = make([]domain.DriftExample, len(d.Examples))
+		for i, e := range d.Examples {
+			r.Examples[i] = domain.DriftExample(e)
+		}
+	}
+	return r
 }

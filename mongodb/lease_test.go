@@ -401,10 +401,18 @@ func TestPartitions(t *testing.T) {
 func TestTaskLeases(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	tasks := mongodb.NewTasks(db)
+	tasks, jobs := mongodb.NewTasks(db), mongodb.NewJobs(db)
 	read := domain.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
-	if _, err := db.Collection(mongodb.TasksCollection).InsertOne(ctx, read); err != nil {
+	if err := jobs.InsertTasks(ctx, []domain.Task{read}); err != nil {
 		t.Fatal(err)
+	}
+	load := func() domain.Task {
+		t.Helper()
+		got, err := jobs.Tasks(ctx, read.Job)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("tasks of %s: %+v, %v", read.Job, got, err)
+		}
+		return got[0]
 	}
 
 	const runners = 6
@@ -434,10 +442,7 @@ func TestTaskLeases(t *testing.T) {
 	if n != 1 || first.Epoch != 1 {
 		t.Fatalf("%d of %d runners claimed the task (epoch %d); want 1, at epoch 1", n, runners, first.Epoch)
 	}
-	var stored domain.Task
-	if err := db.Collection(mongodb.TasksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: read.ID}}).Decode(&stored); err != nil {
-		t.Fatal(err)
-	}
+	stored := load()
 	if stored.State != "running" || stored.Attempts != 1 || stored.Owner != first.Holder || len(stored.Resumes) != 1 ||
 		stored.Resumes[0].Cursor != "ord-7" || stored.StartedAt.IsZero() {
 		t.Fatalf("claimed task = %+v", stored)
@@ -472,9 +477,7 @@ func TestTaskLeases(t *testing.T) {
 	if err := tasks.Release(ctx, second, "stopping"); err != nil {
 		t.Fatalf("w9's release: %v", err)
 	}
-	if err := db.Collection(mongodb.TasksCollection).FindOne(ctx, bson.D{{Key: "_id", Value: read.ID}}).Decode(&stored); err != nil {
-		t.Fatal(err)
-	}
+	stored = load()
 	if stored.Cursor != "ord-9" || stored.Error != "stopping" || stored.LeaseUntil.After(time.Now()) || stored.Epoch != 2 {
 		t.Fatalf("task after w9's checkpoint and release = %+v", stored)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // TasksCollection holds the jobs' tasks, one document per task
-// (domain.Task); a task's owner, epoch and lease_until are its lease.
+// (taskDoc); a task's owner, epoch and lease_until are its lease.
 const TasksCollection = "projection_job_tasks"
 
 // Tasks are the leases of the jobs' tasks: a task is claimed by one runner
@@ -46,7 +46,7 @@ func (s *Tasks) Claim(ctx context.Context, t domain.Task, holder string, ttl tim
 	more := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
 	if t.Cursor != "" || t.Events > 0 {
 		r := domain.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
-		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
+		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: resumeDoc(r)}}})
 		t.Resumes = append(t.Resumes, r)
 	}
 	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
@@ -95,4 +95,64 @@ func (s *Tasks) Release(ctx context.Context, lease domain.Lease, errMsg string) 
 		set = append(set, bson.E{Key: "error", Value: errMsg})
 	}
 	return s.leases.write(ctx, lease, set, "release task")
+}
+
+// taskDoc is a task as stored in TasksCollection.
+type taskDoc struct {
+	ID         string      `bson:"_id"`
+	Job        string      `bson:"job"`
+	Name       string      `bson:"name"`
+	From       string      `bson:"from,omitempty"`
+	To         string      `bson:"to,omitempty"`
+	State      string      `bson:"state"`
+	Owner      string      `bson:"owner,omitempty"`
+	Epoch      int64       `bson:"epoch"`
+	LeaseUntil time.Time   `bson:"lease_until,omitempty"`
+	Attempts   int         `bson:"attempts"`
+	Cursor     string      `bson:"cursor,omitempty"`
+	Events     int64       `bson:"events"`
+	Streams    int64       `bson:"streams"`
+	Commits    int64       `bson:"commits"`
+	Poison     int64       `bson:"poison"`
+	Resumes    []resumeDoc `bson:"resumes,omitempty"`
+	StartedAt  time.Time   `bson:"started_at,omitempty"`
+	FinishedAt time.Time   `bson:"finished_at,omitempty"`
+	Error      string      `bson:"error,omitempty"`
+}
+
+// resumeDoc is one domain.Resume of a task (same fields, converted).
+type resumeDoc struct {
+	At      time.Time `bson:"at"`
+	Owner   string    `bson:"owner"`
+	Cursor  string    `bson:"cursor"`
+	Events  int64     `bson:"events"`
+	Streams int64     `bson:"streams"`
+}
+
+func newTaskDoc(t domain.Task) taskDoc {
+	d := taskDoc{ID: t.ID, Job: t.Job, Name: t.Name, From: t.From, To: t.To, State: t.State, Owner: t.Owner,
+		Epoch: t.Epoch, LeaseUntil: t.LeaseUntil, Attempts: t.Attempts, Cursor: t.Cursor, Events: t.Events,
+		Streams: t.Streams, Commits: t.Commits, Poison: t.Poison, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+		Error: t.Error}
+	if t.Resumes != nil {
+		d.Resumes = make([]resumeDoc, len(t.Resumes))
+		for i, r := range t.Resumes {
+			d.Resumes[i] = resumeDoc(r)
+		}
+	}
+	return d
+}
+
+func (d taskDoc) task() domain.Task {
+	t := domain.Task{ID: d.ID, Job: d.Job, Name: d.Name, From: d.From, To: d.To, State: d.State, Owner: d.Owner,
+		Epoch: d.Epoch, LeaseUntil: d.LeaseUntil, Attempts: d.Attempts, Cursor: d.Cursor, Events: d.Events,
+		Streams: d.Streams, Commits: d.Commits, Poison: d.Poison, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt,
+		Error: d.Error}
+	if d.Resumes != nil {
+		t.Resumes = make([]domain.Resume, len(d.Resumes))
+		for i, r := range d.Resumes {
+			t.Resumes[i] = domain.Resume(r)
+		}
+	}
+	return t
 }
