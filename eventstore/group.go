@@ -52,6 +52,9 @@ type pendingAppend struct {
 // join returns ctx's error; once p is in a batch, join waits for the
 // outcome, which the caller must learn.
 func (g *group) join(ctx context.Context, p *pendingAppend) error {
+	if err := ctx.Err(); err != nil {
+		return err // the insert would outlive it: do not start one
+	}
 	g.mu.Lock()
 	if !g.writing {
 		g.writing = true
