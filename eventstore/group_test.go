@@ -3,6 +3,7 @@ package eventstore_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -226,6 +227,33 @@ func TestAppendCancelledInBatch(t *testing.T) {
 	for _, c := range commits {
 		if evs, err := s.Load(t.Context(), c.StreamID, 0); err != nil || len(evs) != 1 {
 			t.Errorf("stream %s holds %d events (%v), want 1", c.StreamID, len(evs), err)
+		}
+	}
+}
+
+// BenchmarkAppendParallel: 32 goroutines append commits of one event, each
+// to a stream of its own, on MONGODB_URI or the embedded store.
+func BenchmarkAppendParallel(b *testing.B) {
+	reg := prometheus.NewRegistry()
+	s, _ := storetest.OpenStore(b, eventstore.WithMetrics(eventstore.NewMetrics(reg)))
+	b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		stream, v := storetest.Unique("order-"), int64(0)
+		for pb.Next() {
+			if _, err := s.Append(b.Context(), storetest.NewCommit(stream, v, domain.OrderApproved{})); err != nil {
+				b.Error(err)
+				return
+			}
+			v++
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "appends/s")
+	if mfs, err := reg.Gather(); err == nil {
+		for _, mf := range mfs {
+			if h := mf.GetMetric()[0].GetHistogram(); mf.GetName() == "orderd_append_batch_size" && h.GetSampleCount() > 0 {
+				b.ReportMetric(h.GetSampleSum()/float64(h.GetSampleCount()), "commits/insert")
+			}
 		}
 	}
 }
