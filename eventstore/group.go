@@ -10,8 +10,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	"github.com/orderd/orderd/domain"
 )
 
 // MaxAppendBatch is the most commits one group insert holds [100]: as
@@ -114,7 +112,10 @@ func (s *Store) writeBatch(ctx context.Context, batch []*pendingAppend) {
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), appendWriteTimeout)
 	_, err := s.commits.InsertMany(wctx, docs, options.InsertMany().SetOrdered(false))
 	if err != nil && wctx.Err() != nil {
-		err = fmt.Errorf("%w: insert of %d commits unanswered after %s: %v", domain.ErrUnavailable, len(batch), appendWriteTimeout, err)
+		// The store's time ran out, not the caller's: without the
+		// deadline error inside, mongoerr.Translate reads it as
+		// domain.ErrUnavailable.
+		err = fmt.Errorf("insert of %d commits unanswered after %s: %v", len(batch), appendWriteTimeout, err)
 	}
 	cancel()
 	s.group.next(MaxAppendBatch)
