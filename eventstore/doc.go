@@ -11,8 +11,10 @@
 //	 recorded_at, published: false, published_at, idempotency_key, request_hash}
 //
 // Invariant 1 (atomic, conditional append): a command's events are one
-// insertOne, so they are stored together or not at all, whatever happens
-// to the process. A unique index on (stream_id, first_version) turns every
+// document, so they are stored together or not at all, whatever happens
+// to the process. Concurrent appends are group-committed (see Store): one
+// unordered insert of several commit documents, each of which MongoDB
+// writes atomically and judges alone against the unique indexes. A unique index on (stream_id, first_version) turns every
 // race into a duplicate key: the writer sets first_version to the expected
 // version + 1, which collides with the commit that followed that version if
 // the stream moved on. Callers pass a version the stream has had (the head

@@ -7,3 +7,23 @@ func ResolvedScanMethod(ctx context.Context, s *Store) (ScanMethod, error) { ret
 
 // WithIDBudget makes a ScanByID pass hold about n commit ids.
 func WithIDBudget(n int) Option { return func(s *Store) { s.idBudget = n } }
+
+// HoldAppends makes s act as if an insert were in flight, so appends
+// queue, until release hands them on as the insert's return would. Call
+// it while no append is under way.
+func HoldAppends(s *Store) (release func()) {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	if s.group.writing {
+		panic("HoldAppends with an insert in flight")
+	}
+	s.group.writing = true
+	return func() { s.group.next(MaxAppendBatch) }
+}
+
+// QueuedAppends is how many appends wait for the insert in flight.
+func QueuedAppends(s *Store) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}

@@ -8,26 +8,31 @@ import (
 )
 
 // Metrics are the event log's Prometheus metrics: append latency, failed
-// appends and version conflicts. A nil *Metrics records nothing.
+// appends, version conflicts and the size of group inserts. A nil *Metrics records nothing.
 type Metrics struct {
 	appendSeconds prometheus.Histogram
 	appendErrors  prometheus.Counter
 	conflicts     prometheus.Counter
+	batchSize     prometheus.Histogram
 }
 
 // NewMetrics registers the metrics with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "orderd_append_duration_seconds", Help: "Latency of one commit insert, in seconds.",
+			Name: "orderd_append_duration_seconds", Help: "Latency of one append, from its call to its batch's insert returning, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
 		}),
 		appendErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_append_errors_total", Help: "Appends that failed for another reason than a conflict."}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_append_conflicts_total", Help: "Appends refused because the stream had moved past the expected version."}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "orderd_append_batch_size", Help: "Commits written by one group insert of appends.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 8), // 1 to 128, past MaxAppendBatch
+		}),
 	}
-	reg.MustRegister(m.appendSeconds, m.appendErrors, m.conflicts)
+	reg.MustRegister(m.appendSeconds, m.appendErrors, m.conflicts, m.batchSize)
 	return m
 }
 
@@ -44,6 +49,12 @@ func (m *Metrics) observeAppend(d time.Duration, err error) {
 func (m *Metrics) conflict() {
 	if m != nil {
 		m.conflicts.Inc()
+	}
+}
+
+func (m *Metrics) observeBatch(n int) {
+	if m != nil {
+		m.batchSize.Observe(float64(n))
 	}
 }
 

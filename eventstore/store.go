@@ -20,17 +20,30 @@ const CommitsCollection = "events"
 
 var _ domain.EventStore = (*Store)(nil)
 
-// Store is the MongoDB event log. It keeps invariants 1, 2 and 7: an append
-// is one insertOne of a commit document, guarded by a unique index on
-// (stream_id, first_version) and a unique index on (stream_id,
+// Store is the MongoDB event log. It keeps invariants 1, 2 and 7: a commit
+// is one document, inserted whole or not at all, guarded by a unique index
+// on (stream_id, first_version) and a unique index on (stream_id,
 // idempotency_key) over the commits that have a key; nothing but the
 // outbox marker is ever updated. Every unique index starts with stream_id,
 // so the collection can be sharded by stream_id.
+//
+// Appends are group-committed, as PostgreSQL flushes the WAL records of
+// concurrent transactions in one write (commit_delay, "WAL
+// Configuration") and EventStoreDB writes concurrent appends in one batch,
+// but with no timer: an append that finds no insert in flight inserts its
+// commit at once, so a lone command never waits for company; appends that
+// arrive while an insert is in flight queue, and when it returns the first
+// of them inserts everything queued (up to MaxAppendBatch commits) in one
+// unordered insertMany, on its own goroutine. Each commit stays its own
+// document, so a commit's atomicity and guards are those of a lone insert;
+// each write error goes back to the append whose commit caused it (its
+// statement index), and the others of the batch succeed.
 type Store struct {
 	commits *mongo.Collection
 	metrics *Metrics
 	now     func() time.Time
 	hooks   []AppendHook
+	group   group // appends waiting for the insert in flight
 
 	scan     ScanMethod // as configured
 	idBudget int        // commit ids a ScanByID pass holds
@@ -145,7 +158,10 @@ func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 // commit's recorded time, or an error wrapping domain.ErrVersionConflict
 // (a commit at that version exists), domain.ErrDuplicateRequest (a commit
 // of the same stream holds the idempotency key; another stream's does not
-// count), domain.ErrValidation (malformed commit) or domain.ErrUnavailable.
+// count), domain.ErrValidation (malformed commit), domain.ErrUnavailable,
+// or ctx's error when ctx ended before the commit's batch was written
+// (nothing is stored then). Once the batch is being written, Append waits
+// for its outcome whatever ctx does.
 func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
 	now := domain.Timestamp(s.now())
 	doc, err := newCommitDoc(c, now)
@@ -153,7 +169,14 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		return time.Time{}, err
 	}
 	start := time.Now()
-	_, err = s.commits.InsertOne(ctx, doc)
+	p := &pendingAppend{doc: doc, done: make(chan struct{})}
+	if err := s.group.join(ctx, p); err != nil {
+		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, err)
+	}
+	if p.batch != nil {
+		s.writeBatch(ctx, p.batch)
+	}
+	err = p.err
 	s.metrics.observeAppend(time.Since(start), err)
 	if err != nil {
 		if mongo.IsDuplicateKeyError(err) {

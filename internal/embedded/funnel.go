@@ -30,7 +30,7 @@ import (
 // never stall the writes.
 //
 // Writes that wait for the connection go by class, then by arrival (see
-// writeClass): a command's one-document insert does not queue behind
+// writeClass): a command's insert into the event log does not queue behind
 // published markers and read-model writes, as it would not on MongoDB,
 // where unrelated writes do not wait for each other.
 //
@@ -171,7 +171,7 @@ func (f *funnel) client(c net.Conn) {
 // class (writeSlot).
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
-	f.slot.acquire(classOf(name, req))
+	f.slot.acquire(classOf(name, cmd, req))
 	defer f.slot.release()
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)

@@ -2,9 +2,12 @@ package embedded
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,5 +154,108 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 		if err := <-answers; err == nil {
 			t.Error("a client in flight got an answer; want its connection dropped")
 		}
+	}
+}
+
+// TestUnorderedInsertAnswersAsMongoDB: an unordered insert of several
+// documents with duplicates among them gets MongoDB's answer ("Unordered
+// Inserts" of the insertMany manual page, and the insert command's reply):
+// every document is attempted, each duplicate, on _id or on another unique
+// index, against a stored document or an earlier one of the same insert,
+// is a write error at its own index, and n counts the others, which are
+// all stored. The event store's group commit relies on it to give each
+// command its own outcome. 250 documents span three of FerretDB's insert
+// batches of 100, each written in one SQLite transaction.
+func TestUnorderedInsertAnswersAsMongoDB(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	db := c.Database("funnel")
+	coll := db.Collection(LogCollection)
+	ctx := t.Context()
+	if _, err := coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: bson.D{{Key: "s", Value: 1}, {Key: "v", Value: 1}},
+		Options: options.Index().SetUnique(true)}); err != nil {
+		t.Fatal(err)
+	}
+	doc := func(id string, s string, v int) bson.D {
+		return bson.D{{Key: "_id", Value: id}, {Key: "s", Value: s}, {Key: "v", Value: v}}
+	}
+	if _, err := coll.InsertMany(ctx, []any{doc("taken", "t", 0), doc("other", "s", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 250
+	docs := make([]any, n)
+	want := map[int]bool{} // indexes of the duplicates
+	for i := range docs {
+		docs[i] = doc(fmt.Sprintf("d%03d", i), "s", 100+i)
+		switch i {
+		case 3, 150: // a stored _id
+			docs[i] = doc("taken", "s", 100+i)
+		case 4, 240: // a stored (s, v)
+			docs[i] = doc(fmt.Sprintf("d%03d", i), "s", 1)
+		case 5, 201: // the _id of an earlier document of this insert
+			docs[i] = doc(fmt.Sprintf("d%03d", i-5), "s", 100+i)
+		case 6, 120: // the (s, v) of an earlier document of this insert
+			docs[i] = doc(fmt.Sprintf("d%03d", i), "s", 100+i-5)
+		default:
+			continue
+		}
+		want[i] = true
+	}
+
+	// The command's own reply: n and writeErrors at their indexes.
+	reply, err := db.RunCommand(ctx, bson.D{{Key: "insert", Value: LogCollection}, {Key: "documents", Value: docs},
+		{Key: "ordered", Value: false}}).Raw()
+	if err != nil && !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("insert: %v", err)
+	}
+	if got, _ := reply.Lookup("n").AsInt64OK(); got != int64(n-len(want)) {
+		t.Errorf("n = %d, want %d", got, n-len(want))
+	}
+	var got []int
+	errs, _ := reply.Lookup("writeErrors").ArrayOK()
+	vals, _ := errs.Values()
+	for _, v := range vals {
+		we, _ := v.DocumentOK()
+		i, _ := we.Lookup("index").AsInt64OK()
+		code, _ := we.Lookup("code").AsInt64OK()
+		if code != 11000 {
+			t.Errorf("write error at %d: code %d, want 11000", i, code)
+		}
+		got = append(got, int(i))
+	}
+	wantIdx := slices.Sorted(maps.Keys(want))
+	if !slices.Equal(got, wantIdx) {
+		t.Errorf("write errors at %v, want %v", got, wantIdx)
+	}
+	for i, d := range docs {
+		if want[i] {
+			continue
+		}
+		var stored bson.D
+		id := d.(bson.D)[0].Value
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&stored); err != nil {
+			t.Errorf("document %d (%v): %v, want it stored", i, id, err)
+		}
+	}
+	if total, err := coll.CountDocuments(ctx, bson.D{}); err != nil || total != int64(2+n-len(want)) {
+		t.Errorf("%d documents stored (%v), want %d", total, err, 2+n-len(want))
+	}
+
+	// The driver's view, as the event store sees it: a BulkWriteException
+	// whose write errors carry the same indexes.
+	if _, err := coll.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$nin", Value: bson.A{"taken", "other"}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = coll.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) {
+		t.Fatalf("insertMany: %v, want a bulk write exception", err)
+	}
+	got = got[:0]
+	for _, we := range bwe.WriteErrors {
+		got = append(got, we.Index)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, wantIdx) {
+		t.Errorf("insertMany: write errors at %v, want %v", got, wantIdx)
 	}
 }

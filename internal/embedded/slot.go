@@ -16,7 +16,9 @@ import (
 type writeClass int
 
 const (
-	// classInsert: an insert of one document (a command's append).
+	// classInsert: an insert into the event log (LogCollection), of one
+	// commit or of the group of commits of concurrent commands, and any
+	// other insert of one document.
 	classInsert writeClass = iota
 	// classUpdate: one findAndModify, an update or delete of one
 	// statement (leases, claims), or an update of guarded statements
@@ -91,14 +93,21 @@ func (s *writeSlot) release() {
 	close(w.ready) // the slot stays busy: it is w's now
 }
 
-// classOf is the class of a write command named name (lower-cased) whose
-// request is req.
-func classOf(name string, req []byte) writeClass {
+// LogCollection is the collection of the event log (the eventstore
+// package's CommitsCollection), whose inserts are commands' appends.
+const LogCollection = "events"
+
+// classOf is the class of the write command cmd whose request is req;
+// name is cmd's name, lower-cased.
+func classOf(name string, cmd command, req []byte) writeClass {
 	switch name {
 	case "findandmodify":
 		return classUpdate
 	case "insert":
-		if statements(req, "documents") == 1 {
+		// The event store writes concurrent appends in one insert (group
+		// commit): an insert into the log is commands waiting, whatever
+		// its size; elsewhere, several documents are a bulk load.
+		if n := statements(req, "documents"); n == 1 || n > 1 && cmd.collection == LogCollection {
 			return classInsert
 		}
 	case "update", "delete":

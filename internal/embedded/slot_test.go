@@ -54,6 +54,8 @@ func TestWriteClasses(t *testing.T) {
 			opMsgOf(t, bson.D{{Key: "insert", Value: "events"}, {Key: "$db", Value: "d"}}, "documents", one), classInsert},
 		{"insert of one document, in the body", "insert",
 			opMsgOf(t, bson.D{{Key: "insert", Value: "events"}, {Key: "documents", Value: bson.A{one}}, {Key: "$db", Value: "d"}}, ""), classInsert},
+		{"group commit: insert of several commits into the log", "insert",
+			opMsgOf(t, bson.D{{Key: "insert", Value: LogCollection}, {Key: "ordered", Value: false}, {Key: "$db", Value: "d"}}, "documents", one, two), classInsert},
 		{"bulk insert", "insert",
 			opMsgOf(t, bson.D{{Key: "insert", Value: "shadow"}, {Key: "$db", Value: "d"}}, "documents", one, two), classBulk},
 		{"read-model write", "findandmodify",
@@ -69,7 +71,8 @@ func TestWriteClasses(t *testing.T) {
 		{"a truncated message", "insert", opMsgOf(t, bson.D{{Key: "insert", Value: "x"}}, "documents", one)[:40], classBulk},
 	}
 	for _, c := range cases {
-		if got := classOf(c.name, c.msg); got != c.want {
+		cmd, _ := parseCommand(c.msg)
+		if got := classOf(c.name, cmd, c.msg); got != c.want {
 			t.Errorf("%s: class %d, want %d", c.what, got, c.want)
 		}
 	}
