@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
@@ -89,21 +88,10 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 	// Some documents exist: live writes got there first. They go through
 	// the version guard, which leaves a document a live projector already
 	// holds at or past the fold as it is.
-	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
-	if err != nil {
-		return res, err
+	var again []folded[D]
+	for i := range met {
+		again = append(again, docs[i])
 	}
-	again := docs
-	if dialect == eventstore.MongoDB {
-		again = nil
-		for i := range met {
-			again = append(again, docs[i])
-		}
-	}
-	// else: FerretDB stops an insert of several documents at its first
-	// error and reports it at the wrong index, so which documents it wrote
-	// is unknown: all of them go through the guard (those it wrote are
-	// refused as equal).
 	res.Guarded = int64(len(again))
 	_, err = s.write(ctx, again)
 	return res, err
