@@ -53,6 +53,7 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
+	storeBusy    func() time.Duration // the embedded store's writer; nil on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
 	mongo        *mongo.Client
@@ -60,6 +61,15 @@ type Main struct {
 	http         *orderhttp.Server
 	cancel       context.CancelFunc
 	group        *errgroup.Group
+}
+
+// StoreBusy returns how long the embedded store's single writer has been
+// busy since the start (embedded.Store.WriteBusy); ok is false on MongoDB.
+func (m *Main) StoreBusy() (busy time.Duration, ok bool) {
+	if m.storeBusy == nil {
+		return 0, false
+	}
+	return m.storeBusy(), true
 }
 
 // NewMain returns a Main with the default config.
@@ -126,7 +136,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	if m.stopEmbedded, err = startEmbedded(c, m.Log); err != nil {
+	if m.stopEmbedded, m.storeBusy, err = startEmbedded(c, m.Log); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 

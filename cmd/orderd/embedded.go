@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -21,8 +22,9 @@ import (
 
 // startEmbedded starts the embedded servers that the config leaves
 // unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
-// only when a role needs it. The returned func stops them.
-func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
+// only when a role needs it. stop stops them; busy is the embedded
+// store's embedded.Store.WriteBusy (nil without one).
+func startEmbedded(c *Config, log *slog.Logger) (stop func(), busy func() time.Duration, err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -32,15 +34,15 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 	if r, _ := c.roles(); c.NATS.URL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
-			return stop, err
+			return stop, nil, err
 		}
 		if err := free(c.Embedded.NATSAddr, port, "ORDERD_EMBEDDED_NATS_ADDR", "-embedded-nats-addr"); err != nil {
-			return stop, err
+			return stop, nil, err
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
 		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
-			return stop, err
+			return stop, nil, err
 		}
 		stops = append(stops, ns.Shutdown)
 		c.NATS.URL = ns.ClientURL()
@@ -53,25 +55,26 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), err error) {
 			// takes back its partition and sweep leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
-				return stop, err
+				return stop, nil, err
 			}
 		}
 		if _, port, err := splitAddr(c.Embedded.StoreAddr); err == nil {
 			if err := free(c.Embedded.StoreAddr, port, "ORDERD_EMBEDDED_STORE_ADDR", "-embedded-store-addr"); err != nil {
-				return stop, err
+				return stop, nil, err
 			}
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
 			stop()
-			return func() {}, err
+			return func() {}, nil, err
 		}
 		stops = append(stops, func() { _ = s.Close() })
+		busy = s.WriteBusy
 		c.Mongo.URI = s.URI
 		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.Mongo.URI, "dir", dir)
 	}
-	return stop, nil
+	return stop, busy, nil
 }
 
 func splitAddr(addr string) (string, int, error) {

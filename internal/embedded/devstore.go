@@ -83,6 +83,12 @@ type Store struct {
 	done   chan struct{}
 }
 
+// WriteBusy returns how long the store's single writer has been busy since
+// it started: the time some write held the funnel's connection. Its rise
+// over a span of wall time is the store's busy fraction, which tells a
+// figure bound by the store (near 1) from one bound by the service.
+func (s *Store) WriteBusy() time.Duration { return s.funnel.slot.busyTime() }
+
 // StartStore starts FerretDB on SQLite with its files in dir, and the
 // funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
 // front of it: every client, in this process or another, reaches FerretDB

@@ -45,6 +45,8 @@ type writeSlot struct {
 	busy    bool
 	waiting [classes][]*slotWaiter
 	maxWait time.Duration // maxWriteWait; 0 serves in arrival order
+	since   time.Time     // when the write holding the slot got it
+	held    time.Duration // the slot's time held, summed over the writes that released it
 }
 
 type slotWaiter struct {
@@ -56,7 +58,7 @@ type slotWaiter struct {
 func (s *writeSlot) acquire(c writeClass) {
 	s.mu.Lock()
 	if !s.busy {
-		s.busy = true
+		s.busy, s.since = true, time.Now()
 		s.mu.Unlock()
 		return
 	}
@@ -71,6 +73,9 @@ func (s *writeSlot) acquire(c writeClass) {
 func (s *writeSlot) release() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := time.Now()
+	s.held += now.Sub(s.since)
+	s.since = now // the next holder's, if any
 	next := -1
 	for c := range s.waiting {
 		if len(s.waiting[c]) == 0 {
@@ -91,6 +96,17 @@ func (s *writeSlot) release() {
 	s.waiting[next][0] = nil
 	s.waiting[next] = s.waiting[next][1:]
 	close(w.ready) // the slot stays busy: it is w's now
+}
+
+// busyTime returns how long the slot has been held in all, the write
+// holding it now included.
+func (s *writeSlot) busyTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy {
+		return s.held + time.Since(s.since)
+	}
+	return s.held
 }
 
 // LogCollection is the collection of the event log (the eventstore

@@ -145,3 +145,29 @@ func waiters(s *writeSlot) int {
 	}
 	return n
 }
+
+// TestWriteSlotBusyTime: the busy time is the time the slot was held, by
+// one write after another and by the one holding it now, and none of the
+// time it stood free.
+func TestWriteSlotBusyTime(t *testing.T) {
+	s := &writeSlot{maxWait: maxWriteWait}
+	hold := func(d time.Duration) {
+		s.acquire(classUpdate)
+		time.Sleep(d)
+		s.release()
+	}
+	start := time.Now()
+	hold(20 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // free: not counted
+	hold(20 * time.Millisecond)
+	got, total := s.busyTime(), time.Since(start)
+	if got < 40*time.Millisecond || got > total-50*time.Millisecond {
+		t.Fatalf("busy %v after two writes of 20ms around 50ms free (%v in all), want at least 40ms and not the free time", got, total)
+	}
+	s.acquire(classUpdate)
+	time.Sleep(10 * time.Millisecond)
+	if now := s.busyTime(); now < got+10*time.Millisecond {
+		t.Errorf("busy %v while a write holds the slot, want at least %v", now, got+10*time.Millisecond)
+	}
+	s.release()
+}
