@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,7 +119,19 @@ type testWriter struct {
 	done bool
 }
 
+// logged counts, per test, the records its Mains logged: warnings and
+// errors, the only levels testLogger lets through.
+var logged sync.Map // testing.TB -> *atomic.Int64
+
+// warnings returns how many warnings and errors t's Mains have logged.
+func warnings(t testing.TB) int64 {
+	n, _ := logged.LoadOrStore(t, new(atomic.Int64))
+	return n.(*atomic.Int64).Load()
+}
+
 func (w *testWriter) Write(p []byte) (int, error) {
+	n, _ := logged.LoadOrStore(w.t, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.done {
@@ -606,6 +619,11 @@ func TestMain_OlistReplay(t *testing.T) {
 		if !checkOnly && (rep.Commands < n || rep.Accepted == 0) {
 			t.Errorf("replay sent %d commands, accepted %d", rep.Commands, rep.Accepted)
 		}
+	}
+	// A healthy import is quiet: a warning would be work dropped and
+	// redone (markers not queued, sweeps of what the relay let go).
+	if n := warnings(t); n != 0 {
+		t.Errorf("the service logged %d warnings or errors during a healthy import (see the log above)", n)
 	}
 }
 
