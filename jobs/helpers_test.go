@@ -9,10 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -20,7 +19,7 @@ import (
 // repairKit is what the repair jobs need on one database.
 type repairKit struct {
 	db   *mongo.Database
-	es   *eventstore.Store
+	es   *mongodb.EventStore
 	ps   *projection.Pointers
 	sums *projection.Projection[domain.Order]
 	stat *projection.Projection[projection.Contribution]

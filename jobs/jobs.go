@@ -37,7 +37,7 @@ const (
 // EventLog is the event log as the jobs read it: a stream's events, a scan in
 // log order, the number of commits, and the stream ids that cut the log
 // into n ranges of about equal commits (a rebuild's partitions).
-// eventstore.Store implements it.
+// mongodb.EventStore implements it.
 type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error

@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
@@ -183,7 +182,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 
 // appendStreamNoFatal appends the next events of stream id (up to datas),
 // one per commit, tolerating a stream that is already complete.
-func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store, id string, datas []domain.EventData, at time.Time) {
+func appendStreamNoFatal(t *testing.T, ctx context.Context, es *mongodb.EventStore, id string, datas []domain.EventData, at time.Time) {
 	evs, err := es.Load(ctx, id, 0)
 	if err != nil {
 		t.Errorf("load %s: %v", id, err)

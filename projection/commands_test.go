@@ -14,8 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -58,12 +58,12 @@ func (c *commandCounter) during(t *testing.T, fn func() error) map[string]int {
 func TestMongoDBPathsRoundTrips(t *testing.T) {
 	ctx := projectiontest.Context(t, time.Minute)
 	counter := &commandCounter{n: map[string]int{}}
-	c, err := mongo.Connect(eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(counter.monitor()))
+	c, err := mongo.Connect(mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(counter.monitor()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	eventstore.UseDialect(c, eventstore.MongoDB)
+	mongodb.UseDialect(c, mongodb.DialectMongoDB)
 	db := c.Database(storetest.Database(t).Name())
 	es := projectiontest.NewLog(t, ctx, db)
 

@@ -9,8 +9,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind: a rebuild batch
@@ -40,8 +40,8 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 			}
 		}
 	}}
-	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(mon))
-	es := eventstore.New(db)
+	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(mon))
+	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -7,8 +7,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -20,7 +20,7 @@ import (
 // lands. The version guard refuses it, and the document stays at v6 with
 // the state of v6, on both dialects' paths.
 func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
-	for _, dialect := range []eventstore.Dialect{eventstore.MongoDB, eventstore.FerretDB} {
+	for _, dialect := range []mongodb.Dialect{mongodb.DialectMongoDB, mongodb.DialectFerretDB} {
 		t.Run(dialect.String(), func(t *testing.T) {
 			ctx, db, es := projectiontest.Start(t, time.Minute)
 			f := projectiontest.NewFixture(t, ctx, es, "late", 1, 1)
@@ -37,13 +37,13 @@ func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 			}
 			proxy := storetest.NewHoldingProxy(t, u.Host)
 			u.Host = proxy.Addr
-			c, err := mongo.Connect(eventstore.ClientOptions(u.String()))
+			c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = c.Disconnect(ctx) })
-			eventstore.UseDialect(c, dialect)
-			eventstore.UseDialect(db.Client(), dialect)
+			mongodb.UseDialect(c, dialect)
+			mongodb.UseDialect(db.Client(), dialect)
 			deposed := projection.NewReadModel(c.Database(db.Name()), projection.OrderSummaries, es, nil)
 			successor := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
 

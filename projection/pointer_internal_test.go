@@ -10,8 +10,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // TestPointerWritesCompareAndSetTheGeneration: a pointer write made from a

@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
@@ -74,12 +73,12 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := mongoerr.DialectOf(ctx, s.coll.Database().Client())
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
 	var cs []Contribution
-	if dialect == eventstore.FerretDB {
+	if dialect == mongoerr.DialectFerretDB {
 		// FerretDB 1.24 feeds a $group's documents to its first
 		// accumulator only (the others answer 0): the contributions are
 		// read and summed here.

@@ -18,7 +18,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
@@ -202,11 +201,11 @@ func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (m
 	if len(missing) == 0 {
 		return out, nil
 	}
-	dialect, err := eventstore.DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := mongoerr.DialectOf(ctx, s.coll.Database().Client())
 	if err != nil {
 		return nil, err
 	}
-	if dialect == eventstore.FerretDB {
+	if dialect == mongoerr.DialectFerretDB {
 		// FerretDB scans the whole collection for {_id: {$in: ...}}; one
 		// {_id: v} look-up per document reads the index instead.
 		var mu sync.Mutex

@@ -15,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -225,7 +225,7 @@ func forProcesses(t *testing.T, fn func(t *testing.T, processes int)) {
 // processes Stores on their own clients, each applying its batches to both
 // projections (alternating which goes first), and then compares the read
 // models with the fold of the log.
-func race(t *testing.T, ctx context.Context, es *eventstore.Store, f *projectiontest.Fixture, plans [][][]domain.Event, processes int) {
+func race(t *testing.T, ctx context.Context, es *mongodb.EventStore, f *projectiontest.Fixture, plans [][][]domain.Event, processes int) {
 	t.Helper()
 	db := storetest.Database(t)
 	other := storetest.Client(t).Database(db.Name())

@@ -22,7 +22,7 @@ import (
 )
 
 // Scanner reads the event log stream by stream in log order (the events
-// of each stream of r, in version order); eventstore.Store implements it.
+// of each stream of r, in version order); mongoerr.EventStore implements it.
 type Scanner interface {
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 }

@@ -14,9 +14,8 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -67,7 +66,7 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := bus.EnsureStream(ctx, n.JS, stream); err != nil {
 		t.Fatal(err)
 	}
-	es := eventstore.New(db)
+	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}

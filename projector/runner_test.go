@@ -18,9 +18,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
@@ -50,7 +49,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
-	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
+	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, mongodb.NewEventStore(db2), pm, projection.NewPointers(db2))
 	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), mongodb.NewDeadLetters(db2), cfg2, log, m)
 	projectiontest.Go(t, "summaries runner 1", sums1.Run)
 	projectiontest.Go(t, "summaries runner 2", sums2.Run)
@@ -358,8 +357,8 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
 	const newer = "newer"
 	projectiontest.AppendStream(t, ctx, es, newer, projectiontest.Lifecycle(0, "cust-n")[:1], 1, at)
-	projectiontest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
-		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
+	projectiontest.Must(t)(db.Collection(mongodb.CommitsCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: mongodb.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
 		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
 		{Key: "events", Value: bson.A{bson.D{
 			{Key: "event_id", Value: newer + "-e2"}, {Key: "type", Value: "OrderRefunded"}, {Key: "version", Value: int64(2)},

@@ -24,7 +24,6 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
@@ -132,9 +131,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	// Majority writes and reads; a wait in server selection long enough
 	// for an election, and a prompt 503 while every member is down (see
-	// eventstore.ClientOptions and Reachability).
-	reach := eventstore.NewReachability()
-	m.mongo, err = mongo.Connect(eventstore.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
+	// mongodb.ClientOptions and Reachability).
+	reach := mongodb.NewReachability()
+	m.mongo, err = mongo.Connect(mongodb.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
 		return fmt.Errorf("mongodb: %w", err)
 	}
@@ -160,7 +159,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	storeMetrics := eventstore.NewMetrics(reg)
+	storeMetrics := mongodb.NewEventStoreMetrics(reg)
 	// The stream splits the events into the partitions the projectors
 	// consume: one setting for both.
 	stream := c.Stream
@@ -181,21 +180,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	relayMetrics := outbox.NewMetrics(reg)
 	// The relay reads and marks the outbox through a Store of its own: the
 	// appending Store's hook feeds the relay.
-	commits := eventstore.New(db)
+	commits := mongodb.NewEventStore(db)
 	var publisher tracing.Publisher
 	if js != nil {
 		publisher = tracing.NewPublisher(bus.NewPublisher(js, stream))
 	}
 	var relay *outbox.Relay
-	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
+	storeOpts := []mongodb.EventStoreOption{mongodb.WithMetrics(storeMetrics)}
 	if r.api && js != nil {
 		// Each API instance publishes its own appends at once, without a
 		// lease; the hook only queues them, so commands never wait for NATS.
 		// Without a NATS connection they all wait for the sweep.
 		relay = outbox.NewRelay(commits, publisher, relayCfg, relayLog, relayMetrics)
-		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
+		storeOpts = append(storeOpts, mongodb.WithAppendHook(relay.Appended))
 	}
-	store := eventstore.New(db, storeOpts...)
+	store := mongodb.NewEventStore(db, storeOpts...)
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
 	}

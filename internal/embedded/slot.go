@@ -93,7 +93,7 @@ func (s *writeSlot) release() {
 	close(w.ready) // the slot stays busy: it is w's now
 }
 
-// LogCollection is the collection of the event log (the eventstore
+// LogCollection is the collection of the event log (the mongodb
 // package's CommitsCollection), whose inserts are commands' appends.
 const LogCollection = "events"
 

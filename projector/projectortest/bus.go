@@ -12,8 +12,8 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"

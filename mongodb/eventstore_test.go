@@ -1,4 +1,4 @@
-package eventstore_test
+package mongodb_test
 
 import (
 	"errors"
@@ -9,15 +9,15 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // The append hook hears of each stored commit once, in append order, with
 // the events Load returns, and of no refused append.
 func TestAppendHook(t *testing.T) {
 	var got []domain.RecordedCommit
-	s, _ := storetest.OpenStore(t, eventstore.WithAppendHook(func(c domain.RecordedCommit) { got = append(got, c) }))
+	s, _ := storetest.OpenStore(t, mongodb.WithAppendHook(func(c domain.RecordedCommit) { got = append(got, c) }))
 	ctx := t.Context()
 	stream := storetest.Unique("order-")
 	c1 := storetest.NewCommit(stream, 0, domain.OrderApproved{}, domain.OrderInvoiced{})
@@ -46,7 +46,7 @@ func TestAppendHook(t *testing.T) {
 	}
 	var heard []domain.Event
 	for i, c := range got {
-		if want := eventstore.CommitID(stream, []int64{1, 3}[i]); c.ID != want || c.StreamID != stream {
+		if want := mongodb.CommitID(stream, []int64{1, 3}[i]); c.ID != want || c.StreamID != stream {
 			t.Errorf("commit %d: id %s of %s, want %s of %s", i, c.ID, c.StreamID, want, stream)
 		}
 		if c.Err != nil {
@@ -82,14 +82,14 @@ func indexNames(t *testing.T, coll *mongo.Collection) map[string]bool {
 // commits in its place at start, and a restart changes nothing.
 func TestEnsureIndexesReplacesTheOutboxIndex(t *testing.T) {
 	db := storetest.Database(t)
-	coll := db.Collection(eventstore.CommitsCollection)
+	coll := db.Collection(mongodb.CommitsCollection)
 	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
 		Keys:    bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
 		Options: options.Index().SetName("outbox"),
 	}); err != nil {
 		t.Fatalf("create the old outbox index: %v", err)
 	}
-	s := eventstore.New(db)
+	s := mongodb.NewEventStore(db)
 	for i := range 2 {
 		if err := s.EnsureIndexes(t.Context()); err != nil {
 			t.Fatalf("ensure indexes (run %d): %v", i+1, err)
@@ -107,14 +107,14 @@ func TestEnsureIndexesReplacesTheOutboxIndex(t *testing.T) {
 // keeps its commits, and from then on takes a key used on another stream.
 func TestEnsureIndexesReplacesTheGlobalKeyIndex(t *testing.T) {
 	db := storetest.Database(t)
-	coll := db.Collection(eventstore.CommitsCollection)
+	coll := db.Collection(mongodb.CommitsCollection)
 	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
 		Keys:    bson.D{{Key: "idempotency_key", Value: 1}},
 		Options: options.Index().SetUnique(true).SetSparse(true).SetName("idempotency_key"),
 	}); err != nil {
 		t.Fatalf("create the global key index: %v", err)
 	}
-	s := eventstore.New(db)
+	s := mongodb.NewEventStore(db)
 	key := storetest.Unique("key-")
 	first := storetest.NewCommit(storetest.Unique("order-"), 0, domain.OrderApproved{})
 	first.IdempotencyKey, first.RequestHash = key, "hash-1"

@@ -8,10 +8,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
-func testLoadFrom(t *testing.T, s *eventstore.Store) {
+func testLoadFrom(t *testing.T, s *mongodb.EventStore) {
 	stream := Unique("order-")
 	var all []domain.Event
 	for _, c := range []domain.Commit{
@@ -35,7 +35,7 @@ func testLoadFrom(t *testing.T, s *eventstore.Store) {
 	}
 }
 
-func testLoadUnknown(t *testing.T, s *eventstore.Store) {
+func testLoadUnknown(t *testing.T, s *mongodb.EventStore) {
 	mustAppend(t, s, NewCommit(Unique("order-"), 0, domain.OrderApproved{}))
 	for _, from := range []int64{1, 5} {
 		evs, err := s.LoadFrom(t.Context(), Unique("missing-"), from)
@@ -54,9 +54,9 @@ func testLoadUnknown(t *testing.T, s *eventstore.Store) {
 // not a commit. Reading those streams fails with ErrUnreadableCommit, not
 // ErrUnavailable (readers would retry it for ever); a scan hands each of
 // them over with that error and the events before it, and goes on.
-func testUnreadableCommit(t *testing.T, s *eventstore.Store) {
+func testUnreadableCommit(t *testing.T, s *mongodb.EventStore) {
 	ctx := t.Context()
-	commits := databaseOf(t, s).Collection(eventstore.CommitsCollection)
+	commits := databaseOf(t, s).Collection(mongodb.CommitsCollection)
 	at := time.Date(2025, 2, 3, 4, 5, 6, 0, time.UTC)
 	// raw is a commit document stored under id, as another writer stores it.
 	raw := func(id, stream string, first, last int64, events any) bson.D {
@@ -71,12 +71,12 @@ func testUnreadableCommit(t *testing.T, s *eventstore.Store) {
 		heads = append(heads, appendRecorded(t, s, c)...)
 	}
 	for _, d := range []bson.D{
-		raw(eventstore.CommitID(newer, 2), newer, 2, 2, bson.A{bson.D{{Key: "event_id", Value: "e-refund"}, {Key: "type", Value: "OrderRefunded"},
+		raw(mongodb.CommitID(newer, 2), newer, 2, 2, bson.A{bson.D{{Key: "event_id", Value: "e-refund"}, {Key: "type", Value: "OrderRefunded"},
 			{Key: "version", Value: int64(2)}, {Key: "occurred_at", Value: at}, {Key: "recorded_at", Value: at},
 			{Key: "data", Value: bson.D{{Key: "amount_cents", Value: int64(100)}}}, {Key: "schema_version", Value: 1}}}),
 		// Where the commit starting at v2 belongs, one holding v3.
-		raw(eventstore.CommitID(chain, 2), chain, 3, 3, bson.A{}),
-		raw(eventstore.CommitID(garbled, 2), garbled, 2, 2, "not a list of events"),
+		raw(mongodb.CommitID(chain, 2), chain, 3, 3, bson.A{}),
+		raw(mongodb.CommitID(garbled, 2), garbled, 2, 2, "not a list of events"),
 	} {
 		if _, err := commits.InsertOne(ctx, d); err != nil {
 			t.Fatal(err)
@@ -94,7 +94,7 @@ func testUnreadableCommit(t *testing.T, s *eventstore.Store) {
 		t.Errorf("load %s: %v, want it to wrap ErrUnknownEvent too", newer, err)
 	}
 	got := map[string]domain.StreamEvents{}
-	if err := s.Scan(ctx, eventstore.ScanRange{}, func(st domain.StreamEvents) error {
+	if err := s.Scan(ctx, mongodb.ScanRange{}, func(st domain.StreamEvents) error {
 		got[st.StreamID] = st
 		return nil
 	}); err != nil {

@@ -1,22 +1,22 @@
-package eventstore_test
+package mongodb_test
 
 import (
 	"os"
 	"testing"
 
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // TestConformance runs the suite on both sides of the dialect seam: the
 // embedded store's paths, and MongoDB's (correct on any store, only slower
 // on the embedded one).
 func TestConformance(t *testing.T) {
-	for _, d := range []eventstore.Dialect{eventstore.MongoDB, eventstore.FerretDB} {
+	for _, d := range []mongodb.Dialect{mongodb.DialectMongoDB, mongodb.DialectFerretDB} {
 		t.Run(d.String(), func(t *testing.T) {
-			storetest.RunConformance(t, func(t *testing.T) *eventstore.Store {
+			storetest.RunConformance(t, func(t *testing.T) *mongodb.EventStore {
 				s, db := storetest.OpenStore(t)
-				eventstore.UseDialect(db.Client(), d)
+				mongodb.UseDialect(db.Client(), d)
 				return s
 			})
 		})
@@ -31,16 +31,16 @@ func TestAtomicity(t *testing.T) {
 // the log in order, whichever store MONGODB_URI names (ScanAuto picks one),
 // and with ScanByID in passes of a few ids.
 func TestScanMethods(t *testing.T) {
-	for name, opts := range map[string][]eventstore.Option{
-		"sorted": {eventstore.WithScanMethod(eventstore.ScanSorted)},
-		"by-id":  {eventstore.WithScanMethod(eventstore.ScanByID)},
+	for name, opts := range map[string][]mongodb.EventStoreOption{
+		"sorted": {mongodb.WithScanMethod(mongodb.ScanSorted)},
+		"by-id":  {mongodb.WithScanMethod(mongodb.ScanByID)},
 		// Passes of 1 to 3 ids: a stream of two commits straddles every
 		// cut of 1 and most cuts of 3.
-		"by-id-passes-of-1": {eventstore.WithScanMethod(eventstore.ScanByID), eventstore.WithIDBudget(1)},
-		"by-id-passes-of-3": {eventstore.WithScanMethod(eventstore.ScanByID), eventstore.WithIDBudget(3)},
+		"by-id-passes-of-1": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(1)},
+		"by-id-passes-of-3": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(3)},
 	} {
 		t.Run(name, func(t *testing.T) {
-			storetest.RunScan(t, func(t *testing.T) *eventstore.Store {
+			storetest.RunScan(t, func(t *testing.T) *mongodb.EventStore {
 				s, _ := storetest.OpenStore(t, opts...)
 				return s
 			})
@@ -52,13 +52,13 @@ func TestScanMethods(t *testing.T) {
 // MongoDB by its buildInfo answer, once per client.
 func TestDialectOf(t *testing.T) {
 	_, db := storetest.OpenStore(t)
-	got, err := eventstore.DialectOf(t.Context(), db.Client())
+	got, err := mongodb.DialectOf(t.Context(), db.Client())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := eventstore.MongoDB
+	want := mongodb.DialectMongoDB
 	if os.Getenv("MONGODB_URI") == "" {
-		want = eventstore.FerretDB
+		want = mongodb.DialectFerretDB
 	}
 	if got != want {
 		t.Fatalf("DialectOf = %s, want %s", got, want)
@@ -69,13 +69,13 @@ func TestDialectOf(t *testing.T) {
 // memory, ScanAuto reads by id; on another server it reads sorted.
 func TestScanAuto(t *testing.T) {
 	s, _ := storetest.OpenStore(t)
-	got, err := eventstore.ResolvedScanMethod(t.Context(), s)
+	got, err := mongodb.ResolvedScanMethod(t.Context(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := eventstore.ScanSorted
+	want := mongodb.ScanSorted
 	if os.Getenv("MONGODB_URI") == "" {
-		want = eventstore.ScanByID
+		want = mongodb.ScanByID
 	}
 	if got != want {
 		t.Fatalf("ScanAuto resolved to %d, want %d", got, want)

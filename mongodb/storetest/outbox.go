@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // testOutbox checks the outbox relay's reads and markers: Pending returns
 // the unpublished commits oldest first, as Load decodes them, within its
 // limit and before its time; MarkPublished takes commits out of it, and
 // Unpublished counts what is left.
-func testOutbox(t *testing.T, s *eventstore.Store) {
+func testOutbox(t *testing.T, s *mongodb.EventStore) {
 	ctx := t.Context()
 	a, b := Unique("order-"), Unique("order-")
 	commits := []domain.Commit{
@@ -28,7 +28,7 @@ func testOutbox(t *testing.T, s *eventstore.Store) {
 		if i == 0 {
 			first = at
 		}
-		ids[i] = eventstore.CommitID(c.StreamID, c.ExpectedVersion+1)
+		ids[i] = mongodb.CommitID(c.StreamID, c.ExpectedVersion+1)
 	}
 
 	pending, err := s.Pending(ctx, time.Time{}, 10)

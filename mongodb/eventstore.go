@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -12,15 +12,14 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // CommitsCollection is the event log's collection: one document per commit.
 const CommitsCollection = "events"
 
-var _ domain.EventStore = (*Store)(nil)
+var _ domain.EventStore = (*EventStore)(nil)
 
-// Store is the MongoDB event log. It keeps invariants 1, 2 and 7: a commit
+// EventStore is the MongoDB event log. It keeps invariants 1, 2 and 7: a commit
 // is one document, inserted whole or not at all, guarded by a unique index
 // on (stream_id, first_version) and a unique index on (stream_id,
 // idempotency_key) over the commits that have a key; nothing but the
@@ -38,9 +37,9 @@ var _ domain.EventStore = (*Store)(nil)
 // document, so a commit's atomicity and guards are those of a lone insert;
 // each write error goes back to the append whose commit caused it (its
 // statement index), and the others of the batch succeed.
-type Store struct {
+type EventStore struct {
 	commits *mongo.Collection
-	metrics *Metrics
+	metrics *EventStoreMetrics
 	now     func() time.Time
 	hooks   []AppendHook
 	group   group // appends waiting for the insert in flight
@@ -49,13 +48,13 @@ type Store struct {
 	idBudget int        // commit ids a ScanByID pass holds
 }
 
-// Option configures a Store.
-type Option func(*Store)
+// EventStoreOption configures an EventStore.
+type EventStoreOption func(*EventStore)
 
 // WithMetrics records append latency and conflicts in m.
-func WithMetrics(m *Metrics) Option { return func(s *Store) { s.metrics = m } }
+func WithMetrics(m *EventStoreMetrics) EventStoreOption { return func(s *EventStore) { s.metrics = m } }
 
-// AppendHook is told of each commit the Store has just stored, as Load
+// AppendHook is told of each commit the EventStore has just stored, as Load
 // would return it. It runs on the appending goroutine, after the insert
 // succeeded and before Append returns, so it must not block or fail: the
 // command waits for it. A hook that cannot keep up drops the commit and
@@ -65,12 +64,14 @@ type AppendHook func(domain.RecordedCommit)
 // WithAppendHook calls h after every successful append, in the order of
 // the options; main wires the outbox relay's Appended here, so the store
 // needs no reference to the relay.
-func WithAppendHook(h AppendHook) Option { return func(s *Store) { s.hooks = append(s.hooks, h) } }
+func WithAppendHook(h AppendHook) EventStoreOption {
+	return func(s *EventStore) { s.hooks = append(s.hooks, h) }
+}
 
-// New returns a Store on db's "events" collection. Call EnsureIndexes once
+// New returns an EventStore on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
-func New(db *mongo.Database, opts ...Option) *Store {
-	s := &Store{commits: db.Collection(CommitsCollection), now: time.Now, idBudget: idBudget}
+func NewEventStore(db *mongo.Database, opts ...EventStoreOption) *EventStore {
+	s := &EventStore{commits: db.Collection(CommitsCollection), now: time.Now, idBudget: idBudget}
 	for _, o := range opts {
 		o(s)
 	}
@@ -96,7 +97,7 @@ const (
 // unique index on idempotency_key alone if an earlier version left it. It
 // is idempotent. Errors wrap domain.ErrUnavailable when the store cannot
 // be reached.
-func (s *Store) EnsureIndexes(ctx context.Context) error {
+func (s *EventStore) EnsureIndexes(ctx context.Context) error {
 	// One index per createIndexes call: FerretDB 1.24 drops the connection
 	// when one call names several indexes that already exist (a restart).
 	err := createIndexes(ctx, s.commits, []mongo.IndexModel{
@@ -132,14 +133,14 @@ func (s *Store) EnsureIndexes(ctx context.Context) error {
 func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string) error {
 	names, err := coll.Indexes().ListSpecifications(ctx)
 	if err != nil {
-		return fmt.Errorf("list indexes of %s: %w", coll.Name(), mongoerr.Translate(err))
+		return fmt.Errorf("list indexes of %s: %w", coll.Name(), Translate(err))
 	}
 	for _, spec := range names {
 		if spec.Name != name {
 			continue
 		}
 		if err := coll.Indexes().DropOne(ctx, name); err != nil {
-			return fmt.Errorf("drop index %s of %s: %w", name, coll.Name(), mongoerr.Translate(err))
+			return fmt.Errorf("drop index %s of %s: %w", name, coll.Name(), Translate(err))
 		}
 	}
 	return nil
@@ -148,7 +149,7 @@ func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string)
 func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.IndexModel) error {
 	for _, m := range models {
 		if _, err := coll.Indexes().CreateOne(ctx, m); err != nil {
-			return fmt.Errorf("create index on %s: %w", coll.Name(), mongoerr.Translate(err))
+			return fmt.Errorf("create index on %s: %w", coll.Name(), Translate(err))
 		}
 	}
 	return nil
@@ -162,7 +163,7 @@ func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 // or ctx's error when ctx ended before the commit's batch was written
 // (nothing is stored then). Once the batch is being written, Append waits
 // for its outcome whatever ctx does.
-func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
+func (s *EventStore) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
 	now := domain.Timestamp(s.now())
 	doc, err := newCommitDoc(c, now)
 	if err != nil {
@@ -182,7 +183,7 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 		if mongo.IsDuplicateKeyError(err) {
 			return time.Time{}, s.duplicate(ctx, c)
 		}
-		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
+		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, Translate(err))
 	}
 	if len(s.hooks) > 0 {
 		rc := committed(doc, c)
@@ -197,14 +198,14 @@ func (s *Store) Append(ctx context.Context, c domain.Commit) (time.Time, error) 
 // does not name the index, so it reads the commit at that version: if none
 // is there, only the idempotency key, stored in an earlier commit of the
 // same stream, can have collided.
-func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
+func (s *EventStore) duplicate(ctx context.Context, c domain.Commit) error {
 	var d commitDoc
 	err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(c.StreamID, c.ExpectedVersion+1)}}).Decode(&d)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments) && c.IdempotencyKey != "":
 		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
-		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, mongoerr.Translate(err))
+		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, Translate(err))
 	case err == nil && c.IdempotencyKey != "" && d.IdempotencyKey == c.IdempotencyKey:
 		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	}
@@ -216,13 +217,13 @@ func (s *Store) duplicate(ctx context.Context, c domain.Commit) error {
 // Errors: domain.ErrUnreadableCommit (wrapped) for a document that does
 // not decode as a commit (reading it again will not help),
 // domain.ErrUnavailable.
-func (s *Store) findCommit(ctx context.Context, id string) (d commitDoc, found bool, err error) {
+func (s *EventStore) findCommit(ctx context.Context, id string) (d commitDoc, found bool, err error) {
 	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return commitDoc{}, false, nil
 	}
 	if err != nil {
-		return commitDoc{}, false, fmt.Errorf("read commit %s: %w", id, mongoerr.Translate(err))
+		return commitDoc{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
 	}
 	if err := bson.Unmarshal(raw, &d); err != nil {
 		return commitDoc{}, false, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
@@ -235,7 +236,7 @@ func (s *Store) findCommit(ctx context.Context, id string) (d commitDoc, found b
 // caller saw (the last version of one of the stream's commits). Errors:
 // domain.ErrUnreadableCommit (wrapped) for a commit this build cannot
 // read, domain.ErrUnavailable.
-func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
+func (s *EventStore) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
 	docs, err := s.commitsFrom(ctx, streamID, after+1, true)
 	if err != nil {
 		return nil, err
@@ -246,7 +247,7 @@ func (s *Store) Load(ctx context.Context, streamID string, after int64) ([]domai
 // LoadFrom returns the stream's events with version >= from, in version
 // order. Projections use it to fill gaps; from need not start a commit.
 // Errors as Load's.
-func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
+func (s *EventStore) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
 	from = max(from, 1)
 	docs, err := s.commitsFrom(ctx, streamID, from, false)
 	if err != nil {
@@ -259,12 +260,12 @@ func (s *Store) LoadFrom(ctx context.Context, streamID string, from int64) ([]do
 // order; starts says from is where a commit starts (a head the caller
 // saw). On MongoDB it is one ranged query on the (stream_id,
 // first_version) index.
-func (s *Store) commitsFrom(ctx context.Context, streamID string, from int64, starts bool) ([]commitDoc, error) {
+func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int64, starts bool) ([]commitDoc, error) {
 	dialect, err := DialectOf(ctx, s.commits.Database().Client())
 	if err != nil {
 		return nil, err
 	}
-	if dialect == FerretDB {
+	if dialect == DialectFerretDB {
 		// FerretDB decodes the whole log for a filter on stream_id (964 ms
 		// a find at 50k documents); the chain of _id look-ups reads its
 		// index (0.26 ms each).
@@ -283,7 +284,7 @@ func (s *Store) commitsFrom(ctx context.Context, streamID string, from int64, st
 	}
 	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}}))
 	if err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, mongoerr.Translate(err))
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, Translate(err))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	var docs []commitDoc
@@ -305,7 +306,7 @@ func (s *Store) commitsFrom(ctx context.Context, streamID string, from int64, st
 		docs = append(docs, d)
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, mongoerr.Translate(err))
+		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, Translate(err))
 	}
 	return docs, nil
 }
@@ -333,7 +334,7 @@ func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
 // version first. A commit that does not continue the chain is
 // domain.ErrUnreadableCommit: the log says something this build cannot
 // make sense of, however often it is read.
-func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]commitDoc, error) {
+func (s *EventStore) chain(ctx context.Context, streamID string, first int64) ([]commitDoc, error) {
 	var docs []commitDoc
 	for next := first; ; {
 		d, found, err := s.findCommit(ctx, CommitID(streamID, next))
@@ -356,7 +357,7 @@ func (s *Store) chain(ctx context.Context, streamID string, first int64) ([]comm
 // shard). Errors: domain.ErrNotFound (wrapped) when no commit of the
 // stream holds key, also for an empty key or an invalid stream id;
 // domain.ErrUnreadableCommit and domain.ErrUnavailable as Load's.
-func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
+func (s *EventStore) FindIdempotencyKey(ctx context.Context, key, streamID string) (domain.Commit, error) {
 	if key == "" || domain.ValidateID("stream id", streamID) != nil {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %q: %w", key, streamID, domain.ErrNotFound)
 	}
@@ -375,12 +376,12 @@ func (s *Store) FindIdempotencyKey(ctx context.Context, key, streamID string) (d
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
 }
 
-func (s *Store) commitWithKey(ctx context.Context, key, streamID string) (commitDoc, bool, error) {
+func (s *EventStore) commitWithKey(ctx context.Context, key, streamID string) (commitDoc, bool, error) {
 	dialect, err := DialectOf(ctx, s.commits.Database().Client())
 	if err != nil {
 		return commitDoc{}, false, err
 	}
-	if dialect == FerretDB {
+	if dialect == DialectFerretDB {
 		// A filter on the key decodes the whole log (see commitsFrom); the
 		// stream's chain of _id look-ups reads the index.
 		docs, err := s.chain(ctx, streamID, 1)
@@ -398,7 +399,7 @@ func (s *Store) commitWithKey(ctx context.Context, key, streamID string) (commit
 		return commitDoc{}, false, nil
 	}
 	if err != nil {
-		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, mongoerr.Translate(err))
+		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, Translate(err))
 	}
 	var d commitDoc
 	if err := bson.Unmarshal(raw, &d); err != nil {
@@ -408,9 +409,9 @@ func (s *Store) commitWithKey(ctx context.Context, key, streamID string) (commit
 }
 
 // Ping checks that the store answers.
-func (s *Store) Ping(ctx context.Context) error {
+func (s *EventStore) Ping(ctx context.Context) error {
 	if err := s.commits.Database().Client().Ping(ctx, nil); err != nil {
-		return fmt.Errorf("ping store: %w", mongoerr.Translate(err))
+		return fmt.Errorf("ping store: %w", Translate(err))
 	}
 	return nil
 }

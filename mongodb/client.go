@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"

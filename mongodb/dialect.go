@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -7,8 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Dialect is the one seam between MongoDB and the embedded store
@@ -19,17 +17,17 @@ type Dialect int
 
 const (
 	// MongoDB serves ranged queries, $in and aggregations on indexes.
-	MongoDB Dialect = iota
+	DialectMongoDB Dialect = iota
 	// FerretDB hands SQLite only a filter that is exactly {_id: v}
 	// (internal/backends/sqlite/collection.go, Filter.Len() == 1); any
 	// other filter, sort or aggregation decodes the whole collection in
 	// Go: a find on another field took 22 ms at 1k documents, 964 ms at
 	// 50k (DESIGN.md §8).
-	FerretDB
+	DialectFerretDB
 )
 
 func (d Dialect) String() string {
-	if d == FerretDB {
+	if d == DialectFerretDB {
 		return "ferretdb"
 	}
 	return "mongodb"
@@ -47,11 +45,11 @@ func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
 	var info bson.Raw
 	err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
 	if err != nil {
-		return MongoDB, fmt.Errorf("ask the store its build: %w", mongoerr.Translate(err))
+		return DialectMongoDB, fmt.Errorf("ask the store its build: %w", Translate(err))
 	}
-	d := MongoDB
+	d := DialectMongoDB
 	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
-		d = FerretDB
+		d = DialectFerretDB
 	}
 	actual, _ := dialects.LoadOrStore(c, d)
 	return actual.(Dialect), nil

@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Commits returns the number of commits in the log, from the collection's
@@ -19,10 +17,10 @@ import (
 // collection for it, while it answers $collStats from SQLite's page
 // statistics (measured at 50,000 commits: 3.0 s against 0.24 s). Errors:
 // domain.ErrUnavailable.
-func (s *Store) Commits(ctx context.Context) (int64, error) {
+func (s *EventStore) Commits(ctx context.Context) (int64, error) {
 	cur, err := s.commits.Aggregate(ctx, mongo.Pipeline{{{Key: "$collStats", Value: bson.D{{Key: "count", Value: bson.D{}}}}}})
 	if err != nil {
-		return 0, fmt.Errorf("count commits: %w", mongoerr.Translate(err))
+		return 0, fmt.Errorf("count commits: %w", Translate(err))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	var n int64
@@ -34,7 +32,7 @@ func (s *Store) Commits(ctx context.Context) (int64, error) {
 		n += c
 	}
 	if err := cur.Err(); err != nil {
-		return 0, fmt.Errorf("count commits: %w", mongoerr.Translate(err))
+		return 0, fmt.Errorf("count commits: %w", Translate(err))
 	}
 	return n, nil
 }
@@ -52,7 +50,7 @@ const boundsSample = 4096
 // sampling, Vitter's Algorithm R, "Random Sampling with a Reservoir",
 // ACM TOMS 1985), so its memory does not grow with the log; a log of up
 // to boundsSample commits is cut exactly. Errors: domain.ErrUnavailable.
-func (s *Store) Bounds(ctx context.Context, n int) (bounds []string, commits int64, err error) {
+func (s *EventStore) Bounds(ctx context.Context, n int) (bounds []string, commits int64, err error) {
 	var sample []string
 	err = s.eachID(ctx, bson.D{}, func(id string) {
 		commits++

@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Log order: commits sorted by _id ("<stream id>:<first version>") come
@@ -79,10 +78,10 @@ const (
 )
 
 // WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
-func WithScanMethod(m ScanMethod) Option { return func(s *Store) { s.scan = m } }
+func WithScanMethod(m ScanMethod) EventStoreOption { return func(s *EventStore) { s.scan = m } }
 
 // scanMethod resolves ScanAuto from the store's dialect.
-func (s *Store) scanMethod(ctx context.Context) (ScanMethod, error) {
+func (s *EventStore) scanMethod(ctx context.Context) (ScanMethod, error) {
 	if s.scan != ScanAuto {
 		return s.scan, nil
 	}
@@ -90,7 +89,7 @@ func (s *Store) scanMethod(ctx context.Context) (ScanMethod, error) {
 	if err != nil {
 		return ScanAuto, fmt.Errorf("scan log: %w", err)
 	}
-	if d == FerretDB {
+	if d == DialectFerretDB {
 		return ScanByID, nil
 	}
 	return ScanSorted, nil
@@ -102,7 +101,7 @@ func (s *Store) scanMethod(ctx context.Context) (ScanMethod, error) {
 // memory, and with ScanByID up to 2^20 of the range's commit ids besides,
 // reading a larger range in passes (see ScanMethod). Errors: fn's, domain.ErrUnavailable, and domain.ErrNotFound
 // for a commit whose id was read and whose document then was not there.
-func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) error) error {
+func (s *EventStore) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) error) error {
 	m, err := s.scanMethod(ctx)
 	if err != nil {
 		return err
@@ -120,10 +119,10 @@ func (s *Store) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) err
 }
 
 // scanSorted reads the range in one cursor sorted by _id.
-func (s *Store) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
+func (s *EventStore) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
 	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch))
 	if err != nil {
-		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
+		return fmt.Errorf("scan log: %w", Translate(err))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
@@ -141,7 +140,7 @@ func (s *Store) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("scan log: %w", mongoerr.Translate(err))
+		return fmt.Errorf("scan log: %w", Translate(err))
 	}
 	return nil
 }
@@ -150,7 +149,7 @@ func (s *Store) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
 // time, each batch cut at a stream's end. A range of more than
 // idBudget commits is read in passes, each over the ids of the range
 // after the last stream of the one before.
-func (s *Store) scanByID(ctx context.Context, r ScanRange, g *grouper) error {
+func (s *EventStore) scanByID(ctx context.Context, r ScanRange, g *grouper) error {
 	for {
 		ids, more, err := s.commitIDs(ctx, scanFilter(r), s.idBudget)
 		if err != nil {
@@ -241,7 +240,7 @@ func streamOf(commitID string) string {
 // document does not decode is left with only its stream id, and its error
 // (domain.ErrUnreadableCommit) is at its index in unreadable: it spoils
 // its stream, not the scan.
-func (s *Store) commitsByID(ctx context.Context, ids []string) (docs []commitDoc, unreadable []error, err error) {
+func (s *EventStore) commitsByID(ctx context.Context, ids []string) (docs []commitDoc, unreadable []error, err error) {
 	docs, unreadable = make([]commitDoc, len(ids)), make([]error, len(ids))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(scanParallel)

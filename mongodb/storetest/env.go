@@ -23,8 +23,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/bus"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
 )
 
 var (
@@ -61,7 +61,7 @@ func MongoURI(t testing.TB) string {
 }
 
 // Client returns a connected client for MongoURI with the service's client
-// options (eventstore.ClientOptions: majority writes and reads),
+// options (mongodb.ClientOptions: majority writes and reads),
 // disconnected in cleanup. It sets no client-side operation timeout, as the service does not: with
 // one, the driver sends each command a maxTimeMS of the timeout less its
 // round-trip estimate, and on an embedded store starved by a loaded test
@@ -69,7 +69,7 @@ func MongoURI(t testing.TB) string {
 // with their contexts and go test -timeout.
 func Client(t testing.TB) *mongo.Client {
 	t.Helper()
-	c, err := mongo.Connect(eventstore.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
+	c, err := mongo.Connect(mongodb.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
 	if err != nil {
 		t.Fatalf("connect store: %v", err)
 	}
@@ -180,10 +180,10 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 // OpenStore returns a Store on a fresh test database (see Database), its
 // indexes ensured twice (the second call must change nothing) and
 // registered with the conformance suite, and the database.
-func OpenStore(t testing.TB, opts ...eventstore.Option) (*eventstore.Store, *mongo.Database) {
+func OpenStore(t testing.TB, opts ...mongodb.EventStoreOption) (*mongodb.EventStore, *mongo.Database) {
 	t.Helper()
 	db := Database(t)
-	s := eventstore.New(db, opts...)
+	s := mongodb.NewEventStore(db, opts...)
 	if err := s.EnsureIndexes(t.Context()); err != nil {
 		t.Fatalf("ensure indexes: %v", err)
 	}

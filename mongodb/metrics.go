@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"time"
@@ -7,18 +7,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// Metrics are the event log's Prometheus metrics: append latency, failed
-// appends, version conflicts and the size of group inserts. A nil *Metrics records nothing.
-type Metrics struct {
+// EventStoreMetrics are the event log's Prometheus metrics: append latency, failed
+// appends, version conflicts and the size of group inserts. A nil *EventStoreMetrics records nothing.
+type EventStoreMetrics struct {
 	appendSeconds prometheus.Histogram
 	appendErrors  prometheus.Counter
 	conflicts     prometheus.Counter
 	batchSize     prometheus.Histogram
 }
 
-// NewMetrics registers the metrics with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
+// NewEventStoreMetrics registers the metrics with reg.
+func NewEventStoreMetrics(reg prometheus.Registerer) *EventStoreMetrics {
+	m := &EventStoreMetrics{
 		appendSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "orderd_append_duration_seconds", Help: "Latency of one append, from its call to its batch's insert returning, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16),
@@ -36,7 +36,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observeAppend(d time.Duration, err error) {
+func (m *EventStoreMetrics) observeAppend(d time.Duration, err error) {
 	if m == nil {
 		return
 	}
@@ -46,13 +46,13 @@ func (m *Metrics) observeAppend(d time.Duration, err error) {
 	}
 }
 
-func (m *Metrics) conflict() {
+func (m *EventStoreMetrics) conflict() {
 	if m != nil {
 		m.conflicts.Inc()
 	}
 }
 
-func (m *Metrics) observeBatch(n int) {
+func (m *EventStoreMetrics) observeBatch(n int) {
 	if m != nil {
 		m.batchSize.Observe(float64(n))
 	}

@@ -1,4 +1,4 @@
-package eventstore_test
+package mongodb_test
 
 import (
 	"context"
@@ -12,8 +12,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // inserts counts the insert commands a client sends.
@@ -45,12 +45,12 @@ func (c *inserts) during(fn func()) int {
 
 // monitoredStore is a Store whose client counts its inserts, with its
 // metrics in reg.
-func monitoredStore(t *testing.T) (*eventstore.Store, *inserts, *prometheus.Registry) {
+func monitoredStore(t *testing.T) (*mongodb.EventStore, *inserts, *prometheus.Registry) {
 	t.Helper()
 	counter := &inserts{}
-	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(counter.monitor()))
+	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(counter.monitor()))
 	reg := prometheus.NewRegistry()
-	s := eventstore.New(db, eventstore.WithMetrics(eventstore.NewMetrics(reg)))
+	s := mongodb.NewEventStore(db, mongodb.WithMetrics(mongodb.NewEventStoreMetrics(reg)))
 	if err := s.EnsureIndexes(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -58,9 +58,9 @@ func monitoredStore(t *testing.T) (*eventstore.Store, *inserts, *prometheus.Regi
 }
 
 // waitQueued waits until n appends are queued behind the held insert.
-func waitQueued(t *testing.T, s *eventstore.Store, n int) {
+func waitQueued(t *testing.T, s *mongodb.EventStore, n int) {
 	t.Helper()
-	storetest.WaitFor(t, 30*time.Second, "appends to queue", func() bool { return eventstore.QueuedAppends(s) == n })
+	storetest.WaitFor(t, 30*time.Second, "appends to queue", func() bool { return mongodb.QueuedAppends(s) == n })
 }
 
 // batchSizes returns the count and sum of orderd_append_batch_size.
@@ -82,7 +82,7 @@ func batchSizes(t *testing.T, reg *prometheus.Registry) (count uint64, sum float
 
 // appendAll appends each commit from a goroutine of its own, all let go
 // together, and returns their errors by index.
-func appendAll(ctx context.Context, s *eventstore.Store, commits []domain.Commit) []error {
+func appendAll(ctx context.Context, s *mongodb.EventStore, commits []domain.Commit) []error {
 	errs := make([]error, len(commits))
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -126,7 +126,7 @@ func TestGroupCommitInserts(t *testing.T) {
 
 	const queued = 40
 	if n := counter.during(func() {
-		release := eventstore.HoldAppends(s)
+		release := mongodb.HoldAppends(s)
 		var errs []error
 		done := make(chan struct{})
 		go func() {
@@ -171,7 +171,7 @@ func TestGroupCommitInserts(t *testing.T) {
 // written.
 func TestAppendCancelledWhileQueued(t *testing.T) {
 	s, counter, _ := monitoredStore(t)
-	release := eventstore.HoldAppends(s)
+	release := mongodb.HoldAppends(s)
 	ctx, cancel := context.WithCancel(t.Context())
 	gone, kept := newStreams(1)[0], newStreams(1)[0]
 	goneErr, keptErr := make(chan error, 1), make(chan error, 1)
@@ -183,7 +183,7 @@ func TestAppendCancelledWhileQueued(t *testing.T) {
 	if err := <-goneErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled queued append: %v, want context.Canceled", err)
 	}
-	if n := eventstore.QueuedAppends(s); n != 1 {
+	if n := mongodb.QueuedAppends(s); n != 1 {
 		t.Fatalf("%d appends queued after the cancel, want 1", n)
 	}
 	if n := counter.during(func() {
@@ -208,7 +208,7 @@ func TestAppendCancelledWhileQueued(t *testing.T) {
 // it ended.
 func TestAppendCancelledInBatch(t *testing.T) {
 	s, _ := storetest.OpenStore(t)
-	release := eventstore.HoldAppends(s)
+	release := mongodb.HoldAppends(s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	commits := newStreams(3)
@@ -235,7 +235,7 @@ func TestAppendCancelledInBatch(t *testing.T) {
 // to a stream of its own, on MONGODB_URI or the embedded store.
 func BenchmarkAppendParallel(b *testing.B) {
 	reg := prometheus.NewRegistry()
-	s, _ := storetest.OpenStore(b, eventstore.WithMetrics(eventstore.NewMetrics(reg)))
+	s, _ := storetest.OpenStore(b, mongodb.WithMetrics(mongodb.NewEventStoreMetrics(reg)))
 	b.SetParallelism((32 + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

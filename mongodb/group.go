@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -27,7 +27,7 @@ const MaxAppendBatch = 100
 const appendWriteTimeout = ServerSelectionTimeout + 5*time.Second
 
 // group gathers the appends that arrive while an insert is in flight, for
-// group commit (see Store). Its invariant: queue is empty unless writing.
+// group commit (see EventStore). Its invariant: queue is empty unless writing.
 type group struct {
 	mu      sync.Mutex
 	writing bool             // an insert is in flight, or about to be
@@ -104,7 +104,7 @@ func (g *group) next(max int) {
 // the batch its own outcome: the write error at its index, or the error
 // of the whole insert. ctx is the leading append's; the insert outlives
 // its cancellation (see appendWriteTimeout).
-func (s *Store) writeBatch(ctx context.Context, batch []*pendingAppend) {
+func (s *EventStore) writeBatch(ctx context.Context, batch []*pendingAppend) {
 	docs := make([]any, len(batch))
 	for i, p := range batch {
 		docs[i] = p.doc
@@ -113,7 +113,7 @@ func (s *Store) writeBatch(ctx context.Context, batch []*pendingAppend) {
 	_, err := s.commits.InsertMany(wctx, docs, options.InsertMany().SetOrdered(false))
 	if err != nil && wctx.Err() != nil {
 		// The store's time ran out, not the caller's: without the
-		// deadline error inside, mongoerr.Translate reads it as
+		// deadline error inside, Translate reads it as
 		// domain.ErrUnavailable.
 		err = fmt.Errorf("insert of %d commits unanswered after %s: %v", len(batch), appendWriteTimeout, err)
 	}

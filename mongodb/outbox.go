@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"context"
@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // The outbox is the commits' published field (invariant 3): false from the
@@ -24,7 +23,7 @@ import (
 // index range on the partial index of unpublished commits on MongoDB. A commit that does
 // not decode comes with its Err set (wrapping domain.ErrUnreadableCommit).
 // Errors: domain.ErrUnavailable.
-func (s *Store) Pending(ctx context.Context, recordedBefore time.Time, limit int) ([]domain.RecordedCommit, error) {
+func (s *EventStore) Pending(ctx context.Context, recordedBefore time.Time, limit int) ([]domain.RecordedCommit, error) {
 	filter := bson.D{{Key: "published", Value: false}}
 	if !recordedBefore.IsZero() {
 		filter = append(filter, bson.E{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: recordedBefore}}})
@@ -32,11 +31,11 @@ func (s *Store) Pending(ctx context.Context, recordedBefore time.Time, limit int
 	cur, err := s.commits.Find(ctx, filter,
 		options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
-		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("read outbox: %w", Translate(err))
 	}
 	var docs []commitDoc
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("read outbox: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("read outbox: %w", Translate(err))
 	}
 	out := make([]domain.RecordedCommit, len(docs))
 	for i, d := range docs {
@@ -59,7 +58,7 @@ const markChunk = 64
 // Measured on the embedded store (500 markers on a 5,000-commit log): 2.5 s
 // one updateOne at a time, 1.6 s in bulks of 50. Errors:
 // domain.ErrUnavailable.
-func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
+func (s *EventStore) MarkPublished(ctx context.Context, ids []string) (int, error) {
 	set := bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: true}, {Key: "published_at", Value: domain.Timestamp(time.Now())}}}}
 	for done := 0; done < len(ids); {
 		chunk := ids[done:min(done+markChunk, len(ids))]
@@ -72,7 +71,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
 			if errors.As(err, &bwe) && len(bwe.WriteErrors) > 0 {
 				done += bwe.WriteErrors[0].Index
 			}
-			return done, fmt.Errorf("mark %d commits published: %w", len(ids)-done, mongoerr.Translate(err))
+			return done, fmt.Errorf("mark %d commits published: %w", len(ids)-done, Translate(err))
 		}
 		done += len(chunk)
 	}
@@ -82,11 +81,11 @@ func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
 // Unpublished returns the number of unpublished commits in the log and
 // the age of the oldest one (0 when there is none). On FerretDB each of
 // its two reads scans the collection.
-func (s *Store) Unpublished(ctx context.Context) (int64, time.Duration, error) {
+func (s *EventStore) Unpublished(ctx context.Context) (int64, time.Duration, error) {
 	filter := bson.D{{Key: "published", Value: false}}
 	n, err := s.commits.CountDocuments(ctx, filter)
 	if err != nil {
-		return 0, 0, fmt.Errorf("count outbox: %w", mongoerr.Translate(err))
+		return 0, 0, fmt.Errorf("count outbox: %w", Translate(err))
 	}
 	if n == 0 {
 		return 0, 0, nil
@@ -98,7 +97,7 @@ func (s *Store) Unpublished(ctx context.Context) (int64, time.Duration, error) {
 		return 0, 0, nil
 	}
 	if err != nil {
-		return 0, 0, fmt.Errorf("read outbox head: %w", mongoerr.Translate(err))
+		return 0, 0, fmt.Errorf("read outbox head: %w", Translate(err))
 	}
 	return n, time.Since(oldest.RecordedAt), nil
 }

@@ -1,4 +1,4 @@
-package eventstore
+package mongodb
 
 import (
 	"bytes"
@@ -9,8 +9,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
-
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // idList holds commit ids packed into 1 MiB chunks, about 50 bytes a
@@ -58,7 +56,7 @@ const idBudget = 1 << 20
 // last one, with more set. It holds about twice budget ids, three times
 // for the moment it drops the ids beyond the first budget (and more when
 // one stream has more commits than budget).
-func (s *Store) commitIDs(ctx context.Context, filter bson.D, budget int) (ids *idList, more bool, err error) {
+func (s *EventStore) commitIDs(ctx context.Context, filter bson.D, budget int) (ids *idList, more bool, err error) {
 	ids = &idList{}
 	limit := "" // ids from limit on are left for a later pass; "" for none
 	full := 2 * budget
@@ -103,10 +101,10 @@ func (l *idList) firstStreams(n int) (*idList, string) {
 }
 
 // eachID calls fn with the id of each commit matching filter, unsorted.
-func (s *Store) eachID(ctx context.Context, filter bson.D, fn func(string)) error {
+func (s *EventStore) eachID(ctx context.Context, filter bson.D, fn func(string)) error {
 	cur, err := s.commits.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(4096))
 	if err != nil {
-		return fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
+		return fmt.Errorf("scan log ids: %w", Translate(err))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
@@ -117,7 +115,7 @@ func (s *Store) eachID(ctx context.Context, filter bson.D, fn func(string)) erro
 		fn(id)
 	}
 	if err := cur.Err(); err != nil {
-		return fmt.Errorf("scan log ids: %w", mongoerr.Translate(err))
+		return fmt.Errorf("scan log ids: %w", Translate(err))
 	}
 	return nil
 }

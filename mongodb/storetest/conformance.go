@@ -9,23 +9,23 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // databases maps a Store to the database it was built on, for the suite's
 // checks on raw documents (a Store does not expose its database).
-var databases sync.Map // *eventstore.Store -> *mongo.Database
+var databases sync.Map // *mongodb.EventStore -> *mongo.Database
 
 // Register tells the conformance suite which database s writes to, so it
 // can read the raw commit documents. A newStore passed to RunConformance
 // must register every Store it returns; the entry is dropped in cleanup.
-func Register(t testing.TB, s *eventstore.Store, db *mongo.Database) {
+func Register(t testing.TB, s *mongodb.EventStore, db *mongo.Database) {
 	t.Helper()
 	databases.Store(s, db)
 	t.Cleanup(func() { databases.Delete(s) })
 }
 
-func databaseOf(t testing.TB, s *eventstore.Store) *mongo.Database {
+func databaseOf(t testing.TB, s *mongodb.EventStore) *mongo.Database {
 	t.Helper()
 	db, ok := databases.Load(s)
 	if !ok {
@@ -36,20 +36,20 @@ func databaseOf(t testing.TB, s *eventstore.Store) *mongo.Database {
 
 // RunScan is the part of the conformance suite that reads the log in log
 // order (Scan and Bounds), and reads unreadable commits, for running it
-// once per eventstore.ScanMethod; RunConformance runs it too.
-func RunScan(t *testing.T, newStore func(t *testing.T) *eventstore.Store) {
+// once per mongodb.ScanMethod; RunConformance runs it too.
+func RunScan(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore) {
 	t.Run("ScanInLogOrder", func(t *testing.T) { testScan(t, newStore(t)) })
 	t.Run("UnreadableCommit", func(t *testing.T) { testUnreadableCommit(t, newStore(t)) })
 	t.Run("BoundsBalanced", func(t *testing.T) { testBoundsBalanced(t, newStore(t)) })
 }
 
 // RunConformance is the event store conformance suite: the behaviour every
-// storage backend of eventstore.Store must show (invariants 1, 2, 7 and 8
+// storage backend of mongodb.EventStore must show (invariants 1, 2, 7 and 8
 // of DESIGN.md §3). newStore returns a Store on an empty database with its
 // indexes in place, registered with Register; it is called once per
 // subtest. The immutability subtest publishes through a relay, so it also
 // needs NATS (StartNATS).
-func RunConformance(t *testing.T, newStore func(t *testing.T) *eventstore.Store) {
+func RunConformance(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore) {
 	t.Run("AppendNewStreamAndLoad", func(t *testing.T) { testAppendAndLoad(t, newStore(t)) })
 	t.Run("TimesNormalized", func(t *testing.T) { testTimesNormalized(t, newStore(t)) })
 	t.Run("StaleExpectedVersion", func(t *testing.T) { testStaleVersion(t, newStore(t)) })
@@ -73,7 +73,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) *eventstore.Store)
 	RunScan(t, newStore)
 }
 
-func mustAppend(t *testing.T, s *eventstore.Store, c domain.Commit) time.Time {
+func mustAppend(t *testing.T, s *mongodb.EventStore, c domain.Commit) time.Time {
 	t.Helper()
 	at, err := s.Append(t.Context(), c)
 	if err != nil {
@@ -83,12 +83,12 @@ func mustAppend(t *testing.T, s *eventstore.Store, c domain.Commit) time.Time {
 }
 
 // appendRecorded appends c and returns its events as Load returns them.
-func appendRecorded(t *testing.T, s *eventstore.Store, c domain.Commit) []domain.Event {
+func appendRecorded(t *testing.T, s *mongodb.EventStore, c domain.Commit) []domain.Event {
 	t.Helper()
 	return recorded(c, mustAppend(t, s, c))
 }
 
-func mustLoad(t *testing.T, s *eventstore.Store, stream string) []domain.Event {
+func mustLoad(t *testing.T, s *mongodb.EventStore, stream string) []domain.Event {
 	t.Helper()
 	evs, err := s.Load(t.Context(), stream, 0)
 	if err != nil {
@@ -97,7 +97,7 @@ func mustLoad(t *testing.T, s *eventstore.Store, stream string) []domain.Event {
 	return evs
 }
 
-func wantEvents(t *testing.T, s *eventstore.Store, stream string, want []domain.Event) {
+func wantEvents(t *testing.T, s *mongodb.EventStore, stream string, want []domain.Event) {
 	t.Helper()
 	if d := DiffEvents(want, mustLoad(t, s, stream)); d != "" {
 		t.Fatalf("load %s: %s", stream, d)
@@ -105,9 +105,9 @@ func wantEvents(t *testing.T, s *eventstore.Store, stream string, want []domain.
 }
 
 // commitCount counts the raw commit documents matching filter.
-func commitCount(t *testing.T, s *eventstore.Store, filter bson.D) int64 {
+func commitCount(t *testing.T, s *mongodb.EventStore, filter bson.D) int64 {
 	t.Helper()
-	n, err := databaseOf(t, s).Collection(eventstore.CommitsCollection).CountDocuments(t.Context(), filter)
+	n, err := databaseOf(t, s).Collection(mongodb.CommitsCollection).CountDocuments(t.Context(), filter)
 	if err != nil {
 		t.Fatalf("count commits: %v", err)
 	}
@@ -115,7 +115,7 @@ func commitCount(t *testing.T, s *eventstore.Store, filter bson.D) int64 {
 }
 
 // wantCommits checks that filter matches want raw commit documents.
-func wantCommits(t *testing.T, s *eventstore.Store, filter bson.D, want int64) {
+func wantCommits(t *testing.T, s *mongodb.EventStore, filter bson.D, want int64) {
 	t.Helper()
 	if n := commitCount(t, s, filter); n != want {
 		t.Errorf("%d commit documents, want %d", n, want)

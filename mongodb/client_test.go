@@ -1,4 +1,4 @@
-package eventstore_test
+package mongodb_test
 
 import (
 	"context"
@@ -13,10 +13,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/readpref"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // commands records the commands a client sends, by name.
@@ -37,7 +36,7 @@ func (c *commands) monitor() *event.CommandMonitor {
 // secondaries, turn retries off or lower the concerns gets the service's
 // settings back; the pool and server selection it may set.
 func TestClientOptionsKeepTheGuarantees(t *testing.T) {
-	o := eventstore.ClientOptions("mongodb://db1,db2/?replicaSet=rs0&readPreference=secondaryPreferred&retryWrites=false&retryReads=false&w=1&journal=false&readConcernLevel=local")
+	o := mongodb.ClientOptions("mongodb://db1,db2/?replicaSet=rs0&readPreference=secondaryPreferred&retryWrites=false&retryReads=false&w=1&journal=false&readConcernLevel=local")
 	if o.ReadPreference == nil || o.ReadPreference.Mode() != readpref.PrimaryMode {
 		t.Errorf("read preference %v, want primary", o.ReadPreference)
 	}
@@ -50,10 +49,10 @@ func TestClientOptionsKeepTheGuarantees(t *testing.T) {
 	if o.ReadConcern == nil || o.ReadConcern.Level != "majority" {
 		t.Errorf("read concern %+v, want majority", o.ReadConcern)
 	}
-	if o.MaxPoolSize == nil || *o.MaxPoolSize != eventstore.DefaultMaxPoolSize {
-		t.Errorf("pool %v, want %d by default", o.MaxPoolSize, eventstore.DefaultMaxPoolSize)
+	if o.MaxPoolSize == nil || *o.MaxPoolSize != mongodb.DefaultMaxPoolSize {
+		t.Errorf("pool %v, want %d by default", o.MaxPoolSize, mongodb.DefaultMaxPoolSize)
 	}
-	if o := eventstore.ClientOptions("mongodb://db1/?maxPoolSize=50&serverSelectionTimeoutMS=2000"); *o.MaxPoolSize != 50 || *o.ServerSelectionTimeout != 2*time.Second {
+	if o := mongodb.ClientOptions("mongodb://db1/?maxPoolSize=50&serverSelectionTimeoutMS=2000"); *o.MaxPoolSize != 50 || *o.ServerSelectionTimeout != 2*time.Second {
 		t.Errorf("the URI's pool %d and server selection %v, want 50 and 2s", *o.MaxPoolSize, *o.ServerSelectionTimeout)
 	}
 }
@@ -66,8 +65,8 @@ func TestClientOptionsKeepTheGuarantees(t *testing.T) {
 func TestClientSendsMajorityConcerns(t *testing.T) {
 	ctx := t.Context()
 	rec := &commands{sent: map[string][]bson.Raw{}}
-	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)+"?w=1&readConcernLevel=local").SetMonitor(rec.monitor()))
-	s := eventstore.New(db)
+	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)+"?w=1&readConcernLevel=local").SetMonitor(rec.monitor()))
+	s := mongodb.NewEventStore(db)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +122,8 @@ func TestReachability(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := store.URI[len("mongodb://") : len(store.URI)-1]
-	reach := eventstore.NewReachability()
-	c, err := mongo.Connect(eventstore.ClientOptions(store.URI).SetServerMonitor(reach.ServerMonitor()).
+	reach := mongodb.NewReachability()
+	c, err := mongo.Connect(mongodb.ClientOptions(store.URI).SetServerMonitor(reach.ServerMonitor()).
 		SetHeartbeatInterval(500 * time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +176,7 @@ func TestReachability(t *testing.T) {
 // commands wait the election out, and the instance stays in the load
 // balancer. Only every member failing makes it unready.
 func TestReachabilityElectingIsReady(t *testing.T) {
-	reach := eventstore.NewReachability()
+	reach := mongodb.NewReachability()
 	mon := reach.ServerMonitor()
 	secondary := event.ServerDescription{Kind: "RSSecondary"}
 	for _, member := range []string{"mongo-0:27017", "mongo-1:27017", "mongo-2:27017"} {

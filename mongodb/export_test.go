@@ -1,17 +1,19 @@
-package eventstore
+package mongodb
 
 import "context"
 
 // ResolvedScanMethod is how s reads the log in order on its server.
-func ResolvedScanMethod(ctx context.Context, s *Store) (ScanMethod, error) { return s.scanMethod(ctx) }
+func ResolvedScanMethod(ctx context.Context, s *EventStore) (ScanMethod, error) {
+	return s.scanMethod(ctx)
+}
 
 // WithIDBudget makes a ScanByID pass hold about n commit ids.
-func WithIDBudget(n int) Option { return func(s *Store) { s.idBudget = n } }
+func WithIDBudget(n int) EventStoreOption { return func(s *EventStore) { s.idBudget = n } }
 
 // HoldAppends makes s act as if an insert were in flight, so appends
 // queue, until release hands them on as the insert's return would. Call
 // it while no append is under way.
-func HoldAppends(s *Store) (release func()) {
+func HoldAppends(s *EventStore) (release func()) {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
 	if s.group.writing {
@@ -22,7 +24,7 @@ func HoldAppends(s *Store) (release func()) {
 }
 
 // QueuedAppends is how many appends wait for the insert in flight.
-func QueuedAppends(s *Store) int {
+func QueuedAppends(s *EventStore) int {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)

@@ -9,13 +9,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // scanLog appends streams whose ids are prefixes of one another (the case
 // where log order, by stream id + ":", differs from plain id order), two
 // commits each, interleaved in time, and returns the events by stream.
-func scanLog(t *testing.T, s *eventstore.Store) (ids []string, events map[string][]domain.Event) {
+func scanLog(t *testing.T, s *mongodb.EventStore) (ids []string, events map[string][]domain.Event) {
 	suffix := Unique("")
 	for _, base := range []string{"b", "a", "ab", "a1", "a-b", "a_"} {
 		ids = append(ids, base+"-"+suffix)
@@ -35,11 +35,11 @@ func scanLog(t *testing.T, s *eventstore.Store) (ids []string, events map[string
 }
 
 // scanAll runs Scan over r and returns the streams in the order seen.
-func scanAll(t *testing.T, s *eventstore.Store, r eventstore.ScanRange) ([]string, map[string][]domain.Event) {
+func scanAll(t *testing.T, s *mongodb.EventStore, r mongodb.ScanRange) ([]string, map[string][]domain.Event) {
 	t.Helper()
 	var order []string
 	got := map[string][]domain.Event{}
-	err := s.Scan(t.Context(), r, func(st eventstore.StreamEvents) error {
+	err := s.Scan(t.Context(), r, func(st mongodb.StreamEvents) error {
 		if st.Err != nil {
 			t.Errorf("stream %s: %v", st.StreamID, st.Err)
 		}
@@ -60,9 +60,9 @@ func scanAll(t *testing.T, s *eventstore.Store, r eventstore.ScanRange) ([]strin
 // order, in log order; partitions from Bounds cover the log exactly once;
 // a scan resumed after a stream reports exactly the streams after it; a
 // recorded-time range keeps only the commits recorded in it.
-func testScan(t *testing.T, s *eventstore.Store) {
+func testScan(t *testing.T, s *mongodb.EventStore) {
 	ids, events := scanLog(t, s)
-	order, got := scanAll(t, s, eventstore.ScanRange{})
+	order, got := scanAll(t, s, mongodb.ScanRange{})
 	want := slices.Clone(ids)
 	slices.SortFunc(want, func(a, b string) int { return compareKeys(a+":", b+":") })
 	if !slices.Equal(order, want) {
@@ -87,7 +87,7 @@ func testScan(t *testing.T, s *eventstore.Store) {
 		edges := append(append([]string{""}, bounds...), "")
 		var union []string
 		for i := 0; i+1 < len(edges); i++ {
-			part, _ := scanAll(t, s, eventstore.ScanRange{From: edges[i], To: edges[i+1]})
+			part, _ := scanAll(t, s, mongodb.ScanRange{From: edges[i], To: edges[i+1]})
 			if len(part) == 0 {
 				t.Errorf("Bounds(%d): partition %d [%q, %q) is empty", n, i, edges[i], edges[i+1])
 			}
@@ -98,20 +98,20 @@ func testScan(t *testing.T, s *eventstore.Store) {
 		}
 	}
 	for i, after := range want {
-		rest, _ := scanAll(t, s, eventstore.ScanRange{After: after})
+		rest, _ := scanAll(t, s, mongodb.ScanRange{After: after})
 		if !slices.Equal(rest, want[i+1:]) {
 			t.Errorf("resume after %s: %v, want %v", after, rest, want[i+1:])
 		}
 		// A partition that starts after the cursor wins over it.
 		if i > 0 {
-			from, _ := scanAll(t, s, eventstore.ScanRange{From: want[i], After: want[0]})
+			from, _ := scanAll(t, s, mongodb.ScanRange{From: want[i], After: want[0]})
 			if !slices.Equal(from, want[i:]) {
 				t.Errorf("from %s after %s: %v, want %v", want[i], want[0], from, want[i:])
 			}
 		}
 	}
 	second := events[ids[0]][1].RecordedAt
-	_, recent := scanAll(t, s, eventstore.ScanRange{RecordedFrom: second, RecordedTo: second.Add(time.Hour)})
+	_, recent := scanAll(t, s, mongodb.ScanRange{RecordedFrom: second, RecordedTo: second.Add(time.Hour)})
 	for _, id := range ids {
 		if d := DiffEvents(events[id][1:], recent[id]); d != "" {
 			t.Errorf("recorded from %s, stream %s: %s", second, id, d)
@@ -133,16 +133,16 @@ func compareKeys(a, b string) int {
 // testBoundsBalanced: on a log of more commits than Bounds samples, the
 // partitions it cuts hold about equal numbers of commits, and it counts
 // them all.
-func testBoundsBalanced(t *testing.T, s *eventstore.Store) {
+func testBoundsBalanced(t *testing.T, s *mongodb.EventStore) {
 	const streams, n = 3000, 4 // two commits each: 6,000 commits
 	docs := make([]any, 0, 2*streams)
 	for i := range streams {
 		id := fmt.Sprintf("bounds-%05d", i)
 		for v := int64(1); v <= 2; v++ {
-			docs = append(docs, bson.D{{Key: "_id", Value: eventstore.CommitID(id, v)}, {Key: "stream_id", Value: id}, {Key: "first_version", Value: v}})
+			docs = append(docs, bson.D{{Key: "_id", Value: mongodb.CommitID(id, v)}, {Key: "stream_id", Value: id}, {Key: "first_version", Value: v}})
 		}
 	}
-	if _, err := databaseOf(t, s).Collection(eventstore.CommitsCollection).InsertMany(t.Context(), docs); err != nil {
+	if _, err := databaseOf(t, s).Collection(mongodb.CommitsCollection).InsertMany(t.Context(), docs); err != nil {
 		t.Fatal(err)
 	}
 	bounds, commits, err := s.Bounds(t.Context(), n)

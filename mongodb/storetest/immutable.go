@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // rawCommits returns the stream's raw commit documents in version order.
@@ -46,9 +46,9 @@ func immutablePart(t *testing.T, doc bson.Raw) []bson.RawElement {
 	return out
 }
 
-func testImmutable(t *testing.T, s *eventstore.Store) {
+func testImmutable(t *testing.T, s *mongodb.EventStore) {
 	ctx := t.Context()
-	coll := databaseOf(t, s).Collection(eventstore.CommitsCollection)
+	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
 	stream := Unique("order-")
 	c1 := NewCommit(stream, 0, placed("cust-7"), domain.OrderApproved{})
 	c1.IdempotencyKey, c1.RequestHash = Unique("key-"), "hash-1"
