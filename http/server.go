@@ -25,7 +25,7 @@ type Commands interface {
 	Events(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
 }
 
-// ReadModels is the query side (projection.Reader). Summary and
+// ReadModels is the query side (mongodb.Reader). Summary and
 // CustomerStats return errors wrapping domain.ErrNotFound for unknown ids.
 type ReadModels interface {
 	Summary(ctx context.Context, orderID string) (domain.Order, error)

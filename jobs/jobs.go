@@ -14,7 +14,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
 )
 
 // Task states.
@@ -49,7 +48,7 @@ type EventLog interface {
 type Jobs struct {
 	store    Store
 	leases   TaskLeases
-	pointers *projection.Pointers
+	pointers *mongodb.Pointers
 	events   EventLog
 	defs     map[string]string // projection name -> base collection
 	now      func() time.Time
@@ -60,7 +59,7 @@ type Jobs struct {
 // projections named in defs (projection name to its
 // projection.Definition's Collection), whose pointer documents ps keeps,
 // reading events.
-func New(store Store, leases TaskLeases, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
+func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 

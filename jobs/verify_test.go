@@ -151,7 +151,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	var once sync.Once
 	hooked := &hookedLog{EventStore: k.es, before: func() {
 		once.Do(func() {
-			projectiontest.Must(t)(db.Collection(projection.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+			projectiontest.Must(t)(db.Collection(mongodb.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
 				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
 				options.Replace().SetUpsert(true)))
 			if err := db.Collection(coll).Drop(ctx); err != nil {
@@ -159,7 +159,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 			}
 		})
 	}}
-	k.sums = projection.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
+	k.sums = mongodb.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
 	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {

@@ -68,3 +68,19 @@ var CustomerOrderStats = Definition[Contribution]{
 	Version: func(c *Contribution) int64 { return c.Version },
 	Indexes: [][]string{{"customer_id"}},
 }
+
+// SumContributions adds up a customer's contributions; one with Orders
+// set stands for that many orders of its status and currency, with
+// TotalCents their sum.
+func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
+	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
+	for _, c := range cs {
+		n := max(c.Orders, 1)
+		s.OrderCount += n
+		s.ByStatus[c.Status] += n
+		if domain.CountsTowardValue(c.Status) {
+			s.LifetimeValueCents[c.Currency] += c.TotalCents
+		}
+	}
+	return s
+}

@@ -106,7 +106,7 @@ func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mong
 	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	p := projection.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), projection.NewPointers(db))
+	p := mongodb.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), mongodb.NewPointers(db))
 	g.r = projectortest.Run(t, b, p, cfg, projector.NewMetrics(g.reg))
 	return g
 }

@@ -70,7 +70,7 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
+	r := NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
 			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)

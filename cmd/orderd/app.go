@@ -214,9 +214,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	pm := projection.NewMetrics(reg)
 	rm := projector.NewMetrics(reg)
 	jm := jobs.NewMetrics(reg)
-	pointers := projection.NewPointers(db)
-	sums := projection.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
-	stats := projection.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	pointers := mongodb.NewPointers(db)
+	sums := mongodb.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
+	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
@@ -266,7 +266,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		// send every new order to the top chunk (deployments/sharding.md).
 		svc.NewID = uuid.NewString
 		hc := c.HTTP
-		hc.Commands, hc.ReadModels = svc, projection.NewReader(db, pointers)
+		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
 			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")

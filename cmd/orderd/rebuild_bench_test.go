@@ -125,7 +125,7 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), projection.NewPointers(db), store, map[string]string{
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
@@ -155,7 +155,7 @@ func BenchmarkRebuild(b *testing.B) {
 	b.StopTimer()
 
 	last := runs[len(runs)-1]
-	ptr, err := projection.NewPointers(db).Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
+	ptr, err := mongodb.NewPointers(db).Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		b.Errorf("read the pointer: %v", err)
 	} else if ptr.Active != last.job.Shadow {

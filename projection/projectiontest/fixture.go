@@ -166,9 +166,9 @@ func Dump(v any) string {
 // folded order, each stored contribution is the folded order's, and each
 // customer's stats (Reader.CustomerStats) are the expected ones.
 func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture) error {
-	ps := projection.NewPointers(db)
-	r := projection.NewReader(db, ps)
-	stats := projection.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
+	ps := mongodb.NewPointers(db)
+	r := mongodb.NewReader(db, ps)
+	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
 	for _, id := range f.IDs {
 		want := f.Orders[id]
 		got, err := r.Summary(ctx, id)

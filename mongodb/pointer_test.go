@@ -1,4 +1,4 @@
-package projection
+package mongodb_test
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
 )
 
 // TestPointerWritesCompareAndSetTheGeneration: a pointer write made from a
@@ -24,18 +26,18 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	defer cancel()
 	db := storetest.Database(t)
 	const name, base = "order_summaries", "order_summaries"
-	stored := func() Pointer {
+	stored := func() mongodb.Pointer {
 		t.Helper()
 		// A Pointers of its own: what the store holds, not this
 		// process's cache.
-		p, err := NewPointers(db).Get(ctx, name, base, 0)
+		p, err := mongodb.NewPointers(db).Get(ctx, name, base, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
 
-	ps, other := NewPointers(db), NewPointers(db)
+	ps, other := mongodb.NewPointers(db), mongodb.NewPointers(db)
 	none, err := ps.Get(ctx, name, base, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -45,12 +47,12 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	}
 	first := none
 	first.Shadow, first.ShadowJob, first.Generation = base+"_a", "job-a", none.Generation+1
-	if err := other.put(ctx, first); err != nil {
+	if err := mongodb.PutPointer(ctx, other, first); err != nil {
 		t.Fatalf("create the first pointer: %v", err)
 	}
 	racer := none
 	racer.Shadow, racer.ShadowJob, racer.Generation = base+"_b", "job-b", none.Generation+1
-	if err := ps.put(ctx, racer); !errors.Is(err, domain.ErrPointerMoved) {
+	if err := mongodb.PutPointer(ctx, ps, racer); !errors.Is(err, domain.ErrPointerMoved) {
 		t.Errorf("a second first pointer, written over the one created meanwhile: %v, want domain.ErrPointerMoved", err)
 	}
 	if got := stored(); got != first {
@@ -64,14 +66,14 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	// A newer write (the switch of rebuild a) moves the pointer on.
 	newer := read
 	newer.Active, newer.Shadow, newer.ShadowJob, newer.Generation = read.Shadow, "", "", read.Generation+1
-	if err := other.put(ctx, newer); err != nil {
+	if err := mongodb.PutPointer(ctx, other, newer); err != nil {
 		t.Fatalf("switch at generation %d: %v", read.Generation, err)
 	}
 	// The stale write, decided on generation g: a cleanup dropping the
 	// shadow it read.
 	stale := read
 	stale.Shadow, stale.ShadowJob, stale.Generation = "", "", read.Generation+1
-	if err := ps.put(ctx, stale); !errors.Is(err, domain.ErrPointerMoved) {
+	if err := mongodb.PutPointer(ctx, ps, stale); !errors.Is(err, domain.ErrPointerMoved) {
 		t.Errorf("a write from generation %d after the pointer moved to %d: %v, want domain.ErrPointerMoved", read.Generation, newer.Generation, err)
 	}
 	if got := stored(); got != newer {
@@ -82,12 +84,12 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	// compare-and-set: here a rebuild announces its shadow while another
 	// one's stalled cleanup still tries to withdraw its own.
 	var seen []int64
-	got, err := ps.Update(ctx, name, base, func(p *Pointer) (bool, error) {
+	got, err := ps.Update(ctx, name, base, func(p *mongodb.Pointer) (bool, error) {
 		seen = append(seen, p.Generation)
 		if len(seen) == 1 {
 			moved := *p
 			moved.Shadow, moved.ShadowJob, moved.Generation = base+"_c", "job-c", p.Generation+1
-			if err := other.put(ctx, moved); err != nil {
+			if err := mongodb.PutPointer(ctx, other, moved); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -123,7 +125,7 @@ func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	db := c.Database("pointers")
-	p := NewProjection(db, OrderSummaries, nil, nil, NewPointers(db))
+	p := mongodb.NewProjection(db, projection.OrderSummaries, nil, nil, mongodb.NewPointers(db))
 	read, err := p.Pointer(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -133,10 +135,10 @@ func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
 	if _, _, err := p.Apply(t.Context(), []domain.Event{{StreamID: "o-1", Version: 1}}, false); !errors.Is(err, domain.ErrUnavailable) {
 		t.Errorf("apply with the store stopped: %v, want ErrUnavailable before any write", err)
 	}
-	if got, err := p.pointers.Get(t.Context(), OrderSummaries.Name, OrderSummaries.Collection, 0); err == nil {
+	if got, err := mongodb.PointersOf(p).Get(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err == nil {
 		t.Errorf("a writer's pointer with the store stopped: %+v, want an error", got)
 	}
-	if got, err := p.pointers.Last(t.Context(), OrderSummaries.Name, OrderSummaries.Collection, 0); err != nil || got != read {
+	if got, err := mongodb.PointersOf(p).Last(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err != nil || got != read {
 		t.Errorf("a reader's pointer with the store stopped: %+v, %v; want %+v, the one read before", got, err, read)
 	}
 }

@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -9,17 +9,18 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
-// Projection is one read model as the service runs it: its Definition, the
+// Projection is one read model as the service runs it: its projection.Definition, the
 // pointer that says which collection is active, and a ReadModel per collection
 // in use. Live events go to the shadow collection (during a rebuild) and
 // then to the active one; readers read the active one.
 type Projection[D any] struct {
-	def      Definition[D]
+	def      projection.Definition[D]
 	db       *mongo.Database
 	events   EventLog
-	metrics  *Metrics
+	metrics  *projection.Metrics
 	pointers *Pointers
 
 	mu     sync.Mutex
@@ -37,8 +38,8 @@ const (
 
 // NewProjection returns the projection def in db. events fills gaps; m may be
 // nil. The projection's counters in m are created at once, at 0.
-func NewProjection[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics, ps *Pointers) *Projection[D] {
-	m.initProjection(def.Name)
+func NewProjection[D any](db *mongo.Database, def projection.Definition[D], events EventLog, m *projection.Metrics, ps *Pointers) *Projection[D] {
+	m.Init(def.Name)
 	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*ReadModel[D]{}}
 }
 
@@ -129,22 +130,22 @@ func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
 // it for redeliveries, whose documents another process may have written.
 //
 // The results are the active collection's, as ReadModel.Apply gives
-// them: what it did, and per stream a *PoisonError for events that cannot
+// them: what it did, and per stream a *projection.PoisonError for events that cannot
 // be applied (its Reached is the version the document reflects, so the
 // events up to it are done). An event the shadow alone cannot apply is
 // left to the verify-and-repair pass that precedes the switch. Errors:
 // domain.ErrUnavailable, a cancelled ctx, or a stream still contended
 // after repeated writes; then nothing is known to be written, in either
 // collection, and every event must be applied again.
-func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
 	ptr, err := p.Pointer(ctx, writerPointerAge)
 	if err != nil {
-		return Outcome{}, nil, err
+		return projection.Outcome{}, nil, err
 	}
 	p.forget(ptr)
 	if ptr.Shadow != "" {
 		if _, _, err := p.ReadModel(ptr.Shadow).apply(ctx, events, fresh); err != nil {
-			return Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
+			return projection.Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
 		}
 	}
 	return p.ReadModel(ptr.Active).apply(ctx, events, fresh)

@@ -1,4 +1,4 @@
-package projection_test
+package mongodb_test
 
 import (
 	"context"
@@ -77,7 +77,7 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	if _, err := es.Append(ctx, keyed); err != nil {
 		t.Fatal(err)
 	}
-	rm := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
+	rm := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 
 	for name, tc := range map[string]struct {
 		fn   func() error
@@ -107,11 +107,11 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		t.Errorf("a batch the read model already reflects sent %v, want nothing", got)
 	}
 
-	stats := projection.NewReadModel(db, projection.CustomerOrderStats, es, nil)
+	stats := mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil)
 	if _, _, err := stats.Apply(ctx, f.Flat); err != nil {
 		t.Fatal(err)
 	}
-	r := projection.NewReader(db, projection.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db))
 	if _, err := r.CustomerStats(ctx, "cust-0"); err != nil { // reads the pointer once
 		t.Fatal(err)
 	}

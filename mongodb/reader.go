@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -9,19 +9,19 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // Reader answers queries on the read models.
 // It reads each projection's active collection, following its pointer.
 type Reader struct {
 	summaries *Projection[domain.Order]
-	stats     *Projection[Contribution]
+	stats     *Projection[projection.Contribution]
 }
 
 // NewReader returns a Reader on db's read models.
 func NewReader(db *mongo.Database, ps *Pointers) *Reader {
-	return &Reader{summaries: NewProjection(db, OrderSummaries, nil, nil, ps), stats: NewProjection(db, CustomerOrderStats, nil, nil, ps)}
+	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps), stats: NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)}
 }
 
 // Summary returns an order's summary, or an error wrapping
@@ -51,11 +51,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	}
 	cur, err := s.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
-		return nil, fmt.Errorf("list summaries: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list summaries: %w", Translate(err))
 	}
 	var docs []stored[domain.Order]
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list summaries: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list summaries: %w", Translate(err))
 	}
 	out := make([]domain.Order, len(docs))
 	for i, d := range docs {
@@ -73,12 +73,12 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	dialect, err := mongoerr.DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := DialectOf(ctx, s.coll.Database().Client())
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	var cs []Contribution
-	if dialect == mongoerr.DialectFerretDB {
+	var cs []projection.Contribution
+	if dialect == DialectFerretDB {
 		// FerretDB 1.24 feeds a $group's documents to its first
 		// accumulator only (the others answer 0): the contributions are
 		// read and summed here.
@@ -89,7 +89,7 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	if err != nil {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
 	}
-	stats := SumContributions(customerID, cs)
+	stats := projection.SumContributions(customerID, cs)
 	if stats.OrderCount == 0 {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)
 	}
@@ -97,16 +97,16 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 }
 
 // contributions reads a customer's contributions, one per order.
-func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]Contribution, error) {
+func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]projection.Contribution, error) {
 	cur, err := s.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
 	if err != nil {
-		return nil, mongoerr.Translate(err)
+		return nil, Translate(err)
 	}
-	var docs []stored[Contribution]
+	var docs []stored[projection.Contribution]
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, mongoerr.Translate(err)
+		return nil, Translate(err)
 	}
-	cs := make([]Contribution, len(docs))
+	cs := make([]projection.Contribution, len(docs))
 	for i, d := range docs {
 		cs[i] = d.Doc
 	}
@@ -114,8 +114,8 @@ func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]
 }
 
 // contributionsByStatus sums a customer's contributions on the server by
-// status and currency: each returned Contribution stands for Orders orders.
-func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID string) ([]Contribution, error) {
+// status and currency: each returned projection.Contribution stands for Orders orders.
+func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID string) ([]projection.Contribution, error) {
 	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
 		{{Key: "$match", Value: bson.D{{Key: "customer_id", Value: customerID}}}},
 		{{Key: "$group", Value: bson.D{
@@ -125,7 +125,7 @@ func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID str
 		}}},
 	})
 	if err != nil {
-		return nil, mongoerr.Translate(err)
+		return nil, Translate(err)
 	}
 	var groups []struct {
 		Key struct {
@@ -136,27 +136,11 @@ func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID str
 		TotalCents int64 `bson:"total_cents"`
 	}
 	if err := cur.All(ctx, &groups); err != nil {
-		return nil, mongoerr.Translate(err)
+		return nil, Translate(err)
 	}
-	cs := make([]Contribution, len(groups))
+	cs := make([]projection.Contribution, len(groups))
 	for i, g := range groups {
-		cs[i] = Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
+		cs[i] = projection.Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
 	}
 	return cs, nil
-}
-
-// SumContributions adds up a customer's contributions; one with Orders
-// set stands for that many orders of its status and currency, with
-// TotalCents their sum.
-func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
-	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
-	for _, c := range cs {
-		n := max(c.Orders, 1)
-		s.OrderCount += n
-		s.ByStatus[c.Status] += n
-		if domain.CountsTowardValue(c.Status) {
-			s.LifetimeValueCents[c.Currency] += c.TotalCents
-		}
-	}
-	return s
 }

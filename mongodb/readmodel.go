@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"bytes"
@@ -18,7 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // EventLog is the part of the event store a projection needs: the events of
@@ -50,10 +50,10 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // log. Documents this process wrote are cached, so a batch usually reads
 // nothing before writing.
 type ReadModel[D any] struct {
-	def     Definition[D]
+	def     projection.Definition[D]
 	coll    *mongo.Collection
 	events  EventLog
-	metrics *Metrics
+	metrics *projection.Metrics
 	cache   *lru.Cache[string, D]
 }
 
@@ -65,9 +65,9 @@ const cacheSize = 100_000
 // NewReadModel returns the read model of def in its collection in db,
 // folding gaps from events. m may be nil; the projection's counters in it
 // are created at once, at 0.
-func NewReadModel[D any](db *mongo.Database, def Definition[D], events EventLog, m *Metrics) *ReadModel[D] {
+func NewReadModel[D any](db *mongo.Database, def projection.Definition[D], events EventLog, m *projection.Metrics) *ReadModel[D] {
 	c, _ := lru.New[string, D](cacheSize)
-	m.initProjection(def.Name)
+	m.Init(def.Name)
 	return &ReadModel[D]{def: def, coll: db.Collection(def.Collection, jsonTags), events: events, metrics: m, cache: c}
 }
 
@@ -81,7 +81,7 @@ func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 			keys = append(keys, bson.E{Key: f, Value: 1})
 		}
 		if _, err := s.coll.Indexes().CreateOne(ctx, mongo.IndexModel{Keys: keys}); err != nil {
-			return fmt.Errorf("create index on %s: %w", s.def.Collection, mongoerr.Translate(err))
+			return fmt.Errorf("create index on %s: %w", s.def.Collection, Translate(err))
 		}
 	}
 	return nil
@@ -91,21 +91,6 @@ func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 type stored[D any] struct {
 	ID  string `bson:"_id"`
 	Doc D      `bson:",inline"`
-}
-
-// Outcome counts what one Apply did.
-type Outcome struct {
-	Applied    int // events folded into documents
-	Duplicates int // events at or below the stored version, skipped
-	GapsFilled int // streams whose gap was read from the log
-	Superseded int // writes the version guard refused: a newer version was stored
-}
-
-func (o *Outcome) add(p Outcome) {
-	o.Applied += p.Applied
-	o.Duplicates += p.Duplicates
-	o.GapsFilled += p.GapsFilled
-	o.Superseded += p.Superseded
 }
 
 // parallel is how many streams of a batch fill their gaps from the log at
@@ -118,7 +103,7 @@ const parallel = 4
 // that may pass (store unavailable): then nothing is known to be written
 // and the caller redelivers. When both are nil every stream's document
 // reflects at least the highest version given for it.
-func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (Outcome, map[string]error, error) {
+func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (projection.Outcome, map[string]error, error) {
 	return s.apply(ctx, events, false)
 }
 
@@ -126,15 +111,15 @@ func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (Outcom
 type folded[D any] struct {
 	id     string
 	doc    D
-	events int          // events folded into doc
-	poison *PoisonError // events after those could not be applied
+	events int                     // events folded into doc
+	poison *projection.PoisonError // events after those could not be applied
 }
 
 // apply is Apply; fresh makes it read every document instead of trusting
 // the cache (redeliveries). It reads the documents the cache lacks, folds
 // each stream (filling gaps from the log) and writes the batch in one
 // bulk write.
-func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
+func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
 	for _, e := range events {
 		byStream[e.StreamID] = append(byStream[e.StreamID], e)
@@ -142,11 +127,11 @@ func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh b
 	ids := slices.Sorted(maps.Keys(byStream))
 	cur, err := s.current(ctx, ids, fresh)
 	if err != nil {
-		return Outcome{}, nil, err
+		return projection.Outcome{}, nil, err
 	}
 	var (
 		mu     sync.Mutex
-		out    Outcome
+		out    projection.Outcome
 		writes []folded[D]
 		poison = map[string]error{}
 	)
@@ -157,7 +142,7 @@ func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh b
 			f, o, err := s.fold(gctx, id, cur[id], byStream[id])
 			mu.Lock()
 			defer mu.Unlock()
-			out.add(o)
+			out.Add(o)
 			if f.events > 0 {
 				writes = append(writes, f)
 			} else if f.poison != nil {
@@ -167,7 +152,7 @@ func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh b
 		})
 	}
 	if err := g.Wait(); err != nil {
-		s.metrics.outcome(s.def.Name, out)
+		s.metrics.Record(s.def.Name, out)
 		return out, nil, err
 	}
 	superseded, err := s.write(ctx, writes)
@@ -181,7 +166,7 @@ func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh b
 		}
 	}
 	out.Superseded = superseded
-	s.metrics.outcome(s.def.Name, out)
+	s.metrics.Record(s.def.Name, out)
 	return out, poison, nil
 }
 
@@ -201,11 +186,11 @@ func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (m
 	if len(missing) == 0 {
 		return out, nil
 	}
-	dialect, err := mongoerr.DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := DialectOf(ctx, s.coll.Database().Client())
 	if err != nil {
 		return nil, err
 	}
-	if dialect == mongoerr.DialectFerretDB {
+	if dialect == DialectFerretDB {
 		// FerretDB scans the whole collection for {_id: {$in: ...}}; one
 		// {_id: v} look-up per document reads the index instead.
 		var mu sync.Mutex
@@ -226,11 +211,11 @@ func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (m
 	}
 	cursor, err := s.coll.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: missing}}}})
 	if err != nil {
-		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), mongoerr.Translate(err))
+		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), Translate(err))
 	}
 	var docs []stored[D]
 	if err := cursor.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), mongoerr.Translate(err))
+		return nil, fmt.Errorf("%s: read %d documents: %w", s.def.Name, len(missing), Translate(err))
 	}
 	for _, d := range docs {
 		out[d.ID] = d.Doc
@@ -241,9 +226,9 @@ func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (m
 
 // fold brings doc, the stored document of stream id (zero if none), up to
 // the highest version in evs, reading a gap from the log. It returns the
-// document to write (events 0: nothing to write), with a PoisonError for
+// document to write (events 0: nothing to write), with a projection.PoisonError for
 // events that cannot be applied, and an error that may pass.
-func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.Event) (f folded[D], out Outcome, err error) {
+func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.Event) (f folded[D], out projection.Outcome, err error) {
 	f.id = id
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
@@ -263,12 +248,12 @@ func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.
 			// The same read fails the same way on every redelivery
 			// (a commit of a newer writer: domain.ErrUnreadableCommit):
 			// parked like any poison event, not retried for ever.
-			f.poison = &PoisonError{Reached: from, Err: err}
+			f.poison = &projection.PoisonError{Reached: from, Err: err}
 			return f, out, nil
 		}
 		out.GapsFilled++
 		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < want {
-			f.poison = &PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, want)}
+			f.poison = &projection.PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, want)}
 			return f, out, nil
 		}
 	}
@@ -277,7 +262,7 @@ func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.
 		if err := s.def.Apply(&f.doc, e); err != nil {
 			// Keep what applied: the events before the bad one are good,
 			// and doc holds exactly them (Apply changes nothing on error).
-			f.poison = &PoisonError{Reached: s.def.Version(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
+			f.poison = &projection.PoisonError{Reached: s.def.Version(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
 			return f, out, nil
 		}
 		f.events++
@@ -292,17 +277,6 @@ func passes(err error) bool {
 	return errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// PoisonError is a stream's events that cannot be applied. Reached is the
-// version the stream's document reflects despite them: events up to it
-// were applied and may be acknowledged.
-type PoisonError struct {
-	Reached int64
-	Err     error
-}
-
-func (e *PoisonError) Error() string { return e.Err.Error() }
-func (e *PoisonError) Unwrap() error { return e.Err }
-
 // read returns a stream's document; found is false when there is none.
 func (s *ReadModel[D]) read(ctx context.Context, id string) (doc D, found bool, err error) {
 	var d stored[D]
@@ -311,7 +285,7 @@ func (s *ReadModel[D]) read(ctx context.Context, id string) (doc D, found bool, 
 		return doc, false, nil
 	}
 	if err != nil {
-		return doc, false, fmt.Errorf("%s: read %s: %w", s.def.Name, id, mongoerr.Translate(err))
+		return doc, false, fmt.Errorf("%s: read %s: %w", s.def.Name, id, Translate(err))
 	}
 	s.cache.Add(id, d.Doc)
 	return d.Doc, true, nil
@@ -345,7 +319,7 @@ func (s *ReadModel[D]) write(ctx context.Context, docs []folded[D]) (superseded 
 		for _, f := range docs {
 			s.cache.Remove(f.id)
 		}
-		return 0, fmt.Errorf("%s: write %d documents: %w", s.def.Name, len(docs), mongoerr.Translate(err))
+		return 0, fmt.Errorf("%s: write %d documents: %w", s.def.Name, len(docs), Translate(err))
 	}
 	for i, f := range docs {
 		if refused[i] {
@@ -405,7 +379,7 @@ func (s *ReadModel[D]) Get(ctx context.Context, id string) (D, error) {
 		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, domain.ErrNotFound)
 	}
 	if err != nil {
-		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, mongoerr.Translate(err))
+		return d.Doc, fmt.Errorf("%s %s: %w", s.def.Name, id, Translate(err))
 	}
 	return d.Doc, nil
 }

@@ -1,4 +1,4 @@
-package projection_test
+package mongodb_test
 
 import (
 	"slices"

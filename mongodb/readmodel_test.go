@@ -1,4 +1,4 @@
-package projection_test
+package mongodb_test
 
 import (
 	"context"
@@ -111,8 +111,8 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			db := storetest.Database(t)
 			stores := map[string]applier{
-				projection.OrderSummaries.Name:     projection.NewReadModel(db, projection.OrderSummaries, es, nil).Apply,
-				projection.CustomerOrderStats.Name: projection.NewReadModel(db, projection.CustomerOrderStats, es, nil).Apply,
+				projection.OrderSummaries.Name:     mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Apply,
+				projection.CustomerOrderStats.Name: mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil).Apply,
 			}
 			batches := tc.batches(rand.New(rand.NewPCG(uint64(i), 0x5eed)))
 			for name, apply := range stores {
@@ -144,14 +144,14 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 func TestStoreReadsNotFound(t *testing.T) {
 	ctx := projectiontest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
-	r := projection.NewReader(db, projection.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db))
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Summary of an unknown order: %v, want ErrNotFound", err)
 	}
 	if _, err := r.CustomerStats(ctx, "nobody"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("CustomerStats of an unknown customer: %v, want ErrNotFound", err)
 	}
-	if _, err := projection.NewReadModel(db, projection.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := mongodb.NewReadModel(db, projection.CustomerOrderStats, nil, nil).Get(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("ReadModel.Get of an unknown stream: %v, want ErrNotFound", err)
 	}
 }
@@ -233,8 +233,8 @@ func race(t *testing.T, ctx context.Context, es *mongodb.EventStore, f *projecti
 	m := projection.NewMetrics(reg)
 	type pair struct{ sums, stats applier }
 	stores := []pair{
-		{projection.NewReadModel(db, projection.OrderSummaries, es, m).Apply, projection.NewReadModel(db, projection.CustomerOrderStats, es, m).Apply},
-		{projection.NewReadModel(other, projection.OrderSummaries, es, m).Apply, projection.NewReadModel(other, projection.CustomerOrderStats, es, m).Apply},
+		{mongodb.NewReadModel(db, projection.OrderSummaries, es, m).Apply, mongodb.NewReadModel(db, projection.CustomerOrderStats, es, m).Apply},
+		{mongodb.NewReadModel(other, projection.OrderSummaries, es, m).Apply, mongodb.NewReadModel(other, projection.CustomerOrderStats, es, m).Apply},
 	}
 	o := &overlaps{inFlight: map[string]int{}}
 	var wg sync.WaitGroup
@@ -354,8 +354,8 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	ghost := projectiontest.NewEvent("ghost", 2, domain.OrderApproved{}, at)
 
 	db := storetest.Database(t)
-	sums := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
-	stats := projection.NewReadModel(db, projection.CustomerOrderStats, es, nil)
+	sums := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
+	stats := mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil)
 	for _, p := range []struct {
 		name    string
 		apply   applier
@@ -415,7 +415,7 @@ func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
 		ev(2, domain.OrderApproved{}),
 		ev(3, domain.OrderDelivered{}), // not from approved: cannot apply
 	}
-	store := projection.NewReadModel(db, projection.OrderSummaries, nil, nil)
+	store := mongodb.NewReadModel(db, projection.OrderSummaries, nil, nil)
 	out, poison, err := store.Apply(ctx, events)
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +439,7 @@ func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
 func TestReaderListSummaries(t *testing.T) {
 	ctx, db, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "lst", 14, 3)
-	s := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
+	s := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -447,7 +447,7 @@ func TestReaderListSummaries(t *testing.T) {
 	if _, poison, err := s.Apply(ctx, reversed(f.Flat)); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}
-	r := projection.NewReader(db, projection.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db))
 
 	const limit = 3
 	cases := []struct{ customer, status string }{
@@ -545,15 +545,15 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 	for _, s := range []interface {
 		Apply(context.Context, []domain.Event) (projection.Outcome, map[string]error, error)
 	}{
-		projection.NewReadModel(db, projection.OrderSummaries, es, nil),
-		projection.NewReadModel(db, projection.CustomerOrderStats, es, nil),
+		mongodb.NewReadModel(db, projection.OrderSummaries, es, nil),
+		mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil),
 	} {
 		if _, poison, err := s.Apply(ctx, events); err != nil || len(poison) > 0 {
 			t.Fatalf("Apply: poison %v, err %v", poison, err)
 		}
 	}
 
-	r := projection.NewReader(db, projection.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db))
 	want := map[string]struct{ freight, total int64 }{
 		"f-lines": {1579 + 872, 2*5890 + 2999 + 1579 + 872},
 		"f-old":   {1500, 4990 + 1500},

@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Check compares one stream's document in the active collection with a
@@ -30,7 +29,7 @@ func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelC
 	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	exists := err == nil
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, mongoerr.Translate(err))
+		return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, Translate(err))
 	}
 	evs, err := p.events.LoadFrom(ctx, id, 1)
 	if err != nil {

@@ -1,4 +1,4 @@
-package projection_test
+package mongodb_test
 
 import (
 	"net/url"
@@ -44,8 +44,8 @@ func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 			t.Cleanup(func() { _ = c.Disconnect(ctx) })
 			mongodb.UseDialect(c, dialect)
 			mongodb.UseDialect(db.Client(), dialect)
-			deposed := projection.NewReadModel(c.Database(db.Name()), projection.OrderSummaries, es, nil)
-			successor := projection.NewReadModel(db, projection.OrderSummaries, es, nil)
+			deposed := mongodb.NewReadModel(c.Database(db.Name()), projection.OrderSummaries, es, nil)
+			successor := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 
 			if _, _, err := deposed.Apply(ctx, evs[:held]); err != nil {
 				t.Fatal(err)
@@ -73,7 +73,7 @@ func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 			if r.out.Superseded != 1 {
 				t.Errorf("the late write's outcome %+v, want it superseded", r.out)
 			}
-			got, err := projection.NewReadModel(db, projection.OrderSummaries, es, nil).Get(ctx, id)
+			got, err := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Get(ctx, id)
 			if err != nil {
 				t.Fatal(err)
 			}

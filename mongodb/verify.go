@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -18,11 +18,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // Scanner reads the event log stream by stream in log order (the events
-// of each stream of r, in version order); mongoerr.EventStore implements it.
+// of each stream of r, in version order); EventStore implements it.
 type Scanner interface {
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
 }
@@ -100,7 +99,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	var digest, expected adhash
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", coll, mongoerr.Translate(err))
+		return rep, fmt.Errorf("verify %s: %w", coll, Translate(err))
 	}
 	for cur.Next(ctx) {
 		var d stored[D]
@@ -124,7 +123,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	err = cur.Err()
 	_ = cur.Close(ctx)
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", coll, mongoerr.Translate(err))
+		return rep, fmt.Errorf("verify %s: %w", coll, Translate(err))
 	}
 
 	var suspects []string
@@ -195,7 +194,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 func (s *ReadModel[D]) idsOf(ctx context.Context, keep func(id string) bool) ([]string, error) {
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
 	if err != nil {
-		return nil, fmt.Errorf("verify %s: %w", s.def.Collection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("verify %s: %w", s.def.Collection, Translate(err))
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	var ids []string
@@ -206,7 +205,7 @@ func (s *ReadModel[D]) idsOf(ctx context.Context, keep func(id string) bool) ([]
 		}
 	}
 	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("verify %s: %w", s.def.Collection, mongoerr.Translate(err))
+		return nil, fmt.Errorf("verify %s: %w", s.def.Collection, Translate(err))
 	}
 	slices.Sort(ids)
 	return ids, nil
@@ -222,7 +221,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	exists := err == nil
 	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return fmt.Errorf("verify %s: read %s: %w", s.def.Collection, id, mongoerr.Translate(err))
+		return fmt.Errorf("verify %s: read %s: %w", s.def.Collection, id, Translate(err))
 	}
 	evs, err := s.events.LoadFrom(ctx, id, 1)
 	if err != nil {
@@ -267,7 +266,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 	}
 	if ex.Kind == "extra" {
 		if _, err := s.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: id}}); err != nil {
-			return fmt.Errorf("repair %s: delete %s: %w", s.def.Collection, id, mongoerr.Translate(err))
+			return fmt.Errorf("repair %s: delete %s: %w", s.def.Collection, id, Translate(err))
 		}
 		s.cache.Remove(id)
 	} else if err := s.overwrite(ctx, id, want, ex.StoredVersion, exists); err != nil {
@@ -340,7 +339,7 @@ func (s *ReadModel[D]) overwrite(ctx context.Context, id string, doc D, stored i
 		err = nil // a live write created it meanwhile
 	}
 	if err != nil {
-		return fmt.Errorf("repair %s: write %s: %w", s.def.Collection, id, mongoerr.Translate(err))
+		return fmt.Errorf("repair %s: write %s: %w", s.def.Collection, id, Translate(err))
 	}
 	evs, err := s.events.LoadFrom(ctx, id, s.def.Version(&doc)+1)
 	if err != nil {

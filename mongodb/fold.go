@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // EnsureCollectionIndexes creates the projection's indexes on collection
@@ -83,7 +82,7 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 	}
 	met, err := splitSuperseded(err)
 	if err != nil {
-		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, mongoerr.Translate(err))
+		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, Translate(err))
 	}
 	// Some documents exist: live writes got there first. They go through
 	// the version guard, which leaves a document a live projector already

@@ -1,4 +1,4 @@
-package projection_test
+package mongodb_test
 
 import (
 	"slices"
@@ -7,6 +7,7 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -15,10 +16,10 @@ import (
 // Verify still reports exactly the drift (one missing, one different, one
 // extra document) and a clean read model as clean.
 func TestVerifyWhenIDHashesCollide(t *testing.T) {
-	projection.CollideVerifyKeys(t)
+	mongodb.CollideVerifyKeys(t)
 	ctx, db, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "vck", 6, 2)
-	p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
+	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	if _, poison, err := p.Apply(ctx, f.Flat, false); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}

@@ -1,4 +1,4 @@
-package projection
+package mongodb_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
 )
 
 // TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind: a rebuild batch
@@ -61,7 +62,7 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		}
 		logs[id] = evs
 	}
-	p := NewProjection(db, OrderSummaries, es, nil, NewPointers(db))
+	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	live := p.ReadModel(shadow)
 	for id, n := range map[string]int{"live-even": 3, "live-ahead": 3, "live-behind": 1} {
 		if _, _, err := live.Apply(ctx, logs[id][:n]); err != nil {
@@ -85,7 +86,7 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 	}
 
 	for _, id := range order {
-		want, _, err := p.fold(logs[id])
+		want, _, err := mongodb.Fold(p, logs[id])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,8 +94,8 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
-		gh, _ := docHash(got)
-		wh, _ := docHash(want)
+		gh, _ := mongodb.DocHash(got)
+		wh, _ := mongodb.DocHash(want)
 		if gh != wh {
 			t.Errorf("%s after the batch: %+v, want the fold of its log %+v", id, got, want)
 		}

@@ -1,4 +1,4 @@
-package projection
+package mongodb
 
 import (
 	"context"
@@ -12,13 +12,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	mongoerr "github.com/orderd/orderd/mongodb"
 )
 
 // PointersCollection holds one pointer document per projection, naming the
 // collection readers read (active) and, during a rebuild, the shadow
 // collection live events are also written to. A projection with no
-// pointer document reads its Definition's Collection.
+// pointer document reads its projection.Definition's Collection.
 const PointersCollection = "projection_pointers"
 
 // RetiredCollection lists collections a rebuild replaced (or a failed one
@@ -93,7 +92,7 @@ func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge tim
 		if ok && orLast {
 			return c.p, nil
 		}
-		return Pointer{}, fmt.Errorf("pointer of %s: %w", name, mongoerr.Translate(err))
+		return Pointer{}, fmt.Errorf("pointer of %s: %w", name, Translate(err))
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -123,13 +122,13 @@ func (ps *Pointers) put(ctx context.Context, p Pointer) error {
 		// duplicate key.
 		_, err := ps.coll.InsertOne(ctx, p)
 		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, mongoerr.Translate(err))
+			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, Translate(err))
 		}
 		moved = err != nil
 	} else {
 		res, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}, {Key: "generation", Value: read}}, p)
 		if err != nil {
-			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, mongoerr.Translate(err))
+			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, Translate(err))
 		}
 		moved = res.MatchedCount == 0
 	}
@@ -150,7 +149,7 @@ func (ps *Pointers) put(ctx context.Context, p Pointer) error {
 const pointerAttempts = 3
 
 // Update reads the pointer of projection name (collection: its
-// Definition's Collection) from the store, lets change edit it, and puts
+// projection.Definition's Collection) from the store, lets change edit it, and puts
 // the result at the next generation. change returns false when the
 // pointer needs no write, or an error to stop; it is called again on a
 // fresh read when another write moved the pointer in between (a lost
@@ -190,7 +189,7 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 	d := retiredDoc{Collection: collection, Projection: projection, DropAfter: after.UTC(), Reason: reason}
 	_, err := ps.retired.ReplaceOne(ctx, bson.D{{Key: "_id", Value: collection}}, d, options.Replace().SetUpsert(true))
 	if err != nil {
-		return fmt.Errorf("retire %s: %w", collection, mongoerr.Translate(err))
+		return fmt.Errorf("retire %s: %w", collection, Translate(err))
 	}
 	return nil
 }
@@ -201,11 +200,11 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, error) {
 	cur, err := ps.retired.Find(ctx, bson.D{})
 	if err != nil {
-		return nil, fmt.Errorf("list retired collections: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list retired collections: %w", Translate(err))
 	}
 	var docs []retiredDoc
 	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list retired collections: %w", mongoerr.Translate(err))
+		return nil, fmt.Errorf("list retired collections: %w", Translate(err))
 	}
 	var dropped []string
 	for _, d := range docs {
@@ -215,7 +214,7 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 		var p Pointer
 		err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: d.Projection}}).Decode(&p)
 		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, mongoerr.Translate(err))
+			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, Translate(err))
 		}
 		if err == nil && (p.Active == d.Collection || p.Shadow == d.Collection) {
 			// In use again (a pointer never goes back, but be safe).
@@ -223,10 +222,10 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 			continue
 		}
 		if err := ps.coll.Database().Collection(d.Collection).Drop(ctx); err != nil {
-			return dropped, fmt.Errorf("drop %s: %w", d.Collection, mongoerr.Translate(err))
+			return dropped, fmt.Errorf("drop %s: %w", d.Collection, Translate(err))
 		}
 		if _, err := ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}}); err != nil {
-			return dropped, fmt.Errorf("forget %s: %w", d.Collection, mongoerr.Translate(err))
+			return dropped, fmt.Errorf("forget %s: %w", d.Collection, Translate(err))
 		}
 		dropped = append(dropped, d.Collection)
 	}
