@@ -10,6 +10,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // Check compares one stream's document in the active collection with a
@@ -35,7 +36,7 @@ func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelC
 	if err != nil {
 		return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, err)
 	}
-	want, n, ferr := p.fold(evs)
+	want, n, ferr := p.def.Fold(evs)
 	if ferr != nil {
 		c.FoldError = ferr.Error()
 	}
@@ -59,9 +60,9 @@ func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelC
 	case !exists:
 		c.State = "missing"
 	case c.StoredVersion < c.LogVersion:
-		c.State, c.Fields = "stale", diffFields(d.Doc, want)
+		c.State, c.Fields = "stale", projection.DiffFields(d.Doc, want)
 	default:
-		c.Fields = diffFields(d.Doc, want)
+		c.Fields = projection.DiffFields(d.Doc, want)
 		c.State = "equal"
 		if len(c.Fields) > 0 {
 			c.State = "different"

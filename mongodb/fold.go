@@ -17,20 +17,6 @@ func (p *Projection[D]) EnsureCollectionIndexes(ctx context.Context, coll string
 	return p.ReadModel(coll).EnsureIndexes(ctx)
 }
 
-// fold folds a stream's events from nothing. It returns the document, the
-// number of events applied and the error of the first event that could
-// not be applied (the document then reflects the events before it, as the
-// live projection leaves it).
-func (p *Projection[D]) fold(evs []domain.Event) (D, int, error) {
-	var doc D
-	for i, e := range evs {
-		if err := p.def.Apply(&doc, e); err != nil {
-			return doc, i, fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, err)
-		}
-	}
-	return doc, len(evs), nil
-}
-
 // FoldResult counts what WriteFolds did.
 type FoldResult struct {
 	Events  int64
@@ -51,7 +37,7 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 	var docs []folded[D]
 	for _, st := range streams {
 		res.Events += int64(len(st.Events))
-		doc, n, err := p.fold(st.Events)
+		doc, n, err := p.def.Fold(st.Events)
 		if err == nil {
 			err = st.Err
 		}

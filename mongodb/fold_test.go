@@ -86,7 +86,7 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 	}
 
 	for _, id := range order {
-		want, _, err := mongodb.Fold(p, logs[id])
+		want, _, err := projection.OrderSummaries.Fold(logs[id])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,8 +94,8 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
-		gh, _ := mongodb.DocHash(got)
-		wh, _ := mongodb.DocHash(want)
+		gh, _ := projection.DocHash(got)
+		wh, _ := projection.DocHash(want)
 		if gh != wh {
 			t.Errorf("%s after the batch: %+v, want the fold of its log %+v", id, got, want)
 		}

@@ -2,15 +2,9 @@ package mongodb
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
-	"math/bits"
-	"reflect"
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -18,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // Scanner reads the event log stream by stream in log order (the events
@@ -33,34 +28,6 @@ const examplesPerKind = 5
 type VerifyProgress struct {
 	Streams, Events, Commits int64
 	Cursor                   string
-}
-
-// adhash is an AdHash digest: a sum of SHA-256 values modulo 2^256.
-type adhash [4]uint64
-
-func (a *adhash) add(h [32]byte) {
-	var carry uint64
-	for i := 3; i >= 0; i-- {
-		a[i], carry = bits.Add64(a[i], binary.BigEndian.Uint64(h[i*8:]), carry)
-	}
-}
-
-func (a adhash) String() string {
-	var b [32]byte
-	for i := range a {
-		binary.BigEndian.PutUint64(b[i*8:], a[i])
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// docHash is the SHA-256 of a document's JSON (encoding/json: struct
-// fields in order, map keys sorted).
-func docHash[D any](doc D) ([32]byte, error) {
-	b, err := json.Marshal(doc)
-	if err != nil {
-		return [32]byte{}, err
-	}
-	return sha256.Sum256(b), nil
 }
 
 // docKey is what a verify keeps of each read-model document while it
@@ -96,7 +63,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	shared := map[docKey]bool{} // keys of more than one document
 	seed := maphash.MakeSeed()
 	key := func(id string) docKey { return idKey(seed, id) }
-	var digest, expected adhash
+	var digest, expected projection.Digest
 	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
 	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", coll, Translate(err))
@@ -107,12 +74,12 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 			_ = cur.Close(ctx)
 			return rep, fmt.Errorf("verify %s: decode: %w", coll, err)
 		}
-		h, err := docHash(d.Doc)
+		h, err := projection.DocHash(d.Doc)
 		if err != nil {
 			_ = cur.Close(ctx)
 			return rep, err
 		}
-		digest.add(h)
+		digest.Add(h)
 		k := key(d.ID)
 		if _, dup := seen[k]; dup {
 			shared[k] = true
@@ -131,7 +98,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	err = log.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
 		rep.Streams++
 		rep.Events += int64(len(st.Events))
-		doc, n, ferr := p.fold(st.Events)
+		doc, n, ferr := p.def.Fold(st.Events)
 		if ferr != nil || st.Err != nil {
 			rep.PoisonStreams++
 		}
@@ -142,11 +109,11 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 		got, ok := seen[k]
 		delete(seen, k)
 		if n > 0 {
-			h, err := docHash(doc)
+			h, err := projection.DocHash(doc)
 			if err != nil {
 				return err
 			}
-			expected.add(h)
+			expected.Add(h)
 			if !ok || got != sumOf(h) {
 				suspects = append(suspects, st.StreamID)
 			}
@@ -227,7 +194,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
-	want, n, _ := p.fold(evs)
+	want, n, _ := p.def.Fold(evs)
 	ex := domain.DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
 	switch {
 	case n == 0 && !exists:
@@ -239,10 +206,10 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 		ex.Kind, ex.StoredVersion = "missing", 0
 		rep.Missing++
 	case ex.StoredVersion < ex.LogVersion:
-		ex.Kind, ex.Fields = "stale", diffFields(d.Doc, want)
+		ex.Kind, ex.Fields = "stale", projection.DiffFields(d.Doc, want)
 		rep.Stale++
 	default:
-		ex.Fields = diffFields(d.Doc, want)
+		ex.Fields = projection.DiffFields(d.Doc, want)
 		if len(ex.Fields) == 0 {
 			return nil
 		}
@@ -295,28 +262,6 @@ func (p *Projection[D]) named(ctx context.Context, coll string) error {
 			coll, p.def.Name, ptr.Generation, ptr.Active, ptr.Shadow, domain.ErrPointerMoved)
 	}
 	return nil
-}
-
-// diffFields lists the top-level JSON fields in which a and b differ.
-func diffFields[D any](a, b D) []string {
-	var ma, mb map[string]any
-	ja, _ := json.Marshal(a)
-	jb, _ := json.Marshal(b)
-	_ = json.Unmarshal(ja, &ma)
-	_ = json.Unmarshal(jb, &mb)
-	var out []string
-	for k := range ma {
-		if !reflect.DeepEqual(ma[k], mb[k]) {
-			out = append(out, k)
-		}
-	}
-	for k := range mb {
-		if _, ok := ma[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 // overwrite sets a document to doc, a fold of the log, whatever version it

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"fmt"
+
 	"github.com/orderd/orderd/domain"
 )
 
@@ -83,4 +85,18 @@ func SumContributions(customerID string, cs []Contribution) domain.CustomerOrder
 		}
 	}
 	return s
+}
+
+// Fold folds a stream's events from nothing. It returns the document, the
+// number of events applied and the error of the first event that could
+// not be applied (the document then reflects the events before it, as the
+// live projection leaves it).
+func (d Definition[D]) Fold(evs []domain.Event) (D, int, error) {
+	var doc D
+	for i, e := range evs {
+		if err := d.Apply(&doc, e); err != nil {
+			return doc, i, fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, err)
+		}
+	}
+	return doc, len(evs), nil
 }
