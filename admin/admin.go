@@ -7,6 +7,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -34,14 +35,14 @@ type DeadLetters interface {
 }
 
 // ReadModel is a projection as the order page of the console sees it:
-// *projection.Projection implements it.
+// *mongodb.Projection implements it.
 type ReadModel interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
 
 var (
-	_ ReadModel = (*projection.Projection[domain.Order])(nil)
-	_ ReadModel = (*projection.Projection[projection.Contribution])(nil)
+	_ ReadModel = (*mongodb.Projection[domain.Order])(nil)
+	_ ReadModel = (*mongodb.Projection[projection.Contribution])(nil)
 )
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair

@@ -3,7 +3,7 @@ package domain
 import "time"
 
 // ScanRange selects streams of the event log in log order, for a full scan
-// or one partition of it (see eventstore.Store.Scan). Log order is stream
+// or one partition of it (see mongodb.EventStore.Scan). Log order is stream
 // by stream, each stream's events in version order, streams ordered by
 // their id followed by ":" (which differs from plain id order only when one
 // id is a prefix of another). Zero fields do not limit.

@@ -25,7 +25,7 @@ type Commands interface {
 	Events(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
 }
 
-// ReadModels is the query side (projection.Reader). Summary and
+// ReadModels is the query side (mongodb.Reader). Summary and
 // CustomerStats return errors wrapping domain.ErrNotFound for unknown ids.
 type ReadModels interface {
 	Summary(ctx context.Context, orderID string) (domain.Order, error)
@@ -37,7 +37,7 @@ type ReadModels interface {
 type Check func(ctx context.Context) error
 
 // StoreGuard bounds a request by the store's reachability
-// (eventstore.Reachability): Bound returns an error wrapping
+// (mongodb.Reachability): Bound returns an error wrapping
 // domain.ErrUnavailable while the store is known to be down, and otherwise
 // a context cancelled, with domain.ErrUnavailable as its cause, if the
 // store goes down during the request.

@@ -11,7 +11,7 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 )
 
-// fakeGuard is a store that can be switched down, as eventstore.Reachability
+// fakeGuard is a store that can be switched down, as mongodb.Reachability
 // sees it.
 type fakeGuard struct {
 	mu      sync.Mutex

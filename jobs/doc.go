@@ -6,8 +6,8 @@
 // through Store (the MongoDB adapter's *mongodb.Jobs);
 // Workers in any number of instances claim the tasks and run them, and
 // Jobs.Get sums their progress. What a task does to a read model is
-// package projection's (Projection.WriteFolds, Projection.Verify, the
-// pointer documents); this package decides who runs it, when, and from
+// the MongoDB adapter's (mongodb.Projection's WriteFolds and Verify,
+// the pointer documents); this package decides who runs it, when, and from
 // where:
 //
 //   - Invariant 5: a rebuild announces a shadow collection in the

@@ -9,10 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -20,10 +19,10 @@ import (
 // repairKit is what the repair jobs need on one database.
 type repairKit struct {
 	db   *mongo.Database
-	es   *eventstore.Store
-	ps   *projection.Pointers
-	sums *projection.Projection[domain.Order]
-	stat *projection.Projection[projection.Contribution]
+	es   *mongodb.EventStore
+	ps   *mongodb.Pointers
+	sums *mongodb.Projection[domain.Order]
+	stat *mongodb.Projection[projection.Contribution]
 	jobs *jobs.Jobs
 	// republish is the workers' publisher of replays (nil: they take no
 	// replay).
@@ -37,10 +36,10 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 	t.Helper()
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
-	ps := projection.NewPointers(db)
+	ps := mongodb.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
-		sums: projection.NewProjection(db, projection.OrderSummaries, es, nil, ps),
-		stat: projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
+		sums: mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
+		stat: mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
 	}
 	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
@@ -97,8 +96,8 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest.Fixture) {
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
-		projection.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
-		projection.NewReadModel(k.db, projection.CustomerOrderStats, k.es, nil).Apply,
+		mongodb.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
+		mongodb.NewReadModel(k.db, projection.CustomerOrderStats, k.es, nil).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)

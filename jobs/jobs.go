@@ -14,7 +14,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
 )
 
 // Task states.
@@ -37,7 +36,7 @@ const (
 // EventLog is the event log as the jobs read it: a stream's events, a scan in
 // log order, the number of commits, and the stream ids that cut the log
 // into n ranges of about equal commits (a rebuild's partitions).
-// eventstore.Store implements it.
+// mongodb.EventStore implements it.
 type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
@@ -49,7 +48,7 @@ type EventLog interface {
 type Jobs struct {
 	store    Store
 	leases   TaskLeases
-	pointers *projection.Pointers
+	pointers *mongodb.Pointers
 	events   EventLog
 	defs     map[string]string // projection name -> base collection
 	now      func() time.Time
@@ -60,7 +59,7 @@ type Jobs struct {
 // projections named in defs (projection name to its
 // projection.Definition's Collection), whose pointer documents ps keeps,
 // reading events.
-func New(store Store, leases TaskLeases, ps *projection.Pointers, events EventLog, defs map[string]string) *Jobs {
+func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]string) *Jobs {
 	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 

@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
@@ -89,7 +88,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	readerErrs := make(chan error, 1)
 	stopReaders := make(chan struct{})
 	readersDone := make(chan struct{})
-	reader := projection.NewReader(db, projection.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
 	go func() {
 		defer close(readersDone)
 		for {
@@ -183,7 +182,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 
 // appendStreamNoFatal appends the next events of stream id (up to datas),
 // one per commit, tolerating a stream that is already complete.
-func appendStreamNoFatal(t *testing.T, ctx context.Context, es *eventstore.Store, id string, datas []domain.EventData, at time.Time) {
+func appendStreamNoFatal(t *testing.T, ctx context.Context, es *mongodb.EventStore, id string, datas []domain.EventData, at time.Time) {
 	evs, err := es.Load(ctx, id, 0)
 	if err != nil {
 		t.Errorf("load %s: %v", id, err)
@@ -289,7 +288,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 60*time.Second, "abd", 4, 2)
 	const abandoned = "order_summaries_abandoned"
-	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *projection.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *mongodb.Pointer) (bool, error) {
 		p.Shadow, p.ShadowJob = abandoned, "dead-job"
 		return true, nil
 	}); err != nil {
@@ -302,7 +301,7 @@ func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	var retired struct {
 		DropAfter time.Time `bson:"drop_after"`
 	}
-	if err := k.db.Collection(projection.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: abandoned}}).Decode(&retired); err != nil {
+	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: abandoned}}).Decode(&retired); err != nil {
 		t.Fatalf("the abandoned shadow is not on the drop list: %v", err)
 	}
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
@@ -426,7 +425,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		}
 		return nil
 	})
-	ptr, err := projection.NewPointers(db).Get(ctx, name, projection.OrderSummaries.Collection, 0)
+	ptr, err := mongodb.NewPointers(db).Get(ctx, name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -434,7 +433,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 		t.Errorf("pointer after the late cancel: %+v, want %s active", ptr, job.Shadow)
 	}
 	var retired []bson.M
-	cur, err := db.Collection(projection.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
+	cur, err := db.Collection(mongodb.RetiredCollection).Find(ctx, bson.D{{Key: "_id", Value: job.Shadow}})
 	if err == nil {
 		err = cur.All(ctx, &retired)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // StartVerify creates a verify job of projection's active collection;
@@ -27,7 +27,7 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 	}
 	t := c.task
 	t.Events, t.Streams, t.Cursor = 0, 0, ""
-	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p projection.VerifyProgress) error {
+	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p mongodb.VerifyProgress) error {
 		t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 		return w.progress(ctx, c, &t)
 	})

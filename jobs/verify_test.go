@@ -15,8 +15,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 )
@@ -149,9 +149,9 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	// collection and the replaced one is dropped.
 	next := coll + "_next"
 	var once sync.Once
-	hooked := &hookedLog{Store: k.es, before: func() {
+	hooked := &hookedLog{EventStore: k.es, before: func() {
 		once.Do(func() {
-			projectiontest.Must(t)(db.Collection(projection.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
+			projectiontest.Must(t)(db.Collection(mongodb.PointersCollection).ReplaceOne(ctx, bson.D{{Key: "_id", Value: name}},
 				bson.D{{Key: "_id", Value: name}, {Key: "active", Value: next}, {Key: "generation", Value: int64(7)}},
 				options.Replace().SetUpsert(true)))
 			if err := db.Collection(coll).Drop(ctx); err != nil {
@@ -159,7 +159,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 			}
 		})
 	}}
-	k.sums = projection.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
+	k.sums = mongodb.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
 	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {
@@ -181,13 +181,13 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 // hookedLog is the event store with before called ahead of every
 // LoadFrom.
 type hookedLog struct {
-	*eventstore.Store
+	*mongodb.EventStore
 	before func()
 }
 
 func (h *hookedLog) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
 	h.before()
-	return h.Store.LoadFrom(ctx, streamID, from)
+	return h.EventStore.LoadFrom(ctx, streamID, from)
 }
 
 // TestTaskClaimedByExactlyOneWorker runs eight workers on one verify job:

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -62,18 +63,18 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: *projection.Projection[D] implements it.
+// type: *mongodb.Projection[D] implements it.
 type Projection interface {
 	Name() string
-	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	Pointer(ctx context.Context, maxAge time.Duration) (mongodb.Pointer, error)
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
-	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
-	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
+	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
+	Verify(ctx context.Context, coll string, log mongodb.Scanner, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
 }
 
 var (
-	_ Projection = (*projection.Projection[domain.Order])(nil)
-	_ Projection = (*projection.Projection[projection.Contribution])(nil)
+	_ Projection = (*mongodb.Projection[domain.Order])(nil)
+	_ Projection = (*mongodb.Projection[projection.Contribution])(nil)
 )
 
 // Worker runs the jobs' tasks: any number of instances may run a

@@ -1,8 +1,117 @@
-// Package mongodb is the MongoDB adapter: the leases instances take turns
-// under (the relay's sweep, the projections' partitions, the jobs'
+// Package mongodb is the MongoDB adapter: the event log (EventStore) with
+// the client options every role connects with, the read models' storage
+// (ReadModel, Projection, Pointers, Reader), the leases instances take
+// turns under (the relay's sweep, the projections' partitions, the jobs'
 // tasks), the projector members' heartbeats, the job store, the
-// projections' dead letters, and the translation of the driver's errors. It speaks the domain's types and errors; the workers
-// (outbox, projector, jobs) use it through small interfaces of their own.
+// projections' dead letters, and the translation of the driver's errors.
+// It speaks the domain's types and errors (and package projection's
+// definitions, for the read models); the workers (outbox, projector,
+// jobs) use it through small interfaces of their own.
+//
+// # Event log
+//
+// EventStore implements domain.EventStore: commits appended under
+// optimistic concurrency, streams loaded and scanned, and the outbox
+// marker of each commit.
+//
+// The log is the "events" collection, one document per commit:
+//
+//	{_id: "<stream id>:<first version>", stream_id, stream_type, first_version, last_version,
+//	 events: [{event_id, type, version, occurred_at, recorded_at, data,
+//	           correlation_id, causation_id, schema_version}],
+//	 recorded_at, published: false, published_at, idempotency_key, request_hash}
+//
+// Invariant 1 (atomic, conditional append): a command's events are one
+// document, so they are stored together or not at all, whatever happens
+// to the process. Concurrent appends are group-committed (see EventStore): one
+// unordered insert of several commit documents, each of which MongoDB
+// writes atomically and judges alone against the unique indexes. A unique index on (stream_id, first_version) turns every
+// race into a duplicate key: the writer sets first_version to the expected
+// version + 1, which collides with the commit that followed that version if
+// the stream moved on. Callers pass a version the stream has had (the head
+// they loaded or cached); the store does not read the head itself, which is
+// what lets a cached head skip the read.
+//
+// Invariant 2 (immutable events): nothing updates or deletes a commit
+// except the outbox marker (published, published_at).
+//
+// Invariant 7 (retry-safe commands): the idempotency key is stored in the
+// commit under a unique index on (stream_id, idempotency_key), partial
+// over the commits that have a key, so the append and its idempotency
+// record are one write. A key is unique within its stream, not across the
+// log: every unique index starts with stream_id, so the collection can be
+// sharded by stream_id. The domain sends every retry of a request to the
+// stream of the first one (a place-order without an order id gets its id
+// from the key), where the key collides.
+//
+// Invariant 3 (every committed event reaches NATS at least once): the
+// commit's published=false is the outbox. Pending reads it and
+// MarkPublished marks what JetStream acknowledged, for the relay of
+// package outbox, which also hears of each append through an AppendHook.
+//
+// Scans (rebuild, verify) read the log in log order, stream by stream: on
+// MongoDB one query sorted by _id, a walk of the _id index that holds one
+// batch of commits; on FerretDB, which sorts whole documents in memory, a
+// pass over the commit ids (at most 2^20 held, about 50 MiB, per pass)
+// followed by _id look-ups (see ScanMethod).
+//
+// Durability: every role connects with ClientOptions (w:majority, j:true,
+// readConcern majority, a server selection long enough for an election),
+// so nothing a failover can roll back is answered, published or folded;
+// Reachability answers requests at once while every member is down.
+//
+// No multi-document transaction, change stream or TTL index is used, and
+// one partial index, the key index, whose filter {idempotency_key:
+// {$exists: true}} the embedded store's funnel can drop without changing
+// its meaning there; so the package behaves the same on MongoDB 6+ and
+// FerretDB 1.24 (DESIGN.md §8). The event store's conformance suite
+// (storetest) proves it on any MONGODB_URI.
+//
+// # Read models
+//
+// The read models are the projections' documents (package projection
+// defines them), written so that any delivery of the events (late, twice,
+// out of order, by racing processes) leaves them equal to the fold of the
+// log, and read by the HTTP API. A ReadModel writes one collection of a
+// projection.Definition; a Projection is a read model as the service runs
+// it: its pointer to the active collection (Pointers) and a ReadModel per
+// collection in use; a Reader answers queries. Package projector feeds the
+// projections through Projection.Apply, and package jobs rebuilds and
+// verifies them.
+//
+// Invariant 4 (idempotent, order-tolerant): every document carries the
+// stream version it reflects. An event at or below it is skipped; an event
+// beyond version+1 means a gap, and the missing events are read from the
+// log. Events that cannot be applied (not applicable to the document, or
+// in a stream whose gap the log cannot fill: a commit this build cannot
+// read, domain.ErrUnreadableCommit) are reported per stream as a
+// projection.PoisonError, with the version the document reached despite
+// them; the other streams of the batch are written.
+//
+// Racing and late writers: every write is a compare-and-set on the
+// document's version, a replacement with upsert filtered on {_id, version:
+// {$lt: v}}; a duplicate key means a newer version is already stored. A
+// write that lands late (a deposed partition owner's, one the driver
+// retried across an election) therefore never moves a document back, and
+// writers racing in any number of processes cannot lose an update. A batch
+// is one unordered bulk write. On the embedded store the write funnel
+// serves the guard by _id at index speed (package internal/embedded).
+//
+// Repair path. Each projection has a pointer document naming its active
+// collection (Pointers, Projection); readers follow it. Every write of it
+// is a compare-and-set on its generation, so a job that stalled past its
+// lease cannot undo a newer rebuild's announcement or switch. While the
+// pointer names a shadow collection (a rebuild under way),
+// Projection.Apply writes every batch to the shadow first and the active
+// collection second, so the switch never shows a reader an older version
+// (invariant 5). A rebuild fills the shadow with Projection.WriteFolds,
+// whose inserts meet the documents live projectors wrote through the
+// version guard. Verify folds every stream and compares it with the read
+// model, reporting missing, stale, extra and different documents with
+// AdHash digests; with repair it rewrites only those. Package jobs
+// schedules rebuilds and verifies and runs them.
+//
+// # Leases, jobs and dead letters
 //
 // Invariant 6 (one job, one runner): Leases is the one lease
 // implementation. A lease is one document; a claim is one conditional

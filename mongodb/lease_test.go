@@ -15,9 +15,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // The lease conformance suite: what every holder of a lease relies on
@@ -223,7 +222,7 @@ func TestLeaseRenewAllInOneRoundTrip(t *testing.T) {
 			}
 		}
 	}}
-	db := storetest.Connect(t, eventstore.ClientOptions(storetest.MongoURI(t)).SetMonitor(monitor))
+	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(monitor))
 	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
 
 	var held []domain.Lease

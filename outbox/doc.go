@@ -12,6 +12,6 @@
 //
 // The package knows neither MongoDB nor NATS: it works on three small
 // interfaces, Commits (the log's outbox reads and markers,
-// *eventstore.Store), Publisher (*bus.Publisher, or tracing.Publisher
+// *mongodb.EventStore), Publisher (*bus.Publisher, or tracing.Publisher
 // around it) and Lease (*mongodb.Lease).
 package outbox

@@ -11,7 +11,7 @@ import (
 )
 
 // Commits is the event log's side of the outbox: the commits still
-// unpublished, and their published markers. *eventstore.Store implements
+// unpublished, and their published markers. *mongodb.EventStore implements
 // it.
 type Commits interface {
 	// Pending returns the up to limit oldest unpublished commits recorded

@@ -84,7 +84,7 @@ func (c *Config) setDefaults() {
 // projections' version guard skips the rest.
 //
 // The event store tells the Relay of each append through its append hook
-// (eventstore.WithAppendHook(relay.Appended)), which only queues the commit: a
+// (mongodb.WithAppendHook(relay.Appended)), which only queues the commit: a
 // command never waits for NATS. A commit the Relay does not publish (its
 // queue was full, the round failed, the process stopped) stays
 // published:false in the log, and a Sweeper publishes it.

@@ -21,10 +21,9 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
 )
 
@@ -38,7 +37,7 @@ func testLogger(t testing.TB) *slog.Logger {
 // openOutbox is the set-up of an outbox test: an event store on a fresh
 // database (storetest.OpenStore), a NATS server (storetest.StartNATS) and
 // a stream on it.
-func openOutbox(t testing.TB) (*eventstore.Store, *mongo.Database, *storetest.NATS, bus.StreamConfig) {
+func openOutbox(t testing.TB) (*mongodb.EventStore, *mongo.Database, *storetest.NATS, bus.StreamConfig) {
 	t.Helper()
 	s, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
@@ -47,7 +46,7 @@ func openOutbox(t testing.TB) (*eventstore.Store, *mongo.Database, *storetest.NA
 
 // appendCommits appends commits to a few fresh streams, 1 to 3 events each,
 // and returns the stored events (as Load returns them) in append order.
-func appendCommits(t *testing.T, s *eventstore.Store, streams, perStream int, after ...func()) []domain.Event {
+func appendCommits(t *testing.T, s *mongodb.EventStore, streams, perStream int, after ...func()) []domain.Event {
 	t.Helper()
 	ids := make([]string, streams)
 	heads := make([]int64, streams)
@@ -173,7 +172,7 @@ func checkPublishedOnce(t *testing.T, n *storetest.NATS, cfg bus.StreamConfig, w
 // published ones carry published_at.
 func markers(t *testing.T, db *mongo.Database) (published, unpublished int64) {
 	t.Helper()
-	coll := db.Collection(eventstore.CommitsCollection)
+	coll := db.Collection(mongodb.CommitsCollection)
 	cur, err := coll.Find(t.Context(), bson.D{})
 	if err != nil {
 		t.Fatalf("read commits: %v", err)
@@ -219,7 +218,7 @@ func drain(t *testing.T, s *outbox.Sweeper, rounds int) []int {
 	return nil
 }
 
-func wantBacklog(t *testing.T, s *eventstore.Store, want int64) {
+func wantBacklog(t *testing.T, s *mongodb.EventStore, want int64) {
 	t.Helper()
 	n, age, err := s.Unpublished(t.Context())
 	if err != nil || n != want || (want == 0) != (age == 0) || age < 0 {
@@ -228,7 +227,7 @@ func wantBacklog(t *testing.T, s *eventstore.Store, want int64) {
 }
 
 // waitBacklog waits until the log holds want unpublished commits.
-func waitBacklog(t *testing.T, s *eventstore.Store, within time.Duration, want int64) {
+func waitBacklog(t *testing.T, s *mongodb.EventStore, within time.Duration, want int64) {
 	t.Helper()
 	storetest.WaitFor(t, within, fmt.Sprintf("%d unpublished commits", want), func() bool {
 		n, _, err := s.Unpublished(t.Context())
@@ -280,7 +279,7 @@ func connectNATS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
 // instance is one API instance's view of the outbox: a Store whose append
 // hook feeds its Relay, and a Sweeper, each with metrics of its own.
 type instance struct {
-	store              *eventstore.Store
+	store              *mongodb.EventStore
 	relay              *outbox.Relay
 	sweeper            *outbox.Sweeper
 	relayReg, sweepReg *prometheus.Registry
@@ -289,9 +288,9 @@ type instance struct {
 func newInstance(t testing.TB, db *mongo.Database, js jetstream.JetStream, stream bus.StreamConfig, cfg outbox.Config) *instance {
 	t.Helper()
 	in := &instance{relayReg: prometheus.NewRegistry(), sweepReg: prometheus.NewRegistry()}
-	in.relay = outbox.NewRelay(eventstore.New(db), bus.NewPublisher(js, stream), cfg, testLogger(t), outbox.NewMetrics(in.relayReg))
+	in.relay = outbox.NewRelay(mongodb.NewEventStore(db), bus.NewPublisher(js, stream), cfg, testLogger(t), outbox.NewMetrics(in.relayReg))
 	in.sweeper = newSweeper(t, db, js, stream, cfg, outbox.NewMetrics(in.sweepReg))
-	in.store = eventstore.New(db, eventstore.WithAppendHook(in.relay.Appended))
+	in.store = mongodb.NewEventStore(db, mongodb.WithAppendHook(in.relay.Appended))
 	return in
 }
 
@@ -303,7 +302,7 @@ func newSweeper(t testing.TB, db *mongo.Database, js jetstream.JetStream, stream
 		ttl = outbox.DefaultLeaseTTL
 	}
 	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, ttl)
-	return outbox.NewSweeper(eventstore.New(db), bus.NewPublisher(js, stream), lease, cfg, testLogger(t), m)
+	return outbox.NewSweeper(mongodb.NewEventStore(db), bus.NewPublisher(js, stream), lease, cfg, testLogger(t), m)
 }
 
 // metric returns the value of the counter or gauge name in reg (0 when
@@ -433,7 +432,7 @@ func TestRelayCrashBetweenPublishAndMark(t *testing.T) {
 	checkPublishedOnce(t, n, cfg, want)
 
 	// The crash: the messages are in the stream, the marks are lost.
-	res, err := db.Collection(eventstore.CommitsCollection).UpdateMany(t.Context(), bson.D{},
+	res, err := db.Collection(mongodb.CommitsCollection).UpdateMany(t.Context(), bson.D{},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: false}}}, {Key: "$unset", Value: bson.D{{Key: "published_at", Value: ""}}}})
 	if err != nil || res.ModifiedCount != 6 {
 		t.Fatalf("reset marks: %+v, %v", res, err)
@@ -579,7 +578,7 @@ func TestRelayNATSDown(t *testing.T) {
 
 	// The restarted server still remembers the message ids: republishing
 	// everything (marks lost) adds nothing.
-	if _, err := db.Collection(eventstore.CommitsCollection).UpdateMany(t.Context(), bson.D{},
+	if _, err := db.Collection(mongodb.CommitsCollection).UpdateMany(t.Context(), bson.D{},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "published", Value: false}}}}); err != nil {
 		t.Fatalf("reset marks: %v", err)
 	}
@@ -827,7 +826,7 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 // number outageAt finds the store stopped, and waits in server selection
 // until it starts again, down later.
 type readsThroughAnOutage struct {
-	*eventstore.Store
+	*mongodb.EventStore
 	outageAt int
 	down     time.Duration
 	stop     func()
@@ -839,7 +838,7 @@ type readsThroughAnOutage struct {
 func (r *readsThroughAnOutage) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
 	r.reads++
 	if r.reads != r.outageAt {
-		return r.Store.Pending(ctx, before, limit)
+		return r.EventStore.Pending(ctx, before, limit)
 	}
 	defer close(r.waited)
 	r.stop()
@@ -847,7 +846,7 @@ func (r *readsThroughAnOutage) Pending(ctx context.Context, before time.Time, li
 		time.Sleep(r.down)
 		r.start()
 	}()
-	return r.Store.Pending(ctx, before, limit)
+	return r.EventStore.Pending(ctx, before, limit)
 }
 
 // An outbox read that waited out a store outage, as a read in flight when
@@ -884,13 +883,13 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 	t.Cleanup(stop)
 	uri := store.URI
 	addr := strings.TrimSuffix(strings.TrimPrefix(uri, "mongodb://"), "/")
-	cl, err := mongo.Connect(eventstore.ClientOptions(uri))
+	cl, err := mongo.Connect(mongodb.ClientOptions(uri))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Disconnect(context.Background()) })
 	db := cl.Database(storetest.Unique("outage_"))
-	s := eventstore.New(db)
+	s := mongodb.NewEventStore(db)
 	if err := s.EnsureIndexes(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -899,7 +898,7 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 	_, js := connectNATS(t, n.URL)
 
 	const down = 3 * time.Second
-	commits := &readsThroughAnOutage{Store: eventstore.New(db), outageAt: 3, down: down, waited: make(chan struct{}),
+	commits := &readsThroughAnOutage{EventStore: mongodb.NewEventStore(db), outageAt: 3, down: down, waited: make(chan struct{}),
 		stop: stop, start: func() { start(addr) }}
 	cfg := outbox.Config{Owner: "api-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
 	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
@@ -922,14 +921,14 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 // heldRead is the sweeper's view of the log where the first read that
 // finds commits is held, with its answer, until release is closed.
 type heldRead struct {
-	*eventstore.Store
+	*mongodb.EventStore
 	once    sync.Once
 	held    chan struct{} // closed when the read is held
 	release chan struct{}
 }
 
 func (r *heldRead) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
-	commits, err := r.Store.Pending(ctx, before, limit)
+	commits, err := r.EventStore.Pending(ctx, before, limit)
 	if err == nil && len(commits) > 0 {
 		r.once.Do(func() {
 			close(r.held)
@@ -946,7 +945,7 @@ func (r *heldRead) Pending(ctx context.Context, before time.Time, limit int) ([]
 func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 	s, db, n, cfg := openOutbox(t)
 	reg := prometheus.NewRegistry()
-	commits := &heldRead{Store: eventstore.New(db), held: make(chan struct{}), release: make(chan struct{})}
+	commits := &heldRead{EventStore: mongodb.NewEventStore(db), held: make(chan struct{}), release: make(chan struct{})}
 	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: 300 * time.Millisecond}
 	lease := mongodb.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
 	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
@@ -983,13 +982,13 @@ func TestSweeperRenewsBeforePublishingAfterALongRead(t *testing.T) {
 
 // slowRead is an outbox whose every read takes delay.
 type slowRead struct {
-	*eventstore.Store
+	*mongodb.EventStore
 	delay time.Duration
 }
 
 func (r *slowRead) Pending(ctx context.Context, before time.Time, limit int) ([]domain.RecordedCommit, error) {
 	time.Sleep(r.delay)
-	return r.Store.Pending(ctx, before, limit)
+	return r.EventStore.Pending(ctx, before, limit)
 }
 
 // An idle sweeper paced by slow outbox reads (ten times a read that costs
@@ -1001,7 +1000,7 @@ func TestSweeperIdleOnSlowReadsKeepsItsLease(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	rc := outbox.Config{Owner: "r1", SweepInterval: 20 * time.Millisecond, SweepGrace: time.Millisecond, LeaseTTL: time.Second}
 	lease := mongodb.NewLease(db, outbox.SweepLease, rc.Owner, rc.LeaseTTL)
-	commits := &slowRead{Store: eventstore.New(db), delay: 150 * time.Millisecond} // a pace of 1.5s, above the TTL
+	commits := &slowRead{EventStore: mongodb.NewEventStore(db), delay: 150 * time.Millisecond} // a pace of 1.5s, above the TTL
 	sw := outbox.NewSweeper(commits, bus.NewPublisher(n.JS, cfg), lease, rc, testLogger(t), outbox.NewMetrics(reg))
 	goRun(t, sw.Run)
 	storetest.WaitFor(t, 10*time.Second, "r1 to hold the sweep lease", func() bool {

@@ -1,6 +1,8 @@
 package projection
 
 import (
+	"fmt"
+
 	"github.com/orderd/orderd/domain"
 )
 
@@ -67,4 +69,34 @@ var CustomerOrderStats = Definition[Contribution]{
 	},
 	Version: func(c *Contribution) int64 { return c.Version },
 	Indexes: [][]string{{"customer_id"}},
+}
+
+// SumContributions adds up a customer's contributions; one with Orders
+// set stands for that many orders of its status and currency, with
+// TotalCents their sum.
+func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
+	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
+	for _, c := range cs {
+		n := max(c.Orders, 1)
+		s.OrderCount += n
+		s.ByStatus[c.Status] += n
+		if domain.CountsTowardValue(c.Status) {
+			s.LifetimeValueCents[c.Currency] += c.TotalCents
+		}
+	}
+	return s
+}
+
+// Fold folds a stream's events from nothing. It returns the document, the
+// number of events applied and the error of the first event that could
+// not be applied (the document then reflects the events before it, as the
+// live projection leaves it).
+func (d Definition[D]) Fold(evs []domain.Event) (D, int, error) {
+	var doc D
+	for i, e := range evs {
+		if err := d.Apply(&doc, e); err != nil {
+			return doc, i, fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, err)
+		}
+	}
+	return doc, len(evs), nil
 }

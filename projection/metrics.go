@@ -39,10 +39,10 @@ func NewGaugeVec(name, help string) *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"projection"})
 }
 
-// initProjection creates the projection's counters at 0, so they are
+// Init creates the projection's counters at 0, so they are
 // exposed before anything happened and their first increase shows in
 // rate() and increase() (a series born at 1 looks unchanged).
-func (m *Metrics) initProjection(name string) {
+func (m *Metrics) Init(name string) {
 	if m == nil {
 		return
 	}
@@ -51,7 +51,8 @@ func (m *Metrics) initProjection(name string) {
 	}
 }
 
-func (m *Metrics) outcome(name string, o Outcome) {
+// Record counts what an Apply of projection name did.
+func (m *Metrics) Record(name string, o Outcome) {
 	if m == nil {
 		return
 	}

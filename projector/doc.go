@@ -1,7 +1,7 @@
 // Package projector feeds the read models from NATS JetStream: a Runner
 // per projection consumes the projection's events, split into partitions
-// by stream id, and writes each batch through package projection's
-// Projection.Apply; each partition is consumed by one process at a time
+// by stream id, and writes each batch through the MongoDB adapter's
+// Projection.Apply (mongodb.Projection); each partition is consumed by one process at a time
 // under a lease, and the partitions are shared evenly by the live
 // projector processes (Axon's tracking-processor segments, Kafka's
 // consumer groups). A Runner also reports its partitions and consumer lag

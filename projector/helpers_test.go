@@ -19,7 +19,6 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
@@ -32,15 +31,15 @@ import (
 // appends a Relay publishes to b's stream, and runs a Sweeper, with a
 // short grace, for commits appended through other stores of db; both run
 // until the test ends.
-func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) *eventstore.Store {
+func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) *mongodb.EventStore {
 	t.Helper()
 	cfg := outbox.Config{Owner: "relay-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
-	commits, pub := eventstore.New(db), bus.NewPublisher(b.JS, b.Stream)
+	commits, pub := mongodb.NewEventStore(db), bus.NewPublisher(b.JS, b.Stream)
 	relay := outbox.NewRelay(commits, pub, cfg, log, nil)
 	projectiontest.Go(t, "relay", relay.Run)
 	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
 	projectiontest.Go(t, "relay sweep", outbox.NewSweeper(commits, pub, lease, cfg, log, nil).Run)
-	return projectiontest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
+	return projectiontest.NewLog(t, ctx, db, mongodb.WithAppendHook(relay.Appended))
 }
 
 // commands returns the commands that produce lifecycle(i, customerID).
@@ -91,7 +90,7 @@ func partitioned(subject, id string) bool {
 // two deliveries, on a log that holds v1 of stream "gapped" and no more:
 // v2, once published, is a gap the log cannot fill until fill appends it.
 type gapped struct {
-	es   *eventstore.Store
+	es   *mongodb.EventStore
 	reg  *prometheus.Registry
 	dead *mongodb.DeadLetters
 	r    *projector.Runner
@@ -107,7 +106,7 @@ func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mong
 	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	p := projection.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), projection.NewPointers(db))
+	p := mongodb.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), mongodb.NewPointers(db))
 	g.r = projectortest.Run(t, b, p, cfg, projector.NewMetrics(g.reg))
 	return g
 }

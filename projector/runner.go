@@ -63,7 +63,7 @@ type RunnerConfig struct {
 	OnTenure func(projection string, partition int, start bool)
 }
 
-// applier is what a Runner needs of a projection.Projection, whatever its
+// applier is what a Runner needs of a mongodb.Projection, whatever its
 // document type.
 type applier interface {
 	Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error)
@@ -168,7 +168,7 @@ func (r *Runner) setLastError(err error) {
 
 // NewRunner returns a Runner feeding the projection p; its partition
 // leases and members live in p's database.
-func NewRunner[D any](p *projection.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: mongodb.NewMembers(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),

@@ -14,9 +14,8 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -67,11 +66,11 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := bus.EnsureStream(ctx, n.JS, stream); err != nil {
 		t.Fatal(err)
 	}
-	es := eventstore.New(db)
+	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
+	r := NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
 			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)

@@ -18,9 +18,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
@@ -42,15 +41,15 @@ func TestRunnerEndToEnd(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
 	cfg := b.RunnerConfig()
-	sumsStore := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
+	sumsStore := mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db))
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
 	sums1 := projector.NewRunner(sumsStore, b.JS, mongodb.NewDeadLetters(db), cfg1, log, m)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, m)
+	stats := projector.NewRunner(mongodb.NewProjection(db, projection.CustomerOrderStats, es, pm, mongodb.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
-	sumsStore2 := projection.NewProjection(db2, projection.OrderSummaries, eventstore.New(db2), pm, projection.NewPointers(db2))
+	sumsStore2 := mongodb.NewProjection(db2, projection.OrderSummaries, mongodb.NewEventStore(db2), pm, mongodb.NewPointers(db2))
 	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), mongodb.NewDeadLetters(db2), cfg2, log, m)
 	projectiontest.Go(t, "summaries runner 1", sums1.Run)
 	projectiontest.Go(t, "summaries runner 2", sums2.Run)
@@ -151,8 +150,8 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	// One worker per projection: this test is about delivery, not about
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
-	sums := projectortest.Run(t, b, projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db)), cfg, m)
-	stats := projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, pm, projection.NewPointers(db)), cfg, m)
+	sums := projectortest.Run(t, b, mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db)), cfg, m)
+	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, pm, mongodb.NewPointers(db)), cfg, m)
 
 	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
 		return projectiontest.DiffReadModels(ctx, db, f)
@@ -209,7 +208,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	b.PublishEvents(t, ctx, []domain.Event{gapV2}, projectortest.EventID)
 	b.PublishEvents(t, ctx, healthy.Flat, projectortest.EventID)
 
-	reader := projection.NewReader(db, projection.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
 	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
 		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
@@ -358,8 +357,8 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	at := time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)
 	const newer = "newer"
 	projectiontest.AppendStream(t, ctx, es, newer, projectiontest.Lifecycle(0, "cust-n")[:1], 1, at)
-	projectiontest.Must(t)(db.Collection(eventstore.CommitsCollection).InsertOne(ctx, bson.D{
-		{Key: "_id", Value: eventstore.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
+	projectiontest.Must(t)(db.Collection(mongodb.CommitsCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: mongodb.CommitID(newer, 2)}, {Key: "stream_id", Value: newer}, {Key: "stream_type", Value: domain.StreamTypeOrder},
 		{Key: "first_version", Value: int64(2)}, {Key: "last_version", Value: int64(2)},
 		{Key: "events", Value: bson.A{bson.D{
 			{Key: "event_id", Value: newer + "-e2"}, {Key: "type", Value: "OrderRefunded"}, {Key: "version", Value: int64(2)},
@@ -379,9 +378,9 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	cfg := b.RunnerConfig()
 	cfg.MaxDeliveries = 2
 	cfg.Workers = 1 // about poison, not about writers racing
-	ps := projection.NewPointers(db)
-	sums := projectortest.Run(t, b, projection.NewProjection(db, projection.OrderSummaries, es, nil, ps), cfg, nil)
-	stats := projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), cfg, nil)
+	ps := mongodb.NewPointers(db)
+	sums := projectortest.Run(t, b, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps), cfg, nil)
+	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), cfg, nil)
 
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
@@ -410,7 +409,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	if err := projectiontest.DiffReadModels(ctx, db, healthy); err != nil {
 		t.Error(err)
 	}
-	if _, err := projection.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := mongodb.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
 	}
 }
@@ -432,12 +431,12 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 		pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
-		p := projection.NewProjection(db, projection.OrderSummaries, es, pm, projection.NewPointers(db))
+		p := mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db))
 		return projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
-	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
@@ -520,7 +519,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	proc := func(owner string, js jetstream.JetStream) *projector.Runner {
 		cfg := b.RunnerConfig()
 		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
-		p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
+		p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 		return projector.NewRunner(p, js, mongodb.NewDeadLetters(db), cfg, log, nil)
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
@@ -532,7 +531,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
-	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
 	cut.close()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)

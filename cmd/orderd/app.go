@@ -24,7 +24,6 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
@@ -142,9 +141,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	// Majority writes and reads; a wait in server selection long enough
 	// for an election, and a prompt 503 while every member is down (see
-	// eventstore.ClientOptions and Reachability).
-	reach := eventstore.NewReachability()
-	m.mongo, err = mongo.Connect(eventstore.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
+	// mongodb.ClientOptions and Reachability).
+	reach := mongodb.NewReachability()
+	m.mongo, err = mongo.Connect(mongodb.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
 		return fmt.Errorf("mongodb: %w", err)
 	}
@@ -170,7 +169,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	storeMetrics := eventstore.NewMetrics(reg)
+	storeMetrics := mongodb.NewEventStoreMetrics(reg)
 	// The stream splits the events into the partitions the projectors
 	// consume: one setting for both.
 	stream := c.Stream
@@ -191,21 +190,21 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	relayMetrics := outbox.NewMetrics(reg)
 	// The relay reads and marks the outbox through a Store of its own: the
 	// appending Store's hook feeds the relay.
-	commits := eventstore.New(db)
+	commits := mongodb.NewEventStore(db)
 	var publisher tracing.Publisher
 	if js != nil {
 		publisher = tracing.NewPublisher(bus.NewPublisher(js, stream))
 	}
 	var relay *outbox.Relay
-	storeOpts := []eventstore.Option{eventstore.WithMetrics(storeMetrics)}
+	storeOpts := []mongodb.EventStoreOption{mongodb.WithMetrics(storeMetrics)}
 	if r.api && js != nil {
 		// Each API instance publishes its own appends at once, without a
 		// lease; the hook only queues them, so commands never wait for NATS.
 		// Without a NATS connection they all wait for the sweep.
 		relay = outbox.NewRelay(commits, publisher, relayCfg, relayLog, relayMetrics)
-		storeOpts = append(storeOpts, eventstore.WithAppendHook(relay.Appended))
+		storeOpts = append(storeOpts, mongodb.WithAppendHook(relay.Appended))
 	}
-	store := eventstore.New(db, storeOpts...)
+	store := mongodb.NewEventStore(db, storeOpts...)
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
 	}
@@ -225,9 +224,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	pm := projection.NewMetrics(reg)
 	rm := projector.NewMetrics(reg)
 	jm := jobs.NewMetrics(reg)
-	pointers := projection.NewPointers(db)
-	sums := projection.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
-	stats := projection.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	pointers := mongodb.NewPointers(db)
+	sums := mongodb.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
+	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
@@ -277,7 +276,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		// send every new order to the top chunk (deployments/sharding.md).
 		svc.NewID = uuid.NewString
 		hc := c.HTTP
-		hc.Commands, hc.ReadModels = svc, projection.NewReader(db, pointers)
+		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
 			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")

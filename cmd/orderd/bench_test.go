@@ -13,12 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
 // Sizes of BenchmarkService. The raw inserts and the commands are as many,
@@ -79,7 +77,7 @@ func BenchmarkService(b *testing.B) {
 	rawBusy, cmdBusy := (busy1-busy0).Seconds()/raw.elapsed.Seconds(), (busy2-busy1).Seconds()/cmdWall.Seconds()
 
 	sizes := map[string]int64{}
-	for _, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
+	for _, name := range []string{benchScratch, mongodb.CommitsCollection, projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
 		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
 		if err != nil {
@@ -87,7 +85,7 @@ func BenchmarkService(b *testing.B) {
 		}
 		sizes[name] = n
 	}
-	unmarked, err := db.Collection(eventstore.CommitsCollection).CountDocuments(ctx, bson.D{{Key: "published", Value: false}})
+	unmarked, err := db.Collection(mongodb.CommitsCollection).CountDocuments(ctx, bson.D{{Key: "published", Value: false}})
 	if err != nil {
 		b.Errorf("count unpublished commits: %v", err)
 	}
@@ -150,7 +148,7 @@ func BenchmarkService(b *testing.B) {
 			e[`orderd_projection_errors_total{projection="order_summaries"}`]+e[`orderd_projection_errors_total{projection="customer_order_stats"}`])
 	}
 	f("  collection sizes reached          ")
-	for i, name := range []string{benchScratch, eventstore.CommitsCollection, projection.OrderSummaries.Collection,
+	for i, name := range []string{benchScratch, mongodb.CommitsCollection, projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
 		if i > 0 {
 			f(", ")
@@ -160,7 +158,7 @@ func BenchmarkService(b *testing.B) {
 	f("\n  commits without their published marker at the end: %d (each relay round marks its commits once acknowledged)\n", unmarked)
 	fmt.Fprint(os.Stdout, t.String())
 
-	if sizes[benchScratch] != benchRawInserts || sizes[eventstore.CommitsCollection] != benchCommands ||
+	if sizes[benchScratch] != benchRawInserts || sizes[mongodb.CommitsCollection] != benchCommands ||
 		sizes[projection.OrderSummaries.Collection] != benchOrders {
 		b.Errorf("collection sizes %v; want %d raw documents, %d commits, %d summaries", sizes, benchRawInserts, benchCommands, benchOrders)
 	}
@@ -215,14 +213,14 @@ func parallel(ctx context.Context, n, workers int, do func(i int)) {
 	wg.Wait()
 }
 
-// commitLike is a document shaped like eventstore's commit of an
+// commitLike is a document shaped like the event log's commit of an
 // OrderPlaced event: the same fields and types, one event whose data has
 // the four fields of OrderPlaced (one line item), published false.
 func commitLike(i int) bson.D {
 	stream := fmt.Sprintf("bench-raw-%06d", i)
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	return bson.D{
-		{Key: "_id", Value: eventstore.CommitID(stream, 1)},
+		{Key: "_id", Value: mongodb.CommitID(stream, 1)},
 		{Key: "stream_id", Value: stream},
 		{Key: "stream_type", Value: "order"},
 		{Key: "first_version", Value: int64(1)},

@@ -28,7 +28,6 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
@@ -315,7 +314,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 	f := figures{Acked: len(acks)}
 
 	// 1. Exactly once.
-	cur, err := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection).Find(ctx, bson.D{})
+	cur, err := c.mongo.Database(chaosDatabase).Collection(mongodb.CommitsCollection).Find(ctx, bson.D{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +397,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 		if time.Now().After(deadline) {
 			slices.Sort(missing)
 			var now []commitRow
-			if cur, err := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection).Find(ctx, bson.D{}); err == nil {
+			if cur, err := c.mongo.Database(chaosDatabase).Collection(mongodb.CommitsCollection).Find(ctx, bson.D{}); err == nil {
 				_ = cur.All(ctx, &now)
 			}
 			shown := 0
@@ -532,9 +531,9 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		store := eventstore.New(c.mongo.Database(chaosDatabase))
+		store := mongodb.NewEventStore(c.mongo.Database(chaosDatabase))
 		cfg := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix}
-		coll := c.mongo.Database(chaosDatabase).Collection(eventstore.CommitsCollection)
+		coll := c.mongo.Database(chaosDatabase).Collection(mongodb.CommitsCollection)
 		rng := rand.New(rand.NewPCG(7, 7))
 		for round := 0; ; round++ {
 			select {

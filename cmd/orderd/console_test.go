@@ -19,7 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // -console.screenshots: save a PNG of each console page into docs/console
@@ -390,7 +390,7 @@ func TestConsole(t *testing.T) {
 		// so the gap can be filled; then retry all of the stream.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		es := eventstore.New(m.mongo.Database(m.Config.Mongo.Database))
+		es := mongodb.NewEventStore(m.mongo.Database(m.Config.Mongo.Database))
 		if _, err := es.Append(ctx, domain.Commit{StreamID: "con-dl", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
 			Events: []domain.Event{v2, v3}}); err != nil {
 			t.Fatalf("append v2 and v3 of con-dl: %v", err)

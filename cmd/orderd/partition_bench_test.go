@@ -17,7 +17,6 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
@@ -131,7 +130,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	}
 	// The log first, unpublished: the processes then start on an empty
 	// stream.
-	es := eventstore.New(db)
+	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		b.Fatal(err)
 	}

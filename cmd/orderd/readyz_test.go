@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // readyz answers GET /readyz of m: its status and checks.

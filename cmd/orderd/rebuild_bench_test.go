@@ -24,7 +24,6 @@ import (
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
@@ -36,7 +35,7 @@ const (
 	rebuildLoaders       = 16                     // goroutines appending the log
 	rebuildBulk          = 1000                   // commits per InsertMany of the bulk copies
 	rebuildBulkWriters   = 2                      // InsertMany calls in flight
-	rebuildScanBatch     = 512                    // batch size of the raw scans: eventstore.Store.Scan's
+	rebuildScanBatch     = 512                    // batch size of the raw scans: mongodb.EventStore.Scan's
 	rebuildConcurrency   = 2                      // JobConcurrency: tasks run at once
 	rebuildSettle        = 100 * time.Millisecond // RebuildSettle
 	rebuildPollJob       = 500 * time.Millisecond // how often the benchmark reads the job
@@ -67,7 +66,7 @@ var (
 //     as many commits, 28,497 order streams; 1,000,000: 62 copies,
 //     1,002,726 events, 252,402 streams; ids "c<copy>-<olist id>"). The
 //     copies up to 100,000 events have each order's plan run through
-//     domain.Service on the real eventstore.Store, from 16 goroutines,
+//     domain.Service on the real mongodb.EventStore, from 16 goroutines,
 //     with the replay tool's idempotency keys; commands the plan lists as
 //     refused are not sent (they would append nothing). Copies beyond are
 //     copy 0's commits as stored, given the copy's stream ids, commit ids,
@@ -125,8 +124,8 @@ func BenchmarkRebuild(b *testing.B) {
 		c.Jobs.Settle = rebuildSettle
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
-	store := eventstore.New(db)
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), projection.NewPointers(db), store, map[string]string{
+	store := mongodb.NewEventStore(db)
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
 	})
@@ -135,7 +134,7 @@ func BenchmarkRebuild(b *testing.B) {
 	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders,
 		(loaded.elapsed + loaded.bulkElapsed).Round(time.Second))
 
-	events := db.Collection(eventstore.CommitsCollection)
+	events := db.Collection(mongodb.CommitsCollection)
 	b.StartTimer()
 	raw := rawScan(ctx, b, events, false)
 	if raw.events != loaded.events {
@@ -156,7 +155,7 @@ func BenchmarkRebuild(b *testing.B) {
 	b.StopTimer()
 
 	last := runs[len(runs)-1]
-	ptr, err := projection.NewPointers(db).Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
+	ptr, err := mongodb.NewPointers(db).Get(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0)
 	if err != nil {
 		b.Errorf("read the pointer: %v", err)
 	} else if ptr.Active != last.job.Shadow {
@@ -288,7 +287,7 @@ type loaderStep struct {
 // order's commands in order through a domain.Service on store, orders
 // spread over rebuildLoaders goroutines; the copies beyond are copy 0's
 // commits inserted into db's events collection by bulkCopies.
-func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *eventstore.Store, want int) rebuildLoad {
+func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *mongodb.EventStore, want int) rebuildLoad {
 	b.Helper()
 	ds, err := olist.Load(rebuildSample)
 	if err != nil {
@@ -365,7 +364,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 		resetPeakRSS()
 		res.bulkRSS.before = currentRSS()
 		start := time.Now()
-		res.bulkEvents = bulkCopies(ctx, b, db.Collection(eventstore.CommitsCollection), serviceCopies, res.copies)
+		res.bulkEvents = bulkCopies(ctx, b, db.Collection(mongodb.CommitsCollection), serviceCopies, res.copies)
 		res.bulkElapsed = time.Since(start)
 		res.bulkRSS.peak = peakRSS()
 		res.events += res.bulkEvents
@@ -477,7 +476,7 @@ func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
 	for _, e := range c {
 		switch e.Key {
 		case "_id":
-			e.Value = eventstore.CommitID(stream, field[int64](b, c, "first_version"))
+			e.Value = mongodb.CommitID(stream, field[int64](b, c, "first_version"))
 		case "stream_id":
 			e.Value = stream
 		case "idempotency_key":

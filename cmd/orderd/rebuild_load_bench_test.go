@@ -19,8 +19,8 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
 	"github.com/orderd/orderd/internal/pause"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // Sizes and settings of BenchmarkRebuildUnderLoad.
@@ -163,7 +163,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 		}
 	}
 	db := m.mongo.Database(m.Config.Mongo.Database)
-	raw := rawScan(ctx, b, db.Collection(eventstore.CommitsCollection), false)
+	raw := rawScan(ctx, b, db.Collection(mongodb.CommitsCollection), false)
 
 	const accepted = `outcome="accepted"`
 	acked := sumMetric(after, "orderd_commands_total", accepted) - sumMetric(before, "orderd_commands_total", accepted)

@@ -19,7 +19,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 )
 
 // subprocessEnv makes the test binary run the program instead of the
@@ -150,7 +150,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := domain.NewService(eventstore.New(db), stateCache{cache})
+	svc := domain.NewService(mongodb.NewEventStore(db), stateCache{cache})
 	const orders = 160
 	var ids []string
 	for i := range orders {

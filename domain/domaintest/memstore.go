@@ -16,7 +16,7 @@ import (
 var _ domain.EventStore = (*MemStore)(nil)
 
 // MemStore is an in-memory domain.EventStore. It stands for
-// eventstore.Store in tests that need no MongoDB and keeps the same
+// mongodb.EventStore in tests that need no MongoDB and keeps the same
 // contract:
 //
 //   - Append stores a commit whole or not at all, under one lock, and only
@@ -79,7 +79,7 @@ func (s *MemStore) unavailable(op string) error {
 
 // Append stores c as one commit, or nothing. It returns the commit's
 // recorded time, or an error wrapping domain.ErrUnavailable (Down),
-// domain.ErrValidation (a malformed commit, refused as eventstore.Store
+// domain.ErrValidation (a malformed commit, refused as mongodb.EventStore
 // refuses it), domain.ErrDuplicateRequest (c.IdempotencyKey is stored) or
 // domain.ErrVersionConflict (c.ExpectedVersion is not the stream's head).
 func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
@@ -138,7 +138,7 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 	return rec, nil
 }
 
-// validate refuses what eventstore.Store refuses before writing: a bad
+// validate refuses what mongodb.EventStore refuses before writing: a bad
 // stream id, no events, a negative expected version, or an event that does
 // not fit the commit (version, stream, id, payload type).
 func validate(c domain.Commit) error {

@@ -110,7 +110,7 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 	// temp_store(memory): an insert of several documents into a table
 	// with unique indexes keeps a statement journal, by default in a temp
 	// file; the pwrite calls to it were a fifth of the store's CPU under
-	// group-committed appends (eventstore's BenchmarkAppendParallel, 8,000
+	// group-committed appends (package mongodb's BenchmarkAppendParallel, 8,000
 	// appends: 2.7-2.9 s of CPU with it in memory, 3.3-3.5 s in a file).
 	// It holds nothing a crash must keep: it undoes a failed statement
 	// inside its transaction.

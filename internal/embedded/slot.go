@@ -109,7 +109,7 @@ func (s *writeSlot) busyTime() time.Duration {
 	return s.held
 }
 
-// LogCollection is the collection of the event log (the eventstore
+// LogCollection is the collection of the event log (the mongodb
 // package's CommitsCollection), whose inserts are commands' appends.
 const LogCollection = "events"
 

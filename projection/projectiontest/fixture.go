@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -63,7 +63,7 @@ func NewEvent(id string, v int64, d domain.EventData, at time.Time) domain.Event
 
 // AppendStream appends datas to stream id through the event store, perCommit
 // events per commit.
-func AppendStream(t *testing.T, ctx context.Context, es *eventstore.Store, id string, datas []domain.EventData, perCommit int, base time.Time) {
+func AppendStream(t *testing.T, ctx context.Context, es *mongodb.EventStore, id string, datas []domain.EventData, perCommit int, base time.Time) {
 	t.Helper()
 	var version int64
 	for start := 0; start < len(datas); start += perCommit {
@@ -79,9 +79,9 @@ func AppendStream(t *testing.T, ctx context.Context, es *eventstore.Store, id st
 }
 
 // Fixture is a set of order streams in the log, with what the log says
-// about them: the events (from eventstore Load) and their fold.
+// about them: the events (from the event store's Load) and their fold.
 type Fixture struct {
-	Store  *eventstore.Store
+	Store  *mongodb.EventStore
 	IDs    []string
 	Events map[string][]domain.Event
 	Flat   []domain.Event // every event, by stream (IDs order) then version
@@ -90,7 +90,7 @@ type Fixture struct {
 
 // NewFixture appends n orders named prefix000.. for customers cust-0 ..
 // cust-(customers-1), one or two events per commit.
-func NewFixture(t *testing.T, ctx context.Context, es *eventstore.Store, prefix string, n, customers int) *Fixture {
+func NewFixture(t *testing.T, ctx context.Context, es *mongodb.EventStore, prefix string, n, customers int) *Fixture {
 	t.Helper()
 	base := time.Date(2024, 3, 1, 9, 30, 15, 123_456_789, time.UTC)
 	var ids []string
@@ -103,7 +103,7 @@ func NewFixture(t *testing.T, ctx context.Context, es *eventstore.Store, prefix 
 }
 
 // LoadFixture reads the streams ids back from the log and folds them.
-func LoadFixture(t *testing.T, ctx context.Context, es *eventstore.Store, ids []string) *Fixture {
+func LoadFixture(t *testing.T, ctx context.Context, es *mongodb.EventStore, ids []string) *Fixture {
 	t.Helper()
 	f := &Fixture{Store: es, IDs: ids, Events: map[string][]domain.Event{}, Orders: map[string]domain.Order{}}
 	for _, id := range ids {
@@ -166,9 +166,9 @@ func Dump(v any) string {
 // folded order, each stored contribution is the folded order's, and each
 // customer's stats (Reader.CustomerStats) are the expected ones.
 func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture) error {
-	ps := projection.NewPointers(db)
-	r := projection.NewReader(db, ps)
-	stats := projection.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
+	ps := mongodb.NewPointers(db)
+	r := mongodb.NewReader(db, ps)
+	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)
 	for _, id := range f.IDs {
 		want := f.Orders[id]
 		got, err := r.Summary(ctx, id)

@@ -8,8 +8,8 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // Context is the context of a test body: canceled when the test ends
@@ -24,7 +24,7 @@ func Context(t *testing.T, limit time.Duration) context.Context {
 // Start is the set-up a read-model test begins with: its context (see
 // Context), a fresh database (storetest.Database) and the event store on
 // it (see NewLog).
-func Start(t *testing.T, limit time.Duration, opts ...eventstore.Option) (context.Context, *mongo.Database, *eventstore.Store) {
+func Start(t *testing.T, limit time.Duration, opts ...mongodb.EventStoreOption) (context.Context, *mongo.Database, *mongodb.EventStore) {
 	t.Helper()
 	ctx := Context(t, limit)
 	db := storetest.Database(t)
@@ -81,9 +81,9 @@ func WaitFor(t *testing.T, limit time.Duration, what string, cond func() error) 
 }
 
 // NewLog returns the event store of db with its indexes.
-func NewLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...eventstore.Option) *eventstore.Store {
+func NewLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...mongodb.EventStoreOption) *mongodb.EventStore {
 	t.Helper()
-	es := eventstore.New(db, opts...)
+	es := mongodb.NewEventStore(db, opts...)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatalf("event store indexes: %v", err)
 	}

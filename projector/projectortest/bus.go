@@ -12,9 +12,8 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
 )
@@ -100,7 +99,7 @@ func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.E
 
 // Run starts a Runner of p on b's stream with cfg, its dead letters in
 // p's database, and stops it when the test ends.
-func Run[D any](t *testing.T, b *Bus, p *projection.Projection[D], cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
+func Run[D any](t *testing.T, b *Bus, p *mongodb.Projection[D], cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
 	t.Helper()
 	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(p.Database()), cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, r.Name()+" runner", r.Run)

@@ -1,0 +1,140 @@
+package mongodb
+
+import (
+	"fmt"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// commitDoc is the stored form of a commit. Only Published and PublishedAt
+// change after the insert. ID is CommitID(stream, first version).
+type commitDoc struct {
+	ID             string     `bson:"_id"`
+	StreamID       string     `bson:"stream_id"`
+	StreamType     string     `bson:"stream_type"`
+	FirstVersion   int64      `bson:"first_version"`
+	LastVersion    int64      `bson:"last_version"`
+	Events         []eventDoc `bson:"events"`
+	RecordedAt     time.Time  `bson:"recorded_at"`
+	Published      bool       `bson:"published"`
+	PublishedAt    *time.Time `bson:"published_at,omitempty"`
+	IdempotencyKey string     `bson:"idempotency_key,omitempty"`
+	RequestHash    string     `bson:"request_hash,omitempty"`
+}
+
+// eventDoc is one event inside a commit; Data is the payload's JSON
+// converted to a BSON document, so operators can read it in any client.
+type eventDoc struct {
+	ID            string    `bson:"event_id"`
+	Type          string    `bson:"type"`
+	Version       int64     `bson:"version"`
+	OccurredAt    time.Time `bson:"occurred_at"`
+	RecordedAt    time.Time `bson:"recorded_at"`
+	Data          bson.Raw  `bson:"data"`
+	CorrelationID string    `bson:"correlation_id,omitempty"`
+	CausationID   string    `bson:"causation_id,omitempty"`
+	SchemaVersion int       `bson:"schema_version"`
+}
+
+// CommitID is the _id of the commit of stream that starts at version
+// first: "<stream id>:<first version, 10 digits>". Deterministic ids make
+// every read of a stream a chain of _id look-ups, the one query FerretDB
+// 1.24 on SQLite hands to SQLite instead of decoding the whole collection,
+// and give the (stream_id, first_version) guard a second, primary-key
+// line of defence.
+func CommitID(streamID string, first int64) string {
+	return fmt.Sprintf("%s:%010d", streamID, first)
+}
+
+func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
+	if err := domain.ValidateID("stream id", c.StreamID); err != nil {
+		return commitDoc{}, err
+	}
+	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
+		return commitDoc{}, fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
+	}
+	doc := commitDoc{
+		ID: CommitID(c.StreamID, c.ExpectedVersion+1), StreamID: c.StreamID, StreamType: c.StreamType,
+		FirstVersion: c.ExpectedVersion + 1, LastVersion: c.LastVersion(),
+		RecordedAt: now, IdempotencyKey: c.IdempotencyKey, RequestHash: c.RequestHash,
+	}
+	for i, e := range c.Events {
+		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
+			return commitDoc{}, fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
+		}
+		data, err := toBSON(e.Data, e.Metadata.SchemaVersion)
+		if err != nil {
+			return commitDoc{}, fmt.Errorf("append %s v%d: %w", c.StreamID, e.Version, err)
+		}
+		doc.Events = append(doc.Events, eventDoc{
+			ID: e.ID, Type: e.Type, Version: e.Version, OccurredAt: domain.Timestamp(e.OccurredAt), RecordedAt: now,
+			Data: data, CorrelationID: e.Metadata.CorrelationID, CausationID: e.Metadata.CausationID,
+			SchemaVersion: e.Metadata.SchemaVersion,
+		})
+	}
+	return doc, nil
+}
+
+// toBSON converts a payload to a BSON document. It first decodes the
+// payload's JSON as a reader will, so nothing is stored that Load would
+// then refuse (a reason too long, an unknown schema version).
+func toBSON(d domain.EventData, schemaVersion int) (bson.Raw, error) {
+	js, err := domain.EncodeData(d)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := domain.DecodeData(d.EventType(), schemaVersion, js); err != nil {
+		return nil, err
+	}
+	var doc bson.D
+	if err := bson.UnmarshalExtJSON(js, false, &doc); err != nil {
+		return nil, fmt.Errorf("convert %s payload to BSON: %w", d.EventType(), err)
+	}
+	return bson.Marshal(doc)
+}
+
+// events decodes the commit's events. Errors wrap
+// domain.ErrUnreadableCommit and the decoder's error (domain.ErrUnknownEvent
+// for a type or schema version this build does not know,
+// domain.ErrValidation for a payload that does not decode).
+func (d commitDoc) events() ([]domain.Event, error) {
+	out := make([]domain.Event, 0, len(d.Events))
+	for _, e := range d.Events {
+		js, err := bson.MarshalExtJSON(e.Data, false, false)
+		if err != nil {
+			return nil, fmt.Errorf("read %s v%d payload: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
+		}
+		data, err := domain.DecodeData(e.Type, e.SchemaVersion, js)
+		if err != nil {
+			return nil, fmt.Errorf("read %s v%d: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
+		}
+		out = append(out, domain.Event{
+			ID: e.ID, StreamID: d.StreamID, StreamType: d.StreamType, Type: e.Type, Version: e.Version,
+			OccurredAt: e.OccurredAt.UTC(), RecordedAt: e.RecordedAt.UTC(), Data: data,
+			Metadata: domain.Metadata{CorrelationID: e.CorrelationID, CausationID: e.CausationID, SchemaVersion: e.SchemaVersion},
+		})
+	}
+	return out, nil
+}
+
+// recorded is the commit as the outbox publishes it.
+func (d commitDoc) recorded() domain.RecordedCommit {
+	events, err := d.events()
+	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Err: err}
+}
+
+// committed is c as doc stored it, with its events as Load returns them
+// (see storetest's conformance suite), built from c without decoding doc:
+// the append hooks run on the command's path.
+func committed(doc commitDoc, c domain.Commit) domain.RecordedCommit {
+	events := make([]domain.Event, len(c.Events))
+	for i, e := range c.Events {
+		e.StreamType = doc.StreamType
+		e.OccurredAt, e.RecordedAt = doc.Events[i].OccurredAt, doc.RecordedAt
+		events[i] = e
+	}
+	return domain.RecordedCommit{ID: doc.ID, StreamID: doc.StreamID, RecordedAt: doc.RecordedAt, Events: events}
+}

@@ -1,0 +1,61 @@
+package mongodb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+)
+
+// Dialect is the one seam between MongoDB and the embedded store
+// (FerretDB 1.24 on SQLite): the access paths the store answering a client
+// serves at index speed. Every adapter takes MongoDB's paths unless the
+// dialect says otherwise, and each such branch names its measured reason.
+type Dialect int
+
+const (
+	// MongoDB serves ranged queries, $in and aggregations on indexes.
+	DialectMongoDB Dialect = iota
+	// FerretDB hands SQLite only a filter that is exactly {_id: v}
+	// (internal/backends/sqlite/collection.go, Filter.Len() == 1); any
+	// other filter, sort or aggregation decodes the whole collection in
+	// Go: a find on another field took 22 ms at 1k documents, 964 ms at
+	// 50k (DESIGN.md §8).
+	DialectFerretDB
+)
+
+func (d Dialect) String() string {
+	if d == DialectFerretDB {
+		return "ferretdb"
+	}
+	return "mongodb"
+}
+
+var dialects sync.Map // *mongo.Client -> Dialect
+
+// DialectOf returns the dialect of the store c talks to, asked once per
+// client with buildInfo (FerretDB answers with a "ferretdbVersion" field).
+// Errors wrap domain.ErrUnavailable when the store cannot be reached.
+func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
+	if d, ok := dialects.Load(c); ok {
+		return d.(Dialect), nil
+	}
+	var info bson.Raw
+	err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
+	if err != nil {
+		return DialectMongoDB, fmt.Errorf("ask the store its build: %w", Translate(err))
+	}
+	d := DialectMongoDB
+	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
+		d = DialectFerretDB
+	}
+	actual, _ := dialects.LoadOrStore(c, d)
+	return actual.(Dialect), nil
+}
+
+// UseDialect makes every adapter on c take d's access paths, whatever the
+// store: the conformance suites run MongoDB's paths on the embedded store
+// this way (correct there, only slower).
+func UseDialect(c *mongo.Client, d Dialect) { dialects.Store(c, d) }

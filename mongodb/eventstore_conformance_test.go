@@ -1,0 +1,83 @@
+package mongodb_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
+)
+
+// TestConformance runs the suite on both sides of the dialect seam: the
+// embedded store's paths, and MongoDB's (correct on any store, only slower
+// on the embedded one).
+func TestConformance(t *testing.T) {
+	for _, d := range []mongodb.Dialect{mongodb.DialectMongoDB, mongodb.DialectFerretDB} {
+		t.Run(d.String(), func(t *testing.T) {
+			storetest.RunConformance(t, func(t *testing.T) *mongodb.EventStore {
+				s, db := storetest.OpenStore(t)
+				mongodb.UseDialect(db.Client(), d)
+				return s
+			})
+		})
+	}
+}
+
+func TestAtomicity(t *testing.T) {
+	storetest.RunAtomicity(t, storetest.AtomicityConfig{})
+}
+
+// TestScanMethods runs the scan part of the suite with each way of reading
+// the log in order, whichever store MONGODB_URI names (ScanAuto picks one),
+// and with ScanByID in passes of a few ids.
+func TestScanMethods(t *testing.T) {
+	for name, opts := range map[string][]mongodb.EventStoreOption{
+		"sorted": {mongodb.WithScanMethod(mongodb.ScanSorted)},
+		"by-id":  {mongodb.WithScanMethod(mongodb.ScanByID)},
+		// Passes of 1 to 3 ids: a stream of two commits straddles every
+		// cut of 1 and most cuts of 3.
+		"by-id-passes-of-1": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(1)},
+		"by-id-passes-of-3": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(3)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			storetest.RunScan(t, func(t *testing.T) *mongodb.EventStore {
+				s, _ := storetest.OpenStore(t, opts...)
+				return s
+			})
+		})
+	}
+}
+
+// TestDialectOf: the embedded store (no MONGODB_URI) is told apart from
+// MongoDB by its buildInfo answer, once per client.
+func TestDialectOf(t *testing.T) {
+	_, db := storetest.OpenStore(t)
+	got, err := mongodb.DialectOf(t.Context(), db.Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mongodb.DialectMongoDB
+	if os.Getenv("MONGODB_URI") == "" {
+		want = mongodb.DialectFerretDB
+	}
+	if got != want {
+		t.Fatalf("DialectOf = %s, want %s", got, want)
+	}
+}
+
+// TestScanAuto: on the embedded store (no MONGODB_URI), which sorts in
+// memory, ScanAuto reads by id; on another server it reads sorted.
+func TestScanAuto(t *testing.T) {
+	s, _ := storetest.OpenStore(t)
+	got, err := mongodb.ResolvedScanMethod(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mongodb.ScanSorted
+	if os.Getenv("MONGODB_URI") == "" {
+		want = mongodb.ScanByID
+	}
+	if got != want {
+		t.Fatalf("ScanAuto resolved to %d, want %d", got, want)
+	}
+}

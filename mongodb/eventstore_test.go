@@ -1,0 +1,188 @@
+package mongodb_test
+
+import (
+	"errors"
+	"testing"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
+)
+
+// The append hook hears of each stored commit once, in append order, with
+// the events Load returns, and of no refused append.
+func TestAppendHook(t *testing.T) {
+	var got []domain.RecordedCommit
+	s, _ := storetest.OpenStore(t, mongodb.WithAppendHook(func(c domain.RecordedCommit) { got = append(got, c) }))
+	ctx := t.Context()
+	stream := storetest.Unique("order-")
+	c1 := storetest.NewCommit(stream, 0, domain.OrderApproved{}, domain.OrderInvoiced{})
+	c1.IdempotencyKey = storetest.Unique("key-")
+	if _, err := s.Append(ctx, c1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, storetest.NewCommit(stream, 2, domain.OrderShipped{})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, storetest.NewCommit(stream, 2, domain.OrderDelivered{})); !errors.Is(err, domain.ErrVersionConflict) {
+		t.Fatalf("stale append: %v", err)
+	}
+	dup := storetest.NewCommit(stream, 3, domain.OrderDelivered{})
+	dup.IdempotencyKey = c1.IdempotencyKey
+	if _, err := s.Append(ctx, dup); !errors.Is(err, domain.ErrDuplicateRequest) {
+		t.Fatalf("duplicate key: %v", err)
+	}
+
+	if len(got) != 2 {
+		t.Fatalf("the hook heard of %d commits, want the 2 stored", len(got))
+	}
+	loaded, err := s.Load(ctx, stream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var heard []domain.Event
+	for i, c := range got {
+		if want := mongodb.CommitID(stream, []int64{1, 3}[i]); c.ID != want || c.StreamID != stream {
+			t.Errorf("commit %d: id %s of %s, want %s of %s", i, c.ID, c.StreamID, want, stream)
+		}
+		if c.Err != nil {
+			t.Fatalf("commit %d events: %v", i, c.Err)
+		}
+		for _, e := range c.Events {
+			if !e.RecordedAt.Equal(c.RecordedAt) {
+				t.Errorf("commit %d: event recorded at %v, commit at %v", i, e.RecordedAt, c.RecordedAt)
+			}
+		}
+		heard = append(heard, c.Events...)
+	}
+	if d := storetest.DiffEvents(loaded, heard); d != "" {
+		t.Errorf("the hook's events differ from Load's: %s", d)
+	}
+}
+
+func indexNames(t *testing.T, coll *mongo.Collection) map[string]bool {
+	t.Helper()
+	specs, err := coll.Indexes().ListSpecifications(t.Context())
+	if err != nil {
+		t.Fatalf("list indexes: %v", err)
+	}
+	names := map[string]bool{}
+	for _, s := range specs {
+		names[s.Name] = true
+	}
+	return names
+}
+
+// TestEnsureIndexesReplacesTheOutboxIndex: a log indexed on (published,
+// recorded_at) over every commit gets the partial index of unpublished
+// commits in its place at start, and a restart changes nothing.
+func TestEnsureIndexesReplacesTheOutboxIndex(t *testing.T) {
+	db := storetest.Database(t)
+	coll := db.Collection(mongodb.CommitsCollection)
+	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
+		Keys:    bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
+		Options: options.Index().SetName("outbox"),
+	}); err != nil {
+		t.Fatalf("create the old outbox index: %v", err)
+	}
+	s := mongodb.NewEventStore(db)
+	for i := range 2 {
+		if err := s.EnsureIndexes(t.Context()); err != nil {
+			t.Fatalf("ensure indexes (run %d): %v", i+1, err)
+		}
+		names := indexNames(t, coll)
+		if names["outbox"] || !names["outbox_unpublished"] {
+			t.Fatalf("run %d: indexes %v, want outbox_unpublished and no outbox", i+1, names)
+		}
+	}
+}
+
+// TestEnsureIndexesReplacesTheGlobalKeyIndex: a log whose idempotency
+// keys were unique across the whole log (the unique index on
+// idempotency_key alone) gets the per-stream index in its place at start,
+// keeps its commits, and from then on takes a key used on another stream.
+func TestEnsureIndexesReplacesTheGlobalKeyIndex(t *testing.T) {
+	db := storetest.Database(t)
+	coll := db.Collection(mongodb.CommitsCollection)
+	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
+		Keys:    bson.D{{Key: "idempotency_key", Value: 1}},
+		Options: options.Index().SetUnique(true).SetSparse(true).SetName("idempotency_key"),
+	}); err != nil {
+		t.Fatalf("create the global key index: %v", err)
+	}
+	s := mongodb.NewEventStore(db)
+	key := storetest.Unique("key-")
+	first := storetest.NewCommit(storetest.Unique("order-"), 0, domain.OrderApproved{})
+	first.IdempotencyKey, first.RequestHash = key, "hash-1"
+	if _, err := s.Append(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range 2 { // the second run is a restart: nothing to change
+		if err := s.EnsureIndexes(t.Context()); err != nil {
+			t.Fatalf("ensure indexes (run %d): %v", i+1, err)
+		}
+		names := indexNames(t, coll)
+		if names["idempotency_key"] || !names["stream_idempotency_key"] {
+			t.Fatalf("run %d: indexes %v, want stream_idempotency_key and no idempotency_key", i+1, names)
+		}
+	}
+	if _, err := s.FindIdempotencyKey(t.Context(), key, first.StreamID); err != nil {
+		t.Fatalf("find the stored key: %v", err)
+	}
+	elsewhere := storetest.NewCommit(storetest.Unique("order-"), 0, domain.OrderApproved{})
+	elsewhere.IdempotencyKey, elsewhere.RequestHash = key, "hash-2"
+	if _, err := s.Append(t.Context(), elsewhere); err != nil {
+		t.Fatalf("the key on another stream: %v, want stored", err)
+	}
+	again := storetest.NewCommit(first.StreamID, 1, domain.OrderShipped{})
+	again.IdempotencyKey, again.RequestHash = key, "hash-3"
+	if _, err := s.Append(t.Context(), again); !errors.Is(err, domain.ErrDuplicateRequest) {
+		t.Fatalf("the key again in its stream: %v, want ErrDuplicateRequest", err)
+	}
+}
+
+// TestServiceRetriesPlaceWithKeyOnOneStream: a PlaceOrder with an
+// idempotency key and no order id, retried on other instances (no shared
+// cache) after a lost answer, lands on the stream of the first request
+// and is answered with its result; the log holds one order. The same key
+// with another body is refused, and without a key every request is a new
+// order.
+func TestServiceRetriesPlaceWithKeyOnOneStream(t *testing.T) {
+	s, _ := storetest.OpenStore(t)
+	place := domain.PlaceOrder{CustomerID: "cust-1", Currency: "BRL",
+		Items: []domain.Line{{SKU: "sku-1", Quantity: 2, UnitPriceCents: 4990}}}
+	key := domain.ExecOptions{IdempotencyKey: storetest.Unique("key-")}
+
+	first, err := domain.NewService(s, nil).Execute(t.Context(), "", place, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := domain.KeyedOrderID(key.IdempotencyKey); first.OrderID != want {
+		t.Fatalf("order id %s, want KeyedOrderID(key) %s", first.OrderID, want)
+	}
+	for i := range 3 {
+		r, err := domain.NewService(s, nil).Execute(t.Context(), "", place, key)
+		if err != nil || r.OrderID != first.OrderID || r.Version != 1 || !r.Replayed {
+			t.Fatalf("retry %d: %+v, %v; want a replay of order %s at v1", i, r, err, first.OrderID)
+		}
+	}
+	other := place
+	other.Currency = "USD"
+	if r, err := domain.NewService(s, nil).Execute(t.Context(), "", other, key); !errors.Is(err, domain.ErrIdempotencyKeyReused) {
+		t.Fatalf("another body under the key: %+v, %v; want ErrIdempotencyKeyReused", r, err)
+	}
+	if evs, err := s.Load(t.Context(), first.OrderID, 0); err != nil || len(evs) != 1 {
+		t.Fatalf("order %s: %d events, %v; want 1", first.OrderID, len(evs), err)
+	}
+
+	a, errA := domain.NewService(s, nil).Execute(t.Context(), "", place, domain.ExecOptions{})
+	b, errB := domain.NewService(s, nil).Execute(t.Context(), "", place, domain.ExecOptions{})
+	if errA != nil || errB != nil || a.OrderID == b.OrderID {
+		t.Fatalf("two places without key: %+v %v, %+v %v; want two orders", a, errA, b, errB)
+	}
+}

@@ -1,0 +1,31 @@
+package mongodb
+
+import "context"
+
+// ResolvedScanMethod is how s reads the log in order on its server.
+func ResolvedScanMethod(ctx context.Context, s *EventStore) (ScanMethod, error) {
+	return s.scanMethod(ctx)
+}
+
+// WithIDBudget makes a ScanByID pass hold about n commit ids.
+func WithIDBudget(n int) EventStoreOption { return func(s *EventStore) { s.idBudget = n } }
+
+// HoldAppends makes s act as if an insert were in flight, so appends
+// queue, until release hands them on as the insert's return would. Call
+// it while no append is under way.
+func HoldAppends(s *EventStore) (release func()) {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	if s.group.writing {
+		panic("HoldAppends with an insert in flight")
+	}
+	s.group.writing = true
+	return func() { s.group.next(MaxAppendBatch) }
+}
+
+// QueuedAppends is how many appends wait for the insert in flight.
+func QueuedAppends(s *EventStore) int {
+	s.group.mu.Lock()
+	defer s.group.mu.Unlock()
+	return len(s.group.queue)
+}

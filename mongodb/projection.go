@@ -1,0 +1,163 @@
+package mongodb
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
+)
+
+// Projection is one read model as the service runs it: its projection.Definition, the
+// pointer that says which collection is active, and a ReadModel per collection
+// in use. Live events go to the shadow collection (during a rebuild) and
+// then to the active one; readers read the active one.
+type Projection[D any] struct {
+	def      projection.Definition[D]
+	db       *mongo.Database
+	events   EventLog
+	metrics  *projection.Metrics
+	pointers *Pointers
+
+	mu     sync.Mutex
+	stores map[string]*ReadModel[D]
+}
+
+// How old a pointer each side may act on. Writers re-read it before every
+// batch (one _id look-up), so a rebuild's shadow is written by every
+// projector within a batch of its announcement; readers re-read it every
+// second.
+const (
+	writerPointerAge = 100 * time.Millisecond
+	readerPointerAge = time.Second
+)
+
+// NewProjection returns the projection def in db. events fills gaps; m may be
+// nil. The projection's counters in m are created at once, at 0.
+func NewProjection[D any](db *mongo.Database, def projection.Definition[D], events EventLog, m *projection.Metrics, ps *Pointers) *Projection[D] {
+	m.Init(def.Name)
+	return &Projection[D]{def: def, db: db, events: events, metrics: m, pointers: ps, stores: map[string]*ReadModel[D]{}}
+}
+
+// Name is the projection's name.
+func (p *Projection[D]) Name() string { return p.def.Name }
+
+// Database is the database holding the projection's collections and its
+// pointer: what feeds the projection keeps its own state (partition
+// leases) beside them, so that it lives and goes with the read model.
+func (p *Projection[D]) Database() *mongo.Database { return p.db }
+
+// ReadModel returns the read model in collection coll of this projection.
+func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.stores[coll]; ok {
+		return s
+	}
+	def := p.def
+	def.Collection = coll
+	s := NewReadModel(p.db, def, p.events, p.metrics)
+	p.stores[coll] = s
+	return s
+}
+
+// forget drops the stores of collections the pointer no longer names.
+func (p *Projection[D]) forget(ptr Pointer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.stores {
+		if c != ptr.Active && c != ptr.Shadow {
+			delete(p.stores, c)
+		}
+	}
+}
+
+// Purge empties the document cache of every collection of the projection
+// this process writes. Call it before writing streams that another
+// process may have written since this one last did (a partition taken
+// over): a write started from a stale cached document would be caught by
+// the version guard, but only after it had shown readers an older version
+// and cost a second write.
+func (p *Projection[D]) Purge() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, s := range p.stores {
+		s.purge()
+	}
+}
+
+// Pointer returns the projection's pointer, at most maxAge old.
+func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
+	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
+}
+
+// Active returns the store of the collection readers read.
+func (p *Projection[D]) Active(ctx context.Context) (*ReadModel[D], error) {
+	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
+	if err != nil {
+		return nil, err
+	}
+	return p.ReadModel(ptr.Active), nil
+}
+
+// EnsureIndexes creates the indexes of the active collection (and of the
+// shadow, if any).
+func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
+	ptr, err := p.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	for _, c := range []string{ptr.Shadow, ptr.Active} {
+		if c != "" {
+			if err := p.ReadModel(c).EnsureIndexes(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Apply folds events (any streams, any order, duplicates allowed) into
+// the shadow collection first, when a rebuild has announced one, then
+// into the active one, so that during a rebuild the shadow is never
+// behind the active collection on any document this process touched (the
+// switch then never shows a reader an older version). fresh reads every
+// document from the store instead of trusting this process's cache: set
+// it for redeliveries, whose documents another process may have written.
+//
+// The results are the active collection's, as ReadModel.Apply gives
+// them: what it did, and per stream a *projection.PoisonError for events that cannot
+// be applied (its Reached is the version the document reflects, so the
+// events up to it are done). An event the shadow alone cannot apply is
+// left to the verify-and-repair pass that precedes the switch. Errors:
+// domain.ErrUnavailable, a cancelled ctx, or a stream still contended
+// after repeated writes; then nothing is known to be written, in either
+// collection, and every event must be applied again.
+func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
+	ptr, err := p.Pointer(ctx, writerPointerAge)
+	if err != nil {
+		return projection.Outcome{}, nil, err
+	}
+	p.forget(ptr)
+	if ptr.Shadow != "" {
+		if _, _, err := p.ReadModel(ptr.Shadow).apply(ctx, events, fresh); err != nil {
+			return projection.Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
+		}
+	}
+	return p.ReadModel(ptr.Active).apply(ctx, events, fresh)
+}
+
+// Get returns one document of the active collection, or an error wrapping
+// domain.ErrNotFound.
+func (p *Projection[D]) Get(ctx context.Context, id string) (D, error) {
+	s, err := p.Active(ctx)
+	if err != nil {
+		var zero D
+		return zero, err
+	}
+	return s.Get(ctx, id)
+}

@@ -1,0 +1,208 @@
+// Package storetest gives tests real servers: a MongoDB database and a NATS
+// JetStream connection. With MONGODB_URI or NATS_URL set they point at
+// those servers; otherwise they start the embedded FerretDB (one per test
+// binary, on a temp dir) and an embedded NATS server (one per test, port
+// -1). Every test gets its own database, dropped in cleanup. It also holds
+// the event store conformance suite (RunConformance).
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+
+	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
+)
+
+var (
+	storeOnce sync.Once
+	storeURI  string
+	storeErr  error
+)
+
+// MongoURI returns MONGODB_URI, or the URI of the test binary's embedded
+// FerretDB, started on first use with its files in a temp dir (left to the
+// OS to clean: a package without TestMain has no exit hook).
+func MongoURI(t testing.TB) string {
+	t.Helper()
+	if u := os.Getenv("MONGODB_URI"); u != "" {
+		return u
+	}
+	storeOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "orderd-store-")
+		if err != nil {
+			storeErr = err
+			return
+		}
+		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+		if err != nil {
+			storeErr = err
+			return
+		}
+		storeURI = s.URI
+	})
+	if storeErr != nil {
+		t.Fatalf("embedded store: %v", storeErr)
+	}
+	return storeURI
+}
+
+// Client returns a connected client for MongoURI with the service's client
+// options (mongodb.ClientOptions: majority writes and reads),
+// disconnected in cleanup. It sets no client-side operation timeout, as the service does not: with
+// one, the driver sends each command a maxTimeMS of the timeout less its
+// round-trip estimate, and on an embedded store starved by a loaded test
+// run FerretDB interrupted a plain find under it. Tests bound their calls
+// with their contexts and go test -timeout.
+func Client(t testing.TB) *mongo.Client {
+	t.Helper()
+	c, err := mongo.Connect(mongodb.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
+	if err != nil {
+		t.Fatalf("connect store: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c
+}
+
+// Database returns a new, uniquely named database, dropped in cleanup.
+func Database(t testing.TB) *mongo.Database {
+	t.Helper()
+	db := Client(t).Database("t_" + randomHex(6))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = db.Drop(ctx)
+	})
+	return db
+}
+
+// NATS is a JetStream connection for a test, with the server when it is an
+// embedded one (nil on NATS_URL).
+type NATS struct {
+	URL    string
+	Conn   *nats.Conn
+	JS     jetstream.JetStream
+	Server *server.Server
+}
+
+// StartNATS connects to NATS_URL, or starts an embedded NATS server with
+// JetStream on a free loopback port and a temp dir. Both are closed in
+// cleanup. On NATS_URL, callers must use stream and consumer names unique to
+// the test (see Unique).
+func StartNATS(t testing.TB) *NATS {
+	t.Helper()
+	n := &NATS{URL: os.Getenv("NATS_URL")}
+	if n.URL == "" {
+		ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+		if err != nil {
+			t.Fatalf("embedded nats: %v", err)
+		}
+		t.Cleanup(ns.Shutdown)
+		n.Server, n.URL = ns, ns.ClientURL()
+	}
+	nc, err := nats.Connect(n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("connect nats: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	n.Conn, n.JS = nc, js
+	return n
+}
+
+// NewStream creates a JetStream stream with a unique name on n, deleted in
+// cleanup, and returns its configuration. Its subjects are
+// "orders.events.<stream id>"; on a shared server (NATS_URL) the prefix gets
+// a unique first token so streams of concurrent tests do not overlap.
+func NewStream(t testing.TB, n *NATS) bus.StreamConfig {
+	t.Helper()
+	cfg := bus.StreamConfig{
+		Name:          Unique("ORDERS_"),
+		SubjectPrefix: "orders.events",
+		Replicas:      1,
+		Duplicates:    2 * time.Minute,
+	}
+	if n.Server == nil {
+		cfg.SubjectPrefix = Unique("t") + ".orders.events"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := bus.EnsureStream(ctx, n.JS, cfg); err != nil {
+		t.Fatalf("ensure stream: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = n.JS.DeleteStream(ctx, cfg.Name)
+	})
+	return cfg
+}
+
+// Unique returns prefix plus a random suffix of letters and digits, for
+// names that must not clash on shared external servers.
+func Unique(prefix string) string { return prefix + randomHex(4) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// WaitFor polls cond every 20 ms until it holds, and fails t when it does
+// not within the given time.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// OpenStore returns a Store on a fresh test database (see Database), its
+// indexes ensured twice (the second call must change nothing) and
+// registered with the conformance suite, and the database.
+func OpenStore(t testing.TB, opts ...mongodb.EventStoreOption) (*mongodb.EventStore, *mongo.Database) {
+	t.Helper()
+	db := Database(t)
+	s := mongodb.NewEventStore(db, opts...)
+	if err := s.EnsureIndexes(t.Context()); err != nil {
+		t.Fatalf("ensure indexes: %v", err)
+	}
+	if err := s.EnsureIndexes(t.Context()); err != nil {
+		t.Fatalf("ensure indexes again: %v", err)
+	}
+	Register(t, s, db)
+	return s, db
+}
+
+// Connect opens a client of the test's own with opts (the caller applies
+// MongoURI and, say, a command monitor), disconnected when the test ends,
+// and returns a fresh database of it (see Database).
+func Connect(t testing.TB, opts *options.ClientOptions) *mongo.Database {
+	t.Helper()
+	c, err := mongo.Connect(opts)
+	if err != nil {
+		t.Fatalf("connect %s: %v", MongoURI(t), err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c.Database(Database(t).Name())
+}
