@@ -58,6 +58,7 @@ const DefaultMaxPoolSize = 1100
 type Reachability struct {
 	mu       sync.Mutex
 	healthy  map[string]bool // member address -> its last heartbeat succeeded
+	failure  error           // the last failed heartbeat's error
 	inflight map[*inflight]struct{}
 }
 
@@ -74,7 +75,12 @@ func NewReachability() *Reachability {
 func (r *Reachability) ServerMonitor() *event.ServerMonitor {
 	return &event.ServerMonitor{
 		ServerHeartbeatSucceeded: func(e *event.ServerHeartbeatSucceededEvent) { r.heartbeat(e.ConnectionID, true) },
-		ServerHeartbeatFailed:    func(e *event.ServerHeartbeatFailedEvent) { r.heartbeat(e.ConnectionID, false) },
+		ServerHeartbeatFailed: func(e *event.ServerHeartbeatFailedEvent) {
+			r.mu.Lock()
+			r.failure = e.Failure
+			r.mu.Unlock()
+			r.heartbeat(e.ConnectionID, false)
+		},
 		ServerClosed: func(e *event.ServerClosedEvent) {
 			r.mu.Lock()
 			delete(r.healthy, string(e.Address))
@@ -104,8 +110,11 @@ func (r *Reachability) heartbeat(connectionID string, ok bool) {
 // of leaving the load balancer for the 10–12 s a ping would fail. Errors:
 // domain.ErrUnavailable.
 func (r *Reachability) Ready(context.Context) error {
-	if r.Down() {
-		return fmt.Errorf("store: every member failed its heartbeat: %w", domain.ErrUnavailable)
+	r.mu.Lock()
+	down, failure := r.down(), r.failure
+	r.mu.Unlock()
+	if down {
+		return fmt.Errorf("store: every member failed its heartbeat (last: %v): %w", failure, domain.ErrUnavailable)
 	}
 	return nil
 }

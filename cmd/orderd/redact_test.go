@@ -62,7 +62,12 @@ func TestMain_SecretsRedacted(t *testing.T) {
 	c.place("redact-1", "c-1", 1, 100, 0)
 	store.Close()
 	storeUp = false
-	answers = append(answers, readyz())
+	// The driver's heartbeats tell the store is down: wait for them.
+	down := readyz()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(down, "503") && time.Now().Before(deadline); down = readyz() {
+		time.Sleep(100 * time.Millisecond)
+	}
+	answers = append(answers, down)
 	r := c.do("POST", "/v1/orders", `{"order_id":"redact-2","customer_id":"c-1","currency":"BRL","items":[{"sku":"s","quantity":1,"unit_price_cents":1}]}`)
 	answers = append(answers, r.String())
 	if r.Status != http.StatusServiceUnavailable || !strings.Contains(answers[1], "503") {
