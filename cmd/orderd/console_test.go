@@ -281,6 +281,8 @@ func TestConsole(t *testing.T) {
 		if percent != "100 %" || value != 100 || !strings.Contains(phase, "succeeded: 100 %") {
 			t.Errorf("finished rebuild shows %q, progress %v, %q", percent, value, phase)
 		}
+		// The job succeeds a moment before its finish task is marked done.
+		p.waitJS(20*time.Second, "every task done", `document.querySelector('#tasks tr[data-task=finish]')?.dataset.state === 'done'`)
 		var tasks map[string]string
 		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('#tasks tr[data-task]')).map(tr => [tr.dataset.task, tr.dataset.state]))`, &tasks)
 		if len(tasks) != 4 || tasks["plan"] != "done" || tasks["part-0"] != "done" || tasks["part-1"] != "done" || tasks["finish"] != "done" {

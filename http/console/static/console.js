@@ -428,7 +428,11 @@
       cancel.disabled = final || job.cancel_requested;
       panel.dataset.state = job.state;
       panel.replaceChildren(...(verify ? verifyView(job) : rebuildView(job)));
-      if (final) {
+      // The job's state is written before its last task is marked done:
+      // poll on until the tasks are final too, or the table would keep
+      // showing that task running.
+      const tasksFinal = (job.tasks || []).every((t) => ['done', 'failed', 'canceled'].includes(t.state));
+      if (final && tasksFinal) {
         stop();
         onFinal();
       }
