@@ -3,11 +3,11 @@ package projector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -284,13 +284,17 @@ func bounded(ctx context.Context, d time.Duration, f func(context.Context) (bool
 	return f(ctx)
 }
 
-// busReachable makes one JetStream API round trip, bounded by a quarter
-// of the lease.
+// busReachable asks the projection's stream for its info, bounded by a
+// quarter of the lease: the stream's leader answers it, also while the
+// cluster elects its meta leader, which the consumers do not need either.
+// An answer that the cluster is electing counts as reachable: every member
+// sees the same election, and releasing the partitions would only stop
+// the consumers that keep working through it.
 func (r *Runner) busReachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	if _, err := r.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("jetstream account info: %w", err)
+	if err := bus.CheckStream(ctx, r.js, r.cfg.Stream); err != nil && !errors.Is(err, bus.ErrElecting) {
+		return err
 	}
 	return nil
 }
