@@ -142,9 +142,7 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	r.log.Info("projection partition claimed: consuming", "partition", p)
 	go func() {
 		defer close(tn.done)
-		if err := r.consume(pctx, tn); err != nil && pctx.Err() == nil {
-			r.failed <- err
-		}
+		r.consumePartition(pctx, tn)
 		// Every worker has returned: nothing more is written.
 		if r.cfg.OnTenure != nil {
 			r.cfg.OnTenure(r.name, p, false)

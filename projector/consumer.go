@@ -20,7 +20,34 @@ import (
 	"github.com/orderd/orderd/tracing"
 )
 
-// consume runs the workers of one partition until ctx is done.
+// consumePartition runs partition tn's workers until its tenure ends
+// (ctx done). When they fail (the consumer could not be looked up, was
+// deleted, or its iterator closed) they are started again after a backoff
+// within the tenure: one partition's trouble stays that partition's, and
+// the other partitions' workers never stop for it.
+func (r *Runner) consumePartition(ctx context.Context, tn *tenure) {
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := r.consume(ctx, tn)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > r.cfg.LeaseTTL {
+			backoff = 0 // it ran a while: a new failure, not the same one
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), r.cfg.LeaseTTL/4)
+		if err == nil {
+			err = errors.New("workers returned")
+		}
+		r.setLastError(err)
+		r.log.Warn("projection partition consumer failed; restarting it", "partition", tn.p, "err", err, "retry_in", backoff)
+		pause.For(ctx, backoff)
+	}
+}
+
+// consume runs the workers of one partition until ctx is done, or until
+// one of them fails.
 func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 	cons, err := r.Consumer(ctx, tn.p)
 	if err != nil {
