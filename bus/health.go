@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/domain"
 )
 
 // ErrElecting means JetStream answered that its cluster has no leader to
-// serve the request yet: an election, which passes within seconds, not an
-// outage.
-var ErrElecting = errors.New("jetstream cluster electing a leader")
+// serve the request yet: an election, which passes within seconds. It
+// wraps domain.ErrUnavailable.
+var ErrElecting = fmt.Errorf("jetstream cluster electing a leader: %w", domain.ErrUnavailable)
 
 // clusterNotAvailable is the error code of nats-server's "JetStream system
 // temporarily unavailable" (503), its answer while the meta group or the
@@ -22,17 +25,20 @@ const clusterNotAvailable jetstream.ErrorCode = 10008
 // answers (in a cluster also while the meta leader is being elected,
 // unlike account info, which only the meta leader answers): it is what the
 // relay publishes to and the projectors consume from. It returns nil when
-// the stream answers, an error wrapping ErrElecting when the cluster
-// answers that it has no leader yet, and the request's error otherwise:
-// not connected, no answer in time (no stream leader, or a connection that
-// is gone), no such stream.
+// the stream answers; an error wrapping ErrElecting when the cluster
+// answers that it has no leader yet; one wrapping domain.ErrUnavailable
+// when nothing answers in time (the stream has no leader, or this
+// connection is down); and the request's error otherwise (no such stream).
 func CheckStream(ctx context.Context, js jetstream.JetStream, name string) error {
 	_, err := js.Stream(ctx, name)
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if electing(err) {
+	case electing(err):
 		return fmt.Errorf("stream %s: %w: %w", name, ErrElecting, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
+		return fmt.Errorf("stream %s: %w: %w", name, domain.ErrUnavailable, err)
 	}
 	return fmt.Errorf("stream %s: %w", name, err)
 }
