@@ -285,14 +285,21 @@ func bounded(ctx context.Context, d time.Duration, f func(context.Context) (bool
 // busReachable asks the projection's stream for its info, bounded by a
 // quarter of the lease: the stream's leader answers it, also while the
 // cluster elects its meta leader, which the consumers do not need either.
-// An answer that the cluster is electing counts as reachable: every member
-// sees the same election, and releasing the partitions would only stop
-// the consumers that keep working through it.
+// Only this process's trouble counts: an error while its connection is
+// down, or an answer that it cannot consume (no such stream). A cluster
+// electing a leader, or a stream whose leader does not answer while this
+// process is connected, is every member's: releasing the partitions would
+// hand them to no one better, and stop consumers that work through it.
 func (r *Runner) busReachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	if err := bus.CheckStream(ctx, r.js, r.cfg.Stream); err != nil && !errors.Is(err, bus.ErrElecting) {
-		return err
+	err := bus.CheckStream(ctx, r.js, r.cfg.Stream)
+	if err == nil || errors.Is(err, bus.ErrElecting) {
+		return nil
 	}
-	return nil
+	if nc := r.js.Conn(); errors.Is(err, domain.ErrUnavailable) && nc != nil && nc.IsConnected() {
+		r.log.Warn("projection stream not answering; keeping the partitions", "err", err)
+		return nil
+	}
+	return err
 }

@@ -60,6 +60,17 @@ func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 	return g.Wait()
 }
 
+// pullExpiry is how long a pull request waits at the consumer's leader,
+// and pullHeartbeat how often the leader tells an idle puller that it is
+// there: a puller that misses two heartbeats pulls again, and so finds
+// the consumer's new leader about 2 s after a crash elected it (with the
+// client's defaults, 30 s and 5 s, a partition whose consumer leader's
+// node died stalled for 30 s on a three-node cluster).
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = time.Second
+)
+
 // work pulls continuously; the first message of a batch is waited for,
 // then a write slot (Writers), and the rest are whatever is buffered by
 // then, so a batch costs no extra latency at low load and grows to
@@ -67,7 +78,7 @@ func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 // messages pulled and not handled are given back (Nak), so the
 // partition's next owner gets them at once rather than after AckWait.
 func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * r.cfg.BatchSize))
+	it, err := cons.Messages(jetstream.PullMaxMessages(2*r.cfg.BatchSize), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 	}
