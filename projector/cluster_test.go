@@ -295,3 +295,100 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	projectortest.WaitLag(t, ctx, 30*time.Second, sums, stats)
 	t.Logf("%d orders, %d events; worst time from the stream and its consumers led again to commands in the read model: %v", len(ids), events, worst.Round(time.Millisecond))
 }
+
+// TestNATSClusterMetaGroupWithoutQuorum: in a five-node cluster, three
+// nodes die (the two that hold no replica of the R3 stream and one
+// follower of it), so the meta group has no leader for as long as they are
+// down while the stream and its consumers keep a quorum. The projector
+// keeps its partitions and goes on applying what the relay publishes:
+// nothing it uses needs the meta leader.
+func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
+	ctx := projectiontest.Context(t, 150*time.Second)
+	log := projectiontest.Logger(t)
+	cl := bustest.StartCluster(t, 5)
+	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: 2 * time.Minute, Partitions: 4, Replicas: 3}
+	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
+	sl := cl.WaitStreamLeader(stream.Name, 30*time.Second)
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: nc, JS: js}, Stream: stream}
+	db := storetest.Database(t)
+	es := relayedLog(t, ctx, db, b, log)
+
+	var stops atomic.Int64
+	cfg := b.RunnerConfig()
+	cfg.Owner, cfg.LeaseTTL = "P", 3*time.Second
+	cfg.OnTenure = func(_ string, _ int, start bool) {
+		if !start {
+			stops.Add(1)
+		}
+	}
+	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)),
+		b.Connect(t), projector.NewDeadLetters(db), cfg, log, nil)
+	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
+		b.Connect(t), projector.NewDeadLetters(db), cfg, log, nil)
+	projectiontest.Go(t, "summaries runner", sums.Run)
+	projectiontest.Go(t, "stats runner", stats.Run)
+	waitOwners(t, ctx, sums, 30*time.Second, map[string]int{"P": 4})
+	svc := domain.NewService(es, nil)
+	ids := writeOrders(t, ctx, svc, "q", 0, 5)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+
+	// Kill the nodes without a replica and one follower.
+	peers := cl.StreamPeers(stream.Name)
+	if len(peers) != 3 {
+		t.Fatalf("stream replicas on nodes %v, want 3", peers)
+	}
+	var killed []string
+	follower := false
+	for i := range 5 {
+		isPeer := false
+		for _, p := range peers {
+			isPeer = isPeer || p == i
+		}
+		if !isPeer || (i != sl && !follower) {
+			follower = follower || isPeer
+			cl.Kill(i)
+			killed = append(killed, cl.Name(i))
+		}
+	}
+	start := time.Now()
+	projectiontest.WaitFor(t, 60*time.Second, "the meta group without a leader", func() error {
+		if i := cl.MetaLeader(); i >= 0 {
+			return fmt.Errorf("%s still leads", cl.Name(i))
+		}
+		return nil
+	})
+	t.Logf("killed %v; the meta group lost its leader after %v", killed, time.Since(start).Round(time.Millisecond))
+	stopsBefore := stops.Load()
+
+	// Two whole leases pass without a meta leader, while orders are
+	// written and projected.
+	until := time.Now().Add(2 * cfg.LeaseTTL)
+	for i := 5; time.Now().Before(until); i += 2 {
+		ids = append(ids, writeOrders(t, ctx, svc, "q", i, i+2)...)
+	}
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold without a meta leader", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	if cl.MetaLeader() >= 0 {
+		t.Fatalf("the meta group had a leader again before the end")
+	}
+	if n := stops.Load() - stopsBefore; n != 0 {
+		t.Errorf("%d partition tenures ended without a meta leader; want none", n)
+	}
+	for _, r := range []*projector.Runner{sums, stats} {
+		if got := owners(t, ctx, r); got["P"] != 4 {
+			t.Errorf("%s: partitions held as %v without a meta leader; want all 4 by P", r.Name(), got)
+		}
+	}
+}

@@ -323,3 +323,14 @@ func (c *Cluster) WaitConsumerLeader(stream, consumer string, limit time.Duratio
 	c.t.Helper()
 	return c.wait(limit, "a leader of consumer "+consumer, func() int { return c.ConsumerLeader(stream, consumer) })
 }
+
+// StreamPeers are the running nodes holding a replica of stream.
+func (c *Cluster) StreamPeers(stream string) []int {
+	var out []int
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
