@@ -47,8 +47,9 @@ func (l *countingLease) Release(ctx context.Context) error {
 // node (then starts it again on its ports and store), then the meta
 // leader's. The relay's sweeper keeps its lease, the projectors keep their
 // partitions through the meta leader's loss, publishing and projecting
-// resume within seconds of the stream having a leader (measured from then
-// until a command's events are in the read model), and in the end every
+// resume within seconds of the stream and its consumers having leaders
+// (measured from then until new orders are in the read model; the raft
+// elections themselves take 4-9 s after a crash), and in the end every
 // event of the log is in the stream once and the read models equal the
 // fold.
 func TestNATSClusterLosesNodes(t *testing.T) {
@@ -80,11 +81,13 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 
 	// The relay of the commands' process and its sweeper, on their own
 	// connection, with the service's settings but a short sweep grace and
-	// ack timeout: a publish that reached the stream leader as its node
-	// died is never acknowledged, and the round waits out the ack timeout
-	// (10 s by default) before it publishes again.
+	// a shorter ack timeout: a publish that reached the stream leader as
+	// its node died is never acknowledged, and the round waits out the ack
+	// timeout (10 s by default) before it publishes again. The timeout
+	// also bounds the writing of published markers, which a busy machine's
+	// embedded store took over 2 s to do.
 	_, rjs := connect()
-	rcfg := outbox.Config{Owner: "relay-1", SweepGrace: 500 * time.Millisecond, AckTimeout: 2 * time.Second}
+	rcfg := outbox.Config{Owner: "relay-1", SweepGrace: 500 * time.Millisecond, AckTimeout: 5 * time.Second}
 	commits, pub := eventstore.New(db), bus.NewPublisher(rjs, stream)
 	relay := outbox.NewRelay(commits, pub, rcfg, log, nil)
 	projectiontest.Go(t, "relay", relay.Run)
@@ -255,8 +258,12 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 			return nil
 		})
 	}
-	if worst > 10*time.Second {
-		t.Errorf("commands reached the read model %v after the stream and its consumers had leaders again; want within 10s", worst)
+	// Quiet, it takes 0.2-2.5 s; a machine whose cores are all busy
+	// beside the test took up to 13 s, its embedded store slow to write
+	// the markers. Before, a consumer parked on a dead leader stalled its
+	// partition for 30 s.
+	if worst > 15*time.Second {
+		t.Errorf("commands reached the read model %v after the stream and its consumers had leaders again; want within 15s", worst)
 	}
 
 	stopLoad()
