@@ -99,8 +99,12 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// the service's lease TTL; each tenure that ends is counted.
 	var stops atomic.Int64
 	_, pjs := connect()
+	// The service's batch and workers: acks sent while a consumer has no
+	// leader are lost, and their messages count against MaxAckPending
+	// until AckWait redelivers them; the test's small batches (128
+	// pending at most) let that stall a partition for AckWait (30 s).
 	cfg := b.RunnerConfig()
-	cfg.Owner = "P"
+	cfg.Owner, cfg.Workers, cfg.BatchSize = "P", 0, 0
 	cfg.OnTenure = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)
@@ -331,7 +335,7 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 
 	var stops atomic.Int64
 	cfg := b.RunnerConfig()
-	cfg.Owner, cfg.LeaseTTL = "P", 3*time.Second
+	cfg.Owner, cfg.LeaseTTL, cfg.Workers, cfg.BatchSize = "P", 3*time.Second, 0, 0 // the service's batches (see above)
 	cfg.OnTenure = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)
