@@ -57,6 +57,7 @@ fuzz:
 ## chaos: the fault tests' long variants: more load, more kills, longer outages
 chaos:
 	$(GO) test ./cmd/orderd -run '^TestChaos' -count=1 -timeout 20m -v -chaos.long
+	$(GO) test ./projector -run '^TestNATSCluster' -count=1 -timeout 20m -v -chaos.long
 
 ## bench: raw store limit, command throughput, accepted-to-visible latency, rebuild rate against the raw scan,
 ## rebuild under load, the relay's publish rate against raw async publishes, projection apply rate with

@@ -36,6 +36,13 @@ func (p *Publisher) Connected() bool {
 	return nc != nil && nc.IsConnected()
 }
 
+// CheckStream asks the stream the publisher sends to for its info (see
+// CheckStream): nil when it answers, an error wrapping ErrElecting while
+// its cluster elects a leader.
+func (p *Publisher) CheckStream(ctx context.Context) error {
+	return CheckStream(ctx, p.js, p.stream.Name)
+}
+
 // Publish sends every event of commits (each a commit's events, in
 // version order) and waits for the acks, all within the given time. A full
 // window of publishes awaiting acks makes a send wait. It returns the

@@ -31,6 +31,12 @@ type Publisher interface {
 	Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error)
 	// Connected reports whether the bus can be published to now.
 	Connected() bool
+	// CheckStream asks the stream published to whether it answers: nil
+	// when it does, an error wrapping domain.ErrUnavailable when the bus
+	// does not answer (its cluster electing a leader, an outage, this
+	// connection down), another error when it answers that it cannot serve
+	// this publisher (no such stream).
+	CheckStream(ctx context.Context) error
 }
 
 // Lease is a named claim held by one instance at a time (invariant 6),

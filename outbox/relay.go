@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -141,7 +142,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // the commits still queued one last round. The commits of a failed round
 // are tried again first, after a backoff, so an outage of NATS delays
 // them rather than leaving them to the sweep; a commit that fails
-// maxAttempts rounds while NATS is connected (it cannot be published, or
+// maxAttempts rounds while its stream answers (it cannot be published, or
 // JetStream refuses it), or that finds no room, is left to the sweep.
 func (r *Relay) publishLoop(ctx context.Context) {
 	var (
@@ -170,7 +171,7 @@ func (r *Relay) publishLoop(ctx context.Context) {
 				var left int
 				retry, left = r.requeue(retry, batch, acked, attempts)
 				r.out.log.Warn("own appends not published; trying again", "commits", len(batch)-len(acked), "left_to_sweep", left, "err", err)
-				backoff = min(max(2*backoff, 100*time.Millisecond), 5*time.Second)
+				backoff = min(max(2*backoff, 100*time.Millisecond), maxRetryPause)
 			} else {
 				backoff = 0
 			}
@@ -187,26 +188,35 @@ func (r *Relay) publishLoop(ctx context.Context) {
 	}
 }
 
-// maxAttempts is how many rounds with NATS connected may fail to publish
-// a commit before the Relay leaves it to the sweep.
+// maxAttempts is how many rounds with the stream answering may fail to
+// publish a commit before the Relay leaves it to the sweep.
 const maxAttempts = 5
 
 // requeue appends to retry the commits of batch that were not
 // acknowledged, up to QueueSize of them, counting an attempt for each
-// while NATS is connected. It returns the new retry list and how many
+// while the stream answers. It returns the new retry list and how many
 // commits it left to the sweep instead.
 func (r *Relay) requeue(retry, batch []domain.RecordedCommit, acked []string, attempts map[string]int) ([]domain.RecordedCommit, int) {
 	done := make(map[string]bool, len(acked))
 	for _, id := range acked {
 		done[id] = true
 	}
-	connected := r.out.pub.Connected()
+	// An outage of the bus (the stream does not answer: it is electing a
+	// leader, or its cluster is down) counts no attempt either: the
+	// commit is not at fault, and the sweep would fare no better.
+	counts := r.out.pub.Connected()
+	if counts {
+		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.AckTimeout, maxRetryPause))
+		err := r.out.pub.CheckStream(ctx)
+		cancel()
+		counts = !errors.Is(err, domain.ErrUnavailable)
+	}
 	left := 0
 	for _, d := range batch {
 		if done[d.ID] {
 			continue
 		}
-		if connected {
+		if counts {
 			attempts[d.ID]++
 		}
 		if attempts[d.ID] >= maxAttempts || len(retry) >= r.cfg.QueueSize {

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -24,10 +25,16 @@ const SweepLease = "relay"
 //
 // One Sweeper sweeps at a time, under the "relay" Lease (invariant 6);
 // the others stand by and claim it every LeaseTTL/3. A sweeper that cannot
-// do its work gives the lease up so a healthy instance takes over: at
-// once when its NATS connection is not connected, and after LeaseTTL/2
-// in which no round marked a commit while commits wait (it then claims no
-// lease for one LeaseTTL). A round's acks and its markers each take at most
+// do its work gives the lease up so a healthy instance takes over: when
+// its NATS connection has not been connected for LeaseTTL/2 (a client of
+// a cluster reconnects to another node sooner), and when no round marked a
+// commit for LeaseTTL/2 while commits wait although the stream answered
+// after each failed round (it then claims no lease for one LeaseTTL). An
+// outage of the bus itself (the stream does not answer, or its cluster is
+// electing a leader) is every instance's: the sweeper keeps its lease
+// through it, retries at most a second apart, and publishes as soon as
+// the stream is back. A standby whose connection comes back claims the
+// lease at once. A round's acks and its markers each take at most
 // LeaseTTL/4, and an idle sweeper's pace spaces its reads but not its
 // renewals, so renewals stay on time. An outbox read is not bounded (on
 // the embedded store it decodes the whole log); one that outlasts a
@@ -62,6 +69,8 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		reads      readCosts               // how long the last outbox reads took
 		readAt     time.Time               // idle: no outbox read before
 		uncertain  bool                    // the last claim or renewal failed
+		offline    time.Time               // since when NATS is not connected; zero when it is
+		outageAt   time.Time               // when the stream last did not answer after a failed round
 	)
 	defer func() {
 		// A claim that failed may still have landed: releasing a lease
@@ -72,12 +81,21 @@ func (s *Sweeper) Run(ctx context.Context) error {
 	}()
 	for ctx.Err() == nil {
 		now := time.Now()
+		connected := s.out.pub.Connected()
+		switch {
+		case connected:
+			offline = time.Time{}
+		case offline.IsZero():
+			offline = now
+		}
 		if leader {
 			reason := ""
 			switch {
-			case !s.out.pub.Connected():
+			case !connected && now.Sub(offline) > s.cfg.LeaseTTL/2:
 				reason = "nats not connected"
-			case backlog && now.Sub(progressAt) > s.cfg.LeaseTTL/2:
+			case connected && backlog && now.Sub(progressAt) > s.cfg.LeaseTTL/2 && now.Sub(outageAt) > s.cfg.LeaseTTL/2:
+				// The stream answered after every failed round of the
+				// last half lease: the trouble is this instance's.
 				reason = "no commit marked within half the lease"
 				restUntil = now.Add(s.cfg.LeaseTTL)
 			}
@@ -87,7 +105,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			}
 		}
 		renew := leader && now.Sub(renewedAt) >= s.cfg.LeaseTTL/3
-		claim := !leader && now.After(restUntil) && s.out.pub.Connected()
+		claim := !leader && now.After(restUntil) && connected
 		if renew || claim {
 			// Not cancelled by shutdown: a write cut off mid-flight may
 			// land after the release and hold the lease for a TTL.
@@ -112,6 +130,10 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			s.out.metrics.setLeader(leader)
 		}
 		wait := s.cfg.LeaseTTL / 3
+		if !leader && !connected {
+			// Claim as soon as the connection is back.
+			wait = min(wait, standbyPoll)
+		}
 		// The pace of an idle sweeper spaces its reads, not its renewals:
 		// a pace above a renewal period would let its lease lapse.
 		untilRenewal := func() time.Duration { return max(0, time.Until(renewedAt.Add(s.cfg.LeaseTTL/3))) }
@@ -155,7 +177,15 @@ func (s *Sweeper) Run(ctx context.Context) error {
 			switch {
 			case err != nil && ctx.Err() == nil:
 				backlog = true
-				backoff = min(max(2*backoff, 50*time.Millisecond), s.cfg.SweepInterval)
+				if cerr := s.checkStream(ctx); errors.Is(cerr, domain.ErrUnavailable) {
+					// An outage of the bus: another instance could publish
+					// no better.
+					if time.Since(outageAt) > s.cfg.LeaseTTL/2 {
+						s.out.log.Warn("relay sweep keeps its lease through a bus outage", "err", cerr)
+					}
+					outageAt = time.Now()
+				}
+				backoff = min(max(2*backoff, 50*time.Millisecond), s.cfg.SweepInterval, maxRetryPause)
 				s.out.log.Warn("outbox sweep failed", "err", err, "retry_in", backoff)
 				wait = backoff
 			case err == nil:
@@ -170,6 +200,24 @@ func (s *Sweeper) Run(ctx context.Context) error {
 		pause.For(ctx, wait)
 	}
 	return nil
+}
+
+// standbyPoll is how often a sweeper without the lease whose NATS
+// connection is down looks whether it is back, and maxRetryPause the
+// longest pause between two failed rounds: a bus back from an outage is
+// published to within about a second.
+const (
+	standbyPoll   = 100 * time.Millisecond
+	maxRetryPause = time.Second
+)
+
+// checkStream asks the bus whether the stream answers, within a second
+// at most (see Publisher.CheckStream): a stream that has a leader answers
+// in milliseconds.
+func (s *Sweeper) checkStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.LeaseTTL/4, maxRetryPause))
+	defer cancel()
+	return s.out.pub.CheckStream(ctx)
 }
 
 // standDown releases the lease, so a healthy standby claims it within a

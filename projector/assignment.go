@@ -3,11 +3,11 @@ package projector
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"time"
 
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -142,9 +142,7 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	r.log.Info("projection partition claimed: consuming", "partition", p)
 	go func() {
 		defer close(tn.done)
-		if err := r.consume(pctx, tn); err != nil && pctx.Err() == nil {
-			r.failed <- err
-		}
+		r.consumePartition(pctx, tn)
 		// Every worker has returned: nothing more is written.
 		if r.cfg.OnTenure != nil {
 			r.cfg.OnTenure(r.name, p, false)
@@ -284,13 +282,24 @@ func bounded(ctx context.Context, d time.Duration, f func(context.Context) (bool
 	return f(ctx)
 }
 
-// busReachable makes one JetStream API round trip, bounded by a quarter
-// of the lease.
+// busReachable asks the projection's stream for its info, bounded by a
+// quarter of the lease: the stream's leader answers it, also while the
+// cluster elects its meta leader, which the consumers do not need either.
+// Only this process's trouble counts: an error while its connection is
+// down, or an answer that it cannot consume (no such stream). A cluster
+// electing a leader, or a stream whose leader does not answer while this
+// process is connected, is every member's: releasing the partitions would
+// hand them to no one better, and stop consumers that work through it.
 func (r *Runner) busReachable(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	if _, err := r.js.AccountInfo(ctx); err != nil {
-		return fmt.Errorf("jetstream account info: %w", err)
+	err := bus.CheckStream(ctx, r.js, r.cfg.Stream)
+	if err == nil || errors.Is(err, bus.ErrElecting) {
+		return nil
 	}
-	return nil
+	if nc := r.js.Conn(); errors.Is(err, domain.ErrUnavailable) && nc != nil && nc.IsConnected() {
+		r.log.Warn("projection stream not answering; keeping the partitions", "err", err)
+		return nil
+	}
+	return err
 }

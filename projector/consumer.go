@@ -20,7 +20,34 @@ import (
 	"github.com/orderd/orderd/tracing"
 )
 
-// consume runs the workers of one partition until ctx is done.
+// consumePartition runs partition tn's workers until its tenure ends
+// (ctx done). When they fail (the consumer could not be looked up, was
+// deleted, or its iterator closed) they are started again after a backoff
+// within the tenure: one partition's trouble stays that partition's, and
+// the other partitions' workers never stop for it.
+func (r *Runner) consumePartition(ctx context.Context, tn *tenure) {
+	var backoff time.Duration
+	for ctx.Err() == nil {
+		began := time.Now()
+		err := r.consume(ctx, tn)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > r.cfg.LeaseTTL {
+			backoff = 0 // it ran a while: a new failure, not the same one
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), r.cfg.LeaseTTL/4)
+		if err == nil {
+			err = errors.New("workers returned")
+		}
+		r.setLastError(err)
+		r.log.Warn("projection partition consumer failed; restarting it", "partition", tn.p, "err", err, "retry_in", backoff)
+		pause.For(ctx, backoff)
+	}
+}
+
+// consume runs the workers of one partition until ctx is done, or until
+// one of them fails.
 func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 	cons, err := r.Consumer(ctx, tn.p)
 	if err != nil {
@@ -33,6 +60,17 @@ func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 	return g.Wait()
 }
 
+// pullExpiry is how long a pull request waits at the consumer's leader,
+// and pullHeartbeat how often the leader tells an idle puller that it is
+// there: a puller that misses two heartbeats pulls again, and so finds
+// the consumer's new leader about 2 s after a crash elected it (with the
+// client's defaults, 30 s and 5 s, a partition whose consumer leader's
+// node died stalled for 30 s on a three-node cluster).
+const (
+	pullExpiry    = 10 * time.Second
+	pullHeartbeat = time.Second
+)
+
 // work pulls continuously; the first message of a batch is waited for,
 // then a write slot (Writers), and the rest are whatever is buffered by
 // then, so a batch costs no extra latency at low load and grows to
@@ -40,7 +78,7 @@ func (r *Runner) consume(ctx context.Context, tn *tenure) error {
 // messages pulled and not handled are given back (Nak), so the
 // partition's next owner gets them at once rather than after AckWait.
 func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * r.cfg.BatchSize))
+	it, err := cons.Messages(jetstream.PullMaxMessages(2*r.cfg.BatchSize), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 	}

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -114,7 +115,6 @@ type Runner struct {
 	owned  map[int]*tenure
 	joined bool      // heartbeating as a member
 	busOK  time.Time // last time JetStream answered
-	failed chan error
 }
 
 // tenure is this process's hold on one partition, from its claim until
@@ -225,10 +225,13 @@ func (r *Runner) ConsumerName(p int) string { return fmt.Sprintf("proj_%s_p%02d"
 // FilterSubject is the subject filter of partition p: "<prefix>.<p>.>".
 func (r *Runner) FilterSubject(p int) string { return fmt.Sprintf("%s.%d.>", r.cfg.SubjectPrefix, p) }
 
-// Consumer creates or updates the durable consumer of partition p and
-// returns it.
+// Consumer returns the durable consumer of partition p, creating or
+// updating it only when it is missing or its settings differ: in a
+// cluster, looking a consumer up is answered by its leader, while creating
+// or updating one needs the meta leader, so a partition claimed during a
+// meta-leader election still starts.
 func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error) {
-	c, err := r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, jetstream.ConsumerConfig{
+	want := jetstream.ConsumerConfig{
 		Durable:       r.ConsumerName(p),
 		FilterSubject: r.FilterSubject(p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -236,19 +239,36 @@ func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		MaxDeliver:    -1,
 		MaxAckPending: 4 * r.cfg.Workers * r.cfg.BatchSize,
-	})
+	}
+	c, err := r.js.Consumer(ctx, r.cfg.Stream, want.Durable)
+	if err == nil && sameConsumer(c.CachedInfo().Config, want) {
+		return c, nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("consumer %s: %w", want.Durable, err)
+	}
+	c, err = r.js.CreateOrUpdateConsumer(ctx, r.cfg.Stream, want)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		return nil, fmt.Errorf("consumer %s: %w", want.Durable, err)
 	}
 	return c, nil
+}
+
+// sameConsumer reports whether have already holds every setting of want
+// that Consumer sets.
+func sameConsumer(have, want jetstream.ConsumerConfig) bool {
+	return have.Durable == want.Durable && have.FilterSubject == want.FilterSubject && len(have.FilterSubjects) == 0 &&
+		have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait && have.DeliverPolicy == want.DeliverPolicy &&
+		have.MaxDeliver == want.MaxDeliver && have.MaxAckPending == want.MaxAckPending
 }
 
 // Run ensures the indexes, the partitions' lease documents and consumers,
 // then joins the projection's members and consumes the partitions this
 // process is given, rebalancing every LeaseTTL/3, until ctx is done; then
 // it stops its workers, releases its partitions and leaves. It returns nil
-// on cancellation, and the error of a partition's consumer that could not
-// run (the caller restarts it).
+// on cancellation, and an error only when it could not start (the caller
+// restarts it): a partition whose consumer fails is restarted on its own,
+// and the other partitions' workers go on.
 func (r *Runner) Run(ctx context.Context) error {
 	if err := r.store.EnsureIndexes(ctx); err != nil {
 		return err
@@ -262,7 +282,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 	}
 	r.metrics.initProjection(r.name)
-	r.owned, r.joined, r.failed = map[int]*tenure{}, false, make(chan error, r.cfg.Partitions)
+	r.owned, r.joined = map[int]*tenure{}, false
 	defer r.leave(context.WithoutCancel(ctx), true)
 	// Renewals run on their own, so that the fences never wait for a
 	// slow rebalance.
@@ -282,8 +302,6 @@ func (r *Runner) Run(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				return nil
-			case err := <-r.failed:
-				return err
 			case <-sample.C:
 				r.sample(ctx)
 			case <-balance.C:

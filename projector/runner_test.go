@@ -539,3 +539,59 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	f := projectiontest.LoadFixture(t, ctx, es, ids)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
 }
+
+// TestRunnerPartitionConsumerFailureStaysItsOwn: when one partition's
+// consumer fails (here it is deleted under its workers, whose iterator
+// then closes), that partition's workers start again on a consumer
+// created anew, while the other partitions keep their tenures: Run does
+// not return, and no partition is released or claimed again.
+func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 90*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+	ts := newTenures(t)
+	var mu sync.Mutex
+	stops := map[int]int{}
+	cfg := b.RunnerConfig()
+	cfg.Owner = "A"
+	hook := ts.hook("A")
+	cfg.OnTenure = func(name string, p int, start bool) {
+		hook(name, p, start)
+		if !start {
+			mu.Lock()
+			stops[p]++
+			mu.Unlock()
+		}
+	}
+	p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
+	r := projector.NewRunner(p, b.JS, projector.NewDeadLetters(db), cfg, log, nil)
+	projectiontest.Go(t, "runner A", r.Run)
+	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"A": 4})
+	svc := domain.NewService(es, nil)
+	ids := writeOrders(t, ctx, svc, "one", 0, 8)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+
+	if err := b.JS.DeleteConsumer(ctx, b.Stream.Name, r.ConsumerName(1)); err != nil {
+		t.Fatal(err)
+	}
+	ids = append(ids, writeOrders(t, ctx, svc, "one", 8, 24)...)
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after partition 1's consumer was deleted", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	if _, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(1)); err != nil {
+		t.Errorf("partition 1's consumer after its workers started again: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(stops) != 0 {
+		t.Errorf("tenures stopped by partition: %v; want none (one partition's consumer failed)", stops)
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.starts["A"] != 4 {
+		t.Errorf("A started %d tenures, want its 4 once", ts.starts["A"])
+	}
+}

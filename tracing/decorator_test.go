@@ -81,7 +81,8 @@ type acking struct{ acked []int }
 func (p acking) Publish(context.Context, [][]domain.Event, time.Duration) ([]int, error) {
 	return p.acked, errors.New("ack timeout")
 }
-func (p acking) Connected() bool { return true }
+func (p acking) Connected() bool                   { return true }
+func (p acking) CheckStream(context.Context) error { return nil }
 
 func TestPublisherSpanPerCommitInItsCorrelationTrace(t *testing.T) {
 	recorder()

@@ -17,6 +17,7 @@ import (
 type Publishing interface {
 	Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error)
 	Connected() bool
+	CheckStream(ctx context.Context) error
 }
 
 // Publisher decorates a Publishing with a producer span "relay.publish"

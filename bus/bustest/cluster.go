@@ -1,0 +1,336 @@
+package bustest
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Cluster is a NATS JetStream cluster of servers on loopback, run in the
+// test process from the nats-server library the project pins, each
+// storing under its own temp dir: the three-node cluster of the
+// deployments, whose nodes a test can kill and start again on the same
+// ports and store.
+//
+// Every route between two nodes passes through a TCP proxy of its own, so
+// that Kill can cut a node off before it stops: a node that is shut down
+// while its peers still hear it hands its raft leaderships over at once,
+// where a crashed one leaves its peers to notice the silence and elect.
+type Cluster struct {
+	t       testing.TB
+	opts    []*server.Options
+	servers []*server.Server // nil while a node is down
+	links   [][]*link        // links[i][j]: node i's route to node j
+}
+
+// StartCluster starts n servers forming one JetStream cluster and waits
+// until it has a meta leader; the servers are shut down when the test
+// ends.
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	ports := freePorts(t, 2*n)
+	c := &Cluster{t: t, servers: make([]*server.Server, n), links: make([][]*link, n)}
+	for i := range n {
+		c.links[i] = make([]*link, n)
+		var routes []*url.URL
+		for j := range n {
+			if j == i {
+				continue
+			}
+			l := newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
+			c.links[i][j] = l
+			routes = append(routes, &url.URL{Scheme: "nats-route", Host: l.addr})
+		}
+		c.opts = append(c.opts, &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       ports[i],
+			JetStream:  true,
+			StoreDir:   t.TempDir(),
+			NoSigs:     true,
+			NoLog:      true,
+			Cluster:    server.ClusterOpts{Name: "orderd-test", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:     routes,
+		})
+	}
+	t.Cleanup(func() {
+		for i := range c.servers {
+			c.Shutdown(i)
+		}
+		for _, ls := range c.links {
+			for _, l := range ls {
+				if l != nil {
+					l.cut()
+				}
+			}
+		}
+	})
+	for i := range n {
+		c.Start(i)
+	}
+	c.WaitMetaLeader(60 * time.Second)
+	return c
+}
+
+// freePorts returns n loopback ports that were free a moment ago.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var out []int
+	var lns []net.Listener
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	for _, ln := range lns {
+		_ = ln.Close()
+	}
+	return out
+}
+
+// Start starts node i, on its ports and store dir, with its routes
+// joined again, and waits until it takes connections.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	if c.servers[i] != nil {
+		return
+	}
+	c.join(i)
+	s, err := server.NewServer(c.opts[i].Clone())
+	if err != nil {
+		c.t.Fatalf("nats node %d: %v", i, err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		c.t.Fatalf("nats node %d: not ready within 30s", i)
+	}
+	c.servers[i] = s
+}
+
+// Shutdown stops node i in order (its store stays): the raft groups it
+// leads hand their leadership over before it goes.
+func (c *Cluster) Shutdown(i int) {
+	if s := c.servers[i]; s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		c.servers[i] = nil
+	}
+}
+
+// Kill stops node i as a crash does: its routes are cut first, so its
+// peers hear nothing more from it, then it stops (its store stays). The
+// groups it led elect a new leader once their election timeout passes.
+func (c *Cluster) Kill(i int) {
+	for j := range c.links {
+		for _, l := range []*link{c.links[i][j], c.links[j][i]} {
+			if l != nil {
+				l.cut()
+			}
+		}
+	}
+	c.Shutdown(i)
+}
+
+// join opens node i's routes, cut by Kill.
+func (c *Cluster) join(i int) {
+	c.t.Helper()
+	for j := range c.links {
+		for _, l := range []*link{c.links[i][j], c.links[j][i]} {
+			if l != nil {
+				if err := l.open(); err != nil {
+					c.t.Fatalf("route of nats node %d: %v", i, err)
+				}
+			}
+		}
+	}
+}
+
+// URL is every node's client URL, comma-separated, for nats.Connect.
+func (c *Cluster) URL() string {
+	var urls []string
+	for _, o := range c.opts {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// Name is node i's server name.
+func (c *Cluster) Name(i int) string { return c.opts[i].ServerName }
+
+// MetaLeader is the node leading the JetStream meta group, -1 while none
+// of the running ones does.
+func (c *Cluster) MetaLeader() int {
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// StreamLeader is the node leading stream's group in the global account,
+// -1 while none of the running ones does.
+func (c *Cluster) StreamLeader(stream string) int {
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+// ConsumerLeader is the node leading the group of stream's consumer in
+// the global account, -1 while none of the running ones does.
+func (c *Cluster) ConsumerLeader(stream, consumer string) int {
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsConsumerLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream, consumer) {
+			return i
+		}
+	}
+	return -1
+}
+
+// StreamCurrent reports whether every running node's replica of stream is
+// current with its leader.
+func (c *Cluster) StreamCurrent(stream string) bool {
+	for _, s := range c.servers {
+		if s != nil && !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitMetaLeader waits until a running node leads the meta group and
+// returns it.
+func (c *Cluster) WaitMetaLeader(limit time.Duration) int {
+	c.t.Helper()
+	return c.wait(limit, "a JetStream meta leader", c.MetaLeader)
+}
+
+// WaitStreamLeader waits until a running node leads stream's group and
+// returns it.
+func (c *Cluster) WaitStreamLeader(stream string, limit time.Duration) int {
+	c.t.Helper()
+	return c.wait(limit, "a leader of stream "+stream, func() int { return c.StreamLeader(stream) })
+}
+
+func (c *Cluster) wait(limit time.Duration, what string, leader func() int) int {
+	c.t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		if i := leader(); i >= 0 {
+			return i
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no %s within %v", what, limit)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// link is a TCP proxy carrying one node's route to another, on a fixed
+// loopback address, which can be cut (every connection closed, nothing
+// accepted) and opened again.
+type link struct {
+	addr, target string
+	mu           sync.Mutex
+	ln           net.Listener
+	conns        []net.Conn
+}
+
+func newLink(t testing.TB, target string) *link {
+	t.Helper()
+	return &link{addr: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0]), target: target}
+}
+
+// open listens on the link's address, if it does not already.
+func (l *link) open() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		return nil
+	}
+	var ln net.Listener
+	var err error
+	// The port was just given up by a cut: it may take a moment to free.
+	for range 100 {
+		if ln, err = net.Listen("tcp", l.addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	l.ln = ln
+	go l.accept(ln)
+	return nil
+}
+
+func (l *link) accept(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.Dial("tcp", l.target)
+		if err != nil {
+			_ = c.Close()
+			continue
+		}
+		l.mu.Lock()
+		if l.ln != ln { // cut meanwhile
+			l.mu.Unlock()
+			_, _ = c.Close(), up.Close()
+			return
+		}
+		l.conns = append(l.conns, c, up)
+		l.mu.Unlock()
+		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
+	}
+}
+
+// cut closes the listener and every connection through the link.
+func (l *link) cut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ln != nil {
+		_ = l.ln.Close()
+		l.ln = nil
+	}
+	for _, c := range l.conns {
+		_ = c.Close()
+	}
+	l.conns = nil
+}
+
+// WaitConsumerLeader waits until a running node leads the group of
+// stream's consumer and returns it.
+func (c *Cluster) WaitConsumerLeader(stream, consumer string, limit time.Duration) int {
+	c.t.Helper()
+	return c.wait(limit, "a leader of consumer "+consumer, func() int { return c.ConsumerLeader(stream, consumer) })
+}
+
+// StreamPeers are the running nodes holding a replica of stream.
+func (c *Cluster) StreamPeers(stream string) []int {
+	var out []int
+	for i, s := range c.servers {
+		if s != nil && s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			out = append(out, i)
+		}
+	}
+	return out
+}

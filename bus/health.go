@@ -1,0 +1,73 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// ErrElecting means JetStream answered that its cluster has no leader to
+// serve the request yet: an election, which passes within seconds. It
+// wraps domain.ErrUnavailable.
+var ErrElecting = fmt.Errorf("jetstream cluster electing a leader: %w", domain.ErrUnavailable)
+
+// clusterNotAvailable is the error code of nats-server's "JetStream system
+// temporarily unavailable" (503), its answer while the meta group or the
+// stream's group has no leader.
+const clusterNotAvailable jetstream.ErrorCode = 10008
+
+// CheckStream asks for the stream name's info, which the stream's leader
+// answers (in a cluster also while the meta leader is being elected,
+// unlike account info, which only the meta leader answers): it is what the
+// relay publishes to and the projectors consume from. It returns nil when
+// the stream answers with a quorum of its replicas; an error wrapping
+// ErrElecting when the cluster answers that it has no leader yet; one
+// wrapping domain.ErrUnavailable when nothing answers in time (the stream
+// has no leader, or this connection is down) or its leader has no quorum;
+// and the request's error otherwise (no such stream).
+func CheckStream(ctx context.Context, js jetstream.JetStream, name string) error {
+	st, err := js.Stream(ctx, name)
+	switch {
+	case err == nil:
+		return quorum(name, st.CachedInfo())
+	case electing(err):
+		return fmt.Errorf("stream %s: %w: %w", name, ErrElecting, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
+		return fmt.Errorf("stream %s: %w: %w", name, domain.ErrUnavailable, err)
+	}
+	return fmt.Errorf("stream %s: %w", name, err)
+}
+
+// quorum returns nil when the leader of stream name sees a majority of
+// its replicas (itself included) current and online, so that what is
+// published to it can be stored; otherwise an error wrapping
+// domain.ErrUnavailable. A leader left alone answers for its stream's
+// info, but acknowledges nothing.
+func quorum(name string, info *jetstream.StreamInfo) error {
+	if info == nil || info.Cluster == nil || len(info.Cluster.Replicas) == 0 {
+		return nil
+	}
+	live := 1
+	for _, p := range info.Cluster.Replicas {
+		if p.Current && !p.Offline {
+			live++
+		}
+	}
+	if size := len(info.Cluster.Replicas) + 1; 2*live <= size {
+		return fmt.Errorf("stream %s: %w: %d of %d replicas current, no quorum", name, domain.ErrUnavailable, live, size)
+	}
+	return nil
+}
+
+// electing reports whether err is JetStream's answer that its cluster has
+// no leader for the request yet.
+func electing(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == clusterNotAvailable || apiErr.Code == 503)
+}
