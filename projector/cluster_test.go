@@ -16,9 +16,8 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/eventstore"
-	"github.com/orderd/orderd/eventstore/storetest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
@@ -88,12 +87,12 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// embedded store took over 2 s to do.
 	_, rjs := connect()
 	rcfg := outbox.Config{Owner: "relay-1", SweepGrace: 500 * time.Millisecond, AckTimeout: 5 * time.Second}
-	commits, pub := eventstore.New(db), bus.NewPublisher(rjs, stream)
+	commits, pub := mongodb.NewEventStore(db), bus.NewPublisher(rjs, stream)
 	relay := outbox.NewRelay(commits, pub, rcfg, log, nil)
 	projectiontest.Go(t, "relay", relay.Run)
 	lease := &countingLease{Lease: mongodb.NewLease(db, outbox.SweepLease, rcfg.Owner, outbox.DefaultLeaseTTL)}
 	projectiontest.Go(t, "relay sweep", outbox.NewSweeper(commits, pub, lease, rcfg, log, nil).Run)
-	es := projectiontest.NewLog(t, ctx, db, eventstore.WithAppendHook(relay.Appended))
+	es := projectiontest.NewLog(t, ctx, db, mongodb.WithAppendHook(relay.Appended))
 
 	// One projector process, own connection, with both projections and
 	// the service's lease TTL; each tenure that ends is counted.
@@ -110,10 +109,10 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 			stops.Add(1)
 		}
 	}
-	pointers := projection.NewPointers(db)
-	dead := projector.NewDeadLetters(db)
-	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, pointers), pjs, dead, cfg, log, nil)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, pointers), pjs, dead, cfg, log, nil)
+	pointers := mongodb.NewPointers(db)
+	dead := mongodb.NewDeadLetters(db)
+	sums := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, pointers), pjs, dead, cfg, log, nil)
+	stats := projector.NewRunner(mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, pointers), pjs, dead, cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 	waitOwners(t, ctx, sums, 30*time.Second, map[string]int{"P": 4})
@@ -158,7 +157,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 		load.Wait()
 	}()
 
-	reader := projection.NewReader(db, projection.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
 	probes := 0
 	// recovered measures, from now (the stream has a leader), how long new
 	// orders take to reach the read model: the relay and every partition's
@@ -341,10 +340,10 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 			stops.Add(1)
 		}
 	}
-	sums := projector.NewRunner(projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db)),
-		b.Connect(t), projector.NewDeadLetters(db), cfg, log, nil)
-	stats := projector.NewRunner(projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)),
-		b.Connect(t), projector.NewDeadLetters(db), cfg, log, nil)
+	sums := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)),
+		b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, nil)
+	stats := projector.NewRunner(mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)),
+		b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 	waitOwners(t, ctx, sums, 30*time.Second, map[string]int{"P": 4})

@@ -563,10 +563,10 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	p := projection.NewProjection(db, projection.OrderSummaries, es, nil, projection.NewPointers(db))
-	r := projector.NewRunner(p, b.JS, projector.NewDeadLetters(db), cfg, log, nil)
+	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
+	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, log, nil)
 	projectiontest.Go(t, "runner A", r.Run)
-	projectortest.Run(t, b, projection.NewProjection(db, projection.CustomerOrderStats, es, nil, projection.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"A": 4})
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "one", 0, 8)
