@@ -4,10 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
@@ -463,15 +461,8 @@ type restartableNATS struct {
 
 func newRestartableNATS(t *testing.T) *restartableNATS {
 	// Always an embedded server, also with NATS_URL: the test stops it.
-	r := &restartableNATS{t: t, dir: t.TempDir(), port: -1}
+	r := &restartableNATS{t: t, dir: t.TempDir(), port: freeport.Port(t)}
 	r.start()
-	u, err := url.Parse(r.srv.ClientURL())
-	if err != nil {
-		t.Fatalf("client url %q: %v", r.srv.ClientURL(), err)
-	}
-	if r.port, err = strconv.Atoi(u.Port()); err != nil {
-		t.Fatalf("client url %q: %v", r.srv.ClientURL(), err)
-	}
 	return r
 }
 
@@ -879,10 +870,10 @@ func TestSweeperPaceAfterAReadThatWaitedOutAnOutage(t *testing.T) {
 			store = nil
 		}
 	}
-	start("127.0.0.1:0")
+	addr := freeport.Addr(t)
+	start(addr)
 	t.Cleanup(stop)
 	uri := store.URI
-	addr := strings.TrimSuffix(strings.TrimPrefix(uri, "mongodb://"), "/")
 	cl, err := mongo.Connect(mongodb.ClientOptions(uri))
 	if err != nil {
 		t.Fatal(err)

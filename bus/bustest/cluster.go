@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/orderd/orderd/internal/freeport"
 )
 
 // Cluster is a NATS JetStream cluster of servers on loopback, run in the
@@ -35,7 +37,10 @@ type Cluster struct {
 // ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
-	ports := freePorts(t, 2*n)
+	ports := make([]int, 2*n)
+	for i := range ports {
+		ports[i] = freeport.Port(t)
+	}
 	c := &Cluster{t: t, servers: make([]*server.Server, n), links: make([][]*link, n)}
 	for i := range n {
 		c.links[i] = make([]*link, n)
@@ -77,25 +82,6 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	}
 	c.WaitMetaLeader(60 * time.Second)
 	return c
-}
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(t testing.TB, n int) []int {
-	t.Helper()
-	var out []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		out = append(out, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		_ = ln.Close()
-	}
-	return out
 }
 
 // Start starts node i, on its ports and store dir, with its routes
@@ -252,7 +238,7 @@ type link struct {
 
 func newLink(t testing.TB, target string) *link {
 	t.Helper()
-	return &link{addr: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1)[0]), target: target}
+	return &link{addr: freeport.Addr(t), target: target}
 }
 
 // open listens on the link's address, if it does not already.

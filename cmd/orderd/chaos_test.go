@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,6 +27,7 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
@@ -73,7 +72,7 @@ func (p *proc) url() string { return "http://" + p.addr }
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	t.Setenv("ADMIN_TOKEN", chaosToken) // read by the orderd processes
-	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeAddr(t), natsPort: freePort(t)}
+	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeport.Addr(t), natsPort: freeport.Port(t)}
 	c.startStore()
 	c.startNATS()
 	t.Cleanup(func() { // registered first: runs after the processes are killed
@@ -92,18 +91,6 @@ func newCluster(t *testing.T) *cluster {
 	t.Cleanup(func() { _ = c.mongo.Disconnect(context.Background()) })
 	return c
 }
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-func freeAddr(t testing.TB) string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 
 func (c *cluster) storeURI() string { return "mongodb://" + c.storeAddr + "/" }
 func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort) }
@@ -142,7 +129,7 @@ func (c *cluster) stopNATS() {
 // a fault the test injects next never meets a process still starting.
 func (c *cluster) add(name, roles string, args ...string) *proc {
 	c.t.Helper()
-	p := &proc{name: name, roles: roles, addr: freeAddr(c.t), args: args}
+	p := &proc{name: name, roles: roles, addr: freeport.Addr(c.t), args: args}
 	c.procs = append(c.procs, p)
 	c.start(p)
 	if !strings.Contains(p.roles, "api") {

@@ -18,6 +18,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
@@ -50,13 +51,13 @@ const (
 // limit. Run it with -benchtime 1x (make bench).
 func BenchmarkProjectionScaling(b *testing.B) {
 	dir := b.TempDir()
-	storeAddr := "127.0.0.1:" + fmt.Sprint(freePort(b))
+	storeAddr := freeport.Addr(b)
 	store, err := embedded.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = store.Close() })
-	natsPort := freePort(b)
+	natsPort := freeport.Port(b)
 	ns, err := embedded.StartNATS(filepath.Join(dir, "nats"), "127.0.0.1", natsPort)
 	if err != nil {
 		b.Fatal(err)
