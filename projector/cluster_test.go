@@ -338,7 +338,10 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 
 	var stops atomic.Int64
 	cfg := b.RunnerConfig()
-	cfg.Owner, cfg.LeaseTTL, cfg.Workers, cfg.BatchSize = "P", 3*time.Second, 0, 0 // the service's batches (see above)
+	// The service's lease TTL and batches (see above): with a TTL of 3 s,
+	// a machine whose cores were all busy beside the test delayed
+	// renewals past the fence (TTL/2) before any node was killed.
+	cfg.Owner, cfg.LeaseTTL, cfg.Workers, cfg.BatchSize = "P", 10*time.Second, 0, 0
 	cfg.OnTenure = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)
@@ -385,9 +388,9 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	t.Logf("killed %v; the meta group lost its leader after %v", killed, time.Since(start).Round(time.Millisecond))
 	stopsBefore := stops.Load()
 
-	// Two whole leases pass without a meta leader, while orders are
-	// written and projected.
-	until := time.Now().Add(2 * cfg.LeaseTTL)
+	// More than a whole lease passes without a meta leader, while orders
+	// are written and projected: every partition renews at least once.
+	until := time.Now().Add(3 * cfg.LeaseTTL / 2)
 	for i := 5; time.Now().Before(until); i += 2 {
 		ids = append(ids, writeOrders(t, ctx, svc, "q", i, i+2)...)
 	}
