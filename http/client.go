@@ -80,7 +80,17 @@ func (c *Client) URL(path string) string { return c.cfg.URL + path }
 type Error struct {
 	Problem
 	Method, Path string // of the request; Path with its query
-	err          error  // the domain error, or nil
+	// RetryAfter is the answer's Retry-After in seconds, as a duration;
+	// 0 when it had none (or gave a date).
+	RetryAfter time.Duration
+	err        error // the domain error, or nil
+}
+
+// Paused reports whether the service refused the command without running
+// it because its read models are behind (503 read-models-behind): sending
+// it again after RetryAfter is always safe.
+func (e *Error) Paused() bool {
+	return e.Status == http.StatusServiceUnavailable && e.Slug() == "read-models-behind"
 }
 
 func (e *Error) Error() string {
@@ -103,8 +113,11 @@ func (e *Error) Slug() string {
 func (e *Error) Text() string { return cmp.Or(e.Detail, e.Title) }
 
 // newError reads an answer of status to a request as an *Error.
-func newError(method, path string, status int, body []byte) *Error {
+func newError(method, path string, status int, h http.Header, body []byte) *Error {
 	e := &Error{Method: method, Path: path}
+	if secs, err := strconv.Atoi(h.Get("Retry-After")); err == nil && secs > 0 {
+		e.RetryAfter = time.Duration(secs) * time.Second
+	}
 	if json.Unmarshal(body, &e.Problem) != nil || e.Type == "" {
 		e.Problem = Problem{Detail: excerpt(body)}
 	}
@@ -168,7 +181,7 @@ func (c *Client) do(ctx context.Context, method, path string, h http.Header, in,
 		return nil, fmt.Errorf("%s %s: %d answer cut: %w", method, path, resp.StatusCode, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, newError(method, path, resp.StatusCode, body)
+		return nil, newError(method, path, resp.StatusCode, resp.Header, body)
 	}
 	if out != nil {
 		if err := json.Unmarshal(body, out); err != nil {

@@ -120,13 +120,18 @@ func (s *Server) lifecycle(name string, decodeBody func(echo.Context) (domain.Co
 	}
 }
 
-// execute reads the command headers and runs cmd.
+// execute reads the command headers and runs cmd, unless the admission
+// refuses it.
 func (s *Server) execute(c echo.Context, orderID string, cmd domain.Command) (domain.Result, error) {
 	opt, err := commandOptions(c)
 	if err != nil {
 		return domain.Result{}, err
 	}
 	start := time.Now()
+	if err := s.admit(c); err != nil {
+		s.metrics.refused(domain.CommandName(cmd))
+		return domain.Result{}, err
+	}
 	res, err := s.cfg.Commands.Execute(c.Request().Context(), orderID, cmd, opt)
 	s.metrics.command(domain.CommandName(cmd), res, err, time.Since(start))
 	return res, err

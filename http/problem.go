@@ -61,25 +61,28 @@ var codes = []struct {
 }
 
 var titles = map[string]string{
-	"malformed":    "Malformed request",
-	"validation":   "Validation failed",
-	"unsupported":  "Unsupported media type",
-	"too-large":    "Request body too large",
-	"route":        "No such route",
-	"method":       "Method not allowed",
-	"unauthorized": "Unauthorized",
-	"overloaded":   "Too many requests in flight",
-	"internal":     "Internal error",
+	"malformed":          "Malformed request",
+	"validation":         "Validation failed",
+	"unsupported":        "Unsupported media type",
+	"too-large":          "Request body too large",
+	"route":              "No such route",
+	"method":             "Method not allowed",
+	"unauthorized":       "Unauthorized",
+	"overloaded":         "Too many requests in flight",
+	"read-models-behind": "The read models are behind; commands paused",
+	"internal":           "Internal error",
 }
 
-// errorHandler writes every error as a problem document. It logs only 5xx.
+// errorHandler writes every error as a problem document. It logs only
+// 5xx, but for the service's own refusals (a pause of the commands).
 func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		p := toProblem(err)
-		if p.Status >= 500 {
+		var own *problemError // written here, for clients: no internals, and counted, not logged
+		if p.Status >= 500 && !errors.As(err, &own) {
 			if c.Request().Context().Err() == nil { // not a client that went away
 				log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", p.Status, "err", err,
 					"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "correlation_id", correlationID(c))

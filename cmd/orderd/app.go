@@ -280,6 +280,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
 			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
+		if js != nil && c.MaxLag > 0 {
+			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Name(), stats.Name()}, time.Second, m.Log.With("component", "admission"))
+			g.Go(func() error { return watch.Run(runCtx) })
+			hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
+		}
 		m.http = orderhttp.NewServer(hc)
 	} else {
 		// Health, readiness and metrics only, so that probes and scrapers

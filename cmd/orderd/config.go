@@ -33,6 +33,10 @@ type Config struct {
 	InstanceID string // ORDERD_INSTANCE_ID: the owner of this instance's leases and claims
 	HTTPAddr   string // ORDERD_HTTP_ADDR
 	CacheSize  int    // ORDERD_CACHE_SIZE: streams whose state the API caches
+	// MaxLag (ORDERD_MAX_LAG) is how many events the slowest read model
+	// may be behind before the API refuses commands with 503 and
+	// Retry-After; 0 takes commands whatever the lag.
+	MaxLag int
 
 	Log      LogConfig
 	Mongo    MongoConfig
@@ -107,7 +111,7 @@ type TracingConfig struct {
 // 27017, and each component's own defaults.
 func DefaultConfig() Config {
 	return Config{
-		Roles: "all", HTTPAddr: "127.0.0.1:8080", CacheSize: 100_000,
+		Roles: "all", HTTPAddr: "127.0.0.1:8080", CacheSize: 100_000, MaxLag: 10_000,
 		Log:      LogConfig{Format: "text", Level: "info"},
 		Mongo:    MongoConfig{Database: "orderd"},
 		Embedded: EmbeddedConfig{DataDir: "./data", StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
@@ -174,6 +178,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.OwnershipLog, "ORDERD_OWNERSHIP_LOG", "ownership-log", ownershipUsage)
 	fs.StringVar(&c.OwnershipLog, "tenure-log", c.OwnershipLog, "the same as -ownership-log (env ORDERD_TENURE_LOG)")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
+	num(&c.MaxLag, "ORDERD_MAX_LAG", "max-lag", "events the slowest read model may be behind before commands are refused with 503 and Retry-After until it catches up; 0: never refuse")
 	dur(&c.Relay.SweepInterval, "ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "pause between two sweeps of the outbox for commits an instance left unpublished (each API instance publishes its own appends at once)")
 	dur(&c.Relay.SweepGrace, "ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "age at which an unpublished commit is left to the sweep instead of its own instance")
 	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
@@ -213,8 +218,8 @@ func (c Config) Validate() error {
 	if c.Stream.Replicas < 1 || c.Stream.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.Stream.Replicas))
 	}
-	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.Relay.SweepInterval <= 0 || c.Relay.SweepGrace <= 0 {
-		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size >= 0, relay sweep interval and grace > 0"))
+	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.MaxLag < 0 || c.Relay.SweepInterval <= 0 || c.Relay.SweepGrace <= 0 {
+		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size and max lag >= 0, relay sweep interval and grace > 0"))
 	}
 	if c.Projector.Partitions < 1 || c.Projector.Partitions > 256 {
 		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Projector.Partitions))

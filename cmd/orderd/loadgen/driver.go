@@ -19,7 +19,7 @@ type driver struct {
 	width int           // digits of the order number
 	log   *lockedWriter // nil without cfg.Progress
 
-	started, done, commands, acked, refused, unknown, retries, races atomic.Int64
+	started, done, commands, acked, refused, unknown, retries, paused, races atomic.Int64
 }
 
 // lockedWriter serializes the lines written by the orders' goroutines.
@@ -53,9 +53,9 @@ func (d *driver) progress(start time.Time) (stop func()) {
 			case <-quit:
 				return
 			case <-t.C:
-				d.logf("%3.0fs  orders %d/%d (%d done)  commands %d  acked %d  refused %d  races %d  unknown %d  retries %d",
+				d.logf("%3.0fs  orders %d/%d (%d done)  commands %d  acked %d  refused %d  races %d  unknown %d  retries %d (paused %d)",
 					time.Since(start).Seconds(), d.started.Load(), d.cfg.Orders, d.done.Load(), d.commands.Load(),
-					d.acked.Load(), d.refused.Load(), d.races.Load(), d.unknown.Load(), d.retries.Load())
+					d.acked.Load(), d.refused.Load(), d.races.Load(), d.unknown.Load(), d.retries.Load(), d.paused.Load())
 			}
 		}
 	}()
@@ -65,7 +65,7 @@ func (d *driver) progress(start time.Time) (stop func()) {
 // orderResult is what driving one order did.
 type orderResult struct {
 	n                                              int
-	commands, races, raceWins, doubleWins, retries int
+	commands, races, raceWins, doubleWins, retries, paused int
 	refused                                        map[string]int
 	acks                                           []Ack
 	unexpected, unknown                            []string
@@ -151,6 +151,8 @@ func (d *driver) count(r *orderResult, a answer) {
 		r.retries += a.attempts - 1
 		d.retries.Add(int64(a.attempts - 1))
 	}
+	r.paused += a.paused
+	d.paused.Add(int64(a.paused))
 	switch a.outcome {
 	case acked:
 		d.acked.Add(1)

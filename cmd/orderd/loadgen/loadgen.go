@@ -192,6 +192,7 @@ feed:
 		rep.RaceWins += r.raceWins
 		rep.DoubleWins += r.doubleWins
 		rep.Retries += r.retries
+		rep.Paused += r.paused
 		for k, v := range r.refused {
 			rep.Refused[k] += v
 		}

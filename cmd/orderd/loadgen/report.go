@@ -50,6 +50,10 @@ type Report struct {
 	// Their orders were abandoned.
 	Unknown []string
 	Retries int // HTTP attempts beyond the first of each command
+	// Paused counts the retries that followed a 503 read-models-behind:
+	// the service refused the command unrun while its read models were
+	// behind, and the command was sent again after its Retry-After.
+	Paused int
 	// Acks lists every acknowledged command, order by order (by order
 	// number), each order's in the order sent: a race's side a before b.
 	Acks    []Ack
@@ -86,7 +90,7 @@ func (r *Report) Print(w io.Writer) error {
 		f("  refused    %-24s %d\n", k, r.Refused[k])
 	}
 	f("races        %d: won by one side %d, by both sides %d\n", r.Races, r.RaceWins, r.DoubleWins)
-	f("retries      %d\n", r.Retries)
+	f("retries      %d (%d after a pause while the read models were behind)\n", r.Retries, r.Paused)
 	f("elapsed      %v (%.0f commands/s)\n", r.Elapsed.Round(time.Millisecond), rate(r.Commands, r.Elapsed))
 	f("unexpected   %d\n", len(r.Unexpected))
 	for _, u := range r.Unexpected[:min(len(r.Unexpected), listed)] {

@@ -115,6 +115,7 @@ type answer struct {
 	status          string
 	replayed        bool
 	attempts        int // HTTP attempts made, at least 1 unless ctx had ended
+	paused          int // of which refused unrun while the read models were behind
 	malformedAnswer bool
 }
 
@@ -145,6 +146,18 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			return a
 		case !errors.As(err, &pe):
 			a.detail = err.Error()
+		case pe.Paused():
+			// Not run: the service asks for time to let its read models
+			// catch up. Waiting as told is not giving up on the command.
+			a.paused++
+			start = start.Add(pe.RetryAfter) // the wait does not count against RetryFor
+			t := time.NewTimer(max(pe.RetryAfter, firstBackoff))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+			case <-t.C:
+			}
+			continue
 		case pe.Status == http.StatusTooManyRequests || pe.Status >= 500:
 			a.detail = fmt.Sprintf("%d %s: %s", pe.Status, pe.Slug(), pe.Text())
 		default:

@@ -51,7 +51,8 @@ func newImporter(base string, timeout time.Duration, conns int) (*importer, erro
 func (r *importer) close() { r.tr.CloseIdleConnections() }
 
 // retry calls call, each attempt bounded by the timeout, again after no
-// answer or a 5xx, with backoff. It returns the last attempt's error, or
+// answer or a 5xx, with backoff, and after a pause of the commands (503
+// read-models-behind) once its Retry-After has passed. It returns the last attempt's error, or
 // ctx's when ctx ends while it waits.
 func (r *importer) retry(ctx context.Context, call func(ctx context.Context) error) error {
 	backoff := firstBackoff
@@ -59,10 +60,17 @@ func (r *importer) retry(ctx context.Context, call func(ctx context.Context) err
 		err := r.once(ctx, call)
 		var pe *orderhttp.Error
 		again := err != nil && !errors.Is(err, orderhttp.ErrUndecodable) && (!errors.As(err, &pe) || pe.Status >= 500)
+		wait := backoff
+		if pe != nil && pe.Paused() {
+			// Refused unrun while the read models catch up: wait as told,
+			// without spending an attempt.
+			attempt--
+			wait = max(pe.RetryAfter, firstBackoff)
+		}
 		if !again || attempt == attempts || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -1,0 +1,144 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
+)
+
+// TestCommandsPausedWhileReadModelsAreBehind: an API instance refuses
+// commands with 503 /problems/read-models-behind and a Retry-After while
+// the projections' consumers hold more than ORDERD_MAX_LAG unacknowledged
+// events, runs none of them (the log does not grow), still answers bad
+// input as such, and takes commands again once a projector has caught
+// up.
+func TestCommandsPausedWhileReadModelsAreBehind(t *testing.T) {
+	storeURI := storetest.MongoURI(t)
+	db := storetest.Database(t)
+	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown) // registered before the instances: runs after they closed
+	const maxLag = 6
+	start := func(id, roles string) *Main {
+		t.Helper()
+		return runMainDir(t, t.TempDir(), func(c *Config) {
+			c.Roles, c.Mongo.URI, c.Mongo.Database, c.NATS.URL = roles, storeURI, db.Name(), ns.ClientURL()
+			c.InstanceID, c.MaxLag = id, maxLag
+		})
+	}
+	// A first instance with every role creates the projections' durable
+	// consumers; they stay when it stops, and count what nobody applies.
+	all := start("admission-all", "all")
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 2 * all.Config.Projector.Partitions // two projections
+	consumers := 0
+	if !waitFor(60*time.Second, 50*time.Millisecond, func() bool {
+		consumers = 0
+		if st, err := js.Stream(t.Context(), all.Config.Stream.Name); err == nil {
+			names := st.ConsumerNames(t.Context())
+			for range names.Name() {
+				consumers++
+			}
+		}
+		return consumers == want
+	}) {
+		t.Fatalf("%d consumers on the stream; want %d", consumers, want)
+	}
+	closeMain(t, all)
+	api := start("admission-api", "api,relay")
+	c := newClient(t, api)
+
+	var refused response
+	placed := 0
+	if !waitFor(60*time.Second, 10*time.Millisecond, func() bool {
+		r := c.do("POST", "/v1/orders", fmt.Sprintf(`{"order_id":"adm-%d","customer_id":"c1","currency":"BRL","items":[{"sku":"s","quantity":1,"unit_price_cents":100}]}`, placed))
+		switch r.Status {
+		case http.StatusCreated:
+			placed++
+			return false
+		case http.StatusServiceUnavailable:
+			refused = r
+			return true
+		}
+		t.Fatalf("place order: %v", r)
+		return false
+	}) {
+		t.Fatalf("%d orders placed with no projector running and max lag %d, none refused", placed, maxLag)
+	}
+	if placed <= maxLag {
+		t.Errorf("refused after %d orders, at most %d events behind; want more than %d", placed, placed, maxLag)
+	}
+	var p struct{ Type, Detail string }
+	refused.decode(t, &p)
+	secs, err := strconv.Atoi(refused.Header.Get("Retry-After"))
+	if p.Type != "/problems/read-models-behind" || err != nil || secs < 1 || secs > 30 || !strings.Contains(p.Detail, "events behind") {
+		t.Errorf("refused command: %v, Retry-After %q; want /problems/read-models-behind naming the lag and Retry-After 1-30 s", refused, refused.Header.Get("Retry-After"))
+	}
+	// Nothing refused reached the log; bad input is still answered as such.
+	logged, err := db.Collection(mongodb.CommitsCollection).CountDocuments(t.Context(), bson.D{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logged != int64(placed) {
+		t.Errorf("%d commits in the log after %d orders were placed and one refused", logged, placed)
+	}
+	c.must(http.StatusUnprocessableEntity, "POST", "/v1/orders", `{"customer_id":"c1","currency":"BRL","items":[]}`)
+	if got := c.must(http.StatusServiceUnavailable, "POST", "/v1/orders/adm-0/approve", ""); !strings.Contains(string(got.Body), "read-models-behind") {
+		t.Errorf("approve while behind: %v", got)
+	}
+	if n := metric(t, c, `orderd_commands_total{command="approve",outcome="read-models-behind"}`); n < 1 {
+		t.Errorf("refusals counted: %v; want at least 1", n)
+	}
+
+	// A projector catches up; commands are taken again.
+	start("admission-projector", "projector")
+	var last response
+	if !waitFor(60*time.Second, 50*time.Millisecond, func() bool {
+		last = c.do("POST", "/v1/orders/adm-0/approve", "")
+		return last.Status == http.StatusOK
+	}) {
+		t.Fatalf("approve after a projector started: %v; want 200 once the read models caught up", last)
+	}
+	if n := metric(t, c, "orderd_admission_projection_lag"); n < 0 || n > maxLag {
+		t.Errorf("orderd_admission_projection_lag %v after the catch-up; want 0-%d", n, maxLag)
+	}
+}
+
+// metric returns the value of the sample named series (name with its
+// labels, as /metrics prints it), failing the test when it is missing.
+func metric(t *testing.T, c *client, series string) float64 {
+	t.Helper()
+	r := c.must(http.StatusOK, "GET", "/metrics", "")
+	for _, line := range strings.Split(string(r.Body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", series, v)
+			}
+			return f
+		}
+	}
+	t.Fatalf("/metrics has no %s", series)
+	return 0
+}

@@ -1,0 +1,129 @@
+package projector
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// LagWatch samples the lag of projections from JetStream, whichever
+// processes run them: every interval it lists the stream's consumers (one
+// paged request, not one per partition) and sums, per projection, what its
+// partitions' consumers ("proj_<name>_pNN") have not acknowledged
+// (pending plus in flight), and their ack floors, whose change over time
+// is the rate at which the projection applies. An API instance uses it to
+// refuse commands while the read models are too far behind (Admission).
+type LagWatch struct {
+	js          jetstream.JetStream
+	stream      string
+	projections []string
+	interval    time.Duration
+	log         *slog.Logger
+
+	mu   sync.Mutex
+	last LagSample
+	prev LagSample
+}
+
+// LagSample is one reading of a LagWatch.
+type LagSample struct {
+	At  time.Time
+	Lag map[string]uint64 // messages not acknowledged, by projection
+	// acked sums, by projection, its consumers' ack floors.
+	acked map[string]uint64
+}
+
+// NewLagWatch watches the named projections' consumers on stream,
+// reading them every interval [1s].
+func NewLagWatch(js jetstream.JetStream, stream string, projections []string, interval time.Duration, log *slog.Logger) *LagWatch {
+	if interval <= 0 {
+		interval = time.Second
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &LagWatch{js: js, stream: stream, projections: projections, interval: interval, log: log}
+}
+
+// Run samples until ctx is done; it returns nil then. A failed reading
+// is logged and leaves the last sample as it was (it ages: see Latest).
+func (w *LagWatch) Run(ctx context.Context) error {
+	t := time.NewTicker(w.interval)
+	defer t.Stop()
+	failing := false
+	for {
+		rctx, cancel := context.WithTimeout(ctx, w.interval)
+		s, err := w.read(rctx)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil && !failing:
+			w.log.Warn("projection lag not readable; commands are admitted without it", "err", err)
+			failing = true
+		case err == nil:
+			if failing {
+				w.log.Info("projection lag readable again")
+			}
+			failing = false
+			w.mu.Lock()
+			w.prev, w.last = w.last, s
+			w.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// read lists the stream's consumers once.
+func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
+	s := LagSample{Lag: map[string]uint64{}, acked: map[string]uint64{}}
+	st, err := w.js.Stream(ctx, w.stream)
+	if err != nil {
+		return s, fmt.Errorf("stream %s: %w", w.stream, err)
+	}
+	ls := st.ListConsumers(ctx)
+	for info := range ls.Info() {
+		for _, p := range w.projections {
+			if strings.HasPrefix(info.Name, "proj_"+p+"_p") {
+				s.Lag[p] += unacked(info)
+				s.acked[p] += info.AckFloor.Consumer
+			}
+		}
+	}
+	if err := ls.Err(); err != nil {
+		return s, fmt.Errorf("consumers of %s: %w", w.stream, err)
+	}
+	s.At = time.Now()
+	return s, nil
+}
+
+// Latest returns the largest lag among the projections in the last
+// sample, the projection that has it, the rate in events per second at
+// which that projection applied between the last two samples (0 when
+// unknown), and whether the sample is fresh: taken within three
+// intervals. A stale or missing sample says nothing about the lag.
+func (w *LagWatch) Latest() (lag uint64, projection string, rate float64, fresh bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.At.IsZero() || time.Since(w.last.At) > 3*w.interval {
+		return 0, "", 0, false
+	}
+	for _, p := range w.projections {
+		if n := w.last.Lag[p]; n > lag || projection == "" {
+			lag, projection = n, p
+		}
+	}
+	if dt := w.last.At.Sub(w.prev.At).Seconds(); !w.prev.At.IsZero() && dt > 0 && w.last.acked[projection] >= w.prev.acked[projection] {
+		rate = float64(w.last.acked[projection]-w.prev.acked[projection]) / dt
+	}
+	return lag, projection, rate, true
+}
