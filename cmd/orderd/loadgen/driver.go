@@ -64,11 +64,11 @@ func (d *driver) progress(start time.Time) (stop func()) {
 
 // orderResult is what driving one order did.
 type orderResult struct {
-	n                                              int
+	n                                                      int
 	commands, races, raceWins, doubleWins, retries, paused int
-	refused                                        map[string]int
-	acks                                           []Ack
-	unexpected, unknown                            []string
+	refused                                                map[string]int
+	acks                                                   []Ack
+	unexpected, unknown                                    []string
 }
 
 // order is the state of an order as its last acknowledged answer has it.
