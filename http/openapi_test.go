@@ -162,7 +162,7 @@ func TestOpenAPIServedAlways(t *testing.T) {
 // TestOpenAPIBodyLimitOnEveryRoute checks the one 4xx every operation
 // documents, also those that take no body: the body limit is the server's
 // (NewServer), so a declared Content-Length over it is refused with 413
-// before routing to the handler, and before the admin token check.
+// before the handler runs, and before the admin token check.
 func TestOpenAPIBodyLimitOnEveryRoute(t *testing.T) {
 	e := newOpenAPIEnv(t)
 	_, doc := openAPIDoc(t, e)
