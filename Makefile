@@ -8,7 +8,7 @@ MODULE  := $(shell $(GO) list -m)
 # go.dev/issue/75804, fixed in Go 1.27). A count has no deadline to race.
 FUZZTIME ?= 20000x
 
-.PHONY: all build run test test-short lint fuzz chaos bench bench-1m replay clean browser screenshots
+.PHONY: all build run test test-short lint lint-api node fuzz chaos bench bench-1m replay clean browser screenshots
 
 all: lint build
 
@@ -24,7 +24,7 @@ test: lint browser
 	$(GO) test -race -count=1 -timeout 20m ./...
 	$(MAKE) fuzz FUZZTIME=$(FUZZTIME)
 
-lint:
+lint: lint-api
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './data/*')); \
 	  if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
@@ -35,6 +35,32 @@ lint:
 	@v1=$$(grep -rn --include='*.go' '"go.mongodb.org/mongo-driver/' . | grep -v -e '^./data/' -e 'mongo-driver/v2/' || true); \
 	  if [ -n "$$v1" ]; then echo "the MongoDB driver is v2; these import v1:"; echo "$$v1"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
+
+## lint-api: http/openapi.json under Redocly's recommended rules and Spectral's
+## spectral:oas ruleset (tools/apilint); an error in either fails, warnings are shown
+APILINT := tools/apilint
+lint-api: $(APILINT)/node_modules/.installed
+	@rc=0; \
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	  $(APILINT)/node_modules/.bin/redocly lint --config $(APILINT)/redocly.yaml --format=stylish http/openapi.json || rc=1; \
+	$(APILINT)/node_modules/.bin/spectral lint --ruleset $(APILINT)/.spectral.yaml http/openapi.json || rc=1; \
+	exit $$rc
+
+# The linters' pinned install, redone when the lock file changes: npm ci
+# empties node_modules first, so the stamp exists only after a whole
+# install. No install scripts: the linters need none (core-js prints a
+# banner, @scarf/scarf reports the install to its vendor).
+$(APILINT)/node_modules/.installed: $(APILINT)/package.json $(APILINT)/package-lock.json | node
+	npm ci --prefix $(APILINT) --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+## node: Debian's nodejs and npm, which run the API linters
+node:
+	@pkgs=$$(command -v node >/dev/null || echo nodejs; command -v npm >/dev/null || echo npm); \
+	if [ -n "$$pkgs" ]; then \
+	  echo "installing Debian's $$pkgs for the API linters"; \
+	  sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq $$pkgs; fi
 
 ## browser: Debian's chromium, which the console's browser tests drive (they fail without it)
 browser:

@@ -159,6 +159,27 @@ func TestOpenAPIServedAlways(t *testing.T) {
 	}
 }
 
+// TestOpenAPIBodyLimitOnEveryRoute checks the one 4xx every operation
+// documents, also those that take no body: the body limit is the server's
+// (NewServer), so a declared Content-Length over it is refused with 413
+// before the handler runs, and before the admin token check.
+func TestOpenAPIBodyLimitOnEveryRoute(t *testing.T) {
+	e := newOpenAPIEnv(t)
+	_, doc := openAPIDoc(t, e)
+	paths := doc["paths"].(map[string]any)
+	big := strings.Repeat(" ", 1<<20+1)
+	for _, route := range documentedRoutes(doc) {
+		method, path, _ := strings.Cut(route, " ")
+		op := paths[path].(map[string]any)[strings.ToLower(method)].(map[string]any)
+		if _, ok := op["responses"].(map[string]any)["413"]; !ok {
+			t.Errorf("%s: no 413 response", route)
+		}
+		target := templateParam.ReplaceAllString(path, "x")
+		rec := e.do(t, req{Method: method, Path: target, Body: big})
+		wantProblem(t, rec, http.StatusRequestEntityTooLarge, tooLarge)
+	}
+}
+
 // registeredRoutes returns the server's routes as "METHOD /path" with
 // echo's ":param" as "{param}", sorted, leaving out echo's not-found
 // routes of groups.
