@@ -14,6 +14,9 @@ import (
 
 const dashboardPath = "../../deployments/grafana/orderd-dashboard.json"
 
+// operationsPath is the guide that lists the metrics.
+const operationsPath = "../../docs/operations.md"
+
 // metricName matches the names of the program's and the Go client's
 // metrics in PromQL.
 var metricName = regexp.MustCompile(`\b(?:orderd|process|go)_[a-z0-9_]*[a-z0-9]\b`)
@@ -159,6 +162,16 @@ func TestDashboard(t *testing.T) {
 	}
 	for _, n := range missing {
 		t.Errorf("%s names %s (in %s), which GET /metrics does not expose", dashboardPath, n, strings.Join(used[n], ", "))
+	}
+	// The operations guide lists every metric of the program.
+	ops, err := os.ReadFile(operationsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range fams {
+		if strings.HasPrefix(f, "orderd_") && !strings.Contains(string(ops), "`"+f+"`") {
+			t.Errorf("%s does not list %s, which GET /metrics exposes", operationsPath, f)
+		}
 	}
 	if len(missing) > 0 {
 		var have []string
