@@ -141,7 +141,7 @@ func NewServer(cfg Config) *Server {
 	// for them), so a wrong method there got 404, not 405 with Allow. No
 	// route outside /v1 takes a body. The admin group keeps its token
 	// check: before it, nothing tells which admin routes exist.
-	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
+	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
 		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
 
 	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })

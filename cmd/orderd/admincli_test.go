@@ -165,6 +165,11 @@ func TestAdminCLI(t *testing.T) {
 		if !strings.Contains(r.stderr, "rebuild ") {
 			t.Errorf("no progress on stderr: %q", r.stderr)
 		}
+		// The summary splits the run into the scan and the verify and
+		// switch after it, instead of calling all of it scanning.
+		if d := tableValue(r.stdout, "duration"); !regexp.MustCompile(`\(scanning \S+, verifying and switching \S+\)$`).MatchString(d) {
+			t.Errorf("duration %q, want the scan and the verify and switch apart", d)
+		}
 		active := tableValue(r.stdout, "active collection")
 
 		var list struct {

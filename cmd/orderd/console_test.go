@@ -170,6 +170,42 @@ func (p *page) open(route, pageName string) {
 	p.waitJS(10*time.Second, "page "+pageName, fmt.Sprintf(`document.getElementById('page').dataset.page === %q && !document.getElementById('page').hidden`, pageName))
 }
 
+// fitsWindow checks that the page shown is no wider than the window
+// (a horizontal scroll bar hides columns off to the right) and that its
+// column headers are labels, not the API's snake_case keys.
+func (p *page) fitsWindow(what string) {
+	p.t.Helper()
+	var size struct{ Scroll, Inner int }
+	p.eval(`({Scroll: document.documentElement.scrollWidth, Inner: window.innerWidth})`, &size)
+	if size.Scroll > size.Inner {
+		var wide []string
+		p.eval(`Array.from(document.querySelectorAll('#page *')).filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && e.parentElement.getBoundingClientRect().right <= window.innerWidth + 1).slice(0, 8).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className && typeof e.className === 'string' ? '.' + e.className.split(' ').join('.') : '') + ' ' + Math.round(e.getBoundingClientRect().width) + 'px')`, &wide)
+		p.t.Errorf("%s: the document is %d px wide in a %d px window; first elements past the edge: %q", what, size.Scroll, size.Inner, wide)
+	}
+	var raw []string
+	p.eval(`Array.from(document.querySelectorAll('#page thead th')).map(th => th.textContent.trim()).filter(s => /\b[a-z0-9]+_[a-z0-9_]+\b/.test(s))`, &raw)
+	if len(raw) != 0 {
+		p.t.Errorf("%s: column headers with raw keys: %q", what, raw)
+	}
+}
+
+// idleCharts checks the projections page's charts whose samples are all
+// zero: each must say it has nothing to show yet, not claim a maximum of
+// 1.0, and at least one such chart must be on the page.
+func (p *page) idleCharts() {
+	p.t.Helper()
+	var idle []struct{ Caption, Axis string }
+	p.eval(`Array.from(document.querySelectorAll('figure.chart')).filter(f => f.dataset.max === '0').map(f => ({Caption: f.querySelector('figcaption').textContent, Axis: Array.from(f.querySelectorAll('svg text')).map(t => t.textContent).join(' | ') + ' | ' + f.querySelector('svg').getAttribute('aria-label')}))`, &idle)
+	if len(idle) == 0 {
+		p.t.Fatal("no idle chart on the projections page to check")
+	}
+	for _, c := range idle {
+		if strings.Contains(c.Caption, "max 1.0") || strings.Contains(c.Axis, "1.0") || !strings.Contains(c.Caption, "nothing yet") {
+			p.t.Errorf("idle chart: caption %q, axis %q; want no max of 1.0 and a caption that says nothing has happened yet", c.Caption, c.Axis)
+		}
+	}
+}
+
 // TestConsole boots the service, places and moves orders, and drives
 // every page of the operator console in headless Chromium.
 func TestConsole(t *testing.T) {
@@ -202,6 +238,7 @@ func TestConsole(t *testing.T) {
 			f(t, p)
 		})
 	}
+	var rebuildRoute, verifyRoute string // the job pages the subtests left
 	ok := true
 	ok = ok && t.Run("login", func(t *testing.T) {
 		p := &page{t: t, tab: tab}
@@ -248,6 +285,9 @@ func TestConsole(t *testing.T) {
 				t.Errorf("%s row: %q", name, cells)
 			}
 		}
+		// Nothing has moved since the page opened: the charts are flat at
+		// zero and must say so instead of drawing an axis up to 1.0.
+		p.idleCharts()
 
 		// Orders placed while the page samples: the apply rate rises above
 		// zero and the lag returns to 0.
@@ -293,6 +333,7 @@ func TestConsole(t *testing.T) {
 		if !cancelDisabled {
 			t.Error("cancel is offered for a finished rebuild")
 		}
+		rebuildRoute = eval[string](p, `location.hash`)
 		p.save("rebuild")
 	})
 
@@ -341,6 +382,7 @@ func TestConsole(t *testing.T) {
 		if left == "" || right == "" || left == right {
 			t.Errorf("digests side by side: %q and %q, want two different ones", left, right)
 		}
+		verifyRoute = eval[string](p, `location.hash`)
 		p.save("verify")
 
 		startVerify(true)
@@ -449,6 +491,43 @@ func TestConsole(t *testing.T) {
 		p.open("#/order/no-such-order", "order")
 		p.waitJS(10*time.Second, "the 404 problem document",
 			`document.querySelector('#order-events .problem[data-problem-type="/problems/not-found"][data-status="404"]') !== null`)
+	})
+
+	// Every page, filled as the subtests above left it, fits the window
+	// of a laptop and of a phone: no page is wider than the window, and
+	// no column header is a raw JSON key.
+	sub("layout", func(t *testing.T, p *page) {
+		// An order as the Olist import writes them: ids of 32 hex digits
+		// and several items, whose JSON has no place to break a line.
+		items := make([]string, 6)
+		for i := range items {
+			items[i] = fmt.Sprintf(`{"sku":"4244733e06e7ecb4970a6e2683c13e%02x","quantity":%d,"unit_price_cents":%d}`, i, i+1, 1990+i)
+		}
+		var wide commandAnswer
+		c.must(http.StatusCreated, "POST", "/v1/orders", fmt.Sprintf(`{"order_id":%q,"customer_id":%q,"currency":"BRL","items":[%s],"freight_cents":1500}`,
+			"e481f51cbdc54678b7cc49136f2d6af7", "9ef432eb6251297304e76186b10a928d", strings.Join(items, ","))).decode(t, &wide)
+		c.summaryEqualsOrder(wide.OrderID, wide.Version)
+		routes := []struct{ route, page, ready string }{
+			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 2`},
+			{rebuildRoute, "rebuild", `document.querySelector('#rebuild-job[data-state=succeeded] #tasks') !== null`},
+			{verifyRoute, "verify", `document.querySelector('#verify-examples tr[data-id="con-2"]') !== null`},
+			{"#/dead-letters", "dead-letters", `document.getElementById('dead-updated').textContent.includes('updated')`},
+			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 2`},
+			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 2`},
+		}
+		for _, w := range []int64{1400, 390} {
+			p.run(10*time.Second, fmt.Sprintf("a %d px wide window", w), chromedp.EmulateViewport(w, 900))
+			for _, r := range routes {
+				if r.route == "" {
+					t.Errorf("no %s job to show: its subtest failed", r.page)
+					continue
+				}
+				p.open(r.route, r.page)
+				p.waitJS(20*time.Second, r.route+" filled", r.ready)
+				p.fitsWindow(fmt.Sprintf("%s at %d px", r.route, w))
+			}
+		}
+		p.run(10*time.Second, "the window's own size", chromedp.EmulateReset())
 	})
 
 	sub("401 signs out", func(t *testing.T, p *page) {

@@ -14,6 +14,9 @@ import (
 
 const dashboardPath = "../../deployments/grafana/orderd-dashboard.json"
 
+// operationsPath is the guide that lists the metrics.
+const operationsPath = "../../docs/operations.md"
+
 // metricName matches the names of the program's and the Go client's
 // metrics in PromQL.
 var metricName = regexp.MustCompile(`\b(?:orderd|process|go)_[a-z0-9_]*[a-z0-9]\b`)
@@ -80,6 +83,16 @@ func missingMetrics(names []string, fams map[string]string) []string {
 	return missing
 }
 
+// dashboardRequired are metrics the dashboard must chart.
+var dashboardRequired = []string{
+	"orderd_command_duration_seconds_bucket",
+	"orderd_read_request_duration_seconds_bucket",
+	"orderd_read_request_duration_seconds_count",
+	"orderd_read_request_errors_total",
+	"orderd_projection_partition_lag",
+	"orderd_projection_partition_events_applied_total",
+}
+
 // TestDashboard checks the Grafana dashboard against the running program:
 // every metric its queries name is exposed by GET /metrics, once one
 // order went through the API and the projections (families with labels
@@ -115,6 +128,14 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("found only %d queries naming %d metrics in %s; is the walk of the JSON broken?", len(queries), len(names), dashboardPath)
 	}
 
+	// The panels operators asked for are there: latency of commands and
+	// reads, read errors, and each partition's lag and apply rate.
+	for _, n := range dashboardRequired {
+		if len(used[n]) == 0 {
+			t.Errorf("no panel of %s queries %s", dashboardPath, n)
+		}
+	}
+
 	// The check itself finds a metric that does not exist.
 	if got := missingMetrics([]string{"orderd_no_such_metric_total", "orderd_append_duration_seconds_bucket", "go_goroutines_bucket"},
 		map[string]string{"orderd_append_duration_seconds": "histogram", "go_goroutines": "gauge"}); !slices.Equal(got, []string{"orderd_no_such_metric_total", "go_goroutines_bucket"}) {
@@ -126,6 +147,8 @@ func TestDashboard(t *testing.T) {
 	a := c.place("order-dash-1", "cust-dash", 1, 990, 0)
 	c.summaryEqualsOrder("order-dash-1", a.Version)
 	c.waitStats("cust-dash", func(s customerStats) bool { return s.OrderCount == 1 })
+	// A read error, so that the read errors' family has a series.
+	c.must(http.StatusNotFound, "GET", "/v1/orders/order-dash-none", "")
 
 	// The samplers (consumer lag, dead letters) run at each projector's
 	// start: allow them a moment.
@@ -139,6 +162,16 @@ func TestDashboard(t *testing.T) {
 	}
 	for _, n := range missing {
 		t.Errorf("%s names %s (in %s), which GET /metrics does not expose", dashboardPath, n, strings.Join(used[n], ", "))
+	}
+	// The operations guide lists every metric of the program.
+	ops, err := os.ReadFile(operationsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f := range fams {
+		if strings.HasPrefix(f, "orderd_") && !strings.Contains(string(ops), "`"+f+"`") {
+			t.Errorf("%s does not list %s, which GET /metrics exposes", operationsPath, f)
+		}
 	}
 	if len(missing) > 0 {
 		var have []string
@@ -176,6 +209,11 @@ func checkDashboardShape(t *testing.T, dash map[string]any) {
 	}
 	panels, _ := dash["panels"].([]any)
 	ids := map[float64]bool{}
+	type rect struct {
+		title      any
+		x, y, w, h float64
+	}
+	var placed []rect
 	graphs := 0
 	for _, x := range panels {
 		p, _ := x.(map[string]any)
@@ -188,6 +226,14 @@ func checkDashboardShape(t *testing.T, dash map[string]any) {
 		if w, _ := pos["w"].(float64); w <= 0 || w+pos["x"].(float64) > 24 {
 			t.Errorf("panel %q: gridPos %v outside the 24 columns", p["title"], pos)
 		}
+		// Grafana moves an overlapping panel down on import, out of its row.
+		r := rect{p["title"], pos["x"].(float64), pos["y"].(float64), pos["w"].(float64), pos["h"].(float64)}
+		for _, o := range placed {
+			if r.x < o.x+o.w && o.x < r.x+r.w && r.y < o.y+o.h && o.y < r.y+r.h {
+				t.Errorf("panels %q and %q overlap", r.title, o.title)
+			}
+		}
+		placed = append(placed, r)
 		if p["type"] == "row" {
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
@@ -28,7 +29,9 @@ Examples:
   orderd rebuild order_summaries -wait -partitions 4    start and follow until it ends
   orderd rebuild order_summaries -cancel <job-id>       ask a running rebuild to stop
 
-With -wait a progress line goes to stderr and a summary to stdout; the exit
+With -wait the rebuild's phase (1/3 scanning the log into the shadow, 2/3
+verifying the shadow against the log, 3/3 switching reads to it), its
+progress and the phase's ETA go to stderr, and a summary to stdout; the exit
 status is 0 only when the rebuild succeeded. Ctrl-C stops waiting but not
 the rebuild, which keeps running on the server. -cancel stops it: the
 active collection then stays as it was.
@@ -113,8 +116,18 @@ func printRebuild(w io.Writer, job domain.Job, active string) error {
 	duration := "-"
 	if !job.FinishedAt.IsZero() {
 		duration = job.FinishedAt.Sub(job.CreatedAt).Round(time.Millisecond).String()
-		if !job.StartedAt.IsZero() {
-			duration += " (scanning " + job.FinishedAt.Sub(job.StartedAt).Round(time.Millisecond).String() + ")"
+		// The finish task starts when the scan is over: from then on the
+		// rebuild verifies the shadow and switches to it.
+		fin, _ := job.Task("finish")
+		var phases []string
+		if job.State == domain.StateSucceeded && !job.StartedAt.IsZero() && !fin.StartedAt.IsZero() {
+			phases = append(phases, "scanning "+fin.StartedAt.Sub(job.StartedAt).Round(time.Millisecond).String(),
+				"verifying and switching "+job.FinishedAt.Sub(fin.StartedAt).Round(time.Millisecond).String())
+		} else if !job.StartedAt.IsZero() {
+			phases = append(phases, "running "+job.FinishedAt.Sub(job.StartedAt).Round(time.Millisecond).String())
+		}
+		if len(phases) > 0 {
+			duration += " (" + strings.Join(phases, ", ") + ")"
 		}
 	}
 	fmt.Fprintf(w, "rebuild %s of %s: %s\n", job.ID, job.Projection, job.State)

@@ -39,6 +39,9 @@
     for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
     return append(el, kids);
   }
+  // scroller wraps a table that may be wider than a narrow window: the
+  // table scrolls inside its box and the page keeps the window's width.
+  function scroller(table) { return h('div', { class: 'scroll' }, table); }
   const $ = (id) => document.getElementById(id);
   const enc = encodeURIComponent;
   // seg escapes one path segment of an API URL as Go's url.PathEscape does:
@@ -288,7 +291,7 @@
         h('td', { class: 'last-error' }, p.last_error ? h('span', { class: 'bad' }, '⚠ ' + p.last_error) : h('span', { class: 'muted' }, '– none'))));
       if (Array.isArray(p.partitions) && p.partitions.length) rows.push(partitionsRow(p));
     }
-    return h('table', { class: 'projections' }, h('thead', {}, head), h('tbody', {}, rows));
+    return scroller(h('table', { class: 'projections' }, h('thead', {}, head), h('tbody', {}, rows)));
   }
 
   function verifySummary(p) {
@@ -306,13 +309,35 @@
     return [stateCell(r.state), ' ', h('a', { href: `#/rebuild/${enc(p.name)}/${enc(r.job)}` }, 'progress'),
       r.error ? [h('br'), h('span', { class: 'bad' }, r.error)] : null];
   }
+  // PARTITION_COLUMNS labels and formats the fields of a partition's
+  // status (domain.PartitionStatus); a field the API adds later is shown
+  // under its key made readable, not dropped.
+  const PARTITION_COLUMNS = [
+    ['partition', 'Partition', 'num', (v) => fmtNum(v)],
+    ['consumer', 'Consumer', 'mono', (v) => v || '–'],
+    ['owner', 'Owner', 'mono', (v) => v || h('span', { class: 'warn' }, '– no owner')],
+    ['lease_until', 'Lease until', '', fmtTime],
+    ['epoch', 'Epoch', 'num', (v) => fmtNum(v)],
+    ['lag', 'Lag (messages)', 'num', (v) => (v === null || v === undefined) ? h('span', { class: 'warn' }, '? unknown') : fmtNum(v)],
+    ['applied', 'Applied this tenure', 'num', (v) => fmtNum(v)],
+    ['apply_rate', 'Apply rate (events/s)', 'num', fmtRate],
+  ];
+  function label(key) {
+    const s = String(key).replace(/_/g, ' ');
+    return s.charAt(0).toUpperCase() + s.slice(1);
+  }
   function partitionsRow(p) {
-    const keys = [];
-    for (const part of p.partitions) for (const k of Object.keys(part || {})) if (!keys.includes(k)) keys.push(k);
+    const cols = PARTITION_COLUMNS.slice();
+    for (const part of p.partitions) {
+      for (const k of Object.keys(part || {})) {
+        if (!cols.some((c) => c[0] === k)) cols.push([k, label(k), '', show]);
+      }
+    }
     const t = h('table', { class: 'partitions', 'data-partitions-of': p.name },
-      h('thead', {}, h('tr', {}, keys.map((k) => h('th', { scope: 'col' }, k)))),
-      h('tbody', {}, p.partitions.map((part) => h('tr', {}, keys.map((k) => h('td', {}, show((part || {})[k])))))));
-    return h('tr', { class: 'partitions-row' }, h('td', { colspan: 8 }, h('strong', {}, `${p.name}: ${p.partitions.length} partitions`), t));
+      h('thead', {}, h('tr', {}, cols.map(([k, name, cls]) => h('th', { scope: 'col', class: cls === 'num' ? 'num' : null, 'data-key': k }, name)))),
+      h('tbody', {}, p.partitions.map((part) => h('tr', { 'data-partition': (part || {}).partition },
+        cols.map(([k, , cls, fmt]) => h('td', { class: cls || null }, fmt((part || {})[k])))))));
+    return h('tr', { class: 'partitions-row' }, h('td', { colspan: 8 }, h('strong', {}, `${p.name}: ${p.partitions.length} partitions`), scroller(t)));
   }
 
   function projectionCharts(name, now) {
@@ -323,26 +348,33 @@
       chart(`${name}: apply rate (events/s, dashed)`, rateSeries(s), now, 'rate'));
   }
 
+  // chart draws points on an axis from 0 to their maximum. With no
+  // samples, or only zeros, there is no scale to draw: the chart says
+  // so instead of inventing a maximum.
   function chart(title, points, now, cls) {
     const W = 420, H = 110, L = 44, B = 16, T = 8;
-    const max = Math.max(1, ...points.map((p) => p.v));
+    const max = points.length ? Math.max(...points.map((p) => p.v)) : null;
+    const idle = !max;
     const x = (t) => L + (W - L - 4) * (1 - (now - t) / WINDOW_MS);
-    const y = (v) => T + (H - T - B - 3) * (1 - v / max);
+    const y = (v) => T + (H - T - B - 3) * (1 - (idle ? 0 : v / max));
     const last = points.length ? points[points.length - 1].v : null;
-    const g = svg('svg', { class: 'spark', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
-      'aria-label': `${title}: ${points.length} samples, latest ${last === null ? 'none' : fmtRate(last)}, max ${fmtRate(max)}` },
-    svg('title', {}, title),
-    svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B, stroke: '#888' }),
-    svg('line', { x1: L, y1: T, x2: L, y2: H - B, stroke: '#888' }),
-    svg('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtRate(max)),
-    svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
-    svg('text', { x: L, y: H - 3 }, `−${WINDOW_MS / 60000} min`),
-    svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'));
+    const summary = !points.length ? 'nothing yet (no samples)'
+      : idle ? `nothing yet (all ${points.length} sample${points.length === 1 ? '' : 's'} 0)`
+        : `latest ${fmtRate(last)}, max ${fmtRate(max)}`;
+    const g = svg('svg', { class: 'spark', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: ${summary}` },
+      svg('title', {}, title),
+      svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B, stroke: '#888' }),
+      svg('line', { x1: L, y1: T, x2: L, y2: H - B, stroke: '#888' }),
+      idle ? svg('text', { x: (L + W) / 2, y: (T + H - B) / 2, 'text-anchor': 'middle', class: 'idle' }, 'nothing yet')
+        : svg('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtRate(max)),
+      svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
+      svg('text', { x: L, y: H - 3 }, `−${WINDOW_MS / 60000} min`),
+      svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'));
     if (points.length) {
       g.append(svg('polyline', { class: cls, points: points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ') }));
     }
-    return h('figure', { class: 'chart', 'data-series': cls, 'data-max': points.length ? Math.max(...points.map((p) => p.v)) : '' }, g,
-      h('figcaption', {}, `${title}: latest ${last === null ? '–' : fmtRate(last)}, max ${fmtRate(max)}`));
+    return h('figure', { class: idle ? 'chart idle' : 'chart', 'data-series': cls, 'data-max': max === null ? '' : max }, g,
+      h('figcaption', {}, `${title}: ${summary}`));
   }
 
   // ---- pages 2 and 3: rebuild and verify jobs ----
@@ -493,7 +525,7 @@
   function tasksTable(tasks) {
     const head = h('tr', {}, ['Task', 'State', 'Range', 'Cursor', 'Events', 'Streams', 'Attempts', 'Owner', 'Lease until', 'Resumes', 'Error']
       .map((c) => h('th', { scope: 'col' }, c)));
-    return h('table', { class: 'tasks', id: 'tasks' }, h('thead', {}, head), h('tbody', {}, tasks.map((t) => h('tr', { 'data-task': t.name, 'data-state': t.state },
+    return scroller(h('table', { class: 'tasks', id: 'tasks' }, h('thead', {}, head), h('tbody', {}, tasks.map((t) => h('tr', { 'data-task': t.name, 'data-state': t.state },
       h('th', { scope: 'row' }, t.name),
       h('td', {}, stateCell(t.state)),
       h('td', { class: 'mono' }, t.from || t.to ? `${t.from || '(start)'} – ${t.to || '(end)'}` : '–'),
@@ -507,7 +539,7 @@
         ? h('details', {}, h('summary', {}, `↻ ${t.resumes.length}`), h('ul', {}, t.resumes.map((r) =>
           h('li', {}, `${fmtTime(r.at)} by ${r.owner} from ${r.cursor || '(start)'} (${fmtNum(r.events)} events, ${fmtNum(r.streams)} streams)`))))
         : '0'),
-      h('td', {}, t.error ? h('span', { class: 'bad' }, '✗ ' + t.error) : '–')))));
+      h('td', {}, t.error ? h('span', { class: 'bad' }, '✗ ' + t.error) : '–'))))));
   }
 
   const KIND_SYMBOL = { missing: '∅', stale: '↓', extra: '+', different: '≠' };
@@ -526,8 +558,8 @@
     if (job.error) out.push(h('p', { class: 'bad' }, '✗ ' + job.error));
     const counts = [['Collection', h('code', {}, r.collection)], ['Documents', r.documents], ['Streams', r.streams], ['Events', r.events],
       ['∅ Missing', r.missing], ['↓ Stale', r.stale], ['+ Extra', r.extra], ['≠ Different', r.different], ['Repaired', r.repaired], ['Poison streams', r.poison_streams]];
-    out.push(h('table', { class: 'report-counts', id: 'verify-counts' }, h('tbody', {}, counts.map(([k, v]) =>
-      h('tr', { 'data-count': String(k).replace(/^\W+\s/, '').toLowerCase() }, h('th', { scope: 'row' }, k), h('td', { class: 'num' }, typeof v === 'number' ? fmtNum(v) : v))))));
+    out.push(scroller(h('table', { class: 'report-counts', id: 'verify-counts' }, h('tbody', {}, counts.map(([k, v]) =>
+      h('tr', { 'data-count': String(k).replace(/^\W+\s/, '').toLowerCase() }, h('th', { scope: 'row' }, k), h('td', { class: 'num' }, typeof v === 'number' ? fmtNum(v) : v)))))));
     const same = r.digest === r.expected_digest;
     out.push(h('h3', {}, 'Digests'), h('table', { class: 'digests', id: 'verify-digests' },
       h('thead', {}, h('tr', {}, h('th', {}, 'Read model (as read)'), h('th', {}, 'Fold of the log'))),
@@ -537,14 +569,14 @@
     if (!r.examples || !r.examples.length) {
       out.push(h('p', { class: 'muted', id: 'verify-no-examples' }, 'None.'));
     } else {
-      out.push(h('table', { class: 'examples', id: 'verify-examples' },
+      out.push(scroller(h('table', { class: 'examples', id: 'verify-examples' },
         h('thead', {}, h('tr', {}, ['Document', 'Kind', 'Stored version', 'Log version', 'Fields that differ'].map((c) => h('th', { scope: 'col' }, c)))),
         h('tbody', {}, r.examples.map((x) => h('tr', { 'data-id': x.id, 'data-kind': x.kind },
           h('td', {}, h('a', { href: `#/order/${enc(x.id)}` }, x.id)),
           h('td', {}, `${KIND_SYMBOL[x.kind] || '?'} ${x.kind}`),
           h('td', { class: 'num' }, x.stored_version),
           h('td', { class: 'num' }, x.log_version),
-          h('td', {}, (x.fields && x.fields.length) ? x.fields.map((f, i) => [i ? ', ' : '', h('code', {}, f)]) : '–'))))));
+          h('td', {}, (x.fields && x.fields.length) ? x.fields.map((f, i) => [i ? ', ' : '', h('code', {}, f)]) : '–')))))));
     }
     return out;
   }
@@ -640,7 +672,7 @@
           h('td', {}, one)));
       }
     }
-    return h('table', { class: 'dead-letters', id: 'dead-table' }, h('thead', {}, head), h('tbody', {}, body));
+    return scroller(h('table', { class: 'dead-letters', id: 'dead-table' }, h('thead', {}, head), h('tbody', {}, body)));
   }
 
   // ---- page 5: order ----
@@ -690,8 +722,8 @@
   }
 
   function foldedTable(order) {
-    return h('table', { class: 'folded', id: 'order-folded' }, h('tbody', {}, Object.entries(order).map(([k, v]) =>
-      h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, show(v))))));
+    return scroller(h('table', { class: 'folded', id: 'order-folded' }, h('tbody', {}, Object.entries(order).map(([k, v]) =>
+      h('tr', {}, h('th', { scope: 'row' }, k), h('td', {}, show(v)))))));
   }
 
   const CHECK_TEXT = {
@@ -720,9 +752,9 @@
         ` — read model v${c.stored_version}, log v${c.log_version}`,
         (c.fields && c.fields.length) ? `; fields that differ: ${c.fields.join(', ')}` : ''),
       c.fold_error ? h('p', { class: 'bad' }, '✗ the fold stopped: ' + c.fold_error) : null,
-      h('table', { class: 'compare' },
+      scroller(h('table', { class: 'compare' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Fold of the log'), h('th', {}, 'Read model'), h('th', {}, '= / ≠'))),
-        h('tbody', {}, rows)));
+        h('tbody', {}, rows))));
   }
 
   // ---- start ----

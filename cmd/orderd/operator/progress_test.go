@@ -1,0 +1,109 @@
+package operator
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// rebuildRun is one rebuild as GET of its job shows it from queued to
+// succeeded: a 1,000-event scan over two partitions, then a finish task
+// that verifies the shadow for 40 s before it switches.
+func rebuildRun(t0 time.Time) []struct {
+	at  time.Time
+	job domain.Job
+} {
+	job := func(state domain.JobState, events int64, eta float64, tasks ...domain.Task) domain.Job {
+		j := domain.Job{ID: "j1", Kind: domain.KindRebuild, Projection: "order_summaries", State: state,
+			Shadow: "order_summaries_2", Events: events, Streams: events / 10, Tasks: tasks, ETASeconds: eta}
+		if state != domain.StateQueued {
+			j.StartedAt = t0
+			j.RatePerSecond = 50
+		}
+		return j
+	}
+	task := func(name, state string, events int64, started time.Time) domain.Task {
+		return domain.Task{Name: name, State: state, Events: events, StartedAt: started}
+	}
+	done := func(name string) domain.Task { return task(name, "done", 500, t0) }
+	var zero time.Time
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	switching := job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 1000, at(20)))
+	switching.Replaced = "order_summaries"
+	succeeded := switching
+	succeeded.State, succeeded.Tasks[3].State = domain.StateSucceeded, "done"
+	return []struct {
+		at  time.Time
+		job domain.Job
+	}{
+		{t0, job(domain.StateQueued, 0, 0, task("plan", "pending", 0, zero))},
+		{at(1), job(domain.StateRunning, 0, 0, task("plan", "running", 0, t0))},
+		{at(5), job(domain.StateRunning, 250, 15, task("plan", "done", 0, t0), task("part-0", "running", 125, t0), task("part-1", "running", 125, t0), task("finish", "pending", 0, zero))},
+		{at(20), job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "pending", 0, zero))},
+		{at(40), job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 500, at(20)))},
+		{at(61), switching},
+		{at(62), succeeded},
+	}
+}
+
+// TestJobPhase: a rebuild is shown scanning, then verifying with its own
+// progress and ETA, then switching; not "scanning" at 100 % throughout.
+func TestJobPhase(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 5, 0, 0, 0, time.UTC)
+	want := []phase{
+		{Name: "queued", Percent: -1},
+		{Name: "planning", Step: 1, Steps: 3, Percent: 0},
+		{Name: "scanning", Step: 1, Steps: 3, Percent: 25, ETA: 15 * time.Second, Done: 250, Total: 1000},
+		{Name: "verifying", Step: 2, Steps: 3, Percent: 0, Total: 1000},
+		{Name: "verifying", Step: 2, Steps: 3, Percent: 50, ETA: 20 * time.Second, Done: 500, Total: 1000},
+		{Name: "switching", Step: 3, Steps: 3, Percent: -1},
+		{Name: "succeeded", Percent: 100},
+	}
+	for i, s := range rebuildRun(t0) {
+		if got := jobPhase(s.job, s.at); got != want[i] {
+			t.Errorf("step %d: phase %+v, want %+v", i, got, want[i])
+		}
+	}
+	v := domain.Job{Kind: domain.KindVerify, State: domain.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
+	if got := jobPhase(v, t0); got.Name != "verifying" || got.Steps != 1 || got.Percent != 30 || got.ETA != 7*time.Second {
+		t.Errorf("verify job: phase %+v, want verifying 30 %% with ETA 7s", got)
+	}
+}
+
+// TestProgressShowsPhases: the lines written to a log and the bars drawn
+// on a terminal name each phase with its progress and ETA.
+func TestProgressShowsPhases(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 5, 0, 0, 0, time.UTC)
+	for _, tty := range []bool{false, true} {
+		var out bytes.Buffer
+		var now time.Time
+		p := &progress{w: &out, kind: "rebuild", tty: tty, now: func() time.Time { return now }}
+		for _, s := range rebuildRun(t0) {
+			now = s.at
+			p.show(s.job)
+		}
+		p.end()
+		got := out.String()
+		t.Logf("tty %v:\n%s", tty, got)
+		for _, want := range []string{
+			"1/3 planning",
+			"1/3 scanning: 25 streams, 250 events, 50 events/s, scanning ETA 15s",
+			"2/3 verifying: 500 of 1000 events folded again and compared, verifying ETA 20s",
+			"3/3 switching: verified; reads move to order_summaries_2",
+			"rebuild succeeded",
+		} {
+			if !strings.Contains(got, want) {
+				t.Errorf("tty %v: output lacks %q", tty, want)
+			}
+		}
+		percent := map[bool][]string{false: {"[25 %]", "[50 %]"}, true: {" 25%", " 50%", "100%"}}[tty]
+		for _, want := range percent {
+			if !strings.Contains(got, want) {
+				t.Errorf("tty %v: output lacks %q", tty, want)
+			}
+		}
+	}
+}
