@@ -41,6 +41,7 @@ var configSettings = []struct {
 	{"ORDERD_OWNERSHIP_LOG", "ownership-log", "/tmp/own.jsonl", func(c Config) any { return c.OwnershipLog }, "/tmp/own.jsonl"},
 	{"ORDERD_TENURE_LOG", "tenure-log", "/tmp/old.jsonl", func(c Config) any { return c.OwnershipLog }, "/tmp/old.jsonl"},
 	{"ORDERD_CACHE_SIZE", "cache-size", "10", func(c Config) any { return c.CacheSize }, 10},
+	{"ORDERD_MAX_LAG", "max-lag", "250", func(c Config) any { return c.MaxLag }, 250},
 	{"ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "3s", func(c Config) any { return c.Relay.SweepInterval }, 3 * time.Second},
 	{"ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "4s", func(c Config) any { return c.Relay.SweepGrace }, 4 * time.Second},
 	{"ORDERD_JOB_CONCURRENCY", "job-concurrency", "4", func(c Config) any { return c.Jobs.Concurrency }, 4},
