@@ -80,8 +80,9 @@ fuzz:
 	@for t in $$($(GO) test -list '^Fuzz' ./http | grep '^Fuzz'); do \
 	  $(GO) test ./http -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; done
 
-## chaos: the fault tests' long variants: more load, more kills, longer outages
+## chaos: the fault tests' long variants: more load, more kills, longer outages; the atomicity races at full size
 chaos:
+	$(GO) test ./mongodb -run '^TestAtomicity$$' -count=1 -timeout 20m -v -chaos.long
 	$(GO) test ./cmd/orderd -run '^TestChaos' -count=1 -timeout 20m -v -chaos.long
 	$(GO) test ./projector -run '^TestNATSCluster' -count=1 -timeout 20m -v -chaos.long
 

@@ -1,12 +1,15 @@
 package mongodb_test
 
 import (
+	"flag"
 	"os"
 	"testing"
 
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
+
+var chaosLong = flag.Bool("chaos.long", false, "run the atomicity races at the suite's full size (make chaos)")
 
 // TestConformance runs the suite on both sides of the dialect seam: the
 // whole suite on the store's own paths, and the part that depends on the
@@ -32,8 +35,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestAtomicity races conditional writes from two processes. FerretDB
+// without the write funnel let several racers win in 964 to 990 of 1,000
+// rounds (docs/embedded-store.md, DESIGN.md §8), so 250 rounds fail such
+// a store for certain; 1,000 took 5 to 8 minutes under -race, most of
+// make test. make chaos runs the suite's full 1,000.
 func TestAtomicity(t *testing.T) {
-	storetest.RunAtomicity(t, storetest.AtomicityConfig{})
+	cfg := storetest.AtomicityConfig{Rounds: 250}
+	if *chaosLong {
+		cfg.Rounds = 0 // the suite's default
+	}
+	storetest.RunAtomicity(t, cfg)
 }
 
 // TestScanMethods runs the scan part of the suite with each way of reading
