@@ -16,6 +16,7 @@ type Metrics struct {
 	unpublished     prometheus.Gauge
 	oldestAgeSecond prometheus.Gauge
 	leader          prometheus.Gauge
+	leftToSweepN    prometheus.Counter
 }
 
 // NewMetrics registers the metrics with reg.
@@ -31,14 +32,22 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "orderd_relay_lag_seconds", Help: "Age of the oldest unpublished commit older than the sweep grace at this instance's last outbox sweep, in seconds (0 when none)."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderd_relay_leader", Help: "1 while this instance holds the relay sweep lease."}),
+		leftToSweepN: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderd_relay_appends_left_to_sweep_total", Help: "Appends the relay of this API instance had no room for, left for the sweep to publish (seconds later)."}),
 	}
-	reg.MustRegister(m.published, m.publishErrors, m.unpublished, m.oldestAgeSecond, m.leader)
+	reg.MustRegister(m.published, m.publishErrors, m.unpublished, m.oldestAgeSecond, m.leader, m.leftToSweepN)
 	return m
 }
 
 func (m *Metrics) publishedEvents(n int) {
 	if m != nil && n > 0 {
 		m.published.Add(float64(n))
+	}
+}
+
+func (m *Metrics) leftToSweep() {
+	if m != nil {
+		m.leftToSweepN.Inc()
 	}
 }
 

@@ -115,7 +115,18 @@ func (r *Relay) Appended(c domain.RecordedCommit) {
 	select {
 	case r.queue <- c:
 	default:
+		r.out.metrics.leftToSweep()
 	}
+}
+
+// Backlog returns how full the Relay's two queues are, the fuller of
+// them as a share of its room (0 to 1): the appends waiting to be
+// published and the published commits waiting for their markers. When the
+// markers fall behind, publishing waits for them, and then appends find
+// no room and are left to the sweep (seconds later); an API instance
+// refuses commands before that (cmd/orderd's admission).
+func (r *Relay) Backlog() float64 {
+	return max(float64(len(r.queue)), float64(r.marks.len())) / float64(r.cfg.QueueSize)
 }
 
 // Run publishes queued commits, a batch per round, and writes the

@@ -1004,3 +1004,20 @@ func TestSweeperIdleOnSlowReadsKeepsItsLease(t *testing.T) {
 		}
 	}
 }
+
+// A Relay that cannot keep up says how full its queues are, and counts
+// each append it had no room for (left to the sweep): the API refuses
+// commands on the first before the second happens.
+func TestRelayBacklog(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r := outbox.NewRelay(nil, nil, outbox.Config{QueueSize: 4}, testLogger(t), outbox.NewMetrics(reg))
+	for i := range 6 { // not running: nothing is taken off the queue
+		if got, want := r.Backlog(), float64(min(i, 4))/4; got != want {
+			t.Fatalf("after %d appends: Backlog %v, want %v", i, got, want)
+		}
+		r.Appended(domain.RecordedCommit{ID: fmt.Sprint(i)})
+	}
+	if n := metric(t, reg, "orderd_relay_appends_left_to_sweep_total"); n != 2 {
+		t.Errorf("appends left to the sweep: %v, want 2", n)
+	}
+}

@@ -17,13 +17,24 @@ import (
 // the rate the projection applied in the last sample (1-30 s). Without a
 // fresh lag sample (NATS unreachable, say) every command is admitted: the
 // log keeps what the relay publishes later.
+//
+// Events this instance appended but its relay has not yet published are
+// not in that lag: when the relay's queues are half full (its published
+// markers fall behind the store's other writes, say), commands are
+// refused too, for a second at a time, before appends overflow the queue
+// and wait seconds for the sweep.
 type lagAdmission struct {
 	watch  *projector.LagWatch
 	maxLag uint64
+	relay  func() float64 // the relay's Backlog; nil without one
 }
 
-func newLagAdmission(w *projector.LagWatch, maxLag int, reg prometheus.Registerer) *lagAdmission {
-	a := &lagAdmission{watch: w, maxLag: uint64(maxLag)}
+// relayBacklogLimit is the share of the relay's queues filled at which
+// commands are refused.
+const relayBacklogLimit = 0.5
+
+func newLagAdmission(w *projector.LagWatch, maxLag int, relay func() float64, reg prometheus.Registerer) *lagAdmission {
+	a := &lagAdmission{watch: w, maxLag: uint64(maxLag), relay: relay}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_admission_projection_lag",
 		Help: "Events the slowest read model had not applied at this API instance's last sample (-1 without a fresh one); above orderd_admission_max_lag it refuses commands (orderd_commands_total{outcome=\"read-models-behind\"})."},
 		func() float64 {
@@ -41,6 +52,11 @@ func newLagAdmission(w *projector.LagWatch, maxLag int, reg prometheus.Registere
 
 // Admit implements http.Admission.
 func (a *lagAdmission) Admit() (bool, time.Duration, string) {
+	if a.relay != nil {
+		if f := a.relay(); f >= relayBacklogLimit {
+			return false, time.Second, fmt.Sprintf("this instance's relay has its queues %.0f%% full: its appends wait to be published or marked; retry in 1s", 100*f)
+		}
+	}
 	lag, name, rate, fresh := a.watch.Latest()
 	if !fresh {
 		return true, 0, ""

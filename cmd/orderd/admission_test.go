@@ -10,11 +10,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projector"
 )
 
 // TestCommandsPausedWhileReadModelsAreBehind: an API instance refuses
@@ -141,4 +143,22 @@ func metric(t *testing.T, c *client, series string) float64 {
 	}
 	t.Fatalf("/metrics has no %s", series)
 	return 0
+}
+
+// An API instance whose relay queues are half full refuses commands for a
+// second, whatever the read models' lag; below that it takes them.
+func TestAdmissionRefusesWhileTheRelayIsBehind(t *testing.T) {
+	backlog := 0.0
+	a := newLagAdmission(projector.NewLagWatch(nil, "ORDERS", nil, time.Second, nil), 10, func() float64 { return backlog },
+		prometheus.NewRegistry())
+	for _, c := range []struct {
+		backlog float64
+		ok      bool
+	}{{0, true}, {0.49, true}, {0.5, false}, {1, false}, {0.2, true}} {
+		backlog = c.backlog
+		ok, after, why := a.Admit()
+		if ok != c.ok || !ok && (after != time.Second || !strings.Contains(why, "relay")) {
+			t.Errorf("backlog %v: Admit() = %v, %v, %q; want ok %v (refusals for 1s, naming the relay)", c.backlog, ok, after, why, c.ok)
+		}
+	}
 }

@@ -202,6 +202,9 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		// lease; the hook only queues them, so commands never wait for NATS.
 		// Without a NATS connection they all wait for the sweep.
 		relay = outbox.NewRelay(commits, publisher, relayCfg, relayLog, relayMetrics)
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_relay_backlog_ratio",
+			Help: "How full this instance's relay queues are (appends to publish, or published commits to mark; the fuller), 0 to 1; at 0.5 commands are refused (ORDERD_MAX_LAG > 0)."},
+			relay.Backlog))
 		storeOpts = append(storeOpts, mongodb.WithAppendHook(relay.Appended))
 	}
 	store := mongodb.NewEventStore(db, storeOpts...)
@@ -283,7 +286,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if js != nil && c.MaxLag > 0 {
 			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Name(), stats.Name()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
-			hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
+			var backlog func() float64
+			if relay != nil {
+				backlog = relay.Backlog
+			}
+			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, reg)
 		}
 		m.http = orderhttp.NewServer(hc)
 	} else {
