@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projector"
@@ -28,36 +25,23 @@ import (
 func TestCommandsPausedWhileReadModelsAreBehind(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
-	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(ns.Shutdown) // registered before the instances: runs after they closed
+	n := storetest.StartNATS(t) // before the instances: its cleanup runs after they closed
 	const maxLag = 6
 	start := func(id, roles string) *Main {
 		t.Helper()
 		return runMainDir(t, t.TempDir(), func(c *Config) {
-			c.Roles, c.Mongo.URI, c.Mongo.Database, c.NATS.URL = roles, storeURI, db.Name(), ns.ClientURL()
+			c.Roles, c.Mongo.URI, c.Mongo.Database, c.NATS.URL = roles, storeURI, db.Name(), n.URL
 			c.InstanceID, c.MaxLag = id, maxLag
 		})
 	}
 	// A first instance with every role creates the projections' durable
 	// consumers; they stay when it stops, and count what nobody applies.
 	all := start("admission-all", "all")
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := 2 * all.Config.Projector.Partitions // two projections
 	consumers := 0
 	if !waitFor(60*time.Second, 50*time.Millisecond, func() bool {
 		consumers = 0
-		if st, err := js.Stream(t.Context(), all.Config.Stream.Name); err == nil {
+		if st, err := n.JS.Stream(t.Context(), all.Config.Stream.Name); err == nil {
 			names := st.ConsumerNames(t.Context())
 			for range names.Name() {
 				consumers++

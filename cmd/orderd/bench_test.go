@@ -293,24 +293,13 @@ func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
 	// send posts one command and returns when its answer is read.
 	send := func(id, path, body string, want int) (version int64, answered time.Time, ok bool) {
 		i := int(nextCmd.Add(1)) - 1
-		var rd io.Reader
-		if body != "" {
-			rd = strings.NewReader(body)
-		}
-		req, _ := http.NewRequestWithContext(ctx, "POST", base+path, rd)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
 		t0 := time.Now()
-		resp, err := hc.Do(req)
-		if err != nil {
+		resp, data, answered, err := post(ctx, hc, base+path, body)
+		if resp == nil {
 			failed.Add(1)
 			errorf("POST %s: %v", path, err)
 			return 0, time.Time{}, false
 		}
-		data, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		answered = time.Now()
 		if i < len(lat) {
 			lat[i] = answered.Sub(t0)
 		}
@@ -404,6 +393,30 @@ func measureCommands(ctx context.Context, b *testing.B, base string) cmdResult {
 	res.undrained = int(undrained.Load())
 	res.failed = int(failed.Load())
 	return res
+}
+
+// post POSTs body (none when "") to url and reads the answer in full:
+// the response (nil when none came), its body, when it was read, and the
+// error of the request or of reading the body.
+func post(ctx context.Context, hc *http.Client, url, body string) (*http.Response, []byte, time.Time, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", url, rd)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, time.Time{}, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp, data, time.Now(), err
 }
 
 // probe waits for the summary of order id at version (its command was

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -218,23 +217,12 @@ func steadyPhase(ctx context.Context, b *testing.B, m *Main, base, name string, 
 			if lim != nil && lim.Wait(phaseCtx) != nil {
 				return 0, time.Time{}, false
 			}
-			var rd io.Reader
-			if body != "" {
-				rd = strings.NewReader(body)
-			}
-			req, _ := http.NewRequestWithContext(ctx, "POST", base+path, rd)
-			if body != "" {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			resp, err := hc.Do(req)
+			resp, data, answered, err := post(ctx, hc, base+path, body)
 			if err != nil {
 				failed.Add(1)
 				errorf("%s: POST %s: %v", name, path, err)
 				return 0, time.Time{}, false
 			}
-			data, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answered := time.Now()
 			if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(data), "read-models-behind") {
 				paused.Add(1)
 				secs, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
