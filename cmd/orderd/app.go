@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
@@ -389,24 +390,39 @@ func (m *Main) Close() error {
 // supervise runs a role until ctx is done, restarting it with capped
 // exponential backoff when it fails (a consumer that could not be created
 // while JetStream was electing a leader, say), so one failing role never
-// stops the others.
+// stops the others. A role that returns while ctx lasts is restarted
+// too, so this is a loop and not backoff.Retry, which stops at the first
+// nil.
 func (m *Main) supervise(ctx context.Context, role string, run func(context.Context) error) error {
-	backoff := 100 * time.Millisecond
+	delays := restartDelays()
 	for {
 		err := run(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		m.Log.Error("role stopped; restarting", "role", role, "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
+		wait := delays.NextBackOff()
+		m.Log.Error("role stopped; restarting", "role", role, "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 10*time.Second)
 	}
+}
+
+// restartDelays are supervise's waits: 100 ms doubling up to 10 s, without
+// jitter (one restart per role and process: nothing to spread) and
+// without a limit on the time spent retrying.
+func restartDelays() backoff.BackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMultiplier(2),
+		backoff.WithMaxInterval(10*time.Second),
+		backoff.WithRandomizationFactor(0),
+		backoff.WithMaxElapsedTime(0),
+	)
 }
 
 // stateCache adapts an LRU to domain.StateCache.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"reflect"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -678,6 +679,23 @@ func TestRun_Help(t *testing.T) {
 }
 
 // A role that fails is restarted, so it cannot silently stop the others.
+// TestSuperviseRestartDelays: a failing role waits 100 ms, doubling up to
+// 10 s, and is retried for ever.
+func TestSuperviseRestartDelays(t *testing.T) {
+	d := restartDelays()
+	var got []time.Duration
+	for range 10 {
+		got = append(got, d.NextBackOff())
+	}
+	want := []time.Duration{100, 200, 400, 800, 1600, 3200, 6400, 10000, 10000, 10000}
+	for i := range want {
+		want[i] *= time.Millisecond
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("delays %v, want %v", got, want)
+	}
+}
+
 func TestSuperviseRestartsFailedRole(t *testing.T) {
 	m := NewMain()
 	m.Log = slog.New(slog.DiscardHandler)

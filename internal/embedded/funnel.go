@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -171,7 +171,7 @@ func (f *funnel) client(c net.Conn) {
 // class (writeSlot).
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
-	f.slot.acquire(classOf(name, cmd, req))
+	f.slot.acquire(classOf(name, cmd))
 	defer f.slot.release()
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
@@ -185,14 +185,14 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.writer = w
 	}
 	if name == "createindexes" {
-		req = withoutPartialFilters(req)
+		req = withoutPartialFilters(req, cmd.msg)
 	}
 	if name == "dropdatabase" {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
 	}
-	if err := f.send(c, req, name); err != nil {
+	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
 		f.writer = nil
 		return err
@@ -213,11 +213,11 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 // send runs req on the funnel's connection and answers c: an update with
 // guards on top of _id is served statement by statement (guard.go), any
 // other write is relayed as it is.
-func (f *funnel) send(c net.Conn, req []byte, name string) error {
-	if name != "update" {
+func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
+	if !strings.EqualFold(cmd.name, "update") {
 		return relay(f.writer, c, req)
 	}
-	body, stmts, ordered, ok := guardedUpdates(req)
+	body, stmts, ordered, ok := guardedUpdates(cmd.msg)
 	if !ok {
 		return relay(f.writer, c, req)
 	}
@@ -225,7 +225,7 @@ func (f *funnel) send(c net.Conn, req []byte, name string) error {
 	if err != nil {
 		return err
 	}
-	if msgFlags(req)&flagMoreToCome != 0 {
+	if cmd.msg.flags&flagMoreToCome != 0 {
 		return nil
 	}
 	_, err = c.Write(opMessage(reply, requestID(req)))
@@ -239,7 +239,7 @@ func relay(up, c net.Conn, req []byte) error {
 	if _, err := up.Write(req); err != nil {
 		return err
 	}
-	if opCode(req) == opMsg && msgFlags(req)&flagMoreToCome != 0 {
+	if opCode(req) == wire.OpCodeMsg && msgFlags(req)&flagMoreToCome != 0 {
 		return nil
 	}
 	for {
@@ -250,13 +250,14 @@ func relay(up, c net.Conn, req []byte) error {
 		if _, err := c.Write(resp); err != nil {
 			return err
 		}
-		if opCode(resp) != opMsg || msgFlags(resp)&flagMoreToCome == 0 {
+		if opCode(resp) != wire.OpCodeMsg || msgFlags(resp)&flagMoreToCome == 0 {
 			return nil
 		}
 	}
 }
 
-// withoutPartialFilters returns a createIndexes request without the
+// withoutPartialFilters returns a createIndexes request (req, parsed as m)
+// without the
 // partialFilterExpression of each index that means the same without it;
 // any other request comes back unchanged. FerretDB 1.24 refuses partial
 // indexes. A non-unique index only speeds up the queries a partial one
@@ -266,32 +267,15 @@ func relay(up, c net.Conn, req []byte) error {
 // missing field as NULL, and NULLs never collide in a unique index, so
 // documents without f are never compared, as on MongoDB. Other partial
 // filters of unique indexes are left for FerretDB to refuse.
-func withoutPartialFilters(req []byte) []byte {
-	out := req
-	sections(req, func(kind byte, from, to int) bool {
-		if kind != 0 {
-			return true
-		}
-		body, changed := stripPartialFilters(bson.Raw(req[from:to]))
-		if !changed {
-			return false
-		}
-		end := len(req)
-		if msgFlags(req)&flagChecksum != 0 {
-			end -= 4
-		}
-		// The same message with the new body, without a checksum (it would
-		// no longer match; clients rarely send one).
-		out = make([]byte, 0, len(req)-(to-from)+len(body))
-		out = append(out, req[:headerLen]...)
-		out = binary.LittleEndian.AppendUint32(out, msgFlags(req)&^flagChecksum)
-		out = append(out, req[headerLen+4:from]...)
-		out = append(out, body...)
-		out = append(out, req[to:end]...)
-		binary.LittleEndian.PutUint32(out, uint32(len(out)))
-		return false
-	})
-	return out
+func withoutPartialFilters(req []byte, m *opMsg) []byte {
+	if m == nil {
+		return req
+	}
+	body, changed := stripPartialFilters(m.body())
+	if !changed {
+		return req
+	}
+	return withBody(req, m, body)
 }
 
 // stripPartialFilters is withoutPartialFilters on the command's body.

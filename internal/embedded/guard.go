@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -39,47 +40,33 @@ type guardedUpdate struct {
 // plus conditions guardOf understands, and multi is not set. ok is false
 // otherwise, and for a request with no guard at all (FerretDB serves
 // {_id: v} at index speed already).
-func guardedUpdates(req []byte) (body bson.Raw, stmts []guardedUpdate, ordered bool, ok bool) {
+func guardedUpdates(m *opMsg) (body bson.Raw, stmts []guardedUpdate, ordered bool, ok bool) {
+	if m == nil {
+		return nil, nil, false, false
+	}
 	var raws []bson.Raw
-	good := sections(req, func(kind byte, from, to int) bool {
-		switch kind {
-		case 0:
-			body = bson.Raw(req[from:to])
+	for _, s := range m.sections {
+		switch {
+		case s.kind == 0:
+			body = s.docs[0]
 			if arr, isArr := body.Lookup("updates").ArrayOK(); isArr {
 				vals, err := arr.Values()
 				if err != nil {
-					return false
+					return nil, nil, false, false
 				}
 				for _, v := range vals {
 					d, isDoc := v.DocumentOK()
 					if !isDoc {
-						raws = nil
-						return false
+						return nil, nil, false, false
 					}
 					raws = append(raws, d)
 				}
 			}
-		case 1:
-			sec := req[from+4 : to]
-			nul := bytes.IndexByte(sec, 0)
-			if nul < 0 || string(sec[:nul]) != "updates" {
-				return nul >= 0
-			}
-			for docs := sec[nul+1:]; len(docs) > 0; {
-				if len(docs) < 5 {
-					return false
-				}
-				l := int(int32(binary.LittleEndian.Uint32(docs)))
-				if l < 5 || l > len(docs) {
-					return false
-				}
-				raws = append(raws, bson.Raw(docs[:l]))
-				docs = docs[l:]
-			}
+		case s.identifier == "updates":
+			raws = append(raws, s.docs...)
 		}
-		return true
-	})
-	if !good || body == nil || len(raws) == 0 {
+	}
+	if body == nil || len(raws) == 0 {
 		return nil, nil, false, false
 	}
 	ordered = true
@@ -282,21 +269,21 @@ func cmp3[T int | int64 | float64](a, b T) int {
 var requestIDs atomic.Int32
 
 // opMessage is an OP_MSG with body as its one section, answering
-// responseTo (0 for a request).
+// responseTo (0 for a request). Built here, not with wire v0.0.7's
+// NewOpMsg and MarshalBinary, which decode body once more (their
+// debugbuild check) and still leave the header to write by hand.
 func opMessage(body bson.Raw, responseTo int32) []byte {
 	msg := make([]byte, 0, headerLen+5+len(body))
 	msg = binary.LittleEndian.AppendUint32(msg, 0) // length, set below
 	msg = binary.LittleEndian.AppendUint32(msg, uint32(requestIDs.Add(1)))
 	msg = binary.LittleEndian.AppendUint32(msg, uint32(responseTo))
-	msg = binary.LittleEndian.AppendUint32(msg, opMsg)
+	msg = binary.LittleEndian.AppendUint32(msg, uint32(wire.OpCodeMsg))
 	msg = binary.LittleEndian.AppendUint32(msg, 0) // flags
 	msg = append(msg, 0)                           // kind 0: body
 	msg = append(msg, body...)
 	binary.LittleEndian.PutUint32(msg, uint32(len(msg)))
 	return msg
 }
-
-func requestID(msg []byte) int32 { return int32(binary.LittleEndian.Uint32(msg[4:8])) }
 
 // roundTrip sends one command to FerretDB on up and returns its reply's body.
 func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
@@ -312,13 +299,9 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 		return nil, err
 	}
 	var out bson.Raw
-	sections(resp, func(kind byte, from, to int) bool {
-		if kind == 0 {
-			out = bson.Raw(resp[from:to])
-			return false
-		}
-		return true
-	})
+	if m := parseOpMsg(resp); m != nil {
+		out = m.body()
+	}
 	if out == nil {
 		return nil, errors.New("store reply without a body")
 	}

@@ -1,12 +1,8 @@
 package embedded
 
 import (
-	"bytes"
-	"encoding/binary"
 	"sync"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
 // writeClass orders the writes waiting for the funnel's one connection.
@@ -115,7 +111,7 @@ const LogCollection = "events"
 
 // classOf is the class of the write command cmd whose request is req;
 // name is cmd's name, lower-cased.
-func classOf(name string, cmd command, req []byte) writeClass {
+func classOf(name string, cmd command) writeClass {
 	switch name {
 	case "findandmodify":
 		return classUpdate
@@ -123,63 +119,17 @@ func classOf(name string, cmd command, req []byte) writeClass {
 		// The event store writes concurrent appends in one insert (group
 		// commit): an insert into the log is commands waiting, whatever
 		// its size; elsewhere, several documents are a bulk load.
-		if n := statements(req, "documents"); n == 1 || n > 1 && cmd.collection == LogCollection {
+		if n := statements(cmd.msg, "documents"); n == 1 || n > 1 && cmd.collection == LogCollection {
 			return classInsert
 		}
 	case "update", "delete":
-		if statements(req, name+"s") == 1 {
+		if statements(cmd.msg, name+"s") == 1 {
 			return classUpdate
 		}
-		if _, _, _, guarded := guardedUpdates(req); name == "update" && guarded {
+		if _, _, _, guarded := guardedUpdates(cmd.msg); name == "update" && guarded {
 			// A read-model batch: one version-guarded write per stream.
 			return classUpdate
 		}
 	}
 	return classBulk
-}
-
-// statements counts the documents of an OP_MSG's array field (documents,
-// updates, deletes), sent either in the body or as a document sequence
-// (kind 1) with that identifier; -1 when the message does not parse.
-func statements(msg []byte, field string) int {
-	n := 0
-	ok := sections(msg, func(kind byte, from, to int) bool {
-		switch kind {
-		case 0:
-			if arr, isArr := bson.Raw(msg[from:to]).Lookup(field).ArrayOK(); isArr {
-				vals, err := arr.Values()
-				if err != nil {
-					n = -1
-					return false
-				}
-				n += len(vals)
-			}
-		case 1:
-			// int32 size, cstring identifier, then documents.
-			sec := msg[from+4 : to]
-			nul := bytes.IndexByte(sec, 0)
-			if nul < 0 {
-				n = -1
-				return false
-			}
-			if string(sec[:nul]) == field {
-				for docs := sec[nul+1:]; len(docs) > 0; n++ {
-					l := 0
-					if len(docs) >= 5 {
-						l = int(int32(binary.LittleEndian.Uint32(docs)))
-					}
-					if l < 5 || l > len(docs) {
-						n = -1
-						return false
-					}
-					docs = docs[l:]
-				}
-			}
-		}
-		return true
-	})
-	if !ok {
-		return -1
-	}
-	return n
 }

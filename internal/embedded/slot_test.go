@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
@@ -21,7 +22,7 @@ func opMsgOf(t *testing.T, body bson.D, seq string, docs ...bson.D) []byte {
 		t.Fatal(err)
 	}
 	msg := make([]byte, headerLen, 1024)
-	binary.LittleEndian.PutUint32(msg[12:], opMsg)
+	binary.LittleEndian.PutUint32(msg[12:], uint32(wire.OpCodeMsg))
 	msg = binary.LittleEndian.AppendUint32(msg, 0) // flags
 	msg = append(msg, 0)
 	msg = append(msg, b...)
@@ -72,7 +73,7 @@ func TestWriteClasses(t *testing.T) {
 	}
 	for _, c := range cases {
 		cmd, _ := parseCommand(c.msg)
-		if got := classOf(c.name, cmd, c.msg); got != c.want {
+		if got := classOf(c.name, cmd); got != c.want {
 			t.Errorf("%s: class %d, want %d", c.what, got, c.want)
 		}
 	}
