@@ -3,9 +3,7 @@ package projector_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"reflect"
 	"slices"
 	"strconv"
@@ -196,50 +194,3 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 	return ids
 }
 
-// proxy forwards TCP connections to a target until it is closed, which
-// also drops the connections it forwards.
-type proxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-func tcpProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{ln: ln}
-	t.Cleanup(p.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-		}
-	}()
-	return p
-}
-
-func cutURL(p *proxy) string { return "nats://" + p.ln.Addr().String() }
-
-func (p *proxy) close() {
-	_ = p.ln.Close()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-}

@@ -524,8 +524,8 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
-	cut := tcpProxy(t, strings.TrimPrefix(b.URL, "nats://"))
-	jsA := projectortest.ConnectTo(t, cutURL(cut), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	cut := storetest.NewHoldingProxy(t, strings.TrimPrefix(b.URL, "nats://"))
+	jsA := projectortest.ConnectTo(t, "nats://"+cut.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
 	projectiontest.Go(t, "runner A", a.Run)
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
@@ -533,7 +533,7 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
-	cut.close()
+	cut.Cut()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	f := projectiontest.LoadFixture(t, ctx, es, ids)

@@ -120,6 +120,10 @@ func (p *HoldingProxy) Release() {
 	p.mu.Unlock()
 }
 
+// Cut closes the proxy: it accepts nothing more and drops every
+// connection it forwards, as a failed network does.
+func (p *HoldingProxy) Cut() { p.close() }
+
 func (p *HoldingProxy) close() {
 	p.mu.Lock()
 	p.held, p.done = false, true
