@@ -193,4 +193,3 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 	}
 	return ids
 }
-
