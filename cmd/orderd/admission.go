@@ -22,7 +22,9 @@ import (
 // not in that lag: when the relay's queues are half full (its published
 // markers fall behind the store's other writes, say), commands are
 // refused too, for a second at a time, before appends overflow the queue
-// and wait seconds for the sweep.
+// and wait seconds for the sweep; but not while NATS is unreachable
+// (no fresh sample), when the queues fill because nothing can be
+// published and commands are taken as before.
 type lagAdmission struct {
 	watch  *projector.LagWatch
 	maxLag uint64
@@ -52,14 +54,16 @@ func newLagAdmission(w *projector.LagWatch, maxLag int, relay func() float64, re
 
 // Admit implements http.Admission.
 func (a *lagAdmission) Admit() (bool, time.Duration, string) {
+	lag, name, rate, fresh := a.watch.Latest()
+	if !fresh {
+		// NATS is not answering: the relay's queues fill for that reason,
+		// and the log keeps the commands until it answers again.
+		return true, 0, ""
+	}
 	if a.relay != nil {
 		if f := a.relay(); f >= relayBacklogLimit {
 			return false, time.Second, fmt.Sprintf("this instance's relay has its queues %.0f%% full: its appends wait to be published or marked; retry in 1s", 100*f)
 		}
-	}
-	lag, name, rate, fresh := a.watch.Latest()
-	if !fresh {
-		return true, 0, ""
 	}
 	if lag <= a.maxLag {
 		return true, 0, ""

@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -130,11 +131,19 @@ func metric(t *testing.T, c *client, series string) float64 {
 }
 
 // An API instance whose relay queues are half full refuses commands for a
-// second, whatever the read models' lag; below that it takes them.
+// second, whatever the read models' lag; below that it takes them. Without
+// a fresh lag sample (NATS unreachable) it takes them whatever the relay's
+// queues: they fill because nothing can be published.
 func TestAdmissionRefusesWhileTheRelayIsBehind(t *testing.T) {
+	n := storetest.StartNATS(t)
+	stream := storetest.NewStream(t, n)
+	watch := projector.NewLagWatch(n.JS, stream.Name, []string{"order_summaries"}, 50*time.Millisecond, nil)
+	projectiontest.Go(t, "lag watch", watch.Run)
+	if !waitFor(10*time.Second, 10*time.Millisecond, func() bool { _, _, _, fresh := watch.Latest(); return fresh }) {
+		t.Fatal("no fresh lag sample within 10s")
+	}
 	backlog := 0.0
-	a := newLagAdmission(projector.NewLagWatch(nil, "ORDERS", nil, time.Second, nil), 10, func() float64 { return backlog },
-		prometheus.NewRegistry())
+	a := newLagAdmission(watch, 10, func() float64 { return backlog }, prometheus.NewRegistry())
 	for _, c := range []struct {
 		backlog float64
 		ok      bool
@@ -144,5 +153,9 @@ func TestAdmissionRefusesWhileTheRelayIsBehind(t *testing.T) {
 		if ok != c.ok || !ok && (after != time.Second || !strings.Contains(why, "relay")) {
 			t.Errorf("backlog %v: Admit() = %v, %v, %q; want ok %v (refusals for 1s, naming the relay)", c.backlog, ok, after, why, c.ok)
 		}
+	}
+	unread := newLagAdmission(projector.NewLagWatch(nil, stream.Name, nil, time.Second, nil), 10, func() float64 { return 1 }, prometheus.NewRegistry())
+	if ok, _, why := unread.Admit(); !ok {
+		t.Errorf("no lag sample, relay queues full: refused (%q); want taken", why)
 	}
 }
