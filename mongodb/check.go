@@ -41,13 +41,13 @@ func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelC
 		c.FoldError = ferr.Error()
 	}
 	if exists {
-		c.StoredVersion = p.def.Version(&d.Doc)
+		c.StoredVersion = p.def.StreamVersion(&d.Doc)
 		if c.Document, err = json.Marshal(d.Doc); err != nil {
 			return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, err)
 		}
 	}
 	if n > 0 {
-		c.LogVersion = p.def.Version(&want)
+		c.LogVersion = p.def.StreamVersion(&want)
 		if c.Expected, err = json.Marshal(want); err != nil {
 			return c, fmt.Errorf("check %s %s: %w", s.def.Collection, id, err)
 		}

@@ -232,7 +232,7 @@ func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.
 	f.id = id
 	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
 	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
-	from, want := s.def.Version(&doc), evs[len(evs)-1].Version
+	from, want := s.def.StreamVersion(&doc), evs[len(evs)-1].Version
 	next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
 	out.Duplicates = len(evs) - len(next)
 	if len(next) == 0 {
@@ -262,7 +262,7 @@ func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.
 		if err := s.def.Apply(&f.doc, e); err != nil {
 			// Keep what applied: the events before the bad one are good,
 			// and doc holds exactly them (Apply changes nothing on error).
-			f.poison = &projection.PoisonError{Reached: s.def.Version(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
+			f.poison = &projection.PoisonError{Reached: s.def.StreamVersion(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
 			return f, out, nil
 		}
 		f.events++
@@ -311,7 +311,7 @@ func (s *ReadModel[D]) write(ctx context.Context, docs []folded[D]) (superseded 
 		if err != nil {
 			return 0, fmt.Errorf("%s: encode %s: %w", s.def.Name, f.id, err)
 		}
-		models[i] = mongo.NewReplaceOneModel().SetFilter(guarded(f.id, s.def.Version(&f.doc))).SetReplacement(body).SetUpsert(true)
+		models[i] = mongo.NewReplaceOneModel().SetFilter(guarded(f.id, s.def.StreamVersion(&f.doc))).SetReplacement(body).SetUpsert(true)
 	}
 	_, err = s.coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
 	refused, err := splitSuperseded(err)

@@ -195,7 +195,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
 	want, n, _ := p.def.Fold(evs)
-	ex := domain.DriftExample{ID: id, LogVersion: p.def.Version(&want), StoredVersion: p.def.Version(&d.Doc)}
+	ex := domain.DriftExample{ID: id, LogVersion: p.def.StreamVersion(&want), StoredVersion: p.def.StreamVersion(&d.Doc)}
 	switch {
 	case n == 0 && !exists:
 		return nil
@@ -286,7 +286,7 @@ func (s *ReadModel[D]) overwrite(ctx context.Context, id string, doc D, stored i
 	if err != nil {
 		return fmt.Errorf("repair %s: write %s: %w", s.def.Collection, id, Translate(err))
 	}
-	evs, err := s.events.LoadFrom(ctx, id, s.def.Version(&doc)+1)
+	evs, err := s.events.LoadFrom(ctx, id, s.def.StreamVersion(&doc)+1)
 	if err != nil {
 		return fmt.Errorf("repair %s: %w", id, err)
 	}

@@ -9,27 +9,55 @@ import (
 // Definition describes a projection whose read model holds one document
 // per stream, folded from that stream's events: Apply folds the next event
 // into it, and on error (the event cannot be applied: a poison event) must
-// leave the document unchanged; Version is the stream version the
+// leave the document unchanged; StreamVersion is the stream version the
 // document reflects. D is stored with its JSON field names and must have a
-// top-level "version" field equal to Version.
+// top-level "version" field equal to StreamVersion.
+//
+// Version is the definition's own version (0 counts as 1). Its author
+// bumps it whenever Apply or the document's shape changes: a service
+// whose store has not built that version builds it from the log beside
+// the version readers read, verifies it and only then switches readers
+// to it (see jobs.Worker), the way Marten's ProjectionVersion keeps the
+// versions apart (martendb.io, "Projection Versioning"), with the switch
+// made and checked by the service. Each version has its own collections
+// and consumers (Key), so binaries of two versions running side by side
+// during a rolling upgrade each feed only the collections of theirs.
 type Definition[D any] struct {
-	Name       string
-	Collection string
-	Apply      func(doc *D, e domain.Event) error
-	Version    func(doc *D) int64
+	Name          string
+	Collection    string
+	Version       int
+	Apply         func(doc *D, e domain.Event) error
+	StreamVersion func(doc *D) int64
 	// Indexes are extra single or compound ascending indexes, as field lists.
 	Indexes [][]string
+}
+
+// Ver is the definition's version, at least 1.
+func (d Definition[D]) Ver() int { return max(d.Version, 1) }
+
+// Key names what belongs to one version of the projection: its consumers,
+// partition leases and the prefix of its rebuilt collections. Version 1
+// keeps the projection's Name, so stores and streams from before
+// versioning keep theirs; version n > 1 is "<name>_v<n>".
+func (d Definition[D]) Key() string { return VersionKey(d.Name, d.Ver()) }
+
+// VersionKey is Definition.Key of version v of projection name.
+func VersionKey(name string, v int) string {
+	if v <= 1 {
+		return name
+	}
+	return fmt.Sprintf("%s_v%d", name, v)
 }
 
 // OrderSummaries is the order_summaries projection: one domain.Order per
 // order, folded with domain.Order.Apply, the same fold as the aggregate, so
 // a caught-up summary equals GET /v1/orders/{id}.
 var OrderSummaries = Definition[domain.Order]{
-	Name:       "order_summaries",
-	Collection: "order_summaries",
-	Apply:      func(o *domain.Order, e domain.Event) error { return o.Apply(e) },
-	Version:    func(o *domain.Order) int64 { return o.Version },
-	Indexes:    [][]string{{"customer_id", "_id"}, {"status", "_id"}},
+	Name:          "order_summaries",
+	Collection:    "order_summaries",
+	Apply:         func(o *domain.Order, e domain.Event) error { return o.Apply(e) },
+	StreamVersion: func(o *domain.Order) int64 { return o.Version },
+	Indexes:       [][]string{{"customer_id", "_id"}, {"status", "_id"}},
 }
 
 // Contribution is one order's share of its customer's stats: the fields of
@@ -67,8 +95,8 @@ var CustomerOrderStats = Definition[Contribution]{
 			TotalCents: o.TotalCents, Version: o.Version}
 		return nil
 	},
-	Version: func(c *Contribution) int64 { return c.Version },
-	Indexes: [][]string{{"customer_id"}},
+	StreamVersion: func(c *Contribution) int64 { return c.Version },
+	Indexes:       [][]string{{"customer_id"}},
 }
 
 // SumContributions adds up a customer's contributions; one with Orders
