@@ -68,6 +68,25 @@ func (a *Service) StartVerify(ctx context.Context, projection string, repair boo
 	return a.jobs.StartVerify(ctx, projection, repair)
 }
 
+// SwitchBack points readers of projection back at the collection the last
+// switch replaced (jobs.Jobs.SwitchBack) and returns the projection's
+// state after it.
+func (a *Service) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
+	if _, err := a.jobs.SwitchBack(ctx, projection); err != nil {
+		return domain.ProjectionStatus{}, err
+	}
+	list, err := a.Projections(ctx)
+	if err != nil {
+		return domain.ProjectionStatus{}, err
+	}
+	for _, p := range list {
+		if p.Name == projection {
+			return p, nil
+		}
+	}
+	return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+}
+
 func (a *Service) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
 	return a.jobs.StartReplay(ctx, spec)
 }

@@ -48,6 +48,16 @@ var (
 	ErrJobFinished = errors.New("the job has already finished")
 	// ErrRetryFailed: a retried dead letter still cannot be applied.
 	ErrRetryFailed = errors.New("dead letter still fails")
+	// ErrNotBuilt: no version of the read model has been built from the
+	// log yet (a projection new to the service); it is being built.
+	ErrNotBuilt = errors.New("read model not built yet")
+	// ErrOtherVersion: the request needs the projection's definition at
+	// the version the store is at, and this instance folds another (a
+	// rolling upgrade is under way).
+	ErrOtherVersion = errors.New("the store holds another version of this projection")
+	// ErrNoPrevious: there is no previous collection to switch back to
+	// (none was replaced, or its grace has passed).
+	ErrNoPrevious = errors.New("no previous version to switch back to")
 	// ErrPointerMoved: a projection's pointer document is no longer the
 	// one a write was decided on. Either a compare-and-set on its
 	// generation lost to a newer write (re-read it and decide again), or
@@ -71,6 +81,7 @@ type Job struct {
 	ID           string        `json:"id"`
 	Kind         JobKind       `json:"kind"`
 	Projection   string        `json:"projection,omitempty"`
+	Version      int           `json:"version,omitempty"` // of the projection's definition: built by a rebuild, checked by a verify
 	State        JobState      `json:"state"`
 	CreatedAt    time.Time     `json:"created_at"`
 	FinishedAt   time.Time     `json:"finished_at,omitzero"`
@@ -182,16 +193,29 @@ type DriftExample struct {
 
 // ProjectionStatus is one projection as GET /v1/admin/projections shows
 // it.
+//
+// Versions are those of the projection's definition: Version is the one
+// the answering instance folds; ActiveVersion that of the collection
+// readers read (0 before a first build), ShadowVersion that of a rebuild
+// under way, PreviousVersion that of the collection a switch replaced,
+// kept for a switch back during the rebuild grace.
 type ProjectionStatus struct {
-	Name             string         `json:"name"`
-	ActiveCollection string         `json:"active_collection"`
-	ShadowCollection string         `json:"shadow_collection,omitempty"`
-	Generation       int64          `json:"generation"`
-	ConsumerLag      *uint64        `json:"consumer_lag"`
-	LastError        string         `json:"last_error,omitempty"`
-	DeadLetters      int64          `json:"dead_letters"`
-	LastVerify       *VerifySummary `json:"last_verify,omitempty"`
-	LastRebuild      *JobSummary    `json:"last_rebuild,omitempty"`
+	Name               string         `json:"name"`
+	Version            int            `json:"version"`
+	ActiveCollection   string         `json:"active_collection"`
+	ActiveVersion      int            `json:"active_version"`
+	ShadowCollection   string         `json:"shadow_collection,omitempty"`
+	ShadowVersion      int            `json:"shadow_version,omitempty"`
+	PreviousCollection string         `json:"previous_collection,omitempty"`
+	PreviousVersion    int            `json:"previous_version,omitempty"`
+	SwitchedBackFrom   int            `json:"switched_back_from,omitempty"`
+	SwitchedAt         time.Time      `json:"switched_at,omitzero"`
+	Generation         int64          `json:"generation"`
+	ConsumerLag        *uint64        `json:"consumer_lag"`
+	LastError          string         `json:"last_error,omitempty"`
+	DeadLetters        int64          `json:"dead_letters"`
+	LastVerify         *VerifySummary `json:"last_verify,omitempty"`
+	LastRebuild        *JobSummary    `json:"last_rebuild,omitempty"`
 	// Partitions are the projection's partitions, in order, each
 	// consumed by one process at a time.
 	Partitions []PartitionStatus `json:"partitions,omitempty"`

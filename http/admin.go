@@ -16,11 +16,15 @@ import (
 
 // Admin is the operator side (the repair jobs and dead letters). Methods
 // return errors wrapping domain.ErrNotFound (unknown projection, job or
-// dead letter), domain.ErrValidation, domain.ErrJobRunning or
-// domain.ErrJobFinished.
+// dead letter), domain.ErrValidation, domain.ErrJobRunning,
+// domain.ErrJobFinished, domain.ErrOtherVersion, domain.ErrNotBuilt or
+// domain.ErrNoPrevious.
 type Admin interface {
 	StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error)
 	StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error)
+	// SwitchBack points readers back at the projection's previous
+	// collection and returns the projection's state after it.
+	SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error)
 	StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error)
 	Job(ctx context.Context, id string) (domain.Job, error)
 	CancelJob(ctx context.Context, id string) (domain.Job, error)
@@ -43,6 +47,7 @@ func (s *Server) adminRoutes(v1 *echo.Group) {
 	a := v1.Group("/admin", bearer(s.cfg.AdminToken))
 	a.GET("/projections", s.listProjections)
 	a.POST("/projections/:name/rebuilds", s.startRebuild)
+	a.POST("/projections/:name/switch-back", s.switchBack)
 	a.GET("/projections/:name/rebuilds/:job", s.getJob(domain.KindRebuild))
 	a.POST("/projections/:name/rebuilds/:job/cancel", s.cancelJob(domain.KindRebuild))
 	a.POST("/projections/:name/verifications", s.startVerify)
@@ -100,6 +105,18 @@ func (s *Server) startRebuild(c echo.Context) error {
 		return err
 	}
 	return accepted(c, job, "/v1/admin/projections/"+job.Projection+"/rebuilds/"+job.ID)
+}
+
+func (s *Server) switchBack(c echo.Context) error {
+	var req struct{}
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	st, err := s.cfg.Admin.SwitchBack(c.Request().Context(), c.Param("name"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, st)
 }
 
 type verifyRequest struct {

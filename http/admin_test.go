@@ -59,7 +59,8 @@ func newFakeAdmin() *fakeAdmin {
 		rebuild: map[string]string{},
 		dead:    map[string]error{},
 		statuses: []domain.ProjectionStatus{
-			{Name: "order_summaries", ActiveCollection: "order_summaries", Generation: 3},
+			{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries_v2_0193", ActiveVersion: 2,
+				PreviousCollection: "order_summaries", PreviousVersion: 1, Generation: 3},
 			{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", Generation: 1},
 		},
 	}
@@ -153,6 +154,31 @@ func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair boo
 	job.Repair = repair
 	f.jobs[job.ID] = job
 	return job, nil
+}
+
+// SwitchBack swaps a status's active and previous collections.
+func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (domain.ProjectionStatus, error) {
+	defer f.call(adminCall{Method: "SwitchBack", Projection: projection})()
+	if !f.known[projection] {
+		return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	}
+	if id := f.rebuild[projection]; id != "" {
+		return domain.ProjectionStatus{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
+	}
+	for i, st := range f.statuses {
+		if st.Name != projection {
+			continue
+		}
+		if st.PreviousCollection == "" {
+			return domain.ProjectionStatus{}, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+		}
+		st.ActiveCollection, st.PreviousCollection = st.PreviousCollection, st.ActiveCollection
+		st.ActiveVersion, st.PreviousVersion = st.PreviousVersion, st.ActiveVersion
+		st.Generation++
+		f.statuses[i] = st
+		return st, nil
+	}
+	return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
 func (f *fakeAdmin) StartReplay(_ context.Context, spec domain.ReplaySpec) (domain.Job, error) {
@@ -850,6 +876,37 @@ func TestAdminProjections(t *testing.T) {
 		ps[1].Name != "customer_order_stats" || ps[1].ConsumerLag != nil {
 		t.Errorf("projections = %s", rec.Body)
 	}
+}
+
+// TestAdminSwitchBack: the state after the switch is answered; nothing to
+// switch back to, a rebuild running, an unknown projection and a body are
+// refused with their problem types.
+func TestAdminSwitchBack(t *testing.T) {
+	const path = "/v1/admin/projections/order_summaries/switch-back"
+	e := newAdminEnv(t, adminToken)
+	rec := e.call(t, http.MethodPost, path, "")
+	if rec.Code != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
+	}
+	var st domain.ProjectionStatus
+	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
+		t.Fatalf("body %q: %v", rec.Body, err)
+	}
+	if st.ActiveCollection != "order_summaries" || st.ActiveVersion != 1 || st.PreviousCollection != "order_summaries_v2_0193" || st.PreviousVersion != 2 {
+		t.Errorf("after the switch back = %s, want order_summaries v1 active and the v2 collection previous", rec.Body)
+	}
+	if calls := e.admin.callsOf("SwitchBack"); len(calls) != 1 || calls[0].Projection != "order_summaries" {
+		t.Errorf("calls = %+v, want one SwitchBack of order_summaries", calls)
+	}
+	wantProblem(t, e.call(t, http.MethodPost, "/v1/admin/projections/customer_order_stats/switch-back", ""), http.StatusConflict, "/problems/no-previous")
+	wantProblem(t, e.call(t, http.MethodPost, "/v1/admin/projections/nope/switch-back", ""), http.StatusNotFound, "/problems/not-found")
+
+	e = newAdminEnv(t, adminToken)
+	e.admin.rebuild["order_summaries"] = "job-9"
+	wantProblem(t, e.call(t, http.MethodPost, path, "{}"), http.StatusConflict, "/problems/job-running")
+	e = newAdminEnv(t, adminToken)
+	wantProblem(t, e.call(t, http.MethodPost, path, `{"to":"v1"}`), http.StatusBadRequest, "/problems/malformed")
+	wantNoCalls(t, e.admin)
 }
 
 // TestAdminDeadLetters: limit is 1 to 1000 (100 by default) and checked

@@ -38,6 +38,16 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 	return job, err
 }
 
+// SwitchBack points readers of projection back at the collection the last
+// switch replaced, and returns the projection's state after it, or an
+// *Error wrapping domain.ErrNotFound (unknown projection),
+// domain.ErrNoPrevious or domain.ErrJobRunning.
+func (c *Client) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
+	var st domain.ProjectionStatus
+	_, err := c.do(ctx, http.MethodPost, "/v1/admin/projections/"+url.PathEscape(projection)+"/switch-back", nil, struct{}{}, &st)
+	return st, err
+}
+
 // StartVerify starts a verification of the projection's read model
 // against the log, rewriting what differs when repair is set. It returns
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).

@@ -517,13 +517,14 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	drift := domain.DriftExample{ID: "o-1", Kind: "different", StoredVersion: 1, LogVersion: 2, Fields: []string{"status"}}
 	report := domain.VerifyReport{Collection: "c", Streams: 1, Events: 1, Documents: 1, Missing: 1, Stale: 1, Extra: 1, Different: 1,
 		Repaired: 1, PoisonStreams: 1, Examples: []domain.DriftExample{drift}, Digest: "d", ExpectedDigest: "d"}
-	job := domain.Job{ID: "j", Kind: domain.KindRebuild, Projection: "p", State: domain.StateRunning, CreatedAt: at, FinishedAt: at,
+	job := domain.Job{ID: "j", Kind: domain.KindRebuild, Projection: "p", Version: 2, State: domain.StateRunning, CreatedAt: at, FinishedAt: at,
 		Error: "e", Partitions: 2, Shadow: "s", Repair: true, Replay: &spec, TotalCommits: 1, Bounds: []string{"m"}, Report: &report,
 		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []domain.Task{task}}
 	verifySummary := domain.VerifySummary{Job: "j", State: domain.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
 	jobSummary := domain.JobSummary{Job: "j", State: domain.StateFailed, Error: "e"}
 	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, Applied: 1, ApplyRate: 1}
-	projection := domain.ProjectionStatus{Name: "p", ActiveCollection: "a", ShadowCollection: "s", Generation: 1, ConsumerLag: &lag,
+	projection := domain.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
+		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
 		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
 	check := domain.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
 		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}

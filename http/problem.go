@@ -58,6 +58,9 @@ var codes = []struct {
 	{domain.ErrJobRunning, http.StatusConflict, "job-running", "A rebuild of this projection is already running"},
 	{domain.ErrJobFinished, http.StatusConflict, "job-finished", "The job has already finished"},
 	{domain.ErrRetryFailed, http.StatusConflict, "retry-failed", "The dead letter still cannot be applied"},
+	{domain.ErrNotBuilt, http.StatusServiceUnavailable, "read-model-building", "The read model is being built from the log"},
+	{domain.ErrOtherVersion, http.StatusConflict, "projection-version", "The store holds another version of this projection"},
+	{domain.ErrNoPrevious, http.StatusConflict, "no-previous", "No previous version to switch back to"},
 }
 
 var titles = map[string]string{
@@ -81,6 +84,14 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err)
+		if errors.Is(err, domain.ErrNotBuilt) {
+			// A state of the service, not a failure: the first build of
+			// a read model takes about as long as a rebuild.
+			c.Response().Header().Set("Retry-After", "5")
+			c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+			_ = c.JSON(p.Status, p)
+			return
+		}
 		var own *problemError // written here, for clients: no internals, and counted, not logged
 		if p.Status >= 500 && !errors.As(err, &own) {
 			if c.Request().Context().Err() == nil { // not a client that went away

@@ -19,7 +19,7 @@ import (
 // the task's other writes are refused.
 func TestRenewalOutlivesASlowStore(t *testing.T) {
 	ctx, db, es := projectiontest.Start(t, time.Minute)
-	j := New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), es, map[string]string{projection.OrderSummaries.Name: projection.OrderSummaries.Collection})
+	j := New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), es, map[string]Def{projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection}})
 	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)

@@ -41,9 +41,9 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 		sums: mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
 		stat: mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
 	}
-	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]string{
-		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
+	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]jobs.Def{
+		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
+		projection.CustomerOrderStats.Name: {Collection: projection.CustomerOrderStats.Collection, Version: projection.CustomerOrderStats.Version},
 	})
 	return k, f
 }

@@ -50,16 +50,33 @@ type Jobs struct {
 	leases   TaskLeases
 	pointers *mongodb.Pointers
 	events   EventLog
-	defs     map[string]string // projection name -> base collection
+	defs     map[string]Def // by projection name
 	now      func() time.Time
+}
+
+// Def is a projection as the jobs know it: its projection.Definition's
+// Collection and the version of the definition this process folds
+// (projection.Definition.Ver; 0 counts as 1).
+type Def struct {
+	Collection string
+	Version    int
+}
+
+func (d Def) ver() int { return max(d.Version, 1) }
+
+// DefOf returns the Def of a projection (a *mongodb.Projection).
+func DefOf(p interface {
+	Collection() string
+	Version() int
+}) Def {
+	return Def{Collection: p.Collection(), Version: p.Version()}
 }
 
 // New returns the jobs kept in store, their tasks claimed through leases
 // (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), for the
-// projections named in defs (projection name to its
-// projection.Definition's Collection), whose pointer documents ps keeps,
-// reading events.
-func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]string) *Jobs {
+// projections named in defs, whose pointer documents ps keeps, reading
+// events.
+func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]Def) *Jobs {
 	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
@@ -183,6 +200,68 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 	return job, nil
 }
 
+// SwitchBack points readers of projection back at the collection the last
+// switch replaced (its previous version, or the same version before a
+// rebuild), kept and fed by the projectors of its version for the rebuild
+// grace after that switch; the collection it leaves becomes the previous
+// one, to be dropped when the restored one would have been. A version
+// switched back from is not built again on its own (see
+// Worker.buildVersions); a newer one is. It holds the projection's
+// rebuild lock while it works, so no rebuild switches at the same time.
+// It returns the pointer as stored. Errors: domain.ErrNotFound for an
+// unknown projection, domain.ErrNoPrevious when there is nothing to switch
+// back to, domain.ErrJobRunning while a rebuild runs, domain.ErrUnavailable.
+func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Pointer, error) {
+	if err := j.known(projection); err != nil {
+		return mongodb.Pointer{}, err
+	}
+	id := newJobID()
+	if err := j.store.Lock(ctx, projection, id); err != nil {
+		return mongodb.Pointer{}, err
+	}
+	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), projection, id) }()
+	coll := j.defs[projection].Collection
+	ptr, err := j.pointers.Get(ctx, projection, coll, 0)
+	if err != nil {
+		return mongodb.Pointer{}, err
+	}
+	if ptr.Previous == "" {
+		return ptr, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+	}
+	dropAfter, ok, err := j.pointers.DropAfter(ctx, ptr.Previous)
+	if err != nil {
+		return mongodb.Pointer{}, err
+	}
+	if !ok {
+		dropAfter = j.now().Add(time.Minute)
+	}
+	// Retired before the switch, so a crash after it cannot keep the
+	// collection left for ever; while it is still active the drop skips
+	// it.
+	if ptr.Active != "" {
+		if err := j.pointers.Retire(ctx, projection, ptr.Active, "switched back from", dropAfter); err != nil {
+			return mongodb.Pointer{}, err
+		}
+	}
+	restored := ptr.Previous
+	ptr, err = j.pointers.Update(ctx, projection, coll, func(p *mongodb.Pointer) (bool, error) {
+		if p.Previous != restored {
+			return false, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious) // dropped meanwhile
+		}
+		from := p.ActiveVer()
+		p.Active, p.ActiveVersion, p.Previous, p.PreviousVersion = p.Previous, p.PreviousVer(), p.Active, p.ActiveVer()
+		if from > p.ActiveVersion {
+			p.SwitchedBackFrom = from
+		}
+		p.SwitchedAt = j.now().UTC()
+		return true, nil
+	})
+	if err != nil {
+		return ptr, err
+	}
+	return ptr, j.pointers.Unretire(ctx, restored)
+}
+
 // cancelRequested reports whether an operator asked job id to stop.
 func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
 	return j.store.CancelRequested(ctx, id)
@@ -212,11 +291,13 @@ var _ DeadLetterCounter = (*mongodb.DeadLetters)(nil)
 func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
 	var out []domain.ProjectionStatus
 	for _, name := range j.Projections() {
-		ptr, err := j.pointers.Get(ctx, name, j.defs[name], 0)
+		ptr, err := j.pointers.Get(ctx, name, j.defs[name].Collection, 0)
 		if err != nil {
 			return nil, err
 		}
-		st := domain.ProjectionStatus{Name: name, ActiveCollection: ptr.Active, ShadowCollection: ptr.Shadow, Generation: ptr.Generation}
+		st := domain.ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
+			ShadowCollection: ptr.Shadow, ShadowVersion: ptr.ShadowVer(), PreviousCollection: ptr.Previous, PreviousVersion: ptr.PreviousVer(),
+			SwitchedBackFrom: ptr.SwitchedBackFrom, Generation: ptr.Generation, SwitchedAt: ptr.SwitchedAt}
 		if lag != nil {
 			st.ConsumerLag, st.LastError = lag(ctx, name)
 		}

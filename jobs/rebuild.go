@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,20 +12,32 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // StartRebuild creates a rebuild job of projection split into partitions
-// (1 to domain.MaxPartitions) and announces its shadow collection, which live
-// projectors then also write. Errors: domain.ErrNotFound for an unknown
-// projection, domain.ErrValidation for a bad partition count, domain.ErrJobRunning
-// (wrapped, with the running job's id) while another rebuild of the
-// projection is not finished.
+// (1 to domain.MaxPartitions), building the version of its definition this
+// process folds, and announces its shadow collection, which live
+// projectors of that version then also write. Errors: domain.ErrNotFound
+// for an unknown projection, domain.ErrValidation for a bad partition
+// count, domain.ErrOtherVersion when the store's active version is newer
+// than this process's, domain.ErrJobRunning (wrapped, with the running
+// job's id) while another rebuild of the projection is not finished.
 func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
 	if err := j.known(projection); err != nil {
 		return domain.Job{}, err
 	}
 	if partitions < 1 || partitions > domain.MaxPartitions {
 		return domain.Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, domain.MaxPartitions, domain.ErrValidation)
+	}
+	def := j.defs[projection]
+	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	if ptr.ActiveVer() > def.ver() {
+		return domain.Job{}, fmt.Errorf("%s: the store is at version %d, this instance folds version %d: %w",
+			projection, ptr.ActiveVer(), def.ver(), domain.ErrOtherVersion)
 	}
 	id := newJobID()
 	if err := j.store.Lock(ctx, projection, id); err != nil {
@@ -40,8 +53,9 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 
 func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, id string) (domain.Job, error) {
 	now := j.now().UTC()
-	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, State: domain.StateQueued, CreatedAt: now,
-		Partitions: partitions, Shadow: j.defs[name] + "_" + strings.ReplaceAll(id, "-", "")}
+	def := j.defs[name]
+	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, Version: def.ver(), State: domain.StateQueued, CreatedAt: now,
+		Partitions: partitions, Shadow: projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")}
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
 	tasks := []domain.Task{
@@ -54,7 +68,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	_, err := j.pointers.Update(ctx, name, j.defs[name], func(p *mongodb.Pointer) (bool, error) {
+	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
@@ -63,7 +77,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 				return false, err
 			}
 		}
-		p.Shadow, p.ShadowJob = job.Shadow, id
+		p.Shadow, p.ShadowJob, p.ShadowVersion = job.Shadow, id, job.Version
 		return true, nil
 	})
 	if err != nil {
@@ -72,11 +86,11 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, j.defs[name], func(p *mongodb.Pointer) (bool, error) {
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
 			if p.Shadow != job.Shadow {
 				return false, nil
 			}
-			p.Shadow, p.ShadowJob = "", ""
+			p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
 			return true, nil
 		})
 		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
@@ -247,7 +261,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		// job to the switch: filtered on no cancel request, as Cancel is
 		// filtered on no replaced collection, so of a cancel and a switch
 		// racing exactly one wins.
-		cur.Replaced, cur.Report = ptr.Active, &rep
+		cur.Replaced, cur.Report = cmp.Or(ptr.Active, nothingReplaced), &rep
 		recorded, err := w.jobs.store.CommitSwitch(ctx, job.ID, cur.Replaced, cur.Report)
 		if err != nil {
 			return err
@@ -256,26 +270,33 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
-		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *mongodb.Pointer) (bool, error) {
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
 			switch {
 			case p.Active == job.Shadow:
 				return false, nil // switched by another run of this finish
-			case p.Shadow != job.Shadow || p.Active != cur.Replaced:
+			case p.Shadow != job.Shadow || cmp.Or(p.Active, nothingReplaced) != cur.Replaced:
 				return false, fmt.Errorf("rebuild %s: the pointer names %q active and %q shadow, not %q and %q: %w",
 					job.ID, p.Active, p.Shadow, cur.Replaced, job.Shadow, domain.ErrPointerMoved)
 			case !c.valid():
 				return false, errLeaseLost
 			}
-			p.Active, p.Shadow, p.ShadowJob, p.SwitchedAt = job.Shadow, "", "", switchedAt
+			// What readers read until now stays, fed by the projectors of
+			// its version, for a switch back until its grace is over.
+			p.Previous, p.PreviousVersion = p.Active, p.ActiveVer()
+			p.Active, p.ActiveVersion = job.Shadow, max(job.Version, 1)
+			p.Shadow, p.ShadowJob, p.ShadowVersion, p.SwitchedAt = "", "", 0, switchedAt
+			if p.SwitchedBackFrom <= p.ActiveVersion {
+				p.SwitchedBackFrom = 0
+			}
 			return true, nil
 		})
 		if err != nil {
 			return fmt.Errorf("rebuild %s: switch to %s: %w", job.ID, job.Shadow, err)
 		}
-		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow,
-			"replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
+		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "version", max(job.Version, 1),
+			"active", job.Shadow, "replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
 	}
-	if cur.Replaced != "" {
+	if cur.Replaced != "" && cur.Replaced != nothingReplaced {
 		if err := w.jobs.pointers.Retire(ctx, job.Projection, cur.Replaced, "replaced by rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
 			return err
 		}
@@ -288,6 +309,10 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	}
 	return c.finish(ctx, taskDone, "")
 }
+
+// nothingReplaced is recorded as the collection a switch replaces when
+// readers read none before it (the first build of a projection).
+const nothingReplaced = "(none)"
 
 // abandonedShadowGrace is how long the shadow of a rebuild that died stays
 // after a new rebuild replaced it: projectors keep writing a shadow until
@@ -302,11 +327,11 @@ const abandonedShadowGrace = time.Minute
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection], func(p *mongodb.Pointer) (bool, error) {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
 		if p.Shadow != job.Shadow {
 			return false, nil
 		}
-		p.Shadow, p.ShadowJob = "", ""
+		p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
 		return true, nil
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
@@ -9,13 +10,38 @@ import (
 
 // StartVerify creates a verify job of projection's active collection;
 // with repair it rewrites the documents that differ from the fold of the
-// log. Errors: domain.ErrNotFound for an unknown projection.
+// log. Only the version of the definition the active collection holds
+// can check it. Errors: domain.ErrNotFound for an unknown projection,
+// domain.ErrNotBuilt before its first build, domain.ErrOtherVersion when
+// the active collection is of another version than this process folds.
 func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	if err := j.known(projection); err != nil {
 		return domain.Job{}, err
 	}
-	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, State: domain.StateQueued, CreatedAt: j.now().UTC(), Repair: repair}
+	def := j.defs[projection]
+	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	if err := activeIs(ptr, def.ver()); err != nil {
+		return domain.Job{}, err
+	}
+	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, Version: def.ver(), State: domain.StateQueued,
+		CreatedAt: j.now().UTC(), Repair: repair}
 	return job, j.create(ctx, job, taskVerify)
+}
+
+// activeIs checks that ptr's active collection is of version v. Errors:
+// domain.ErrNotBuilt, domain.ErrOtherVersion.
+func activeIs(ptr mongodb.Pointer, v int) error {
+	switch ptr.ActiveVer() {
+	case 0:
+		return fmt.Errorf("%s: %w", ptr.Projection, domain.ErrNotBuilt)
+	case v:
+		return nil
+	}
+	return fmt.Errorf("%s: the active collection is of version %d, this instance folds version %d: %w",
+		ptr.Projection, ptr.ActiveVer(), v, domain.ErrOtherVersion)
 }
 
 // verify runs a verify job on the active collection.
@@ -24,6 +50,13 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 	ptr, err := m.Pointer(ctx, 0)
 	if err != nil {
 		return err
+	}
+	if err := activeIs(ptr, max(job.Version, 1)); err != nil {
+		// Switched to another version since the job was asked for.
+		if err := w.jobs.finishJob(ctx, job.ID, domain.StateFailed, err.Error(), nil); err != nil {
+			return err
+		}
+		return c.finish(ctx, taskDone, "")
 	}
 	t := c.task
 	t.Events, t.Streams, t.Cursor = 0, 0, ""

@@ -66,6 +66,7 @@ func (c *WorkerConfig) setDefaults() {
 // type: *mongodb.Projection[D] implements it.
 type Projection interface {
 	Name() string
+	Version() int // of the definition this process folds
 	Pointer(ctx context.Context, maxAge time.Duration) (mongodb.Pointer, error)
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
 	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
@@ -126,6 +127,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.dropRetired(ctx)
 	}()
 	for {
+		w.buildVersions(ctx)
 		for w.busy() < w.cfg.Concurrency && ctx.Err() == nil {
 			c, job, err := w.claimNext(ctx)
 			if err != nil {
@@ -244,8 +246,13 @@ func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
 	if job.Kind == domain.KindReplay && w.pub == nil {
 		return false
 	}
-	if job.Projection != "" && w.projs[job.Projection] == nil {
-		return false
+	if job.Projection != "" {
+		// A job folds with one version of the definition: only a
+		// process that folds that version may run it.
+		p := w.projs[job.Projection]
+		if p == nil || (job.Kind != domain.KindReplay && max(job.Version, 1) != p.Version()) {
+			return false
+		}
 	}
 	if job.Kind != domain.KindRebuild {
 		return true
@@ -390,3 +397,43 @@ func (w *Worker) progress(ctx context.Context, c *claim, t *domain.Task) error {
 	}
 	return nil
 }
+
+// buildVersions starts, for each projection whose store has not built the
+// version of the definition this process folds, a rebuild that builds it
+// (its verified switch is the cutover): a definition bumped by a deploy,
+// or a projection new to a service whose log holds events. The rebuild
+// lock makes it one rebuild however many instances try; a rebuild already
+// running (of any version) is waited for. A version an operator switched
+// back from is not built again; a newer one is. An older binary, during a
+// rolling upgrade, finds the store ahead of it and builds nothing.
+func (w *Worker) buildVersions(ctx context.Context) {
+	for _, name := range w.jobs.Projections() {
+		p := w.projs[name]
+		if p == nil || ctx.Err() != nil {
+			continue
+		}
+		ptr, err := p.Pointer(ctx, buildCheckAge)
+		if err != nil {
+			continue // the store is away; the next round asks again
+		}
+		v := p.Version()
+		if ptr.ActiveVer() >= v || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
+			continue
+		}
+		job, err := w.jobs.StartRebuild(ctx, name, 1)
+		switch {
+		case err == nil:
+			w.l.Info("building a version of a read model the store does not hold", "projection", name, "version", v,
+				"active_version", ptr.ActiveVer(), "job", job.ID)
+		case errors.Is(err, domain.ErrJobRunning):
+			// Another instance started it, or a rebuild runs: wait.
+		case ctx.Err() == nil:
+			w.l.Warn("starting the build of a read-model version failed", "projection", name, "version", v, "err", err)
+		}
+	}
+}
+
+// buildCheckAge is how old a pointer buildVersions may act on: a version
+// bumped by a deploy is noticed within it, at one pointer read per
+// projection per interval.
+const buildCheckAge = 5 * time.Second

@@ -273,6 +273,7 @@ type jobDoc struct {
 	ID              string           `bson:"_id"`
 	Kind            domain.JobKind   `bson:"kind"`
 	Projection      string           `bson:"projection,omitempty"`
+	Version         int              `bson:"version,omitempty"`
 	State           domain.JobState  `bson:"state"`
 	CreatedAt       time.Time        `bson:"created_at"`
 	FinishedAt      time.Time        `bson:"finished_at,omitempty"`
@@ -289,14 +290,14 @@ type jobDoc struct {
 }
 
 func newJobDoc(j domain.Job) jobDoc {
-	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, State: j.State, CreatedAt: j.CreatedAt,
+	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, Version: j.Version, State: j.State, CreatedAt: j.CreatedAt,
 		FinishedAt: j.FinishedAt, Error: j.Error, Partitions: j.Partitions, Shadow: j.Shadow, Replaced: j.Replaced,
 		Repair: j.Repair, Replay: newReplayDoc(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
 		Report: newVerifyReportDoc(j.Report), CancelRequested: j.CancelRequested}
 }
 
 func (d jobDoc) job() domain.Job {
-	return domain.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, State: d.State, CreatedAt: d.CreatedAt,
+	return domain.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, Version: d.Version, State: d.State, CreatedAt: d.CreatedAt,
 		FinishedAt: d.FinishedAt, Error: d.Error, Partitions: d.Partitions, Shadow: d.Shadow, Replaced: d.Replaced,
 		Repair: d.Repair, Replay: d.Replay.spec(), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
 		Report: d.Report.report(), CancelRequested: d.CancelRequested}

@@ -15,27 +15,91 @@ import (
 )
 
 // PointersCollection holds one pointer document per projection, naming the
-// collection readers read (active) and, during a rebuild, the shadow
-// collection live events are also written to. A projection with no
-// pointer document reads its projection.Definition's Collection.
+// collection readers read (active), during a rebuild the shadow collection
+// live events are also written to, and after a switch the collection it
+// replaced (previous), kept for the rebuild grace so that an operator can
+// switch back. Each collection is of one version of the projection's
+// definition (projection.Definition.Version), and a projector writes only
+// the collections of its own version. A projection with no pointer
+// document reads its projection.Definition's Collection, at version 1.
 const PointersCollection = "projection_pointers"
 
 // RetiredCollection lists collections a rebuild replaced (or a failed one
 // left behind), each dropped once its drop_after time has passed.
 const RetiredCollection = "projection_retired"
 
-// Pointer is a projection's pointer document. Only the runner of the
-// projection's one rebuild should write it (the rebuild lock makes it
-// one), but a runner that stalled may wake up after its lease passed on:
+// Pointer is a projection's pointer document. Only the holder of the
+// projection's rebuild lock should write it (a rebuild's runner, a switch
+// back), but a runner that stalled may wake up after its lease passed on:
 // every write is therefore a compare-and-set on Generation, which each
 // write increments.
+//
+// An empty Active means no version has been built yet (a projection added
+// to a service whose log already holds events): readers get
+// domain.ErrNotBuilt until the first build switches to its collection.
+// A version field of 0 is version 1 (documents from before versions).
 type Pointer struct {
-	Projection string    `bson:"_id" json:"projection"`
-	Active     string    `bson:"active" json:"active_collection"`
-	Shadow     string    `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
-	ShadowJob  string    `bson:"shadow_job,omitempty" json:"shadow_job,omitempty"`
-	Generation int64     `bson:"generation" json:"generation"`
-	SwitchedAt time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
+	Projection      string `bson:"_id" json:"projection"`
+	Active          string `bson:"active" json:"active_collection"`
+	ActiveVersion   int    `bson:"active_version,omitempty" json:"active_version,omitempty"`
+	Shadow          string `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
+	ShadowVersion   int    `bson:"shadow_version,omitempty" json:"shadow_version,omitempty"`
+	ShadowJob       string `bson:"shadow_job,omitempty" json:"shadow_job,omitempty"`
+	Previous        string `bson:"previous,omitempty" json:"previous_collection,omitempty"`
+	PreviousVersion int    `bson:"previous_version,omitempty" json:"previous_version,omitempty"`
+	// SwitchedBackFrom is the version an operator switched back from: it
+	// is not built again on its own (a higher version is).
+	SwitchedBackFrom int       `bson:"switched_back_from,omitempty" json:"switched_back_from,omitempty"`
+	Generation       int64     `bson:"generation" json:"generation"`
+	SwitchedAt       time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
+}
+
+// ActiveVer is the version of the active collection: 0 when none is
+// built, else at least 1.
+func (p Pointer) ActiveVer() int {
+	if p.Active == "" {
+		return 0
+	}
+	return max(p.ActiveVersion, 1)
+}
+
+// ShadowVer is the version of the shadow collection, 0 when there is none.
+func (p Pointer) ShadowVer() int {
+	if p.Shadow == "" {
+		return 0
+	}
+	return max(p.ShadowVersion, 1)
+}
+
+// PreviousVer is the version of the previous collection, 0 when there is
+// none.
+func (p Pointer) PreviousVer() int {
+	if p.Previous == "" {
+		return 0
+	}
+	return max(p.PreviousVersion, 1)
+}
+
+// Collections returns the collections of version v that live events go
+// to: the shadow, the previous and the active collection, in that order,
+// each if it is of version v.
+func (p Pointer) Collections(v int) []string {
+	var out []string
+	if p.ShadowVer() == v {
+		out = append(out, p.Shadow)
+	}
+	if p.PreviousVer() == v {
+		out = append(out, p.Previous)
+	}
+	if p.ActiveVer() == v {
+		out = append(out, p.Active)
+	}
+	return out
+}
+
+// Names reports whether the pointer names collection coll in any role.
+func (p Pointer) Names(coll string) bool {
+	return coll != "" && (p.Active == coll || p.Shadow == coll || p.Previous == coll)
 }
 
 // Pointers reads and writes pointer documents, caching reads per process.
@@ -194,8 +258,33 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 	return nil
 }
 
+// DropAfter returns when retired collection is to be dropped, and false
+// when it is not retired. Errors: domain.ErrUnavailable.
+func (ps *Pointers) DropAfter(ctx context.Context, collection string) (time.Time, bool, error) {
+	var d retiredDoc
+	err := ps.retired.FindOne(ctx, bson.D{{Key: "_id", Value: collection}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, false, nil
+	}
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("retired %s: %w", collection, Translate(err))
+	}
+	return d.DropAfter, true, nil
+}
+
+// Unretire takes collection off the list of collections to drop (it is
+// active again after a switch back). Errors: domain.ErrUnavailable.
+func (ps *Pointers) Unretire(ctx context.Context, collection string) error {
+	if _, err := ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: collection}}); err != nil {
+		return fmt.Errorf("unretire %s: %w", collection, Translate(err))
+	}
+	return nil
+}
+
 // DropRetired drops the retired collections whose time has come by now,
-// except any a pointer still names, and returns their names. Errors:
+// except any a pointer names as active or shadow, and returns their names.
+// A pointer's previous collection is unnamed first (a compare-and-set), so
+// no switch back can reach a dropped collection. Errors:
 // domain.ErrUnavailable, with the names dropped before the failure.
 func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, error) {
 	cur, err := ps.retired.Find(ctx, bson.D{})
@@ -217,9 +306,27 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, Translate(err))
 		}
 		if err == nil && (p.Active == d.Collection || p.Shadow == d.Collection) {
-			// In use again (a pointer never goes back, but be safe).
+			// In use again (switched back to).
 			_, _ = ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}})
 			continue
+		}
+		if err == nil && p.Previous == d.Collection {
+			// Its grace is over: no switch back to it from now on. The
+			// compare-and-set loses to a switch back made meanwhile.
+			p, err := ps.Update(ctx, d.Projection, p.Active, func(p *Pointer) (bool, error) {
+				if p.Previous != d.Collection {
+					return false, nil
+				}
+				p.Previous, p.PreviousVersion = "", 0
+				return true, nil
+			})
+			if err != nil {
+				return dropped, err
+			}
+			if p.Active == d.Collection || p.Shadow == d.Collection {
+				_, _ = ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}})
+				continue
+			}
 		}
 		if err := ps.coll.Database().Collection(d.Collection).Drop(ctx); err != nil {
 			return dropped, fmt.Errorf("drop %s: %w", d.Collection, Translate(err))

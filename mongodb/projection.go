@@ -2,11 +2,14 @@ package mongodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
@@ -46,6 +49,17 @@ func NewProjection[D any](db *mongo.Database, def projection.Definition[D], even
 // Name is the projection's name.
 func (p *Projection[D]) Name() string { return p.def.Name }
 
+// Version is the version of the projection's definition this process
+// folds (projection.Definition.Ver).
+func (p *Projection[D]) Version() int { return p.def.Ver() }
+
+// Key names this version's consumers and leases (projection.Definition.Key).
+func (p *Projection[D]) Key() string { return p.def.Key() }
+
+// Collection is the definition's base collection: the first version's
+// read model, and the prefix of rebuilt collections' names.
+func (p *Projection[D]) Collection() string { return p.def.Collection }
+
 // Database is the database holding the projection's collections and its
 // pointer: what feeds the projection keeps its own state (partition
 // leases) beside them, so that it lives and goes with the read model.
@@ -70,7 +84,7 @@ func (p *Projection[D]) forget(ptr Pointer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.stores {
-		if c != ptr.Active && c != ptr.Shadow {
+		if !ptr.Names(c) {
 			delete(p.stores, c)
 		}
 	}
@@ -95,47 +109,91 @@ func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Poin
 	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
 }
 
-// Active returns the store of the collection readers read.
+// Active returns the store of the collection readers read, whatever its
+// version. Errors: domain.ErrNotBuilt before a first build has switched
+// to a collection, domain.ErrUnavailable.
 func (p *Projection[D]) Active(ctx context.Context) (*ReadModel[D], error) {
 	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
 	if err != nil {
 		return nil, err
 	}
+	if ptr.Active == "" {
+		return nil, fmt.Errorf("%s: %w", p.def.Name, domain.ErrNotBuilt)
+	}
 	return p.ReadModel(ptr.Active), nil
 }
 
-// EnsureIndexes creates the indexes of the active collection (and of the
-// shadow, if any).
+// EnsureIndexes creates the indexes of the collections this version
+// writes (the active one, a shadow, a previous one).
 func (p *Projection[D]) EnsureIndexes(ctx context.Context) error {
 	ptr, err := p.Pointer(ctx, 0)
 	if err != nil {
 		return err
 	}
-	for _, c := range []string{ptr.Shadow, ptr.Active} {
-		if c != "" {
-			if err := p.ReadModel(c).EnsureIndexes(ctx); err != nil {
-				return err
-			}
+	for _, c := range ptr.Collections(p.def.Ver()) {
+		if err := p.ReadModel(c).EnsureIndexes(ctx); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
+// EnsurePointer writes the projection's first pointer document when it
+// has none, so that every process agrees on what readers read: the base
+// collection, at version 1 when it holds documents (a store from before
+// versions) or at this definition's version when the log is empty (a new
+// store); otherwise (a projection added to a service whose log holds
+// events) no collection, until the first build switches to one, and
+// readers get domain.ErrNotBuilt meanwhile. Call it before serving reads.
+// Errors: domain.ErrUnavailable.
+func (p *Projection[D]) EnsurePointer(ctx context.Context) error {
+	ptr, err := p.Pointer(ctx, 0)
+	if err != nil || ptr.Generation > 0 {
+		return err
+	}
+	n, err := p.db.Collection(p.def.Collection).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
+	if err != nil {
+		return fmt.Errorf("%s: %w", p.def.Collection, Translate(err))
+	}
+	first := Pointer{Projection: p.def.Name, Active: p.def.Collection, ActiveVersion: 1, Generation: 1}
+	if n == 0 {
+		commits, err := p.db.Collection(CommitsCollection).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
+		if err != nil {
+			return fmt.Errorf("%s: %w", CommitsCollection, Translate(err))
+		}
+		if commits == 0 {
+			first.ActiveVersion = p.def.Ver()
+		} else {
+			first.Active, first.ActiveVersion = "", 0
+		}
+	}
+	if err := p.pointers.put(ctx, first); err != nil && !errors.Is(err, domain.ErrPointerMoved) {
+		return err
+	}
+	return nil
+}
+
 // Apply folds events (any streams, any order, duplicates allowed) into
-// the shadow collection first, when a rebuild has announced one, then
-// into the active one, so that during a rebuild the shadow is never
+// every collection of this process's version the pointer names: a
+// rebuild's shadow first, then the previous collection (kept for a switch
+// back), then the active one, so that during a rebuild the shadow is never
 // behind the active collection on any document this process touched (the
-// switch then never shows a reader an older version). fresh reads every
-// document from the store instead of trusting this process's cache: set
-// it for redeliveries, whose documents another process may have written.
+// switch then never shows a reader an older version). Collections of
+// other versions are left to the processes that fold those. fresh reads
+// every document from the store instead of trusting this process's cache:
+// set it for redeliveries, whose documents another process may have
+// written.
 //
-// The results are the active collection's, as ReadModel.Apply gives
-// them: what it did, and per stream a *projection.PoisonError for events that cannot
-// be applied (its Reached is the version the document reflects, so the
-// events up to it are done). An event the shadow alone cannot apply is
-// left to the verify-and-repair pass that precedes the switch. Errors:
+// The results are those of the last collection written (the active one
+// when it is of this version), as ReadModel.Apply gives them: what it did,
+// and per stream a *projection.PoisonError for events that cannot be
+// applied (its Reached is the version the document reflects, so the
+// events up to it are done). An event only an earlier collection cannot
+// apply is left to the verify-and-repair pass that precedes a switch.
+// With no collection of this version, the events are done (a build of
+// this version scans the log after announcing its shadow). Errors:
 // domain.ErrUnavailable, a cancelled ctx, or a stream still contended
-// after repeated writes; then nothing is known to be written, in either
+// after repeated writes; then nothing is known to be written, in any
 // collection, and every event must be applied again.
 func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
 	ptr, err := p.Pointer(ctx, writerPointerAge)
@@ -143,12 +201,16 @@ func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh 
 		return projection.Outcome{}, nil, err
 	}
 	p.forget(ptr)
-	if ptr.Shadow != "" {
-		if _, _, err := p.ReadModel(ptr.Shadow).apply(ctx, events, fresh); err != nil {
-			return projection.Outcome{}, nil, fmt.Errorf("shadow %s: %w", ptr.Shadow, err)
+	colls := ptr.Collections(p.def.Ver())
+	if len(colls) == 0 {
+		return projection.Outcome{}, nil, nil
+	}
+	for _, c := range colls[:len(colls)-1] {
+		if _, _, err := p.ReadModel(c).apply(ctx, events, fresh); err != nil {
+			return projection.Outcome{}, nil, fmt.Errorf("%s: %w", c, err)
 		}
 	}
-	return p.ReadModel(ptr.Active).apply(ctx, events, fresh)
+	return p.ReadModel(colls[len(colls)-1]).apply(ctx, events, fresh)
 }
 
 // Get returns one document of the active collection, or an error wrapping

@@ -98,6 +98,7 @@ type applier interface {
 // failures that may pass (store down) are redelivered without limit.
 type Runner struct {
 	name    string
+	key     string // the version's name for its consumers and leases
 	store   applier
 	js      jetstream.JetStream
 	dead    DeadLetterStore
@@ -170,8 +171,11 @@ func (r *Runner) setLastError(err error) {
 // leases and members live in p's database.
 func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
-	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
-		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: mongodb.NewMembers(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
+	// Partition leases, members and consumers are the version's: during
+	// a rolling upgrade the processes of each version share the
+	// partitions among themselves and feed that version's collections.
+	return &Runner{name: p.Name(), key: p.Key(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
+		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers)}
 }
 
@@ -219,8 +223,12 @@ func (r *Runner) Name() string { return r.name }
 // Partitions is the number of partitions.
 func (r *Runner) Partitions() int { return r.cfg.Partitions }
 
-// ConsumerName is the durable consumer of partition p: "proj_<name>_p<NN>".
-func (r *Runner) ConsumerName(p int) string { return fmt.Sprintf("proj_%s_p%02d", r.name, p) }
+// Key names the projection's version (projection.Definition.Key).
+func (r *Runner) Key() string { return r.key }
+
+// ConsumerName is the durable consumer of partition p: "proj_<key>_p<NN>",
+// where key is the projection's name for its first version.
+func (r *Runner) ConsumerName(p int) string { return fmt.Sprintf("proj_%s_p%02d", r.key, p) }
 
 // FilterSubject is the subject filter of partition p: "<prefix>.<p>.>".
 func (r *Runner) FilterSubject(p int) string { return fmt.Sprintf("%s.%d.>", r.cfg.SubjectPrefix, p) }

@@ -51,6 +51,10 @@ type Main struct {
 	HTTPAddr string
 	// Out receives the start-up summary of the embedded mode [os.Stderr].
 	Out io.Writer
+	// Summaries is the order_summaries definition this process runs
+	// [projection.OrderSummaries]; a test sets one of another version to
+	// play a deploy of a changed fold.
+	Summaries *projection.Definition[domain.Order]
 
 	stopEmbedded func()
 	storeBusy    func() time.Duration // the embedded store's writer; nil on MongoDB
@@ -229,8 +233,20 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	rm := projector.NewMetrics(reg)
 	jm := jobs.NewMetrics(reg)
 	pointers := mongodb.NewPointers(db)
-	sums := mongodb.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
+	sumsDef := projection.OrderSummaries
+	if m.Summaries != nil {
+		sumsDef = *m.Summaries
+	}
+	sums := mongodb.NewProjection(db, sumsDef, store, pm, pointers)
 	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	// Every process agrees on what readers read before any of them
+	// serves or feeds a read model (a projection new to a log is built
+	// first, by a jobs instance).
+	for _, p := range []interface{ EnsurePointer(context.Context) error }{sums, stats} {
+		if err := p.EnsurePointer(setupCtx); err != nil {
+			return err
+		}
+	}
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
@@ -249,9 +265,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		projector.NewRunner(sums, js, dead, rc, plog, rm),
 		projector.NewRunner(stats, js, dead, rc, plog, rm),
 	}
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]string{
-		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
+		sums.Name(): jobs.DefOf(sums), stats.Name(): jobs.DefOf(stats),
 	})
 	if r.projector {
 		for _, pr := range runners {
@@ -285,7 +300,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
-			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Name(), stats.Name()}, time.Second, m.Log.With("component", "admission"))
+			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
 			var backlog func() float64
 			if relay != nil {

@@ -125,9 +125,9 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]string{
-		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]jobs.Def{
+		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
+		projection.CustomerOrderStats.Name: {Collection: projection.CustomerOrderStats.Collection, Version: projection.CustomerOrderStats.Version},
 	})
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)
