@@ -36,15 +36,17 @@ Usage:
                              rebuild a read model from the event log and switch to it
   orderd verify <projection> [flags]
                              compare a read model with the event log, optionally repair it
-  orderd status [flags]      show each read model: collection, lag, dead letters, last verify and rebuild
+  orderd status [flags]      show each read model: versions, collection, lag, dead letters, last verify and rebuild
+  orderd switch-back <projection> [flags]
+                             point readers back at the collection the last switch replaced
   orderd loadgen [flags]     drive orders through their lifecycle against a service on loopback,
                              with racing commands, and report what was acknowledged
   orderd help                this text
 
-rebuild and verify call the admin API of a running service: set ADMIN_TOKEN
+rebuild, verify, status and switch-back call the admin API of a running service: set ADMIN_TOKEN
 to the token the service was started with.
 
-Run "orderd <command> -h" (serve, import-olist, rebuild, verify, status, loadgen) for its flags.
+Run "orderd <command> -h" (serve, import-olist, rebuild, verify, status, switch-back, loadgen) for its flags.
 `
 
 func main() {
@@ -74,6 +76,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return operator.Verify(ctx, args, os.Getenv, stdout, stderr)
 	case "status":
 		return operator.Status(ctx, args, os.Getenv, stdout, stderr)
+	case "switch-back":
+		return operator.SwitchBack(ctx, args, os.Getenv, stdout, stderr)
 	case "loadgen":
 		if err := loadgen.Main(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
 			return err

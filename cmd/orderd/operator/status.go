@@ -21,12 +21,16 @@ const statusUsage = `Usage: orderd status [flags]
 Shows the read models (projections) of a running service at a glance, one
 row each, for example:
 
-  PROJECTION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
-  order_summaries       order_summaries       0    0             clean 2m ago  -             -
-  customer_order_stats  customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
+  PROJECTION            VERSION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
+  order_summaries       v2 (previous v1)   order_summaries_v2_…  0    0             clean 2m ago  succeeded     -
+  customer_order_stats  v1                 customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
 
 The columns:
   PROJECTION         the read model
+  VERSION            the version of its definition readers read; then one
+                     being built (a deploy bumped it, or a rebuild runs) and
+                     the one kept for "orderd switch-back"; "none" before
+                     the first build of a projection new to the log
   ACTIVE COLLECTION  the collection reads are served from; a rebuild switches
                      it to a new one
   LAG                events the projection has not applied yet (pending or
@@ -101,6 +105,27 @@ func Status(ctx context.Context, args []string, getenv func(string) string, stdo
 	return printStatus(stdout, op, list, time.Now())
 }
 
+// versionCell is a projection's versions: the active one, then one being
+// built and the one kept for a switch back, e.g. "v2 (building v3,
+// previous v1)"; "none" before a first build.
+func versionCell(p domain.ProjectionStatus) string {
+	cell := "none"
+	if p.ActiveVersion > 0 {
+		cell = fmt.Sprintf("v%d", p.ActiveVersion)
+	}
+	var more []string
+	if p.ShadowVersion > 0 {
+		more = append(more, fmt.Sprintf("building v%d", p.ShadowVersion))
+	}
+	if p.PreviousVersion > 0 {
+		more = append(more, fmt.Sprintf("previous v%d", p.PreviousVersion))
+	}
+	if len(more) > 0 {
+		cell += " (" + strings.Join(more, ", ") + ")"
+	}
+	return cell
+}
+
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
 func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now time.Time) error {
@@ -109,7 +134,7 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 		return err
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "PROJECTION\tACTIVE COLLECTION\tLAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
+	fmt.Fprintln(tw, "PROJECTION\tVERSION\tACTIVE COLLECTION\tLAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
 	for _, p := range list {
 		lag := "-"
 		if p.ConsumerLag != nil {
@@ -119,7 +144,7 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 		if p.LastRebuild != nil {
 			rebuild = string(p.LastRebuild.State)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, cmp.Or(p.ActiveCollection, "-"), lag, p.DeadLetters,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, versionCell(p), cmp.Or(p.ActiveCollection, "-"), lag, p.DeadLetters,
 			verifyCell(p.LastVerify, now), rebuild, cmp.Or(truncate(p.LastError, statusErrorWidth), "-"))
 	}
 	if err := tw.Flush(); err != nil {
@@ -138,6 +163,14 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer $%s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
 				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), op.tokenEnv,
 				op.api.JobURL(domain.KindRebuild, p.Name, r.Job), p.Name, r.Job))
+		}
+		if p.PreviousCollection != "" {
+			notes = append(notes, fmt.Sprintf("%s: %s (version %d) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back %s",
+				p.Name, p.PreviousCollection, p.PreviousVersion, p.Name))
+		}
+		if p.Version > p.ActiveVersion && p.ShadowVersion != p.Version && p.SwitchedBackFrom >= p.Version {
+			notes = append(notes, fmt.Sprintf("%s: version %d was switched back from and is not built again on its own; build it with: orderd rebuild %s",
+				p.Name, p.Version, p.Name))
 		}
 		if v := p.LastVerify; v != nil && v.State == domain.StateSucceeded && v.Drift > v.Repaired {
 			notes = append(notes, fmt.Sprintf("%s: %d documents differed from the log at the last verify; repair them with: orderd verify %s -repair",

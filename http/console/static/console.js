@@ -265,7 +265,7 @@
   }
 
   function projectionsTable(ps) {
-    const head = h('tr', {}, ['Projection', 'Active collection', 'Lag', 'Apply rate (events/s)', 'Dead letters', 'Last verify', 'Last rebuild', 'Last error']
+    const head = h('tr', {}, ['Projection', 'Version and collections', 'Lag', 'Apply rate (events/s)', 'Dead letters', 'Last verify', 'Last rebuild', 'Last error']
       .map((c) => h('th', { scope: 'col' }, c)));
     const rows = [];
     for (const p of ps) {
@@ -280,8 +280,12 @@
         : h('span', { class: 'ok' }, '✓ 0');
       rows.push(h('tr', { 'data-projection': p.name },
         h('th', { scope: 'row' }, p.name),
-        h('td', {}, h('code', {}, p.active_collection),
-          p.shadow_collection ? [h('br'), 'shadow: ', h('code', {}, p.shadow_collection)] : null,
+        h('td', { class: 'collections', 'data-active-version': p.active_version },
+          p.active_collection ? h('code', {}, p.active_collection) : h('span', { class: 'warn' }, '… first build under way'),
+          h('br'), h('span', { class: 'version' }, p.active_version ? `version ${p.active_version}` : 'no version built yet'),
+          p.version && p.version !== p.active_version ? h('span', { class: 'muted' }, ` (this instance folds v${p.version})`) : null,
+          p.shadow_collection ? [h('br'), `building v${p.shadow_version}: `, h('code', {}, p.shadow_collection)] : null,
+          p.previous_collection ? [h('br'), `previous v${p.previous_version}: `, h('code', {}, p.previous_collection), ' ', switchBackButton(p)] : null,
           h('br'), h('span', { class: 'muted' }, `generation ${p.generation}`)),
         lagCell,
         h('td', { class: 'num rate', 'data-rate': rate === null ? '' : rate.toFixed(2) }, rate === null ? h('span', { class: 'muted' }, '– (sampling)') : fmtRate(rate)),
@@ -292,6 +296,25 @@
       if (Array.isArray(p.partitions) && p.partitions.length) rows.push(partitionsRow(p));
     }
     return scroller(h('table', { class: 'projections' }, h('thead', {}, head), h('tbody', {}, rows)));
+  }
+
+  // switchBackButton points the projection's readers back at its previous
+  // collection (POST .../switch-back), after a confirmation.
+  function switchBackButton(p) {
+    const b = h('button', { type: 'button', class: 'switch-back', 'data-projection': p.name }, 'Switch back');
+    b.addEventListener('click', async () => {
+      if (!confirm(`Point the readers of ${p.name} back at ${p.previous_collection} (version ${p.previous_version})?`)) return;
+      b.disabled = true;
+      const err = $('projections-error');
+      try {
+        await api('POST', `/v1/admin/projections/${seg(p.name)}/switch-back`, {});
+        if (err) err.replaceChildren(h('p', { class: 'ok', role: 'status' }, `✓ ${p.name} reads ${p.previous_collection} again`));
+      } catch (e) {
+        if (err) err.replaceChildren(problemBox(e));
+        b.disabled = false;
+      }
+    });
+    return b;
   }
 
   function verifySummary(p) {
