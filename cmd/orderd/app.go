@@ -51,10 +51,6 @@ type Main struct {
 	HTTPAddr string
 	// Out receives the start-up summary of the embedded mode [os.Stderr].
 	Out io.Writer
-	// Summaries is the order_summaries definition this process runs
-	// [projection.OrderSummaries]; a test sets one of another version to
-	// play a deploy of a changed fold.
-	Summaries *projection.Definition[domain.Order]
 
 	stopEmbedded func()
 	storeBusy    func() time.Duration // the embedded store's writer; nil on MongoDB
@@ -234,8 +230,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	jm := jobs.NewMetrics(reg)
 	pointers := mongodb.NewPointers(db)
 	sumsDef := projection.OrderSummaries
-	if m.Summaries != nil {
-		sumsDef = *m.Summaries
+	if c.summaries != nil {
+		sumsDef = *c.summaries
 	}
 	sums := mongodb.NewProjection(db, sumsDef, store, pm, pointers)
 	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)

@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -71,6 +73,11 @@ type Config struct {
 	// (ORDERD_REBUILD_MAX_EVENTS_PER_SECOND, 0 is unpaced), Settle
 	// (ORDERD_REBUILD_SETTLE) and Grace (ORDERD_REBUILD_GRACE).
 	Jobs jobs.WorkerConfig
+
+	// summaries is the order_summaries definition to run
+	// [projection.OrderSummaries]; tests set one of another version to
+	// play a deploy of a changed fold.
+	summaries *projection.Definition[domain.Order]
 }
 
 // LogConfig is the logger's.
