@@ -9,12 +9,19 @@ import (
 
 // StartVerify creates a verify job of projection's active collection;
 // with repair it rewrites the documents that differ from the fold of the
-// log. Errors: domain.ErrNotFound for an unknown projection.
+// log. The log's commits, counted now, are the total its ETA is measured
+// against. Errors: domain.ErrNotFound for an unknown projection, the
+// store's.
 func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	if err := j.known(projection); err != nil {
 		return domain.Job{}, err
 	}
-	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, State: domain.StateQueued, CreatedAt: j.now().UTC(), Repair: repair}
+	total, err := j.events.Commits(ctx)
+	if err != nil {
+		return domain.Job{}, err
+	}
+	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, State: domain.StateQueued, CreatedAt: j.now().UTC(), Repair: repair,
+		TotalCommits: total}
 	return job, j.create(ctx, job, taskVerify)
 }
 
@@ -26,9 +33,9 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 		return err
 	}
 	t := c.task
-	t.Events, t.Streams, t.Cursor = 0, 0, ""
+	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
 	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p mongodb.VerifyProgress) error {
-		t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
+		t.Events, t.Streams, t.Commits, t.Cursor = p.Events, p.Streams, p.Commits, p.Cursor
 		return w.progress(ctx, c, &t)
 	})
 	if err != nil {
