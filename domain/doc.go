@@ -49,9 +49,11 @@
 // UnmarshalEvent are the JSON wire form; DecodeData runs the upcasters for
 // older schema versions. A schema version belongs to an event type
 // (CurrentSchema): OrderPlaced is at 2, which gave lines their own freight,
-// every other type at 1. Money is int64 minor units with an ISO 4217
-// currency, never a float; an order's freight is its order-level freight
-// plus its lines'.
+// every other type at 1; EventTypes lists the types, and
+// testdata/old-events holds stored events of every schema of each, which
+// the tests read back (docs/events.md). Money is int64 minor units with an
+// ISO 4217 currency, never a float; an order's freight is its order-level
+// freight plus its lines'.
 //
 // # Commands
 //

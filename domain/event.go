@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -135,6 +137,9 @@ func newData(eventType string) (EventData, bool) {
 	}
 	return reflect.New(t).Interface().(EventData), true
 }
+
+// EventTypes returns the name of every event type, sorted.
+func EventTypes() []string { return slices.Sorted(maps.Keys(eventTypes)) }
 
 // Upcaster rewrites the JSON payload of one (type, schema version) to the
 // next schema version. Register one in upcasters when a payload changes

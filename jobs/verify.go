@@ -11,9 +11,11 @@ import (
 // StartVerify creates a verify job of projection's active collection;
 // with repair it rewrites the documents that differ from the fold of the
 // log. Only the version of the definition the active collection holds
-// can check it. Errors: domain.ErrNotFound for an unknown projection,
+// can check it. The log's commits, counted now, are the total its ETA is
+// measured against. Errors: domain.ErrNotFound for an unknown projection,
 // domain.ErrNotBuilt before its first build, domain.ErrOtherVersion when
-// the active collection is of another version than this process folds.
+// the active collection is of another version than this process
+// folds, domain.ErrUnavailable.
 func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	if err := j.known(projection); err != nil {
 		return domain.Job{}, err
@@ -26,8 +28,12 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 	if err := activeIs(ptr, def.ver()); err != nil {
 		return domain.Job{}, err
 	}
+	total, err := j.events.Commits(ctx)
+	if err != nil {
+		return domain.Job{}, err
+	}
 	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, Version: def.ver(), State: domain.StateQueued,
-		CreatedAt: j.now().UTC(), Repair: repair}
+		CreatedAt: j.now().UTC(), Repair: repair, TotalCommits: total}
 	return job, j.create(ctx, job, taskVerify)
 }
 
@@ -59,9 +65,9 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 		return c.finish(ctx, taskDone, "")
 	}
 	t := c.task
-	t.Events, t.Streams, t.Cursor = 0, 0, ""
+	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
 	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p mongodb.VerifyProgress) error {
-		t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
+		t.Events, t.Streams, t.Commits, t.Cursor = p.Events, p.Streams, p.Commits, p.Cursor
 		return w.progress(ctx, c, &t)
 	})
 	if err != nil {

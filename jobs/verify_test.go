@@ -209,3 +209,45 @@ func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
 		t.Errorf("task at epoch %d, want 1: one claim", task.Epoch)
 	}
 }
+
+// TestVerifyProgressHasAnETA: a verify knows the log's commits from its
+// start and counts the commits it has read, so a running verify has a rate
+// and an ETA, as a rebuild's scan has (what orderd verify -wait shows),
+// and a finished one has read every commit once.
+func TestVerifyProgressHasAnETA(t *testing.T) {
+	ctx, k, f := projectedKit(t, 60*time.Second, "eta", 12, 3)
+	total, err := k.es.Commits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As a runner that died a quarter through the log, 10 s after its
+	// start, left it.
+	done, started := total/4, time.Now().Add(-10*time.Second)
+	projectiontest.Must(t)(k.db.Collection(mongodb.TasksCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID + "/verify"}}, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "state", Value: "running"}, {Key: "owner", Value: "dead"}, {Key: "epoch", Value: 1}, {Key: "attempts", Value: 1},
+		{Key: "lease_until", Value: time.Now().Add(-time.Second)}, {Key: "started_at", Value: started},
+		{Key: "commits", Value: done}, {Key: "events", Value: done}, {Key: "streams", Value: 1},
+	}}}))
+	running, err := k.jobs.Get(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs := time.Since(started).Seconds()
+	want := float64(total-done) / (float64(done) / secs)
+	if running.State != domain.StateRunning || running.RatePerSecond <= 0 || running.ETASeconds < 0.9*want || running.ETASeconds > 1.1*want {
+		t.Errorf("verify %d of %d commits after %.0f s: %s, %.1f events/s, ETA %.1f s, want about %.1f s",
+			done, total, secs, running.State, running.RatePerSecond, running.ETASeconds, want)
+	}
+
+	k.worker(t, "w1", jobs.WorkerConfig{})
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	v, _ := job.Task("verify")
+	if job.State != domain.StateSucceeded || v.Commits != total || v.Events != int64(len(f.Flat)) || job.ETASeconds != 0 {
+		t.Errorf("verify done: %s, read %d commits and %d events (want %d and %d), ETA %.1f s",
+			job.State, v.Commits, v.Events, total, len(f.Flat), job.ETASeconds)
+	}
+}

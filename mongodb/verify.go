@@ -24,7 +24,8 @@ type Scanner interface {
 // examplesPerKind bounds the examples of each kind in a report.
 const examplesPerKind = 5
 
-// VerifyProgress is reported while a verify runs.
+// VerifyProgress is reported while a verify runs: streams, events and
+// commits of the log read so far, and the last stream read.
 type VerifyProgress struct {
 	Streams, Events, Commits int64
 	Cursor                   string
@@ -121,6 +122,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 			suspects = append(suspects, st.StreamID)
 		}
 		pr.Streams, pr.Events, pr.Cursor = rep.Streams, rep.Events, st.StreamID
+		pr.Commits += int64(st.Commits)
 		if rep.Streams%500 == 0 && progress != nil {
 			return progress(pr)
 		}

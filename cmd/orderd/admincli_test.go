@@ -89,9 +89,12 @@ func TestAdminCLI(t *testing.T) {
 	}
 
 	t.Run("verify clean", func(t *testing.T) {
-		r := runCLI(t, operator.Verify, env, "order_summaries", "-interval", "100ms")
+		r := runCLI(t, operator.Verify, env, "order_summaries", "-wait", "-interval", "100ms")
 		if r.err != nil {
 			t.Fatalf("verify: %v", r)
+		}
+		if !strings.Contains(r.stderr, "verify succeeded") {
+			t.Errorf("no progress on stderr: %q", r.stderr)
 		}
 		for key, want := range map[string]string{"missing": "0", "stale": "0", "extra": "0", "different": "0",
 			"drift": "0", "repaired": "0", "documents": "4", "streams": "4", "events": "7", "digests match": "yes"} {
@@ -104,6 +107,11 @@ func TestAdminCLI(t *testing.T) {
 		}
 		if !strings.Contains(r.stdout, "result: OK") {
 			t.Errorf("no OK result:\n%s", r.stdout)
+		}
+
+		r = runCLI(t, operator.Verify, env, "order_summaries", "-wait=false")
+		if r.err != nil || !strings.Contains(r.stdout, "job: "+base+"/v1/admin/projections/order_summaries/verifications/") {
+			t.Errorf("verify -wait=false: want the job's URL and no error, got %v", r)
 		}
 	})
 

@@ -133,7 +133,7 @@ func (p *progress) describe(j domain.Job, ph phase) string {
 	}
 	b.WriteString(":")
 	switch {
-	case ph.Name == "verifying" && ph.Total > 0:
+	case ph.Name == "verifying" && ph.Total > 0 && j.Kind == domain.KindRebuild:
 		fmt.Fprintf(&b, " %d of %d events folded again and compared", ph.Done, ph.Total)
 	case ph.Name == "switching":
 		fmt.Fprintf(&b, " verified; reads move to %s", j.Shadow)

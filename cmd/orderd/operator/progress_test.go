@@ -49,6 +49,40 @@ func rebuildRun(t0 time.Time) []struct {
 	}
 }
 
+// verifyRun is one verify as GET of its job shows it from queued to
+// succeeded: reading the read model (no events yet), then folding the
+// 1,200 events of the log at 60 events/s, with the server's ETA.
+func verifyRun(t0 time.Time) []struct {
+	at  time.Time
+	job domain.Job
+} {
+	job := func(state domain.JobState, events int64, eta float64) domain.Job {
+		j := domain.Job{ID: "j2", Kind: domain.KindVerify, Projection: "order_summaries", State: state,
+			Events: events, Streams: events / 10, ETASeconds: eta,
+			Tasks: []domain.Task{{Name: "verify", State: "running", Events: events, StartedAt: t0}}}
+		if state != domain.StateQueued {
+			j.StartedAt = t0
+			j.RatePerSecond = 60
+		} else {
+			j.Tasks[0].State, j.Tasks[0].StartedAt = "pending", time.Time{}
+		}
+		return j
+	}
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	succeeded := job(domain.StateSucceeded, 1200, 0)
+	succeeded.Tasks[0].State = "done"
+	return []struct {
+		at  time.Time
+		job domain.Job
+	}{
+		{t0, job(domain.StateQueued, 0, 0)},
+		{at(1), job(domain.StateRunning, 0, 0)},
+		{at(6), job(domain.StateRunning, 300, 15)},
+		{at(11), job(domain.StateRunning, 600, 10)},
+		{at(21), succeeded},
+	}
+}
+
 // TestJobPhase: a rebuild is shown scanning, then verifying with its own
 // progress and ETA, then switching; not "scanning" at 100 % throughout.
 func TestJobPhase(t *testing.T) {
@@ -67,6 +101,18 @@ func TestJobPhase(t *testing.T) {
 			t.Errorf("step %d: phase %+v, want %+v", i, got, want[i])
 		}
 	}
+	wantVerify := []phase{
+		{Name: "queued", Percent: -1},
+		{Name: "verifying", Step: 1, Steps: 1, Percent: -1},
+		{Name: "verifying", Step: 1, Steps: 1, Percent: 25, ETA: 15 * time.Second, Done: 300, Total: 1200},
+		{Name: "verifying", Step: 1, Steps: 1, Percent: 50, ETA: 10 * time.Second, Done: 600, Total: 1200},
+		{Name: "succeeded", Percent: 100},
+	}
+	for i, s := range verifyRun(t0) {
+		if got := jobPhase(s.job, s.at); got != wantVerify[i] {
+			t.Errorf("verify step %d: phase %+v, want %+v", i, got, wantVerify[i])
+		}
+	}
 	v := domain.Job{Kind: domain.KindVerify, State: domain.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
 	if got := jobPhase(v, t0); got.Name != "verifying" || got.Steps != 1 || got.Percent != 30 || got.ETA != 7*time.Second {
 		t.Errorf("verify job: phase %+v, want verifying 30 %% with ETA 7s", got)
@@ -74,35 +120,53 @@ func TestJobPhase(t *testing.T) {
 }
 
 // TestProgressShowsPhases: the lines written to a log and the bars drawn
-// on a terminal name each phase with its progress and ETA.
+// on a terminal name each phase with its progress and ETA, for a rebuild
+// (orderd rebuild -wait) and a verify (orderd verify -wait) alike.
 func TestProgressShowsPhases(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 5, 0, 0, 0, time.UTC)
-	for _, tty := range []bool{false, true} {
-		var out bytes.Buffer
-		var now time.Time
-		p := &progress{w: &out, kind: "rebuild", tty: tty, now: func() time.Time { return now }}
-		for _, s := range rebuildRun(t0) {
-			now = s.at
-			p.show(s.job)
+	for _, c := range []struct {
+		kind string
+		run  []struct {
+			at  time.Time
+			job domain.Job
 		}
-		p.end()
-		got := out.String()
-		t.Logf("tty %v:\n%s", tty, got)
-		for _, want := range []string{
+		lines []string
+	}{
+		{"rebuild", rebuildRun(t0), []string{
 			"1/3 planning",
 			"1/3 scanning: 25 streams, 250 events, 50 events/s, scanning ETA 15s",
 			"2/3 verifying: 500 of 1000 events folded again and compared, verifying ETA 20s",
 			"3/3 switching: verified; reads move to order_summaries_2",
 			"rebuild succeeded",
-		} {
-			if !strings.Contains(got, want) {
-				t.Errorf("tty %v: output lacks %q", tty, want)
+		}},
+		{"verify", verifyRun(t0), []string{
+			"verify running, 1/1 verifying: 0 streams, 0 events, 60 events/s",
+			"verify running, 1/1 verifying: 30 streams, 300 events, 60 events/s, verifying ETA 15s",
+			"verify running, 1/1 verifying: 60 streams, 600 events, 60 events/s, verifying ETA 10s",
+			"verify succeeded",
+		}},
+	} {
+		for _, tty := range []bool{false, true} {
+			var out bytes.Buffer
+			var now time.Time
+			p := &progress{w: &out, kind: c.kind, tty: tty, now: func() time.Time { return now }}
+			for _, s := range c.run {
+				now = s.at
+				p.show(s.job)
 			}
-		}
-		percent := map[bool][]string{false: {"[25 %]", "[50 %]"}, true: {" 25%", " 50%", "100%"}}[tty]
-		for _, want := range percent {
-			if !strings.Contains(got, want) {
-				t.Errorf("tty %v: output lacks %q", tty, want)
+			p.end()
+			got := out.String()
+			t.Logf("%s, tty %v:\n%s", c.kind, tty, got)
+			for _, want := range c.lines {
+				if !strings.Contains(got, want) {
+					t.Errorf("%s, tty %v: output lacks %q", c.kind, tty, want)
+				}
+			}
+			percent := map[bool][]string{false: {"[25 %]", "[50 %]"}, true: {" 25%", " 50%", "100%"}}[tty]
+			for _, want := range percent {
+				if !strings.Contains(got, want) {
+					t.Errorf("%s, tty %v: output lacks %q", c.kind, tty, want)
+				}
 			}
 		}
 	}

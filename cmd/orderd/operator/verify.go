@@ -27,22 +27,26 @@ Examples:
   orderd verify order_summaries              report drift, change nothing
   orderd verify order_summaries -repair      report drift and repair it
 
-The command waits for the job, with a progress line on stderr. The exit
+With -wait (the default) the command follows the job: its phase, progress
+and ETA go to stderr, as for a rebuild, and the report to stdout. The exit
 status is 0 when nothing drifted or everything that drifted was repaired,
 and non-zero otherwise (or when the job failed), so scripts can use it.
-Ctrl-C stops waiting but not the job.
+Ctrl-C stops waiting but not the job. With -wait=false it prints the job id
+and returns.
 
 Flags:
 `
 
 // Verify runs "orderd verify", like Rebuild. The report goes to
-// stdout. It returns nil for -h and when the job succeeded with no drift
-// left unrepaired.
+// stdout, the job's progress to stderr. It returns nil for -h, for a
+// verify started with -wait=false, and when the job succeeded with no
+// drift left unrepaired.
 func Verify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("verify", verifyUsage, stderr)
 	var o options
 	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
+	wait := fs.Bool("wait", true, "follow the job until it ends, print the report, and exit non-zero on drift left unrepaired; -wait=false only starts it")
 	var name string
 	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
 		name, err = projectionArg("verify", pos)
@@ -54,6 +58,11 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 	job, err := op.api.StartVerify(ctx, name, *repair)
 	if err != nil {
 		return op.unknownProjection(ctx, op.fail(ctx, err))
+	}
+	if !*wait {
+		fmt.Fprintf(stdout, "verify of %s started: job %s\n", name, job.ID)
+		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(domain.KindVerify, name, job.ID))
+		return nil
 	}
 	fmt.Fprintf(stderr, "verify of %s started: job %s\n", name, job.ID)
 	job, err = op.wait(ctx, domain.KindVerify, name, job, o.interval, newProgress(stderr, "verify"))
