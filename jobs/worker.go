@@ -24,7 +24,7 @@ type WorkerConfig struct {
 	// goes), to spare a production store.
 	MaxEventsPerSecond float64
 	Settle             time.Duration // wait after a shadow is announced before scanning [2s]
-	Grace              time.Duration // keep a replaced collection before dropping it [1m]
+	Grace              time.Duration // keep a replaced collection (fed by its version's projectors, for a switch back) before dropping it [15m]
 	MaxAttempts        int           // claims of a failing task before the job fails [5]
 	// Metrics receives the rebuild progress of this instance
 	// (orderd_rebuild_*); nil records nothing.
@@ -55,7 +55,7 @@ func (c *WorkerConfig) setDefaults() {
 		c.Settle = 2 * time.Second
 	}
 	if c.Grace <= 0 {
-		c.Grace = time.Minute
+		c.Grace = 15 * time.Minute
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5

@@ -19,8 +19,10 @@ Rebuilds a read model (projection) from the event log, without downtime:
 the service folds every order stream into a new "shadow" collection, which
 the live projectors also keep up to date meanwhile, checks the shadow
 against the log (verify before switch), and then switches reads to it. The
-old collection is dropped after a grace period (ORDERD_REBUILD_GRACE).
-Only one rebuild of a projection runs at a time.
+old collection is kept, and kept up to date, for a grace period
+(ORDERD_REBUILD_GRACE), in which "orderd switch-back" reads it again; then
+it is dropped. Only one rebuild of a projection runs at a time. A deploy
+that bumps a projection's definition version starts one on its own.
 
 ` + adminUsage + `
 Examples:

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
+)
+
+// summariesV2 is order_summaries at version 2: the same fold, with the
+// currency stored in lower case, so that a reader can tell which
+// version's document it got.
+func summariesV2() *projection.Definition[domain.Order] {
+	def := projection.OrderSummaries
+	def.Version = 2
+	def.Apply = func(o *domain.Order, e domain.Event) error {
+		if err := o.Apply(e); err != nil {
+			return err
+		}
+		o.Currency = strings.ToLower(o.Currency)
+		return nil
+	}
+	return &def
+}
+
+// versionRead is one read of an order summary: from which instance, and
+// the version of the definition that wrote the document (0: not a 200).
+type versionRead struct {
+	instance string
+	version  int
+	status   int
+}
+
+// TestVersionedProjectionCutover plays a rolling upgrade: instance A runs
+// order_summaries at version 1 and keeps taking commands; instance B
+// starts with the definition at version 2 on the same store and NATS. B
+// builds version 2 from the log beside version 1, verifies it and
+// switches readers to it; an operator then switches back. Throughout,
+// readers on both instances get 200 with a document of one version,
+// each instance's readers switch once each way (the pointer never
+// flaps), the build is verified before the switch, and version 1, fed by
+// A all along, is current again after the switch back.
+func TestVersionedProjectionCutover(t *testing.T) {
+	const token = "cutover-admin-token"
+	storeURI := storetest.MongoURI(t)
+	db := storetest.Database(t)
+	n := storetest.StartNATS(t) // before the instances: its cleanup runs after they closed
+	start := func(id string, def *projection.Definition[domain.Order]) *Main {
+		t.Helper()
+		return runMainDir(t, t.TempDir(), func(c *Config) {
+			c.Mongo.URI, c.Mongo.Database, c.NATS.URL, c.InstanceID = storeURI, db.Name(), n.URL, id
+			c.HTTP.AdminToken = token
+			c.Jobs.Settle, c.Jobs.Grace = 200*time.Millisecond, 10*time.Minute
+			c.summaries = def
+		})
+	}
+	auth := []string{"Authorization", "Bearer " + token}
+	a := start("cutover-v1", nil)
+	ca := newClient(t, a)
+	const orders = 40
+	ids := make([]string, orders)
+	versions := make([]int64, orders)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cut-%02d", i)
+		versions[i] = ca.place(ids[i], fmt.Sprintf("cust-%d", i%5), 1+int64(i%3), 1000, 100).Version
+		if i%2 == 0 {
+			versions[i] = ca.step(ids[i], "approve").Version
+		}
+	}
+	for i, id := range ids {
+		ca.summaryEqualsOrder(id, versions[i])
+	}
+	status := func(c *client) domain.ProjectionStatus {
+		var body struct {
+			Projections []domain.ProjectionStatus `json:"projections"`
+		}
+		c.must(http.StatusOK, "GET", "/v1/admin/projections", "", auth...).decode(t, &body)
+		for _, p := range body.Projections {
+			if p.Name == "order_summaries" {
+				return p
+			}
+		}
+		t.Fatalf("no order_summaries in %+v", body.Projections)
+		return domain.ProjectionStatus{}
+	}
+	if st := status(ca); st.ActiveVersion != 1 || st.Version != 1 {
+		t.Fatalf("before the upgrade: %+v; want version 1 active", st)
+	}
+
+	// Readers on every instance, and commands on A, all along.
+	var (
+		mu      sync.Mutex
+		reads   []versionRead
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+		clients sync.Map // instance name -> *client
+		mixed   atomic.Int64
+	)
+	clients.Store("A", ca)
+	read := func(name string, c *client, i int) {
+		r := c.do("GET", "/v1/order-summaries/"+ids[i%orders], "")
+		rec := versionRead{instance: name, status: r.Status}
+		if r.Status == http.StatusOK {
+			var o domain.Order
+			r.decode(t, &o)
+			rec.version = map[bool]int{true: 2, false: 1}[o.Currency == "brl"]
+		}
+		// A list answer holds documents of one version only.
+		l := c.do("GET", "/v1/order-summaries?limit=50", "")
+		if l.Status == http.StatusOK {
+			var page struct{ Items []domain.Order }
+			l.decode(t, &page)
+			lower, upper := 0, 0
+			for _, o := range page.Items {
+				if o.Currency == "brl" {
+					lower++
+				} else {
+					upper++
+				}
+			}
+			if lower > 0 && upper > 0 {
+				mixed.Add(1)
+			}
+		}
+		mu.Lock()
+		reads = append(reads, rec)
+		mu.Unlock()
+	}
+	for _, name := range []string{"A", "B"} {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if c, ok := clients.Load(name); ok {
+					read(name, c.(*client), i)
+				}
+				// A steady trickle: the instances share one store
+				// with the build.
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	var commands atomic.Int64
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := fmt.Sprintf("cut-live-%03d", i)
+			ca.place(id, "cust-live", 1, 500, 0)
+			ca.step(id, "approve")
+			commands.Add(2)
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopAll()
+
+	// The upgrade: B folds version 2, builds it and switches to it.
+	b := start("cutover-v2", summariesV2())
+	cb := newClient(t, b)
+	clients.Store("B", cb)
+	var st domain.ProjectionStatus
+	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool { st = status(cb); return st.ActiveVersion == 2 }) {
+		t.Fatalf("version 2 not switched to: %+v", st)
+	}
+	if st.Version != 2 || st.PreviousVersion != 1 || st.PreviousCollection != "order_summaries" || st.LastRebuild == nil {
+		t.Errorf("after the cutover: %+v; want version 2 active, order_summaries at version 1 kept as previous", st)
+	}
+	var build domain.Job
+	cb.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+st.LastRebuild.Job, "", auth...).decode(t, &build)
+	if build.State != domain.StateSucceeded || build.Version != 2 || build.Report == nil || build.Replaced != "order_summaries" {
+		t.Fatalf("the build: %+v; want a succeeded rebuild of version 2 with the verify report of its shadow", build)
+	}
+	if build.Report.Collection != build.Shadow || build.Report.Digest == "" || build.Report.Digest != build.Report.ExpectedDigest {
+		t.Errorf("verify before the switch: %+v; want the shadow's digest equal to the log's fold (after repair)", build.Report)
+	}
+	// A version 1 instance cannot verify version 2; B can, and it is clean.
+	if r := ca.do("POST", "/v1/admin/projections/order_summaries/verifications", `{}`, auth...); r.Status != http.StatusConflict ||
+		!strings.Contains(string(r.Body), "/problems/projection-version") {
+		t.Errorf("verify from the version 1 instance: %v; want 409 /problems/projection-version", r)
+	}
+	verify := func(c *client) domain.Job {
+		t.Helper()
+		var job domain.Job
+		c.must(http.StatusAccepted, "POST", "/v1/admin/projections/order_summaries/verifications", `{}`, auth...).decode(t, &job)
+		if !waitFor(90*time.Second, 100*time.Millisecond, func() bool {
+			c.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/verifications/"+job.ID, "", auth...).decode(t, &job)
+			return job.State.Final()
+		}) || job.State != domain.StateSucceeded || job.Report == nil {
+			t.Fatalf("verify: %+v", job)
+		}
+		return job
+	}
+	// Readers see version 2 within their instance's pointer cache age.
+	if !waitFor(30*time.Second, 50*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastOf(reads, "A") == 2 && lastOf(reads, "B") == 2
+	}) {
+		t.Fatal("readers never got version 2 documents on both instances")
+	}
+
+	// The operator switches back, from the old instance.
+	var back domain.ProjectionStatus
+	ca.must(http.StatusOK, "POST", "/v1/admin/projections/order_summaries/switch-back", "", auth...).decode(t, &back)
+	if back.ActiveVersion != 1 || back.ActiveCollection != "order_summaries" || back.PreviousVersion != 2 || back.SwitchedBackFrom != 2 {
+		t.Errorf("after the switch back: %+v; want order_summaries at version 1 active, version 2 kept, switched back from 2", back)
+	}
+	switchedBack := time.Now()
+	if !waitFor(30*time.Second, 50*time.Millisecond, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return lastOf(reads, "A") == 1 && lastOf(reads, "B") == 1
+	}) {
+		t.Fatal("readers did not get version 1 documents after the switch back")
+	}
+	stopAll()
+	// Version 1, fed by A through the whole upgrade, equals the log.
+	if rep := verify(ca).Report; rep.Drift() != 0 {
+		t.Errorf("version 1 after the switch back differs from the log: %+v", rep)
+	}
+	// B does not build version 2 again: it was switched back from.
+	if st := status(cb); st.ActiveVersion != 1 || st.ShadowCollection != "" || st.LastRebuild == nil || st.LastRebuild.Job != build.ID {
+		t.Errorf("after the switch back and a verify: %+v; want version 1 active and no new build", st)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d reads, %d commands during the upgrade; switched back %v ago", len(reads), commands.Load(), time.Since(switchedBack).Round(time.Millisecond))
+	for _, name := range []string{"A", "B"} {
+		var seq []int
+		for _, r := range reads {
+			if r.instance != name {
+				continue
+			}
+			if r.status != http.StatusOK {
+				t.Errorf("a reader on %s got %d", name, r.status)
+				continue
+			}
+			if len(seq) == 0 || seq[len(seq)-1] != r.version {
+				seq = append(seq, r.version)
+			}
+		}
+		// A: 1, 2, 1. B starts while version 1 is active: 1, 2, 1 or,
+		// when its first read came after the switch, 2, 1.
+		if want := []int{1, 2, 1}; fmt.Sprint(seq) != fmt.Sprint(want) && (name == "A" || fmt.Sprint(seq) != fmt.Sprint(want[1:])) {
+			t.Errorf("versions read on %s, in order: %v; want %v (one switch each way)", name, seq, want)
+		}
+	}
+	if m := mixed.Load(); m > 0 {
+		t.Errorf("%d list answers held documents of both versions", m)
+	}
+}
+
+// lastOf is the version of instance's last read, 0 when none.
+func lastOf(reads []versionRead, instance string) int {
+	for i := len(reads) - 1; i >= 0; i-- {
+		if reads[i].instance == instance {
+			return reads[i].version
+		}
+	}
+	return 0
+}
