@@ -1,0 +1,200 @@
+package jobs_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projection/projectiontest"
+)
+
+// TestNewProjectionIsBuiltBeforeItServes: a projection a log already has
+// events for, but no documents and no pointer, is not read until a jobs
+// worker has built it from the log, verified and switched to it.
+func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
+	ctx := projectiontest.Context(t, 3*time.Minute)
+	k, f := newKit(t, ctx, storetest.Database(t), "new", 30, 4)
+	if err := k.sums.EnsurePointer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ptr, err := k.sums.Pointer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != "" || ptr.ActiveVer() != 0 || ptr.Generation != 1 {
+		t.Fatalf("pointer of a projection new to a log with events: %+v; want no active collection", ptr)
+	}
+	reader := mongodb.NewReader(k.db, k.ps)
+	id := f.IDs[0]
+	if _, err := reader.Summary(ctx, id); !errors.Is(err, domain.ErrNotBuilt) {
+		t.Fatalf("read before the build: %v; want ErrNotBuilt", err)
+	}
+	if _, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, false); !errors.Is(err, domain.ErrNotBuilt) {
+		t.Errorf("verify before the build: %v; want ErrNotBuilt", err)
+	}
+	// A second process agrees and writes nothing.
+	if err := k.sums.EnsurePointer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.worker(t, "builder", jobs.WorkerConfig{})
+	projectiontest.WaitFor(t, 2*time.Minute, "the first build switched", func() error {
+		p, err := k.sums.Pointer(ctx, 0)
+		if err != nil {
+			return err
+		}
+		if p.ActiveVer() != 1 {
+			return errors.New("not switched yet")
+		}
+		ptr = p
+		return nil
+	})
+	if ptr.Previous != "" || ptr.Shadow != "" {
+		t.Errorf("after the first build: %+v; want nothing previous, no shadow", ptr)
+	}
+	got, err := reader.Summary(ctx, id)
+	if err != nil || got.Version != f.Orders[id].Version {
+		t.Fatalf("read after the build: %+v, %v; want the fold at v%d", got, err, f.Orders[id].Version)
+	}
+	if rep := k.verify(t, ctx, false); rep.Drift() != 0 || rep.Documents != int64(len(f.Orders)) {
+		t.Errorf("verify after the build: %+v", rep)
+	}
+	if _, err := k.jobs.SwitchBack(ctx, projection.OrderSummaries.Name); !errors.Is(err, domain.ErrNoPrevious) {
+		t.Errorf("switch back after a first build: %v; want ErrNoPrevious", err)
+	}
+}
+
+// TestSwitchBack: after a rebuild the replaced collection is the
+// previous one; a switch back swaps them, twice over; once its grace is
+// over the previous collection is unnamed and dropped, and there is
+// nothing to switch back to.
+func TestSwitchBack(t *testing.T) {
+	ctx, k, f := projectedKit(t, 3*time.Minute, "back", 20, 3)
+	name := projection.OrderSummaries.Name
+	if _, err := k.jobs.SwitchBack(ctx, name); !errors.Is(err, domain.ErrNoPrevious) {
+		t.Fatalf("switch back with no switch yet: %v; want ErrNoPrevious", err)
+	}
+	k.worker(t, "w", jobs.WorkerConfig{Grace: time.Hour})
+	job, err := k.jobs.StartRebuild(ctx, name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild: %+v", job)
+	}
+	ptr, err := k.sums.Pointer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != job.Shadow || ptr.Previous != "order_summaries" || ptr.PreviousVer() != 1 {
+		t.Fatalf("after the rebuild: %+v; want %s active, order_summaries previous", ptr, job.Shadow)
+	}
+	// Writes of this version go to both, the previous one included.
+	more := projectiontest.NewFixture(t, ctx, k.es, "back-more", 3, 1)
+	if _, _, err := k.sums.Apply(ctx, more.Flat, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, coll := range []string{job.Shadow, "order_summaries"} {
+		n, err := k.db.Collection(coll).CountDocuments(ctx, bson.D{})
+		if err != nil || n != int64(len(f.Orders)+len(more.Orders)) {
+			t.Errorf("%s holds %d documents (%v); want %d: live writes go to the previous collection too", coll, n, err, len(f.Orders)+len(more.Orders))
+		}
+	}
+
+	back, err := k.jobs.SwitchBack(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Active != "order_summaries" || back.Previous != job.Shadow || back.SwitchedBackFrom != 0 || back.Generation != ptr.Generation+1 {
+		t.Errorf("after the switch back: %+v; want order_summaries active, %s previous, same version so nothing refused", back, job.Shadow)
+	}
+	again, err := k.jobs.SwitchBack(ctx, name)
+	if err != nil || again.Active != job.Shadow || again.Previous != "order_summaries" {
+		t.Fatalf("switch back again: %+v, %v", again, err)
+	}
+	// The grace of what is previous now runs out: it is unnamed, dropped.
+	dropped, err := k.ps.DropRetired(ctx, time.Now().Add(2*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := k.sums.Pointer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Previous != "" || after.Active != job.Shadow || len(dropped) != 1 || dropped[0] != "order_summaries" {
+		t.Errorf("after the grace: pointer %+v, dropped %v; want %s active, order_summaries dropped", after, dropped, job.Shadow)
+	}
+	if _, err := k.jobs.SwitchBack(ctx, name); !errors.Is(err, domain.ErrNoPrevious) {
+		t.Errorf("switch back after the grace: %v; want ErrNoPrevious", err)
+	}
+}
+
+// TestVersionsClaimTheirOwnJobs: a rebuild started by an instance that
+// folds version 2 is run only by workers of version 2; an instance of
+// version 1 cannot rebuild or verify once version 2 is active.
+func TestVersionsClaimTheirOwnJobs(t *testing.T) {
+	ctx, k, f := projectedKit(t, 3*time.Minute, "ver", 20, 3)
+	v2 := projection.OrderSummaries
+	v2.Version = 2
+	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
+	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{v2.Name: jobs.DefOf(sums2)})
+	// A version 1 worker only: the version 2 build waits.
+	k.worker(t, "v1", jobs.WorkerConfig{})
+	job, err := jobs2.StartRebuild(ctx, v2.Name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job.Version != 2 || job.Shadow[:len("order_summaries_v2_")] != "order_summaries_v2_" {
+		t.Fatalf("the version 2 rebuild: %+v", job)
+	}
+	// A version 1 job runs on the version 1 worker meanwhile.
+	v1, err := k.jobs.StartVerify(ctx, v2.Name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v1 = k.waitJob(t, ctx, v1.ID, time.Minute); v1.Version != 1 || v1.State != domain.StateSucceeded {
+		t.Errorf("the version 1 verify: %+v", v1)
+	}
+	if got, _ := k.jobs.Get(ctx, job.ID); got.State.Final() || got.Streams > 0 {
+		t.Fatalf("the version 2 rebuild ran on a version 1 worker: %+v", got)
+	}
+	w2 := jobs.NewWorker(jobs2, k.es, nil, []jobs.Projection{sums2}, jobs.WorkerConfig{Owner: "v2", Poll: 50 * time.Millisecond,
+		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
+	projectiontest.Go(t, "worker v2", w2.Run)
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded || job.Report == nil {
+		t.Fatalf("the version 2 rebuild: %+v", job)
+	}
+	ptr, err := k.sums.Pointer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.ActiveVer() != 2 || ptr.Active != job.Shadow || ptr.PreviousVer() != 1 {
+		t.Fatalf("after the version 2 build: %+v", ptr)
+	}
+	if _, err := k.jobs.StartRebuild(ctx, v2.Name, 1); !errors.Is(err, domain.ErrOtherVersion) {
+		t.Errorf("a version 1 rebuild once version 2 is active: %v; want ErrOtherVersion", err)
+	}
+	if _, err := k.jobs.StartVerify(ctx, v2.Name, false); !errors.Is(err, domain.ErrOtherVersion) {
+		t.Errorf("a version 1 verify once version 2 is active: %v; want ErrOtherVersion", err)
+	}
+	// The version 1 projection writes only the previous collection now.
+	more := projectiontest.NewFixture(t, ctx, k.es, "ver-more", 2, 1)
+	if _, _, err := k.sums.Apply(ctx, more.Flat, false); err != nil {
+		t.Fatal(err)
+	}
+	n, err := k.db.Collection(job.Shadow).CountDocuments(ctx, bson.D{})
+	if err != nil || n != int64(len(f.Orders)) {
+		t.Errorf("the version 2 collection holds %d documents (%v) after version 1 writes; want %d, untouched", n, err, len(f.Orders))
+	}
+	// Switched back from, version 2 is not built again on its own.
+	back, err := jobs2.SwitchBack(ctx, v2.Name)
+	if err != nil || back.ActiveVer() != 1 || back.SwitchedBackFrom != 2 {
+		t.Fatalf("switch back to version 1: %+v, %v", back, err)
+	}
+}
