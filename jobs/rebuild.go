@@ -77,6 +77,11 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 				return false, err
 			}
 		}
+		if p.Generation == 0 {
+			// No pointer document yet: the base collection is taken to
+			// be of this version, as every process wrote it.
+			p.ActiveVersion = job.Version
+		}
 		p.Shadow, p.ShadowJob, p.ShadowVersion = job.Shadow, id, job.Version
 		return true, nil
 	})

@@ -40,6 +40,9 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 // activeIs checks that ptr's active collection is of version v. Errors:
 // domain.ErrNotBuilt, domain.ErrOtherVersion.
 func activeIs(ptr mongodb.Pointer, v int) error {
+	if ptr.Generation == 0 {
+		return nil // no pointer document: the base collection, of any version
+	}
 	switch ptr.ActiveVer() {
 	case 0:
 		return fmt.Errorf("%s: %w", ptr.Projection, domain.ErrNotBuilt)

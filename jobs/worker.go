@@ -417,7 +417,7 @@ func (w *Worker) buildVersions(ctx context.Context) {
 			continue // the store is away; the next round asks again
 		}
 		v := p.Version()
-		if ptr.ActiveVer() >= v || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
+		if ptr.Generation == 0 || ptr.ActiveVer() >= v || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
 			continue
 		}
 		job, err := w.jobs.StartRebuild(ctx, name, 1)

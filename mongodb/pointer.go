@@ -82,8 +82,13 @@ func (p Pointer) PreviousVer() int {
 
 // Collections returns the collections of version v that live events go
 // to: the shadow, the previous and the active collection, in that order,
-// each if it is of version v.
+// each if it is of version v. With no pointer document (Generation 0: a
+// store no service has started on, see Projection.EnsurePointer) it is
+// the active collection, whatever v.
 func (p Pointer) Collections(v int) []string {
+	if p.Generation == 0 {
+		return []string{p.Active}
+	}
 	var out []string
 	if p.ShadowVer() == v {
 		out = append(out, p.Shadow)
