@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -14,6 +15,7 @@ type Metrics struct {
 	rebuildEvents  *prometheus.GaugeVec
 	rebuildStreams *prometheus.GaugeVec
 	rebuildRunning *prometheus.GaugeVec
+	versions       *prometheus.GaugeVec
 
 	mu       sync.Mutex
 	rebuilds map[string]*rebuildTally // by projection
@@ -39,9 +41,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 				"takes part in the next one). A partition resumed from another instance counts what that instance wrote too."),
 		rebuildRunning: projection.NewGaugeVec("orderd_rebuild_running",
 			"1 while this instance runs a task (plan, partition or finish) of a rebuild of the projection, else 0."),
+		versions: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_version",
+			Help: "Versions of the projection's definition: role=\"definition\" is the one this instance folds; \"active\" the one readers read, " +
+				"\"building\" one a rebuild builds, \"previous\" the one kept for a switch back, as this instance last read the pointer " +
+				"(0: none). Exposed by instances with the jobs role."}, []string{"projection", "role"}),
 		rebuilds: map[string]*rebuildTally{},
 	}
-	reg.MustRegister(m.rebuildEvents, m.rebuildStreams, m.rebuildRunning)
+	reg.MustRegister(m.rebuildEvents, m.rebuildStreams, m.rebuildRunning, m.versions)
 	return m
 }
 
@@ -54,6 +60,17 @@ func (m *Metrics) initRebuild(name string) {
 	}
 	for _, v := range []*prometheus.GaugeVec{m.rebuildEvents, m.rebuildStreams, m.rebuildRunning} {
 		v.WithLabelValues(name)
+	}
+}
+
+// pointer records the versions a projection's pointer names, beside the
+// one this instance folds.
+func (m *Metrics) pointer(name string, definition int, p mongodb.Pointer) {
+	if m == nil {
+		return
+	}
+	for role, v := range map[string]int{"definition": definition, "active": p.ActiveVer(), "building": p.ShadowVer(), "previous": p.PreviousVer()} {
+		m.versions.WithLabelValues(name, role).Set(float64(v))
 	}
 }
 

@@ -417,6 +417,7 @@ func (w *Worker) buildVersions(ctx context.Context) {
 			continue // the store is away; the next round asks again
 		}
 		v := p.Version()
+		w.cfg.Metrics.pointer(name, v, ptr)
 		if ptr.Generation == 0 || ptr.ActiveVer() >= v || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
 			continue
 		}

@@ -50,7 +50,8 @@ func TestStatusTable(t *testing.T) {
 	lag := uint64(12)
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
 	list := []domain.ProjectionStatus{
-		{Name: "order_summaries", ActiveCollection: "order_summaries_r1", ShadowCollection: "order_summaries_r2", ConsumerLag: &lag,
+		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
+			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag,
 			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
 			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
 			Partitions: []domain.PartitionStatus{
@@ -58,7 +59,7 @@ func TestStatusTable(t *testing.T) {
 					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
 				{Partition: 1, Consumer: "proj_order_summaries_p01"},
 			}},
-		{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", DeadLetters: 2, LastError: long,
+		{Name: "customer_order_stats", Version: 2, ActiveCollection: "customer_order_stats", ActiveVersion: 1, SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
 			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
 	}
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
@@ -74,9 +75,9 @@ func TestStatusTable(t *testing.T) {
 	t.Logf("\n%s", out)
 	rows := statusRows(t, out)
 	want := map[string]map[string]string{
-		"order_summaries": {"ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
+		"order_summaries": {"VERSION": "v2 (building v3, previous v1)", "ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
 			"LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running", "LAST ERROR": "-"},
-		"customer_order_stats": {"ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
+		"customer_order_stats": {"VERSION": "v1", "ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
 			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
 	}
 	for name, cells := range want {
@@ -113,6 +114,8 @@ func TestStatusTable(t *testing.T) {
 		"customer_order_stats: 2 dead letters",
 		"'http://orderd:8080/v1/admin/dead-letters?projection=customer_order_stats'",
 		"orderd verify order_summaries -repair",
+		"order_summaries (version 1) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back order_summaries",
+		"customer_order_stats: version 2 was switched back from and is not built again on its own; build it with: orderd rebuild customer_order_stats",
 	} {
 		if !strings.Contains(out, s) {
 			t.Errorf("notes lack %q", s)
