@@ -231,6 +231,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	pointers := mongodb.NewPointers(db)
 	sums := mongodb.NewProjection(db, projection.OrderSummaries, store, pm, pointers)
 	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	sales := mongodb.NewProjection(db, projection.DailySales, store, pm, pointers)
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition consumed by one of them under a lease.
@@ -248,10 +249,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	runners := []*projector.Runner{
 		projector.NewRunner(sums, js, dead, rc, plog, rm),
 		projector.NewRunner(stats, js, dead, rc, plog, rm),
+		projector.NewRunner(sales, js, dead, rc, plog, rm),
 	}
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]string{
 		projection.OrderSummaries.Name:     projection.OrderSummaries.Collection,
 		projection.CustomerOrderStats.Name: projection.CustomerOrderStats.Collection,
+		projection.DailySales.Name:         projection.DailySales.Collection,
 	})
 	if r.projector {
 		for _, pr := range runners {
@@ -261,7 +264,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if r.jobs {
 		jc := c.Jobs
 		jc.Owner, jc.Metrics = c.instanceID(), jm
-		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jc, m.Log)
+		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats, sales}, jc, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
 	ready := readyChecks(r, reach.Ready, m.busConnected)
@@ -282,10 +285,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		hc := c.HTTP
 		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
+			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
-			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Name(), stats.Name()}, time.Second, m.Log.With("component", "admission"))
+			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Name(), stats.Name(), sales.Name()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
 			var backlog func() float64
 			if relay != nil {

@@ -270,7 +270,7 @@ func TestConsole(t *testing.T) {
 
 	sub("projections", func(t *testing.T, p *page) {
 		p.open("#/projections", "projections")
-		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
 			row := fmt.Sprintf(`document.querySelector('tr[data-projection=%q]')`, name)
 			p.waitJS(20*time.Second, name+" with lag 0",
 				row+` && `+row+`.querySelector('td.lag').dataset.lag === '0' && `+row+`.querySelector('td.lag').textContent.includes('0')`)
@@ -295,7 +295,7 @@ func TestConsole(t *testing.T) {
 			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
 			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
 		}
-		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
 			p.waitJS(20*time.Second, name+"'s apply rate above 0 in the chart",
 				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
 			p.waitJS(20*time.Second, name+" back to lag 0",

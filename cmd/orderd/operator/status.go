@@ -24,6 +24,7 @@ row each, for example:
   PROJECTION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
   order_summaries       order_summaries       0    0             clean 2m ago  -             -
   customer_order_stats  customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
+  daily_sales           daily_sales           0    0             -             -             -
 
 The columns:
   PROJECTION         the read model
