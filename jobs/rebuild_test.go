@@ -216,7 +216,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker whose settling time never ends runs only the plan.
-	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
+	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat, k.sale},
 		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectiontest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)
