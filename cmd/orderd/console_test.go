@@ -460,8 +460,8 @@ func TestConsole(t *testing.T) {
 		p.open("#/order", "order")
 		p.run(10*time.Second, "look up con-3",
 			chromedp.SendKeys("#order-id", "con-3"), chromedp.Click("#order-form button"))
-		p.waitJS(20*time.Second, "the timeline and both read models",
-			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 2`)
+		p.waitJS(20*time.Second, "the timeline and every read model",
+			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`)
 		var versions []int
 		var types []string
 		p.eval(`Array.from(document.querySelectorAll('#timeline li')).map(li => Number(li.dataset.version))`, &versions)
@@ -477,8 +477,8 @@ func TestConsole(t *testing.T) {
 		}
 		var states map[string]string
 		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('section.read-model')).map(s => [s.dataset.projection, s.dataset.state]))`, &states)
-		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" {
-			t.Errorf("read model states %v, want order_summaries equal and customer_order_stats different", states)
+		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" || states["daily_sales"] != "equal" {
+			t.Errorf("read model states %v, want order_summaries and daily_sales equal, customer_order_stats different", states)
 		}
 		var marked []string
 		p.eval(`Array.from(document.querySelectorAll('section.read-model[data-projection="customer_order_stats"] tr[data-differs="yes"]')).map(tr => tr.dataset.field + ' ' + tr.querySelector('td.mark').textContent)`, &marked)
