@@ -3,6 +3,7 @@ package http_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"reflect"
 	"testing"
 	"time"
@@ -127,4 +128,36 @@ func TestClientDailySales(t *testing.T) {
 	}
 	_, err = c.DailySales(t.Context(), time.Date(2017, 10, 2, 0, 0, 0, 0, time.UTC), time.Date(2017, 10, 1, 0, 0, 0, 0, time.UTC), "")
 	wantError(t, err, http.StatusUnprocessableEntity, "validation", domain.ErrValidation)
+}
+
+// FuzzDailySalesQuery sends arbitrary from, to and currency parameters:
+// the answer is 200 only for a valid range, whose bounds the read model
+// is asked for, and otherwise a 422 problem that asks the read model
+// nothing.
+func FuzzDailySalesQuery(f *testing.F) {
+	for _, s := range [][3]string{{"2017-10-01", "2017-10-31", ""}, {"2016-01-01", "2016-12-31", "BRL"}, {"2017-10-02", "2017-10-01", "EUR"},
+		{"2017-02-29", "2017-03-01", ""}, {"0000-01-01", "0000-12-31", "brl"}, {"2017-10-01T00:00:00Z", "", "$ne"}} {
+		f.Add(s[0], s[1], s[2])
+	}
+	e := newEnv(f)
+	f.Fuzz(func(t *testing.T, from, to, currency string) {
+		e.reads.salesAsks = nil
+		q := url.Values{"from": {from}, "to": {to}, "currency": {currency}}
+		rec := e.get(t, "/v1/daily-sales?"+q.Encode())
+		if rec.Code != http.StatusOK {
+			wantProblem(t, rec, http.StatusUnprocessableEntity, "/problems/validation")
+			if len(e.reads.salesAsks) != 0 {
+				t.Errorf("%s: a refused query asked the read model %+v", q.Encode(), e.reads.salesAsks)
+			}
+			return
+		}
+		if len(e.reads.salesAsks) != 1 {
+			t.Fatalf("%s: answered 200 after %d read model calls", q.Encode(), len(e.reads.salesAsks))
+		}
+		a := e.reads.salesAsks[0]
+		if a.from.Format(time.DateOnly) != from || a.to.Format(time.DateOnly) != to || a.to.Before(a.from) ||
+			a.to.Sub(a.from) > 365*24*time.Hour || a.currency != currency {
+			t.Errorf("%s: the read model was asked for %+v", q.Encode(), a)
+		}
+	})
 }
