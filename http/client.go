@@ -281,6 +281,22 @@ func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
 	return o, err
 }
 
+// DailySales returns the daily_sales read model summed over the UTC dates
+// of from to to, both included, of one currency unless currency is empty
+// (GET /v1/daily-sales). An invalid range is an *Error wrapping
+// domain.ErrValidation.
+func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency string) (DailySalesReport, error) {
+	v := url.Values{}
+	v.Set("from", from.UTC().Format(time.DateOnly))
+	v.Set("to", to.UTC().Format(time.DateOnly))
+	if currency != "" {
+		v.Set("currency", currency)
+	}
+	var r DailySalesReport
+	_, err := c.do(ctx, http.MethodGet, "/v1/daily-sales?"+v.Encode(), nil, nil, &r)
+	return r, err
+}
+
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
 // model reflects MinVersion (0: no wait), for at most Wait (0: the
 // server's default bound).

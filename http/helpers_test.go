@@ -43,6 +43,8 @@ type fakeReads struct {
 	summaries map[string]domain.Order
 	later     map[string]laterSummary
 	stats     map[string]domain.CustomerOrderStats
+	sales     []domain.DailySales
+	salesAsks []salesCall
 	err       error         // returned by every call when set
 	entered   chan struct{} // when set, Summary signals here, then waits for release
 	release   chan struct{}
@@ -53,6 +55,11 @@ type fakeReads struct {
 type laterSummary struct {
 	at time.Time
 	o  domain.Order
+}
+
+type salesCall struct {
+	from, to time.Time
+	currency string
 }
 
 type listCall struct {
@@ -146,6 +153,23 @@ func (f *fakeReads) CustomerStats(_ context.Context, id string) (domain.Customer
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", id, domain.ErrNotFound)
 	}
 	return st, nil
+}
+
+// DailySales answers the rows of f.sales in the range and currency.
+func (f *fakeReads) DailySales(_ context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.salesAsks = append(f.salesAsks, salesCall{from, to, currency})
+	if f.err != nil {
+		return nil, f.err
+	}
+	var out []domain.DailySales
+	for _, r := range f.sales {
+		if r.Day >= from.Format(time.DateOnly) && r.Day <= to.Format(time.DateOnly) && (currency == "" || r.Currency == currency) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }
 
 // env is one server over a real domain.Service, an in-memory store and the

@@ -536,6 +536,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		ProcessingAt: &at, ShippedAt: &at, DeliveredAt: &at, CanceledAt: &at, UnavailableAt: &at, Reason: "r", Version: 9, UpdatedAt: at}
 	stats := domain.CustomerOrderStats{CustomerID: "c", OrderCount: 1, ByStatus: map[domain.Status]int64{domain.StatusCreated: 1},
 		LifetimeValueCents: map[string]int64{"BRL": 1}}
+	sales := orderhttp.DailySalesReport{From: "2017-10-01", To: "2017-10-31", Days: []domain.DailySales{{Day: "2017-10-02", Currency: "BRL",
+		OrdersPlaced: 2, Items: 3, GrossCents: 1, FreightCents: 1, OrdersCanceled: 1, OrdersUnavailable: 1}}}
 	meta := domain.Metadata{CorrelationID: "c", CausationID: "c", SchemaVersion: 1}
 	event, err := domain.MarshalEvent(domain.Event{ID: "e", StreamID: "o", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderCanceled,
 		Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta})
@@ -558,6 +560,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"ReasonData", domain.OrderMarkedUnavailable{Reason: "r"}, domain.OrderMarkedUnavailable{}},
 		{"EmptyData", domain.OrderApproved{}, domain.OrderApproved{}},
 		{"CustomerOrderStats", stats, domain.CustomerOrderStats{}},
+		{"DailySalesReport", sales, orderhttp.DailySalesReport{}},
+		{"DailySales", sales.Days[0], domain.DailySales{}},
 		{"Problem", problem, orderhttp.Problem{}},
 		{"FieldError", domain.FieldError{Field: "f", Detail: "d"}, domain.FieldError{}},
 		{"Job", job, domain.Job{}},

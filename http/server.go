@@ -31,6 +31,10 @@ type ReadModels interface {
 	Summary(ctx context.Context, orderID string) (domain.Order, error)
 	ListSummaries(ctx context.Context, customerID, status, after string, limit int) ([]domain.Order, error)
 	CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error)
+	// DailySales sums daily_sales over the UTC dates from to to, both
+	// included, of one currency unless currency is empty; rows sorted by
+	// day then currency.
+	DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error)
 }
 
 // Check is a readiness probe of one dependency; nil means reachable.
@@ -164,6 +168,7 @@ func NewServer(cfg Config) *Server {
 	v1.GET("/order-summaries/:id", s.getSummary)
 	v1.GET("/order-summaries", s.listSummaries)
 	v1.GET("/customers/:id/order-stats", s.customerStats)
+	v1.GET("/daily-sales", s.dailySales)
 	s.adminRoutes(v1)
 	s.consoleRoutes()
 	return s

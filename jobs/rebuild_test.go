@@ -216,7 +216,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker whose settling time never ends runs only the plan.
-	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
+	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat, k.sale},
 		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectiontest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)
@@ -478,8 +478,8 @@ func TestRebuildMetrics(t *testing.T) {
 	// A worker with metrics exposes the gauges of the projections it
 	// manages at once, at 0.
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
-		if n := projectiontest.Series(t, reg, g); n != 2 {
-			t.Errorf("%s once the worker is up: %d series, want 2 (one per projection)", g, n)
+		if n := projectiontest.Series(t, reg, g); n != 3 {
+			t.Errorf("%s once the worker is up: %d series, want 3 (one per projection)", g, n)
 		}
 	}
 
@@ -521,13 +521,15 @@ func TestRebuildMetrics(t *testing.T) {
 		}
 		projectiontest.LogMetrics(t, reg, name)
 	}
-	// The projection not rebuilt kept its gauges at 0.
+	// The projections not rebuilt kept their gauges at 0.
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
-		if n := projectiontest.Series(t, reg, g); n != 2 {
-			t.Errorf("%s: %d series, want 2", g, n)
+		if n := projectiontest.Series(t, reg, g); n != 3 {
+			t.Errorf("%s: %d series, want 3", g, n)
 		}
-		if v := projectiontest.Metric(t, reg, g, projection.CustomerOrderStats.Name); v != 0 {
-			t.Errorf("%s of %s, never rebuilt: %v", g, projection.CustomerOrderStats.Name, v)
+		for _, other := range []string{projection.CustomerOrderStats.Name, projection.DailySales.Name} {
+			if v := projectiontest.Metric(t, reg, g, other); v != 0 {
+				t.Errorf("%s of %s, never rebuilt: %v", g, other, v)
+			}
 		}
 	}
 	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {

@@ -54,7 +54,8 @@ func (c *commandCounter) during(t *testing.T, fn func() error) map[string]int {
 // per document fails: a stream of two commits is one find, an
 // idempotency key one find, a batch of many streams into a cold read
 // model one find and one bulk update, the same batch again (cached, all
-// duplicates) nothing, and a customer's stats one aggregation.
+// duplicates) nothing, and a customer's stats or a range of daily sales
+// one aggregation.
 func TestMongoDBPathsRoundTrips(t *testing.T) {
 	ctx := projectiontest.Context(t, time.Minute)
 	counter := &commandCounter{n: map[string]int{}}
@@ -127,5 +128,24 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		if os.Getenv("MONGODB_URI") != "" && !reflect.DeepEqual(got, want) {
 			t.Errorf("stats of %s: %+v, want %+v", customer, got, want)
 		}
+	}
+
+	sales := mongodb.NewReadModel(db, projection.DailySales, es, nil)
+	if _, _, err := sales.Apply(ctx, f.Flat); err != nil {
+		t.Fatal(err)
+	}
+	want, first, last := f.ExpectedDailySales()
+	from, _ := time.Parse(time.DateOnly, first)
+	to, _ := time.Parse(time.DateOnly, last)
+	if _, err := r.DailySales(ctx, from, to, ""); err != nil { // reads the pointer once
+		t.Fatal(err)
+	}
+	var got []domain.DailySales
+	sent := counter.during(t, func() (err error) { got, err = r.DailySales(ctx, from, to, ""); return err })
+	if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
+		t.Errorf("daily sales sent %v, want one aggregate", sent)
+	}
+	if os.Getenv("MONGODB_URI") != "" && !reflect.DeepEqual(got, want) {
+		t.Errorf("daily sales %+v, want %+v", got, want)
 	}
 }

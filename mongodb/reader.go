@@ -3,6 +3,7 @@ package mongodb
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -17,11 +18,13 @@ import (
 type Reader struct {
 	summaries *Projection[domain.Order]
 	stats     *Projection[projection.Contribution]
+	sales     *Projection[projection.Sale]
 }
 
 // NewReader returns a Reader on db's read models.
 func NewReader(db *mongo.Database, ps *Pointers) *Reader {
-	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps), stats: NewProjection(db, projection.CustomerOrderStats, nil, nil, ps)}
+	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps), stats: NewProjection(db, projection.CustomerOrderStats, nil, nil, ps),
+		sales: NewProjection(db, projection.DailySales, nil, nil, ps)}
 }
 
 // Summary returns an order's summary, or an error wrapping
@@ -143,4 +146,94 @@ func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID str
 		cs[i] = projection.Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
 	}
 	return cs, nil
+}
+
+// DailySales sums the daily_sales read model per purchase day and
+// currency over the UTC dates of from to to (both inclusive; the time of
+// day is ignored), of one currency when currency is not empty. Rows are
+// sorted by day then currency; days without orders have none. On MongoDB
+// the sum is one aggregation through the (day, currency) index, grouped
+// by day, currency and status (a few rows a day whatever the order count).
+func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
+	s, err := r.sales.Active(ctx)
+	if err != nil {
+		return nil, err
+	}
+	dialect, err := DialectOf(ctx, s.coll.Database().Client())
+	if err != nil {
+		return nil, err
+	}
+	filter := bson.D{{Key: "day", Value: bson.D{{Key: "$gte", Value: projection.SaleDay(from)}, {Key: "$lte", Value: projection.SaleDay(to)}}}}
+	if currency != "" {
+		filter = append(filter, bson.E{Key: "currency", Value: currency})
+	}
+	var sales []projection.Sale
+	if dialect == DialectFerretDB {
+		// FerretDB 1.24 feeds a $group's documents to its first
+		// accumulator only (the others answer 0): the sales are read and
+		// summed here.
+		sales, err = s.sales(ctx, filter)
+	} else {
+		sales, err = s.salesByStatus(ctx, filter)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daily sales %s to %s: %w", projection.SaleDay(from), projection.SaleDay(to), err)
+	}
+	return projection.SumSales(sales), nil
+}
+
+// sales reads the sales that filter matches, one per order.
+func (s *ReadModel[D]) sales(ctx context.Context, filter bson.D) ([]projection.Sale, error) {
+	cur, err := s.coll.Find(ctx, filter)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	var docs []stored[projection.Sale]
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, Translate(err)
+	}
+	out := make([]projection.Sale, len(docs))
+	for i, d := range docs {
+		out[i] = d.Doc
+	}
+	return out, nil
+}
+
+// salesByStatus sums the sales that filter matches on the server by day,
+// currency and status: each returned projection.Sale stands for Orders
+// orders.
+func (s *ReadModel[D]) salesByStatus(ctx context.Context, filter bson.D) ([]projection.Sale, error) {
+	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
+		{{Key: "$match", Value: filter}},
+		{{Key: "$group", Value: bson.D{
+			{Key: "_id", Value: bson.D{{Key: "day", Value: "$day"}, {Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},
+			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
+			{Key: "item_count", Value: bson.D{{Key: "$sum", Value: "$item_count"}}},
+			{Key: "subtotal_cents", Value: bson.D{{Key: "$sum", Value: "$subtotal_cents"}}},
+			{Key: "freight_cents", Value: bson.D{{Key: "$sum", Value: "$freight_cents"}}},
+		}}},
+	})
+	if err != nil {
+		return nil, Translate(err)
+	}
+	var groups []struct {
+		Key struct {
+			Day      string        `bson:"day"`
+			Currency string        `bson:"currency"`
+			Status   domain.Status `bson:"status"`
+		} `bson:"_id"`
+		Orders        int64 `bson:"orders"`
+		ItemCount     int64 `bson:"item_count"`
+		SubtotalCents int64 `bson:"subtotal_cents"`
+		FreightCents  int64 `bson:"freight_cents"`
+	}
+	if err := cur.All(ctx, &groups); err != nil {
+		return nil, Translate(err)
+	}
+	out := make([]projection.Sale, len(groups))
+	for i, g := range groups {
+		out[i] = projection.Sale{Day: g.Key.Day, Currency: g.Key.Currency, Status: g.Key.Status, ItemCount: g.ItemCount,
+			SubtotalCents: g.SubtotalCents, FreightCents: g.FreightCents, Orders: g.Orders}
+	}
+	return out, nil
 }

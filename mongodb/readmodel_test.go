@@ -113,6 +113,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 			stores := map[string]applier{
 				projection.OrderSummaries.Name:     mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Apply,
 				projection.CustomerOrderStats.Name: mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil).Apply,
+				projection.DailySales.Name:         mongodb.NewReadModel(db, projection.DailySales, es, nil).Apply,
 			}
 			batches := tc.batches(rand.New(rand.NewPCG(uint64(i), 0x5eed)))
 			for name, apply := range stores {
@@ -133,6 +134,9 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 				}
 			}
 			if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
+				t.Fatal(err)
+			}
+			if err := projectiontest.DiffDailySales(ctx, db, f); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -356,6 +360,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	db := storetest.Database(t)
 	sums := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 	stats := mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil)
+	sales := mongodb.NewReadModel(db, projection.DailySales, es, nil)
 	for _, p := range []struct {
 		name    string
 		apply   applier
@@ -363,6 +368,7 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	}{
 		{projection.OrderSummaries.Name, sums.Apply, func(id string) (int64, error) { o, err := sums.Get(ctx, id); return o.Version, err }},
 		{projection.CustomerOrderStats.Name, stats.Apply, func(id string) (int64, error) { c, err := stats.Get(ctx, id); return c.Version, err }},
+		{projection.DailySales.Name, sales.Apply, func(id string) (int64, error) { c, err := sales.Get(ctx, id); return c.Version, err }},
 	} {
 		// corrupt v1 alone is fine.
 		if _, poison, err := p.apply(ctx, corrupt[:1]); err != nil || len(poison) > 0 {
@@ -395,6 +401,9 @@ func TestStoreApplyPoisonIsPerStream(t *testing.T) {
 	}
 	// The healthy streams of the batches are written in full.
 	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := projectiontest.DiffDailySales(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -547,6 +556,7 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 	}{
 		mongodb.NewReadModel(db, projection.OrderSummaries, es, nil),
 		mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil),
+		mongodb.NewReadModel(db, projection.DailySales, es, nil),
 	} {
 		if _, poison, err := s.Apply(ctx, events); err != nil || len(poison) > 0 {
 			t.Fatalf("Apply: poison %v, err %v", poison, err)

@@ -3,10 +3,11 @@
 // stream, which any delivery of the events (late, twice, out of order, by
 // racing processes) must leave equal to the fold of the log.
 //
-// Two projections exist, both one document per order stream:
-// order_summaries (a domain.Order, the same fold as the aggregate) and
+// Three projections exist, all one document per order stream:
+// order_summaries (a domain.Order, the same fold as the aggregate),
 // customer_order_stats (each order's Contribution to its customer's stats,
-// summed on read by SumContributions). A Definition says how to fold a
+// summed on read by SumContributions) and daily_sales (each order's Sale,
+// summed on read per purchase day and currency by SumSales). A Definition says how to fold a
 // document and which version it reflects, and Definition.Fold folds a
 // stream from nothing. A verify compares read models with the fold by
 // DocHash (the SHA-256 of a document's JSON), sums them into a Digest

@@ -235,10 +235,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	sums := mongodb.NewProjection(db, sumsDef, store, pm, pointers)
 	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
+	sales := mongodb.NewProjection(db, projection.DailySales, store, pm, pointers)
 	// Every process agrees on what readers read before any of them
 	// serves or feeds a read model (a projection new to a log is built
 	// first, by a jobs instance).
-	for _, p := range []interface{ EnsurePointer(context.Context) error }{sums, stats} {
+	for _, p := range []interface{ EnsurePointer(context.Context) error }{sums, stats, sales} {
 		if err := p.EnsurePointer(setupCtx); err != nil {
 			return err
 		}
@@ -260,9 +261,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	runners := []*projector.Runner{
 		projector.NewRunner(sums, js, dead, rc, plog, rm),
 		projector.NewRunner(stats, js, dead, rc, plog, rm),
+		projector.NewRunner(sales, js, dead, rc, plog, rm),
 	}
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
-		sums.Name(): jobs.DefOf(sums), stats.Name(): jobs.DefOf(stats),
+		sums.Name(): jobs.DefOf(sums), stats.Name(): jobs.DefOf(stats), sales.Name(): jobs.DefOf(sales),
 	})
 	if r.projector {
 		for _, pr := range runners {
@@ -272,7 +274,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if r.jobs {
 		jc := c.Jobs
 		jc.Owner, jc.Metrics = c.instanceID(), jm
-		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats}, jc, m.Log)
+		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats, sales}, jc, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
 	ready := readyChecks(r, reach.Ready, m.busConnected)
@@ -293,10 +295,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		hc := c.HTTP
 		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-			ReadModels: []admin.ReadModel{sums, stats}, Bus: js != nil})
+			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
-			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key()}, time.Second, m.Log.With("component", "admission"))
+			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key(), sales.Key()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
 			var backlog func() float64
 			if relay != nil {

@@ -189,7 +189,7 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 // it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
-	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name, projection.DailySales.Name} {
 		for p := range projector.DefaultPartitions {
 			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
 			if err != nil {
@@ -402,7 +402,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 
 	// 3. The read models equal the fold of the log.
 	cl := &client{t: t, base: api.url(), http: &http.Client{Timeout: 45 * time.Second}}
-	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name, projection.DailySales.Name} {
 		deadline := time.Now().Add(2 * time.Minute)
 		for attempt := 1; ; attempt++ {
 			rep := verifyOnce(t, cl, name)

@@ -270,7 +270,7 @@ func TestConsole(t *testing.T) {
 
 	sub("projections", func(t *testing.T, p *page) {
 		p.open("#/projections", "projections")
-		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
 			row := fmt.Sprintf(`document.querySelector('tr[data-projection=%q]')`, name)
 			p.waitJS(20*time.Second, name+" with lag 0",
 				row+` && `+row+`.querySelector('td.lag').dataset.lag === '0' && `+row+`.querySelector('td.lag').textContent.includes('0')`)
@@ -295,7 +295,7 @@ func TestConsole(t *testing.T) {
 			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
 			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
 		}
-		for _, name := range []string{"order_summaries", "customer_order_stats"} {
+		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
 			p.waitJS(20*time.Second, name+"'s apply rate above 0 in the chart",
 				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
 			p.waitJS(20*time.Second, name+" back to lag 0",
@@ -460,8 +460,8 @@ func TestConsole(t *testing.T) {
 		p.open("#/order", "order")
 		p.run(10*time.Second, "look up con-3",
 			chromedp.SendKeys("#order-id", "con-3"), chromedp.Click("#order-form button"))
-		p.waitJS(20*time.Second, "the timeline and both read models",
-			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 2`)
+		p.waitJS(20*time.Second, "the timeline and every read model",
+			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`)
 		var versions []int
 		var types []string
 		p.eval(`Array.from(document.querySelectorAll('#timeline li')).map(li => Number(li.dataset.version))`, &versions)
@@ -477,8 +477,8 @@ func TestConsole(t *testing.T) {
 		}
 		var states map[string]string
 		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('section.read-model')).map(s => [s.dataset.projection, s.dataset.state]))`, &states)
-		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" {
-			t.Errorf("read model states %v, want order_summaries equal and customer_order_stats different", states)
+		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" || states["daily_sales"] != "equal" {
+			t.Errorf("read model states %v, want order_summaries and daily_sales equal, customer_order_stats different", states)
 		}
 		var marked []string
 		p.eval(`Array.from(document.querySelectorAll('section.read-model[data-projection="customer_order_stats"] tr[data-differs="yes"]')).map(tr => tr.dataset.field + ' ' + tr.querySelector('td.mark').textContent)`, &marked)

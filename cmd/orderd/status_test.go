@@ -44,8 +44,8 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 }
 
 // TestStatus runs "orderd status" against the running program: after an
-// order is projected and one read model verified, the table lists both
-// projections with their active collection, a lag, no dead letters and
+// order is projected and one read model verified, the table lists every
+// projection with its active collection, a lag, no dead letters and
 // the verify's outcome; then the errors an operator meets first.
 func TestStatus(t *testing.T) {
 	m := runMainDir(t, t.TempDir(), func(c *Config) { c.HTTP.AdminToken = testAdminToken })
@@ -70,10 +70,10 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	rows := statusRows(t, r.stdout)
-	if len(rows) != 2 {
-		t.Errorf("%d rows, want 2:\n%s", len(rows), r.stdout)
+	if len(rows) != 3 {
+		t.Errorf("%d rows, want 3:\n%s", len(rows), r.stdout)
 	}
-	for _, name := range []string{"order_summaries", "customer_order_stats"} {
+	for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
 		row, ok := rows[name]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", name, r.stdout)
@@ -129,8 +129,8 @@ func TestStatus(t *testing.T) {
 	if owned == 0 {
 		t.Errorf("no partition has an owner:\n%s", r.stdout)
 	}
-	if n != 2*m.Config.Projector.Partitions {
-		t.Errorf("%d partition rows, want %d:\n%s", n, 2*m.Config.Projector.Partitions, r.stdout)
+	if n != 3*m.Config.Projector.Partitions {
+		t.Errorf("%d partition rows, want %d:\n%s", n, 3*m.Config.Projector.Partitions, r.stdout)
 	}
 	t.Logf("events applied by partition owners, as of their last heartbeats: %v", applied)
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"testing"
 	"time"
 
@@ -144,6 +145,90 @@ func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
 		out[o.CustomerID] = s
 	}
 	return out
+}
+
+// ExpectedDailySales computes the daily sales of the folded orders,
+// independently of projection.SumSales: per UTC day of placement and
+// currency, orders, items, subtotals and freight, and the orders now
+// canceled or unavailable; sorted by day then currency. It also returns
+// the first and last day.
+func (f *Fixture) ExpectedDailySales() (rows []domain.DailySales, first, last string) {
+	type key struct{ day, currency string }
+	sums := map[key]domain.DailySales{}
+	var keys []key
+	for _, id := range f.IDs {
+		o := f.Orders[id]
+		k := key{o.PlacedAt.UTC().Format(time.DateOnly), o.Currency}
+		r, ok := sums[k]
+		if !ok {
+			keys = append(keys, k)
+			r = domain.DailySales{Day: k.day, Currency: k.currency}
+		}
+		r.OrdersPlaced++
+		r.Items += o.ItemCount
+		r.GrossCents += o.SubtotalCents
+		r.FreightCents += o.FreightCents
+		if o.Status == domain.StatusCanceled {
+			r.OrdersCanceled++
+		}
+		if o.Status == domain.StatusUnavailable {
+			r.OrdersUnavailable++
+		}
+		sums[k] = r
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		return keys[i].day < keys[j].day || keys[i].day == keys[j].day && keys[i].currency < keys[j].currency
+	})
+	rows = []domain.DailySales{}
+	for _, k := range keys {
+		rows = append(rows, sums[k])
+	}
+	if len(keys) > 0 {
+		first, last = keys[0].day, keys[len(keys)-1].day
+	}
+	return rows, first, last
+}
+
+// SaleOf is the daily_sales document of the folded order o whose newest
+// event was recorded at recordedAt.
+func SaleOf(o domain.Order, recordedAt time.Time) projection.Sale {
+	return projection.Sale{OrderID: o.ID, Day: o.PlacedAt.UTC().Format(time.DateOnly), Currency: o.Currency, Status: o.Status,
+		ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents, Version: o.Version, RecordedAt: recordedAt}
+}
+
+// DiffDailySales returns nil when the daily_sales read model of db equals
+// the fold of the log for every stream of f: each stored Sale is the
+// folded order's, and Reader.DailySales over f's days is
+// ExpectedDailySales. The log must hold no other order placed on those
+// days.
+func DiffDailySales(ctx context.Context, db *mongo.Database, f *Fixture) error {
+	ps := mongodb.NewPointers(db)
+	sales := mongodb.NewProjection(db, projection.DailySales, nil, nil, ps)
+	for _, id := range f.IDs {
+		want := f.Orders[id]
+		evs := f.Events[id]
+		got, err := sales.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("sale %s (want v%d): %w", id, want.Version, err)
+		}
+		if ws := SaleOf(want, evs[len(evs)-1].RecordedAt); !reflect.DeepEqual(got, ws) {
+			return fmt.Errorf("sale %s:\n got %+v\nwant %+v", id, got, ws)
+		}
+	}
+	want, first, last := f.ExpectedDailySales()
+	if len(want) == 0 {
+		return nil
+	}
+	from, _ := time.Parse(time.DateOnly, first)
+	to, _ := time.Parse(time.DateOnly, last)
+	got, err := mongodb.NewReader(db, ps).DailySales(ctx, from, to, "")
+	if err != nil {
+		return fmt.Errorf("daily sales %s to %s: %w", first, last, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		return fmt.Errorf("daily sales %s to %s:\n got %s\nwant %s", first, last, Dump(got), Dump(want))
+	}
+	return nil
 }
 
 // contributionOf is the customer_order_stats document of the folded order o.

@@ -1,9 +1,10 @@
 // Package olist imports the Olist sample (testdata/olist-sample) into a
 // running orderd service as REST commands, then checks that every order's
 // event-log fold equals its read model and ends in the status the dataset
-// says. Main is the command line, "orderd import-olist" ("orderd replay"
-// is the same command: flags -data, -url, -concurrency, -check-only,
-// -progress, -timeout, -limit); Run is the same for tests. It is no
+// says, and that the daily sales read model equals the sums of the folds.
+// Main is the command line, "orderd import-olist" ("orderd replay" is the
+// same command: flags -data, -url, -concurrency, -check-only, -progress,
+// -timeout, -limit); Run is the same for tests. It is no
 // replay of the event log: that is the republish job (POST
 // /v1/admin/replays).
 //
@@ -98,7 +99,13 @@
 // and GET /v1/order-summaries/{id}?min_version=<its version> for every
 // order. Both must be equal as JSON values, the read model must not be
 // stale (X-Read-Model-Stale), and the status must be the one the plan
-// expects (the dataset's, or the documented refusal's). Main prints the
-// Report and returns an error when there is any mismatch or unexpected
-// rejection.
+// expects (the dataset's, or the documented refusal's). Then the
+// daily_sales read model (GET /v1/daily-sales, 366 days a request) must
+// equal the sums of those folds per UTC day of placement and currency,
+// over the days from the first order's to the last's; after -limit the
+// last day is left out (a larger import may have placed more orders on
+// it), and the service must hold no other orders placed on those days.
+// A read model that differs is read again until the catch-up bound. Main
+// prints the Report and returns an error when there is any mismatch or
+// unexpected rejection.
 package olist

@@ -132,12 +132,13 @@ func (r *importer) send(ctx context.Context, p Plan) sent {
 }
 
 // checked is the check of one order: the status read from the log fold
-// ("" when unread), whether the read model equals the fold, whether the
+// ("" when unread) and the fold, whether the read model equals the fold, whether the
 // status is the expected one, and what is wrong ("" when nothing).
 type checked struct {
 	status          domain.Status
 	equal, statusOK bool
 	problem         string
+	fold            domain.Order // zero when unread
 }
 
 // check reads the order's log fold and its read model at that version and
@@ -155,7 +156,7 @@ func (r *importer) check(ctx context.Context, p Plan) checked {
 		ch.problem = err.Error()
 		return ch
 	}
-	ch.status = fold.Status
+	ch.status, ch.fold = fold.Status, fold
 	if ch.statusOK = fold.Status == p.Want; !ch.statusOK {
 		problems = append(problems, fmt.Sprintf("status %s, want %s", fold.Status, p.Want))
 	}
@@ -191,11 +192,12 @@ func (r *importer) summary(ctx context.Context, id string, q orderhttp.SummaryQu
 	return o, stale, err
 }
 
-// document is o as the JSON object the API sends.
-func document(o domain.Order) map[string]any {
+// document is v (a domain.Order or domain.DailySales) as the JSON object
+// the API sends.
+func document(v any) map[string]any {
 	var m map[string]any
-	if err := json.Unmarshal(must(json.Marshal(o)), &m); err != nil {
-		panic(err) // impossible: o marshals to an object
+	if err := json.Unmarshal(must(json.Marshal(v)), &m); err != nil {
+		panic(err) // impossible: v marshals to an object
 	}
 	return m
 }

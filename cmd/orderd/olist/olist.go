@@ -67,7 +67,8 @@ type OddOutcome struct {
 // sent after them. Odd has an entry for each name of OddPaths. Equal
 // counts orders whose read model equals the log fold, StatusOK those in
 // the expected final status; MismatchCount counts orders failing any
-// check. Unexpected and Mismatches list the first 10.
+// check. Unexpected and Mismatches list the first 10. Sales is the check
+// of the daily_sales read model against the orders' log folds.
 type Report struct {
 	Data, URL       string
 	CheckOnly       bool
@@ -85,15 +86,20 @@ type Report struct {
 	StatusOK        int
 	MismatchCount   int
 	Mismatches      []Finding
+	Sales           SalesCheck
 	SendTime        time.Duration
 	CheckTime       time.Duration
 }
 
-// Err returns nil when the report has no mismatch and no unexpected
-// rejection, else an error counting them.
+// Err returns nil when the report has no mismatch (of an order or of the
+// daily sales) and no unexpected rejection, else an error counting them.
 func (r *Report) Err() error {
-	if r.MismatchCount == 0 && r.UnexpectedCount == 0 {
+	if r.MismatchCount == 0 && r.UnexpectedCount == 0 && r.Sales.MismatchCount == 0 {
 		return nil
+	}
+	if r.Sales.MismatchCount > 0 {
+		return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections, %d daily sales mismatches",
+			r.MismatchCount, r.UnexpectedCount, r.Sales.MismatchCount)
 	}
 	return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
 }
@@ -104,7 +110,8 @@ const usage = `Usage: orderd import-olist [flags]
 Imports the Olist sample orders into a running orderd service as REST
 commands, then checks every order: the order folded from the event log
 (GET /v1/orders/{id}) must equal its read model (GET /v1/order-summaries/{id})
-and end in the dataset's final status (or the documented refusal).
+and end in the dataset's final status (or the documented refusal), and the
+daily sales (GET /v1/daily-sales) must equal the sums of those orders.
 
 Start the service first, then run from the repository root, for example:
   orderd import-olist                             every order, to http://127.0.0.1:8080
@@ -205,7 +212,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := parallel(ctx, cfg, "check", len(plans), func(i int) { checks[i] = c.check(ctx, plans[i]) }); err != nil {
 		return Report{}, err
 	}
-	rep := Report{Data: cfg.Data, URL: cfg.URL, CheckOnly: cfg.CheckOnly, SendTime: sendTime, CheckTime: time.Since(start)}
+	folds := make([]domain.Order, len(checks))
+	for i, ch := range checks {
+		folds[i] = ch.fold
+	}
+	sales := c.checkSales(ctx, folds, len(orders) < len(ds.Orders))
+	rep := Report{Data: cfg.Data, URL: cfg.URL, CheckOnly: cfg.CheckOnly, Sales: sales, SendTime: sendTime, CheckTime: time.Since(start)}
 	rep.add(plans, sends, checks)
 	return rep, nil
 }
@@ -346,11 +358,15 @@ func (r *Report) Print(w io.Writer) error {
 	for _, u := range r.Unexpected {
 		f("  unexpected rejection  %s: %s\n", u.OrderID, u.Detail)
 	}
+	f("daily sales     %s\n", r.Sales.line())
+	for _, m := range r.Sales.Mismatches {
+		f("  mismatch  %s\n", m)
+	}
 	f("time            send %v (%.0f commands/s), check %v (%.0f orders/s)\n",
 		r.SendTime.Round(time.Millisecond), rate(r.Commands, r.SendTime),
 		r.CheckTime.Round(time.Millisecond), rate(r.Checked, r.CheckTime))
 	if err := r.Err(); err != nil {
-		f("result          FAILED: %d mismatches, %d unexpected rejections\n", r.MismatchCount, r.UnexpectedCount)
+		f("result          FAILED: %s\n", strings.TrimPrefix(err.Error(), "import-olist: "))
 	} else {
 		f("result          OK\n")
 	}

@@ -338,6 +338,7 @@ type fake struct {
 	wait       time.Duration // bound of the min_version wait
 	corrupt    string        // this order's summary is served with total_cents+1
 	stuck      string        // this order's summary stops at version 1
+	salesOff   bool          // the daily sales' first row is served with one item more
 	flakyEvery int64         // every n-th POST answers 503, once per Idempotency-Key
 	posts      atomic.Int64
 	flaked     sync.Map     // Idempotency-Keys answered 503 once
@@ -373,6 +374,7 @@ func newFake(t *testing.T, configure func(*fake)) (*fake, *httptest.Server) {
 	mux.HandleFunc("POST /v1/orders/{id}/{command}", f.step)
 	mux.HandleFunc("GET /v1/orders/{id}", f.get)
 	mux.HandleFunc("GET /v1/order-summaries/{id}", f.summary)
+	mux.HandleFunc("GET /v1/daily-sales", f.dailySales)
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// A request answered 503 once is not answered 503 again: a retry
 		// could otherwise hit every n-th POST by chance on each attempt.
@@ -528,6 +530,45 @@ func (f *fake) summary(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// dailySales sums the projected summaries placed from to to (both
+// included) per day and currency, sorted, as GET /v1/daily-sales does.
+func (f *fake) dailySales(w http.ResponseWriter, r *http.Request) {
+	from, to := r.URL.Query().Get("from"), r.URL.Query().Get("to")
+	f.mu.Lock()
+	rows := map[string]*domain.DailySales{}
+	for _, o := range f.summaries {
+		day := o.PlacedAt.UTC().Format(time.DateOnly)
+		if day < from || day > to {
+			continue
+		}
+		k := day + o.Currency
+		if rows[k] == nil {
+			rows[k] = &domain.DailySales{Day: day, Currency: o.Currency}
+		}
+		row := rows[k]
+		row.OrdersPlaced++
+		row.Items += o.ItemCount
+		row.GrossCents += o.SubtotalCents
+		row.FreightCents += o.FreightCents
+		if o.Status == domain.StatusCanceled {
+			row.OrdersCanceled++
+		}
+		if o.Status == domain.StatusUnavailable {
+			row.OrdersUnavailable++
+		}
+	}
+	f.mu.Unlock()
+	days := []domain.DailySales{}
+	for _, k := range slices.Sorted(maps.Keys(rows)) {
+		days = append(days, *rows[k])
+	}
+	if f.salesOff && len(days) > 0 {
+		days[0].Items++
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"from": from, "to": to, "days": days})
+}
+
 // ---- end to end ----
 
 func TestRunLimit300(t *testing.T) {
@@ -545,6 +586,12 @@ func TestRunLimit300(t *testing.T) {
 	}
 	if rep.Checked != 300 || rep.Equal != 300 || rep.StatusOK != 300 || rep.MismatchCount != 0 || rep.Err() != nil {
 		t.Errorf("checked: %+v", rep)
+	}
+	// The 300th order's day is left out: a larger import may have placed
+	// more orders on it.
+	last := loadSample(t).Orders[299].PurchasedAt.Format(time.DateOnly)
+	if s := rep.Sales; s.Skipped != "" || s.MismatchCount != 0 || s.Rows != 94 || s.From != "2016-10-04" || s.To != "2017-04-19" || last <= s.To {
+		t.Errorf("daily sales check: %+v, the 300th order placed on %s", s, last)
 	}
 	for name, oo := range rep.Odd {
 		if oo.Orders != 0 {
@@ -572,7 +619,7 @@ func TestRunLimit300(t *testing.T) {
 		t.Errorf("second run: events %d (want 1177), replayed answers %d (want >= 1177)", f.store.EventCount(), f.replayed.Load())
 	}
 	for _, want := range []string{"orders          300\n", "commands sent   1177: accepted 1177 (idempotent replays 1177), rejected 0 (unexpected 0), skipped 0\n",
-		"mismatches 0\n", "result          OK\n"} {
+		"mismatches 0\n", "day and currency rows: equal to the log folds\n", "result          OK\n"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("second report lacks %q:\n%s", want, out.String())
 		}
@@ -662,6 +709,46 @@ func TestRunReportsCorruptSummary(t *testing.T) {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
+	}
+}
+
+// A daily_sales read model that differs from the log folds is a
+// mismatch of its own, named by day and currency with the fields that
+// differ, after the check waited for it up to its catch-up bound.
+func TestRunReportsDailySalesMismatch(t *testing.T) {
+	_, ts := newFake(t, func(f *fake) { f.salesOff = true })
+	start := time.Now()
+	rep, err := Run(t.Context(), Config{Data: sample, URL: ts.URL, Limit: 50, CatchUp: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("Run took %v, less than its catch-up bound", d)
+	}
+	if rep.MismatchCount != 0 || rep.Sales.MismatchCount != 1 || rep.Err() == nil ||
+		!strings.Contains(rep.Err().Error(), "1 daily sales mismatches") {
+		t.Fatalf("mismatches %d, sales %+v, err %v", rep.MismatchCount, rep.Sales, rep.Err())
+	}
+	var out bytes.Buffer
+	_ = rep.Print(&out)
+	for _, want := range []string{"day and currency rows: mismatches 1\n",
+		"  mismatch  " + rep.Sales.From + " BRL: items: log ", "result          FAILED: 0 mismatches, 0 unexpected rejections, 1 daily sales mismatches\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// Without the orders' log folds there is nothing to sum: the daily sales
+// check says so instead of reporting the read model.
+func TestRunSkipsDailySalesWithoutFolds(t *testing.T) {
+	_, ts := newFake(t, nil)
+	rep, err := Run(t.Context(), Config{Data: sample, URL: ts.URL, Limit: 5, CheckOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := rep.Sales; s.Skipped != "5 orders' log folds could not be read" || s.MismatchCount != 0 {
+		t.Errorf("daily sales check: %+v", s)
 	}
 }
 

@@ -30,7 +30,7 @@ const (
 
 // adminUsage is what the usage of rebuild and verify says about the
 // projections and about the token both sides need.
-const adminUsage = `Projections: order_summaries, customer_order_stats.
+const adminUsage = `Projections: order_summaries, customer_order_stats, daily_sales.
 
 The command talks to the admin API of a running service. Both sides need
 the same token: start the service with ADMIN_TOKEN set (without it the

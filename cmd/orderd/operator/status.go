@@ -24,6 +24,7 @@ row each, for example:
   PROJECTION            VERSION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
   order_summaries       v2 (previous v1)   order_summaries_v2_…  0    0             clean 2m ago  succeeded     -
   customer_order_stats  v1                 customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
+  daily_sales           v1                 daily_sales           0    0             -             -             -
 
 The columns:
   PROJECTION         the read model

@@ -1,0 +1,183 @@
+package olist
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// salesSpan is the longest range of days one GET /v1/daily-sales covers.
+const salesSpan = 366
+
+// salesPoll is how long the daily sales check waits between two reads of
+// a read model that is still behind.
+const salesPoll = 250 * time.Millisecond
+
+// SalesCheck is the check of the daily_sales read model: the days From to
+// To (YYYY-MM-DD, both included) and Rows, the day and currency rows the
+// log folds give for them; MismatchCount counts the rows that differ in
+// the read model, Mismatches lists the first 10. Skipped says why the
+// check did not run ("" when it did).
+type SalesCheck struct {
+	From, To      string
+	Rows          int
+	MismatchCount int
+	Mismatches    []string
+	Skipped       string
+}
+
+// salesOf sums the orders' log folds per UTC day of placement and
+// currency, as daily_sales does: orders, items, subtotals, freight, and
+// those now canceled or unavailable.
+func salesOf(folds []domain.Order) map[string]domain.DailySales {
+	rows := map[string]domain.DailySales{}
+	for _, o := range folds {
+		day := o.PlacedAt.UTC().Format(time.DateOnly)
+		k := day + " " + o.Currency
+		r := rows[k]
+		r.Day, r.Currency = day, o.Currency
+		r.OrdersPlaced++
+		r.Items += o.ItemCount
+		r.GrossCents += o.SubtotalCents
+		r.FreightCents += o.FreightCents
+		switch o.Status {
+		case domain.StatusCanceled:
+			r.OrdersCanceled++
+		case domain.StatusUnavailable:
+			r.OrdersUnavailable++
+		}
+		rows[k] = r
+	}
+	return rows
+}
+
+// checkSales compares GET /v1/daily-sales with the daily sales of folds,
+// the log folds of every order checked (unread ones as zero Orders). The
+// service must hold no other orders placed on those days; when partial
+// (the import stopped at -limit) the last day is left out, as orders of
+// it may have been imported before. A read model that differs is read
+// again until the check's catch-up bound.
+func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial bool) SalesCheck {
+	var sc SalesCheck
+	unread := 0
+	for _, o := range folds {
+		if o.PlacedAt == nil {
+			unread++
+		}
+	}
+	if unread > 0 {
+		sc.Skipped = fmt.Sprintf("%d orders' log folds could not be read", unread)
+		return sc
+	}
+	want := salesOf(folds)
+	days := slices.Sorted(maps.Keys(want))
+	if len(days) == 0 {
+		sc.Skipped = "no orders"
+		return sc
+	}
+	sc.From, sc.To = want[days[0]].Day, want[days[len(days)-1]].Day
+	if partial {
+		last := sc.To
+		maps.DeleteFunc(want, func(_ string, r domain.DailySales) bool { return r.Day == last })
+		if len(want) == 0 {
+			sc.Skipped = "no whole day imported (-limit)"
+			return sc
+		}
+		days = slices.Sorted(maps.Keys(want))
+		sc.To = want[days[len(days)-1]].Day
+	}
+	sc.Rows = len(want)
+	for {
+		got, err := r.dailySales(ctx, sc.From, sc.To)
+		var diffs []string
+		if err != nil {
+			diffs = []string{err.Error()}
+		} else {
+			diffs = diffSales(want, got)
+		}
+		sc.MismatchCount, sc.Mismatches = len(diffs), diffs[:min(len(diffs), maxFindings)]
+		if len(diffs) == 0 || !time.Now().Before(r.catchUp) {
+			return sc
+		}
+		select {
+		case <-ctx.Done():
+			return sc
+		case <-time.After(salesPoll):
+		}
+	}
+}
+
+// dailySales reads the rows of the days from to to (YYYY-MM-DD), in
+// requests of at most salesSpan days, keyed by "<day> <currency>".
+func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]domain.DailySales, error) {
+	start, err := time.Parse(time.DateOnly, from)
+	if err != nil {
+		return nil, err
+	}
+	end, err := time.Parse(time.DateOnly, to)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]domain.DailySales{}
+	for day := start; !day.After(end); day = day.AddDate(0, 0, salesSpan) {
+		last := day.AddDate(0, 0, salesSpan-1)
+		if last.After(end) {
+			last = end
+		}
+		var rows []domain.DailySales
+		err := r.retry(ctx, func(ctx context.Context) error {
+			rep, err := r.api.DailySales(ctx, day, last, "")
+			rows = rep.Days
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("daily sales %s to %s: %w", day.Format(time.DateOnly), last.Format(time.DateOnly), err)
+		}
+		for _, row := range rows {
+			out[row.Day+" "+row.Currency] = row
+		}
+	}
+	return out, nil
+}
+
+// diffSales names the rows where the read model differs from the log
+// folds, in day and currency order, with the fields that differ.
+func diffSales(want, got map[string]domain.DailySales) []string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(merge(anyMap(want), anyMap(got)))) {
+		w, inLog := want[k]
+		g, inModel := got[k]
+		switch {
+		case !inModel:
+			out = append(out, k+": not in the read model")
+		case !inLog:
+			out = append(out, k+": in the read model, not in the log")
+		case w != g:
+			out = append(out, k+": "+diff(document(w), document(g)))
+		}
+	}
+	return out
+}
+
+func anyMap(m map[string]domain.DailySales) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// line is the report's line about the daily sales check.
+func (sc SalesCheck) line() string {
+	switch {
+	case sc.Skipped != "":
+		return "not checked: " + sc.Skipped
+	case sc.MismatchCount == 0:
+		return fmt.Sprintf("%s to %s, %d day and currency rows: equal to the log folds", sc.From, sc.To, sc.Rows)
+	}
+	return fmt.Sprintf("%s to %s, %d day and currency rows: mismatches %d", sc.From, sc.To, sc.Rows, sc.MismatchCount)
+}

@@ -1,0 +1,64 @@
+package http
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// maxSalesDays is the longest range of days GET /v1/daily-sales sums,
+// both ends included: a leap year.
+const maxSalesDays = 366
+
+// DailySalesReport is the answer of GET /v1/daily-sales: the range asked
+// for (YYYY-MM-DD, both included) and one row per day and currency that
+// has orders, sorted by day then currency.
+type DailySalesReport struct {
+	From string              `json:"from"`
+	To   string              `json:"to"`
+	Days []domain.DailySales `json:"days"`
+}
+
+// dailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
+// from the daily_sales read model. from and to are required, to is not
+// before from and the range is at most maxSalesDays days; every invalid
+// parameter is listed in the 422.
+func (s *Server) dailySales(c echo.Context) error {
+	var fields []domain.FieldError
+	date := func(name string) (time.Time, bool) {
+		v := c.QueryParam(name)
+		d, err := time.Parse(time.DateOnly, v)
+		if err != nil || d.Format(time.DateOnly) != v {
+			fields = append(fields, domain.FieldError{Field: name, Detail: "a date YYYY-MM-DD, required"})
+			return time.Time{}, false
+		}
+		return d, true
+	}
+	from, fromOK := date("from")
+	to, toOK := date("to")
+	switch {
+	case !fromOK || !toOK:
+	case to.Before(from):
+		fields = append(fields, domain.FieldError{Field: "to", Detail: "on or after from"})
+	case to.After(from.AddDate(0, 0, maxSalesDays-1)):
+		fields = append(fields, domain.FieldError{Field: "to", Detail: "at most 366 days from from to to, both included"})
+	}
+	currency := c.QueryParam("currency")
+	if currency != "" && !domain.ValidCurrency(currency) {
+		fields = append(fields, domain.FieldError{Field: "currency", Detail: "an ISO 4217 code: three upper-case letters"})
+	}
+	if len(fields) > 0 {
+		return invalid(fields...)
+	}
+	days, err := s.cfg.ReadModels.DailySales(c.Request().Context(), from, to, currency)
+	if err != nil {
+		return err
+	}
+	if days == nil {
+		days = []domain.DailySales{}
+	}
+	return c.JSON(http.StatusOK, DailySalesReport{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: days})
+}
