@@ -86,11 +86,13 @@ type Error struct {
 	err        error // the domain error, or nil
 }
 
-// Paused reports whether the service refused the command without running
-// it because its read models are behind (503 read-models-behind): sending
+// Paused reports whether the service refused the request for a while,
+// saying when to come back (RetryAfter): a command not run because its
+// read models are behind (503 read-models-behind), or a read of a read
+// model whose first build is under way (503 read-model-building). Sending
 // it again after RetryAfter is always safe.
 func (e *Error) Paused() bool {
-	return e.Status == http.StatusServiceUnavailable && e.Slug() == "read-models-behind"
+	return e.Status == http.StatusServiceUnavailable && (e.Slug() == "read-models-behind" || e.Slug() == "read-model-building")
 }
 
 func (e *Error) Error() string {

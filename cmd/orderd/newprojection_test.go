@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/bson"
+
+	"github.com/orderd/orderd/cmd/orderd/olist"
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
+)
+
+// TestDailySalesBuiltOnAServiceWithALog deploys daily_sales onto a service
+// whose log already holds Olist orders: the store is made to look as
+// before the projection existed (no collection, pointer, partitions or
+// consumers of it), and a new start builds it from the log before its
+// route answers. Until then the route says so (503 read-model-building);
+// every answer it gives is the complete one; the replay's check of every
+// order and of the daily sales passes.
+func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
+	storeURI := storetest.MongoURI(t)
+	db := storetest.Database(t)
+	n := storetest.StartNATS(t) // before the instances: its cleanup runs after they closed
+	const token = "sales-admin-token"
+	start := func(id string) *Main {
+		t.Helper()
+		return runMainDir(t, t.TempDir(), func(c *Config) {
+			c.Mongo.URI, c.Mongo.Database, c.NATS.URL, c.InstanceID = storeURI, db.Name(), n.URL, id
+			c.HTTP.AdminToken = token
+			c.Jobs.Settle = 200 * time.Millisecond
+		})
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	limit := replayLimit()
+	cfg := olist.Config{Data: "../../testdata/olist-sample", Concurrency: 8, Limit: limit, Timeout: 30 * time.Second}
+
+	a := start("sales-before")
+	cfg.URL = "http://" + a.HTTPAddr
+	if rep, err := olist.Run(ctx, cfg); err != nil || rep.Err() != nil {
+		t.Fatalf("import: %v %v", err, rep.Err())
+	}
+	stream := a.Config.Stream.Name
+	closeMain(t, a)
+
+	// The store and the stream as a service without daily_sales left them.
+	if err := db.Collection("daily_sales").Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for coll, filter := range map[string]bson.D{
+		mongodb.PointersCollection:   {{Key: "_id", Value: "daily_sales"}},
+		mongodb.PartitionsCollection: {{Key: "projection", Value: "daily_sales"}},
+		mongodb.MembersCollection:    {{Key: "projection", Value: "daily_sales"}},
+	} {
+		if _, err := db.Collection(coll).DeleteMany(ctx, filter); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p := range a.Config.Projector.Partitions {
+		name := fmt.Sprintf("proj_daily_sales_p%02d", p)
+		if err := n.JS.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Fatalf("delete consumer %s: %v", name, err)
+		}
+	}
+
+	b := start("sales-after")
+	c := newClient(t, b)
+	// Ask from the start: not built yet, or the whole answer.
+	var (
+		mu      sync.Mutex
+		answers = map[int]int{}
+		bodies  []string
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	const path = "/v1/daily-sales?from=2017-08-01&to=2018-07-31"
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			r := c.do("GET", path, "")
+			mu.Lock()
+			answers[r.Status]++
+			switch r.Status {
+			case http.StatusOK:
+				bodies = append(bodies, string(r.Body))
+			case http.StatusServiceUnavailable:
+				if !strings.Contains(string(r.Body), "/problems/read-model-building") || r.Header.Get("Retry-After") == "" {
+					t.Errorf("503 before the build: %v, Retry-After %q; want /problems/read-model-building", r, r.Header.Get("Retry-After"))
+				}
+			}
+			mu.Unlock()
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	cfg.URL, cfg.CheckOnly = "http://"+b.HTTPAddr, true
+	rep, err := olist.Run(ctx, cfg)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	_ = rep.Print(&out)
+	t.Logf("check after the deploy:\n%s", out.String())
+	if rep.Err() != nil || rep.Checked != limit || rep.Sales.MismatchCount != 0 {
+		t.Errorf("the replay's check after daily_sales was built: %v", rep.Err())
+	}
+	final := c.must(http.StatusOK, "GET", path, "")
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("daily sales answers while it was built: %v", answers)
+	for s, k := range answers {
+		if s != http.StatusOK && s != http.StatusServiceUnavailable {
+			t.Errorf("%d answers with status %d", k, s)
+		}
+	}
+	for _, body := range bodies {
+		if body != string(final.Body) {
+			t.Fatalf("an answer before the end differs from the built read model:\n%s\nwant\n%s", body, final.Body)
+		}
+	}
+	var st struct {
+		Projections []domain.ProjectionStatus `json:"projections"`
+	}
+	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+token).decode(t, &st)
+	for _, p := range st.Projections {
+		if p.Name != "daily_sales" {
+			continue
+		}
+		if p.ActiveVersion != 1 || !strings.HasPrefix(p.ActiveCollection, "daily_sales_") || p.LastRebuild == nil ||
+			p.LastRebuild.State != domain.StateSucceeded || p.PreviousCollection != "" {
+			t.Errorf("daily_sales after the deploy: %+v; want a built collection at version 1, nothing before it", p)
+		}
+		return
+	}
+	t.Error("no daily_sales in the status")
+}
