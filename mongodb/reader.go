@@ -3,6 +3,7 @@ package mongodb
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -122,6 +123,7 @@ func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID str
 			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
 			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
 			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
+			{Key: "recorded_at", Value: bson.D{{Key: "$max", Value: "$recorded_at"}}},
 		}}},
 	})
 	if err != nil {
@@ -132,15 +134,17 @@ func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID str
 			Status   domain.Status `bson:"status"`
 			Currency string        `bson:"currency"`
 		} `bson:"_id"`
-		Orders     int64 `bson:"orders"`
-		TotalCents int64 `bson:"total_cents"`
+		Orders     int64     `bson:"orders"`
+		TotalCents int64     `bson:"total_cents"`
+		RecordedAt time.Time `bson:"recorded_at"`
 	}
 	if err := cur.All(ctx, &groups); err != nil {
 		return nil, Translate(err)
 	}
 	cs := make([]projection.Contribution, len(groups))
 	for i, g := range groups {
-		cs[i] = projection.Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
+		cs[i] = projection.Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders,
+			RecordedAt: g.RecordedAt}
 	}
 	return cs, nil
 }

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -33,7 +34,9 @@ var OrderSummaries = Definition[domain.Order]{
 }
 
 // Contribution is one order's share of its customer's stats: the fields of
-// the order that the stats add up, and the version they reflect.
+// the order that the stats add up, the version they reflect and the
+// RecordedAt of that version's event (zero in documents written before
+// the field existed).
 type Contribution struct {
 	OrderID    string        `json:"order_id"`
 	CustomerID string        `json:"customer_id"`
@@ -41,6 +44,7 @@ type Contribution struct {
 	Currency   string        `json:"currency"`
 	TotalCents int64         `json:"total_cents"`
 	Version    int64         `json:"version"`
+	RecordedAt time.Time     `json:"recorded_at,omitzero"`
 	// Orders is how many orders a sum of contributions stands for (see
 	// SumContributions); never stored.
 	Orders int64 `json:"-"`
@@ -64,7 +68,7 @@ var CustomerOrderStats = Definition[Contribution]{
 			return err
 		}
 		*c = Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-			TotalCents: o.TotalCents, Version: o.Version}
+			TotalCents: o.TotalCents, Version: o.Version, RecordedAt: o.RecordedAt}
 		return nil
 	},
 	Version: func(c *Contribution) int64 { return c.Version },
@@ -73,7 +77,8 @@ var CustomerOrderStats = Definition[Contribution]{
 
 // SumContributions adds up a customer's contributions; one with Orders
 // set stands for that many orders of its status and currency, with
-// TotalCents their sum.
+// TotalCents their sum and RecordedAt their newest. The stats' RecordedAt
+// is the newest of the contributions'.
 func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
 	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
 	for _, c := range cs {
@@ -82,6 +87,9 @@ func SumContributions(customerID string, cs []Contribution) domain.CustomerOrder
 		s.ByStatus[c.Status] += n
 		if domain.CountsTowardValue(c.Status) {
 			s.LifetimeValueCents[c.Currency] += c.TotalCents
+		}
+		if c.RecordedAt.After(s.RecordedAt) {
+			s.RecordedAt = c.RecordedAt
 		}
 	}
 	return s
