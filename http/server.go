@@ -57,6 +57,7 @@ type Config struct {
 	Ready      map[string]Check // checked by /readyz: what this instance's roles need, e.g. "store", "bus"
 	Store      StoreGuard       // optional: answer /v1 requests 503 at once while the store is down
 	Admission  Admission        // optional: refuse commands (503, Retry-After) while the read models are too far behind
+	Lag        ProjectionLag    // optional: Read-Model-Lag on read-model answers
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Log        *slog.Logger

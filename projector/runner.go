@@ -108,6 +108,7 @@ type Runner struct {
 	metrics *Metrics
 	lastErr atomic.Pointer[string]
 	writers chan struct{} // a slot per write round in flight (Writers)
+	clock   *lagClock
 
 	// Run's goroutine changes owned, under mu; renewLoop reads it under
 	// mu. The other fields are Run's goroutine's only.
@@ -172,7 +173,7 @@ func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead Dea
 	cfg.setDefaults()
 	return &Runner{name: p.Name(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Name()), members: mongodb.NewMembers(p.Database(), p.Name(), cfg.Owner, cfg.LeaseTTL),
-		writers: make(chan struct{}, cfg.Writers)}
+		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 }
 
 // WithDefaults returns c with its zero fields set to the defaults in

@@ -292,6 +292,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 				backlog = relay.Backlog
 			}
 			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, reg)
+			hc.Lag = watch
 		}
 		m.http = orderhttp.NewServer(hc)
 	} else {
