@@ -45,7 +45,7 @@ func TestGetOrderAsOf(t *testing.T) {
 		{"as_of_version=2", 2, domain.StatusApproved},
 		{"as_of_version=3", 3, domain.StatusInvoiced},
 		{"as_of=" + at(time.Minute), 1, domain.StatusCreated}, // recorded_at is inclusive
-		{"as_of=" + at(2*time.Minute + 30*time.Second), 2, domain.StatusApproved},
+		{"as_of=" + at(2*time.Minute+30*time.Second), 2, domain.StatusApproved},
 		{"as_of=" + url.QueryEscape(base.Add(2*time.Minute).In(time.FixedZone("", -3*3600)).Format(time.RFC3339)), 2, domain.StatusApproved},
 		{"as_of=" + at(time.Hour), 3, domain.StatusInvoiced},
 	} {
