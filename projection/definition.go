@@ -77,8 +77,8 @@ var CustomerOrderStats = Definition[Contribution]{
 
 // SumContributions adds up a customer's contributions; one with Orders
 // set stands for that many orders of its status and currency, with
-// TotalCents their sum and RecordedAt their newest. The stats' RecordedAt
-// is the newest of the contributions'.
+// TotalCents their sum. The stats' RecordedAt is the newest of the
+// contributions'.
 func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
 	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
 	for _, c := range cs {
