@@ -86,31 +86,31 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 		}
 	}
 	now := time.Now()
-	var st jetstream.Stream
+	var stream jetstream.Stream
 	if lag {
-		if st, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
+		if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
 			lag = false
 		}
 	}
 	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
-		ps := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
+		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
 		if d := leases[p]; d.Held(now) {
-			ps.Owner, ps.LeaseUntil, ps.Epoch = d.Holder, d.ExpiresAt, d.Epoch
+			st.Owner, st.LeaseUntil, st.Epoch = d.Holder, d.ExpiresAt, d.Epoch
 			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Holder, p)]; ok {
-				ps.Applied, ps.ApplyRate = rep.Applied, rep.Rate
+				st.Applied, st.ApplyRate = rep.Applied, rep.Rate
 			}
 		}
 		if lag {
 			if info, err := r.consumerInfo(ctx, p); err == nil {
 				n := unacked(info)
-				ps.Lag = &n
-				if secs, err := r.clock.seconds(ctx, st, info, now); err == nil {
-					ps.LagSeconds = &secs
+				st.Lag = &n
+				if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
+					st.LagSeconds = &secs
 				}
 			}
 		}
-		out = append(out, ps)
+		out = append(out, st)
 	}
 	return out, nil
 }
@@ -124,15 +124,15 @@ func (r *Runner) sample(ctx context.Context) {
 	var total int64
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	st, stErr := r.js.Stream(sctx, r.cfg.Stream)
+	stream, streamErr := r.js.Stream(sctx, r.cfg.Stream)
 	now := time.Now()
 	for p := range r.owned {
 		if info, err := r.consumerInfo(sctx, p); err == nil {
 			n := unacked(info)
 			r.metrics.setPartitionLag(r.name, p, float64(n))
 			total += int64(n)
-			if stErr == nil {
-				if secs, err := r.clock.seconds(sctx, st, info, now); err == nil {
+			if streamErr == nil {
+				if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
 					r.metrics.setPartitionLagSeconds(r.name, p, secs)
 				}
 			}
