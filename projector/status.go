@@ -124,14 +124,17 @@ func (r *Runner) sample(ctx context.Context) {
 	var total int64
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	stream, streamErr := r.js.Stream(sctx, r.cfg.Stream)
+	var stream jetstream.Stream // looked up once a partition lags
 	now := time.Now()
 	for p := range r.owned {
 		if info, err := r.consumerInfo(sctx, p); err == nil {
 			n := unacked(info)
 			r.metrics.setPartitionLag(r.name, p, float64(n))
 			total += int64(n)
-			if streamErr == nil {
+			if n > 0 && stream == nil {
+				stream, _ = r.js.Stream(sctx, r.cfg.Stream)
+			}
+			if n == 0 || stream != nil {
 				if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
 					r.metrics.setPartitionLagSeconds(r.name, p, secs)
 				}
