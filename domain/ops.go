@@ -238,9 +238,13 @@ type PartitionStatus struct {
 	Epoch      int64     `json:"epoch,omitempty"` // the owner's tenure: claims of the partition so far
 	// Lag is the messages of the partition not yet acknowledged; null when
 	// JetStream could not be asked.
-	Lag       *uint64 `json:"lag"`
-	Applied   int64   `json:"applied"`    // events the owner applied in this tenure
-	ApplyRate float64 `json:"apply_rate"` // events per second the owner applied between its last two renewals
+	Lag *uint64 `json:"lag"`
+	// LagSeconds is 0 when nothing is pending, else the seconds since the
+	// newest event the partition has applied was recorded: a bound on how
+	// stale its documents are. Null when JetStream could not be asked.
+	LagSeconds *float64 `json:"lag_seconds"`
+	Applied    int64    `json:"applied"`    // events the owner applied in this tenure
+	ApplyRate  float64  `json:"apply_rate"` // events per second the owner applied between its last two renewals
 }
 
 // ReadModelCheck is one read model's document of one order stream beside

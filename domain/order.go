@@ -49,7 +49,9 @@ var transitions = map[string]struct {
 // minor units of Currency; SubtotalCents is the sum of quantity times unit
 // price, FreightCents the order-level freight plus every line's freight,
 // TotalCents their sum. A zero Version means the order does not exist. The step timestamps are the OccurredAt of the event that set
-// them; nil when the step did not happen.
+// them; nil when the step did not happen. RecordedAt is the RecordedAt of
+// the last event applied (when the store committed it); zero for a
+// read-model document written before the field existed.
 type Order struct {
 	ID            string     `json:"order_id"`
 	CustomerID    string     `json:"customer_id"`
@@ -71,6 +73,7 @@ type Order struct {
 	Reason        string     `json:"reason,omitempty"`
 	Version       int64      `json:"version"`
 	UpdatedAt     time.Time  `json:"updated_at"`
+	RecordedAt    time.Time  `json:"recorded_at,omitzero"`
 }
 
 // Fold folds events, in version order, into a new Order.
@@ -140,6 +143,7 @@ func (o *Order) Apply(e Event) error {
 	}
 	o.Version = e.Version
 	o.UpdatedAt = at
+	o.RecordedAt = e.RecordedAt
 	return nil
 }
 
@@ -352,6 +356,9 @@ type CustomerOrderStats struct {
 	OrderCount         int64            `json:"order_count"`
 	ByStatus           map[Status]int64 `json:"by_status"`
 	LifetimeValueCents map[string]int64 `json:"lifetime_value_cents"`
+	// RecordedAt is the newest RecordedAt among the orders' read-model
+	// documents that carry one; zero when none does.
+	RecordedAt time.Time `json:"recorded_at,omitzero"`
 }
 
 // CountsTowardValue reports whether an order in status s adds to a

@@ -439,7 +439,13 @@ func TestFoldLifecycle(t *testing.T) {
 		ID: orderID, CustomerID: "c-1", Currency: "BRL", Items: lines(),
 		ItemCount: 5, SubtotalCents: 2*1500 + 3*250, FreightCents: 999, TotalCents: 2*1500 + 3*250 + 999, PlacedAt: ptr(0),
 	}
-	with := func(f func(*domain.Order)) domain.Order { o := base; f(&o); return o }
+	// RecordedAt is the last event's: a second after it occurred (event).
+	with := func(f func(*domain.Order)) domain.Order {
+		o := base
+		f(&o)
+		o.RecordedAt = o.UpdatedAt.Add(time.Second)
+		return o
+	}
 	for _, tc := range []struct {
 		name  string
 		given []domain.EventData

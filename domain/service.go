@@ -160,6 +160,57 @@ func (s *Service) Events(ctx context.Context, orderID string) (Order, []Event, e
 	return o, events, nil
 }
 
+// Bound is a point in a stream's history: the stream up to and including
+// version Version (>= 1), or the events recorded up to and including At
+// (RecordedAt, the store's commit time, not the client's OccurredAt). The
+// zero Bound is the head.
+type Bound struct {
+	Version int64
+	At      time.Time
+}
+
+// EventsUntil folds the order from its events up to b and returns them,
+// never from the cache and without adding to it: a past state is read
+// whole from the log. The stream is loaded in one read and cut here.
+// Errors: ErrValidation for an invalid id; ErrNotFound for an unknown
+// order, a b.Version past the head or a b.At before the first event (the
+// message names the head version); ErrUnreadableCommit, ErrUnavailable.
+func (s *Service) EventsUntil(ctx context.Context, orderID string, b Bound) (Order, []Event, error) {
+	if err := ValidateID("order id", orderID); err != nil {
+		return Order{}, nil, err
+	}
+	events, err := s.Store.Load(ctx, orderID, 0)
+	if err != nil {
+		return Order{}, nil, err
+	}
+	if len(events) == 0 {
+		return Order{}, nil, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	head := events[len(events)-1].Version
+	n := len(events)
+	switch {
+	case b.Version > 0:
+		if b.Version > head {
+			return Order{}, nil, fmt.Errorf("order %s has no version %d: its head is v%d: %w", orderID, b.Version, head, ErrNotFound)
+		}
+		n = int(b.Version)
+	case !b.At.IsZero():
+		for n > 0 && events[n-1].RecordedAt.After(b.At) {
+			n--
+		}
+		if n == 0 {
+			return Order{}, nil, fmt.Errorf("order %s did not exist at %s: its first event was recorded at %s (head v%d): %w",
+				orderID, b.At.UTC().Format(time.RFC3339Nano), events[0].RecordedAt.UTC().Format(time.RFC3339Nano), head, ErrNotFound)
+		}
+	}
+	events = events[:n]
+	o, err := Fold(events)
+	if err != nil {
+		return Order{}, nil, fmt.Errorf("fold order %s: %w", orderID, err)
+	}
+	return o, events, nil
+}
+
 // Execute runs cmd against order orderID. For PlaceOrder an empty orderID
 // gets KeyedOrderID(opt.IdempotencyKey) when a key is set, so a retry lands
 // on the stream of the first request, and a new id (NewID) otherwise, so

@@ -613,3 +613,53 @@ func TestServiceStoreDownFailsAfterOneCall(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceEventsUntil: given a stream of three commits recorded a
+// minute apart, a bound by version or by recorded time folds a prefix, and
+// a bound outside the stream is ErrNotFound naming the head.
+func TestServiceEventsUntil(t *testing.T) {
+	store := domaintest.NewMemStore()
+	var n atomic.Int64
+	store.Now = func() time.Time { return storeNow.Add(time.Duration(n.Add(1)) * time.Minute) }
+	svc := newService(store, true)
+	placedOrder(t, svc, domain.Approve{}, domain.Ship{})
+	rec := func(v int64) time.Time { return domain.Timestamp(storeNow.Add(time.Duration(v) * time.Minute)) }
+	for _, tc := range []struct {
+		name    string
+		b       domain.Bound
+		version int64
+		status  domain.Status
+		err     error
+		detail  string
+	}{
+		{"version 1", domain.Bound{Version: 1}, 1, domain.StatusCreated, nil, ""},
+		{"version 3", domain.Bound{Version: 3}, 3, domain.StatusShipped, nil, ""},
+		{"past the head", domain.Bound{Version: 4}, 0, "", domain.ErrNotFound, "head is v3"},
+		{"at the second commit", domain.Bound{At: rec(2)}, 2, domain.StatusApproved, nil, ""},
+		{"between commits", domain.Bound{At: rec(2).Add(30 * time.Second)}, 2, domain.StatusApproved, nil, ""},
+		{"before the first", domain.Bound{At: rec(1).Add(-time.Millisecond)}, 0, "", domain.ErrNotFound, "head v3"},
+		{"after the head", domain.Bound{At: rec(9)}, 3, domain.StatusShipped, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, evs, err := svc.EventsUntil(ctx, orderID, tc.b)
+			if tc.err != nil {
+				if !errors.Is(err, tc.err) || !strings.Contains(err.Error(), tc.detail) {
+					t.Fatalf("EventsUntil = %v, want %v saying %q", err, tc.err, tc.detail)
+				}
+				return
+			}
+			if err != nil || o.Version != tc.version || o.Status != tc.status || int64(len(evs)) != tc.version {
+				t.Fatalf("EventsUntil = v%d %s, %d events, %v; want v%d %s", o.Version, o.Status, len(evs), err, tc.version, tc.status)
+			}
+			if !o.RecordedAt.Equal(rec(tc.version)) {
+				t.Errorf("recorded_at %v, want %v", o.RecordedAt, rec(tc.version))
+			}
+		})
+	}
+	if _, _, err := svc.EventsUntil(ctx, "nope", domain.Bound{Version: 1}); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("unknown order: %v, want ErrNotFound", err)
+	}
+	if _, _, err := svc.EventsUntil(ctx, "bad id!", domain.Bound{Version: 1}); !errors.Is(err, domain.ErrValidation) {
+		t.Errorf("invalid id: %v, want ErrValidation", err)
+	}
+}

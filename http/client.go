@@ -299,6 +299,27 @@ func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency st
 	return r, err
 }
 
+// OrderUntil returns the order folded from its event log up to b
+// (GET /v1/orders/{id}?as_of_version= or ?as_of=; the zero Bound is the
+// head), or an *Error wrapping domain.ErrNotFound (also for a bound past
+// the head or before the first event) or domain.ErrValidation.
+func (c *Client) OrderUntil(ctx context.Context, id string, b domain.Bound) (domain.Order, error) {
+	v := url.Values{}
+	if b.Version > 0 {
+		v.Set("as_of_version", strconv.FormatInt(b.Version, 10))
+	}
+	if !b.At.IsZero() {
+		v.Set("as_of", b.At.Format(time.RFC3339Nano))
+	}
+	path := "/v1/orders/" + url.PathEscape(id)
+	if len(v) > 0 {
+		path += "?" + v.Encode()
+	}
+	var o domain.Order
+	_, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
+	return o, err
+}
+
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
 // model reflects MinVersion (0: no wait), for at most Wait (0: the
 // server's default bound).

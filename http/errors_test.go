@@ -31,6 +31,10 @@ func (s stubCommands) Events(context.Context, string) (domain.Order, []domain.Ev
 	return domain.Order{}, nil, s.err
 }
 
+func (s stubCommands) EventsUntil(context.Context, string, domain.Bound) (domain.Order, []domain.Event, error) {
+	return domain.Order{}, nil, s.err
+}
+
 // TestErrorTable: each domain error maps to its status and problem type;
 // anything else is a 500 that tells nothing of the internals.
 func TestErrorTable(t *testing.T) {

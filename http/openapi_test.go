@@ -522,7 +522,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []domain.Task{task}}
 	verifySummary := domain.VerifySummary{Job: "j", State: domain.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
 	jobSummary := domain.JobSummary{Job: "j", State: domain.StateFailed, Error: "e"}
-	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, Applied: 1, ApplyRate: 1}
+	behind := 1.5
+	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
 	projection := domain.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
 		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
 		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
@@ -533,9 +534,9 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1, FreightCents: 1}
 	order := domain.Order{ID: "o", CustomerID: "c", Status: domain.StatusCanceled, Currency: "BRL", Items: []domain.Line{line},
 		ItemCount: 1, SubtotalCents: 1, FreightCents: 1, TotalCents: 2, PlacedAt: &at, ApprovedAt: &at, InvoicedAt: &at,
-		ProcessingAt: &at, ShippedAt: &at, DeliveredAt: &at, CanceledAt: &at, UnavailableAt: &at, Reason: "r", Version: 9, UpdatedAt: at}
+		ProcessingAt: &at, ShippedAt: &at, DeliveredAt: &at, CanceledAt: &at, UnavailableAt: &at, Reason: "r", Version: 9, UpdatedAt: at, RecordedAt: at}
 	stats := domain.CustomerOrderStats{CustomerID: "c", OrderCount: 1, ByStatus: map[domain.Status]int64{domain.StatusCreated: 1},
-		LifetimeValueCents: map[string]int64{"BRL": 1}}
+		LifetimeValueCents: map[string]int64{"BRL": 1}, RecordedAt: at}
 	sales := orderhttp.DailySalesReport{From: "2017-10-01", To: "2017-10-31", Days: []domain.DailySales{{Day: "2017-10-02", Currency: "BRL",
 		OrdersPlaced: 2, Items: 3, GrossCents: 1, FreightCents: 1, OrdersCanceled: 1, OrdersUnavailable: 1}}}
 	meta := domain.Metadata{CorrelationID: "c", CausationID: "c", SchemaVersion: 1}

@@ -201,8 +201,20 @@ func token(s string, max int) bool {
 	return true
 }
 
+// getOrder answers GET /v1/orders/{id}[?as_of_version=N|?as_of=T]: the
+// order folded from the log, up to the bound when one is given (see
+// historyBound). ETag is the folded version.
 func (s *Server) getOrder(c echo.Context) error {
-	o, err := s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
+	b, err := historyBound(c)
+	if err != nil {
+		return err
+	}
+	var o domain.Order
+	if b == (domain.Bound{}) {
+		o, err = s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
+	} else {
+		o, _, err = s.cfg.Commands.EventsUntil(c.Request().Context(), c.Param("id"), b)
+	}
 	if err != nil {
 		return notFoundIfInvalid(err)
 	}
@@ -210,8 +222,22 @@ func (s *Server) getOrder(c echo.Context) error {
 	return c.JSON(http.StatusOK, o)
 }
 
+// getEvents answers GET /v1/orders/{id}/events[?as_of_version=N|?as_of=T]
+// with the stream up to the bound, in version order.
 func (s *Server) getEvents(c echo.Context) error {
-	o, events, err := s.cfg.Commands.Events(c.Request().Context(), c.Param("id"))
+	b, err := historyBound(c)
+	if err != nil {
+		return err
+	}
+	var (
+		o      domain.Order
+		events []domain.Event
+	)
+	if b == (domain.Bound{}) {
+		o, events, err = s.cfg.Commands.Events(c.Request().Context(), c.Param("id"))
+	} else {
+		o, events, err = s.cfg.Commands.EventsUntil(c.Request().Context(), c.Param("id"), b)
+	}
 	if err != nil {
 		return notFoundIfInvalid(err)
 	}
@@ -223,6 +249,34 @@ func (s *Server) getEvents(c echo.Context) error {
 	}
 	c.Response().Header().Set("ETag", etag(o.Version))
 	return c.JSON(http.StatusOK, map[string]any{"order_id": o.ID, "version": o.Version, "events": out})
+}
+
+// historyBound reads ?as_of_version (a version >= 1) or ?as_of (an RFC
+// 3339 time, compared with the events' recorded_at), at most one of them;
+// the zero Bound when neither is given. A parameter given empty, malformed
+// or together with the other is a validation error (422).
+func historyBound(c echo.Context) (domain.Bound, error) {
+	q := c.QueryParams()
+	_, byVersion := q["as_of_version"]
+	_, byTime := q["as_of"]
+	var b domain.Bound
+	switch {
+	case byVersion && byTime:
+		return b, invalid(domain.FieldError{Field: "as_of", Detail: "give as_of or as_of_version, not both"})
+	case byVersion:
+		n, err := strconv.ParseInt(q.Get("as_of_version"), 10, 64)
+		if err != nil || n < 1 {
+			return b, invalid(domain.FieldError{Field: "as_of_version", Detail: "a version: a whole number >= 1"})
+		}
+		b.Version = n
+	case byTime:
+		t, err := time.Parse(time.RFC3339Nano, q.Get("as_of"))
+		if err != nil || !domain.ValidTime(t) {
+			return b, invalid(domain.FieldError{Field: "as_of", Detail: "an RFC 3339 time such as 2026-11-25T08:00:00Z"})
+		}
+		b.At = t
+	}
+	return b, nil
 }
 
 // pathID returns the route's :id, checked as an id of what; one that

@@ -12,7 +12,9 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// getSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D].
+// getSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D]
+// with the freshness headers (freshness.go); X-Read-Model-Version is
+// Read-Model-Version's earlier name.
 // With min_version it waits until the read model reflects version N or the
 // wait (default SummaryWait, at most MaxSummaryWait) ends; on timeout it
 // answers with what it has and X-Read-Model-Stale: true, or 404 when the
@@ -59,6 +61,8 @@ func (s *Server) getSummary(c echo.Context) error {
 	}
 	h := c.Response().Header()
 	h.Set("X-Read-Model-Version", strconv.FormatInt(r.order.Version, 10))
+	h.Set(headerVersion, strconv.FormatInt(r.order.Version, 10))
+	s.freshness(c, summariesName, r.order.RecordedAt)
 	if r.order.Version < minVersion {
 		h.Set("X-Read-Model-Stale", "true")
 	}
@@ -106,6 +110,13 @@ func (s *Server) listSummaries(c echo.Context) error {
 		body["next_cursor"] = base64.RawURLEncoding.EncodeToString([]byte(items[limit-1].ID))
 	}
 	body["items"] = items
+	var newest time.Time
+	for _, o := range items {
+		if o.RecordedAt.After(newest) {
+			newest = o.RecordedAt
+		}
+	}
+	s.freshness(c, summariesName, newest)
 	return c.JSON(http.StatusOK, body)
 }
 
@@ -118,5 +129,6 @@ func (s *Server) customerStats(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.freshness(c, statsName, st.RecordedAt)
 	return c.JSON(http.StatusOK, st)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // maxSalesDays is the longest range of days GET /v1/daily-sales sums,
@@ -60,5 +61,6 @@ func (s *Server) dailySales(c echo.Context) error {
 	if days == nil {
 		days = []domain.DailySales{}
 	}
+	s.freshness(c, projection.DailySales.Name, time.Time{})
 	return c.JSON(http.StatusOK, DailySalesReport{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: days})
 }

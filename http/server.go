@@ -23,6 +23,7 @@ type Commands interface {
 	Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error)
 	Get(ctx context.Context, orderID string) (domain.Order, error)
 	Events(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
+	EventsUntil(ctx context.Context, orderID string, b domain.Bound) (domain.Order, []domain.Event, error)
 }
 
 // ReadModels is the query side (mongodb.Reader). Summary and
@@ -60,6 +61,7 @@ type Config struct {
 	Ready      map[string]Check // checked by /readyz: what this instance's roles need, e.g. "store", "bus"
 	Store      StoreGuard       // optional: answer /v1 requests 503 at once while the store is down
 	Admission  Admission        // optional: refuse commands (503, Retry-After) while the read models are too far behind
+	Lag        ProjectionLag    // optional: Read-Model-Lag on read-model answers
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Log        *slog.Logger

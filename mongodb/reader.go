@@ -2,6 +2,7 @@ package mongodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -70,7 +71,8 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 // CustomerStats sums a customer's order contributions. It returns an error
 // wrapping domain.ErrNotFound when the customer has none. On MongoDB the
 // sum is one aggregation through the customer_id index, grouped by status
-// and currency (a few rows whatever the customer's order count).
+// and currency (a few rows whatever the customer's order count), and one
+// find of the newest recorded_at (the stats' RecordedAt).
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
 	s, err := r.stats.Active(ctx)
 	if err != nil {
@@ -80,7 +82,10 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	var cs []projection.Contribution
+	var (
+		cs     []projection.Contribution
+		newest time.Time
+	)
 	if dialect == DialectFerretDB {
 		// FerretDB 1.24 feeds a $group's documents to its first
 		// accumulator only (the others answer 0): the contributions are
@@ -88,11 +93,17 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 		cs, err = s.contributions(ctx, customerID)
 	} else {
 		cs, err = s.contributionsByStatus(ctx, customerID)
+		if err == nil {
+			newest, err = s.newestRecordedAt(ctx, customerID)
+		}
 	}
 	if err != nil {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
 	}
 	stats := projection.SumContributions(customerID, cs)
+	if newest.After(stats.RecordedAt) {
+		stats.RecordedAt = newest
+	}
 	if stats.OrderCount == 0 {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)
 	}
@@ -114,6 +125,23 @@ func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]
 		cs[i] = d.Doc
 	}
 	return cs, nil
+}
+
+// newestRecordedAt returns the newest recorded_at of the customer's
+// contributions (zero when none has one), for the stats' RecordedAt: a
+// $max accumulator in the aggregation would save this read, but FerretDB
+// 1.24 has none. MongoDB answers it through the customer_id index, sorting
+// the customer's few documents.
+func (s *ReadModel[D]) newestRecordedAt(ctx context.Context, customerID string) (time.Time, error) {
+	var d struct {
+		RecordedAt time.Time `bson:"recorded_at"`
+	}
+	err := s.coll.FindOne(ctx, bson.D{{Key: "customer_id", Value: customerID}},
+		options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: -1}}).SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&d)
+	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
+		return time.Time{}, Translate(err)
+	}
+	return d.RecordedAt, nil
 }
 
 // contributionsByStatus sums a customer's contributions on the server by

@@ -2,6 +2,7 @@ package projection
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -53,15 +54,19 @@ func VersionKey(name string, v int) string {
 // order, folded with domain.Order.Apply, the same fold as the aggregate, so
 // a caught-up summary equals GET /v1/orders/{id}.
 var OrderSummaries = Definition[domain.Order]{
-	Name:          "order_summaries",
-	Collection:    "order_summaries",
+	Name:       "order_summaries",
+	Collection: "order_summaries",
+	// 2: documents carry recorded_at, for the freshness headers.
+	Version:       2,
 	Apply:         func(o *domain.Order, e domain.Event) error { return o.Apply(e) },
 	StreamVersion: func(o *domain.Order) int64 { return o.Version },
 	Indexes:       [][]string{{"customer_id", "_id"}, {"status", "_id"}},
 }
 
 // Contribution is one order's share of its customer's stats: the fields of
-// the order that the stats add up, and the version they reflect.
+// the order that the stats add up, the version they reflect and the
+// RecordedAt of that version's event (zero in documents written before
+// the field existed).
 type Contribution struct {
 	OrderID    string        `json:"order_id"`
 	CustomerID string        `json:"customer_id"`
@@ -69,6 +74,7 @@ type Contribution struct {
 	Currency   string        `json:"currency"`
 	TotalCents int64         `json:"total_cents"`
 	Version    int64         `json:"version"`
+	RecordedAt time.Time     `json:"recorded_at,omitzero"`
 	// Orders is how many orders a sum of contributions stands for (see
 	// SumContributions); never stored.
 	Orders int64 `json:"-"`
@@ -83,6 +89,8 @@ type Contribution struct {
 var CustomerOrderStats = Definition[Contribution]{
 	Name:       "customer_order_stats",
 	Collection: "customer_order_stats",
+	// 2: contributions carry recorded_at, for the freshness headers.
+	Version: 2,
 	Apply: func(c *Contribution, e domain.Event) error {
 		// Fold through domain.Order so the transition rules are the
 		// aggregate's own.
@@ -92,7 +100,7 @@ var CustomerOrderStats = Definition[Contribution]{
 			return err
 		}
 		*c = Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-			TotalCents: o.TotalCents, Version: o.Version}
+			TotalCents: o.TotalCents, Version: o.Version, RecordedAt: o.RecordedAt}
 		return nil
 	},
 	StreamVersion: func(c *Contribution) int64 { return c.Version },
@@ -101,7 +109,8 @@ var CustomerOrderStats = Definition[Contribution]{
 
 // SumContributions adds up a customer's contributions; one with Orders
 // set stands for that many orders of its status and currency, with
-// TotalCents their sum.
+// TotalCents their sum. The stats' RecordedAt is the newest of the
+// contributions'.
 func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
 	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
 	for _, c := range cs {
@@ -110,6 +119,9 @@ func SumContributions(customerID string, cs []Contribution) domain.CustomerOrder
 		s.ByStatus[c.Status] += n
 		if domain.CountsTowardValue(c.Status) {
 			s.LifetimeValueCents[c.Currency] += c.TotalCents
+		}
+		if c.RecordedAt.After(s.RecordedAt) {
+			s.RecordedAt = c.RecordedAt
 		}
 	}
 	return s

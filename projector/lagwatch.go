@@ -16,14 +16,18 @@ import (
 // paged request, not one per partition) and sums, per projection, what its
 // partitions' consumers ("proj_<name>_pNN") have not acknowledged
 // (pending plus in flight), and their ack floors, whose change over time
-// is the rate at which the projection applies. An API instance uses it to
-// refuse commands while the read models are too far behind (Admission).
+// is the rate at which the projection applies, and, per projection, the
+// largest partition lag in seconds (see lagClock; one message read per
+// lagging partition whose ack floor moved). An API instance uses it to
+// refuse commands while the read models are too far behind (Admission)
+// and to tell readers how fresh the read models are (LagSeconds).
 type LagWatch struct {
 	js          jetstream.JetStream
 	stream      string
 	projections []string
 	interval    time.Duration
 	log         *slog.Logger
+	clock       *lagClock
 
 	mu   sync.Mutex
 	last LagSample
@@ -34,6 +38,9 @@ type LagWatch struct {
 type LagSample struct {
 	At  time.Time
 	Lag map[string]uint64 // messages not acknowledged, by projection
+	// Seconds is the largest partition lag in seconds, by projection;
+	// absent when a lagging partition's could not be read.
+	Seconds map[string]float64
 	// acked sums, by projection, its consumers' ack floors.
 	acked map[string]uint64
 }
@@ -47,7 +54,7 @@ func NewLagWatch(js jetstream.JetStream, stream string, projections []string, in
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LagWatch{js: js, stream: stream, projections: projections, interval: interval, log: log}
+	return &LagWatch{js: js, stream: stream, projections: projections, interval: interval, log: log, clock: newLagClock()}
 }
 
 // Run samples until ctx is done; it returns nil then. A failed reading
@@ -85,22 +92,32 @@ func (w *LagWatch) Run(ctx context.Context) error {
 
 // read lists the stream's consumers once.
 func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
-	s := LagSample{Lag: map[string]uint64{}, acked: map[string]uint64{}}
+	s := LagSample{Lag: map[string]uint64{}, Seconds: map[string]float64{}, acked: map[string]uint64{}}
 	st, err := w.js.Stream(ctx, w.stream)
 	if err != nil {
 		return s, fmt.Errorf("stream %s: %w", w.stream, err)
 	}
+	now := time.Now()
+	unknown := map[string]bool{}
 	ls := st.ListConsumers(ctx)
 	for info := range ls.Info() {
 		for _, p := range w.projections {
 			if strings.HasPrefix(info.Name, "proj_"+p+"_p") {
 				s.Lag[p] += unacked(info)
 				s.acked[p] += info.AckFloor.Consumer
+				secs, err := w.clock.seconds(ctx, st, info, now)
+				if err != nil {
+					unknown[p] = true
+				}
+				s.Seconds[p] = max(s.Seconds[p], secs)
 			}
 		}
 	}
 	if err := ls.Err(); err != nil {
 		return s, fmt.Errorf("consumers of %s: %w", w.stream, err)
+	}
+	for p := range unknown {
+		delete(s.Seconds, p)
 	}
 	s.At = time.Now()
 	return s, nil
@@ -126,4 +143,17 @@ func (w *LagWatch) Latest() (lag uint64, projection string, rate float64, fresh 
 		rate = float64(w.last.acked[projection]-w.prev.acked[projection]) / dt
 	}
 	return lag, projection, rate, true
+}
+
+// LagSeconds returns the largest lag in seconds among the partitions of
+// projection name in the last sample, and whether that sample is fresh
+// (see Latest) and has it.
+func (w *LagWatch) LagSeconds(name string) (float64, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.last.At.IsZero() || time.Since(w.last.At) > 3*w.interval {
+		return 0, false
+	}
+	secs, ok := w.last.Seconds[name]
+	return secs, ok
 }

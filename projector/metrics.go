@@ -21,6 +21,7 @@ type Metrics struct {
 	// Partitions: what this instance owns and applies.
 	partApplied *prometheus.CounterVec
 	partLag     *prometheus.GaugeVec
+	partLagSecs *prometheus.GaugeVec
 	owned       *prometheus.GaugeVec
 }
 
@@ -36,11 +37,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events folded into a read model by this instance, by partition (rate() is the partition's apply rate)."}, []string{"projection", "partition"}),
 		partLag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_partition_lag",
 			Help: "Messages not yet acknowledged by a partition's consumer, exposed by the partition's owner only (pending plus in flight)."}, []string{"projection", "partition"}),
+		partLagSecs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_lag_seconds",
+			Help: "Seconds a partition's read-model documents may be behind, exposed by the partition's owner only: 0 when nothing is pending, else the time since the newest event the partition applied was recorded."}, []string{"projection", "partition"}),
 		owned: projection.NewGaugeVec("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
 		parked: projection.NewGaugeVec("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
 	}
-	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.owned)
+	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.partLagSecs, m.owned)
 	return m
 }
 
@@ -70,12 +73,19 @@ func (m *Metrics) setPartitionLag(name string, p int, n float64) {
 	}
 }
 
+func (m *Metrics) setPartitionLagSeconds(name string, p int, secs float64) {
+	if m != nil {
+		m.partLagSecs.WithLabelValues(name, strconv.Itoa(p)).Set(secs)
+	}
+}
+
 // dropPartition removes the lag series of a partition this instance no
 // longer owns (its new owner exposes it); the applied counter stays, as
 // counters do.
 func (m *Metrics) dropPartition(name string, p int) {
 	if m != nil {
 		m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
+		m.partLagSecs.DeleteLabelValues(name, strconv.Itoa(p))
 	}
 }
 

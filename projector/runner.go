@@ -109,6 +109,7 @@ type Runner struct {
 	metrics *Metrics
 	lastErr atomic.Pointer[string]
 	writers chan struct{} // a slot per write round in flight (Writers)
+	clock   *lagClock
 
 	// Run's goroutine changes owned, under mu; renewLoop reads it under
 	// mu. The other fields are Run's goroutine's only.
@@ -176,7 +177,7 @@ func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead Dea
 	// partitions among themselves and feed that version's collections.
 	return &Runner{name: p.Name(), key: p.Key(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
-		writers: make(chan struct{}, cfg.Writers)}
+		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 }
 
 // WithDefaults returns c with its zero fields set to the defaults in

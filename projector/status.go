@@ -68,8 +68,8 @@ func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerIn
 // PartitionStatus returns every partition of the projection: its owner
 // ("" when free or expired), lease deadline and tenure from the lease
 // documents, the events applied and the apply rate its owner reported at
-// its last heartbeat, and, with lag, its consumer's lag (nil when
-// JetStream does not answer).
+// its last heartbeat, and, with lag, its consumer's lag in messages and
+// in seconds (see lagClock; nil when JetStream does not answer).
 func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.PartitionStatus, error) {
 	leases, err := r.leases.List(ctx, r.cfg.Partitions)
 	if err != nil {
@@ -86,6 +86,12 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 		}
 	}
 	now := time.Now()
+	var stream jetstream.Stream
+	if lag {
+		if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
+			lag = false
+		}
+	}
 	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
 		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
@@ -96,8 +102,12 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 			}
 		}
 		if lag {
-			if n, err := r.PartitionLag(ctx, p); err == nil {
+			if info, err := r.consumerInfo(ctx, p); err == nil {
+				n := unacked(info)
 				st.Lag = &n
+				if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
+					st.LagSeconds = &secs
+				}
 			}
 		}
 		out = append(out, st)
@@ -114,10 +124,21 @@ func (r *Runner) sample(ctx context.Context) {
 	var total int64
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
+	var stream jetstream.Stream // looked up once a partition lags
+	now := time.Now()
 	for p := range r.owned {
-		if n, err := r.PartitionLag(sctx, p); err == nil {
+		if info, err := r.consumerInfo(sctx, p); err == nil {
+			n := unacked(info)
 			r.metrics.setPartitionLag(r.name, p, float64(n))
 			total += int64(n)
+			if n > 0 && stream == nil {
+				stream, _ = r.js.Stream(sctx, r.cfg.Stream)
+			}
+			if n == 0 || stream != nil {
+				if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
+					r.metrics.setPartitionLagSeconds(r.name, p, secs)
+				}
+			}
 		}
 	}
 	r.metrics.setLag(r.name, float64(total))

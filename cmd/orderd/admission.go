@@ -35,6 +35,16 @@ type lagAdmission struct {
 // commands are refused.
 const relayBacklogLimit = 0.5
 
+// lagByName answers the read routes' Read-Model-Lag by projection name
+// from a watch of the consumers of the versions this process folds (keys,
+// projection.Definition.Key).
+type lagByName struct {
+	w    *projector.LagWatch
+	keys map[string]string // projection name -> key
+}
+
+func (l lagByName) LagSeconds(name string) (float64, bool) { return l.w.LagSeconds(l.keys[name]) }
+
 func newLagAdmission(w *projector.LagWatch, maxLag int, relay func() float64, reg prometheus.Registerer) *lagAdmission {
 	a := &lagAdmission{watch: w, maxLag: uint64(maxLag), relay: relay}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_admission_projection_lag",

@@ -305,6 +305,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 				backlog = relay.Backlog
 			}
 			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, reg)
+			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), stats.Name(): stats.Key(), sales.Name(): sales.Key()}}
 		}
 		m.http = orderhttp.NewServer(hc)
 	} else {

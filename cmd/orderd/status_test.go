@@ -100,7 +100,8 @@ func TestStatus(t *testing.T) {
 		t.Errorf("customer_order_stats: last verify %q, want - (never verified)", got)
 	}
 	// The partitions: each held by this, the only projector, or free for
-	// a moment (a lease it let lapse under load), each with a lag.
+	// a moment (a lease it let lapse under load), each with a lag in
+	// events and in seconds.
 	_, parts, ok := strings.Cut(r.stdout, "\n\nPROJECTION ")
 	if !ok {
 		t.Fatalf("no partition table:\n%s", r.stdout)
@@ -113,8 +114,8 @@ func TestStatus(t *testing.T) {
 			break
 		}
 		n++
-		if len(f) != 7 || (f[2] != m.Config.instanceID() && f[2] != "-") {
-			t.Errorf("partition row %q: want 7 cells, owner %s or -", l, m.Config.instanceID())
+		if len(f) != 8 || (f[2] != m.Config.instanceID() && f[2] != "-") {
+			t.Errorf("partition row %q: want 8 cells, owner %s or -", l, m.Config.instanceID())
 			continue
 		}
 		if f[2] != "-" {
@@ -123,7 +124,12 @@ func TestStatus(t *testing.T) {
 		if _, err := strconv.ParseUint(f[4], 10, 64); err != nil {
 			t.Errorf("partition row %q: lag not a number", l)
 		}
-		k, _ := strconv.Atoi(f[5])
+		if secs, ok := strings.CutSuffix(f[5], "s"); !ok {
+			t.Errorf("partition row %q: behind not in seconds", l)
+		} else if v, err := strconv.ParseFloat(secs, 64); err != nil || v < 0 {
+			t.Errorf("partition row %q: behind not a number of seconds", l)
+		}
+		k, _ := strconv.Atoi(f[6])
 		applied[f[0]] += k
 	}
 	if owned == 0 {

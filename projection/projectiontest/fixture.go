@@ -127,8 +127,8 @@ func LoadFixture(t *testing.T, ctx context.Context, es *mongodb.EventStore, ids 
 
 // ExpectedStats computes every customer's stats from the folded orders,
 // independently of projection.SumContributions: orders counted, orders
-// per status, and per currency the totals of orders that are neither
-// canceled nor unavailable.
+// per status, per currency the totals of orders that are neither
+// canceled nor unavailable, and the newest recorded_at.
 func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
 	out := map[string]domain.CustomerOrderStats{}
 	for _, id := range f.IDs {
@@ -141,6 +141,9 @@ func (f *Fixture) ExpectedStats() map[string]domain.CustomerOrderStats {
 		s.ByStatus[o.Status]++
 		if o.Status != domain.StatusCanceled && o.Status != domain.StatusUnavailable {
 			s.LifetimeValueCents[o.Currency] += o.TotalCents
+		}
+		if o.RecordedAt.After(s.RecordedAt) {
+			s.RecordedAt = o.RecordedAt
 		}
 		out[o.CustomerID] = s
 	}
@@ -234,7 +237,7 @@ func DiffDailySales(ctx context.Context, db *mongo.Database, f *Fixture) error {
 // contributionOf is the customer_order_stats document of the folded order o.
 func contributionOf(o domain.Order) projection.Contribution {
 	return projection.Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-		TotalCents: o.TotalCents, Version: o.Version}
+		TotalCents: o.TotalCents, Version: o.Version, RecordedAt: o.RecordedAt}
 }
 
 // Dump is v as JSON, for failure messages.

@@ -51,9 +51,9 @@ The columns:
 
 Then comes one row per partition of each projection, for example:
 
-  PROJECTION            PARTITION  OWNER        LEASE LEFT  LAG  APPLIED  RATE/S
-  order_summaries       0          projector-1  8s          0    1520     12.4
-  order_summaries       1          -            -           37   0        0.0
+  PROJECTION            PARTITION  OWNER        LEASE LEFT  LAG  BEHIND  APPLIED  RATE/S
+  order_summaries       0          projector-1  8s          0    0.0s    1520     12.4
+  order_summaries       1          -            -           37   41.3s   0        0.0
 
   PARTITION   the partition: a share of the order streams, consumed by one
               projector process at a time
@@ -62,6 +62,9 @@ Then comes one row per partition of each projection, for example:
               projector runs): its LAG then grows
   LEASE LEFT  how long the lease lasts unless the owner renews it
   LAG         events of the partition not applied yet; "-" when unknown
+  BEHIND      0 when LAG is 0, else the time since the newest event the
+              partition applied was recorded: how stale its read-model
+              documents can be; "-" when unknown
   APPLIED     events the owner applied since it took the partition
   RATE/S      events per second the owner applied lately
 
@@ -199,17 +202,20 @@ func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time)
 	}
 	fmt.Fprintln(w)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tLEASE LEFT\tLAG\tAPPLIED\tRATE/S")
+	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tLEASE LEFT\tLAG\tBEHIND\tAPPLIED\tRATE/S")
 	for _, p := range list {
 		for _, pt := range p.Partitions {
-			lag, left := "-", "-"
+			lag, left, secs := "-", "-", "-"
 			if pt.Lag != nil {
 				lag = fmt.Sprint(*pt.Lag)
+			}
+			if pt.LagSeconds != nil {
+				secs = fmt.Sprintf("%.1fs", *pt.LagSeconds)
 			}
 			if pt.Owner != "" && pt.LeaseUntil.After(now) {
 				left = pt.LeaseUntil.Sub(now).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d\t%.1f\n", p.Name, pt.Partition, cmp.Or(pt.Owner, "-"), left, lag, pt.Applied, pt.ApplyRate)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%.1f\n", p.Name, pt.Partition, cmp.Or(pt.Owner, "-"), left, lag, secs, pt.Applied, pt.ApplyRate)
 		}
 	}
 	return tw.Flush()

@@ -48,6 +48,7 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	lag := uint64(12)
+	behind := 3.25
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
 	list := []domain.ProjectionStatus{
 		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
@@ -56,7 +57,7 @@ func TestStatusTable(t *testing.T) {
 			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
 			Partitions: []domain.PartitionStatus{
 				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
-					Lag: &lag, Applied: 1520, ApplyRate: 12.44},
+					Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
 				{Partition: 1, Consumer: "proj_order_summaries_p01"},
 			}},
 		{Name: "customer_order_stats", Version: 2, ActiveCollection: "customer_order_stats", ActiveVersion: 1, SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
@@ -93,12 +94,12 @@ func TestStatusTable(t *testing.T) {
 		t.Fatalf("no partition table in:\n%s", out)
 	}
 	lines := strings.Split(parts, "\n")
-	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "APPLIED", "RATE/S"}) {
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "BEHIND", "APPLIED", "RATE/S"}) {
 		t.Errorf("partition heading %q", lines[0])
 	}
 	for i, want := range [][]string{
-		{"order_summaries", "0", "projector-1", "8s", "12", "1520", "12.4"},
-		{"order_summaries", "1", "-", "-", "-", "0", "0.0"},
+		{"order_summaries", "0", "projector-1", "8s", "12", "3.2s", "1520", "12.4"},
+		{"order_summaries", "1", "-", "-", "-", "-", "0", "0.0"},
 	} {
 		if got := strings.Fields(lines[1+i]); !slices.Equal(got, want) {
 			t.Errorf("partition row %d: %q, want %q", i, got, want)
