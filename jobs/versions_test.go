@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +50,7 @@ func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if p.ActiveVer() != 1 {
+		if p.ActiveVer() != projection.OrderSummaries.Ver() {
 			return errors.New("not switched yet")
 		}
 		ptr = p
@@ -92,7 +93,7 @@ func TestSwitchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ptr.Active != job.Shadow || ptr.Previous != "order_summaries" || ptr.PreviousVer() != 1 {
+	if ptr.Active != job.Shadow || ptr.Previous != "order_summaries" || ptr.PreviousVer() != projection.OrderSummaries.Ver() {
 		t.Fatalf("after the rebuild: %+v; want %s active, order_summaries previous", ptr, job.Shadow)
 	}
 	// Writes of this version go to both, the previous one included.
@@ -136,46 +137,48 @@ func TestSwitchBack(t *testing.T) {
 }
 
 // TestVersionsClaimTheirOwnJobs: a rebuild started by an instance that
-// folds version 2 is run only by workers of version 2; an instance of
-// version 1 cannot rebuild or verify once version 2 is active.
+// folds the next version (v2 below) is run only by workers of that
+// version; an instance of the current one (v1) cannot rebuild or verify
+// once v2 is active.
 func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	ctx, k, f := projectedKit(t, 3*time.Minute, "ver", 20, 3)
-	v2 := projection.OrderSummaries
-	v2.Version = 2
+	v1, v2 := projection.OrderSummaries, projection.OrderSummaries
+	v2.Version = v1.Ver() + 1
+	prefix := projection.VersionKey(v2.Collection, v2.Ver()) + "_"
 	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
 	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{v2.Name: jobs.DefOf(sums2)})
-	// A version 1 worker only: the version 2 build waits.
+	// A v1 worker only: the v2 build waits.
 	k.worker(t, "v1", jobs.WorkerConfig{})
 	job, err := jobs2.StartRebuild(ctx, v2.Name, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job.Version != 2 || job.Shadow[:len("order_summaries_v2_")] != "order_summaries_v2_" {
-		t.Fatalf("the version 2 rebuild: %+v", job)
+	if job.Version != v2.Ver() || !strings.HasPrefix(job.Shadow, prefix) {
+		t.Fatalf("the v2 rebuild: %+v", job)
 	}
-	// A version 1 job runs on the version 1 worker meanwhile.
-	v1, err := k.jobs.StartVerify(ctx, v2.Name, false)
+	// A v1 job runs on the v1 worker meanwhile.
+	check, err := k.jobs.StartVerify(ctx, v2.Name, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v1 = k.waitJob(t, ctx, v1.ID, time.Minute); v1.Version != 1 || v1.State != domain.StateSucceeded {
-		t.Errorf("the version 1 verify: %+v", v1)
+	if check = k.waitJob(t, ctx, check.ID, time.Minute); check.Version != v1.Ver() || check.State != domain.StateSucceeded {
+		t.Errorf("the v1 verify: %+v", check)
 	}
 	if got, _ := k.jobs.Get(ctx, job.ID); got.State.Final() || got.Streams > 0 {
-		t.Fatalf("the version 2 rebuild ran on a version 1 worker: %+v", got)
+		t.Fatalf("the v2 rebuild ran on a v1 worker: %+v", got)
 	}
 	w2 := jobs.NewWorker(jobs2, k.es, nil, []jobs.Projection{sums2}, jobs.WorkerConfig{Owner: "v2", Poll: 50 * time.Millisecond,
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker v2", w2.Run)
 	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded || job.Report == nil {
-		t.Fatalf("the version 2 rebuild: %+v", job)
+		t.Fatalf("the v2 rebuild: %+v", job)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ptr.ActiveVer() != 2 || ptr.Active != job.Shadow || ptr.PreviousVer() != 1 {
-		t.Fatalf("after the version 2 build: %+v", ptr)
+	if ptr.ActiveVer() != v2.Ver() || ptr.Active != job.Shadow || ptr.PreviousVer() != v1.Ver() {
+		t.Fatalf("after the v2 build: %+v", ptr)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, v2.Name, 1); !errors.Is(err, domain.ErrOtherVersion) {
 		t.Errorf("a version 1 rebuild once version 2 is active: %v; want ErrOtherVersion", err)
@@ -194,7 +197,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	}
 	// Switched back from, version 2 is not built again on its own.
 	back, err := jobs2.SwitchBack(ctx, v2.Name)
-	if err != nil || back.ActiveVer() != 1 || back.SwitchedBackFrom != 2 {
+	if err != nil || back.ActiveVer() != v1.Ver() || back.SwitchedBackFrom != v2.Ver() {
 		t.Fatalf("switch back to version 1: %+v, %v", back, err)
 	}
 }

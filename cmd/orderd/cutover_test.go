@@ -14,12 +14,12 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// summariesV2 is order_summaries at version 2: the same fold, with the
-// currency stored in lower case, so that a reader can tell which
+// summariesNext is order_summaries at its next version: the same fold,
+// with the currency stored in lower case, so that a reader can tell which
 // version's document it got.
-func summariesV2() *projection.Definition[domain.Order] {
+func summariesNext() *projection.Definition[domain.Order] {
 	def := projection.OrderSummaries
-	def.Version = 2
+	def.Version = def.Ver() + 1
 	def.Apply = func(o *domain.Order, e domain.Event) error {
 		if err := o.Apply(e); err != nil {
 			return err
@@ -39,13 +39,13 @@ type versionRead struct {
 }
 
 // TestVersionedProjectionCutover plays a rolling upgrade: instance A runs
-// order_summaries at version 1 and keeps taking commands; instance B
-// starts with the definition at version 2 on the same store and NATS. B
-// builds version 2 from the log beside version 1, verifies it and
+// order_summaries at its current version (old) and keeps taking commands;
+// instance B starts with the definition at the next version (next) on the
+// same store and NATS. B builds next from the log beside old, verifies it and
 // switches readers to it; an operator then switches back. Throughout,
 // readers on both instances get 200 with a document of one version,
 // each instance's readers switch once each way (the pointer never
-// flaps), the build is verified before the switch, and version 1, fed by
+// flaps), the build is verified before the switch, and old, fed by
 // A all along, is current again after the switch back.
 func TestVersionedProjectionCutover(t *testing.T) {
 	const token = "cutover-admin-token"
@@ -62,7 +62,8 @@ func TestVersionedProjectionCutover(t *testing.T) {
 		})
 	}
 	auth := []string{"Authorization", "Bearer " + token}
-	a := start("cutover-v1", nil)
+	old, next := projection.OrderSummaries.Ver(), summariesNext().Ver()
+	a := start("cutover-old", nil)
 	ca := newClient(t, a)
 	const orders = 24
 	ids := make([]string, orders)
@@ -90,8 +91,8 @@ func TestVersionedProjectionCutover(t *testing.T) {
 		t.Fatalf("no order_summaries in %+v", body.Projections)
 		return domain.ProjectionStatus{}
 	}
-	if st := status(ca); st.ActiveVersion != 1 || st.Version != 1 {
-		t.Fatalf("before the upgrade: %+v; want version 1 active", st)
+	if st := status(ca); st.ActiveVersion != old || st.Version != old {
+		t.Fatalf("before the upgrade: %+v; want version %d active", st, old)
 	}
 
 	// Readers on every instance, and commands on A, all along.
@@ -110,7 +111,7 @@ func TestVersionedProjectionCutover(t *testing.T) {
 		if r.Status == http.StatusOK {
 			var o domain.Order
 			r.decode(t, &o)
-			rec.version = map[bool]int{true: 2, false: 1}[o.Currency == "brl"]
+			rec.version = map[bool]int{true: next, false: old}[o.Currency == "brl"]
 		}
 		// A list answer holds documents of one version only.
 		l := c.do("GET", "/v1/order-summaries?limit=50", "")
@@ -168,29 +169,29 @@ func TestVersionedProjectionCutover(t *testing.T) {
 	stopAll := sync.OnceFunc(func() { close(stop); wg.Wait() })
 	defer stopAll()
 
-	// The upgrade: B folds version 2, builds it and switches to it.
-	b := start("cutover-v2", summariesV2())
+	// The upgrade: B folds the next version, builds it and switches to it.
+	b := start("cutover-next", summariesNext())
 	cb := newClient(t, b)
 	clients.Store("B", cb)
 	var st domain.ProjectionStatus
-	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool { st = status(cb); return st.ActiveVersion == 2 }) {
-		t.Fatalf("version 2 not switched to: %+v", st)
+	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool { st = status(cb); return st.ActiveVersion == next }) {
+		t.Fatalf("version %d not switched to: %+v", next, st)
 	}
-	if st.Version != 2 || st.PreviousVersion != 1 || st.PreviousCollection != "order_summaries" || st.LastRebuild == nil {
-		t.Errorf("after the cutover: %+v; want version 2 active, order_summaries at version 1 kept as previous", st)
+	if st.Version != next || st.PreviousVersion != old || st.PreviousCollection != "order_summaries" || st.LastRebuild == nil {
+		t.Errorf("after the cutover: %+v; want version %d active, order_summaries at version %d kept as previous", st, next, old)
 	}
 	var build domain.Job
 	cb.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+st.LastRebuild.Job, "", auth...).decode(t, &build)
-	if build.State != domain.StateSucceeded || build.Version != 2 || build.Report == nil || build.Replaced != "order_summaries" {
-		t.Fatalf("the build: %+v; want a succeeded rebuild of version 2 with the verify report of its shadow", build)
+	if build.State != domain.StateSucceeded || build.Version != next || build.Report == nil || build.Replaced != "order_summaries" {
+		t.Fatalf("the build: %+v; want a succeeded rebuild of version %d with the verify report of its shadow", build, next)
 	}
 	if rep := build.Report; rep.Collection != build.Shadow || rep.Streams < orders || rep.Drift() != rep.Repaired {
 		t.Errorf("verify before the switch: %+v; want the shadow checked against every stream, all its drift repaired", rep)
 	}
-	// A version 1 instance cannot verify version 2; B can, and it is clean.
+	// An instance of the old version cannot verify the next one.
 	if r := ca.do("POST", "/v1/admin/projections/order_summaries/verifications", `{}`, auth...); r.Status != http.StatusConflict ||
 		!strings.Contains(string(r.Body), "/problems/projection-version") {
-		t.Errorf("verify from the version 1 instance: %v; want 409 /problems/projection-version", r)
+		t.Errorf("verify from the old version's instance: %v; want 409 /problems/projection-version", r)
 	}
 	verify := func(c *client) domain.Job {
 		t.Helper()
@@ -204,44 +205,44 @@ func TestVersionedProjectionCutover(t *testing.T) {
 		}
 		return job
 	}
-	// Readers see version 2 within their instance's pointer cache age.
+	// Readers see the next version within their instance's pointer cache age.
 	if !waitFor(30*time.Second, 50*time.Millisecond, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return lastOf(reads, "A") == 2 && lastOf(reads, "B") == 2
+		return lastOf(reads, "A") == next && lastOf(reads, "B") == next
 	}) {
-		t.Fatal("readers never got version 2 documents on both instances")
+		t.Fatal("readers never got documents of the next version on both instances")
 	}
 
 	// The operator switches back, from the old instance.
 	var back domain.ProjectionStatus
 	ca.must(http.StatusOK, "POST", "/v1/admin/projections/order_summaries/switch-back", "", auth...).decode(t, &back)
-	if back.ActiveVersion != 1 || back.ActiveCollection != "order_summaries" || back.PreviousVersion != 2 || back.SwitchedBackFrom != 2 {
-		t.Errorf("after the switch back: %+v; want order_summaries at version 1 active, version 2 kept, switched back from 2", back)
+	if back.ActiveVersion != old || back.ActiveCollection != "order_summaries" || back.PreviousVersion != next || back.SwitchedBackFrom != next {
+		t.Errorf("after the switch back: %+v; want order_summaries at version %d active, %d kept and switched back from", back, old, next)
 	}
 	switchedBack := time.Now()
 	if !waitFor(30*time.Second, 50*time.Millisecond, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return lastOf(reads, "A") == 1 && lastOf(reads, "B") == 1
+		return lastOf(reads, "A") == old && lastOf(reads, "B") == old
 	}) {
-		t.Fatal("readers did not get version 1 documents after the switch back")
+		t.Fatal("readers did not get documents of the old version after the switch back")
 	}
 	stopAll()
-	// Version 1, fed by A through the whole upgrade, equals the log once
+	// The old version, fed by A through the whole upgrade, equals the log once
 	// A's projector has caught up.
 	if !waitFor(60*time.Second, 100*time.Millisecond, func() bool {
 		lag := status(ca).ConsumerLag
 		return lag != nil && *lag == 0
 	}) {
-		t.Fatalf("version 1's projector on A did not catch up: %+v", status(ca))
+		t.Fatalf("the old version's projector on A did not catch up: %+v", status(ca))
 	}
 	if rep := verify(ca).Report; rep.Drift() != 0 {
-		t.Errorf("version 1 after the switch back differs from the log: %+v", rep)
+		t.Errorf("the old version after the switch back differs from the log: %+v", rep)
 	}
-	// B does not build version 2 again: it was switched back from.
-	if st := status(cb); st.ActiveVersion != 1 || st.ShadowCollection != "" || st.LastRebuild == nil || st.LastRebuild.Job != build.ID {
-		t.Errorf("after the switch back and a verify: %+v; want version 1 active and no new build", st)
+	// B does not build the next version again: it was switched back from.
+	if st := status(cb); st.ActiveVersion != old || st.ShadowCollection != "" || st.LastRebuild == nil || st.LastRebuild.Job != build.ID {
+		t.Errorf("after the switch back and a verify: %+v; want version %d active and no new build", st, old)
 	}
 
 	mu.Lock()
@@ -261,9 +262,9 @@ func TestVersionedProjectionCutover(t *testing.T) {
 				seq = append(seq, r.version)
 			}
 		}
-		// A: 1, 2, 1. B starts while version 1 is active: 1, 2, 1 or,
-		// when its first read came after the switch, 2, 1.
-		if want := []int{1, 2, 1}; fmt.Sprint(seq) != fmt.Sprint(want) && (name == "A" || fmt.Sprint(seq) != fmt.Sprint(want[1:])) {
+		// A: old, next, old. B starts while old is active: the same or,
+		// when its first read came after the switch, next, old.
+		if want := []int{old, next, old}; fmt.Sprint(seq) != fmt.Sprint(want) && (name == "A" || fmt.Sprint(seq) != fmt.Sprint(want[1:])) {
 			t.Errorf("versions read on %s, in order: %v; want %v (one switch each way)", name, seq, want)
 		}
 	}
