@@ -181,23 +181,23 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 		t.Fatalf("after the v2 build: %+v", ptr)
 	}
 	if _, err := k.jobs.StartRebuild(ctx, v2.Name, 1); !errors.Is(err, domain.ErrOtherVersion) {
-		t.Errorf("a version 1 rebuild once version 2 is active: %v; want ErrOtherVersion", err)
+		t.Errorf("a v1 rebuild once v2 is active: %v; want ErrOtherVersion", err)
 	}
 	if _, err := k.jobs.StartVerify(ctx, v2.Name, false); !errors.Is(err, domain.ErrOtherVersion) {
-		t.Errorf("a version 1 verify once version 2 is active: %v; want ErrOtherVersion", err)
+		t.Errorf("a v1 verify once v2 is active: %v; want ErrOtherVersion", err)
 	}
-	// The version 1 projection writes only the previous collection now.
+	// The v1 projection writes only the previous collection now.
 	more := projectiontest.NewFixture(t, ctx, k.es, "ver-more", 2, 1)
 	if _, _, err := k.sums.Apply(ctx, more.Flat, false); err != nil {
 		t.Fatal(err)
 	}
 	n, err := k.db.Collection(job.Shadow).CountDocuments(ctx, bson.D{})
 	if err != nil || n != int64(len(f.Orders)) {
-		t.Errorf("the version 2 collection holds %d documents (%v) after version 1 writes; want %d, untouched", n, err, len(f.Orders))
+		t.Errorf("the v2 collection holds %d documents (%v) after v1 writes; want %d, untouched", n, err, len(f.Orders))
 	}
-	// Switched back from, version 2 is not built again on its own.
+	// Switched back from, v2 is not built again on its own.
 	back, err := jobs2.SwitchBack(ctx, v2.Name)
 	if err != nil || back.ActiveVer() != v1.Ver() || back.SwitchedBackFrom != v2.Ver() {
-		t.Fatalf("switch back to version 1: %+v, %v", back, err)
+		t.Fatalf("switch back to v1: %+v, %v", back, err)
 	}
 }
