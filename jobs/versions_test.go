@@ -147,6 +147,13 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	prefix := projection.VersionKey(v2.Collection, v2.Ver()) + "_"
 	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
 	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{v2.Name: jobs.DefOf(sums2)})
+	// The store as a v1 service left it.
+	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *mongodb.Pointer) (bool, error) {
+		p.ActiveVersion = v1.Ver()
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	// A v1 worker only: the v2 build waits.
 	k.worker(t, "v1", jobs.WorkerConfig{})
 	job, err := jobs2.StartRebuild(ctx, v2.Name, 1)

@@ -202,7 +202,10 @@ func order(g generation, i int, id string, path []string) ([]bson.D, bson.D) {
 	if reason != "" {
 		want = append(want, bson.E{Key: "reason", Value: reason})
 	}
-	want = append(want, bson.D{{Key: "version", Value: int64(len(types))}, {Key: "updated_at", Value: at(len(types)).Format(time.RFC3339Nano)},
+	// recorded_at: the commit of the last event was stored 1.5 s after it
+	// happened (below).
+	want = append(want, bson.D{{Key: "recorded_at", Value: at(len(types)).Add(1500 * time.Millisecond).Format(time.RFC3339Nano)},
+		{Key: "version", Value: int64(len(types))}, {Key: "updated_at", Value: at(len(types)).Format(time.RFC3339Nano)},
 		{Key: "path", Value: strings.Join(types, " ")}}...)
 
 	// One or two events a commit, as one command or an import of two
