@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -53,7 +55,7 @@ type cluster struct {
 	dir       string
 	storeAddr string
 	natsPort  int
-	store     *embedded.Store
+	store     interface{ Close() error } // *embedded.Store or *storetest.StoreProcess
 	nats      *server.Server
 	mongo     *mongo.Client
 	procs     []*proc
@@ -97,7 +99,18 @@ func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", 
 
 func (c *cluster) startStore() {
 	c.t.Helper()
-	s, err := embedded.StartStore(filepath.Join(c.dir, "store"), c.storeAddr, nil)
+	dir := filepath.Join(c.dir, "store")
+	if storetest.RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
+		// Beside the test process, not under its race detector (see
+		// storetest.StartStoreProcess).
+		s, err := storetest.StartStoreProcess(dir, c.storeAddr)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.store = s
+		return
+	}
+	s, err := embedded.StartStore(dir, c.storeAddr, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
