@@ -40,7 +40,11 @@ import (
 // process, or stop a server and start it again on the same port and data,
 // while a load runs. Each ends with the same three checks (guarantees).
 // `make test` runs the short variants; `make chaos` runs them with
-// -chaos.long: more load, more kills, longer outages.
+// -chaos.long: more load, more kills, longer outages. They run in parallel
+// with each other (-parallel of them at once, GOMAXPROCS by default) after
+// the package's other tests: each has its own store, NATS server, ports
+// and processes, and most of a test's time is waiting (a load of fixed
+// length, restarts, the projections converging).
 var chaosLong = flag.Bool("chaos.long", false, "run the chaos tests with more load, more kills and longer outages (make chaos)")
 
 const (
@@ -73,7 +77,6 @@ func (p *proc) url() string { return "http://" + p.addr }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	t.Setenv("ADMIN_TOKEN", chaosToken) // read by the orderd processes
 	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeport.Addr(t), natsPort: freeport.Port(t)}
 	c.startStore()
 	c.startNATS()
@@ -156,7 +159,7 @@ func (c *cluster) start(p *proc) {
 	args := []string{"-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
 		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn"}
-	p.in = startInstance(c.t, p.name, append(args, p.args...)...)
+	p.in = startInstanceEnv(c.t, p.name, []string{"ADMIN_TOKEN=" + chaosToken}, append(args, p.args...)...)
 	// An API is waited for at every start, so load never meets it
 	// starting; other roles only when added, so kills keep their pace.
 	if strings.Contains(p.roles, "api") {
@@ -584,6 +587,7 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 // with the same Idempotency-Key, as a client would. The run ends with the
 // three checks of guarantees.
 func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
+	t.Parallel()
 	loadFor, every := 16*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 50*time.Second, 3*time.Second
@@ -640,6 +644,7 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 // of a command nobody acknowledged, every event in NATS, read models equal
 // to the fold.
 func TestChaos_KillWholeServiceMidCommand(t *testing.T) {
+	t.Parallel()
 	loadFor, every := 12*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 40*time.Second, 3*time.Second
@@ -736,6 +741,7 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 // same port and data the outbox sweep publishes what the relay could not,
 // and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	api := c.add("api", "api,relay,projector")
 	c.add("jobs", "jobs")
@@ -764,6 +770,7 @@ func TestChaos_NATSOutage(t *testing.T) {
 // port and data every role reconnects by itself and the load's retries go
 // through.
 func TestChaos_StoreOutage(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t)
 	api := c.add("api", "api,relay")
 	c.add("projector", "projector")

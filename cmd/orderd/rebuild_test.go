@@ -39,7 +39,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	flag.Parse()
+	if raceBuild && !*childRace && !*chaosLong && flag.Lookup("test.run").Value.String() == "" {
+		// The whole package: the child's build (15 s on a loaded machine)
+		// runs while the first tests do, not in the first chaos test.
+		go childOnce.Do(buildChild)
+	}
 	code := m.Run()
+	childOnce.Do(func() {}) // a build under way has set childDir
 	if childDir != "" {
 		_ = os.RemoveAll(childDir)
 	}
@@ -107,27 +114,30 @@ func childProgram(t testing.TB) (string, bool) {
 		}
 		return exe, raceBuild
 	}
-	childOnce.Do(func() {
-		childDir, childErr = os.MkdirTemp("", "orderd-child-")
-		if childErr != nil {
-			return
-		}
-		goCmd, err := exec.LookPath("go")
-		if err != nil {
-			goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
-		}
-		exe := filepath.Join(childDir, "orderd")
-		cmd := exec.Command(goCmd, "build", "-tags", "noembed", "-o", exe, ".")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			childErr = fmt.Errorf("go build: %v\n%s", err, out)
-			return
-		}
-		childExe = exe
-	})
+	childOnce.Do(buildChild)
 	if childErr != nil {
 		t.Fatalf("building orderd for the child processes: %v", childErr)
 	}
 	return childExe, false
+}
+
+// buildChild builds orderd for the child processes into childDir.
+func buildChild() {
+	childDir, childErr = os.MkdirTemp("", "orderd-child-")
+	if childErr != nil {
+		return
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	exe := filepath.Join(childDir, "orderd")
+	cmd := exec.Command(goCmd, "build", "-tags", "noembed", "-o", exe, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		childErr = fmt.Errorf("go build: %v\n%s", err, out)
+		return
+	}
+	childExe = exe
 }
 
 // startInstance runs "orderd serve args..." as a child process; the test's
@@ -135,9 +145,16 @@ func childProgram(t testing.TB) (string, bool) {
 // ran under the race detector and reported a race.
 func startInstance(t testing.TB, name string, args ...string) *instance {
 	t.Helper()
+	return startInstanceEnv(t, name, nil, args...)
+}
+
+// startInstanceEnv is startInstance with env added to the child's
+// environment (t.Setenv would keep a test from running in parallel).
+func startInstanceEnv(t testing.TB, name string, env []string, args ...string) *instance {
+	t.Helper()
 	exe, race := childProgram(t)
 	in := &instance{cmd: exec.Command(exe, append([]string{"serve"}, args...)...), out: &syncBuffer{}}
-	in.cmd.Env = append(os.Environ(), subprocessEnv+"=1")
+	in.cmd.Env = append(append(os.Environ(), subprocessEnv+"=1"), env...)
 	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
 	if err := in.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
