@@ -40,12 +40,20 @@ import (
 // process, or stop a server and start it again on the same port and data,
 // while a load runs. Each ends with the same three checks (guarantees).
 // `make test` runs the short variants; `make chaos` runs them with
-// -chaos.long: more load, more kills, longer outages. They run in parallel
-// with each other (-parallel of them at once, GOMAXPROCS by default) after
-// the package's other tests: each has its own store, NATS server, ports
-// and processes, and most of a test's time is waiting (a load of fixed
-// length, restarts, the projections converging).
+// -chaos.long: more load, more kills, longer outages. The short variants
+// run in parallel with each other (-parallel of them at once, GOMAXPROCS
+// by default) after the package's other tests: each has its own store,
+// NATS server, ports and processes, and most of a test's time is waiting
+// (a load of fixed length, restarts, the projections converging). The
+// long ones run one at a time, each with the machine to itself.
 var chaosLong = flag.Bool("chaos.long", false, "run the chaos tests with more load, more kills and longer outages (make chaos)")
+
+// chaosParallel marks a short chaos test parallel (see above).
+func chaosParallel(t *testing.T) {
+	if !*chaosLong {
+		t.Parallel()
+	}
+}
 
 const (
 	chaosToken    = "chaos-admin-token"
@@ -587,7 +595,7 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 // with the same Idempotency-Key, as a client would. The run ends with the
 // three checks of guarantees.
 func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	loadFor, every := 16*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 50*time.Second, 3*time.Second
@@ -644,7 +652,7 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 // of a command nobody acknowledged, every event in NATS, read models equal
 // to the fold.
 func TestChaos_KillWholeServiceMidCommand(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	loadFor, every := 12*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 40*time.Second, 3*time.Second
@@ -741,7 +749,7 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 // same port and data the outbox sweep publishes what the relay could not,
 // and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	c := newCluster(t)
 	api := c.add("api", "api,relay,projector")
 	c.add("jobs", "jobs")
@@ -770,7 +778,7 @@ func TestChaos_NATSOutage(t *testing.T) {
 // port and data every role reconnects by itself and the load's retries go
 // through.
 func TestChaos_StoreOutage(t *testing.T) {
-	t.Parallel()
+	chaosParallel(t)
 	c := newCluster(t)
 	api := c.add("api", "api,relay")
 	c.add("projector", "projector")
