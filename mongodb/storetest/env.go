@@ -35,10 +35,11 @@ var (
 )
 
 // MongoURI returns MONGODB_URI, or the URI of the test binary's embedded
-// FerretDB, started on first use with its files in a temp dir (left to the
-// OS to clean: a package without TestMain has no exit hook). Under the race
-// detector it runs beside the test binary (StartStoreProcess) unless
-// ORDERD_TEST_STORE=inprocess.
+// FerretDB, started on first use with its files in a temp dir. Under the
+// race detector it runs beside the test binary (StartStoreProcess), which
+// removes the dir when the test binary ends, unless
+// ORDERD_TEST_STORE=inprocess; in-process the dir is left to the OS to
+// clean (a package without TestMain has no exit hook).
 func MongoURI(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv("MONGODB_URI"); u != "" {
@@ -52,8 +53,9 @@ func MongoURI(t testing.TB) string {
 		}
 		if RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
 			// Under the race detector the store runs beside this process
-			// (StartStoreProcess); ORDERD_TEST_STORE=inprocess keeps it in.
-			p, err := StartStoreProcess(dir, "127.0.0.1:0")
+			// (StartStoreProcess), which removes its files when it ends;
+			// ORDERD_TEST_STORE=inprocess keeps it in.
+			p, err := startStoreProcess(dir, "127.0.0.1:0", true)
 			if err != nil {
 				storeErr = err
 				return

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -33,11 +34,18 @@ type StoreProcess struct {
 // packages that use the store. The process ends when Close is called or
 // this process exits (its stdin closes).
 func StartStoreProcess(dir, addr string) (*StoreProcess, error) {
+	return startStoreProcess(dir, addr, false)
+}
+
+// startStoreProcess is StartStoreProcess; with remove, the process removes
+// dir once the store is closed.
+func startStoreProcess(dir, addr string, remove bool) (*StoreProcess, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	cmd := exec.Command(goCmd, "run", "github.com/orderd/orderd/mongodb/storetest/storeproc", "-dir", dir, "-addr", addr)
+	cmd := exec.Command(goCmd, "run", "github.com/orderd/orderd/mongodb/storetest/storeproc", "-dir", dir, "-addr", addr,
+		"-remove="+strconv.FormatBool(remove))
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
