@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
@@ -38,8 +40,20 @@ import (
 // process, or stop a server and start it again on the same port and data,
 // while a load runs. Each ends with the same three checks (guarantees).
 // `make test` runs the short variants; `make chaos` runs them with
-// -chaos.long: more load, more kills, longer outages.
+// -chaos.long: more load, more kills, longer outages. The short variants
+// run in parallel with each other (-parallel of them at once, GOMAXPROCS
+// by default) after the package's other tests: each has its own store,
+// NATS server, ports and processes, and most of a test's time is waiting
+// (a load of fixed length, restarts, the projections converging). The
+// long ones run one at a time, each with the machine to itself.
 var chaosLong = flag.Bool("chaos.long", false, "run the chaos tests with more load, more kills and longer outages (make chaos)")
+
+// chaosParallel marks a short chaos test parallel (see above).
+func chaosParallel(t *testing.T) {
+	if !*chaosLong {
+		t.Parallel()
+	}
+}
 
 const (
 	chaosToken    = "chaos-admin-token"
@@ -53,7 +67,7 @@ type cluster struct {
 	dir       string
 	storeAddr string
 	natsPort  int
-	store     *embedded.Store
+	store     interface{ Close() error } // *embedded.Store or *storetest.StoreProcess
 	nats      *server.Server
 	mongo     *mongo.Client
 	procs     []*proc
@@ -71,7 +85,6 @@ func (p *proc) url() string { return "http://" + p.addr }
 
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
-	t.Setenv("ADMIN_TOKEN", chaosToken) // read by the orderd processes
 	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeport.Addr(t), natsPort: freeport.Port(t)}
 	c.startStore()
 	c.startNATS()
@@ -97,7 +110,18 @@ func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", 
 
 func (c *cluster) startStore() {
 	c.t.Helper()
-	s, err := embedded.StartStore(filepath.Join(c.dir, "store"), c.storeAddr, nil)
+	dir := filepath.Join(c.dir, "store")
+	if storetest.RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
+		// Beside the test process, not under its race detector (see
+		// storetest.StartStoreProcess).
+		s, err := storetest.StartStoreProcess(dir, c.storeAddr)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.store = s
+		return
+	}
+	s, err := embedded.StartStore(dir, c.storeAddr, nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -143,7 +167,7 @@ func (c *cluster) start(p *proc) {
 	args := []string{"-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
 		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn"}
-	p.in = startInstance(c.t, p.name, append(args, p.args...)...)
+	p.in = startInstanceEnv(c.t, p.name, []string{"ADMIN_TOKEN=" + chaosToken}, append(args, p.args...)...)
 	// An API is waited for at every start, so load never meets it
 	// starting; other roles only when added, so kills keep their pace.
 	if strings.Contains(p.roles, "api") {
@@ -571,6 +595,7 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 // with the same Idempotency-Key, as a client would. The run ends with the
 // three checks of guarantees.
 func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
+	chaosParallel(t)
 	loadFor, every := 16*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 50*time.Second, 3*time.Second
@@ -627,6 +652,7 @@ func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 // of a command nobody acknowledged, every event in NATS, read models equal
 // to the fold.
 func TestChaos_KillWholeServiceMidCommand(t *testing.T) {
+	chaosParallel(t)
 	loadFor, every := 12*time.Second, 2*time.Second
 	if *chaosLong {
 		loadFor, every = 40*time.Second, 3*time.Second
@@ -723,6 +749,7 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 // same port and data the outbox sweep publishes what the relay could not,
 // and the projections converge.
 func TestChaos_NATSOutage(t *testing.T) {
+	chaosParallel(t)
 	c := newCluster(t)
 	api := c.add("api", "api,relay,projector")
 	c.add("jobs", "jobs")
@@ -751,6 +778,7 @@ func TestChaos_NATSOutage(t *testing.T) {
 // port and data every role reconnects by itself and the load's retries go
 // through.
 func TestChaos_StoreOutage(t *testing.T) {
+	chaosParallel(t)
 	c := newCluster(t)
 	api := c.add("api", "api,relay")
 	c.add("projector", "projector")

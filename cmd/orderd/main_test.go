@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime/debug"
 	"slices"
@@ -23,6 +24,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
+	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // closed records the Mains a test closed itself, so the cleanup does not
@@ -41,6 +43,24 @@ func runMain(t testing.TB) *Main {
 // registered after dir was made, so it runs before a t.TempDir is removed.
 func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	t.Helper()
+	return bootMain(t, dir, false, opts...)
+}
+
+// runMainEmbedded is runMainDir with the embedded store always in this
+// process, as `orderd` runs it: for the tests of the embedded mode itself.
+func runMainEmbedded(t testing.TB, dir string, opts ...func(*Config)) *Main {
+	t.Helper()
+	return bootMain(t, dir, true, opts...)
+}
+
+// bootMain boots Main. Under the race detector, unless inProcess or the
+// options name a store, the embedded store runs beside the test process on
+// the same data dir (storetest.StartStoreProcess): in-process, FerretDB
+// and SQLite run under the detector too, about ten times slower, and that
+// was most of this package's CPU time. ORDERD_TEST_STORE=inprocess keeps it
+// in.
+func bootMain(t testing.TB, dir string, inProcess bool, opts ...func(*Config)) *Main {
+	t.Helper()
 	m := NewMain()
 	m.Config.HTTPAddr = "127.0.0.1:0"
 	m.Config.Embedded.DataDir = dir
@@ -52,6 +72,15 @@ func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	m.Out = new(bytes.Buffer) // the embedded mode's start-up summary, for TestMain_EmbeddedSummary
 	for _, o := range opts {
 		o(&m.Config)
+	}
+	if m.Config.Mongo.URI == "" && !inProcess && storetest.RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
+		p, err := storetest.StartStoreProcess(filepath.Join(dir, "store"), "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() }) // if Main did not start
+		storeProcs.Store(m, p)
+		m.Config.Mongo.URI = p.URI
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -65,6 +94,7 @@ func runMainDir(t testing.TB, dir string, opts ...func(*Config)) *Main {
 			if err := m.Close(); err != nil {
 				t.Errorf("Main.Close: %v", err)
 			}
+			closeStore(m)
 			t.Logf("Main.Close took %v", time.Since(start).Round(time.Millisecond))
 		}
 	})
@@ -79,7 +109,19 @@ func closeMain(t testing.TB, m *Main) {
 	if err := m.Close(); err != nil {
 		t.Fatalf("Main.Close: %v", err)
 	}
+	closeStore(m)
 	t.Logf("Main.Close took %v", time.Since(start).Round(time.Millisecond))
+}
+
+// storeProcs holds the store process of a Main that has one (bootMain).
+var storeProcs sync.Map // *Main -> *storetest.StoreProcess
+
+// closeStore stops m's store process, if any, after m closed: a Main
+// booted again on the same data dir starts its own.
+func closeStore(m *Main) {
+	if p, ok := storeProcs.LoadAndDelete(m); ok {
+		_ = p.(*storetest.StoreProcess).Close()
+	}
 }
 
 // testLogger logs the program's warnings and errors through t.Log (of

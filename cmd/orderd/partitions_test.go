@@ -154,6 +154,7 @@ func TestOwnershipOverlapCheck(t *testing.T) {
 // at drift 0), and the ownership logs show that no partition was ever
 // written by two processes at once.
 func TestChaos_PartitionTakeover(t *testing.T) {
+	chaosParallel(t)
 	loadFor := 20 * time.Second
 	if *chaosLong {
 		loadFor = 60 * time.Second

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -37,7 +39,18 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	flag.Parse()
+	if raceBuild && !*childRace && !*chaosLong && flag.Lookup("test.run").Value.String() == "" {
+		// The whole package: the child's build (15 s on a loaded machine)
+		// runs while the first tests do, not in the first chaos test.
+		go childOnce.Do(buildChild)
+	}
+	code := m.Run()
+	childOnce.Do(func() {}) // a build under way has set childDir
+	if childDir != "" {
+		_ = os.RemoveAll(childDir)
+	}
+	os.Exit(code)
 }
 
 // instance is an orderd process started by a test.
@@ -72,24 +85,88 @@ func (s *syncBuffer) Bytes() []byte {
 	return bytes.Clone(s.b.Bytes())
 }
 
+// childRace runs the orderd child processes of the fault tests under the
+// race detector, as the test binary itself run again (built with -race),
+// and fails a test whose child reported a data race. Otherwise, in a test
+// binary built with -race, the children are orderd built once without it
+// (-tags noembed, as production): three short chaos tests took 81 CPU-s
+// with race children and 64 without, the build included; and a child's
+// race report used to go unread (SIGKILL ends every child). The
+// in-process tests of this package and the others run the same roles under
+// -race. -chaos.long (make chaos) implies it.
+var childRace = flag.Bool("child.race", false, "run the fault tests' orderd child processes under the race detector (implied by -chaos.long)")
+
+var (
+	childOnce sync.Once
+	childExe  string
+	childErr  error
+	childDir  string // removed by TestMain
+)
+
+// childProgram returns the executable startInstance runs, and whether it
+// runs under the race detector.
+func childProgram(t testing.TB) (string, bool) {
+	t.Helper()
+	if !raceBuild || *childRace || *chaosLong {
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exe, raceBuild
+	}
+	childOnce.Do(buildChild)
+	if childErr != nil {
+		t.Fatalf("building orderd for the child processes: %v", childErr)
+	}
+	return childExe, false
+}
+
+// buildChild builds orderd for the child processes into childDir.
+func buildChild() {
+	childDir, childErr = os.MkdirTemp("", "orderd-child-")
+	if childErr != nil {
+		return
+	}
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	exe := filepath.Join(childDir, "orderd")
+	cmd := exec.Command(goCmd, "build", "-tags", "noembed", "-o", exe, ".")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		childErr = fmt.Errorf("go build: %v\n%s", err, out)
+		return
+	}
+	childExe = exe
+}
+
 // startInstance runs "orderd serve args..." as a child process; the test's
-// cleanup kills it and logs its output if the test failed.
+// cleanup kills it and logs its output if the test failed, or if the child
+// ran under the race detector and reported a race.
 func startInstance(t testing.TB, name string, args ...string) *instance {
 	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	return startInstanceEnv(t, name, nil, args...)
+}
+
+// startInstanceEnv is startInstance with env added to the child's
+// environment (t.Setenv would keep a test from running in parallel).
+func startInstanceEnv(t testing.TB, name string, env []string, args ...string) *instance {
+	t.Helper()
+	exe, race := childProgram(t)
 	in := &instance{cmd: exec.Command(exe, append([]string{"serve"}, args...)...), out: &syncBuffer{}}
-	in.cmd.Env = append(os.Environ(), subprocessEnv+"=1")
+	in.cmd.Env = append(append(os.Environ(), subprocessEnv+"=1"), env...)
 	in.cmd.Stdout, in.cmd.Stderr = in.out, in.out
 	if err := in.cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		in.kill()
+		out := in.out.Bytes()
+		if race && bytes.Contains(out, []byte("WARNING: DATA RACE")) {
+			t.Errorf("%s (pid %d): the race detector reported a data race", name, in.cmd.Process.Pid)
+		}
 		if t.Failed() {
-			keepOutput(t, name, in.cmd.Process.Pid, in.out.Bytes())
+			keepOutput(t, name, in.cmd.Process.Pid, out)
 		}
 	})
 	return in

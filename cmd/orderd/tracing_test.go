@@ -84,7 +84,7 @@ func TestTracingFollowsACommandThroughThePipeline(t *testing.T) {
 // and whether the admin API is on.
 func TestMain_EmbeddedSummary(t *testing.T) {
 	dir := t.TempDir()
-	m := runMainDir(t, dir)
+	m := runMainEmbedded(t, dir)
 	out := m.Out.(*bytes.Buffer).String()
 	for _, want := range []string{dir, "http://" + m.HTTPAddr, m.Config.Mongo.URI, m.Config.NATS.URL, "admin API        off",
 		filepath.Join(dir, "store"), filepath.Join(dir, "nats")} {

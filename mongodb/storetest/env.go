@@ -1,7 +1,8 @@
 // Package storetest gives tests real servers: a MongoDB database and a NATS
 // JetStream connection. With MONGODB_URI or NATS_URL set they point at
 // those servers; otherwise they start the embedded FerretDB (one per test
-// binary, on a temp dir) and an embedded NATS server (one per test, port
+// binary, on a temp dir; in a process of its own when the test binary runs
+// under the race detector) and an embedded NATS server (one per test, port
 // -1). Every test gets its own database, dropped in cleanup. It also holds
 // the event store conformance suite (RunConformance).
 package storetest
@@ -34,8 +35,11 @@ var (
 )
 
 // MongoURI returns MONGODB_URI, or the URI of the test binary's embedded
-// FerretDB, started on first use with its files in a temp dir (left to the
-// OS to clean: a package without TestMain has no exit hook).
+// FerretDB, started on first use with its files in a temp dir. Under the
+// race detector it runs beside the test binary (StartStoreProcess), which
+// removes the dir when the test binary ends, unless
+// ORDERD_TEST_STORE=inprocess; in-process the dir is left to the OS to
+// clean (a package without TestMain has no exit hook).
 func MongoURI(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv("MONGODB_URI"); u != "" {
@@ -45,6 +49,18 @@ func MongoURI(t testing.TB) string {
 		dir, err := os.MkdirTemp("", "orderd-store-")
 		if err != nil {
 			storeErr = err
+			return
+		}
+		if RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
+			// Under the race detector the store runs beside this process
+			// (StartStoreProcess), which removes its files when it ends;
+			// ORDERD_TEST_STORE=inprocess keeps it in.
+			p, err := startStoreProcess(dir, "127.0.0.1:0", true)
+			if err != nil {
+				storeErr = err
+				return
+			}
+			storeURI = p.URI
 			return
 		}
 		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))

@@ -1,0 +1,6 @@
+//go:build !race
+
+package storetest
+
+// RaceBuild reports that this binary runs under the race detector.
+const RaceBuild = false
