@@ -98,23 +98,34 @@ func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
 		return s, fmt.Errorf("stream %s: %w", w.stream, err)
 	}
 	now := time.Now()
-	unknown := map[string]bool{}
+	// The listing first, whole: the seconds below read messages, and a
+	// slow read must not hold the listing's pages past its deadline (the
+	// counts are the sample; seconds it cannot read are left unknown).
+	type found struct {
+		projection string
+		info       *jetstream.ConsumerInfo
+	}
+	var consumers []found
 	ls := st.ListConsumers(ctx)
 	for info := range ls.Info() {
 		for _, p := range w.projections {
 			if strings.HasPrefix(info.Name, "proj_"+p+"_p") {
 				s.Lag[p] += unacked(info)
 				s.acked[p] += info.AckFloor.Consumer
-				secs, err := w.clock.seconds(ctx, st, info, now)
-				if err != nil {
-					unknown[p] = true
-				}
-				s.Seconds[p] = max(s.Seconds[p], secs)
+				consumers = append(consumers, found{p, info})
 			}
 		}
 	}
 	if err := ls.Err(); err != nil {
 		return s, fmt.Errorf("consumers of %s: %w", w.stream, err)
+	}
+	unknown := map[string]bool{}
+	for _, c := range consumers {
+		secs, err := w.clock.seconds(ctx, st, c.info, now)
+		if err != nil {
+			unknown[c.projection] = true
+		}
+		s.Seconds[c.projection] = max(s.Seconds[c.projection], secs)
 	}
 	for p := range unknown {
 		delete(s.Seconds, p)

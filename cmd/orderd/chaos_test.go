@@ -213,7 +213,7 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 // it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
-	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name, projection.DailySales.Name} {
+	for _, name := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
 		for p := range projector.DefaultPartitions {
 			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
 			if err != nil {

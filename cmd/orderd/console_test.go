@@ -20,6 +20,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // -console.screenshots: save a PNG of each console page into docs/console
@@ -252,7 +253,7 @@ func TestConsole(t *testing.T) {
 			`document.getElementById('login-message').textContent.includes('401') && !document.getElementById('login').hidden`)
 		p.run(10*time.Second, "sign in",
 			chromedp.SendKeys("#token", testAdminToken), chromedp.Click("#login-form button"))
-		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 2`)
+		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 3`)
 		var leaks []string
 		p.eval(fmt.Sprintf(`[location.href, document.documentElement.outerHTML, ...performance.getEntriesByType('resource').map(e => e.name)].filter(s => s.includes(%q))`, testAdminToken), &leaks)
 		if len(leaks) != 0 {
@@ -283,6 +284,14 @@ func TestConsole(t *testing.T) {
 			if len(cells) != 7 || !strings.HasPrefix(cells[0], name) || !strings.Contains(cells[3], "✓ 0") ||
 				!strings.Contains(cells[4], "never") || !strings.Contains(cells[5], "never") || !strings.Contains(cells[6], "none") {
 				t.Errorf("%s row: %q", name, cells)
+			}
+			// The versions: the one readers read, nothing built or kept.
+			var version string
+			p.eval(row+`.querySelector('td.collections .version').textContent`, &version)
+			if want := fmt.Sprintf("version %d", map[string]int{"order_summaries": projection.OrderSummaries.Ver(),
+				"customer_order_stats": projection.CustomerOrderStats.Ver(), "daily_sales": projection.DailySales.Ver()}[name]); version != want ||
+				strings.Contains(cells[0], "previous") || strings.Contains(cells[0], "building") {
+				t.Errorf("%s versions: %q in %q, want %q", name, version, cells[0], want)
 			}
 		}
 		// Nothing has moved since the page opened: the charts are flat at

@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // TestMongoshQueries runs every mongosh query of the "Opening the store
@@ -174,11 +175,11 @@ func TestMongoshQueries(t *testing.T) {
 				t.Fatalf("pointer: %v", err)
 			}
 			t.Logf("pointer after the rebuild: %+v", p)
-			if want := "order_summaries_" + strings.ReplaceAll(job.ID, "-", ""); p.Active != want {
+			if want := projection.VersionKey("order_summaries", projection.OrderSummaries.Ver()) + "_" + strings.ReplaceAll(job.ID, "-", ""); p.Active != want {
 				t.Errorf("active collection %q after rebuild %s, want %q", p.Active, job.ID, want)
 			}
-			shown := regexp.MustCompile(`active: '(order_summaries_[0-9a-f]*)'`).FindStringSubmatch(doc)
-			real := regexp.MustCompile(`^order_summaries_[0-9a-f]{32}$`)
+			shown := regexp.MustCompile(`active: '(order_summaries_[v0-9a-f_]*)'`).FindStringSubmatch(doc)
+			real := regexp.MustCompile(`^order_summaries_v[0-9]+_[0-9a-f]{32}$`)
 			if shown == nil || !real.MatchString(shown[1]) || !real.MatchString(p.Active) {
 				t.Errorf("the docs show the pointer's active collection as %q; a real one is %q", shown, p.Active)
 			}
