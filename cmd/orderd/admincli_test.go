@@ -25,7 +25,7 @@ func runAdminMain(t *testing.T) *Main {
 	return runMainDir(t, t.TempDir(), func(c *Config) {
 		c.HTTP.AdminToken = testAdminToken
 		c.Jobs.Settle = 200 * time.Millisecond
-		c.Jobs.Grace = time.Second
+		c.Jobs.Grace = 10 * time.Minute // what a rebuild replaces stays for a switch back
 		c.Jobs.LeaseTTL = 5 * time.Second
 	})
 }

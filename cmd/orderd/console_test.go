@@ -346,6 +346,27 @@ func TestConsole(t *testing.T) {
 		p.save("rebuild")
 	})
 
+	sub("switch back", func(t *testing.T, p *page) {
+		// The rebuild kept the collection it replaced: the projections
+		// page offers to read it again.
+		p.open("#/projections", "projections")
+		row := `document.querySelector('tr[data-projection="order_summaries"]')`
+		p.waitJS(20*time.Second, "the replaced collection kept, with a switch-back button",
+			row+` && `+row+`.querySelector('button.switch-back') !== null && `+row+`.textContent.includes('previous v')`)
+		var active string
+		p.eval(row+`.querySelector('td.collections code').textContent`, &active)
+		if active == "order_summaries" {
+			t.Fatalf("order_summaries still reads %s after the rebuild", active)
+		}
+		eval[bool](p, `(window.confirm = () => true, true)`) // the confirmation dialog, answered yes
+		p.run(10*time.Second, "switch back", chromedp.Click(`tr[data-projection="order_summaries"] button.switch-back`))
+		p.waitJS(20*time.Second, "order_summaries reading its base collection again, the rebuilt one kept",
+			row+`.querySelector('td.collections code').textContent === 'order_summaries' && `+row+`.textContent.includes('`+active+`')`)
+		if got := activeCollection(t, c, "order_summaries"); got != "order_summaries" {
+			t.Errorf("the pointer names %s after the switch back, want order_summaries", got)
+		}
+	})
+
 	sub("verify", func(t *testing.T, p *page) {
 		// Drift: a summary written behind the service's back, at the
 		// same version, with another status.
@@ -424,7 +445,7 @@ func TestConsole(t *testing.T) {
 
 		p.open("#/dead-letters", "dead-letters")
 		p.waitJS(30*time.Second, "the poison event on the page, once per projection",
-			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 2`)
+			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 3`)
 		var errText string
 		p.eval(`document.querySelector('#dead-table tr.dead-letter[data-stream="con-dl"] td.bad').textContent`, &errText)
 		if strings.TrimPrefix(errText, "✗ ") == "" {
@@ -451,7 +472,7 @@ func TestConsole(t *testing.T) {
 		p.waitJS(10*time.Second, "the retry-all button", `document.querySelector('#dead-table button.retry-stream[data-stream="con-dl"]') !== null`)
 		p.run(10*time.Second, "retry all of con-dl", chromedp.Click(`#dead-table button.retry-stream[data-stream="con-dl"]`))
 		p.waitJS(30*time.Second, "both retries applied and the list empty",
-			`document.querySelectorAll('#retry-log li[data-result="applied"]').length === 2 && document.querySelector('#dead-table tr[data-stream="con-dl"]') === null`)
+			`document.querySelectorAll('#retry-log li[data-result="applied"]').length === 3 && document.querySelector('#dead-table tr[data-stream="con-dl"]') === null`)
 		c.summaryEqualsOrder("con-dl", 3)
 	})
 
@@ -517,12 +538,12 @@ func TestConsole(t *testing.T) {
 			"e481f51cbdc54678b7cc49136f2d6af7", "9ef432eb6251297304e76186b10a928d", strings.Join(items, ","))).decode(t, &wide)
 		c.summaryEqualsOrder(wide.OrderID, wide.Version)
 		routes := []struct{ route, page, ready string }{
-			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 2`},
+			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 3`},
 			{rebuildRoute, "rebuild", `document.querySelector('#rebuild-job[data-state=succeeded] #tasks') !== null`},
 			{verifyRoute, "verify", `document.querySelector('#verify-examples tr[data-id="con-2"]') !== null`},
 			{"#/dead-letters", "dead-letters", `document.getElementById('dead-updated').textContent.includes('updated')`},
-			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 2`},
-			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 2`},
+			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`},
+			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 3`},
 		}
 		for _, w := range []int64{1400, 390} {
 			p.run(10*time.Second, fmt.Sprintf("a %d px wide window", w), chromedp.EmulateViewport(w, 900))
