@@ -358,6 +358,7 @@ func TestConsole(t *testing.T) {
 		if active == "order_summaries" {
 			t.Fatalf("order_summaries still reads %s after the rebuild", active)
 		}
+		p.save("switch-back")
 		eval[bool](p, `(window.confirm = () => true, true)`) // the confirmation dialog, answered yes
 		p.run(10*time.Second, "switch back", chromedp.Click(`tr[data-projection="order_summaries"] button.switch-back`))
 		p.waitJS(20*time.Second, "order_summaries reading its base collection again, the rebuilt one kept",
