@@ -143,21 +143,7 @@ func (s *Service) Get(ctx context.Context, orderID string) (Order, error) {
 // Events folds the order from the whole stream, never from the cache, and
 // returns the stream. Returns ErrNotFound for an unknown order.
 func (s *Service) Events(ctx context.Context, orderID string) (Order, []Event, error) {
-	if err := ValidateID("order id", orderID); err != nil {
-		return Order{}, nil, err
-	}
-	events, err := s.Store.Load(ctx, orderID, 0)
-	if err != nil {
-		return Order{}, nil, err
-	}
-	if len(events) == 0 {
-		return Order{}, nil, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
-	}
-	o, err := Fold(events)
-	if err != nil {
-		return Order{}, nil, fmt.Errorf("fold order %s: %w", orderID, err)
-	}
-	return o, events, nil
+	return s.EventsUntil(ctx, orderID, Bound{})
 }
 
 // Bound is a point in a stream's history: the stream up to and including
