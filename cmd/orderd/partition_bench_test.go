@@ -116,10 +116,14 @@ func rawUpdates(ctx context.Context, b *testing.B, coll *mongo.Collection) float
 	return float64(scaleUpdates) / time.Since(start).Seconds()
 }
 
+// scaleProjections is how many projections the service runs, each
+// applying every event.
+const scaleProjections = 3
+
 // applyRate starts procs projector processes on a fresh database and
 // stream, waits until they share the partitions evenly, publishes
 // scaleOrders orders' events and returns the events applied per second
-// (both projections) until every partition consumer has acknowledged
+// (every projection) until every partition consumer has acknowledged
 // everything.
 func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetstream.JetStream, uri, natsURL string, procs int) float64 {
 	b.Helper()
@@ -191,7 +195,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 				}
 			}
 		}
-		even := len(held) == 2
+		even := len(held) == scaleProjections
 		for _, owners := range held {
 			total := 0
 			for _, n := range owners {
@@ -222,7 +226,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	if err != nil || n != scaleOrders {
 		b.Errorf("%d projectors: %d summaries at version 4 (%v), want %d", procs, n, err, scaleOrders)
 	}
-	return float64(2*len(events)) / elapsed.Seconds()
+	return float64(scaleProjections*len(events)) / elapsed.Seconds()
 }
 
 // streamLag sums, over the stream's consumers, the messages pending or
