@@ -134,10 +134,21 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 		b.Fatal(err)
 	}
 	// The log first, unpublished: the processes then start on an empty
-	// stream.
+	// stream. The read models' pointers before it, as a service started
+	// on an empty log writes them (on a log it would build them first).
 	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		b.Fatal(err)
+	}
+	ps := mongodb.NewPointers(db)
+	for _, p := range []interface{ EnsurePointer(context.Context) error }{
+		mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
+		mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
+		mongodb.NewProjection(db, projection.DailySales, es, nil, ps),
+	} {
+		if err := p.EnsurePointer(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 	svc := domain.NewService(es, nil)
 	var events []domain.Event
