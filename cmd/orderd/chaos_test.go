@@ -603,7 +603,10 @@ func (c *cluster) injectDuplicates(ctx context.Context, done <-chan struct{}) fu
 // three checks of guarantees.
 func TestChaos_KillAndRestartUnderLoad(t *testing.T) {
 	chaosParallel(t)
-	loadFor, every := 16*time.Second, 2*time.Second
+	// A restart waits for the instance's readiness, seconds on a busy
+	// machine: the short run's pause between kills is short, so that
+	// each of the four victims is killed within the load.
+	loadFor, every := 20*time.Second, 500*time.Millisecond
 	if *chaosLong {
 		loadFor, every = 50*time.Second, 3*time.Second
 	}
