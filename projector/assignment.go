@@ -33,10 +33,11 @@ func (r *Runner) step(ctx context.Context) {
 		}
 	}
 
-	// Partitions fenced off (renewals failing) or taken by another owner
-	// have had their workers cancelled: wait for them.
+	// Partitions taken by another owner have had their workers
+	// cancelled: wait for them. Fenced ones (renewals failing) are kept,
+	// their writes held until a renewal gets through.
 	for _, p := range r.ownedPartitions() {
-		if tn := r.tenure(p); tn.fenced() {
+		if tn := r.tenure(p); tn.ended() {
 			r.log.Warn("projection partition lease lost: stopping its workers", "partition", p, "taken_by_another", tn.taken.Load())
 			r.stop(p)
 		}
@@ -131,8 +132,13 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	// this process last did.
 	r.store.Purge()
 	pctx, cancel := context.WithCancel(ctx)
-	tn := &tenure{p: p, lease: lease, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt,
-		fence: time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), cancel)}
+	tn := &tenure{p: p, lease: lease, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt, gate: newWriteGate(pctx)}
+	tn.fence = time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), func() {
+		if pctx.Err() == nil {
+			r.log.Warn("projection partition fenced: its lease was not renewed for half its TTL; writes wait for a renewal", "partition", p)
+		}
+		tn.gate.close()
+	})
 	r.mu.Lock()
 	r.owned[p] = tn
 	r.mu.Unlock()
@@ -208,8 +214,9 @@ func (r *Runner) tenure(p int) *tenure {
 // in one update, each renewal pushing back its partition's fence. A
 // partition whose lease is found in another owner's hands has its workers
 // cancelled at once (step then waits for them); one whose renewals keep
-// failing is cancelled by its fence LeaseTTL/2 after the last renewal that
-// got through, before a successor can claim it at LeaseTTL.
+// failing has its writes stopped by its fence LeaseTTL/2 after the last
+// renewal that got through, before a successor can claim it at LeaseTTL,
+// and started again by the first renewal that gets through.
 func (r *Runner) renewLoop(ctx context.Context) {
 	ttl := r.cfg.LeaseTTL
 	t := time.NewTicker(ttl / 4)
@@ -223,7 +230,7 @@ func (r *Runner) renewLoop(ctx context.Context) {
 		r.mu.Lock()
 		held := map[int]*tenure{}
 		for p, tn := range r.owned {
-			if !tn.fenced() {
+			if !tn.ended() {
 				held[p] = tn
 			}
 		}
@@ -241,8 +248,11 @@ func (r *Runner) renewLoop(ctx context.Context) {
 			kept, err := r.leases.Renew(ctx, leases, ttl)
 			for _, lease := range kept {
 				p := byName[lease.Name]
-				if tn := held[p]; tn.fence.Stop() { // not fired: the new deadline holds
-					tn.fence.Reset(time.Until(lease.RenewedAt.Add(ttl / 2)))
+				tn := held[p]
+				tn.fence.Stop()
+				tn.fence.Reset(time.Until(lease.RenewedAt.Add(ttl / 2)))
+				if tn.gate.open() {
+					r.log.Info("projection partition lease renewed after its fence: writing again", "partition", p)
 				}
 				delete(held, p)
 			}
@@ -269,8 +279,8 @@ func (r *Runner) release(ctx context.Context, lease domain.Lease) error {
 	return nil
 }
 
-// fenced reports whether the partition's fence has stopped its workers.
-func (tn *tenure) fenced() bool { return tn.ctx.Err() != nil }
+// ended reports whether the tenure's workers have been told to stop.
+func (tn *tenure) ended() bool { return tn.ctx.Err() != nil }
 
 // bounded runs f with a deadline d from now, and lets it finish when ctx
 // is cancelled: a lease write cut off mid-flight may still land on the

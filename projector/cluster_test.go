@@ -98,12 +98,13 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// the service's lease TTL; each tenure that ends is counted.
 	var stops atomic.Int64
 	_, pjs := connect()
-	// The service's batch and workers: acks sent while a consumer has no
-	// leader are lost, and their messages count against MaxAckPending
-	// until AckWait redelivers them; the test's small batches (128
-	// pending at most) let that stall a partition for AckWait (30 s).
+	// Small batches: acks sent while a consumer has no leader are lost,
+	// and their messages count against MaxAckPending (here 4 x 8) until
+	// they are sent again; left to AckWait, a partition would stall for
+	// 30 s (TestRunnerAcknowledgesAgainWhatWasLost makes that fault on
+	// purpose).
 	cfg := b.RunnerConfig()
-	cfg.Owner, cfg.Workers, cfg.BatchSize = "P", 0, 0
+	cfg.Owner, cfg.Workers, cfg.BatchSize = "P", 1, 8
 	cfg.OnTenure = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -106,6 +107,13 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 			pause.For(ctx, 100*time.Millisecond)
 			continue
 		}
+		// A fenced partition holds its batch until a renewal gets
+		// through, without taking a write slot from the others.
+		wctx, err := tn.gate.wait(ctx)
+		if err != nil {
+			_ = first.Nak()
+			return nil
+		}
 		select {
 		case r.writers <- struct{}{}:
 		case <-ctx.Done():
@@ -120,15 +128,16 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 			}
 			batch = append(batch, m)
 		}
-		r.handle(ctx, tn, batch)
+		r.handle(ctx, wctx, tn, batch)
 		<-r.writers
 	}
 	return nil
 }
 
 // handle folds one batch of partition tn's messages and acknowledges,
-// redelivers or parks each of them.
-func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
+// redelivers or parks each of them. ctx is the tenure's, wctx the write
+// gate's (done when the partition's fence closes it).
+func (r *Runner) handle(ctx, wctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 	type received struct {
 		msg     jetstream.Msg
 		version int64 // 0 when the message does not decode
@@ -164,16 +173,17 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 			}
 		}
 	}()
-	wctx, done := r.writeContext(ctx)
-	out, failed, err := r.store.Apply(wctx, events, fresh)
+	actx, done := r.writeContext(wctx)
+	out, failed, err := r.store.Apply(actx, events, fresh)
 	done()
 	tn.applied.Add(int64(out.Applied))
 	r.metrics.partitionApplied(r.name, tn.p, out.Applied)
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
 		// without counting it against the dead-letter limit.
-		if ctx.Err() != nil {
-			// The partition stops: its next owner gets them at once.
+		if wctx.Err() != nil {
+			// The partition stops (its next owner gets them at once) or
+			// its fence closed (they wait for a renewal here).
 			for _, m := range msgs {
 				_ = m.Nak()
 			}
@@ -192,6 +202,8 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		}
 		return
 	}
+	var acks []jetstream.Msg
+	defer func() { r.ack(ctx, acks) }()
 	for stream, ms := range byStream {
 		// Events the document reflects are done, even in a stream with a
 		// message that does not decode or an event that does not apply.
@@ -206,7 +218,7 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		}
 		for _, m := range ms {
 			if m.version > 0 && m.version <= reached {
-				_ = m.msg.Ack()
+				acks = append(acks, m.msg)
 				continue
 			}
 			cause := errors.Join(poison[stream], applyErr)
@@ -215,6 +227,56 @@ func (r *Runner) handle(ctx context.Context, tn *tenure, msgs []jetstream.Msg) {
 		}
 	}
 }
+
+// ackConfirmWait bounds the wait for the consumer's answer to a batch's
+// last acknowledgement.
+const ackConfirmWait = 2 * time.Second
+
+// ack acknowledges msgs, all but the last without waiting, the last with
+// a confirmation from the consumer's leader, which in a cluster answers
+// once the acknowledgement is replicated, and so after the earlier ones of
+// the batch, sent before it on the same connection to the same leader.
+// While the consumer has no leader (a node lost, an election) the
+// acknowledgements are lost: they are sent again, with backoff, until one
+// is confirmed or the tenure ends, so that the messages do not stay
+// pending until AckWait (30 s) and hold MaxAckPending meanwhile, which
+// stalls the partition. The confirmation and its resends run beside the
+// worker, which goes on with its next batch.
+func (r *Runner) ack(ctx context.Context, msgs []jetstream.Msg) {
+	if len(msgs) == 0 {
+		return
+	}
+	last := msgs[len(msgs)-1]
+	for _, m := range msgs[:len(msgs)-1] {
+		_ = m.Ack()
+	}
+	go func() {
+		cctx, cancel := context.WithTimeout(ctx, ackConfirmWait)
+		err := last.DoubleAck(cctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		nc := r.js.Conn()
+		b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
+			backoff.WithMaxElapsedTime(r.cfg.AckWait))
+		resend := func() error {
+			for _, m := range msgs[:len(msgs)-1] {
+				_ = nc.Publish(m.Reply(), ackBody)
+			}
+			cctx, cancel := context.WithTimeout(ctx, ackConfirmWait)
+			defer cancel()
+			_, err := nc.RequestWithContext(cctx, last.Reply(), ackBody)
+			return err
+		}
+		if err := backoff.Retry(resend, backoff.WithContext(b, ctx)); err != nil && ctx.Err() == nil {
+			r.log.Warn("projection acknowledgements not confirmed; AckWait redelivers them", "messages", len(msgs), "err", err)
+		}
+	}()
+}
+
+// ackBody is JetStream's acknowledgement.
+var ackBody = []byte("+ACK")
 
 // reject redelivers a message whose event could not be applied, with
 // backoff, or parks it once it was delivered MaxDeliveries times.

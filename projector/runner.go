@@ -55,7 +55,8 @@ type RunnerConfig struct {
 	// without renewal [10s]. Leases are renewed every LeaseTTL/4, the
 	// heartbeat and the rebalance run every LeaseTTL/3; an owner whose
 	// renewals fail for LeaseTTL/2 stops writing, before the lease can
-	// pass to another process.
+	// pass to another process, and writes again when a renewal gets
+	// through while no other process has claimed the lease.
 	LeaseTTL time.Duration
 	// OnTenure, when set, is called when this process is about to start
 	// writing a partition (start true, before its first write) and when it
@@ -86,9 +87,13 @@ type applier interface {
 //
 // A deposed owner stops writing before its successor starts: a release
 // comes after the partition's workers have stopped, and an owner whose
-// renewals fail stops after LeaseTTL/2, while a successor can claim only
-// after LeaseTTL. A write that was already on its way when the owner
-// stopped lands late: the version guard makes it harmless (invariant 4).
+// renewals fail stops writing after LeaseTTL/2, while a successor can
+// claim only after LeaseTTL. The owner keeps the partition meanwhile and
+// writes again once a renewal gets through at the same epoch, so a store
+// election longer than LeaseTTL/2 costs no hand-over; a renewal that finds
+// the lease claimed by another ends the tenure. A write that was already
+// on its way when the owner stopped lands late: the version guard makes
+// it harmless (invariant 4).
 //
 // Within a partition, each worker takes the messages at hand (up to
 // BatchSize), folds them with one read and one bulk write per round, and
@@ -127,9 +132,11 @@ type tenure struct {
 	ctx    context.Context // the workers'; done once the partition stops
 	cancel context.CancelFunc
 	done   chan struct{}
-	// fence cancels the workers LeaseTTL/2 after the last successful
-	// renewal was sent; each renewal pushes it back.
+	// fence closes gate LeaseTTL/2 after the last successful renewal was
+	// sent; each renewal pushes it back, and one after the fence opens
+	// the gate again.
 	fence   *time.Timer
+	gate    *writeGate
 	taken   atomic.Bool // the lease passed to another owner
 	applied atomic.Int64
 	// The apply counter at the previous heartbeat, for the rate.

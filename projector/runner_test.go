@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +17,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/mongodb"
@@ -594,4 +598,148 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 	if ts.starts["A"] != 4 {
 		t.Errorf("A started %d tenures, want its 4 once", ts.starts["A"])
 	}
+}
+
+// TestRunnerKeepsItsPartitionsThroughAStoreStall: the projector's link to
+// the store stalls (a TCP proxy holds every byte it sends, as a replica
+// set without a primary answers nothing for an election's 10-12 s) for
+// longer than the partition lease, while commands go on through another
+// link. The fence stops the owner's writes at LeaseTTL/2, but the owner
+// keeps its partitions: no other member could claim them, so the first
+// renewal that gets through opens the writes again, and no tenure ends
+// (before, the fence ended every tenure and each partition was claimed
+// and its consumer started again). The read model then equals the fold.
+func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+
+	u, err := url.Parse(storetest.MongoURI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := storetest.NewHoldingProxy(t, u.Host)
+	u.Host = proxy.Addr
+	c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.WithoutCancel(ctx)) })
+	pdb := c.Database(db.Name())
+
+	var starts, stops atomic.Int64
+	cfg := b.RunnerConfig()
+	cfg.Owner, cfg.LeaseTTL = "P", 4*time.Second
+	cfg.OnTenure = func(_ string, _ int, start bool) {
+		if start {
+			starts.Add(1)
+		} else {
+			stops.Add(1)
+		}
+	}
+	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
+	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
+	projectiontest.Go(t, "summaries runner", r.Run)
+	// The other read model, on a link that does not stall.
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
+
+	svc := domain.NewService(es, nil)
+	ids := writeOrders(t, ctx, svc, "stall", 0, 5)
+	projectiontest.WaitFor(t, 30*time.Second, "the read model before the stall", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+
+	proxy.Hold()
+	ids = append(ids, writeOrders(t, ctx, svc, "stall", 5, 10)...)
+	// Held until every partition's lease has expired: a successor could
+	// have claimed them all, and the fence has long closed the writes.
+	leases := mongodb.NewPartitions(db, r.Key())
+	projectiontest.WaitFor(t, 30*time.Second, "every partition lease expired", func() error {
+		ls, err := leases.List(ctx, cfg.Partitions)
+		if err != nil {
+			return err
+		}
+		for _, l := range ls {
+			if l.ExpiresAt.After(time.Now()) {
+				return fmt.Errorf("partition lease %s expires at %s", l.Name, l.ExpiresAt.Format(time.RFC3339Nano))
+			}
+		}
+		return nil
+	})
+	proxy.Release()
+
+	projectiontest.WaitFor(t, 60*time.Second, "the read model after the stall", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	if s, e := starts.Load(), stops.Load(); s != int64(cfg.Partitions) || e != 0 {
+		t.Errorf("%d tenures started and %d ended through the stall; want %d started, none ended", s, e, cfg.Partitions)
+	}
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
+}
+
+// TestRunnerAcknowledgesAgainWhatWasLost: while the acknowledgements a
+// projector sends are lost on their way (a proxy drops them, as a
+// consumer whose leader is lost or elected loses them), its partitions
+// fill MaxAckPending and JetStream delivers nothing more to them. Once
+// acknowledgements get through again, the projector's unconfirmed ones are
+// sent again and the partitions move on at once: AckWait (five minutes
+// here) is never waited out, and the read models equal the fold.
+func TestRunnerAcknowledgesAgainWhatWasLost(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+
+	dropper := bustest.NewAckDropper(t, strings.TrimPrefix(b.URL, "nats://"))
+	cfg := b.RunnerConfig()
+	cfg.Owner, cfg.Workers, cfg.BatchSize, cfg.AckWait = "P", 1, 8, 5*time.Minute
+	maxAckPending := 4 * cfg.Workers * cfg.BatchSize
+	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
+	r := projector.NewRunner(p, projectortest.ConnectTo(t, dropper.URL), mongodb.NewDeadLetters(db), cfg, log, nil)
+	projectiontest.Go(t, "summaries runner", r.Run)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
+
+	consumers := func() []*jetstream.ConsumerInfo {
+		t.Helper()
+		var out []*jetstream.ConsumerInfo
+		for p := range cfg.Partitions {
+			c, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, info)
+		}
+		return out
+	}
+	dropper.Drop(true)
+	svc := domain.NewService(es, nil)
+	ids := writeOrders(t, ctx, svc, "lost", 0, 40)
+	projectiontest.WaitFor(t, 60*time.Second, "a partition stalled at MaxAckPending", func() error {
+		for _, info := range consumers() {
+			if info.NumAckPending >= maxAckPending {
+				return nil
+			}
+		}
+		return fmt.Errorf("no consumer with %d acknowledgements pending (%d dropped)", maxAckPending, dropper.Dropped())
+	})
+	dropper.Drop(false)
+	t.Logf("%d acknowledgements dropped", dropper.Dropped())
+
+	ids = append(ids, writeOrders(t, ctx, svc, "lost", 40, 50)...)
+	projectiontest.WaitFor(t, 60*time.Second, "every message acknowledged", func() error {
+		for _, info := range consumers() {
+			if info.NumAckPending != 0 || info.NumPending != 0 {
+				return fmt.Errorf("consumer %s: %d acknowledgements pending, %d messages undelivered", info.Name, info.NumAckPending, info.NumPending)
+			}
+		}
+		return nil
+	})
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
 }
