@@ -176,7 +176,8 @@ func (a *Service) ReadModels(ctx context.Context, orderID string) ([]domain.Read
 		if err != nil {
 			return nil, err
 		}
-		known = known || c.StoredVersion > 0 || c.LogVersion > 0 || c.State != "equal" || c.FoldError != ""
+		known = known || c.StoredVersion > 0 || c.LogVersion > 0 || c.FoldError != "" ||
+			c.State != "equal" && c.State != "not-built" && c.State != "other-version"
 		out = append(out, c)
 	}
 	if !known {

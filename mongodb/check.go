@@ -18,14 +18,26 @@ import (
 // changes nothing. The document is read before the log, so a live write
 // in between cannot make it look ahead of the log. A stream that neither
 // the log nor the read model knows is reported "equal" with both sides
-// null. Errors: the store's (domain.ErrUnavailable) and the log's.
+// null. A projection not built yet is reported "not-built", and one whose
+// readers read another version than this process folds (a rolling
+// upgrade) "other-version": neither is compared. Errors: the store's
+// (domain.ErrUnavailable) and the log's.
 func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelCheck, error) {
-	s, err := p.Active(ctx)
+	c := domain.ReadModelCheck{Projection: p.def.Name, Document: json.RawMessage("null"), Expected: json.RawMessage("null")}
+	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
 	if err != nil {
-		return domain.ReadModelCheck{}, err
+		return c, err
 	}
-	c := domain.ReadModelCheck{Projection: p.def.Name, Collection: s.def.Collection, Document: json.RawMessage("null"),
-		Expected: json.RawMessage("null")}
+	c.Collection = ptr.Active
+	switch {
+	case ptr.Active == "":
+		c.State = "not-built"
+		return c, nil
+	case ptr.ActiveVer() != p.def.Ver():
+		c.State = "other-version"
+		return c, nil
+	}
+	s := p.ReadModel(ptr.Active)
 	var d stored[D]
 	err = s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 	exists := err == nil
