@@ -39,13 +39,21 @@ lint: lint-api
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
 
 ## lint-api: http/openapi.json under Redocly's recommended rules and Spectral's
-## spectral:oas ruleset (tools/apilint); an error in either fails, warnings are shown
+## spectral:oas ruleset (tools/apilint); an error in either fails, warnings are shown;
+## and http/api/api.gen.go must be what the document generates (go generate ./http/api)
 APILINT := tools/apilint
+# The generator as pinned in the go:generate line of http/api/doc.go.
+OAPI_CODEGEN = $(shell sed -n 's|^//go:generate go run \([^ ]*\) .*|\1|p' http/api/doc.go)
 lint-api: $(APILINT)/node_modules/.installed
 	@rc=0; \
 	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
 	  $(APILINT)/node_modules/.bin/redocly lint --config $(APILINT)/redocly.yaml --format=stylish http/openapi.json || rc=1; \
 	$(APILINT)/node_modules/.bin/spectral lint --ruleset $(APILINT)/.spectral.yaml http/openapi.json || rc=1; \
+	gen=$$(mktemp); \
+	(cd http/api && $(GO) run $(OAPI_CODEGEN) -config oapi-codegen.yaml -o $$gen ../openapi.json) || rc=1; \
+	if ! cmp -s $$gen http/api/api.gen.go; then \
+	  echo "http/api/api.gen.go is not what http/openapi.json generates: run go generate ./http/api"; rc=1; fi; \
+	rm -f $$gen; \
 	exit $$rc
 
 # The linters' pinned install, redone when the lock file changes: npm ci

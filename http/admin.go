@@ -37,30 +37,6 @@ type Admin interface {
 	ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error)
 }
 
-// adminRoutes registers the admin API under /v1/admin, behind the bearer
-// token. With no token configured nothing is registered: the routes answer
-// 404 like any unknown path.
-func (s *Server) adminRoutes(v1 *echo.Group) {
-	if s.cfg.Admin == nil || s.cfg.AdminToken == "" {
-		return
-	}
-	a := v1.Group("/admin", bearer(s.cfg.AdminToken))
-	a.GET("/projections", s.listProjections)
-	a.POST("/projections/:name/rebuilds", s.startRebuild)
-	a.POST("/projections/:name/switch-back", s.switchBack)
-	a.GET("/projections/:name/rebuilds/:job", s.getJob(domain.KindRebuild))
-	a.POST("/projections/:name/rebuilds/:job/cancel", s.cancelJob(domain.KindRebuild))
-	a.POST("/projections/:name/verifications", s.startVerify)
-	a.GET("/projections/:name/verifications/:job", s.getJob(domain.KindVerify))
-	a.POST("/projections/:name/verifications/:job/cancel", s.cancelJob(domain.KindVerify))
-	a.POST("/replays", s.startReplay)
-	a.GET("/replays/:job", s.getJob(domain.KindReplay))
-	a.POST("/replays/:job/cancel", s.cancelJob(domain.KindReplay))
-	a.GET("/dead-letters", s.listDeadLetters)
-	a.POST("/dead-letters/:id/retry", s.retryDeadLetter)
-	a.GET("/orders/:id/read-models", s.readModels)
-}
-
 // bearer admits requests carrying "Authorization: Bearer <token>". The
 // comparison is of SHA-256 digests in constant time, so neither the
 // token's bytes nor its length leak through timing.
@@ -91,7 +67,7 @@ type rebuildRequest struct {
 	Partitions *int `json:"partitions" validate:"omitempty,min=1,max=64"`
 }
 
-func (s *Server) startRebuild(c echo.Context) error {
+func (s *Server) startRebuild(c echo.Context, projection string) error {
 	var req rebuildRequest
 	if err := decode(c, &req, true); err != nil {
 		return err
@@ -100,19 +76,19 @@ func (s *Server) startRebuild(c echo.Context) error {
 	if req.Partitions != nil {
 		n = *req.Partitions
 	}
-	job, err := s.cfg.Admin.StartRebuild(c.Request().Context(), c.Param("name"), n)
+	job, err := s.cfg.Admin.StartRebuild(c.Request().Context(), projection, n)
 	if err != nil {
 		return err
 	}
 	return accepted(c, job, "/v1/admin/projections/"+job.Projection+"/rebuilds/"+job.ID)
 }
 
-func (s *Server) switchBack(c echo.Context) error {
+func (s *Server) switchBack(c echo.Context, projection string) error {
 	var req struct{}
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	st, err := s.cfg.Admin.SwitchBack(c.Request().Context(), c.Param("name"))
+	st, err := s.cfg.Admin.SwitchBack(c.Request().Context(), projection)
 	if err != nil {
 		return err
 	}
@@ -123,12 +99,12 @@ type verifyRequest struct {
 	Repair bool `json:"repair"`
 }
 
-func (s *Server) startVerify(c echo.Context) error {
+func (s *Server) startVerify(c echo.Context, projection string) error {
 	var req verifyRequest
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	job, err := s.cfg.Admin.StartVerify(c.Request().Context(), c.Param("name"), req.Repair)
+	job, err := s.cfg.Admin.StartVerify(c.Request().Context(), projection, req.Repair)
 	if err != nil {
 		return err
 	}
@@ -159,53 +135,47 @@ func accepted(c echo.Context, job domain.Job, location string) error {
 	return c.JSON(http.StatusAccepted, job)
 }
 
-// job returns the job of the route, or not found when it is of another
-// kind or projection.
-func (s *Server) job(c echo.Context, kind domain.JobKind) (domain.Job, error) {
-	id := c.Param("job")
+// job returns the job id, or not found when it is of another kind or
+// projection ("" for a replay) than the route's.
+func (s *Server) job(c echo.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
 	job, err := s.cfg.Admin.Job(c.Request().Context(), id)
 	if err != nil {
 		return job, err
 	}
-	if job.Kind != kind || job.Projection != c.Param("name") {
+	if job.Kind != kind || job.Projection != projection {
 		return job, fmt.Errorf("%s job %s: %w", kind, id, domain.ErrNotFound)
 	}
 	return job, nil
 }
 
-func (s *Server) getJob(kind domain.JobKind) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		job, err := s.job(c, kind)
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusOK, job)
+func (s *Server) getJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+	job, err := s.job(c, kind, projection, id)
+	if err != nil {
+		return err
 	}
+	return c.JSON(http.StatusOK, job)
 }
 
-func (s *Server) cancelJob(kind domain.JobKind) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if _, err := s.job(c, kind); err != nil {
-			return err
-		}
-		job, err := s.cfg.Admin.CancelJob(c.Request().Context(), c.Param("job"))
-		if err != nil {
-			return err
-		}
-		return c.JSON(http.StatusAccepted, job)
+func (s *Server) cancelJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+	if _, err := s.job(c, kind, projection, id); err != nil {
+		return err
 	}
+	job, err := s.cfg.Admin.CancelJob(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, job)
 }
 
-func (s *Server) listDeadLetters(c echo.Context) error {
+func (s *Server) listDeadLetters(c echo.Context, projection, limitParam string) error {
 	limit := int64(100)
-	if v := c.QueryParam("limit"); v != "" {
+	if v := limitParam; v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 || n > 1000 {
 			return invalid(domain.FieldError{Field: "limit", Detail: "a whole number from 1 to 1000"})
 		}
 		limit = n
 	}
-	projection := c.QueryParam("projection")
 	ds, err := s.cfg.Admin.DeadLetters(c.Request().Context(), projection, limit)
 	if err != nil {
 		return err
@@ -213,17 +183,15 @@ func (s *Server) listDeadLetters(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]any{"dead_letters": ds})
 }
 
-func (s *Server) retryDeadLetter(c echo.Context) error {
-	id := c.Param("id")
+func (s *Server) retryDeadLetter(c echo.Context, id string) error {
 	if err := s.cfg.Admin.RetryDeadLetter(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"id": id, "result": "applied"})
 }
 
-func (s *Server) readModels(c echo.Context) error {
-	id, err := pathID(c, "order id")
-	if err != nil {
+func (s *Server) readModels(c echo.Context, id string) error {
+	if err := validID("order id", id); err != nil {
 		return err
 	}
 	rs, err := s.cfg.Admin.ReadModels(c.Request().Context(), id)

@@ -3,9 +3,9 @@ package http
 import (
 	"context"
 	"net/http"
-	"net/url"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 )
 
 // The admin routes answer 401 (/problems/unauthorized) without the
@@ -19,7 +19,7 @@ func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, er
 	var list struct {
 		Projections []domain.ProjectionStatus `json:"projections"`
 	}
-	_, err := c.do(ctx, http.MethodGet, "/v1/admin/projections", nil, nil, &list)
+	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
 	return list.Projections, err
 }
 
@@ -29,12 +29,14 @@ func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, er
 // domain.ErrNotFound (unknown projection), domain.ErrValidation or
 // domain.ErrJobRunning.
 func (c *Client) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
-	var body any = struct{}{}
+	var body api.RebuildRequest
 	if partitions > 0 {
-		body = map[string]int{"partitions": partitions}
+		body.Partitions = &partitions
 	}
 	var job domain.Job
-	_, err := c.do(ctx, http.MethodPost, jobsPath(domain.KindRebuild, projection), nil, body, &job)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.StartRebuild(ctx, projection, body, edit...)
+	}, nil, &job)
 	return job, err
 }
 
@@ -44,7 +46,9 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // domain.ErrNoPrevious or domain.ErrJobRunning.
 func (c *Client) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
 	var st domain.ProjectionStatus
-	_, err := c.do(ctx, http.MethodPost, "/v1/admin/projections/"+url.PathEscape(projection)+"/switch-back", nil, struct{}{}, &st)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.SwitchBack(ctx, projection, edit...)
+	}, nil, &st)
 	return st, err
 }
 
@@ -53,7 +57,9 @@ func (c *Client) SwitchBack(ctx context.Context, projection string) (domain.Proj
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).
 func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
 	var job domain.Job
-	_, err := c.do(ctx, http.MethodPost, jobsPath(domain.KindVerify, projection), nil, map[string]bool{"repair": repair}, &job)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.StartVerify(ctx, projection, api.VerifyRequest{Repair: &repair}, edit...)
+	}, nil, &job)
 	return job, err
 }
 
@@ -61,7 +67,15 @@ func (c *Client) StartVerify(ctx context.Context, projection string, repair bool
 // *Error wrapping domain.ErrNotFound.
 func (c *Client) Job(ctx context.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
 	var job domain.Job
-	_, err := c.do(ctx, http.MethodGet, jobPath(kind, projection, id), nil, nil, &job)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		switch kind {
+		case domain.KindRebuild:
+			return c.api.GetRebuild(ctx, projection, id, edit...)
+		case domain.KindVerify:
+			return c.api.GetVerification(ctx, projection, id, edit...)
+		}
+		return c.api.GetReplay(ctx, id, edit...)
+	}, nil, &job)
 	return job, err
 }
 
@@ -69,31 +83,43 @@ func (c *Client) Job(ctx context.Context, kind domain.JobKind, projection, id st
 // an *Error wrapping domain.ErrNotFound or domain.ErrJobFinished.
 func (c *Client) CancelJob(ctx context.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
 	var job domain.Job
-	_, err := c.do(ctx, http.MethodPost, jobPath(kind, projection, id)+"/cancel", nil, nil, &job)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		switch kind {
+		case domain.KindRebuild:
+			return c.api.CancelRebuild(ctx, projection, id, edit...)
+		case domain.KindVerify:
+			return c.api.CancelVerification(ctx, projection, id, edit...)
+		}
+		return c.api.CancelReplay(ctx, id, edit...)
+	}, nil, &job)
 	return job, err
 }
 
 // JobURL is the absolute URL of the job, where a GET follows it.
 func (c *Client) JobURL(kind domain.JobKind, projection, id string) string {
-	return c.URL(jobPath(kind, projection, id))
+	var (
+		req *http.Request
+		err error
+	)
+	switch kind {
+	case domain.KindRebuild:
+		req, err = api.NewGetRebuildRequest(c.cfg.URL, projection, id)
+	case domain.KindVerify:
+		req, err = api.NewGetVerificationRequest(c.cfg.URL, projection, id)
+	default:
+		req, err = api.NewGetReplayRequest(c.cfg.URL, id)
+	}
+	if err != nil {
+		return "" // NewClient checked the URL
+	}
+	return req.URL.String()
 }
 
 // DeadLettersURL is the absolute URL of the projection's dead letters.
 func (c *Client) DeadLettersURL(projection string) string {
-	return c.URL("/v1/admin/dead-letters?projection=" + url.QueryEscape(projection))
-}
-
-// jobsPath is the collection of the jobs of kind on projection.
-func jobsPath(kind domain.JobKind, projection string) string {
-	switch kind {
-	case domain.KindRebuild:
-		return "/v1/admin/projections/" + url.PathEscape(projection) + "/rebuilds"
-	case domain.KindVerify:
-		return "/v1/admin/projections/" + url.PathEscape(projection) + "/verifications"
+	req, err := api.NewListDeadLettersRequest(c.cfg.URL, &api.ListDeadLettersParams{Projection: &projection})
+	if err != nil {
+		return "" // NewClient checked the URL
 	}
-	return "/v1/admin/replays"
-}
-
-func jobPath(kind domain.JobKind, projection, id string) string {
-	return jobsPath(kind, projection) + "/" + url.PathEscape(id)
+	return req.URL.String()
 }

@@ -1,7 +1,6 @@
 package http
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 )
 
 // maxAnswerBytes bounds the part of an answer the Client reads and keeps;
@@ -57,6 +57,7 @@ func (c *ClientConfig) setDefaults() {
 // answer was cut.
 type Client struct {
 	cfg ClientConfig
+	api *api.Client // builds each operation's request from openapi.json
 }
 
 // NewClient returns a client of the service at cfg.URL, or an error when
@@ -66,11 +67,15 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
 	}
-	return &Client{cfg: cfg}, nil
+	a, err := api.NewClient(cfg.URL, api.WithHTTPClient(cfg.HTTPClient))
+	if err != nil {
+		return nil, fmt.Errorf("URL %q: %w", cfg.URL, err)
+	}
+	return &Client{cfg: cfg, api: a}, nil
 }
 
-// URL returns the absolute URL of path, a path of the API with its query.
-func (c *Client) URL(path string) string { return c.cfg.URL + path }
+// BaseURL is the service's URL, ClientConfig.URL without a trailing slash.
+func (c *Client) BaseURL() string { return c.cfg.URL }
 
 // Error is an answer other than 2xx: the problem document the server sent
 // (RFC 9457), or, when the body was none, Status with the start of the
@@ -144,33 +149,25 @@ func excerpt(body []byte) string {
 	return s
 }
 
-// do sends one request with in as its JSON body (nil: no body) and the
-// headers of h, decodes a 2xx answer into out (nil: not decoded) and
-// returns its headers.
-func (c *Client) do(ctx context.Context, method, path string, h http.Header, in, out any) (http.Header, error) {
-	var rd io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", method, path, err)
+// call is one api.Client operation with its arguments bound: it sends the
+// request, edited by edit, and returns the answer.
+type call func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error)
+
+// do sends the request of op with the headers of h, decodes a 2xx answer
+// into out (nil: not decoded) and returns its headers.
+func (c *Client) do(ctx context.Context, op call, h http.Header, out any) (http.Header, error) {
+	var method, path string
+	resp, err := op(ctx, func(_ context.Context, req *http.Request) error {
+		method, path = req.Method, strings.TrimPrefix(req.URL.String(), c.cfg.URL)
+		for k, v := range h {
+			req.Header[k] = v
 		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.cfg.URL+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-	resp, err := c.cfg.HTTPClient.Do(req)
+		req.Header.Set("Accept", "application/json, application/problem+json")
+		if c.cfg.Token != "" {
+			req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -193,23 +190,6 @@ func (c *Client) do(ctx context.Context, method, path string, h http.Header, in,
 	return resp.Header, nil
 }
 
-// placeBody is the body of POST /v1/orders (placeRequest).
-type placeBody struct {
-	OrderID      string        `json:"order_id,omitempty"`
-	CustomerID   string        `json:"customer_id"`
-	Currency     string        `json:"currency"`
-	Items        []domain.Line `json:"items"`
-	FreightCents int64         `json:"freight_cents,omitempty"`
-	At           string        `json:"at,omitempty"`
-}
-
-// commandBody is the body of the lifecycle commands (stepRequest,
-// reasonRequest).
-type commandBody struct {
-	At     string `json:"at,omitempty"`
-	Reason string `json:"reason,omitempty"`
-}
-
 // Execute sends cmd for the order: POST /v1/orders for a domain.PlaceOrder
 // (orderID "" lets the server choose), else
 // POST /v1/orders/{orderID}/{domain.CommandName(cmd)}. opt goes as the
@@ -218,25 +198,34 @@ type commandBody struct {
 // *Error wrapping the domain error: domain.ErrInvalidTransition,
 // domain.ErrPreconditionFailed, domain.ErrValidation and so on.
 func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error) {
-	path, body := "/v1/orders/"+url.PathEscape(orderID)+"/"+domain.CommandName(cmd), any(nil)
+	var op call
 	switch x := cmd.(type) {
 	case domain.PlaceOrder:
-		path, body = "/v1/orders", placeBody{OrderID: orderID, CustomerID: x.CustomerID, Currency: x.Currency, Items: x.Items,
-			FreightCents: x.FreightCents, At: timeText(x.At)}
+		body := api.PlaceRequest{CustomerId: x.CustomerID, Currency: x.Currency, FreightCents: nonZero(x.FreightCents), At: timeOf(x.At)}
+		if orderID != "" {
+			body.OrderId = &orderID
+		}
+		for _, l := range x.Items {
+			body.Items = append(body.Items, api.ItemRequest{Sku: l.SKU, Quantity: l.Quantity, UnitPriceCents: l.UnitPriceCents,
+				FreightCents: nonZero(l.FreightCents)})
+		}
+		op = func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+			return c.api.PlaceOrder(ctx, body, edit...)
+		}
 	case domain.Approve:
-		body = commandBody{At: timeText(x.At)}
+		op = c.step(c.api.ApproveOrder, orderID, x.At)
 	case domain.Invoice:
-		body = commandBody{At: timeText(x.At)}
+		op = c.step(c.api.InvoiceOrder, orderID, x.At)
 	case domain.StartProcessing:
-		body = commandBody{At: timeText(x.At)}
+		op = c.step(c.api.ProcessOrder, orderID, x.At)
 	case domain.Ship:
-		body = commandBody{At: timeText(x.At)}
+		op = c.step(c.api.ShipOrder, orderID, x.At)
 	case domain.Deliver:
-		body = commandBody{At: timeText(x.At)}
+		op = c.step(c.api.DeliverOrder, orderID, x.At)
 	case domain.Cancel:
-		body = commandBody{At: timeText(x.At), Reason: x.Reason}
+		op = c.reason(c.api.CancelOrder, orderID, x.At, x.Reason)
 	case domain.MarkUnavailable:
-		body = commandBody{At: timeText(x.At), Reason: x.Reason}
+		op = c.reason(c.api.MarkOrderUnavailable, orderID, x.At, x.Reason)
 	default:
 		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
 	}
@@ -252,12 +241,32 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 		Version int64         `json:"version"`
 		Status  domain.Status `json:"status"`
 	}
-	header, err := c.do(ctx, http.MethodPost, path, h, body, &res)
+	header, err := c.do(ctx, op, h, &res)
 	if err != nil {
 		return domain.Result{}, err
 	}
 	return domain.Result{OrderID: res.OrderID, Version: res.Version, Status: res.Status,
 		Replayed: header.Get("Idempotent-Replayed") == "true"}, nil
+}
+
+// step is the call of a lifecycle command whose body is only its time.
+func (c *Client) step(op func(context.Context, api.OrderId, api.StepRequest, ...api.RequestEditorFn) (*http.Response, error),
+	orderID string, at time.Time) call {
+	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return op(ctx, orderID, api.StepRequest{At: timeOf(at)}, edit...)
+	}
+}
+
+// reason is the call of a lifecycle command that carries a reason.
+func (c *Client) reason(op func(context.Context, api.OrderId, api.ReasonRequest, ...api.RequestEditorFn) (*http.Response, error),
+	orderID string, at time.Time, reason string) call {
+	body := api.ReasonRequest{At: timeOf(at)}
+	if reason != "" {
+		body.Reason = &reason
+	}
+	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return op(ctx, orderID, body, edit...)
+	}
 }
 
 func setHeader(h http.Header, k, v string) {
@@ -266,21 +275,27 @@ func setHeader(h http.Header, k, v string) {
 	}
 }
 
-// timeText is t in RFC 3339, or "" for the zero time (the server then uses
-// its receive time).
-func timeText(t time.Time) string {
+// timeOf is &t, or nil for the zero time (the server then uses its
+// receive time).
+func timeOf(t time.Time) *time.Time {
 	if t.IsZero() {
-		return ""
+		return nil
 	}
-	return t.Format(time.RFC3339Nano)
+	return &t
+}
+
+// nonZero is &n, or nil for 0 (left out of the body).
+func nonZero(n int64) *int64 {
+	if n == 0 {
+		return nil
+	}
+	return &n
 }
 
 // Order returns the order folded from its event log (GET /v1/orders/{id}),
 // or an *Error wrapping domain.ErrNotFound.
 func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
-	var o domain.Order
-	_, err := c.do(ctx, http.MethodGet, "/v1/orders/"+url.PathEscape(id), nil, nil, &o)
-	return o, err
+	return c.OrderUntil(ctx, id, domain.Bound{})
 }
 
 // DailySales returns the daily_sales read model summed over the UTC dates
@@ -288,14 +303,15 @@ func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
 // (GET /v1/daily-sales). An invalid range is an *Error wrapping
 // domain.ErrValidation.
 func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency string) (DailySalesReport, error) {
-	v := url.Values{}
-	v.Set("from", from.UTC().Format(time.DateOnly))
-	v.Set("to", to.UTC().Format(time.DateOnly))
+	f, t := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
+	p := api.GetDailySalesParams{From: &f, To: &t}
 	if currency != "" {
-		v.Set("currency", currency)
+		p.Currency = &currency
 	}
 	var r DailySalesReport
-	_, err := c.do(ctx, http.MethodGet, "/v1/daily-sales?"+v.Encode(), nil, nil, &r)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetDailySales(ctx, &p, edit...)
+	}, nil, &r)
 	return r, err
 }
 
@@ -304,19 +320,19 @@ func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency st
 // head), or an *Error wrapping domain.ErrNotFound (also for a bound past
 // the head or before the first event) or domain.ErrValidation.
 func (c *Client) OrderUntil(ctx context.Context, id string, b domain.Bound) (domain.Order, error) {
-	v := url.Values{}
+	var p api.GetOrderParams
 	if b.Version > 0 {
-		v.Set("as_of_version", strconv.FormatInt(b.Version, 10))
+		v := strconv.FormatInt(b.Version, 10)
+		p.AsOfVersion = &v
 	}
 	if !b.At.IsZero() {
-		v.Set("as_of", b.At.Format(time.RFC3339Nano))
-	}
-	path := "/v1/orders/" + url.PathEscape(id)
-	if len(v) > 0 {
-		path += "?" + v.Encode()
+		at := b.At.Format(time.RFC3339Nano)
+		p.AsOf = &at
 	}
 	var o domain.Order
-	_, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
+	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetOrder(ctx, id, &p, edit...)
+	}, nil, &o)
 	return o, err
 }
 
@@ -333,18 +349,18 @@ type SummaryQuery struct {
 // (X-Read-Model-Stale). It returns an *Error wrapping domain.ErrNotFound
 // while the read model has nothing of the order.
 func (c *Client) Summary(ctx context.Context, id string, q SummaryQuery) (o domain.Order, stale bool, err error) {
-	v := url.Values{}
+	var p api.GetOrderSummaryParams
 	if q.MinVersion > 0 {
-		v.Set("min_version", strconv.FormatInt(q.MinVersion, 10))
+		v := strconv.FormatInt(q.MinVersion, 10)
+		p.MinVersion = &v
 	}
 	if q.Wait > 0 {
-		v.Set("wait", q.Wait.String())
+		w := q.Wait.String()
+		p.Wait = &w
 	}
-	path := "/v1/order-summaries/" + url.PathEscape(id)
-	if len(v) > 0 {
-		path += "?" + v.Encode()
-	}
-	header, err := c.do(ctx, http.MethodGet, path, nil, nil, &o)
+	header, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return c.api.GetOrderSummary(ctx, id, &p, edit...)
+	}, nil, &o)
 	if err != nil {
 		return domain.Order{}, false, err
 	}

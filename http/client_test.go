@@ -116,7 +116,10 @@ func TestClientSummary(t *testing.T) {
 	_, _, err = c.Summary(ctx, "o-9", orderhttp.SummaryQuery{})
 	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
 	_, _, err = c.Summary(ctx, "o-1", orderhttp.SummaryQuery{Wait: time.Hour})
-	wantError(t, err, http.StatusUnprocessableEntity, "validation", domain.ErrValidation)
+	pe := wantError(t, err, http.StatusUnprocessableEntity, "validation", domain.ErrValidation)
+	if pe.Method != http.MethodGet || pe.Path != "/v1/order-summaries/o-1?wait=1h0m0s" {
+		t.Errorf("error of %s %s, want GET /v1/order-summaries/o-1?wait=1h0m0s", pe.Method, pe.Path)
+	}
 }
 
 func TestClientAdmin(t *testing.T) {

@@ -18,6 +18,12 @@
 // waits, bounded, until the read model reflects version N: read-your-writes
 // over an eventually consistent model.
 //
+// openapi.json is the API's one source: package api is generated from it,
+// and NewServer registers the routes api.RegisterHandlers names, with their
+// path and query parameters bound as the document declares them, on the
+// handlers of this package (operations); the Client sends the requests
+// api.Client builds.
+//
 // Client is the same API from the other side, for the project's tools:
 // one method per route they use, each answer decoded into the domain's
 // types, and every refusal an *Error carrying the problem document and

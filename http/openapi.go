@@ -7,9 +7,9 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
-// openAPI is the OpenAPI 3.1 description of every route NewServer
-// registers. openapi_test.go checks it against the registered routes: a
-// route added, removed or renamed there must be documented here too.
+// openAPI is the OpenAPI 3.1 document of the REST API, the source of its
+// routes: package api is generated from it (go generate ./http/api) and
+// NewServer registers what api.RegisterHandlers names.
 //
 //go:embed openapi.json
 var openAPI []byte

@@ -106,18 +106,18 @@ func (s *Server) place(c echo.Context) error {
 	return respond(c, http.StatusCreated, res)
 }
 
-func (s *Server) lifecycle(name string, decodeBody func(echo.Context) (domain.Command, error)) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		cmd, err := decodeBody(c)
-		if err != nil {
-			return err
-		}
-		res, err := s.execute(c, c.Param("id"), cmd)
-		if err != nil {
-			return err
-		}
-		return respond(c, http.StatusOK, res)
+// lifecycle answers POST /v1/orders/{id}/{name}, name a key of the
+// lifecycle map.
+func (s *Server) lifecycle(c echo.Context, id, name string) error {
+	cmd, err := lifecycle[name](c)
+	if err != nil {
+		return err
 	}
+	res, err := s.execute(c, id, cmd)
+	if err != nil {
+		return err
+	}
+	return respond(c, http.StatusOK, res)
 }
 
 // execute reads the command headers and runs cmd, unless the admission
@@ -204,16 +204,16 @@ func token(s string, max int) bool {
 // getOrder answers GET /v1/orders/{id}[?as_of_version=N|?as_of=T]: the
 // order folded from the log, up to the bound when one is given (see
 // historyBound). ETag is the folded version.
-func (s *Server) getOrder(c echo.Context) error {
-	b, err := historyBound(c)
+func (s *Server) getOrder(c echo.Context, id string, asOfVersion, asOf *string) error {
+	b, err := historyBound(asOfVersion, asOf)
 	if err != nil {
 		return err
 	}
 	var o domain.Order
 	if b == (domain.Bound{}) {
-		o, err = s.cfg.Commands.Get(c.Request().Context(), c.Param("id"))
+		o, err = s.cfg.Commands.Get(c.Request().Context(), id)
 	} else {
-		o, _, err = s.cfg.Commands.EventsUntil(c.Request().Context(), c.Param("id"), b)
+		o, _, err = s.cfg.Commands.EventsUntil(c.Request().Context(), id, b)
 	}
 	if err != nil {
 		return notFoundIfInvalid(err)
@@ -224,8 +224,8 @@ func (s *Server) getOrder(c echo.Context) error {
 
 // getEvents answers GET /v1/orders/{id}/events[?as_of_version=N|?as_of=T]
 // with the stream up to the bound, in version order.
-func (s *Server) getEvents(c echo.Context) error {
-	b, err := historyBound(c)
+func (s *Server) getEvents(c echo.Context, id string, asOfVersion, asOf *string) error {
+	b, err := historyBound(asOfVersion, asOf)
 	if err != nil {
 		return err
 	}
@@ -234,9 +234,9 @@ func (s *Server) getEvents(c echo.Context) error {
 		events []domain.Event
 	)
 	if b == (domain.Bound{}) {
-		o, events, err = s.cfg.Commands.Events(c.Request().Context(), c.Param("id"))
+		o, events, err = s.cfg.Commands.Events(c.Request().Context(), id)
 	} else {
-		o, events, err = s.cfg.Commands.EventsUntil(c.Request().Context(), c.Param("id"), b)
+		o, events, err = s.cfg.Commands.EventsUntil(c.Request().Context(), id, b)
 	}
 	if err != nil {
 		return notFoundIfInvalid(err)
@@ -252,25 +252,24 @@ func (s *Server) getEvents(c echo.Context) error {
 }
 
 // historyBound reads ?as_of_version (a version >= 1) or ?as_of (an RFC
-// 3339 time, compared with the events' recorded_at), at most one of them;
-// the zero Bound when neither is given. A parameter given empty, malformed
-// or together with the other is a validation error (422).
-func historyBound(c echo.Context) (domain.Bound, error) {
-	q := c.QueryParams()
-	_, byVersion := q["as_of_version"]
-	_, byTime := q["as_of"]
+// 3339 time, compared with the events' recorded_at), at most one of them,
+// nil when not given; the zero Bound when neither is given. A parameter
+// given empty, malformed or together with the other is a validation error
+// (422).
+func historyBound(asOfVersion, asOf *string) (domain.Bound, error) {
+	byVersion, byTime := asOfVersion != nil, asOf != nil
 	var b domain.Bound
 	switch {
 	case byVersion && byTime:
 		return b, invalid(domain.FieldError{Field: "as_of", Detail: "give as_of or as_of_version, not both"})
 	case byVersion:
-		n, err := strconv.ParseInt(q.Get("as_of_version"), 10, 64)
+		n, err := strconv.ParseInt(*asOfVersion, 10, 64)
 		if err != nil || n < 1 {
 			return b, invalid(domain.FieldError{Field: "as_of_version", Detail: "a version: a whole number >= 1"})
 		}
 		b.Version = n
 	case byTime:
-		t, err := time.Parse(time.RFC3339Nano, q.Get("as_of"))
+		t, err := time.Parse(time.RFC3339Nano, *asOf)
 		if err != nil || !domain.ValidTime(t) {
 			return b, invalid(domain.FieldError{Field: "as_of", Detail: "an RFC 3339 time such as 2026-11-25T08:00:00Z"})
 		}
@@ -279,14 +278,10 @@ func historyBound(c echo.Context) (domain.Bound, error) {
 	return b, nil
 }
 
-// pathID returns the route's :id, checked as an id of what; one that
-// cannot exist is answered 404 (see notFoundIfInvalid).
-func pathID(c echo.Context, what string) (string, error) {
-	id := c.Param("id")
-	if err := domain.ValidateID(what, id); err != nil {
-		return "", notFoundIfInvalid(err)
-	}
-	return id, nil
+// validID checks a path's id as an id of what; one that cannot exist is
+// answered 404 (see notFoundIfInvalid).
+func validID(what, id string) error {
+	return notFoundIfInvalid(domain.ValidateID(what, id))
 }
 
 // notFoundIfInvalid answers a GET with an id that cannot exist as 404: the

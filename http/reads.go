@@ -21,13 +21,12 @@ import (
 // read model has nothing yet. Waiters of one summary share one poll of the
 // store (summaryWatch); past MaxSummaryWaits waits it answers 503 with
 // Retry-After.
-func (s *Server) getSummary(c echo.Context) error {
-	id, err := pathID(c, "order id")
-	if err != nil {
+func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam string) error {
+	if err := validID("order id", id); err != nil {
 		return err
 	}
 	var minVersion int64
-	if v := c.QueryParam("min_version"); v != "" {
+	if v := minVersionParam; v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			return invalid(domain.FieldError{Field: "min_version", Detail: "a version: a whole number >= 0"})
@@ -35,7 +34,7 @@ func (s *Server) getSummary(c echo.Context) error {
 		minVersion = n
 	}
 	wait := s.cfg.SummaryWait
-	if v := c.QueryParam("wait"); v != "" {
+	if v := waitParam; v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > s.cfg.MaxSummaryWait {
 			return invalid(domain.FieldError{Field: "wait", Detail: "a duration such as 2s, at most " + s.cfg.MaxSummaryWait.String()})
@@ -72,9 +71,8 @@ func (s *Server) getSummary(c echo.Context) error {
 // listSummaries answers GET /v1/order-summaries?customer_id=&status=&limit=&cursor=
 // with {"items": [...], "next_cursor": "..."}; next_cursor is absent on the
 // last page. limit is 1..500, default 50. The cursor is opaque.
-func (s *Server) listSummaries(c echo.Context) error {
+func (s *Server) listSummaries(c echo.Context, customer, status, limitParam, cursor string) error {
 	var fields []domain.FieldError
-	customer, status := c.QueryParam("customer_id"), c.QueryParam("status")
 	if customer != "" && domain.ValidateID("customer id", customer) != nil {
 		fields = append(fields, domain.FieldError{Field: "customer_id", Detail: "1 to 64 letters, digits, '_' or '-'"})
 	}
@@ -82,7 +80,7 @@ func (s *Server) listSummaries(c echo.Context) error {
 		fields = append(fields, domain.FieldError{Field: "status", Detail: "one of created, approved, invoiced, processing, shipped, delivered, canceled, unavailable"})
 	}
 	limit := 50
-	if v := c.QueryParam("limit"); v != "" {
+	if v := limitParam; v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
 			fields = append(fields, domain.FieldError{Field: "limit", Detail: "1 to 500"})
@@ -90,7 +88,7 @@ func (s *Server) listSummaries(c echo.Context) error {
 		limit = n
 	}
 	after := ""
-	if v := c.QueryParam("cursor"); v != "" {
+	if v := cursor; v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err != nil || domain.ValidateID("cursor", string(b)) != nil {
 			fields = append(fields, domain.FieldError{Field: "cursor", Detail: "a next_cursor from an earlier page"})
@@ -120,9 +118,8 @@ func (s *Server) listSummaries(c echo.Context) error {
 	return c.JSON(http.StatusOK, body)
 }
 
-func (s *Server) customerStats(c echo.Context) error {
-	id, err := pathID(c, "customer id")
-	if err != nil {
+func (s *Server) customerStats(c echo.Context, id string) error {
+	if err := validID("customer id", id); err != nil {
 		return err
 	}
 	st, err := s.cfg.ReadModels.CustomerStats(c.Request().Context(), id)

@@ -355,3 +355,22 @@ func TestCustomerStats(t *testing.T) {
 	}
 	wantProblem(t, e.get(t, "/v1/customers/c-2/order-stats"), http.StatusNotFound, "/problems/not-found")
 }
+
+// TestParametersAsTheDocumentBindsThem: the routes bind their parameters
+// as openapi.json declares them (package api). A path id is
+// percent-decoded before it is checked; a single-valued query parameter
+// given twice is malformed (400), not a choice of one of the two.
+func TestParametersAsTheDocumentBindsThem(t *testing.T) {
+	e := newEnv(t)
+	e.place(t, "o-1")
+	if rec := e.get(t, "/v1/orders/o%2D1"); rec.Code != http.StatusOK {
+		t.Errorf("GET /v1/orders/o%%2D1: %d %s", rec.Code, rec.Body)
+	}
+	for _, path := range []string{
+		"/v1/orders/o-1?as_of_version=1&as_of_version=2",
+		"/v1/order-summaries?limit=1&limit=2",
+		"/v1/daily-sales?from=2017-10-01&from=2017-10-02&to=2017-10-31",
+	} {
+		wantProblem(t, e.get(t, path), http.StatusBadRequest, "/problems/malformed")
+	}
+}

@@ -27,10 +27,9 @@ type DailySalesReport struct {
 // from the daily_sales read model. from and to are required, to is not
 // before from and the range is at most maxSalesDays days; every invalid
 // parameter is listed in the 422.
-func (s *Server) dailySales(c echo.Context) error {
+func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string) error {
 	var fields []domain.FieldError
-	date := func(name string) (time.Time, bool) {
-		v := c.QueryParam(name)
+	date := func(name, v string) (time.Time, bool) {
 		d, err := time.Parse(time.DateOnly, v)
 		if err != nil || d.Format(time.DateOnly) != v {
 			fields = append(fields, domain.FieldError{Field: name, Detail: "a date YYYY-MM-DD, required"})
@@ -38,8 +37,8 @@ func (s *Server) dailySales(c echo.Context) error {
 		}
 		return d, true
 	}
-	from, fromOK := date("from")
-	to, toOK := date("to")
+	from, fromOK := date("from", fromParam)
+	to, toOK := date("to", toParam)
 	switch {
 	case !fromOK || !toOK:
 	case to.Before(from):
@@ -47,7 +46,6 @@ func (s *Server) dailySales(c echo.Context) error {
 	case to.After(from.AddDate(0, 0, maxSalesDays-1)):
 		fields = append(fields, domain.FieldError{Field: "to", Detail: "at most 366 days from from to to, both included"})
 	}
-	currency := c.QueryParam("currency")
 	if currency != "" && !domain.ValidCurrency(currency) {
 		fields = append(fields, domain.FieldError{Field: "currency", Detail: "an ISO 4217 code: three upper-case letters"})
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
+	"github.com/orderd/orderd/http/console"
 )
 
 // Commands is the command side as the API needs it (domain.Service).
@@ -126,8 +128,9 @@ type Server struct {
 	watch   *summaryWatch
 }
 
-// NewServer builds the routes: the REST API with health, readiness and
-// metrics, or only the last three when cfg.OpsOnly.
+// NewServer registers the routes of openapi.json (see router): the REST
+// API with health, readiness and metrics, or only the last three when
+// cfg.OpsOnly.
 func NewServer(cfg Config) *Server {
 	cfg.setDefaults()
 	e := echo.New()
@@ -150,29 +153,15 @@ func NewServer(cfg Config) *Server {
 	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
 		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
 
-	e.GET("/healthz", func(c echo.Context) error { return c.JSON(http.StatusOK, map[string]string{"status": "ok"}) })
-	e.GET("/readyz", s.ready)
+	ops := operations{Server: s, consolePage: echo.WrapHandler(console.Handler())}
 	if cfg.Gatherer != nil {
-		e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})))
+		ops.metricsPage = echo.WrapHandler(promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	if cfg.OpsOnly {
-		return s
+	r := router{echo: e, cfg: &s.cfg}
+	if !cfg.OpsOnly && cfg.Admin != nil && cfg.AdminToken != "" {
+		r.admin = e.Group("/v1/admin", bearer(cfg.AdminToken))
 	}
-	e.GET("/openapi.json", openAPIDocument)
-
-	v1 := e.Group("/v1")
-	v1.POST("/orders", s.place)
-	for name, decode := range lifecycle {
-		v1.POST("/orders/:id/"+name, s.lifecycle(name, decode))
-	}
-	v1.GET("/orders/:id", s.getOrder)
-	v1.GET("/orders/:id/events", s.getEvents)
-	v1.GET("/order-summaries/:id", s.getSummary)
-	v1.GET("/order-summaries", s.listSummaries)
-	v1.GET("/customers/:id/order-stats", s.customerStats)
-	v1.GET("/daily-sales", s.dailySales)
-	s.adminRoutes(v1)
-	s.consoleRoutes()
+	api.RegisterHandlers(r, ops)
 	return s
 }
 

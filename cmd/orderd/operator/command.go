@@ -198,7 +198,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {
-		return fmt.Errorf("%s: no answer from %s: %w\n  hint: is orderd running there? Set -url, ORDERD_URL or ORDERD_HTTP_ADDR", o.cmd, o.api.URL(""), ue.Err)
+		return fmt.Errorf("%s: no answer from %s: %w\n  hint: is orderd running there? Set -url, ORDERD_URL or ORDERD_HTTP_ADDR", o.cmd, o.api.BaseURL(), ue.Err)
 	}
 	return fmt.Errorf("%s: %w", o.cmd, err)
 }
