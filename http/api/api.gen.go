@@ -225,11 +225,13 @@ func (e ProblemType) Valid() bool {
 
 // Defines values for ReadModelCheckState.
 const (
-	ReadModelCheckStateDifferent ReadModelCheckState = "different"
-	ReadModelCheckStateEqual     ReadModelCheckState = "equal"
-	ReadModelCheckStateExtra     ReadModelCheckState = "extra"
-	ReadModelCheckStateMissing   ReadModelCheckState = "missing"
-	ReadModelCheckStateStale     ReadModelCheckState = "stale"
+	ReadModelCheckStateDifferent    ReadModelCheckState = "different"
+	ReadModelCheckStateEqual        ReadModelCheckState = "equal"
+	ReadModelCheckStateExtra        ReadModelCheckState = "extra"
+	ReadModelCheckStateMissing      ReadModelCheckState = "missing"
+	ReadModelCheckStateNotBuilt     ReadModelCheckState = "not-built"
+	ReadModelCheckStateOtherVersion ReadModelCheckState = "other-version"
+	ReadModelCheckStateStale        ReadModelCheckState = "stale"
 )
 
 // Valid indicates whether the value is a known member of the ReadModelCheckState enum.
@@ -242,6 +244,10 @@ func (e ReadModelCheckState) Valid() bool {
 	case ReadModelCheckStateExtra:
 		return true
 	case ReadModelCheckStateMissing:
+		return true
+	case ReadModelCheckStateNotBuilt:
+		return true
+	case ReadModelCheckStateOtherVersion:
 		return true
 	case ReadModelCheckStateStale:
 		return true
@@ -717,14 +723,14 @@ type ReadModelCheck struct {
 	LogVersion int64  `json:"log_version"`
 	Projection string `json:"projection"`
 
-	// State As a verify job would report the document; equal when it matches the fold.
+	// State As a verify job would report the document; equal when it matches the fold. not-built: no version of the projection is built yet (its first build runs); other-version: readers read a version of the projection other than the answering instance's (a rolling upgrade), which it cannot fold, so nothing is compared.
 	State ReadModelCheckState `json:"state"`
 
 	// StoredVersion The document's version; 0 when there is none.
 	StoredVersion int64 `json:"stored_version"`
 }
 
-// ReadModelCheckState As a verify job would report the document; equal when it matches the fold.
+// ReadModelCheckState As a verify job would report the document; equal when it matches the fold. not-built: no version of the projection is built yet (its first build runs); other-version: readers read a version of the projection other than the answering instance's (a rolling upgrade), which it cannot fold, so nothing is compared.
 type ReadModelCheckState string
 
 // ReadModelList defines model for ReadModelList.
