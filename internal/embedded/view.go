@@ -168,6 +168,9 @@ func (f *funnel) viewRead(up, c net.Conn, req []byte, cmd command) (served bool,
 		}
 		return false, nil
 	}
+	if _, isView := vs[named(cmd)]; !isView {
+		return false, nil // most reads: no decoding
+	}
 	var body bson.D
 	if err := bson.Unmarshal(cmd.msg.body(), &body); err != nil || !retarget(body, vs) {
 		return false, nil
@@ -177,6 +180,25 @@ func (f *funnel) viewRead(up, c net.Conn, req []byte, cmd command) (served bool,
 		return false, nil
 	}
 	return true, relay(up, c, withBody(req, cmd.msg, raw))
+}
+
+// named is the collection a read command names: its first field's value,
+// getMore's collection, or that of the command an explain wraps.
+func named(cmd command) string {
+	body := cmd.msg.body()
+	switch strings.ToLower(cmd.name) {
+	case "getmore":
+		s, _ := body.Lookup("collection").StringValueOK()
+		return s
+	case "explain":
+		inner, _ := body.Lookup("explain").DocumentOK()
+		if elems, err := inner.Elements(); err == nil && len(elems) > 0 {
+			s, _ := elems[0].Value().StringValueOK()
+			return s
+		}
+		return ""
+	}
+	return cmd.collection
 }
 
 // retarget points a read command (or the command an explain wraps) that

@@ -82,6 +82,14 @@ func TestViewsAnswerAsMongoDB(t *testing.T) {
 		t.Errorf("distinct on the view: %v, %v", colls, err)
 	}
 
+	var plan struct {
+		FilterPushdown bool `bson:"filterPushdown"`
+	}
+	explain := bson.D{{Key: "explain", Value: bson.D{{Key: "find", Value: "live"}, {Key: "filter", Value: bson.D{{Key: "_id", Value: "c"}}}}}, {Key: "verbosity", Value: "queryPlanner"}}
+	if err := db.RunCommand(ctx, explain).Decode(&plan); err != nil || !plan.FilterPushdown {
+		t.Errorf("explain of a find by _id on the view: %+v, %v; want the collection's plan, by _id", plan, err)
+	}
+
 	specs, err := db.ListCollectionSpecifications(ctx, bson.D{})
 	if err != nil {
 		t.Fatal(err)
