@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"strings"
 	"sync"
@@ -109,10 +110,7 @@ func (v *views) set(db, name, on string) {
 	if !ok {
 		return // read from the store when next needed
 	}
-	m := make(map[string]string, len(cur)+1)
-	for k, c := range cur {
-		m[k] = c
-	}
+	m := maps.Clone(cur)
 	if on == "" {
 		delete(m, name)
 	} else {
