@@ -374,7 +374,7 @@ const viewRecheck = time.Minute
 // refusal of the view (a MongoDB user without the privileges to create
 // views).
 func (ps *Pointers) ShowLive(ctx context.Context, name, collection string) error {
-	p, err := ps.Get(ctx, name, collection, 0)
+	p, err := ps.Get(ctx, name, collection, readerPointerAge) // a switch in this process is cached at once
 	if err != nil {
 		return err
 	}
