@@ -16,8 +16,10 @@
 //     scans the log in log order and inserts each stream's fold into the
 //     shadow; its finish verifies the shadow against the log with repair
 //     and switches the pointer, and the replaced collection is dropped
-//     after a grace period. Readers never see the shadow before the
-//     switch. One rebuild per projection runs at a time (the rebuild lock
+//     after a grace period; its name then becomes a view on the live
+//     collection, for people and outside tools (Pointers.ShowLive, which
+//     Workers call after each switch and on every pass). Readers never
+//     see the shadow before the switch. One rebuild per projection runs at a time (the rebuild lock
 //     in projection_locks).
 //   - Invariant 6: a task is claimed by one update filtered on its epoch
 //     and an expired lease (claim-by-filter: exactly one of any number of

@@ -259,6 +259,10 @@ func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Point
 	if err != nil {
 		return ptr, err
 	}
+	// The view under the projection's name follows at once; a failure
+	// leaves the switch as it is, and the jobs workers' next pass over
+	// the views logs it and tries again.
+	_ = j.pointers.ShowLive(ctx, projection, coll)
 	return ptr, j.pointers.Unretire(ctx, restored)
 }
 

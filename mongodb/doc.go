@@ -109,7 +109,10 @@
 // version guard. Verify folds every stream and compares it with the read
 // model, reporting missing, stale, extra and different documents with
 // AdHash digests; with repair it rewrites only those. Package jobs
-// schedules rebuilds and verifies and runs them.
+// schedules rebuilds and verifies and runs them. For people and outside
+// tools, Pointers.ShowLive makes the projection's own name a view on the
+// active collection once the base collection of that name is gone; the
+// service itself reads the pointer, never the view.
 //
 // # Leases, jobs and dead letters
 //

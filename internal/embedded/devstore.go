@@ -44,6 +44,10 @@
 //     per-stream idempotency key index), since SQLite indexes a missing
 //     field as NULL and never compares NULLs in a unique index
 //     (withoutPartialFilters); FerretDB refuses every other filter;
+//   - no views; the funnel serves those with an empty pipeline (an alias
+//     of a collection, what the service names its live read models with)
+//     as MongoDB does, recorded in each database's system.views (view.go);
+//     one with a pipeline is refused;
 //   - no transactions, change streams, TTL indexes, Decimal128,
 //     $group $max/$min, or a $group of several accumulators (only the
 //     first sees the group's documents);

@@ -37,12 +37,14 @@ import (
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
 // out of createIndexes the partial filters whose index means the same
-// without them (withoutPartialFilters).
+// without them (withoutPartialFilters), and serves views, which FerretDB
+// lacks (view.go).
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
 	index    *idIndex
 	log      *slog.Logger
+	views    views // view.go
 
 	slot   writeSlot
 	writer net.Conn // held with slot; nil until the first write, and after an error
@@ -139,7 +141,8 @@ func (f *funnel) client(c net.Conn) {
 		if err != nil {
 			return
 		}
-		if cmd, ok := parseCommand(req); ok && writeCommands[strings.ToLower(cmd.name)] {
+		cmd, ok := parseCommand(req)
+		if ok && writeCommands[strings.ToLower(cmd.name)] {
 			if err := f.write(c, req, cmd); err != nil {
 				if !errors.Is(err, net.ErrClosed) {
 					f.log.Warn("embedded store write funnel", "command", cmd.name, "err", err)
@@ -158,6 +161,13 @@ func (f *funnel) client(c net.Conn) {
 				return
 			}
 			own = up
+		}
+		if ok {
+			if served, err := f.viewRead(own, c, req, cmd); err != nil {
+				return
+			} else if served {
+				continue
+			}
 		}
 		if err := relay(own, c, req); err != nil {
 			return
@@ -184,6 +194,13 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 		f.writer = w
 	}
+	if served, err := f.viewWrite(c, req, cmd); err != nil || served {
+		if err != nil {
+			f.untrack(f.writer)
+			f.writer = nil
+		}
+		return err
+	}
 	if name == "createindexes" {
 		req = withoutPartialFilters(req, cmd.msg)
 	}
@@ -191,6 +208,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
+		f.views.forget(cmd.db)
 	}
 	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
@@ -202,6 +220,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.index.forget(cmd.db, cmd.collection)
 	case "dropdatabase":
 		f.index.forgetDatabase(cmd.db)
+		f.views.forget(cmd.db)
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
 			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)

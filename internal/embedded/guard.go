@@ -332,10 +332,8 @@ func serveGuarded(up net.Conn, body bson.Raw, stmts []guardedUpdate, ordered boo
 			return found, nil // the store refused the read: its answer is the command's
 		}
 		var doc bson.Raw
-		if batch, isArr := found.Lookup("cursor", "firstBatch").ArrayOK(); isArr {
-			if vals, _ := batch.Values(); len(vals) > 0 {
-				doc, _ = vals[0].DocumentOK()
-			}
+		if docs := firstBatch(found); len(docs) > 0 {
+			doc = docs[0]
 		}
 		upsert := false
 		for _, e := range st.stmt {
