@@ -355,6 +355,11 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 // repointed it since, or a person dropped it.
 const viewRecheck = time.Minute
 
+// strayGrace is how long a base collection re-created by a late write
+// stays before it is dropped again: far longer than a writer may act on a
+// pointer it read (100 ms).
+const strayGrace = time.Minute
+
 // ShowLive makes the name of projection name's base collection
 // (collection, its projection.Definition's Collection) show people and
 // outside tools the live read model: once the base collection is neither
@@ -365,7 +370,8 @@ const viewRecheck = time.Minute
 // collection changes. While the base collection is named by the pointer
 // it is a real collection and shows the live read model, or during the
 // grace after a switch the one before it, still fed; and while it
-// exists unnamed (about to be dropped) ShowLive leaves it. The service
+// exists unnamed (about to be dropped) ShowLive leaves it, retiring it
+// again when a late write re-created it after its drop. The service
 // itself never reads or writes the view: the pointer is the truth, and
 // a view that lags it only misleads a person for a moment, so callers
 // log a failure and call again later (the jobs worker calls it after
@@ -396,7 +402,14 @@ func (ps *Pointers) ShowLive(ctx context.Context, name, collection string) error
 	case len(specs) == 0:
 		err = db.CreateView(ctx, collection, p.Active, bson.A{})
 	case specs[0].Type != "view":
-		return nil // the replaced base collection, not dropped yet
+		// The replaced base collection, not dropped yet; or one a late
+		// write re-created after its drop (a projector acting on a
+		// pointer read just before): retired again, to be dropped once
+		// no writer can still hold that pointer.
+		if _, retired, err := ps.DropAfter(ctx, collection); err != nil || retired {
+			return err
+		}
+		return ps.Retire(ctx, name, collection, "re-created after its drop by a late write", time.Now().Add(strayGrace))
 	case viewOn(specs[0].Options) != p.Active:
 		err = db.RunCommand(ctx, bson.D{{Key: "collMod", Value: collection}, {Key: "viewOn", Value: p.Active}, {Key: "pipeline", Value: bson.A{}}}).Err()
 	}

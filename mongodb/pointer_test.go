@@ -190,6 +190,19 @@ func TestLiveReadModelUnderTheProjectionsName(t *testing.T) {
 	if _, err := ps.DropRetired(ctx, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	// A late write of a projector acting on the pointer it read before
+	// the drop re-creates the base collection: it is retired again, and
+	// the name becomes the view once it is dropped.
+	if _, err := db.Collection(base).InsertOne(ctx, bson.D{{Key: "_id", Value: "o-1"}, {Key: "in", Value: "stray"}}); err != nil {
+		t.Fatal(err)
+	}
+	shows("base collection re-created by a late write", "stray")
+	if _, retired, err := ps.DropAfter(ctx, base); err != nil || !retired {
+		t.Fatalf("the re-created base collection is not retired again (%v)", err)
+	}
+	if _, err := ps.DropRetired(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
 	shows("base collection dropped", v2)
 	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: base}})
 	if err != nil || len(specs) != 1 || specs[0].Type != "view" {
