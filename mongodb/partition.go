@@ -57,6 +57,16 @@ func (s *Partitions) Ensure(ctx context.Context, n int) error {
 	return nil
 }
 
+// Remove deletes every partition lease of the projection, for a version
+// of a projection that no process runs any more. Errors:
+// domain.ErrUnavailable.
+func (s *Partitions) Remove(ctx context.Context) error {
+	if _, err := s.leases.coll.DeleteMany(ctx, bson.D{{Key: "projection", Value: s.projection}}); err != nil {
+		return fmt.Errorf("remove the partitions of %s: %w", s.projection, Translate(err))
+	}
+	return nil
+}
+
 // List returns the leases of partitions 0..n-1, element p being partition
 // p's, as stored (a filter on a small collection); a partition without a
 // document yet is free, with only its Name set.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
@@ -104,6 +105,9 @@ type applier interface {
 type Runner struct {
 	name    string
 	key     string // the version's name for its consumers and leases
+	version int
+	db      *mongo.Database
+	pointer func(context.Context) (mongodb.Pointer, error)
 	store   applier
 	js      jetstream.JetStream
 	dead    DeadLetterStore
@@ -182,7 +186,8 @@ func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead Dea
 	// Partition leases, members and consumers are the version's: during
 	// a rolling upgrade the processes of each version share the
 	// partitions among themselves and feed that version's collections.
-	return &Runner{name: p.Name(), key: p.Key(), store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
+	return &Runner{name: p.Name(), key: p.Key(), version: p.Version(), db: p.Database(),
+		pointer: func(ctx context.Context) (mongodb.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 }
@@ -270,6 +275,20 @@ func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error
 	return c, nil
 }
 
+// retireInterval is how often a Runner looks for what the projection's
+// other versions left behind (retireVersions).
+const retireInterval = time.Minute
+
+// retire runs retireVersions bounded by a quarter of the lease; a failure
+// is logged and tried again at the next interval.
+func (r *Runner) retire(ctx context.Context) {
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
+	defer cancel()
+	if err := r.retireVersions(rctx); err != nil && ctx.Err() == nil {
+		r.log.Warn("projection versions not retired; trying again later", "err", err)
+	}
+}
+
 // sameConsumer reports whether have already holds every setting of want
 // that Consumer sets.
 func sameConsumer(have, want jetstream.ConsumerConfig) bool {
@@ -311,6 +330,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer balance.Stop()
 	sample := time.NewTicker(r.cfg.LagInterval)
 	defer sample.Stop()
+	retire := time.NewTicker(retireInterval)
+	defer retire.Stop()
+	r.retire(ctx)
 	for {
 		r.step(ctx)
 		r.sample(ctx)
@@ -320,6 +342,8 @@ func (r *Runner) Run(ctx context.Context) error {
 				return nil
 			case <-sample.C:
 				r.sample(ctx)
+			case <-retire.C:
+				r.retire(ctx)
 			case <-balance.C:
 				wait = false
 			}

@@ -743,3 +743,89 @@ func TestRunnerAcknowledgesAgainWhatWasLost(t *testing.T) {
 		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
 }
+
+// TestRunnerRetiresVersionsNothingUses: after a rolling upgrade from
+// version 1 to version 2 of a projection, version 1's consumers and
+// partition leases stay while the pointer still names its collection (the
+// grace after the switch, when a switch back may need it), and are deleted
+// by a version 2 runner once the pointer names none and no version 1
+// process is alive. Version 2's own are kept.
+func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+	v2 := projection.OrderSummaries
+	v1 := v2
+	v1.Version = 1
+	ps := mongodb.NewPointers(db)
+	point := func(change func(p *mongodb.Pointer)) {
+		t.Helper()
+		if _, err := ps.Update(ctx, v2.Name, v2.Collection, func(p *mongodb.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consumers := func(r *projector.Runner) (n int) {
+		t.Helper()
+		for p := range r.Partitions() {
+			_, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
+			switch {
+			case err == nil:
+				n++
+			case !errors.Is(err, jetstream.ErrConsumerNotFound):
+				t.Fatal(err)
+			}
+		}
+		return n
+	}
+	leases := func(key string) int64 {
+		t.Helper()
+		n, err := db.Collection(mongodb.PartitionsCollection).CountDocuments(ctx, bson.D{{Key: "projection", Value: key}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	run := func(def projection.Definition[domain.Order], owner string) (*projector.Runner, func()) {
+		t.Helper()
+		cfg := b.RunnerConfig()
+		cfg.Owner = owner
+		r := projector.NewRunner(mongodb.NewProjection(db, def, es, nil, mongodb.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, nil)
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- r.Run(rctx) }()
+		waitOwners(t, ctx, r, 20*time.Second, map[string]int{owner: cfg.Partitions})
+		return r, func() {
+			stop()
+			if err := <-done; err != nil {
+				t.Errorf("runner %s: %v", owner, err)
+			}
+		}
+	}
+
+	point(func(p *mongodb.Pointer) { p.Active, p.ActiveVersion = v1.Collection, 1 })
+	old, stopOld := run(v1, "old")
+	stopOld()
+	// The upgrade's build switched to version 2; version 1's collection is
+	// the previous one, in its grace.
+	point(func(p *mongodb.Pointer) {
+		p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v1.Collection, 1, v2.Collection+"_v2_x", 2
+	})
+	cur, stopCur := run(v2, "new")
+	if n, k := consumers(old), leases(v1.Key()); n != old.Partitions() || k != int64(old.Partitions()) {
+		t.Fatalf("in the grace: version 1 has %d consumers and %d partition leases; want all %d kept", n, k, old.Partitions())
+	}
+	stopCur()
+	// The grace is over: the pointer names version 1 no more.
+	point(func(p *mongodb.Pointer) { p.Previous, p.PreviousVersion = "", 0 })
+	_, stopCur = run(v2, "new")
+	defer stopCur()
+	projectiontest.WaitFor(t, 30*time.Second, "version 1's consumers and leases deleted", func() error {
+		if n, k := consumers(old), leases(v1.Key()); n != 0 || k != 0 {
+			return fmt.Errorf("version 1 has %d consumers and %d partition leases", n, k)
+		}
+		return nil
+	})
+	if n, k := consumers(cur), leases(v2.Key()); n != cur.Partitions() || k != int64(cur.Partitions()) {
+		t.Errorf("version 2 has %d consumers and %d partition leases; want all %d", n, k, cur.Partitions())
+	}
+}

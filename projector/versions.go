@@ -1,0 +1,91 @@
+package projector
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
+)
+
+// retireVersions deletes what the projection's other versions left once
+// nothing uses them: their durable consumers and partition leases (and,
+// through Members.Live, member documents gone for ten TTLs), for each
+// version that the pointer names neither as active,
+// shadow nor previous collection (its projectors write nothing any more)
+// and that no live member runs. A rolling upgrade leaves the old
+// version's consumers behind, each holding its place in the stream and
+// kept by JetStream for ever. An old binary started again afterwards
+// creates its consumers anew (from the stream's start) and writes
+// nothing, since the pointer names no collection of its version. Any
+// member may run it at any time: deleting what another member already
+// deleted is not an error.
+func (r *Runner) retireVersions(ctx context.Context) error {
+	ptr, err := r.pointer(ctx)
+	if err != nil {
+		return err
+	}
+	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
+	st, err := r.js.Stream(ctx, r.cfg.Stream)
+	if err != nil {
+		return err
+	}
+	byVersion := map[int][]string{}
+	names := st.ConsumerNames(ctx)
+	for name := range names.Name() {
+		if v, ok := consumerVersion(r.name, name); ok && !named[v] {
+			byVersion[v] = append(byVersion[v], name)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return err
+	}
+	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
+		key := projection.VersionKey(r.name, v)
+		live, err := mongodb.NewMembers(r.db, key, r.cfg.Owner, r.cfg.LeaseTTL).Live(ctx)
+		if err != nil {
+			return err
+		}
+		if len(live) > 0 {
+			continue
+		}
+		for _, c := range byVersion[v] {
+			if err := st.DeleteConsumer(ctx, c); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return err
+			}
+		}
+		if err := mongodb.NewPartitions(r.db, key).Remove(ctx); err != nil {
+			return err
+		}
+		r.log.Info("projection version retired: its consumers and partition leases deleted", "retired_version", v, "consumers", len(byVersion[v]))
+	}
+	return nil
+}
+
+// consumerName matches a partition consumer's name after "proj_<name>_":
+// "pNN" for version 1, "v<n>_pNN" for version n (Runner.ConsumerName).
+var consumerName = regexp.MustCompile(`^(?:v([0-9]+)_)?p[0-9]{2,}$`)
+
+// consumerVersion returns the version of projection name whose partition
+// consumer consumer is, and false when it is not one.
+func consumerVersion(name, consumer string) (int, bool) {
+	prefix := "proj_" + name + "_"
+	if len(consumer) <= len(prefix) || consumer[:len(prefix)] != prefix {
+		return 0, false
+	}
+	m := consumerName.FindStringSubmatch(consumer[len(prefix):])
+	if m == nil {
+		return 0, false
+	}
+	if m[1] == "" {
+		return 1, true
+	}
+	v, err := strconv.Atoi(m[1])
+	return v, err == nil && v > 1
+}
