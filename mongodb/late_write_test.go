@@ -1,11 +1,8 @@
 package mongodb_test
 
 import (
-	"net/url"
 	"testing"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
@@ -31,17 +28,7 @@ func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 			}
 			held := len(evs) - 3 // index of the event whose write stalls
 
-			u, err := url.Parse(storetest.MongoURI(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy := storetest.NewHoldingProxy(t, u.Host)
-			u.Host = proxy.Addr
-			c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = c.Disconnect(ctx) })
+			c, proxy := storetest.HeldClient(t)
 			mongodb.UseDialect(c, dialect)
 			mongodb.UseDialect(db.Client(), dialect)
 			deposed := mongodb.NewReadModel(c.Database(db.Name()), projection.OrderSummaries, es, nil)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"reflect"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
@@ -614,17 +612,7 @@ func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
 
-	u, err := url.Parse(storetest.MongoURI(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy := storetest.NewHoldingProxy(t, u.Host)
-	u.Host = proxy.Addr
-	c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.WithoutCancel(ctx)) })
+	c, proxy := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())
 
 	var starts, stops atomic.Int64

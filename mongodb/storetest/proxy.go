@@ -2,11 +2,17 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
+	"github.com/orderd/orderd/mongodb"
 )
 
 // HoldingProxy forwards TCP connections to a store and, once Hold is
@@ -135,4 +141,23 @@ func (p *HoldingProxy) close() {
 	for _, c := range p.conn {
 		_ = c.Close()
 	}
+}
+
+// HeldClient returns a client of the test's store (MongoURI) whose
+// connections pass through a HoldingProxy, and the proxy; the client is
+// disconnected when the test ends.
+func HeldClient(t testing.TB) (*mongo.Client, *HoldingProxy) {
+	t.Helper()
+	u, err := url.Parse(MongoURI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := NewHoldingProxy(t, u.Host)
+	u.Host = proxy.Addr
+	c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c, proxy
 }
