@@ -227,6 +227,9 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		return err
 	}
 	committed := cur.Replaced != "" || ptr.Active == job.Shadow
+	if max(job.Version, 1) != m.Version() && (committed || !cur.CancelRequested) {
+		return fmt.Errorf("rebuild %s of version %d: a worker of version %d runs only its clean-up after a cancel", job.ID, max(job.Version, 1), m.Version())
+	}
 	for _, t := range cur.Tasks {
 		if !committed && t.Name != taskFinish && t.State == taskFailed {
 			// A failed plan or partition.

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -222,5 +223,48 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	back, err := jobs2.SwitchBack(ctx, v2.Name)
 	if err != nil || back.ActiveVer() != v1.Ver() || back.SwitchedBackFrom != v2.Ver() {
 		t.Fatalf("switch back to v1: %+v, %v", back, err)
+	}
+}
+
+// TestNewerVersionSupersedesAnOlderRebuild: a rebuild of the current
+// version that no worker of that version is left to run (a rolling
+// upgrade replaced them all) holds the projection's rebuild lock. A worker
+// of the next version cancels it, cleans it up (its shadow unnamed, the
+// lock released), builds the next version and switches to it.
+func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
+	ctx, k, _ := projectedKit(t, 3*time.Minute, "sup", 20, 3)
+	cur, next := projection.OrderSummaries, projection.OrderSummaries
+	next.Version = cur.Ver() + 1
+	if _, err := k.ps.Update(ctx, cur.Name, cur.Collection, func(p *mongodb.Pointer) (bool, error) {
+		p.ActiveVersion = cur.Ver()
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	stuck, err := k.jobs.StartRebuild(ctx, cur.Name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums2 := mongodb.NewProjection(k.db, next, k.es, nil, k.ps)
+	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{next.Name: jobs.DefOf(sums2)})
+	w2 := jobs.NewWorker(jobs2, k.es, nil, []jobs.Projection{sums2}, jobs.WorkerConfig{Owner: "next", Poll: 50 * time.Millisecond,
+		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
+	projectiontest.Go(t, "worker next", w2.Run)
+
+	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != domain.StateCanceled || got.Streams != 0 {
+		t.Fatalf("the stuck rebuild of version %d: %+v; want canceled, nothing scanned", cur.Ver(), got)
+	}
+	var ptr mongodb.Pointer
+	projectiontest.WaitFor(t, 2*time.Minute, "the next version built and switched", func() error {
+		if ptr, err = k.sums.Pointer(ctx, 0); err != nil {
+			return err
+		}
+		if ptr.ActiveVer() != next.Ver() {
+			return fmt.Errorf("pointer %+v", ptr)
+		}
+		return nil
+	})
+	if ptr.Active == stuck.Shadow || ptr.Shadow != "" || ptr.PreviousVer() != cur.Ver() {
+		t.Errorf("after the next version's build: %+v; want its own collection active, the stuck shadow unnamed", ptr)
 	}
 }

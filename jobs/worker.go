@@ -273,9 +273,12 @@ func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
 	}
 	if job.Projection != "" {
 		// A job folds with one version of the definition: only a
-		// process that folds that version may run it.
+		// process that folds that version may run it. The clean-up of
+		// an older version's canceled rebuild folds nothing: a newer
+		// version's worker may run it (buildVersions cancels such a
+		// rebuild when no worker of its version is left to).
 		p := w.projs[job.Projection]
-		if p == nil || (job.Kind != domain.KindReplay && max(job.Version, 1) != p.Version()) {
+		if p == nil || (job.Kind != domain.KindReplay && max(job.Version, 1) != p.Version() && !cleansUpOlder(t, job, p.Version())) {
 			return false
 		}
 	}
@@ -305,6 +308,13 @@ func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
 		return !stop
 	}
 	return !stop && !now.Before(job.CreatedAt.Add(w.cfg.Settle))
+}
+
+// cleansUpOlder reports whether t is the finish of a rebuild of a version
+// older than v that was canceled before it could switch: that finish only
+// cleans up.
+func cleansUpOlder(t domain.Task, job *domain.Job, v int) bool {
+	return job.Kind == domain.KindRebuild && t.Name == taskFinish && job.CancelRequested && job.Replaced == "" && max(job.Version, 1) < v
 }
 
 // errJobCanceled: an operator asked the job to stop.
@@ -452,11 +462,39 @@ func (w *Worker) buildVersions(ctx context.Context) {
 			w.l.Info("building a version of a read model the store does not hold", "projection", name, "version", v,
 				"active_version", ptr.ActiveVer(), "job", job.ID)
 		case errors.Is(err, domain.ErrJobRunning):
-			// Another instance started it, or a rebuild runs: wait.
+			// Another instance started it, or a rebuild runs: wait,
+			// unless it builds an older version, which this one
+			// supersedes.
+			w.supersede(ctx, name, v)
 		case ctx.Err() == nil:
 			w.l.Warn("starting the build of a read-model version failed", "projection", name, "version", v, "err", err)
 		}
 	}
+}
+
+// supersede cancels the rebuild holding projection name's lock when it
+// builds a version older than v and has not recorded its switch: once v
+// is built it replaces whatever that rebuild would switch to, and during
+// or after a rolling upgrade no worker of the older version may be left
+// to run it, so it would hold the lock for ever. Its clean-up may then
+// run on this version's workers (cleansUpOlder).
+func (w *Worker) supersede(ctx context.Context, name string, v int) {
+	id, ok, err := w.jobs.store.LockHolder(ctx, name)
+	if err != nil || !ok {
+		return
+	}
+	job, err := w.jobs.Get(ctx, id)
+	if err != nil || job.Kind != domain.KindRebuild || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {
+		return
+	}
+	if _, err := w.jobs.Cancel(ctx, id); err != nil {
+		if ctx.Err() == nil && !errors.Is(err, domain.ErrJobFinished) {
+			w.l.Warn("canceling an older version's rebuild failed", "projection", name, "job", id, "err", err)
+		}
+		return
+	}
+	w.l.Info("canceled a rebuild of an older version: this version's build replaces it", "projection", name, "job", id,
+		"job_version", max(job.Version, 1), "version", v)
 }
 
 // buildCheckAge is how old a pointer buildVersions may act on: a version
