@@ -53,7 +53,7 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
-	storeBusy    func() time.Duration // the embedded store's writer; nil on MongoDB
+	store        storeMeter // the embedded store's writer; zero on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
 	mongo        *mongo.Client
@@ -66,10 +66,32 @@ type Main struct {
 // StoreBusy returns how long the embedded store's single writer has been
 // busy since the start (embedded.Store.WriteBusy); ok is false on MongoDB.
 func (m *Main) StoreBusy() (busy time.Duration, ok bool) {
-	if m.storeBusy == nil {
+	if m.store.busy == nil {
 		return 0, false
 	}
-	return m.storeBusy(), true
+	return m.store.busy(), true
+}
+
+// StoreWrites returns, by kind ("<command> <collection>"), how many writes
+// the embedded store's single writer ran since the start and how long they
+// held it (embedded.Store.WriteCosts); nil on MongoDB.
+func (m *Main) StoreWrites() map[string]WriteCost {
+	if m.store.costs == nil {
+		return nil
+	}
+	return m.store.costs()
+}
+
+// WriteCost is what writes of one kind took of the embedded store's writer.
+type WriteCost struct {
+	Writes int64
+	Held   time.Duration
+}
+
+// storeMeter reads the embedded store's writer.
+type storeMeter struct {
+	busy  func() time.Duration
+	costs func() map[string]WriteCost
 }
 
 // NewMain returns a Main with the default config.
@@ -136,7 +158,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	if m.stopEmbedded, m.storeBusy, err = startEmbedded(c, m.Log); err != nil {
+	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -66,9 +67,11 @@ func BenchmarkService(b *testing.B) {
 	busy0, _ := m.StoreBusy()
 	raw := measureRawInserts(ctx, b, db.Collection(benchScratch))
 	busy1, _ := m.StoreBusy()
+	writes0 := m.StoreWrites()
 	cmdStart := time.Now()
 	cmds := measureCommands(ctx, b, "http://"+m.HTTPAddr)
 	busy2, _ := m.StoreBusy()
+	writes1 := m.StoreWrites()
 	cmdWall := time.Since(cmdStart) // the commands and the read models' drain after them
 	b.StopTimer()
 	// The share of each phase's wall time the store's single writer was
@@ -156,6 +159,7 @@ func BenchmarkService(b *testing.B) {
 		f("%s %d", name, sizes[name])
 	}
 	f("\n  commits without their published marker at the end: %d (each relay round marks its commits once acknowledged)\n", unmarked)
+	t.WriteString(writeCosts(writes0, writes1, benchCommands))
 	fmt.Fprint(os.Stdout, t.String())
 
 	if sizes[benchScratch] != benchRawInserts || sizes[mongodb.CommitsCollection] != benchCommands ||
@@ -506,4 +510,36 @@ func round(d time.Duration) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(time.Microsecond).String()
+}
+
+// writeCosts is a table of where the embedded store's single writer spent
+// its time between two readings of Main.StoreWrites: each kind of write
+// (command and collection) with its count, its count per command, and its
+// time held in all and per command, the largest first; "" on MongoDB.
+func writeCosts(before, after map[string]WriteCost, commands int) string {
+	if after == nil {
+		return ""
+	}
+	type row struct {
+		kind string
+		WriteCost
+	}
+	var rows []row
+	var all time.Duration
+	for k, c := range after {
+		d := WriteCost{Writes: c.Writes - before[k].Writes, Held: c.Held - before[k].Held}
+		if d.Writes > 0 {
+			rows = append(rows, row{k, d})
+			all += d.Held
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.Held, a.Held) })
+	var t strings.Builder
+	fmt.Fprintf(&t, "  the store's writer, by kind of write, over %d commands (and the read models' drain):\n", commands)
+	fmt.Fprintf(&t, "    %-40s %9s %11s %10s %6s %12s\n", "write", "count", "per command", "held", "share", "per command")
+	for _, r := range rows {
+		fmt.Fprintf(&t, "    %-40s %9d %11.2f %10s %5.1f%% %12s\n", r.kind, r.Writes, float64(r.Writes)/float64(commands),
+			r.Held.Round(time.Millisecond), 100*r.Held.Seconds()/all.Seconds(), round(r.Held/time.Duration(commands)))
+	}
+	return t.String()
 }

@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -22,9 +21,10 @@ import (
 
 // startEmbedded starts the embedded servers that the config leaves
 // unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
-// only when a role needs it. stop stops them; busy is the embedded
-// store's embedded.Store.WriteBusy (nil without one).
-func startEmbedded(c *Config, log *slog.Logger) (stop func(), busy func() time.Duration, err error) {
+// only when a role needs it. stop stops them; meter reads the embedded
+// store's writer (embedded.Store.WriteBusy and WriteCosts; zero without
+// one).
+func startEmbedded(c *Config, log *slog.Logger) (stop func(), meter storeMeter, err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -34,15 +34,15 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), busy func() time.D
 	if r, _ := c.roles(); c.NATS.URL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
-			return stop, nil, err
+			return stop, meter, err
 		}
 		if err := free(c.Embedded.NATSAddr, port, "ORDERD_EMBEDDED_NATS_ADDR", "-embedded-nats-addr"); err != nil {
-			return stop, nil, err
+			return stop, meter, err
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
 		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
-			return stop, nil, err
+			return stop, meter, err
 		}
 		stops = append(stops, ns.Shutdown)
 		c.NATS.URL = ns.ClientURL()
@@ -55,26 +55,33 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), busy func() time.D
 			// takes back its partition and sweep leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
-				return stop, nil, err
+				return stop, meter, err
 			}
 		}
 		if _, port, err := splitAddr(c.Embedded.StoreAddr); err == nil {
 			if err := free(c.Embedded.StoreAddr, port, "ORDERD_EMBEDDED_STORE_ADDR", "-embedded-store-addr"); err != nil {
-				return stop, nil, err
+				return stop, meter, err
 			}
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
 			stop()
-			return func() {}, nil, err
+			return func() {}, meter, err
 		}
 		stops = append(stops, func() { _ = s.Close() })
-		busy = s.WriteBusy
+		meter.busy = s.WriteBusy
+		meter.costs = func() map[string]WriteCost {
+			out := map[string]WriteCost{}
+			for k, c := range s.WriteCosts() {
+				out[k.Command+" "+k.Collection] = WriteCost(c)
+			}
+			return out
+		}
 		c.Mongo.URI = s.URI
 		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.Mongo.URI, "dir", dir)
 	}
-	return stop, busy, nil
+	return stop, meter, nil
 }
 
 func splitAddr(addr string) (string, int, error) {

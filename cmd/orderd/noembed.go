@@ -5,15 +5,14 @@ package main
 import (
 	"errors"
 	"log/slog"
-	"time"
 )
 
 // startEmbedded is absent from production builds (-tags noembed): they need
 // MONGODB_URI, and NATS_URL unless the api role is the only one.
-func startEmbedded(c *Config, _ *slog.Logger) (func(), func() time.Duration, error) {
+func startEmbedded(c *Config, _ *slog.Logger) (func(), storeMeter, error) {
 	r, _ := c.roles()
 	if c.Mongo.URI == "" || (c.NATS.URL == "" && r.needsBus()) {
-		return func() {}, nil, errors.New("built without embedded servers (-tags noembed): set MONGODB_URI and NATS_URL (NATS_URL may be left out with -roles api)")
+		return func() {}, storeMeter{}, errors.New("built without embedded servers (-tags noembed): set MONGODB_URI and NATS_URL (NATS_URL may be left out with -roles api)")
 	}
-	return func() {}, nil, nil
+	return func() {}, storeMeter{}, nil
 }

@@ -93,6 +93,11 @@ type Store struct {
 // figure bound by the store (near 1) from one bound by the service.
 func (s *Store) WriteBusy() time.Duration { return s.funnel.slot.busyTime() }
 
+// WriteCosts returns, by kind, how many writes the store ran since it
+// started and how long they held its single writer: where WriteBusy's time
+// went.
+func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.costs.snapshot() }
+
 // StartStore starts FerretDB on SQLite with its files in dir, and the
 // funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
 // front of it: every client, in this process or another, reaches FerretDB

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -48,6 +49,7 @@ type funnel struct {
 
 	slot   writeSlot
 	writer net.Conn // held with slot; nil until the first write, and after an error
+	costs  writeCosts
 
 	mu     sync.Mutex
 	closed bool
@@ -183,6 +185,8 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
 	f.slot.acquire(classOf(name, cmd))
 	defer f.slot.release()
+	held := time.Now()
+	defer func() { f.costs.add(name, cmd.collection, time.Since(held)) }()
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
 		if err != nil {

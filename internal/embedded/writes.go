@@ -1,0 +1,55 @@
+package embedded
+
+import (
+	"regexp"
+	"sync"
+	"time"
+)
+
+// WriteKind names a kind of write: the command and the collection it
+// writes, a rebuilt collection's version and job suffix left out (an
+// update of "order_summaries" stands for every version's collection).
+type WriteKind struct {
+	Command    string // lower-cased: insert, update, findandmodify, ...
+	Collection string
+}
+
+// WriteCost is what the writes of one kind took of the store's single
+// writer: how many, and for how long they held it in all.
+type WriteCost struct {
+	Writes int64
+	Held   time.Duration
+}
+
+// writeCosts sums the funnel's writes by kind.
+type writeCosts struct {
+	mu sync.Mutex
+	by map[WriteKind]WriteCost
+}
+
+// versioned matches what a rebuild adds to a collection's name:
+// "_v<n>" and "_<job id without dashes>".
+var versioned = regexp.MustCompile(`(_v[0-9]+)?(_[0-9a-f]{32})?$`)
+
+func (w *writeCosts) add(command, collection string, held time.Duration) {
+	k := WriteKind{Command: command, Collection: versioned.ReplaceAllString(collection, "")}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.by == nil {
+		w.by = map[WriteKind]WriteCost{}
+	}
+	c := w.by[k]
+	c.Writes++
+	c.Held += held
+	w.by[k] = c
+}
+
+func (w *writeCosts) snapshot() map[WriteKind]WriteCost {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[WriteKind]WriteCost, len(w.by))
+	for k, c := range w.by {
+		out[k] = c
+	}
+	return out
+}
