@@ -201,3 +201,37 @@ func TestIndexedStoreKeepsWorking(t *testing.T) {
 		t.Errorf("count after rename: %d, %v; want 20", n, err)
 	}
 }
+
+// TestWriteCostsByKind: every write through the funnel is counted under
+// its command and collection, a rebuilt collection's version and job
+// suffix left out, and their times held stay within the writer's busy
+// time; reads are not counted.
+func TestWriteCostsByKind(t *testing.T) {
+	s, c := startStore(t, t.TempDir())
+	db := c.Database("costs")
+	ctx := t.Context()
+	if _, err := db.Collection("events").InsertOne(ctx, bson.D{{Key: "_id", Value: "a:1"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, coll := range []string{"order_summaries", "order_summaries_v2_0123456789abcdef0123456789abcdef"} {
+		if _, err := db.Collection(coll).UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 1}}}},
+			options.UpdateOne().SetUpsert(true)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Collection("order_summaries").FindOne(ctx, bson.D{{Key: "_id", Value: "a"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	costs := s.WriteCosts()
+	var held time.Duration
+	for _, c := range costs {
+		held += c.Held
+	}
+	ins, upd := costs[WriteKind{"insert", "events"}], costs[WriteKind{"update", "order_summaries"}]
+	if ins.Writes != 1 || upd.Writes != 2 || ins.Held <= 0 || upd.Held <= 0 {
+		t.Errorf("costs %+v; want 1 insert into events and 2 updates of order_summaries, each with its time", costs)
+	}
+	if busy := s.WriteBusy(); held > busy {
+		t.Errorf("writes held the writer %v in all, more than its busy time %v", held, busy)
+	}
+}
