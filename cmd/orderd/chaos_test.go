@@ -472,19 +472,30 @@ func streamMsgIDs(ctx context.Context, t *testing.T, js jetstream.JetStream) (ma
 	}
 	seen := map[string]bool{}
 	n := 0
+	// Each fetch of an ordered consumer creates a consumer, from where the
+	// last one stopped. On a cluster, the node the test is connected to
+	// may not yet know of the new consumer when the fetch asks it for
+	// messages (no responders): such a fetch is tried again, for up to a
+	// minute without progress.
+	deadline := time.Now().Add(time.Minute)
 	for n < total {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		got := 0
-		for m := range batch.Messages() {
-			got++
-			n++
-			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				n++
+				seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+			}
+			err = batch.Error()
 		}
-		if err := batch.Error(); err != nil && got == 0 {
+		switch {
+		case got > 0:
+			deadline = time.Now().Add(time.Minute)
+		case time.Now().After(deadline):
 			t.Fatalf("reading the stream after %d of %d messages: %v", n, total, err)
+		case err != nil:
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return seen, n
