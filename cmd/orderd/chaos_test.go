@@ -248,17 +248,20 @@ func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 }
 
 // partitionConsumers names the durable consumers of the projections'
-// partitions (projector.Runner.ConsumerName), partition by partition:
-// partition p's are [3p, 3p+3).
+// partitions.
 func partitionConsumers(partitions int) []string {
 	var out []string
-	for p := range partitions {
-		for _, key := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
-			out = append(out, fmt.Sprintf("proj_%s_p%02d", key, p))
+	for _, key := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
+		for p := range partitions {
+			out = append(out, partitionConsumer(key, p))
 		}
 	}
 	return out
 }
+
+// partitionConsumer names the durable consumer of partition p of the
+// projection whose key is key (projector.Runner.ConsumerName).
+func partitionConsumer(key string, p int) string { return fmt.Sprintf("proj_%s_p%02d", key, p) }
 
 // jetStream connects to the cluster's NATS server (reconnecting across
 // its restarts) until the test ends.
