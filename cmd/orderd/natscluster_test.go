@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
@@ -76,27 +78,36 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		Concurrency: 6, ConflictRate: 0.1, Seed: 22, RunID: "natscluster", RetryFor: time.Minute})
 	// The first node dies once the load's events flow through the stream.
 	js := c.jetStream()
-	if !waitFor(time.Minute, 50*time.Millisecond, func() bool {
-		s, err := js.Stream(t.Context(), stream)
-		if err != nil {
-			return false
-		}
-		info, err := s.Info(t.Context())
-		return err == nil && info.State.Msgs >= partitions+500
-	}) {
+	if !waitFor(time.Minute, 50*time.Millisecond, func() bool { return c.streamMsgs(js, stream) >= partitions+500 }) {
 		t.Fatal("the load's events not in the stream within a minute")
 	}
 
 	var worstAfterKill, worstAfterLed time.Duration
-	kills, underLoad := 0, 0
+	kills, underLoad, paused := 0, 0, 0
 	lose := func(round int, role string, node int) {
 		t.Helper()
+		// A node dies once the relays have published and marked the
+		// previous fault's backlog down to less than half their queues,
+		// where the APIs take commands again: each round measures its own
+		// fault.
+		var backlog []float64
+		draining := time.Now()
+		if !waitFor(2*time.Minute, 200*time.Millisecond, func() bool {
+			backlog = backlog[:0]
+			for _, a := range apis {
+				backlog = append(backlog, metric(t, &client{t: t, base: a.url(), http: &http.Client{Timeout: 10 * time.Second}}, "orderd_relay_backlog_ratio"))
+			}
+			return slices.Max(backlog) < 0.5
+		}) {
+			t.Fatalf("round %d: the relays' queues %v full two minutes after the last fault; want below half", round, backlog)
+		}
 		select {
 		case <-done:
 		default:
 			underLoad++
 		}
 		kills++
+		before := c.streamMsgs(js, stream)
 		killed := time.Now()
 		c.nodes.Kill(node)
 		// The probes go out at once: commands are taken while the
@@ -145,11 +156,15 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		}
 		recovered := slices.Max(r.visible)
 		worstAfterKill, worstAfterLed = max(worstAfterKill, recovered), max(worstAfterLed, resumed[slowest])
-		t.Logf("round %d: %s leader %s killed at %s; the stream led again after %v, every consumer after %v (%d of %d kept their leaders)",
-			round, role, c.nodes.Name(node), killed.Format("15:04:05.000"), streamLed.Round(time.Millisecond),
-			slices.Max(slices.Collect(maps.Values(consumersLed))).Round(time.Millisecond), kept, len(consumers))
-		t.Logf("round %d: orders placed at the kill in the summaries in every partition after %v; after the stream and the partition's consumer led %v (median), %v (slowest, partition %d): the relay's publishes in the stream %v after it led, the projector's writes %v (median) and %v (slowest) after the order was in the stream and its consumer led",
-			round, recovered.Round(time.Millisecond), median(resumed).Round(time.Millisecond), resumed[slowest].Round(time.Millisecond), slowest,
+		t.Logf("round %d: %s leader %s killed at %s (the relays' queues %.0f%% full at most, after %v waiting for them to drain below half); the stream led again after %v, every consumer after %v (%d of %d kept their leaders)",
+			round, role, c.nodes.Name(node), killed.Format("15:04:05.000"), 100*slices.Max(backlog), killed.Sub(draining).Round(time.Millisecond),
+			streamLed.Round(time.Millisecond), slices.Max(slices.Collect(maps.Values(consumersLed))).Round(time.Millisecond), kept, len(consumers))
+		if r.paused > 0 {
+			t.Logf("round %d: %d places of probe orders paused by the service and sent again; the first answer: %s", round, r.paused, r.pause)
+		}
+		paused += r.paused
+		t.Logf("round %d: orders placed at the kill in the summaries in every partition after %v, the stream having taken %d messages since the kill; after the stream and the partition's consumer led %v (median), %v (slowest, partition %d): the relay's publishes in the stream %v after it led, the projector's writes %v (median) and %v (slowest) after the order was in the stream and its consumer led",
+			round, recovered.Round(time.Millisecond), c.streamMsgs(js, stream)-before, median(resumed).Round(time.Millisecond), resumed[slowest].Round(time.Millisecond), slowest,
 			published.Round(time.Millisecond), median(applied).Round(time.Millisecond), slices.Max(applied).Round(time.Millisecond))
 
 		restarted := time.Now()
@@ -164,6 +179,7 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		lose(round, "meta", c.nodes.WaitMetaLeader(30*time.Second))
 	}
 	rep := wait()
+	t.Logf("loadgen: %d answers were pauses (the service's relay or read models behind), each sent again after its Retry-After", rep.Paused)
 	if underLoad == 0 || rep.Acked == 0 || rep.Races == 0 {
 		t.Fatalf("the run proved little: %d of %d kills under load, %d commands acknowledged, %d races", underLoad, kills, rep.Acked, rep.Races)
 	}
@@ -172,8 +188,21 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		n, top := p.warnings()
 		t.Logf("%s logged %d warnings and errors; the most frequent: %v", p.name, n, top)
 	}
-	t.Logf("GUARANTEES NATS cluster losing nodes: %d commands acknowledged (%d probes), %d node kills (%d under load; stream leader, then meta leader, each restarted), every partition's new orders in the read model at most %v after a kill and %v after its leaders were back, %d events, drift %d",
-		f.Acked, len(acks), kills, underLoad, worstAfterKill.Round(time.Millisecond), worstAfterLed.Round(time.Millisecond), f.Events, f.Drift)
+	t.Logf("GUARANTEES NATS cluster losing nodes: %d commands acknowledged (%d probes, %d of their places paused and sent again), %d node kills (%d under load; stream leader, then meta leader, each restarted), every partition's new orders in the read model at most %v after a kill and %v after its leaders were back, %d events, drift %d",
+		f.Acked, len(acks), paused, kills, underLoad, worstAfterKill.Round(time.Millisecond), worstAfterLed.Round(time.Millisecond), f.Events, f.Drift)
+}
+
+// streamMsgs is how many messages stream holds, 0 when it does not answer.
+func (c *cluster) streamMsgs(js jetstream.JetStream, stream string) int {
+	s, err := js.Stream(c.t.Context(), stream)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(c.t.Context())
+	if err != nil {
+		return 0
+	}
+	return int(info.State.Msgs)
 }
 
 // median is the middle of ds (the upper one of an even count).
@@ -191,18 +220,25 @@ func partitionOf(orderID string, n int) int {
 }
 
 // probeResult is what probePartitions saw: per partition, the probe
-// order's id and how long after the start it was in the read model.
+// order's id and how long after the start it was in the read model; the
+// places the service paused (503 read-models-behind) and the first such
+// answer.
 type probeResult struct {
 	ids     []string
 	visible []time.Duration
 	acks    []loadgen.Ack
+	paused  int
+	pause   string
 	err     error
 }
 
 // probePartitions places one order in each of n partitions, "<prefix>-NNN"
 // through apis in turn, and reads each one's summary over HTTP (waiting
-// with ?min_version=1) until it is there, for at most two minutes. It runs
-// outside the test's goroutine: a failure is in the result's err.
+// with ?min_version=1) until it is there, for at most two minutes. A place
+// the service pauses, its relay or read models behind, is sent again
+// after the Retry-After with the same Idempotency-Key, as a client does;
+// any other refusal fails the probe. It runs outside the test's
+// goroutine: a failure is in the result's err.
 func (c *cluster) probePartitions(apis []*proc, prefix string, n int, start time.Time) probeResult {
 	r := probeResult{ids: make([]string, n), visible: make([]time.Duration, n), acks: make([]loadgen.Ack, n)}
 	for k, filled := 0, 0; filled < n; k++ {
@@ -212,29 +248,40 @@ func (c *cluster) probePartitions(apis []*proc, prefix string, n int, start time
 			filled++
 		}
 	}
+	var mu sync.Mutex // guards paused and pause
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for p, id := range r.ids {
 		api := apis[p%len(apis)]
 		wg.Go(func() {
-			resp, took, err := send(api, "POST", "/v1/orders", id+"-place", placeBody(id))
-			var a commandAnswer
-			if err == nil && (resp.Status != http.StatusCreated || json.Unmarshal(resp.Body, &a) != nil) {
-				err = fmt.Errorf("answered %v", resp)
-			}
-			if err != nil {
-				errs[p] = fmt.Errorf("place %s through %s after %v: %w; want 201", id, api.name, took.Round(time.Millisecond), err)
-				return
-			}
-			r.acks[p] = loadgen.Ack{OrderID: id, Command: "place", Key: id + "-place", Version: a.Version, Status: a.Status}
 			cl, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: api.url(), HTTPClient: &http.Client{Timeout: 40 * time.Second}})
 			if err != nil {
 				errs[p] = err
 				return
 			}
+			ctx, key := context.Background(), id+"-place"
+			place := domain.PlaceOrder{CustomerID: "probe-customer", Currency: "BRL", Items: []domain.Line{{SKU: "sku-1", Quantity: 1, UnitPriceCents: 990}}}
 			deadline := time.Now().Add(2 * time.Minute)
+			var res domain.Result
 			for {
-				_, _, err = cl.Summary(context.Background(), id, orderhttp.SummaryQuery{MinVersion: 1, Wait: 5 * time.Second})
+				res, err = cl.Execute(ctx, id, place, domain.ExecOptions{IdempotencyKey: key})
+				var pe *orderhttp.Error
+				if !errors.As(err, &pe) || !pe.Paused() || time.Now().After(deadline) {
+					break
+				}
+				mu.Lock()
+				r.paused++
+				r.pause = cmp.Or(r.pause, pe.Error())
+				mu.Unlock()
+				time.Sleep(max(pe.RetryAfter, 100*time.Millisecond))
+			}
+			if err != nil {
+				errs[p] = fmt.Errorf("place %s through %s, %v after the start: %w; want 201", id, api.name, time.Since(start).Round(time.Millisecond), err)
+				return
+			}
+			r.acks[p] = loadgen.Ack{OrderID: id, Command: "place", Key: key, Version: res.Version, Status: string(res.Status)}
+			for {
+				_, _, err = cl.Summary(ctx, id, orderhttp.SummaryQuery{MinVersion: 1, Wait: 5 * time.Second})
 				if err == nil {
 					r.visible[p] = time.Since(start)
 					return
