@@ -43,13 +43,15 @@ const natsClusterResume = 20 * time.Second
 // kills the stream leader's node (crash-like: its routes cut, then
 // stopped), starts it again on its ports and store and waits until its
 // replica has caught up, then does the same to the meta leader's node
-// (three rounds of both with -chaos.long). Right after each kill it places
-// one order in each partition and measures, partition by partition, when
-// the order is in the summaries read model over HTTP, and when the stream
-// and that partition's summaries consumer had leaders again: each
-// partition must resume within natsClusterResume of its own leaders,
-// whatever the others do. Every probe must be acknowledged (the log, not the bus, decides).
-// The run ends with the three checks of guarantees.
+// (three rounds of both with -chaos.long); each kill waits until the
+// relays have worked the last one's backlog down to less than half their
+// queues. Right after each kill it places one order in each partition and
+// measures, partition by partition, when the order is in the summaries
+// read model over HTTP, and when the stream and that partition's
+// summaries consumer had leaders again: each partition must resume within
+// natsClusterResume of its own leaders, whatever the others do. Every
+// probe must be acknowledged (the log, not the bus, decides). The run
+// ends with the three checks of guarantees.
 func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 	chaosParallel(t)
 	rounds, loadFor := 1, 45*time.Second
@@ -70,7 +72,7 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		t.Fatalf("healthy cluster: %v", healthy.err)
 	}
 	acks = append(acks, healthy.acks...)
-	c.stored(stream, healthy.ids)
+	c.stored(stream, healthy.ids) // partitionOf puts them where the stream does
 	t.Logf("healthy cluster: an order in each of %d partitions is in the read model within %v (slowest partition)",
 		partitions, slices.Max(healthy.visible).Round(time.Millisecond))
 
