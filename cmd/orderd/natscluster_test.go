@@ -355,24 +355,44 @@ func (c *cluster) watchLeaders(stream string, consumers []string, since time.Tim
 	}
 }
 
-// logLevel matches a text log line's level and message.
-var logLevel = regexp.MustCompile(`level=(WARN|ERROR) msg=("(?:[^"\\]|\\.)*"|\S+)`)
+// logLevel matches a text log line's time, level and message.
+var logLevel = regexp.MustCompile(`time=\S*T(\d\d:\d\d:\d\d)\S* level=(WARN|ERROR) msg=("(?:[^"\\]|\\.)*"|\S+)`)
 
 // warnings counts the warning and error lines in p's output (since its
-// last start) and names its three most frequent messages with their
-// counts: a storm of one message under a fault is a finding of its own.
+// last start), and the NATS client's asynchronous errors, which it prints
+// itself ("nats: slow consumer, messages dropped on connection ..."), and
+// names the four most frequent messages with their counts and the seconds
+// of their first and last line ("?" for the client's, which have no time):
+// a storm of one message under a fault is a finding of its own.
 func (p *proc) warnings() (int, []string) {
-	counts := map[string]int{}
-	n := 0
-	for _, m := range logLevel.FindAllStringSubmatch(p.in.out.String(), -1) {
-		n++
-		counts[m[1]+" "+strings.Trim(m[2], `"`)]++
+	type seen struct {
+		n           int
+		first, last string
 	}
-	msgs := slices.Collect(maps.Keys(counts))
-	slices.SortFunc(msgs, func(a, b string) int { return counts[b] - counts[a] })
+	msgs := map[string]*seen{}
+	n := 0
+	for line := range strings.Lines(p.in.out.String()) {
+		var key, at string
+		if m := logLevel.FindStringSubmatch(line); m != nil {
+			key, at = m[2]+" "+strings.Trim(m[3], `"`), m[1]
+		} else if msg, ok := strings.CutPrefix(line, "nats: "); ok {
+			key, _, _ = strings.Cut(strings.TrimSpace(msg), " on connection")
+			key, at = "NATS "+key, "?"
+		} else {
+			continue
+		}
+		n++
+		if msgs[key] == nil {
+			msgs[key] = &seen{first: at}
+		}
+		msgs[key].n++
+		msgs[key].last = at
+	}
+	keys := slices.Collect(maps.Keys(msgs))
+	slices.SortFunc(keys, func(a, b string) int { return msgs[b].n - msgs[a].n })
 	var top []string
-	for _, m := range msgs[:min(3, len(msgs))] {
-		top = append(top, fmt.Sprintf("%q x%d", m, counts[m]))
+	for _, k := range keys[:min(4, len(keys))] {
+		top = append(top, fmt.Sprintf("%q x%d %s-%s", k, msgs[k].n, msgs[k].first, msgs[k].last))
 	}
 	return n, top
 }
