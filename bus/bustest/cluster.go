@@ -33,8 +33,8 @@ type Cluster struct {
 }
 
 // StartCluster starts n servers forming one JetStream cluster and waits
-// until it has a meta leader; the servers are shut down when the test
-// ends.
+// until it has a meta leader that can place a replica on every node; the
+// servers are shut down when the test ends.
 func StartCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
 	ports := make([]int, 2*n)
@@ -80,7 +80,14 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for i := range n {
 		c.Start(i)
 	}
-	c.WaitMetaLeader(60 * time.Second)
+	// A meta leader elected before it has heard every node's stats
+	// refuses a stream of n replicas: "no suitable peers for placement".
+	c.wait(60*time.Second, "a JetStream meta leader with every node as a peer", func() int {
+		if i := c.MetaLeader(); i >= 0 && len(c.servers[i].JetStreamClusterPeers()) == n {
+			return i
+		}
+		return -1
+	})
 	return c
 }
 

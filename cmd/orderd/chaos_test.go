@@ -25,6 +25,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
@@ -60,8 +61,8 @@ const (
 	chaosDatabase = "orderd"
 )
 
-// cluster is the store, the NATS server and the orderd processes of one
-// chaos test.
+// cluster is the store, the NATS server (or the three-node JetStream
+// cluster, see withNATSCluster) and the orderd processes of one chaos test.
 type cluster struct {
 	t         *testing.T
 	dir       string
@@ -69,6 +70,7 @@ type cluster struct {
 	natsPort  int
 	store     interface{ Close() error } // *embedded.Store or *storetest.StoreProcess
 	nats      *server.Server
+	nodes     *bustest.Cluster // instead of nats, with withNATSCluster
 	mongo     *mongo.Client
 	procs     []*proc
 }
@@ -83,11 +85,16 @@ type proc struct {
 
 func (p *proc) url() string { return "http://" + p.addr }
 
-func newCluster(t *testing.T) *cluster {
+func newCluster(t *testing.T, opts ...func(*cluster)) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeport.Addr(t), natsPort: freeport.Port(t)}
+	for _, o := range opts {
+		o(c)
+	}
 	c.startStore()
-	c.startNATS()
+	if c.nodes == nil {
+		c.startNATS()
+	}
 	t.Cleanup(func() { // registered first: runs after the processes are killed
 		if c.nats != nil {
 			c.stopNATS()
@@ -105,8 +112,20 @@ func newCluster(t *testing.T) *cluster {
 	return c
 }
 
+// withNATSCluster makes newCluster start a three-node JetStream cluster
+// in the test process (bustest) instead of one NATS server: every process,
+// and the checks of guarantees, get all three nodes' URLs, and the stream
+// is kept at R3. The test kills and starts nodes through c.nodes.
+func withNATSCluster(c *cluster) { c.nodes = bustest.StartCluster(c.t, 3) }
+
 func (c *cluster) storeURI() string { return "mongodb://" + c.storeAddr + "/" }
-func (c *cluster) natsURL() string  { return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort) }
+
+func (c *cluster) natsURL() string {
+	if c.nodes != nil {
+		return c.nodes.URL()
+	}
+	return fmt.Sprintf("nats://127.0.0.1:%d", c.natsPort)
+}
 
 func (c *cluster) startStore() {
 	c.t.Helper()
@@ -167,6 +186,9 @@ func (c *cluster) start(p *proc) {
 	args := []string{"-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
 		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn"}
+	if c.nodes != nil {
+		args = append(args, "-stream-replicas", "3")
+	}
 	p.in = startInstanceEnv(c.t, p.name, []string{"ADMIN_TOKEN=" + chaosToken}, append(args, p.args...)...)
 	// An API is waited for at every start, so load never meets it
 	// starting; other roles only when added, so kills keep their pace.
@@ -213,19 +235,33 @@ func (c *cluster) waitReady(p *proc, within time.Duration) {
 // it is above zero dies in the middle of a batch.
 func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 	n := 0
-	for _, name := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
-		for p := range projector.DefaultPartitions {
-			cons, err := js.Consumer(ctx, "ORDERS", fmt.Sprintf("proj_%s_p%02d", name, p))
-			if err != nil {
-				continue
-			}
-			if info, err := cons.Info(ctx); err == nil {
-				n += info.NumAckPending
-			}
+	for _, name := range partitionConsumers(projector.DefaultPartitions) {
+		cons, err := js.Consumer(ctx, "ORDERS", name)
+		if err != nil {
+			continue
+		}
+		if info, err := cons.Info(ctx); err == nil {
+			n += info.NumAckPending
 		}
 	}
 	return n
 }
+
+// partitionConsumers names the durable consumers of the projections'
+// partitions.
+func partitionConsumers(partitions int) []string {
+	var out []string
+	for _, key := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
+		for p := range partitions {
+			out = append(out, partitionConsumer(key, p))
+		}
+	}
+	return out
+}
+
+// partitionConsumer names the durable consumer of partition p of the
+// projection whose key is key (projector.Runner.ConsumerName).
+func partitionConsumer(key string, p int) string { return fmt.Sprintf("proj_%s_p%02d", key, p) }
 
 // jetStream connects to the cluster's NATS server (reconnecting across
 // its restarts) until the test ends.
@@ -472,19 +508,30 @@ func streamMsgIDs(ctx context.Context, t *testing.T, js jetstream.JetStream) (ma
 	}
 	seen := map[string]bool{}
 	n := 0
+	// Each fetch of an ordered consumer creates a consumer, from where the
+	// last one stopped. On a cluster, the node the test is connected to
+	// may not yet know of the new consumer when the fetch asks it for
+	// messages (no responders): such a fetch is tried again, for up to a
+	// minute without progress.
+	deadline := time.Now().Add(time.Minute)
 	for n < total {
-		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
 		got := 0
-		for m := range batch.Messages() {
-			got++
-			n++
-			seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err == nil {
+			for m := range batch.Messages() {
+				got++
+				n++
+				seen[m.Headers().Get(jetstream.MsgIDHeader)] = true
+			}
+			err = batch.Error()
 		}
-		if err := batch.Error(); err != nil && got == 0 {
+		switch {
+		case got > 0:
+			deadline = time.Now().Add(time.Minute)
+		case time.Now().After(deadline):
 			t.Fatalf("reading the stream after %d of %d messages: %v", n, total, err)
+		case err != nil:
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return seen, n
