@@ -59,7 +59,15 @@ func quorum(name string, info *jetstream.StreamInfo) error {
 			live++
 		}
 	}
-	if size := len(info.Cluster.Replicas) + 1; 2*live <= size {
+	// The stream's configured size, not the replicas listed: while the
+	// cluster replaces a lost peer the leader lists it beside its
+	// successor (a stream at R3 was seen with four replicas, two current,
+	// and called without quorum).
+	size := len(info.Cluster.Replicas) + 1
+	if r := info.Config.Replicas; r > 0 {
+		size = r
+	}
+	if 2*min(live, size) <= size {
 		return fmt.Errorf("stream %s: %w: %d of %d replicas current, no quorum", name, domain.ErrUnavailable, live, size)
 	}
 	return nil
