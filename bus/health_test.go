@@ -32,12 +32,10 @@ func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := bus.StreamConfig{Name: "CHECKED", SubjectPrefix: "checked", Duplicates: time.Minute, Replicas: 3}
-	deadline := time.Now().Add(60 * time.Second)
-	for err := bus.EnsureStream(t.Context(), js, cfg); err != nil; err = bus.EnsureStream(t.Context(), js, cfg) {
-		if time.Now().After(deadline) {
-			t.Fatalf("ensure stream: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	if err := bus.EnsureStream(ctx, js, cfg); err != nil {
+		t.Fatalf("ensure stream: %v", err)
 	}
 	leader := cl.WaitStreamLeader(cfg.Name, 30*time.Second)
 	check := func(name string) error {
@@ -55,7 +53,7 @@ func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 	cl.Kill(followers[0])
 	// The leader and one follower left: still led, once this client has
 	// reconnected if it was on the killed node (slow on a busy machine).
-	deadline = time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for err := check(cfg.Name); err != nil; err = check(cfg.Name) {
 		if time.Now().After(deadline) {
 			t.Fatalf("stream with two of three replicas: %v", err)
@@ -74,5 +72,54 @@ func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 			t.Fatalf("stream without quorum: %v; want unavailable", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestEnsureStreamWaitsForTheCluster: with two of three nodes down the
+// cluster can place no R3 stream and has no meta leader; EnsureStream
+// waits (a process started beside a cluster that is still forming) and
+// creates the stream once the nodes are back. A configuration the server
+// refuses is an error at once.
+func TestEnsureStreamWaitsForTheCluster(t *testing.T) {
+	cl := bustest.StartCluster(t, 3)
+	cl.Shutdown(1)
+	cl.Shutdown(2)
+	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	cfg := bus.StreamConfig{Name: "WAITS", SubjectPrefix: "waits", Duplicates: time.Minute, Replicas: 3}
+	done := make(chan error, 1)
+	go func() { done <- bus.EnsureStream(ctx, js, cfg) }()
+	// Still waiting while the nodes are down: the first attempts have
+	// been refused or gone unanswered.
+	short, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	if err := bus.EnsureStream(short, js, bus.StreamConfig{Name: "WAITS2", SubjectPrefix: "waits2", Replicas: 3}); err == nil {
+		t.Fatal("an R3 stream created with two of three nodes down")
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("EnsureStream returned %v with two of three nodes down; want it to wait", err)
+	default:
+	}
+	cl.Start(1)
+	cl.Start(2)
+	if err := <-done; err != nil {
+		t.Fatalf("ensure stream once the nodes are back: %v", err)
+	}
+	cl.WaitStreamLeader(cfg.Name, 30*time.Second)
+	// A stream whose subjects overlap another's is refused at once.
+	start := time.Now()
+	err = bus.EnsureStream(ctx, js, bus.StreamConfig{Name: "OVERLAP", SubjectPrefix: "waits", Replicas: 3})
+	if err == nil || time.Since(start) > 10*time.Second {
+		t.Errorf("a stream overlapping another's subjects: %v after %v; want refused at once", err, time.Since(start))
 	}
 }

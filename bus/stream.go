@@ -2,10 +2,13 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -33,7 +36,55 @@ func (c StreamConfig) Subject(streamID string) string { return c.SubjectPrefix +
 // and with Partitions the subject transform <prefix>.* ->
 // <prefix>.{{partition(n,1)}}.{{wildcard(1)}}. A transform applies to the
 // messages stored after it is set: those stored before keep their subject.
+//
+// A cluster still forming or electing (no meta leader, too few peers to
+// place the replicas, no answer yet) is waited out, with backoff, until
+// ctx is done: processes started beside a cluster's nodes would otherwise
+// exit and wait for their restart. Errors: the server's refusal of the
+// configuration at once, else the last error when ctx is done.
 func EnsureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
+	b := backoff.WithContext(backoff.NewExponentialBackOff(backoff.WithInitialInterval(100*time.Millisecond),
+		backoff.WithMaxInterval(2*time.Second), backoff.WithMaxElapsedTime(0)), ctx)
+	var last error
+	err := backoff.Retry(func() error {
+		// Each attempt bounded: a request that no meta leader takes is
+		// never answered.
+		actx, cancel := context.WithTimeout(ctx, ensureAttempt)
+		defer cancel()
+		err := ensureStream(actx, js, c)
+		if err != nil && !forming(err) {
+			return backoff.Permanent(err)
+		}
+		if err != nil {
+			last = err
+		}
+		return err
+	}, b)
+	if err != nil && ctx.Err() != nil && last != nil {
+		return last
+	}
+	return err
+}
+
+// ensureAttempt bounds one attempt of EnsureStream.
+const ensureAttempt = 5 * time.Second
+
+// forming reports whether err is what a cluster answers while it forms or
+// elects: no responders or no answer in time, JetStream not available,
+// no peers to place the replicas on, no leader yet, no resources yet.
+func forming(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode {
+		case 10005, 10006, clusterNotAvailable, 10009, 10023: // JSClusterNoPeers, NotActive, NotAvail, NotLeader, InsufficientResources
+			return true
+		}
+		return apiErr.Code == 503
+	}
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) error {
 	sc := jetstream.StreamConfig{
 		Name:       c.Name,
 		Subjects:   []string{c.SubjectPrefix + ".>"},
