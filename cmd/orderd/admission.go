@@ -22,13 +22,14 @@ import (
 // not in that lag: when the relay's queues are half full (its published
 // markers fall behind the store's other writes, say), commands are
 // refused too, for a second at a time, before appends overflow the queue
-// and wait seconds for the sweep; but not while NATS is unreachable
-// (no fresh sample), when the queues fill because nothing can be
-// published and commands are taken as before.
+// and wait seconds for the sweep; but not while NATS is unreachable (the
+// relay's connection is down, or no fresh sample), when the queues fill
+// because nothing can be published and commands are taken as before.
 type lagAdmission struct {
-	watch  *projector.LagWatch
-	maxLag uint64
-	relay  func() float64 // the relay's Backlog; nil without one
+	watch     *projector.LagWatch
+	maxLag    uint64
+	relay     func() float64 // the relay's Backlog; nil without one
+	connected func() bool    // whether the relay's NATS connection is up
 }
 
 // relayBacklogLimit is the share of the relay's queues filled at which
@@ -45,8 +46,8 @@ type lagByName struct {
 
 func (l lagByName) LagSeconds(name string) (float64, bool) { return l.w.LagSeconds(l.keys[name]) }
 
-func newLagAdmission(w *projector.LagWatch, maxLag int, relay func() float64, reg prometheus.Registerer) *lagAdmission {
-	a := &lagAdmission{watch: w, maxLag: uint64(maxLag), relay: relay}
+func newLagAdmission(w *projector.LagWatch, maxLag int, relay func() float64, connected func() bool, reg prometheus.Registerer) *lagAdmission {
+	a := &lagAdmission{watch: w, maxLag: uint64(maxLag), relay: relay, connected: connected}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_admission_projection_lag",
 		Help: "Events the slowest read model had not applied at this API instance's last sample (-1 without a fresh one); above orderd_admission_max_lag it refuses commands (orderd_commands_total{outcome=\"read-models-behind\"})."},
 		func() float64 {
@@ -70,7 +71,9 @@ func (a *lagAdmission) Admit() (bool, time.Duration, string) {
 		// and the log keeps the commands until it answers again.
 		return true, 0, ""
 	}
-	if a.relay != nil {
+	// A sample stays fresh for seconds after NATS went away: the relay's
+	// connection tells at once.
+	if a.relay != nil && a.connected() {
 		if f := a.relay(); f >= relayBacklogLimit {
 			return false, time.Second, fmt.Sprintf("this instance's relay has its queues %.0f%% full: its appends wait to be published or marked; retry in 1s", 100*f)
 		}

@@ -142,19 +142,21 @@ func TestAdmissionRefusesWhileTheRelayIsBehind(t *testing.T) {
 	if !waitFor(10*time.Second, 10*time.Millisecond, func() bool { _, _, _, fresh := watch.Latest(); return fresh }) {
 		t.Fatal("no fresh lag sample within 10s")
 	}
-	backlog := 0.0
-	a := newLagAdmission(watch, 10, func() float64 { return backlog }, prometheus.NewRegistry())
+	backlog, connected := 0.0, true
+	a := newLagAdmission(watch, 10, func() float64 { return backlog }, func() bool { return connected }, prometheus.NewRegistry())
 	for _, c := range []struct {
-		backlog float64
-		ok      bool
-	}{{0, true}, {0.49, true}, {0.5, false}, {1, false}, {0.2, true}} {
-		backlog = c.backlog
+		backlog   float64
+		connected bool
+		ok        bool
+	}{{0, true, true}, {0.49, true, true}, {0.5, true, false}, {1, true, false}, {1, false, true}, {0.2, true, true}} {
+		backlog, connected = c.backlog, c.connected
 		ok, after, why := a.Admit()
 		if ok != c.ok || !ok && (after != time.Second || !strings.Contains(why, "relay")) {
-			t.Errorf("backlog %v: Admit() = %v, %v, %q; want ok %v (refusals for 1s, naming the relay)", c.backlog, ok, after, why, c.ok)
+			t.Errorf("backlog %v, relay connected %v: Admit() = %v, %v, %q; want ok %v (refusals for 1s, naming the relay)",
+				c.backlog, c.connected, ok, after, why, c.ok)
 		}
 	}
-	unread := newLagAdmission(projector.NewLagWatch(nil, stream.Name, nil, time.Second, nil), 10, func() float64 { return 1 }, prometheus.NewRegistry())
+	unread := newLagAdmission(projector.NewLagWatch(nil, stream.Name, nil, time.Second, nil), 10, func() float64 { return 1 }, func() bool { return true }, prometheus.NewRegistry())
 	if ok, _, why := unread.Admit(); !ok {
 		t.Errorf("no lag sample, relay queues full: refused (%q); want taken", why)
 	}

@@ -326,7 +326,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			if relay != nil {
 				backlog = relay.Backlog
 			}
-			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, reg)
+			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, m.nc.IsConnected, reg)
 			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), stats.Name(): stats.Key(), sales.Name(): sales.Key()}}
 		}
 		m.http = orderhttp.NewServer(hc)
