@@ -177,8 +177,20 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	// Without NATS_URL it has no connection at all (js stays nil).
 	var js jetstream.JetStream
 	if c.NATS.URL != "" {
+		natsLog := m.Log.With("component", "nats")
 		m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true))
+			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
+			// The client's asynchronous errors in the service's log, with
+			// the subscription's subject, instead of its own line on
+			// stderr. A pull consumer's messages dropped as a slow
+			// consumer come back after the consumer's AckWait.
+			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+				subject := ""
+				if sub != nil {
+					subject = sub.Subject
+				}
+				natsLog.Warn("nats client error", "subject", subject, "err", err)
+			}))
 		if err != nil {
 			return fmt.Errorf("nats: %w", err)
 		}
