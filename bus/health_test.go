@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/bus"
@@ -22,15 +21,7 @@ import (
 // sees no quorum of current replicas) is an outage.
 func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 	cl := bustest.StartCluster(t, 3)
-	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := cl.Connect(t)
 	cfg := bus.StreamConfig{Name: "CHECKED", SubjectPrefix: "checked", Duplicates: time.Minute, Replicas: 3}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -84,15 +75,7 @@ func TestEnsureStreamWaitsForTheCluster(t *testing.T) {
 	cl := bustest.StartCluster(t, 3)
 	cl.Shutdown(1)
 	cl.Shutdown(2)
-	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := cl.Connect(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	cfg := bus.StreamConfig{Name: "WAITS", SubjectPrefix: "waits", Duplicates: time.Minute, Replicas: 3}
@@ -118,7 +101,7 @@ func TestEnsureStreamWaitsForTheCluster(t *testing.T) {
 	cl.WaitStreamLeader(cfg.Name, 30*time.Second)
 	// A stream whose subjects overlap another's is refused at once.
 	start := time.Now()
-	err = bus.EnsureStream(ctx, js, bus.StreamConfig{Name: "OVERLAP", SubjectPrefix: "waits", Replicas: 3})
+	err := bus.EnsureStream(ctx, js, bus.StreamConfig{Name: "OVERLAP", SubjectPrefix: "waits", Replicas: 3})
 	if err == nil || time.Since(start) > 10*time.Second {
 		t.Errorf("a stream overlapping another's subjects: %v after %v; want refused at once", err, time.Since(start))
 	}

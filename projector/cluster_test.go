@@ -60,18 +60,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	log := projectiontest.Logger(t)
 	cl := bustest.StartCluster(t, 3)
 	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: 2 * time.Minute, Partitions: 4, Replicas: 3}
-	connect := func() (*nats.Conn, jetstream.JetStream) {
-		nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, js
-	}
+	connect := func() (*nats.Conn, jetstream.JetStream) { return cl.Connect(t) }
 	nc, js := connect()
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	cl.WaitStreamLeader(stream.Name, 30*time.Second)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/internal/freeport"
 )
@@ -326,4 +328,20 @@ func (c *Cluster) StreamPeers(stream string) []int {
 		}
 	}
 	return out
+}
+
+// Connect opens a client connection to the cluster that reconnects to
+// another node without end, every 50 ms, closed when the test ends.
+func (c *Cluster) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
