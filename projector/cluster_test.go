@@ -311,15 +311,7 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	log := projectiontest.Logger(t)
 	cl := bustest.StartCluster(t, 5)
 	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: 2 * time.Minute, Partitions: 4, Replicas: 3}
-	nc, err := nats.Connect(cl.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := cl.Connect(t)
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	sl := cl.WaitStreamLeader(stream.Name, 30*time.Second)
 	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: nc, JS: js}, Stream: stream}
