@@ -332,10 +332,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer sample.Stop()
 	retire := time.NewTicker(retireInterval)
 	defer retire.Stop()
-	r.retire(ctx)
-	for {
+	for started := false; ; started = true {
 		r.step(ctx)
 		r.sample(ctx)
+		if !started {
+			r.retire(ctx) // once the first claims are made, not before them
+		}
 		for wait := true; wait; {
 			select {
 			case <-ctx.Done():
