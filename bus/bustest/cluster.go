@@ -334,7 +334,14 @@ func (c *Cluster) StreamPeers(stream string) []int {
 // another node without end, every 50 ms, closed when the test ends.
 func (c *Cluster) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return ConnectTo(t, c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// ConnectTo opens a NATS connection to url with opts, closed when the test
+// or benchmark ends.
+func ConnectTo(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
