@@ -36,6 +36,9 @@ lint: lint-api
 	  if [ -n "$$tags" ]; then echo "domain keeps no storage tags (the adapter's documents do):"; echo "$$tags"; exit 1; fi
 	@v1=$$(grep -rn --include='*.go' '"go.mongodb.org/mongo-driver/' . | grep -v -e '^./data/' -e 'mongo-driver/v2/' || true); \
 	  if [ -n "$$v1" ]; then echo "the MongoDB driver is v2; these import v1:"; echo "$$v1"; exit 1; fi
+	@drv=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./... | grep ' go.mongodb.org/mongo-driver/' | cut -d' ' -f1 | \
+	  grep -v -e '^$(MODULE)/mongodb' -e '^$(MODULE)/internal/' -e '^$(MODULE)/cmd/' -e 'test$$' || true); \
+	  if [ -n "$$drv" ]; then echo "only the mongodb adapter, internal/, cmd/ and test helpers import the MongoDB driver; also:"; echo "$$drv"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
 
 ## lint-api: http/openapi.json under Redocly's recommended rules and Spectral's

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
@@ -106,19 +105,21 @@ type Runner struct {
 	name    string
 	key     string // the version's name for its consumers and leases
 	version int
-	db      *mongo.Database
-	pointer func(context.Context) (mongodb.Pointer, error)
-	store   applier
-	js      jetstream.JetStream
-	dead    DeadLetterStore
-	leases  Partitions
-	members Members
-	cfg     RunnerConfig
-	log     *slog.Logger
-	metrics *Metrics
-	lastErr atomic.Pointer[string]
-	writers chan struct{} // a slot per write round in flight (Writers)
-	clock   *lagClock
+	// versionLeases returns the member and partition leases of another
+	// version key of the projection (retireVersions).
+	versionLeases func(key string) (*mongodb.Members, *mongodb.Partitions)
+	pointer       func(context.Context) (mongodb.Pointer, error)
+	store         applier
+	js            jetstream.JetStream
+	dead          DeadLetterStore
+	leases        Partitions
+	members       Members
+	cfg           RunnerConfig
+	log           *slog.Logger
+	metrics       *Metrics
+	lastErr       atomic.Pointer[string]
+	writers       chan struct{} // a slot per write round in flight (Writers)
+	clock         *lagClock
 
 	// Run's goroutine changes owned, under mu; renewLoop reads it under
 	// mu. The other fields are Run's goroutine's only.
@@ -186,7 +187,10 @@ func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead Dea
 	// Partition leases, members and consumers are the version's: during
 	// a rolling upgrade the processes of each version share the
 	// partitions among themselves and feed that version's collections.
-	return &Runner{name: p.Name(), key: p.Key(), version: p.Version(), db: p.Database(),
+	return &Runner{name: p.Name(), key: p.Key(), version: p.Version(),
+		versionLeases: func(key string) (*mongodb.Members, *mongodb.Partitions) {
+			return mongodb.NewMembers(p.Database(), key, cfg.Owner, cfg.LeaseTTL), mongodb.NewPartitions(p.Database(), key)
+		},
 		pointer: func(ctx context.Context) (mongodb.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -48,7 +47,8 @@ func (r *Runner) retireVersions(ctx context.Context) error {
 	}
 	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
 		key := projection.VersionKey(r.name, v)
-		live, err := mongodb.NewMembers(r.db, key, r.cfg.Owner, r.cfg.LeaseTTL).Live(ctx)
+		members, partitions := r.versionLeases(key)
+		live, err := members.Live(ctx)
 		if err != nil {
 			return err
 		}
@@ -60,7 +60,7 @@ func (r *Runner) retireVersions(ctx context.Context) error {
 				return err
 			}
 		}
-		if err := mongodb.NewPartitions(r.db, key).Remove(ctx); err != nil {
+		if err := partitions.Remove(ctx); err != nil {
 			return err
 		}
 		r.log.Info("projection version retired: its consumers and partition leases deleted", "retired_version", v, "consumers", len(byVersion[v]))
