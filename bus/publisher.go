@@ -44,14 +44,23 @@ func (p *Publisher) CheckStream(ctx context.Context) error {
 }
 
 // Publish sends every event of commits (each a commit's events, in
-// version order) and waits for the acks, all within the given time. A full
-// window of publishes awaiting acks makes a send wait. It returns the
-// indexes in commits of the commits whose every event JetStream
-// acknowledged, in order, also alongside an error (a send or an ack
-// failed, or the time ran out): a commit is published only whole. A
-// canceled ctx still sends (the final round of a shutdown) but waits at
-// most ShutdownGrace for acks.
+// version order) and waits for the acks, all within the given time: Send,
+// then its wait. It returns the indexes in commits of the commits whose
+// every event JetStream acknowledged, in order, also alongside an error (a
+// send or an ack failed, or the time ran out): a commit is published only
+// whole.
 func (p *Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
+	return p.Send(ctx, commits, within)()
+}
+
+// Send sends every event of commits, in order, and returns at once the
+// wait for their acks, which returns what Publish returns; the time given
+// runs from the call for both. A full window of publishes awaiting acks
+// makes a send wait. Sends of one Publisher called one after the other
+// reach the stream in that order, so a caller can send a round while the
+// acks of the one before are still coming. A canceled ctx still sends (the
+// final round of a shutdown) but waits at most ShutdownGrace for acks.
+func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
 	if ctx.Err() != nil {
 		within = min(within, ShutdownGrace)
 	}
@@ -75,31 +84,32 @@ func (p *Publisher) Publish(ctx context.Context, commits [][]domain.Event, withi
 		}
 		futures = append(futures, fs)
 	}
-
-	// A commit counts only when every one of its events is acknowledged.
-	w := newAckWait(ctx, time.Until(deadline))
-	defer w.stop()
-	var (
-		acked  []int
-		ackErr error // the first; the others are usually the same
-	)
-	for i, fs := range futures {
-		var err error
-		for _, f := range fs {
-			if err = w.wait(f); err != nil {
-				break
+	return func() ([]int, error) {
+		// A commit counts only when every one of its events is acknowledged.
+		w := newAckWait(ctx, time.Until(deadline))
+		defer w.stop()
+		var (
+			acked  []int
+			ackErr error // the first; the others are usually the same
+		)
+		for i, fs := range futures {
+			var err error
+			for _, f := range fs {
+				if err = w.wait(f); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				acked = append(acked, i)
+			} else if ackErr == nil {
+				ackErr = err
 			}
 		}
-		if err == nil {
-			acked = append(acked, i)
-		} else if ackErr == nil {
-			ackErr = err
+		if err := errors.Join(sendErr, ackErr); err != nil {
+			return acked, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(commits), len(acked), err)
 		}
+		return acked, nil
 	}
-	if err := errors.Join(sendErr, ackErr); err != nil {
-		return acked, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(commits), len(acked), err)
-	}
-	return acked, nil
 }
 
 // Republish publishes events again (a replay of part of the log, for a new

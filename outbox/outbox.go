@@ -25,10 +25,12 @@ type Commits interface {
 // Publisher sends commits' events to the message bus and waits for their
 // acks. *bus.Publisher implements it; tracing.Publisher decorates it.
 type Publisher interface {
-	// Publish sends the events of each commit and returns the indexes of
-	// the commits whose every event was acknowledged within the given
-	// time, also alongside an error.
-	Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error)
+	// Send sends the events of each commit and returns the wait for their
+	// acks, which returns the indexes of the commits whose every event
+	// was acknowledged within the given time (counted from the send),
+	// also alongside an error. Rounds sent one after the other reach the
+	// bus in that order whatever their waits.
+	Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error)
 	// Connected reports whether the bus can be published to now.
 	Connected() bool
 	// CheckStream asks the stream published to whether it answers: nil
@@ -77,6 +79,12 @@ func newRelay(commits Commits, pub Publisher, log *slog.Logger, m *Metrics) rela
 // counted as a publish error and left in the outbox, where the backlog
 // metrics show it.
 func (r *relay) send(ctx context.Context, commits []domain.RecordedCommit, ackTimeout time.Duration) ([]string, error) {
+	return r.start(ctx, commits, ackTimeout)()
+}
+
+// start sends commits as send does and returns at once the wait for their
+// acks, which returns what send returns.
+func (r *relay) start(ctx context.Context, commits []domain.RecordedCommit, ackTimeout time.Duration) func() ([]string, error) {
 	readable := make([]domain.RecordedCommit, 0, len(commits))
 	events := make([][]domain.Event, 0, len(commits))
 	for _, c := range commits {
@@ -89,20 +97,23 @@ func (r *relay) send(ctx context.Context, commits []domain.RecordedCommit, ackTi
 		events = append(events, c.Events)
 	}
 	if len(readable) == 0 {
-		return nil, nil
+		return func() ([]string, error) { return nil, nil }
 	}
-	acked, err := r.pub.Publish(ctx, events, ackTimeout)
-	ids := make([]string, len(acked))
-	n := 0
-	for i, k := range acked {
-		ids[i] = readable[k].ID
-		n += len(readable[k].Events)
+	wait := r.pub.Send(ctx, events, ackTimeout)
+	return func() ([]string, error) {
+		acked, err := wait()
+		ids := make([]string, len(acked))
+		n := 0
+		for i, k := range acked {
+			ids[i] = readable[k].ID
+			n += len(readable[k].Events)
+		}
+		r.metrics.publishedEvents(n)
+		if err != nil {
+			r.metrics.publishError()
+		}
+		return ids, err
 	}
-	r.metrics.publishedEvents(n)
-	if err != nil {
-		r.metrics.publishError()
-	}
-	return ids, err
 }
 
 // publish sends commits (see send) and marks the acknowledged ones

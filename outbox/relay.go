@@ -150,21 +150,47 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // publishLoop publishes a batch per round until ctx is done, then gives
-// the commits still queued one last round. The commits of a failed round
-// are tried again first, after a backoff, so an outage of NATS delays
-// them rather than leaving them to the sweep; a commit that fails
-// maxAttempts rounds while its stream answers (it cannot be published, or
-// JetStream refuses it), or that finds no room, is left to the sweep.
+// the commits still queued one last round. Up to roundsInFlight rounds are
+// sent before the oldest one's acks are waited for. The commits of a
+// failed round are tried again first, after a backoff, so an outage of
+// NATS delays them rather than leaving them to the sweep; a commit that
+// fails maxAttempts rounds while its stream answers (it cannot be
+// published, or JetStream refuses it), or that finds no room, is left to
+// the sweep. A retried commit may reach the stream after a later commit
+// of its stream; the projections fill such a gap from the log.
 func (r *Relay) publishLoop(ctx context.Context) {
+	type round struct {
+		batch []domain.RecordedCommit
+		wait  func() ([]string, error)
+	}
 	var (
 		retry    []domain.RecordedCommit
 		attempts = map[string]int{}
 		backoff  time.Duration
+		inFlight []round
 	)
+	settle := func(rd round) {
+		acked, err := rd.wait()
+		if dropped := r.marks.add(ctx, acked); dropped > 0 {
+			// Only when stopping: the markers had no room before the end.
+			r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
+		}
+		if err != nil {
+			var left int
+			retry, left = r.requeue(retry, rd.batch, acked, attempts)
+			r.out.log.Warn("own appends not published; trying again", "commits", len(rd.batch)-len(acked), "left_to_sweep", left, "err", err)
+			backoff = min(max(2*backoff, 100*time.Millisecond), maxRetryPause)
+		} else {
+			backoff = 0
+		}
+		for _, id := range acked {
+			delete(attempts, id)
+		}
+	}
 	for {
 		batch := slices.Clone(retry[:min(len(retry), r.cfg.BatchSize)])
 		retry = retry[len(batch):]
-		if len(batch) == 0 {
+		if len(batch) == 0 && len(inFlight) == 0 {
 			select {
 			case <-ctx.Done():
 			case d := <-r.queue:
@@ -173,31 +199,33 @@ func (r *Relay) publishLoop(ctx context.Context) {
 		}
 		batch = r.fill(batch)
 		if len(batch) > 0 {
-			acked, err := r.out.send(ctx, batch, r.cfg.AckTimeout)
-			if dropped := r.marks.add(ctx, acked); dropped > 0 {
-				// Only when stopping: the markers had no room before the end.
-				r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
-			}
-			if err != nil {
-				var left int
-				retry, left = r.requeue(retry, batch, acked, attempts)
-				r.out.log.Warn("own appends not published; trying again", "commits", len(batch)-len(acked), "left_to_sweep", left, "err", err)
-				backoff = min(max(2*backoff, 100*time.Millisecond), maxRetryPause)
-			} else {
-				backoff = 0
-			}
-			for _, id := range acked {
-				delete(attempts, id)
-			}
+			inFlight = append(inFlight, round{batch: batch, wait: r.out.start(ctx, batch, r.cfg.AckTimeout)})
 		}
 		if ctx.Err() != nil {
+			for _, rd := range inFlight {
+				settle(rd)
+			}
 			return
+		}
+		// The oldest round's acks are waited for once the rounds in
+		// flight are at their bound or nothing was left to send.
+		if len(inFlight) > 0 && (len(inFlight) == roundsInFlight || len(batch) == 0) {
+			settle(inFlight[0])
+			inFlight = inFlight[1:]
 		}
 		if backoff > 0 && len(retry) > 0 {
 			pause.For(ctx, backoff)
 		}
 	}
 }
+
+// roundsInFlight is how many publish rounds the Relay has sent and awaits
+// acks for at once: the next round is sent while the acks of the ones
+// before come in. Waiting for each round's acks before sending the next
+// held BenchmarkRelayPublish to 0.43-0.54 of the raw async publish rate
+// (rounds of 256), against 0.8-1.07 for a single round of all 5,000
+// commits.
+const roundsInFlight = 4
 
 // maxAttempts is how many rounds with the stream answering may fail to
 // publish a commit before the Relay leaves it to the sweep.

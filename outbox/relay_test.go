@@ -1021,3 +1021,62 @@ func TestRelayBacklog(t *testing.T) {
 		t.Errorf("appends left to the sweep: %v, want 2", n)
 	}
 }
+
+// watchedPublisher passes sends to a bus.Publisher and counts the rounds
+// sent and the rounds whose wait for acks has returned.
+type watchedPublisher struct {
+	*bus.Publisher
+	mu              sync.Mutex
+	sent, settled   int
+	sentWhileActive []int // for each send, the rounds in flight before it
+}
+
+func (p *watchedPublisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
+	p.mu.Lock()
+	p.sentWhileActive = append(p.sentWhileActive, p.sent-p.settled)
+	p.sent++
+	p.mu.Unlock()
+	wait := p.Publisher.Send(ctx, commits, within)
+	return func() ([]int, error) {
+		acked, err := wait()
+		p.mu.Lock()
+		p.settled++
+		p.mu.Unlock()
+		return acked, err
+	}
+}
+
+// With a backlog the Relay sends its next rounds while the acks of the
+// ones before are still to be waited for, and the stream still holds each
+// stream's events in version order, each once.
+func TestRelaySendsRoundsWithoutWaitingForEachOnesAcks(t *testing.T) {
+	_, db, n, cfg := openOutbox(t)
+	pub := &watchedPublisher{Publisher: bus.NewPublisher(n.JS, cfg)}
+	ocfg := outbox.Config{Owner: "api-1", BatchSize: 8, QueueSize: 1000}
+	relay := outbox.NewRelay(mongodb.NewEventStore(db), pub, ocfg, testLogger(t), outbox.NewMetrics(prometheus.NewRegistry()))
+	store := mongodb.NewEventStore(db, mongodb.WithAppendHook(relay.Appended))
+	want := appendCommits(t, store, 10, 8) // 80 commits queued: 10 rounds
+	stop := goRun(t, relay.Run)
+	storetest.WaitFor(t, 10*time.Second, fmt.Sprintf("%d events in the stream", len(want)), func() bool {
+		return streamCount(t, n.JS, cfg.Name) >= uint64(len(want))
+	})
+	waitBacklog(t, store, 10*time.Second, 0)
+	stop()
+	checkPublishedOnce(t, n, cfg, want)
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if pub.sent < 10 {
+		t.Fatalf("%d rounds sent, want at least 10 of 8 commits", pub.sent)
+	}
+	// The first rounds are sent from the queued backlog one after the
+	// other, whatever NATS answers meanwhile.
+	for i := 1; i < 4; i++ {
+		if pub.sentWhileActive[i] != i {
+			t.Errorf("round %d was sent with %d rounds in flight, want %d: rounds in flight %v",
+				i+1, pub.sentWhileActive[i], i, pub.sentWhileActive)
+		}
+	}
+	if most := slices.Max(pub.sentWhileActive); most >= 4 {
+		t.Errorf("a round was sent with %d rounds in flight, want at most 3: %v", most, pub.sentWhileActive)
+	}
+}

@@ -78,8 +78,8 @@ func TestEventStoreTracesAppends(t *testing.T) {
 // acking acknowledges the commits whose index it names.
 type acking struct{ acked []int }
 
-func (p acking) Publish(context.Context, [][]domain.Event, time.Duration) ([]int, error) {
-	return p.acked, errors.New("ack timeout")
+func (p acking) Send(context.Context, [][]domain.Event, time.Duration) func() ([]int, error) {
+	return func() ([]int, error) { return p.acked, errors.New("ack timeout") }
 }
 func (p acking) Connected() bool                   { return true }
 func (p acking) CheckStream(context.Context) error { return nil }
@@ -91,7 +91,7 @@ func TestPublisherSpanPerCommitInItsCorrelationTrace(t *testing.T) {
 		return []domain.Event{{ID: stream + "-1", StreamID: stream, Version: 1, Metadata: domain.Metadata{CorrelationID: correlation}}}
 	}
 	p := tracing.NewPublisher(acking{acked: []int{1}})
-	acked, err := p.Publish(context.Background(), [][]domain.Event{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, time.Second)
+	acked, err := p.Send(context.Background(), [][]domain.Event{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, time.Second)()
 	if err == nil || len(acked) != 1 || acked[0] != 1 {
 		t.Fatalf("publish: %v, %v; want the decorated publisher's answer", acked, err)
 	}

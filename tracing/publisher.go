@@ -15,7 +15,7 @@ import (
 // Publishing is what Publisher decorates: the outbox's publisher
 // (outbox.Publisher, implemented by *bus.Publisher).
 type Publishing interface {
-	Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error)
+	Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error)
 	Connected() bool
 	CheckStream(ctx context.Context) error
 }
@@ -31,9 +31,10 @@ type Publisher struct {
 // NewPublisher returns p with its publishes traced.
 func NewPublisher(p Publishing) Publisher { return Publisher{p} }
 
-// Publish starts a span per commit, publishes through the decorated
-// publisher and ends each span, as an error for a commit not acknowledged.
-func (p Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
+// Send starts a span per commit and sends through the decorated
+// publisher; its wait ends each span, as an error for a commit not
+// acknowledged.
+func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
 	spans := make([]trace.Span, len(commits))
 	for i, events := range commits {
 		var stream, correlation string
@@ -45,20 +46,23 @@ func (p Publisher) Publish(ctx context.Context, commits [][]domain.Event, within
 			trace.WithAttributes(attribute.String("orderd.stream_id", stream), attribute.Int64("orderd.first_version", first),
 				attribute.Int("orderd.events", len(events)), attribute.String("orderd.correlation_id", correlation)))
 	}
-	acked, err := p.Publishing.Publish(ctx, commits, within)
-	done := make([]bool, len(commits))
-	for _, k := range acked {
-		done[k] = true
-	}
-	for i, span := range spans {
-		if !done[i] {
-			cause := err
-			if cause == nil {
-				cause = errors.New("not acknowledged")
-			}
-			span.SetStatus(codes.Error, cause.Error())
+	wait := p.Publishing.Send(ctx, commits, within)
+	return func() ([]int, error) {
+		acked, err := wait()
+		done := make([]bool, len(commits))
+		for _, k := range acked {
+			done[k] = true
 		}
-		span.End()
+		for i, span := range spans {
+			if !done[i] {
+				cause := err
+				if cause == nil {
+					cause = errors.New("not acknowledged")
+				}
+				span.SetStatus(codes.Error, cause.Error())
+			}
+			span.End()
+		}
+		return acked, err
 	}
-	return acked, err
 }
