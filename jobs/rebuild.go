@@ -215,8 +215,10 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 }
 
 // finishRebuild ends a rebuild: after a cancel or a failed partition it
-// cleans up; otherwise it verifies the shadow against the log, repairing
-// what live writes and the scan left behind, and switches the pointer.
+// cleans up; otherwise it verifies the shadow against the sums its scan
+// recorded (against the log when a partition recorded none), repairing
+// what live writes and the scan left behind, switches the pointer and
+// drops the sums.
 // Once the job has recorded the collection the switch replaces, it is
 // committed to the switch: a cancel is refused from then on (Jobs.Cancel),
 // and one recorded anyway (by an older binary) is ignored, so a finish run
@@ -264,7 +266,8 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		var rep domain.VerifyReport
 		if summed(cur) {
 			// The scan recorded what it wrote: the shadow is checked
-			// against that, and only what differs against the log.
+			// against that, and only what differs against the log. The
+			// scan's counts include the streams that left no document.
 			rep, err = m.VerifySums(ctx, job.Shadow, true, progress)
 			rep.Events, rep.PoisonStreams = cur.Events, cur.PoisonStreams
 		} else {

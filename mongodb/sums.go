@@ -87,21 +87,26 @@ func (p *Projection[D]) DropSums(ctx context.Context, shadow string) error {
 // exactly as Verify's (a fresh read, a fresh fold of its stream from the
 // log, and with repair a rewrite through the version guard).
 //
-// What it does not see is an event appended after the scan read its
-// stream that no projector has applied to coll yet: the projectors apply
-// it later, as they do an event appended after Verify read its stream. A
-// stream whose document and sum are both missing is not seen either, so
-// the caller uses Verify when a partition was scanned without recording
-// sums.
+// What it cannot see is an event appended after the scan read its stream
+// that never reached coll: one a projector has yet to apply (it will), or
+// one coll's write refused while the active collection took it
+// (Projection.Apply acknowledges events on the active collection's
+// outcome). Verify, which folds the log after the scan, sees those; here
+// the document catches up at its stream's next event, whose gap is filled
+// from the log, or at a verify job with repair. A stream whose document
+// and sum are both missing is not seen either, so the caller uses Verify
+// when a partition was scanned without recording sums.
 //
-// The report's Streams counts the recorded sums, Documents the documents
-// read; Events and PoisonStreams are left to the caller, which counted
-// them while scanning. ExpectedDigest is the digest of what the shadow
+// The report's Streams counts the recorded sums, Events the events their
+// documents reflect (the sum of their versions), Documents the documents
+// read; PoisonStreams is left to the caller, which counted the poison
+// streams, and the events of streams that left no document, while
+// scanning. ExpectedDigest is the digest of what the shadow
 // should hold: the recorded fold of each document that matched its sum,
 // and the fresh fold of each suspect; it equals Digest exactly when
 // nothing drifted, as Verify's. progress (nil: none) is called every 500
-// sums and at the end, with Streams and Cursor set; its error stops the
-// verify. Errors: as Verify's.
+// sums and at the end, with Streams, Events and Cursor as read so far; its
+// error stops the verify. Errors: as Verify's.
 func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
 	s := p.ReadModel(coll)
 	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
@@ -126,6 +131,7 @@ func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool
 			return rep, fmt.Errorf("verify %s: decode: %w", sums, err)
 		}
 		rep.Streams++
+		rep.Events += d.Version
 		k := key(d.ID)
 		got, ok := seen[k]
 		delete(seen, k)
@@ -138,7 +144,7 @@ func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool
 		} else {
 			expected.Add([32]byte(d.Hash))
 		}
-		pr.Streams, pr.Cursor = rep.Streams, d.ID
+		pr.Streams, pr.Events, pr.Cursor = rep.Streams, rep.Events, d.ID
 		if rep.Streams%500 == 0 && progress != nil {
 			if err := progress(pr); err != nil {
 				_ = cur.Close(ctx)
