@@ -137,6 +137,10 @@ type Task struct {
 	Streams    int64     `json:"streams"`
 	Commits    int64     `json:"-"`
 	Poison     int64     `json:"poison_streams,omitempty"`
+	// Summed counts the streams of a rebuild partition whose sums its
+	// scan recorded for the finish's verify; below Streams when a binary
+	// that records none scanned part of it.
+	Summed     int64     `json:"-"`
 	Resumes    []Resume  `json:"resumes,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`

@@ -13,10 +13,13 @@
 //   - Invariant 5: a rebuild announces a shadow collection in the
 //     projection's pointer; live projectors then also write the shadow.
 //     The rebuild's plan cuts the log into partitions; each partition
-//     scans the log in log order and inserts each stream's fold into the
-//     shadow; its finish verifies the shadow against the log with repair
-//     and switches the pointer, and the replaced collection is dropped
-//     after a grace period; its name then becomes a view on the live
+//     scans the log in log order, inserts each stream's fold into the
+//     shadow and records its sum (mongodb.SumsCollection); its finish
+//     verifies the shadow against those sums with repair, rechecking
+//     against the log each document that differs or has none (against
+//     the whole log when a partition was scanned without sums), and
+//     switches the pointer; the sums are dropped then, and the replaced
+//     collection after a grace period; its name then becomes a view on the live
 //     collection, for people and outside tools (Pointers.ShowLive, which
 //     Workers call after each switch and on every pass). Readers never
 //     see the shadow before the switch. One rebuild per projection runs at a time (the rebuild lock

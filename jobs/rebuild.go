@@ -56,6 +56,8 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	def := j.defs[name]
 	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, Version: def.ver(), State: domain.StateQueued, CreatedAt: now,
 		Partitions: partitions, Shadow: projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")}
+	// Its scan records the sums of what it writes beside the shadow, in
+	// mongodb.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
 	tasks := []domain.Task{
@@ -74,6 +76,9 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			// first, so a crash here cannot leak it; the drop skips any
 			// collection a pointer names.
 			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
+				return false, err
+			}
+			if err := j.pointers.Retire(ctx, name, mongodb.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
 		}
@@ -175,6 +180,7 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 		}
 		t.Events += res.Events
 		t.Streams += int64(len(batch))
+		t.Summed += int64(len(batch))
 		t.Poison += res.Poison
 		t.Cursor = batch[len(batch)-1].StreamID
 		batch = batch[:0]
@@ -209,8 +215,10 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 }
 
 // finishRebuild ends a rebuild: after a cancel or a failed partition it
-// cleans up; otherwise it verifies the shadow against the log, repairing
-// what live writes and the scan left behind, and switches the pointer.
+// cleans up; otherwise it verifies the shadow against the sums its scan
+// recorded (against the log when a partition recorded none), repairing
+// what live writes and the scan left behind, switches the pointer and
+// drops the sums.
 // Once the job has recorded the collection the switch replaces, it is
 // committed to the switch: a cancel is refused from then on (Jobs.Cancel),
 // and one recorded anyway (by an older binary) is ignored, so a finish run
@@ -251,10 +259,21 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
 		t := c.task
-		rep, err := m.Verify(ctx, job.Shadow, w.events, true, func(p mongodb.VerifyProgress) error {
+		progress := func(p mongodb.VerifyProgress) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
-		})
+		}
+		var rep domain.VerifyReport
+		if summed(cur) {
+			// The scan recorded what it wrote: the shadow is checked
+			// against that, and only what differs against the log. The
+			// scan's counts include the streams that left no document.
+			rep, err = m.VerifySums(ctx, job.Shadow, true, progress)
+			rep.Events, rep.PoisonStreams = cur.Events, cur.PoisonStreams
+		} else {
+			w.l.Info("rebuild verifies its shadow against the whole log: part of the scan recorded no sums", "job", job.ID, "projection", job.Projection)
+			rep, err = m.Verify(ctx, job.Shadow, w.events, true, progress)
+		}
 		if err != nil {
 			return err
 		}
@@ -310,6 +329,9 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			return err
 		}
 	}
+	if err := w.dropSums(ctx, m, job); err != nil {
+		return err
+	}
 	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
 		return err
 	}
@@ -317,6 +339,37 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 		return err
 	}
 	return c.finish(ctx, taskDone, "")
+}
+
+// summed reports whether every partition of a rebuild recorded the sums
+// of all the streams it scanned, so that its finish may verify the shadow
+// against them (Projection.VerifySums) rather than the whole log. A
+// partition scanned, in whole or in part, by a binary that records no
+// sums (a job of an older binary, or a rolling upgrade) counts fewer
+// streams summed than scanned. VerifySums would recheck each of its
+// documents on its own, correct but a read and a load of the stream per
+// document, more than a scan of the log; and a stream whose document
+// went missing would have no sum to show it. Such a rebuild is verified
+// against the log, as before sums were recorded.
+func summed(job domain.Job) bool {
+	for _, t := range job.Tasks {
+		if t.Name != taskPlan && t.Name != taskFinish && t.Summed != t.Streams {
+			return false
+		}
+	}
+	return true
+}
+
+// dropSums drops the sums a rebuild's scan recorded: they serve only its
+// finish's verify. They are put on the drop list first, for the grace
+// period, so that neither a crash before the drop nor a batch a deposed
+// scan owner writes after it can leave them behind.
+func (w *Worker) dropSums(ctx context.Context, m Projection, job domain.Job) error {
+	sums := mongodb.SumsCollection(job.Shadow)
+	if err := w.jobs.pointers.Retire(ctx, job.Projection, sums, "sums of rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
+		return err
+	}
+	return m.DropSums(ctx, job.Shadow)
 }
 
 // nothingReplaced is recorded as the collection a switch replaces when
@@ -351,6 +404,10 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 		return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 	}
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
+		return err
+	}
+	// Its scan may still write the sums until it reaches a checkpoint.
+	if err := w.jobs.pointers.Retire(ctx, job.Projection, mongodb.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
 	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {

@@ -279,13 +279,11 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	}
 }
 
-// TestRebuildCancel stops a running rebuild: the job ends canceled, the
-// readers' collection never changed, the shadow is dropped after the grace
-// period, and the projection can be rebuilt again.
 // TestRebuildOverAnAbandonedShadowKeepsItAWhile: a rebuild that finds the
 // shadow of one that died retires it with a grace, not for an immediate
 // drop: projectors may still write it until they re-read the pointer, and
 // a write after the drop would re-create it out of every pointer's sight.
+// The sums its scan recorded go the same way.
 func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 60*time.Second, "abd", 4, 2)
 	const abandoned = "order_summaries_abandoned"
@@ -308,8 +306,18 @@ func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
 		t.Errorf("the abandoned shadow is dropped after %v, %v after the new rebuild started; want a grace", retired.DropAfter, retired.DropAfter.Sub(started))
 	}
+	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(abandoned)}}).Decode(&retired); err != nil {
+		t.Fatalf("the abandoned shadow's sums are not on the drop list: %v", err)
+	}
+	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
+		t.Errorf("the abandoned shadow's sums are dropped after %v, %v after the new rebuild started; want a grace", retired.DropAfter, retired.DropAfter.Sub(started))
+	}
 }
 
+// TestRebuildCancel stops a running rebuild: the job ends canceled, the
+// readers' collection never changed, the shadow and the sums its scan
+// recorded are dropped after the grace period, and the projection can be
+// rebuilt again.
 func TestRebuildCancel(t *testing.T) {
 	ctx, k, f := projectedKit(t, 60*time.Second, "cnl", 60, 4)
 	db := k.db
@@ -328,6 +336,10 @@ func TestRebuildCancel(t *testing.T) {
 		}
 		return nil
 	})
+	sums := mongodb.SumsCollection(job.Shadow)
+	if n, err := db.Collection(sums).CountDocuments(ctx, bson.D{}); err != nil || n == 0 {
+		t.Errorf("sums of the scan under way: %d, %v", n, err)
+	}
 	if _, err := k.jobs.Cancel(ctx, job.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -348,8 +360,8 @@ func TestRebuildCancel(t *testing.T) {
 	if ptr.Active != projection.OrderSummaries.Collection || ptr.Shadow != "" {
 		t.Errorf("pointer after cancel: %+v", ptr)
 	}
-	projectiontest.WaitFor(t, 10*time.Second, "shadow dropped", func() error {
-		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: job.Shadow}})
+	projectiontest.WaitFor(t, 10*time.Second, "shadow and its sums dropped", func() error {
+		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: bson.A{job.Shadow, sums}}}}})
 		if err != nil || len(names) > 0 {
 			return fmt.Errorf("%v %v", names, err)
 		}
@@ -535,5 +547,118 @@ func TestRebuildMetrics(t *testing.T) {
 	}
 	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRebuildFinishVerifiesTheShadowAgainstTheScansSums holds a rebuild's
+// finish back until its partitions have scanned, then changes the shadow
+// behind its back: one document deleted, one changed, one added that no
+// stream has, one changed whose sum is gone, and one left as scanned whose
+// sum is gone (as a batch scanned by a binary that records no sums leaves
+// them). The finish, checking the shadow against the sums the scan
+// recorded rather than the whole log, finds and repairs each changed
+// document, passes the unchanged one, and switches; readers then read the
+// fold of the log, and the sums are dropped with the job.
+func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
+	ctx, k, f := projectedKit(t, 90*time.Second, "vss", 20, 3)
+	db := k.db
+	name := projection.OrderSummaries.Name
+	job, err := k.jobs.StartRebuild(ctx, name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The finish is held by a runner whose lease lasts: no worker claims
+	// it until the test ends that lease.
+	finish := bson.D{{Key: "_id", Value: job.ID + "/finish"}}
+	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, finish, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "state", Value: "running"}, {Key: "owner", Value: "holder"}, {Key: "lease_until", Value: time.Now().Add(time.Hour).UTC()}}}}))
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
+	projectiontest.WaitFor(t, 30*time.Second, "partitions scanned", func() error {
+		j, err := k.jobs.Get(ctx, job.ID)
+		if err != nil {
+			return err
+		}
+		parts := 0
+		for _, task := range j.Tasks {
+			if task.Name == "plan" || task.Name == "finish" {
+				continue
+			}
+			if task.State != "done" {
+				return fmt.Errorf("%s %s", task.Name, task.State)
+			}
+			parts++
+		}
+		if parts != 2 {
+			return fmt.Errorf("%d partitions", parts)
+		}
+		return nil
+	})
+	shadow, sums := db.Collection(job.Shadow), db.Collection(mongodb.SumsCollection(job.Shadow))
+	if n, err := sums.CountDocuments(ctx, bson.D{}); err != nil || n != int64(len(f.IDs)) {
+		t.Fatalf("sums recorded by the scan: %d, %v; want %d", n, err, len(f.IDs))
+	}
+	missing, changed, unsummedChanged, unsummed := f.IDs[1], f.IDs[7], f.IDs[12], f.IDs[18]
+	projectiontest.Must(t)(shadow.DeleteOne(ctx, bson.D{{Key: "_id", Value: missing}}))
+	projectiontest.Must(t)(shadow.UpdateOne(ctx, bson.D{{Key: "_id", Value: changed}}, bson.D{{Key: "$set", Value: bson.D{{Key: "total_cents", Value: 1}}}}))
+	projectiontest.Must(t)(shadow.UpdateOne(ctx, bson.D{{Key: "_id", Value: unsummedChanged}}, bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "approved"}, {Key: "total_cents", Value: 2}}}}))
+	projectiontest.Must(t)(shadow.InsertOne(ctx, bson.D{{Key: "_id", Value: "ghost"}, {Key: "version", Value: 1}, {Key: "status", Value: "created"}}))
+	projectiontest.Must(t)(sums.DeleteMany(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{unsummedChanged, unsummed}}}}}))
+
+	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, finish, bson.D{{Key: "$set", Value: bson.D{
+		{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}))
+	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
+	if job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+	rep := job.Report
+	if rep == nil {
+		t.Fatal("no verify report")
+	}
+	// Streams counts the recorded sums: a verify that scanned the log
+	// would count every stream.
+	if rep.Missing != 1 || rep.Different != 2 || rep.Extra != 1 || rep.Stale != 0 || rep.Repaired != 4 ||
+		rep.Streams != int64(len(f.IDs)-2) || rep.Documents != int64(len(f.IDs)) || rep.Events != int64(len(f.Flat)) || rep.Digest == rep.ExpectedDigest {
+		t.Errorf("verify before the switch: %+v; want 1 missing, 2 different, 1 extra, 4 repaired, %d streams, %d documents, %d events, unequal digests",
+			*rep, len(f.IDs)-2, len(f.IDs), len(f.Flat))
+	}
+	var found []string
+	for _, e := range rep.Examples {
+		found = append(found, e.Kind+" "+e.ID)
+	}
+	slices.Sort(found)
+	if want := []string{"different " + changed, "different " + unsummedChanged, "extra ghost", "missing " + missing}; !slices.Equal(found, want) {
+		t.Errorf("drift found %v, want %v", found, want)
+	}
+	ptr, err := k.ps.Get(ctx, name, projection.OrderSummaries.Collection, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ptr.Active != job.Shadow {
+		t.Fatalf("pointer after the rebuild: %+v, want %s active", ptr, job.Shadow)
+	}
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
+		t.Error(err)
+	}
+	reader := mongodb.NewReader(db, k.ps)
+	if _, err := reader.Summary(ctx, "ghost"); !errors.Is(err, domain.ErrNotFound) {
+		t.Errorf("the added document after the switch: %v, want not found", err)
+	}
+	for _, id := range []string{missing, changed, unsummedChanged, unsummed} {
+		got, err := reader.Summary(ctx, id)
+		if err != nil {
+			t.Errorf("summary %s after the switch: %v", id, err)
+			continue
+		}
+		if want := f.Orders[id]; projectiontest.Dump(got) != projectiontest.Dump(want) {
+			t.Errorf("summary %s after the switch: %s, want the fold of its log %s", id, projectiontest.Dump(got), projectiontest.Dump(want))
+		}
+	}
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: mongodb.SumsCollection(job.Shadow)}})
+	if err != nil || len(names) != 0 {
+		t.Errorf("sums after the rebuild succeeded: %v %v, want dropped", names, err)
+	}
+	// And on the drop list, should a late batch write them again.
+	if err := db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(job.Shadow)}}).Err(); err != nil {
+		t.Errorf("sums on the drop list: %v", err)
 	}
 }

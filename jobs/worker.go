@@ -71,6 +71,8 @@ type Projection interface {
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
 	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
 	Verify(ctx context.Context, coll string, log mongodb.Scanner, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
+	VerifySums(ctx context.Context, coll string, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
+	DropSums(ctx context.Context, shadow string) error
 }
 
 var (

@@ -106,9 +106,13 @@
 // collection second, so the switch never shows a reader an older version
 // (invariant 5). A rebuild fills the shadow with Projection.WriteFolds,
 // whose inserts meet the documents live projectors wrote through the
-// version guard. Verify folds every stream and compares it with the read
-// model, reporting missing, stale, extra and different documents with
-// AdHash digests; with repair it rewrites only those. Package jobs
+// version guard, and which records each document's version and hash in
+// the shadow's SumsCollection. Verify folds every stream and compares it
+// with the read model, reporting missing, stale, extra and different
+// documents with AdHash digests; with repair it rewrites only those.
+// VerifySums, the rebuild's check before its switch, compares the shadow
+// with the recorded sums instead, and folds from the log only the
+// streams whose documents differ from them or have none. Package jobs
 // schedules rebuilds and verifies and runs them. For people and outside
 // tools, Pointers.ShowLive makes the projection's own name a view on the
 // active collection once the base collection of that name is gone; the

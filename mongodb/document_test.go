@@ -105,7 +105,7 @@ func TestTaskDocument(t *testing.T) {
 	task := domain.Task{
 		ID: "job-1/part-1", Job: "job-1", Name: "part-1", From: "ord-4", To: "ord-8", State: "running",
 		Owner: "instance-a", Epoch: 3, LeaseUntil: finished, Attempts: 2, Cursor: "ord-6",
-		Events: 40, Streams: 10, Commits: 41, Poison: 1,
+		Events: 40, Streams: 10, Commits: 41, Poison: 1, Summed: 9,
 		Resumes:   []domain.Resume{{At: finished, Owner: "instance-a", Cursor: "ord-5", Events: 20, Streams: 5}},
 		StartedAt: created, FinishedAt: finished, Error: "lease lost",
 	}
@@ -115,7 +115,7 @@ func TestTaskDocument(t *testing.T) {
 	assertDocument(t, db.Collection(mongodb.TasksCollection), task.ID, bson.M{
 		"_id": "job-1/part-1", "job": "job-1", "name": "part-1", "from": "ord-4", "to": "ord-8", "state": "running",
 		"owner": "instance-a", "epoch": int64(3), "lease_until": finished, "attempts": int32(2), "cursor": "ord-6",
-		"events": int64(40), "streams": int64(10), "commits": int64(41), "poison": int64(1),
+		"events": int64(40), "streams": int64(10), "commits": int64(41), "poison": int64(1), "summed": int64(9),
 		"resumes":    bson.A{bson.M{"at": finished, "owner": "instance-a", "cursor": "ord-5", "events": int64(20), "streams": int64(5)}},
 		"started_at": created, "finished_at": finished, "error": "lease lost",
 	})

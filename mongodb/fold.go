@@ -28,9 +28,11 @@ type FoldResult struct {
 // WriteFolds folds each stream of a rebuild's batch and writes its
 // document into coll: one unordered insert of the batch, and, for the
 // documents a live projector has already written, the version-guarded
-// write, so neither side can go back a version. A stream that cannot be
-// folded (or read: StreamEvents.Err) is counted as poison and its good
-// events are kept. Errors: the store's (domain.ErrUnavailable).
+// write, so neither side can go back a version. It then records each
+// document's version and hash in SumsCollection(coll), in one more
+// unordered insert, for the rebuild's finish (VerifySums). A stream that
+// cannot be folded (or read: StreamEvents.Err) is counted as poison and
+// its good events are kept. Errors: the store's (domain.ErrUnavailable).
 func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
 	s := p.ReadModel(coll)
 	var res FoldResult
@@ -63,23 +65,26 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 		all[i] = body
 	}
 	_, err := s.coll.InsertMany(ctx, all, options.InsertMany().SetOrdered(false))
-	if err == nil {
-		return res, nil
-	}
-	met, err := splitSuperseded(err)
 	if err != nil {
-		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, Translate(err))
+		met, err := splitSuperseded(err)
+		if err != nil {
+			return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, Translate(err))
+		}
+		// Some documents exist: live writes got there first. They go
+		// through the version guard, which leaves a document a live
+		// projector already holds at or past the fold as it is.
+		var again []folded[D]
+		for i := range met {
+			again = append(again, docs[i])
+		}
+		res.Guarded = int64(len(again))
+		if _, err := s.write(ctx, again); err != nil {
+			return res, err
+		}
 	}
-	// Some documents exist: live writes got there first. They go through
-	// the version guard, which leaves a document a live projector already
-	// holds at or past the fold as it is.
-	var again []folded[D]
-	for i := range met {
-		again = append(again, docs[i])
-	}
-	res.Guarded = int64(len(again))
-	_, err = s.write(ctx, again)
-	return res, err
+	// After the documents: a batch whose sums fail is not checkpointed,
+	// and its scan writes it again, documents and sums.
+	return res, p.recordSums(ctx, SumsCollection(coll), docs)
 }
 
 // storedBSON is the stored form of doc: {_id, fields...}.

@@ -189,7 +189,10 @@ func (p *Projection[D]) EnsurePointer(ctx context.Context) error {
 // and per stream a *projection.PoisonError for events that cannot be
 // applied (its Reached is the version the document reflects, so the
 // events up to it are done). An event only an earlier collection cannot
-// apply is left to the verify-and-repair pass that precedes a switch.
+// apply is left to the verify-and-repair pass that precedes a switch
+// when its document changed since the rebuild's scan wrote it
+// (Projection.VerifySums), and otherwise to the stream's next event,
+// whose gap is filled from the log, or to a verify job.
 // With no collection of this version, the events are done (a build of
 // this version scans the log after announcing its shadow). Errors:
 // domain.ErrUnavailable, a cancelled ctx, or a stream still contended

@@ -72,7 +72,7 @@ func (s *Tasks) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration
 // domain.ErrLeaseLost when the task has passed to another claim.
 func (s *Tasks) Checkpoint(ctx context.Context, lease domain.Lease, t domain.Task) error {
 	return s.leases.write(ctx, lease, bson.D{{Key: "cursor", Value: t.Cursor}, {Key: "events", Value: t.Events},
-		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}}, "checkpoint task")
+		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}, {Key: "summed", Value: t.Summed}}, "checkpoint task")
 }
 
 // Finish sets the task's final state, its finish time and, unless empty,
@@ -114,6 +114,7 @@ type taskDoc struct {
 	Streams    int64       `bson:"streams"`
 	Commits    int64       `bson:"commits"`
 	Poison     int64       `bson:"poison"`
+	Summed     int64       `bson:"summed"`
 	Resumes    []resumeDoc `bson:"resumes,omitempty"`
 	StartedAt  time.Time   `bson:"started_at,omitempty"`
 	FinishedAt time.Time   `bson:"finished_at,omitempty"`
@@ -132,7 +133,7 @@ type resumeDoc struct {
 func newTaskDoc(t domain.Task) taskDoc {
 	d := taskDoc{ID: t.ID, Job: t.Job, Name: t.Name, From: t.From, To: t.To, State: t.State, Owner: t.Owner,
 		Epoch: t.Epoch, LeaseUntil: t.LeaseUntil, Attempts: t.Attempts, Cursor: t.Cursor, Events: t.Events,
-		Streams: t.Streams, Commits: t.Commits, Poison: t.Poison, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
+		Streams: t.Streams, Commits: t.Commits, Poison: t.Poison, Summed: t.Summed, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
 		Error: t.Error}
 	if t.Resumes != nil {
 		d.Resumes = make([]resumeDoc, len(t.Resumes))
@@ -146,7 +147,7 @@ func newTaskDoc(t domain.Task) taskDoc {
 func (d taskDoc) task() domain.Task {
 	t := domain.Task{ID: d.ID, Job: d.Job, Name: d.Name, From: d.From, To: d.To, State: d.State, Owner: d.Owner,
 		Epoch: d.Epoch, LeaseUntil: d.LeaseUntil, Attempts: d.Attempts, Cursor: d.Cursor, Events: d.Events,
-		Streams: d.Streams, Commits: d.Commits, Poison: d.Poison, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt,
+		Streams: d.Streams, Commits: d.Commits, Poison: d.Poison, Summed: d.Summed, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt,
 		Error: d.Error}
 	if d.Resumes != nil {
 		t.Resumes = make([]domain.Resume, len(d.Resumes))

@@ -60,40 +60,13 @@ var idKey = func(seed maphash.Seed, id string) docKey { return docKey(maphash.St
 func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
 	s := p.ReadModel(coll)
 	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
-	seen := map[docKey]docSum{}
-	shared := map[docKey]bool{} // keys of more than one document
 	seed := maphash.MakeSeed()
 	key := func(id string) docKey { return idKey(seed, id) }
-	var digest, expected projection.Digest
-	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
+	seen, shared, digest, err := p.readHashes(ctx, s, key, &rep)
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", coll, Translate(err))
+		return rep, err
 	}
-	for cur.Next(ctx) {
-		var d stored[D]
-		if err := cur.Decode(&d); err != nil {
-			_ = cur.Close(ctx)
-			return rep, fmt.Errorf("verify %s: decode: %w", coll, err)
-		}
-		h, err := projection.DocHash(d.Doc)
-		if err != nil {
-			_ = cur.Close(ctx)
-			return rep, err
-		}
-		digest.Add(h)
-		k := key(d.ID)
-		if _, dup := seen[k]; dup {
-			shared[k] = true
-		}
-		seen[k] = sumOf(h)
-		rep.Documents++
-	}
-	err = cur.Err()
-	_ = cur.Close(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", coll, Translate(err))
-	}
-
+	var expected projection.Digest
 	var suspects []string
 	var pr VerifyProgress
 	err = log.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
@@ -147,7 +120,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	rep.Digest, rep.ExpectedDigest = digest.String(), expected.String()
 
 	for _, id := range suspects {
-		if err := p.recheck(ctx, s, id, repair, &rep); err != nil {
+		if err := p.recheck(ctx, s, id, repair, &rep, nil); err != nil {
 			return rep, err
 		}
 	}
@@ -157,6 +130,41 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 		}
 	}
 	return rep, nil
+}
+
+// readHashes reads every document of s once and returns the half hash of
+// each under the docKey of its id, the keys shared by more than one
+// document, and the digest of them all; it counts them in rep.Documents.
+func (p *Projection[D]) readHashes(ctx context.Context, s *ReadModel[D], key func(string) docKey, rep *domain.VerifyReport) (map[docKey]docSum, map[docKey]bool, projection.Digest, error) {
+	seen := map[docKey]docSum{}
+	shared := map[docKey]bool{} // keys of more than one document
+	var digest projection.Digest
+	cur, err := s.coll.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
+	if err != nil {
+		return nil, nil, digest, fmt.Errorf("verify %s: %w", s.def.Collection, Translate(err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		var d stored[D]
+		if err := cur.Decode(&d); err != nil {
+			return nil, nil, digest, fmt.Errorf("verify %s: decode: %w", s.def.Collection, err)
+		}
+		h, err := projection.DocHash(d.Doc)
+		if err != nil {
+			return nil, nil, digest, err
+		}
+		digest.Add(h)
+		k := key(d.ID)
+		if _, dup := seen[k]; dup {
+			shared[k] = true
+		}
+		seen[k] = sumOf(h)
+		rep.Documents++
+	}
+	if err := cur.Err(); err != nil {
+		return nil, nil, digest, fmt.Errorf("verify %s: %w", s.def.Collection, Translate(err))
+	}
+	return seen, shared, digest, nil
 }
 
 // idsOf returns the sorted ids of the documents for which keep is true.
@@ -181,8 +189,9 @@ func (s *ReadModel[D]) idsOf(ctx context.Context, keep func(id string) bool) ([]
 }
 
 // recheck compares one suspect document with a fresh fold of its stream,
-// counts it if it still differs, and repairs it if asked.
-func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string, repair bool, rep *domain.VerifyReport) error {
+// counts it if it still differs, and repairs it if asked. expected (nil:
+// none) gets the hash of the fresh fold, when the stream has one.
+func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string, repair bool, rep *domain.VerifyReport, expected *projection.Digest) error {
 	// The document first, then the log: a document only reflects events
 	// already in the log, so a live write in between cannot look like a
 	// document ahead of the log.
@@ -197,6 +206,13 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 		return fmt.Errorf("verify %s: %w", id, err)
 	}
 	want, n, _ := p.def.Fold(evs)
+	if expected != nil && n > 0 {
+		h, err := projection.DocHash(want)
+		if err != nil {
+			return err
+		}
+		expected.Add(h)
+	}
 	ex := domain.DriftExample{ID: id, LogVersion: p.def.StreamVersion(&want), StoredVersion: p.def.StreamVersion(&d.Doc)}
 	switch {
 	case n == 0 && !exists:

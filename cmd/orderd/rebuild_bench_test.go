@@ -84,8 +84,9 @@ var (
 //     each started after the previous one finished and timed from
 //     Jobs.StartRebuild to the job's final state: the plan (commit count,
 //     partition bounds), settle and claim, the scan of the log into a new
-//     collection, the verify of that collection against the log and the
-//     pointer switch. Each must succeed and count every event of the log.
+//     collection, the verify of that collection against the sums the scan
+//     recorded (a fresh fold from the log only of the documents that
+//     differ) and the pointer switch. Each must succeed and count every event of the log.
 //     The table gives its rate, its ratio to the raw scan rate, the
 //     2-partition speed-up over 1 (when both ran), and where the time
 //     went.
@@ -98,9 +99,9 @@ var (
 // from MongoDB, and they follow from how that store reads: only a filter
 // of _id equality reaches SQLite, so every other query (a partition's _id
 // range, a count, a sort) decodes the whole collection, and sorts are done
-// in memory. A rebuild therefore reads the log three times or more (the
-// plan's count, and for several partitions its bounds, the scan, the
-// verify's scan), and 2 partitions decode it twice side by side. Run it
+// in memory. A rebuild therefore reads the log twice or more (the plan's
+// count, and for several partitions its bounds, then the scan), and 2
+// partitions decode it twice side by side. Run it
 // with -benchtime 1x (make bench); it does its fixed work once whatever
 // b.N is; the README gives the figures of one run.
 func BenchmarkRebuild(b *testing.B) {
@@ -235,9 +236,9 @@ func BenchmarkRebuild(b *testing.B) {
 		}
 		f("\n")
 		f("    last partition to finish claimed  %v\n", r.handoff.Round(time.Millisecond))
-		f("    finish: verify + switch           %v", r.finish.Round(100*time.Millisecond))
+		f("    finish: verify sums + switch      %v", r.finish.Round(100*time.Millisecond))
 		if rep := r.job.Report; rep != nil {
-			f(" (verified %d streams, %d documents; drift %d, repaired %d)", rep.Streams, rep.Documents, rep.Drift(), rep.Repaired)
+			f(" (verified %d documents against %d recorded sums; drift %d, repaired %d)", rep.Documents, rep.Streams, rep.Drift(), rep.Repaired)
 		}
 		f("\n")
 		f("    job: %s, %d events, %d streams, %d poison; the job's own rate %.0f events/s\n",
@@ -608,7 +609,7 @@ type rebuildRun struct {
 	queued     time.Duration // StartRebuild returned to the first partition claimed
 	scan       time.Duration // first partition claimed to the last one done
 	handoff    time.Duration // last partition done to the finish task claimed
-	finish     time.Duration // the finish task: verify and switch
+	finish     time.Duration // the finish task: verify against the scan's sums, and switch
 	rss        phaseRSS
 }
 

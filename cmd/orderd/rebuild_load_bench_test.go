@@ -207,7 +207,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 			offset(tk.StartedAt, created), span(tk.StartedAt, tk.FinishedAt, time.Now()), tk.Events, tk.Streams, tk.Attempts, errNote(tk.Error))
 	}
 	if r := job.Report; r != nil {
-		f("  verify before the switch          %d streams, %d events, %d documents; missing %d, stale %d, different %d, extra %d; repaired %d\n",
+		f("  verify before the switch          %d recorded sums, %d events scanned, %d documents; missing %d, stale %d, different %d, extra %d; repaired %d\n",
 			r.Streams, r.Events, r.Documents, r.Missing, r.Stale, r.Different, r.Extra, r.Repaired)
 	}
 	if lgErr == nil {

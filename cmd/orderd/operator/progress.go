@@ -30,10 +30,12 @@ type phase struct {
 
 // jobPhase reads a job's phase at now. A rebuild scans the log into its
 // shadow (its partitions, with the server's ETA), then its finish task
-// verifies the shadow against the log (which folds the same events the
-// scan did, so the scan's count is the verify's total and the finish's
-// own rate gives its ETA), then switches reads to the shadow once it has
-// recorded the collection it replaces. A verify or replay is one step.
+// verifies the shadow against the sums the scan recorded (which count the
+// events their documents reflect), or against the log when a partition
+// recorded none (which folds the same events the scan did): either way
+// the scan's count is the verify's total and the finish's own rate gives
+// its ETA. It then switches reads to the shadow once it has recorded the
+// collection it replaces. A verify or replay is one step.
 func jobPhase(j domain.Job, now time.Time) phase {
 	if j.State.Final() {
 		pct := -1
@@ -134,7 +136,7 @@ func (p *progress) describe(j domain.Job, ph phase) string {
 	b.WriteString(":")
 	switch {
 	case ph.Name == "verifying" && ph.Total > 0 && j.Kind == domain.KindRebuild:
-		fmt.Fprintf(&b, " %d of %d events folded again and compared", ph.Done, ph.Total)
+		fmt.Fprintf(&b, " %d of %d events verified", ph.Done, ph.Total)
 	case ph.Name == "switching":
 		fmt.Fprintf(&b, " verified; reads move to %s", j.Shadow)
 	default:

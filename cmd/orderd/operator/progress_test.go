@@ -135,7 +135,7 @@ func TestProgressShowsPhases(t *testing.T) {
 		{"rebuild", rebuildRun(t0), []string{
 			"1/3 planning",
 			"1/3 scanning: 25 streams, 250 events, 50 events/s, scanning ETA 15s",
-			"2/3 verifying: 500 of 1000 events folded again and compared, verifying ETA 20s",
+			"2/3 verifying: 500 of 1000 events verified, verifying ETA 20s",
 			"3/3 switching: verified; reads move to order_summaries_2",
 			"rebuild succeeded",
 		}},

@@ -18,7 +18,8 @@ const rebuildUsage = `Usage: orderd rebuild <projection> [flags]
 Rebuilds a read model (projection) from the event log, without downtime:
 the service folds every order stream into a new "shadow" collection, which
 the live projectors also keep up to date meanwhile, checks the shadow
-against the log (verify before switch), and then switches reads to it. The
+against what that fold wrote, and each document that differs against the
+log (verify before switch), and then switches reads to it. The
 old collection is kept, and kept up to date, for a grace period
 (ORDERD_REBUILD_GRACE), in which "orderd switch-back" reads it again; then
 it is dropped. Only one rebuild of a projection runs at a time. A deploy
@@ -32,7 +33,8 @@ Examples:
   orderd rebuild order_summaries -cancel <job-id>       ask a running rebuild to stop
 
 With -wait the rebuild's phase (1/3 scanning the log into the shadow, 2/3
-verifying the shadow against the log, 3/3 switching reads to it), its
+verifying the shadow against what the scan recorded, 3/3 switching reads to
+it), its
 progress and the phase's ETA go to stderr, and a summary to stdout; the exit
 status is 0 only when the rebuild succeeded. Ctrl-C stops waiting but not
 the rebuild, which keeps running on the server. -cancel stops it: the
