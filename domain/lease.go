@@ -10,7 +10,7 @@ import (
 // or fenced write was refused.
 var ErrLeaseLost = errors.New("lease lost")
 
-// Lease is one holder's tenure of a named lease (invariant 6: one job,
+// Lease is one holder's claim of a named lease (invariant 6: one job,
 // one runner). Epoch is the fencing token: every claim raises it, so a
 // holder that was deposed presents an epoch older than the lease's, and
 // the store refuses its renewals, its release and every write fenced by
@@ -20,12 +20,12 @@ type Lease struct {
 	Name       string    // the lease's name, unique within its store
 	Holder     string    // who holds it: an instance or runner id
 	Epoch      int64     // fencing token: 1 for the first claim, one more for each claim after
-	AcquiredAt time.Time // when this tenure's claim was sent
+	AcquiredAt time.Time // when this claim was sent
 	RenewedAt  time.Time // when the last renewal that got through was sent (AcquiredAt before any)
 	ExpiresAt  time.Time // RenewedAt plus the TTL; zero for a lease nobody ever held
 }
 
-// Held reports whether l names a holder whose tenure has not expired at
+// Held reports whether l names a holder whose claim has not expired at
 // now.
 func (l Lease) Held(now time.Time) bool { return l.Holder != "" && l.ExpiresAt.After(now) }
 
@@ -42,6 +42,6 @@ type Member struct {
 // PartitionReport is what a member reports of a partition it holds.
 type PartitionReport struct {
 	Partition int
-	Applied   int64   // events applied in this tenure
+	Applied   int64   // events applied in this claim
 	Rate      float64 // events per second between the member's last two heartbeats
 }

@@ -42,8 +42,8 @@ var durable = func() *writeconcern.WriteConcern {
 // it changes (claim-by-filter): a claim matches only a lease that is free,
 // expired, or already this holder's, and raises its epoch, the fencing
 // token; a renewal, a release and a fenced write match only {_id, owner,
-// epoch} of the tenure that makes them. So of any number of claimants
-// exactly one wins, and a deposed tenure, also one deposed by a later
+// epoch} of the claim that makes them. So of any number of claimants
+// exactly one wins, and a deposed claim, also one deposed by a later
 // claim of the same holder, has every write refused with
 // domain.ErrLeaseLost. Expiry uses the holder's and the claimant's clocks:
 // they must agree to well within the TTL. Writes are w:majority, j:true,
@@ -54,7 +54,7 @@ var durable = func() *writeconcern.WriteConcern {
 // and which the embedded store's funnel runs alone.
 type Leases struct {
 	coll *mongo.Collection
-	// expiry names the field holding a tenure's deadline: "expires_at",
+	// expiry names the field holding a claim's deadline: "expires_at",
 	// or "lease_until" in a job's task.
 	expiry string
 	now    func() time.Time
@@ -73,7 +73,7 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // Claim takes the lease name for holder for ttl if it is free, has
 // expired, or is already holder's (a restart under the same id), raising
 // its epoch; a lease without a document is created, at epoch 1. It returns
-// the new tenure and true, or false and no error when another holder has
+// the new claim and true, or false and no error when another holder has
 // it (or got it first). It costs one round trip, two when the lease has no
 // document yet or another holder has it.
 func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error) {
@@ -93,7 +93,7 @@ func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Durati
 	if err != nil {
 		return domain.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
 	}
-	return tenure(name, holder, 1, now, ttl), true, nil
+	return claim(name, holder, 1, now, ttl), true, nil
 }
 
 // free is the part of a claim's filter that matches a lease holder may
@@ -107,7 +107,7 @@ func (l *Leases) free(holder string, now time.Time) bson.D {
 }
 
 // claim moves the existing lease document name, if it also matches cond,
-// to a new tenure of holder from now, in one findAndModify that raises its
+// to a new claim of holder from now, in one findAndModify that raises its
 // epoch and applies more (further update operators, merged with the
 // claim's). It returns false and no error when nothing matched.
 func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (domain.Lease, bool, error) {
@@ -131,10 +131,10 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	if !ok {
 		return domain.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
 	}
-	return tenure(name, holder, epoch, now, ttl), true, nil
+	return claim(name, holder, epoch, now, ttl), true, nil
 }
 
-func tenure(name, holder string, epoch int64, at time.Time, ttl time.Duration) domain.Lease {
+func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) domain.Lease {
 	return domain.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
 }
 
@@ -156,15 +156,15 @@ func merge(base, more bson.D) bson.D {
 }
 
 // fence is the filter of every write made under lease: it matches only
-// while lease's tenure is the current one.
+// while lease's claim is the current one.
 func fence(lease domain.Lease) bson.D {
 	return bson.D{{Key: "_id", Value: lease.Name}, {Key: "owner", Value: lease.Holder}, {Key: "epoch", Value: lease.Epoch}}
 }
 
 // Renew extends lease by ttl from now, in one update fenced by its epoch,
-// and returns it renewed. A tenure that expired is renewed while no other
+// and returns it renewed. A claim that expired is renewed while no other
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
-// passed to another tenure.
+// passed to another claim.
 func (l *Leases) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
 	now := l.now()
 	res, err := l.coll.UpdateOne(ctx, fence(lease), l.renewal(now, ttl))
@@ -184,7 +184,7 @@ func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
 
 // RenewAll extends every lease of leases by ttl from now, in one bulk write
 // (one round trip, two when some were lost), and returns those still held,
-// renewed, in the order given; the others passed to another tenure.
+// renewed, in the order given; the others passed to another claim.
 func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error) {
 	switch len(leases) {
 	case 0:
@@ -220,7 +220,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 		}
 		return kept, nil
 	}
-	// Some were lost: those still at their tenure were renewed.
+	// Some were lost: those still at their claim were renewed.
 	names := make(bson.A, len(leases))
 	for i, lease := range leases {
 		names[i] = lease.Name
@@ -245,13 +245,13 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 // Release gives lease up, so that another holder can claim it at once
 // rather than after its TTL: its deadline moves to the Unix epoch. Call
 // it only once the holder has stopped acting under the lease. Errors:
-// domain.ErrLeaseLost when the lease has passed to another tenure, so
+// domain.ErrLeaseLost when the lease has passed to another claim, so
 // there was nothing of this holder's to release.
 func (l *Leases) Release(ctx context.Context, lease domain.Lease) error {
 	return l.write(ctx, lease, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
 }
 
-// write sets fields of lease's document while lease's tenure is the
+// write sets fields of lease's document while lease's claim is the
 // current one; what names the write in errors. Errors:
 // domain.ErrLeaseLost when it is not.
 func (l *Leases) write(ctx context.Context, lease domain.Lease, set bson.D, what string) error {
@@ -310,8 +310,8 @@ func (l *Leases) decode(d bson.Raw) domain.Lease {
 
 // Lease is one holder's hold on one named lease of LeasesCollection, for
 // a loop that claims it and keeps it (the relay sweeper): it remembers
-// the tenure it holds, so its renewals and its release are fenced by that
-// tenure's epoch. It is safe for concurrent use.
+// the claim it holds, so its renewals and its release are fenced by that
+// claim's epoch. It is safe for concurrent use.
 type Lease struct {
 	leases *Leases
 	name   string
@@ -319,7 +319,7 @@ type Lease struct {
 	ttl    time.Duration
 
 	mu        sync.Mutex
-	held      *domain.Lease // the tenure last claimed or renewed; nil when none
+	held      *domain.Lease // the claim last made or renewed; nil when none
 	uncertain bool          // the last claim failed: it may have landed
 }
 
@@ -329,10 +329,10 @@ func NewLease(db *mongo.Database, name, holder string, ttl time.Duration) *Lease
 	return &Lease{leases: NewLeases(db, LeasesCollection), name: name, holder: holder, ttl: ttl}
 }
 
-// TryAcquire renews the tenure this Lease holds or, when it holds none or
+// TryAcquire renews the claim this Lease holds or, when it holds none or
 // has lost it, claims the lease (see Leases.Claim). It reports whether
 // this holder holds the lease now; false and no error when another holder
-// does. After an error the tenure is kept: the next call renews it if no
+// does. After an error the claim is kept: the next call renews it if no
 // other holder claimed it meanwhile.
 func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 	l.mu.Lock()
@@ -390,7 +390,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// Held returns the tenure this Lease holds, and false when it holds none.
+// Held returns the claim this Lease holds, and false when it holds none.
 func (l *Lease) Held() (domain.Lease, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

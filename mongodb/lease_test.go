@@ -34,14 +34,14 @@ func TestLeaseClaimRenewRelease(t *testing.T) {
 		t.Fatalf("a claims a lease nobody held: %v, %v", ok, err)
 	}
 	if a.Epoch != 1 || a.Holder != "a" || a.Name != name || !a.ExpiresAt.Equal(a.RenewedAt.Add(time.Minute)) {
-		t.Fatalf("first tenure = %+v; want epoch 1, holder a, expiring a minute after its claim", a)
+		t.Fatalf("first claim = %+v; want epoch 1, holder a, expiring a minute after its claim", a)
 	}
 	if _, ok, err := leases.Claim(ctx, name, "b", time.Minute); err != nil || ok {
 		t.Fatalf("b claims a's lease: %v, %v; want false, nil", ok, err)
 	}
 	stored, err := leases.Get(ctx, name)
 	if err != nil || stored.Holder != "a" || stored.Epoch != 1 || !stored.Held(time.Now()) {
-		t.Fatalf("stored = %+v, %v; want a's tenure at epoch 1", stored, err)
+		t.Fatalf("stored = %+v, %v; want a's claim at epoch 1", stored, err)
 	}
 
 	renewed, err := leases.Renew(ctx, a, time.Minute)
@@ -49,7 +49,7 @@ func TestLeaseClaimRenewRelease(t *testing.T) {
 		t.Fatalf("a renews: %v", err)
 	}
 	if renewed.Epoch != a.Epoch || renewed.RenewedAt.Before(a.RenewedAt) || renewed.AcquiredAt != a.AcquiredAt {
-		t.Fatalf("renewed = %+v; want the same tenure (%+v) renewed later", renewed, a)
+		t.Fatalf("renewed = %+v; want the same claim (%+v) renewed later", renewed, a)
 	}
 
 	if err := leases.Release(ctx, renewed); err != nil {
@@ -106,29 +106,29 @@ func TestLeaseFencesADeposedHolder(t *testing.T) {
 		t.Fatalf("a claims b's lease: %v, %v; want false, nil", ok, err)
 	}
 	if stored, err := leases.Get(ctx, name); err != nil || stored.Holder != "b" || stored.Epoch != b.Epoch {
-		t.Fatalf("stored = %+v, %v; want b's tenure untouched by a", stored, err)
+		t.Fatalf("stored = %+v, %v; want b's claim untouched by a", stored, err)
 	}
 
-	// b claims again under its own name: the earlier tenure is fenced off
+	// b claims again under its own name: the earlier claim is fenced off
 	// like another holder's.
 	again, ok, err := leases.Claim(ctx, name, "b", time.Minute)
 	if err != nil || !ok || again.Epoch != b.Epoch+1 {
 		t.Fatalf("b claims its own lease again: %+v, %v, %v; want epoch %d", again, ok, err, b.Epoch+1)
 	}
 	if _, err := leases.Renew(ctx, b, time.Minute); !errors.Is(err, domain.ErrLeaseLost) {
-		t.Fatalf("renewal of b's earlier tenure: %v; want domain.ErrLeaseLost", err)
+		t.Fatalf("renewal of b's earlier claim: %v; want domain.ErrLeaseLost", err)
 	}
 	if err := leases.Release(ctx, b); !errors.Is(err, domain.ErrLeaseLost) {
-		t.Fatalf("release of b's earlier tenure: %v; want domain.ErrLeaseLost", err)
+		t.Fatalf("release of b's earlier claim: %v; want domain.ErrLeaseLost", err)
 	}
 	if _, err := leases.Renew(ctx, again, time.Minute); err != nil {
-		t.Fatalf("renewal of b's current tenure: %v", err)
+		t.Fatalf("renewal of b's current claim: %v", err)
 	}
 }
 
-// A tenure that expired is renewed while nobody claimed the lease after
+// A claim that expired is renewed while nobody claimed the lease after
 // it: a renewal that was slow to get through keeps the lease.
-func TestLeaseRenewsAnExpiredTenureNobodyTook(t *testing.T) {
+func TestLeaseRenewsAnExpiredClaimNobodyTook(t *testing.T) {
 	ctx := t.Context()
 	leases := mongodb.NewLeases(storetest.Database(t), mongodb.LeasesCollection)
 	name := storetest.Unique("lease-")
@@ -139,7 +139,7 @@ func TestLeaseRenewsAnExpiredTenureNobodyTook(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	renewed, err := leases.Renew(ctx, a, time.Minute)
 	if err != nil {
-		t.Fatalf("a renews its expired tenure: %v", err)
+		t.Fatalf("a renews its expired claim: %v", err)
 	}
 	if _, ok, err := leases.Claim(ctx, name, "b", time.Minute); err != nil || ok {
 		t.Fatalf("b claims after a's late renewal: %v, %v; want false, nil", ok, err)
@@ -327,7 +327,7 @@ func TestLeaseTryAcquire(t *testing.T) {
 		t.Fatalf("b releases: %v", err)
 	}
 	if _, ok := b.Held(); ok {
-		t.Fatal("b holds a tenure after its release")
+		t.Fatal("b holds a claim after its release")
 	}
 	try(a, "a right after b's release", true)
 	try(b, "b after a took over", false)

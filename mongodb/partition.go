@@ -14,7 +14,7 @@ import (
 // PartitionsCollection holds one lease document per partition of each
 // projection: {_id: "<projection>/<NN>", projection, partition, owner,
 // epoch, expires_at, acquired_at, renewed_at}. An owner whose expires_at
-// has passed holds nothing; epoch counts the tenures.
+// has passed holds nothing; epoch counts the claims.
 const PartitionsCollection = "projection_partitions"
 
 // Partitions are the leases of one projection's partitions, numbered from
@@ -109,7 +109,7 @@ func (s *Partitions) stored(ctx context.Context) (map[int]domain.Lease, error) {
 
 // Claim takes partition p for holder for ttl if it is free, has expired,
 // or is already holder's (a restart under the same instance id), raising
-// its epoch. It returns the new tenure and true, or false and no error
+// its epoch. It returns the new claim and true, or false and no error
 // when another holder has it or got it first.
 func (s *Partitions) Claim(ctx context.Context, p int, holder string, ttl time.Duration) (domain.Lease, bool, error) {
 	now := s.leases.now()
@@ -127,7 +127,7 @@ func (s *Partitions) Renew(ctx context.Context, leases []domain.Lease, ttl time.
 }
 
 // Release frees a partition's lease (see Leases.Release). Errors:
-// domain.ErrLeaseLost when it had passed to another tenure.
+// domain.ErrLeaseLost when it had passed to another claim.
 func (s *Partitions) Release(ctx context.Context, lease domain.Lease) error {
 	return s.leases.Release(ctx, lease)
 }

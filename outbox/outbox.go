@@ -45,7 +45,7 @@ type Publisher interface {
 // fenced by an epoch that every claim raises. *mongodb.Lease implements
 // it.
 type Lease interface {
-	// TryAcquire renews the tenure this instance holds or, holding none,
+	// TryAcquire renews the claim this instance holds or, holding none,
 	// claims the lease, and reports whether this instance holds it.
 	TryAcquire(ctx context.Context) (bool, error)
 	// Release gives the lease up if this instance holds it, and returns

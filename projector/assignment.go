@@ -37,7 +37,7 @@ func (r *Runner) step(ctx context.Context) {
 	// cancelled: wait for them. Fenced ones (renewals failing) are kept,
 	// their writes held until a renewal gets through.
 	for _, p := range r.ownedPartitions() {
-		if tn := r.tenure(p); tn.ended() {
+		if tn := r.ownership(p); tn.ended() {
 			r.log.Warn("projection partition lease lost: stopping its workers", "partition", p, "taken_by_another", tn.taken.Load())
 			r.stop(p)
 		}
@@ -132,7 +132,7 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	// this process last did.
 	r.store.Purge()
 	pctx, cancel := context.WithCancel(ctx)
-	tn := &tenure{p: p, lease: lease, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt, gate: newWriteGate(pctx)}
+	tn := &ownership{p: p, lease: lease, ctx: pctx, cancel: cancel, done: make(chan struct{}), ratedAt: claimedAt, gate: newWriteGate(pctx)}
 	tn.fence = time.AfterFunc(time.Until(claimedAt.Add(r.cfg.LeaseTTL/2)), func() {
 		if pctx.Err() == nil {
 			r.log.Warn("projection partition fenced: its lease was not renewed for half its TTL; writes wait for a renewal", "partition", p)
@@ -142,16 +142,16 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	r.mu.Lock()
 	r.owned[p] = tn
 	r.mu.Unlock()
-	if r.cfg.OnTenure != nil {
-		r.cfg.OnTenure(r.name, p, true)
+	if r.cfg.OnOwnership != nil {
+		r.cfg.OnOwnership(r.name, p, true)
 	}
 	r.log.Info("projection partition claimed: consuming", "partition", p)
 	go func() {
 		defer close(tn.done)
 		r.consumePartition(pctx, tn)
 		// Every worker has returned: nothing more is written.
-		if r.cfg.OnTenure != nil {
-			r.cfg.OnTenure(r.name, p, false)
+		if r.cfg.OnOwnership != nil {
+			r.cfg.OnOwnership(r.name, p, false)
 		}
 	}()
 }
@@ -204,7 +204,7 @@ func (r *Runner) ownedPartitions() []int {
 	return slices.Sorted(maps.Keys(r.owned))
 }
 
-func (r *Runner) tenure(p int) *tenure {
+func (r *Runner) ownership(p int) *ownership {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.owned[p]
@@ -228,7 +228,7 @@ func (r *Runner) renewLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		r.mu.Lock()
-		held := map[int]*tenure{}
+		held := map[int]*ownership{}
 		for p, tn := range r.owned {
 			if !tn.ended() {
 				held[p] = tn
@@ -271,7 +271,7 @@ func (r *Runner) renewLoop(ctx context.Context) {
 }
 
 // release frees a partition's lease once its workers have stopped; a
-// lease that had already passed to another tenure has nothing to free.
+// lease that had already passed to another ownership has nothing to free.
 func (r *Runner) release(ctx context.Context, lease domain.Lease) error {
 	if err := r.leases.Release(ctx, lease); err != nil && !errors.Is(err, domain.ErrLeaseLost) {
 		return err
@@ -279,8 +279,8 @@ func (r *Runner) release(ctx context.Context, lease domain.Lease) error {
 	return nil
 }
 
-// ended reports whether the tenure's workers have been told to stop.
-func (tn *tenure) ended() bool { return tn.ctx.Err() != nil }
+// ended reports whether the ownership's workers have been told to stop.
+func (tn *ownership) ended() bool { return tn.ctx.Err() != nil }
 
 // bounded runs f with a deadline d from now, and lets it finish when ctx
 // is cancelled: a lease write cut off mid-flight may still land on the

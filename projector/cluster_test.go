@@ -84,7 +84,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	es := projectiontest.NewLog(t, ctx, db, mongodb.WithAppendHook(relay.Appended))
 
 	// One projector process, own connection, with both projections and
-	// the service's lease TTL; each tenure that ends is counted.
+	// the service's lease TTL; each ownership that ends is counted.
 	var stops atomic.Int64
 	_, pjs := connect()
 	// Small batches: acks sent while a consumer has no leader are lost,
@@ -94,7 +94,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// purpose).
 	cfg := b.RunnerConfig()
 	cfg.Owner, cfg.Workers, cfg.BatchSize = "P", 1, 8
-	cfg.OnTenure = func(_ string, _ int, start bool) {
+	cfg.OnOwnership = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)
 		}
@@ -218,7 +218,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 		// fault must not cost (an acknowledged command, an event, the
 		// read models' convergence) is asserted below.
 		sweeperHandOvers += lease.releases.Load() - releasesBefore
-		t.Logf("round %d: %d partition tenures ended when the stream leader was lost", round, stops.Load()-stopsBefore)
+		t.Logf("round %d: %d partition ownerships ended when the stream leader was lost", round, stops.Load()-stopsBefore)
 		cl.Start(sl)
 		projectiontest.WaitFor(t, 60*time.Second, cl.Name(sl)+" caught up", func() error {
 			if !cl.StreamCurrent(stream.Name) {
@@ -243,7 +243,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 		t.Logf("round %d: meta leader %s killed; the stream led by %s after %v, the meta group by %s after %v, every consumer after %v; commands reach the read model %v after that",
 			round, cl.Name(ml), cl.Name(nl), elected.Round(time.Millisecond), cl.Name(newMeta), metaElected.Round(time.Millisecond), all.Round(time.Millisecond), took.Round(time.Millisecond))
 		if n := stops.Load() - stopsBefore; n != 0 {
-			t.Errorf("round %d: %d partition tenures ended when the meta leader was lost; want none", round, n)
+			t.Errorf("round %d: %d partition ownerships ended when the meta leader was lost; want none", round, n)
 		}
 		sweeperHandOvers += lease.releases.Load() - releasesBefore // see the stream leader's round
 		cl.Start(ml)
@@ -324,7 +324,7 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	// a machine whose cores were all busy beside the test delayed
 	// renewals past the fence (TTL/2) before any node was killed.
 	cfg.Owner, cfg.LeaseTTL, cfg.Workers, cfg.BatchSize = "P", 10*time.Second, 0, 0
-	cfg.OnTenure = func(_ string, _ int, start bool) {
+	cfg.OnOwnership = func(_ string, _ int, start bool) {
 		if !start {
 			stops.Add(1)
 		}
@@ -383,7 +383,7 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 		t.Fatalf("the meta group had a leader again before the end")
 	}
 	if n := stops.Load() - stopsBefore; n != 0 {
-		t.Errorf("%d partition tenures ended without a meta leader; want none", n)
+		t.Errorf("%d partition ownerships ended without a meta leader; want none", n)
 	}
 	for _, r := range []*projector.Runner{sums, stats} {
 		if got := owners(t, ctx, r); got["P"] != 4 {

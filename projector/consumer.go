@@ -21,12 +21,12 @@ import (
 	"github.com/orderd/orderd/tracing"
 )
 
-// consumePartition runs partition tn's workers until its tenure ends
+// consumePartition runs partition tn's workers until its ownership ends
 // (ctx done). When they fail (the consumer could not be looked up, was
 // deleted, or its iterator closed) they are started again after a backoff
-// within the tenure: one partition's trouble stays that partition's, and
+// within the ownership: one partition's trouble stays that partition's, and
 // the other partitions' workers never stop for it.
-func (r *Runner) consumePartition(ctx context.Context, tn *tenure) {
+func (r *Runner) consumePartition(ctx context.Context, tn *ownership) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
 		began := time.Now()
@@ -49,7 +49,7 @@ func (r *Runner) consumePartition(ctx context.Context, tn *tenure) {
 
 // consume runs the workers of one partition until ctx is done, or until
 // one of them fails.
-func (r *Runner) consume(ctx context.Context, tn *tenure) error {
+func (r *Runner) consume(ctx context.Context, tn *ownership) error {
 	cons, err := r.Consumer(ctx, tn.p)
 	if err != nil {
 		return err
@@ -78,7 +78,7 @@ const (
 // BatchSize under load. When ctx is done, the
 // messages pulled and not handled are given back (Nak), so the
 // partition's next owner gets them at once rather than after AckWait.
-func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) error {
+func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *ownership) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(2*r.cfg.BatchSize), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
@@ -135,9 +135,9 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *tenure) 
 }
 
 // handle folds one batch of partition tn's messages and acknowledges,
-// redelivers or parks each of them. ctx is the tenure's, wctx the write
+// redelivers or parks each of them. ctx is the ownership's, wctx the write
 // gate's (done when the partition's fence closes it).
-func (r *Runner) handle(ctx, wctx context.Context, tn *tenure, msgs []jetstream.Msg) {
+func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstream.Msg) {
 	type received struct {
 		msg     jetstream.Msg
 		version int64 // 0 when the message does not decode
@@ -238,7 +238,7 @@ const ackConfirmWait = 2 * time.Second
 // the batch, sent before it on the same connection to the same leader.
 // While the consumer has no leader (a node lost, an election) the
 // acknowledgements are lost: they are sent again, with backoff, until one
-// is confirmed or the tenure ends, so that the messages do not stay
+// is confirmed or the ownership ends, so that the messages do not stay
 // pending until AckWait (30 s) and hold MaxAckPending meanwhile, which
 // stalls the partition. The confirmation and its resends run beside the
 // worker, which goes on with its next batch.

@@ -8,15 +8,15 @@ import (
 // writeGate lets a partition's workers write while its lease is known to
 // be held. The partition's fence closes it LeaseTTL/2 after the last
 // renewal that got through, and a later renewal at the same epoch opens it
-// again: the tenure is kept, its consumers keep their place, and no
+// again: the ownership is kept, its consumers keep their place, and no
 // message waits out AckWait. This is what rides out a replica-set election
 // (about 10-12 s with MongoDB's default electionTimeoutMillis of 10 s),
 // longer than LeaseTTL/2, in which every member's renewals fail alike and
 // no successor can claim either; a partition whose lease did pass to
-// another tenure meanwhile has its tenure ended by the renewal that finds
+// another ownership meanwhile has its ownership ended by the renewal that finds
 // out (Runner.renewLoop).
 type writeGate struct {
-	parent context.Context // the tenure's
+	parent context.Context // the ownership's
 
 	mu     sync.Mutex
 	ctx    context.Context // done once the gate closes; writes run under it
@@ -33,7 +33,7 @@ func newWriteGate(parent context.Context) *writeGate {
 
 // wait returns the context writes run under once the gate is open, or
 // ctx's error when ctx is done first. The context is done when the gate
-// closes or the tenure ends.
+// closes or the ownership ends.
 func (g *writeGate) wait(ctx context.Context) (context.Context, error) {
 	for {
 		g.mu.Lock()

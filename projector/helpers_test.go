@@ -118,21 +118,21 @@ func (g *gapped) fill(t *testing.T, ctx context.Context) {
 	}
 }
 
-// tenures checks, as the runners report them through OnTenure, that no
+// ownerships checks, as the runners report them through OnOwnership, that no
 // partition is ever written by two owners at once: a start while another
-// owner's tenure of the partition is open is an error.
-type tenures struct {
+// owner's ownership of the partition is open is an error.
+type ownerships struct {
 	t      *testing.T
 	mu     sync.Mutex
 	active map[int]string // partition: owner writing it
-	starts map[string]int // owner: tenures started
+	starts map[string]int // owner: ownerships started
 }
 
-func newTenures(t *testing.T) *tenures {
-	return &tenures{t: t, active: map[int]string{}, starts: map[string]int{}}
+func newOwnerships(t *testing.T) *ownerships {
+	return &ownerships{t: t, active: map[int]string{}, starts: map[string]int{}}
 }
 
-func (ts *tenures) hook(owner string) func(string, int, bool) {
+func (ts *ownerships) hook(owner string) func(string, int, bool) {
 	return func(_ string, p int, start bool) {
 		ts.mu.Lock()
 		defer ts.mu.Unlock()
@@ -144,7 +144,7 @@ func (ts *tenures) hook(owner string) func(string, int, bool) {
 			ts.active[p] = owner
 			ts.starts[owner]++
 		case cur != owner:
-			ts.t.Errorf("partition %d: %s stops a tenure it did not start (writer %q)", p, owner, cur)
+			ts.t.Errorf("partition %d: %s stops an ownership it did not start (writer %q)", p, owner, cur)
 		default:
 			delete(ts.active, p)
 		}

@@ -30,7 +30,7 @@ type Partitions interface {
 	// those still held, renewed.
 	Renew(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error)
 	// Release frees a lease; domain.ErrLeaseLost when it had passed to
-	// another tenure.
+	// another ownership.
 	Release(ctx context.Context, lease domain.Lease) error
 }
 

@@ -58,11 +58,11 @@ type RunnerConfig struct {
 	// pass to another process, and writes again when a renewal gets
 	// through while no other process has claimed the lease.
 	LeaseTTL time.Duration
-	// OnTenure, when set, is called when this process is about to start
+	// OnOwnership, when set, is called when this process is about to start
 	// writing a partition (start true, before its first write) and when it
-	// has stopped (start false, after its last), so tenures can be
+	// has stopped (start false, after its last), so ownerships can be
 	// audited.
-	OnTenure func(projection string, partition int, start bool)
+	OnOwnership func(projection string, partition int, start bool)
 }
 
 // applier is what a Runner needs of a mongodb.Projection, whatever its
@@ -91,7 +91,7 @@ type applier interface {
 // claim only after LeaseTTL. The owner keeps the partition meanwhile and
 // writes again once a renewal gets through at the same epoch, so a store
 // election longer than LeaseTTL/2 costs no hand-over; a renewal that finds
-// the lease claimed by another ends the tenure. A write that was already
+// the lease claimed by another ends the ownership. A write that was already
 // on its way when the owner stopped lands late: the version guard makes
 // it harmless (invariant 4).
 //
@@ -124,14 +124,14 @@ type Runner struct {
 	// Run's goroutine changes owned, under mu; renewLoop reads it under
 	// mu. The other fields are Run's goroutine's only.
 	mu     sync.Mutex
-	owned  map[int]*tenure
+	owned  map[int]*ownership
 	joined bool      // heartbeating as a member
 	busOK  time.Time // last time JetStream answered
 }
 
-// tenure is this process's hold on one partition, from its claim until
+// ownership is this process's hold on one partition, from its claim until
 // its workers have stopped.
-type tenure struct {
+type ownership struct {
 	p      int
 	lease  domain.Lease    // as claimed: its epoch fences the renewals and the release
 	ctx    context.Context // the workers'; done once the partition stops
@@ -155,7 +155,7 @@ func (r *Runner) stats() []domain.PartitionReport {
 	now := time.Now()
 	var out []domain.PartitionReport
 	for _, p := range r.ownedPartitions() {
-		tn := r.tenure(p)
+		tn := r.ownership(p)
 		st := domain.PartitionReport{Partition: p, Applied: tn.applied.Load()}
 		if d := now.Sub(tn.ratedAt).Seconds(); d > 0 {
 			st.Rate = float64(st.Applied-tn.ratedApplied) / d
@@ -321,7 +321,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 	}
 	r.metrics.initProjection(r.name)
-	r.owned, r.joined = map[int]*tenure{}, false
+	r.owned, r.joined = map[int]*ownership{}, false
 	defer r.leave(context.WithoutCancel(ctx), true)
 	// Renewals run on their own, so that the fences never wait for a
 	// slow rebalance.

@@ -426,13 +426,13 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
-	ts := newTenures(t)
+	ts := newOwnerships(t)
 
 	proc := func(owner string) (*projector.Runner, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
 		pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
 		cfg := b.RunnerConfig()
-		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
+		cfg.Owner, cfg.OnOwnership = owner, ts.hook(owner)
 		p := mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db))
 		return projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, m), reg
 	}
@@ -504,7 +504,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.starts["A"] < 4 || ts.starts["B"] < 4 {
-		t.Errorf("tenures started: %v, want at least 4 each", ts.starts)
+		t.Errorf("ownerships started: %v, want at least 4 each", ts.starts)
 	}
 }
 
@@ -516,11 +516,11 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
-	ts := newTenures(t)
+	ts := newOwnerships(t)
 
 	proc := func(owner string, js jetstream.JetStream) *projector.Runner {
 		cfg := b.RunnerConfig()
-		cfg.Owner, cfg.OnTenure = owner, ts.hook(owner)
+		cfg.Owner, cfg.OnOwnership = owner, ts.hook(owner)
 		p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 		return projector.NewRunner(p, js, mongodb.NewDeadLetters(db), cfg, log, nil)
 	}
@@ -545,19 +545,19 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 // TestRunnerPartitionConsumerFailureStaysItsOwn: when one partition's
 // consumer fails (here it is deleted under its workers, whose iterator
 // then closes), that partition's workers start again on a consumer
-// created anew, while the other partitions keep their tenures: Run does
+// created anew, while the other partitions keep their ownerships: Run does
 // not return, and no partition is released or claimed again.
 func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
 	es := relayedLog(t, ctx, db, b, log)
-	ts := newTenures(t)
+	ts := newOwnerships(t)
 	var mu sync.Mutex
 	stops := map[int]int{}
 	cfg := b.RunnerConfig()
 	cfg.Owner = "A"
 	hook := ts.hook("A")
-	cfg.OnTenure = func(name string, p int, start bool) {
+	cfg.OnOwnership = func(name string, p int, start bool) {
 		hook(name, p, start)
 		if !start {
 			mu.Lock()
@@ -589,12 +589,12 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(stops) != 0 {
-		t.Errorf("tenures stopped by partition: %v; want none (one partition's consumer failed)", stops)
+		t.Errorf("ownerships stopped by partition: %v; want none (one partition's consumer failed)", stops)
 	}
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.starts["A"] != 4 {
-		t.Errorf("A started %d tenures, want its 4 once", ts.starts["A"])
+		t.Errorf("A started %d ownerships, want its 4 once", ts.starts["A"])
 	}
 }
 
@@ -604,8 +604,8 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 // longer than the partition lease, while commands go on through another
 // link. The fence stops the owner's writes at LeaseTTL/2, but the owner
 // keeps its partitions: no other member could claim them, so the first
-// renewal that gets through opens the writes again, and no tenure ends
-// (before, the fence ended every tenure and each partition was claimed
+// renewal that gets through opens the writes again, and no ownership ends
+// (before, the fence ended every ownership and each partition was claimed
 // and its consumer started again). The read model then equals the fold.
 func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 120*time.Second)
@@ -618,7 +618,7 @@ func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 	var starts, stops atomic.Int64
 	cfg := b.RunnerConfig()
 	cfg.Owner, cfg.LeaseTTL = "P", 4*time.Second
-	cfg.OnTenure = func(_ string, _ int, start bool) {
+	cfg.OnOwnership = func(_ string, _ int, start bool) {
 		if start {
 			starts.Add(1)
 		} else {
@@ -661,7 +661,7 @@ func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
 	})
 	if s, e := starts.Load(), stops.Load(); s != int64(cfg.Partitions) || e != 0 {
-		t.Errorf("%d tenures started and %d ended through the stall; want %d started, none ended", s, e, cfg.Partitions)
+		t.Errorf("%d ownerships started and %d ended through the stall; want %d started, none ended", s, e, cfg.Partitions)
 	}
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 }

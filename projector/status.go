@@ -66,7 +66,7 @@ func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerIn
 }
 
 // PartitionStatus returns every partition of the projection: its owner
-// ("" when free or expired), lease deadline and tenure from the lease
+// ("" when free or expired), lease deadline and ownership from the lease
 // documents, the events applied and the apply rate its owner reported at
 // its last heartbeat, and, with lag, its consumer's lag in messages and
 // in seconds (see lagClock; nil when JetStream does not answer).

@@ -289,7 +289,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 		m.ownership = ol
-		rc.OnTenure = ol.record
+		rc.OnOwnership = ol.record
 	}
 	plog := m.Log.With("component", "projector")
 	runners := []*projector.Runner{

@@ -39,7 +39,7 @@ func openOwnershipLog(path, owner string) (*ownershipLog, error) {
 	return &ownershipLog{owner: owner, f: f}, nil
 }
 
-// record is projector.RunnerConfig.OnTenure: start is true before the
+// record is projector.RunnerConfig.OnOwnership: start is true before the
 // first write of an ownership, false after its last.
 func (l *ownershipLog) record(projection string, partition int, start bool) {
 	ev := "stop"
