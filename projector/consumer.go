@@ -72,40 +72,43 @@ const (
 	pullHeartbeat = time.Second
 )
 
-// work pulls continuously; the first message of a batch is waited for,
-// then a write slot (Writers), and the rest are whatever is buffered by
-// then, so a batch costs no extra latency at low load and grows to
-// BatchSize under load. When ctx is done, the
-// messages pulled and not handled are given back (Nak), so the
-// partition's next owner gets them at once rather than after AckWait.
+// drainWait bounds how long a worker that stops waits for the messages
+// its client holds before it gives back what its inbox has.
+const drainWait = time.Second
+
+// work pulls continuously into an inbox (see inbox); the first message of
+// a batch is waited for, then a write slot (Writers), and the rest are
+// whatever is waiting by then, so a batch costs no extra latency at low
+// load and grows to BatchSize under load. When ctx is done, the messages
+// pulled and not handled are given back (Nak), so the partition's next
+// owner gets them at once rather than after AckWait.
 func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *ownership) error {
 	it, err := cons.Messages(jetstream.PullMaxMessages(2*r.cfg.BatchSize), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 	}
+	in := pullInto(it, r.log.With("partition", tn.p))
 	defer it.Stop()
 	defer func() {
+		// The messages the client holds are delivered into the inbox
+		// and given back with the rest; a drain that does not end soon
+		// (the connection is down) is cut short.
 		it.Drain()
-		for range 4 * r.cfg.BatchSize {
-			m, err := it.Next(jetstream.NextMaxWait(100 * time.Millisecond))
-			if err != nil {
-				return
-			}
+		select {
+		case <-in.done:
+		case <-time.After(drainWait):
+		}
+		for _, m := range in.rest() {
 			_ = m.Nak()
 		}
 	}()
 	for ctx.Err() == nil {
-		first, err := it.Next(jetstream.NextContext(ctx))
+		first, err := in.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
-			}
-			r.log.Warn("projection pull failed", "partition", tn.p, "err", err)
-			pause.For(ctx, 100*time.Millisecond)
-			continue
+			return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 		}
 		// A fenced partition holds its batch until a renewal gets
 		// through, without taking a write slot from the others.
@@ -120,14 +123,7 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *ownershi
 			_ = first.Nak()
 			return nil
 		}
-		batch := []jetstream.Msg{first}
-		for len(batch) < r.cfg.BatchSize {
-			m, err := it.Next(jetstream.NextMaxWait(500 * time.Microsecond))
-			if err != nil {
-				break
-			}
-			batch = append(batch, m)
-		}
+		batch := in.take([]jetstream.Msg{first}, r.cfg.BatchSize, 500*time.Microsecond)
 		r.handle(ctx, wctx, tn, batch)
 		<-r.writers
 	}

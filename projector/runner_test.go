@@ -817,3 +817,90 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 		t.Errorf("version 2 has %d consumers and %d partition leases; want all %d", n, k, cur.Partitions())
 	}
 }
+
+// TestRunnerLosesNoMessageWhenItsBusLinkIsCut: while a projector's
+// writes stall (its store link held), its partitions' messages pile up;
+// then its NATS link is cut and the client reconnects, and pulls again
+// from scratch. The messages that arrive then must find room: a pull
+// iterator whose buffer is full drops them ("slow consumer"), and a
+// dropped message comes back only after AckWait (five minutes here).
+// Every message is handled without waiting that out, and the NATS client
+// reports no slow consumer.
+func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+
+	c, store := storetest.HeldClient(t)
+	pdb := c.Database(db.Name())
+	link := bustest.NewAckDropper(t, strings.TrimPrefix(b.URL, "nats://"))
+	var slow, reconnects atomic.Int64
+	js := projectortest.ConnectTo(t, link.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				slow.Add(1)
+			}
+		}))
+	cfg := b.RunnerConfig()
+	cfg.Owner, cfg.Workers, cfg.BatchSize, cfg.AckWait = "P", 1, 8, 5*time.Minute
+	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
+	r := projector.NewRunner(p, js, mongodb.NewDeadLetters(pdb), cfg, log, nil)
+	projectiontest.Go(t, "summaries runner", r.Run)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
+
+	consumers := func() []*jetstream.ConsumerInfo {
+		t.Helper()
+		var out []*jetstream.ConsumerInfo
+		for p := range cfg.Partitions {
+			c, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := c.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, info)
+		}
+		return out
+	}
+	svc := domain.NewService(es, nil)
+	store.Hold()
+	ids := writeOrders(t, ctx, svc, "cut", 0, 40)
+	// A batch in the stalled write, and the pull's buffer behind it.
+	projectiontest.WaitFor(t, 60*time.Second, "every partition's messages piled up", func() error {
+		for _, info := range consumers() {
+			if info.NumAckPending < 2*cfg.BatchSize {
+				return fmt.Errorf("consumer %s: %d messages delivered and not acknowledged", info.Name, info.NumAckPending)
+			}
+		}
+		return nil
+	})
+	link.Cut()
+	projectiontest.WaitFor(t, 30*time.Second, "the projector's NATS client reconnected", func() error {
+		if reconnects.Load() == 0 {
+			return errors.New("no reconnect yet")
+		}
+		return nil
+	})
+	store.Release()
+
+	ids = append(ids, writeOrders(t, ctx, svc, "cut", 40, 50)...)
+	projectiontest.WaitFor(t, 60*time.Second, "every message acknowledged", func() error {
+		for _, info := range consumers() {
+			if info.NumAckPending != 0 || info.NumPending != 0 {
+				return fmt.Errorf("consumer %s: %d acknowledgements pending, %d messages undelivered (%d slow-consumer drops reported)",
+					info.Name, info.NumAckPending, info.NumPending, slow.Load())
+			}
+		}
+		return nil
+	})
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
+	if n := slow.Load(); n != 0 {
+		t.Errorf("the NATS client reported %d slow-consumer drops", n)
+	}
+}

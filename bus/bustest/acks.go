@@ -16,11 +16,15 @@ import (
 // subjects ("$JS.ACK.>"): the fault of a consumer whose leader is lost or
 // elected, which loses the acknowledgements sent to it meanwhile while the
 // client sees nothing wrong. Everything else passes unchanged, both ways.
+// Cut closes the connections it forwards, as a lost link does; the
+// clients reconnect through it.
 type AckDropper struct {
 	URL string // nats://host:port the clients connect to
 
 	dropping atomic.Bool
 	dropped  atomic.Int64
+	mu       sync.Mutex
+	conns    []net.Conn
 }
 
 // NewAckDropper forwards to the server at addr (host:port) until the test
@@ -32,17 +36,9 @@ func NewAckDropper(t testing.TB, addr string) *AckDropper {
 		t.Fatal(err)
 	}
 	d := &AckDropper{URL: "nats://" + ln.Addr().String()}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-	)
 	t.Cleanup(func() {
 		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
+		d.Cut()
 	})
 	go func() {
 		for {
@@ -55,9 +51,9 @@ func NewAckDropper(t testing.TB, addr string) *AckDropper {
 				_ = c.Close()
 				continue
 			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
+			d.mu.Lock()
+			d.conns = append(d.conns, c, up)
+			d.mu.Unlock()
 			go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
 			go func() { d.forward(c, up); _ = up.Close() }()
 		}
@@ -67,6 +63,16 @@ func NewAckDropper(t testing.TB, addr string) *AckDropper {
 
 // Drop starts (true) or stops (false) dropping acknowledgements.
 func (d *AckDropper) Drop(on bool) { d.dropping.Store(on) }
+
+// Cut closes every connection forwarded so far.
+func (d *AckDropper) Cut() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+	d.conns = nil
+}
 
 // Dropped is how many acknowledgements were dropped so far.
 func (d *AckDropper) Dropped() int64 { return d.dropped.Load() }
