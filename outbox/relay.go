@@ -129,13 +129,14 @@ func (r *Relay) Backlog() float64 {
 	return max(float64(len(r.queue)), float64(r.marks.len())) / float64(r.cfg.QueueSize)
 }
 
-// Run publishes queued commits, a batch per round, and writes the
-// published markers of the acknowledged ones, until ctx is done. It always
-// returns nil: a failed round is logged and its commits are left to the
-// sweep, since retrying here would hold up every later append. On
-// cancellation the commits still queued get one last round and the
-// markers still queued are written, each cut short after shutdownGrace;
-// what is not finished is left to the sweep.
+// Run publishes queued commits, a batch per round with up to
+// roundsInFlight rounds at a time, and writes the published markers of
+// the acknowledged ones, until ctx is done. It always returns nil: a
+// failed round is logged and tried again, its commits left to the sweep
+// after maxAttempts (publishLoop). On cancellation the rounds in flight
+// and one last round of the commits still queued are waited for together,
+// and the markers still queued are written, each cut short after a short
+// grace; what is not finished is left to the sweep.
 func (r *Relay) Run(ctx context.Context) error {
 	published := make(chan struct{})
 	marked := make(chan struct{})
@@ -169,13 +170,14 @@ func (r *Relay) publishLoop(ctx context.Context) {
 		backoff  time.Duration
 		inFlight []round
 	)
-	settle := func(rd round) {
-		acked, err := rd.wait()
+	record := func(rd round, acked []string, err error) {
 		if dropped := r.marks.add(ctx, acked); dropped > 0 {
 			// Only when stopping: the markers had no room before the end.
 			r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
 		}
-		if err != nil {
+		if err != nil && ctx.Err() != nil {
+			r.out.log.Warn("own appends not published before the stop; the sweep publishes them", "commits", len(rd.batch)-len(acked), "err", err)
+		} else if err != nil {
 			var left int
 			retry, left = r.requeue(retry, rd.batch, acked, attempts)
 			r.out.log.Warn("own appends not published; trying again", "commits", len(rd.batch)-len(acked), "left_to_sweep", left, "err", err)
@@ -186,6 +188,10 @@ func (r *Relay) publishLoop(ctx context.Context) {
 		for _, id := range acked {
 			delete(attempts, id)
 		}
+	}
+	settle := func(rd round) {
+		acked, err := rd.wait()
+		record(rd, acked, err)
 	}
 	for {
 		batch := slices.Clone(retry[:min(len(retry), r.cfg.BatchSize)])
@@ -202,8 +208,23 @@ func (r *Relay) publishLoop(ctx context.Context) {
 			inFlight = append(inFlight, round{batch: batch, wait: r.out.start(ctx, batch, r.cfg.AckTimeout)})
 		}
 		if ctx.Err() != nil {
-			for _, rd := range inFlight {
-				settle(rd)
+			// The rounds in flight are waited for together, so the stop
+			// takes one grace (bus.ShutdownGrace), not one per round.
+			type result struct {
+				acked []string
+				err   error
+			}
+			results := make([]chan result, len(inFlight))
+			for i, rd := range inFlight {
+				results[i] = make(chan result, 1)
+				go func() {
+					acked, err := rd.wait()
+					results[i] <- result{acked, err}
+				}()
+			}
+			for i, rd := range inFlight {
+				res := <-results[i]
+				record(rd, res.acked, res.err)
 			}
 			return
 		}

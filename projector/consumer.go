@@ -87,7 +87,7 @@ func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *ownershi
 	if err != nil {
 		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
 	}
-	in := pullInto(it, r.log.With("partition", tn.p))
+	in := pullInto(it, r.cfg.AckWait/3, r.log.With("partition", tn.p))
 	defer it.Stop()
 	defer func() {
 		// The messages the client holds are delivered into the inbox

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -16,11 +17,18 @@ import (
 // is full the NATS client drops what arrives ("slow consumer") and the
 // dropped messages come back only after AckWait. It fills while a batch
 // is being written or the partition's writes are fenced, and overflows
-// when the client pulls again after missed heartbeats (a consumer leader
-// elected elsewhere) while the earlier pull still delivers: six times in
-// one run of the three-node cluster tests before this inbox. The inbox
-// itself is bounded by the consumer's MaxAckPending, which the server
-// never lets the unacknowledged messages exceed.
+// when the client pulls again after a reconnect or missed heartbeats
+// while the buffer is still full: six times in one run of the three-node
+// cluster tests before this inbox.
+//
+// The server delivers no more than the consumer's MaxAckPending messages
+// unacknowledged, but one held past AckWait it delivers again, and the
+// goroutine would take the copy too. So while messages wait in the
+// inbox, a second goroutine tells the server every keepalive that they
+// are in progress (JetStream's +WPI acknowledgement, which restarts
+// their AckWait): the inbox stays within MaxAckPending however long the
+// worker is held (a fenced partition, a store election), and the
+// messages' delivery counts do not grow meanwhile.
 type inbox struct {
 	mu    sync.Mutex
 	msgs  []jetstream.Msg
@@ -31,37 +39,54 @@ type inbox struct {
 }
 
 // pullInto starts moving the messages of it into a new inbox until it is
-// stopped or drained, or the inbox's stop is called. Errors that do not
-// end the iterator are logged and pulling goes on after a short pause.
-func pullInto(it jetstream.MessagesContext, log *slog.Logger) *inbox {
+// stopped or drained, or the inbox's rest is called, and marking those
+// waiting in it in progress every keepalive. Errors that do not end the
+// iterator are logged and pulling goes on after a short pause.
+func pullInto(it jetstream.MessagesContext, keepalive time.Duration, log *slog.Logger) *inbox {
 	ctx, stop := context.WithCancel(context.Background())
 	in := &inbox{ready: make(chan struct{}, 1), done: make(chan struct{}), stop: stop}
 	go func() {
 		defer close(in.done)
 		for {
 			m, err := it.Next(jetstream.NextContext(ctx))
-			if ctx.Err() != nil {
-				err = jetstream.ErrMsgIteratorClosed
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			if err == nil {
+				// Kept even when the inbox is being stopped: rest gives
+				// it back.
 				in.mu.Lock()
-				in.err = err
+				in.msgs = append(in.msgs, m)
+				in.mu.Unlock()
+				signal(in.ready)
+				continue
+			}
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				in.mu.Lock()
+				in.err = jetstream.ErrMsgIteratorClosed
 				in.mu.Unlock()
 				signal(in.ready)
 				return
 			}
-			if err != nil {
-				log.Warn("projection pull failed", "err", err)
-				select {
-				case <-time.After(100 * time.Millisecond):
-				case <-ctx.Done():
-				}
-				continue
+			log.Warn("projection pull failed", "err", err)
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	}()
+	go func() {
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
 			}
 			in.mu.Lock()
-			in.msgs = append(in.msgs, m)
+			waiting := slices.Clone(in.msgs)
 			in.mu.Unlock()
-			signal(in.ready)
+			for _, m := range waiting {
+				_ = m.InProgress()
+			}
 		}
 	}()
 	return in

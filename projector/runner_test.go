@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -903,4 +904,68 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 	if n := slow.Load(); n != 0 {
 		t.Errorf("the NATS client reported %d slow-consumer drops", n)
 	}
+}
+
+// TestRunnerKeepsHeldMessagesFromRedelivery: while a projector's writes
+// stall for longer than AckWait, the messages pulled and waiting behind
+// the stalled batch are marked in progress, so JetStream delivers them
+// again no sooner than the stall ends: only the batch in the stalled write
+// comes back. Without that, every message held is delivered again each
+// AckWait, piling copies into the worker and raising delivery counts
+// toward MaxDeliveries.
+func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
+	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	log := projectiontest.Logger(t)
+	es := relayedLog(t, ctx, db, b, log)
+
+	c, store := storetest.HeldClient(t)
+	pdb := c.Database(db.Name())
+	cfg := b.RunnerConfig()
+	cfg.Owner, cfg.Workers, cfg.BatchSize, cfg.AckWait = "P", 1, 8, 2*time.Second
+	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
+	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
+	projectiontest.Go(t, "summaries runner", r.Run)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
+
+	// Deliveries so far (redeliveries included) and messages delivered
+	// and not acknowledged, of the partition consumers.
+	counts := func() (delivered uint64, pending []int) {
+		t.Helper()
+		for p := range cfg.Partitions {
+			cons, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
+			if err != nil {
+				t.Fatal(err)
+			}
+			i, err := cons.Info(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			delivered += i.Delivered.Consumer
+			pending = append(pending, i.NumAckPending)
+		}
+		return delivered, pending
+	}
+	store.Hold()
+	ids := writeOrders(t, ctx, domain.NewService(es, nil), "held", 0, 60)
+	projectiontest.WaitFor(t, 30*time.Second, "a batch in each stalled write and more waiting", func() error {
+		if _, pending := counts(); slices.Min(pending) < 2*cfg.BatchSize {
+			return fmt.Errorf("messages delivered and not acknowledged, by partition: %v", pending)
+		}
+		return nil
+	})
+	before, pending := counts()
+	// Held for three AckWaits: each partition's batch in the write comes
+	// back once (its copies then wait, marked in progress, with the
+	// others).
+	time.Sleep(3 * cfg.AckWait)
+	after, _ := counts()
+	store.Release()
+	if most := uint64(cfg.Partitions * cfg.BatchSize); after-before > most {
+		t.Errorf("%d deliveries while the writes stalled for three AckWaits with %v messages held; want at most the stalled batches' %d",
+			after-before, pending, most)
+	}
+	projectiontest.WaitFor(t, 60*time.Second, "read models equal to the fold", func() error {
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+	})
 }

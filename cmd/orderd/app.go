@@ -35,8 +35,10 @@ import (
 )
 
 // publishWindow is the most JetStream publishes awaiting their acks in one
-// process: a relay round of a full batch (256 commits of a few events)
-// fits; beyond it a publish waits for room.
+// process: the relay's rounds in flight (up to 4 of 256 commits) fit when
+// their commits hold two events on average (a command's commit holds one
+// or two); beyond it a publish waits for room, within its round's ack
+// timeout.
 const publishWindow = 2048
 
 // Main is the whole program: Run starts it, Close stops it in reverse start

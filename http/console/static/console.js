@@ -343,7 +343,7 @@
     ['epoch', 'Epoch', 'num', (v) => fmtNum(v)],
     ['lag', 'Lag (messages)', 'num', (v) => (v === null || v === undefined) ? h('span', { class: 'warn' }, '? unknown') : fmtNum(v)],
     ['lag_seconds', 'Lag (seconds)', 'num', (v) => (v === null || v === undefined) ? h('span', { class: 'warn' }, '? unknown') : v.toFixed(1)],
-    ['applied', 'Applied this tenure', 'num', (v) => fmtNum(v)],
+    ['applied', 'Applied this ownership', 'num', (v) => fmtNum(v)],
     ['apply_rate', 'Apply rate (events/s)', 'num', fmtRate],
   ];
   function label(key) {
