@@ -1,6 +1,9 @@
 package mongodb
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // ResolvedScanMethod is how s reads the log in order on its server.
 func ResolvedScanMethod(ctx context.Context, s *EventStore) (ScanMethod, error) {
@@ -28,4 +31,12 @@ func QueuedAppends(s *EventStore) int {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
+}
+
+// HoldWriterPointer makes writers act on a pointer up to an hour old, as a
+// batch that began before a change of the pointer does, until restore.
+func HoldWriterPointer() (restore func()) {
+	old := writerPointerAge
+	writerPointerAge = time.Hour
+	return func() { writerPointerAge = old }
 }

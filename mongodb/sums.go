@@ -87,13 +87,16 @@ func (p *Projection[D]) DropSums(ctx context.Context, shadow string) error {
 // exactly as Verify's (a fresh read, a fresh fold of its stream from the
 // log, and with repair a rewrite through the version guard).
 //
-// What it cannot see is an event appended after the scan read its stream
-// that never reached coll: one a projector has yet to apply (it will), or
-// one coll's write refused while the active collection took it
-// (Projection.Apply acknowledges events on the active collection's
-// outcome). Verify, which folds the log after the scan, sees those; here
-// the document catches up at its stream's next event, whose gap is filled
-// from the log, or at a verify job with repair. A stream whose document
+// Every event is in the scan or in coll: a projector batch writes a
+// shadow announced while it ran before its events are acknowledged
+// (Projection.Apply). What it cannot see is an event appended after the
+// scan read its stream that has not reached coll yet: one a projector has
+// yet to apply (it will, after the switch too), or one coll's fold
+// refused while the active collection took it (Projection.Apply
+// acknowledges events on the active collection's outcome). Verify, which
+// folds the log after the scan, sees those; here the document catches up
+// at its stream's next event, whose gap is filled from the log, or at a
+// verify job with repair. A stream whose document
 // and sum are both missing is not seen either, so the caller uses Verify
 // when a partition was scanned without recording sums.
 //
