@@ -160,17 +160,12 @@ func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool
 	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", sums, Translate(err))
 	}
-	if len(seen) > 0 || len(shared) > 0 {
-		// Documents with no sum: their ids, read again.
-		extra, err := s.idsOf(ctx, func(id string) bool {
-			_, ok := seen[key(id)]
-			return ok || shared[key(id)]
-		})
-		if err != nil {
-			return rep, err
-		}
-		suspects = append(suspects, extra...)
+	// Documents with no sum.
+	extra, err := s.leftovers(ctx, seen, shared, key)
+	if err != nil {
+		return rep, err
 	}
+	suspects = append(suspects, extra...)
 	slices.Sort(suspects)
 	suspects = slices.Compact(suspects)
 	for _, id := range suspects {

@@ -104,19 +104,14 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", coll, err)
 	}
-	if len(seen) > 0 || len(shared) > 0 {
-		// Documents of no stream in the log: their ids, read again.
-		extra, err := s.idsOf(ctx, func(id string) bool {
-			_, ok := seen[key(id)]
-			return ok || shared[key(id)]
-		})
-		if err != nil {
-			return rep, err
-		}
-		suspects = append(suspects, extra...)
-		slices.Sort(suspects)
-		suspects = slices.Compact(suspects)
+	// Documents of no stream in the log.
+	extra, err := s.leftovers(ctx, seen, shared, key)
+	if err != nil {
+		return rep, err
 	}
+	suspects = append(suspects, extra...)
+	slices.Sort(suspects)
+	suspects = slices.Compact(suspects)
 	rep.Digest, rep.ExpectedDigest = digest.String(), expected.String()
 
 	for _, id := range suspects {
@@ -165,6 +160,19 @@ func (p *Projection[D]) readHashes(ctx context.Context, s *ReadModel[D], key fun
 		return nil, nil, digest, fmt.Errorf("verify %s: %w", s.def.Collection, Translate(err))
 	}
 	return seen, shared, digest, nil
+}
+
+// leftovers returns the ids of the documents a verify left unmatched: those
+// whose key is still in seen, or shared with another document, read from
+// the read model again (nil when there are none).
+func (s *ReadModel[D]) leftovers(ctx context.Context, seen map[docKey]docSum, shared map[docKey]bool, key func(string) docKey) ([]string, error) {
+	if len(seen) == 0 && len(shared) == 0 {
+		return nil, nil
+	}
+	return s.idsOf(ctx, func(id string) bool {
+		_, ok := seen[key(id)]
+		return ok || shared[key(id)]
+	})
 }
 
 // idsOf returns the sorted ids of the documents for which keep is true.

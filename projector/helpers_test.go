@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
@@ -192,4 +193,23 @@ func writeOrders(t *testing.T, ctx context.Context, svc *domain.Service, prefix 
 		}
 	}
 	return ids
+}
+
+// consumerInfos returns the JetStream state of each of r's partition
+// consumers, in partition order.
+func consumerInfos(t *testing.T, ctx context.Context, b *projectortest.Bus, r *projector.Runner) []*jetstream.ConsumerInfo {
+	t.Helper()
+	var out []*jetstream.ConsumerInfo
+	for p := range r.Partitions() {
+		c, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, info)
+	}
+	return out
 }

@@ -689,22 +689,7 @@ func TestRunnerAcknowledgesAgainWhatWasLost(t *testing.T) {
 	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
-	consumers := func() []*jetstream.ConsumerInfo {
-		t.Helper()
-		var out []*jetstream.ConsumerInfo
-		for p := range cfg.Partitions {
-			c, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := c.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, info)
-		}
-		return out
-	}
+	consumers := func() []*jetstream.ConsumerInfo { return consumerInfos(t, ctx, b, r) }
 	dropper.Drop(true)
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "lost", 0, 40)
@@ -851,22 +836,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
-	consumers := func() []*jetstream.ConsumerInfo {
-		t.Helper()
-		var out []*jetstream.ConsumerInfo
-		for p := range cfg.Partitions {
-			c, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := c.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, info)
-		}
-		return out
-	}
+	consumers := func() []*jetstream.ConsumerInfo { return consumerInfos(t, ctx, b, r) }
 	svc := domain.NewService(es, nil)
 	store.Hold()
 	ids := writeOrders(t, ctx, svc, "cut", 0, 40)
@@ -932,15 +902,7 @@ func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
 	// and not acknowledged, of the partition consumers.
 	counts := func() (delivered uint64, pending []int) {
 		t.Helper()
-		for p := range cfg.Partitions {
-			cons, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(p))
-			if err != nil {
-				t.Fatal(err)
-			}
-			i, err := cons.Info(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, i := range consumerInfos(t, ctx, b, r) {
 			delivered += i.Delivered.Consumer
 			pending = append(pending, i.NumAckPending)
 		}
