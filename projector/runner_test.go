@@ -882,7 +882,8 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 // again no sooner than the stall ends: only the batch in the stalled write
 // comes back. Without that, every message held is delivered again each
 // AckWait, piling copies into the worker and raising delivery counts
-// toward MaxDeliveries.
+// toward MaxDeliveries. (AckWait is 4 s: the keepalive, every 1.3 s, has
+// room to be late on a busy machine.)
 func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
@@ -891,7 +892,7 @@ func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
 	c, store := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())
 	cfg := b.RunnerConfig()
-	cfg.Owner, cfg.Workers, cfg.BatchSize, cfg.AckWait = "P", 1, 8, 2*time.Second
+	cfg.Owner, cfg.Workers, cfg.BatchSize, cfg.AckWait = "P", 1, 8, 4*time.Second
 	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
 	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
