@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // inbox holds a worker's pulled messages until it takes them. A goroutine
@@ -66,10 +68,7 @@ func pullInto(it jetstream.MessagesContext, keepalive time.Duration, log *slog.L
 				return
 			}
 			log.Warn("projection pull failed", "err", err)
-			select {
-			case <-time.After(100 * time.Millisecond):
-			case <-ctx.Done():
-			}
+			pause.For(ctx, 100*time.Millisecond)
 		}
 	}()
 	go func() {
