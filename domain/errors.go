@@ -44,6 +44,12 @@ var (
 	// store wraps it together with the cause (ErrUnknownEvent,
 	// ErrValidation).
 	ErrUnreadableCommit = errors.New("unreadable commit")
+	// ErrHistoryLost: the log's change stream cannot resume from the
+	// position asked for: the store no longer holds the history after it
+	// (it fell off MongoDB's oplog), or it names a collection that was
+	// dropped and created again. The reader catches up from the log
+	// itself instead (package outbox).
+	ErrHistoryLost = errors.New("change stream history lost")
 )
 
 // FieldError is one rejected field of a command: Field is the JSON path

@@ -9,8 +9,11 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// commitDoc is the stored form of a commit. Only Published and PublishedAt
-// change after the insert. ID is CommitID(stream, first version).
+// commitDoc is the stored form of a commit, never changed after its
+// insert (invariant 2). ID is CommitID(stream, first version). Commits
+// that earlier versions appended also hold an outbox marker (published,
+// published_at), which this version neither writes nor reads but for
+// OldestUnpublished.
 type commitDoc struct {
 	ID             string     `bson:"_id"`
 	StreamID       string     `bson:"stream_id"`
@@ -19,8 +22,6 @@ type commitDoc struct {
 	LastVersion    int64      `bson:"last_version"`
 	Events         []eventDoc `bson:"events"`
 	RecordedAt     time.Time  `bson:"recorded_at"`
-	Published      bool       `bson:"published"`
-	PublishedAt    *time.Time `bson:"published_at,omitempty"`
 	IdempotencyKey string     `bson:"idempotency_key,omitempty"`
 	RequestHash    string     `bson:"request_hash,omitempty"`
 }
@@ -124,17 +125,4 @@ func (d commitDoc) events() ([]domain.Event, error) {
 func (d commitDoc) recorded() domain.RecordedCommit {
 	events, err := d.events()
 	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Err: err}
-}
-
-// committed is c as doc stored it, with its events as Load returns them
-// (see storetest's conformance suite), built from c without decoding doc:
-// the append hooks run on the command's path.
-func committed(doc commitDoc, c domain.Commit) domain.RecordedCommit {
-	events := make([]domain.Event, len(c.Events))
-	for i, e := range c.Events {
-		e.StreamType = doc.StreamType
-		e.OccurredAt, e.RecordedAt = doc.Events[i].OccurredAt, doc.RecordedAt
-		events[i] = e
-	}
-	return domain.RecordedCommit{ID: doc.ID, StreamID: doc.StreamID, RecordedAt: doc.RecordedAt, Events: events}
 }

@@ -22,8 +22,8 @@ var _ domain.EventStore = (*EventStore)(nil)
 // EventStore is the MongoDB event log. It keeps invariants 1, 2 and 7: a commit
 // is one document, inserted whole or not at all, guarded by a unique index
 // on (stream_id, first_version) and a unique index on (stream_id,
-// idempotency_key) over the commits that have a key; nothing but the
-// outbox marker is ever updated. Every unique index starts with stream_id,
+// idempotency_key) over the commits that have a key; a commit never
+// changes after its insert. Every unique index starts with stream_id,
 // so the collection can be sharded by stream_id.
 //
 // Appends are group-committed, as PostgreSQL flushes the WAL records of
@@ -41,7 +41,6 @@ type EventStore struct {
 	commits *mongo.Collection
 	metrics *EventStoreMetrics
 	now     func() time.Time
-	hooks   []AppendHook
 	group   group // appends waiting for the insert in flight
 
 	scan     ScanMethod // as configured
@@ -53,20 +52,6 @@ type EventStoreOption func(*EventStore)
 
 // WithMetrics records append latency and conflicts in m.
 func WithMetrics(m *EventStoreMetrics) EventStoreOption { return func(s *EventStore) { s.metrics = m } }
-
-// AppendHook is told of each commit the EventStore has just stored, as Load
-// would return it. It runs on the appending goroutine, after the insert
-// succeeded and before Append returns, so it must not block or fail: the
-// command waits for it. A hook that cannot keep up drops the commit and
-// leaves it to the outbox sweep.
-type AppendHook func(domain.RecordedCommit)
-
-// WithAppendHook calls h after every successful append, in the order of
-// the options; main wires the outbox relay's Appended here, so the store
-// needs no reference to the relay.
-func WithAppendHook(h AppendHook) EventStoreOption {
-	return func(s *EventStore) { s.hooks = append(s.hooks, h) }
-}
 
 // New returns an EventStore on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
@@ -86,16 +71,21 @@ const (
 	// earlier versions created; a collection sharded by stream_id cannot
 	// have it, so EnsureIndexes drops it.
 	indexGlobalKey = "idempotency_key"
-	// indexOutbox holds the unpublished commits by recorded_at;
-	// indexOldOutbox is the index of every commit on (published,
-	// recorded_at) that earlier versions created.
+	// indexRecorded orders the log by recorded_at, for the relay's
+	// catch-up (RecordedSince).
+	indexRecorded = "recorded_at"
+	// indexOutbox (the unpublished commits by recorded_at) and
+	// indexOldOutbox (every commit on (published, recorded_at)) are the
+	// outbox indexes of earlier versions, which marked each commit
+	// published; EnsureIndexes drops them.
 	indexOutbox    = "outbox_unpublished"
 	indexOldOutbox = "outbox"
 )
 
 // EnsureIndexes creates the indexes the invariants rely on and drops the
-// unique index on idempotency_key alone if an earlier version left it. It
-// is idempotent. Errors wrap domain.ErrUnavailable when the store cannot
+// indexes earlier versions created that this one does not use (the
+// unique index on idempotency_key alone, the outbox indexes). It is
+// idempotent. Errors wrap domain.ErrUnavailable when the store cannot
 // be reached.
 func (s *EventStore) EnsureIndexes(ctx context.Context) error {
 	// One index per createIndexes call: FerretDB 1.24 drops the connection
@@ -112,22 +102,21 @@ func (s *EventStore) EnsureIndexes(ctx context.Context) error {
 		{Keys: bson.D{{Key: "stream_id", Value: 1}, {Key: "idempotency_key", Value: 1}},
 			Options: options.Index().SetUnique(true).SetName(indexStreamKey).
 				SetPartialFilterExpression(bson.D{{Key: "idempotency_key", Value: bson.D{{Key: "$exists", Value: true}}}})},
-		// Partial: it holds only the unpublished commits, a handful at any
-		// time, not one entry per commit of the log.
-		{Keys: bson.D{{Key: "recorded_at", Value: 1}},
-			Options: options.Index().SetName(indexOutbox).SetPartialFilterExpression(bson.D{{Key: "published", Value: false}})},
 	})
 	if err != nil {
 		return err
 	}
-	// Dropped after the indexes that replace them exist, so keys are
-	// guarded and the outbox indexed throughout.
-	for _, old := range []string{indexGlobalKey, indexOldOutbox} {
+	// The global key index is dropped after the per-stream one exists, so
+	// keys are guarded throughout; the outbox index before the recorded_at
+	// index, which has its key (the embedded store creates a partial
+	// index as a plain one, and refuses two of one key).
+	for _, old := range []string{indexGlobalKey, indexOldOutbox, indexOutbox} {
 		if err := dropIndexIfExists(ctx, s.commits, old); err != nil {
 			return err
 		}
 	}
-	return nil
+	return createIndexes(ctx, s.commits, []mongo.IndexModel{{Keys: bson.D{{Key: "recorded_at", Value: 1}},
+		Options: options.Index().SetName(indexRecorded)}})
 }
 
 func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string) error {
@@ -184,12 +173,6 @@ func (s *EventStore) Append(ctx context.Context, c domain.Commit) (time.Time, er
 			return time.Time{}, s.duplicate(ctx, c)
 		}
 		return time.Time{}, fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, Translate(err))
-	}
-	if len(s.hooks) > 0 {
-		rc := committed(doc, c)
-		for _, h := range s.hooks {
-			h(rc)
-		}
 	}
 	return now, nil
 }

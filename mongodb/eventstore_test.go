@@ -13,57 +13,6 @@ import (
 	"github.com/orderd/orderd/mongodb/storetest"
 )
 
-// The append hook hears of each stored commit once, in append order, with
-// the events Load returns, and of no refused append.
-func TestAppendHook(t *testing.T) {
-	var got []domain.RecordedCommit
-	s, _ := storetest.OpenStore(t, mongodb.WithAppendHook(func(c domain.RecordedCommit) { got = append(got, c) }))
-	ctx := t.Context()
-	stream := storetest.Unique("order-")
-	c1 := storetest.NewCommit(stream, 0, domain.OrderApproved{}, domain.OrderInvoiced{})
-	c1.IdempotencyKey = storetest.Unique("key-")
-	if _, err := s.Append(ctx, c1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(ctx, storetest.NewCommit(stream, 2, domain.OrderShipped{})); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Append(ctx, storetest.NewCommit(stream, 2, domain.OrderDelivered{})); !errors.Is(err, domain.ErrVersionConflict) {
-		t.Fatalf("stale append: %v", err)
-	}
-	dup := storetest.NewCommit(stream, 3, domain.OrderDelivered{})
-	dup.IdempotencyKey = c1.IdempotencyKey
-	if _, err := s.Append(ctx, dup); !errors.Is(err, domain.ErrDuplicateRequest) {
-		t.Fatalf("duplicate key: %v", err)
-	}
-
-	if len(got) != 2 {
-		t.Fatalf("the hook heard of %d commits, want the 2 stored", len(got))
-	}
-	loaded, err := s.Load(ctx, stream, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var heard []domain.Event
-	for i, c := range got {
-		if want := mongodb.CommitID(stream, []int64{1, 3}[i]); c.ID != want || c.StreamID != stream {
-			t.Errorf("commit %d: id %s of %s, want %s of %s", i, c.ID, c.StreamID, want, stream)
-		}
-		if c.Err != nil {
-			t.Fatalf("commit %d events: %v", i, c.Err)
-		}
-		for _, e := range c.Events {
-			if !e.RecordedAt.Equal(c.RecordedAt) {
-				t.Errorf("commit %d: event recorded at %v, commit at %v", i, e.RecordedAt, c.RecordedAt)
-			}
-		}
-		heard = append(heard, c.Events...)
-	}
-	if d := storetest.DiffEvents(loaded, heard); d != "" {
-		t.Errorf("the hook's events differ from Load's: %s", d)
-	}
-}
-
 func indexNames(t *testing.T, coll *mongo.Collection) map[string]bool {
 	t.Helper()
 	specs, err := coll.Indexes().ListSpecifications(t.Context())
@@ -77,26 +26,31 @@ func indexNames(t *testing.T, coll *mongo.Collection) map[string]bool {
 	return names
 }
 
-// TestEnsureIndexesReplacesTheOutboxIndex: a log indexed on (published,
-// recorded_at) over every commit gets the partial index of unpublished
-// commits in its place at start, and a restart changes nothing.
-func TestEnsureIndexesReplacesTheOutboxIndex(t *testing.T) {
-	db := storetest.Database(t)
-	coll := db.Collection(mongodb.CommitsCollection)
-	if _, err := coll.Indexes().CreateOne(t.Context(), mongo.IndexModel{
-		Keys:    bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}},
-		Options: options.Index().SetName("outbox"),
-	}); err != nil {
-		t.Fatalf("create the old outbox index: %v", err)
-	}
-	s := mongodb.NewEventStore(db)
-	for i := range 2 {
-		if err := s.EnsureIndexes(t.Context()); err != nil {
-			t.Fatalf("ensure indexes (run %d): %v", i+1, err)
+// TestEnsureIndexesDropsTheOutboxIndexes: a log an earlier version
+// indexed for its outbox marker (on (published, recorded_at) over every
+// commit, or on recorded_at over the unpublished ones) gets the
+// recorded_at index of the relay's catch-up in their place at start, and
+// a restart changes nothing.
+func TestEnsureIndexesDropsTheOutboxIndexes(t *testing.T) {
+	for _, old := range []mongo.IndexModel{
+		{Keys: bson.D{{Key: "published", Value: 1}, {Key: "recorded_at", Value: 1}}, Options: options.Index().SetName("outbox")},
+		{Keys: bson.D{{Key: "recorded_at", Value: 1}}, Options: options.Index().SetName("outbox_unpublished").
+			SetPartialFilterExpression(bson.D{{Key: "published", Value: false}})},
+	} {
+		db := storetest.Database(t)
+		coll := db.Collection(mongodb.CommitsCollection)
+		if _, err := coll.Indexes().CreateOne(t.Context(), old); err != nil {
+			t.Fatalf("create the old outbox index: %v", err)
 		}
-		names := indexNames(t, coll)
-		if names["outbox"] || !names["outbox_unpublished"] {
-			t.Fatalf("run %d: indexes %v, want outbox_unpublished and no outbox", i+1, names)
+		s := mongodb.NewEventStore(db)
+		for i := range 2 {
+			if err := s.EnsureIndexes(t.Context()); err != nil {
+				t.Fatalf("ensure indexes (run %d): %v", i+1, err)
+			}
+			names := indexNames(t, coll)
+			if names["outbox"] || names["outbox_unpublished"] || !names["recorded_at"] {
+				t.Fatalf("run %d: indexes %v, want recorded_at and no outbox index", i+1, names)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -398,4 +399,42 @@ func (l *Lease) Held() (domain.Lease, bool) {
 		return domain.Lease{}, false
 	}
 	return *l.held, true
+}
+
+// Checkpoint returns the position (a resume token of the log's change
+// stream, as a BSON document) and the recorded time of the last commit it
+// covers, as last saved under this lease by any holder; pos is nil when
+// none was saved. Errors: domain.ErrUnavailable.
+func (l *Lease) Checkpoint(ctx context.Context) (pos []byte, recordedAt time.Time, err error) {
+	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, time.Time{}, nil
+	}
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("read checkpoint %s: %w", l.name, Translate(err))
+	}
+	cp, ok := raw.Lookup("checkpoint").DocumentOK()
+	if !ok {
+		return nil, time.Time{}, nil
+	}
+	p, ok := cp.Lookup("position").DocumentOK()
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("read checkpoint %s: no position in %s", l.name, cp)
+	}
+	recordedAt, _ = cp.Lookup("recorded_at").TimeOK()
+	return slices.Clone([]byte(p)), recordedAt, nil
+}
+
+// SaveCheckpoint stores pos (a BSON document) and recordedAt as the
+// lease's checkpoint, in one update fenced by the claim this Lease holds:
+// a holder deposed by another claim can move the checkpoint neither back
+// nor forward. Errors: domain.ErrLeaseLost when this Lease holds no claim
+// or its claim has passed to another; domain.ErrUnavailable.
+func (l *Lease) SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.Time) error {
+	held, ok := l.Held()
+	if !ok {
+		return fmt.Errorf("save checkpoint %s: %w", l.name, domain.ErrLeaseLost)
+	}
+	return l.leases.write(ctx, held, bson.D{{Key: "checkpoint", Value: bson.D{{Key: "position", Value: bson.Raw(pos)},
+		{Key: "recorded_at", Value: recordedAt}, {Key: "saved_at", Value: l.leases.now()}}}}, "save checkpoint")
 }

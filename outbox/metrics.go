@@ -1,22 +1,25 @@
 package outbox
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the outbox relay's Prometheus metrics: the Relay and the
-// Sweeper both count what they publish and their failed rounds; the
-// outbox gauges and the leader gauge are the Sweeper's. A nil *Metrics
-// records nothing.
+// Metrics are the relay's Prometheus metrics. A nil *Metrics records
+// nothing.
 type Metrics struct {
-	published       prometheus.Counter
-	publishErrors   prometheus.Counter
-	unpublished     prometheus.Gauge
-	oldestAgeSecond prometheus.Gauge
-	leader          prometheus.Gauge
-	leftToSweepN    prometheus.Counter
+	published     prometheus.Counter
+	publishErrors prometheus.Counter
+	catchUps      prometheus.Counter
+	lastCatchUp   prometheus.Gauge
+	leader        prometheus.Gauge
+	checkpoint    prometheus.Gauge
+
+	mu     sync.Mutex
+	behind int       // commits read from the stream and not yet acknowledged
+	oldest time.Time // recorded time of the oldest of them; zero when none
 }
 
 // NewMetrics registers the metrics with reg.
@@ -25,18 +28,39 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_published_events_total", Help: "Events the relay published and JetStream acknowledged."}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds (own appends or sweeps) and undecodable commits."}),
-		unpublished: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orderd_relay_unpublished_commits", Help: "Unpublished commits older than the sweep grace, seen by this instance's last outbox sweep (at most one batch)."}),
-		oldestAgeSecond: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orderd_relay_lag_seconds", Help: "Age of the oldest unpublished commit older than the sweep grace at this instance's last outbox sweep, in seconds (0 when none)."}),
+			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds, and commits this build cannot decode (not published)."}),
+		catchUps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "orderd_relay_catchups_total", Help: "Times the relay's change stream could not resume from its checkpoint and the relay caught up from the log."}),
+		lastCatchUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderd_relay_last_catchup_timestamp_seconds", Help: "When the relay last caught up from the log, in Unix seconds (0: never, since this process started)."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "orderd_relay_leader", Help: "1 while this instance holds the relay sweep lease."}),
-		leftToSweepN: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderd_relay_appends_left_to_sweep_total", Help: "Appends the relay of this API instance had no room for, left for the sweep to publish (seconds later)."}),
+			Name: "orderd_relay_leader", Help: "1 while this instance holds the relay lease and tails the log."}),
+		checkpoint: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "orderd_relay_checkpoint_recorded_timestamp_seconds", Help: "Recorded time of the last commit the relay's checkpoint covers (or of an idle checkpoint), in Unix seconds, as this instance last read or saved it."}),
 	}
-	reg.MustRegister(m.published, m.publishErrors, m.unpublished, m.oldestAgeSecond, m.leader, m.leftToSweepN)
+	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orderd_relay_lag_seconds", Help: "Age of the oldest commit this instance's relay read from the log and JetStream has not yet acknowledged, in seconds; 0 when idle."},
+		func() float64 {
+			_, oldest := m.snapshot()
+			if oldest.IsZero() {
+				return 0
+			}
+			return max(0, time.Since(oldest).Seconds())
+		})
+	behind := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "orderd_relay_commits_behind", Help: "Commits this instance's relay read from the log and JetStream has not yet acknowledged."},
+		func() float64 {
+			n, _ := m.snapshot()
+			return float64(n)
+		})
+	reg.MustRegister(m.published, m.publishErrors, m.catchUps, m.lastCatchUp, m.leader, m.checkpoint, lag, behind)
 	return m
+}
+
+func (m *Metrics) snapshot() (int, time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.behind, m.oldest
 }
 
 func (m *Metrics) publishedEvents(n int) {
@@ -45,15 +69,16 @@ func (m *Metrics) publishedEvents(n int) {
 	}
 }
 
-func (m *Metrics) leftToSweep() {
-	if m != nil {
-		m.leftToSweepN.Inc()
-	}
-}
-
 func (m *Metrics) publishError() {
 	if m != nil {
 		m.publishErrors.Inc()
+	}
+}
+
+func (m *Metrics) caughtUp() {
+	if m != nil {
+		m.catchUps.Inc()
+		m.lastCatchUp.Set(float64(time.Now().UnixMilli()) / 1000)
 	}
 }
 
@@ -68,17 +93,19 @@ func (m *Metrics) setLeader(on bool) {
 	m.leader.Set(v)
 }
 
-// setOutbox records what a sweep read: the unpublished commits (at most a
-// batch, so the gauge reads "at least") and the oldest one's recorded
-// time (zero when none).
-func (m *Metrics) setOutbox(n int, oldest time.Time) {
+func (m *Metrics) setCheckpoint(at time.Time) {
+	if m != nil && !at.IsZero() {
+		m.checkpoint.Set(float64(at.UnixMilli()) / 1000)
+	}
+}
+
+// setBehind records the commits read and not yet acknowledged, and the
+// recorded time of the oldest of them (zero when none).
+func (m *Metrics) setBehind(n int, oldest time.Time) {
 	if m == nil {
 		return
 	}
-	m.unpublished.Set(float64(n))
-	age := 0.0
-	if !oldest.IsZero() {
-		age = time.Since(oldest).Seconds()
-	}
-	m.oldestAgeSecond.Set(age)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.behind, m.oldest = n, oldest
 }

@@ -2,24 +2,32 @@ package outbox
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/orderd/orderd/domain"
 )
 
-// Commits is the event log's side of the outbox: the commits still
-// unpublished, and their published markers. *mongodb.EventStore implements
-// it.
-type Commits interface {
-	// Pending returns the up to limit oldest unpublished commits recorded
-	// before recordedBefore (any time when zero), oldest first.
-	Pending(ctx context.Context, recordedBefore time.Time, limit int) ([]domain.RecordedCommit, error)
-	// MarkPublished marks the commits ids published, in order, and returns
-	// how many of them it marked, also alongside an error.
-	MarkPublished(ctx context.Context, ids []string) (int, error)
+// Log is the event log as the relay reads it. *mongodb.EventStore
+// implements it.
+type Log interface {
+	// Tail follows the log's change stream from the position after (nil:
+	// the log's end when the stream opens): it calls fn with each batch of
+	// up to batch commits inserted after it, in commit order, and next,
+	// the position after them; first with none once the stream is open
+	// (next is where it opened), and again with none whenever about a
+	// second passes with no new commit. It returns fn's error, ctx's, or
+	// the stream's: one wrapping domain.ErrHistoryLost when it cannot
+	// resume from after, domain.ErrUnavailable when the store cannot be
+	// reached.
+	Tail(ctx context.Context, after []byte, batch int, fn func(commits []domain.RecordedCommit, next []byte) error) error
+	// RecordedSince calls fn with the commits recorded at or after since,
+	// up to batch at a time, oldest first and each stream's in version
+	// order.
+	RecordedSince(ctx context.Context, since time.Time, batch int, fn func([]domain.RecordedCommit) error) error
+	// OldestUnpublished returns the recorded time of the oldest commit
+	// that no relay of an earlier version marked published; found is
+	// false when there is none.
+	OldestUnpublished(ctx context.Context) (at time.Time, found bool, err error)
 }
 
 // Publisher sends commits' events to the message bus and waits for their
@@ -41,9 +49,9 @@ type Publisher interface {
 	CheckStream(ctx context.Context) error
 }
 
-// Lease is a named claim held by one instance at a time (invariant 6),
-// fenced by an epoch that every claim raises. *mongodb.Lease implements
-// it.
+// Lease is the relay's named claim, held by one instance at a time
+// (invariant 6) and fenced by an epoch that every claim raises, with the
+// relay's checkpoint kept beside it. *mongodb.Lease implements it.
 type Lease interface {
 	// TryAcquire renews the claim this instance holds or, holding none,
 	// claims the lease, and reports whether this instance holds it.
@@ -51,86 +59,72 @@ type Lease interface {
 	// Release gives the lease up if this instance holds it, and returns
 	// nil if it does not.
 	Release(ctx context.Context) error
+	// Checkpoint returns the position last saved, and the recorded time
+	// of the last commit it covers; pos is nil when none was saved.
+	Checkpoint(ctx context.Context) (pos []byte, recordedAt time.Time, err error)
+	// SaveCheckpoint saves pos and recordedAt, fenced by the claim this
+	// instance holds: an error wrapping domain.ErrLeaseLost when it holds
+	// the lease no more.
+	SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.Time) error
 }
 
-// shutdownGrace bounds what a shutdown waits for the markers still queued.
-const shutdownGrace = 2 * time.Second
+// RelayLease is the name of the lease under which one relay at a time
+// tails the log, and beside which it keeps its checkpoint.
+const RelayLease = "outbox-relay"
 
-// relay publishes commits and writes their published markers: the one
-// publish path of the Relay and the Sweeper.
-type relay struct {
-	commits Commits
-	pub     Publisher
-	log     *slog.Logger
-	metrics *Metrics
+// Config tunes the relay. Zero values take the defaults in brackets.
+type Config struct {
+	// Owner is this instance's id, the owner of the relay lease; it names
+	// the instance in logs.
+	Owner string
+	// BatchSize is the most commits one publish round takes [256].
+	BatchSize int
+	// AckTimeout bounds the sends and JetStream acks of one publish round
+	// [10s]; a round takes at most LeaseTTL/4 besides, so the lease's
+	// renewals stay on time.
+	AckTimeout time.Duration
+	// LeaseTTL is the lifetime of the relay lease's claims; the relay
+	// renews it every TTL/3 [DefaultLeaseTTL]. A relay that dies is
+	// followed by another within it.
+	LeaseTTL time.Duration
+	// CatchUpMargin is how far before its checkpoint's recorded time a
+	// catch-up from the log starts [1m]: more than the clocks of the
+	// appending instances may disagree plus the longest an append takes
+	// from the time it records to its insert, so that every commit after
+	// the checkpoint in commit order is recorded after the catch-up's
+	// start.
+	CatchUpMargin time.Duration
+	// IdleCheckpoint is how often an idle relay saves the position its
+	// change stream has reached with nothing to publish [30s], so that
+	// the position it resumes from stays within the store's history (on
+	// MongoDB, the oplog's window).
+	IdleCheckpoint time.Duration
 }
 
-func newRelay(commits Commits, pub Publisher, log *slog.Logger, m *Metrics) relay {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return relay{commits: commits, pub: pub, log: log, metrics: m}
+// DefaultLeaseTTL is the relay lease's lifetime when Config sets none.
+const DefaultLeaseTTL = 10 * time.Second
+
+// WithDefaults returns c with its zero fields set to the defaults in
+// brackets, for a program that shows or checks them before NewRelay.
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
 }
 
-// send publishes the events of commits and waits for their acks, within
-// ackTimeout (see Publisher). It returns the ids of the commits whose
-// every event was acknowledged, also alongside an error; the others stay
-// in the outbox for the sweep. A commit that cannot be decoded is logged,
-// counted as a publish error and left in the outbox, where the backlog
-// metrics show it.
-func (r *relay) send(ctx context.Context, commits []domain.RecordedCommit, ackTimeout time.Duration) ([]string, error) {
-	return r.start(ctx, commits, ackTimeout)()
-}
-
-// start sends commits as send does and returns at once the wait for their
-// acks, which returns what send returns.
-func (r *relay) start(ctx context.Context, commits []domain.RecordedCommit, ackTimeout time.Duration) func() ([]string, error) {
-	readable := make([]domain.RecordedCommit, 0, len(commits))
-	events := make([][]domain.Event, 0, len(commits))
-	for _, c := range commits {
-		if c.Err != nil {
-			r.log.Error("commit cannot be decoded; it stays in the outbox", "commit", c.ID, "err", c.Err)
-			r.metrics.publishError()
-			continue
-		}
-		readable = append(readable, c)
-		events = append(events, c.Events)
+func (c *Config) setDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 256
 	}
-	if len(readable) == 0 {
-		return func() ([]string, error) { return nil, nil }
+	if c.AckTimeout <= 0 {
+		c.AckTimeout = 10 * time.Second
 	}
-	wait := r.pub.Send(ctx, events, ackTimeout)
-	return func() ([]string, error) {
-		acked, err := wait()
-		ids := make([]string, len(acked))
-		n := 0
-		for i, k := range acked {
-			ids[i] = readable[k].ID
-			n += len(readable[k].Events)
-		}
-		r.metrics.publishedEvents(n)
-		if err != nil {
-			r.metrics.publishError()
-		}
-		return ids, err
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
 	}
-}
-
-// publish sends commits (see send) and marks the acknowledged ones
-// published, within ackTimeout for the acks and as long again for the
-// markers (a shutdown that starts meanwhile lets the markers go on: the
-// events are in the stream, and each marker lost costs a republish). It
-// returns how many commits it marked, also alongside an error.
-func (r *relay) publish(ctx context.Context, commits []domain.RecordedCommit, ackTimeout time.Duration) (int, error) {
-	acked, err := r.send(ctx, commits, ackTimeout)
-	if len(acked) == 0 {
-		return 0, err
+	if c.CatchUpMargin <= 0 {
+		c.CatchUpMargin = time.Minute
 	}
-	mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-	defer cancel()
-	marked, merr := r.commits.MarkPublished(mctx, acked)
-	if merr != nil {
-		err = errors.Join(err, fmt.Errorf("%d of %d acknowledged commits marked: %w", marked, len(acked), merr))
+	if c.IdleCheckpoint <= 0 {
+		c.IdleCheckpoint = 30 * time.Second
 	}
-	return marked, err
 }

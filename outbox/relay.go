@@ -1,405 +1,531 @@
 package outbox
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
 )
 
-// Config tunes the outbox relay: the Relay that publishes a process's own
-// appends and the Sweeper that publishes what a crashed process left
-// behind. Zero values take the defaults in brackets.
-type Config struct {
-	// Owner is this instance's id, the owner of the sweep lease; it names
-	// the instance in logs.
-	Owner string
-	// BatchSize is the most commits one publish round takes [256].
-	BatchSize int
-	// QueueSize is how many appended commits may wait for the Relay's
-	// publisher; an append that finds the queue full is left to the
-	// sweep [4096].
-	QueueSize int
-	// AckTimeout bounds the sends and JetStream acks of one publish
-	// round, and again the writing of one chunk of published markers
-	// [10s]. A Sweeper's round takes at most LeaseTTL/4 for each besides,
-	// so its lease renewals stay on time.
-	AckTimeout time.Duration
-	// SweepInterval is the pause between two sweeps of the outbox when
-	// the last one found less than a batch [5s].
-	SweepInterval time.Duration
-	// SweepGrace is the age, by recorded_at, at which an unpublished
-	// commit counts as left behind and the sweep publishes it [5s]. It
-	// keeps the sweep from racing the appending instance's own publish;
-	// instance clocks must agree to well within it.
-	SweepGrace time.Duration
-	// LeaseTTL is the lifetime the sweep lease was made with; the Sweeper
-	// renews it every TTL/3 [DefaultLeaseTTL].
-	LeaseTTL time.Duration
-}
-
-// DefaultLeaseTTL is the sweep lease's lifetime when Config sets none.
-const DefaultLeaseTTL = 10 * time.Second
-
-// WithDefaults returns c with its zero fields set to the defaults in
-// brackets, for a program that shows or checks them before NewRelay.
-func (c Config) WithDefaults() Config {
-	c.setDefaults()
-	return c
-}
-
-func (c *Config) setDefaults() {
-	if c.BatchSize <= 0 {
-		c.BatchSize = 256
-	}
-	if c.QueueSize <= 0 {
-		c.QueueSize = 4096
-	}
-	if c.AckTimeout <= 0 {
-		c.AckTimeout = 10 * time.Second
-	}
-	if c.SweepInterval <= 0 {
-		c.SweepInterval = 5 * time.Second
-	}
-	if c.SweepGrace <= 0 {
-		c.SweepGrace = 5 * time.Second
-	}
-	if c.LeaseTTL <= 0 {
-		c.LeaseTTL = DefaultLeaseTTL
-	}
-}
-
-// Relay publishes the commits its own process appends (invariant 3), at
-// once and without a lease: one JetStream message per event, with
-// Nats-Msg-Id set to the event id, so a commit that two instances publish
-// is stored once. Once JetStream has acknowledged every event of a commit
-// the commit is queued for its published marker, which a second loop
-// writes; publishing never waits for markers. A crash between publish and
-// marker republishes the commit later (see Sweeper); the stream's
-// de-duplication window drops the copies it still remembers and the
-// projections' version guard skips the rest.
+// Relay publishes every committed event to the bus at least once
+// (invariant 3), from the log itself: one instance at a time, under the
+// RelayLease, tails the log's change stream and publishes each commit's
+// events in commit order, one JetStream message per event with
+// Nats-Msg-Id = event id. A round is one batch of the stream; up to
+// roundsInFlight rounds are sent before the oldest one's acks are waited
+// for. Once JetStream has acknowledged a round (and every round before
+// it), the relay saves the position after it, with the recorded time of
+// its last commit, as its checkpoint: one write for the rounds whose acks
+// it found in, fenced by the lease, so a deposed relay can move it neither
+// back nor forward. An idle relay saves the stream's position every
+// IdleCheckpoint.
 //
-// The event store tells the Relay of each append through its append hook
-// (mongodb.WithAppendHook(relay.Appended)), which only queues the commit: a
-// command never waits for NATS. A commit the Relay does not publish (its
-// queue was full, the round failed, the process stopped) stays
-// published:false in the log, and a Sweeper publishes it.
+// A crash, a failed round or a lost lease resumes from the checkpoint:
+// what the next relay publishes again is dropped by JetStream's
+// de-duplication window and, past it, by the projections' version guards.
+//
+// When the stream cannot resume from the checkpoint (domain.ErrHistoryLost:
+// it fell off MongoDB's oplog, or the collection was re-created), the relay
+// catches up from the log: it takes the time and opens the stream at the
+// log's end, publishes the commits recorded since the checkpoint's recorded
+// time less CatchUpMargin, each stream's in version order, and tails from
+// where the stream opened. It logs that at ERROR and counts it; no path
+// skips to "now". On a log with no checkpoint (a new log, or one an earlier
+// version wrote, whose relay marked each commit published) it publishes
+// the same way from the oldest commit not marked published.
+//
+// A commit that this build cannot decode is logged at ERROR, counted as a
+// publish error and passed over: the projections' gap fill reads it from
+// the log and parks its stream as poison.
 type Relay struct {
-	out   relay
-	cfg   Config
-	queue chan domain.RecordedCommit
-	marks *markQueue
+	log     Log
+	pub     Publisher
+	lease   Lease
+	cfg     Config
+	logger  *slog.Logger
+	metrics *Metrics
+	savedAt time.Time // when this instance last saved a checkpoint
 }
 
-// NewRelay returns a Relay publishing through pub the commits handed to
-// its Appended, and marking them in commits.
-func NewRelay(commits Commits, pub Publisher, cfg Config, log *slog.Logger, m *Metrics) *Relay {
+// NewRelay returns a Relay from log to pub under lease (the RelayLease,
+// made with cfg.LeaseTTL for this instance).
+func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logger, m *Metrics) *Relay {
 	cfg.setDefaults()
-	return &Relay{
-		out:   newRelay(commits, pub, log, m),
-		cfg:   cfg,
-		queue: make(chan domain.RecordedCommit, cfg.QueueSize),
-		marks: newMarkQueue(cfg.QueueSize),
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
 	}
+	return &Relay{log: log, pub: pub, lease: lease, cfg: cfg, logger: logger, metrics: m}
 }
 
-// Appended is the Store's append hook: it queues c for publishing and
-// never blocks. When the queue is full (the publisher is behind, NATS is
-// slow or down, or Run is not running) c is left to the sweep.
-func (r *Relay) Appended(c domain.RecordedCommit) {
-	select {
-	case r.queue <- c:
-	default:
-		r.out.metrics.leftToSweep()
-	}
-}
+// roundsInFlight is how many publish rounds the relay has sent and awaits
+// acks for at once: the next round is sent while the acks of the ones
+// before come in. Waiting for each round's acks before sending the next
+// held BenchmarkRelayPublish to about half the raw async publish rate.
+const roundsInFlight = 4
 
-// Backlog returns how full the Relay's two queues are, the fuller of
-// them as a share of its room (0 to 1): the appends waiting to be
-// published and the published commits waiting for their markers. When the
-// markers fall behind, publishing waits for them, and then appends find
-// no room and are left to the sweep (seconds later); an API instance
-// refuses commands before that (cmd/orderd's admission).
-func (r *Relay) Backlog() float64 {
-	return max(float64(len(r.queue)), float64(r.marks.len())) / float64(r.cfg.QueueSize)
-}
+// standbyPoll is how often an instance without the lease whose NATS
+// connection is down looks whether it is back, and maxRetryPause the
+// longest pause between two failed attempts: a bus back from an outage is
+// published to within about a second.
+const (
+	standbyPoll   = 100 * time.Millisecond
+	maxRetryPause = time.Second
+)
 
-// Run publishes queued commits, a batch per round with up to
-// roundsInFlight rounds at a time, and writes the published markers of
-// the acknowledged ones, until ctx is done. It always returns nil: a
-// failed round is logged and tried again, its commits left to the sweep
-// after maxAttempts (publishLoop). On cancellation the rounds in flight
-// and one last round of the commits still queued are waited for together,
-// and the markers still queued are written, each cut short after a short
-// grace; what is not finished is left to the sweep.
+// shutdownGrace bounds what a stop waits for the acks of the rounds in
+// flight and the checkpoint after them.
+const shutdownGrace = 2 * time.Second
+
+// errLeaseLost ends a leader's work when its lease has passed to another
+// instance.
+var errLeaseLost = errors.New("relay lease lost")
+
+// Run claims the lease and, while it holds it, publishes the log, until
+// ctx is done; it then releases the lease. Failures (store or NATS down)
+// are logged and retried from the checkpoint; Run always returns nil.
+//
+// An instance that cannot do the work gives the lease up, so a healthy
+// one takes over: when its NATS connection has been down for LeaseTTL/2
+// (a client of a cluster reconnects to another node sooner), and when its
+// rounds have failed for LeaseTTL/2 while the stream answered (it then
+// claims no lease for one LeaseTTL). An outage of the bus itself (the
+// stream does not answer) is every instance's: the relay keeps its lease
+// through it and publishes as soon as the stream is back. A standby claims
+// only while its NATS connection is up.
 func (r *Relay) Run(ctx context.Context) error {
-	published := make(chan struct{})
-	marked := make(chan struct{})
-	go func() {
-		defer close(marked)
-		r.markLoop(ctx, published)
-	}()
-	r.publishLoop(ctx)
-	close(published)
-	<-marked
-	return nil
-}
-
-// publishLoop publishes a batch per round until ctx is done, then gives
-// the commits still queued one last round. Up to roundsInFlight rounds are
-// sent before the oldest one's acks are waited for. The commits of a
-// failed round are tried again first, after a backoff, so an outage of
-// NATS delays them rather than leaving them to the sweep; a commit that
-// fails maxAttempts rounds while its stream answers (it cannot be
-// published, or JetStream refuses it), or that finds no room, is left to
-// the sweep. A retried commit may reach the stream after a later commit
-// of its stream; the projections fill such a gap from the log.
-func (r *Relay) publishLoop(ctx context.Context) {
-	type round struct {
-		batch []domain.RecordedCommit
-		wait  func() ([]string, error)
-	}
 	var (
-		retry    []domain.RecordedCommit
-		attempts = map[string]int{}
-		backoff  time.Duration
-		inFlight []round
+		leader     bool
+		uncertain  bool      // the last claim or renewal failed: it may have landed
+		offline    time.Time // since when NATS is not connected; zero when it is
+		failing    time.Time // since when the leader's work fails while the stream answers
+		restUntil  time.Time // no claims before, after giving the lease up
+		backoff    time.Duration
+		lastFailed error
 	)
-	record := func(rd round, acked []string, err error) {
-		if dropped := r.marks.add(ctx, acked); dropped > 0 {
-			// Only when stopping: the markers had no room before the end.
-			r.out.log.Warn("published markers not queued; the sweep republishes their commits", "commits", dropped)
+	defer func() {
+		if leader || uncertain {
+			r.standDown(ctx, "shutdown")
 		}
-		if err != nil && ctx.Err() != nil {
-			r.out.log.Warn("own appends not published before the stop; the sweep publishes them", "commits", len(rd.batch)-len(acked), "err", err)
-		} else if err != nil {
-			var left int
-			retry, left = r.requeue(retry, rd.batch, acked, attempts)
-			r.out.log.Warn("own appends not published; trying again", "commits", len(rd.batch)-len(acked), "left_to_sweep", left, "err", err)
+	}()
+	for ctx.Err() == nil {
+		now := time.Now()
+		connected := r.pub.Connected()
+		switch {
+		case connected:
+			offline = time.Time{}
+		case offline.IsZero():
+			offline = now
+		}
+		if leader {
+			reason := ""
+			switch {
+			case !connected && now.Sub(offline) > r.cfg.LeaseTTL/2:
+				reason = "nats not connected"
+			case !failing.IsZero() && now.Sub(failing) > r.cfg.LeaseTTL/2:
+				reason = fmt.Sprintf("publishing failed for half the lease while the stream answered: %v", lastFailed)
+				restUntil = now.Add(r.cfg.LeaseTTL)
+			}
+			if reason != "" {
+				r.standDown(ctx, reason)
+				leader, failing = false, time.Time{}
+			}
+		}
+		if !leader && (now.Before(restUntil) || !connected) {
+			pause.For(ctx, standbyPoll)
+			continue
+		}
+		held, err := r.acquire(ctx)
+		uncertain = err != nil
+		if held != leader {
+			r.logger.Info("relay lease changed", "leader", held, "owner", r.cfg.Owner)
+			r.metrics.setLeader(held)
+		}
+		leader = held
+		if !leader {
+			pause.For(ctx, r.cfg.LeaseTTL/3)
+			continue
+		}
+		err = r.lead(ctx)
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errLeaseLost):
+			r.logger.Info("relay lease lost", "owner", r.cfg.Owner)
+			leader = false
+			r.metrics.setLeader(false)
+		case err != nil:
+			lastFailed = err
+			if cerr := r.checkStream(ctx); cerr == nil {
+				if failing.IsZero() || r.savedAt.After(failing) {
+					failing = time.Now() // the first failure since the last progress
+				}
+			} else {
+				failing = time.Time{} // an outage of the bus: not this instance's trouble
+			}
 			backoff = min(max(2*backoff, 100*time.Millisecond), maxRetryPause)
-		} else {
-			backoff = 0
-		}
-		for _, id := range acked {
-			delete(attempts, id)
-		}
-	}
-	settle := func(rd round) {
-		acked, err := rd.wait()
-		record(rd, acked, err)
-	}
-	for {
-		batch := slices.Clone(retry[:min(len(retry), r.cfg.BatchSize)])
-		retry = retry[len(batch):]
-		if len(batch) == 0 && len(inFlight) == 0 {
-			select {
-			case <-ctx.Done():
-			case d := <-r.queue:
-				batch = append(batch, d)
-			}
-		}
-		batch = r.fill(batch)
-		if len(batch) > 0 {
-			inFlight = append(inFlight, round{batch: batch, wait: r.out.start(ctx, batch, r.cfg.AckTimeout)})
-		}
-		if ctx.Err() != nil {
-			// The rounds in flight are waited for together, so the stop
-			// takes one grace (bus.ShutdownGrace), not one per round.
-			type result struct {
-				acked []string
-				err   error
-			}
-			results := make([]chan result, len(inFlight))
-			for i, rd := range inFlight {
-				results[i] = make(chan result, 1)
-				go func() {
-					acked, err := rd.wait()
-					results[i] <- result{acked, err}
-				}()
-			}
-			for i, rd := range inFlight {
-				res := <-results[i]
-				record(rd, res.acked, res.err)
-			}
-			return
-		}
-		// The oldest round's acks are waited for once the rounds in
-		// flight are at their bound or nothing was left to send.
-		if len(inFlight) > 0 && (len(inFlight) == roundsInFlight || len(batch) == 0) {
-			settle(inFlight[0])
-			inFlight = inFlight[1:]
-		}
-		if backoff > 0 && len(retry) > 0 {
+			r.logger.Warn("relay failed; resuming from its checkpoint", "err", err, "retry_in", backoff)
 			pause.For(ctx, backoff)
 		}
 	}
+	return nil
 }
 
-// roundsInFlight is how many publish rounds the Relay has sent and awaits
-// acks for at once: the next round is sent while the acks of the ones
-// before come in. Waiting for each round's acks before sending the next
-// held BenchmarkRelayPublish to 0.43-0.54 of the raw async publish rate
-// (rounds of 256), against 0.8-1.07 for a single round of all 5,000
-// commits.
-const roundsInFlight = 4
-
-// maxAttempts is how many rounds with the stream answering may fail to
-// publish a commit before the Relay leaves it to the sweep.
-const maxAttempts = 5
-
-// requeue appends to retry the commits of batch that were not
-// acknowledged, up to QueueSize of them, counting an attempt for each
-// while the stream answers. It returns the new retry list and how many
-// commits it left to the sweep instead.
-func (r *Relay) requeue(retry, batch []domain.RecordedCommit, acked []string, attempts map[string]int) ([]domain.RecordedCommit, int) {
-	done := make(map[string]bool, len(acked))
-	for _, id := range acked {
-		done[id] = true
+// acquire claims or renews the lease, within LeaseTTL/2 whatever ctx does
+// (a write cut off mid-flight may land after the release and hold the
+// lease for a TTL).
+func (r *Relay) acquire(ctx context.Context) (bool, error) {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL/2)
+	defer cancel()
+	held, err := r.lease.TryAcquire(lctx)
+	if err != nil {
+		r.logger.Warn("relay lease claim failed", "err", err)
+		return false, err
 	}
-	// An outage of the bus (the stream does not answer: it is electing a
-	// leader, or its cluster is down) counts no attempt either: the
-	// commit is not at fault, and the sweep would fare no better.
-	counts := r.out.pub.Connected()
-	if counts {
-		ctx, cancel := context.WithTimeout(context.Background(), min(r.cfg.AckTimeout, maxRetryPause))
-		err := r.out.pub.CheckStream(ctx)
-		cancel()
-		counts = !errors.Is(err, domain.ErrUnavailable)
-	}
-	left := 0
-	for _, d := range batch {
-		if done[d.ID] {
-			continue
-		}
-		if counts {
-			attempts[d.ID]++
-		}
-		if attempts[d.ID] >= maxAttempts || len(retry) >= r.cfg.QueueSize {
-			delete(attempts, d.ID)
-			left++
-			continue
-		}
-		retry = append(retry, d)
-	}
-	return retry, left
+	return held, nil
 }
 
-// markLoop writes queued published markers, a batch per call, until ctx is
-// done and published is closed; it then writes what is still queued,
-// within shutdownGrace.
-func (r *Relay) markLoop(ctx context.Context, published <-chan struct{}) {
+// checkStream asks the bus whether the stream answers, within a second at
+// most: a stream that has a leader answers in milliseconds.
+func (r *Relay) checkStream(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, min(r.cfg.LeaseTTL/4, maxRetryPause))
+	defer cancel()
+	return r.pub.CheckStream(ctx)
+}
+
+// standDown releases the lease, so a healthy standby claims it within a
+// third of its TTL instead of after it.
+func (r *Relay) standDown(ctx context.Context, reason string) {
+	r.metrics.setLeader(false)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if err := r.lease.Release(ctx); err != nil {
+		r.logger.Warn("relay lease not released; it expires", "reason", reason, "err", err)
+		return
+	}
+	r.logger.Info("relay lease released", "reason", reason, "owner", r.cfg.Owner)
+}
+
+// lead publishes the log from the checkpoint while this instance holds
+// the lease: it returns errLeaseLost once it does not, ctx's error, or the
+// error that ended the stream or a round.
+func (r *Relay) lead(ctx context.Context) error {
+	pos, at, err := r.lease.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	r.metrics.setCheckpoint(at)
+	if pos == nil {
+		if pos, at, err = r.start(ctx); err != nil {
+			return err
+		}
+	}
 	for {
-		ids := r.marks.take(r.cfg.BatchSize)
-		if len(ids) == 0 {
+		err := r.tail(ctx, pos, at)
+		if !errors.Is(err, domain.ErrHistoryLost) {
+			return err
+		}
+		since := at.Add(-r.cfg.CatchUpMargin)
+		r.metrics.caughtUp()
+		r.logger.Error("relay cannot resume the log's change stream from its checkpoint; catching up from the log",
+			"checkpoint_recorded_at", at, "since", since, "err", err)
+		if pos, at, err = r.catchUp(ctx, since); err != nil {
+			return err
+		}
+	}
+}
+
+// start is the first start on a log without a checkpoint: it opens the
+// stream at the log's end, publishes what no relay has published (every
+// commit from the oldest one not marked published by an earlier version,
+// if any) and saves a checkpoint where the stream opened.
+func (r *Relay) start(ctx context.Context) ([]byte, time.Time, error) {
+	oldest, found, err := r.log.OldestUnpublished(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if found {
+		since := oldest.Add(-r.cfg.CatchUpMargin)
+		r.logger.Info("relay starts on a log without a checkpoint; publishing it from its oldest unpublished commit",
+			"oldest_recorded_at", oldest, "since", since)
+		return r.catchUp(ctx, since)
+	}
+	at := time.Now()
+	pos, err := r.position(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := r.save(ctx, pos, at); err != nil {
+		return nil, time.Time{}, err
+	}
+	r.logger.Info("relay starts on a log with nothing to publish; tailing it from its end")
+	return pos, at, nil
+}
+
+// catchUp opens the stream at the log's end (the time taken before), then
+// publishes every commit recorded since, and saves the stream's opening
+// position as the checkpoint: every commit after it is in the stream, and
+// every commit before it recorded since was published.
+func (r *Relay) catchUp(ctx context.Context, since time.Time) ([]byte, time.Time, error) {
+	at := time.Now()
+	pos, err := r.position(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	start, commits := time.Now(), 0
+	err = r.log.RecordedSince(ctx, since, r.cfg.BatchSize, func(batch []domain.RecordedCommit) error {
+		if err := r.renew(ctx); err != nil {
+			return err
+		}
+		rd := r.send(ctx, batch, nil)
+		res := <-rd.done
+		if err := rd.failed(res); err != nil {
+			return err
+		}
+		commits += len(batch)
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, fmt.Errorf("catch up from the log since %s: %w", since.Format(time.RFC3339), err)
+	}
+	if err := r.save(ctx, pos, at); err != nil {
+		return nil, time.Time{}, err
+	}
+	r.logger.Info("relay caught up from the log", "commits", commits, "since", since, "took", time.Since(start).Round(time.Millisecond))
+	return pos, at, nil
+}
+
+// errOpened stops the stream position reads once it has opened.
+var errOpened = errors.New("opened")
+
+// position returns the log's end: where a change stream opened now starts.
+func (r *Relay) position(ctx context.Context) ([]byte, error) {
+	var pos []byte
+	err := r.log.Tail(ctx, nil, 1, func(_ []domain.RecordedCommit, next []byte) error {
+		pos = next
+		return errOpened
+	})
+	if !errors.Is(err, errOpened) {
+		return nil, err
+	}
+	if pos == nil {
+		return nil, errors.New("the log's change stream opened without a position")
+	}
+	return pos, nil
+}
+
+// round is one batch of commits sent to the bus.
+type round struct {
+	commits int           // commits in the batch, read or not
+	sent    int           // commits published (the readable ones)
+	next    []byte        // the stream's position after the batch; nil in a catch-up
+	first   time.Time     // recorded time of its first and last commit
+	last    time.Time     //
+	done    chan ackState // the acks, once in
+}
+
+type ackState struct {
+	acked int
+	err   error
+}
+
+// failed is the error of a round whose every commit was not acknowledged.
+func (rd *round) failed(res ackState) error {
+	if res.acked == rd.sent && res.err == nil {
+		return nil
+	}
+	if res.err == nil {
+		res.err = errors.New("not acknowledged")
+	}
+	return fmt.Errorf("%d of %d commits published: %w", res.acked, rd.sent, res.err)
+}
+
+// send sends the readable commits of batch and returns the round, whose
+// done receives the outcome of their acks.
+func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte) *round {
+	rd := &round{commits: len(batch), next: next, done: make(chan ackState, 1)}
+	events := make([][]domain.Event, 0, len(batch))
+	n := 0
+	for _, c := range batch {
+		if rd.first.IsZero() {
+			rd.first = c.RecordedAt
+		}
+		if c.RecordedAt.After(rd.last) {
+			rd.last = c.RecordedAt
+		}
+		if c.Err != nil {
+			r.logger.Error("commit cannot be decoded; it is not published", "commit", c.ID, "err", c.Err)
+			r.metrics.publishError()
+			continue
+		}
+		events = append(events, c.Events)
+		n += len(c.Events)
+	}
+	rd.sent = len(events)
+	if len(events) == 0 {
+		rd.done <- ackState{}
+		return rd
+	}
+	wait := r.pub.Send(ctx, events, min(r.cfg.AckTimeout, r.cfg.LeaseTTL/4))
+	go func() {
+		acked, err := wait()
+		if len(acked) == len(events) && err == nil {
+			r.metrics.publishedEvents(n)
+		} else {
+			r.metrics.publishError()
+		}
+		rd.done <- ackState{acked: len(acked), err: err}
+	}()
+	return rd
+}
+
+// renew renews the lease when a third of its TTL has passed since the
+// last renewal: errLeaseLost when another instance holds it now.
+func (r *Relay) renew(ctx context.Context) error {
+	held, err := r.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	if !held {
+		return errLeaseLost
+	}
+	return nil
+}
+
+// save writes the checkpoint, fenced by the lease: errLeaseLost when
+// another instance holds it now.
+func (r *Relay) save(ctx context.Context, pos []byte, at time.Time) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL/2)
+	defer cancel()
+	err := r.lease.SaveCheckpoint(sctx, pos, at)
+	if errors.Is(err, domain.ErrLeaseLost) {
+		return fmt.Errorf("%w: %v", errLeaseLost, err)
+	}
+	if err != nil {
+		return fmt.Errorf("save the relay checkpoint: %w", err)
+	}
+	r.metrics.setCheckpoint(at)
+	r.savedAt = time.Now()
+	return nil
+}
+
+// tail publishes the log's change stream from pos (at: the recorded time
+// of the checkpoint) until ctx is done, the lease is lost or a round or
+// the stream fails.
+func (r *Relay) tail(ctx context.Context, pos []byte, at time.Time) error {
+	t := tailer{Relay: r, saved: pos, savedAt: time.Now(), renewedAt: time.Now()}
+	err := r.log.Tail(ctx, pos, r.cfg.BatchSize, t.batch)
+	// The rounds acknowledged before the end keep their checkpoint; the
+	// others are published again from it.
+	if errors.Is(err, errLeaseLost) {
+		return err
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer cancel()
+	if serr := t.settle(gctx, true); serr != nil && err == nil {
+		err = serr
+	}
+	r.metrics.setBehind(0, time.Time{})
+	return err
+}
+
+// tailer is one tail's state: the rounds in flight and the last
+// checkpoint saved.
+type tailer struct {
+	*Relay
+	inFlight  []*round
+	saved     []byte    // the position of the last checkpoint
+	savedAt   time.Time // when it was saved (or the tail began)
+	renewedAt time.Time
+	polledAt  time.Time // when the last batch was handed back to the stream
+}
+
+// batch is Tail's callback: it sends commits as a round, settles the
+// oldest round once roundsInFlight are in flight, and settles every round
+// and saves an idle checkpoint when the stream has nothing new.
+func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
+	// polledAt is before the stream's read of this batch began: every
+	// commit after next is recorded after it, less the margin.
+	polled := t.polledAt
+	defer func() { t.polledAt = time.Now() }()
+	ctx := context.Background()
+	if time.Since(t.renewedAt) >= t.cfg.LeaseTTL/3 {
+		if err := t.renew(ctx); err != nil {
+			return err
+		}
+		t.renewedAt = time.Now()
+	}
+	if len(commits) == 0 {
+		if err := t.settle(ctx, true); err != nil {
+			return err
+		}
+		t.metrics.setBehind(0, time.Time{})
+		if next != nil && !polled.IsZero() && !bytes.Equal(next, t.saved) && time.Since(t.savedAt) >= t.cfg.IdleCheckpoint {
+			if err := t.save(ctx, next, polled); err != nil {
+				return err
+			}
+			t.saved, t.savedAt = next, time.Now()
+		}
+		return nil
+	}
+	t.inFlight = append(t.inFlight, t.send(ctx, commits, next))
+	behind := 0
+	for _, rd := range t.inFlight {
+		behind += rd.commits
+	}
+	t.metrics.setBehind(behind, t.inFlight[0].first)
+	if len(t.inFlight) >= roundsInFlight {
+		return t.settle(ctx, false)
+	}
+	return nil
+}
+
+// settle waits for the oldest round's acks (for every round's, with all)
+// and takes the rounds after it whose acks are in, then saves one
+// checkpoint after the last of them. An error: a round failed, or the
+// checkpoint was not saved (errLeaseLost when the lease has passed).
+func (t *tailer) settle(ctx context.Context, all bool) error {
+	var last *round
+	for len(t.inFlight) > 0 {
+		rd := t.inFlight[0]
+		var res ackState
+		if last == nil || all {
 			select {
-			case <-r.marks.ready:
-				continue
-			case <-published:
-				if r.marks.len() > 0 {
-					continue
-				}
-				return
+			case res = <-rd.done:
+			case <-ctx.Done():
+				t.inFlight = nil
+				return t.checkpoint(ctx, last, ctx.Err())
+			}
+		} else {
+			select {
+			case res = <-rd.done:
+			default:
+				return t.checkpoint(ctx, last, nil)
 			}
 		}
-		mctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.AckTimeout)
-		if ctx.Err() != nil {
-			cancel()
-			mctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		if err := rd.failed(res); err != nil {
+			// The rounds after it are published again from the checkpoint.
+			t.inFlight = nil
+			return t.checkpoint(ctx, last, err)
 		}
-		n, err := r.out.commits.MarkPublished(mctx, ids)
-		cancel()
-		if err != nil {
-			// The commits not marked are in the stream already: the
-			// sweep republishes them, and de-duplication drops the copies.
-			r.out.log.Warn("published markers not written; the sweep republishes their commits", "commits", len(ids)-n, "err", err)
-			if ctx.Err() != nil {
-				r.marks.take(r.marks.len()) // the store is gone; leave the rest to the sweep
-			}
-		}
+		t.inFlight = t.inFlight[1:]
+		last = rd
 	}
+	return t.checkpoint(ctx, last, nil)
 }
 
-// markQueue holds the ids of commits published and acknowledged but not
-// yet marked, at most limit of them. A publish round that finds it full
-// waits for room: the markers are the store's writes, and a publisher
-// that ran ahead of them would only drop them and leave their commits to
-// be republished by the sweep.
-type markQueue struct {
-	mu    sync.Mutex
-	ids   []string
-	limit int
-	ready chan struct{} // something was queued
-	room  chan struct{} // something was taken
-}
-
-func newMarkQueue(limit int) *markQueue {
-	return &markQueue{limit: limit, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
-}
-
-// add queues ids, waiting for room while the queue is full. It returns how
-// many did not fit before ctx was done.
-func (q *markQueue) add(ctx context.Context, ids []string) (dropped int) {
-	for len(ids) > 0 {
-		q.mu.Lock()
-		n := min(max(q.limit-len(q.ids), 0), len(ids))
-		q.ids = append(q.ids, ids[:n]...)
-		q.mu.Unlock()
-		ids = ids[n:]
-		if n > 0 {
-			signal(q.ready)
-		}
-		if len(ids) == 0 {
-			break
-		}
-		select {
-		case <-q.room:
-		case <-ctx.Done():
-			return len(ids)
-		}
+// checkpoint saves the position after last, the last round acknowledged
+// (none: nothing to save), and returns err, or the save's error.
+func (t *tailer) checkpoint(ctx context.Context, last *round, err error) error {
+	if last == nil {
+		return err
 	}
-	return 0
-}
-
-func signal(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
+	if serr := t.save(ctx, last.next, last.last); serr != nil {
+		return errors.Join(err, serr)
 	}
-}
-
-// take removes and returns up to n queued ids, oldest first.
-func (q *markQueue) take(n int) []string {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	n = min(n, len(q.ids))
-	out := slices.Clone(q.ids[:n])
-	q.ids = q.ids[n:]
-	if n > 0 {
-		signal(q.room)
-	}
-	return out
-}
-
-func (q *markQueue) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.ids)
-}
-
-// fill adds queued commits to batch, without waiting, up to a batch.
-func (r *Relay) fill(batch []domain.RecordedCommit) []domain.RecordedCommit {
-	for len(batch) < r.cfg.BatchSize {
-		select {
-		case d := <-r.queue:
-			batch = append(batch, d)
-		default:
-			return batch
-		}
-	}
-	return batch
+	t.saved, t.savedAt = last.next, time.Now()
+	return err
 }

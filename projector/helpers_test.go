@@ -26,19 +26,15 @@ import (
 	"github.com/orderd/orderd/projector/projectortest"
 )
 
-// relayedLog returns the event store of db (with its indexes) whose
-// appends a Relay publishes to b's stream, and runs a Sweeper, with a
-// short grace, for commits appended through other stores of db; both run
-// until the test ends.
+// relayedLog returns the event store of db (with its indexes) and runs
+// the relay that tails its log to b's stream until the test ends.
 func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) *mongodb.EventStore {
 	t.Helper()
-	cfg := outbox.Config{Owner: "relay-1", SweepInterval: 100 * time.Millisecond, SweepGrace: 100 * time.Millisecond}
-	commits, pub := mongodb.NewEventStore(db), bus.NewPublisher(b.JS, b.Stream)
-	relay := outbox.NewRelay(commits, pub, cfg, log, nil)
-	projectiontest.Go(t, "relay", relay.Run)
-	lease := mongodb.NewLease(db, outbox.SweepLease, cfg.Owner, outbox.DefaultLeaseTTL)
-	projectiontest.Go(t, "relay sweep", outbox.NewSweeper(commits, pub, lease, cfg, log, nil).Run)
-	return projectiontest.NewLog(t, ctx, db, mongodb.WithAppendHook(relay.Appended))
+	es := projectiontest.NewLog(t, ctx, db)
+	cfg := outbox.Config{Owner: "relay-1"}
+	lease := mongodb.NewLease(db, outbox.RelayLease, cfg.Owner, outbox.DefaultLeaseTTL)
+	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(b.JS, b.Stream), lease, cfg, log, nil).Run)
+	return es
 }
 
 // commands returns the commands that produce lifecycle(i, customerID).

@@ -221,30 +221,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	relayCfg := c.Relay
-	relayCfg.Owner = c.instanceID()
-	relayLog := m.Log.With("component", "relay")
-	relayMetrics := outbox.NewMetrics(reg)
-	// The relay reads and marks the outbox through a Store of its own: the
-	// appending Store's hook feeds the relay.
-	commits := mongodb.NewEventStore(db)
-	var publisher tracing.Publisher
-	if js != nil {
-		publisher = tracing.NewPublisher(bus.NewPublisher(js, stream))
-	}
-	var relay *outbox.Relay
-	storeOpts := []mongodb.EventStoreOption{mongodb.WithMetrics(storeMetrics)}
-	if r.api && js != nil {
-		// Each API instance publishes its own appends at once, without a
-		// lease; the hook only queues them, so commands never wait for NATS.
-		// Without a NATS connection they all wait for the sweep.
-		relay = outbox.NewRelay(commits, publisher, relayCfg, relayLog, relayMetrics)
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_relay_backlog_ratio",
-			Help: "How full this instance's relay queues are (appends to publish, or published commits to mark; the fuller), 0 to 1; at 0.5 commands are refused (ORDERD_MAX_LAG > 0)."},
-			relay.Backlog))
-		storeOpts = append(storeOpts, mongodb.WithAppendHook(relay.Appended))
-	}
-	store := mongodb.NewEventStore(db, storeOpts...)
+	store := mongodb.NewEventStore(db, mongodb.WithMetrics(storeMetrics))
 	if err := store.EnsureIndexes(setupCtx); err != nil {
 		return err
 	}
@@ -253,13 +230,15 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.cancel = cancel
 	g, runCtx := errgroup.WithContext(runCtx)
 	m.group = g
-	if relay != nil {
-		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
-	}
 	if r.relay {
-		lease := mongodb.NewLease(db, outbox.SweepLease, c.instanceID(), relayCfg.LeaseTTL)
-		sweeper := outbox.NewSweeper(commits, publisher, lease, relayCfg, relayLog, relayMetrics)
-		g.Go(func() error { return m.supervise(runCtx, "relay sweep", sweeper.Run) })
+		// One relay at a time tails the log under the relay lease; the
+		// others stand by.
+		rc := c.Relay
+		rc.Owner = c.instanceID()
+		lease := mongodb.NewLease(db, outbox.RelayLease, rc.Owner, rc.WithDefaults().LeaseTTL)
+		relay := outbox.NewRelay(store, tracing.NewPublisher(bus.NewPublisher(js, stream)), lease, rc,
+			m.Log.With("component", "relay"), outbox.NewMetrics(reg))
+		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
 	}
 	pm := projection.NewMetrics(reg)
 	rm := projector.NewMetrics(reg)
@@ -336,11 +315,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		if js != nil && c.MaxLag > 0 {
 			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key(), sales.Key()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
-			var backlog func() float64
-			if relay != nil {
-				backlog = relay.Backlog
-			}
-			hc.Admission = newLagAdmission(watch, c.MaxLag, backlog, m.nc.IsConnected, reg)
+			hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
 			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), stats.Name(): stats.Key(), sales.Name(): sales.Key()}}
 		}
 		m.http = orderhttp.NewServer(hc)

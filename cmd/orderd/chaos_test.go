@@ -185,7 +185,7 @@ func (c *cluster) start(p *proc) {
 	c.t.Helper()
 	args := []string{"-roles", p.roles, "-instance-id", p.name, "-http-addr", p.addr,
 		"-mongodb-uri", c.storeURI(), "-mongodb-database", chaosDatabase, "-nats-url", c.natsURL(),
-		"-relay-sweep-interval", "500ms", "-relay-sweep-grace", "2s", "-job-lease-ttl", "3s", "-log-level", "warn"}
+		"-job-lease-ttl", "3s", "-log-level", "warn"}
 	if c.nodes != nil {
 		args = append(args, "-stream-replicas", "3")
 	}

@@ -52,10 +52,9 @@ type Config struct {
 	// Stream is the JetStream stream: Name (ORDERD_STREAM) and Replicas
 	// (ORDERD_STREAM_REPLICAS); its partitions are Projector.Partitions.
 	Stream bus.StreamConfig
-	// Relay is the outbox relay's (the relay role sweeps the outbox for
-	// commits an API instance left unpublished): SweepInterval
-	// (ORDERD_RELAY_SWEEP_INTERVAL) and SweepGrace
-	// (ORDERD_RELAY_SWEEP_GRACE).
+	// Relay is the outbox relay's (the relay role tails the log under the
+	// relay lease): LeaseTTL (ORDERD_RELAY_LEASE_TTL) and CatchUpMargin
+	// (ORDERD_RELAY_CATCHUP_MARGIN).
 	Relay outbox.Config
 	// Projector is each projection runner's (the projector role):
 	// Partitions (ORDERD_PROJECTION_PARTITIONS; every process of the
@@ -186,8 +185,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	fs.StringVar(&c.OwnershipLog, "tenure-log", c.OwnershipLog, "the same as -ownership-log (env ORDERD_TENURE_LOG)")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
 	num(&c.MaxLag, "ORDERD_MAX_LAG", "max-lag", "events the slowest read model may be behind before commands are refused with 503 and Retry-After until it catches up; 0: never refuse")
-	dur(&c.Relay.SweepInterval, "ORDERD_RELAY_SWEEP_INTERVAL", "relay-sweep-interval", "pause between two sweeps of the outbox for commits an instance left unpublished (each API instance publishes its own appends at once)")
-	dur(&c.Relay.SweepGrace, "ORDERD_RELAY_SWEEP_GRACE", "relay-sweep-grace", "age at which an unpublished commit is left to the sweep instead of its own instance")
+	dur(&c.Relay.LeaseTTL, "ORDERD_RELAY_LEASE_TTL", "relay-lease-ttl", "lease of the relay that tails the log; another instance takes over within it when the relay dies")
+	dur(&c.Relay.CatchUpMargin, "ORDERD_RELAY_CATCHUP_MARGIN", "relay-catchup-margin", "how far before its checkpoint a relay whose change stream cannot resume catches up from the log: more than the instances' clocks disagree plus the longest append")
 	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
 	dur(&c.Jobs.LeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
 	num(&c.Jobs.BatchStreams, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
@@ -225,8 +224,8 @@ func (c Config) Validate() error {
 	if c.Stream.Replicas < 1 || c.Stream.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.Stream.Replicas))
 	}
-	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.MaxLag < 0 || c.Relay.SweepInterval <= 0 || c.Relay.SweepGrace <= 0 {
-		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size and max lag >= 0, relay sweep interval and grace > 0"))
+	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.MaxLag < 0 || c.Relay.LeaseTTL < time.Second || c.Relay.CatchUpMargin <= 0 {
+		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size and max lag >= 0, relay lease TTL >= 1s, relay catch-up margin > 0"))
 	}
 	if c.Projector.Partitions < 1 || c.Projector.Partitions > 256 {
 		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Projector.Partitions))

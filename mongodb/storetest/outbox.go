@@ -5,15 +5,16 @@ import (
 	"testing"
 	"time"
 
+	"go.mongodb.org/mongo-driver/v2/bson"
+
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 )
 
-// testOutbox checks the outbox relay's reads and markers: Pending returns
-// the unpublished commits oldest first, as Load decodes them, within its
-// limit and before its time; MarkPublished takes commits out of it, and
-// Unpublished counts what is left.
-func testOutbox(t *testing.T, s *mongodb.EventStore) {
+// testRecordedSince checks the relay's catch-up read: the commits recorded
+// since a time, oldest first, as Load decodes them, in batches of the size
+// asked; none after the newest.
+func testRecordedSince(t *testing.T, s *mongodb.EventStore) {
 	ctx := t.Context()
 	a, b := Unique("order-"), Unique("order-")
 	commits := []domain.Commit{
@@ -22,27 +23,36 @@ func testOutbox(t *testing.T, s *mongodb.EventStore) {
 		NewCommit(a, 2, domain.OrderShipped{}),
 	}
 	ids := make([]string, len(commits))
-	var first time.Time
+	var first, last time.Time
 	for i, c := range commits {
 		at := mustAppend(t, s, c)
 		if i == 0 {
 			first = at
 		}
+		last = at
 		ids[i] = mongodb.CommitID(c.StreamID, c.ExpectedVersion+1)
 	}
 
-	pending, err := s.Pending(ctx, time.Time{}, 10)
-	if err != nil {
-		t.Fatalf("pending: %v", err)
-	}
-	var got []string
-	for i, c := range pending {
-		got = append(got, c.ID)
-		if c.Err != nil {
-			t.Fatalf("pending commit %s: %v", c.ID, c.Err)
+	var got []domain.RecordedCommit
+	batches := 0
+	if err := s.RecordedSince(ctx, first, 2, func(cs []domain.RecordedCommit) error {
+		if len(cs) > 2 {
+			t.Errorf("a batch of %d commits, asked for 2", len(cs))
 		}
-		if i > 0 && c.RecordedAt.Before(pending[i-1].RecordedAt) {
-			t.Errorf("pending commit %s recorded at %v, before the one ahead of it (%v)", c.ID, c.RecordedAt, pending[i-1].RecordedAt)
+		batches++
+		got = append(got, cs...)
+		return nil
+	}); err != nil {
+		t.Fatalf("recorded since: %v", err)
+	}
+	var gotIDs []string
+	for i, c := range got {
+		gotIDs = append(gotIDs, c.ID)
+		if c.Err != nil {
+			t.Fatalf("commit %s: %v", c.ID, c.Err)
+		}
+		if i > 0 && c.RecordedAt.Before(got[i-1].RecordedAt) {
+			t.Errorf("commit %s recorded at %v, before the one ahead of it (%v)", c.ID, c.RecordedAt, got[i-1].RecordedAt)
 		}
 		loaded, err := s.Load(ctx, c.StreamID, 0)
 		if err != nil {
@@ -50,37 +60,50 @@ func testOutbox(t *testing.T, s *mongodb.EventStore) {
 		}
 		at := slices.IndexFunc(loaded, func(e domain.Event) bool { return len(c.Events) > 0 && e.ID == c.Events[0].ID })
 		if at < 0 || at+len(c.Events) > len(loaded) {
-			t.Fatalf("pending commit %s: its events are not in the stream", c.ID)
+			t.Fatalf("commit %s: its events are not in the stream", c.ID)
 		}
 		if d := DiffEvents(loaded[at:at+len(c.Events)], c.Events); d != "" {
-			t.Errorf("pending commit %s differs from Load: %s", c.ID, d)
+			t.Errorf("commit %s differs from Load: %s", c.ID, d)
 		}
 	}
-	if !sameSet(got, ids) {
-		t.Fatalf("pending %v, want the 3 commits %v", got, ids)
+	if !slices.Equal(gotIDs, ids) {
+		t.Fatalf("recorded since the first: %v, want the 3 commits in order %v", gotIDs, ids)
 	}
-	if some, err := s.Pending(ctx, time.Time{}, 2); err != nil || len(some) != 2 {
-		t.Fatalf("pending with limit 2: %d commits, %v", len(some), err)
+	if batches != 2 {
+		t.Errorf("%d batches of 3 commits at 2 a batch, want 2", batches)
 	}
-	if none, err := s.Pending(ctx, first, 10); err != nil || len(none) != 0 {
-		t.Fatalf("pending before the first commit's recorded time: %d commits, %v", len(none), err)
-	}
-
-	if n, err := s.MarkPublished(ctx, ids[:2]); err != nil || n != 2 {
-		t.Fatalf("mark 2 commits published: %d, %v", n, err)
-	}
-	left, err := s.Pending(ctx, time.Time{}, 10)
-	if err != nil || len(left) != 1 || left[0].ID != ids[2] {
-		t.Fatalf("pending after marking 2: %v (%v), want %s", left, err, ids[2])
-	}
-	if n, _, err := s.Unpublished(ctx); err != nil || n != 1 {
-		t.Fatalf("unpublished: %d, %v; want 1", n, err)
+	var none int
+	if err := s.RecordedSince(ctx, last.Add(time.Millisecond), 10, func(cs []domain.RecordedCommit) error {
+		none += len(cs)
+		return nil
+	}); err != nil || none != 0 {
+		t.Fatalf("recorded after the last commit: %d commits, %v", none, err)
 	}
 }
 
-func sameSet(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
+// testOldestUnpublished checks where the first relay on a log starts: at
+// the oldest commit that an earlier version did not mark published, which
+// every commit of this version is.
+func testOldestUnpublished(t *testing.T, s *mongodb.EventStore) {
+	ctx := t.Context()
+	if _, found, err := s.OldestUnpublished(ctx); err != nil || found {
+		t.Fatalf("on an empty log: found %v, %v", found, err)
+	}
+	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+	old := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	// A commit an earlier version appended and published, and one it left
+	// unpublished.
+	for i, published := range []bool{true, false} {
+		stream := Unique("order-")
+		doc := bson.D{{Key: "_id", Value: mongodb.CommitID(stream, 1)}, {Key: "stream_id", Value: stream},
+			{Key: "first_version", Value: int64(1)}, {Key: "last_version", Value: int64(1)},
+			{Key: "recorded_at", Value: old.Add(time.Duration(i) * time.Minute)}, {Key: "published", Value: published}}
+		if _, err := coll.InsertOne(ctx, doc); err != nil {
+			t.Fatalf("insert an earlier version's commit: %v", err)
+		}
+	}
+	at, found, err := s.OldestUnpublished(ctx)
+	if err != nil || !found || !at.Equal(old.Add(time.Minute)) {
+		t.Fatalf("oldest unpublished: %v, %v, %v; want the unmarked commit's %v", at, found, err, old.Add(time.Minute))
+	}
 }
