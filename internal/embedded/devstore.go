@@ -105,7 +105,11 @@ func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.costs.sna
 // indexes every collection's _id. FerretDB itself listens on a loopback
 // port nobody else is told. StartStore returns once the funnel accepts
 // connections.
-func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
+func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store, error) {
+	var o storeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded store dir: %w", err)
 	}
@@ -168,6 +172,7 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 		return fail(fmt.Errorf("embedded store: %w", err))
 	}
 	s.funnel = newFunnel(ln, upstream, s.index, log)
+	s.funnel.streams = newStreams(abs, o.testCommands)
 	go s.funnel.serve()
 	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil
