@@ -654,8 +654,9 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 var errReadBack = errors.New("a document of the stream could not be read back from the store")
 
 // events builds the insert events of rows, advancing cur past those it
-// reports (up to maxBatchBytes). A nil slice with no error means a
-// document could not be read back; an error means up failed.
+// reports (up to maxBatchBytes, and up to a document it cannot read
+// back). A nil slice with no error means the first row's document could
+// not be read back; an error means up failed.
 func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, error) {
 	out := bson.A{}
 	size := 0
@@ -670,6 +671,9 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 				return nil, err
 			}
 			if doc == nil {
+				if len(out) > 0 {
+					break // the events before it; the next getMore fails on it
+				}
 				f.log.Warn("embedded store change stream: document not read back", "db", cur.db, "collection", cur.coll, "rowid", r.rowid)
 				return nil, nil
 			}

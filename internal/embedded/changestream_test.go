@@ -359,3 +359,60 @@ func TestChangeStreamKillCursors(t *testing.T) {
 	err = db.RunCommand(ctx, bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: "c"}}).Err()
 	wantServerCode(t, "getMore of a killed cursor", err, codeCursorNotFound)
 }
+
+// TestChangeStreamReadsBackAfterRestart: after a restart the funnel has
+// no cached documents and reads each back by _id: string, ObjectId, int
+// and long _ids are found; a stream whose document has another _id type
+// answers an error, not a wrong event.
+func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startTestStore(t, dir)
+	coll := c.Database("cs").Collection("ids")
+	ctx := t.Context()
+	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cs.ResumeToken()
+	_ = cs.Close(ctx)
+	docs := []bson.D{
+		{{Key: "_id", Value: "s"}, {Key: "v", Value: 1}},
+		{{Key: "_id", Value: bson.NewObjectID()}, {Key: "v", Value: 2}},
+		{{Key: "_id", Value: int32(7)}, {Key: "v", Value: 3}},
+		{{Key: "_id", Value: int64(1) << 40}, {Key: "v", Value: 4}},
+		{{Key: "_id", Value: 2.5}, {Key: "v", Value: 5}},
+	}
+	for _, d := range docs {
+		if _, err := coll.InsertOne(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.Disconnect(ctx)
+	_ = s.Close()
+	_, c = startTestStore(t, dir)
+	cs, err = c.Database("cs").Collection("ids").Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for i, d := range docs[:4] {
+		if !cs.Next(wctx) {
+			t.Fatalf("event %d: %v", i, cs.Err())
+		}
+		var e event
+		if err := cs.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if w := marshal(t, d); !bytesEqual(w, e.FullDocument) {
+			t.Errorf("event %d: %s, want %s", i, e.FullDocument, w)
+		}
+	}
+	if cs.Next(wctx) {
+		t.Fatalf("an event for a double _id: %s", cs.Current)
+	}
+	if cs.Err() == nil {
+		t.Fatal("no error for a document the funnel cannot read back")
+	}
+}
