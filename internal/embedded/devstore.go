@@ -48,7 +48,23 @@
 //     of a collection, what the service names its live read models with)
 //     as MongoDB does, recorded in each database's system.views (view.go);
 //     one with a pipeline is refused;
-//   - no transactions, change streams, TTL indexes, Decimal128,
+//   - change streams of one collection's inserts only, served by the funnel
+//     (changestream.go; FerretDB has none): a stream must select inserts
+//     ({$match: {operationType: "insert"}}), since the funnel sees no trace
+//     of an update or a delete to report, and any other stream is refused
+//     (NotImplemented), never answered without them. Events are ordered,
+//     and resume tokens made, by the SQLite rowid of the collection's table
+//     with the collection's uuid, so they outlive a restart and a
+//     re-created collection's token answers ChangeStreamHistoryLost; this
+//     order is commit order only while the collection is insert-only (a
+//     delete of the last rows lets SQLite reuse their rowids), as the event
+//     log is. Operation times (clusterTime, startAtOperationTime) are
+//     positions in one collection, not a cluster-wide clock. compact is
+//     refused: its VACUUM may renumber those rowids. An event's document
+//     is the one the funnel saw inserted; after a restart, or once out of
+//     its bounded cache, it is read back by _id (string, ObjectId, int or
+//     long _ids only) as stored now;
+//   - no transactions, TTL indexes, Decimal128,
 //     $group $max/$min, or a $group of several accumulators (only the
 //     first sees the group's documents);
 //   - write and read concerns are accepted and ignored: it is one node;
@@ -104,8 +120,12 @@ func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.costs.sna
 // through the funnel, which keeps MongoDB's single-document atomicity and
 // indexes every collection's _id. FerretDB itself listens on a loopback
 // port nobody else is told. StartStore returns once the funnel accepts
-// connections.
-func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
+// connections. Options: WithTestCommands.
+func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store, error) {
+	var o storeOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded store dir: %w", err)
 	}
@@ -168,6 +188,7 @@ func StartStore(dir, addr string, log *slog.Logger) (*Store, error) {
 		return fail(fmt.Errorf("embedded store: %w", err))
 	}
 	s.funnel = newFunnel(ln, upstream, s.index, log)
+	s.funnel.streams = newStreams(abs, o.testCommands)
 	go s.funnel.serve()
 	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil

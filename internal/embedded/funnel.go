@@ -45,7 +45,8 @@ type funnel struct {
 	upstream string // FerretDB's own listener
 	index    *idIndex
 	log      *slog.Logger
-	views    views // view.go
+	views    views    // view.go
+	streams  *streams // changestream.go
 
 	slot   writeSlot
 	writer net.Conn // held with slot; nil until the first write, and after an error
@@ -66,7 +67,8 @@ var writeCommands = map[string]bool{
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
-	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{}, slot: writeSlot{maxWait: maxWriteWait}}
+	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{}, slot: writeSlot{maxWait: maxWriteWait},
+		streams: newStreams("", false)}
 }
 
 // serve accepts clients until the listener is closed.
@@ -117,6 +119,7 @@ func (f *funnel) untrack(c net.Conn) {
 // client goroutines.
 func (f *funnel) close() {
 	_ = f.ln.Close()
+	f.streams.close() // getMores waiting for inserts return
 	f.mu.Lock()
 	f.closed = true
 	for c := range f.conns {
@@ -134,16 +137,39 @@ func (f *funnel) close() {
 func (f *funnel) client(c net.Conn) {
 	var own net.Conn
 	defer func() {
+		f.streams.dropOwnedBy(c)
 		if own != nil {
 			f.untrack(own)
 		}
 	}()
+	upstream := func() (net.Conn, error) {
+		if own != nil {
+			return own, nil
+		}
+		up, err := net.Dial("tcp", f.upstream)
+		if err != nil {
+			return nil, err
+		}
+		if !f.track(up, false) {
+			_ = up.Close()
+			return nil, net.ErrClosed
+		}
+		own = up
+		return own, nil
+	}
 	for {
 		req, err := readMessage(c)
 		if err != nil {
 			return
 		}
 		cmd, ok := parseCommand(req)
+		if ok {
+			if served, err := f.serveStream(c, req, cmd, upstream); err != nil {
+				return
+			} else if served {
+				continue
+			}
+		}
 		if ok && writeCommands[strings.ToLower(cmd.name)] {
 			if err := f.write(c, req, cmd); err != nil {
 				if !errors.Is(err, net.ErrClosed) {
@@ -153,16 +179,8 @@ func (f *funnel) client(c net.Conn) {
 			}
 			continue
 		}
-		if own == nil {
-			up, err := net.Dial("tcp", f.upstream)
-			if err != nil {
-				return
-			}
-			if !f.track(up, false) {
-				_ = up.Close()
-				return
-			}
-			own = up
+		if _, err := upstream(); err != nil {
+			return
 		}
 		if ok {
 			if served, err := f.viewRead(own, c, req, cmd); err != nil {
@@ -213,6 +231,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
 		f.views.forget(cmd.db)
+		f.streams.forgetDatabase(cmd.db)
 	}
 	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
@@ -222,9 +241,16 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	switch name {
 	case "drop", "renamecollection":
 		f.index.forget(cmd.db, cmd.collection)
+		f.streams.cache.dropCollection(cmd.db, cmd.collection)
+		if to, _ := cmd.msg.body().Lookup("to").StringValueOK(); name == "renamecollection" {
+			if db, coll, ok := strings.Cut(to, "."); ok {
+				f.streams.cache.dropCollection(db, coll)
+			}
+		}
 	case "dropdatabase":
 		f.index.forgetDatabase(cmd.db)
 		f.views.forget(cmd.db)
+		f.streams.forgetDatabase(cmd.db)
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
 			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)
@@ -237,6 +263,9 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 // guards on top of _id is served statement by statement (guard.go), any
 // other write is relayed as it is.
 func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
+	if strings.EqualFold(cmd.name, "insert") {
+		return f.sendInsert(c, req, cmd)
+	}
 	if !strings.EqualFold(cmd.name, "update") {
 		return relay(f.writer, c, req)
 	}
@@ -252,6 +281,30 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 		return nil
 	}
 	_, err = c.Write(opMessage(reply, requestID(req)))
+	return err
+}
+
+// sendInsert relays an insert and, before the next write runs, records
+// what it stored for change streams (insertCommitted): their order is the
+// order of the funnel's writes.
+func (f *funnel) sendInsert(c net.Conn, req []byte, cmd command) error {
+	if _, err := f.writer.Write(req); err != nil {
+		return err
+	}
+	if cmd.msg.flags&flagMoreToCome != 0 {
+		f.insertCommitted(cmd, nil)
+		return nil
+	}
+	resp, err := readMessage(f.writer)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(resp)
+	if m := parseOpMsg(resp); m != nil && m.body() != nil {
+		f.insertCommitted(cmd, m.body())
+	} else {
+		f.insertCommitted(cmd, nil)
+	}
 	return err
 }
 

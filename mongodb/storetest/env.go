@@ -39,7 +39,9 @@ var (
 // race detector it runs beside the test binary (StartStoreProcess), which
 // removes the dir when the test binary ends, unless
 // ORDERD_TEST_STORE=inprocess; in-process the dir is left to the OS to
-// clean (a package without TestMain has no exit hook).
+// clean (a package without TestMain has no exit hook). Either way it
+// serves the store's test commands (embedded.WithTestCommands), which the
+// change-stream suite uses.
 func MongoURI(t testing.TB) string {
 	t.Helper()
 	if u := os.Getenv("MONGODB_URI"); u != "" {
@@ -63,7 +65,7 @@ func MongoURI(t testing.TB) string {
 			storeURI = p.URI
 			return
 		}
-		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler))
+		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler), embedded.WithTestCommands())
 		if err != nil {
 			storeErr = err
 			return

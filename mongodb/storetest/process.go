@@ -32,7 +32,8 @@ type StoreProcess struct {
 // FerretDB and its SQLite, which are not the code under test, do not run
 // under the detector: in-process they were most of the CPU time of the
 // packages that use the store. The process ends when Close is called or
-// this process exits (its stdin closes).
+// this process exits (its stdin closes). Like every store storetest
+// starts, it serves the store's test commands (embedded.WithTestCommands).
 func StartStoreProcess(dir, addr string) (*StoreProcess, error) {
 	return startStoreProcess(dir, addr, false)
 }
@@ -45,7 +46,7 @@ func startStoreProcess(dir, addr string, remove bool) (*StoreProcess, error) {
 		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	cmd := exec.Command(goCmd, "run", "github.com/orderd/orderd/mongodb/storetest/storeproc", "-dir", dir, "-addr", addr,
-		"-remove="+strconv.FormatBool(remove))
+		"-remove="+strconv.FormatBool(remove), "-test-commands")
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

@@ -1,0 +1,418 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
+)
+
+// insertsOnlyPipeline is the stream the embedded store serves.
+var insertsOnlyPipeline = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}}}
+
+// within bounds a wait that only a deadlock would exceed.
+const within = 30 * time.Second
+
+func startTestStore(t *testing.T, dir string) (*Store, *mongo.Client) {
+	t.Helper()
+	s, err := StartStore(dir, "127.0.0.1:0", nil, WithTestCommands())
+	if err != nil {
+		t.Fatalf("start store: %v", err)
+	}
+	c, err := mongo.Connect(options.Client().ApplyURI(s.URI))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Disconnect(context.Background())
+		_ = s.Close()
+	})
+	return s, c
+}
+
+type event struct {
+	OperationType string         `bson:"operationType"`
+	FullDocument  bson.Raw       `bson:"fullDocument"`
+	DocumentKey   bson.Raw       `bson:"documentKey"`
+	ClusterTime   bson.Timestamp `bson:"clusterTime"`
+	NS            struct {
+		DB   string `bson:"db"`
+		Coll string `bson:"coll"`
+	} `bson:"ns"`
+}
+
+// nextIDs reads n events from cs and returns their documents' _ids,
+// checking each event's shape against want (the documents by _id).
+func nextIDs(t *testing.T, cs *mongo.ChangeStream, n int, want map[string]bson.Raw) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	var ids []string
+	for len(ids) < n {
+		if !cs.Next(ctx) {
+			t.Fatalf("after %d of %d events: %v", len(ids), n, cs.Err())
+		}
+		var e event
+		if err := cs.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := e.FullDocument.Lookup("_id").StringValueOK()
+		if e.OperationType != "insert" {
+			t.Errorf("event %s: operationType %q", id, e.OperationType)
+		}
+		if k, _ := e.DocumentKey.Lookup("_id").StringValueOK(); k != id {
+			t.Errorf("event %s: documentKey %s", id, e.DocumentKey)
+		}
+		if w, ok := want[id]; ok && !bytesEqual(w, e.FullDocument) {
+			t.Errorf("event %s: fullDocument %s, want %s", id, e.FullDocument, w)
+		}
+		if _, err := cs.Current.LookupErr("_id", "_data"); err != nil {
+			t.Errorf("event %s without a resume token: %s", id, cs.Current)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func bytesEqual(a, b bson.Raw) bool { return string(a) == string(b) }
+
+func doc(id string, v int) bson.D {
+	return bson.D{{Key: "_id", Value: id}, {Key: "v", Value: int64(v)}, {Key: "nested", Value: bson.D{{Key: "a", Value: bson.A{1, "x"}}}}}
+}
+
+func marshal(t *testing.T, d bson.D) bson.Raw {
+	t.Helper()
+	b, err := bson.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func wantServerCode(t *testing.T, what string, err error, code int) {
+	t.Helper()
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(code) {
+		t.Fatalf("%s: %v, want error code %d", what, err, code)
+	}
+}
+
+// TestChangeStreamReportsInsertsInCommitOrder: a stream sees inserts, one
+// by one and of an insertMany, in the order they were stored, with the
+// documents as inserted; a duplicate-key loser of an unordered insert
+// never appears; an idle getMore is woken by an insert.
+func TestChangeStreamReportsInsertsInCommitOrder(t *testing.T) {
+	_, c := startTestStore(t, t.TempDir())
+	coll := c.Database("cs").Collection(LogCollection)
+	ctx := t.Context()
+	if _, err := coll.InsertOne(ctx, doc("before", 0)); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+
+	want := map[string]bson.Raw{}
+	var order []string
+	for i := range 3 {
+		d := doc(fmt.Sprintf("one-%d", i), i)
+		want[fmt.Sprint(d[0].Value)] = marshal(t, d)
+		order = append(order, fmt.Sprint(d[0].Value))
+		if _, err := coll.InsertOne(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var many []any
+	for i := range 5 {
+		d := doc(fmt.Sprintf("many-%d", i), 10+i)
+		if i == 2 {
+			d = doc("one-1", 99) // a duplicate key: stored nothing
+		} else {
+			want[fmt.Sprint(d[0].Value)] = marshal(t, d)
+			order = append(order, fmt.Sprint(d[0].Value))
+		}
+		many = append(many, d)
+	}
+	_, err = coll.InsertMany(ctx, many, options.InsertMany().SetOrdered(false))
+	if !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("insertMany with a duplicate: %v", err)
+	}
+	got := nextIDs(t, cs, len(order), want)
+	if fmt.Sprint(got) != fmt.Sprint(order) {
+		t.Fatalf("events %v, want %v", got, order)
+	}
+
+	// An idle stream's getMore waits, and an insert wakes it.
+	next := make(chan []string, 1)
+	go func() { next <- nextIDs(t, cs, 1, want) }()
+	time.Sleep(50 * time.Millisecond) // lets the getMore start waiting; the test holds either way
+	d := doc("late", 100)
+	want["late"] = marshal(t, d)
+	start := time.Now()
+	if _, err := coll.InsertOne(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ids := <-next:
+		if len(ids) != 1 || ids[0] != "late" {
+			t.Fatalf("woken with %v, want [late]", ids)
+		}
+		t.Logf("event %v after its insert", time.Since(start))
+	case <-time.After(within):
+		t.Fatal("the insert did not wake the stream")
+	}
+}
+
+// TestChangeStreamResumes: a stream resumed from a saved token reports
+// exactly the later events, within one store and across a restart; a
+// token of a re-created collection, or one forgotten with
+// ForgetChangesCommand, answers ChangeStreamHistoryLost.
+func TestChangeStreamResumes(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startTestStore(t, dir)
+	db := c.Database("cs")
+	coll := db.Collection(LogCollection)
+	ctx := t.Context()
+	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if _, err := coll.InsertOne(ctx, doc(fmt.Sprintf("d%d", i), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextIDs(t, cs, 3, nil)
+	saved := cs.ResumeToken()
+	if err := cs.Close(ctx); err != nil { // killCursors
+		t.Fatalf("close: %v", err)
+	}
+	resume := func(c *mongo.Client, token bson.Raw) (*mongo.ChangeStream, error) {
+		return c.Database("cs").Collection(LogCollection).Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(token))
+	}
+	cs, err = resume(c, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nextIDs(t, cs, 3, nil); fmt.Sprint(got) != "[d3 d4 d5]" {
+		t.Fatalf("resumed: %v, want [d3 d4 d5]", got)
+	}
+	_ = cs.Close(ctx)
+
+	// startAfter and startAtOperationTime (an event's clusterTime) too.
+	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetStartAfter(saved))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextIDs(t, cs, 1, nil)
+	var e event
+	_ = cs.Decode(&e)
+	_ = cs.Close(ctx)
+	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetStartAtOperationTime(&e.ClusterTime))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nextIDs(t, cs, 3, nil); fmt.Sprint(got) != "[d3 d4 d5]" {
+		t.Fatalf("from the operation time of d3: %v, want [d3 d4 d5]", got)
+	}
+	_ = cs.Close(ctx)
+
+	// Across a restart: the token is durable, the cache is gone (the
+	// documents are read back).
+	_ = c.Disconnect(ctx)
+	_ = s.Close()
+	s, c = startTestStore(t, dir)
+	cs, err = resume(c, saved)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bson.Raw{"d4": marshal(t, doc("d4", 4))}
+	if got := nextIDs(t, cs, 3, want); fmt.Sprint(got) != "[d3 d4 d5]" {
+		t.Fatalf("resumed after a restart: %v, want [d3 d4 d5]", got)
+	}
+	_ = cs.Close(ctx)
+	coll = c.Database("cs").Collection(LogCollection)
+
+	// Forgotten history: the saved token, and the current end, answer
+	// 286; a stream opened afresh works.
+	cs, err = coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := cs.ResumeToken()
+	_ = cs.Close(ctx)
+	if err := c.Database("cs").RunCommand(ctx, bson.D{{Key: ForgetChangesCommand, Value: LogCollection}}).Err(); err != nil {
+		t.Fatalf("%s: %v", ForgetChangesCommand, err)
+	}
+	for name, token := range map[string]bson.Raw{"saved": saved, "end": end} {
+		_, err = resume(c, token)
+		wantServerCode(t, "resume a forgotten token ("+name+")", err, codeChangeStreamHistLost)
+	}
+	if _, err := coll.InsertOne(ctx, doc("after-forget", 7)); err != nil {
+		t.Fatal(err)
+	}
+	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetStartAtOperationTime(&bson.Timestamp{I: 1}))
+	wantServerCode(t, "start at a forgotten operation time", err, codeChangeStreamHistLost)
+
+	// A re-created collection: its old tokens are of another collection.
+	if err := coll.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, doc("new", 0)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = resume(c, saved)
+	wantServerCode(t, "resume a token of a dropped collection", err, codeChangeStreamHistLost)
+
+	_, err = resume(c, bson.Raw(marshal(t, bson.D{{Key: "_data", Value: "00zz"}})))
+	wantServerCode(t, "resume a malformed token", err, codeInvalidResumeToken)
+}
+
+// TestChangeStreamRefusals: what the funnel cannot answer right is
+// refused, never answered otherwise: a stream that would report more than
+// inserts, options it does not serve, and compact (which could renumber
+// the rows streams are ordered by).
+func TestChangeStreamRefusals(t *testing.T) {
+	_, c := startTestStore(t, t.TempDir())
+	db := c.Database("cs")
+	coll := db.Collection("c")
+	ctx := t.Context()
+	if _, err := coll.InsertOne(ctx, doc("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range map[string]mongo.Pipeline{
+		"no $match":   {},
+		"other types": {{{Key: "$match", Value: bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert", "update"}}}}}}}},
+		"more conditions": {{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"},
+			{Key: "fullDocument.v", Value: 1}}}}},
+		"another stage": {insertsOnlyPipeline[0], {{Key: "$project", Value: bson.D{{Key: "fullDocument", Value: 1}}}}},
+	} {
+		_, err := coll.Watch(ctx, p)
+		wantServerCode(t, name, err, codeNotImplemented)
+	}
+	_, err := coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetShowExpandedEvents(true))
+	wantServerCode(t, "showExpandedEvents", err, codeNotImplemented)
+	_, err = db.Watch(ctx, insertsOnlyPipeline)
+	wantServerCode(t, "a database's stream", err, codeNotImplemented)
+	cs, err := coll.Watch(ctx, mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: bson.D{{Key: "$in", Value: bson.A{"insert"}}}}}}}},
+		options.ChangeStream().SetFullDocument(options.UpdateLookup))
+	if err != nil {
+		t.Fatalf("{$in: [insert]} with updateLookup: %v", err)
+	}
+	_ = cs.Close(ctx)
+
+	for _, force := range []bool{false, true} {
+		err := db.RunCommand(ctx, bson.D{{Key: "compact", Value: "c"}, {Key: "force", Value: force}}).Err()
+		wantServerCode(t, fmt.Sprintf("compact (force %v)", force), err, codeCommandNotSupported)
+	}
+}
+
+// TestForgetChangesNeedsTheTestOption: without WithTestCommands the
+// command is relayed to FerretDB, which does not know it.
+func TestForgetChangesNeedsTheTestOption(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	db := c.Database("cs")
+	if _, err := db.Collection("c").InsertOne(t.Context(), doc("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RunCommand(t.Context(), bson.D{{Key: ForgetChangesCommand, Value: "c"}}).Err(); err == nil {
+		t.Fatalf("%s served without WithTestCommands", ForgetChangesCommand)
+	}
+}
+
+// TestChangeStreamKillCursors: killCursors answers for the funnel's own
+// cursors, and a getMore after it is CursorNotFound.
+func TestChangeStreamKillCursors(t *testing.T) {
+	_, c := startTestStore(t, t.TempDir())
+	db := c.Database("cs")
+	ctx := t.Context()
+	if _, err := db.Collection("c").InsertOne(ctx, doc("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	var opened bson.Raw
+	opened, err := db.RunCommand(ctx, bson.D{{Key: "aggregate", Value: "c"}, {Key: "pipeline", Value: bson.A{
+		bson.D{{Key: "$changeStream", Value: bson.D{}}}, insertsOnlyPipeline[0]}}, {Key: "cursor", Value: bson.D{}}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, ok := opened.Lookup("cursor", "id").Int64OK()
+	if !ok || id <= 0 {
+		t.Fatalf("aggregate answered %s", opened)
+	}
+	if _, err := opened.LookupErr("cursor", "postBatchResumeToken", "_data"); err != nil {
+		t.Fatalf("no postBatchResumeToken: %s", opened)
+	}
+	killed, err := db.RunCommand(ctx, bson.D{{Key: "killCursors", Value: "c"}, {Key: "cursors", Value: bson.A{id}}}).Raw()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := killed.Lookup("cursorsKilled").Array().Values(); len(got) != 1 || got[0].Int64() != id {
+		t.Fatalf("killCursors answered %s", killed)
+	}
+	err = db.RunCommand(ctx, bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: "c"}}).Err()
+	wantServerCode(t, "getMore of a killed cursor", err, codeCursorNotFound)
+}
+
+// TestChangeStreamReadsBackAfterRestart: after a restart the funnel has
+// no cached documents and reads each back by _id: string, ObjectId, int
+// and long _ids are found; a stream whose document has another _id type
+// answers an error, not a wrong event.
+func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startTestStore(t, dir)
+	coll := c.Database("cs").Collection("ids")
+	ctx := t.Context()
+	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cs.ResumeToken()
+	_ = cs.Close(ctx)
+	docs := []bson.D{
+		{{Key: "_id", Value: "s"}, {Key: "v", Value: 1}},
+		{{Key: "_id", Value: bson.NewObjectID()}, {Key: "v", Value: 2}},
+		{{Key: "_id", Value: int32(7)}, {Key: "v", Value: 3}},
+		{{Key: "_id", Value: int64(1) << 40}, {Key: "v", Value: 4}},
+		{{Key: "_id", Value: 2.5}, {Key: "v", Value: 5}},
+	}
+	for _, d := range docs {
+		if _, err := coll.InsertOne(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = c.Disconnect(ctx)
+	_ = s.Close()
+	_, c = startTestStore(t, dir)
+	cs, err = c.Database("cs").Collection("ids").Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	wctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for i, d := range docs[:4] {
+		if !cs.Next(wctx) {
+			t.Fatalf("event %d: %v", i, cs.Err())
+		}
+		var e event
+		if err := cs.Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if w := marshal(t, d); !bytesEqual(w, e.FullDocument) {
+			t.Errorf("event %d: %s, want %s", i, e.FullDocument, w)
+		}
+	}
+	if cs.Next(wctx) {
+		t.Fatalf("an event for a double _id: %s", cs.Current)
+	}
+	if cs.Err() == nil {
+		t.Fatal("no error for a document the funnel cannot read back")
+	}
+}
