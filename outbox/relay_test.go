@@ -676,17 +676,20 @@ func TestRelaySendsRoundsWithoutWaitingForEachOnesAcks(t *testing.T) {
 	}
 }
 
-// A relay that stops releases its lease, so a standby takes over at once
-// rather than after the TTL.
+// A relay that stops releases its lease, so a standby can claim it at
+// once rather than after the TTL.
 func TestRelayReleasesItsLeaseWhenItStops(t *testing.T) {
 	_, db, n, cfg := openOutbox(t)
 	ocfg := outbox.Config{Owner: "relay-1", LeaseTTL: time.Hour}
 	a := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	stopA := goRun(t, a.Run)
 	storetest.WaitFor(t, 10*time.Second, "relay-1 leading", func() bool { return metric(t, a.reg, "orderd_relay_leader") == 1 })
-	ocfg.Owner = "relay-2"
-	b := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
-	goRun(t, b.Run)
+	other := mongodb.NewLease(db, outbox.RelayLease, "relay-2", time.Hour)
+	if held, err := other.TryAcquire(t.Context()); err != nil || held {
+		t.Fatalf("relay-2's claim while relay-1 leads: %v, %v; want refused", held, err)
+	}
 	stopA()
-	storetest.WaitFor(t, 10*time.Second, "relay-2 leading within a lease of an hour", func() bool { return metric(t, b.reg, "orderd_relay_leader") == 1 })
+	if held, err := other.TryAcquire(t.Context()); err != nil || !held {
+		t.Fatalf("relay-2's claim once relay-1 stopped: %v, %v; want held within a lease of an hour", held, err)
+	}
 }
