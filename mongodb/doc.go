@@ -1,7 +1,7 @@
 // Package mongodb is the MongoDB adapter: the event log (EventStore) with
 // the client options every role connects with, the read models' storage
 // (ReadModel, Projection, Pointers, Reader), the leases instances take
-// turns under (the relay's sweep, the projections' partitions, the jobs'
+// turns under (the relay, the projections' partitions, the jobs'
 // tasks), the projector members' heartbeats, the job store, the
 // projections' dead letters, and the translation of the driver's errors.
 // It speaks the domain's types and errors (and package projection's
@@ -19,7 +19,7 @@
 //	{_id: "<stream id>:<first version>", stream_id, stream_type, first_version, last_version,
 //	 events: [{event_id, type, version, occurred_at, recorded_at, data,
 //	           correlation_id, causation_id, schema_version}],
-//	 recorded_at, published: false, published_at, idempotency_key, request_hash}
+//	 recorded_at, idempotency_key, request_hash}
 //
 // Invariant 1 (atomic, conditional append): a command's events are one
 // document, so they are stored together or not at all, whatever happens
@@ -32,8 +32,10 @@
 // they loaded or cached); the store does not read the head itself, which is
 // what lets a cached head skip the read.
 //
-// Invariant 2 (immutable events): nothing updates or deletes a commit
-// except the outbox marker (published, published_at).
+// Invariant 2 (immutable commits): nothing updates or deletes a commit
+// after its insert; the log is insert-only. (Commits that earlier versions
+// appended also hold their outbox marker, published and published_at,
+// which this version only reads in OldestUnpublished.)
 //
 // Invariant 7 (retry-safe commands): the idempotency key is stored in the
 // commit under a unique index on (stream_id, idempotency_key), partial
@@ -44,10 +46,12 @@
 // stream of the first one (a place-order without an order id gets its id
 // from the key), where the key collides.
 //
-// Invariant 3 (every committed event reaches NATS at least once): the
-// commit's published=false is the outbox. Pending reads it and
-// MarkPublished marks what JetStream acknowledged, for the relay of
-// package outbox, which also hears of each append through an AppendHook.
+// Invariant 3 (every committed event reaches NATS at least once): the log
+// is the outbox. Tail follows its change stream (read concern majority),
+// for the relay of package outbox, which saves the stream's positions as
+// checkpoints; RecordedSince reads it by recorded time (an index on
+// recorded_at), for the relay's catch-up when the stream cannot resume
+// (ChangeStreamHistoryLost: domain.ErrHistoryLost).
 //
 // Scans (rebuild, verify) read the log in log order, stream by stream: on
 // MongoDB one query sorted by _id, a walk of the _id index that holds one
@@ -60,12 +64,13 @@
 // so nothing a failover can roll back is answered, published or folded;
 // Reachability answers requests at once while every member is down.
 //
-// No multi-document transaction, change stream or TTL index is used, and
+// No multi-document transaction or TTL index is used, one change stream
+// (of the log's inserts, which the embedded store's funnel serves), and
 // one partial index, the key index, whose filter {idempotency_key:
-// {$exists: true}} the embedded store's funnel can drop without changing
-// its meaning there; so the package behaves the same on MongoDB 6+ and
-// FerretDB 1.24 (DESIGN.md §8). The event store's conformance suite
-// (storetest) proves it on any MONGODB_URI.
+// {$exists: true}} the funnel can drop without changing its meaning
+// there; so the package behaves the same on MongoDB 6+ and FerretDB 1.24.
+// The conformance suites (storetest: the event store and the change
+// stream) prove it on any MONGODB_URI.
 //
 // # Read models
 //
@@ -132,7 +137,9 @@
 // Release hands it over at once. Three sets of leases use it:
 //
 //   - Lease: one named lease of the "leases" collection, for a loop that
-//     claims and renews it (the relay's sweeper, "relay").
+//     claims and renews it (the relay's, "outbox-relay"), with the
+//     relay's checkpoint kept in the lease's document and written fenced
+//     by the claim (Lease.SaveCheckpoint).
 //   - Partitions: a projection's partitions in "projection_partitions",
 //     renewed all at once in one updateMany; Members are the heartbeats
 //     of the processes that share them, in "projection_members".
@@ -150,9 +157,9 @@
 // filters and updates here name too, so the domain keeps no storage tags
 // (document_test.go pins the stored shape).
 //
-// Durability (DESIGN.md §8): lease and job writes are w:majority, j:true
+// Durability: lease and job writes are w:majority, j:true
 // whatever the client's defaults, so no claim a failover can roll back is acted on.
-// No transaction, change stream or TTL index is used: each operation is
+// No transaction or TTL index is used: each operation is
 // one document write or one updateMany, which MongoDB applies atomically
 // per document and the embedded store's funnel runs alone, so the leases
 // behave the same on MongoDB 6+ and on FerretDB 1.24; the conformance

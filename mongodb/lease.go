@@ -31,7 +31,7 @@ var durable = func() *writeconcern.WriteConcern {
 
 // Leases is the one lease implementation: named, time-limited claims kept
 // in one collection, one document per lease, each held by one holder at a
-// time (invariant 6). The relay's sweep lease (Lease), the projections'
+// time (invariant 6). The relay's lease (Lease), the projections'
 // partitions (Partitions) and the jobs' tasks (Tasks) are all held through
 // it.
 //
@@ -310,7 +310,8 @@ func (l *Leases) decode(d bson.Raw) domain.Lease {
 }
 
 // Lease is one holder's hold on one named lease of LeasesCollection, for
-// a loop that claims it and keeps it (the relay sweeper): it remembers
+// a loop that claims it and keeps it (the relay), with the checkpoint the
+// holder keeps beside it: it remembers
 // the claim it holds, so its renewals and its release are fenced by that
 // claim's epoch. It is safe for concurrent use.
 type Lease struct {

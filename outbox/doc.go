@@ -1,17 +1,23 @@
 // Package outbox is the relay from the event log to the message bus
 // (invariant 3: every committed event reaches NATS at least once).
 //
-// A commit's published=false in the log is the outbox. Each API
-// instance's Relay hears of its own appends through the event store's
-// append hook (wired in main), publishes them at once with Nats-Msg-Id =
-// event id, and marks them once JetStream acknowledged every event; no
-// lease is needed, since the server drops a second copy. What an instance
-// leaves unpublished (a crash, a full queue, NATS down) is published by
-// the Sweeper: one instance at a time, under the "relay" Lease (invariant
-// 6), sweeps the commits still unpublished after a grace period.
+// The log is the outbox, and it is insert-only (invariant 2: a commit
+// never changes after its insert). One Relay at a time, under the
+// RelayLease (invariant 6), tails the log's change stream and publishes
+// each commit's events in commit order with Nats-Msg-Id = event id; once
+// JetStream has acknowledged a round it saves the stream's position after
+// it, with the recorded time of its last commit, as its checkpoint beside
+// the lease, fenced by the lease's epoch. A crash resumes from the
+// checkpoint, and the copies it publishes again are dropped by
+// JetStream's de-duplication and the projections' version guards. When
+// the stream cannot resume (the store lost the history after the
+// checkpoint), the relay catches up from the log by recorded time and
+// tails on: nothing is skipped, and the catch-up is logged at ERROR and
+// counted.
 //
 // The package knows neither MongoDB nor NATS: it works on three small
-// interfaces, Commits (the log's outbox reads and markers,
-// *mongodb.EventStore), Publisher (*bus.Publisher, or tracing.Publisher
-// around it) and Lease (*mongodb.Lease).
+// interfaces, Log (the log's change stream and its reads by recorded
+// time, *mongodb.EventStore), Publisher (*bus.Publisher, or
+// tracing.Publisher around it) and Lease (*mongodb.Lease, which keeps the
+// checkpoint).
 package outbox

@@ -243,10 +243,9 @@ func (c Config) Validate() error {
 type roles struct{ api, relay, projector, jobs bool }
 
 // needsBus reports whether a role of r cannot work without NATS: the
-// relay sweeps the outbox, projectors consume, jobs republish (replays).
-// The api role needs only the store: it publishes its own appends when it
-// has a NATS connection, and what it cannot publish stays in the outbox
-// for the relay role's sweep.
+// relay publishes the log, projectors consume, jobs republish (replays).
+// The api role needs only the store: what it appends, the relay role
+// publishes from the log.
 func (r roles) needsBus() bool { return r.relay || r.projector || r.jobs }
 
 func (c Config) roles() (roles, error) {

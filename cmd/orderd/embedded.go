@@ -52,7 +52,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), meter storeMeter, 
 		if c.InstanceID == "" {
 			// The data dir is this instance's alone (the store locks it):
 			// an id kept there survives a restart, so a restarted process
-			// takes back its partition and sweep leases at once instead of
+			// takes back its partition and relay leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
 				return stop, meter, err

@@ -32,8 +32,8 @@ import (
 //
 // Writes that wait for the connection go by class, then by arrival (see
 // writeClass): a command's insert into the event log does not queue behind
-// published markers and read-model writes, as it would not on MongoDB,
-// where unrelated writes do not wait for each other.
+// read-model writes, as it would not on MongoDB, where unrelated writes do
+// not wait for each other.
 //
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes

@@ -17,8 +17,8 @@ const (
 	// other insert of one document.
 	classInsert writeClass = iota
 	// classUpdate: one findAndModify, an update or delete of one
-	// statement (leases, claims), an update of guarded statements
-	// (read-model batches), or of the log (published markers).
+	// statement (leases, claims, the relay's checkpoint), or an update of
+	// guarded statements (read-model batches).
 	classUpdate
 	// classBulk: other writes of several statements (rebuild bulk
 	// inserts, say) and changes of collections and indexes.
@@ -128,17 +128,6 @@ func classOf(name string, cmd command) writeClass {
 		}
 		if _, _, _, guarded := guardedUpdates(cmd.msg); name == "update" && guarded {
 			// A read-model batch: one version-guarded write per stream.
-			return classUpdate
-		}
-		if name == "update" && cmd.collection == LogCollection {
-			// Published markers, the only update the log gets: each
-			// stands for a command whose relay waits for it. As bulks they
-			// waited out maxWriteWait behind every insert and read-model
-			// write, 64 markers a time, and under a steady load the
-			// relay's queue filled. BenchmarkSteadyLoad, one quiet run
-			// each: steady phase 257 -> 287 commands/s accepted (2,622 ->
-			// 1,903 paused for the relay), overload 281 -> 422/s; visible
-			// p99 2.4 -> 2.9 s, within a run's noise.
 			return classUpdate
 		}
 	}
