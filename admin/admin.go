@@ -24,6 +24,14 @@ type Config struct {
 	// Bus is false on an instance without a NATS connection (an api-only
 	// instance without NATS_URL): there is no consumer lag to show.
 	Bus bool
+	// Relay reads the relay's lease and checkpoint: the MongoDB adapter's
+	// *mongodb.Lease of the relay lease implements it.
+	Relay Relay
+}
+
+// Relay is the outbox relay's state as the store holds it.
+type Relay interface {
+	Status(ctx context.Context) (domain.RelayStatus, error)
 }
 
 // DeadLetters lists the parked events of a projection (all with ""), up to
@@ -53,11 +61,12 @@ type Service struct {
 	runners []*projector.Runner
 	checks  []ReadModel
 	bus     bool
+	relay   Relay
 }
 
 // New returns the admin service over cfg.
 func New(cfg Config) *Service {
-	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus}
+	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus, relay: cfg.Relay}
 }
 
 func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
@@ -150,6 +159,15 @@ func (a *Service) runner(name string) *projector.Runner {
 		}
 	}
 	return nil
+}
+
+// Relay returns the relay's owner, lease and checkpoint (zero before any
+// relay started, or when the service was built without a Relay).
+func (a *Service) Relay(ctx context.Context) (domain.RelayStatus, error) {
+	if a.relay == nil {
+		return domain.RelayStatus{}, nil
+	}
+	return a.relay.Status(ctx)
 }
 
 func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {

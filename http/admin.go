@@ -29,6 +29,8 @@ type Admin interface {
 	Job(ctx context.Context, id string) (domain.Job, error)
 	CancelJob(ctx context.Context, id string) (domain.Job, error)
 	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
+	// Relay returns the outbox relay's owner, lease and checkpoint.
+	Relay(ctx context.Context) (domain.RelayStatus, error)
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
 	// ReadModels returns each read model's document of an order beside
@@ -60,7 +62,11 @@ func (s *Server) listProjections(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"projections": ps})
+	relay, err := s.cfg.Admin.Relay(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"projections": ps, "relay": relay})
 }
 
 type rebuildRequest struct {

@@ -44,6 +44,7 @@ type fakeAdmin struct {
 	dead     map[string]error    // dead letter id -> what a retry returns
 	letters  []domain.DeadLetter // listed by DeadLetters
 	statuses []domain.ProjectionStatus
+	relay    domain.RelayStatus
 	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
 	err      error                              // returned by Projections when set
 	calls    []adminCall
@@ -219,6 +220,10 @@ func (f *fakeAdmin) Projections(context.Context) ([]domain.ProjectionStatus, err
 		return nil, f.err
 	}
 	return append([]domain.ProjectionStatus{}, f.statuses...), nil
+}
+
+func (f *fakeAdmin) Relay(context.Context) (domain.RelayStatus, error) {
+	return f.relay, nil
 }
 
 func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
@@ -853,24 +858,36 @@ func TestAdminReplay(t *testing.T) {
 	}
 }
 
-// TestAdminProjections: the projections' states under "projections".
+// TestAdminProjections: the projections' states under "projections",
+// the relay's under "relay".
 func TestAdminProjections(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	lag := uint64(17)
 	e.admin.statuses[0].ConsumerLag = &lag
 	e.admin.statuses[0].DeadLetters = 2
+	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	e.admin.relay = domain.RelayStatus{Owner: "relay-1", Epoch: 3, LeaseUntil: at.Add(10 * time.Second),
+		CheckpointRecordedAt: at.Add(-time.Second), CheckpointSavedAt: at}
 	rec := e.call(t, http.MethodGet, "/v1/admin/projections", "")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /v1/admin/projections: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, rec)
-	var body map[string][]domain.ProjectionStatus
-	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+	var body struct {
+		Projections []domain.ProjectionStatus `json:"projections"`
+		Relay       domain.RelayStatus        `json:"relay"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
 		t.Fatalf("body %q: %v", rec.Body, err)
 	}
-	ps, ok := body["projections"]
-	if !ok || len(body) != 1 || len(ps) != 2 {
-		t.Fatalf("body = %s, want {\"projections\": [two]}", rec.Body)
+	ps := body.Projections
+	if len(ps) != 2 {
+		t.Fatalf("body = %s, want {\"projections\": [two], \"relay\": ...}", rec.Body)
+	}
+	if body.Relay != e.admin.relay {
+		t.Errorf("relay = %+v, want %+v", body.Relay, e.admin.relay)
 	}
 	if ps[0].Name != "order_summaries" || ps[0].ConsumerLag == nil || *ps[0].ConsumerLag != 17 || ps[0].DeadLetters != 2 ||
 		ps[1].Name != "customer_order_stats" || ps[1].ConsumerLag != nil {

@@ -23,6 +23,16 @@ func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, er
 	return list.Projections, err
 }
 
+// Relay returns the outbox relay's owner, lease and checkpoint, as the
+// projections' route answers them (GET /v1/admin/projections).
+func (c *Client) Relay(ctx context.Context) (domain.RelayStatus, error) {
+	var list struct {
+		Relay domain.RelayStatus `json:"relay"`
+	}
+	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
+	return list.Relay, err
+}
+
 // StartRebuild starts a rebuild of the projection's read model with the
 // scan of the log split into partitions (1 to domain.MaxPartitions; 0
 // leaves it to the server). It returns the job, or an *Error wrapping

@@ -439,3 +439,21 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.
 	return l.leases.write(ctx, held, bson.D{{Key: "checkpoint", Value: bson.D{{Key: "position", Value: bson.Raw(pos)},
 		{Key: "recorded_at", Value: recordedAt}, {Key: "saved_at", Value: l.leases.now()}}}}, "save checkpoint")
 }
+
+// Status returns the lease's holder and deadline and its checkpoint's
+// times, as stored (domain.RelayStatus); zero when the lease has no
+// document. Errors: domain.ErrUnavailable.
+func (l *Lease) Status(ctx context.Context) (domain.RelayStatus, error) {
+	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return domain.RelayStatus{}, nil
+	}
+	if err != nil {
+		return domain.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
+	}
+	lease := l.leases.decode(raw)
+	st := domain.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
+	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
+	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
+	return st, nil
+}

@@ -310,7 +310,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		hc := c.HTTP
 		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil})
+			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil,
+			Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL)})
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
 			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key(), sales.Key()}, time.Second, m.Log.With("component", "admission"))

@@ -657,6 +657,9 @@ type ProblemType string
 // ProjectionList defines model for ProjectionList.
 type ProjectionList struct {
 	Projections []ProjectionStatus `json:"projections"`
+
+	// Relay The outbox relay as the store holds it: the instance holding the relay lease, and the checkpoint it saved last. Empty before any relay started.
+	Relay RelayStatus `json:"relay"`
 }
 
 // ProjectionStatus defines model for ProjectionStatus.
@@ -762,6 +765,24 @@ type ReasonRequest struct {
 type RebuildRequest struct {
 	// Partitions Partitions of the stream-id space scanned in parallel.
 	Partitions *int `json:"partitions,omitempty"`
+}
+
+// RelayStatus The outbox relay as the store holds it: the instance holding the relay lease, and the checkpoint it saved last. Empty before any relay started.
+type RelayStatus struct {
+	// CheckpointRecordedAt Recorded time of the last commit the checkpoint covers (for an idle relay, a time before its change stream's position).
+	CheckpointRecordedAt *time.Time `json:"checkpoint_recorded_at,omitempty"`
+
+	// CheckpointSavedAt When the relay saved the checkpoint: once per acknowledged round, and every 30 s when idle.
+	CheckpointSavedAt *time.Time `json:"checkpoint_saved_at,omitempty"`
+
+	// Epoch Claims of the relay lease so far: the fencing token of the current holder's checkpoint writes.
+	Epoch *int64 `json:"epoch,omitempty"`
+
+	// LeaseUntil When the holder's lease runs out unless renewed; in the past when it was released or expired.
+	LeaseUntil *time.Time `json:"lease_until,omitempty"`
+
+	// Owner Instance id of the relay holding (or last holding) the relay lease.
+	Owner *string `json:"owner,omitempty"`
 }
 
 // ReplayRequest One stream (stream_id), or every commit recorded in [from, to) (either bound may be left out), or {} for the whole log. A stream and a time range together, or from not before to, are refused with 422.

@@ -106,7 +106,34 @@ func Status(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err != nil {
 		return err
 	}
-	return printStatus(stdout, op, list, time.Now())
+	relay, err := op.api.Relay(ctx)
+	if err != nil {
+		return op.fail(ctx, err)
+	}
+	if err := printStatus(stdout, op, list, time.Now()); err != nil {
+		return err
+	}
+	return printRelay(stdout, relay, time.Now())
+}
+
+// printRelay writes the relay's line: who holds its lease, and how far
+// its checkpoint has come.
+func printRelay(w io.Writer, r domain.RelayStatus, now time.Time) error {
+	if r.Owner == "" {
+		_, err := fmt.Fprintln(w, "\nRELAY  no relay has run on this log yet: start an instance with the relay role")
+		return err
+	}
+	held := fmt.Sprintf("held by %s (epoch %d, lease for %s more)", r.Owner, r.Epoch, r.LeaseUntil.Sub(now).Round(time.Second))
+	if !r.LeaseUntil.After(now) {
+		held = fmt.Sprintf("held by nobody (last %s, epoch %d): is an instance with the relay role running?", r.Owner, r.Epoch)
+	}
+	cp := "no checkpoint yet"
+	if !r.CheckpointSavedAt.IsZero() {
+		cp = fmt.Sprintf("checkpoint at commits recorded %s (%s), saved %s", r.CheckpointRecordedAt.UTC().Format(time.RFC3339),
+			ago(now.Sub(r.CheckpointRecordedAt)), ago(now.Sub(r.CheckpointSavedAt)))
+	}
+	_, err := fmt.Fprintf(w, "\nRELAY  %s; %s\n", held, cp)
+	return err
 }
 
 // versionCell is a projection's versions: the active one, then one being

@@ -133,3 +133,29 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 }
+
+// The relay's line says who holds its lease and how far its checkpoint
+// has come, and what to do when nobody holds it.
+func TestPrintRelay(t *testing.T) {
+	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		relay domain.RelayStatus
+		want  []string
+	}{
+		{domain.RelayStatus{}, []string{"no relay has run", "relay role"}},
+		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(7 * time.Second), CheckpointRecordedAt: now.Add(-3 * time.Second), CheckpointSavedAt: now.Add(-time.Second)},
+			[]string{"held by api-1 (epoch 4, lease for 7s more)", "2026-11-27T09:59:57Z (3s ago)", "saved 1s ago"}},
+		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(-time.Minute), CheckpointRecordedAt: now.Add(-2 * time.Minute), CheckpointSavedAt: now.Add(-2 * time.Minute)},
+			[]string{"held by nobody (last api-1", "relay role running?", "(2m ago)"}},
+	} {
+		var b bytes.Buffer
+		if err := printRelay(&b, c.relay, now); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("relay %+v: %q lacks %q", c.relay, b.String(), w)
+			}
+		}
+	}
+}

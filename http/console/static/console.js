@@ -227,7 +227,8 @@
     const err = h('div', { id: 'projections-error' });
     const table = h('div', { id: 'projections-table' });
     const charts = h('div', { id: 'projections-charts' });
-    el.append(h('h2', {}, 'Projections'), status, err, table,
+    const relay = h('p', { id: 'relay', class: 'relay' });
+    el.append(h('h2', {}, 'Projections'), status, err, relay, table,
       h('h3', {}, `Lag and apply rate, last ${WINDOW_MS / 60000} minutes`),
       h('p', { class: 'muted' }, `Sampled by this page every ${SAMPLE_MS / 1000} s while it is open. Apply rate: change of the consumer's ack floor per second.`),
       charts);
@@ -247,9 +248,26 @@
         while (s.length && s[0].t < now - WINDOW_MS) s.shift();
       }
       status.textContent = `Updated ${fmtTime(new Date(now).toISOString())}`;
+      relay.replaceChildren(...relayLine(body.relay, now));
       table.replaceChildren(projectionsTable(body.projections));
       charts.replaceChildren(...body.projections.map((p) => projectionCharts(p.name, now)));
     });
+  }
+
+  // relayLine says who holds the relay's lease and how far its checkpoint
+  // has come (GET /v1/admin/projections, "relay").
+  function relayLine(r, now) {
+    if (!r || !r.owner) return [h('strong', {}, 'Relay: '), h('span', { class: 'warn', 'data-relay': 'none' }, '… no relay has run on this log yet: start an instance with the relay role')];
+    const held = r.lease_until && Date.parse(r.lease_until) > now;
+    const out = [h('strong', {}, 'Relay: '), held
+      ? h('span', { class: 'ok', 'data-relay-owner': r.owner }, `✓ held by ${r.owner} (epoch ${r.epoch})`)
+      : h('span', { class: 'bad', 'data-relay-owner': '' }, `⚠ held by nobody (last ${r.owner}): is an instance with the relay role running?`)];
+    if (r.checkpoint_saved_at) {
+      out.push(`; checkpoint at commits recorded ${fmtTime(r.checkpoint_recorded_at)}, saved ${fmtTime(r.checkpoint_saved_at)}`);
+    } else {
+      out.push('; no checkpoint yet');
+    }
+    return out;
   }
 
   // rate is the apply rate in events/s from the last two samples with an
