@@ -1,4 +1,4 @@
-// Package http is the REST API of DESIGN.md §10, server and client (imported
+// Package http is the REST API (docs/api.md), server and client (imported
 // as orderhttp): commands over POST, the order folded from the log, the read
 // models, and health, readiness and Prometheus metrics.
 //

@@ -119,7 +119,7 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Server is the REST API of DESIGN.md §10 on echo.
+// Server is the REST API (docs/api.md) on echo.
 type Server struct {
 	echo    *echo.Echo
 	http    *http.Server

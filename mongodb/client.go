@@ -29,7 +29,7 @@ const ServerSelectionTimeout = 15 * time.Second
 // replica set, journaled (w:majority, j:true), and reads see only
 // majority-committed data (readConcern majority) from the primary, so
 // nothing a failover can roll back is answered to a client, published by
-// the relay, or folded into a read model (DESIGN.md §8); writes and reads
+// the relay, or folded into a read model (docs/guarantees.md); writes and reads
 // are retried once across an election. The URI cannot weaken any of
 // these (w, j, readConcernLevel, readPreference, retryWrites and
 // retryReads in it are overridden); it may set serverSelectionTimeoutMS

@@ -22,7 +22,7 @@ const (
 	// (internal/backends/sqlite/collection.go, Filter.Len() == 1); any
 	// other filter, sort or aggregation decodes the whole collection in
 	// Go: a find on another field took 22 ms at 1k documents, 964 ms at
-	// 50k (DESIGN.md §8).
+	// 50k (docs/embedded-store.md).
 	DialectFerretDB
 )
 

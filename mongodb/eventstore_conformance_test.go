@@ -37,7 +37,7 @@ func TestConformance(t *testing.T) {
 
 // TestAtomicity races conditional writes from two processes. FerretDB
 // without the write funnel let several racers win in 964 to 990 of 1,000
-// rounds (docs/embedded-store.md, DESIGN.md §8), so 250 rounds fail such
+// rounds (docs/embedded-store.md), so 250 rounds fail such
 // a store for certain; 1,000 took 5 to 8 minutes under -race, most of
 // make test. make chaos runs the suite's full 1,000.
 func TestAtomicity(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 // {_id: name, owner, epoch, expires_at, acquired_at, renewed_at}.
 const LeasesCollection = "leases"
 
-// durable is the write concern of every lease write (DESIGN.md §8): a
+// durable is the write concern of every lease write (docs/guarantees.md): a
 // claim a failover can roll back would let two holders in.
 var durable = func() *writeconcern.WriteConcern {
 	wc := writeconcern.Majority()

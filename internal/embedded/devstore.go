@@ -9,7 +9,7 @@
 // funnel (funnel.go: every write command of every client runs alone, so
 // conditional updates are atomic) and indexes every collection's _id
 // (index.go). What still differs from MongoDB, and how the service lives
-// with it (DESIGN.md §8, README "MongoDB's guarantees"):
+// with it (docs/embedded-store.md):
 //
 //   - only a filter that is exactly {_id: v} reaches an index; any other
 //     filter is evaluated in Go over the whole collection, and any sort but
@@ -38,8 +38,8 @@
 //   - one createIndexes naming several existing indexes drops the
 //     connection;
 //   - no partial indexes; the funnel creates those that mean the same
-//     without their filter as plain indexes: any non-unique one (the
-//     outbox's index of unpublished commits), and a unique index filtered
+//     without their filter as plain indexes: any non-unique one, and a
+//     unique index filtered
 //     by {f: {$exists: true}} on a field f of its key (the event log's
 //     per-stream idempotency key index), since SQLite indexes a missing
 //     field as NULL and never compares NULLs in a unique index

@@ -22,7 +22,7 @@ import (
 //
 // Why: FerretDB 1.24 runs a conditional update as a read and a later write
 // with no transaction, so two clients racing updateOne({_id, state: old})
-// both won in ~990 of 1000 rounds (DESIGN.md §8); but a FerretDB connection
+// both won in ~990 of 1000 rounds (docs/embedded-store.md); but a FerretDB connection
 // runs its commands one after another, and through a single connection 0 of
 // 1000 rounds had two winners. Funnelling the writes gives every client, in
 // any process, MongoDB's single-document atomicity. SQLite has one writer

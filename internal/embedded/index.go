@@ -22,7 +22,7 @@ import (
 // not match to that index: every look-up by _id scanned the table (2 ms at
 // 1k documents, 59 ms at 50k). An index on the query's own expression makes
 // it 0.26 ms from 1k to 50k documents, and findOneAndUpdate 620/s at 50k
-// instead of 3/s (DESIGN.md §8). FerretDB keeps working with the extra
+// instead of 3/s (docs/embedded-store.md). FerretDB keeps working with the extra
 // index (insert, update, delete, upsert, rename, restart); listIndexes does
 // not show it, and a dropped collection's table takes it along, so it is
 // applied at start to every table and again after each write command to a

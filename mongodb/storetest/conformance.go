@@ -45,7 +45,7 @@ func RunScan(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore) {
 
 // RunConformance is the event store conformance suite: the behaviour every
 // storage backend of mongodb.EventStore must show (invariants 1, 2, 7 and 8
-// of DESIGN.md §3). newStore returns a Store on an empty database with its
+// of docs/guarantees.md). newStore returns a Store on an empty database with its
 // indexes in place, registered with Register; it is called once per
 // subtest.
 func RunConformance(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore) {
