@@ -175,7 +175,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	db := m.mongo.Database(c.Mongo.Database)
 	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
 	// instance starts and takes commands while NATS is down; it uses NATS
-	// to publish its own appends and show consumer lag on the admin API.
+	// to sample the read models' lag (admission) and show consumer lag on
+	// the admin API.
 	// Without NATS_URL it has no connection at all (js stays nil).
 	var js jetstream.JetStream
 	if c.NATS.URL != "" {
