@@ -70,11 +70,11 @@ var (
 //     with the replay tool's idempotency keys; commands the plan lists as
 //     refused are not sent (they would append nothing). Copies beyond are
 //     copy 0's commits as stored, given the copy's stream ids, commit ids,
-//     idempotency keys, new event, correlation and causation ids, the
-//     insert time as recorded_at and published: true, and inserted into
-//     the events collection with InsertMany in bulks of 1,000 (2 in
-//     flight): documents of the same shape and size, in a fraction of the
-//     time (the Service appends about 1,000 events/s here).
+//     idempotency keys, new event, correlation and causation ids, and the
+//     insert time as recorded_at, and inserted into the events collection
+//     with InsertMany in bulks of 1,000 (2 in flight): documents of the
+//     same shape and size, in a fraction of the time (the Service appends
+//     about 1,000 events/s here).
 //  2. the store's raw scan rate of the log, events/s: a Find({}) of the
 //     events collection decoding each commit to bson.Raw and counting its
 //     events, then (unless -rebuild.sorted-scan=false) the same Find
@@ -381,11 +381,11 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 // into events and returns the number of events inserted. Each copy is
 // copy 0's commits as stored, read once with one Find, with the copy's
 // stream id, commit id and idempotency key, new event, correlation and
-// causation ids (equal where copy 0's are), recorded_at the time of the
-// insert and published true; everything else, the payloads included, is
-// copy 0's. The commits go in with ordered InsertMany calls of
-// rebuildBulk documents, rebuildBulkWriters at a time, through the
-// store's normal collection and indexes.
+// causation ids (equal where copy 0's are) and recorded_at the time of
+// the insert; everything else, the payloads included, is copy 0's. The
+// commits go in with ordered InsertMany calls of rebuildBulk documents,
+// rebuildBulkWriters at a time, through the store's normal collection and
+// indexes.
 func bulkCopies(ctx context.Context, b *testing.B, events *mongo.Collection, from, to int) int64 {
 	b.Helper()
 	cur, err := events.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: "c0-"}, {Key: "$lt", Value: "c0."}}}})
@@ -473,7 +473,7 @@ func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
 		ids[old] = uuid.Must(uuid.NewV7()).String()
 		return ids[old]
 	}
-	out := make(bson.D, 0, len(c)+1)
+	out := make(bson.D, 0, len(c))
 	for _, e := range c {
 		switch e.Key {
 		case "_id":
@@ -484,8 +484,6 @@ func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
 			e.Value = strings.Replace(e.Value.(string), oldStream, stream, 1)
 		case "recorded_at":
 			e.Value = now
-		case "published", "published_at":
-			continue
 		case "events":
 			evs := e.Value.(bson.A)
 			copied := make(bson.A, len(evs))
@@ -505,7 +503,7 @@ func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
 		}
 		out = append(out, e)
 	}
-	return append(out, bson.E{Key: "published", Value: true}, bson.E{Key: "published_at", Value: now})
+	return out
 }
 
 // field is the value of key in d, of type T; it fails the benchmark when
