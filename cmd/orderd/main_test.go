@@ -664,7 +664,8 @@ func TestMain_OlistReplay(t *testing.T) {
 		}
 	}
 	// A healthy import is quiet: a warning would be work dropped and
-	// redone (markers not queued, sweeps of what the relay let go).
+	// redone (a relay round failed and published again from its
+	// checkpoint, a projection partition's lease lost or fenced).
 	if n := warnings(t); n != 0 {
 		t.Errorf("the service logged %d warnings or errors during a healthy import (see the log above)", n)
 	}

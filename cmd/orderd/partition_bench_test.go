@@ -133,8 +133,9 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	if err := bus.EnsureStream(ctx, js, cfg); err != nil {
 		b.Fatal(err)
 	}
-	// The log first, unpublished: the processes then start on an empty
-	// stream. The read models' pointers before it, as a service started
+	// The log first, none of it in the stream (the processes run no
+	// relay; the events are published below, at once): the processes then
+	// start on an empty stream. The read models' pointers before it, as a service started
 	// on an empty log writes them (on a log it would build them first).
 	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
