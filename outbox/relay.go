@@ -43,13 +43,14 @@ import (
 // publish error and passed over: the projections' gap fill reads it from
 // the log and parks its stream as poison.
 type Relay struct {
-	log     Log
-	pub     Publisher
-	lease   Lease
-	cfg     Config
-	logger  *slog.Logger
-	metrics *Metrics
-	savedAt time.Time // when this instance last saved a checkpoint
+	log       Log
+	pub       Publisher
+	lease     Lease
+	cfg       Config
+	logger    *slog.Logger
+	metrics   *Metrics
+	savedAt   time.Time // when this instance last saved a checkpoint
+	renewedAt time.Time // when it last claimed or renewed the lease
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
@@ -185,6 +186,9 @@ func (r *Relay) acquire(ctx context.Context) (bool, error) {
 		r.logger.Warn("relay lease claim failed", "err", err)
 		return false, err
 	}
+	if held {
+		r.renewedAt = time.Now()
+	}
 	return held, nil
 }
 
@@ -224,7 +228,7 @@ func (r *Relay) lead(ctx context.Context) error {
 		}
 	}
 	for {
-		err := r.tail(ctx, pos, at)
+		err := r.tail(ctx, pos)
 		if !errors.Is(err, domain.ErrHistoryLost) {
 			return err
 		}
@@ -277,7 +281,7 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time) ([]byte, time.Time
 	}
 	start, commits := time.Now(), 0
 	err = r.log.RecordedSince(ctx, since, r.cfg.BatchSize, func(batch []domain.RecordedCommit) error {
-		if err := r.renew(ctx); err != nil {
+		if err := r.renewDue(ctx); err != nil {
 			return err
 		}
 		rd := r.send(ctx, batch, nil)
@@ -382,9 +386,12 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 	return rd
 }
 
-// renew renews the lease when a third of its TTL has passed since the
-// last renewal: errLeaseLost when another instance holds it now.
-func (r *Relay) renew(ctx context.Context) error {
+// renewDue renews the lease when a third of its TTL has passed since the
+// last claim or renewal: errLeaseLost when another instance holds it now.
+func (r *Relay) renewDue(ctx context.Context) error {
+	if time.Since(r.renewedAt) < r.cfg.LeaseTTL/3 {
+		return nil
+	}
 	held, err := r.acquire(ctx)
 	if err != nil {
 		return err
@@ -412,11 +419,10 @@ func (r *Relay) save(ctx context.Context, pos []byte, at time.Time) error {
 	return nil
 }
 
-// tail publishes the log's change stream from pos (at: the recorded time
-// of the checkpoint) until ctx is done, the lease is lost or a round or
-// the stream fails.
-func (r *Relay) tail(ctx context.Context, pos []byte, at time.Time) error {
-	t := tailer{Relay: r, saved: pos, savedAt: time.Now(), renewedAt: time.Now()}
+// tail publishes the log's change stream from pos until ctx is done, the
+// lease is lost or a round or the stream fails.
+func (r *Relay) tail(ctx context.Context, pos []byte) error {
+	t := tailer{Relay: r, saved: pos, savedAt: time.Now()}
 	err := r.log.Tail(ctx, pos, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.
@@ -436,11 +442,10 @@ func (r *Relay) tail(ctx context.Context, pos []byte, at time.Time) error {
 // checkpoint saved.
 type tailer struct {
 	*Relay
-	inFlight  []*round
-	saved     []byte    // the position of the last checkpoint
-	savedAt   time.Time // when it was saved (or the tail began)
-	renewedAt time.Time
-	polledAt  time.Time // when the last batch was handed back to the stream
+	inFlight []*round
+	saved    []byte    // the position of the last checkpoint
+	savedAt  time.Time // when it was saved (or the tail began)
+	polledAt time.Time // when the last batch was handed back to the stream
 }
 
 // batch is Tail's callback: it sends commits as a round, settles the
@@ -452,11 +457,8 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 	polled := t.polledAt
 	defer func() { t.polledAt = time.Now() }()
 	ctx := context.Background()
-	if time.Since(t.renewedAt) >= t.cfg.LeaseTTL/3 {
-		if err := t.renew(ctx); err != nil {
-			return err
-		}
-		t.renewedAt = time.Now()
+	if err := t.renewDue(ctx); err != nil {
+		return err
 	}
 	if len(commits) == 0 {
 		if err := t.settle(ctx, true); err != nil {

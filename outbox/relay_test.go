@@ -464,12 +464,36 @@ func recreateLog(t *testing.T, db *mongo.Database) {
 	}
 }
 
-// When the change stream cannot resume from the checkpoint (here its
-// collection was dropped and created again), the relay catches up from
-// the log: the commits recorded since the checkpoint less the margin are
-// published, each stream's in version order, it counts the catch-up, and
-// it tails the new stream from then on. None is skipped.
+// forgetHistory makes the store forget the log's change-stream history up
+// to now, as when MongoDB's oplog has rolled past the checkpoint, with the
+// embedded store's test command; it skips the test on a store without it.
+func forgetHistory(t *testing.T, db *mongo.Database) {
+	t.Helper()
+	err := db.RunCommand(t.Context(), bson.D{{Key: embedded.ForgetChangesCommand, Value: mongodb.CommitsCollection}}).Err()
+	var se mongo.ServerError
+	if errors.As(err, &se) && (se.HasErrorCode(59) || se.HasErrorCode(115)) { // CommandNotFound, CommandNotSupported
+		t.Skipf("the store cannot forget change-stream history (%v): MongoDB's oplog rolls on its own", err)
+	}
+	if err != nil {
+		t.Fatalf("forget the log's history: %v", err)
+	}
+}
+
+// When the change stream cannot resume from the checkpoint (its history
+// was lost, or its collection was dropped and created again), the relay
+// catches up from the log: the commits recorded since the checkpoint less
+// the margin are published, each stream's in version order, it counts the
+// catch-up, and it tails the stream from then on. None is skipped.
 func TestRelayCatchesUpWhenItsStreamCannotResume(t *testing.T) {
+	for name, lose := range map[string]func(*testing.T, *mongo.Database){
+		"history forgotten":     forgetHistory,
+		"collection re-created": recreateLog,
+	} {
+		t.Run(name, func(t *testing.T) { testCatchUp(t, lose) })
+	}
+}
+
+func testCatchUp(t *testing.T, lose func(*testing.T, *mongo.Database)) {
 	s, db, n, cfg := openOutbox(t)
 	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 4, CatchUpMargin: 5 * time.Second}
 	a := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
@@ -480,7 +504,7 @@ func TestRelayCatchesUpWhenItsStreamCannotResume(t *testing.T) {
 	stopA()
 
 	want = append(want, appendCommits(t, s, 4, 2)...) // after the checkpoint
-	recreateLog(t, db)
+	lose(t, db)
 	b := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	goRun(t, b.Run)
 	waitPublished(t, n, cfg, len(want), 30*time.Second)

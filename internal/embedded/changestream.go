@@ -93,8 +93,9 @@ const (
 // ForgetChangesCommand is the test command that makes the change-stream
 // history of a collection unavailable, as when MongoDB's oplog has rolled
 // past a resume token: {forgetChangesBefore: "<collection>", $db: "<db>"}
-// makes every position of the collection up to its current end answer
-// ChangeStreamHistoryLost (286) when a stream resumes from it. The funnel
+// forgets the collection's inserts up to its current end, so that a stream
+// resuming from a position before that end answers ChangeStreamHistoryLost
+// (286); one at the end (where a stream opened now starts) resumes. The funnel
 // serves it only when the store was started WithTestCommands; the mark is
 // kept in memory, so a restart forgets it.
 const ForgetChangesCommand = "forgetChangesBefore"
@@ -544,7 +545,9 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 		s.mu.Lock()
 		w, ok := s.forgotten[string(p.uuid[:])]
 		s.mu.Unlock()
-		if ok && cur.pos <= w {
+		// A position before the mark needs events the store forgot; one at
+		// it needs none of them, as a stream opened after the forgetting.
+		if ok && cur.pos < w {
 			return refuse(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
 				fmt.Sprintf("$changeStream: the history of %s.%s up to the resume point was forgotten (%s)", cmd.db, cmd.collection, ForgetChangesCommand))
 		}
