@@ -38,12 +38,14 @@ const (
 //  4. an overload: 64 clients as fast as they are answered for 30 s.
 //
 // Each phase samples the slowest read model's lag every second
-// (orderd_admission_projection_lag), probes accepted-to-visible latency
-// after every 10th accepted command (GET order summary ?min_version, at
-// most 8 waiting), and counts the commands refused with 503
-// read-models-behind (resent after their Retry-After). A phase's lag is
-// flat when its least-squares slope over the phase's last two thirds,
-// times the phase's length, is less than one second of its commands. Run it with -benchtime 1x (make bench).
+// (orderd_admission_projection_lag), and the relay's: the commits it read
+// and JetStream has not yet acknowledged, and the age of the oldest. It
+// probes accepted-to-visible latency after every 10th accepted command
+// (GET order summary ?min_version, at most 8 waiting), and counts the
+// commands refused with 503 read-models-behind (resent after their
+// Retry-After). A phase's lag is flat when its least-squares slope over
+// the phase's last two thirds, times the phase's length, is less than one
+// second of its commands. Run it with -benchtime 1x (make bench).
 func BenchmarkSteadyLoad(b *testing.B) {
 	m := runMain(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -93,8 +95,9 @@ func BenchmarkSteadyLoad(b *testing.B) {
 	}
 	f("  failed commands: burst %d, steady %d, overload %d; probes whose wait ran out: %d, %d, %d\n",
 		burst.failed, steady.failed, over.failed, burst.stale, steady.stale, over.stale)
-	f("  relay: fullest queue share %.2f, %.2f, %.2f; appends left to the sweep %.0f, %.0f, %.0f\n",
-		burst.backlog, steady.backlog, over.backlog, burst.swept, steady.swept, over.swept)
+	f("  relay: most commits read and not yet acknowledged %.0f, %.0f, %.0f; its lag at most %.2fs, %.2fs, %.2fs; failed rounds %.0f, %.0f, %.0f\n",
+		burst.relayBehind, steady.relayBehind, over.relayBehind, burst.relayLag, steady.relayLag, over.relayLag,
+		burst.relayErrors, steady.relayErrors, over.relayErrors)
 	fmt.Fprint(os.Stdout, t.String())
 	if n := burst.failed + steady.failed + over.failed; n > 0 {
 		b.Errorf("%d commands failed", n)
@@ -112,9 +115,11 @@ type phaseResult struct {
 	stale    int
 	visible  []time.Duration
 	lags     []int64 // one a second; -1 when the service had no fresh sample
-	backlog  float64 // the relay's fullest queue share seen (orderd_relay_backlog_ratio)
-	swept    float64 // appends left to the sweep during the phase
 	busy     float64 // share of the phase the store's writer was busy
+
+	relayBehind float64 // the most commits the relay had read and JetStream not yet acknowledged (orderd_relay_commits_behind)
+	relayLag    float64 // the relay's largest lag seen, in seconds (orderd_relay_lag_seconds)
+	relayErrors float64 // the relay's failed rounds during the phase (orderd_relay_publish_errors_total)
 }
 
 func (p *phaseResult) rate() float64 { return float64(p.accepted) / p.elapsed.Seconds() }
@@ -205,7 +210,8 @@ func steadyPhase(ctx context.Context, b *testing.B, m *Main, base, name string, 
 			}
 			mu.Lock()
 			res.lags = append(res.lags, lag)
-			res.backlog = max(res.backlog, mt["orderd_relay_backlog_ratio"])
+			res.relayBehind = max(res.relayBehind, mt["orderd_relay_commits_behind"])
+			res.relayLag = max(res.relayLag, mt["orderd_relay_lag_seconds"])
 			mu.Unlock()
 		}
 	}()
@@ -244,7 +250,7 @@ func steadyPhase(ctx context.Context, b *testing.B, m *Main, base, name string, 
 	}
 
 	busy0, _ := m.StoreBusy()
-	swept0 := scrapeMetrics(ctx, hc, base)["orderd_relay_appends_left_to_sweep_total"]
+	errors0 := scrapeMetrics(ctx, hc, base)["orderd_relay_publish_errors_total"]
 	start := time.Now()
 	var wg sync.WaitGroup
 	var orders atomic.Int64
@@ -291,22 +297,23 @@ func steadyPhase(ctx context.Context, b *testing.B, m *Main, base, name string, 
 	res.elapsed = time.Since(start)
 	busy1, _ := m.StoreBusy()
 	res.busy = (busy1 - busy0).Seconds() / res.elapsed.Seconds()
-	res.swept = scrapeMetrics(ctx, hc, base)["orderd_relay_appends_left_to_sweep_total"] - swept0
+	res.relayErrors = scrapeMetrics(ctx, hc, base)["orderd_relay_publish_errors_total"] - errors0
 	<-sampled
 	probes.Wait()
 	res.accepted, res.paused, res.failed = int(accepted.Load()), int(paused.Load()), int(failed.Load())
 	return res
 }
 
-// waitCaughtUp waits until the slowest read model has applied every event
-// published, so that a phase does not start with the last one's lag.
+// waitCaughtUp waits until the relay has published every commit it read
+// and the slowest read model has applied every event published, so that a
+// phase does not start with the last one's lag.
 func waitCaughtUp(ctx context.Context, b *testing.B, base string) {
 	b.Helper()
 	hc := &http.Client{Timeout: 10 * time.Second}
 	deadline := time.Now().Add(benchDrainLimit)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		mt := scrapeMetrics(ctx, hc, base)
-		if mt != nil && mt[`orderd_projection_consumer_lag{projection="order_summaries"}`] == 0 &&
+		if mt != nil && mt["orderd_relay_commits_behind"] == 0 && mt[`orderd_projection_consumer_lag{projection="order_summaries"}`] == 0 &&
 			mt[`orderd_projection_consumer_lag{projection="customer_order_stats"}`] == 0 && mt["orderd_admission_projection_lag"] == 0 {
 			return
 		}
