@@ -42,11 +42,11 @@ func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 
 // TestReadyzPerRole: /readyz checks what each role needs, the union for a
 // process with several. The api role needs only the store (its appends
-// reach NATS through the outbox), so an api-only instance stays ready
-// while NATS is down and keeps taking commands, and starts and is ready
-// with NATS unreachable or not configured at all; relay, projector and
-// jobs need the store and the bus, and answer 503 naming the bus while
-// NATS is down.
+// reach NATS through the relay, which tails the log), so an api-only
+// instance stays ready while NATS is down and keeps taking commands, and
+// starts and is ready with NATS unreachable or not configured at all;
+// relay, projector and jobs need the store and the bus, and answer 503
+// naming the bus while NATS is down.
 func TestReadyzPerRole(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
