@@ -576,6 +576,11 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 			break
 		}
 	}
+	// An empty first batch, as MongoDB's usually is, and no operationTime:
+	// the driver resumes from a token when it has one and from the
+	// initial aggregate's operationTime only when it has none
+	// (mongo/change_stream.go, executeOperation and replaceOptions), and
+	// it keeps the postBatchResumeToken of this empty batch as its token.
 	return answer(c, req, cmd, cursorReply(cur, "firstBatch", bson.A{}))
 }
 
