@@ -612,7 +612,7 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 	s := f.streams
 	body := cmd.msg.body()
 	if coll, _ := body.Lookup("collection").StringValueOK(); coll != cur.coll || cmd.db != cur.db {
-		return answer(c, req, cmd, refusal(codeBadValue, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
+		return answer(c, req, cmd, refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
 	}
 	if !cur.inUse.TryLock() {
 		return answer(c, req, cmd, refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)))
