@@ -41,7 +41,10 @@ import (
 //     default) and is woken by the funnel when an insert into the
 //     collection commits; killCursors closes it; a cursor is dropped when
 //     the client connection that last used it closes (a getMore on it then
-//     answers CursorNotFound, on which the driver resumes);
+//     answers CursorNotFound, on which the driver resumes). A document an
+//     upsert created is a row like any other and is reported as an
+//     insert, as on MongoDB, but only an insert command wakes a waiting
+//     getMore: it is reported at the next insert or when the wait ends;
 //   - order and resume tokens are the store's own commit order: the rowid
 //     of the collection's SQLite table (one writer; FerretDB writes a new
 //     row at max(rowid)+1, so in an insert-only collection rowid order is
@@ -79,6 +82,7 @@ import (
 // Error codes from MongoDB's error_codes.yml.
 const (
 	codeCursorNotFound            = 43
+	codeCursorInUse               = 292
 	codeCommandNotSupported       = 115
 	codeInvalidResumeToken        = 260
 	codeChangeStreamHistLost      = 286
@@ -129,9 +133,10 @@ type streams struct {
 type streamCursor struct {
 	id       int64
 	db, coll string
-	uuid     [16]byte // zero while the collection did not exist
-	pos      int64    // the rowid reported last (or examined last)
-	owner    net.Conn // the client connection that used it last
+	uuid     [16]byte   // zero while the collection did not exist
+	pos      int64      // the rowid reported last (or examined last)
+	owner    net.Conn   // the client connection that used it last
+	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
 
 func newStreams(dir string, testCommands bool) *streams {
@@ -209,6 +214,11 @@ func (s *streams) handle(db string) (*sql.DB, error) {
 	defer s.mu.Unlock()
 	if h := s.dbs[db]; h != nil {
 		return h, nil
+	}
+	select {
+	case <-s.stop:
+		return nil, errors.New("the store is closing")
+	default:
 	}
 	if db == "" || db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
 		return nil, fmt.Errorf("database name %q", db)
@@ -569,6 +579,11 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 			break
 		}
 	}
+	// An empty first batch, as MongoDB's usually is, and no operationTime:
+	// the driver resumes from a token when it has one and from the
+	// initial aggregate's operationTime only when it has none
+	// (mongo/change_stream.go, executeOperation and replaceOptions), and
+	// it keeps the postBatchResumeToken of this empty batch as its token.
 	return answer(c, req, cmd, cursorReply(cur, "firstBatch", bson.A{}))
 }
 
@@ -600,8 +615,12 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 	s := f.streams
 	body := cmd.msg.body()
 	if coll, _ := body.Lookup("collection").StringValueOK(); coll != cur.coll || cmd.db != cur.db {
-		return answer(c, req, cmd, refusal(codeBadValue, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
+		return answer(c, req, cmd, refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
 	}
+	if !cur.inUse.TryLock() {
+		return answer(c, req, cmd, refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)))
+	}
+	defer cur.inUse.Unlock()
 	s.mu.Lock()
 	cur.owner = c
 	s.mu.Unlock()
@@ -794,6 +813,18 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 	case "aggregate":
 		if !isChangeStream(cmd.msg.body()) {
 			return false, nil
+		}
+		u, err := up()
+		if err != nil {
+			return true, err
+		}
+		vs, err := f.views.of(u, cmd.db)
+		if err != nil {
+			return true, err
+		}
+		if _, isView := vs[cmd.collection]; isView {
+			return true, answer(c, req, cmd, refusal(codeViewNotSupport, "CommandNotSupportedOnView",
+				fmt.Sprintf("$changeStream cannot run on a view: %s.%s", cmd.db, cmd.collection)))
 		}
 		return true, f.openStream(c, req, cmd)
 	case "getmore":

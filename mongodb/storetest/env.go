@@ -4,7 +4,8 @@
 // binary, on a temp dir; in a process of its own when the test binary runs
 // under the race detector) and an embedded NATS server (one per test, port
 // -1). Every test gets its own database, dropped in cleanup. It also holds
-// the event store conformance suite (RunConformance).
+// the event store conformance suite (RunConformance) and the change-stream
+// suite (RunChangeStream).
 package storetest
 
 import (
