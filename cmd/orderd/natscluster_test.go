@@ -28,13 +28,20 @@ import (
 // and the partition's summaries consumer have leaders again, to have an
 // order placed at the kill in its read model: the relay's publish and the
 // projector's consume both resumed, and the projector through what the
-// stream stored ahead of the order, the outbox's backlog of the election.
+// stream stored ahead of the order: the commits the log took during the
+// election, which the relay published once the stream led again.
 // The in-process test of the same fault (projector,
 // TestNATSClusterLosesNodes), whose orders are placed once the leaders
 // are back and whose load is light, measured up to 13 s on a machine
 // whose cores were all busy; a consumer parked on a dead leader would
 // stall its partition for the 30 s ack wait.
 const natsClusterResume = 20 * time.Second
+
+// natsClusterRelayCaughtUp is the relay lag (orderd_relay_lag_seconds: the
+// age of the oldest commit it has read and JetStream not yet acknowledged)
+// below which a node is killed: the relay is then publishing the load as
+// it comes, not what the log took during the last fault.
+const natsClusterRelayCaughtUp = 2 * time.Second
 
 // TestChaos_NATSClusterLosesNodes runs the service against a three-node
 // JetStream cluster (bustest, in the test process), the stream and the
@@ -43,9 +50,9 @@ const natsClusterResume = 20 * time.Second
 // kills the stream leader's node (crash-like: its routes cut, then
 // stopped), starts it again on its ports and store and waits until its
 // replica has caught up, then does the same to the meta leader's node
-// (three rounds of both with -chaos.long); each kill waits until the
-// relays have worked the last one's backlog down to less than half their
-// queues. Right after each kill it places one order in each partition and
+// (three rounds of both with -chaos.long); each kill waits until the relay
+// has published what the log took during the last one (a relay leader,
+// and its lag below natsClusterRelayCaughtUp). Right after each kill it places one order in each partition and
 // measures, partition by partition, when the order is in the summaries
 // read model over HTTP, and when the stream and that partition's
 // summaries consumer had leaders again: each partition must resume within
@@ -88,21 +95,26 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 	kills, underLoad, paused := 0, 0, 0
 	lose := func(round int, role string, node int) {
 		t.Helper()
-		// A node dies once the relays have published and marked the
-		// previous fault's backlog down to less than half their queues,
-		// where the APIs take commands again: each round measures its own
-		// fault.
-		var backlog []float64
+		// A node dies once the relay has published what the log took
+		// during the previous fault: one instance leads the relay, and the
+		// oldest commit it has read and JetStream not yet acknowledged is
+		// younger than natsClusterRelayCaughtUp. Each round measures its
+		// own fault.
+		var leaders, lags []float64
 		draining := time.Now()
 		if !waitFor(2*time.Minute, 200*time.Millisecond, func() bool {
-			backlog = backlog[:0]
+			leaders, lags = leaders[:0], lags[:0]
 			for _, a := range apis {
-				backlog = append(backlog, metric(t, &client{t: t, base: a.url(), http: &http.Client{Timeout: 10 * time.Second}}, "orderd_relay_backlog_ratio"))
+				cl := &client{t: t, base: a.url(), http: &http.Client{Timeout: 10 * time.Second}}
+				leaders = append(leaders, metric(t, cl, "orderd_relay_leader"))
+				lags = append(lags, metric(t, cl, "orderd_relay_lag_seconds"))
 			}
-			return slices.Max(backlog) < 0.5
+			return slices.Max(leaders) == 1 && slices.Max(lags) < natsClusterRelayCaughtUp.Seconds()
 		}) {
-			t.Fatalf("round %d: the relays' queues %v full two minutes after the last fault; want below half", round, backlog)
+			t.Fatalf("round %d: two minutes after the last fault the relay leaders are %v and their lags %vs; want one leader, lag below %v",
+				round, leaders, lags, natsClusterRelayCaughtUp)
 		}
+		c.busFaults = true
 		select {
 		case <-done:
 		default:
@@ -113,7 +125,8 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		killed := time.Now()
 		c.nodes.Kill(node)
 		// The probes go out at once: commands are taken while the
-		// cluster elects, and what they append waits in the outbox.
+		// cluster elects, and what they append waits in the log for the
+		// relay.
 		probed := make(chan probeResult, 1)
 		go func() {
 			probed <- c.probePartitions(apis, fmt.Sprintf("natscluster-probe-%d-%s", round, role), partitions, killed)
@@ -158,8 +171,8 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		}
 		recovered := slices.Max(r.visible)
 		worstAfterKill, worstAfterLed = max(worstAfterKill, recovered), max(worstAfterLed, resumed[slowest])
-		t.Logf("round %d: %s leader %s killed at %s (the relays' queues %.0f%% full at most, after %v waiting for them to drain below half); the stream led again after %v, every consumer after %v (%d of %d kept their leaders)",
-			round, role, c.nodes.Name(node), killed.Format("15:04:05.000"), 100*slices.Max(backlog), killed.Sub(draining).Round(time.Millisecond),
+		t.Logf("round %d: %s leader %s killed at %s (the relay's lag %.3fs, after %v waiting for it to catch up); the stream led again after %v, every consumer after %v (%d of %d kept their leaders)",
+			round, role, c.nodes.Name(node), killed.Format("15:04:05.000"), slices.Max(lags), killed.Sub(draining).Round(time.Millisecond),
 			streamLed.Round(time.Millisecond), slices.Max(slices.Collect(maps.Values(consumersLed))).Round(time.Millisecond), kept, len(consumers))
 		if r.paused > 0 {
 			t.Logf("round %d: %d places of probe orders paused by the service and sent again; the first answer: %s", round, r.paused, r.pause)
@@ -181,7 +194,7 @@ func TestChaos_NATSClusterLosesNodes(t *testing.T) {
 		lose(round, "meta", c.nodes.WaitMetaLeader(30*time.Second))
 	}
 	rep := wait()
-	t.Logf("loadgen: %d answers were pauses (the service's relay or read models behind), each sent again after its Retry-After", rep.Paused)
+	t.Logf("loadgen: %d answers were pauses (the read models behind), each sent again after its Retry-After", rep.Paused)
 	if underLoad == 0 || rep.Acked == 0 || rep.Races == 0 {
 		t.Fatalf("the run proved little: %d of %d kills under load, %d commands acknowledged, %d races", underLoad, kills, rep.Acked, rep.Races)
 	}
@@ -237,7 +250,7 @@ type probeResult struct {
 // probePartitions places one order in each of n partitions, "<prefix>-NNN"
 // through apis in turn, and reads each one's summary over HTTP (waiting
 // with ?min_version=1) until it is there, for at most two minutes. A place
-// the service pauses, its relay or read models behind, is sent again
+// the service pauses, its read models behind, is sent again
 // after the Retry-After with the same Idempotency-Key, as a client does;
 // any other refusal fails the probe. It runs outside the test's
 // goroutine: a failure is in the result's err.
