@@ -18,23 +18,6 @@ var insertsOnlyPipeline = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "o
 // within bounds a wait that only a deadlock would exceed.
 const within = 30 * time.Second
 
-func startTestStore(t *testing.T, dir string) (*Store, *mongo.Client) {
-	t.Helper()
-	s, err := StartStore(dir, "127.0.0.1:0", nil, WithTestCommands())
-	if err != nil {
-		t.Fatalf("start store: %v", err)
-	}
-	c, err := mongo.Connect(options.Client().ApplyURI(s.URI))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Disconnect(context.Background())
-		_ = s.Close()
-	})
-	return s, c
-}
-
 type event struct {
 	OperationType string         `bson:"operationType"`
 	FullDocument  bson.Raw       `bson:"fullDocument"`
@@ -107,7 +90,7 @@ func wantServerCode(t *testing.T, what string, err error, code int) {
 // documents as inserted; a duplicate-key loser of an unordered insert
 // never appears; an idle getMore is woken by an insert.
 func TestChangeStreamReportsInsertsInCommitOrder(t *testing.T) {
-	_, c := startTestStore(t, t.TempDir())
+	_, c := startStore(t, t.TempDir(), WithTestCommands())
 	coll := c.Database("cs").Collection(LogCollection)
 	ctx := t.Context()
 	if _, err := coll.InsertOne(ctx, doc("before", 0)); err != nil {
@@ -176,7 +159,7 @@ func TestChangeStreamReportsInsertsInCommitOrder(t *testing.T) {
 // ForgetChangesCommand, answers ChangeStreamHistoryLost.
 func TestChangeStreamResumes(t *testing.T) {
 	dir := t.TempDir()
-	s, c := startTestStore(t, dir)
+	s, c := startStore(t, dir, WithTestCommands())
 	db := c.Database("cs")
 	coll := db.Collection(LogCollection)
 	ctx := t.Context()
@@ -228,7 +211,7 @@ func TestChangeStreamResumes(t *testing.T) {
 	// documents are read back).
 	_ = c.Disconnect(ctx)
 	_ = s.Close()
-	s, c = startTestStore(t, dir)
+	s, c = startStore(t, dir, WithTestCommands())
 	cs, err = resume(c, saved)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +271,7 @@ func TestChangeStreamResumes(t *testing.T) {
 // and compact (which could renumber
 // the rows streams are ordered by).
 func TestChangeStreamRefusals(t *testing.T) {
-	_, c := startTestStore(t, t.TempDir())
+	_, c := startStore(t, t.TempDir(), WithTestCommands())
 	db := c.Database("cs")
 	coll := db.Collection("c")
 	ctx := t.Context()
@@ -344,7 +327,7 @@ func TestForgetChangesNeedsTheTestOption(t *testing.T) {
 // TestChangeStreamKillCursors: killCursors answers for the funnel's own
 // cursors, and a getMore after it is CursorNotFound.
 func TestChangeStreamKillCursors(t *testing.T) {
-	_, c := startTestStore(t, t.TempDir())
+	_, c := startStore(t, t.TempDir(), WithTestCommands())
 	db := c.Database("cs")
 	ctx := t.Context()
 	if _, err := db.Collection("c").InsertOne(ctx, doc("a", 1)); err != nil {
@@ -380,7 +363,7 @@ func TestChangeStreamKillCursors(t *testing.T) {
 // answers an error, not a wrong event.
 func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	s, c := startTestStore(t, dir)
+	s, c := startStore(t, dir, WithTestCommands())
 	coll := c.Database("cs").Collection("ids")
 	ctx := t.Context()
 	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
@@ -403,7 +386,7 @@ func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
 	}
 	_ = c.Disconnect(ctx)
 	_ = s.Close()
-	_, c = startTestStore(t, dir)
+	_, c = startStore(t, dir, WithTestCommands())
 	cs, err = c.Database("cs").Collection("ids").Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
 	if err != nil {
 		t.Fatal(err)
