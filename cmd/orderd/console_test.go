@@ -442,7 +442,10 @@ func TestConsole(t *testing.T) {
 				Metadata: domain.Metadata{CorrelationID: "corr-con-dl", CausationID: fmt.Sprintf("cmd-con-dl-%d", v), SchemaVersion: domain.CurrentSchema(d.EventType())}}
 		}
 		v2, v3 := event(2, domain.OrderApproved{}), event(3, domain.OrderShipped{})
-		publishEvent(t, m, v3)
+		// Under a message id of its own: the relay publishes the log's v3,
+		// once appended below, under the event's id, which JetStream's
+		// de-duplication would otherwise drop as this message's copy.
+		publishEvent(t, m, v3, v3.ID+"-poison")
 
 		p.open("#/dead-letters", "dead-letters")
 		p.waitJS(30*time.Second, "the poison event on the page, once per projection",
@@ -462,7 +465,12 @@ func TestConsole(t *testing.T) {
 			`document.querySelector('#retry-log li[data-result="failed"] .problem[data-problem-type="/problems/retry-failed"][data-status="409"]') !== null`)
 
 		// The fix: the log gets v2 and v3 (the ids of the events parked),
-		// so the gap can be filled; then retry all of the stream.
+		// which the relay, tailing the log, publishes and the projections
+		// apply; then retry all of the stream: the parked v3 is at or
+		// below each read model's version by then, so each retry succeeds
+		// and the list empties. (Waiting for the relay first: a retry
+		// before it would apply the parked copy of v3, which carries the
+		// poison's recorded time, not the log's.)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		es := mongodb.NewEventStore(m.mongo.Database(m.Config.Mongo.Database))
@@ -470,6 +478,7 @@ func TestConsole(t *testing.T) {
 			Events: []domain.Event{v2, v3}}); err != nil {
 			t.Fatalf("append v2 and v3 of con-dl: %v", err)
 		}
+		c.summaryEqualsOrder("con-dl", 3)
 		p.waitJS(10*time.Second, "the retry-all button", `document.querySelector('#dead-table button.retry-stream[data-stream="con-dl"]') !== null`)
 		p.run(10*time.Second, "retry all of con-dl", chromedp.Click(`#dead-table button.retry-stream[data-stream="con-dl"]`))
 		p.waitJS(30*time.Second, "both retries applied and the list empty",
@@ -591,8 +600,8 @@ func activeCollection(t *testing.T, c *client, projection string) string {
 }
 
 // publishEvent publishes e to the service's JetStream stream as the relay
-// would, with its id as Nats-Msg-Id, without it being in the log.
-func publishEvent(t *testing.T, m *Main, e domain.Event) {
+// would, with msgID as Nats-Msg-Id, without it being in the log.
+func publishEvent(t *testing.T, m *Main, e domain.Event, msgID string) {
 	t.Helper()
 	body, err := domain.MarshalEvent(e)
 	if err != nil {
@@ -610,7 +619,7 @@ func publishEvent(t *testing.T, m *Main, e domain.Event) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	msg := &nats.Msg{Subject: subjectPrefix + "." + e.StreamID, Data: body, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	if ack, err := js.PublishMsg(ctx, msg); err != nil || ack.Duplicate {
 		t.Fatalf("publish %s: %v (ack %+v)", e.ID, err, ack)
 	}
