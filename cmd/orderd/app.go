@@ -160,7 +160,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log); err != nil {
+	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log, ln.Addr().String()); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 
