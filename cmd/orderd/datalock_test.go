@@ -38,6 +38,7 @@ func TestMain_DataDirLocked(t *testing.T) {
 			t.Errorf("refusal %q does not mention %q", err, want)
 		}
 	}
+	t.Logf("refused: %v", err)
 	if second.HTTPAddr != "" {
 		t.Errorf("the refused server serves HTTP on %s", second.HTTPAddr)
 	}
