@@ -56,6 +56,7 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
+	devToken     bool // the admin token is the development mode's own (devMode)
 	store        storeMeter // the embedded store's writer; zero on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
@@ -161,8 +162,17 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
+	dev := devMode(c)
 	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log, ln.Addr().String()); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
+	}
+	if dev {
+		// Reachable from this machine only: the console opens without a
+		// token to choose, and the printed link carries it.
+		if c.HTTP.AdminToken, err = keptAdminToken(c.Embedded.DataDir); err != nil {
+			return err
+		}
+		m.devToken = true
 	}
 
 	// Majority writes and reads; a wait in server selection long enough
@@ -427,9 +437,16 @@ func (m *Main) printEmbedded(store, bus bool) {
 	if bus {
 		fmt.Fprintf(out, "  NATS JetStream   %s   files in %s\n", c.NATS.URL, filepath.Join(dir, "nats"))
 	}
-	if c.HTTP.AdminToken == "" {
+	switch {
+	case c.HTTP.AdminToken == "":
 		fmt.Fprintf(out, "  admin API        off: start with ADMIN_TOKEN set to rebuild, verify or see status\n")
-	} else {
+	case m.devToken:
+		if r, _ := c.roles(); r.api {
+			fmt.Fprintf(out, "  console          http://%s/console/#token=%s\n", m.HTTPAddr, c.HTTP.AdminToken)
+		}
+		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s):\n", filepath.Join(dir, "admin-token"))
+		fmt.Fprintf(out, "                   export ADMIN_TOKEN=%s   # for orderd status, rebuild, verify\n", c.HTTP.AdminToken)
+	default:
 		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
 	}
 	fmt.Fprintf(out, "Stop with Ctrl-C; the data stays for the next start.\n\n")
