@@ -56,7 +56,7 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
-	devToken     bool // the admin token is the development mode's own (devMode)
+	devToken     bool       // the admin token is the development mode's own (devMode)
 	store        storeMeter // the embedded store's writer; zero on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
