@@ -109,7 +109,9 @@ const serveEnvOnly = `
 Environment only:
   ADMIN_TOKEN
     	bearer token of the admin routes (/v1/admin, the console) and of the
-    	rebuild and verify commands; unset: the admin routes are off
+    	rebuild and verify commands; unset: the admin routes are off, except
+    	with both servers embedded and -http-addr on loopback, which makes a
+    	token kept in <data-dir>/admin-token and prints the console's link
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT
     	OTLP/HTTP endpoint traces are exported to; unset: no tracing
   OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, other OTEL_EXPORTER_OTLP_*
