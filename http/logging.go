@@ -2,24 +2,25 @@ package http
 
 import (
 	"log/slog"
-	"net/http"
 	"time"
 
 	"github.com/labstack/echo/v4"
 )
 
 // logRequests writes one structured line per request with its request
-// and correlation ids: commands (POST) at info, reads at debug. 5xx
+// and correlation ids: at debug, so a healthy service under load keeps a
+// quiet log, and at warn when it took longer than slow. 5xx
 // answers are also logged, with their error, by the error handler.
-func logRequests(log *slog.Logger) echo.MiddlewareFunc {
+func logRequests(log *slog.Logger, slow time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			start := time.Now()
 			err := next(c)
+			took := time.Since(start)
 			req := c.Request()
 			level := slog.LevelDebug
-			if req.Method == http.MethodPost {
-				level = slog.LevelInfo
+			if took > slow {
+				level = slog.LevelWarn
 			}
 			if !log.Enabled(req.Context(), level) {
 				return err
@@ -29,7 +30,7 @@ func logRequests(log *slog.Logger) echo.MiddlewareFunc {
 				status = toProblem(err).Status
 			}
 			log.Log(req.Context(), level, "request", "method", req.Method, "route", c.Path(), "status", status,
-				"duration_ms", float64(time.Since(start).Microseconds())/1000,
+				"duration_ms", float64(took.Microseconds())/1000,
 				"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "correlation_id", correlationID(c))
 			return err
 		}

@@ -75,6 +75,9 @@ type Config struct {
 	MaxSummaryWait time.Duration // largest ?wait a client may ask for [30s]
 	MaxInFlight    int           // concurrent requests before 503 [1024]
 	MaxWaits       int           // concurrent ?min_version waits before 503 [256]
+	// SlowRequest is how long a request may take before its log line is
+	// a warning rather than debug [1s].
+	SlowRequest time.Duration
 
 	// Slow clients: the request line and headers must arrive within
 	// ReadHeaderTimeout [5s], the whole request within ReadTimeout [30s];
@@ -101,6 +104,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxWaits <= 0 {
 		c.MaxWaits = 256
+	}
+	if c.SlowRequest <= 0 {
+		c.SlowRequest = time.Second
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = 5 * time.Second
@@ -150,7 +156,7 @@ func NewServer(cfg Config) *Server {
 	// for them), so a wrong method there got 404, not 405 with Allow. No
 	// route outside /v1 takes a body. The admin group keeps its token
 	// check: before it, nothing tells which admin routes exist.
-	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
+	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log, cfg.SlowRequest), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
 		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
 
 	ops := operations{Server: s, consolePage: echo.WrapHandler(console.Handler())}

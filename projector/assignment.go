@@ -79,7 +79,9 @@ func (r *Runner) step(ctx context.Context) {
 	share := fairShare(r.cfg.Partitions, len(members), me)
 
 	// Above the share (a member joined): release the highest partitions,
-	// each once its workers have stopped.
+	// each once its workers have stopped. One line per pass, not per
+	// partition: a rebalance moves many at once.
+	var released []int
 	for len(r.owned) > share {
 		p := slices.Max(slices.Collect(maps.Keys(r.owned)))
 		lease := r.owned[p].lease
@@ -87,13 +89,28 @@ func (r *Runner) step(ctx context.Context) {
 		if _, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) { return true, r.release(ctx, lease) }); err != nil {
 			r.log.Warn("projection partition release failed; it expires instead", "partition", p, "err", err)
 		}
-		r.log.Info("projection partition released to rebalance", "partition", p, "members", len(members), "share", share)
+		released = append(released, p)
+	}
+	if len(released) > 0 {
+		slices.Sort(released)
+		r.log.Info("projection partitions released to rebalance", "partitions", released, "count", len(released),
+			"owned", len(r.owned), "members", len(members), "share", share)
 	}
 	// Below it (a member left or died): claim free and expired
 	// partitions, starting at this member's place in the ring so that
 	// claimants rarely race for the same one.
 	now := time.Now()
 	began := now
+	var claimed []int
+	defer func() {
+		// One line per pass, however it ended: a start claims every
+		// partition at once.
+		if len(claimed) > 0 {
+			slices.Sort(claimed)
+			r.log.Info("projection partitions claimed: consuming", "partitions", claimed, "count", len(claimed),
+				"owned", len(r.owned), "members", len(members), "share", share)
+		}
+	}()
 	for i := range leases {
 		if len(r.owned) >= share || time.Since(began) > ttl/2 || ctx.Err() != nil {
 			break
@@ -120,6 +137,7 @@ func (r *Runner) step(ctx context.Context) {
 		}
 		if ok {
 			r.start(ctx, p, lease)
+			claimed = append(claimed, p)
 		}
 	}
 	r.metrics.setOwned(r.name, len(r.owned))
@@ -145,7 +163,6 @@ func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
 	if r.cfg.OnOwnership != nil {
 		r.cfg.OnOwnership(r.name, p, true)
 	}
-	r.log.Info("projection partition claimed: consuming", "partition", p)
 	go func() {
 		defer close(tn.done)
 		r.consumePartition(pctx, tn)

@@ -305,7 +305,7 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 // TestAdminCLI_AdminRoutesOff checks the hint given when the service runs
 // without ADMIN_TOKEN: its admin routes answer 404 like any unknown path.
 func TestAdminCLI_AdminRoutesOff(t *testing.T) {
-	m := runMain(t)
+	m := runMainDir(t, t.TempDir(), func(c *Config) { c.noDevToken = true })
 	r := runCLI(t, operator.Verify, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://" + m.HTTPAddr}, "order_summaries")
 	if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 404") || !strings.Contains(r.err.Error(), "without ADMIN_TOKEN") {
 		t.Errorf("admin routes off: %v", r.err)

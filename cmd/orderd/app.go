@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -55,6 +56,7 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
+	devToken     bool       // the admin token is the development mode's own (devMode)
 	store        storeMeter // the embedded store's writer; zero on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
@@ -107,7 +109,9 @@ const serveEnvOnly = `
 Environment only:
   ADMIN_TOKEN
     	bearer token of the admin routes (/v1/admin, the console) and of the
-    	rebuild and verify commands; unset: the admin routes are off
+    	rebuild and verify commands; unset: the admin routes are off, except
+    	with both servers embedded and -http-addr on loopback, which makes a
+    	token kept in <data-dir>/admin-token and prints the console's link
   OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT
     	OTLP/HTTP endpoint traces are exported to; unset: no tracing
   OTEL_EXPORTER_OTLP_HEADERS, OTEL_EXPORTER_OTLP_TIMEOUT, other OTEL_EXPORTER_OTLP_*
@@ -160,29 +164,51 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log); err != nil {
+	dev := devMode(c)
+	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log, ln.Addr().String()); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
+	}
+	if dev {
+		// Reachable from this machine only: the console opens without a
+		// token to choose, and the printed link carries it.
+		if c.HTTP.AdminToken, err = keptAdminToken(c.Embedded.DataDir); err != nil {
+			return err
+		}
+		m.devToken = true
 	}
 
 	// Majority writes and reads; a wait in server selection long enough
 	// for an election, and a prompt 503 while every member is down (see
 	// mongodb.ClientOptions and Reachability).
 	reach := mongodb.NewReachability()
+	m.Log.Info("connecting to the store", "url", redact(c.Mongo.URI))
 	m.mongo, err = mongo.Connect(mongodb.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
-		return fmt.Errorf("mongodb: %w", err)
+		return fmt.Errorf("store %s: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), err)
+	}
+	// A store that does not answer is said at start, with what to change,
+	// rather than by the first command or index build.
+	pingCtx, cancelPing := context.WithTimeout(ctx, connectWait)
+	err = m.mongo.Ping(pingCtx, nil)
+	cancelPing()
+	if err != nil {
+		return fmt.Errorf("store %s not reachable within %v: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), connectWait, err)
 	}
 	db := m.mongo.Database(c.Mongo.Database)
-	// Connecting does not wait for NATS (RetryOnFailedConnect): an api-only
-	// instance starts and takes commands while NATS is down; it uses NATS
-	// to sample the read models' lag (admission) and show consumer lag on
-	// the admin API.
-	// Without NATS_URL it has no connection at all (js stays nil).
+	// An api-only instance does not wait for NATS (RetryOnFailedConnect):
+	// it starts and takes commands while NATS is down; it uses NATS to
+	// sample the read models' lag (admission) and show consumer lag on the
+	// admin API. Without NATS_URL it has no connection at all (js stays
+	// nil). The roles that need the bus wait for the connection, up to
+	// connectWait, and fail the start without it, with what to change.
 	var js jetstream.JetStream
 	if c.NATS.URL != "" {
 		natsLog := m.Log.With("component", "nats")
+		m.Log.Info("connecting to NATS", "url", redact(c.NATS.URL), "required", r.needsBus())
+		w := newConnectWatch()
 		m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
 			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
+			nats.ConnectHandler(w.connected), nats.ReconnectErrHandler(w.failed),
 			// The client's asynchronous errors in the service's log, with
 			// the subscription's subject, instead of its own line on
 			// stderr. A pull consumer's messages dropped as a slow
@@ -195,7 +221,12 @@ func (m *Main) Run(ctx context.Context) (err error) {
 				natsLog.Warn("nats client error", "subject", subject, "err", err)
 			}))
 		if err != nil {
-			return fmt.Errorf("nats: %w", err)
+			return fmt.Errorf("NATS %s: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), err)
+		}
+		if r.needsBus() && !m.nc.IsConnected() {
+			if err := w.wait(ctx, m.nc); err != nil {
+				return fmt.Errorf("NATS %s not reachable within %v: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), connectWait, err)
+			}
 		}
 		// Acks the relay gave up on must not stay pending in the client; the
 		// window bounds the relay's (and replays') publishes awaiting acks.
@@ -340,6 +371,49 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	return nil
 }
 
+// connectWait bounds the wait for the store and, for the roles that need
+// it, NATS at start: longer than a replica set's election (10-12 s).
+const connectWait = 15 * time.Second
+
+// connectWatch follows a NATS client's first connection, which
+// RetryOnFailedConnect makes in the background.
+type connectWatch struct {
+	up   chan struct{}
+	last atomic.Pointer[error] // the last attempt's error
+}
+
+func newConnectWatch() *connectWatch { return &connectWatch{up: make(chan struct{}, 1)} }
+
+func (w *connectWatch) connected(*nats.Conn) {
+	select {
+	case w.up <- struct{}{}:
+	default:
+	}
+}
+
+func (w *connectWatch) failed(_ *nats.Conn, err error) { w.last.Store(&err) }
+
+// wait waits up to connectWait for nc's first connection. Its error is
+// the last attempt's, or ctx's.
+func (w *connectWatch) wait(ctx context.Context, nc *nats.Conn) error {
+	t := time.NewTimer(connectWait)
+	defer t.Stop()
+	select {
+	case <-w.up:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	if nc.IsConnected() {
+		return nil
+	}
+	if err := w.last.Load(); err != nil {
+		return *err
+	}
+	return errors.New("no answer")
+}
+
 // printEmbedded tells a newcomer what the embedded mode started, where its
 // data lives and how to reach it.
 func (m *Main) printEmbedded(store, bus bool) {
@@ -365,9 +439,16 @@ func (m *Main) printEmbedded(store, bus bool) {
 	if bus {
 		fmt.Fprintf(out, "  NATS JetStream   %s   files in %s\n", c.NATS.URL, filepath.Join(dir, "nats"))
 	}
-	if c.HTTP.AdminToken == "" {
+	switch {
+	case c.HTTP.AdminToken == "":
 		fmt.Fprintf(out, "  admin API        off: start with ADMIN_TOKEN set to rebuild, verify or see status\n")
-	} else {
+	case m.devToken:
+		if r, _ := c.roles(); r.api {
+			fmt.Fprintf(out, "  console          http://%s/console/#token=%s\n", m.HTTPAddr, c.HTTP.AdminToken)
+		}
+		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s):\n", filepath.Join(dir, "admin-token"))
+		fmt.Fprintf(out, "                   export ADMIN_TOKEN=%s   # for orderd status, rebuild, verify\n", c.HTTP.AdminToken)
+	default:
 		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
 	}
 	fmt.Fprintf(out, "Stop with Ctrl-C; the data stays for the next start.\n\n")

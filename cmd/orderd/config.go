@@ -77,6 +77,9 @@ type Config struct {
 	// [projection.OrderSummaries]; tests set one of another version to
 	// play a deploy of a changed fold.
 	summaries *projection.Definition[domain.Order]
+	// noDevToken keeps the admin routes off in the development mode too
+	// (devMode), as outside it without ADMIN_TOKEN: for the tests of that.
+	noDevToken bool
 }
 
 // LogConfig is the logger's.
@@ -163,7 +166,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.Mongo.URI, "MONGODB_URI", "mongodb-uri", "MongoDB URI; empty starts the embedded store")
 	str(&c.Mongo.Database, "MONGODB_DATABASE", "mongodb-database", "database name")
 	str(&c.NATS.URL, "NATS_URL", "nats-url", "NATS URL; empty starts the embedded NATS server (the api role alone needs none)")
-	str(&c.Embedded.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data")
+	str(&c.Embedded.DataDir, "ORDERD_DATA_DIR", "data-dir", "where the embedded servers keep their data; one server holds it at a time")
 	str(&c.Roles, "ORDERD_ROLES", "roles", "roles of this process: api, relay, projector, jobs (comma-separated) or all")
 	str(&c.InstanceID, "ORDERD_INSTANCE_ID", "instance-id", "instance id for leases (default: kept in the data dir on the embedded store, else host name and pid)")
 	str(&c.Log.Format, "ORDERD_LOG_FORMAT", "log-format", "text or json")

@@ -580,6 +580,22 @@ func TestConsole(t *testing.T) {
 			t.Errorf("the refused token is still stored: %q", *stored)
 		}
 	})
+
+	// The development mode's start-up banner prints the console's link with
+	// its token: opening it signs in, and the token leaves the address.
+	for _, link := range []string{base + "#token=" + testAdminToken, base + "?token=" + testAdminToken} {
+		sub("link with the token "+strings.TrimPrefix(link, base)[:1], func(t *testing.T, p *page) {
+			eval[bool](p, `sessionStorage.clear(); true`)
+			p.run(20*time.Second, "open the link", chromedp.Navigate(link))
+			p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 3`)
+			if href := eval[string](p, `location.href`); strings.Contains(href, testAdminToken) {
+				t.Errorf("the token stays in the address: %s", href)
+			}
+			if stored := eval[string](p, `sessionStorage.getItem('orderd.adminToken')`); stored != testAdminToken {
+				t.Errorf("session storage holds %q, want the link's token", stored)
+			}
+		})
+	}
 }
 
 // activeCollection returns the projection's active collection as the

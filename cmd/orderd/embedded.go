@@ -23,15 +23,41 @@ import (
 // unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
 // only when a role needs it. stop stops them; meter reads the embedded
 // store's writer (embedded.Store.WriteBusy and WriteCosts; zero without
-// one).
-func startEmbedded(c *Config, log *slog.Logger) (stop func(), meter storeMeter, err error) {
+// one). Before any server starts it takes the data dir's lock
+// (lockDataDir), naming httpAddr, this process's HTTP address, as the
+// holder's; a dir another process holds is an error at once.
+func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), meter storeMeter, err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
-	if r, _ := c.roles(); c.NATS.URL == "" && r.needsBus() {
+	r, _ := c.roles()
+	if c.Mongo.URI != "" && (c.NATS.URL != "" || !r.needsBus()) {
+		return stop, meter, nil // no embedded server: the data dir is not used
+	}
+	lock, err := lockDataDir(c.Embedded.DataDir, httpAddr)
+	if err != nil {
+		return stop, meter, err
+	}
+	stops = append(stops, lock.release)
+	defer func() {
+		if err == nil {
+			nats := ""
+			if r.needsBus() {
+				nats = c.NATS.URL
+			}
+			err = lock.setServers(redact(c.Mongo.URI), nats)
+		}
+		if err != nil {
+			// What did start stops now, the lock last: a failed start
+			// holds nothing.
+			stop()
+			stop = func() {}
+		}
+	}()
+	if c.NATS.URL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
 			return stop, meter, err
@@ -50,7 +76,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), meter storeMeter, 
 	}
 	if c.Mongo.URI == "" {
 		if c.InstanceID == "" {
-			// The data dir is this instance's alone (the store locks it):
+			// The data dir is this instance's alone (lockDataDir):
 			// an id kept there survives a restart, so a restarted process
 			// takes back its partition and relay leases at once instead of
 			// waiting for them to expire.
@@ -66,8 +92,7 @@ func startEmbedded(c *Config, log *slog.Logger) (stop func(), meter storeMeter, 
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
-			stop()
-			return func() {}, meter, err
+			return stop, meter, err
 		}
 		stops = append(stops, func() { _ = s.Close() })
 		meter.busy = s.WriteBusy

@@ -200,8 +200,19 @@
     'dead-letters': deadLettersPage,
     order: orderPage,
   };
+  // The link `orderd serve` prints in its development mode carries the
+  // token (#token=, or ?token=): kept as a typed one is, then taken out of
+  // the address so that it stays in no history entry or bookmark.
+  function takeLinkToken() {
+    const m = /^#token=([^&]*)/.exec(location.hash) || /[?&]token=([^&]*)/.exec(location.search);
+    if (!m) return;
+    const t = decodeURIComponent(m[1]).trim();
+    if (t) sessionStorage.setItem(TOKEN_KEY, t);
+    history.replaceState(null, '', location.pathname + '#/projections');
+  }
   function route() {
     stopAll();
+    takeLinkToken();
     if (!token()) { showLogin(); return; }
     const parts = location.hash.replace(/^#\/?/, '').split('/').filter((p) => p !== '');
     const name = parts[0];

@@ -1,0 +1,48 @@
+//go:build !noembed
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain_DataDirLocked: a second server on a data dir in use, all its
+// ports its own, refuses to start, naming the holder's pid and addresses
+// and what to change; once the first has stopped, the dir is free again.
+func TestMain_DataDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first := runMainDir(t, dir)
+
+	second := NewMain()
+	second.Config.HTTPAddr = "127.0.0.1:0"
+	second.Config.Embedded.DataDir = dir
+	second.Config.Embedded.StoreAddr = "127.0.0.1:0"
+	second.Config.Embedded.NATSAddr = "127.0.0.1:-1"
+	second.Log = testLogger(t)
+	second.Out = new(bytes.Buffer)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	err := second.Run(ctx)
+	_ = second.Close()
+	if err == nil {
+		t.Fatal("a second server on the same data dir started")
+	}
+	for _, want := range []string{"pid " + strconv.Itoa(os.Getpid()), first.HTTPAddr, first.Config.NATS.URL, "ORDERD_DATA_DIR", "-data-dir"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal %q does not mention %q", err, want)
+		}
+	}
+	t.Logf("refused: %v", err)
+	if second.HTTPAddr != "" {
+		t.Errorf("the refused server serves HTTP on %s", second.HTTPAddr)
+	}
+
+	closeMain(t, first)
+	runMainDir(t, dir) // fails the test if the dir is still held
+}
