@@ -54,7 +54,7 @@ func TestStatusTable(t *testing.T) {
 		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
 			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag, ConsumerLagVersion: 3,
 			ActiveLag: &readers, ShadowLag: &lag,
-			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
 			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
 				JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
 			Partitions: []domain.PartitionStatus{
