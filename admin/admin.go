@@ -116,7 +116,8 @@ func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) 
 
 // Projections adds to each projection's state (jobs.Jobs.Status) its
 // partitions: owner and apply rate from the lease documents, lag from
-// JetStream.
+// JetStream; and the lag of the consumers feeding the active collection
+// and a shadow being built, each of its own version.
 func (a *Service) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
 	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
@@ -146,6 +147,26 @@ func (a *Service) Projections(ctx context.Context) ([]domain.ProjectionStatus, e
 		if a.bus {
 			if n, err := r.AckFloor(ctx); err == nil {
 				list[i].AckFloor = &n
+			}
+			list[i].ConsumerLagVersion = p.Version
+			// The collection readers read and a shadow being built are
+			// fed by the consumers of their own versions, which during a
+			// deploy are not this instance's.
+			lagOf := func(v int) *uint64 {
+				if v == p.Version {
+					return p.ConsumerLag
+				}
+				n, err := r.VersionLag(ctx, v)
+				if err != nil {
+					return nil
+				}
+				return &n
+			}
+			if p.ActiveVersion > 0 {
+				list[i].ActiveLag = lagOf(p.ActiveVersion)
+			}
+			if p.ShadowVersion > 0 {
+				list[i].ShadowLag = lagOf(p.ShadowVersion)
 			}
 		}
 	}

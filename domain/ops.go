@@ -104,6 +104,9 @@ type Job struct {
 	ETASeconds      float64   `json:"eta_seconds,omitempty"`
 	CancelRequested bool      `json:"cancel_requested,omitempty"`
 	Tasks           []Task    `json:"tasks"`
+	// JobPhase is where the job is (Job.PhaseAt at the time Jobs.Get
+	// read it).
+	JobPhase
 }
 
 // Task returns the job's task named name ("plan", "part-0", ..., "finish",
@@ -204,22 +207,38 @@ type DriftExample struct {
 // under way, PreviousVersion that of the collection a switch replaced,
 // kept for a switch back during the rebuild grace.
 type ProjectionStatus struct {
-	Name               string         `json:"name"`
-	Version            int            `json:"version"`
-	ActiveCollection   string         `json:"active_collection"`
-	ActiveVersion      int            `json:"active_version"`
-	ShadowCollection   string         `json:"shadow_collection,omitempty"`
-	ShadowVersion      int            `json:"shadow_version,omitempty"`
-	PreviousCollection string         `json:"previous_collection,omitempty"`
-	PreviousVersion    int            `json:"previous_version,omitempty"`
-	SwitchedBackFrom   int            `json:"switched_back_from,omitempty"`
-	SwitchedAt         time.Time      `json:"switched_at,omitzero"`
-	Generation         int64          `json:"generation"`
-	ConsumerLag        *uint64        `json:"consumer_lag"`
-	LastError          string         `json:"last_error,omitempty"`
-	DeadLetters        int64          `json:"dead_letters"`
-	LastVerify         *VerifySummary `json:"last_verify,omitempty"`
-	LastRebuild        *JobSummary    `json:"last_rebuild,omitempty"`
+	Name               string    `json:"name"`
+	Version            int       `json:"version"`
+	ActiveCollection   string    `json:"active_collection"`
+	ActiveVersion      int       `json:"active_version"`
+	ShadowCollection   string    `json:"shadow_collection,omitempty"`
+	ShadowVersion      int       `json:"shadow_version,omitempty"`
+	PreviousCollection string    `json:"previous_collection,omitempty"`
+	PreviousVersion    int       `json:"previous_version,omitempty"`
+	SwitchedBackFrom   int       `json:"switched_back_from,omitempty"`
+	SwitchedAt         time.Time `json:"switched_at,omitzero"`
+	Generation         int64     `json:"generation"`
+	// ConsumerLag is the messages not yet acknowledged by the consumers
+	// of the version the answering instance folds (ConsumerLagVersion,
+	// which is Version), summed over the partitions; nil when unknown.
+	// While a deploy builds a new version that is the build's live feed,
+	// not what readers read: ActiveLag and ShadowLag say which is which.
+	ConsumerLag        *uint64 `json:"consumer_lag"`
+	ConsumerLagVersion int     `json:"consumer_lag_version,omitempty"`
+	// ActiveLag is the same count for the consumers of ActiveVersion,
+	// which feed the collection readers read: how far reads are behind
+	// the log. Nil when unknown or before a first build.
+	ActiveLag *uint64 `json:"active_lag"`
+	// ShadowLag is the same count for the consumers of ShadowVersion,
+	// which feed the shadow a rebuild is building (besides its scan of
+	// the log); nil when no rebuild runs or it is unknown. For a rebuild
+	// of the active version it is ActiveLag: one set of consumers feeds
+	// both collections.
+	ShadowLag   *uint64        `json:"shadow_lag,omitempty"`
+	LastError   string         `json:"last_error,omitempty"`
+	DeadLetters int64          `json:"dead_letters"`
+	LastVerify  *VerifySummary `json:"last_verify,omitempty"`
+	LastRebuild *JobSummary    `json:"last_rebuild,omitempty"`
 	// Partitions are the projection's partitions, in order, each
 	// consumed by one process at a time.
 	Partitions []PartitionStatus `json:"partitions,omitempty"`
@@ -283,11 +302,21 @@ type VerifySummary struct {
 	Digest     string    `json:"digest,omitempty"`
 }
 
-// JobSummary is a job's id and state.
+// JobSummary is a job as a projection's status shows it (Job.Summary):
+// its id, state and error, where it is (JobPhase), and its counters, all
+// as the job's own admin route has them. Events is the events read so far
+// (a rebuild's scan), RatePerSecond their rate in events per second, and
+// ETASeconds the seconds its scan should still take (0 when unknown or
+// over); JobPhase.PhaseETASeconds is the current phase's.
 type JobSummary struct {
 	Job   string   `json:"job"`
 	State JobState `json:"state"`
 	Error string   `json:"error,omitempty"`
+	JobPhase
+	StartedAt     time.Time `json:"started_at,omitzero"`
+	Events        int64     `json:"events_done"`
+	RatePerSecond float64   `json:"events_per_second"`
+	ETASeconds    float64   `json:"eta_seconds,omitempty"`
 }
 
 // DeadLetter is a parked event: the raw message, why it failed, and how

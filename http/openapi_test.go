@@ -256,13 +256,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	job := domain.Job{ID: "j", Kind: domain.KindRebuild, Projection: "p", Version: 2, State: domain.StateRunning, CreatedAt: at, FinishedAt: at,
 		Error: "e", Partitions: 2, Shadow: "s", Repair: true, Replay: &spec, TotalCommits: 1, Bounds: []string{"m"}, Report: &report,
 		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []domain.Task{task}}
+	pct := 49
+	job.JobPhase = domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 1, EventsDone: 1, EventsTotal: 2}
 	verifySummary := domain.VerifySummary{Job: "j", State: domain.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
-	jobSummary := domain.JobSummary{Job: "j", State: domain.StateFailed, Error: "e"}
+	jobSummary := job.Summary()
 	behind := 1.5
 	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
 	projection := domain.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
 		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
-		LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
+		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
 	check := domain.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
 		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}
 	dead := domain.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",

@@ -3,6 +3,7 @@ package jobs
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -106,8 +107,11 @@ func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
 	return j.store.InsertJob(ctx, job)
 }
 
-// Get returns a job with its tasks and progress. Errors:
-// domain.ErrNotFound for an unknown id.
+// Get returns a job with its tasks and progress: its state as its tasks
+// show it (running once one runs, while the stored state is still
+// queued), its counters, rate and ETA, and its phase (domain.Job.PhaseAt).
+// Every view of a job reads it through Get, so they all show the same.
+// Errors: domain.ErrNotFound for an unknown id.
 func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 	job, err := j.store.Job(ctx, id)
 	if err != nil {
@@ -146,6 +150,7 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 			}
 		}
 	}
+	job.JobPhase = job.PhaseAt(j.now())
 	return job, nil
 }
 
@@ -276,6 +281,24 @@ func (j *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKin
 	return j.store.Latest(ctx, projection, kind)
 }
 
+// latest returns the most recent job of a kind for a projection as Get
+// returns it (its state and progress from its tasks), or nil. The stored
+// job alone says queued until the job ends.
+func (j *Jobs) latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+	l, err := j.Latest(ctx, projection, kind)
+	if err != nil || l == nil {
+		return l, err
+	}
+	job, err := j.Get(ctx, l.ID)
+	if errors.Is(err, domain.ErrNotFound) {
+		return l, nil // its tasks went with it: the stored state is all there is
+	}
+	if err != nil {
+		return nil, fmt.Errorf("job %s of %s: %w", l.ID, projection, err)
+	}
+	return &job, nil
+}
+
 // finishJob writes a job's final state.
 func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
 	return j.store.FinishJob(ctx, id, state, errMsg, report)
@@ -310,7 +333,7 @@ func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx 
 				return nil, err
 			}
 		}
-		v, err := j.Latest(ctx, name, domain.KindVerify)
+		v, err := j.latest(ctx, name, domain.KindVerify)
 		if err != nil {
 			return nil, err
 		}
@@ -321,12 +344,13 @@ func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx 
 			}
 			st.LastVerify = vs
 		}
-		r, err := j.Latest(ctx, name, domain.KindRebuild)
+		r, err := j.latest(ctx, name, domain.KindRebuild)
 		if err != nil {
 			return nil, err
 		}
 		if r != nil {
-			st.LastRebuild = &domain.JobSummary{Job: r.ID, State: r.State, Error: r.Error}
+			sum := r.Summary()
+			st.LastRebuild = &sum
 			if r.Error != "" && st.LastError == "" {
 				st.LastError = "rebuild: " + r.Error
 			}

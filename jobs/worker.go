@@ -15,11 +15,15 @@ import (
 
 // WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
 type WorkerConfig struct {
-	Owner        string        // instance id, recorded in claims
-	LeaseTTL     time.Duration // a claim's lifetime, renewed every TTL/3 [15s]
-	Poll         time.Duration // look for claimable tasks this often [1s]
-	Concurrency  int           // tasks run at once by this worker [1]
-	BatchStreams int           // streams folded and written per checkpoint [500]
+	Owner    string        // instance id, recorded in claims
+	LeaseTTL time.Duration // a claim's lifetime, renewed every TTL/3 [15s]
+	Poll     time.Duration // look for claimable tasks this often [1s]
+	// Concurrency is how many tasks this worker runs at once [4]: the
+	// partitions of a rebuild are tasks, so a rebuild of up to 4
+	// partitions scans them all at once on one instance; more wait for a
+	// free slot here or on another instance.
+	Concurrency  int
+	BatchStreams int // streams folded and written per checkpoint [500]
 	// MaxEventsPerSecond paces each rebuild task (0: as fast as the store
 	// goes), to spare a production store.
 	MaxEventsPerSecond float64
@@ -30,6 +34,11 @@ type WorkerConfig struct {
 	// (orderd_rebuild_*); nil records nothing.
 	Metrics *Metrics
 }
+
+// DefaultConcurrency is WorkerConfig.Concurrency's default. With one task
+// at a time, a rebuild asked for in partitions scanned them one after
+// another on a single instance.
+const DefaultConcurrency = 4
 
 // WithDefaults returns c with its zero fields set to the defaults in
 // brackets, for a program that shows or checks them before NewWorker.
@@ -46,7 +55,7 @@ func (c *WorkerConfig) setDefaults() {
 		c.Poll = time.Second
 	}
 	if c.Concurrency <= 0 {
-		c.Concurrency = 1
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.BatchStreams <= 0 {
 		c.BatchStreams = 500

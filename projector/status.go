@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // Lag returns the number of messages the partitions' consumers have not
@@ -33,15 +34,40 @@ func unacked(info *jetstream.ConsumerInfo) uint64 {
 
 // consumerInfo reads the state of partition p's consumer from JetStream.
 func (r *Runner) consumerInfo(ctx context.Context, p int) (*jetstream.ConsumerInfo, error) {
-	c, err := r.js.Consumer(ctx, r.cfg.Stream, r.ConsumerName(p))
+	return r.namedConsumerInfo(ctx, r.ConsumerName(p))
+}
+
+func (r *Runner) namedConsumerInfo(ctx context.Context, name string) (*jetstream.ConsumerInfo, error) {
+	c, err := r.js.Consumer(ctx, r.cfg.Stream, name)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		return nil, fmt.Errorf("consumer %s: %w", name, err)
 	}
 	info, err := c.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), err)
+		return nil, fmt.Errorf("consumer %s: %w", name, err)
 	}
 	return info, nil
+}
+
+// VersionLag is Lag of the consumers of version v of the projection's
+// definition: those the processes folding v consume, which feed v's
+// collections (the active one, or a shadow being built). The lag of the
+// version this runner folds is Lag. Errors: JetStream's, wrapped with the
+// consumer's name (jetstream.ErrConsumerNotFound when no process of v
+// ever ran, or its consumers were retired).
+func (r *Runner) VersionLag(ctx context.Context, v int) (uint64, error) {
+	if max(v, 1) == max(r.version, 1) {
+		return r.Lag(ctx)
+	}
+	var n uint64
+	for p := range r.cfg.Partitions {
+		info, err := r.namedConsumerInfo(ctx, fmt.Sprintf("proj_%s_p%02d", projection.VersionKey(r.name, v), p))
+		if err != nil {
+			return 0, err
+		}
+		n += unacked(info)
+	}
+	return n, nil
 }
 
 // AckFloor returns how many deliveries the projection's consumers have

@@ -190,7 +190,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.MaxLag, "ORDERD_MAX_LAG", "max-lag", "events the slowest read model may be behind before commands are refused with 503 and Retry-After until it catches up; 0: never refuse")
 	dur(&c.Relay.LeaseTTL, "ORDERD_RELAY_LEASE_TTL", "relay-lease-ttl", "lease of the relay that tails the log; another instance takes over within it when the relay dies")
 	dur(&c.Relay.CatchUpMargin, "ORDERD_RELAY_CATCHUP_MARGIN", "relay-catchup-margin", "how far before its checkpoint a relay whose change stream cannot resume catches up from the log: more than the instances' clocks disagree plus the longest append")
-	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once")
+	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once: a rebuild's partitions are scanned at the same time up to it")
 	dur(&c.Jobs.LeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
 	num(&c.Jobs.BatchStreams, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
 	if v := getenv("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND"); v != "" {

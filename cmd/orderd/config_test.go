@@ -44,7 +44,7 @@ var configSettings = []struct {
 	{"ORDERD_MAX_LAG", "max-lag", "250", func(c Config) any { return c.MaxLag }, 250},
 	{"ORDERD_RELAY_LEASE_TTL", "relay-lease-ttl", "3s", func(c Config) any { return c.Relay.LeaseTTL }, 3 * time.Second},
 	{"ORDERD_RELAY_CATCHUP_MARGIN", "relay-catchup-margin", "4s", func(c Config) any { return c.Relay.CatchUpMargin }, 4 * time.Second},
-	{"ORDERD_JOB_CONCURRENCY", "job-concurrency", "4", func(c Config) any { return c.Jobs.Concurrency }, 4},
+	{"ORDERD_JOB_CONCURRENCY", "job-concurrency", "6", func(c Config) any { return c.Jobs.Concurrency }, 6},
 	{"ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "20s", func(c Config) any { return c.Jobs.LeaseTTL }, 20 * time.Second},
 	{"ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "100", func(c Config) any { return c.Jobs.BatchStreams }, 100},
 	{"ORDERD_REBUILD_MAX_EVENTS_PER_SECOND", "rebuild-max-events-per-second", "2500.5", func(c Config) any { return c.Jobs.MaxEventsPerSecond }, 2500.5},
@@ -126,7 +126,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Relay != (outbox.Config{}).WithDefaults() || c.Relay.LeaseTTL != outbox.DefaultLeaseTTL {
 		t.Errorf("relay defaults %+v, want the outbox's own", c.Relay)
 	}
-	if c.Jobs != (jobs.WorkerConfig{}).WithDefaults() || c.Jobs.Concurrency != 1 || c.Jobs.BatchStreams != 500 {
+	if c.Jobs != (jobs.WorkerConfig{}).WithDefaults() || c.Jobs.Concurrency != jobs.DefaultConcurrency || c.Jobs.BatchStreams != 500 {
 		t.Errorf("job defaults %+v, want the jobs worker's own", c.Jobs)
 	}
 	if c.Stream.SubjectPrefix != subjectPrefix || c.Stream.Name != "ORDERS" || c.Stream.Replicas != 1 || c.Stream.Duplicates != 2*time.Minute {

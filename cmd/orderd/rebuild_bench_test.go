@@ -36,7 +36,6 @@ const (
 	rebuildBulk          = 1000                   // commits per InsertMany of the bulk copies
 	rebuildBulkWriters   = 2                      // InsertMany calls in flight
 	rebuildScanBatch     = 512                    // batch size of the raw scans: mongodb.EventStore.Scan's
-	rebuildConcurrency   = 2                      // JobConcurrency: tasks run at once
 	rebuildSettle        = 100 * time.Millisecond // RebuildSettle
 	rebuildPollJob       = 500 * time.Millisecond // how often the benchmark reads the job
 	rebuildLimit         = 25 * time.Minute       // longest run per 100,000 events (make bench allows 30m for all benchmarks)
@@ -56,9 +55,9 @@ var (
 
 // BenchmarkRebuild measures rebuilding the order_summaries read model from
 // the event log, in one run against its own embedded Main booted with the
-// jobs role only (no API, relay or projector, so nothing else writes), 2
-// job tasks at a time, a 100 ms settle and the default batch of 500
-// streams per checkpoint:
+// jobs role only (no API, relay or projector, so nothing else writes), the
+// default job concurrency (jobs.DefaultConcurrency tasks at a time), a
+// 100 ms settle and the default batch of 500 streams per checkpoint:
 //
 //  1. setup, not timed: the log is filled with copies of the Olist sample
 //     (4,071 orders, 16,173 events) until it holds at least
@@ -88,8 +87,8 @@ var (
 //     recorded (a fresh fold from the log only of the documents that
 //     differ) and the pointer switch. Each must succeed and count every event of the log.
 //     The table gives its rate, its ratio to the raw scan rate, the
-//     2-partition speed-up over 1 (when both ran), and where the time
-//     went.
+//     2-partition speed-up over 1 (when both ran), how long the
+//     partitions were all scanning at once, and where the time went.
 //  4. the process's peak RSS in each phase: VmHWM from /proc/self/status
 //     after writing 5 to /proc/self/clear_refs (Linux; the table says
 //     when the reset failed). The embedded store runs in this process, so
@@ -121,7 +120,9 @@ func BenchmarkRebuild(b *testing.B) {
 	rssBoot := currentRSS()
 	m := runMainDir(b, b.TempDir(), func(c *Config) {
 		c.Roles = "jobs"
-		c.Jobs.Concurrency = rebuildConcurrency
+		// The job concurrency is the service's default, so that the
+		// partitions run as "orderd rebuild -partitions N" runs them on
+		// one instance.
 		c.Jobs.Settle = rebuildSettle
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
@@ -178,6 +179,9 @@ func BenchmarkRebuild(b *testing.B) {
 		b.ReportMetric(r.rate(), fmt.Sprintf("rebuild_events/s_p%d", r.partitions))
 		b.ReportMetric(r.rate()/rawRate, fmt.Sprintf("ratio_to_raw_scan_p%d", r.partitions))
 		b.ReportMetric(mib(r.rss.peak), fmt.Sprintf("peak_rss_MiB_p%d", r.partitions))
+		if r.partitions > 1 {
+			b.ReportMetric(overlap(r.parts).Seconds(), fmt.Sprintf("parallel_scan_s_p%d", r.partitions))
+		}
 	}
 	p1, ok1 := byCount[1]
 	p2, ok2 := byCount[2]
@@ -189,7 +193,7 @@ func BenchmarkRebuild(b *testing.B) {
 
 	var t strings.Builder
 	f := func(format string, args ...any) { fmt.Fprintf(&t, format, args...) }
-	f("\nBenchmarkRebuild: embedded FerretDB 1.24 on SQLite in this process, jobs role only, job concurrency %d\n", rebuildConcurrency)
+	f("\nBenchmarkRebuild: embedded FerretDB 1.24 on SQLite in this process, jobs role only, job concurrency %d\n", m.Config.Jobs.Concurrency)
 	f("  log: %d events in %d commits, %d order streams (%d copies of the %d Olist sample orders)\n",
 		logEvents, raw.docs, loaded.orders, loaded.copies, loaded.orders/loaded.copies)
 	f("  %-46s %10s %10s %10s %8s %9s %9s\n", "measure", "events", "time", "events/s", "to raw", "RSS MiB", "peak MiB")
@@ -235,6 +239,9 @@ func BenchmarkRebuild(b *testing.B) {
 			f(")")
 		}
 		f("\n")
+		if len(r.parts) > 1 {
+			f("    all partitions scanning at once   %v\n", overlap(r.parts).Round(100*time.Millisecond))
+		}
 		f("    last partition to finish claimed  %v\n", r.handoff.Round(time.Millisecond))
 		f("    finish: verify sums + switch      %v", r.finish.Round(100*time.Millisecond))
 		if rep := r.job.Report; rep != nil {
@@ -612,6 +619,21 @@ type rebuildRun struct {
 }
 
 func (r rebuildRun) rate() float64 { return float64(r.job.Events) / r.elapsed.Seconds() }
+
+// overlap is how long every one of the tasks ran at the same time: 0 when
+// one finished before another started.
+func overlap(tasks []domain.Task) time.Duration {
+	var start, end time.Time
+	for i, t := range tasks {
+		if i == 0 || t.StartedAt.After(start) {
+			start = t.StartedAt
+		}
+		if i == 0 || t.FinishedAt.Before(end) {
+			end = t.FinishedAt
+		}
+	}
+	return max(0, end.Sub(start))
+}
 
 // runRebuild rebuilds order_summaries in partitions and waits for the job
 // to end. It fails the benchmark unless the job succeeded having counted

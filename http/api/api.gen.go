@@ -94,6 +94,45 @@ func (e EventType) Valid() bool {
 	}
 }
 
+// Defines values for JobPhase.
+const (
+	JobPhaseCanceled  JobPhase = "canceled"
+	JobPhaseFailed    JobPhase = "failed"
+	JobPhasePlanning  JobPhase = "planning"
+	JobPhaseQueued    JobPhase = "queued"
+	JobPhaseReplaying JobPhase = "replaying"
+	JobPhaseScanning  JobPhase = "scanning"
+	JobPhaseSucceeded JobPhase = "succeeded"
+	JobPhaseSwitching JobPhase = "switching"
+	JobPhaseVerifying JobPhase = "verifying"
+)
+
+// Valid indicates whether the value is a known member of the JobPhase enum.
+func (e JobPhase) Valid() bool {
+	switch e {
+	case JobPhaseCanceled:
+		return true
+	case JobPhaseFailed:
+		return true
+	case JobPhasePlanning:
+		return true
+	case JobPhaseQueued:
+		return true
+	case JobPhaseReplaying:
+		return true
+	case JobPhaseScanning:
+		return true
+	case JobPhaseSucceeded:
+		return true
+	case JobPhaseSwitching:
+		return true
+	case JobPhaseVerifying:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for JobKind.
 const (
 	Rebuild JobKind = "rebuild"
@@ -136,6 +175,45 @@ func (e JobState) Valid() bool {
 	case JobStateRunning:
 		return true
 	case JobStateSucceeded:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for JobSummaryPhase.
+const (
+	JobSummaryPhaseCanceled  JobSummaryPhase = "canceled"
+	JobSummaryPhaseFailed    JobSummaryPhase = "failed"
+	JobSummaryPhasePlanning  JobSummaryPhase = "planning"
+	JobSummaryPhaseQueued    JobSummaryPhase = "queued"
+	JobSummaryPhaseReplaying JobSummaryPhase = "replaying"
+	JobSummaryPhaseScanning  JobSummaryPhase = "scanning"
+	JobSummaryPhaseSucceeded JobSummaryPhase = "succeeded"
+	JobSummaryPhaseSwitching JobSummaryPhase = "switching"
+	JobSummaryPhaseVerifying JobSummaryPhase = "verifying"
+)
+
+// Valid indicates whether the value is a known member of the JobSummaryPhase enum.
+func (e JobSummaryPhase) Valid() bool {
+	switch e {
+	case JobSummaryPhaseCanceled:
+		return true
+	case JobSummaryPhaseFailed:
+		return true
+	case JobSummaryPhasePlanning:
+		return true
+	case JobSummaryPhaseQueued:
+		return true
+	case JobSummaryPhaseReplaying:
+		return true
+	case JobSummaryPhaseScanning:
+		return true
+	case JobSummaryPhaseSucceeded:
+		return true
+	case JobSummaryPhaseSwitching:
+		return true
+	case JobSummaryPhaseVerifying:
 		return true
 	default:
 		return false
@@ -481,7 +559,28 @@ type Job struct {
 	Id              string     `json:"id"`
 	Kind            JobKind    `json:"kind"`
 	Partitions      *int       `json:"partitions,omitempty"`
-	PoisonStreams   *int64     `json:"poison_streams,omitempty"`
+
+	// Phase Where the job is, worked out from its tasks (the job's own route, the projections' status and the CLI show the same): a rebuild is queued, then 1/3 planning and scanning the log into its shadow, 2/3 verifying the shadow, 3/3 switching reads to it; a verify is verifying, a replay replaying; then its final state.
+	Phase *JobPhase `json:"phase,omitempty"`
+
+	// PhaseEtaSeconds Seconds the phase should still take at its rate so far; absent when unknown.
+	PhaseEtaSeconds *float32 `json:"phase_eta_seconds,omitempty"`
+
+	// PhaseEventsDone Events of the phase done: read by the scan, or verified.
+	PhaseEventsDone *int64 `json:"phase_events_done,omitempty"`
+
+	// PhaseEventsTotal Events of the phase to do in all; absent when unknown.
+	PhaseEventsTotal *int64 `json:"phase_events_total,omitempty"`
+
+	// PhasePercent How far the phase is, in percent (0 to 100; at most 99 until it ends); absent when unknown (queued, switching, a scan whose size is not counted yet, a failed or canceled job).
+	PhasePercent *int `json:"phase_percent,omitempty"`
+
+	// PhaseStep The 1-based step of phase_steps the phase is; absent when the job has no step (queued, final).
+	PhaseStep *int `json:"phase_step,omitempty"`
+
+	// PhaseSteps How many steps the job has: 3 for a rebuild, 1 for a verify or replay.
+	PhaseSteps    *int   `json:"phase_steps,omitempty"`
+	PoisonStreams *int64 `json:"poison_streams,omitempty"`
 
 	// Projection Absent for replays.
 	Projection *string     `json:"projection,omitempty"`
@@ -506,20 +605,59 @@ type Job struct {
 	Version *int `json:"version,omitempty"`
 }
 
+// JobPhase Where the job is, worked out from its tasks (the job's own route, the projections' status and the CLI show the same): a rebuild is queued, then 1/3 planning and scanning the log into its shadow, 2/3 verifying the shadow, 3/3 switching reads to it; a verify is verifying, a replay replaying; then its final state.
+type JobPhase string
+
 // JobKind defines model for JobKind.
 type JobKind string
 
 // JobState succeeded, failed and canceled are final.
 type JobState string
 
-// JobSummary defines model for JobSummary.
+// JobSummary The latest job of a kind on a projection, with its state, phase and progress as its own route (GET /v1/admin/projections/{name}/rebuilds/{job}) shows them.
 type JobSummary struct {
 	Error *string `json:"error,omitempty"`
-	Job   string  `json:"job"`
+
+	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over. phase_eta_seconds is the current phase's.
+	EtaSeconds *float32 `json:"eta_seconds,omitempty"`
+
+	// EventsDone Events read so far (a rebuild's scan of the log).
+	EventsDone int64 `json:"events_done"`
+
+	// EventsPerSecond Events read per second since the job started.
+	EventsPerSecond float32 `json:"events_per_second"`
+	Job             string  `json:"job"`
+
+	// Phase Where the job is, worked out from its tasks (the job's own route, the projections' status and the CLI show the same): a rebuild is queued, then 1/3 planning and scanning the log into its shadow, 2/3 verifying the shadow, 3/3 switching reads to it; a verify is verifying, a replay replaying; then its final state.
+	Phase *JobSummaryPhase `json:"phase,omitempty"`
+
+	// PhaseEtaSeconds Seconds the phase should still take at its rate so far; absent when unknown.
+	PhaseEtaSeconds *float32 `json:"phase_eta_seconds,omitempty"`
+
+	// PhaseEventsDone Events of the phase done: read by the scan, or verified.
+	PhaseEventsDone *int64 `json:"phase_events_done,omitempty"`
+
+	// PhaseEventsTotal Events of the phase to do in all; absent when unknown.
+	PhaseEventsTotal *int64 `json:"phase_events_total,omitempty"`
+
+	// PhasePercent How far the phase is, in percent (0 to 100; at most 99 until it ends); absent when unknown (queued, switching, a scan whose size is not counted yet, a failed or canceled job).
+	PhasePercent *int `json:"phase_percent,omitempty"`
+
+	// PhaseStep The 1-based step of phase_steps the phase is; absent when the job has no step (queued, final).
+	PhaseStep *int `json:"phase_step,omitempty"`
+
+	// PhaseSteps How many steps the job has: 3 for a rebuild, 1 for a verify or replay.
+	PhaseSteps *int `json:"phase_steps,omitempty"`
+
+	// StartedAt When its first task started.
+	StartedAt *time.Time `json:"started_at,omitempty"`
 
 	// State succeeded, failed and canceled are final.
 	State JobState `json:"state"`
 }
+
+// JobSummaryPhase Where the job is, worked out from its tasks (the job's own route, the projections' status and the CLI show the same): a rebuild is queued, then 1/3 planning and scanning the log into its shadow, 2/3 verifying the shadow, 3/3 switching reads to it; a verify is verifying, a replay replaying; then its final state.
+type JobSummaryPhase string
 
 // Line An order line as placed. Amounts are minor units of the order's currency; freight_cents is the whole line's freight, absent when the line has none.
 type Line struct {
@@ -670,14 +808,22 @@ type ProjectionStatus struct {
 	// ActiveCollection The collection readers read; empty before the first build of a projection new to a log.
 	ActiveCollection string `json:"active_collection"`
 
+	// ActiveLag Messages not yet acknowledged by the consumers of active_version, which feed the collection readers read: how far reads are behind the log. null when unknown or before a first build.
+	ActiveLag *int `json:"active_lag"`
+
 	// ActiveVersion The definition version of the active collection; 0 before a first build.
 	ActiveVersion int `json:"active_version"`
 
-	// ConsumerLag Messages not yet acknowledged by the projection's partition consumers, summed; null when unknown.
-	ConsumerLag *int           `json:"consumer_lag"`
-	DeadLetters int64          `json:"dead_letters"`
-	Generation  int64          `json:"generation"`
-	LastError   *string        `json:"last_error,omitempty"`
+	// ConsumerLag Messages not yet acknowledged by the consumers of the version this instance folds (consumer_lag_version, which is version), summed over the partitions; null when unknown. While a deploy builds a new version, that is the build's live feed, not what readers read: see active_lag and shadow_lag.
+	ConsumerLag *int `json:"consumer_lag"`
+
+	// ConsumerLagVersion The definition version whose consumers consumer_lag counts: the one the answering instance folds.
+	ConsumerLagVersion *int    `json:"consumer_lag_version,omitempty"`
+	DeadLetters        int64   `json:"dead_letters"`
+	Generation         int64   `json:"generation"`
+	LastError          *string `json:"last_error,omitempty"`
+
+	// LastRebuild The latest job of a kind on a projection, with its state, phase and progress as its own route (GET /v1/admin/projections/{name}/rebuilds/{job}) shows them.
 	LastRebuild *JobSummary    `json:"last_rebuild,omitempty"`
 	LastVerify  *VerifySummary `json:"last_verify,omitempty"`
 	Name        string         `json:"name"`
@@ -691,6 +837,9 @@ type ProjectionStatus struct {
 
 	// ShadowCollection The collection a rebuild under way writes (and live events too), switched to once verified.
 	ShadowCollection *string `json:"shadow_collection,omitempty"`
+
+	// ShadowLag Messages not yet acknowledged by the consumers of shadow_version, which feed the shadow a rebuild is building besides its scan of the log; absent when no rebuild runs or it is unknown. For a rebuild of the active version it equals active_lag: the same consumers feed both collections.
+	ShadowLag *int `json:"shadow_lag,omitempty"`
 
 	// ShadowVersion The definition version the rebuild under way builds.
 	ShadowVersion *int `json:"shadow_version,omitempty"`

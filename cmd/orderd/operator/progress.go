@@ -28,74 +28,16 @@ type phase struct {
 	Done, Total int64 // events of this step done and to do, when known (Total 0 otherwise)
 }
 
-// jobPhase reads a job's phase at now. A rebuild scans the log into its
-// shadow (its partitions, with the server's ETA), then its finish task
-// verifies the shadow against the sums the scan recorded (which count the
-// events their documents reflect), or against the log when a partition
-// recorded none (which folds the same events the scan did): either way
-// the scan's count is the verify's total and the finish's own rate gives
-// its ETA. It then switches reads to the shadow once it has recorded the
-// collection it replaces. A verify or replay is one step.
+// jobPhase reads a job's phase as the server worked it out (Jobs.Get, with
+// domain.Job.PhaseAt). A server older than the phase fields sends none:
+// the same function then works it out here at now.
 func jobPhase(j domain.Job, now time.Time) phase {
-	if j.State.Final() {
-		pct := -1
-		if j.State == domain.StateSucceeded {
-			pct = 100
-		}
-		return phase{Name: string(j.State), Percent: pct}
+	p := j.JobPhase
+	if p.Phase == "" {
+		p = j.PhaseAt(now)
 	}
-	scan := phase{Name: "scanning", Step: 1, Steps: 1, Percent: -1, Done: j.Events}
-	if j.ETASeconds > 0 && j.RatePerSecond > 0 {
-		left := j.ETASeconds * j.RatePerSecond
-		scan.Percent = min(99, int(100*float64(j.Events)/(float64(j.Events)+left)))
-		scan.ETA = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second)
-		scan.Total = j.Events + int64(left)
-	}
-	switch j.Kind {
-	case domain.KindVerify:
-		scan.Name = "verifying"
-	case domain.KindReplay:
-		scan.Name = "replaying"
-	case domain.KindRebuild:
-		scan.Steps = 3
-		return rebuildPhase(j, scan, now)
-	}
-	if j.State == domain.StateQueued && j.StartedAt.IsZero() {
-		return phase{Name: "queued", Percent: -1}
-	}
-	return scan
-}
-
-func rebuildPhase(j domain.Job, scan phase, now time.Time) phase {
-	plan, planned := j.Task("plan")
-	if !planned || plan.State != "done" {
-		if j.StartedAt.IsZero() {
-			return phase{Name: "queued", Percent: -1}
-		}
-		return phase{Name: "planning", Step: 1, Steps: 3, Percent: 0}
-	}
-	for _, t := range j.Tasks {
-		if strings.HasPrefix(t.Name, "part-") && t.State != "done" {
-			return scan
-		}
-	}
-	if j.Replaced != "" {
-		return phase{Name: "switching", Step: 3, Steps: 3, Percent: -1}
-	}
-	v := phase{Name: "verifying", Step: 2, Steps: 3, Percent: 0, Total: j.Events}
-	fin, ok := j.Task("finish")
-	if !ok || fin.StartedAt.IsZero() {
-		return v
-	}
-	v.Done = fin.Events
-	if j.Events > 0 {
-		v.Percent = min(99, int(100*fin.Events/j.Events))
-	}
-	if secs := now.Sub(fin.StartedAt).Seconds(); secs > 0 && fin.Events > 0 && j.Events > fin.Events {
-		rate := float64(fin.Events) / secs
-		v.ETA = time.Duration(float64(j.Events-fin.Events) / rate * float64(time.Second)).Round(time.Second)
-	}
-	return v
+	return phase{Name: p.Phase, Step: p.Step, Steps: p.Steps, Percent: p.PercentOr(-1),
+		ETA: time.Duration(p.PhaseETASeconds * float64(time.Second)), Done: p.EventsDone, Total: p.EventsTotal}
 }
 
 // progress shows a job's phase and progress: on a terminal as a progress

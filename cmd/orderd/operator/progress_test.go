@@ -113,6 +113,14 @@ func TestJobPhase(t *testing.T) {
 			t.Errorf("verify step %d: phase %+v, want %+v", i, got, wantVerify[i])
 		}
 	}
+	// The server's phase is shown as given: the CLI works one out (with
+	// the same function) only for a server that sends none.
+	pct := 42
+	given := domain.Job{Kind: domain.KindRebuild, State: domain.StateRunning, StartedAt: t0,
+		JobPhase: domain.JobPhase{Phase: "verifying", Step: 2, Steps: 3, Percent: &pct, PhaseETASeconds: 9, EventsDone: 42, EventsTotal: 100}}
+	if got, want := jobPhase(given, t0), (phase{Name: "verifying", Step: 2, Steps: 3, Percent: 42, ETA: 9 * time.Second, Done: 42, Total: 100}); got != want {
+		t.Errorf("server's phase: %+v, want %+v", got, want)
+	}
 	v := domain.Job{Kind: domain.KindVerify, State: domain.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
 	if got := jobPhase(v, t0); got.Name != "verifying" || got.Steps != 1 || got.Percent != 30 || got.ETA != 7*time.Second {
 		t.Errorf("verify job: phase %+v, want verifying 30 %% with ETA 7s", got)

@@ -51,7 +51,7 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	fs := cli.FlagSet("rebuild", rebuildUsage, stderr)
 	var o options
 	o.bind(fs, getenv)
-	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64) that the service's job runners work on in parallel; 0 leaves it to the service (1)")
+	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64), scanned at the same time by the instances with the jobs role, each running up to ORDERD_JOB_CONCURRENCY tasks (default 4) at once; partitions beyond that wait for a free slot; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
 	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
 	var name string

@@ -21,10 +21,10 @@ const statusUsage = `Usage: orderd status [flags]
 Shows the read models (projections) of a running service at a glance, one
 row each, for example:
 
-  PROJECTION            VERSION            ACTIVE COLLECTION     LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
-  order_summaries       v2 (previous v1)   order_summaries_v2_…  0    0             clean 2m ago  succeeded     -
-  customer_order_stats  v1                 customer_order_stats  12   1             -             -             fill gap of o-7 after v0: ...
-  daily_sales           v1                 daily_sales           0    0             -             -             -
+  PROJECTION            VERSION             ACTIVE COLLECTION     LAG  BUILD LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD                      LAST ERROR
+  order_summaries       v2 (previous v1)    order_summaries_v2_…  0    -          0             clean 2m ago  succeeded                         -
+  customer_order_stats  v1 (building v2)    customer_order_stats  12   40 (v2)    1             -             running 1/3 scanning 49% ETA 12s  fill gap of o-7 after v0: ...
+  daily_sales           v1                  daily_sales           0    -          0             -             -                                 -
 
 The columns:
   PROJECTION         the read model
@@ -34,17 +34,26 @@ The columns:
                      the first build of a projection new to the log
   ACTIVE COLLECTION  the collection reads are served from; a rebuild switches
                      it to a new one
-  LAG                events the projection has not applied yet (pending or
-                     in flight on its consumer); it should fall back to 0
-                     when the load drops. "-" when the service cannot tell.
+  LAG                events the collection readers read has not applied yet
+                     (pending or in flight on the consumers of its version);
+                     it should fall back to 0 when the load drops. "-" when
+                     the service cannot tell.
+  BUILD LAG          while a rebuild runs, the same for the consumers feeding
+                     the collection it builds, and the version built: after
+                     a deploy these are the new version's, and their lag is
+                     not what readers see. "-" when no rebuild runs
   DEAD LETTERS       events the projection gave up on and parked; each one
                      means a read-model document is behind the log
   LAST VERIFY        the latest "orderd verify": "clean 2m ago" (nothing
                      differed from the log), "drift 3 2m ago" (3 documents
                      differ and were not repaired), "repaired 3 2m ago", the
                      state of one not finished yet or failed, or "-" (never)
-  LAST REBUILD       the state of the latest "orderd rebuild" (running,
-                     succeeded, failed, canceled), or "-" (never)
+  LAST REBUILD       the latest rebuild ("orderd rebuild", or the build of a
+                     version a deploy bumped): its state (queued, running,
+                     succeeded, failed, canceled), and while it runs its
+                     phase, progress and the phase's ETA as its job route
+                     shows them (1/3 scanning, 2/3 verifying, 3/3
+                     switching); "-" (never)
   LAST ERROR         the projection's last failure seen by the service (a
                      write that failed, an event parked, a failed rebuild),
                      cut to 60 characters; "-" when none
@@ -165,18 +174,10 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 		return err
 	}
 	tw := newTable(w)
-	fmt.Fprintln(tw, "PROJECTION\tVERSION\tACTIVE COLLECTION\tLAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
+	fmt.Fprintln(tw, "PROJECTION\tVERSION\tACTIVE COLLECTION\tLAG\tBUILD LAG\tDEAD LETTERS\tLAST VERIFY\tLAST REBUILD\tLAST ERROR")
 	for _, p := range list {
-		lag := "-"
-		if p.ConsumerLag != nil {
-			lag = fmt.Sprint(*p.ConsumerLag)
-		}
-		rebuild := "-"
-		if p.LastRebuild != nil {
-			rebuild = string(p.LastRebuild.State)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, versionCell(p), cmp.Or(p.ActiveCollection, "-"), lag, p.DeadLetters,
-			verifyCell(p.LastVerify, now), rebuild, cmp.Or(truncate(p.LastError, statusErrorWidth), "-"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", p.Name, versionCell(p), cmp.Or(p.ActiveCollection, "-"), readLag(p), buildLag(p),
+			p.DeadLetters, verifyCell(p.LastVerify, now), rebuildCell(p.LastRebuild), cmp.Or(truncate(p.LastError, statusErrorWidth), "-"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -246,6 +247,54 @@ func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time)
 		}
 	}
 	return tw.Flush()
+}
+
+// readLag is the LAG cell: the lag of the consumers feeding the
+// collection readers read. A server older than active_lag sends only the
+// lag of its own version, which is the readers' unless it builds another.
+func readLag(p domain.ProjectionStatus) string {
+	lag := p.ActiveLag
+	if lag == nil && p.ConsumerLagVersion == 0 && (p.ShadowVersion == 0 || p.ShadowVersion == p.ActiveVersion) {
+		lag = p.ConsumerLag
+	}
+	if lag == nil {
+		return "-"
+	}
+	return fmt.Sprint(*lag)
+}
+
+// buildLag is the BUILD LAG cell: while a rebuild runs, the lag of the
+// consumers feeding its shadow, with the version built ("12 (v3)"); "-"
+// when none runs or it is unknown.
+func buildLag(p domain.ProjectionStatus) string {
+	if p.ShadowVersion == 0 || p.ShadowLag == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%d (v%d)", *p.ShadowLag, p.ShadowVersion)
+}
+
+// rebuildCell is the LAST REBUILD cell: the state of the latest rebuild,
+// and while it runs its phase, progress and the phase's ETA as its job
+// route has them, e.g. "running 1/3 scanning 49% ETA 12s"; "-" (never).
+func rebuildCell(r *domain.JobSummary) string {
+	if r == nil {
+		return "-"
+	}
+	s := string(r.State)
+	if r.State.Final() || r.Phase == "" || r.Phase == string(r.State) {
+		return s
+	}
+	if r.Steps > 0 {
+		s += fmt.Sprintf(" %d/%d", r.Step, r.Steps)
+	}
+	s += " " + r.Phase
+	if r.Percent != nil {
+		s += fmt.Sprintf(" %d%%", *r.Percent)
+	}
+	if r.PhaseETASeconds > 0 {
+		s += " ETA " + (time.Duration(r.PhaseETASeconds) * time.Second).String()
+	}
+	return s
 }
 
 // verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify

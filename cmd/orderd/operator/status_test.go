@@ -47,14 +47,16 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 // no server.
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
-	lag := uint64(12)
+	lag, readers, pct := uint64(12), uint64(2), 49
 	behind := 3.25
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
 	list := []domain.ProjectionStatus{
 		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
-			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag,
-			LastVerify:  &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning},
+			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag, ConsumerLagVersion: 3,
+			ActiveLag: &readers, ShadowLag: &lag,
+			LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
+				JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
 			Partitions: []domain.PartitionStatus{
 				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
 					Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
@@ -76,9 +78,11 @@ func TestStatusTable(t *testing.T) {
 	t.Logf("\n%s", out)
 	rows := statusRows(t, out)
 	want := map[string]map[string]string{
-		"order_summaries": {"VERSION": "v2 (building v3, previous v1)", "ACTIVE COLLECTION": "order_summaries_r1", "LAG": "12", "DEAD LETTERS": "0",
-			"LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running", "LAST ERROR": "-"},
-		"customer_order_stats": {"VERSION": "v1", "ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "DEAD LETTERS": "2",
+		// The instance folds v3, being built: its consumers' lag is the
+		// build's, not what readers of v2 see.
+		"order_summaries": {"VERSION": "v2 (building v3, previous v1)", "ACTIVE COLLECTION": "order_summaries_r1", "LAG": "2", "BUILD LAG": "12 (v3)",
+			"DEAD LETTERS": "0", "LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running 1/3 scanning 49% ETA 12s", "LAST ERROR": "-"},
+		"customer_order_stats": {"VERSION": "v1", "ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "BUILD LAG": "-", "DEAD LETTERS": "2",
 			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
 	}
 	for name, cells := range want {

@@ -300,10 +300,15 @@
     for (const p of ps) {
       const rates = rateSeries(samples[p.name] || []);
       const rate = rates.length ? rates[rates.length - 1].v : null;
-      const lag = p.consumer_lag;
+      // What readers read lags by active_lag; consumer_lag is this
+      // instance's version's, which is a build's while a deploy builds
+      // a new version (a server without active_lag sends only that).
+      const lag = 'active_lag' in p ? p.active_lag : p.consumer_lag;
+      const buildLag = p.shadow_version && p.shadow_lag !== undefined
+        ? [h('br'), h('span', { class: 'muted build-lag', 'data-build-lag': p.shadow_lag }, `build v${p.shadow_version}: ${fmtNum(p.shadow_lag)}`)] : null;
       const lagCell = (lag === null || lag === undefined)
-        ? h('td', { class: 'num lag', 'data-lag': 'unknown' }, h('span', { class: 'warn' }, '? unknown'))
-        : h('td', { class: 'num lag', 'data-lag': lag }, lag === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `… ${fmtNum(lag)}`));
+        ? h('td', { class: 'num lag', 'data-lag': 'unknown' }, h('span', { class: 'warn' }, '? unknown'), buildLag)
+        : h('td', { class: 'num lag', 'data-lag': lag }, lag === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `… ${fmtNum(lag)}`), buildLag);
       const dead = p.dead_letters > 0
         ? h('a', { href: '#/dead-letters', class: 'bad' }, `⚠ ${fmtNum(p.dead_letters)}`)
         : h('span', { class: 'ok' }, '✓ 0');
@@ -358,7 +363,15 @@
   function rebuildSummary(p) {
     const r = p.last_rebuild;
     if (!r) return h('span', { class: 'muted' }, '– never');
-    return [stateCell(r.state), ' ', h('a', { href: `#/rebuild/${enc(p.name)}/${enc(r.job)}` }, 'progress'),
+    // Phase and progress as the job's own route works them out (the
+    // server fills them in), e.g. "1/3 scanning 49 %, ETA 12s".
+    let where = null;
+    if (r.phase && r.phase !== r.state) {
+      where = `${r.phase_steps ? `${r.phase_step}/${r.phase_steps} ` : ''}${r.phase}`
+        + `${r.phase_percent !== undefined ? ` ${r.phase_percent} %` : ''}${r.phase_eta_seconds ? `, ETA ${fmtDuration(r.phase_eta_seconds)}` : ''}`;
+    }
+    return [stateCell(r.state), where ? [' ', h('span', { class: 'rebuild-phase', 'data-phase': r.phase }, where)] : null,
+      ' ', h('a', { href: `#/rebuild/${enc(p.name)}/${enc(r.job)}` }, 'progress'),
       r.error ? [h('br'), h('span', { class: 'bad' }, r.error)] : null];
   }
   // PARTITION_COLUMNS labels and formats the fields of a partition's

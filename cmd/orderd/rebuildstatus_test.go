@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orderd/orderd/cmd/orderd/operator"
+	"github.com/orderd/orderd/domain"
+)
+
+// TestStatusShowsARunningRebuild starts a rebuild in 2 partitions, paced
+// so that it is still scanning when looked at, and reads it three ways at
+// once: its job route, the admin API's projections route and "orderd
+// status". All three say running, scanning, with progress; the
+// projections' view used to read the stored state, queued until the end.
+func TestStatusShowsARunningRebuild(t *testing.T) {
+	m := runMainDir(t, t.TempDir(), func(c *Config) {
+		c.HTTP.AdminToken = testAdminToken
+		c.Jobs.Settle = 200 * time.Millisecond
+		c.Jobs.BatchStreams = 1
+		c.Jobs.MaxEventsPerSecond = 4 // each partition: about 10 s for the orders below
+	})
+	c := newClient(t, m)
+	env := map[string]string{"ADMIN_TOKEN": testAdminToken, "ORDERD_URL": "http://" + m.HTTPAddr}
+	auth := []string{"Authorization", "Bearer " + testAdminToken}
+	var last commandAnswer
+	for i := range 24 {
+		last = c.place(fmt.Sprintf("order-rs-%02d", i), "cust-rs", 1, 1000, 100)
+	}
+	c.summaryEqualsOrder(last.OrderID, last.Version)
+
+	var job domain.Job
+	c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", `{"partitions":2}`, auth...).decode(t, &job)
+	jobPath := "/v1/admin/projections/order_summaries/rebuilds/" + job.ID
+
+	var seen string
+	ok := waitFor(40*time.Second, 100*time.Millisecond, func() bool {
+		var j domain.Job
+		c.must(200, "GET", jobPath, "", auth...).decode(t, &j)
+		if j.State.Final() {
+			seen += fmt.Sprintf(" (then the job ended %s)", j.State)
+			return true
+		}
+		if j.State != domain.StateRunning || j.Phase != "scanning" || j.Events == 0 || j.Percent == nil {
+			seen = fmt.Sprintf("job route: %s, phase %+v, %d events", j.State, j.JobPhase, j.Events)
+			return false
+		}
+		var list struct {
+			Projections []domain.ProjectionStatus `json:"projections"`
+		}
+		c.must(200, "GET", "/v1/admin/projections", "", auth...).decode(t, &list)
+		var r *domain.JobSummary
+		for _, p := range list.Projections {
+			if p.Name == "order_summaries" {
+				r = p.LastRebuild
+			}
+		}
+		if r == nil || r.Job != job.ID || r.State != domain.StateRunning || r.Phase != "scanning" || r.Percent == nil || r.Events == 0 {
+			seen = fmt.Sprintf("job route running; projections route: last rebuild %+v", r)
+			return false
+		}
+		out := runCLI(t, operator.Status, env)
+		if out.err != nil {
+			seen = out.String()
+			return false
+		}
+		cell := statusRows(t, out.stdout)["order_summaries"]["LAST REBUILD"]
+		if !strings.HasPrefix(cell, "running 1/3 scanning ") || !strings.Contains(cell, "%") {
+			seen = fmt.Sprintf("job route and projections route running; orderd status LAST REBUILD %q", cell)
+			return false
+		}
+		seen = ""
+		return true
+	})
+	if !ok || seen != "" {
+		t.Fatalf("the rebuild was never shown running with progress by all three at once; last: %s", seen)
+	}
+	ok = waitFor(60*time.Second, 200*time.Millisecond, func() bool {
+		c.must(200, "GET", jobPath, "", auth...).decode(t, &job)
+		return job.State.Final()
+	})
+	if !ok || job.State != domain.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+}
