@@ -1,6 +1,9 @@
 package domain
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // ScanRange selects streams of the event log in log order, for a full scan
 // or one partition of it (see mongodb.EventStore.Scan). Log order is stream
@@ -84,4 +87,22 @@ func (q LogQuery) Matches(c LogCommit) bool {
 		corrOK = corrOK || e.Metadata.CorrelationID == q.CorrelationID
 	}
 	return typeOK && corrOK
+}
+
+// MarshalJSON writes the commit with each event in its wire form
+// (MarshalEvent, with its data), as GET /v1/orders/{id}/events does.
+func (c LogCommit) MarshalJSON() ([]byte, error) {
+	type plain LogCommit
+	evs := make([]json.RawMessage, len(c.Events))
+	for i, e := range c.Events {
+		b, err := MarshalEvent(e)
+		if err != nil {
+			return nil, err
+		}
+		evs[i] = b
+	}
+	return json.Marshal(struct {
+		plain
+		Events []json.RawMessage `json:"events"`
+	}{plain(c), evs})
 }
