@@ -343,6 +343,10 @@
   // historyCharts draws, from the server's samples, each projection's lag
   // and apply rate and the relay's checkpoint age over the last hour.
   function historyCharts(hist, ps, now) {
+    // The axis spans what the server has kept, at least 5 minutes: a
+    // server up for a minute does not squeeze its samples into the
+    // last sliver of an hour.
+    const span = Math.min(WINDOW_MS, Math.max(5 * 60 * 1000, hist.samples.length ? now - Date.parse(hist.samples[0].at) : 0));
     const series = (name, key) => hist.samples.map((s) => {
       const x = (s.projections || []).find((p) => p.name === name);
       return { t: Date.parse(s.at), v: x ? x[key] : null };
@@ -350,12 +354,12 @@
     const out = [];
     for (const p of ps) {
       out.push(h('div', { class: 'chart-pair', 'data-chart-of': p.name },
-        chart(`${p.name}: lag (events)`, series(p.name, 'lag'), now, 'lag'),
-        chart(`${p.name}: apply rate (events/s)`, series(p.name, 'apply_rate'), now, 'rate')));
+        chart(`${p.name}: lag (events)`, series(p.name, 'lag'), now, 'lag', span),
+        chart(`${p.name}: apply rate (events/s)`, series(p.name, 'apply_rate'), now, 'rate', span)));
     }
     const age = hist.samples.filter((s) => s.relay && typeof s.relay.checkpoint_age_seconds === 'number')
       .map((s) => ({ t: Date.parse(s.at), v: s.relay.checkpoint_age_seconds }));
-    out.push(h('div', { class: 'chart-pair', 'data-chart-of': 'relay' }, chart('relay: checkpoint age (seconds)', age, now, 'age')));
+    out.push(h('div', { class: 'chart-pair', 'data-chart-of': 'relay' }, chart('relay: checkpoint age (seconds)', age, now, 'age', span)));
     return out;
   }
 
@@ -464,14 +468,15 @@
   }
 
   // chart draws points on an axis from 0 to their maximum over the last
-  // hour. With no samples, or only zeros, there is no scale to draw: the
-  // chart says so instead of inventing a maximum.
-  function chart(title, points, now, cls) {
+  // span milliseconds (at most the hour the server keeps). With no
+  // samples, or only zeros, there is no scale to draw: the chart says so
+  // instead of inventing a maximum.
+  function chart(title, points, now, cls, span) {
     const W = 360, H = 96, L = 44, B = 16, T = 8;
-    points = points.filter((p) => p.t >= now - WINDOW_MS);
+    points = points.filter((p) => p.t >= now - span);
     const max = points.length ? Math.max(...points.map((p) => p.v)) : null;
     const idle = !max;
-    const x = (t) => L + (W - L - 4) * (1 - (now - t) / WINDOW_MS);
+    const x = (t) => L + (W - L - 4) * (1 - (now - t) / span);
     const y = (v) => T + (H - T - B - 3) * (1 - (idle ? 0 : v / max));
     const last = points.length ? points[points.length - 1].v : null;
     const n = `${points.length} sample${points.length === 1 ? '' : 's'}`;
@@ -485,7 +490,7 @@
       idle ? svg('text', { x: (L + W) / 2, y: (T + H - B) / 2, 'text-anchor': 'middle', class: 'idle' }, points.length ? '0 throughout' : 'no samples yet')
         : svg('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtRate(max)),
       svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
-      svg('text', { x: L, y: H - 3 }, `−${WINDOW_MS / 60000} min`),
+      svg('text', { x: L, y: H - 3 }, `−${Math.round(span / 60000)} min`),
       svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'));
     if (points.length) {
       g.append(svg('polyline', { class: cls, points: points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ') }));
