@@ -1,6 +1,7 @@
 package http
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,7 +104,17 @@ func (s *Server) tailLog(c echo.Context) error {
 		last = time.Now()
 		return nil
 	}
-	err := s.cfg.Admin.TailLog(c.Request().Context(), func(commit *domain.LogCommit) error {
+	// The stream ends with the request or when the server shuts down.
+	ctx, cancel := context.WithCancel(c.Request().Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.cfg.Admin.TailLog(ctx, func(commit *domain.LogCommit) error {
 		switch {
 		case !opened:
 			opened = true
@@ -120,7 +131,7 @@ func (s *Server) tailLog(c echo.Context) error {
 		}
 		return nil
 	})
-	if err == nil || c.Request().Context().Err() != nil {
+	if err == nil || ctx.Err() != nil {
 		return nil
 	}
 	if !opened {

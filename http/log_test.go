@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -248,5 +249,41 @@ func TestHistoryRoute(t *testing.T) {
 	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
 		t.Errorf("history: %d %s\nwant %s", rec.Code, rec.Body, want)
+	}
+}
+
+// TestLogTailEndsOnShutdown: an open event stream does not hold the
+// server's shutdown: Shutdown ends it and returns within its bound.
+func TestLogTailEndsOnShutdown(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	e.admin.mu.Lock()
+	e.admin.logs.tail = make(chan *domain.LogCommit) // never sends: an idle log
+	e.admin.mu.Unlock()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	rq, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+ln.Addr().String()+"/v1/admin/log/tail", nil)
+	rq.Header.Set("Authorization", "Bearer "+adminToken)
+	res, err := http.DefaultClient.Do(rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	lines := bufio.NewScanner(res.Body)
+	if !lines.Scan() || lines.Text() != "event: open" {
+		t.Fatalf("first line %q, want the open", lines.Text())
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with an event stream open: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+	for lines.Scan() {
 	}
 }
