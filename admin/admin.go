@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
@@ -27,6 +29,12 @@ type Config struct {
 	// Relay reads the relay's lease and checkpoint: the MongoDB adapter's
 	// *mongodb.Lease of the relay lease implements it.
 	Relay Relay
+	// Log is the event log the log browser pages and tails.
+	Log Log
+	// Metrics, when set, is this process's registry: the history reads
+	// the relay's catch-ups from it (orderd_relay_catchups_total) when
+	// this process runs the relay.
+	Metrics prometheus.Gatherer
 }
 
 // Relay is the outbox relay's state as the store holds it.
@@ -62,11 +70,16 @@ type Service struct {
 	checks  []ReadModel
 	bus     bool
 	relay   Relay
+	log     Log
+	tail    tail
+	metrics prometheus.Gatherer
+	history history
 }
 
 // New returns the admin service over cfg.
 func New(cfg Config) *Service {
-	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus, relay: cfg.Relay}
+	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus, relay: cfg.Relay,
+		log: cfg.Log, metrics: cfg.Metrics}
 }
 
 func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {

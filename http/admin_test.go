@@ -49,6 +49,7 @@ type fakeAdmin struct {
 	err      error                              // returned by Projections when set
 	calls    []adminCall
 	seq      int
+	logs     fakeLog // the log browser's side (log_test.go)
 }
 
 var _ orderhttp.Admin = (*fakeAdmin)(nil)
@@ -329,6 +330,11 @@ var adminRoutes = []adminRoute{
 	{http.MethodGet, "/v1/admin/dead-letters?limit=5&projection=order_summaries", ""},
 	{http.MethodPost, "/v1/admin/dead-letters/order_summaries:ev-1/retry", ""},
 	{http.MethodGet, "/v1/admin/orders/o-1/read-models", ""},
+	{http.MethodGet, "/v1/admin/log", ""},
+	{http.MethodGet, "/v1/admin/log?type=OrderPlaced&stream_id=o-1&correlation_id=c-1&limit=5", ""},
+	{http.MethodGet, "/v1/admin/log/commits/o-1:0000000001", ""},
+	{http.MethodGet, "/v1/admin/log/tail", ""},
+	{http.MethodGet, "/v1/admin/history", ""},
 }
 
 // decodeJob reads a job from a response body.

@@ -283,6 +283,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	logCommit := domain.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
+		RecordedAt: at, Events: []domain.Event{{ID: "e", StreamID: "o", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderCanceled,
+			Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta}}, Error: "e"}
+	logPage := domain.LogPage{Commits: []domain.LogCommit{logCommit}, Next: "n"}
+	age, rate := 1.5, 2.0
+	projSample := domain.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
+	relaySample := domain.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
+	sample := domain.HistorySample{At: at, Projections: []domain.ProjectionSample{projSample}, Relay: relaySample}
+	history := domain.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []domain.HistorySample{sample}}
 	problem := orderhttp.Problem{Type: "/problems/validation", Title: "t", Status: 422, Detail: "d",
 		Errors: []domain.FieldError{{Field: "f", Detail: "d"}}}
 
@@ -315,6 +324,12 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"JobSummary", jobSummary, domain.JobSummary{}},
 		{"DeadLetter", dead, domain.DeadLetter{}},
 		{"ReadModelCheck", check, domain.ReadModelCheck{}},
+		{"LogCommit", logCommit, domain.LogCommit{}},
+		{"LogPage", logPage, domain.LogPage{}},
+		{"History", history, domain.History{}},
+		{"HistorySample", sample, domain.HistorySample{}},
+		{"ProjectionSample", projSample, domain.ProjectionSample{}},
+		{"RelaySample", relaySample, domain.RelaySample{}},
 	} {
 		s := componentSchema(doc, c.schema)
 		if s == nil {

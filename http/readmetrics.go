@@ -47,7 +47,9 @@ func (m *readMetrics) middleware(e *echo.Echo) echo.MiddlewareFunc {
 			m.routesOnce.Do(func() {
 				m.routes = map[string]bool{}
 				for _, r := range e.Routes() {
-					if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v1/") && !strings.HasSuffix(r.Path, "*") {
+					// The log's tail is a stream as long as the page that
+					// reads it, not a read with a latency.
+					if r.Method == http.MethodGet && strings.HasPrefix(r.Path, "/v1/") && !strings.HasSuffix(r.Path, "*") && r.Path != "/v1/admin/log/tail" {
 						m.routes[r.Path] = true
 					}
 				}

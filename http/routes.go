@@ -225,3 +225,11 @@ func (o operations) RetryDeadLetter(c echo.Context, id api.DeadLetterId) error {
 func (o operations) GetOrderReadModels(c echo.Context, id api.OrderId) error {
 	return o.readModels(c, id)
 }
+
+func (o operations) ListLog(c echo.Context, p api.ListLogParams) error { return o.listLog(c, p) }
+
+func (o operations) GetLogCommit(c echo.Context, id string) error { return o.getLogCommit(c, id) }
+
+func (o operations) TailLog(c echo.Context) error { return o.tailLog(c) }
+
+func (o operations) GetHistory(c echo.Context) error { return o.getHistory(c) }

@@ -132,6 +132,9 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	watch   *summaryWatch
+	// closing is closed when Shutdown starts: it ends the event streams,
+	// which would otherwise hold Shutdown until its context ran out.
+	closing chan struct{}
 }
 
 // NewServer registers the routes of openapi.json (see router): the REST
@@ -142,7 +145,8 @@ func NewServer(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
-	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits)}
+	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits),
+		closing: make(chan struct{})}
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -151,6 +155,7 @@ func NewServer(cfg Config) *Server {
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
+	s.http.RegisterOnShutdown(func() { close(s.closing) })
 	// The body limit is the server's, not /v1's: echo answers any method
 	// on any path under a group with middleware (a catch-all route it adds
 	// for them), so a wrong method there got 404, not 405 with Allow. No

@@ -72,8 +72,13 @@ const (
 	// have it, so EnsureIndexes drops it.
 	indexGlobalKey = "idempotency_key"
 	// indexRecorded orders the log by recorded_at, for the relay's
-	// catch-up (RecordedSince).
-	indexRecorded = "recorded_at"
+	// catch-up (RecordedSince), then by _id, so that the log browser
+	// (Browse) pages newest first on it with a cursor (recorded_at, _id)
+	// that is unique where times tie (a group commit records its commits
+	// in one millisecond). It replaces indexRecordedOnly, which earlier
+	// versions created: one index, not two, for every append to write.
+	indexRecorded     = "recorded_at_id"
+	indexRecordedOnly = "recorded_at"
 	// indexOutbox (the unpublished commits by recorded_at) and
 	// indexOldOutbox (every commit on (published, recorded_at)) are the
 	// outbox indexes of earlier versions, which marked each commit
@@ -115,8 +120,13 @@ func (s *EventStore) EnsureIndexes(ctx context.Context) error {
 			return err
 		}
 	}
-	return createIndexes(ctx, s.commits, []mongo.IndexModel{{Keys: bson.D{{Key: "recorded_at", Value: 1}},
-		Options: options.Index().SetName(indexRecorded)}})
+	// The new recorded_at index before the old one is dropped, so the
+	// relay's catch-up always has one.
+	if err := createIndexes(ctx, s.commits, []mongo.IndexModel{{Keys: bson.D{{Key: "recorded_at", Value: 1}, {Key: "_id", Value: 1}},
+		Options: options.Index().SetName(indexRecorded)}}); err != nil {
+		return err
+	}
+	return dropIndexIfExists(ctx, s.commits, indexRecordedOnly)
 }
 
 func dropIndexIfExists(ctx context.Context, coll *mongo.Collection, name string) error {

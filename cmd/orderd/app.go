@@ -341,9 +341,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		svc.NewID = uuid.NewString
 		hc := c.HTTP
 		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
-		hc.Admin = admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
+		adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
 			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil,
-			Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL)})
+			Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
+			Log:   store, Metrics: reg})
+		hc.Admin = adminSvc
+		if c.HTTP.AdminToken != "" {
+			// The console's first screen shows the last hour from these
+			// samples; without the admin routes nobody reads them.
+			g.Go(func() error { return adminSvc.RunHistory(runCtx, 0) })
+		}
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
 			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key(), sales.Key()}, time.Second, m.Log.With("component", "admission"))

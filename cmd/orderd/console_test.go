@@ -191,8 +191,8 @@ func (p *page) fitsWindow(what string) {
 }
 
 // idleCharts checks the projections page's charts whose samples are all
-// zero: each must say it has nothing to show yet, not claim a maximum of
-// 1.0, and at least one such chart must be on the page.
+// zero: each must say so, not claim a maximum of 1.0 nor that nothing
+// has been sampled yet, and at least one such chart must be on the page.
 func (p *page) idleCharts() {
 	p.t.Helper()
 	var idle []struct{ Caption, Axis string }
@@ -201,9 +201,34 @@ func (p *page) idleCharts() {
 		p.t.Fatal("no idle chart on the projections page to check")
 	}
 	for _, c := range idle {
-		if strings.Contains(c.Caption, "max 1.0") || strings.Contains(c.Axis, "1.0") || !strings.Contains(c.Caption, "nothing yet") {
-			p.t.Errorf("idle chart: caption %q, axis %q; want no max of 1.0 and a caption that says nothing has happened yet", c.Caption, c.Axis)
+		if strings.Contains(c.Caption, "max 1.0") || strings.Contains(c.Axis, "1.0") || strings.Contains(c.Caption, "nothing yet") ||
+			strings.Contains(c.Caption, "no samples") || !strings.Contains(c.Caption, "0 in all") {
+			p.t.Errorf("idle chart: caption %q, axis %q; want no max of 1.0 and a caption that says every sample was 0", c.Caption, c.Axis)
 		}
+	}
+}
+
+// headersWhole checks that no column header on the page is broken inside
+// a word: each word of each header is laid out on one line.
+func (p *page) headersWhole(what string) {
+	p.t.Helper()
+	var broken []string
+	p.eval(`Array.from(document.querySelectorAll('#page th')).filter(th => th.getClientRects().length > 0).flatMap(th => {
+		const out = [];
+		const walk = document.createTreeWalker(th, NodeFilter.SHOW_TEXT);
+		for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+			for (const m of n.textContent.matchAll(/\S+/g)) {
+				const r = document.createRange();
+				r.setStart(n, m.index);
+				r.setEnd(n, m.index + m[0].length);
+				const tops = new Set(Array.from(r.getClientRects()).map(x => Math.round(x.top)));
+				if (tops.size > 1) out.push(th.textContent.trim() + ': ' + m[0]);
+			}
+		}
+		return out;
+	})`, &broken)
+	if len(broken) != 0 {
+		p.t.Errorf("%s: column headers broken inside a word: %q", what, broken)
 	}
 }
 
@@ -272,44 +297,98 @@ func TestConsole(t *testing.T) {
 	sub("projections", func(t *testing.T, p *page) {
 		p.open("#/projections", "projections")
 		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
-			row := fmt.Sprintf(`document.querySelector('tr[data-projection=%q]')`, name)
-			p.waitJS(20*time.Second, name+" with lag 0",
+			row := fmt.Sprintf(`document.querySelector('tr[data-health=%q]')`, name)
+			p.waitJS(20*time.Second, name+"'s health line with lag 0",
 				row+` && `+row+`.querySelector('td.lag').dataset.lag === '0' && `+row+`.querySelector('td.lag').textContent.includes('0')`)
-			// The apply rate needs two samples of the ack floor.
-			p.waitJS(10*time.Second, name+" with an apply rate", row+`.querySelector('td.rate').dataset.rate !== ''`)
-			p.waitJS(10*time.Second, name+"'s lag chart",
+			// The apply rate is the server's: two of its samples (5 s apart).
+			p.waitJS(20*time.Second, name+" with an apply rate", row+`.querySelector('td.rate').dataset.rate !== ''`)
+			p.waitJS(20*time.Second, name+"'s lag chart",
 				fmt.Sprintf(`document.querySelector('[data-chart-of=%q] polyline.lag') !== null`, name))
 			var cells []string
 			p.eval(`Array.from(`+row+`.querySelectorAll('td')).map(td => td.textContent)`, &cells)
-			if len(cells) != 7 || !strings.HasPrefix(cells[0], name) || !strings.Contains(cells[3], "✓ 0") ||
-				!strings.Contains(cells[4], "never") || !strings.Contains(cells[5], "never") || !strings.Contains(cells[6], "none") {
-				t.Errorf("%s row: %q", name, cells)
+			if len(cells) != 6 || !strings.Contains(cells[0], "✓ up to date") || !strings.Contains(cells[1], "✓ 0") ||
+				cells[2] == "" || strings.Contains(cells[2], "unknown") || !strings.Contains(cells[4], "✓ 0") || !strings.Contains(cells[5], "none") {
+				t.Errorf("%s health line: %q", name, cells)
+			}
+			detail := fmt.Sprintf(`document.querySelector('tr[data-projection=%q]')`, name)
+			p.eval(`Array.from(`+detail+`.querySelectorAll('td')).map(td => td.textContent)`, &cells)
+			if len(cells) != 4 || !strings.Contains(cells[2], "never") || !strings.Contains(cells[3], "never") {
+				t.Errorf("%s details: %q", name, cells)
 			}
 			// The versions: the one readers read, nothing built or kept.
 			var version string
-			p.eval(row+`.querySelector('td.collections .version').textContent`, &version)
+			p.eval(detail+`.querySelector('td.collections .version').textContent`, &version)
 			if want := fmt.Sprintf("version %d", map[string]int{"order_summaries": projection.OrderSummaries.Ver(),
 				"customer_order_stats": projection.CustomerOrderStats.Ver(), "daily_sales": projection.DailySales.Ver()}[name]); version != want ||
 				strings.Contains(cells[0], "previous") || strings.Contains(cells[0], "building") {
 				t.Errorf("%s versions: %q in %q, want %q", name, version, cells[0], want)
 			}
 		}
-		// Nothing has moved since the page opened: the charts are flat at
-		// zero and must say so instead of drawing an axis up to 1.0.
+		// The relay's line: this process holds the lease and runs the
+		// relay, so it counts the catch-ups; the checkpoint has an age.
+		relay := `document.querySelector('tr[data-health="relay"]')`
+		p.waitJS(40*time.Second, "the relay's line with its holder, checkpoint age and catch-ups",
+			relay+` && `+relay+`.querySelector('[data-relay-owner]')?.dataset.relayOwner && `+relay+`.querySelector('td.checkpoint-age').dataset.age !== '' && `+relay+`.querySelector('td.catchups').dataset.catchups === '0'`)
+		// The partitions are folded: listed, not shown.
+		var fold struct {
+			Open    bool
+			Tables  int
+			Visible bool
+		}
+		p.eval(`(() => { const d = document.getElementById('partitions-fold'); return {Open: d.open, Tables: d.querySelectorAll('table.partitions').length, Visible: d.querySelector('table.partitions').checkVisibility()}; })()`, &fold)
+		if fold.Open || fold.Tables != 3 || fold.Visible {
+			t.Errorf("partitions: %+v, want 3 tables folded away", fold)
+		}
+		// Nothing has moved since the service started: the charts are flat
+		// at zero and must say so instead of drawing an axis up to 1.0.
 		p.idleCharts()
 
-		// Orders placed while the page samples: the apply rate rises above
-		// zero and the lag returns to 0.
+		// Orders placed while the server samples: the apply rate rises
+		// above zero and the lag returns to 0.
 		for i := range 30 {
 			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
 			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
 		}
 		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
-			p.waitJS(20*time.Second, name+"'s apply rate above 0 in the chart",
+			p.waitJS(30*time.Second, name+"'s apply rate above 0 in the chart",
 				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
 			p.waitJS(20*time.Second, name+" back to lag 0",
-				fmt.Sprintf(`document.querySelector('tr[data-projection=%q] td.lag').dataset.lag === '0'`, name))
+				fmt.Sprintf(`document.querySelector('tr[data-health=%q] td.lag').dataset.lag === '0'`, name))
 		}
+
+		// A reload shows the server's history at once: every chart has
+		// samples, none says it has none.
+		p.run(20*time.Second, "reload the console", chromedp.Reload())
+		p.waitJS(20*time.Second, "the projections page after the reload",
+			`document.getElementById('page').dataset.page === 'projections' && document.querySelectorAll('#projections-charts figure.chart').length === 7`)
+		var charts []struct {
+			Caption string
+			Samples int
+		}
+		p.eval(`Array.from(document.querySelectorAll('#projections-charts figure.chart')).map(f => ({Caption: f.querySelector('figcaption').textContent, Samples: Number(f.dataset.samples)}))`, &charts)
+		for _, ch := range charts {
+			if ch.Samples < 2 || strings.Contains(ch.Caption, "no samples") || strings.Contains(ch.Caption, "nothing yet") {
+				t.Errorf("after a reload: chart %q with %d samples, want the server's history", ch.Caption, ch.Samples)
+			}
+		}
+		var rateMax float64
+		p.eval(`Number(document.querySelector('[data-chart-of="order_summaries"] figure[data-series=rate]').dataset.max)`, &rateMax)
+		if rateMax <= 0 {
+			t.Errorf("after a reload the apply rate chart's max is %v: the load before it is gone", rateMax)
+		}
+
+		// The first screen at 1,280 px: the health lines and the charts
+		// above the fold, headers whole, nothing wider than the window.
+		p.run(10*time.Second, "a 1280 px wide window", chromedp.EmulateViewport(1280, 900))
+		defer p.run(10*time.Second, "the window's own size", chromedp.EmulateReset())
+		p.waitJS(10*time.Second, "the page laid out at 1280 px", `window.innerWidth === 1280`)
+		var bottom float64
+		p.eval(`document.querySelector('#projections-charts').getBoundingClientRect().bottom`, &bottom)
+		if bottom > 900 {
+			t.Errorf("the charts end %v px down: below the first screen of 900 px", bottom)
+		}
+		p.headersWhole("#/projections at 1280 px")
+		p.fitsWindow("#/projections at 1280 px")
 		p.save("projections")
 	})
 
@@ -427,6 +506,119 @@ func TestConsole(t *testing.T) {
 			t.Errorf("digests after the repair: %q", digests)
 		}
 		c.summaryEqualsOrder("con-2", 3)
+	})
+
+	sub("log", func(t *testing.T, p *page) {
+		// More commits than a page: 12 one-commit orders on top.
+		for i := range 12 {
+			c.place(fmt.Sprintf("con-log-%d", i), "cust-con-log", 1, 100, 0)
+		}
+		var whole struct {
+			Commits []struct {
+				ID       string `json:"id"`
+				StreamID string `json:"stream_id"`
+			} `json:"commits"`
+		}
+		c.must(http.StatusOK, "GET", "/v1/admin/log?limit=200", "", "Authorization", "Bearer "+testAdminToken).decode(t, &whole)
+		if len(whole.Commits) <= 50 || len(whole.Commits) >= 100 {
+			t.Fatalf("%d commits in the log, want between 51 and 99 for two pages", len(whole.Commits))
+		}
+		want := make([]string, len(whole.Commits))
+		for i, cm := range whole.Commits {
+			want[i] = cm.ID
+		}
+		rows := func() []string {
+			var ids []string
+			p.eval(`Array.from(document.querySelectorAll('#log-table tr.commit')).map(tr => tr.dataset.id)`, &ids)
+			return ids
+		}
+
+		p.open("#/log", "log")
+		p.waitJS(20*time.Second, "the newest page", `document.querySelectorAll('#log-table tr.commit').length === 50`)
+		if got := rows(); fmt.Sprint(got) != fmt.Sprint(want[:50]) {
+			t.Errorf("first page %q, want the newest 50 %q", got, want[:50])
+		}
+		p.run(10*time.Second, "older", chromedp.Click("#log-older"))
+		p.waitJS(20*time.Second, "every commit", fmt.Sprintf(`document.querySelectorAll('#log-table tr.commit').length === %d`, len(want)))
+		if got := rows(); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("two pages %q, want %q", got, want)
+		}
+		var olderHidden bool
+		p.eval(`document.getElementById('log-older').hidden`, &olderHidden)
+		if !olderHidden {
+			t.Error("older is offered past the oldest commit")
+		}
+
+		// Filters: by type, by stream, by correlation id.
+		filter := func(typ, stream, corr string) []string {
+			t.Helper()
+			eval[bool](p, fmt.Sprintf(`(document.getElementById('log-type').value = %q, document.getElementById('log-stream').value = %q, document.getElementById('log-correlation').value = %q, true)`, typ, stream, corr))
+			p.run(10*time.Second, "filter", chromedp.Click("#log-apply"))
+			p.waitJS(20*time.Second, "the filtered page", fmt.Sprintf(`document.getElementById('log-type')?.value === %q && document.getElementById('log-status').textContent.includes('matching') && document.getElementById('log-status').textContent.includes(%q)`, typ, typ+stream+corr))
+			return rows()
+		}
+		if got := filter(domain.TypeOrderDelivered, "", ""); fmt.Sprint(got) != "[con-3:0000000005]" {
+			t.Errorf("type OrderDelivered: %q, want con-3's v5", got)
+		}
+		if got := filter("", "con-3", ""); fmt.Sprint(got) != "[con-3:0000000005 con-3:0000000004 con-3:0000000003 con-3:0000000002 con-3:0000000001]" {
+			t.Errorf("stream con-3: %q, want its five commits newest first", got)
+		}
+		var events struct {
+			Events []struct {
+				Metadata struct {
+					CorrelationID string `json:"correlation_id"`
+				} `json:"metadata"`
+			} `json:"events"`
+		}
+		c.must(http.StatusOK, "GET", "/v1/orders/con-2/events", "").decode(t, &events)
+		corr := events.Events[1].Metadata.CorrelationID
+		if got := filter("", "", corr); fmt.Sprint(got) != "[con-2:0000000002]" {
+			t.Errorf("correlation id %s: %q, want con-2's approve", corr, got)
+		}
+
+		// A commit's page: its events, and a link to its order.
+		p.run(10*time.Second, "open the commit", chromedp.Click(`#log-table tr.commit[data-id="con-2:0000000002"] a.open-commit`))
+		p.waitJS(20*time.Second, "the commit's events", `document.querySelectorAll('#commit-events li').length === 1`)
+		var ev []string
+		p.eval(`Array.from(document.querySelectorAll('#commit-events li dd.mono')).map(dd => dd.textContent)`, &ev)
+		if len(ev) != 3 || ev[1] != corr || strings.Contains(strings.Join(ev, ""), "–") {
+			t.Errorf("the commit's event id, correlation and causation ids: %q", ev)
+		}
+		var data string
+		p.eval(`document.querySelector('#commit-events pre.data').textContent`, &data)
+		if strings.TrimSpace(data) != "{}" {
+			t.Errorf("OrderApproved's data shown as %q", data)
+		}
+		p.run(10*time.Second, "follow the link to the order", chromedp.Click("#commit-order"))
+		p.waitJS(20*time.Second, "con-2's order page", `location.hash === '#/order/con-2' && document.querySelectorAll('#timeline li').length === 3`)
+
+		// The live tail: a commit appended while the page is open appears
+		// at the top, without a reload.
+		p.open("#/log", "log")
+		p.waitJS(20*time.Second, "the newest page", `document.querySelectorAll('#log-table tr.commit').length === 50`)
+		eval[bool](p, `(window.consoleTailMarker = true)`)
+		p.run(10*time.Second, "live tail on", chromedp.Click("#log-tail"))
+		p.waitJS(20*time.Second, "the tail open", `document.getElementById('log-tail-status').dataset.state === 'on'`)
+		a := c.place("con-tail", "cust-con-tail", 1, 100, 0)
+		c.step("con-tail", "approve")
+		p.waitJS(20*time.Second, "con-tail's two commits at the top",
+			`document.querySelector('#log-table tr.commit')?.dataset.id === 'con-tail:0000000002' && document.querySelectorAll('#log-table tr.commit.new[data-stream="con-tail"]').length === 2`)
+		if !eval[bool](p, `window.consoleTailMarker === true`) {
+			t.Error("the page was reloaded")
+		}
+		_ = a
+		p.run(10*time.Second, "a 1280 px wide window", chromedp.EmulateViewport(1280, 900))
+		p.waitJS(10*time.Second, "the page laid out at 1280 px", `window.innerWidth === 1280`)
+		p.headersWhole("#/log at 1280 px")
+		p.save("log")
+		p.fitsWindow("#/log at 1280 px")
+		p.run(10*time.Second, "live tail off", chromedp.Click("#log-tail"))
+		p.run(10*time.Second, "a 390 px wide window", chromedp.EmulateViewport(390, 900))
+		p.fitsWindow("#/log at 390 px")
+		p.open("#/log/commit/con-2:0000000002", "log")
+		p.waitJS(20*time.Second, "the commit's events", `document.querySelectorAll('#commit-events li').length === 1`)
+		p.fitsWindow("#/log/commit/con-2:0000000002 at 390 px")
+		p.run(10*time.Second, "the window's own size", chromedp.EmulateReset())
 	})
 
 	sub("dead letters", func(t *testing.T, p *page) {
@@ -554,6 +746,8 @@ func TestConsole(t *testing.T) {
 			{"#/dead-letters", "dead-letters", `document.getElementById('dead-updated').textContent.includes('updated')`},
 			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`},
 			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 3`},
+			{"#/log", "log", `document.querySelectorAll('#log-table tr.commit').length === 50`},
+			{"#/log/commit/" + wide.OrderID + ":0000000001", "log", `document.querySelectorAll('#commit-events li').length === 1`},
 		}
 		for _, w := range []int64{1400, 390} {
 			p.run(10*time.Second, fmt.Sprintf("a %d px wide window", w), chromedp.EmulateViewport(w, 900))

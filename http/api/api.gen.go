@@ -60,34 +60,34 @@ func (e EventStreamType) Valid() bool {
 
 // Defines values for EventType.
 const (
-	OrderApproved          EventType = "OrderApproved"
-	OrderCanceled          EventType = "OrderCanceled"
-	OrderDelivered         EventType = "OrderDelivered"
-	OrderInvoiced          EventType = "OrderInvoiced"
-	OrderMarkedUnavailable EventType = "OrderMarkedUnavailable"
-	OrderPlaced            EventType = "OrderPlaced"
-	OrderProcessingStarted EventType = "OrderProcessingStarted"
-	OrderShipped           EventType = "OrderShipped"
+	EventTypeOrderApproved          EventType = "OrderApproved"
+	EventTypeOrderCanceled          EventType = "OrderCanceled"
+	EventTypeOrderDelivered         EventType = "OrderDelivered"
+	EventTypeOrderInvoiced          EventType = "OrderInvoiced"
+	EventTypeOrderMarkedUnavailable EventType = "OrderMarkedUnavailable"
+	EventTypeOrderPlaced            EventType = "OrderPlaced"
+	EventTypeOrderProcessingStarted EventType = "OrderProcessingStarted"
+	EventTypeOrderShipped           EventType = "OrderShipped"
 )
 
 // Valid indicates whether the value is a known member of the EventType enum.
 func (e EventType) Valid() bool {
 	switch e {
-	case OrderApproved:
+	case EventTypeOrderApproved:
 		return true
-	case OrderCanceled:
+	case EventTypeOrderCanceled:
 		return true
-	case OrderDelivered:
+	case EventTypeOrderDelivered:
 		return true
-	case OrderInvoiced:
+	case EventTypeOrderInvoiced:
 		return true
-	case OrderMarkedUnavailable:
+	case EventTypeOrderMarkedUnavailable:
 		return true
-	case OrderPlaced:
+	case EventTypeOrderPlaced:
 		return true
-	case OrderProcessingStarted:
+	case EventTypeOrderProcessingStarted:
 		return true
-	case OrderShipped:
+	case EventTypeOrderShipped:
 		return true
 	default:
 		return false
@@ -397,6 +397,42 @@ func (e TaskState) Valid() bool {
 	}
 }
 
+// Defines values for ListLogParamsType.
+const (
+	ListLogParamsTypeOrderApproved          ListLogParamsType = "OrderApproved"
+	ListLogParamsTypeOrderCanceled          ListLogParamsType = "OrderCanceled"
+	ListLogParamsTypeOrderDelivered         ListLogParamsType = "OrderDelivered"
+	ListLogParamsTypeOrderInvoiced          ListLogParamsType = "OrderInvoiced"
+	ListLogParamsTypeOrderMarkedUnavailable ListLogParamsType = "OrderMarkedUnavailable"
+	ListLogParamsTypeOrderPlaced            ListLogParamsType = "OrderPlaced"
+	ListLogParamsTypeOrderProcessingStarted ListLogParamsType = "OrderProcessingStarted"
+	ListLogParamsTypeOrderShipped           ListLogParamsType = "OrderShipped"
+)
+
+// Valid indicates whether the value is a known member of the ListLogParamsType enum.
+func (e ListLogParamsType) Valid() bool {
+	switch e {
+	case ListLogParamsTypeOrderApproved:
+		return true
+	case ListLogParamsTypeOrderCanceled:
+		return true
+	case ListLogParamsTypeOrderDelivered:
+		return true
+	case ListLogParamsTypeOrderInvoiced:
+		return true
+	case ListLogParamsTypeOrderMarkedUnavailable:
+		return true
+	case ListLogParamsTypeOrderPlaced:
+		return true
+	case ListLogParamsTypeOrderProcessingStarted:
+		return true
+	case ListLogParamsTypeOrderShipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // CommandResult The answer to a command: the order's id, version and status after it.
 //
 // Examples: {"order_id":"demo-1","status":"created","version":1}
@@ -529,6 +565,25 @@ type FieldError struct {
 // Health defines model for Health.
 type Health struct {
 	Status interface{} `json:"status"`
+}
+
+// History defines model for History.
+type History struct {
+	// IntervalSeconds Seconds between samples.
+	IntervalSeconds float32 `json:"interval_seconds"`
+
+	// Samples Oldest first.
+	Samples []HistorySample `json:"samples"`
+
+	// WindowSeconds Seconds of history kept.
+	WindowSeconds float32 `json:"window_seconds"`
+}
+
+// HistorySample defines model for HistorySample.
+type HistorySample struct {
+	At          time.Time          `json:"at"`
+	Projections []ProjectionSample `json:"projections"`
+	Relay       RelaySample        `json:"relay"`
 }
 
 // Id An id: 1 to 64 letters, digits, '_' or '-'.
@@ -669,6 +724,36 @@ type Line struct {
 	UnitPriceCents int64 `json:"unit_price_cents"`
 }
 
+// LogCommit One commit of the event log: the events of one command, stored as one document.
+type LogCommit struct {
+	// Error Why the commit cannot be decoded; absent when it can.
+	Error *string `json:"error,omitempty"`
+
+	// Events In version order; empty when this build cannot decode the commit.
+	Events       []Event `json:"events"`
+	FirstVersion int64   `json:"first_version"`
+
+	// Id <stream id>:<first version, 10 digits>.
+	Id          string `json:"id"`
+	LastVersion int64  `json:"last_version"`
+
+	// RecordedAt When the store recorded the commit.
+	RecordedAt time.Time `json:"recorded_at"`
+
+	// StreamId An id: 1 to 64 letters, digits, '_' or '-'.
+	StreamId   Id     `json:"stream_id"`
+	StreamType string `json:"stream_type"`
+}
+
+// LogPage defines model for LogPage.
+type LogPage struct {
+	// Commits Newest first.
+	Commits []LogCommit `json:"commits"`
+
+	// NextCursor Pass as cursor for the older commits; absent when there are none.
+	NextCursor *string `json:"next_cursor,omitempty"`
+}
+
 // Order An order: folded from its events (GET /v1/orders/{id}) or as the order_summaries read model has it. Amounts are minor units of currency: subtotal_cents is the sum of quantity times unit price, freight_cents the order-level freight plus every line's freight_cents, total_cents subtotal_cents plus freight_cents.
 type Order struct {
 	// ApprovedAt When the approved step happened (the event's occurred_at); absent when it did not.
@@ -800,6 +885,20 @@ type ProjectionList struct {
 	Relay RelayStatus `json:"relay"`
 }
 
+// ProjectionSample defines model for ProjectionSample.
+type ProjectionSample struct {
+	// ApplyRate Events per second acknowledged since the previous sample; null in the first sample or when unknown.
+	ApplyRate *float32 `json:"apply_rate"`
+
+	// Lag Messages not yet acknowledged, summed over the partitions; null when unknown.
+	Lag *int64 `json:"lag"`
+
+	// LagSeconds The largest partition's lag in seconds: 0 when nothing is pending, else the seconds since the newest event it applied was recorded; null when unknown.
+	LagSeconds *float32 `json:"lag_seconds"`
+	LastError  *string  `json:"last_error,omitempty"`
+	Name       string   `json:"name"`
+}
+
 // ProjectionStatus defines model for ProjectionStatus.
 type ProjectionStatus struct {
 	// AckFloor How many deliveries the projection's consumers have acknowledged, summed over its partitions (each consumer's ack floor); its change per second is the apply rate. null when unknown.
@@ -914,6 +1013,18 @@ type ReasonRequest struct {
 type RebuildRequest struct {
 	// Partitions Partitions of the stream-id space scanned in parallel.
 	Partitions *int `json:"partitions,omitempty"`
+}
+
+// RelaySample defines model for RelaySample.
+type RelaySample struct {
+	// Catchups Catch-ups from the log since the answering process started; null when it runs no relay.
+	Catchups *float32 `json:"catchups"`
+
+	// CheckpointAgeSeconds Seconds from the recorded time of the last commit the checkpoint covers to the sample; null before any checkpoint.
+	CheckpointAgeSeconds *float32 `json:"checkpoint_age_seconds"`
+
+	// Owner The instance holding the relay lease; absent when none does.
+	Owner *string `json:"owner,omitempty"`
 }
 
 // RelayStatus The outbox relay as the store holds it: the instance holding the relay lease, and the checkpoint it saved last. Empty before any relay started.
@@ -1125,6 +1236,27 @@ type ListDeadLettersParams struct {
 	Projection *string `form:"projection,omitempty" json:"projection,omitempty"`
 	Limit      *string `form:"limit,omitempty" json:"limit,omitempty"`
 }
+
+// ListLogParams defines parameters for ListLog.
+type ListLogParams struct {
+	// Limit Commits per page.
+	Limit *string `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor next_cursor of the previous page, with the same filters; absent for the newest commits.
+	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
+
+	// Type Only commits with an event of this type.
+	Type *ListLogParamsType `form:"type,omitempty" json:"type,omitempty"`
+
+	// StreamId Only this stream's commits (an order id).
+	StreamId *Id `form:"stream_id,omitempty" json:"stream_id,omitempty"`
+
+	// CorrelationId Only commits with an event of this correlation id.
+	CorrelationId *string `form:"correlation_id,omitempty" json:"correlation_id,omitempty"`
+}
+
+// ListLogParamsType defines parameters for ListLog.
+type ListLogParamsType string
 
 // GetDailySalesParams defines parameters for GetDailySales.
 type GetDailySalesParams struct {
@@ -1351,6 +1483,34 @@ type ClientInterface interface {
 	//
 	// Corresponds with POST /v1/admin/dead-letters/{id}/retry (the `RetryDeadLetter` operationId).
 	RetryDeadLetter(ctx context.Context, id DeadLetterId, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetHistory The projections' and the relay's recent history
+	//
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. What this instance's admin service sampled every 5 s over the last hour, oldest first: each projection's lag (messages and seconds), apply rate and last error, and the relay's holder, checkpoint age and catch-ups. Kept in memory: it starts empty when the instance starts, and each instance has its own.
+	//
+	// Corresponds with GET /v1/admin/history (the `GetHistory` operationId).
+	GetHistory(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ListLog The event log's commits, newest first
+	//
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+	//
+	// Corresponds with GET /v1/admin/log (the `ListLog` operationId).
+	ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetLogCommit One commit of the event log, with its events
+	//
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Read by _id on both stores.
+	//
+	// Corresponds with GET /v1/admin/log/commits/{commit} (the `GetLogCommit` operationId).
+	GetLogCommit(ctx context.Context, commit string, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// TailLog New commits as they are recorded (Server-Sent Events)
+	//
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
+	//
+	// Corresponds with GET /v1/admin/log/tail (the `TailLog` operationId).
+	TailLog(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOrderReadModels An order's read-model documents beside the fold of its log
 	//
@@ -1816,6 +1976,74 @@ func (c *Client) ListDeadLetters(ctx context.Context, params *ListDeadLettersPar
 // Corresponds with POST /v1/admin/dead-letters/{id}/retry (the `RetryDeadLetter` operationId).
 func (c *Client) RetryDeadLetter(ctx context.Context, id DeadLetterId, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewRetryDeadLetterRequest(c.Server, id)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetHistory The projections' and the relay's recent history
+//
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. What this instance's admin service sampled every 5 s over the last hour, oldest first: each projection's lag (messages and seconds), apply rate and last error, and the relay's holder, checkpoint age and catch-ups. Kept in memory: it starts empty when the instance starts, and each instance has its own.
+//
+// Corresponds with GET /v1/admin/history (the `GetHistory` operationId).
+func (c *Client) GetHistory(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetHistoryRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ListLog The event log's commits, newest first
+//
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+//
+// Corresponds with GET /v1/admin/log (the `ListLog` operationId).
+func (c *Client) ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListLogRequest(c.Server, params)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetLogCommit One commit of the event log, with its events
+//
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Read by _id on both stores.
+//
+// Corresponds with GET /v1/admin/log/commits/{commit} (the `GetLogCommit` operationId).
+func (c *Client) GetLogCommit(ctx context.Context, commit string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetLogCommitRequest(c.Server, commit)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// TailLog New commits as they are recorded (Server-Sent Events)
+//
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
+//
+// Corresponds with GET /v1/admin/log/tail (the `TailLog` operationId).
+func (c *Client) TailLog(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTailLogRequest(c.Server)
 	if err != nil {
 		return nil, err
 	}
@@ -2808,6 +3036,196 @@ func NewRetryDeadLetterRequest(server string, id DeadLetterId) (*http.Request, e
 	}
 
 	req, err := http.NewRequest(http.MethodPost, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetHistoryRequest constructs an http.Request for the GetHistory method
+func NewGetHistoryRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/admin/history")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewListLogRequest constructs an http.Request for the ListLog method
+func NewListLogRequest(server string, params *ListLogParams) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/admin/log")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Cursor != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "cursor", *params.Cursor, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StreamId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stream_id", *params.StreamId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CorrelationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "correlation_id", *params.CorrelationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetLogCommitRequest constructs an http.Request for the GetLogCommit method
+func NewGetLogCommitRequest(server string, commit string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "commit", commit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/admin/log/commits/%s", pathParam0)
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewTailLogRequest constructs an http.Request for the TailLog method
+func NewTailLogRequest(server string) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/v1/admin/log/tail")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -4113,6 +4531,18 @@ type ServerInterface interface {
 	// RetryDeadLetter Apply a dead letter again
 	// (POST /v1/admin/dead-letters/{id}/retry)
 	RetryDeadLetter(ctx echo.Context, id DeadLetterId) error
+	// GetHistory The projections' and the relay's recent history
+	// (GET /v1/admin/history)
+	GetHistory(ctx echo.Context) error
+	// ListLog The event log's commits, newest first
+	// (GET /v1/admin/log)
+	ListLog(ctx echo.Context, params ListLogParams) error
+	// GetLogCommit One commit of the event log, with its events
+	// (GET /v1/admin/log/commits/{commit})
+	GetLogCommit(ctx echo.Context, commit string) error
+	// TailLog New commits as they are recorded (Server-Sent Events)
+	// (GET /v1/admin/log/tail)
+	TailLog(ctx echo.Context) error
 	// GetOrderReadModels An order's read-model documents beside the fold of its log
 	// (GET /v1/admin/orders/{id}/read-models)
 	GetOrderReadModels(ctx echo.Context, id OrderId) error
@@ -4308,6 +4738,86 @@ func (w *ServerInterfaceWrapper) RetryDeadLetter(ctx echo.Context) error {
 
 	// Invoke the callback with all the unmarshaled arguments
 	err = w.Handler.RetryDeadLetter(ctx, id)
+	return err
+}
+
+// GetHistory converts echo context to params.
+func (w *ServerInterfaceWrapper) GetHistory(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetHistory(ctx)
+	return err
+}
+
+// ListLog converts echo context to params.
+func (w *ServerInterfaceWrapper) ListLog(ctx echo.Context) error {
+	var err error
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListLogParams
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", ctx.QueryParams(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter limit: %s", err))
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", ctx.QueryParams(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter cursor: %s", err))
+	}
+
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", ctx.QueryParams(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter type: %s", err))
+	}
+
+	// ------------- Optional query parameter "stream_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "stream_id", ctx.QueryParams(), &params.StreamId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter stream_id: %s", err))
+	}
+
+	// ------------- Optional query parameter "correlation_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "correlation_id", ctx.QueryParams(), &params.CorrelationId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter correlation_id: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.ListLog(ctx, params)
+	return err
+}
+
+// GetLogCommit converts echo context to params.
+func (w *ServerInterfaceWrapper) GetLogCommit(ctx echo.Context) error {
+	var err error
+	// ------------- Path parameter "commit" -------------
+	var commit string
+
+	err = runtime.BindStyledParameterWithOptions("simple", "commit", ctx.Param("commit"), &commit, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter commit: %s", err))
+	}
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.GetLogCommit(ctx, commit)
+	return err
+}
+
+// TailLog converts echo context to params.
+func (w *ServerInterfaceWrapper) TailLog(ctx echo.Context) error {
+	var err error
+
+	// Invoke the callback with all the unmarshaled arguments
+	err = w.Handler.TailLog(ctx)
 	return err
 }
 
@@ -4882,6 +5392,10 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	router.GET(options.BaseURL+"/readyz", wrapper.GetReadiness, options.OperationMiddlewares["getReadiness"]...)
 	router.GET(options.BaseURL+"/v1/admin/dead-letters", wrapper.ListDeadLetters, options.OperationMiddlewares["listDeadLetters"]...)
 	router.POST(options.BaseURL+"/v1/admin/dead-letters/:id/retry", wrapper.RetryDeadLetter, options.OperationMiddlewares["retryDeadLetter"]...)
+	router.GET(options.BaseURL+"/v1/admin/history", wrapper.GetHistory, options.OperationMiddlewares["getHistory"]...)
+	router.GET(options.BaseURL+"/v1/admin/log", wrapper.ListLog, options.OperationMiddlewares["listLog"]...)
+	router.GET(options.BaseURL+"/v1/admin/log/commits/:commit", wrapper.GetLogCommit, options.OperationMiddlewares["getLogCommit"]...)
+	router.GET(options.BaseURL+"/v1/admin/log/tail", wrapper.TailLog, options.OperationMiddlewares["tailLog"]...)
 	router.GET(options.BaseURL+"/v1/admin/orders/:id/read-models", wrapper.GetOrderReadModels, options.OperationMiddlewares["getOrderReadModels"]...)
 	router.GET(options.BaseURL+"/v1/admin/projections", wrapper.ListProjections, options.OperationMiddlewares["listProjections"]...)
 	router.POST(options.BaseURL+"/v1/admin/projections/:name/rebuilds", wrapper.StartRebuild, options.OperationMiddlewares["startRebuild"]...)

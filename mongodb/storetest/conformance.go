@@ -80,6 +80,7 @@ func RunReadPaths(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore)
 	t.Run("UnknownIdempotencyKey", func(t *testing.T) { testUnknownKey(t, newStore(t)) })
 	t.Run("LoadFrom", func(t *testing.T) { testLoadFrom(t, newStore(t)) })
 	t.Run("LoadUnknownStream", func(t *testing.T) { testLoadUnknown(t, newStore(t)) })
+	t.Run("Browse", func(t *testing.T) { testBrowse(t, newStore(t)) })
 	RunScan(t, newStore)
 }
 

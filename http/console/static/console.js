@@ -4,14 +4,12 @@
 'use strict';
 (function () {
   const TOKEN_KEY = 'orderd.adminToken';
-  const SAMPLE_MS = 2000;            // projections page: one sample every 2 s
-  const WINDOW_MS = 5 * 60 * 1000;   // chart window: the last 5 minutes
+  const STATUS_MS = 2000;            // projections page: the state every 2 s
+  const HISTORY_MS = 5000;           // and the server's samples every 5 s (it takes one every 5 s)
+  const WINDOW_MS = 60 * 60 * 1000;  // chart window: the hour the server keeps
   const JOB_POLL_MS = 1000;
   const DEAD_POLL_MS = 3000;
 
-  // Samples of lag and ack floor per projection, taken while the
-  // projections page is open; kept across page changes in this tab.
-  const samples = {};
   let stops = [];
   let generation = 0;
 
@@ -199,6 +197,7 @@
     verify: (el, args) => jobPage(el, args, 'verify'),
     'dead-letters': deadLettersPage,
     order: orderPage,
+    log: logPage,
   };
   // The link `orderd serve` prints in its development mode carries the
   // token (#token=, or ?token=): kept as a typed one is, then taken out of
@@ -233,18 +232,41 @@
   }
 
   // ---- page 1: projections ----
+  // The first screen answers "is it healthy?": one line per projection
+  // and one for the relay, then charts of the last hour from the samples
+  // the server keeps (GET /v1/admin/history), so a reload shows them at
+  // once; versions, jobs and the partitions (folded) below.
   function projectionsPage(el) {
     const status = h('p', { class: 'status-line', id: 'projections-updated' }, 'Loading…');
     const err = h('div', { id: 'projections-error' });
+    const health = h('div', { id: 'health' });
+    const relay = h('div', { id: 'relay' });
+    const charts = h('div', { id: 'projections-charts', class: 'charts' });
+    const chartsNote = h('p', { class: 'muted', id: 'charts-note' });
     const table = h('div', { id: 'projections-table' });
-    const charts = h('div', { id: 'projections-charts' });
-    const relay = h('p', { id: 'relay', class: 'relay' });
-    el.append(h('h2', {}, 'Projections'), status, err, relay, table,
-      h('h3', {}, `Lag and apply rate, last ${WINDOW_MS / 60000} minutes`),
-      h('p', { class: 'muted' }, `Sampled by this page every ${SAMPLE_MS / 1000} s while it is open. Apply rate: change of the consumer's ack floor per second.`),
-      charts);
-    every(SAMPLE_MS, async () => {
-      let body;
+    const parts = h('div', { id: 'partitions' });
+    el.append(h('h2', {}, 'Projections'), status, err, health, relay,
+      h('h3', {}, 'Last hour'), chartsNote, charts,
+      h('h3', {}, 'Versions, jobs and dead letters'), table, parts);
+    let body = null;
+    let hist = null;
+    let partitionsOpen = false;
+    const render = () => {
+      if (!body) return;
+      const now = Date.now();
+      const latest = hist && hist.samples.length ? hist.samples[hist.samples.length - 1] : null;
+      health.replaceChildren(healthTable(body.projections, latest));
+      relay.replaceChildren(relayTable(body.relay, latest, now));
+      table.replaceChildren(projectionsTable(body.projections));
+      const fold = partitionsFold(body.projections, partitionsOpen);
+      fold.addEventListener('toggle', () => { partitionsOpen = fold.open; });
+      parts.replaceChildren(fold);
+      if (hist) {
+        chartsNote.textContent = `Sampled by the server every ${hist.interval_seconds} s and kept for ${hist.window_seconds / 60} minutes: ${hist.samples.length} sample${hist.samples.length === 1 ? '' : 's'}${hist.samples.length ? ` since ${fmtTime(hist.samples[0].at)}` : ''}. Apply rate: events acknowledged per second between samples.`;
+        charts.replaceChildren(...historyCharts(hist, body.projections, now));
+      }
+    };
+    every(STATUS_MS, async () => {
       try {
         body = await api('GET', '/v1/admin/projections');
       } catch (e) {
@@ -252,63 +274,118 @@
         throw e;
       }
       err.replaceChildren();
-      const now = Date.now();
-      for (const p of body.projections) {
-        const s = samples[p.name] || (samples[p.name] = []);
-        s.push({ t: now, lag: p.consumer_lag, ack: p.ack_floor });
-        while (s.length && s[0].t < now - WINDOW_MS) s.shift();
+      status.textContent = `Updated ${fmtTime(new Date().toISOString())}`;
+      render();
+    });
+    every(HISTORY_MS, async () => {
+      try {
+        hist = await api('GET', '/v1/admin/history');
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+        throw e;
       }
-      status.textContent = `Updated ${fmtTime(new Date(now).toISOString())}`;
-      relay.replaceChildren(...relayLine(body.relay, now));
-      table.replaceChildren(projectionsTable(body.projections));
-      charts.replaceChildren(...body.projections.map((p) => projectionCharts(p.name, now)));
+      render();
     });
   }
 
-  // relayLine says who holds the relay's lease and how far its checkpoint
-  // has come (GET /v1/admin/projections, "relay").
-  function relayLine(r, now) {
-    if (!r || !r.owner) return [h('strong', {}, 'Relay: '), h('span', { class: 'warn', 'data-relay': 'none' }, '… no relay has run on this log yet: start an instance with the relay role')];
-    const held = r.lease_until && Date.parse(r.lease_until) > now;
-    const out = [h('strong', {}, 'Relay: '), held
-      ? h('span', { class: 'ok', 'data-relay-owner': r.owner }, `✓ held by ${r.owner} (epoch ${r.epoch})`)
-      : h('span', { class: 'bad', 'data-relay-owner': '' }, `⚠ held by nobody (last ${r.owner}): is an instance with the relay role running?`)];
-    if (r.checkpoint_saved_at) {
-      out.push(`; checkpoint at commits recorded ${fmtTime(r.checkpoint_recorded_at)}, saved ${fmtTime(r.checkpoint_saved_at)}`);
-    } else {
-      out.push('; no checkpoint yet');
+  // lagSeconds is the projection's largest partition lag in seconds, or null.
+  function lagSeconds(p) {
+    let out = null;
+    for (const part of p.partitions || []) {
+      if (part && typeof part.lag_seconds === 'number' && (out === null || part.lag_seconds > out)) out = part.lag_seconds;
     }
     return out;
   }
 
-  // rate is the apply rate in events/s from the last two samples with an
-  // ack floor, or null.
-  function rateSeries(s) {
-    const out = [];
-    for (let i = 1; i < s.length; i++) {
-      const a = s[i - 1], b = s[i];
-      if (a.ack === null || a.ack === undefined || b.ack === null || b.ack === undefined || b.t <= a.t) continue;
-      out.push({ t: b.t, v: Math.max(0, (b.ack - a.ack) / ((b.t - a.t) / 1000)) });
-    }
-    return out;
-  }
-
-  function projectionsTable(ps) {
-    const head = h('tr', {}, ['Projection', 'Version and collections', 'Lag', 'Apply rate (events/s)', 'Dead letters', 'Last verify', 'Last rebuild', 'Last error']
-      .map((c) => h('th', { scope: 'col' }, c)));
-    const rows = [];
-    for (const p of ps) {
-      const rates = rateSeries(samples[p.name] || []);
-      const rate = rates.length ? rates[rates.length - 1].v : null;
+  // healthTable is one line per projection: its state in a word, lag in
+  // events and seconds, apply rate (the server's latest sample), dead
+  // letters and last error.
+  function healthTable(ps, latest) {
+    const head = h('tr', {}, ['Projection', 'State', 'Lag (events)', 'Lag (seconds)', 'Apply rate (events/s)', 'Dead letters', 'Last error']
+      .map((c, i) => h('th', { scope: 'col', class: i >= 2 && i <= 5 ? 'num' : null }, c)));
+    const rows = ps.map((p) => {
+      const sample = latest && (latest.projections || []).find((x) => x.name === p.name);
+      const rate = sample && typeof sample.apply_rate === 'number' ? sample.apply_rate : null;
       // What readers read lags by active_lag; consumer_lag is this
-      // instance's version's, which is a build's while a deploy builds
-      // a new version (a server without active_lag sends only that).
+      // instance's version's, which is a build's while a deploy builds a
+      // new version (a server without active_lag sends only that).
       const lag = 'active_lag' in p ? p.active_lag : p.consumer_lag;
       const buildLag = p.shadow_version && p.shadow_lag !== undefined
         ? [h('br'), h('span', { class: 'muted build-lag', 'data-build-lag': p.shadow_lag }, `build v${p.shadow_version}: ${fmtNum(p.shadow_lag)}`)] : null;
-      const lagCell = (lag === null || lag === undefined)
-        ? h('td', { class: 'num lag', 'data-lag': 'unknown' }, h('span', { class: 'warn' }, '? unknown'), buildLag)
-        : h('td', { class: 'num lag', 'data-lag': lag }, lag === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `… ${fmtNum(lag)}`), buildLag);
+      const secs = lagSeconds(p);
+      const state = p.last_error ? h('span', { class: 'bad' }, '✗ failing')
+        : (lag === null || lag === undefined) ? h('span', { class: 'warn' }, '? unknown')
+          : p.dead_letters > 0 ? h('span', { class: 'warn' }, '⚠ dead letters')
+            : lag === 0 ? h('span', { class: 'ok' }, '✓ up to date') : h('span', { class: 'warn' }, '… catching up');
+      return h('tr', { 'data-health': p.name },
+        h('th', { scope: 'row' }, p.name),
+        h('td', { class: 'state' }, state),
+        (lag === null || lag === undefined)
+          ? h('td', { class: 'num lag', 'data-lag': 'unknown' }, h('span', { class: 'warn' }, '? unknown'), buildLag)
+          : h('td', { class: 'num lag', 'data-lag': lag }, lag === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `… ${fmtNum(lag)}`), buildLag),
+        h('td', { class: 'num lag-seconds', 'data-lag-seconds': secs === null ? '' : secs }, secs === null ? h('span', { class: 'warn' }, '? unknown') : secs.toFixed(1)),
+        h('td', { class: 'num rate', 'data-rate': rate === null ? '' : rate.toFixed(2) }, rate === null ? h('span', { class: 'muted' }, '– (first sample)') : fmtRate(rate)),
+        h('td', { class: 'num dead', 'data-dead-letters': p.dead_letters }, p.dead_letters > 0
+          ? h('a', { href: '#/dead-letters', class: 'bad' }, `⚠ ${fmtNum(p.dead_letters)}`) : h('span', { class: 'ok' }, '✓ 0')),
+        h('td', { class: 'last-error' }, p.last_error ? h('span', { class: 'bad' }, '⚠ ' + p.last_error) : h('span', { class: 'muted' }, '– none')));
+    });
+    return scroller(h('table', { class: 'health', id: 'health-table' }, h('thead', {}, head), h('tbody', {}, rows)));
+  }
+
+  // relayTable is the relay's line: who holds its lease, how old the
+  // last commit its checkpoint covers is, and the catch-ups this instance
+  // counted (GET /v1/admin/projections "relay", the server's latest sample).
+  function relayTable(r, latest, now) {
+    const rs = (latest && latest.relay) || {};
+    const head = h('tr', {}, ['Relay', 'Holder', 'Checkpoint age (seconds)', 'Catch-ups', 'Checkpoint saved']
+      .map((c, i) => h('th', { scope: 'col', class: i === 2 || i === 3 ? 'num' : null }, c)));
+    let holder;
+    if (!r || !r.owner) holder = h('span', { class: 'warn', 'data-relay': 'none' }, '… no relay has run on this log yet: start an instance with the relay role');
+    else if (r.lease_until && Date.parse(r.lease_until) > now) holder = h('span', { class: 'ok', 'data-relay-owner': r.owner }, `✓ ${r.owner} (epoch ${r.epoch})`);
+    else holder = h('span', { class: 'bad', 'data-relay-owner': '' }, `⚠ nobody (last ${r.owner}): is an instance with the relay role running?`);
+    const age = r && r.checkpoint_recorded_at ? Math.max(0, (now - Date.parse(r.checkpoint_recorded_at)) / 1000) : null;
+    const row = h('tr', { 'data-health': 'relay' },
+      h('th', { scope: 'row' }, 'outbox relay'),
+      h('td', { class: 'holder' }, holder),
+      h('td', { class: 'num checkpoint-age', 'data-age': age === null ? '' : age.toFixed(1) }, age === null ? h('span', { class: 'muted' }, '– no checkpoint yet')
+        : h('span', { class: age > 60 ? 'warn' : '' }, age.toFixed(1))),
+      h('td', { class: 'num catchups', 'data-catchups': typeof rs.catchups === 'number' ? rs.catchups : '' },
+        typeof rs.catchups === 'number' ? (rs.catchups === 0 ? h('span', { class: 'ok' }, '✓ 0') : h('span', { class: 'warn' }, `⚠ ${fmtNum(rs.catchups)}`))
+          : h('span', { class: 'muted', title: 'this instance runs no relay' }, '– not here')),
+      h('td', {}, r && r.checkpoint_saved_at ? fmtTime(r.checkpoint_saved_at) : '–'));
+    return scroller(h('table', { class: 'health', id: 'relay-table' }, h('thead', {}, head), h('tbody', {}, row)));
+  }
+
+  // historyCharts draws, from the server's samples, each projection's lag
+  // and apply rate and the relay's checkpoint age over the last hour.
+  function historyCharts(hist, ps, now) {
+    // The axis spans what the server has kept, at least 5 minutes: a
+    // server up for a minute does not squeeze its samples into the
+    // last sliver of an hour.
+    const span = Math.min(WINDOW_MS, Math.max(5 * 60 * 1000, hist.samples.length ? now - Date.parse(hist.samples[0].at) : 0));
+    const series = (name, key) => hist.samples.map((s) => {
+      const x = (s.projections || []).find((p) => p.name === name);
+      return { t: Date.parse(s.at), v: x ? x[key] : null };
+    }).filter((x) => typeof x.v === 'number');
+    const out = [];
+    for (const p of ps) {
+      out.push(h('div', { class: 'chart-pair', 'data-chart-of': p.name },
+        chart(`${p.name}: lag (events)`, series(p.name, 'lag'), now, 'lag', span),
+        chart(`${p.name}: apply rate (events/s)`, series(p.name, 'apply_rate'), now, 'rate', span)));
+    }
+    const age = hist.samples.filter((s) => s.relay && typeof s.relay.checkpoint_age_seconds === 'number')
+      .map((s) => ({ t: Date.parse(s.at), v: s.relay.checkpoint_age_seconds }));
+    out.push(h('div', { class: 'chart-pair', 'data-chart-of': 'relay' }, chart('relay: checkpoint age (seconds)', age, now, 'age', span)));
+    return out;
+  }
+
+  // projectionsTable is each projection's versions and collections, dead
+  // letters, last verify and last rebuild.
+  function projectionsTable(ps) {
+    const head = h('tr', {}, ['Projection', 'Version and collections', 'Dead letters', 'Last verify', 'Last rebuild']
+      .map((c) => h('th', { scope: 'col' }, c)));
+    const rows = [];
+    for (const p of ps) {
       const dead = p.dead_letters > 0
         ? h('a', { href: '#/dead-letters', class: 'bad' }, `⚠ ${fmtNum(p.dead_letters)}`)
         : h('span', { class: 'ok' }, '✓ 0');
@@ -321,15 +398,23 @@
           p.shadow_collection ? [h('br'), `building v${p.shadow_version}: `, h('code', {}, p.shadow_collection)] : null,
           p.previous_collection ? [h('br'), `previous v${p.previous_version}: `, h('code', {}, p.previous_collection), ' ', switchBackButton(p)] : null,
           h('br'), h('span', { class: 'muted' }, `generation ${p.generation}`)),
-        lagCell,
-        h('td', { class: 'num rate', 'data-rate': rate === null ? '' : rate.toFixed(2) }, rate === null ? h('span', { class: 'muted' }, '– (sampling)') : fmtRate(rate)),
         h('td', { class: 'num dead', 'data-dead-letters': p.dead_letters }, dead),
         h('td', { class: 'last-verify' }, verifySummary(p)),
-        h('td', { class: 'last-rebuild' }, rebuildSummary(p)),
-        h('td', { class: 'last-error' }, p.last_error ? h('span', { class: 'bad' }, '⚠ ' + p.last_error) : h('span', { class: 'muted' }, '– none'))));
-      if (Array.isArray(p.partitions) && p.partitions.length) rows.push(partitionsRow(p));
+        h('td', { class: 'last-rebuild' }, rebuildSummary(p))));
     }
     return scroller(h('table', { class: 'projections' }, h('thead', {}, head), h('tbody', {}, rows)));
+  }
+
+  // partitionsFold folds every projection's partitions into one
+  // details element whose summary says whether all are owned.
+  function partitionsFold(ps, open) {
+    const all = ps.flatMap((p) => p.partitions || []);
+    const unowned = all.filter((x) => x && !x.owner).length;
+    const fold = h('details', { id: 'partitions-fold', open: open || null },
+      h('summary', {}, `Partitions: ${fmtNum(all.length)} (${ps.map((p) => `${p.name} ${(p.partitions || []).length}`).join(', ')}) — `,
+        unowned ? h('span', { class: 'warn' }, `⚠ ${unowned} without an owner`) : h('span', { class: 'ok' }, '✓ all owned')));
+    for (const p of ps) if (Array.isArray(p.partitions) && p.partitions.length) fold.append(partitionsTable(p));
+    return fold;
   }
 
   // switchBackButton points the projection's readers back at its previous
@@ -392,7 +477,7 @@
     const s = String(key).replace(/_/g, ' ');
     return s.charAt(0).toUpperCase() + s.slice(1);
   }
-  function partitionsRow(p) {
+  function partitionsTable(p) {
     const cols = PARTITION_COLUMNS.slice();
     for (const part of p.partitions) {
       for (const k of Object.keys(part || {})) {
@@ -403,43 +488,38 @@
       h('thead', {}, h('tr', {}, cols.map(([k, name, cls]) => h('th', { scope: 'col', class: cls === 'num' ? 'num' : null, 'data-key': k }, name)))),
       h('tbody', {}, p.partitions.map((part) => h('tr', { 'data-partition': (part || {}).partition },
         cols.map(([k, , cls, fmt]) => h('td', { class: cls || null }, fmt((part || {})[k])))))));
-    return h('tr', { class: 'partitions-row' }, h('td', { colspan: 8 }, h('strong', {}, `${p.name}: ${p.partitions.length} partitions`), scroller(t)));
+    return h('section', { class: 'partitions-of' }, h('h4', {}, `${p.name}: ${p.partitions.length} partitions`), scroller(t));
   }
 
-  function projectionCharts(name, now) {
-    const s = samples[name] || [];
-    const lag = s.filter((x) => x.lag !== null && x.lag !== undefined).map((x) => ({ t: x.t, v: x.lag }));
-    return h('div', { class: 'charts', 'data-chart-of': name },
-      chart(`${name}: lag (messages)`, lag, now, 'lag'),
-      chart(`${name}: apply rate (events/s, dashed)`, rateSeries(s), now, 'rate'));
-  }
-
-  // chart draws points on an axis from 0 to their maximum. With no
-  // samples, or only zeros, there is no scale to draw: the chart says
-  // so instead of inventing a maximum.
-  function chart(title, points, now, cls) {
-    const W = 420, H = 110, L = 44, B = 16, T = 8;
+  // chart draws points on an axis from 0 to their maximum over the last
+  // span milliseconds (at most the hour the server keeps). With no
+  // samples, or only zeros, there is no scale to draw: the chart says so
+  // instead of inventing a maximum.
+  function chart(title, points, now, cls, span) {
+    const W = 360, H = 96, L = 44, B = 16, T = 8;
+    points = points.filter((p) => p.t >= now - span);
     const max = points.length ? Math.max(...points.map((p) => p.v)) : null;
     const idle = !max;
-    const x = (t) => L + (W - L - 4) * (1 - (now - t) / WINDOW_MS);
+    const x = (t) => L + (W - L - 4) * (1 - (now - t) / span);
     const y = (v) => T + (H - T - B - 3) * (1 - (idle ? 0 : v / max));
     const last = points.length ? points[points.length - 1].v : null;
-    const summary = !points.length ? 'nothing yet (no samples)'
-      : idle ? `nothing yet (all ${points.length} sample${points.length === 1 ? '' : 's'} 0)`
-        : `latest ${fmtRate(last)}, max ${fmtRate(max)}`;
+    const n = `${points.length} sample${points.length === 1 ? '' : 's'}`;
+    const summary = !points.length ? 'no samples yet (the server takes one every 5 s)'
+      : idle ? `0 in all ${n}`
+        : `latest ${fmtRate(last)}, max ${fmtRate(max)} (${n})`;
     const g = svg('svg', { class: 'spark', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: ${summary}` },
       svg('title', {}, title),
       svg('line', { x1: L, y1: H - B, x2: W - 4, y2: H - B, stroke: '#888' }),
       svg('line', { x1: L, y1: T, x2: L, y2: H - B, stroke: '#888' }),
-      idle ? svg('text', { x: (L + W) / 2, y: (T + H - B) / 2, 'text-anchor': 'middle', class: 'idle' }, 'nothing yet')
+      idle ? svg('text', { x: (L + W) / 2, y: (T + H - B) / 2, 'text-anchor': 'middle', class: 'idle' }, points.length ? '0 throughout' : 'no samples yet')
         : svg('text', { x: L - 4, y: T + 8, 'text-anchor': 'end' }, fmtRate(max)),
       svg('text', { x: L - 4, y: H - B, 'text-anchor': 'end' }, '0'),
-      svg('text', { x: L, y: H - 3 }, `−${WINDOW_MS / 60000} min`),
+      svg('text', { x: L, y: H - 3 }, `−${Math.round(span / 60000)} min`),
       svg('text', { x: W - 4, y: H - 3, 'text-anchor': 'end' }, 'now'));
     if (points.length) {
       g.append(svg('polyline', { class: cls, points: points.map((p) => `${x(p.t).toFixed(1)},${y(p.v).toFixed(1)}`).join(' ') }));
     }
-    return h('figure', { class: idle ? 'chart idle' : 'chart', 'data-series': cls, 'data-max': max === null ? '' : max }, g,
+    return h('figure', { class: idle ? 'chart idle' : 'chart', 'data-series': cls, 'data-max': max === null ? '' : max, 'data-samples': points.length }, g,
       h('figcaption', {}, `${title}: ${summary}`));
   }
 
@@ -821,6 +901,212 @@
       scroller(h('table', { class: 'compare' },
         h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Fold of the log'), h('th', {}, 'Read model'), h('th', {}, '= / ≠'))),
         h('tbody', {}, rows))));
+  }
+
+  // ---- page 6: the event log ----
+  const EVENT_TYPES = ['OrderPlaced', 'OrderApproved', 'OrderInvoiced', 'OrderProcessingStarted', 'OrderShipped', 'OrderDelivered', 'OrderCanceled', 'OrderMarkedUnavailable'];
+  const LOG_PAGE = 50;
+
+  // logPage lists the log's newest commits (GET /v1/admin/log), filtered
+  // by the form (kept in the URL fragment: #/log/<query>), pages back with
+  // "Older", and with the live tail on prepends each commit as the log
+  // records it (GET /v1/admin/log/tail). #/log/commit/<id> shows one.
+  function logPage(el, args) {
+    if (args[0] === 'commit') { commitPage(el, args[1] || ''); return; }
+    const f = new URLSearchParams(args[0] || '');
+    const filters = { type: f.get('type') || '', stream_id: f.get('stream_id') || '', correlation_id: f.get('correlation_id') || '' };
+    const type = h('select', { id: 'log-type' }, h('option', { value: '' }, 'any type'),
+      EVENT_TYPES.map((t) => h('option', { value: t, selected: t === filters.type }, t)));
+    const stream = h('input', { id: 'log-stream', type: 'text', value: filters.stream_id, size: 24, spellcheck: 'false', placeholder: 'order id' });
+    const corr = h('input', { id: 'log-correlation', type: 'text', value: filters.correlation_id, size: 24, spellcheck: 'false', placeholder: 'correlation id' });
+    const live = h('input', { id: 'log-tail', type: 'checkbox' });
+    const form = h('form', { class: 'inline', id: 'log-form' },
+      h('label', {}, 'Event type', type), h('label', {}, 'Stream', stream), h('label', {}, 'Correlation id', corr),
+      h('button', { type: 'submit', id: 'log-apply' }, 'Filter'),
+      h('label', { class: 'check' }, live, 'Live tail: add new commits as they are recorded'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      if (type.value) q.set('type', type.value);
+      if (stream.value.trim()) q.set('stream_id', stream.value.trim());
+      if (corr.value.trim()) q.set('correlation_id', corr.value.trim());
+      const target = q.toString() ? `#/log/${enc(q.toString())}` : '#/log';
+      if (location.hash === target) route(); else location.hash = target;
+    });
+    const status = h('p', { class: 'status-line', id: 'log-status' }, 'Loading…');
+    const tailStatus = h('p', { class: 'status-line', id: 'log-tail-status' }, 'Live tail: off.');
+    const err = h('div', { id: 'log-error' });
+    const body = h('tbody', {});
+    const table = h('table', { class: 'log-commits', id: 'log-table' },
+      h('thead', {}, h('tr', {}, ['Recorded at', 'Stream', 'Versions', 'Events', 'Commit'].map((c) => h('th', { scope: 'col' }, c)))), body);
+    const older = h('button', { type: 'button', id: 'log-older', hidden: true }, 'Older commits');
+    const note = h('p', { class: 'muted', id: 'log-note' });
+    const any = filters.type || filters.stream_id || filters.correlation_id;
+    el.append(h('h2', {}, 'Event log'),
+      h('p', { class: 'muted' }, 'Every commit (the events one command appended to a stream), newest first. A filter by type or correlation id looks through up to 2,048 commits a page, so a page may hold fewer matches than asked while older ones remain.'),
+      form, status, tailStatus, err, scroller(table), note, older);
+    const gen = generation;
+    const shown = new Set();
+    let next = '';
+    let count = 0;
+    const query = (cursor) => {
+      const q = new URLSearchParams({ limit: String(LOG_PAGE) });
+      for (const [k, v] of Object.entries(filters)) if (v) q.set(k, v);
+      if (cursor) q.set('cursor', cursor);
+      return `/v1/admin/log?${q}`;
+    };
+    const describe = () => {
+      status.textContent = `${fmtNum(count)} commit${count === 1 ? '' : 's'} shown${any ? ' matching ' + Object.entries(filters).filter(([, v]) => v).map(([k, v]) => `${k.replace('_', ' ')} ${v}`).join(', ') : ' of the whole log'}, newest first.`;
+      older.hidden = !next;
+      note.textContent = next ? '' : (count ? '— the oldest commit —' : 'No commit matches.');
+    };
+    const load = async (cursor) => {
+      older.disabled = true;
+      try {
+        const page = await api('GET', query(cursor));
+        if (gen !== generation) return;
+        err.replaceChildren();
+        for (const c of page.commits) {
+          if (shown.has(c.id)) continue;
+          shown.add(c.id);
+          body.append(commitRow(c));
+          count++;
+        }
+        next = page.next_cursor || '';
+        if (cursor && !page.commits.length && next) note.textContent = 'No match in the commits examined: Older looks further back.';
+        describe();
+      } catch (e) {
+        err.replaceChildren(problemBox(e));
+      } finally {
+        older.disabled = false;
+      }
+    };
+    older.addEventListener('click', () => load(next));
+    // matches tells whether a commit from the tail passes the filters.
+    const matches = (c) => (!filters.stream_id || c.stream_id === filters.stream_id) &&
+      (!filters.type || c.events.some((e) => e.type === filters.type)) &&
+      (!filters.correlation_id || c.events.some((e) => (e.metadata || {}).correlation_id === filters.correlation_id));
+    const prepend = (c) => {
+      if (shown.has(c.id) || !matches(c)) return;
+      shown.add(c.id);
+      const row = commitRow(c);
+      row.classList.add('new');
+      body.prepend(row);
+      count++;
+      describe();
+    };
+    let stopTail = null;
+    live.addEventListener('change', () => {
+      if (live.checked) {
+        stopTail = tailLog(gen, tailStatus, async () => {
+          // Open: whatever was recorded between the page's load and now.
+          try {
+            const page = await api('GET', query(''));
+            for (const c of page.commits.slice().reverse()) prepend(c);
+          } catch (e) {
+            err.replaceChildren(problemBox(e));
+          }
+        }, prepend);
+        stops.push(stopTail);
+      } else if (stopTail) {
+        stopTail();
+        stopTail = null;
+        tailStatus.textContent = 'Live tail: off.';
+        tailStatus.dataset.state = 'off';
+      }
+    });
+    load('');
+  }
+
+  // tailLog reads the log's event stream with fetch (EventSource cannot
+  // send the token in a header) until stopped; it reconnects after a
+  // failure while on. onOpen runs each time the stream opens, onCommit
+  // with each commit.
+  function tailLog(gen, status, onOpen, onCommit) {
+    let stopped = false;
+    let ctrl = null;
+    let retry = null;
+    const set = (state, text) => { status.dataset.state = state; status.textContent = text; };
+    const connect = async () => {
+      if (stopped || gen !== generation) return;
+      ctrl = new AbortController();
+      set('connecting', 'Live tail: connecting…');
+      let failure = 'the stream ended';
+      try {
+        const res = await fetch('/v1/admin/log/tail', { headers: { Accept: 'text/event-stream', Authorization: 'Bearer ' + token() },
+          cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer', signal: ctrl.signal });
+        if (res.status === 401) { signOut('The server refused the token (401): sign in again.'); return; }
+        if (!res.ok) throw new Error(`HTTP ${res.status}`);
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let i;
+          while ((i = buf.indexOf('\n\n')) >= 0) {
+            const block = buf.slice(0, i);
+            buf = buf.slice(i + 2);
+            let event = 'message';
+            let data = '';
+            for (const line of block.split('\n')) {
+              if (line.startsWith('event: ')) event = line.slice(7);
+              else if (line.startsWith('data: ')) data += line.slice(6);
+            }
+            if (event === 'open') { set('on', `Live tail: on since ${fmtTime(new Date().toISOString())}; new commits appear at the top.`); onOpen(); }
+            if (event === 'commit') onCommit(JSON.parse(data));
+            if (event === 'error') { try { failure = JSON.parse(data).detail || failure; } catch (_) { /* keep */ } }
+          }
+        }
+      } catch (e) {
+        if (stopped) return;
+        failure = String(e && e.message || e);
+      }
+      if (stopped || gen !== generation) return;
+      set('retrying', `Live tail: ✗ ${failure}; connecting again in 2 s.`);
+      retry = setTimeout(connect, 2000);
+    };
+    connect();
+    return () => { stopped = true; clearTimeout(retry); if (ctrl) ctrl.abort(); };
+  }
+
+  function versions(c) { return c.first_version === c.last_version ? `v${c.first_version}` : `v${c.first_version}..v${c.last_version}`; }
+
+  function commitRow(c) {
+    return h('tr', { class: 'commit', 'data-id': c.id, 'data-stream': c.stream_id },
+      h('td', { class: 'when' }, fmtTime(c.recorded_at)),
+      h('td', {}, h('a', { href: `#/order/${enc(c.stream_id)}`, class: 'stream' }, h('code', {}, c.stream_id))),
+      h('td', { class: 'versions' }, versions(c)),
+      h('td', { class: 'types' }, c.error ? h('span', { class: 'bad' }, '✗ ' + c.error) : c.events.map((e, i) => [i ? ', ' : '', h('code', {}, e.type)])),
+      h('td', {}, h('a', { href: `#/log/commit/${enc(c.id)}`, class: 'open-commit mono' }, c.id)));
+  }
+
+  // commitPage shows one commit: its stream, versions and each event
+  // with its ids, times and data.
+  function commitPage(el, id) {
+    const gen = generation;
+    const out = h('div', { id: 'commit-view' }, h('p', { class: 'status-line' }, 'Loading…'));
+    el.append(h('h2', {}, 'Commit ', h('code', {}, id)), h('p', {}, h('a', { href: '#/log', id: 'back-to-log' }, '← the event log')), out);
+    api('GET', `/v1/admin/log/commits/${seg(id)}`).then((c) => {
+      if (gen !== generation) return;
+      out.replaceChildren(
+        h('dl', { class: 'facts', id: 'commit-facts' },
+          h('dt', {}, 'stream'), h('dd', {}, h('a', { href: `#/order/${enc(c.stream_id)}`, id: 'commit-order' }, h('code', {}, c.stream_id)), ' (the order’s page)'),
+          h('dt', {}, 'versions'), h('dd', {}, versions(c)),
+          h('dt', {}, 'recorded at'), h('dd', {}, fmtTime(c.recorded_at)),
+          h('dt', {}, 'stream type'), h('dd', {}, c.stream_type || '–')),
+        c.error ? h('p', { class: 'bad' }, '✗ ' + c.error) : null,
+        h('ol', { class: 'timeline', id: 'commit-events' }, c.events.map((e) => h('li', { 'data-version': e.version, 'data-type': e.type },
+          h('div', { class: 'ev-head' }, `v${e.version} · ${e.type}`),
+          h('dl', { class: 'facts' },
+            h('dt', {}, 'event id'), h('dd', { class: 'mono' }, e.event_id),
+            h('dt', {}, 'occurred at'), h('dd', {}, fmtTime(e.occurred_at)),
+            h('dt', {}, 'recorded at'), h('dd', {}, fmtTime(e.recorded_at)),
+            h('dt', {}, 'correlation id'), h('dd', { class: 'mono' }, (e.metadata || {}).correlation_id || '–'),
+            h('dt', {}, 'causation id'), h('dd', { class: 'mono' }, (e.metadata || {}).causation_id || '–'),
+            h('dt', {}, 'schema version'), h('dd', {}, (e.metadata || {}).schema_version)),
+          h('details', { open: true }, h('summary', {}, 'data'), h('pre', { class: 'data' }, JSON.stringify(e.data, null, 2)))))));
+    }, (e) => { if (gen === generation) out.replaceChildren(problemBox(e)); });
   }
 
   // ---- start ----

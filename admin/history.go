@@ -1,0 +1,138 @@
+package admin
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// The first screen's history: the admin service samples the projections
+// and the relay itself, so a console opened (or reloaded) shows the last
+// hour at once, where a page that sampled for itself began empty each
+// time. Samples stay in memory, 720 of about 300 bytes per projection:
+// an API instance's restart loses them, which Prometheus (the same
+// figures, exported at /metrics) is there to keep longer.
+
+const (
+	defaultHistoryInterval = 5 * time.Second
+	historyWindow          = time.Hour
+)
+
+// history is the samples kept, oldest first.
+type history struct {
+	mu        sync.Mutex
+	interval  time.Duration
+	samples   []domain.HistorySample
+	prevFloor map[string]uint64 // each projection's ack floor at the previous sample
+	prevAt    time.Time
+}
+
+// RunHistory samples the projections and the relay every interval (5 s
+// when 0) until ctx ends, keeping the last hour for History. A sample
+// that fails (the store unreachable) is left out: the chart shows a gap.
+func (a *Service) RunHistory(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		interval = defaultHistoryInterval
+	}
+	a.history.mu.Lock()
+	a.history.interval = interval
+	a.history.mu.Unlock()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		sctx, cancel := context.WithTimeout(ctx, interval)
+		a.sample(sctx)
+		cancel()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// sample takes one sample.
+func (a *Service) sample(ctx context.Context) {
+	ps, err := a.Projections(ctx)
+	if err != nil {
+		return
+	}
+	relay, err := a.Relay(ctx)
+	if err != nil {
+		return
+	}
+	now := time.Now().UTC()
+	h := &a.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := domain.HistorySample{At: now, Projections: make([]domain.ProjectionSample, 0, len(ps))}
+	floors := map[string]uint64{}
+	for _, p := range ps {
+		ps := domain.ProjectionSample{Name: p.Name, Lag: p.ActiveLag, LastError: p.LastError} // what readers read
+		for _, part := range p.Partitions {
+			if part.LagSeconds != nil && (ps.LagSeconds == nil || *part.LagSeconds > *ps.LagSeconds) {
+				v := *part.LagSeconds
+				ps.LagSeconds = &v
+			}
+		}
+		if p.AckFloor != nil {
+			floors[p.Name] = *p.AckFloor
+			if prev, ok := h.prevFloor[p.Name]; ok && *p.AckFloor >= prev && now.After(h.prevAt) {
+				rate := float64(*p.AckFloor-prev) / now.Sub(h.prevAt).Seconds()
+				ps.ApplyRate = &rate
+			}
+		}
+		s.Projections = append(s.Projections, ps)
+	}
+	if relay.Owner != "" && relay.LeaseUntil.After(now) {
+		s.Relay.Owner = relay.Owner
+	}
+	if !relay.CheckpointRecordedAt.IsZero() {
+		age := max(now.Sub(relay.CheckpointRecordedAt).Seconds(), 0)
+		s.Relay.CheckpointAgeSeconds = &age
+	}
+	s.Relay.Catchups = a.catchups()
+	h.prevFloor, h.prevAt = floors, now
+	h.samples = append(h.samples, s)
+	for len(h.samples) > 0 && now.Sub(h.samples[0].At) > historyWindow {
+		h.samples = h.samples[1:]
+	}
+}
+
+// catchups is this process's orderd_relay_catchups_total, nil when it
+// runs no relay (the metric is registered by the relay role only).
+func (a *Service) catchups() *float64 {
+	if a.metrics == nil {
+		return nil
+	}
+	mfs, err := a.metrics.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "orderd_relay_catchups_total" {
+			continue
+		}
+		var n float64
+		for _, m := range mf.GetMetric() {
+			n += m.GetCounter().GetValue()
+		}
+		return &n
+	}
+	return nil
+}
+
+// History returns the samples kept, oldest first.
+func (a *Service) History(context.Context) (domain.History, error) {
+	h := &a.history
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	interval := h.interval
+	if interval == 0 {
+		interval = defaultHistoryInterval
+	}
+	return domain.History{IntervalSeconds: interval.Seconds(), WindowSeconds: historyWindow.Seconds(),
+		Samples: append([]domain.HistorySample{}, h.samples...)}, nil
+}

@@ -1,0 +1,179 @@
+package admin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/mongodb"
+)
+
+// Log is the event log as the log browser reads it: *mongodb.EventStore
+// implements it.
+type Log interface {
+	Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
+	LogCommit(ctx context.Context, id string) (domain.LogCommit, bool, error)
+	Tail(ctx context.Context, after []byte, batch int, fn func(commits []domain.RecordedCommit, next []byte) error) error
+}
+
+var _ Log = (*mongodb.EventStore)(nil)
+
+// Log returns a page of the log, newest first (mongodb.EventStore.Browse).
+func (a *Service) Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+	if a.log == nil {
+		return domain.LogPage{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
+	}
+	return a.log.Browse(ctx, q)
+}
+
+// LogCommit returns one commit by id, or an error wrapping
+// domain.ErrNotFound.
+func (a *Service) LogCommit(ctx context.Context, id string) (domain.LogCommit, error) {
+	if a.log == nil {
+		return domain.LogCommit{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
+	}
+	c, found, err := a.log.LogCommit(ctx, id)
+	if err == nil && !found {
+		err = fmt.Errorf("commit %s: %w", id, domain.ErrNotFound)
+	}
+	return c, err
+}
+
+// TailLog passes fn the commits of the log's one change stream in this
+// process (see tail), from when it is open (fn(nil)) until ctx ends.
+func (a *Service) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
+	if a.log == nil {
+		return fmt.Errorf("the log: %w", domain.ErrUnavailable)
+	}
+	s := a.tail.join(a.log)
+	defer a.tail.leave(s)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.gone:
+			return s.err
+		case c := <-s.ch:
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// tailBacklog is how many commits a client of the tail may be behind the
+// change stream before it is dropped: the stream waits for no client.
+const tailBacklog = 256
+
+// errBehind drops a client that fell tailBacklog commits behind.
+var errBehind = errors.New("this client fell more than 256 commits behind the log's change stream")
+
+// tail shares one change stream of the log among the clients of
+// GET /v1/admin/log/tail: opened when the first joins, closed when the
+// last leaves, so an idle console costs the store nothing and a hundred
+// open ones one stream.
+type tail struct {
+	mu     sync.Mutex
+	subs   map[*tailSub]struct{}
+	open   bool               // the stream is open: a client joining now misses nothing after its join
+	cancel context.CancelFunc // stops the stream; nil when none runs
+}
+
+// tailSub is one client: nil on ch is "open" or "still alive", a commit
+// the next commit; gone is closed, with err, when it was dropped.
+type tailSub struct {
+	ch   chan *domain.LogCommit
+	gone chan struct{}
+	err  error
+}
+
+func (t *tail) join(log Log) *tailSub {
+	s := &tailSub{ch: make(chan *domain.LogCommit, tailBacklog+1), gone: make(chan struct{})}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.subs == nil {
+		t.subs = map[*tailSub]struct{}{}
+	}
+	t.subs[s] = struct{}{}
+	if t.open {
+		s.ch <- nil
+	}
+	if t.cancel == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.cancel = cancel
+		go t.run(ctx, log)
+	}
+	return s
+}
+
+func (t *tail) leave(s *tailSub) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.subs, s)
+	if len(t.subs) == 0 && t.cancel != nil {
+		t.cancel()
+		t.cancel, t.open = nil, false
+	}
+}
+
+// run tails the log from its end until ctx ends or the stream fails;
+// a failure drops every client (each connects again).
+func (t *tail) run(ctx context.Context, log Log) {
+	err := log.Tail(ctx, nil, tailBacklog, func(commits []domain.RecordedCommit, _ []byte) error {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if ctx.Err() != nil {
+			return ctx.Err() // left: a newer stream may serve the clients now
+		}
+		if !t.open {
+			t.open = true
+			for s := range t.subs {
+				t.send(s, nil)
+			}
+			return nil
+		}
+		for i := range commits {
+			c := mongodb.LogCommitOf(commits[i])
+			for s := range t.subs {
+				t.send(s, &c)
+			}
+		}
+		if len(commits) == 0 {
+			for s := range t.subs {
+				t.send(s, nil)
+			}
+		}
+		return nil
+	})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ctx.Err() != nil {
+		return // its clients left; a newer stream may serve those who came since
+	}
+	for s := range t.subs {
+		t.drop(s, fmt.Errorf("the log's change stream: %w", err))
+	}
+	t.cancel()
+	t.cancel, t.open = nil, false
+}
+
+// send passes c to s, or drops s if it is too far behind; a keep-alive
+// (nil) is skipped when s has something queued anyway. t.mu is held.
+func (t *tail) send(s *tailSub, c *domain.LogCommit) {
+	if c == nil && len(s.ch) > 0 {
+		return
+	}
+	if len(s.ch) >= tailBacklog {
+		t.drop(s, errBehind)
+		return
+	}
+	s.ch <- c
+}
+
+func (t *tail) drop(s *tailSub, err error) {
+	delete(t.subs, s)
+	s.err = err
+	close(s.gone)
+}
