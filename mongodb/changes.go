@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -63,34 +64,75 @@ func (s *EventStore) Tail(ctx context.Context, after []byte, batch int, fn func(
 	if err := fn(nil, slices.Clone(opened)); err != nil {
 		return err
 	}
-	commits := make([]domain.RecordedCommit, 0, batch)
-	for {
-		commits = commits[:0]
-		// One getMore, then what it returned: TryNext waits at most
-		// tailAwait for the first commit and reads the rest of the batch
-		// from the driver's buffer.
-		for len(commits) < batch && (len(commits) == 0 || cs.RemainingBatchLength() > 0) {
-			if !cs.TryNext(ctx) {
-				break
+	// One batch is read ahead while fn handles the one before: the store's
+	// answer and its decoding overlap the caller's publishing. The reader
+	// alone uses the stream, and Tail returns only once it has stopped.
+	rctx, cancel := context.WithCancel(ctx)
+	reads := make(chan tailRead, 1)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer close(reads)
+		for {
+			r := readBatch(rctx, cs, batch)
+			select {
+			case reads <- r:
+			case <-rctx.Done():
+				return
 			}
-			c, err := changedCommit(cs.Current)
-			if err != nil {
-				return err
+			if r.err != nil {
+				return
 			}
-			commits = append(commits, c)
 		}
-		if err := cs.Err(); err != nil {
-			return fmt.Errorf("tail the log: %w", translateStream(err))
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for r := range reads {
+		if r.err != nil {
+			return r.err
 		}
-		if cs.ID() == 0 {
-			// The server closed the stream (an invalidate: the collection
-			// was dropped or renamed): no position after it resumes.
-			return fmt.Errorf("tail the log: the stream was closed by the store: %w", domain.ErrHistoryLost)
-		}
-		if err := fn(commits, slices.Clone(cs.ResumeToken())); err != nil {
+		if err := fn(r.commits, r.next); err != nil {
 			return err
 		}
 	}
+	return ctx.Err()
+}
+
+// tailRead is one batch of Tail's stream: its commits and the position
+// after them, or the error that ended the stream.
+type tailRead struct {
+	commits []domain.RecordedCommit
+	next    []byte
+	err     error
+}
+
+// readBatch reads one batch of the stream: one getMore, then what it
+// returned, up to batch commits. TryNext waits at most tailAwait for the
+// first commit and reads the rest of the batch from the driver's buffer.
+func readBatch(ctx context.Context, cs *mongo.ChangeStream, batch int) tailRead {
+	var commits []domain.RecordedCommit
+	for len(commits) < batch && (len(commits) == 0 || cs.RemainingBatchLength() > 0) {
+		if !cs.TryNext(ctx) {
+			break
+		}
+		c, err := changedCommit(cs.Current)
+		if err != nil {
+			return tailRead{err: err}
+		}
+		commits = append(commits, c)
+	}
+	if err := cs.Err(); err != nil {
+		return tailRead{err: fmt.Errorf("tail the log: %w", translateStream(err))}
+	}
+	if cs.ID() == 0 {
+		// The server closed the stream (an invalidate: the collection was
+		// dropped or renamed): no position after it resumes.
+		return tailRead{err: fmt.Errorf("tail the log: the stream was closed by the store: %w", domain.ErrHistoryLost)}
+	}
+	return tailRead{commits: commits, next: slices.Clone(cs.ResumeToken())}
 }
 
 // changedCommit reads the commit inserted by one change event.
