@@ -935,6 +935,14 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 			}
 		}
 	}
+	if !s.watched(cmd.db, cmd.collection) {
+		// No stream reads this collection: its inserts (a rebuild's bulk
+		// loads, a read model's documents) would only push the watched
+		// ones out of the cache, and hold the memory of a whole load. A
+		// stream opened later reads them back.
+		s.committed(cmd.db, cmd.collection)
+		return
+	}
 	now := time.Now()
 	for _, i := range stored {
 		if k, ok := keyOf(docs[i].Lookup("_id")); ok {
@@ -942,4 +950,17 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 		}
 	}
 	s.committed(cmd.db, cmd.collection)
+}
+
+// watched reports whether a change stream is open on collection coll of
+// db.
+func (s *streams) watched(db, coll string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, cur := range s.cursors {
+		if cur.db == db && cur.coll == coll {
+			return true
+		}
+	}
+	return false
 }

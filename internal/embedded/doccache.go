@@ -5,11 +5,15 @@ import (
 	"time"
 )
 
-// docCache holds the raw BSON of documents the funnel saw inserted, for
-// change-stream events (changestream.go), keyed by database, collection
-// and _id. It keeps at most maxCachedDocs documents and maxCachedBytes of
-// them, dropping the oldest first: a stream that falls further behind
-// reads its documents back from the store.
+// docCache holds the raw BSON of documents the funnel saw inserted into a
+// collection with a change stream open, for the stream's events
+// (changestream.go), keyed by database, collection and _id. It keeps at
+// most maxCachedDocs documents and maxCachedBytes of them, dropping the
+// oldest first: a stream that falls further behind than that (the relay,
+// seconds behind a burst of commands, is within it) reads its documents
+// back from the store. It is in the store's process, so it is paid for in
+// every process that embeds the store (docs/benchmarks.md, BenchmarkRebuild's
+// peak RSS).
 type docCache struct {
 	mu    sync.Mutex
 	docs  map[cacheKey]cached
@@ -19,8 +23,8 @@ type docCache struct {
 }
 
 const (
-	maxCachedDocs  = 100_000
-	maxCachedBytes = 64 << 20
+	maxCachedDocs  = 20_000
+	maxCachedBytes = 16 << 20
 )
 
 type cacheKey struct {
