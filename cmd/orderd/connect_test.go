@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
@@ -38,13 +37,7 @@ func TestMain_UnreachableServers(t *testing.T) {
 		}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMain()
-			m.Config.HTTPAddr = "127.0.0.1:0"
-			m.Config.Embedded.DataDir = t.TempDir()
-			m.Config.Embedded.StoreAddr = "127.0.0.1:0"
-			m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
-			m.Log = testLogger(t)
-			m.Out = new(bytes.Buffer)
+			m := testMain(t, t.TempDir())
 			tc.set(&m.Config)
 			// A hang guard, not a measure: the wait is connectWait.
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)

@@ -53,6 +53,19 @@ func runMainEmbedded(t testing.TB, dir string, opts ...func(*Config)) *Main {
 	return bootMain(t, dir, true, opts...)
 }
 
+// testMain returns a Main, not yet run, on embedded servers with their
+// data under dir, listening on free loopback ports, logging to the test.
+func testMain(t testing.TB, dir string) *Main {
+	m := NewMain()
+	m.Config.HTTPAddr = "127.0.0.1:0"
+	m.Config.Embedded.DataDir = dir
+	m.Config.Embedded.StoreAddr = "127.0.0.1:0"
+	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
+	m.Log = testLogger(t)
+	m.Out = new(bytes.Buffer) // the embedded mode's start-up summary, for TestMain_EmbeddedSummary
+	return m
+}
+
 // bootMain boots Main. Under the race detector, unless inProcess or the
 // options name a store, the embedded store runs beside the test process on
 // the same data dir (storetest.StartStoreProcess): in-process, FerretDB
@@ -61,15 +74,9 @@ func runMainEmbedded(t testing.TB, dir string, opts ...func(*Config)) *Main {
 // in.
 func bootMain(t testing.TB, dir string, inProcess bool, opts ...func(*Config)) *Main {
 	t.Helper()
-	m := NewMain()
-	m.Config.HTTPAddr = "127.0.0.1:0"
-	m.Config.Embedded.DataDir = dir
-	m.Config.Embedded.StoreAddr = "127.0.0.1:0"
-	m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
+	m := testMain(t, dir)
 	m.Config.Roles = "all"
 	m.Config.InstanceID = "test-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
-	m.Log = testLogger(t)
-	m.Out = new(bytes.Buffer) // the embedded mode's start-up summary, for TestMain_EmbeddedSummary
 	for _, o := range opts {
 		o(&m.Config)
 	}

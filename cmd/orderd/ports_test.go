@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"strings"
@@ -31,13 +30,7 @@ func TestMain_PortInUse(t *testing.T) {
 		{"embedded store", "ORDERD_EMBEDDED_STORE_ADDR", func(c *Config) { c.Embedded.StoreAddr = addr }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := NewMain()
-			m.Config.HTTPAddr = "127.0.0.1:0"
-			m.Config.Embedded.DataDir = t.TempDir()
-			m.Config.Embedded.StoreAddr = "127.0.0.1:0"
-			m.Config.Embedded.NATSAddr = "127.0.0.1:-1"
-			m.Log = testLogger(t)
-			m.Out = new(bytes.Buffer)
+			m := testMain(t, t.TempDir())
 			tc.set(&m.Config)
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
