@@ -883,7 +883,9 @@ func (c *cluster) outage(api *proc, cfg loadgen.Config, component string, stop, 
 	t.Helper()
 	loadFor, outage := 9*time.Second, 3*time.Second
 	if *chaosLong {
-		loadFor, outage = 25*time.Second, 10*time.Second
+		// The log is the buffer while the bus or the store is away: half a
+		// minute of either, under load, must lose nothing.
+		loadFor, outage = 45*time.Second, 30*time.Second
 	}
 	cfg.URLs, cfg.Orders, cfg.Duration, cfg.ConflictRate = []string{api.url()}, 100_000, loadFor, 0.1
 	wait, _ = runLoad(t, cfg)
