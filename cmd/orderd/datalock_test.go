@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"strconv"
@@ -19,13 +18,7 @@ func TestMain_DataDirLocked(t *testing.T) {
 	dir := t.TempDir()
 	first := runMainDir(t, dir)
 
-	second := NewMain()
-	second.Config.HTTPAddr = "127.0.0.1:0"
-	second.Config.Embedded.DataDir = dir
-	second.Config.Embedded.StoreAddr = "127.0.0.1:0"
-	second.Config.Embedded.NATSAddr = "127.0.0.1:-1"
-	second.Log = testLogger(t)
-	second.Out = new(bytes.Buffer)
+	second := testMain(t, dir)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := second.Run(ctx)
