@@ -107,6 +107,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		restUntil  time.Time // no claims before, after giving the lease up
 		backoff    time.Duration
 		lastFailed error
+		failedAt   time.Time // when lead last failed
 	)
 	defer func() {
 		if leader || uncertain {
@@ -159,7 +160,10 @@ func (r *Relay) Run(ctx context.Context) error {
 			leader = false
 			r.metrics.setLeader(false)
 		case err != nil:
-			lastFailed = err
+			if r.savedAt.After(failedAt) {
+				backoff = 0 // it made progress since the last failure
+			}
+			lastFailed, failedAt = err, time.Now()
 			if cerr := r.checkStream(ctx); cerr == nil {
 				if failing.IsZero() || r.savedAt.After(failing) {
 					failing = time.Now() // the first failure since the last progress
