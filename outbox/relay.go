@@ -247,10 +247,18 @@ func (r *Relay) lead(ctx context.Context) error {
 }
 
 // start is the first start on a log without a checkpoint: it opens the
-// stream at the log's end, publishes what no relay has published (every
+// stream at the log's end first, so that every commit from then on is in
+// the stream, and then looks for what no relay has published (every
 // commit from the oldest one not marked published by an earlier version,
-// if any) and saves a checkpoint where the stream opened.
+// if any), which a catch-up publishes; otherwise it saves a checkpoint
+// where the stream opened. Looked for the other way round, a commit
+// appended between the look and the stream's opening would be in neither.
 func (r *Relay) start(ctx context.Context) ([]byte, time.Time, error) {
+	at := time.Now()
+	pos, err := r.position(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	oldest, found, err := r.log.OldestUnpublished(ctx)
 	if err != nil {
 		return nil, time.Time{}, err
@@ -260,11 +268,6 @@ func (r *Relay) start(ctx context.Context) ([]byte, time.Time, error) {
 		r.logger.Info("relay starts on a log without a checkpoint; publishing it from its oldest unpublished commit",
 			"oldest_recorded_at", oldest, "since", since)
 		return r.catchUp(ctx, since)
-	}
-	at := time.Now()
-	pos, err := r.position(ctx)
-	if err != nil {
-		return nil, time.Time{}, err
 	}
 	if err := r.save(ctx, pos, at); err != nil {
 		return nil, time.Time{}, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -268,30 +267,6 @@ func (r *restartableNATS) connect() *storetest.NATS {
 	srv := r.srv.ClientURL()
 	nc, js := connectNATS(r.t, srv)
 	return &storetest.NATS{URL: srv, Conn: nc, JS: js, Server: r.srv}
-}
-
-// watchedPublisher passes sends to a bus.Publisher and counts the rounds
-// sent and the rounds whose wait for acks has returned.
-type watchedPublisher struct {
-	*bus.Publisher
-	mu              sync.Mutex
-	sent, settled   int
-	sentWhileActive []int // for each send, the rounds in flight before it
-}
-
-func (p *watchedPublisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
-	p.mu.Lock()
-	p.sentWhileActive = append(p.sentWhileActive, p.sent-p.settled)
-	p.sent++
-	p.mu.Unlock()
-	wait := p.Publisher.Send(ctx, commits, within)
-	return func() ([]int, error) {
-		acked, err := wait()
-		p.mu.Lock()
-		p.settled++
-		p.mu.Unlock()
-		return acked, err
-	}
 }
 
 // EnsureStream creates the stream, leaves one already as wanted alone,
@@ -672,11 +647,13 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 }
 
 // With a backlog the relay sends its next rounds while the acks of the
-// ones before are still to be waited for, and the stream still holds each
-// stream's events in version order, each once.
+// ones before are still to come: with every ack held, it sends rounds
+// until roundsInFlight of them await their acks, and no more; once the
+// acks come, the stream holds each stream's events in version order, each
+// once.
 func TestRelaySendsRoundsWithoutWaitingForEachOnesAcks(t *testing.T) {
 	s, db, n, cfg := openOutbox(t)
-	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 8}
+	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 8, AckTimeout: time.Minute, LeaseTTL: time.Minute}
 	// A first run leaves a checkpoint at the log's end, so the backlog
 	// below is read from the change stream.
 	first := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
@@ -684,20 +661,29 @@ func TestRelaySendsRoundsWithoutWaitingForEachOnesAcks(t *testing.T) {
 	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
 	stop()
 	want := appendCommits(t, s, 10, 8) // 80 commits waiting: 10 rounds
-	pub := &watchedPublisher{Publisher: bus.NewPublisher(n.JS, cfg)}
+	pub := &heldAcks{Publisher: bus.NewPublisher(n.JS, cfg)}
+	pub.hold()
 	r := newRelay(t, db, pub, ocfg)
 	stop = goRun(t, r.Run)
+	for i := range 4 {
+		select {
+		case <-pub.sent:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d rounds sent with every ack held, want 4: the relay waits for acks before it sends", i)
+		}
+	}
+	// The fifth waits for the first one's acks. A send it made anyway
+	// would show within the relay's next batch (a few milliseconds);
+	// this waits well past that.
+	select {
+	case <-pub.sent:
+		t.Fatal("a fifth round sent with 4 rounds awaiting their acks")
+	case <-time.After(2 * time.Second):
+	}
+	pub.release()
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
 	stop()
 	checkPublishedOnce(t, n, cfg, want)
-	pub.mu.Lock()
-	defer pub.mu.Unlock()
-	if pub.sent < 10 {
-		t.Fatalf("%d rounds sent, want at least 10 of 8 commits", pub.sent)
-	}
-	if most := slices.Max(pub.sentWhileActive); most < 1 || most >= 4 {
-		t.Errorf("at most %d rounds in flight at a send, want 1 to 3: %v", most, pub.sentWhileActive)
-	}
 }
 
 // A relay that stops releases its lease, so a standby can claim it at
@@ -716,4 +702,39 @@ func TestRelayReleasesItsLeaseWhenItStops(t *testing.T) {
 	if held, err := other.TryAcquire(t.Context()); err != nil || !held {
 		t.Fatalf("relay-2's claim once relay-1 stopped: %v, %v; want held within a lease of an hour", held, err)
 	}
+}
+
+// racingLog is a log on which a commit is appended while the relay's
+// first start looks for unpublished commits: after the look, before it
+// answers.
+type racingLog struct {
+	*mongodb.EventStore
+	once   sync.Once
+	append func()
+}
+
+func (l *racingLog) OldestUnpublished(ctx context.Context) (time.Time, bool, error) {
+	at, found, err := l.EventStore.OldestUnpublished(ctx)
+	l.once.Do(l.append)
+	return at, found, err
+}
+
+// A commit appended while the first relay on an empty log looks for
+// unpublished commits is published: the relay's stream was open before
+// it looked.
+func TestRelayFirstStartMissesNoCommitAppendedMeanwhile(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	appended := make(chan []domain.Event, 1)
+	log := &racingLog{EventStore: s, append: func() { appended <- appendCommits(t, s, 1, 1) }}
+	ocfg := outbox.Config{Owner: "relay-1"}.WithDefaults()
+	lease := mongodb.NewLease(db, outbox.RelayLease, ocfg.Owner, ocfg.LeaseTTL)
+	goRun(t, outbox.NewRelay(log, bus.NewPublisher(n.JS, cfg), lease, ocfg, testLogger(t), nil).Run)
+	var want []domain.Event
+	select {
+	case want = <-appended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the relay did not look for unpublished commits within 20s")
+	}
+	waitPublished(t, n, cfg, len(want), 20*time.Second)
+	checkPublishedOnce(t, n, cfg, want)
 }
