@@ -10,7 +10,6 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -56,10 +55,7 @@ type ReadModel interface {
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
 
-var (
-	_ ReadModel = (*mongodb.Projection[domain.Order])(nil)
-	_ ReadModel = (*mongodb.Projection[projection.Contribution])(nil)
-)
+var _ ReadModel = (*mongodb.Projection[domain.Order])(nil)
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
 // jobs, the projections' state and the dead letters.

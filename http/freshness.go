@@ -50,7 +50,6 @@ func seconds(d time.Duration) string {
 	return strconv.FormatFloat(max(d, 0).Seconds(), 'f', 3, 64)
 }
 
-var (
-	summariesName = projection.OrderSummaries.Name
-	statsName     = projection.CustomerOrderStats.Name
-)
+// summariesName is the projection every read-model answer comes from:
+// the order summaries, and the stats and daily sales summed from them.
+var summariesName = projection.OrderSummaries.Name

@@ -126,6 +126,6 @@ func (s *Server) customerStats(c echo.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	s.freshness(c, statsName, st.RecordedAt)
+	s.freshness(c, summariesName, st.RecordedAt)
 	return c.JSON(http.StatusOK, st)
 }

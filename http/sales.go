@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/projection"
 )
 
 // maxSalesDays is the longest range of days GET /v1/daily-sales sums,
@@ -59,6 +58,6 @@ func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string)
 	if days == nil {
 		days = []domain.DailySales{}
 	}
-	s.freshness(c, projection.DailySales.Name, time.Time{})
+	s.freshness(c, summariesName, time.Time{})
 	return c.JSON(http.StatusOK, DailySalesReport{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: days})
 }

@@ -23,8 +23,7 @@ type repairKit struct {
 	es   *mongodb.EventStore
 	ps   *mongodb.Pointers
 	sums *mongodb.Projection[domain.Order]
-	stat *mongodb.Projection[projection.Contribution]
-	sale *mongodb.Projection[projection.Sale]
+	stat *mongodb.Projection[projectiontest.Contribution]
 	jobs *jobs.Jobs
 	// republish is the workers' publisher of replays (nil: they take no
 	// replay).
@@ -41,13 +40,11 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 	ps := mongodb.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
 		sums: mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
-		stat: mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
-		sale: mongodb.NewProjection(db, projection.DailySales, es, nil, ps),
+		stat: mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, ps),
 	}
 	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]jobs.Def{
 		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
-		projection.CustomerOrderStats.Name: {Collection: projection.CustomerOrderStats.Collection, Version: projection.CustomerOrderStats.Version},
-		projection.DailySales.Name:         {Collection: projection.DailySales.Collection, Version: projection.DailySales.Version},
+		projectiontest.CustomerTotals.Name: {Collection: projectiontest.CustomerTotals.Collection, Version: projectiontest.CustomerTotals.Version},
 	})
 	return k, f
 }
@@ -75,7 +72,7 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := jobs.NewWorker(k.jobs, k.es, k.republish, []jobs.Projection{k.sums, k.stat, k.sale}, cfg, projectiontest.Logger(t))
+	w := jobs.NewWorker(k.jobs, k.es, k.republish, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker "+owner, w.Run)
 }
 
@@ -101,8 +98,7 @@ func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
 		mongodb.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
-		mongodb.NewReadModel(k.db, projection.CustomerOrderStats, k.es, nil).Apply,
-		mongodb.NewReadModel(k.db, projection.DailySales, k.es, nil).Apply,
+		mongodb.NewReadModel(k.db, projectiontest.CustomerTotals, k.es, nil).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)

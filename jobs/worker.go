@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
 )
 
 // WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
@@ -33,6 +33,10 @@ type WorkerConfig struct {
 	// Metrics receives the rebuild progress of this instance
 	// (orderd_rebuild_*); nil records nothing.
 	Metrics *Metrics
+	// Retired names projections that earlier versions of the service ran
+	// and this one does not (projection.Retired): their collections are
+	// dropped once Grace has passed since this worker first saw them.
+	Retired []string
 }
 
 // DefaultConcurrency is WorkerConfig.Concurrency's default. With one task
@@ -84,10 +88,7 @@ type Projection interface {
 	DropSums(ctx context.Context, shadow string) error
 }
 
-var (
-	_ Projection = (*mongodb.Projection[domain.Order])(nil)
-	_ Projection = (*mongodb.Projection[projection.Contribution])(nil)
-)
+var _ Projection = (*mongodb.Projection[domain.Order])(nil)
 
 // Worker runs the jobs' tasks: any number of instances may run a
 // Worker; each task is run by exactly one of them at a time (see claim),
@@ -178,8 +179,16 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) dropRetired(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
-	failed := map[string]string{} // by projection: the view error last logged
+	failed := map[string]string{}           // by projection: the view error last logged
+	retiring := slices.Clone(w.cfg.Retired) // until each is done once
 	for {
+		retiring = slices.DeleteFunc(retiring, func(name string) bool {
+			err := w.jobs.pointers.RetireProjection(ctx, name, w.jobs.now().Add(w.cfg.Grace))
+			if err != nil && ctx.Err() == nil {
+				w.l.Warn("retiring a projection failed", "projection", name, "err", err)
+			}
+			return err == nil
+		})
 		if dropped, err := w.jobs.pointers.DropRetired(ctx, w.jobs.now()); err != nil && ctx.Err() == nil {
 			w.l.Warn("dropping retired collections failed", "err", err)
 		} else if len(dropped) > 0 {

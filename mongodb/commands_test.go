@@ -108,10 +108,6 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		t.Errorf("a batch the read model already reflects sent %v, want nothing", got)
 	}
 
-	stats := mongodb.NewReadModel(db, projection.CustomerOrderStats, es, nil)
-	if _, _, err := stats.Apply(ctx, f.Flat); err != nil {
-		t.Fatal(err)
-	}
 	r := mongodb.NewReader(db, mongodb.NewPointers(db))
 	if _, err := r.CustomerStats(ctx, "cust-0"); err != nil { // reads the pointer once
 		t.Fatal(err)
@@ -119,8 +115,8 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	for customer, want := range f.ExpectedStats() {
 		var got domain.CustomerOrderStats
 		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, customer); return err })
-		if !maps.Equal(sent, map[string]int{"aggregate": 1, "find": 1}) {
-			t.Errorf("stats of %s sent %v, want one aggregate and one find (the newest recorded_at)", customer, sent)
+		if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
+			t.Errorf("stats of %s sent %v, want one aggregate", customer, sent)
 		}
 		// The embedded store cannot check the sums: FerretDB 1.24 feeds a
 		// $group's documents to its first accumulator only. Its own path
@@ -130,22 +126,24 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		}
 	}
 
-	sales := mongodb.NewReadModel(db, projection.DailySales, es, nil)
-	if _, _, err := sales.Apply(ctx, f.Flat); err != nil {
-		t.Fatal(err)
-	}
 	want, first, last := f.ExpectedDailySales()
 	from, _ := time.Parse(time.DateOnly, first)
 	to, _ := time.Parse(time.DateOnly, last)
-	if _, err := r.DailySales(ctx, from, to, ""); err != nil { // reads the pointer once
-		t.Fatal(err)
-	}
 	var got []domain.DailySales
-	sent := counter.during(t, func() (err error) { got, err = r.DailySales(ctx, from, to, ""); return err })
+	// FerretDB 1.24 has no $dateToString (the day of placed_at): on the
+	// embedded store the aggregation is sent, and refused.
+	onMongoDB := os.Getenv("MONGODB_URI") != ""
+	sent := counter.during(t, func() (err error) {
+		got, err = r.DailySales(ctx, from, to, "")
+		if !onMongoDB {
+			return nil
+		}
+		return err
+	})
 	if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
 		t.Errorf("daily sales sent %v, want one aggregate", sent)
 	}
-	if os.Getenv("MONGODB_URI") != "" && !reflect.DeepEqual(got, want) {
+	if onMongoDB && !reflect.DeepEqual(got, want) {
 		t.Errorf("daily sales %+v, want %+v", got, want)
 	}
 }

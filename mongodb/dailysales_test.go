@@ -11,8 +11,8 @@ import (
 	"github.com/orderd/orderd/projection/projectiontest"
 )
 
-// TestReaderDailySales sums the daily_sales read model over a range of
-// days: both bounds inclusive whatever their time of day, an order placed
+// TestReaderDailySales sums the order summaries per purchase day over a
+// range of days: both bounds inclusive whatever their time of day, an order placed
 // a millisecond before midnight UTC on its own day, orders outside the
 // range left out, days without orders absent, the currency filter, and
 // the canceled and unavailable counts by the orders' current status.
@@ -43,10 +43,10 @@ func TestReaderDailySales(t *testing.T) {
 		ids = append(ids, o.id)
 	}
 	f := projectiontest.LoadFixture(t, ctx, es, ids)
-	if _, poison, err := mongodb.NewReadModel(db, projection.DailySales, es, nil).Apply(ctx, f.Flat); err != nil || len(poison) > 0 {
+	if _, poison, err := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 		t.Fatalf("apply: poison %v, err %v", poison, err)
 	}
-	if err := projectiontest.DiffDailySales(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
 		t.Fatal(err)
 	}
 

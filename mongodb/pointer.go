@@ -269,6 +269,44 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 	return nil
 }
 
+// RetireProjection retires projection name, which the service no longer
+// runs (projection.Retired), whose collection name was its first: every
+// collection its pointer names (active, shadow and its sums, previous),
+// and name itself (its first collection, or the view showing the live
+// one), is scheduled for dropping at after, and then the pointer is
+// deleted, so that DropRetired no longer spares them. Readers of the
+// service that still run it (a rolling upgrade) read it until then. A
+// projection without a pointer is retired already: nothing is done.
+// Errors: domain.ErrUnavailable.
+func (ps *Pointers) RetireProjection(ctx context.Context, name string, after time.Time) error {
+	var p Pointer
+	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("retire projection %s: %w", name, Translate(err))
+	}
+	colls := []string{name, p.Active, p.Previous, p.Shadow}
+	if p.Shadow != "" {
+		colls = append(colls, SumsCollection(p.Shadow))
+	}
+	seen := map[string]bool{"": true}
+	for _, c := range colls {
+		if seen[c] {
+			continue
+		}
+		seen[c] = true
+		if err := ps.Retire(ctx, name, c, "projection "+name+" retired", after); err != nil {
+			return err
+		}
+	}
+	if _, err := ps.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "generation", Value: p.Generation}}); err != nil {
+		return fmt.Errorf("retire projection %s: %w", name, Translate(err))
+	}
+	return nil
+}
+
 // DropAfter returns when retired collection is to be dropped, and false
 // when it is not retired. Errors: domain.ErrUnavailable.
 func (ps *Pointers) DropAfter(ctx context.Context, collection string) (time.Time, bool, error) {

@@ -2,7 +2,6 @@ package mongodb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -16,16 +15,15 @@ import (
 
 // Reader answers queries on the read models.
 // It reads each projection's active collection, following its pointer.
+// A customer's stats and the daily sales are sums over the order
+// summaries, computed on read: the summary holds everything they add up.
 type Reader struct {
 	summaries *Projection[domain.Order]
-	stats     *Projection[projection.Contribution]
-	sales     *Projection[projection.Sale]
 }
 
 // NewReader returns a Reader on db's read models.
 func NewReader(db *mongo.Database, ps *Pointers) *Reader {
-	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps), stats: NewProjection(db, projection.CustomerOrderStats, nil, nil, ps),
-		sales: NewProjection(db, projection.DailySales, nil, nil, ps)}
+	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps)}
 }
 
 // Summary returns an order's summary, or an error wrapping
@@ -68,13 +66,13 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	return out, nil
 }
 
-// CustomerStats sums a customer's order contributions. It returns an error
-// wrapping domain.ErrNotFound when the customer has none. On MongoDB the
-// sum is one aggregation through the customer_id index, grouped by status
-// and currency (a few rows whatever the customer's order count), and one
-// find of the newest recorded_at (the stats' RecordedAt).
+// CustomerStats sums a customer's order summaries (projection.SumStats).
+// It returns an error wrapping domain.ErrNotFound when the customer has
+// no order. On MongoDB the sum is one aggregation through the
+// customer_id index, grouped by status and currency: a few rows whatever
+// the customer's order count.
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
-	s, err := r.stats.Active(ctx)
+	s, err := r.summaries.Active(ctx)
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
@@ -82,108 +80,45 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	var (
-		cs     []projection.Contribution
-		newest time.Time
-	)
+	match := bson.D{{Key: "customer_id", Value: customerID}}
+	var gs []projection.StatsGroup
 	if dialect == DialectFerretDB {
 		// FerretDB 1.24 feeds a $group's documents to its first
-		// accumulator only (the others answer 0): the contributions are
-		// read and summed here.
-		cs, err = s.contributions(ctx, customerID)
+		// accumulator only (the others answer 0): the summaries are read
+		// and summed here.
+		gs, err = perOrder(ctx, s.coll, match, func(o orderSums) projection.StatsGroup {
+			return projection.StatsGroup{Status: o.Status, Currency: o.Currency, Orders: 1, TotalCents: o.TotalCents, RecordedAt: o.RecordedAt}
+		})
 	} else {
-		cs, err = s.contributionsByStatus(ctx, customerID)
-		if err == nil {
-			newest, err = s.newestRecordedAt(ctx, customerID)
-		}
+		gs, err = grouped(ctx, s.coll, match, bson.D{
+			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
+			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
+			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
+			{Key: "recorded_at", Value: bson.D{{Key: "$max", Value: "$recorded_at"}}},
+		}, func(g orderGroup) projection.StatsGroup {
+			return projection.StatsGroup{Status: g.Key.Status, Currency: g.Key.Currency, Orders: g.Orders, TotalCents: g.TotalCents, RecordedAt: g.RecordedAt}
+		})
 	}
 	if err != nil {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
 	}
-	stats := projection.SumContributions(customerID, cs)
-	if newest.After(stats.RecordedAt) {
-		stats.RecordedAt = newest
-	}
+	stats := projection.SumStats(customerID, gs)
 	if stats.OrderCount == 0 {
 		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, domain.ErrNotFound)
 	}
 	return stats, nil
 }
 
-// contributions reads a customer's contributions, one per order.
-func (s *ReadModel[D]) contributions(ctx context.Context, customerID string) ([]projection.Contribution, error) {
-	cur, err := s.coll.Find(ctx, bson.D{{Key: "customer_id", Value: customerID}})
-	if err != nil {
-		return nil, Translate(err)
-	}
-	var docs []stored[projection.Contribution]
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
-	}
-	cs := make([]projection.Contribution, len(docs))
-	for i, d := range docs {
-		cs[i] = d.Doc
-	}
-	return cs, nil
-}
-
-// newestRecordedAt returns the newest recorded_at of the customer's
-// contributions (zero when none has one), for the stats' RecordedAt: a
-// $max accumulator in the aggregation would save this read, but FerretDB
-// 1.24 has none. MongoDB answers it through the customer_id index, sorting
-// the customer's few documents.
-func (s *ReadModel[D]) newestRecordedAt(ctx context.Context, customerID string) (time.Time, error) {
-	var d struct {
-		RecordedAt time.Time `bson:"recorded_at"`
-	}
-	err := s.coll.FindOne(ctx, bson.D{{Key: "customer_id", Value: customerID}},
-		options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: -1}}).SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&d)
-	if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, Translate(err)
-	}
-	return d.RecordedAt, nil
-}
-
-// contributionsByStatus sums a customer's contributions on the server by
-// status and currency: each returned projection.Contribution stands for Orders orders.
-func (s *ReadModel[D]) contributionsByStatus(ctx context.Context, customerID string) ([]projection.Contribution, error) {
-	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$match", Value: bson.D{{Key: "customer_id", Value: customerID}}}},
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
-			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
-			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
-		}}},
-	})
-	if err != nil {
-		return nil, Translate(err)
-	}
-	var groups []struct {
-		Key struct {
-			Status   domain.Status `bson:"status"`
-			Currency string        `bson:"currency"`
-		} `bson:"_id"`
-		Orders     int64 `bson:"orders"`
-		TotalCents int64 `bson:"total_cents"`
-	}
-	if err := cur.All(ctx, &groups); err != nil {
-		return nil, Translate(err)
-	}
-	cs := make([]projection.Contribution, len(groups))
-	for i, g := range groups {
-		cs[i] = projection.Contribution{CustomerID: customerID, Status: g.Key.Status, Currency: g.Key.Currency, TotalCents: g.TotalCents, Orders: g.Orders}
-	}
-	return cs, nil
-}
-
-// DailySales sums the daily_sales read model per purchase day and
-// currency over the UTC dates of from to to (both inclusive; the time of
-// day is ignored), of one currency when currency is not empty. Rows are
+// DailySales sums the order summaries per purchase day
+// (projection.SaleDay of placed_at) and currency over the UTC dates of
+// from to to (both inclusive; the time of day is ignored), of one
+// currency when currency is not empty (projection.SumSales). Rows are
 // sorted by day then currency; days without orders have none. On MongoDB
-// the sum is one aggregation through the (day, currency) index, grouped
-// by day, currency and status (a few rows a day whatever the order count).
+// the sum is one aggregation through the (placed_at, currency) index,
+// grouped by day, currency and status: a few rows a day whatever the
+// order count.
 func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
-	s, err := r.sales.Active(ctx)
+	s, err := r.summaries.Active(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -191,77 +126,103 @@ func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency st
 	if err != nil {
 		return nil, err
 	}
-	filter := bson.D{{Key: "day", Value: bson.D{{Key: "$gte", Value: projection.SaleDay(from)}, {Key: "$lte", Value: projection.SaleDay(to)}}}}
+	first, _ := time.Parse(time.DateOnly, projection.SaleDay(from))
+	last, _ := time.Parse(time.DateOnly, projection.SaleDay(to))
+	match := bson.D{{Key: "placed_at", Value: bson.D{{Key: "$gte", Value: first}, {Key: "$lt", Value: last.AddDate(0, 0, 1)}}}}
 	if currency != "" {
-		filter = append(filter, bson.E{Key: "currency", Value: currency})
+		match = append(match, bson.E{Key: "currency", Value: currency})
 	}
-	var sales []projection.Sale
+	var gs []projection.SalesGroup
 	if dialect == DialectFerretDB {
-		// FerretDB 1.24 feeds a $group's documents to its first
-		// accumulator only (the others answer 0): the sales are read and
-		// summed here.
-		sales, err = s.sales(ctx, filter)
+		// As for CustomerStats: summed here.
+		gs, err = perOrder(ctx, s.coll, match, func(o orderSums) projection.SalesGroup {
+			return projection.SalesGroup{Day: projection.SaleDay(o.PlacedAt), Currency: o.Currency, Status: o.Status, Orders: 1,
+				ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents}
+		})
 	} else {
-		sales, err = s.salesByStatus(ctx, filter)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("daily sales %s to %s: %w", projection.SaleDay(from), projection.SaleDay(to), err)
-	}
-	return projection.SumSales(sales), nil
-}
-
-// sales reads the sales that filter matches, one per order.
-func (s *ReadModel[D]) sales(ctx context.Context, filter bson.D) ([]projection.Sale, error) {
-	cur, err := s.coll.Find(ctx, filter)
-	if err != nil {
-		return nil, Translate(err)
-	}
-	var docs []stored[projection.Sale]
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
-	}
-	out := make([]projection.Sale, len(docs))
-	for i, d := range docs {
-		out[i] = d.Doc
-	}
-	return out, nil
-}
-
-// salesByStatus sums the sales that filter matches on the server by day,
-// currency and status: each returned projection.Sale stands for Orders
-// orders.
-func (s *ReadModel[D]) salesByStatus(ctx context.Context, filter bson.D) ([]projection.Sale, error) {
-	cur, err := s.coll.Aggregate(ctx, mongo.Pipeline{
-		{{Key: "$match", Value: filter}},
-		{{Key: "$group", Value: bson.D{
-			{Key: "_id", Value: bson.D{{Key: "day", Value: "$day"}, {Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},
+		gs, err = grouped(ctx, s.coll, match, bson.D{
+			{Key: "_id", Value: bson.D{
+				{Key: "day", Value: bson.D{{Key: "$dateToString", Value: bson.D{{Key: "format", Value: "%Y-%m-%d"}, {Key: "date", Value: "$placed_at"}}}}},
+				{Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},
 			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
 			{Key: "item_count", Value: bson.D{{Key: "$sum", Value: "$item_count"}}},
 			{Key: "subtotal_cents", Value: bson.D{{Key: "$sum", Value: "$subtotal_cents"}}},
 			{Key: "freight_cents", Value: bson.D{{Key: "$sum", Value: "$freight_cents"}}},
-		}}},
-	})
+		}, func(g orderGroup) projection.SalesGroup {
+			return projection.SalesGroup{Day: g.Key.Day, Currency: g.Key.Currency, Status: g.Key.Status, Orders: g.Orders,
+				ItemCount: g.ItemCount, SubtotalCents: g.SubtotalCents, FreightCents: g.FreightCents}
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("daily sales %s to %s: %w", projection.SaleDay(from), projection.SaleDay(to), err)
+	}
+	return projection.SumSales(gs), nil
+}
+
+// orderSums is the part of an order summary that the stats and the daily
+// sales add up.
+type orderSums struct {
+	Status        domain.Status `bson:"status"`
+	Currency      string        `bson:"currency"`
+	TotalCents    int64         `bson:"total_cents"`
+	ItemCount     int64         `bson:"item_count"`
+	SubtotalCents int64         `bson:"subtotal_cents"`
+	FreightCents  int64         `bson:"freight_cents"`
+	PlacedAt      time.Time     `bson:"placed_at"`
+	RecordedAt    time.Time     `bson:"recorded_at"`
+}
+
+// orderSumsFields projects a summary on orderSums.
+var orderSumsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value: 1}, {Key: "total_cents", Value: 1},
+	{Key: "item_count", Value: 1}, {Key: "subtotal_cents", Value: 1}, {Key: "freight_cents", Value: 1},
+	{Key: "placed_at", Value: 1}, {Key: "recorded_at", Value: 1}}
+
+// perOrder reads the summaries match selects, one group of each.
+func perOrder[G any](ctx context.Context, coll *mongo.Collection, match bson.D, group func(orderSums) G) ([]G, error) {
+	cur, err := coll.Find(ctx, match, options.Find().SetProjection(orderSumsFields))
 	if err != nil {
 		return nil, Translate(err)
 	}
-	var groups []struct {
-		Key struct {
-			Day      string        `bson:"day"`
-			Currency string        `bson:"currency"`
-			Status   domain.Status `bson:"status"`
-		} `bson:"_id"`
-		Orders        int64 `bson:"orders"`
-		ItemCount     int64 `bson:"item_count"`
-		SubtotalCents int64 `bson:"subtotal_cents"`
-		FreightCents  int64 `bson:"freight_cents"`
+	defer func() { _ = cur.Close(ctx) }()
+	var out []G
+	for cur.Next(ctx) {
+		var o orderSums
+		if err := cur.Decode(&o); err != nil {
+			return nil, err
+		}
+		out = append(out, group(o))
 	}
-	if err := cur.All(ctx, &groups); err != nil {
+	return out, Translate(cur.Err())
+}
+
+// orderGroup is a row of grouped's aggregation.
+type orderGroup struct {
+	Key struct {
+		Day      string        `bson:"day"`
+		Currency string        `bson:"currency"`
+		Status   domain.Status `bson:"status"`
+	} `bson:"_id"`
+	Orders        int64     `bson:"orders"`
+	TotalCents    int64     `bson:"total_cents"`
+	ItemCount     int64     `bson:"item_count"`
+	SubtotalCents int64     `bson:"subtotal_cents"`
+	FreightCents  int64     `bson:"freight_cents"`
+	RecordedAt    time.Time `bson:"recorded_at"`
+}
+
+// grouped runs {$match: match}, {$group: group} on the summaries.
+func grouped[G any](ctx context.Context, coll *mongo.Collection, match, group bson.D, row func(orderGroup) G) ([]G, error) {
+	cur, err := coll.Aggregate(ctx, mongo.Pipeline{{{Key: "$match", Value: match}}, {{Key: "$group", Value: group}}})
+	if err != nil {
 		return nil, Translate(err)
 	}
-	out := make([]projection.Sale, len(groups))
-	for i, g := range groups {
-		out[i] = projection.Sale{Day: g.Key.Day, Currency: g.Key.Currency, Status: g.Key.Status, ItemCount: g.ItemCount,
-			SubtotalCents: g.SubtotalCents, FreightCents: g.FreightCents, Orders: g.Orders}
+	var rows []orderGroup
+	if err := cur.All(ctx, &rows); err != nil {
+		return nil, Translate(err)
+	}
+	out := make([]G, len(rows))
+	for i, g := range rows {
+		out[i] = row(g)
 	}
 	return out, nil
 }

@@ -2,7 +2,6 @@ package projection
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -60,72 +59,18 @@ var OrderSummaries = Definition[domain.Order]{
 	Version:       2,
 	Apply:         func(o *domain.Order, e domain.Event) error { return o.Apply(e) },
 	StreamVersion: func(o *domain.Order) int64 { return o.Version },
-	Indexes:       [][]string{{"customer_id", "_id"}, {"status", "_id"}},
+	// customer_id serves a customer's list and stats, placed_at (with
+	// currency) the daily sales of a range of purchase days.
+	Indexes: [][]string{{"customer_id", "_id"}, {"status", "_id"}, {"placed_at", "currency"}},
 }
 
-// Contribution is one order's share of its customer's stats: the fields of
-// the order that the stats add up, the version they reflect and the
-// RecordedAt of that version's event (zero in documents written before
-// the field existed).
-type Contribution struct {
-	OrderID    string        `json:"order_id"`
-	CustomerID string        `json:"customer_id"`
-	Status     domain.Status `json:"status"`
-	Currency   string        `json:"currency"`
-	TotalCents int64         `json:"total_cents"`
-	Version    int64         `json:"version"`
-	RecordedAt time.Time     `json:"recorded_at,omitzero"`
-	// Orders is how many orders a sum of contributions stands for (see
-	// SumContributions); never stored.
-	Orders int64 `json:"-"`
-}
-
-// CustomerOrderStats is the customer_order_stats projection. It stores one
-// Contribution per order (not one document per customer): lifecycle events
-// do not name the customer, so a per-customer document could not be found
-// without the order's own state, and per-order documents make every write
-// the same version-guarded compare-and-set as order_summaries. Reader sums
-// a customer's contributions on read, through an index on customer_id.
-var CustomerOrderStats = Definition[Contribution]{
-	Name:       "customer_order_stats",
-	Collection: "customer_order_stats",
-	// 2: contributions carry recorded_at, for the freshness headers.
-	Version: 2,
-	Apply: func(c *Contribution, e domain.Event) error {
-		// Fold through domain.Order so the transition rules are the
-		// aggregate's own.
-		o := domain.Order{ID: c.OrderID, CustomerID: c.CustomerID, Status: c.Status, Currency: c.Currency,
-			TotalCents: c.TotalCents, Version: c.Version}
-		if err := o.Apply(e); err != nil {
-			return err
-		}
-		*c = Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-			TotalCents: o.TotalCents, Version: o.Version, RecordedAt: o.RecordedAt}
-		return nil
-	},
-	StreamVersion: func(c *Contribution) int64 { return c.Version },
-	Indexes:       [][]string{{"customer_id"}},
-}
-
-// SumContributions adds up a customer's contributions; one with Orders
-// set stands for that many orders of its status and currency, with
-// TotalCents their sum. The stats' RecordedAt is the newest of the
-// contributions'.
-func SumContributions(customerID string, cs []Contribution) domain.CustomerOrderStats {
-	s := domain.CustomerOrderStats{CustomerID: customerID, ByStatus: map[domain.Status]int64{}, LifetimeValueCents: map[string]int64{}}
-	for _, c := range cs {
-		n := max(c.Orders, 1)
-		s.OrderCount += n
-		s.ByStatus[c.Status] += n
-		if domain.CountsTowardValue(c.Status) {
-			s.LifetimeValueCents[c.Currency] += c.TotalCents
-		}
-		if c.RecordedAt.After(s.RecordedAt) {
-			s.RecordedAt = c.RecordedAt
-		}
-	}
-	return s
-}
+// Retired names the projections earlier versions of the service ran and
+// this one does not: customer_order_stats and daily_sales each stored a
+// subset of the order's summary per order, which the readers now sum from
+// order_summaries. An upgraded store retires what they left (their
+// collections after the rebuild grace, their consumers and partition
+// leases once no process of theirs is alive).
+var Retired = []string{"customer_order_stats", "daily_sales"}
 
 // Fold folds a stream's events from nothing. It returns the document, the
 // number of events applied and the error of the first event that could

@@ -63,6 +63,10 @@ type RunnerConfig struct {
 	// has stopped (start false, after its last), so ownerships can be
 	// audited.
 	OnOwnership func(projection string, partition int, start bool)
+	// Retired names projections that earlier versions of the service ran
+	// and this one does not (projection.Retired): their consumers and
+	// partition leases are deleted once no live member runs them.
+	Retired []string
 }
 
 // applier is what a Runner needs of a mongodb.Projection, whatever its
@@ -283,12 +287,16 @@ func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error
 // other versions left behind (retireVersions).
 const retireInterval = time.Minute
 
-// retire runs retireVersions bounded by a quarter of the lease; a failure
-// is logged and tried again at the next interval.
+// retire runs retireVersions and retireProjections bounded by a quarter
+// of the lease; a failure is logged and tried again at the next interval.
 func (r *Runner) retire(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	if err := r.retireVersions(rctx); err != nil && ctx.Err() == nil {
+	err := r.retireVersions(rctx)
+	if err == nil {
+		err = r.retireProjections(rctx)
+	}
+	if err != nil && ctx.Err() == nil {
 		r.log.Warn("projection versions not retired; trying again later", "err", err)
 	}
 }

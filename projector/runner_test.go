@@ -48,7 +48,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	cfg1, cfg2 := cfg, cfg
 	cfg1.Owner, cfg2.Owner = "p1", "p2"
 	sums1 := projector.NewRunner(sumsStore, b.JS, mongodb.NewDeadLetters(db), cfg1, log, m)
-	stats := projector.NewRunner(mongodb.NewProjection(db, projection.CustomerOrderStats, es, pm, mongodb.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, m)
+	stats := projector.NewRunner(mongodb.NewProjection(db, projectiontest.CustomerTotals, es, pm, mongodb.NewPointers(db)), b.JS, mongodb.NewDeadLetters(db), cfg, log, m)
 	// The second runner: its own NATS connection and its own store client,
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
@@ -113,11 +113,11 @@ func TestRunnerEndToEnd(t *testing.T) {
 		return nil
 	})
 	t.Logf("published and acknowledged %s after the commands started", time.Since(start))
-	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
+	projectiontest.WaitFor(t, 10*time.Second, "read models equal to the fold of the log", func() error { return projectiontest.DiffReadModels(ctx, db, f, true) })
 	if dl, err := mongodb.NewDeadLetters(db).List(ctx, "", 10); err != nil || len(dl) != 0 {
 		t.Errorf("dead letters %v (%v), want none", dl, err)
 	}
-	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projectiontest.CustomerTotals.Name} {
 		// Every event is counted once applied or, when a write cut off by a
 		// lost lease landed all the same, as a duplicate by the partition's
 		// next owner; on a busy machine leases are lost.
@@ -154,10 +154,10 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	// writers racing (TestStoreApplyRacingWriters, TestRunnerEndToEnd).
 	cfg.Workers = 1
 	sums := projectortest.Run(t, b, mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db)), cfg, m)
-	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, pm, mongodb.NewPointers(db)), cfg, m)
+	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, pm, mongodb.NewPointers(db)), cfg, m)
 
 	projectiontest.WaitFor(t, 20*time.Second, "read models equal to the fold after duplicated, reversed delivery", func() error {
-		return projectiontest.DiffReadModels(ctx, db, f)
+		return projectiontest.DiffReadModels(ctx, db, f, true)
 	})
 	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
 
@@ -187,7 +187,7 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 			t.Errorf("%s: %v events applied again, want 0", n, a)
 		}
 	}
-	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, f, true); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,7 +285,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 		t.Errorf("failed retry not recorded: %+v", letters[0])
 	}
 
-	for _, id := range []string{r.Name() + ":no-such-event", "customer_order_stats:" + gapV2.ID, "nonsense"} {
+	for _, id := range []string{r.Name() + ":no-such-event", projectiontest.CustomerTotals.Name + ":" + gapV2.ID, "nonsense"} {
 		if err := r.Retry(ctx, id); !errors.Is(err, domain.ErrNotFound) {
 			t.Errorf("Retry(%q) = %v, want ErrNotFound", id, err)
 		}
@@ -383,7 +383,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	cfg.Workers = 1 // about poison, not about writers racing
 	ps := mongodb.NewPointers(db)
 	sums := projectortest.Run(t, b, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps), cfg, nil)
-	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps), cfg, nil)
+	stats := projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, ps), cfg, nil)
 
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
@@ -409,7 +409,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 		})
 	}
 	projectortest.WaitLag(t, ctx, 15*time.Second, sums, stats)
-	if err := projectiontest.DiffReadModels(ctx, db, healthy); err != nil {
+	if err := projectiontest.DiffReadModels(ctx, db, healthy, true); err != nil {
 		t.Error(err)
 	}
 	if _, err := mongodb.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
@@ -439,7 +439,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
 	actx, stopA := context.WithCancel(ctx)
 	aDone := make(chan error, 1)
@@ -448,14 +448,14 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "part", 0, 10)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold while A holds every partition", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 
 	projectiontest.Go(t, "runner B", bRunner.Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 10, 20)...)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold with A and B sharing the partitions", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 	if n := projectiontest.Metric(t, regB, "orderd_projection_events_applied_total", "order_summaries"); n == 0 {
 		t.Errorf("B applied nothing while it held two partitions")
@@ -468,7 +468,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	ids = append(ids, writeOrders(t, ctx, svc, "part", 20, 30)...)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took every partition", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 	projectortest.WaitLag(t, ctx, 15*time.Second, bRunner)
 	// B's metrics, by partition: it owns all four, exposes each one's lag,
@@ -534,13 +534,13 @@ func TestRunnerCutOffFromTheBusReleasesPartitions(t *testing.T) {
 	waitOwners(t, ctx, a, 20*time.Second, map[string]int{"A": 4})
 	projectiontest.Go(t, "runner B", proc("B", b.Connect(t)).Run)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"A": 2, "B": 2})
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
 	cut.Cut()
 	ids := writeOrders(t, ctx, domain.NewService(es, nil), "cut", 0, 8)
 	waitOwners(t, ctx, a, 30*time.Second, map[string]int{"B": 4})
 	f := projectiontest.LoadFixture(t, ctx, es, ids)
-	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f) })
+	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B took over", func() error { return projectiontest.DiffReadModels(ctx, db, f, true) })
 }
 
 // TestRunnerPartitionConsumerFailureStaysItsOwn: when one partition's
@@ -569,12 +569,12 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, log, nil)
 	projectiontest.Go(t, "runner A", r.Run)
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"A": 4})
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "one", 0, 8)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 
 	if err := b.JS.DeleteConsumer(ctx, b.Stream.Name, r.ConsumerName(1)); err != nil {
@@ -582,7 +582,7 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 	}
 	ids = append(ids, writeOrders(t, ctx, svc, "one", 8, 24)...)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after partition 1's consumer was deleted", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 	if _, err := b.JS.Consumer(ctx, b.Stream.Name, r.ConsumerName(1)); err != nil {
 		t.Errorf("partition 1's consumer after its workers started again: %v", err)
@@ -630,13 +630,13 @@ func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
 	// The other read model, on a link that does not stall.
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
 	svc := domain.NewService(es, nil)
 	ids := writeOrders(t, ctx, svc, "stall", 0, 5)
 	projectiontest.WaitFor(t, 30*time.Second, "the read model before the stall", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 
 	proxy.Hold()
@@ -659,7 +659,7 @@ func TestRunnerKeepsItsPartitionsThroughAStoreStall(t *testing.T) {
 	proxy.Release()
 
 	projectiontest.WaitFor(t, 60*time.Second, "the read model after the stall", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 	if s, e := starts.Load(), stops.Load(); s != int64(cfg.Partitions) || e != 0 {
 		t.Errorf("%d ownerships started and %d ended through the stall; want %d started, none ended", s, e, cfg.Partitions)
@@ -686,7 +686,7 @@ func TestRunnerAcknowledgesAgainWhatWasLost(t *testing.T) {
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	r := projector.NewRunner(p, projectortest.ConnectTo(t, dropper.URL), mongodb.NewDeadLetters(db), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
 	consumers := func() []*jetstream.ConsumerInfo { return consumerInfos(t, ctx, b, r) }
@@ -714,7 +714,7 @@ func TestRunnerAcknowledgesAgainWhatWasLost(t *testing.T) {
 		return nil
 	})
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 }
 
@@ -833,7 +833,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
 	r := projector.NewRunner(p, js, mongodb.NewDeadLetters(pdb), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
 	consumers := func() []*jetstream.ConsumerInfo { return consumerInfos(t, ctx, b, r) }
@@ -869,7 +869,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 		return nil
 	})
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 	if n := slow.Load(); n != 0 {
 		t.Errorf("the NATS client reported %d slow-consumer drops", n)
@@ -896,7 +896,7 @@ func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
 	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
 	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
-	projectortest.Run(t, b, mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
+	projectortest.Run(t, b, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 	waitOwners(t, ctx, r, 20*time.Second, map[string]int{"P": cfg.Partitions})
 
 	// Deliveries so far (redeliveries included) and messages delivered
@@ -929,6 +929,6 @@ func TestRunnerKeepsHeldMessagesFromRedelivery(t *testing.T) {
 			after-before, pending, most)
 	}
 	projectiontest.WaitFor(t, 60*time.Second, "read models equal to the fold", func() error {
-		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids))
+		return projectiontest.DiffReadModels(ctx, db, projectiontest.LoadFixture(t, ctx, es, ids), true)
 	})
 }

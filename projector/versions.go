@@ -31,22 +31,42 @@ func (r *Runner) retireVersions(ctx context.Context) error {
 		return err
 	}
 	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
+	return r.retireUnless(ctx, r.name, named)
+}
+
+// retireProjections deletes what the projections of RunnerConfig.Retired
+// left, as retireVersions does for this projection's other versions:
+// the durable consumers and partition leases of each of their versions
+// that no live member runs.
+func (r *Runner) retireProjections(ctx context.Context) error {
+	for _, name := range r.cfg.Retired {
+		if err := r.retireUnless(ctx, name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retireUnless deletes the consumers and partition leases of each
+// version of projection name but those in keep, when no live member runs
+// that version.
+func (r *Runner) retireUnless(ctx context.Context, name string, keep map[int]bool) error {
 	st, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
 		return err
 	}
 	byVersion := map[int][]string{}
 	names := st.ConsumerNames(ctx)
-	for name := range names.Name() {
-		if v, ok := consumerVersion(r.name, name); ok && !named[v] {
-			byVersion[v] = append(byVersion[v], name)
+	for c := range names.Name() {
+		if v, ok := consumerVersion(name, c); ok && !keep[v] {
+			byVersion[v] = append(byVersion[v], c)
 		}
 	}
 	if err := names.Err(); err != nil {
 		return err
 	}
 	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
-		key := projection.VersionKey(r.name, v)
+		key := projection.VersionKey(name, v)
 		members, partitions := r.versionLeases(key)
 		live, err := members.Live(ctx)
 		if err != nil {
@@ -63,7 +83,7 @@ func (r *Runner) retireVersions(ctx context.Context) error {
 		if err := partitions.Remove(ctx); err != nil {
 			return err
 		}
-		r.log.Info("projection version retired: its consumers and partition leases deleted", "retired_version", v, "consumers", len(byVersion[v]))
+		r.log.Info("projection version retired: its consumers and partition leases deleted", "projection", name, "retired_version", v, "consumers", len(byVersion[v]))
 	}
 	return nil
 }

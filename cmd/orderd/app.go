@@ -281,15 +281,11 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		sumsDef = *c.summaries
 	}
 	sums := mongodb.NewProjection(db, sumsDef, store, pm, pointers)
-	stats := mongodb.NewProjection(db, projection.CustomerOrderStats, store, pm, pointers)
-	sales := mongodb.NewProjection(db, projection.DailySales, store, pm, pointers)
 	// Every process agrees on what readers read before any of them
 	// serves or feeds a read model (a projection new to a log is built
 	// first, by a jobs instance).
-	for _, p := range []interface{ EnsurePointer(context.Context) error }{sums, stats, sales} {
-		if err := p.EnsurePointer(setupCtx); err != nil {
-			return err
-		}
+	if err := sums.EnsurePointer(setupCtx); err != nil {
+		return err
 	}
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
@@ -305,13 +301,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		rc.OnOwnership = ol.record
 	}
 	plog := m.Log.With("component", "projector")
-	runners := []*projector.Runner{
-		projector.NewRunner(sums, js, dead, rc, plog, rm),
-		projector.NewRunner(stats, js, dead, rc, plog, rm),
-		projector.NewRunner(sales, js, dead, rc, plog, rm),
-	}
+	rc.Retired = projection.Retired
+	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm)}
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
-		sums.Name(): jobs.DefOf(sums), stats.Name(): jobs.DefOf(stats), sales.Name(): jobs.DefOf(sales),
+		sums.Name(): jobs.DefOf(sums),
 	})
 	if r.projector {
 		for _, pr := range runners {
@@ -320,8 +313,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	}
 	if r.jobs {
 		jc := c.Jobs
-		jc.Owner, jc.Metrics = c.instanceID(), jm
-		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats, sales}, jc, m.Log)
+		jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), jm, projection.Retired
+		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums}, jc, m.Log)
 		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
 	}
 	ready := readyChecks(r, reach.Ready, m.busConnected)
@@ -342,7 +335,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		hc := c.HTTP
 		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
 		adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-			ReadModels: []admin.ReadModel{sums, stats, sales}, Bus: js != nil,
+			ReadModels: []admin.ReadModel{sums}, Bus: js != nil,
 			Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
 			Log:   store, Metrics: reg})
 		hc.Admin = adminSvc
@@ -353,10 +346,10 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
 		if js != nil && c.MaxLag > 0 {
-			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), stats.Key(), sales.Key()}, time.Second, m.Log.With("component", "admission"))
+			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key()}, time.Second, m.Log.With("component", "admission"))
 			g.Go(func() error { return watch.Run(runCtx) })
 			hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
-			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), stats.Name(): stats.Key(), sales.Name(): sales.Key()}}
+			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key()}}
 		}
 		m.http = orderhttp.NewServer(hc)
 	} else {

@@ -81,7 +81,7 @@ func BenchmarkService(b *testing.B) {
 
 	sizes := map[string]int64{}
 	for _, name := range []string{benchScratch, mongodb.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
+		projectiontest.CustomerTotals.Collection, mongodb.DeadLettersCollection} {
 		n, err := db.Collection(name).CountDocuments(ctx, bson.D{})
 		if err != nil {
 			b.Errorf("count %s: %v", name, err)
@@ -156,7 +156,7 @@ func BenchmarkService(b *testing.B) {
 	}
 	f("  collection sizes reached          ")
 	for i, name := range []string{benchScratch, mongodb.CommitsCollection, projection.OrderSummaries.Collection,
-		projection.CustomerOrderStats.Collection, mongodb.DeadLettersCollection} {
+		projectiontest.CustomerTotals.Collection, mongodb.DeadLettersCollection} {
 		if i > 0 {
 			f(", ")
 		}

@@ -260,7 +260,7 @@ func (c *cluster) ackPending(ctx context.Context, js jetstream.JetStream) int {
 // partitions.
 func partitionConsumers(partitions int) []string {
 	var out []string
-	for _, key := range []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()} {
+	for _, key := range []string{projection.OrderSummaries.Key(), projectiontest.CustomerTotals.Key(), projection.DailySales.Key()} {
 		for p := range partitions {
 			out = append(out, partitionConsumer(key, p))
 		}
@@ -557,7 +557,7 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 
 	// 3. The read models equal the fold of the log.
 	cl := &client{t: t, base: api.url(), http: &http.Client{Timeout: 45 * time.Second}}
-	for _, name := range []string{projection.OrderSummaries.Name, projection.CustomerOrderStats.Name, projection.DailySales.Name} {
+	for _, name := range []string{projection.OrderSummaries.Name, projectiontest.CustomerTotals.Name, projection.DailySales.Name} {
 		deadline := time.Now().Add(2 * time.Minute)
 		for attempt := 1; ; attempt++ {
 			rep := verifyOnce(t, cl, name)

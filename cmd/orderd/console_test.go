@@ -319,7 +319,7 @@ func TestConsole(t *testing.T) {
 			var version string
 			p.eval(detail+`.querySelector('td.collections .version').textContent`, &version)
 			if want := fmt.Sprintf("version %d", map[string]int{"order_summaries": projection.OrderSummaries.Ver(),
-				"customer_order_stats": projection.CustomerOrderStats.Ver(), "daily_sales": projection.DailySales.Ver()}[name]); version != want ||
+				"customer_order_stats": projectiontest.CustomerTotals.Ver(), "daily_sales": projection.DailySales.Ver()}[name]); version != want ||
 				strings.Contains(cells[0], "previous") || strings.Contains(cells[0], "building") {
 				t.Errorf("%s versions: %q in %q, want %q", name, version, cells[0], want)
 			}

@@ -144,7 +144,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 	ps := mongodb.NewPointers(db)
 	for _, p := range []interface{ EnsurePointer(context.Context) error }{
 		mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
-		mongodb.NewProjection(db, projection.CustomerOrderStats, es, nil, ps),
+		mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, ps),
 		mongodb.NewProjection(db, projection.DailySales, es, nil, ps),
 	} {
 		if err := p.EnsurePointer(ctx); err != nil {

@@ -167,7 +167,7 @@ func TestChaos_PartitionTakeover(t *testing.T) {
 		logs[name] = filepath.Join(c.dir, "ownership-"+name+".jsonl")
 		return c.add(name, "projector", "-ownership-log", logs[name], "-partition-lease-ttl", partitionTTL.String())
 	}
-	names := []string{projection.OrderSummaries.Key(), projection.CustomerOrderStats.Key(), projection.DailySales.Key()}
+	names := []string{projection.OrderSummaries.Key(), projectiontest.CustomerTotals.Key(), projection.DailySales.Key()}
 	ctx := t.Context()
 	// waitShares waits until, in every projection, the owners hold the
 	// partitions between them, each its even share (16 over n: 5 or 6).

@@ -129,7 +129,7 @@ func BenchmarkRebuild(b *testing.B) {
 	store := mongodb.NewEventStore(db)
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]jobs.Def{
 		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
-		projection.CustomerOrderStats.Name: {Collection: projection.CustomerOrderStats.Collection, Version: projection.CustomerOrderStats.Version},
+		projectiontest.CustomerTotals.Name: {Collection: projectiontest.CustomerTotals.Collection, Version: projectiontest.CustomerTotals.Version},
 	})
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)
