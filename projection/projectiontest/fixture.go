@@ -296,4 +296,3 @@ func Dump(v any) string {
 	}
 	return string(b)
 }
-
