@@ -2,7 +2,6 @@ package mongodb
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,13 +20,8 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// EventLog is the part of the event store a projection needs: the events of
-// a stream from a version on, to fill gaps. LoadFrom's errors wrap
-// domain.ErrUnreadableCommit for a commit the log holds but this build
-// cannot read, domain.ErrUnavailable when the store cannot be reached.
-type EventLog interface {
-	LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error)
-}
+// EventLog is the log a projection fills gaps from (projection.Log).
+type EventLog = projection.Log
 
 // jsonTags stores read-model documents with the domain types' JSON field
 // names, so the domain needs no BSON tags.
@@ -224,57 +218,11 @@ func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (m
 	return out, nil
 }
 
-// fold brings doc, the stored document of stream id (zero if none), up to
-// the highest version in evs, reading a gap from the log. It returns the
-// document to write (events 0: nothing to write), with a projection.PoisonError for
-// events that cannot be applied, and an error that may pass.
-func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.Event) (f folded[D], out projection.Outcome, err error) {
-	f.id = id
-	slices.SortFunc(evs, func(a, b domain.Event) int { return cmp.Compare(a.Version, b.Version) })
-	evs = slices.CompactFunc(evs, func(a, b domain.Event) bool { return a.Version == b.Version })
-	from, want := s.def.StreamVersion(&doc), evs[len(evs)-1].Version
-	next := slices.DeleteFunc(slices.Clone(evs), func(e domain.Event) bool { return e.Version <= from })
-	out.Duplicates = len(evs) - len(next)
-	if len(next) == 0 {
-		return f, out, nil
-	}
-	if !contiguous(next, from+1) {
-		// A gap: the log has the missing events.
-		if next, err = s.events.LoadFrom(ctx, id, from+1); err != nil {
-			err = fmt.Errorf("fill gap of %s after v%d: %w", id, from, err)
-			if passes(err) {
-				return f, out, err
-			}
-			// The same read fails the same way on every redelivery
-			// (a commit of a newer writer: domain.ErrUnreadableCommit):
-			// parked like any poison event, not retried for ever.
-			f.poison = &projection.PoisonError{Reached: from, Err: err}
-			return f, out, nil
-		}
-		out.GapsFilled++
-		if !contiguous(next, from+1) || len(next) == 0 || next[len(next)-1].Version < want {
-			f.poison = &projection.PoisonError{Reached: from, Err: fmt.Errorf("fill gap of %s after v%d: the log does not hold v%d", id, from, want)}
-			return f, out, nil
-		}
-	}
-	f.doc = doc
-	for _, e := range next {
-		if err := s.def.Apply(&f.doc, e); err != nil {
-			// Keep what applied: the events before the bad one are good,
-			// and doc holds exactly them (Apply changes nothing on error).
-			f.poison = &projection.PoisonError{Reached: s.def.StreamVersion(&f.doc), Err: fmt.Errorf("%s: apply %s v%d of %s: %w", s.def.Name, e.Type, e.Version, id, err)}
-			return f, out, nil
-		}
-		f.events++
-	}
-	return f, out, nil
-}
-
-// passes reports an error of a log read that may pass on a redelivery:
-// the store cannot be reached, or this process is stopping. Anything else
-// the log answers it will answer again.
-func passes(err error) bool {
-	return errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+// fold brings doc, the stored document of stream id (zero if none), up
+// to the highest version in evs (projection.Definition.Advance).
+func (s *ReadModel[D]) fold(ctx context.Context, id string, doc D, evs []domain.Event) (folded[D], projection.Outcome, error) {
+	st, out, err := s.def.Advance(ctx, s.events, id, doc, evs)
+	return folded[D]{id: id, doc: st.Doc, events: st.Events, poison: st.Poison}, out, err
 }
 
 // read returns a stream's document; found is false when there is none.
@@ -350,14 +298,6 @@ func splitSuperseded(err error) (map[int]bool, error) {
 	return refused, nil
 }
 
-func contiguous(evs []domain.Event, from int64) bool {
-	for i, e := range evs {
-		if e.Version != from+int64(i) {
-			return false
-		}
-	}
-	return true
-}
 
 // marshalJSONTags encodes v with its JSON field names.
 func marshalJSONTags(v any) (bson.Raw, error) {
