@@ -57,10 +57,15 @@ func TestConsoleRoutes(t *testing.T) {
 			t.Errorf("route %s without the admin routes", r)
 		}
 	}
+	// The document's /console/{file} and the page at /console/, which the
+	// document names only as index.html.
+	if want := []string{console.Prefix, console.Prefix + ":file"}; !slices.Equal(consoleRoutes, want) {
+		t.Errorf("console routes %v, want %v", consoleRoutes, want)
+	}
 	paths := console.Paths()
 	slices.Sort(paths)
-	if !slices.Equal(consoleRoutes, paths) || len(paths) != 3 {
-		t.Errorf("console routes %v, want console.Paths() %v (the page, its script and style sheet)", consoleRoutes, paths)
+	if len(paths) != 4 {
+		t.Errorf("console.Paths() %v, want the page (at /console/ and index.html), its script and style sheet", paths)
 	}
 
 	// Two servers with different data serve the same bytes: the files
@@ -106,7 +111,7 @@ func TestConsoleRoutes(t *testing.T) {
 	}
 
 	// Nothing else is served under /console/.
-	for _, p := range []string{"/console/index.html", "/console/static/console.js", "/console/../openapi.json",
+	for _, p := range []string{"/console/index", "/console/static/console.js", "/console/../openapi.json",
 		"/console/x", "/console/console.js/"} {
 		if rec := a.get(t, p); rec.Code == http.StatusOK && p != "/console/../openapi.json" {
 			t.Errorf("GET %s: 200", p)

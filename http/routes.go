@@ -54,6 +54,16 @@ func (r router) add(method, path string, h echo.HandlerFunc, m ...echo.Middlewar
 		if r.admin == nil {
 			return nil
 		}
+		if path == console.Prefix+":file" {
+			// The page is also at /console/, where its relative links
+			// resolve; the document names it only as index.html, since it
+			// names no path with a trailing slash.
+			r.echo.Add(method, console.Prefix, func(c echo.Context) error {
+				c.SetParamNames("file")
+				c.SetParamValues(string(api.IndexHtml))
+				return h(c)
+			}, m...)
+		}
 	}
 	return r.echo.Add(method, path, h, m...)
 }
@@ -116,9 +126,14 @@ func (o operations) RedirectToConsole(c echo.Context) error {
 	return c.Redirect(http.StatusMovedPermanently, console.Prefix)
 }
 
-func (o operations) GetConsole(c echo.Context) error       { return o.consolePage(c) }
-func (o operations) GetConsoleStyle(c echo.Context) error  { return o.consolePage(c) }
-func (o operations) GetConsoleScript(c echo.Context) error { return o.consolePage(c) }
+// GetConsoleFile serves the console's page, script or style sheet; any
+// other name is an unknown route.
+func (o operations) GetConsoleFile(c echo.Context, file api.GetConsoleFileParamsFile) error {
+	if !file.Valid() {
+		return echo.ErrNotFound
+	}
+	return o.consolePage(c)
+}
 
 func (o operations) PlaceOrder(c echo.Context) error { return o.place(c) }
 

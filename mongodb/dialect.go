@@ -21,8 +21,8 @@ const (
 	// FerretDB hands SQLite only a filter that is exactly {_id: v}
 	// (internal/backends/sqlite/collection.go, Filter.Len() == 1); any
 	// other filter, sort or aggregation decodes the whole collection in
-	// Go: a find on another field took 22 ms at 1k documents, 964 ms at
-	// 50k (docs/embedded-store.md).
+	// Go, a cost that grows with the collection (docs/embedded-store.md,
+	// "One seam: the dialect").
 	DialectFerretDB
 )
 

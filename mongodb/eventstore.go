@@ -259,9 +259,9 @@ func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int6
 		return nil, err
 	}
 	if dialect == DialectFerretDB {
-		// FerretDB decodes the whole log for a filter on stream_id (964 ms
-		// a find at 50k documents); the chain of _id look-ups reads its
-		// index (0.26 ms each).
+		// FerretDB decodes the whole log for a filter on stream_id; the
+		// chain of _id look-ups reads its index (docs/embedded-store.md,
+		// "One seam: the dialect").
 		docs, err := s.chain(ctx, streamID, from)
 		if err == nil && len(docs) == 0 && from > 1 && !starts {
 			// Nothing starts at from: it is inside a commit, or past the head.

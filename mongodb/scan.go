@@ -71,7 +71,7 @@ const (
 	// ScanByID reads the range's commit ids first, unsorted, sorts them
 	// here, then reads the commits in batches of _id look-ups. It is for
 	// a store that sorts in memory: FerretDB sorts whole documents in Go
-	// (about 10 KiB of RSS per commit in BenchmarkRebuild's sorted scan),
+	// (the peak RSS of BenchmarkRebuild's sorted scan, docs/benchmarks.md),
 	// while the ids take about 50 bytes per commit, at most 2^20 of them
 	// per pass over the range's ids.
 	ScanByID

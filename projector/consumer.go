@@ -64,9 +64,10 @@ func (r *Runner) consume(ctx context.Context, tn *ownership) error {
 // pullExpiry is how long a pull request waits at the consumer's leader,
 // and pullHeartbeat how often the leader tells an idle puller that it is
 // there: a puller that misses two heartbeats pulls again, and so finds
-// the consumer's new leader about 2 s after a crash elected it (with the
-// client's defaults, 30 s and 5 s, a partition whose consumer leader's
-// node died stalled for 30 s on a three-node cluster).
+// the consumer's new leader soon after a crash elected it; with the
+// client's defaults, 30 s and 5 s, a partition stalled for the whole pull
+// (docs/benchmarks.md, "Why a partition's puller hears from its
+// consumer's leader every second").
 const (
 	pullExpiry    = 10 * time.Second
 	pullHeartbeat = time.Second

@@ -45,7 +45,8 @@ type RunnerConfig struct {
 	// batch is larger and the events of one stream in it fold into one
 	// document write: on a store with one writer (the embedded store) 16
 	// partitions with a round each in flight wrote a document per event,
-	// 2.4 times the writes of 2 rounds (measured on the Olist replay).
+	// far more writes than 2 rounds (docs/benchmarks.md, "Why at most 2
+	// write rounds of a projection in flight").
 	// Raise it where the store takes parallel writes (MongoDB).
 	Writers       int
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]

@@ -397,6 +397,27 @@ func (e TaskState) Valid() bool {
 	}
 }
 
+// Defines values for GetConsoleFileParamsFile.
+const (
+	ConsoleCss GetConsoleFileParamsFile = "console.css"
+	ConsoleJs  GetConsoleFileParamsFile = "console.js"
+	IndexHtml  GetConsoleFileParamsFile = "index.html"
+)
+
+// Valid indicates whether the value is a known member of the GetConsoleFileParamsFile enum.
+func (e GetConsoleFileParamsFile) Valid() bool {
+	switch e {
+	case ConsoleCss:
+		return true
+	case ConsoleJs:
+		return true
+	case IndexHtml:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ListLogParamsType.
 const (
 	ListLogParamsTypeOrderApproved          ListLogParamsType = "OrderApproved"
@@ -1230,6 +1251,9 @@ type UnprocessableEntity = Problem
 // UnsupportedMediaType An RFC 9457 problem document. type is a stable relative URI, /problems/<slug>; errors lists per-field details of a validation failure. 5xx problems carry no internal detail.
 type UnsupportedMediaType = Problem
 
+// GetConsoleFileParamsFile defines parameters for GetConsoleFile.
+type GetConsoleFileParamsFile string
+
 // ListDeadLettersParams defines parameters for ListDeadLetters.
 type ListDeadLettersParams struct {
 	// Projection Only this projection's dead letters.
@@ -1416,31 +1440,17 @@ type ClientInterface interface {
 
 	// RedirectToConsole Redirects to the operator console
 	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. The console's relative links need the trailing slash.
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. The console's page is served at /console/, where the page's relative links to its script and style sheet resolve; it is the page GET /console/{file} serves as index.html.
 	//
 	// Corresponds with GET /console (the `RedirectToConsole` operationId).
 	RedirectToConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetConsole The operator console's page
+	// GetConsoleFile A file of the operator console
 	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the files are the same for everyone and hold no data. index.html is the page, also served at /console/ (where GET /console redirects): its relative links need the trailing slash. Any other file is 404 /problems/route.
 	//
-	// Corresponds with GET /console/ (the `GetConsole` operationId).
-	GetConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
-
-	// GetConsoleStyle The operator console's style sheet
-	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
-	//
-	// Corresponds with GET /console/console.css (the `GetConsoleStyle` operationId).
-	GetConsoleStyle(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
-
-	// GetConsoleScript The operator console's script
-	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
-	//
-	// Corresponds with GET /console/console.js (the `GetConsoleScript` operationId).
-	GetConsoleScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	// Corresponds with GET /console/{file} (the `GetConsoleFile` operationId).
+	GetConsoleFile(ctx context.Context, file GetConsoleFileParamsFile, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetHealth Liveness
 	//
@@ -1818,7 +1828,7 @@ type ClientInterface interface {
 
 // RedirectToConsole Redirects to the operator console
 //
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. The console's relative links need the trailing slash.
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. The console's page is served at /console/, where the page's relative links to its script and style sheet resolve; it is the page GET /console/{file} serves as index.html.
 //
 // Corresponds with GET /console (the `RedirectToConsole` operationId).
 func (c *Client) RedirectToConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -1833,47 +1843,13 @@ func (c *Client) RedirectToConsole(ctx context.Context, reqEditors ...RequestEdi
 	return c.Client.Do(req)
 }
 
-// GetConsole The operator console's page
+// GetConsoleFile A file of the operator console
 //
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the files are the same for everyone and hold no data. index.html is the page, also served at /console/ (where GET /console redirects): its relative links need the trailing slash. Any other file is 404 /problems/route.
 //
-// Corresponds with GET /console/ (the `GetConsole` operationId).
-func (c *Client) GetConsole(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetConsoleRequest(c.Server)
-	if err != nil {
-		return nil, err
-	}
-	req = req.WithContext(ctx)
-	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
-		return nil, err
-	}
-	return c.Client.Do(req)
-}
-
-// GetConsoleStyle The operator console's style sheet
-//
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
-//
-// Corresponds with GET /console/console.css (the `GetConsoleStyle` operationId).
-func (c *Client) GetConsoleStyle(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetConsoleStyleRequest(c.Server)
-	if err != nil {
-		return nil, err
-	}
-	req = req.WithContext(ctx)
-	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
-		return nil, err
-	}
-	return c.Client.Do(req)
-}
-
-// GetConsoleScript The operator console's script
-//
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. Public: the file is the same for everyone and holds no data.
-//
-// Corresponds with GET /console/console.js (the `GetConsoleScript` operationId).
-func (c *Client) GetConsoleScript(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetConsoleScriptRequest(c.Server)
+// Corresponds with GET /console/{file} (the `GetConsoleFile` operationId).
+func (c *Client) GetConsoleFile(ctx context.Context, file GetConsoleFileParamsFile, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetConsoleFileRequest(c.Server, file)
 	if err != nil {
 		return nil, err
 	}
@@ -2754,70 +2730,23 @@ func NewRedirectToConsoleRequest(server string) (*http.Request, error) {
 	return req, nil
 }
 
-// NewGetConsoleRequest constructs an http.Request for the GetConsole method
-func NewGetConsoleRequest(server string) (*http.Request, error) {
+// NewGetConsoleFileRequest constructs an http.Request for the GetConsoleFile method
+func NewGetConsoleFileRequest(server string, file GetConsoleFileParamsFile) (*http.Request, error) {
 	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "file", file, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
 
 	serverURL, err := url.Parse(server)
 	if err != nil {
 		return nil, err
 	}
 
-	operationPath := fmt.Sprintf("/console/")
-	if operationPath[0] == '/' {
-		operationPath = "." + operationPath
-	}
-
-	queryURL, err := serverURL.Parse(operationPath)
-	if err != nil {
-		return nil, err
-	}
-
-	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-
-	return req, nil
-}
-
-// NewGetConsoleStyleRequest constructs an http.Request for the GetConsoleStyle method
-func NewGetConsoleStyleRequest(server string) (*http.Request, error) {
-	var err error
-
-	serverURL, err := url.Parse(server)
-	if err != nil {
-		return nil, err
-	}
-
-	operationPath := fmt.Sprintf("/console/console.css")
-	if operationPath[0] == '/' {
-		operationPath = "." + operationPath
-	}
-
-	queryURL, err := serverURL.Parse(operationPath)
-	if err != nil {
-		return nil, err
-	}
-
-	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
-	if err != nil {
-		return nil, err
-	}
-
-	return req, nil
-}
-
-// NewGetConsoleScriptRequest constructs an http.Request for the GetConsoleScript method
-func NewGetConsoleScriptRequest(server string) (*http.Request, error) {
-	var err error
-
-	serverURL, err := url.Parse(server)
-	if err != nil {
-		return nil, err
-	}
-
-	operationPath := fmt.Sprintf("/console/console.js")
+	operationPath := fmt.Sprintf("/console/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -4504,15 +4433,9 @@ type ServerInterface interface {
 	// RedirectToConsole Redirects to the operator console
 	// (GET /console)
 	RedirectToConsole(ctx echo.Context) error
-	// GetConsole The operator console's page
-	// (GET /console/)
-	GetConsole(ctx echo.Context) error
-	// GetConsoleStyle The operator console's style sheet
-	// (GET /console/console.css)
-	GetConsoleStyle(ctx echo.Context) error
-	// GetConsoleScript The operator console's script
-	// (GET /console/console.js)
-	GetConsoleScript(ctx echo.Context) error
+	// GetConsoleFile A file of the operator console
+	// (GET /console/{file})
+	GetConsoleFile(ctx echo.Context, file GetConsoleFileParamsFile) error
 	// GetHealth Liveness
 	// (GET /healthz)
 	GetHealth(ctx echo.Context) error
@@ -4637,30 +4560,19 @@ func (w *ServerInterfaceWrapper) RedirectToConsole(ctx echo.Context) error {
 	return err
 }
 
-// GetConsole converts echo context to params.
-func (w *ServerInterfaceWrapper) GetConsole(ctx echo.Context) error {
+// GetConsoleFile converts echo context to params.
+func (w *ServerInterfaceWrapper) GetConsoleFile(ctx echo.Context) error {
 	var err error
+	// ------------- Path parameter "file" -------------
+	var file GetConsoleFileParamsFile
+
+	err = runtime.BindStyledParameterWithOptions("simple", "file", ctx.Param("file"), &file, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: ctx.Request().URL.RawPath == ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter file: %s", err))
+	}
 
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetConsole(ctx)
-	return err
-}
-
-// GetConsoleStyle converts echo context to params.
-func (w *ServerInterfaceWrapper) GetConsoleStyle(ctx echo.Context) error {
-	var err error
-
-	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetConsoleStyle(ctx)
-	return err
-}
-
-// GetConsoleScript converts echo context to params.
-func (w *ServerInterfaceWrapper) GetConsoleScript(ctx echo.Context) error {
-	var err error
-
-	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.GetConsoleScript(ctx)
+	err = w.Handler.GetConsoleFile(ctx, file)
 	return err
 }
 
@@ -5383,9 +5295,7 @@ func RegisterHandlersWithOptions(router EchoRouter, si ServerInterface, options 
 	}
 
 	router.GET(options.BaseURL+"/console", wrapper.RedirectToConsole, options.OperationMiddlewares["redirectToConsole"]...)
-	router.GET(options.BaseURL+"/console/", wrapper.GetConsole, options.OperationMiddlewares["getConsole"]...)
-	router.GET(options.BaseURL+"/console/console.css", wrapper.GetConsoleStyle, options.OperationMiddlewares["getConsoleStyle"]...)
-	router.GET(options.BaseURL+"/console/console.js", wrapper.GetConsoleScript, options.OperationMiddlewares["getConsoleScript"]...)
+	router.GET(options.BaseURL+"/console/:file", wrapper.GetConsoleFile, options.OperationMiddlewares["getConsoleFile"]...)
 	router.GET(options.BaseURL+"/healthz", wrapper.GetHealth, options.OperationMiddlewares["getHealth"]...)
 	router.GET(options.BaseURL+"/metrics", wrapper.GetMetrics, options.OperationMiddlewares["getMetrics"]...)
 	router.GET(options.BaseURL+"/openapi.json", wrapper.GetOpenAPI, options.OperationMiddlewares["getOpenAPI"]...)

@@ -9,12 +9,14 @@ import (
 //go:embed static
 var static embed.FS
 
-// Prefix is the path every console route starts with.
+// Prefix is the path every console route starts with; the page is at
+// Prefix itself, where its relative links resolve, and at Prefix+"index.html".
 const Prefix = "/console/"
 
-// files maps each route to the embedded file it serves and its media type.
+// files maps each path to the embedded file it serves and its media type.
 var files = map[string]struct{ name, contentType string }{
 	Prefix:                 {"static/index.html", "text/html; charset=utf-8"},
+	Prefix + "index.html":  {"static/index.html", "text/html; charset=utf-8"},
 	Prefix + "console.js":  {"static/console.js", "text/javascript; charset=utf-8"},
 	Prefix + "console.css": {"static/console.css", "text/css; charset=utf-8"},
 }

@@ -14,7 +14,7 @@ import (
 // headers, and nothing else.
 func TestHandler(t *testing.T) {
 	h := console.Handler()
-	types := map[string]string{"/console/": "text/html", "/console/console.js": "text/javascript", "/console/console.css": "text/css"}
+	types := map[string]string{"/console/": "text/html", "/console/index.html": "text/html", "/console/console.js": "text/javascript", "/console/console.css": "text/css"}
 	for _, p := range console.Paths() {
 		if !strings.HasPrefix(p, console.Prefix) {
 			t.Errorf("path %s is not under %s", p, console.Prefix)
@@ -32,7 +32,7 @@ func TestHandler(t *testing.T) {
 		}
 	}
 	for _, r := range []struct{ method, path string }{
-		{http.MethodGet, "/console/index.html"}, {http.MethodGet, "/console/static/console.js"}, {http.MethodGet, "/other"},
+		{http.MethodGet, "/console/index"}, {http.MethodGet, "/console/static/console.js"}, {http.MethodGet, "/other"},
 		{http.MethodPost, "/console/"}, {http.MethodDelete, "/console/console.js"},
 	} {
 		rec := httptest.NewRecorder()

@@ -71,9 +71,9 @@
 //   - a commit is durable against a crash of the process, not of the
 //     machine: SQLite runs in WAL mode with synchronous=NORMAL, which
 //     writes each transaction to the WAL and syncs it to disk at
-//     checkpoints, not at every commit. Measured here, through the funnel,
-//     2,000 inserts took 0.54 ms each against 1.77 ms with FULL, 2,000
-//     updates by _id 1.84 ms against 3.29 ms; a power loss may lose the
+//     checkpoints, not at every commit, so writes are faster than with
+//     FULL (docs/embedded-store.md, "Durable against a crash of the
+//     process"); a power loss may lose the
 //     last commits, which a development store may (production runs
 //     MongoDB with w:majority, j:true).
 package embedded
@@ -138,9 +138,9 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	}
 	// temp_store(memory): an insert of several documents into a table
 	// with unique indexes keeps a statement journal, by default in a temp
-	// file; the pwrite calls to it were a fifth of the store's CPU under
-	// group-committed appends (package mongodb's BenchmarkAppendParallel, 8,000
-	// appends: 2.7-2.9 s of CPU with it in memory, 3.3-3.5 s in a file).
+	// file; the pwrite calls to it were a large share of the store's CPU
+	// under group-committed appends (docs/embedded-store.md, "Why SQLite's
+	// temporary store is in memory").
 	// It holds nothing a crash must keep: it undoes a failed statement
 	// inside its transaction.
 	f, err := ferretdb.New(&ferretdb.Config{

@@ -22,9 +22,9 @@ import (
 //
 // Why: FerretDB 1.24 runs a conditional update as a read and a later write
 // with no transaction, so two clients racing updateOne({_id, state: old})
-// both won in ~990 of 1000 rounds (docs/embedded-store.md); but a FerretDB connection
-// runs its commands one after another, and through a single connection 0 of
-// 1000 rounds had two winners. Funnelling the writes gives every client, in
+// both won in most rounds (docs/embedded-store.md, "Atomic conditional updates"); but a FerretDB connection
+// runs its commands one after another, and through a single connection no
+// round had two winners. Funnelling the writes gives every client, in
 // any process, MongoDB's single-document atomicity. SQLite has one writer
 // anyway, so the funnel costs little write throughput; reads, which FerretDB
 // filters in Go and which can be long scans, keep their own connections and

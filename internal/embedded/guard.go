@@ -16,8 +16,8 @@ import (
 // Guarded updates. FerretDB 1.24 hands SQLite only a filter that is
 // exactly {_id: v} (internal/backends/sqlite/collection.go, Filter.Len()
 // == 1); {_id: v, version: {$lt: 7}} is evaluated in Go over the whole
-// collection: 22 ms a write at 1k documents, 964 ms at 50k
-// (docs/embedded-store.md). It also stops an update of several statements
+// collection, a cost that grows with it (docs/embedded-store.md, "Guarded
+// updates at index speed"). It also stops an update of several statements
 // at the first error, reports no writeErrors, and numbers upserts by their
 // count instead of their statement. The funnel runs every write alone on one connection,
 // so it can serve such an update itself, with MongoDB's answers: per

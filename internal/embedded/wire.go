@@ -91,10 +91,10 @@ func (m *opMsg) body() bson.Raw {
 //
 // Not wire.OpMsg.UnmarshalBinaryNocopy, which reads the same shapes: at
 // v0.0.7 it also decodes every document of the message (its debugbuild
-// check, a constant true, FerretDB/wire#7): 586 µs and 214 kB allocated
-// to parse a 200-document insert, against 20 µs and 16 kB here, on every
-// request the funnel reads, and FerretDB decodes them all again right
-// after.
+// check, a constant true, FerretDB/wire#7), many times the time and
+// allocations of this parse (docs/embedded-store.md, "Why the funnel
+// parses OP_MSG itself"), on every request the funnel reads, and FerretDB
+// decodes them all again right after.
 // Document bounds and identifiers are read with wirebson.
 func parseOpMsg(msg []byte) *opMsg {
 	if len(msg) < headerLen+5 || opCode(msg) != wire.OpCodeMsg {
