@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/operator"
+	"github.com/orderd/orderd/domain"
 )
 
 const testAdminToken = "test-admin-token"
@@ -204,9 +205,25 @@ func TestAdminCLI(t *testing.T) {
 		}
 
 		// A rebuild started without -wait returns at once with the job id.
-		r = runCLI(t, operator.Rebuild, env, "customer_order_stats")
+		r = runCLI(t, operator.Rebuild, env, "order_summaries")
 		if r.err != nil || !strings.Contains(r.stdout, "-cancel ") {
 			t.Fatalf("rebuild without -wait: %v", r)
+		}
+		started := regexp.MustCompile(`started: job (\S+) `).FindStringSubmatch(r.stdout)
+		if started == nil {
+			t.Fatalf("no job id in %q", r.stdout)
+		}
+		// It runs on: the next rebuild of the projection waits for its end
+		// (one rebuild of a projection at a time).
+		var job struct {
+			State domain.JobState `json:"state"`
+		}
+		if !waitFor(time.Minute, 100*time.Millisecond, func() bool {
+			c.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+started[1], "",
+				"Authorization", "Bearer "+testAdminToken).decode(t, &job)
+			return job.State.Final()
+		}) || job.State != domain.StateSucceeded {
+			t.Fatalf("the rebuild started without -wait: %s, want succeeded", job.State)
 		}
 	})
 
@@ -268,7 +285,7 @@ func TestAdminCLI(t *testing.T) {
 		}
 		r = runCLI(t, operator.Rebuild, env, "no_such_projection")
 		if r.err == nil || !strings.Contains(r.err.Error(), "Not found") || !strings.Contains(r.err.Error(), "HTTP 404") ||
-			!strings.Contains(r.err.Error(), "the projections are ") || !strings.Contains(r.err.Error(), "customer_order_stats") {
+			!strings.Contains(r.err.Error(), "the only projection is order_summaries") {
 			t.Errorf("unknown projection: %v", r.err)
 		}
 		r = runCLI(t, operator.Verify, map[string]string{"ORDERD_URL": base}, "order_summaries")

@@ -126,7 +126,7 @@ func TestConfigDefaults(t *testing.T) {
 	if c.Relay != (outbox.Config{}).WithDefaults() || c.Relay.LeaseTTL != outbox.DefaultLeaseTTL {
 		t.Errorf("relay defaults %+v, want the outbox's own", c.Relay)
 	}
-	if c.Jobs != (jobs.WorkerConfig{}).WithDefaults() || c.Jobs.Concurrency != jobs.DefaultConcurrency || c.Jobs.BatchStreams != 500 {
+	if !reflect.DeepEqual(c.Jobs, (jobs.WorkerConfig{}).WithDefaults()) || c.Jobs.Concurrency != jobs.DefaultConcurrency || c.Jobs.BatchStreams != 500 {
 		t.Errorf("job defaults %+v, want the jobs worker's own", c.Jobs)
 	}
 	if c.Stream.SubjectPrefix != subjectPrefix || c.Stream.Name != "ORDERS" || c.Stream.Replicas != 1 || c.Stream.Duplicates != 2*time.Minute {

@@ -278,7 +278,7 @@ func TestConsole(t *testing.T) {
 			`document.getElementById('login-message').textContent.includes('401') && !document.getElementById('login').hidden`)
 		p.run(10*time.Second, "sign in",
 			chromedp.SendKeys("#token", testAdminToken), chromedp.Click("#login-form button"))
-		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 3`)
+		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 1`)
 		var leaks []string
 		p.eval(fmt.Sprintf(`[location.href, document.documentElement.outerHTML, ...performance.getEntriesByType('resource').map(e => e.name)].filter(s => s.includes(%q))`, testAdminToken), &leaks)
 		if len(leaks) != 0 {
@@ -296,7 +296,7 @@ func TestConsole(t *testing.T) {
 
 	sub("projections", func(t *testing.T, p *page) {
 		p.open("#/projections", "projections")
-		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
+		for _, name := range []string{"order_summaries"} {
 			row := fmt.Sprintf(`document.querySelector('tr[data-health=%q]')`, name)
 			p.waitJS(20*time.Second, name+"'s health line with lag 0",
 				row+` && `+row+`.querySelector('td.lag').dataset.lag === '0' && `+row+`.querySelector('td.lag').textContent.includes('0')`)
@@ -318,8 +318,7 @@ func TestConsole(t *testing.T) {
 			// The versions: the one readers read, nothing built or kept.
 			var version string
 			p.eval(detail+`.querySelector('td.collections .version').textContent`, &version)
-			if want := fmt.Sprintf("version %d", map[string]int{"order_summaries": projection.OrderSummaries.Ver(),
-				"customer_order_stats": projectiontest.CustomerTotals.Ver(), "daily_sales": projection.DailySales.Ver()}[name]); version != want ||
+			if want := fmt.Sprintf("version %d", projection.OrderSummaries.Ver()); version != want ||
 				strings.Contains(cells[0], "previous") || strings.Contains(cells[0], "building") {
 				t.Errorf("%s versions: %q in %q, want %q", name, version, cells[0], want)
 			}
@@ -336,8 +335,8 @@ func TestConsole(t *testing.T) {
 			Visible bool
 		}
 		p.eval(`(() => { const d = document.getElementById('partitions-fold'); return {Open: d.open, Tables: d.querySelectorAll('table.partitions').length, Visible: d.querySelector('table.partitions').checkVisibility()}; })()`, &fold)
-		if fold.Open || fold.Tables != 3 || fold.Visible {
-			t.Errorf("partitions: %+v, want 3 tables folded away", fold)
+		if fold.Open || fold.Tables != 1 || fold.Visible {
+			t.Errorf("partitions: %+v, want 1 table folded away", fold)
 		}
 		// Nothing has moved since the service started: the charts are flat
 		// at zero and must say so instead of drawing an axis up to 1.0.
@@ -349,7 +348,7 @@ func TestConsole(t *testing.T) {
 			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
 			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
 		}
-		for _, name := range []string{"order_summaries", "customer_order_stats", "daily_sales"} {
+		for _, name := range []string{"order_summaries"} {
 			p.waitJS(30*time.Second, name+"'s apply rate above 0 in the chart",
 				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
 			p.waitJS(20*time.Second, name+" back to lag 0",
@@ -360,7 +359,7 @@ func TestConsole(t *testing.T) {
 		// samples, none says it has none.
 		p.run(20*time.Second, "reload the console", chromedp.Reload())
 		p.waitJS(20*time.Second, "the projections page after the reload",
-			`document.getElementById('page').dataset.page === 'projections' && document.querySelectorAll('#projections-charts figure.chart').length === 7`)
+			`document.getElementById('page').dataset.page === 'projections' && document.querySelectorAll('#projections-charts figure.chart').length === 3`)
 		var charts []struct {
 			Caption string
 			Samples int
@@ -623,7 +622,7 @@ func TestConsole(t *testing.T) {
 
 	sub("dead letters", func(t *testing.T, p *page) {
 		// A poison event: v3 of con-dl reaches the projectors while the
-		// log holds only v1, a gap the log cannot fill, so each projection
+		// log holds only v1, a gap the log cannot fill, so the projection
 		// parks it.
 		a := c.place("con-dl", "cust-con-dl", 1, 700, 0)
 		c.summaryEqualsOrder("con-dl", a.Version)
@@ -640,8 +639,8 @@ func TestConsole(t *testing.T) {
 		publishEvent(t, m, v3, v3.ID+"-poison")
 
 		p.open("#/dead-letters", "dead-letters")
-		p.waitJS(30*time.Second, "the poison event on the page, once per projection",
-			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 3`)
+		p.waitJS(30*time.Second, "the poison event on the page, once for the projection",
+			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 1`)
 		var errText string
 		p.eval(`document.querySelector('#dead-table tr.dead-letter[data-stream="con-dl"] td.bad').textContent`, &errText)
 		if strings.TrimPrefix(errText, "✗ ") == "" {
@@ -657,9 +656,9 @@ func TestConsole(t *testing.T) {
 			`document.querySelector('#retry-log li[data-result="failed"] .problem[data-problem-type="/problems/retry-failed"][data-status="409"]') !== null`)
 
 		// The fix: the log gets v2 and v3 (the ids of the events parked),
-		// which the relay, tailing the log, publishes and the projections
-		// apply; then retry all of the stream: the parked v3 is at or
-		// below each read model's version by then, so each retry succeeds
+		// which the relay, tailing the log, publishes and the projection
+		// applies; then retry all of the stream: the parked v3 is at or
+		// below the read model's version by then, so the retry succeeds
 		// and the list empties. (Waiting for the relay first: a retry
 		// before it would apply the parked copy of v3, which carries the
 		// poison's recorded time, not the log's.)
@@ -673,8 +672,8 @@ func TestConsole(t *testing.T) {
 		c.summaryEqualsOrder("con-dl", 3)
 		p.waitJS(10*time.Second, "the retry-all button", `document.querySelector('#dead-table button.retry-stream[data-stream="con-dl"]') !== null`)
 		p.run(10*time.Second, "retry all of con-dl", chromedp.Click(`#dead-table button.retry-stream[data-stream="con-dl"]`))
-		p.waitJS(30*time.Second, "both retries applied and the list empty",
-			`document.querySelectorAll('#retry-log li[data-result="applied"]').length === 3 && document.querySelector('#dead-table tr[data-stream="con-dl"]') === null`)
+		p.waitJS(30*time.Second, "the retry applied and the list empty",
+			`document.querySelectorAll('#retry-log li[data-result="applied"]').length === 1 && document.querySelector('#dead-table tr[data-stream="con-dl"]') === null`)
 		c.summaryEqualsOrder("con-dl", 3)
 	})
 
@@ -683,17 +682,17 @@ func TestConsole(t *testing.T) {
 		// page marks the field.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		stats := m.mongo.Database(m.Config.Mongo.Database).Collection(activeCollection(t, c, "customer_order_stats"))
-		if res, err := stats.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-3"}},
+		sums := m.mongo.Database(m.Config.Mongo.Database).Collection(activeCollection(t, c, "order_summaries"))
+		if res, err := sums.UpdateOne(ctx, bson.D{{Key: "_id", Value: "con-3"}},
 			bson.D{{Key: "$set", Value: bson.D{{Key: "status", Value: "shipped"}}}}); err != nil || res.ModifiedCount != 1 {
-			t.Fatalf("drift con-3's contribution: %v %+v", err, res)
+			t.Fatalf("drift con-3's summary: %v %+v", err, res)
 		}
 
 		p.open("#/order", "order")
 		p.run(10*time.Second, "look up con-3",
 			chromedp.SendKeys("#order-id", "con-3"), chromedp.Click("#order-form button"))
-		p.waitJS(20*time.Second, "the timeline and every read model",
-			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`)
+		p.waitJS(20*time.Second, "the timeline and the read model",
+			`document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 1`)
 		var versions []int
 		var types []string
 		p.eval(`Array.from(document.querySelectorAll('#timeline li')).map(li => Number(li.dataset.version))`, &versions)
@@ -709,11 +708,11 @@ func TestConsole(t *testing.T) {
 		}
 		var states map[string]string
 		p.eval(`Object.fromEntries(Array.from(document.querySelectorAll('section.read-model')).map(s => [s.dataset.projection, s.dataset.state]))`, &states)
-		if states["order_summaries"] != "equal" || states["customer_order_stats"] != "different" || states["daily_sales"] != "equal" {
-			t.Errorf("read model states %v, want order_summaries and daily_sales equal, customer_order_stats different", states)
+		if len(states) != 1 || states["order_summaries"] != "different" {
+			t.Errorf("read model states %v, want order_summaries different", states)
 		}
 		var marked []string
-		p.eval(`Array.from(document.querySelectorAll('section.read-model[data-projection="customer_order_stats"] tr[data-differs="yes"]')).map(tr => tr.dataset.field + ' ' + tr.querySelector('td.mark').textContent)`, &marked)
+		p.eval(`Array.from(document.querySelectorAll('section.read-model[data-projection="order_summaries"] tr[data-differs="yes"]')).map(tr => tr.dataset.field + ' ' + tr.querySelector('td.mark').textContent)`, &marked)
 		if fmt.Sprint(marked) != "[status ≠]" {
 			t.Errorf("fields marked as differing: %q, want [status ≠]", marked)
 		}
@@ -740,12 +739,12 @@ func TestConsole(t *testing.T) {
 			"e481f51cbdc54678b7cc49136f2d6af7", "9ef432eb6251297304e76186b10a928d", strings.Join(items, ","))).decode(t, &wide)
 		c.summaryEqualsOrder(wide.OrderID, wide.Version)
 		routes := []struct{ route, page, ready string }{
-			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 3`},
+			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 1`},
 			{rebuildRoute, "rebuild", `document.querySelector('#rebuild-job[data-state=succeeded] #tasks') !== null`},
 			{verifyRoute, "verify", `document.querySelector('#verify-examples tr[data-id="con-2"]') !== null`},
 			{"#/dead-letters", "dead-letters", `document.getElementById('dead-updated').textContent.includes('updated')`},
-			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 3`},
-			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 3`},
+			{"#/order/con-3", "order", `document.querySelectorAll('#timeline li').length === 5 && document.querySelectorAll('section.read-model').length === 1`},
+			{"#/order/" + wide.OrderID, "order", `document.querySelectorAll('#timeline li').length === 1 && document.querySelectorAll('section.read-model').length === 1`},
 			{"#/log", "log", `document.querySelectorAll('#log-table tr.commit').length === 50`},
 			{"#/log/commit/" + wide.OrderID + ":0000000001", "log", `document.querySelectorAll('#commit-events li').length === 1`},
 		}
@@ -781,7 +780,7 @@ func TestConsole(t *testing.T) {
 		sub("link with the token "+strings.TrimPrefix(link, base)[:1], func(t *testing.T, p *page) {
 			eval[bool](p, `sessionStorage.clear(); true`)
 			p.run(20*time.Second, "open the link", chromedp.Navigate(link))
-			p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 3`)
+			p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 1`)
 			if href := eval[string](p, `location.href`); strings.Contains(href, testAdminToken) {
 				t.Errorf("the token stays in the address: %s", href)
 			}

@@ -17,20 +17,22 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
 )
 
-// TestDailySalesBuiltOnAServiceWithALog deploys daily_sales onto a service
-// whose log already holds Olist orders: the store is made to look as
-// before the projection existed (no collection, pointer, partitions or
-// consumers of it), and a new start builds it from the log before its
-// route answers. Until then the route says so (503 read-model-building);
-// every answer it gives is the complete one; the replay's check of every
-// order and of the daily sales passes.
-func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
+// TestReadModelBuiltOnAServiceWithALog deploys the read model,
+// order_summaries, onto a service whose log already holds Olist orders:
+// the store is made to look as before the projection existed (no
+// collection, pointer, partitions, members or consumers of it), and a new
+// start builds it from the log before the read routes answer. Until then
+// they say so (503 read-model-building); every answer they give is the
+// complete one; the replay's check of every order and of the daily sales
+// passes.
+func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
 	n := storetest.StartNATS(t) // before the instances: its cleanup runs after they closed
-	const token = "sales-admin-token"
+	const token = "summaries-admin-token"
 	start := func(id string) *Main {
 		t.Helper()
 		return runMainDir(t, t.TempDir(), func(c *Config) {
@@ -44,7 +46,7 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 	limit := replayLimit()
 	cfg := olist.Config{Data: "../../testdata/olist-sample", Concurrency: 8, Limit: limit, Timeout: 30 * time.Second}
 
-	a := start("sales-before")
+	a := start("summaries-before")
 	cfg.URL = "http://" + a.HTTPAddr
 	if rep, err := olist.Run(ctx, cfg); err != nil || rep.Err() != nil {
 		t.Fatalf("import: %v %v", err, rep.Err())
@@ -52,29 +54,45 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 	stream := a.Config.Stream.Name
 	closeMain(t, a)
 
-	// The store and the stream as a service without daily_sales left them.
-	if err := db.Collection("daily_sales").Drop(ctx); err != nil {
+	// The store and the stream as a service without order_summaries left
+	// them: every collection of it (the base name, which may be a view on
+	// the active collection, and the rebuilt ones the pointer names, all
+	// prefixed with the base name), its pointer, and the partition leases,
+	// members and consumers of its version.
+	def := projection.OrderSummaries
+	names, err := db.ListCollectionNames(ctx, bson.D{})
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, name := range names {
+		if name == def.Collection || strings.HasPrefix(name, def.Collection+"_") {
+			if err := db.Collection(name).Drop(ctx); err != nil {
+				t.Fatalf("drop %s: %v", name, err)
+			}
+		}
+	}
+	leases := bson.D{{Key: "projection", Value: bson.D{{Key: "$in", Value: bson.A{def.Name, def.Key()}}}}}
 	for coll, filter := range map[string]bson.D{
-		mongodb.PointersCollection:   {{Key: "_id", Value: "daily_sales"}},
-		mongodb.PartitionsCollection: {{Key: "projection", Value: "daily_sales"}},
-		mongodb.MembersCollection:    {{Key: "projection", Value: "daily_sales"}},
+		mongodb.PointersCollection:   {{Key: "_id", Value: def.Name}},
+		mongodb.PartitionsCollection: leases,
+		mongodb.MembersCollection:    leases,
 	} {
 		if _, err := db.Collection(coll).DeleteMany(ctx, filter); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for p := range a.Config.Projector.Partitions {
-		name := fmt.Sprintf("proj_daily_sales_p%02d", p)
+		name := fmt.Sprintf("proj_%s_p%02d", def.Key(), p)
 		if err := n.JS.DeleteConsumer(ctx, stream, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			t.Fatalf("delete consumer %s: %v", name, err)
 		}
 	}
 
-	b := start("sales-after")
+	b := start("summaries-after")
 	c := newClient(t, b)
-	// Ask from the start: not built yet, or the whole answer.
+	// Ask from the start: not built yet, or the whole answer. Every read
+	// route reads order_summaries; the daily sales sum it over a range
+	// that holds the oldest orders of the sample, those imported.
 	var (
 		mu      sync.Mutex
 		answers = map[int]int{}
@@ -82,7 +100,7 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 		stop    = make(chan struct{})
 		wg      sync.WaitGroup
 	)
-	const path = "/v1/daily-sales?from=2017-08-01&to=2018-07-31"
+	const path = "/v1/daily-sales?from=2016-09-01&to=2017-08-31"
 	wg.Go(func() {
 		for {
 			select {
@@ -116,12 +134,18 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 	_ = rep.Print(&out)
 	t.Logf("check after the deploy:\n%s", out.String())
 	if rep.Err() != nil || rep.Checked != limit || rep.Sales.MismatchCount != 0 {
-		t.Errorf("the replay's check after daily_sales was built: %v", rep.Err())
+		t.Errorf("the replay's check after order_summaries was built: %v", rep.Err())
 	}
 	final := c.must(http.StatusOK, "GET", path, "")
+	var sales struct {
+		Days []domain.DailySales `json:"days"`
+	}
+	if final.decode(t, &sales); len(sales.Days) == 0 {
+		t.Errorf("no daily sales in %s once built: %s", path, final.Body)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("daily sales answers while it was built: %v", answers)
+	t.Logf("daily sales answers while order_summaries was built: %v", answers)
 	for s, k := range answers {
 		if s != http.StatusOK && s != http.StatusServiceUnavailable {
 			t.Errorf("%d answers with status %d", k, s)
@@ -137,14 +161,14 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 	}
 	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+token).decode(t, &st)
 	for _, p := range st.Projections {
-		if p.Name != "daily_sales" {
+		if p.Name != def.Name {
 			continue
 		}
-		if p.ActiveVersion != 1 || !strings.HasPrefix(p.ActiveCollection, "daily_sales_") || p.LastRebuild == nil ||
+		if p.ActiveVersion != def.Ver() || !strings.HasPrefix(p.ActiveCollection, def.Key()+"_") || p.LastRebuild == nil ||
 			p.LastRebuild.State != domain.StateSucceeded || p.PreviousCollection != "" {
-			t.Errorf("daily_sales after the deploy: %+v; want a built collection at version 1, nothing before it", p)
+			t.Errorf("%s after the deploy: %+v; want a built collection at version %d, nothing before it", def.Name, p, def.Ver())
 		}
 		return
 	}
-	t.Error("no daily_sales in the status")
+	t.Errorf("no %s in the status", def.Name)
 }

@@ -128,8 +128,7 @@ func BenchmarkRebuild(b *testing.B) {
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]jobs.Def{
-		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
-		projectiontest.CustomerTotals.Name: {Collection: projectiontest.CustomerTotals.Collection, Version: projectiontest.CustomerTotals.Version},
+		projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
 	})
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)

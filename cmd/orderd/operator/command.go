@@ -30,7 +30,7 @@ const (
 
 // adminUsage is what the usage of rebuild and verify says about the
 // projections and about the token both sides need.
-const adminUsage = `Projections: order_summaries, customer_order_stats, daily_sales.
+const adminUsage = `Projection: order_summaries (customer stats and daily sales are summed from it).
 
 The command talks to the admin API of a running service. Both sides need
 the same token: start the service with ADMIN_TOKEN set (without it the
@@ -227,7 +227,11 @@ func (o *command) unknownProjection(ctx context.Context, err error) error {
 	for _, p := range list {
 		names = append(names, p.Name)
 	}
-	ae.hint = "the projections are " + strings.Join(names, ", ")
+	if len(names) == 1 {
+		ae.hint = "the only projection is " + names[0]
+	} else {
+		ae.hint = "the projections are " + strings.Join(names, ", ")
+	}
 	return ae
 }
 

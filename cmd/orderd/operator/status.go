@@ -19,12 +19,10 @@ const statusErrorWidth = 60
 const statusUsage = `Usage: orderd status [flags]
 
 Shows the read models (projections) of a running service at a glance, one
-row each, for example:
+row each (the service runs one, order_summaries), for example:
 
-  PROJECTION            VERSION             ACTIVE COLLECTION     LAG  BUILD LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD                      LAST ERROR
-  order_summaries       v2 (previous v1)    order_summaries_v2_…  0    -          0             clean 2m ago  succeeded                         -
-  customer_order_stats  v1 (building v2)    customer_order_stats  12   40 (v2)    1             -             running 1/3 scanning 49% ETA 12s  fill gap of o-7 after v0: ...
-  daily_sales           v1                  daily_sales           0    -          0             -             -                                 -
+  PROJECTION       VERSION           ACTIVE COLLECTION     LAG  BUILD LAG  DEAD LETTERS  LAST VERIFY   LAST REBUILD  LAST ERROR
+  order_summaries  v2 (previous v1)  order_summaries_v2_…  0    -          0             clean 2m ago  succeeded     -
 
 The columns:
   PROJECTION         the read model
@@ -60,9 +58,9 @@ The columns:
 
 Then comes one row per partition of each projection, for example:
 
-  PROJECTION            PARTITION  OWNER        LEASE LEFT  LAG  BEHIND  APPLIED  RATE/S
-  order_summaries       0          projector-1  8s          0    0.0s    1520     12.4
-  order_summaries       1          -            -           37   41.3s   0        0.0
+  PROJECTION       PARTITION  OWNER        LEASE LEFT  LAG  BEHIND  APPLIED  RATE/S
+  order_summaries  0          projector-1  8s          0    0.0s    1520     12.4
+  order_summaries  1          -            -           37   41.3s   0        0.0
 
   PARTITION   the partition: a share of the order streams, consumed by one
               projector process at a time

@@ -44,58 +44,68 @@ func statusRows(t *testing.T, out string) map[string]map[string]string {
 }
 
 // TestStatusTable prints a status with every kind of cell and note, and
-// no server.
+// no server: the service's projection, order_summaries, while a deploy's
+// version is built, then after a switch back with dead letters and a
+// repaired drift.
 func TestStatusTable(t *testing.T) {
 	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 	lag, readers, pct := uint64(12), uint64(2), 49
 	behind := 3.25
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
-	list := []domain.ProjectionStatus{
-		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
-			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag, ConsumerLagVersion: 3,
-			ActiveLag: &readers, ShadowLag: &lag,
-			LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
-				JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
-			Partitions: []domain.PartitionStatus{
-				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
-					Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
-				{Partition: 1, Consumer: "proj_order_summaries_p01"},
-			}},
-		{Name: "customer_order_stats", Version: 2, ActiveCollection: "customer_order_stats", ActiveVersion: 1, SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
-			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
-	}
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &command{tokenEnv: "ADMIN_TOKEN", api: api}
-	var b bytes.Buffer
-	if err := printStatus(&b, c, list, now); err != nil {
-		t.Fatal(err)
+	show := func(p domain.ProjectionStatus) string {
+		t.Helper()
+		var b bytes.Buffer
+		if err := printStatus(&b, c, []domain.ProjectionStatus{p}, now); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("\n%s", b.String())
+		return b.String()
 	}
-	out := b.String()
-	t.Logf("\n%s", out)
-	rows := statusRows(t, out)
-	want := map[string]map[string]string{
-		// The instance folds v3, being built: its consumers' lag is the
-		// build's, not what readers of v2 see.
-		"order_summaries": {"VERSION": "v2 (building v3, previous v1)", "ACTIVE COLLECTION": "order_summaries_r1", "LAG": "2", "BUILD LAG": "12 (v3)",
-			"DEAD LETTERS": "0", "LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running 1/3 scanning 49% ETA 12s", "LAST ERROR": "-"},
-		"customer_order_stats": {"VERSION": "v1", "ACTIVE COLLECTION": "customer_order_stats", "LAG": "-", "BUILD LAG": "-", "DEAD LETTERS": "2",
-			"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)},
-	}
-	for name, cells := range want {
-		for col, v := range cells {
-			if got := rows[name][col]; got != v {
-				t.Errorf("%s %s = %q, want %q", name, col, got, v)
+	wantCells := func(out string, want map[string]string) {
+		t.Helper()
+		rows := statusRows(t, out)
+		if len(rows) != 1 {
+			t.Errorf("%d rows, want 1:\n%s", len(rows), out)
+		}
+		for col, v := range want {
+			if got := rows["order_summaries"][col]; got != v {
+				t.Errorf("order_summaries %s = %q, want %q", col, got, v)
 			}
 		}
 	}
+	wantNotes := func(out string, notes ...string) {
+		t.Helper()
+		for _, s := range notes {
+			if !strings.Contains(out, s) {
+				t.Errorf("notes lack %q", s)
+			}
+		}
+	}
+
+	building := show(domain.ProjectionStatus{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2,
+		ShadowCollection: "order_summaries_r2", ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1,
+		ConsumerLag: &lag, ConsumerLagVersion: 3, ActiveLag: &readers, ShadowLag: &lag,
+		LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+		LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
+			JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
+		Partitions: []domain.PartitionStatus{
+			{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
+				Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
+			{Partition: 1, Consumer: "proj_order_summaries_p01"},
+		}})
+	// The instance folds v3, being built: its consumers' lag is the
+	// build's, not what readers of v2 see.
+	wantCells(building, map[string]string{"VERSION": "v2 (building v3, previous v1)", "ACTIVE COLLECTION": "order_summaries_r1", "LAG": "2",
+		"BUILD LAG": "12 (v3)", "DEAD LETTERS": "0", "LAST VERIFY": "drift 3 2m ago", "LAST REBUILD": "running 1/3 scanning 49% ETA 12s", "LAST ERROR": "-"})
 	// The partitions' table: its own heading, one row per partition.
-	_, parts, ok := strings.Cut(out, "\n\nPROJECTION ")
+	_, parts, ok := strings.Cut(building, "\n\nPROJECTION ")
 	if !ok {
-		t.Fatalf("no partition table in:\n%s", out)
+		t.Fatalf("no partition table in:\n%s", building)
 	}
 	lines := strings.Split(parts, "\n")
 	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "BEHIND", "APPLIED", "RATE/S"}) {
@@ -109,24 +119,26 @@ func TestStatusTable(t *testing.T) {
 			t.Errorf("partition row %d: %q, want %q", i, got, want)
 		}
 	}
-	if e := rows["customer_order_stats"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
-		t.Errorf("last error not cut to one line of %d characters: %q", statusErrorWidth, e)
-	}
-	for _, s := range []string{
+	wantNotes(building,
 		"orderd rebuild order_summaries -cancel job-7",
 		"filling order_summaries_r2",
 		"http://orderd:8080/v1/admin/projections/order_summaries/rebuilds/job-7",
-		"customer_order_stats: 2 dead letters",
-		"'http://orderd:8080/v1/admin/dead-letters?projection=customer_order_stats'",
 		"orderd verify order_summaries -repair",
-		"order_summaries (version 1) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back order_summaries",
-		"customer_order_stats: version 2 was switched back from and is not built again on its own; build it with: orderd rebuild customer_order_stats",
-	} {
-		if !strings.Contains(out, s) {
-			t.Errorf("notes lack %q", s)
-		}
+		"order_summaries (version 1) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back order_summaries")
+
+	switchedBack := show(domain.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries", ActiveVersion: 1,
+		SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
+		LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}})
+	wantCells(switchedBack, map[string]string{"VERSION": "v1", "ACTIVE COLLECTION": "order_summaries", "LAG": "-", "BUILD LAG": "-", "DEAD LETTERS": "2",
+		"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)})
+	if e := statusRows(t, switchedBack)["order_summaries"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
+		t.Errorf("last error not cut to one line of %d characters: %q", statusErrorWidth, e)
 	}
-	if strings.Contains(out, "orderd verify customer_order_stats -repair") {
+	wantNotes(switchedBack,
+		"order_summaries: 2 dead letters",
+		"'http://orderd:8080/v1/admin/dead-letters?projection=order_summaries'",
+		"order_summaries: version 2 was switched back from and is not built again on its own; build it with: orderd rebuild order_summaries")
+	if strings.Contains(switchedBack, "orderd verify order_summaries -repair") {
 		t.Errorf("a repair suggested for a verify that repaired everything")
 	}
 
