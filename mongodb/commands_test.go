@@ -109,19 +109,27 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	}
 
 	r := mongodb.NewReader(db, mongodb.NewPointers(db))
-	if _, err := r.CustomerStats(ctx, "cust-0"); err != nil { // reads the pointer once
+	// FerretDB 1.24 has neither a $max accumulator (the stats' newest
+	// recorded_at) nor $dateToString (the day of placed_at): on the
+	// embedded store the aggregations are sent, refused, and only counted.
+	onMongoDB := os.Getenv("MONGODB_URI") != ""
+	refusedOnFerretDB := func(err error) error {
+		if !onMongoDB {
+			return nil
+		}
+		return err
+	}
+	if _, err := r.CustomerStats(ctx, "cust-0"); refusedOnFerretDB(err) != nil { // reads the pointer once
 		t.Fatal(err)
 	}
 	for customer, want := range f.ExpectedStats() {
 		var got domain.CustomerOrderStats
-		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, customer); return err })
+		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, customer); return refusedOnFerretDB(err) })
 		if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
 			t.Errorf("stats of %s sent %v, want one aggregate", customer, sent)
 		}
-		// The embedded store cannot check the sums: FerretDB 1.24 feeds a
-		// $group's documents to its first accumulator only. Its own path
-		// is checked by every read-model test.
-		if os.Getenv("MONGODB_URI") != "" && !reflect.DeepEqual(got, want) {
+		// The embedded store's own path is checked by every read-model test.
+		if onMongoDB && !reflect.DeepEqual(got, want) {
 			t.Errorf("stats of %s: %+v, want %+v", customer, got, want)
 		}
 	}
@@ -130,16 +138,7 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	from, _ := time.Parse(time.DateOnly, first)
 	to, _ := time.Parse(time.DateOnly, last)
 	var got []domain.DailySales
-	// FerretDB 1.24 has no $dateToString (the day of placed_at): on the
-	// embedded store the aggregation is sent, and refused.
-	onMongoDB := os.Getenv("MONGODB_URI") != ""
-	sent := counter.during(t, func() (err error) {
-		got, err = r.DailySales(ctx, from, to, "")
-		if !onMongoDB {
-			return nil
-		}
-		return err
-	})
+	sent := counter.during(t, func() (err error) { got, err = r.DailySales(ctx, from, to, ""); return refusedOnFerretDB(err) })
 	if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
 		t.Errorf("daily sales sent %v, want one aggregate", sent)
 	}
