@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
@@ -60,6 +59,7 @@ type Main struct {
 	store        storeMeter // the embedded store's writer; zero on MongoDB
 	stopTracing  func(context.Context) error
 	ownership    *ownershipLog
+	health       *roleHealth // the supervised roles' stops
 	mongo        *mongo.Client
 	nc           *nats.Conn
 	http         *orderhttp.Server
@@ -184,7 +184,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if r.jobs {
 		m.startJobs(runCtx, w)
 	}
-	ready := readyChecks(r, w.reach.Ready, m.busConnected)
+	ready := readyChecks(r, w.reach.Ready, m.busConnected, m.health)
 	if r.api {
 		if m.http, err = m.startAPI(runCtx, w, ready); err != nil {
 			return err
@@ -262,6 +262,7 @@ func (m *Main) setup(ctx context.Context, r roles) (*wiring, error) {
 	}
 	w.reg = prometheus.NewRegistry()
 	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.health = newRoleHealth(w.reg)
 	storeMetrics := mongodb.NewEventStoreMetrics(w.reg)
 	// The stream splits the events into the partitions the projectors
 	// consume: one setting for both.
@@ -418,13 +419,13 @@ func (m *Main) startRelay(ctx context.Context, w *wiring) {
 	lease := mongodb.NewLease(w.db, outbox.RelayLease, rc.Owner, rc.WithDefaults().LeaseTTL)
 	relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), lease, rc,
 		m.Log.With("component", "relay"), outbox.NewMetrics(w.reg))
-	m.group.Go(func() error { return m.supervise(ctx, "relay", relay.Run) })
+	m.group.Go(func() error { return m.supervise(ctx, "relay", "", relay.Run) })
 }
 
 // startProjector starts the projector role: a runner per projection.
 func (m *Main) startProjector(ctx context.Context, w *wiring) {
 	for _, pr := range w.runners {
-		m.group.Go(func() error { return m.supervise(ctx, "projection "+pr.Name(), pr.Run) })
+		m.group.Go(func() error { return m.supervise(ctx, "projector", pr.Name(), pr.Run) })
 	}
 }
 
@@ -437,7 +438,7 @@ func (m *Main) startJobs(ctx context.Context, w *wiring) {
 	jc := c.Jobs
 	jc.Owner, jc.Metrics = c.instanceID(), w.jm
 	jw := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums, stats, sales}, jc, m.Log)
-	m.group.Go(func() error { return m.supervise(ctx, "jobs", jw.Run) })
+	m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
 }
 
 // startAPI starts what the api role runs beside its HTTP server (the
@@ -604,44 +605,6 @@ func (m *Main) Close() error {
 		errs = append(errs, m.stopTracing(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// supervise runs a role until ctx is done, restarting it with capped
-// exponential backoff when it fails (a consumer that could not be created
-// while JetStream was electing a leader, say), so one failing role never
-// stops the others. A role that returns while ctx lasts is restarted
-// too, so this is a loop and not backoff.Retry, which stops at the first
-// nil.
-func (m *Main) supervise(ctx context.Context, role string, run func(context.Context) error) error {
-	delays := restartDelays()
-	for {
-		err := run(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := delays.NextBackOff()
-		m.Log.Error("role stopped; restarting", "role", role, "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// restartDelays are supervise's waits: 100 ms doubling up to 10 s, without
-// jitter (one restart per role and process: nothing to spread) and
-// without a limit on the time spent retrying.
-func restartDelays() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMultiplier(2),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithRandomizationFactor(0),
-		backoff.WithMaxElapsedTime(0),
-	)
 }
 
 // stateCache adapts an LRU to domain.StateCache.
