@@ -55,47 +55,18 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
-	devToken     bool       // the admin token is the development mode's own (devMode)
-	store        storeMeter // the embedded store's writer; zero on MongoDB
-	stopTracing  func(context.Context) error
-	ownership    *ownershipLog
-	health       *roleHealth // the supervised roles' stops
-	mongo        *mongo.Client
-	nc           *nats.Conn
-	http         *orderhttp.Server
-	cancel       context.CancelFunc
-	group        *errgroup.Group
-}
-
-// StoreBusy returns how long the embedded store's single writer has been
-// busy since the start (embedded.Store.WriteBusy); ok is false on MongoDB.
-func (m *Main) StoreBusy() (busy time.Duration, ok bool) {
-	if m.store.busy == nil {
-		return 0, false
-	}
-	return m.store.busy(), true
-}
-
-// StoreWrites returns, by kind ("<command> <collection>"), how many writes
-// the embedded store's single writer ran since the start and how long they
-// held it (embedded.Store.WriteCosts); nil on MongoDB.
-func (m *Main) StoreWrites() map[string]WriteCost {
-	if m.store.costs == nil {
-		return nil
-	}
-	return m.store.costs()
-}
-
-// WriteCost is what writes of one kind took of the embedded store's writer.
-type WriteCost struct {
-	Writes int64
-	Held   time.Duration
-}
-
-// storeMeter reads the embedded store's writer.
-type storeMeter struct {
-	busy  func() time.Duration
-	costs func() map[string]WriteCost
+	devToken     bool // the admin token is the development mode's own (devMode)
+	// devStore is the embedded store (*embedded.Store) this process
+	// started, nil on MongoDB; the benchmarks read its writer's costs.
+	devStore    any
+	stopTracing func(context.Context) error
+	ownership   *ownershipLog
+	health      *roleHealth // the supervised roles' stops
+	mongo       *mongo.Client
+	nc          *nats.Conn
+	http        *orderhttp.Server
+	cancel      context.CancelFunc
+	group       *errgroup.Group
 }
 
 // NewMain returns a Main with the default config.
@@ -233,7 +204,7 @@ type wiring struct {
 func (m *Main) startServers(httpAddr string) (err error) {
 	c := &m.Config
 	dev := devMode(c) // before startEmbedded sets the servers' URLs
-	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log, httpAddr); err != nil {
+	if m.stopEmbedded, m.devStore, err = startEmbedded(c, m.Log, httpAddr); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 	if dev {
