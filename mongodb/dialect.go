@@ -54,8 +54,3 @@ func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
 	actual, _ := dialects.LoadOrStore(c, d)
 	return actual.(Dialect), nil
 }
-
-// UseDialect makes every adapter on c take d's access paths, whatever the
-// store: the conformance suites run MongoDB's paths on the embedded store
-// this way (correct there, only slower).
-func UseDialect(c *mongo.Client, d Dialect) { dialects.Store(c, d) }

@@ -3,7 +3,17 @@ package mongodb
 import (
 	"context"
 	"time"
+
+	"go.mongodb.org/mongo-driver/v2/mongo"
 )
+
+// UseDialect makes every adapter on c take d's access paths, whatever the
+// store: the conformance suites run MongoDB's paths on the embedded store
+// this way (correct there, only slower).
+func UseDialect(c *mongo.Client, d Dialect) { dialects.Store(c, d) }
+
+// WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
+func WithScanMethod(m ScanMethod) EventStoreOption { return func(s *EventStore) { s.scan = m } }
 
 // ResolvedScanMethod is how s reads the log in order on its server.
 func ResolvedScanMethod(ctx context.Context, s *EventStore) (ScanMethod, error) {

@@ -77,9 +77,6 @@ const (
 	ScanByID
 )
 
-// WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
-func WithScanMethod(m ScanMethod) EventStoreOption { return func(s *EventStore) { s.scan = m } }
-
 // scanMethod resolves ScanAuto from the store's dialect.
 func (s *EventStore) scanMethod(ctx context.Context) (ScanMethod, error) {
 	if s.scan != ScanAuto {

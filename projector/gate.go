@@ -71,10 +71,3 @@ func (g *writeGate) open() bool {
 	close(g.opened)
 	return true
 }
-
-// closed reports whether writes are stopped.
-func (g *writeGate) closed() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.ctx.Err() != nil
-}

@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/google/uuid"
 	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
@@ -56,46 +55,18 @@ type Main struct {
 	Out io.Writer
 
 	stopEmbedded func()
-	devToken     bool       // the admin token is the development mode's own (devMode)
-	store        storeMeter // the embedded store's writer; zero on MongoDB
-	stopTracing  func(context.Context) error
-	ownership    *ownershipLog
-	mongo        *mongo.Client
-	nc           *nats.Conn
-	http         *orderhttp.Server
-	cancel       context.CancelFunc
-	group        *errgroup.Group
-}
-
-// StoreBusy returns how long the embedded store's single writer has been
-// busy since the start (embedded.Store.WriteBusy); ok is false on MongoDB.
-func (m *Main) StoreBusy() (busy time.Duration, ok bool) {
-	if m.store.busy == nil {
-		return 0, false
-	}
-	return m.store.busy(), true
-}
-
-// StoreWrites returns, by kind ("<command> <collection>"), how many writes
-// the embedded store's single writer ran since the start and how long they
-// held it (embedded.Store.WriteCosts); nil on MongoDB.
-func (m *Main) StoreWrites() map[string]WriteCost {
-	if m.store.costs == nil {
-		return nil
-	}
-	return m.store.costs()
-}
-
-// WriteCost is what writes of one kind took of the embedded store's writer.
-type WriteCost struct {
-	Writes int64
-	Held   time.Duration
-}
-
-// storeMeter reads the embedded store's writer.
-type storeMeter struct {
-	busy  func() time.Duration
-	costs func() map[string]WriteCost
+	devToken     bool // the admin token is the development mode's own (devMode)
+	// devStore is the embedded store (*embedded.Store) this process
+	// started, nil on MongoDB; the benchmarks read its writer's costs.
+	devStore    any
+	stopTracing func(context.Context) error
+	ownership   *ownershipLog
+	health      *roleHealth // the supervised roles' stops
+	mongo       *mongo.Client
+	nc          *nats.Conn
+	http        *orderhttp.Server
+	cancel      context.CancelFunc
+	group       *errgroup.Group
 }
 
 // NewMain returns a Main with the default config.
@@ -164,8 +135,74 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	dev := devMode(c)
-	if m.stopEmbedded, m.store, err = startEmbedded(c, m.Log, ln.Addr().String()); err != nil {
+	if err := m.startServers(ln.Addr().String()); err != nil {
+		return err
+	}
+	w, err := m.setup(ctx, r)
+	if err != nil {
+		return err
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	m.cancel = cancel
+	m.group, runCtx = errgroup.WithContext(runCtx)
+	if r.relay {
+		m.startRelay(runCtx, w)
+	}
+	if r.projector {
+		m.startProjector(runCtx, w)
+	}
+	if r.jobs {
+		m.startJobs(runCtx, w)
+	}
+	ready := readyChecks(r, w.reach.Ready, m.busConnected, m.health)
+	if r.api {
+		if m.http, err = m.startAPI(runCtx, w, ready); err != nil {
+			return err
+		}
+	} else {
+		// Health, readiness and metrics only, so that probes and scrapers
+		// see every role.
+		m.http = orderhttp.NewServer(orderhttp.Config{OpsOnly: true, Ready: ready, Gatherer: w.reg, Registerer: w.reg,
+			Log: m.Log.With("component", "http")})
+	}
+	m.HTTPAddr = ln.Addr().String()
+	m.group.Go(func() error { return m.http.Serve(ln) })
+	if r.api && c.HTTP.AdminToken == "" {
+		m.Log.Info("admin routes are off: set ADMIN_TOKEN to turn them on")
+	}
+	if embeddedStore || embeddedNATS {
+		m.printEmbedded(embeddedStore, embeddedNATS)
+	}
+	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.Mongo.URI),
+		"nats_url", redact(c.NATS.URL), "instance", c.instanceID(), "tracing", c.Tracing.OTLPEndpoint != "")
+	return nil
+}
+
+// wiring is what Run's shared setup makes for the roles.
+type wiring struct {
+	db     *mongo.Database
+	reach  *mongodb.Reachability
+	js     jetstream.JetStream // nil without NATS_URL
+	reg    *prometheus.Registry
+	stream bus.StreamConfig
+	store  *mongodb.EventStore
+
+	pointers  *mongodb.Pointers
+	dead      *mongodb.DeadLetters
+	sums      *mongodb.Projection[domain.Order]
+	runners   []*projector.Runner
+	scheduler *jobs.Jobs
+	jm        *jobs.Metrics
+}
+
+// startServers starts the embedded servers the configuration leaves to
+// this process, and keeps the development mode's admin token; httpAddr is
+// the bound address of the HTTP server.
+func (m *Main) startServers(httpAddr string) (err error) {
+	c := &m.Config
+	dev := devMode(c) // before startEmbedded sets the servers' URLs
+	if m.stopEmbedded, m.devStore, err = startEmbedded(c, m.Log, httpAddr); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 	if dev {
@@ -176,15 +213,62 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		}
 		m.devToken = true
 	}
+	return nil
+}
 
+// setup is what every role shares: the connections, the metrics, the
+// stream (for the roles that use it), the log's indexes and the read
+// models.
+func (m *Main) setup(ctx context.Context, r roles) (*wiring, error) {
+	c := &m.Config
+	w := &wiring{}
+	var err error
+	if w.db, w.reach, err = m.connectStore(ctx); err != nil {
+		return nil, err
+	}
+	if w.js, err = m.connectBus(ctx, r); err != nil {
+		return nil, err
+	}
+	w.reg = prometheus.NewRegistry()
+	w.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.health = newRoleHealth(w.reg)
+	storeMetrics := mongodb.NewEventStoreMetrics(w.reg)
+	// The stream splits the events into the partitions the projectors
+	// consume: one setting for both.
+	w.stream = c.Stream
+	w.stream.Partitions = c.Projector.Partitions
+
+	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelSetup()
+	// Only the roles that use the stream wait for it: the relay, a
+	// projector or a jobs instance creates it.
+	if r.needsBus() {
+		if err := bus.EnsureStream(setupCtx, w.js, w.stream); err != nil {
+			return nil, err
+		}
+	}
+	w.store = mongodb.NewEventStore(w.db, mongodb.WithMetrics(storeMetrics))
+	if err := w.store.EnsureIndexes(setupCtx); err != nil {
+		return nil, err
+	}
+	if err := m.setupReadModels(setupCtx, w); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// connectStore connects to the store and waits for its answer.
+func (m *Main) connectStore(ctx context.Context) (*mongo.Database, *mongodb.Reachability, error) {
+	c := &m.Config
 	// Majority writes and reads; a wait in server selection long enough
 	// for an election, and a prompt 503 while every member is down (see
 	// mongodb.ClientOptions and Reachability).
 	reach := mongodb.NewReachability()
 	m.Log.Info("connecting to the store", "url", redact(c.Mongo.URI))
+	var err error
 	m.mongo, err = mongo.Connect(mongodb.ClientOptions(c.Mongo.URI).SetServerMonitor(reach.ServerMonitor()))
 	if err != nil {
-		return fmt.Errorf("store %s: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), err)
+		return nil, nil, fmt.Errorf("store %s: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), err)
 	}
 	// A store that does not answer is said at start, with what to change,
 	// rather than by the first command or index build.
@@ -192,89 +276,66 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	err = m.mongo.Ping(pingCtx, nil)
 	cancelPing()
 	if err != nil {
-		return fmt.Errorf("store %s not reachable within %v: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), connectWait, err)
+		return nil, nil, fmt.Errorf("store %s not reachable within %v: %w; check MONGODB_URI (-mongodb-uri)", redact(c.Mongo.URI), connectWait, err)
 	}
-	db := m.mongo.Database(c.Mongo.Database)
-	// An api-only instance does not wait for NATS (RetryOnFailedConnect):
-	// it starts and takes commands while NATS is down; it uses NATS to
-	// sample the read models' lag (admission) and show consumer lag on the
-	// admin API. Without NATS_URL it has no connection at all (js stays
-	// nil). The roles that need the bus wait for the connection, up to
-	// connectWait, and fail the start without it, with what to change.
-	var js jetstream.JetStream
-	if c.NATS.URL != "" {
-		natsLog := m.Log.With("component", "nats")
-		m.Log.Info("connecting to NATS", "url", redact(c.NATS.URL), "required", r.needsBus())
-		w := newConnectWatch()
-		m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
-			nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
-			nats.ConnectHandler(w.connected), nats.ReconnectErrHandler(w.failed),
-			// The client's asynchronous errors in the service's log, with
-			// the subscription's subject, instead of its own line on
-			// stderr. A pull consumer's messages dropped as a slow
-			// consumer come back after the consumer's AckWait.
-			nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-				subject := ""
-				if sub != nil {
-					subject = sub.Subject
-				}
-				natsLog.Warn("nats client error", "subject", subject, "err", err)
-			}))
-		if err != nil {
-			return fmt.Errorf("NATS %s: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), err)
-		}
-		if r.needsBus() && !m.nc.IsConnected() {
-			if err := w.wait(ctx, m.nc); err != nil {
-				return fmt.Errorf("NATS %s not reachable within %v: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), connectWait, err)
+	return m.mongo.Database(c.Mongo.Database), reach, nil
+}
+
+// connectBus connects to NATS. An api-only instance does not wait for
+// NATS (RetryOnFailedConnect): it starts and takes commands while NATS is
+// down; it uses NATS to sample the read models' lag (admission) and show
+// consumer lag on the admin API. Without NATS_URL it has no connection at
+// all (js is nil). The roles that need the bus wait for the connection, up
+// to connectWait, and fail the start without it, with what to change.
+func (m *Main) connectBus(ctx context.Context, r roles) (jetstream.JetStream, error) {
+	c := &m.Config
+	if c.NATS.URL == "" {
+		return nil, nil
+	}
+	natsLog := m.Log.With("component", "nats")
+	m.Log.Info("connecting to NATS", "url", redact(c.NATS.URL), "required", r.needsBus())
+	w := newConnectWatch()
+	var err error
+	m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
+		nats.ConnectHandler(w.connected), nats.ReconnectErrHandler(w.failed),
+		// The client's asynchronous errors in the service's log, with
+		// the subscription's subject, instead of its own line on
+		// stderr. A pull consumer's messages dropped as a slow
+		// consumer come back after the consumer's AckWait.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
 			}
-		}
-		// Acks the relay gave up on must not stay pending in the client; the
-		// window bounds the relay's (and replays') publishes awaiting acks.
-		if js, err = jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second),
-			jetstream.WithPublishAsyncMaxPending(publishWindow)); err != nil {
-			return fmt.Errorf("jetstream: %w", err)
-		}
+			natsLog.Warn("nats client error", "subject", subject, "err", err)
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("NATS %s: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), err)
 	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	storeMetrics := mongodb.NewEventStoreMetrics(reg)
-	// The stream splits the events into the partitions the projectors
-	// consume: one setting for both.
-	stream := c.Stream
-	stream.Partitions = c.Projector.Partitions
-
-	setupCtx, cancelSetup := context.WithTimeout(ctx, 60*time.Second)
-	defer cancelSetup()
-	// Only the roles that use the stream wait for it: the relay, a
-	// projector or a jobs instance creates it.
-	if r.needsBus() {
-		if err := bus.EnsureStream(setupCtx, js, stream); err != nil {
-			return err
+	if r.needsBus() && !m.nc.IsConnected() {
+		if err := w.wait(ctx, m.nc); err != nil {
+			return nil, fmt.Errorf("NATS %s not reachable within %v: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), connectWait, err)
 		}
 	}
-	store := mongodb.NewEventStore(db, mongodb.WithMetrics(storeMetrics))
-	if err := store.EnsureIndexes(setupCtx); err != nil {
-		return err
+	// Acks the relay gave up on must not stay pending in the client; the
+	// window bounds the relay's (and replays') publishes awaiting acks.
+	js, err := jetstream.New(m.nc, jetstream.WithPublishAsyncTimeout(30*time.Second),
+		jetstream.WithPublishAsyncMaxPending(publishWindow))
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
+	return js, nil
+}
 
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	m.cancel = cancel
-	g, runCtx := errgroup.WithContext(runCtx)
-	m.group = g
-	if r.relay {
-		// One relay at a time tails the log under the relay lease; the
-		// others stand by.
-		rc := c.Relay
-		rc.Owner = c.instanceID()
-		lease := mongodb.NewLease(db, outbox.RelayLease, rc.Owner, rc.WithDefaults().LeaseTTL)
-		relay := outbox.NewRelay(store, tracing.NewPublisher(bus.NewPublisher(js, stream)), lease, rc,
-			m.Log.With("component", "relay"), outbox.NewMetrics(reg))
-		g.Go(func() error { return m.supervise(runCtx, "relay", relay.Run) })
-	}
+// setupReadModels makes the read models, their projector runners and the
+// jobs that build them; every role uses some of them.
+func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
+	c := &m.Config
+	db, store, reg, stream := w.db, w.store, w.reg, w.stream
 	pm := projection.NewMetrics(reg)
 	rm := projector.NewMetrics(reg)
-	jm := jobs.NewMetrics(reg)
+	w.jm = jobs.NewMetrics(reg)
 	pointers := mongodb.NewPointers(db)
 	sumsDef := projection.OrderSummaries
 	if c.summaries != nil {
@@ -301,74 +362,85 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		rc.OnOwnership = ol.record
 	}
 	plog := m.Log.With("component", "projector")
+	js := w.js
 	rc.Retired = projection.Retired
 	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm)}
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
 		sums.Name(): jobs.DefOf(sums),
 	})
-	if r.projector {
-		for _, pr := range runners {
-			g.Go(func() error { return m.supervise(runCtx, "projection "+pr.Name(), pr.Run) })
-		}
-	}
-	if r.jobs {
-		jc := c.Jobs
-		jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), jm, projection.Retired
-		w := jobs.NewWorker(scheduler, store, bus.NewPublisher(js, stream).Republish, []jobs.Projection{sums}, jc, m.Log)
-		g.Go(func() error { return m.supervise(runCtx, "jobs", w.Run) })
-	}
-	ready := readyChecks(r, reach.Ready, m.busConnected)
-	if r.api {
-		var cache domain.StateCache
-		if c.CacheSize > 0 {
-			l, err := lru.New[string, domain.Order](c.CacheSize)
-			if err != nil {
-				return err
-			}
-			cache = stateCache{l}
-		}
-		svc := domain.NewService(tracing.NewEventStore(store), cache)
-		// Random ids: the log is range-sharded by stream_id (only a ranged
-		// shard key keeps its unique indexes), and time-ordered ids would
-		// send every new order to the top chunk (deployments/sharding.md).
-		svc.NewID = uuid.NewString
-		hc := c.HTTP
-		hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
-		adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-			ReadModels: []admin.ReadModel{sums}, Bus: js != nil,
-			Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
-			Log:   store, Metrics: reg})
-		hc.Admin = adminSvc
-		if c.HTTP.AdminToken != "" {
-			// The console's first screen shows the last hour from these
-			// samples; without the admin routes nobody reads them.
-			g.Go(func() error { return adminSvc.RunHistory(runCtx, 0) })
-		}
-		hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, reach, reg, reg, m.Log.With("component", "http")
-		if js != nil && c.MaxLag > 0 {
-			watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key()}, time.Second, m.Log.With("component", "admission"))
-			g.Go(func() error { return watch.Run(runCtx) })
-			hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
-			hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key()}}
-		}
-		m.http = orderhttp.NewServer(hc)
-	} else {
-		// Health, readiness and metrics only, so that probes and scrapers
-		// see every role.
-		m.http = orderhttp.NewServer(orderhttp.Config{OpsOnly: true, Ready: ready, Gatherer: reg, Registerer: reg,
-			Log: m.Log.With("component", "http")})
-	}
-	m.HTTPAddr = ln.Addr().String()
-	g.Go(func() error { return m.http.Serve(ln) })
-	if r.api && c.HTTP.AdminToken == "" {
-		m.Log.Info("admin routes are off: set ADMIN_TOKEN to turn them on")
-	}
-	if embeddedStore || embeddedNATS {
-		m.printEmbedded(embeddedStore, embeddedNATS)
-	}
-	m.Log.Info("orderd started", "roles", c.Roles, "http", "http://"+m.HTTPAddr, "mongodb_uri", redact(c.Mongo.URI),
-		"nats_url", redact(c.NATS.URL), "instance", c.instanceID(), "tracing", c.Tracing.OTLPEndpoint != "")
+	w.pointers, w.dead, w.sums, w.runners, w.scheduler = pointers, dead, sums, runners, scheduler
 	return nil
+}
+
+// startRelay starts the relay role: one relay at a time tails the log
+// under the relay lease; the others stand by.
+func (m *Main) startRelay(ctx context.Context, w *wiring) {
+	c := &m.Config
+	rc := c.Relay
+	rc.Owner = c.instanceID()
+	lease := mongodb.NewLease(w.db, outbox.RelayLease, rc.Owner, rc.WithDefaults().LeaseTTL)
+	relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), lease, rc,
+		m.Log.With("component", "relay"), outbox.NewMetrics(w.reg))
+	m.group.Go(func() error { return m.supervise(ctx, "relay", "", relay.Run) })
+}
+
+// startProjector starts the projector role: a runner per projection.
+func (m *Main) startProjector(ctx context.Context, w *wiring) {
+	for _, pr := range w.runners {
+		m.group.Go(func() error { return m.supervise(ctx, "projector", pr.Name(), pr.Run) })
+	}
+}
+
+// startJobs starts the jobs role: the worker that builds, rebuilds and
+// verifies read models.
+func (m *Main) startJobs(ctx context.Context, w *wiring) {
+	c := &m.Config
+	jc := c.Jobs
+	jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), w.jm, projection.Retired
+	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, []jobs.Projection{w.sums}, jc, m.Log)
+	m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
+}
+
+// startAPI starts what the api role runs beside its HTTP server (the
+// console's history, the lag watch of admission) and returns the server.
+func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orderhttp.Check) (*orderhttp.Server, error) {
+	c := &m.Config
+	g, reg, js, db, stream := m.group, w.reg, w.js, w.db, w.stream
+	store, pointers, dead, runners, scheduler := w.store, w.pointers, w.dead, w.runners, w.scheduler
+	sums := w.sums
+	var cache domain.StateCache
+	if c.CacheSize > 0 {
+		l, err := lru.New[string, domain.Order](c.CacheSize)
+		if err != nil {
+			return nil, err
+		}
+		cache = stateCache{l}
+	}
+	svc := domain.NewService(tracing.NewEventStore(store), cache)
+	// Random ids: the log is range-sharded by stream_id (only a ranged
+	// shard key keeps its unique indexes), and time-ordered ids would
+	// send every new order to the top chunk (deployments/sharding.md).
+	svc.NewID = uuid.NewString
+	hc := c.HTTP
+	hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
+	adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
+		ReadModels: []admin.ReadModel{sums}, Bus: js != nil,
+		Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
+		Log:   store, Metrics: reg})
+	hc.Admin = adminSvc
+	if c.HTTP.AdminToken != "" {
+		// The console's first screen shows the last hour from these
+		// samples; without the admin routes nobody reads them.
+		g.Go(func() error { return adminSvc.RunHistory(runCtx, 0) })
+	}
+	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, reg, reg, m.Log.With("component", "http")
+	if js != nil && c.MaxLag > 0 {
+		watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key()}, time.Second, m.Log.With("component", "admission"))
+		g.Go(func() error { return watch.Run(runCtx) })
+		hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
+		hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key()}}
+	}
+	return orderhttp.NewServer(hc), nil
 }
 
 // connectWait bounds the wait for the store and, for the roles that need
@@ -493,44 +565,6 @@ func (m *Main) Close() error {
 		errs = append(errs, m.stopTracing(ctx))
 	}
 	return errors.Join(errs...)
-}
-
-// supervise runs a role until ctx is done, restarting it with capped
-// exponential backoff when it fails (a consumer that could not be created
-// while JetStream was electing a leader, say), so one failing role never
-// stops the others. A role that returns while ctx lasts is restarted
-// too, so this is a loop and not backoff.Retry, which stops at the first
-// nil.
-func (m *Main) supervise(ctx context.Context, role string, run func(context.Context) error) error {
-	delays := restartDelays()
-	for {
-		err := run(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		wait := delays.NextBackOff()
-		m.Log.Error("role stopped; restarting", "role", role, "err", err, "retry_in", wait)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// restartDelays are supervise's waits: 100 ms doubling up to 10 s, without
-// jitter (one restart per role and process: nothing to spread) and
-// without a limit on the time spent retrying.
-func restartDelays() backoff.BackOff {
-	return backoff.NewExponentialBackOff(
-		backoff.WithInitialInterval(100*time.Millisecond),
-		backoff.WithMultiplier(2),
-		backoff.WithMaxInterval(10*time.Second),
-		backoff.WithRandomizationFactor(0),
-		backoff.WithMaxElapsedTime(0),
-	)
 }
 
 // stateCache adapts an LRU to domain.StateCache.

@@ -21,12 +21,11 @@ import (
 
 // startEmbedded starts the embedded servers that the config leaves
 // unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
-// only when a role needs it. stop stops them; meter reads the embedded
-// store's writer (embedded.Store.WriteBusy and WriteCosts; zero without
-// one). Before any server starts it takes the data dir's lock
+// only when a role needs it. stop stops them; store is the embedded store
+// (*embedded.Store), nil without one. Before any server starts it takes the data dir's lock
 // (lockDataDir), naming httpAddr, this process's HTTP address, as the
 // holder's; a dir another process holds is an error at once.
-func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), meter storeMeter, err error) {
+func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), store any, err error) {
 	var stops []func()
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
@@ -35,11 +34,11 @@ func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), m
 	}
 	r, _ := c.roles()
 	if c.Mongo.URI != "" && (c.NATS.URL != "" || !r.needsBus()) {
-		return stop, meter, nil // no embedded server: the data dir is not used
+		return stop, store, nil // no embedded server: the data dir is not used
 	}
 	lock, err := lockDataDir(c.Embedded.DataDir, httpAddr)
 	if err != nil {
-		return stop, meter, err
+		return stop, store, err
 	}
 	stops = append(stops, lock.release)
 	defer func() {
@@ -60,15 +59,15 @@ func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), m
 	if c.NATS.URL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
-			return stop, meter, err
+			return stop, store, err
 		}
 		if err := free(c.Embedded.NATSAddr, port, "ORDERD_EMBEDDED_NATS_ADDR", "-embedded-nats-addr"); err != nil {
-			return stop, meter, err
+			return stop, store, err
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
 		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
-			return stop, meter, err
+			return stop, store, err
 		}
 		stops = append(stops, ns.Shutdown)
 		c.NATS.URL = ns.ClientURL()
@@ -81,32 +80,25 @@ func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), m
 			// takes back its partition and relay leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
-				return stop, meter, err
+				return stop, store, err
 			}
 		}
 		if _, port, err := splitAddr(c.Embedded.StoreAddr); err == nil {
 			if err := free(c.Embedded.StoreAddr, port, "ORDERD_EMBEDDED_STORE_ADDR", "-embedded-store-addr"); err != nil {
-				return stop, meter, err
+				return stop, store, err
 			}
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
-			return stop, meter, err
+			return stop, store, err
 		}
 		stops = append(stops, func() { _ = s.Close() })
-		meter.busy = s.WriteBusy
-		meter.costs = func() map[string]WriteCost {
-			out := map[string]WriteCost{}
-			for k, c := range s.WriteCosts() {
-				out[k.Command+" "+k.Collection] = WriteCost(c)
-			}
-			return out
-		}
+		store = s
 		c.Mongo.URI = s.URI
 		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.Mongo.URI, "dir", dir)
 	}
-	return stop, meter, nil
+	return stop, store, nil
 }
 
 func splitAddr(addr string) (string, int, error) {

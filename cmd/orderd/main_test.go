@@ -752,7 +752,7 @@ func TestSuperviseRestartsFailedRole(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	runs := 0
-	err := m.supervise(ctx, "flaky", func(ctx context.Context) error {
+	err := m.supervise(ctx, "relay", "", func(ctx context.Context) error {
 		runs++
 		if runs < 3 {
 			return errors.New("consumer not created")

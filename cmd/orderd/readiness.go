@@ -10,11 +10,19 @@ import (
 // readyChecks returns what /readyz checks for roles r: the store for every
 // role, and the bus too when a role needs it (roles.needsBus). A process
 // with several roles checks the union; an api-only instance stays ready
-// while NATS is down, since commands need only the store.
-func readyChecks(r roles, store, bus orderhttp.Check) map[string]orderhttp.Check {
+// while NATS is down, since commands need only the store. Each of the
+// relay, projector and jobs roles is a check too, named by the role,
+// which fails while the role is failing (roleHealth: it keeps stopping
+// and being restarted).
+func readyChecks(r roles, store, bus orderhttp.Check, health *roleHealth) map[string]orderhttp.Check {
 	checks := map[string]orderhttp.Check{"store": store}
 	if r.needsBus() {
 		checks["bus"] = bus
+	}
+	for role, on := range map[string]bool{"relay": r.relay, "projector": r.projector, "jobs": r.jobs} {
+		if on {
+			checks[role] = health.check(role)
+		}
 	}
 	return checks
 }

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
 )
 
 // readyz answers GET /readyz of m: its status and checks.
@@ -46,7 +53,8 @@ func waitReadyz(t *testing.T, m *Main, code int, checks map[string]string) {
 // instance stays ready while NATS is down and keeps taking commands, and
 // starts and is ready with NATS unreachable or not configured at all;
 // relay, projector and jobs need the store and the bus, and answer 503
-// naming the bus while NATS is down.
+// naming the bus while NATS is down; each of them is a check of its own
+// too (TestReadyzNamesFailingRole).
 func TestReadyzPerRole(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
@@ -65,9 +73,10 @@ func TestReadyzPerRole(t *testing.T) {
 	}
 
 	storeOnly := map[string]string{"store": "ok"}
-	both := map[string]string{"store": "ok", "bus": "ok"}
-	busDown := map[string]string{"store": "ok", "bus": "unavailable"}
-	want := map[string]map[string]string{"api": storeOnly, "relay": both, "projector": both, "jobs": both, "api,relay": both}
+	// both is the store, the bus and role, which is ready while it runs.
+	both := func(role string) map[string]string { return map[string]string{"store": "ok", "bus": "ok", role: "ok"} }
+	want := map[string]map[string]string{"api": storeOnly, "relay": both("relay"), "projector": both("projector"),
+		"jobs": both("jobs"), "api,relay": both("relay")}
 	instances := map[string]*Main{}
 	for roles := range want {
 		instances[roles] = start(roles, natsURL)
@@ -82,6 +91,8 @@ func TestReadyzPerRole(t *testing.T) {
 		if maps.Equal(checks, storeOnly) {
 			waitReadyz(t, instances[roles], http.StatusOK, storeOnly)
 		} else {
+			busDown := maps.Clone(checks)
+			busDown["bus"] = "unavailable"
 			waitReadyz(t, instances[roles], http.StatusServiceUnavailable, busDown)
 		}
 	}
@@ -102,4 +113,74 @@ func TestReadyzPerRole(t *testing.T) {
 	}
 	waitReadyz(t, none, http.StatusOK, storeOnly)
 	newClient(t, none).place("readyz-3", "cust-r", 1, 990, 0)
+}
+
+// TestReadyzNamesFailingRole: a role that keeps stopping is not ready.
+// The fault is a real one: a consumer of order_summaries' first partition
+// made beforehand with settings JetStream cannot update (no acks), so the
+// projector's runner of order_summaries fails at each start and is
+// restarted; /readyz answers 503 naming the projector and
+// orderd_role_failing says which projection. Once the consumer is gone
+// the runner starts, and after a healthy run readiness recovers.
+func TestReadyzNamesFailingRole(t *testing.T) {
+	storeURI := storetest.MongoURI(t)
+	db := storetest.Database(t)
+	ns, err := embedded.StartNATS(t.TempDir(), "127.0.0.1", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ns.Shutdown) // registered before the instance: runs after it closed
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := DefaultConfig()
+	stream := c.Stream
+	stream.Partitions = c.Projector.Partitions
+	if err := bus.EnsureStream(ctx, js, stream); err != nil {
+		t.Fatal(err)
+	}
+	durable := fmt.Sprintf("proj_%s_p00", projection.OrderSummaries.Key())
+	if _, err := js.CreateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{Durable: durable,
+		FilterSubject: stream.SubjectPrefix + ".0.>", AckPolicy: jetstream.AckNonePolicy}); err != nil {
+		t.Fatal(err)
+	}
+
+	m := runMainDir(t, t.TempDir(), func(c *Config) {
+		c.Roles, c.Mongo.URI, c.Mongo.Database, c.NATS.URL = "projector", storeURI, db.Name(), ns.ClientURL()
+	})
+	series := `orderd_role_failing{projection="order_summaries",role="projector"}`
+	failing := func() float64 {
+		return scrapeMetrics(ctx, http.DefaultClient, "http://"+m.HTTPAddr)[series]
+	}
+	// Five stops at once take about 1.5 s of restart delays.
+	waitReadyz(t, m, http.StatusServiceUnavailable, map[string]string{"store": "ok", "bus": "ok", "projector": "unavailable"})
+	if v := failing(); v != 1 {
+		t.Errorf("%s = %v while /readyz names the projector; want 1", series, v)
+	}
+
+	if err := js.DeleteConsumer(ctx, stream.Name, durable); err != nil {
+		t.Fatal(err)
+	}
+	// The next restart (at most 10 s away) creates the consumer; a run
+	// of healthyRun makes the role ready again.
+	ready := map[string]string{"store": "ok", "bus": "ok", "projector": "ok"}
+	var code int
+	var body map[string]string
+	if !waitFor(2*(10*time.Second+healthyRun), 100*time.Millisecond, func() bool {
+		code, body = readyz(t, m)
+		return code == http.StatusOK && maps.Equal(body, ready)
+	}) {
+		t.Fatalf("after the fault was removed: /readyz answers %d %v; want 200 %v", code, body, ready)
+	}
+	if v := failing(); v != 0 {
+		t.Errorf("%s = %v once ready again; want 0", series, v)
+	}
 }

@@ -1014,7 +1014,7 @@ type ReadModelList struct {
 	ReadModels []ReadModelCheck `json:"read_models"`
 }
 
-// Readiness Each dependency this instance's roles need (store; bus too for relay, projector and jobs) and its state.
+// Readiness Each dependency this instance's roles need (store; bus too for relay, projector and jobs), and each of its relay, projector and jobs roles, with its state.
 //
 // Examples: {"bus":"ok","store":"ok"}
 type Readiness map[string]interface{}
@@ -1475,7 +1475,7 @@ type ClientInterface interface {
 
 	// GetReadiness Readiness: what this instance's roles need is reachable
 	//
-	// Checks the store for the api role, the store and the bus (NATS) for relay, projector and jobs, the union for several roles: an api-only instance stays ready while NATS is down, since commands need only the store. Every instance serves it, also one without the api role (which serves only /healthz, /readyz and /metrics). Each check has 2 seconds.
+	// Checks the store for the api role, the store and the bus (NATS) for relay, projector and jobs, the union for several roles: an api-only instance stays ready while NATS is down, since commands need only the store. The relay, projector and jobs roles are each a check too, unavailable while the role is failing (it stopped 5 times in a row, no run lasting 10 s). Every instance serves it, also one without the api role (which serves only /healthz, /readyz and /metrics). Each check has 2 seconds.
 	//
 	// Corresponds with GET /readyz (the `GetReadiness` operationId).
 	GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1913,7 +1913,7 @@ func (c *Client) GetOpenAPI(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // GetReadiness Readiness: what this instance's roles need is reachable
 //
-// Checks the store for the api role, the store and the bus (NATS) for relay, projector and jobs, the union for several roles: an api-only instance stays ready while NATS is down, since commands need only the store. Every instance serves it, also one without the api role (which serves only /healthz, /readyz and /metrics). Each check has 2 seconds.
+// Checks the store for the api role, the store and the bus (NATS) for relay, projector and jobs, the union for several roles: an api-only instance stays ready while NATS is down, since commands need only the store. The relay, projector and jobs roles are each a check too, unavailable while the role is failing (it stopped 5 times in a row, no run lasting 10 s). Every instance serves it, also one without the api role (which serves only /healthz, /readyz and /metrics). Each check has 2 seconds.
 //
 // Corresponds with GET /readyz (the `GetReadiness` operationId).
 func (c *Client) GetReadiness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {

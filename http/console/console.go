@@ -22,6 +22,8 @@ var files = map[string]struct{ name, contentType string }{
 }
 
 // Paths returns the paths the console serves, each under Prefix, for GET.
+// Only tests call it; it stays exported for the http package's route test,
+// which an export_test.go here cannot reach.
 func Paths() []string {
 	out := make([]string, 0, len(files))
 	for p := range files {
