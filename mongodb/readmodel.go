@@ -298,7 +298,6 @@ func splitSuperseded(err error) (map[int]bool, error) {
 	return refused, nil
 }
 
-
 // marshalJSONTags encodes v with its JSON field names.
 func marshalJSONTags(v any) (bson.Raw, error) {
 	buf := new(bytes.Buffer)
