@@ -57,7 +57,7 @@ func TestTracingFollowsACommandThroughThePipeline(t *testing.T) {
 				applies++
 			}
 		}
-		if byName["HTTP POST /v1/orders"] == nil || byName["eventstore.append"] == nil || byName["relay.publish"] == nil || applies < 2 {
+		if byName["HTTP POST /v1/orders"] == nil || byName["eventstore.append"] == nil || byName["relay.publish"] == nil || applies < 1 {
 			return false
 		}
 		if p := byName["eventstore.append"].Parent(); p.SpanID() != byName["HTTP POST /v1/orders"].SpanContext().SpanID() {
@@ -65,7 +65,7 @@ func TestTracingFollowsACommandThroughThePipeline(t *testing.T) {
 		}
 		return true
 	}) {
-		t.Fatalf("spans in the correlation's trace: %v; want the request, append, relay publish and two projection applies", names)
+		t.Fatalf("spans in the correlation's trace: %v; want the request, append, relay publish and the projection apply", names)
 	}
 	slices.Sort(names)
 	t.Logf("spans of trace %s: %v", trace.TraceID(want), names)
