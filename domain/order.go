@@ -347,7 +347,7 @@ func validCurrency(c string) bool {
 	return true
 }
 
-// CustomerOrderStats is the customer_order_stats read model of one
+// CustomerOrderStats is what GET /v1/customers/{id}/order-stats says of one
 // customer: how many orders it placed, how many are in each status, and its
 // lifetime value per currency in minor units: the totals of its orders that
 // are not canceled or unavailable.

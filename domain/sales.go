@@ -1,6 +1,6 @@
 package domain
 
-// DailySales is one row of the daily_sales read model: the orders placed
+// DailySales is one row of the daily sales (GET /v1/daily-sales): the orders placed
 // on one day (the UTC date of their OrderPlaced's OccurredAt) in one
 // currency. GrossCents is the sum of their subtotals (unit price times
 // quantity of every line) and FreightCents the sum of their freight, both

@@ -298,7 +298,7 @@ func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
 	return c.OrderUntil(ctx, id, domain.Bound{})
 }
 
-// DailySales returns the daily_sales read model summed over the UTC dates
+// DailySales returns the daily sales (summed from the order summaries) over the UTC dates
 // of from to to, both included, of one currency unless currency is empty
 // (GET /v1/daily-sales). An invalid range is an *Error wrapping
 // domain.ErrValidation.

@@ -23,7 +23,7 @@ type DailySalesReport struct {
 }
 
 // dailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
-// from the daily_sales read model. from and to are required, to is not
+// summed from the order summaries. from and to are required, to is not
 // before from and the range is at most maxSalesDays days; every invalid
 // parameter is listed in the 422.
 func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string) error {

@@ -34,7 +34,7 @@ type ReadModels interface {
 	Summary(ctx context.Context, orderID string) (domain.Order, error)
 	ListSummaries(ctx context.Context, customerID, status, after string, limit int) ([]domain.Order, error)
 	CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error)
-	// DailySales sums daily_sales over the UTC dates from to to, both
+	// DailySales sums the order summaries per purchase day over the UTC dates from to to, both
 	// included, of one currency unless currency is empty; rows sorted by
 	// day then currency.
 	DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error)

@@ -68,7 +68,7 @@ type OddOutcome struct {
 // counts orders whose read model equals the log fold, StatusOK those in
 // the expected final status; MismatchCount counts orders failing any
 // check. Unexpected and Mismatches list the first 10. Sales is the check
-// of the daily_sales read model against the orders' log folds.
+// of the daily sales against the orders' log folds.
 type Report struct {
 	Data, URL       string
 	CheckOnly       bool

@@ -17,7 +17,7 @@ const salesSpan = 366
 // a read model that is still behind.
 const salesPoll = 250 * time.Millisecond
 
-// SalesCheck is the check of the daily_sales read model: the days From to
+// SalesCheck is the check of the daily sales: the days From to
 // To (YYYY-MM-DD, both included) and Rows, the day and currency rows the
 // log folds give for them; MismatchCount counts the rows that differ in
 // the read model, Mismatches lists the first 10. Skipped says why the
@@ -31,7 +31,7 @@ type SalesCheck struct {
 }
 
 // salesOf sums the orders' log folds per UTC day of placement and
-// currency, as daily_sales does: orders, items, subtotals, freight, and
+// currency, as GET /v1/daily-sales does: orders, items, subtotals, freight, and
 // those now canceled or unavailable.
 func salesOf(folds []domain.Order) map[string]domain.DailySales {
 	rows := map[string]domain.DailySales{}
