@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // Task states.
@@ -216,26 +217,26 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 // It returns the pointer as stored. Errors: domain.ErrNotFound for an
 // unknown projection, domain.ErrNoPrevious when there is nothing to switch
 // back to, domain.ErrJobRunning while a rebuild runs, domain.ErrUnavailable.
-func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Pointer, error) {
-	if err := j.known(projection); err != nil {
-		return mongodb.Pointer{}, err
+func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer, error) {
+	if err := j.known(name); err != nil {
+		return projection.Pointer{}, err
 	}
 	id := newJobID()
-	if err := j.store.Lock(ctx, projection, id); err != nil {
-		return mongodb.Pointer{}, err
+	if err := j.store.Lock(ctx, name, id); err != nil {
+		return projection.Pointer{}, err
 	}
-	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), projection, id) }()
-	coll := j.defs[projection].Collection
-	ptr, err := j.pointers.Get(ctx, projection, coll, 0)
+	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), name, id) }()
+	coll := j.defs[name].Collection
+	ptr, err := j.pointers.Get(ctx, name, coll, 0)
 	if err != nil {
-		return mongodb.Pointer{}, err
+		return projection.Pointer{}, err
 	}
 	if ptr.Previous == "" {
-		return ptr, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+		return ptr, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious)
 	}
 	dropAfter, ok, err := j.pointers.DropAfter(ctx, ptr.Previous)
 	if err != nil {
-		return mongodb.Pointer{}, err
+		return projection.Pointer{}, err
 	}
 	if !ok {
 		dropAfter = j.now().Add(time.Minute)
@@ -244,14 +245,14 @@ func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Point
 	// collection left for ever; while it is still active the drop skips
 	// it.
 	if ptr.Active != "" {
-		if err := j.pointers.Retire(ctx, projection, ptr.Active, "switched back from", dropAfter); err != nil {
-			return mongodb.Pointer{}, err
+		if err := j.pointers.Retire(ctx, name, ptr.Active, "switched back from", dropAfter); err != nil {
+			return projection.Pointer{}, err
 		}
 	}
 	restored := ptr.Previous
-	ptr, err = j.pointers.Update(ctx, projection, coll, func(p *mongodb.Pointer) (bool, error) {
+	ptr, err = j.pointers.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
 		if p.Previous != restored {
-			return false, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious) // dropped meanwhile
+			return false, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious) // dropped meanwhile
 		}
 		from := p.ActiveVer()
 		p.Active, p.ActiveVersion, p.Previous, p.PreviousVersion = p.Previous, p.PreviousVer(), p.Active, p.ActiveVer()
@@ -264,10 +265,10 @@ func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Point
 	if err != nil {
 		return ptr, err
 	}
-	// The view under the projection's name follows at once; a failure
+	// The view under the name's name follows at once; a failure
 	// leaves the switch as it is, and the jobs workers' next pass over
 	// the views logs it and tries again.
-	_ = j.pointers.ShowLive(ctx, projection, coll)
+	_ = j.pointers.ShowLive(ctx, name, coll)
 	return ptr, j.pointers.Unretire(ctx, restored)
 }
 

@@ -70,7 +70,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
+	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
@@ -96,7 +96,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *projection.Pointer) (bool, error) {
 			if p.Shadow != job.Shadow {
 				return false, nil
 			}
@@ -297,7 +297,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
-		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
 			switch {
 			case p.Active == job.Shadow:
 				return false, nil // switched by another run of this finish
@@ -389,7 +389,7 @@ const abandonedShadowGrace = time.Minute
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != job.Shadow {
 			return false, nil
 		}

@@ -287,7 +287,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 60*time.Second, "abd", 4, 2)
 	const abandoned = "order_summaries_abandoned"
-	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *projection.Pointer) (bool, error) {
 		p.Shadow, p.ShadowJob = abandoned, "dead-job"
 		return true, nil
 	}); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // StartVerify creates a verify job of projection's active collection;
@@ -39,7 +40,7 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 
 // activeIs checks that ptr's active collection is of version v. Errors:
 // domain.ErrNotBuilt, domain.ErrOtherVersion.
-func activeIs(ptr mongodb.Pointer, v int) error {
+func activeIs(ptr projection.Pointer, v int) error {
 	if ptr.Generation == 0 {
 		return nil // no pointer document: the base collection, of any version
 	}

@@ -168,7 +168,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
 	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{v2.Name: jobs.DefOf(sums2)})
 	// The store as a v1 service left it.
-	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *projection.Pointer) (bool, error) {
 		p.ActiveVersion = v1.Ver()
 		return true, nil
 	}); err != nil {
@@ -238,7 +238,7 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 3*time.Minute, "sup", 20, 3)
 	cur, next := projection.OrderSummaries, projection.OrderSummaries
 	next.Version = cur.Ver() + 1
-	if _, err := k.ps.Update(ctx, cur.Name, cur.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, cur.Name, cur.Collection, func(p *projection.Pointer) (bool, error) {
 		p.ActiveVersion = cur.Ver()
 		return true, nil
 	}); err != nil {
@@ -257,7 +257,7 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != domain.StateCanceled || got.Streams != 0 {
 		t.Fatalf("the stuck rebuild of version %d: %+v; want canceled, nothing scanned", cur.Ver(), got)
 	}
-	var ptr mongodb.Pointer
+	var ptr projection.Pointer
 	projectiontest.WaitFor(t, 2*time.Minute, "the next version built and switched", func() error {
 		if ptr, err = k.sums.Pointer(ctx, 0); err != nil {
 			return err

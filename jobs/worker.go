@@ -76,7 +76,7 @@ func (c *WorkerConfig) setDefaults() {
 type Projection interface {
 	Name() string
 	Version() int // of the definition this process folds
-	Pointer(ctx context.Context, maxAge time.Duration) (mongodb.Pointer, error)
+	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
 	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
 	Verify(ctx context.Context, coll string, log mongodb.Scanner, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)

@@ -81,7 +81,7 @@ func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
 }
 
 // forget drops the stores of collections the pointer no longer names.
-func (p *Projection[D]) forget(ptr Pointer) {
+func (p *Projection[D]) forget(ptr projection.Pointer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.stores {
@@ -106,7 +106,7 @@ func (p *Projection[D]) Purge() {
 }
 
 // Pointer returns the projection's pointer, at most maxAge old.
-func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
+func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error) {
 	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
 }
 
@@ -156,7 +156,7 @@ func (p *Projection[D]) EnsurePointer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.def.Collection, Translate(err))
 	}
-	first := Pointer{Projection: p.def.Name, Active: p.def.Collection, ActiveVersion: 1, Generation: 1}
+	first := projection.Pointer{Projection: p.def.Name, Active: p.def.Collection, ActiveVersion: 1, Generation: 1}
 	if n == 0 {
 		commits, err := p.db.Collection(CommitsCollection).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
 		if err != nil {

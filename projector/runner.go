@@ -108,7 +108,7 @@ type Runner struct {
 	// versionLeases returns the member and partition leases of another
 	// version key of the projection (retireVersions).
 	versionLeases func(key string) (*mongodb.Members, *mongodb.Partitions)
-	pointer       func(context.Context) (mongodb.Pointer, error)
+	pointer       func(context.Context) (projection.Pointer, error)
 	store         applier
 	js            jetstream.JetStream
 	dead          DeadLetterStore
@@ -191,7 +191,7 @@ func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead Dea
 		versionLeases: func(key string) (*mongodb.Members, *mongodb.Partitions) {
 			return mongodb.NewMembers(p.Database(), key, cfg.Owner, cfg.LeaseTTL), mongodb.NewPartitions(p.Database(), key)
 		},
-		pointer: func(ctx context.Context) (mongodb.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
+		pointer: func(ctx context.Context) (projection.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 }

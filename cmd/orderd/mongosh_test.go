@@ -72,7 +72,7 @@ func TestMongoshQueries(t *testing.T) {
 	}) {
 		t.Fatalf("order_summaries after the rebuild and its grace: %+v; want a view", view)
 	}
-	var pointer mongodb.Pointer
+	var pointer projection.Pointer
 	if err := db.Collection(mongodb.PointersCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "order_summaries"}}).Decode(&pointer); err != nil {
 		t.Fatalf("pointer: %v", err)
 	}
