@@ -11,7 +11,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -57,7 +56,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, Version: def.ver(), State: domain.StateQueued, CreatedAt: now,
 		Partitions: partitions, Shadow: projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")}
 	// Its scan records the sums of what it writes beside the shadow, in
-	// mongodb.SumsCollection(job.Shadow), which is dropped with the job.
+	// projection.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
 	tasks := []domain.Task{
@@ -78,7 +77,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
-			if err := j.pointers.Retire(ctx, name, mongodb.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
+			if err := j.pointers.Retire(ctx, name, projection.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
 		}
@@ -259,7 +258,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
 		t := c.task
-		progress := func(p mongodb.VerifyProgress) error {
+		progress := func(p projection.VerifyProgress) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
 		}
@@ -365,7 +364,7 @@ func summed(job domain.Job) bool {
 // period, so that neither a crash before the drop nor a batch a deposed
 // scan owner writes after it can leave them behind.
 func (w *Worker) dropSums(ctx context.Context, m Projection, job domain.Job) error {
-	sums := mongodb.SumsCollection(job.Shadow)
+	sums := projection.SumsCollection(job.Shadow)
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, sums, "sums of rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
@@ -407,7 +406,7 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 		return err
 	}
 	// Its scan may still write the sums until it reaches a checkpoint.
-	if err := w.jobs.pointers.Retire(ctx, job.Projection, mongodb.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
+	if err := w.jobs.pointers.Retire(ctx, job.Projection, projection.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
 	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {

@@ -306,7 +306,7 @@ func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
 		t.Errorf("the abandoned shadow is dropped after %v, %v after the new rebuild started; want a grace", retired.DropAfter, retired.DropAfter.Sub(started))
 	}
-	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(abandoned)}}).Decode(&retired); err != nil {
+	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: projection.SumsCollection(abandoned)}}).Decode(&retired); err != nil {
 		t.Fatalf("the abandoned shadow's sums are not on the drop list: %v", err)
 	}
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
@@ -336,7 +336,7 @@ func TestRebuildCancel(t *testing.T) {
 		}
 		return nil
 	})
-	sums := mongodb.SumsCollection(job.Shadow)
+	sums := projection.SumsCollection(job.Shadow)
 	if n, err := db.Collection(sums).CountDocuments(ctx, bson.D{}); err != nil || n == 0 {
 		t.Errorf("sums of the scan under way: %d, %v", n, err)
 	}
@@ -593,7 +593,7 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 		}
 		return nil
 	})
-	shadow, sums := db.Collection(job.Shadow), db.Collection(mongodb.SumsCollection(job.Shadow))
+	shadow, sums := db.Collection(job.Shadow), db.Collection(projection.SumsCollection(job.Shadow))
 	if n, err := sums.CountDocuments(ctx, bson.D{}); err != nil || n != int64(len(f.IDs)) {
 		t.Fatalf("sums recorded by the scan: %d, %v; want %d", n, err, len(f.IDs))
 	}
@@ -653,12 +653,12 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 			t.Errorf("summary %s after the switch: %s, want the fold of its log %s", id, projectiontest.Dump(got), projectiontest.Dump(want))
 		}
 	}
-	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: mongodb.SumsCollection(job.Shadow)}})
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.SumsCollection(job.Shadow)}})
 	if err != nil || len(names) != 0 {
 		t.Errorf("sums after the rebuild succeeded: %v %v, want dropped", names, err)
 	}
 	// And on the drop list, should a late batch write them again.
-	if err := db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(job.Shadow)}}).Err(); err != nil {
+	if err := db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: projection.SumsCollection(job.Shadow)}}).Err(); err != nil {
 		t.Errorf("sums on the drop list: %v", err)
 	}
 }

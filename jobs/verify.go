@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -70,7 +69,7 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 	}
 	t := c.task
 	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
-	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p mongodb.VerifyProgress) error {
+	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p projection.VerifyProgress) error {
 		t.Events, t.Streams, t.Commits, t.Cursor = p.Events, p.Streams, p.Commits, p.Cursor
 		return w.progress(ctx, c, &t)
 	})

@@ -132,7 +132,7 @@ func TestSwitchBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(dropped)
-	if want := []string{"order_summaries", mongodb.SumsCollection(job.Shadow)}; after.Previous != "" || after.Active != job.Shadow || !slices.Equal(dropped, want) {
+	if want := []string{"order_summaries", projection.SumsCollection(job.Shadow)}; after.Previous != "" || after.Active != job.Shadow || !slices.Equal(dropped, want) {
 		t.Errorf("after the grace: pointer %+v, dropped %v; want %s active, %v dropped", after, dropped, job.Shadow, want)
 	}
 	if _, err := k.jobs.SwitchBack(ctx, name); !errors.Is(err, domain.ErrNoPrevious) {

@@ -78,9 +78,9 @@ type Projection interface {
 	Version() int // of the definition this process folds
 	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
-	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
-	Verify(ctx context.Context, coll string, log mongodb.Scanner, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
-	VerifySums(ctx context.Context, coll string, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
+	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
+	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
+	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
 	DropSums(ctx context.Context, shadow string) error
 }
 

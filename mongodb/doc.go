@@ -112,7 +112,7 @@
 // (invariant 5). A rebuild fills the shadow with Projection.WriteFolds,
 // whose inserts meet the documents live projectors wrote through the
 // version guard, and which records each document's version and hash in
-// the shadow's SumsCollection. Verify folds every stream and compares it
+// the shadow's projection.SumsCollection. Verify folds every stream and compares it
 // with the read model, reporting missing, stale, extra and different
 // documents with AdHash digests; with repair it rewrites only those.
 // VerifySums, the rebuild's check before its switch, compares the shadow

@@ -45,7 +45,7 @@ func TestVerifySumsFindsWhatDiffersFromTheScan(t *testing.T) {
 					t.Fatalf("WriteFolds: %v", err)
 				}
 			}
-			sums := db.Collection(mongodb.SumsCollection(shadow))
+			sums := db.Collection(projection.SumsCollection(shadow))
 			var sum struct {
 				Version int64  `bson:"version"`
 				Hash    []byte `bson:"hash"`

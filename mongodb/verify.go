@@ -15,21 +15,8 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// Scanner reads the event log stream by stream in log order (the events
-// of each stream of r, in version order); EventStore implements it.
-type Scanner interface {
-	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
-}
-
 // examplesPerKind bounds the examples of each kind in a report.
 const examplesPerKind = 5
-
-// VerifyProgress is reported while a verify runs: streams, events and
-// commits of the log read so far, and the last stream read.
-type VerifyProgress struct {
-	Streams, Events, Commits int64
-	Cursor                   string
-}
 
 // docKey is what a verify keeps of each read-model document while it
 // scans the log: 8 bytes of its id's hash, so the memory does not hold the
@@ -57,7 +44,7 @@ var idKey = func(seed maphash.Seed, id string) docKey { return docKey(maphash.St
 // Errors: domain.ErrPointerMoved (wrapped) when a repair finds coll no
 // longer named by the pointer (the verify stops there, having written
 // nothing more), progress's, the log's and the store's.
-func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
+func (p *Projection[D]) Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error) {
 	s := p.ReadModel(coll)
 	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
 	seed := maphash.MakeSeed()
@@ -68,7 +55,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	}
 	var expected projection.Digest
 	var suspects []string
-	var pr VerifyProgress
+	var pr projection.VerifyProgress
 	err = log.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
 		rep.Streams++
 		rep.Events += int64(len(st.Events))
