@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Projection is one read model as the service runs it: its projection.Definition, the
@@ -65,6 +66,18 @@ func (p *Projection[D]) Collection() string { return p.def.Collection }
 // pointer: what feeds the projection keeps its own state (partition
 // leases) beside them, so that it lives and goes with the read model.
 func (p *Projection[D]) Database() *mongo.Database { return p.db }
+
+// Partitions returns the partition leases of the projection's version key
+// (projection.Definition.Key), kept in its database.
+func (p *Projection[D]) Partitions(key string) projector.Partitions {
+	return NewPartitions(p.db, key)
+}
+
+// Members returns the members feeding the projection's version key, from
+// the side of owner, whose heartbeats last ttl, kept in its database.
+func (p *Projection[D]) Members(key, owner string, ttl time.Duration) projector.Members {
+	return NewMembers(p.db, key, owner, ttl)
+}
 
 // ReadModel returns the read model in collection coll of this projection.
 func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {

@@ -4,11 +4,12 @@ import (
 	"context"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // DeadLetterStore keeps the events a projection could not apply. The
-// MongoDB adapter's *mongodb.DeadLetters implements it.
+// MongoDB adapter's *mongodb.DeadLetters implements it. Besides the
+// errors named below, each method fails with domain.ErrUnavailable when
+// the store cannot be reached.
 type DeadLetterStore interface {
 	// Park stores d; parking the same event again overwrites it.
 	Park(ctx context.Context, d domain.DeadLetter) error
@@ -18,5 +19,3 @@ type DeadLetterStore interface {
 	// success; domain.ErrNotFound for an unknown id.
 	Retry(ctx context.Context, id string, apply func(context.Context, []domain.Event) error) error
 }
-
-var _ DeadLetterStore = (*mongodb.DeadLetters)(nil)

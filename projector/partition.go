@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // DefaultPartitions is how many partitions a projection's events are
@@ -15,7 +14,9 @@ const DefaultPartitions = 16
 // Partitions are the leases of one projection's partitions, numbered from
 // 0 (invariant 6): each is held by one process at a time, under an epoch
 // that every claim raises, so a deposed holder's renewal and release are
-// refused. *mongodb.Partitions implements it.
+// refused. The MongoDB adapter's *mongodb.Partitions implements it. Its
+// errors are domain.ErrUnavailable when the store cannot be reached, and
+// those named below.
 type Partitions interface {
 	// Ensure creates the leases of partitions 0..n-1 that do not exist.
 	Ensure(ctx context.Context, n int) error
@@ -32,13 +33,15 @@ type Partitions interface {
 	// Release frees a lease; domain.ErrLeaseLost when it had passed to
 	// another ownership.
 	Release(ctx context.Context, lease domain.Lease) error
+	// Remove deletes the leases of every partition, for a version of the
+	// projection that no process runs any more.
+	Remove(ctx context.Context) error
 }
-
-var _ Partitions = (*mongodb.Partitions)(nil)
 
 // Members are the processes consuming one projection's partitions, from
 // one process's side: each heartbeats for one lease TTL, and the live ones
-// share the partitions. *mongodb.Members implements it.
+// share the partitions. The MongoDB adapter's *mongodb.Members implements
+// it; its errors are domain.ErrUnavailable.
 type Members interface {
 	// Heartbeat announces this process as a live member for one TTL,
 	// with what it applied in the partitions it holds.
@@ -49,8 +52,6 @@ type Members interface {
 	// owner.
 	Live(ctx context.Context) ([]domain.Member, error)
 }
-
-var _ Members = (*mongodb.Members)(nil)
 
 // fairShare is how many of n partitions the member at index i of m live
 // members (sorted by owner) should hold: n/m, plus one for the first n%m
