@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // errLeaseLost: this runner's lease ran out before a renewal got through
@@ -15,7 +14,10 @@ var errLeaseLost = domain.ErrLeaseLost
 
 // TaskLeases holds the tasks' leases (invariant 6): a task is claimed at
 // the epoch it was read at, and each of its runner's writes is fenced by
-// the claim's epoch. *mongodb.Tasks implements it.
+// the claim's epoch. The MongoDB adapter's *mongodb.Tasks implements it.
+// Every method fails with domain.ErrUnavailable when the store cannot be
+// reached, and those taking a lease with domain.ErrLeaseLost when it has
+// passed to another claim.
 type TaskLeases interface {
 	// Claim claims t, as read, for holder for ttl and moves it to state;
 	// false and no error when another runner holds it or got it first.
@@ -29,8 +31,6 @@ type TaskLeases interface {
 	// Release gives the task back for any runner to claim at once.
 	Release(ctx context.Context, lease domain.Lease, errMsg string) error
 }
-
-var _ TaskLeases = (*mongodb.Tasks)(nil)
 
 // claim is one runner's hold on a task (invariant 6). A task carries an
 // epoch; claiming it is one update filtered on {_id, epoch: e, lease_until

@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -38,7 +37,8 @@ const (
 // EventLog is the event log as the jobs read it: a stream's events, a scan in
 // log order, the number of commits, and the stream ids that cut the log
 // into n ranges of about equal commits (a rebuild's partitions).
-// mongodb.EventStore implements it.
+// The MongoDB adapter's *mongodb.EventStore implements it. Errors:
+// domain.ErrUnavailable, and Scan returns fn's.
 type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
@@ -50,7 +50,7 @@ type EventLog interface {
 type Jobs struct {
 	store    Store
 	leases   TaskLeases
-	pointers *mongodb.Pointers
+	pointers Pointers
 	events   EventLog
 	defs     map[string]Def // by projection name
 	now      func() time.Time
@@ -78,7 +78,7 @@ func DefOf(p interface {
 // (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), for the
 // projections named in defs, whose pointer documents ps keeps, reading
 // events.
-func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]Def) *Jobs {
+func New(store Store, leases TaskLeases, ps Pointers, events EventLog, defs map[string]Def) *Jobs {
 	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
@@ -306,12 +306,11 @@ func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, 
 }
 
 // DeadLetterCounter counts a projection's dead letters. The MongoDB
-// adapter's *mongodb.DeadLetters implements it.
+// adapter's *mongodb.DeadLetters implements it. Errors:
+// domain.ErrUnavailable.
 type DeadLetterCounter interface {
 	Count(ctx context.Context, projection string) (int64, error)
 }
-
-var _ DeadLetterCounter = (*mongodb.DeadLetters)(nil)
 
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the

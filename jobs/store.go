@@ -4,11 +4,12 @@ import (
 	"context"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // Store keeps the jobs, their tasks and the rebuild locks.
-// *mongodb.Jobs implements it; the tasks' leases are TaskLeases'.
+// The MongoDB adapter's *mongodb.Jobs implements it; the tasks' leases
+// are TaskLeases'. Besides the errors named below, every method fails
+// with domain.ErrUnavailable when the store cannot be reached.
 type Store interface {
 	// InsertJob stores a new job.
 	InsertJob(ctx context.Context, job domain.Job) error
@@ -48,5 +49,3 @@ type Store interface {
 	// false when none does.
 	LockHolder(ctx context.Context, projection string) (string, bool, error)
 }
-
-var _ Store = (*mongodb.Jobs)(nil)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -72,22 +71,37 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: *mongodb.Projection[D] implements it.
+// type: the MongoDB adapter's *mongodb.Projection[D] implements it. coll
+// names one of the projection's collections (a pointer's active or
+// shadow). Every method fails with domain.ErrUnavailable when the store
+// cannot be reached.
 type Projection interface {
-	Name() string
-	Version() int // of the definition this process folds
+	Name() string // projection.Definition.Name
+	Version() int // of the definition this process folds (projection.Definition.Ver)
+	// Pointer returns the projection's pointer, read from the store unless
+	// this process read it less than maxAge ago.
 	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	// EnsureCollectionIndexes creates the projection's indexes on coll.
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
+	// WriteFolds folds each stream of a rebuild's batch into coll through
+	// the version guard, and records each document's version and hash in
+	// projection.SumsCollection(coll). A stream that cannot be folded is
+	// counted as poison, not an error.
 	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
+	// Verify compares coll with the fold of the log and, with repair,
+	// rewrites what differs; progress (nil: none) is called as it goes,
+	// and its error stops the verify. Errors: domain.ErrPointerMoved
+	// (wrapped) when a repair finds coll no longer named by the pointer,
+	// progress's and the log's.
 	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
+	// VerifySums is Verify against the sums a rebuild recorded in
+	// projection.SumsCollection(coll), folding again only the documents
+	// that do not match them. Errors: as Verify's.
 	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error)
+	// DropSums drops projection.SumsCollection(shadow); one that does
+	// not exist is no error.
 	DropSums(ctx context.Context, shadow string) error
 }
-
-var (
-	_ Projection = (*mongodb.Projection[domain.Order])(nil)
-	_ Projection = (*mongodb.Projection[projection.Contribution])(nil)
-)
 
 // Worker runs the jobs' tasks: any number of instances may run a
 // Worker; each task is run by exactly one of them at a time (see claim),
