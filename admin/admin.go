@@ -9,8 +9,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -37,29 +35,27 @@ type Config struct {
 	Metrics prometheus.Gatherer
 }
 
-// Relay is the outbox relay's state as the store holds it.
+// Relay is the outbox relay's state as the store holds it: its lease and
+// checkpoint. Errors: domain.ErrUnavailable.
 type Relay interface {
 	Status(ctx context.Context) (domain.RelayStatus, error)
 }
 
 // DeadLetters lists the parked events of a projection (all with ""), up to
 // limit, and counts them (jobs.DeadLetterCounter): the MongoDB adapter's
-// *mongodb.DeadLetters implements it.
+// *mongodb.DeadLetters implements it. Errors: domain.ErrUnavailable.
 type DeadLetters interface {
 	jobs.DeadLetterCounter
 	List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
 }
 
 // ReadModel is a projection as the order page of the console sees it:
-// *mongodb.Projection implements it.
+// the MongoDB adapter's *mongodb.Projection implements it.
 type ReadModel interface {
+	// Check compares the document of stream id with the fold of its log.
+	// Errors: domain.ErrUnavailable.
 	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
 }
-
-var (
-	_ ReadModel = (*mongodb.Projection[domain.Order])(nil)
-	_ ReadModel = (*mongodb.Projection[projection.Contribution])(nil)
-)
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
 // jobs, the projections' state and the dead letters.

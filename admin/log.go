@@ -7,20 +7,26 @@ import (
 	"sync"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
-// Log is the event log as the log browser reads it: *mongodb.EventStore
-// implements it.
+// Log is the event log as the log browser reads it: the MongoDB adapter's
+// *mongodb.EventStore implements it. Every method fails with
+// domain.ErrUnavailable when the store cannot be reached.
 type Log interface {
+	// Browse returns a page of the commits q selects, newest first.
 	Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
+	// LogCommit returns commit id, and false when there is none.
 	LogCommit(ctx context.Context, id string) (domain.LogCommit, bool, error)
+	// Tail calls fn with the commits recorded after the position after
+	// (nil: from when it opens), in commit order, up to batch at a time,
+	// with next, the position after them; with no commits once open and
+	// whenever about a second passes without one. It returns fn's error,
+	// ctx's, or domain.ErrHistoryLost (wrapped) when it cannot resume from
+	// after.
 	Tail(ctx context.Context, after []byte, batch int, fn func(commits []domain.RecordedCommit, next []byte) error) error
 }
 
-var _ Log = (*mongodb.EventStore)(nil)
-
-// Log returns a page of the log, newest first (mongodb.EventStore.Browse).
+// Log returns a page of the log, newest first (Log.Browse).
 func (a *Service) Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	if a.log == nil {
 		return domain.LogPage{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
@@ -135,7 +141,7 @@ func (t *tail) run(ctx context.Context, log Log) {
 			return nil
 		}
 		for i := range commits {
-			c := mongodb.LogCommitOf(commits[i])
+			c := logCommitOf(commits[i])
 			for s := range t.subs {
 				t.send(s, &c)
 			}
@@ -176,4 +182,18 @@ func (t *tail) drop(s *tailSub, err error) {
 	delete(t.subs, s)
 	s.err = err
 	close(s.gone)
+}
+
+// logCommitOf is how the log browser shows a commit the relay's change
+// stream delivered (domain.RecordedCommit) before it is read back.
+func logCommitOf(c domain.RecordedCommit) domain.LogCommit {
+	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
+	if c.Err != nil {
+		out.Error = c.Err.Error()
+	}
+	if len(c.Events) > 0 {
+		out.StreamType = c.Events[0].StreamType
+		out.FirstVersion, out.LastVersion = c.Events[0].Version, c.Events[len(c.Events)-1].Version
+	}
+	return out
 }

@@ -105,20 +105,6 @@ func (s *EventStore) LogCommit(ctx context.Context, id string) (c domain.LogComm
 	return logCommitOf(raw), true, nil
 }
 
-// LogCommitOf is how the log browser shows a commit the relay's change
-// stream delivered (domain.RecordedCommit) before it is read back.
-func LogCommitOf(c domain.RecordedCommit) domain.LogCommit {
-	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
-	if c.Err != nil {
-		out.Error = c.Err.Error()
-	}
-	if len(c.Events) > 0 {
-		out.StreamType = c.Events[0].StreamType
-		out.FirstVersion, out.LastVersion = c.Events[0].Version, c.Events[len(c.Events)-1].Version
-	}
-	return out
-}
-
 // logCommitOf decodes a stored commit; one that does not decode keeps its
 // id and stream, with the decoder's error.
 func logCommitOf(raw bson.Raw) domain.LogCommit {
