@@ -9,6 +9,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -38,7 +39,7 @@ type Config struct {
 // Relay is the outbox relay's state as the store holds it: its lease and
 // checkpoint. Errors: domain.ErrUnavailable.
 type Relay interface {
-	Status(ctx context.Context) (domain.RelayStatus, error)
+	Status(ctx context.Context) (outbox.RelayStatus, error)
 }
 
 // DeadLetters lists the parked events of a projection (all with ""), up to
@@ -193,9 +194,9 @@ func (a *Service) runner(name string) *projector.Runner {
 
 // Relay returns the relay's owner, lease and checkpoint (zero before any
 // relay started, or when the service was built without a Relay).
-func (a *Service) Relay(ctx context.Context) (domain.RelayStatus, error) {
+func (a *Service) Relay(ctx context.Context) (outbox.RelayStatus, error) {
 	if a.relay == nil {
-		return domain.RelayStatus{}, nil
+		return outbox.RelayStatus{}, nil
 	}
 	return a.relay.Status(ctx)
 }

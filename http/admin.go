@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/outbox"
 )
 
 // Admin is the operator side (the repair jobs and dead letters). Methods
@@ -30,7 +31,7 @@ type Admin interface {
 	CancelJob(ctx context.Context, id string) (domain.Job, error)
 	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
 	// Relay returns the outbox relay's owner, lease and checkpoint.
-	Relay(ctx context.Context) (domain.RelayStatus, error)
+	Relay(ctx context.Context) (outbox.RelayStatus, error)
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
 	// ReadModels returns each read model's document of an order beside

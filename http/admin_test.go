@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/outbox"
 )
 
 // adminToken is the bearer token of the admin test servers.
@@ -44,7 +45,7 @@ type fakeAdmin struct {
 	dead     map[string]error    // dead letter id -> what a retry returns
 	letters  []domain.DeadLetter // listed by DeadLetters
 	statuses []domain.ProjectionStatus
-	relay    domain.RelayStatus
+	relay    outbox.RelayStatus
 	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
 	err      error                              // returned by Projections when set
 	calls    []adminCall
@@ -223,7 +224,7 @@ func (f *fakeAdmin) Projections(context.Context) ([]domain.ProjectionStatus, err
 	return append([]domain.ProjectionStatus{}, f.statuses...), nil
 }
 
-func (f *fakeAdmin) Relay(context.Context) (domain.RelayStatus, error) {
+func (f *fakeAdmin) Relay(context.Context) (outbox.RelayStatus, error) {
 	return f.relay, nil
 }
 
@@ -872,7 +873,7 @@ func TestAdminProjections(t *testing.T) {
 	e.admin.statuses[0].ConsumerLag = &lag
 	e.admin.statuses[0].DeadLetters = 2
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	e.admin.relay = domain.RelayStatus{Owner: "relay-1", Epoch: 3, LeaseUntil: at.Add(10 * time.Second),
+	e.admin.relay = outbox.RelayStatus{Owner: "relay-1", Epoch: 3, LeaseUntil: at.Add(10 * time.Second),
 		CheckpointRecordedAt: at.Add(-time.Second), CheckpointSavedAt: at}
 	rec := e.call(t, http.MethodGet, "/v1/admin/projections", "")
 	if rec.Code != http.StatusOK {
@@ -881,7 +882,7 @@ func TestAdminProjections(t *testing.T) {
 	wantJSON(t, rec)
 	var body struct {
 		Projections []domain.ProjectionStatus `json:"projections"`
-		Relay       domain.RelayStatus        `json:"relay"`
+		Relay       outbox.RelayStatus        `json:"relay"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.DisallowUnknownFields()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
+	"github.com/orderd/orderd/outbox"
 )
 
 // The admin routes answer 401 (/problems/unauthorized) without the
@@ -25,9 +26,9 @@ func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, er
 
 // Relay returns the outbox relay's owner, lease and checkpoint, as the
 // projections' route answers them (GET /v1/admin/projections).
-func (c *Client) Relay(ctx context.Context) (domain.RelayStatus, error) {
+func (c *Client) Relay(ctx context.Context) (outbox.RelayStatus, error) {
 	var list struct {
-		Relay domain.RelayStatus `json:"relay"`
+		Relay outbox.RelayStatus `json:"relay"`
 	}
 	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
 	return list.Relay, err

@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/outbox"
 )
 
 // LeasesCollection holds the named leases, one document per lease:
@@ -441,18 +442,18 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.
 }
 
 // Status returns the lease's holder and deadline and its checkpoint's
-// times, as stored (domain.RelayStatus); zero when the lease has no
+// times, as stored (outbox.RelayStatus); zero when the lease has no
 // document. Errors: domain.ErrUnavailable.
-func (l *Lease) Status(ctx context.Context) (domain.RelayStatus, error) {
+func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
 	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.RelayStatus{}, nil
+		return outbox.RelayStatus{}, nil
 	}
 	if err != nil {
-		return domain.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
+		return outbox.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
 	}
 	lease := l.leases.decode(raw)
-	st := domain.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
+	st := outbox.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
 	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
 	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
 	return st, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/outbox"
 )
 
 // statusErrorWidth is how many characters of a projection's last error
@@ -127,7 +128,7 @@ func Status(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // printRelay writes the relay's line: who holds its lease, and how far
 // its checkpoint has come.
-func printRelay(w io.Writer, r domain.RelayStatus, now time.Time) error {
+func printRelay(w io.Writer, r outbox.RelayStatus, now time.Time) error {
 	if r.Owner == "" {
 		_, err := fmt.Fprintln(w, "\nRELAY  no relay has run on this log yet: start an instance with the relay role")
 		return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/outbox"
 )
 
 // statusRows reads the table "orderd status" printed: for each projection,
@@ -143,13 +144,13 @@ func TestStatusTable(t *testing.T) {
 func TestPrintRelay(t *testing.T) {
 	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
-		relay domain.RelayStatus
+		relay outbox.RelayStatus
 		want  []string
 	}{
-		{domain.RelayStatus{}, []string{"no relay has run", "relay role"}},
-		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(7 * time.Second), CheckpointRecordedAt: now.Add(-3 * time.Second), CheckpointSavedAt: now.Add(-time.Second)},
+		{outbox.RelayStatus{}, []string{"no relay has run", "relay role"}},
+		{outbox.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(7 * time.Second), CheckpointRecordedAt: now.Add(-3 * time.Second), CheckpointSavedAt: now.Add(-time.Second)},
 			[]string{"held by api-1 (epoch 4, lease for 7s more)", "2026-11-27T09:59:57Z (3s ago)", "saved 1s ago"}},
-		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(-time.Minute), CheckpointRecordedAt: now.Add(-2 * time.Minute), CheckpointSavedAt: now.Add(-2 * time.Minute)},
+		{outbox.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(-time.Minute), CheckpointRecordedAt: now.Add(-2 * time.Minute), CheckpointSavedAt: now.Add(-2 * time.Minute)},
 			[]string{"held by nobody (last api-1", "relay role running?", "(2m ago)"}},
 	} {
 		var b bytes.Buffer
