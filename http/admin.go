@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/outbox"
 )
@@ -55,7 +56,7 @@ type Admin interface {
 	TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error
 	// History returns the projections' and the relay's samples kept by
 	// the admin service, oldest first.
-	History(ctx context.Context) (domain.History, error)
+	History(ctx context.Context) (admin.History, error)
 }
 
 // bearer admits requests carrying "Authorization: Bearer <token>". The

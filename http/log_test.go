@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -26,7 +27,7 @@ type fakeLog struct {
 	// with tailErr when tail is closed. Unset, TailLog opens and returns.
 	tail    chan *domain.LogCommit
 	tailErr error
-	history domain.History
+	history admin.History
 }
 
 func (f *fakeAdmin) Log(_ context.Context, q domain.LogQuery) (domain.LogPage, error) {
@@ -67,7 +68,7 @@ func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*domain.LogCommit) erro
 	}
 }
 
-func (f *fakeAdmin) History(context.Context) (domain.History, error) {
+func (f *fakeAdmin) History(context.Context) (admin.History, error) {
 	defer f.call(adminCall{Method: "History"})()
 	return f.logs.history, nil
 }
@@ -242,9 +243,9 @@ func TestLogTail(t *testing.T) {
 func TestHistoryRoute(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	lag, age := uint64(4), 1.5
-	e.admin.logs.history = domain.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []domain.HistorySample{{
-		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []domain.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
-		Relay: domain.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
+	e.admin.logs.history = admin.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []admin.HistorySample{{
+		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []admin.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
+		Relay: admin.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
 	rec := e.call(t, http.MethodGet, "/v1/admin/history", "")
 	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {

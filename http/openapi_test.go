@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 )
@@ -288,10 +289,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 			Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta}}, Error: "e"}
 	logPage := domain.LogPage{Commits: []domain.LogCommit{logCommit}, Next: "n"}
 	age, rate := 1.5, 2.0
-	projSample := domain.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
-	relaySample := domain.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
-	sample := domain.HistorySample{At: at, Projections: []domain.ProjectionSample{projSample}, Relay: relaySample}
-	history := domain.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []domain.HistorySample{sample}}
+	projSample := admin.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
+	relaySample := admin.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
+	sample := admin.HistorySample{At: at, Projections: []admin.ProjectionSample{projSample}, Relay: relaySample}
+	history := admin.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []admin.HistorySample{sample}}
 	problem := orderhttp.Problem{Type: "/problems/validation", Title: "t", Status: 422, Detail: "d",
 		Errors: []domain.FieldError{{Field: "f", Detail: "d"}}}
 
@@ -326,10 +327,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"ReadModelCheck", check, domain.ReadModelCheck{}},
 		{"LogCommit", logCommit, domain.LogCommit{}},
 		{"LogPage", logPage, domain.LogPage{}},
-		{"History", history, domain.History{}},
-		{"HistorySample", sample, domain.HistorySample{}},
-		{"ProjectionSample", projSample, domain.ProjectionSample{}},
-		{"RelaySample", relaySample, domain.RelaySample{}},
+		{"History", history, admin.History{}},
+		{"HistorySample", sample, admin.HistorySample{}},
+		{"ProjectionSample", projSample, admin.ProjectionSample{}},
+		{"RelaySample", relaySample, admin.RelaySample{}},
 	} {
 		s := componentSchema(doc, c.schema)
 		if s == nil {
