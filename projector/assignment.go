@@ -51,7 +51,7 @@ func (r *Runner) step(ctx context.Context) {
 		return
 	}
 	r.joined = true
-	var live []domain.Member
+	var live []Member
 	var leases []domain.Lease
 	_, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
 		var err error

@@ -45,12 +45,12 @@ type Partitions interface {
 type Members interface {
 	// Heartbeat announces this process as a live member for one TTL,
 	// with what it applied in the partitions it holds.
-	Heartbeat(ctx context.Context, reports []domain.PartitionReport) error
+	Heartbeat(ctx context.Context, reports []PartitionReport) error
 	// Leave removes this process from the members at once.
 	Leave(ctx context.Context) error
 	// Live returns the members whose heartbeat has not expired, sorted by
 	// owner.
-	Live(ctx context.Context) ([]domain.Member, error)
+	Live(ctx context.Context) ([]Member, error)
 }
 
 // fairShare is how many of n partitions the member at index i of m live

@@ -178,12 +178,12 @@ type ownership struct {
 
 // stats returns what this process applied in each partition it holds
 // since its claim, and per second since the previous call.
-func (r *Runner) stats() []domain.PartitionReport {
+func (r *Runner) stats() []PartitionReport {
 	now := time.Now()
-	var out []domain.PartitionReport
+	var out []PartitionReport
 	for _, p := range r.ownedPartitions() {
 		tn := r.ownership(p)
-		st := domain.PartitionReport{Partition: p, Applied: tn.applied.Load()}
+		st := PartitionReport{Partition: p, Applied: tn.applied.Load()}
 		if d := now.Sub(tn.ratedAt).Seconds(); d > 0 {
 			st.Rate = float64(st.Applied-tn.ratedApplied) / d
 		}

@@ -105,7 +105,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 	if err != nil {
 		return nil, err
 	}
-	reported := map[string]domain.PartitionReport{} // owner/partition
+	reported := map[string]PartitionReport{} // owner/partition
 	for _, m := range members {
 		for _, st := range m.Partitions {
 			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
