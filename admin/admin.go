@@ -47,7 +47,7 @@ type Relay interface {
 // *mongodb.DeadLetters implements it. Errors: domain.ErrUnavailable.
 type DeadLetters interface {
 	jobs.DeadLetterCounter
-	List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
+	List(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
 }
 
 // ReadModel is a projection as the order page of the console sees it:
@@ -201,7 +201,7 @@ func (a *Service) Relay(ctx context.Context) (outbox.RelayStatus, error) {
 	return a.relay.Status(ctx)
 }
 
-func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	if projection != "" && a.runner(projection) == nil {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}

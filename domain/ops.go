@@ -318,22 +318,3 @@ type JobSummary struct {
 	RatePerSecond float64   `json:"events_per_second"`
 	ETASeconds    float64   `json:"eta_seconds,omitempty"`
 }
-
-// DeadLetter is a parked event: the raw message, why it failed, and how
-// often it was delivered. ID is "<projection>:<event id or stream
-// sequence>".
-type DeadLetter struct {
-	ID          string    `json:"id"`
-	Projection  string    `json:"projection"`
-	StreamID    string    `json:"stream_id"`
-	EventID     string    `json:"event_id,omitempty"`
-	Version     int64     `json:"version,omitempty"`
-	Subject     string    `json:"subject"`
-	Payload     string    `json:"payload"`
-	Error       string    `json:"error"`
-	Deliveries  uint64    `json:"deliveries"`
-	ParkedAt    time.Time `json:"parked_at"`
-	StreamSeq   uint64    `json:"stream_seq"`
-	RetriedAt   time.Time `json:"retried_at,omitzero"`
-	RetryResult string    `json:"retry_result,omitempty"`
-}

@@ -14,6 +14,7 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
 // Admin is the operator side (the repair jobs and dead letters). Methods
@@ -33,7 +34,7 @@ type Admin interface {
 	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
 	// Relay returns the outbox relay's owner, lease and checkpoint.
 	Relay(ctx context.Context) (outbox.RelayStatus, error)
-	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
+	DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
 	// ReadModels returns each read model's document of an order beside
 	// the fold of its log (domain.ReadModelCheck), or an error wrapping

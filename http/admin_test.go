@@ -18,6 +18,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
 // adminToken is the bearer token of the admin test servers.
@@ -41,9 +42,9 @@ type fakeAdmin struct {
 	mu       sync.Mutex
 	known    map[string]bool
 	jobs     map[string]domain.Job
-	rebuild  map[string]string   // projection -> its unfinished rebuild
-	dead     map[string]error    // dead letter id -> what a retry returns
-	letters  []domain.DeadLetter // listed by DeadLetters
+	rebuild  map[string]string      // projection -> its unfinished rebuild
+	dead     map[string]error       // dead letter id -> what a retry returns
+	letters  []projector.DeadLetter // listed by DeadLetters
 	statuses []domain.ProjectionStatus
 	relay    outbox.RelayStatus
 	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
@@ -228,12 +229,12 @@ func (f *fakeAdmin) Relay(context.Context) (outbox.RelayStatus, error) {
 	return f.relay, nil
 }
 
-func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	defer f.call(adminCall{Method: "DeadLetters", Projection: projection, Limit: limit})()
 	if projection != "" && !f.known[projection] {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
-	out := []domain.DeadLetter{}
+	out := []projector.DeadLetter{}
 	for _, d := range f.letters {
 		if (projection == "" || d.Projection == projection) && int64(len(out)) < limit {
 			out = append(out, d)
@@ -960,14 +961,14 @@ func TestAdminDeadLetters(t *testing.T) {
 			if i%4 == 0 {
 				p = "customer_order_stats"
 			}
-			e.admin.letters = append(e.admin.letters, domain.DeadLetter{ID: fmt.Sprintf("%s:ev-%d", p, i), Projection: p, StreamID: "o-1"})
+			e.admin.letters = append(e.admin.letters, projector.DeadLetter{ID: fmt.Sprintf("%s:ev-%d", p, i), Projection: p, StreamID: "o-1"})
 		}
 		rec := e.call(t, http.MethodGet, "/v1/admin/dead-letters"+tt.query, "")
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", tt.query, rec.Code, rec.Body)
 		}
 		wantJSON(t, rec)
-		var body map[string][]domain.DeadLetter
+		var body map[string][]projector.DeadLetter
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 			t.Fatalf("body %q: %v", rec.Body, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/projector"
 )
 
 // openAPIMethods are the operations a path item may have, lower case as
@@ -268,7 +269,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
 	check := domain.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
 		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}
-	dead := domain.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
+	dead := projector.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
 		Error: "e", Deliveries: 1, ParkedAt: at, StreamSeq: 1, RetriedAt: at, RetryResult: "r"}
 	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1, FreightCents: 1}
 	order := domain.Order{ID: "o", CustomerID: "c", Status: domain.StatusCanceled, Currency: "BRL", Items: []domain.Line{line},
@@ -323,7 +324,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"PartitionStatus", partition, domain.PartitionStatus{}},
 		{"VerifySummary", verifySummary, domain.VerifySummary{}},
 		{"JobSummary", jobSummary, domain.JobSummary{}},
-		{"DeadLetter", dead, domain.DeadLetter{}},
+		{"DeadLetter", dead, projector.DeadLetter{}},
 		{"ReadModelCheck", check, domain.ReadModelCheck{}},
 		{"LogCommit", logCommit, domain.LogCommit{}},
 		{"LogPage", logPage, domain.LogPage{}},

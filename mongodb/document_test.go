@@ -12,6 +12,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projector"
 )
 
 // The stored shape of jobs, tasks and dead letters is the adapter's
@@ -132,7 +133,7 @@ func TestDeadLetterDocument(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
 	dead := mongodb.NewDeadLetters(db)
-	d := domain.DeadLetter{
+	d := projector.DeadLetter{
 		ID: "order_summaries:ev-1", Projection: "order_summaries", StreamID: "ord-1", EventID: "ev-1", Version: 3,
 		Subject: "orders.ord-1", Payload: `{"type":"OrderPlaced"}`, Error: "decode: unknown type", Deliveries: 5,
 		ParkedAt: created, StreamSeq: 77, RetriedAt: finished, RetryResult: "still fails",

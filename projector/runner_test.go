@@ -219,7 +219,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 		}
 		return err
 	})
-	var letters []domain.DeadLetter
+	var letters []projector.DeadLetter
 	projectiontest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
 		var err error
 		letters, err = dead.List(ctx, r.Name(), 10)
@@ -230,7 +230,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	})
 	projectortest.WaitLag(t, ctx, 15*time.Second, r)
 
-	var undecodable, gap domain.DeadLetter
+	var undecodable, gap projector.DeadLetter
 	for _, d := range letters {
 		switch d.StreamID {
 		case "o1":
