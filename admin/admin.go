@@ -79,47 +79,47 @@ func New(cfg Config) *Service {
 		log: cfg.Log, metrics: cfg.Metrics}
 }
 
-func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
 	return a.jobs.StartRebuild(ctx, projection, partitions)
 }
 
-func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
+func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
 	return a.jobs.StartVerify(ctx, projection, repair)
 }
 
 // SwitchBack points readers of projection back at the collection the last
 // switch replaced (jobs.Jobs.SwitchBack) and returns the projection's
 // state after it.
-func (a *Service) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
+func (a *Service) SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error) {
 	if _, err := a.jobs.SwitchBack(ctx, projection); err != nil {
-		return domain.ProjectionStatus{}, err
+		return jobs.ProjectionStatus{}, err
 	}
 	list, err := a.Projections(ctx)
 	if err != nil {
-		return domain.ProjectionStatus{}, err
+		return jobs.ProjectionStatus{}, err
 	}
 	for _, p := range list {
 		if p.Name == projection {
 			return p, nil
 		}
 	}
-	return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
-func (a *Service) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+func (a *Service) StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
 	return a.jobs.StartReplay(ctx, spec)
 }
 
-func (a *Service) Job(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) Job(ctx context.Context, id string) (jobs.Job, error) {
 	if err := domain.ValidateID("job id", id); err != nil {
-		return domain.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
 	}
 	return a.jobs.Get(ctx, id)
 }
 
-func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) CancelJob(ctx context.Context, id string) (jobs.Job, error) {
 	if _, err := a.Job(ctx, id); err != nil {
-		return domain.Job{}, err
+		return jobs.Job{}, err
 	}
 	return a.jobs.Cancel(ctx, id)
 }
@@ -128,7 +128,7 @@ func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) 
 // partitions: owner and apply rate from the lease documents, lag from
 // JetStream; and the lag of the consumers feeding the active collection
 // and a shadow being built, each of its own version.
-func (a *Service) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (a *Service) Projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
 	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {

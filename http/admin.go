@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projector"
 )
@@ -23,15 +24,15 @@ import (
 // domain.ErrJobFinished, domain.ErrOtherVersion, domain.ErrNotBuilt or
 // domain.ErrNoPrevious.
 type Admin interface {
-	StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error)
-	StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error)
+	StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error)
+	StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error)
 	// SwitchBack points readers back at the projection's previous
 	// collection and returns the projection's state after it.
-	SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error)
-	StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error)
-	Job(ctx context.Context, id string) (domain.Job, error)
-	CancelJob(ctx context.Context, id string) (domain.Job, error)
-	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
+	SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error)
+	StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error)
+	Job(ctx context.Context, id string) (jobs.Job, error)
+	CancelJob(ctx context.Context, id string) (jobs.Job, error)
+	Projections(ctx context.Context) ([]jobs.ProjectionStatus, error)
 	// Relay returns the outbox relay's owner, lease and checkpoint.
 	Relay(ctx context.Context) (outbox.RelayStatus, error)
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
@@ -149,7 +150,7 @@ func (s *Server) startReplay(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	job, err := s.cfg.Admin.StartReplay(c.Request().Context(), domain.ReplaySpec{
+	job, err := s.cfg.Admin.StartReplay(c.Request().Context(), jobs.ReplaySpec{
 		StreamID: req.StreamID, From: parseTime(req.From), To: parseTime(req.To)})
 	if err != nil {
 		return err
@@ -157,14 +158,14 @@ func (s *Server) startReplay(c echo.Context) error {
 	return accepted(c, job, "/v1/admin/replays/"+job.ID)
 }
 
-func accepted(c echo.Context, job domain.Job, location string) error {
+func accepted(c echo.Context, job jobs.Job, location string) error {
 	c.Response().Header().Set(echo.HeaderLocation, location)
 	return c.JSON(http.StatusAccepted, job)
 }
 
 // job returns the job id, or not found when it is of another kind or
 // projection ("" for a replay) than the route's.
-func (s *Server) job(c echo.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
+func (s *Server) job(c echo.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
 	job, err := s.cfg.Admin.Job(c.Request().Context(), id)
 	if err != nil {
 		return job, err
@@ -175,7 +176,7 @@ func (s *Server) job(c echo.Context, kind domain.JobKind, projection, id string)
 	return job, nil
 }
 
-func (s *Server) getJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+func (s *Server) getJob(c echo.Context, kind jobs.JobKind, projection, id string) error {
 	job, err := s.job(c, kind, projection, id)
 	if err != nil {
 		return err
@@ -183,7 +184,7 @@ func (s *Server) getJob(c echo.Context, kind domain.JobKind, projection, id stri
 	return c.JSON(http.StatusOK, job)
 }
 
-func (s *Server) cancelJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+func (s *Server) cancelJob(c echo.Context, kind jobs.JobKind, projection, id string) error {
 	if _, err := s.job(c, kind, projection, id); err != nil {
 		return err
 	}

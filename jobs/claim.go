@@ -21,11 +21,11 @@ var errLeaseLost = domain.ErrLeaseLost
 type TaskLeases interface {
 	// Claim claims t, as read, for holder for ttl and moves it to state;
 	// false and no error when another runner holds it or got it first.
-	Claim(ctx context.Context, t domain.Task, holder string, ttl time.Duration, state string) (domain.Task, domain.Lease, bool, error)
+	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, domain.Lease, bool, error)
 	// Renew extends the claim's lease by ttl.
 	Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error)
 	// Checkpoint saves t's cursor and counters.
-	Checkpoint(ctx context.Context, lease domain.Lease, t domain.Task) error
+	Checkpoint(ctx context.Context, lease domain.Lease, t Task) error
 	// Finish sets the task's final state and error.
 	Finish(ctx context.Context, lease domain.Lease, state, errMsg string) error
 	// Release gives the task back for any runner to claim at once.
@@ -50,7 +50,7 @@ type claim struct {
 	ttl    time.Duration
 	// task is the task as claimed, then as last checkpointed; only the
 	// runner's goroutine touches it (the renewal uses the lease).
-	task domain.Task
+	task Task
 
 	mu    sync.Mutex
 	lease domain.Lease // as last renewed
@@ -58,7 +58,7 @@ type claim struct {
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
 // no error when another runner holds it or got it first.
-func (j *Jobs) tryClaim(ctx context.Context, t domain.Task, owner string, ttl time.Duration) (*claim, error) {
+func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Duration) (*claim, error) {
 	claimed, lease, ok, err := j.leases.Claim(ctx, t, owner, ttl, taskRunning)
 	if err != nil || !ok {
 		return nil, err
@@ -99,7 +99,7 @@ func (c *claim) renew(ctx context.Context) error {
 }
 
 // checkpoint saves the task's cursor and counters.
-func (c *claim) checkpoint(ctx context.Context, t *domain.Task) error {
+func (c *claim) checkpoint(ctx context.Context, t *Task) error {
 	if !c.valid() {
 		return errLeaseLost
 	}

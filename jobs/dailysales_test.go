@@ -7,7 +7,6 @@ import (
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
@@ -23,14 +22,14 @@ func TestDailySalesVerifyAndRebuild(t *testing.T) {
 	db := k.db
 	k.worker(t, "w1", jobs.WorkerConfig{})
 	name := projection.DailySales.Name
-	verify := func(what string) domain.VerifyReport {
+	verify := func(what string) jobs.VerifyReport {
 		t.Helper()
 		job, err := k.jobs.StartVerify(ctx, name, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-		if job.State != domain.StateSucceeded || job.Report == nil {
+		if job.State != jobs.StateSucceeded || job.Report == nil {
 			t.Fatalf("%s: verify job %s: %s %s", what, job.ID, job.State, job.Error)
 		}
 		return *job.Report
@@ -61,7 +60,7 @@ func TestDailySalesVerifyAndRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 60*time.Second)
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild %s: %s: %s", job.ID, job.State, job.Error)
 	}
 	ptr, err := k.ps.Get(ctx, name, projection.DailySales.Collection, 0)

@@ -101,8 +101,8 @@ func (j *Jobs) known(projection string) error {
 
 func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
-func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
-	if err := j.store.InsertTasks(ctx, []domain.Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
+func (j *Jobs) create(ctx context.Context, job Job, task string) error {
+	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
 		return err
 	}
 	return j.store.InsertJob(ctx, job)
@@ -110,23 +110,23 @@ func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
 
 // Get returns a job with its tasks and progress: its state as its tasks
 // show it (running once one runs, while the stored state is still
-// queued), its counters, rate and ETA, and its phase (domain.Job.PhaseAt).
+// queued), its counters, rate and ETA, and its phase (Job.PhaseAt).
 // Every view of a job reads it through Get, so they all show the same.
 // Errors: domain.ErrNotFound for an unknown id.
-func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
+func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 	job, err := j.store.Job(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	tasks, err := j.jobTasks(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	job.Tasks = tasks
 	var commits int64
 	for _, t := range tasks {
 		if t.State == taskRunning && !job.State.Final() {
-			job.State = domain.StateRunning
+			job.State = StateRunning
 		}
 		if !t.StartedAt.IsZero() && (job.StartedAt.IsZero() || t.StartedAt.Before(job.StartedAt)) {
 			job.StartedAt = t.StartedAt
@@ -155,13 +155,13 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 	return job, nil
 }
 
-func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) {
+func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
 	tasks, err := j.store.Tasks(ctx, job)
 	if err != nil {
 		return nil, err
 	}
 	// Partitions in order, the finish last.
-	rank := func(t domain.Task) int {
+	rank := func(t Task) int {
 		switch t.Name {
 		case taskPlan:
 			return -1
@@ -171,23 +171,23 @@ func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) 
 		n, _ := strconv.Atoi(strings.TrimPrefix(t.Name, "part-"))
 		return n
 	}
-	slices.SortFunc(tasks, func(a, b domain.Task) int { return cmp.Compare(rank(a), rank(b)) })
+	slices.SortFunc(tasks, func(a, b Task) int { return cmp.Compare(rank(a), rank(b)) })
 	return tasks, nil
 }
 
 // Cancel asks a job to stop. Its runners stop at their next checkpoint; a
 // canceled rebuild leaves the active collection as it was and drops its
 // shadow. A rebuild whose finish has verified its shadow and recorded the
-// collection it replaces (domain.Job.Replaced) is committed to the switch: a
+// collection it replaces (Job.Replaced) is committed to the switch: a
 // cancel is too late and refused as finished, and the job ends succeeded.
 // The request and that commit are each one update filtered on the other's
 // field, so when they race exactly one of them wins. Errors:
 // domain.ErrNotFound, domain.ErrJobFinished (a final job, or a rebuild committed
 // to its switch).
-func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
+func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	job, err := j.Get(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, domain.ErrJobFinished)
@@ -197,7 +197,7 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 	}
 	requested, err := j.store.RequestCancel(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if !requested {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
@@ -278,14 +278,14 @@ func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
-func (j *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+func (j *Jobs) Latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
 	return j.store.Latest(ctx, projection, kind)
 }
 
 // latest returns the most recent job of a kind for a projection as Get
 // returns it (its state and progress from its tasks), or nil. The stored
 // job alone says queued until the job ends.
-func (j *Jobs) latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
 	l, err := j.Latest(ctx, projection, kind)
 	if err != nil || l == nil {
 		return l, err
@@ -301,7 +301,7 @@ func (j *Jobs) latest(ctx context.Context, projection string, kind domain.JobKin
 }
 
 // finishJob writes a job's final state.
-func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
+func (j *Jobs) finishJob(ctx context.Context, id string, state JobState, errMsg string, report *VerifyReport) error {
 	return j.store.FinishJob(ctx, id, state, errMsg, report)
 }
 
@@ -315,14 +315,14 @@ type DeadLetterCounter interface {
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
-	var out []domain.ProjectionStatus
+func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]ProjectionStatus, error) {
+	var out []ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name].Collection, 0)
 		if err != nil {
 			return nil, err
 		}
-		st := domain.ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
+		st := ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
 			ShadowCollection: ptr.Shadow, ShadowVersion: ptr.ShadowVer(), PreviousCollection: ptr.Previous, PreviousVersion: ptr.PreviousVer(),
 			SwitchedBackFrom: ptr.SwitchedBackFrom, Generation: ptr.Generation, SwitchedAt: ptr.SwitchedAt}
 		if lag != nil {
@@ -333,18 +333,18 @@ func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx 
 				return nil, err
 			}
 		}
-		v, err := j.latest(ctx, name, domain.KindVerify)
+		v, err := j.latest(ctx, name, KindVerify)
 		if err != nil {
 			return nil, err
 		}
 		if v != nil {
-			vs := &domain.VerifySummary{Job: v.ID, State: v.State, FinishedAt: v.FinishedAt}
+			vs := &VerifySummary{Job: v.ID, State: v.State, FinishedAt: v.FinishedAt}
 			if v.Report != nil {
 				vs.Drift, vs.Repaired, vs.Digest = v.Report.Drift(), v.Report.Repaired, v.Report.Digest
 			}
 			st.LastVerify = vs
 		}
-		r, err := j.latest(ctx, name, domain.KindRebuild)
+		r, err := j.latest(ctx, name, KindRebuild)
 		if err != nil {
 			return nil, err
 		}

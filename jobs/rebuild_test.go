@@ -139,7 +139,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		t.Errorf("reader: %v", err)
 	default:
 	}
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild %s: %s: %s", job.ID, job.State, job.Error)
 	}
 	owners := map[string]bool{}
@@ -259,7 +259,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	}}}))
 	k.worker(t, "alive", jobs.WorkerConfig{BatchStreams: 5})
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	p, _ := job.Task("part-0")
@@ -331,7 +331,7 @@ func TestRebuildCancel(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if j.Streams == 0 || j.State != domain.StateRunning {
+		if j.Streams == 0 || j.State != jobs.StateRunning {
 			return fmt.Errorf("%s, %d streams", j.State, j.Streams)
 		}
 		return nil
@@ -344,7 +344,7 @@ func TestRebuildCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 20*time.Second)
-	if job.State != domain.StateCanceled || !job.CancelRequested {
+	if job.State != jobs.StateCanceled || !job.CancelRequested {
 		t.Fatalf("after cancel: %s (cancel requested %v) %s", job.State, job.CancelRequested, job.Error)
 	}
 	if p, _ := job.Task("part-0"); p.State != "canceled" || job.Streams >= int64(len(f.IDs)) {
@@ -393,7 +393,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	switched, err := k.ps.Get(ctx, name, projection.OrderSummaries.Collection, 0)
@@ -406,7 +406,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 
 	// The finish died after the switch, before it recorded the job's end.
 	projectiontest.Must(t)(db.Collection(mongodb.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
 	projectiontest.Must(t)(db.Collection(mongodb.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
@@ -424,7 +424,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if !errors.Is(cancelErr, domain.ErrJobFinished) {
 		t.Errorf("cancel after the switch: %v, want ErrJobFinished", cancelErr)
 	}
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
 	}
 	// The finish records its task's end after the job's.
@@ -512,7 +512,7 @@ func TestRebuildMetrics(t *testing.T) {
 			return nil
 		})
 		job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-		if job.State != domain.StateSucceeded {
+		if job.State != jobs.StateSucceeded {
 			t.Fatalf("rebuild %d: %s %s", round, job.State, job.Error)
 		}
 		if job.Partitions != 2 {
@@ -607,7 +607,7 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, finish, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}))
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	rep := job.Report

@@ -88,7 +88,7 @@ func TestSwitchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded {
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %+v", job)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
@@ -146,7 +146,7 @@ func TestSwitchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second = k.waitJob(t, ctx, second.ID, 2*time.Minute); second.State != domain.StateSucceeded {
+	if second = k.waitJob(t, ctx, second.ID, 2*time.Minute); second.State != jobs.StateSucceeded {
 		t.Fatalf("second rebuild: %+v", second)
 	}
 	k.waitShowsLive(t, ctx, second.Shadow)
@@ -188,7 +188,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if check = k.waitJob(t, ctx, check.ID, time.Minute); check.Version != v1.Ver() || check.State != domain.StateSucceeded {
+	if check = k.waitJob(t, ctx, check.ID, time.Minute); check.Version != v1.Ver() || check.State != jobs.StateSucceeded {
 		t.Errorf("the v1 verify: %+v", check)
 	}
 	if got, _ := k.jobs.Get(ctx, job.ID); got.State.Final() || got.Streams > 0 {
@@ -197,7 +197,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	w2 := jobs.NewWorker(jobs2, k.es, nil, []jobs.Projection{sums2}, jobs.WorkerConfig{Owner: "v2", Poll: 50 * time.Millisecond,
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker v2", w2.Run)
-	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded || job.Report == nil {
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != jobs.StateSucceeded || job.Report == nil {
 		t.Fatalf("the v2 rebuild: %+v", job)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
@@ -254,7 +254,7 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker next", w2.Run)
 
-	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != domain.StateCanceled || got.Streams != 0 {
+	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != jobs.StateCanceled || got.Streams != 0 {
 		t.Fatalf("the stuck rebuild of version %d: %+v; want canceled, nothing scanned", cur.Ver(), got)
 	}
 	var ptr projection.Pointer

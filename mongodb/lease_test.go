@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -400,14 +401,14 @@ func TestPartitions(t *testing.T) {
 func TestTaskLeases(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	tasks, jobs := mongodb.NewTasks(db), mongodb.NewJobs(db)
-	read := domain.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
-	if err := jobs.InsertTasks(ctx, []domain.Task{read}); err != nil {
+	tasks, store := mongodb.NewTasks(db), mongodb.NewJobs(db)
+	read := jobs.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
+	if err := store.InsertTasks(ctx, []jobs.Task{read}); err != nil {
 		t.Fatal(err)
 	}
-	load := func() domain.Task {
+	load := func() jobs.Task {
 		t.Helper()
-		got, err := jobs.Tasks(ctx, read.Job)
+		got, err := store.Tasks(ctx, read.Job)
 		if err != nil || len(got) != 1 {
 			t.Fatalf("tasks of %s: %+v, %v", read.Job, got, err)
 		}
@@ -510,14 +511,14 @@ func TestLeaseWritesAreMajorityJournaled(t *testing.T) {
 	if err := leases.Release(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	jobs := mongodb.NewJobs(db)
-	if err := jobs.InsertTasks(ctx, []domain.Task{{ID: "j/verify", Job: "j", Name: "verify", State: "pending"}}); err != nil {
+	store := mongodb.NewJobs(db)
+	if err := store.InsertTasks(ctx, []jobs.Task{{ID: "j/verify", Job: "j", Name: "verify", State: "pending"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.InsertJob(ctx, domain.Job{ID: "j", Kind: domain.KindVerify, State: domain.StateQueued}); err != nil {
+	if err := store.InsertJob(ctx, jobs.Job{ID: "j", Kind: jobs.KindVerify, State: jobs.StateQueued}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, domain.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
+	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, jobs.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
 		t.Fatalf("task claim: %v, %v", ok, err)
 	}
 

@@ -9,7 +9,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -102,9 +102,9 @@ func (p *Projection[D]) DropSums(ctx context.Context, shadow string) error {
 // nothing drifted, as Verify's. progress (nil: none) is called every 500
 // sums and at the end, with Streams, Events and Cursor as read so far; its
 // error stops the verify. Errors: as Verify's.
-func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (domain.VerifyReport, error) {
+func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (jobs.VerifyReport, error) {
 	s := p.ReadModel(coll)
-	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
+	rep := jobs.VerifyReport{Collection: coll, Examples: []jobs.DriftExample{}}
 	seed := maphash.MakeSeed()
 	key := func(id string) docKey { return idKey(seed, id) }
 	seen, shared, digest, err := p.readHashes(ctx, s, key, &rep)

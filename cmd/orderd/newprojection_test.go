@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -133,7 +133,7 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 		}
 	}
 	var st struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
 	}
 	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+token).decode(t, &st)
 	for _, p := range st.Projections {
@@ -141,7 +141,7 @@ func TestDailySalesBuiltOnAServiceWithALog(t *testing.T) {
 			continue
 		}
 		if p.ActiveVersion != 1 || !strings.HasPrefix(p.ActiveCollection, "daily_sales_") || p.LastRebuild == nil ||
-			p.LastRebuild.State != domain.StateSucceeded || p.PreviousCollection != "" {
+			p.LastRebuild.State != jobs.StateSucceeded || p.PreviousCollection != "" {
 			t.Errorf("daily_sales after the deploy: %+v; want a built collection at version 1, nothing before it", p)
 		}
 		return

@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
 // statusRows reads the table "orderd status" printed: for each projection,
@@ -51,20 +52,20 @@ func TestStatusTable(t *testing.T) {
 	lag, readers, pct := uint64(12), uint64(2), 49
 	behind := 3.25
 	long := "apply order-9: " + strings.Repeat("field x is not valid; ", 10) + "\nsecond line"
-	list := []domain.ProjectionStatus{
+	list := []jobs.ProjectionStatus{
 		{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2, ShadowCollection: "order_summaries_r2",
 			ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1, ConsumerLag: &lag, ConsumerLagVersion: 3,
 			ActiveLag: &readers, ShadowLag: &lag,
-			LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-			LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
-				JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
-			Partitions: []domain.PartitionStatus{
+			LastVerify: &jobs.VerifySummary{Job: "v1", State: jobs.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+			LastRebuild: &jobs.JobSummary{Job: "job-7", State: jobs.StateRunning, Events: 4900,
+				JobPhase: jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
+			Partitions: []projector.PartitionStatus{
 				{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
 					Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
 				{Partition: 1, Consumer: "proj_order_summaries_p01"},
 			}},
 		{Name: "customer_order_stats", Version: 2, ActiveCollection: "customer_order_stats", ActiveVersion: 1, SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
-			LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
+			LastVerify: &jobs.VerifySummary{Job: "v2", State: jobs.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}},
 	}
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: "http://orderd:8080"})
 	if err != nil {
