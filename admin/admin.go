@@ -10,6 +10,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -55,7 +56,7 @@ type DeadLetters interface {
 type ReadModel interface {
 	// Check compares the document of stream id with the fold of its log.
 	// Errors: domain.ErrUnavailable.
-	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
+	Check(ctx context.Context, id string) (projection.ReadModelCheck, error)
 }
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
@@ -217,8 +218,8 @@ func (a *Service) RetryDeadLetter(ctx context.Context, id string) error {
 	return r.Retry(ctx, id)
 }
 
-func (a *Service) ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error) {
-	out := make([]domain.ReadModelCheck, 0, len(a.checks))
+func (a *Service) ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error) {
+	out := make([]projection.ReadModelCheck, 0, len(a.checks))
 	known := false
 	for _, p := range a.checks {
 		c, err := p.Check(ctx, orderID)

@@ -15,6 +15,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -38,9 +39,9 @@ type Admin interface {
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
 	// ReadModels returns each read model's document of an order beside
-	// the fold of its log (domain.ReadModelCheck), or an error wrapping
+	// the fold of its log (projection.ReadModelCheck), or an error wrapping
 	// domain.ErrNotFound when neither the log nor any read model has it.
-	ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error)
+	ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error)
 	// Log returns a page of the event log, newest commit first
 	// (domain.LogQuery, domain.LogPage), or an error wrapping
 	// domain.ErrValidation for a cursor of another query.

@@ -19,6 +19,7 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -48,8 +49,8 @@ type fakeAdmin struct {
 	letters  []projector.DeadLetter // listed by DeadLetters
 	statuses []jobs.ProjectionStatus
 	relay    outbox.RelayStatus
-	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
-	err      error                              // returned by Projections when set
+	checks   map[string][]projection.ReadModelCheck // order id -> what ReadModels returns
+	err      error                                  // returned by Projections when set
 	calls    []adminCall
 	seq      int
 	logs     fakeLog // the log browser's side (log_test.go)
@@ -256,7 +257,7 @@ func (f *fakeAdmin) RetryDeadLetter(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]domain.ReadModelCheck, error) {
+func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]projection.ReadModelCheck, error) {
 	defer f.call(adminCall{Method: "ReadModels", ID: orderID})()
 	cs, ok := f.checks[orderID]
 	if !ok {
@@ -1079,22 +1080,22 @@ func TestAdminNo5xx(t *testing.T) {
 // cannot exist is one before the admin side is called.
 func TestAdminReadModels(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	want := []domain.ReadModelCheck{
+	want := []projection.ReadModelCheck{
 		{Projection: "order_summaries", Collection: "order_summaries", State: "different", StoredVersion: 2, LogVersion: 2,
 			Document: json.RawMessage(`{"status":"shipped","version":2}`), Expected: json.RawMessage(`{"status":"approved","version":2}`),
 			Fields: []string{"status"}},
 		{Projection: "customer_order_stats", Collection: "customer_order_stats", State: "missing", LogVersion: 2,
 			Document: json.RawMessage("null"), Expected: json.RawMessage(`{"order_id":"o-1","version":2}`)},
 	}
-	e.admin.checks = map[string][]domain.ReadModelCheck{"o-1": want}
+	e.admin.checks = map[string][]projection.ReadModelCheck{"o-1": want}
 	rec := e.call(t, http.MethodGet, "/v1/admin/orders/o-1/read-models", "")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET read models: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, rec)
 	var body struct {
-		OrderID    string                  `json:"order_id"`
-		ReadModels []domain.ReadModelCheck `json:"read_models"`
+		OrderID    string                      `json:"order_id"`
+		ReadModels []projection.ReadModelCheck `json:"read_models"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("body %q: %v", rec.Body, err)
