@@ -1,8 +1,6 @@
 package domain
 
-import (
-	"errors"
-)
+import "errors"
 
 // The errors of the operator's requests: the repair jobs (rebuild,
 // verify, replay) of the read models, which package jobs runs, and the
