@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projector"
 )
 
 // errLeaseLost: this runner's lease ran out before a renewal got through
@@ -21,15 +22,15 @@ var errLeaseLost = domain.ErrLeaseLost
 type TaskLeases interface {
 	// Claim claims t, as read, for holder for ttl and moves it to state;
 	// false and no error when another runner holds it or got it first.
-	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, domain.Lease, bool, error)
+	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, projector.Lease, bool, error)
 	// Renew extends the claim's lease by ttl.
-	Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error)
+	Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error)
 	// Checkpoint saves t's cursor and counters.
-	Checkpoint(ctx context.Context, lease domain.Lease, t Task) error
+	Checkpoint(ctx context.Context, lease projector.Lease, t Task) error
 	// Finish sets the task's final state and error.
-	Finish(ctx context.Context, lease domain.Lease, state, errMsg string) error
+	Finish(ctx context.Context, lease projector.Lease, state, errMsg string) error
 	// Release gives the task back for any runner to claim at once.
-	Release(ctx context.Context, lease domain.Lease, errMsg string) error
+	Release(ctx context.Context, lease projector.Lease, errMsg string) error
 }
 
 // claim is one runner's hold on a task (invariant 6). A task carries an
@@ -53,7 +54,7 @@ type claim struct {
 	task Task
 
 	mu    sync.Mutex
-	lease domain.Lease // as last renewed
+	lease projector.Lease // as last renewed
 }
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
@@ -75,7 +76,7 @@ func (c *claim) valid() bool {
 }
 
 // held returns the claim's lease as last renewed.
-func (c *claim) held() domain.Lease {
+func (c *claim) held() projector.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease

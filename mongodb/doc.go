@@ -130,7 +130,7 @@
 // update whose filter includes the value it changes (a deadline in the
 // past, or this holder's name), so of any number of claimants exactly one
 // matches. Every claim raises the lease's epoch, the fencing token
-// (domain.Lease.Epoch): renewals, releases and fenced writes match only
+// (projector.Lease.Epoch): renewals, releases and fenced writes match only
 // {_id, owner, epoch} of the claim making them, so a deposed holder's
 // are refused with domain.ErrLeaseLost and its late writes change
 // nothing. A holder that stops renewing loses the lease after its TTL;

@@ -3,8 +3,6 @@ package projector
 import (
 	"context"
 	"time"
-
-	"github.com/orderd/orderd/domain"
 )
 
 // DefaultPartitions is how many partitions a projection's events are
@@ -22,17 +20,17 @@ type Partitions interface {
 	Ensure(ctx context.Context, n int) error
 	// List returns the leases of partitions 0..n-1, element p being
 	// partition p's.
-	List(ctx context.Context, n int) ([]domain.Lease, error)
+	List(ctx context.Context, n int) ([]Lease, error)
 	// Claim takes partition p for holder for ttl if it is free, has
 	// expired, or is holder's; false and no error when another holder
 	// has it.
-	Claim(ctx context.Context, p int, holder string, ttl time.Duration) (domain.Lease, bool, error)
+	Claim(ctx context.Context, p int, holder string, ttl time.Duration) (Lease, bool, error)
 	// Renew extends leases by ttl, all in one round trip, and returns
 	// those still held, renewed.
-	Renew(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error)
+	Renew(ctx context.Context, leases []Lease, ttl time.Duration) ([]Lease, error)
 	// Release frees a lease; domain.ErrLeaseLost when it had passed to
 	// another ownership.
-	Release(ctx context.Context, lease domain.Lease) error
+	Release(ctx context.Context, lease Lease) error
 	// Remove deletes the leases of every partition, for a version of the
 	// projection that no process runs any more.
 	Remove(ctx context.Context) error

@@ -160,7 +160,7 @@ type Runner struct {
 // its workers have stopped.
 type ownership struct {
 	p      int
-	lease  domain.Lease    // as claimed: its epoch fences the renewals and the release
+	lease  Lease           // as claimed: its epoch fences the renewals and the release
 	ctx    context.Context // the workers'; done once the partition stops
 	cancel context.CancelFunc
 	done   chan struct{}
