@@ -9,7 +9,8 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -36,26 +37,27 @@ type Config struct {
 	Metrics prometheus.Gatherer
 }
 
-// Relay is the outbox relay's state as the store holds it.
+// Relay is the outbox relay's state as the store holds it: its lease and
+// checkpoint. Errors: domain.ErrUnavailable.
 type Relay interface {
-	Status(ctx context.Context) (domain.RelayStatus, error)
+	Status(ctx context.Context) (outbox.RelayStatus, error)
 }
 
 // DeadLetters lists the parked events of a projection (all with ""), up to
 // limit, and counts them (jobs.DeadLetterCounter): the MongoDB adapter's
-// *mongodb.DeadLetters implements it.
+// *mongodb.DeadLetters implements it. Errors: domain.ErrUnavailable.
 type DeadLetters interface {
 	jobs.DeadLetterCounter
-	List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
+	List(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
 }
 
 // ReadModel is a projection as the order page of the console sees it:
-// *mongodb.Projection implements it.
+// the MongoDB adapter's *mongodb.Projection implements it.
 type ReadModel interface {
-	Check(ctx context.Context, id string) (domain.ReadModelCheck, error)
+	// Check compares the document of stream id with the fold of its log.
+	// Errors: domain.ErrUnavailable.
+	Check(ctx context.Context, id string) (projection.ReadModelCheck, error)
 }
-
-var _ ReadModel = (*mongodb.Projection[domain.Order])(nil)
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
 // jobs, the projections' state and the dead letters.
@@ -78,47 +80,47 @@ func New(cfg Config) *Service {
 		log: cfg.Log, metrics: cfg.Metrics}
 }
 
-func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
 	return a.jobs.StartRebuild(ctx, projection, partitions)
 }
 
-func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
+func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
 	return a.jobs.StartVerify(ctx, projection, repair)
 }
 
 // SwitchBack points readers of projection back at the collection the last
 // switch replaced (jobs.Jobs.SwitchBack) and returns the projection's
 // state after it.
-func (a *Service) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
+func (a *Service) SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error) {
 	if _, err := a.jobs.SwitchBack(ctx, projection); err != nil {
-		return domain.ProjectionStatus{}, err
+		return jobs.ProjectionStatus{}, err
 	}
 	list, err := a.Projections(ctx)
 	if err != nil {
-		return domain.ProjectionStatus{}, err
+		return jobs.ProjectionStatus{}, err
 	}
 	for _, p := range list {
 		if p.Name == projection {
 			return p, nil
 		}
 	}
-	return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
-func (a *Service) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+func (a *Service) StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
 	return a.jobs.StartReplay(ctx, spec)
 }
 
-func (a *Service) Job(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) Job(ctx context.Context, id string) (jobs.Job, error) {
 	if err := domain.ValidateID("job id", id); err != nil {
-		return domain.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
 	}
 	return a.jobs.Get(ctx, id)
 }
 
-func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) {
+func (a *Service) CancelJob(ctx context.Context, id string) (jobs.Job, error) {
 	if _, err := a.Job(ctx, id); err != nil {
-		return domain.Job{}, err
+		return jobs.Job{}, err
 	}
 	return a.jobs.Cancel(ctx, id)
 }
@@ -127,7 +129,7 @@ func (a *Service) CancelJob(ctx context.Context, id string) (domain.Job, error) 
 // partitions: owner and apply rate from the lease documents, lag from
 // JetStream; and the lag of the consumers feeding the active collection
 // and a shadow being built, each of its own version.
-func (a *Service) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (a *Service) Projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
 	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
@@ -193,14 +195,14 @@ func (a *Service) runner(name string) *projector.Runner {
 
 // Relay returns the relay's owner, lease and checkpoint (zero before any
 // relay started, or when the service was built without a Relay).
-func (a *Service) Relay(ctx context.Context) (domain.RelayStatus, error) {
+func (a *Service) Relay(ctx context.Context) (outbox.RelayStatus, error) {
 	if a.relay == nil {
-		return domain.RelayStatus{}, nil
+		return outbox.RelayStatus{}, nil
 	}
 	return a.relay.Status(ctx)
 }
 
-func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	if projection != "" && a.runner(projection) == nil {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
@@ -216,8 +218,8 @@ func (a *Service) RetryDeadLetter(ctx context.Context, id string) error {
 	return r.Retry(ctx, id)
 }
 
-func (a *Service) ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error) {
-	out := make([]domain.ReadModelCheck, 0, len(a.checks))
+func (a *Service) ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error) {
+	out := make([]projection.ReadModelCheck, 0, len(a.checks))
 	known := false
 	for _, p := range a.checks {
 		c, err := p.Check(ctx, orderID)

@@ -8,20 +8,23 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/projection"
 )
 
 var _ orderhttp.Admin = (*admin.Service)(nil)
 
 // readModel is a projection whose check of every order answers check.
-type readModel struct{ check domain.ReadModelCheck }
+type readModel struct{ check projection.ReadModelCheck }
 
-func (r readModel) Check(context.Context, string) (domain.ReadModelCheck, error) { return r.check, nil }
+func (r readModel) Check(context.Context, string) (projection.ReadModelCheck, error) {
+	return r.check, nil
+}
 
 // TestServiceRejectsUnknownIDs: ids that name nothing answer
 // domain.ErrNotFound before any query, so the admin routes answer 404.
 func TestServiceRejectsUnknownIDs(t *testing.T) {
 	ctx := context.Background()
-	s := admin.New(admin.Config{ReadModels: []admin.ReadModel{readModel{domain.ReadModelCheck{State: "equal"}}}})
+	s := admin.New(admin.Config{ReadModels: []admin.ReadModel{readModel{projection.ReadModelCheck{State: "equal"}}}})
 	if _, err := s.Job(ctx, "not a job id!"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Job(bad id) = %v, want ErrNotFound", err)
 	}
@@ -42,8 +45,8 @@ func TestServiceRejectsUnknownIDs(t *testing.T) {
 // TestServiceReadModels returns every read model's check once one of them
 // knows the order.
 func TestServiceReadModels(t *testing.T) {
-	known := domain.ReadModelCheck{Projection: "order_summaries", State: "equal", StoredVersion: 3, LogVersion: 3}
-	s := admin.New(admin.Config{ReadModels: []admin.ReadModel{readModel{known}, readModel{domain.ReadModelCheck{State: "equal"}}}})
+	known := projection.ReadModelCheck{Projection: "order_summaries", State: "equal", StoredVersion: 3, LogVersion: 3}
+	s := admin.New(admin.Config{ReadModels: []admin.ReadModel{readModel{known}, readModel{projection.ReadModelCheck{State: "equal"}}}})
 	got, err := s.ReadModels(context.Background(), "o-1")
 	if err != nil || len(got) != 2 || got[0].StoredVersion != 3 {
 		t.Fatalf("ReadModels = %+v, %v; want both checks, the first at v3", got, err)

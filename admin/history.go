@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/orderd/orderd/domain"
 )
 
 // The first screen's history: the admin service samples the projections
@@ -24,7 +22,7 @@ const (
 type history struct {
 	mu        sync.Mutex
 	interval  time.Duration
-	samples   []domain.HistorySample
+	samples   []HistorySample
 	prevFloor map[string]uint64 // each projection's ack floor at the previous sample
 	prevAt    time.Time
 }
@@ -67,10 +65,10 @@ func (a *Service) sample(ctx context.Context) {
 	h := &a.history
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := domain.HistorySample{At: now, Projections: make([]domain.ProjectionSample, 0, len(ps))}
+	s := HistorySample{At: now, Projections: make([]ProjectionSample, 0, len(ps))}
 	floors := map[string]uint64{}
 	for _, p := range ps {
-		ps := domain.ProjectionSample{Name: p.Name, Lag: p.ActiveLag, LastError: p.LastError} // what readers read
+		ps := ProjectionSample{Name: p.Name, Lag: p.ActiveLag, LastError: p.LastError} // what readers read
 		for _, part := range p.Partitions {
 			if part.LagSeconds != nil && (ps.LagSeconds == nil || *part.LagSeconds > *ps.LagSeconds) {
 				v := *part.LagSeconds
@@ -125,7 +123,7 @@ func (a *Service) catchups() *float64 {
 }
 
 // History returns the samples kept, oldest first.
-func (a *Service) History(context.Context) (domain.History, error) {
+func (a *Service) History(context.Context) (History, error) {
 	h := &a.history
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -133,6 +131,53 @@ func (a *Service) History(context.Context) (domain.History, error) {
 	if interval == 0 {
 		interval = defaultHistoryInterval
 	}
-	return domain.History{IntervalSeconds: interval.Seconds(), WindowSeconds: historyWindow.Seconds(),
-		Samples: append([]domain.HistorySample{}, h.samples...)}, nil
+	return History{IntervalSeconds: interval.Seconds(), WindowSeconds: historyWindow.Seconds(),
+		Samples: append([]HistorySample{}, h.samples...)}, nil
+}
+
+// History is what the admin service sampled of the projections and the
+// relay, oldest sample first, one every IntervalSeconds, over the last
+// WindowSeconds: kept in the memory of the instance that answers, so it
+// starts empty when that instance starts.
+type History struct {
+	IntervalSeconds float64         `json:"interval_seconds"`
+	WindowSeconds   float64         `json:"window_seconds"`
+	Samples         []HistorySample `json:"samples"`
+}
+
+// HistorySample is one sample: when it was taken, each projection, and
+// the relay.
+type HistorySample struct {
+	At          time.Time          `json:"at"`
+	Projections []ProjectionSample `json:"projections"`
+	Relay       RelaySample        `json:"relay"`
+}
+
+// ProjectionSample is one projection at a sample. Null fields are
+// unknown (no NATS connection, or JetStream did not answer).
+type ProjectionSample struct {
+	Name string `json:"name"`
+	// Lag is the messages its consumers have not yet acknowledged,
+	// summed over its partitions.
+	Lag *uint64 `json:"lag"`
+	// LagSeconds is the largest partition's lag in seconds (0 when
+	// nothing is pending; see PartitionStatus.LagSeconds).
+	LagSeconds *float64 `json:"lag_seconds"`
+	// ApplyRate is events per second acknowledged since the previous
+	// sample (the change of the ack floor); null in the first sample.
+	ApplyRate *float64 `json:"apply_rate"`
+	LastError string   `json:"last_error,omitempty"`
+}
+
+// RelaySample is the outbox relay at a sample.
+type RelaySample struct {
+	Owner string `json:"owner,omitempty"` // "" when no instance holds the relay lease
+	// CheckpointAgeSeconds is the seconds from the recorded time of the
+	// last commit the relay's checkpoint covers to the sample (an idle
+	// relay moves it every 30 s); null before any checkpoint.
+	CheckpointAgeSeconds *float64 `json:"checkpoint_age_seconds"`
+	// Catchups counts the relay's catch-ups from the log since the
+	// answering process started (orderd_relay_catchups_total); null when
+	// that process runs no relay.
+	Catchups *float64 `json:"catchups"`
 }

@@ -65,12 +65,16 @@
 // appended) and retries lost version races with jittered backoff unless
 // the client sent If-Match.
 //
-// # Log scans and operator types
+// # Log reads
 //
-// ScanRange and StreamEvents describe a read of the log in log order (the
-// event store produces them, the read models' rebuild and verify consume
-// them). Job, Task, VerifyReport, ProjectionStatus and DeadLetter are the
-// repair jobs and dead letters as the projections keep them and the admin
-// API shows them (ops.go), so the adapters share them without importing
-// one another.
+// ScanRange and StreamEvents describe a read of the log in log order, and
+// RecordedCommit a commit as the store recorded it (the event store
+// produces them; the relay, the read models' rebuild and verify, and the
+// log browser consume them). The operator's nouns are the packages' that
+// produce them: jobs, their tasks, reports and the projections' status
+// are package jobs'; leases, members, partitions and dead letters package
+// projector's; the pointer document and read-model checks package
+// projection's; the relay's status package outbox's; the log browser's
+// pages and the history package admin's. Their errors (ErrJobRunning,
+// ErrLeaseLost, ...) stay here, with the API's error vocabulary.
 package domain

@@ -1,47 +1,8 @@
 package domain
 
-import (
-	"errors"
-	"time"
-)
+import "errors"
 
 // ErrLeaseLost: a lease's holder was deposed (its lease expired and
 // another holder claimed it, or it released it), so its renewal, release
 // or fenced write was refused.
 var ErrLeaseLost = errors.New("lease lost")
-
-// Lease is one holder's claim of a named lease (invariant 6: one job,
-// one runner). Epoch is the fencing token: every claim raises it, so a
-// holder that was deposed presents an epoch older than the lease's, and
-// the store refuses its renewals, its release and every write fenced by
-// it. Times are the holder's clock, taken before the write was sent, so
-// the holder's idea of its deadline is never later than the stored one.
-type Lease struct {
-	Name       string    // the lease's name, unique within its store
-	Holder     string    // who holds it: an instance or runner id
-	Epoch      int64     // fencing token: 1 for the first claim, one more for each claim after
-	AcquiredAt time.Time // when this claim was sent
-	RenewedAt  time.Time // when the last renewal that got through was sent (AcquiredAt before any)
-	ExpiresAt  time.Time // RenewedAt plus the TTL; zero for a lease nobody ever held
-}
-
-// Held reports whether l names a holder whose claim has not expired at
-// now.
-func (l Lease) Held(now time.Time) bool { return l.Holder != "" && l.ExpiresAt.After(now) }
-
-// Member is one process among those consuming a projection's partitions:
-// alive while its heartbeat's ExpiresAt is ahead, reporting what it
-// applied in each partition it holds. The live members share the
-// partitions.
-type Member struct {
-	Owner      string    // the process's instance id
-	ExpiresAt  time.Time // its last heartbeat plus the lease TTL
-	Partitions []PartitionReport
-}
-
-// PartitionReport is what a member reports of a partition it holds.
-type PartitionReport struct {
-	Partition int
-	Applied   int64   // events applied in this claim
-	Rate      float64 // events per second between the member's last two heartbeats
-}

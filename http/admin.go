@@ -11,7 +11,12 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Admin is the operator side (the repair jobs and dead letters). Methods
@@ -20,41 +25,41 @@ import (
 // domain.ErrJobFinished, domain.ErrOtherVersion, domain.ErrNotBuilt or
 // domain.ErrNoPrevious.
 type Admin interface {
-	StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error)
-	StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error)
+	StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error)
+	StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error)
 	// SwitchBack points readers back at the projection's previous
 	// collection and returns the projection's state after it.
-	SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error)
-	StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error)
-	Job(ctx context.Context, id string) (domain.Job, error)
-	CancelJob(ctx context.Context, id string) (domain.Job, error)
-	Projections(ctx context.Context) ([]domain.ProjectionStatus, error)
+	SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error)
+	StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error)
+	Job(ctx context.Context, id string) (jobs.Job, error)
+	CancelJob(ctx context.Context, id string) (jobs.Job, error)
+	Projections(ctx context.Context) ([]jobs.ProjectionStatus, error)
 	// Relay returns the outbox relay's owner, lease and checkpoint.
-	Relay(ctx context.Context) (domain.RelayStatus, error)
-	DeadLetters(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error)
+	Relay(ctx context.Context) (outbox.RelayStatus, error)
+	DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)
 	RetryDeadLetter(ctx context.Context, id string) error
 	// ReadModels returns each read model's document of an order beside
-	// the fold of its log (domain.ReadModelCheck), or an error wrapping
+	// the fold of its log (projection.ReadModelCheck), or an error wrapping
 	// domain.ErrNotFound when neither the log nor any read model has it.
-	ReadModels(ctx context.Context, orderID string) ([]domain.ReadModelCheck, error)
+	ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error)
 	// Log returns a page of the event log, newest commit first
-	// (domain.LogQuery, domain.LogPage), or an error wrapping
+	// (admin.LogQuery, admin.LogPage), or an error wrapping
 	// domain.ErrValidation for a cursor of another query.
-	Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
+	Log(ctx context.Context, q admin.LogQuery) (admin.LogPage, error)
 	// LogCommit returns one commit of the log by id
 	// ("<stream id>:<first version, 10 digits>"), or an error wrapping
 	// domain.ErrNotFound.
-	LogCommit(ctx context.Context, id string) (domain.LogCommit, error)
+	LogCommit(ctx context.Context, id string) (admin.LogCommit, error)
 	// TailLog follows the log's change stream: it calls fn with nil once
 	// the stream is open (every commit recorded after that reaches fn)
 	// and again about every second while nothing happens, and with each
 	// commit recorded since, in commit order. It returns nil when ctx
 	// ends, fn's error, or an error when the stream fails or fn fell too
 	// far behind the log.
-	TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error
+	TailLog(ctx context.Context, fn func(*admin.LogCommit) error) error
 	// History returns the projections' and the relay's samples kept by
 	// the admin service, oldest first.
-	History(ctx context.Context) (domain.History, error)
+	History(ctx context.Context) (admin.History, error)
 }
 
 // bearer admits requests carrying "Authorization: Bearer <token>". The
@@ -146,7 +151,7 @@ func (s *Server) startReplay(c echo.Context) error {
 	if err := decode(c, &req, false); err != nil {
 		return err
 	}
-	job, err := s.cfg.Admin.StartReplay(c.Request().Context(), domain.ReplaySpec{
+	job, err := s.cfg.Admin.StartReplay(c.Request().Context(), jobs.ReplaySpec{
 		StreamID: req.StreamID, From: parseTime(req.From), To: parseTime(req.To)})
 	if err != nil {
 		return err
@@ -154,14 +159,14 @@ func (s *Server) startReplay(c echo.Context) error {
 	return accepted(c, job, "/v1/admin/replays/"+job.ID)
 }
 
-func accepted(c echo.Context, job domain.Job, location string) error {
+func accepted(c echo.Context, job jobs.Job, location string) error {
 	c.Response().Header().Set(echo.HeaderLocation, location)
 	return c.JSON(http.StatusAccepted, job)
 }
 
 // job returns the job id, or not found when it is of another kind or
 // projection ("" for a replay) than the route's.
-func (s *Server) job(c echo.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
+func (s *Server) job(c echo.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
 	job, err := s.cfg.Admin.Job(c.Request().Context(), id)
 	if err != nil {
 		return job, err
@@ -172,7 +177,7 @@ func (s *Server) job(c echo.Context, kind domain.JobKind, projection, id string)
 	return job, nil
 }
 
-func (s *Server) getJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+func (s *Server) getJob(c echo.Context, kind jobs.JobKind, projection, id string) error {
 	job, err := s.job(c, kind, projection, id)
 	if err != nil {
 		return err
@@ -180,7 +185,7 @@ func (s *Server) getJob(c echo.Context, kind domain.JobKind, projection, id stri
 	return c.JSON(http.StatusOK, job)
 }
 
-func (s *Server) cancelJob(c echo.Context, kind domain.JobKind, projection, id string) error {
+func (s *Server) cancelJob(c echo.Context, kind jobs.JobKind, projection, id string) error {
 	if _, err := s.job(c, kind, projection, id); err != nil {
 		return err
 	}

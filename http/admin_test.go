@@ -17,6 +17,10 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // adminToken is the bearer token of the admin test servers.
@@ -28,7 +32,7 @@ type adminCall struct {
 	Projection string
 	Partitions int
 	Repair     bool
-	Spec       domain.ReplaySpec
+	Spec       jobs.ReplaySpec
 	ID         string
 	Limit      int64
 }
@@ -39,14 +43,14 @@ type adminCall struct {
 type fakeAdmin struct {
 	mu       sync.Mutex
 	known    map[string]bool
-	jobs     map[string]domain.Job
-	rebuild  map[string]string   // projection -> its unfinished rebuild
-	dead     map[string]error    // dead letter id -> what a retry returns
-	letters  []domain.DeadLetter // listed by DeadLetters
-	statuses []domain.ProjectionStatus
-	relay    domain.RelayStatus
-	checks   map[string][]domain.ReadModelCheck // order id -> what ReadModels returns
-	err      error                              // returned by Projections when set
+	jobs     map[string]jobs.Job
+	rebuild  map[string]string      // projection -> its unfinished rebuild
+	dead     map[string]error       // dead letter id -> what a retry returns
+	letters  []projector.DeadLetter // listed by DeadLetters
+	statuses []jobs.ProjectionStatus
+	relay    outbox.RelayStatus
+	checks   map[string][]projection.ReadModelCheck // order id -> what ReadModels returns
+	err      error                                  // returned by Projections when set
 	calls    []adminCall
 	seq      int
 	logs     fakeLog // the log browser's side (log_test.go)
@@ -57,10 +61,10 @@ var _ orderhttp.Admin = (*fakeAdmin)(nil)
 func newFakeAdmin() *fakeAdmin {
 	return &fakeAdmin{
 		known:   map[string]bool{"order_summaries": true, "customer_order_stats": true},
-		jobs:    map[string]domain.Job{},
+		jobs:    map[string]jobs.Job{},
 		rebuild: map[string]string{},
 		dead:    map[string]error{},
-		statuses: []domain.ProjectionStatus{
+		statuses: []jobs.ProjectionStatus{
 			{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries_v2_0193", ActiveVersion: 2,
 				PreviousCollection: "order_summaries", PreviousVersion: 1, Generation: 3},
 			{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", Generation: 1},
@@ -77,10 +81,10 @@ func (f *fakeAdmin) call(c adminCall) (unlock func()) {
 }
 
 // job returns the job id, or an error wrapping ErrNotFound.
-func (f *fakeAdmin) job(id string) (domain.Job, error) {
+func (f *fakeAdmin) job(id string) (jobs.Job, error) {
 	job, ok := f.jobs[id]
 	if !ok {
-		return domain.Job{}, fmt.Errorf("job %q: %w", id, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("job %q: %w", id, domain.ErrNotFound)
 	}
 	return job, nil
 }
@@ -103,14 +107,14 @@ func (f *fakeAdmin) callsOf(method string) []adminCall {
 	return out
 }
 
-func (f *fakeAdmin) newJob(kind domain.JobKind, projection string) domain.Job {
+func (f *fakeAdmin) newJob(kind jobs.JobKind, projection string) jobs.Job {
 	f.seq++
-	return domain.Job{ID: fmt.Sprintf("job-%d", f.seq), Kind: kind, Projection: projection,
-		State: domain.StateQueued, CreatedAt: time.Date(2025, 3, 1, 12, 0, f.seq, 0, time.UTC), Tasks: []domain.Task{}}
+	return jobs.Job{ID: fmt.Sprintf("job-%d", f.seq), Kind: kind, Projection: projection,
+		State: jobs.StateQueued, CreatedAt: time.Date(2025, 3, 1, 12, 0, f.seq, 0, time.UTC), Tasks: []jobs.Task{}}
 }
 
 // put stores job as it is.
-func (f *fakeAdmin) put(job domain.Job) {
+func (f *fakeAdmin) put(job jobs.Job) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs[job.ID] = job
@@ -118,7 +122,7 @@ func (f *fakeAdmin) put(job domain.Job) {
 
 // finish ends a job in state with report, releasing its projection's
 // rebuild.
-func (f *fakeAdmin) finish(id string, state domain.JobState, report *domain.VerifyReport) {
+func (f *fakeAdmin) finish(id string, state jobs.JobState, report *jobs.VerifyReport) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	job := f.jobs[id]
@@ -129,50 +133,50 @@ func (f *fakeAdmin) finish(id string, state domain.JobState, report *domain.Veri
 	}
 }
 
-func (f *fakeAdmin) StartRebuild(_ context.Context, projection string, partitions int) (domain.Job, error) {
+func (f *fakeAdmin) StartRebuild(_ context.Context, projection string, partitions int) (jobs.Job, error) {
 	defer f.call(adminCall{Method: "StartRebuild", Projection: projection, Partitions: partitions})()
 	if !f.known[projection] {
-		return domain.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
-	if partitions < 1 || partitions > domain.MaxPartitions {
+	if partitions < 1 || partitions > jobs.MaxPartitions {
 		// The handler validates; this is loud (a 500) if it stops doing so.
-		return domain.Job{}, fmt.Errorf("fake admin: partitions %d reached StartRebuild", partitions)
+		return jobs.Job{}, fmt.Errorf("fake admin: partitions %d reached StartRebuild", partitions)
 	}
 	if id, ok := f.rebuild[projection]; ok {
-		return domain.Job{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
+		return jobs.Job{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
 	}
-	job := f.newJob(domain.KindRebuild, projection)
+	job := f.newJob(jobs.KindRebuild, projection)
 	job.Partitions, job.Shadow = partitions, projection+"_"+job.ID
 	f.jobs[job.ID], f.rebuild[projection] = job, job.ID
 	return job, nil
 }
 
-func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair bool) (domain.Job, error) {
+func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair bool) (jobs.Job, error) {
 	defer f.call(adminCall{Method: "StartVerify", Projection: projection, Repair: repair})()
 	if !f.known[projection] {
-		return domain.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
-	job := f.newJob(domain.KindVerify, projection)
+	job := f.newJob(jobs.KindVerify, projection)
 	job.Repair = repair
 	f.jobs[job.ID] = job
 	return job, nil
 }
 
 // SwitchBack swaps a status's active and previous collections.
-func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (domain.ProjectionStatus, error) {
+func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (jobs.ProjectionStatus, error) {
 	defer f.call(adminCall{Method: "SwitchBack", Projection: projection})()
 	if !f.known[projection] {
-		return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+		return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
 	if id := f.rebuild[projection]; id != "" {
-		return domain.ProjectionStatus{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
+		return jobs.ProjectionStatus{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
 	}
 	for i, st := range f.statuses {
 		if st.Name != projection {
 			continue
 		}
 		if st.PreviousCollection == "" {
-			return domain.ProjectionStatus{}, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+			return jobs.ProjectionStatus{}, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
 		}
 		st.ActiveCollection, st.PreviousCollection = st.PreviousCollection, st.ActiveCollection
 		st.ActiveVersion, st.PreviousVersion = st.PreviousVersion, st.ActiveVersion
@@ -180,28 +184,28 @@ func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (domain.Pro
 		f.statuses[i] = st
 		return st, nil
 	}
-	return domain.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
-func (f *fakeAdmin) StartReplay(_ context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+func (f *fakeAdmin) StartReplay(_ context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
 	defer f.call(adminCall{Method: "StartReplay", Spec: spec})()
 	if spec.StreamID != "" {
 		if err := domain.ValidateID("stream_id", spec.StreamID); err != nil {
-			return domain.Job{}, err
+			return jobs.Job{}, err
 		}
 	}
-	job := f.newJob(domain.KindReplay, "")
+	job := f.newJob(jobs.KindReplay, "")
 	job.Replay = &spec
 	f.jobs[job.ID] = job
 	return job, nil
 }
 
-func (f *fakeAdmin) Job(_ context.Context, id string) (domain.Job, error) {
+func (f *fakeAdmin) Job(_ context.Context, id string) (jobs.Job, error) {
 	defer f.call(adminCall{Method: "Job", ID: id})()
 	return f.job(id)
 }
 
-func (f *fakeAdmin) CancelJob(_ context.Context, id string) (domain.Job, error) {
+func (f *fakeAdmin) CancelJob(_ context.Context, id string) (jobs.Job, error) {
 	defer f.call(adminCall{Method: "CancelJob", ID: id})()
 	job, err := f.job(id)
 	if err != nil {
@@ -215,24 +219,24 @@ func (f *fakeAdmin) CancelJob(_ context.Context, id string) (domain.Job, error) 
 	return job, nil
 }
 
-func (f *fakeAdmin) Projections(context.Context) ([]domain.ProjectionStatus, error) {
+func (f *fakeAdmin) Projections(context.Context) ([]jobs.ProjectionStatus, error) {
 	defer f.call(adminCall{Method: "Projections"})()
 	if f.err != nil {
 		return nil, f.err
 	}
-	return append([]domain.ProjectionStatus{}, f.statuses...), nil
+	return append([]jobs.ProjectionStatus{}, f.statuses...), nil
 }
 
-func (f *fakeAdmin) Relay(context.Context) (domain.RelayStatus, error) {
+func (f *fakeAdmin) Relay(context.Context) (outbox.RelayStatus, error) {
 	return f.relay, nil
 }
 
-func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (f *fakeAdmin) DeadLetters(_ context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	defer f.call(adminCall{Method: "DeadLetters", Projection: projection, Limit: limit})()
 	if projection != "" && !f.known[projection] {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
-	out := []domain.DeadLetter{}
+	out := []projector.DeadLetter{}
 	for _, d := range f.letters {
 		if (projection == "" || d.Projection == projection) && int64(len(out)) < limit {
 			out = append(out, d)
@@ -253,7 +257,7 @@ func (f *fakeAdmin) RetryDeadLetter(_ context.Context, id string) error {
 	return nil
 }
 
-func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]domain.ReadModelCheck, error) {
+func (f *fakeAdmin) ReadModels(_ context.Context, orderID string) ([]projection.ReadModelCheck, error) {
 	defer f.call(adminCall{Method: "ReadModels", ID: orderID})()
 	cs, ok := f.checks[orderID]
 	if !ok {
@@ -338,10 +342,10 @@ var adminRoutes = []adminRoute{
 }
 
 // decodeJob reads a job from a response body.
-func decodeJob(t testing.TB, rec *httptest.ResponseRecorder) domain.Job {
+func decodeJob(t testing.TB, rec *httptest.ResponseRecorder) jobs.Job {
 	t.Helper()
 	wantJSON(t, rec)
-	var job domain.Job
+	var job jobs.Job
 	if err := json.Unmarshal(rec.Body.Bytes(), &job); err != nil {
 		t.Fatalf("job body %q: %v", rec.Body, err)
 	}
@@ -546,7 +550,7 @@ func TestAdminStartRebuild(t *testing.T) {
 				t.Fatalf("status = %d, want 202; body %s", rec.Code, rec.Body)
 			}
 			job := decodeJob(t, rec)
-			if job.ID == "" || job.Kind != domain.KindRebuild || job.Projection != "order_summaries" || job.Partitions != tt.partitions {
+			if job.ID == "" || job.Kind != jobs.KindRebuild || job.Projection != "order_summaries" || job.Partitions != tt.partitions {
 				t.Errorf("job = %+v, want a rebuild of order_summaries in %d partitions", job, tt.partitions)
 			}
 			if loc, want := rec.Header().Get("Location"), path+"/"+job.ID; loc != want {
@@ -581,7 +585,7 @@ func TestAdminRebuildConflicts(t *testing.T) {
 		t.Errorf("rebuild of another projection: %d %s", rec.Code, rec.Body)
 	}
 	// Once the first has finished, a new one starts.
-	e.admin.finish(first.ID, domain.StateSucceeded, nil)
+	e.admin.finish(first.ID, jobs.StateSucceeded, nil)
 	rec = e.call(t, http.MethodPost, path, `{"partitions":4}`)
 	if rec.Code != http.StatusAccepted {
 		t.Fatalf("start after the first finished: %d %s", rec.Code, rec.Body)
@@ -603,23 +607,23 @@ func TestAdminRebuildConflicts(t *testing.T) {
 // verify of order_summaries, a finished rebuild of it, a rebuild of
 // customer_order_stats and a replay.
 type adminJobs struct {
-	rebuild, verify, done, otherRebuild, replay domain.Job
+	rebuild, verify, done, otherRebuild, replay jobs.Job
 }
 
 func putAdminJobs(a *fakeAdmin) adminJobs {
 	a.mu.Lock()
 	j := adminJobs{
-		rebuild:      a.newJob(domain.KindRebuild, "order_summaries"),
-		verify:       a.newJob(domain.KindVerify, "order_summaries"),
-		done:         a.newJob(domain.KindRebuild, "order_summaries"),
-		otherRebuild: a.newJob(domain.KindRebuild, "customer_order_stats"),
-		replay:       a.newJob(domain.KindReplay, ""),
+		rebuild:      a.newJob(jobs.KindRebuild, "order_summaries"),
+		verify:       a.newJob(jobs.KindVerify, "order_summaries"),
+		done:         a.newJob(jobs.KindRebuild, "order_summaries"),
+		otherRebuild: a.newJob(jobs.KindRebuild, "customer_order_stats"),
+		replay:       a.newJob(jobs.KindReplay, ""),
 	}
 	a.mu.Unlock()
 	j.rebuild.Partitions = 3
-	j.done.State, j.done.FinishedAt = domain.StateSucceeded, j.done.CreatedAt.Add(time.Hour)
-	j.replay.Replay = &domain.ReplaySpec{StreamID: "o-1"}
-	for _, job := range []domain.Job{j.rebuild, j.verify, j.done, j.otherRebuild, j.replay} {
+	j.done.State, j.done.FinishedAt = jobs.StateSucceeded, j.done.CreatedAt.Add(time.Hour)
+	j.replay.Replay = &jobs.ReplaySpec{StreamID: "o-1"}
+	for _, job := range []jobs.Job{j.rebuild, j.verify, j.done, j.otherRebuild, j.replay} {
 		a.put(job)
 	}
 	return j
@@ -633,7 +637,7 @@ func TestAdminGetJob(t *testing.T) {
 	const base = "/v1/admin/projections/order_summaries"
 	tests := []struct {
 		path string
-		want *domain.Job // nil: 404
+		want *jobs.Job // nil: 404
 	}{
 		{path: base + "/rebuilds/" + j.rebuild.ID, want: &j.rebuild},
 		{path: base + "/rebuilds/" + j.done.ID, want: &j.done},
@@ -744,7 +748,7 @@ func TestAdminVerify(t *testing.T) {
 			t.Fatalf("POST %s %s: %d %s", path, tt.body, rec.Code, rec.Body)
 		}
 		job := decodeJob(t, rec)
-		if job.Kind != domain.KindVerify || job.Projection != "order_summaries" || job.Repair != tt.repair {
+		if job.Kind != jobs.KindVerify || job.Projection != "order_summaries" || job.Repair != tt.repair {
 			t.Errorf("body %s: job = %+v, want a verify of order_summaries with repair %v", tt.body, job, tt.repair)
 		}
 		if loc, want := rec.Header().Get("Location"), path+"/"+job.ID; loc != want {
@@ -758,16 +762,16 @@ func TestAdminVerify(t *testing.T) {
 		if !tt.repair || tt.body == "" {
 			continue
 		}
-		report := &domain.VerifyReport{Collection: "order_summaries", Streams: 10, Events: 42, Documents: 10,
-			Missing: 1, Different: 2, Repaired: 3, Examples: []domain.DriftExample{{ID: "o-7", Kind: "different", StoredVersion: 3, LogVersion: 4, Fields: []string{"status"}}},
+		report := &jobs.VerifyReport{Collection: "order_summaries", Streams: 10, Events: 42, Documents: 10,
+			Missing: 1, Different: 2, Repaired: 3, Examples: []jobs.DriftExample{{ID: "o-7", Kind: "different", StoredVersion: 3, LogVersion: 4, Fields: []string{"status"}}},
 			Digest: "ab12", ExpectedDigest: "cd34"}
-		e.admin.finish(job.ID, domain.StateSucceeded, report)
+		e.admin.finish(job.ID, jobs.StateSucceeded, report)
 		rec = e.call(t, http.MethodGet, location(rec), "")
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET the verify: %d %s", rec.Code, rec.Body)
 		}
 		got := decodeJob(t, rec)
-		if got.ID != job.ID || got.State != domain.StateSucceeded || got.Report == nil {
+		if got.ID != job.ID || got.State != jobs.StateSucceeded || got.Report == nil {
 			t.Fatalf("GET the verify = %s, want it succeeded with a report", rec.Body)
 		}
 		gotReport, _ := json.Marshal(got.Report)
@@ -800,11 +804,11 @@ func TestAdminReplay(t *testing.T) {
 	from, to := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tt := range []struct {
 		body string
-		spec domain.ReplaySpec
+		spec jobs.ReplaySpec
 	}{
-		{`{"stream_id":"abc"}`, domain.ReplaySpec{StreamID: "abc"}},
-		{`{"from":"2025-01-01T00:00:00Z","to":"2025-01-02T03:04:05Z"}`, domain.ReplaySpec{From: from, To: to}},
-		{`{"from":"2025-01-01T01:00:00+01:00"}`, domain.ReplaySpec{From: from}},
+		{`{"stream_id":"abc"}`, jobs.ReplaySpec{StreamID: "abc"}},
+		{`{"from":"2025-01-01T00:00:00Z","to":"2025-01-02T03:04:05Z"}`, jobs.ReplaySpec{From: from, To: to}},
+		{`{"from":"2025-01-01T01:00:00+01:00"}`, jobs.ReplaySpec{From: from}},
 	} {
 		e := newAdminEnv(t, adminToken)
 		rec := e.call(t, http.MethodPost, "/v1/admin/replays", tt.body)
@@ -812,7 +816,7 @@ func TestAdminReplay(t *testing.T) {
 			t.Fatalf("POST %s: %d %s", tt.body, rec.Code, rec.Body)
 		}
 		job := decodeJob(t, rec)
-		if loc, want := location(rec), "/v1/admin/replays/"+job.ID; loc != want || job.Kind != domain.KindReplay {
+		if loc, want := location(rec), "/v1/admin/replays/"+job.ID; loc != want || job.Kind != jobs.KindReplay {
 			t.Errorf("POST %s: Location %q, job %+v; want %q and a replay", tt.body, loc, job, want)
 		}
 		calls := e.admin.callsOf("StartReplay")
@@ -872,7 +876,7 @@ func TestAdminProjections(t *testing.T) {
 	e.admin.statuses[0].ConsumerLag = &lag
 	e.admin.statuses[0].DeadLetters = 2
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
-	e.admin.relay = domain.RelayStatus{Owner: "relay-1", Epoch: 3, LeaseUntil: at.Add(10 * time.Second),
+	e.admin.relay = outbox.RelayStatus{Owner: "relay-1", Epoch: 3, LeaseUntil: at.Add(10 * time.Second),
 		CheckpointRecordedAt: at.Add(-time.Second), CheckpointSavedAt: at}
 	rec := e.call(t, http.MethodGet, "/v1/admin/projections", "")
 	if rec.Code != http.StatusOK {
@@ -880,8 +884,8 @@ func TestAdminProjections(t *testing.T) {
 	}
 	wantJSON(t, rec)
 	var body struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
-		Relay       domain.RelayStatus        `json:"relay"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
+		Relay       outbox.RelayStatus      `json:"relay"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.DisallowUnknownFields()
@@ -911,7 +915,7 @@ func TestAdminSwitchBack(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
 	}
-	var st domain.ProjectionStatus
+	var st jobs.ProjectionStatus
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatalf("body %q: %v", rec.Body, err)
 	}
@@ -959,14 +963,14 @@ func TestAdminDeadLetters(t *testing.T) {
 			if i%4 == 0 {
 				p = "customer_order_stats"
 			}
-			e.admin.letters = append(e.admin.letters, domain.DeadLetter{ID: fmt.Sprintf("%s:ev-%d", p, i), Projection: p, StreamID: "o-1"})
+			e.admin.letters = append(e.admin.letters, projector.DeadLetter{ID: fmt.Sprintf("%s:ev-%d", p, i), Projection: p, StreamID: "o-1"})
 		}
 		rec := e.call(t, http.MethodGet, "/v1/admin/dead-letters"+tt.query, "")
 		if rec.Code != http.StatusOK {
 			t.Fatalf("GET %s: %d %s", tt.query, rec.Code, rec.Body)
 		}
 		wantJSON(t, rec)
-		var body map[string][]domain.DeadLetter
+		var body map[string][]projector.DeadLetter
 		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 			t.Fatalf("body %q: %v", rec.Body, err)
 		}
@@ -1076,22 +1080,22 @@ func TestAdminNo5xx(t *testing.T) {
 // cannot exist is one before the admin side is called.
 func TestAdminReadModels(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	want := []domain.ReadModelCheck{
+	want := []projection.ReadModelCheck{
 		{Projection: "order_summaries", Collection: "order_summaries", State: "different", StoredVersion: 2, LogVersion: 2,
 			Document: json.RawMessage(`{"status":"shipped","version":2}`), Expected: json.RawMessage(`{"status":"approved","version":2}`),
 			Fields: []string{"status"}},
 		{Projection: "customer_order_stats", Collection: "customer_order_stats", State: "missing", LogVersion: 2,
 			Document: json.RawMessage("null"), Expected: json.RawMessage(`{"order_id":"o-1","version":2}`)},
 	}
-	e.admin.checks = map[string][]domain.ReadModelCheck{"o-1": want}
+	e.admin.checks = map[string][]projection.ReadModelCheck{"o-1": want}
 	rec := e.call(t, http.MethodGet, "/v1/admin/orders/o-1/read-models", "")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET read models: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, rec)
 	var body struct {
-		OrderID    string                  `json:"order_id"`
-		ReadModels []domain.ReadModelCheck `json:"read_models"`
+		OrderID    string                      `json:"order_id"`
+		ReadModels []projection.ReadModelCheck `json:"read_models"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
 		t.Fatalf("body %q: %v", rec.Body, err)

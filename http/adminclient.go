@@ -4,8 +4,9 @@ import (
 	"context"
 	"net/http"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
 )
 
 // The admin routes answer 401 (/problems/unauthorized) without the
@@ -15,9 +16,9 @@ import (
 
 // Projections returns every projection's status
 // (GET /v1/admin/projections).
-func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (c *Client) Projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
 	var list struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
 	}
 	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
 	return list.Projections, err
@@ -25,25 +26,25 @@ func (c *Client) Projections(ctx context.Context) ([]domain.ProjectionStatus, er
 
 // Relay returns the outbox relay's owner, lease and checkpoint, as the
 // projections' route answers them (GET /v1/admin/projections).
-func (c *Client) Relay(ctx context.Context) (domain.RelayStatus, error) {
+func (c *Client) Relay(ctx context.Context) (outbox.RelayStatus, error) {
 	var list struct {
-		Relay domain.RelayStatus `json:"relay"`
+		Relay outbox.RelayStatus `json:"relay"`
 	}
 	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
 	return list.Relay, err
 }
 
 // StartRebuild starts a rebuild of the projection's read model with the
-// scan of the log split into partitions (1 to domain.MaxPartitions; 0
+// scan of the log split into partitions (1 to jobs.MaxPartitions; 0
 // leaves it to the server). It returns the job, or an *Error wrapping
 // domain.ErrNotFound (unknown projection), domain.ErrValidation or
 // domain.ErrJobRunning.
-func (c *Client) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+func (c *Client) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
 	var body api.RebuildRequest
 	if partitions > 0 {
 		body.Partitions = &partitions
 	}
-	var job domain.Job
+	var job jobs.Job
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.StartRebuild(ctx, projection, body, edit...)
 	}, nil, &job)
@@ -54,8 +55,8 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // switch replaced, and returns the projection's state after it, or an
 // *Error wrapping domain.ErrNotFound (unknown projection),
 // domain.ErrNoPrevious or domain.ErrJobRunning.
-func (c *Client) SwitchBack(ctx context.Context, projection string) (domain.ProjectionStatus, error) {
-	var st domain.ProjectionStatus
+func (c *Client) SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error) {
+	var st jobs.ProjectionStatus
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.SwitchBack(ctx, projection, edit...)
 	}, nil, &st)
@@ -65,8 +66,8 @@ func (c *Client) SwitchBack(ctx context.Context, projection string) (domain.Proj
 // StartVerify starts a verification of the projection's read model
 // against the log, rewriting what differs when repair is set. It returns
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).
-func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
-	var job domain.Job
+func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
+	var job jobs.Job
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.StartVerify(ctx, projection, api.VerifyRequest{Repair: &repair}, edit...)
 	}, nil, &job)
@@ -75,13 +76,13 @@ func (c *Client) StartVerify(ctx context.Context, projection string, repair bool
 
 // Job returns the job id of kind on projection ("" for a replay), or an
 // *Error wrapping domain.ErrNotFound.
-func (c *Client) Job(ctx context.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
-	var job domain.Job
+func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
+	var job jobs.Job
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		switch kind {
-		case domain.KindRebuild:
+		case jobs.KindRebuild:
 			return c.api.GetRebuild(ctx, projection, id, edit...)
-		case domain.KindVerify:
+		case jobs.KindVerify:
 			return c.api.GetVerification(ctx, projection, id, edit...)
 		}
 		return c.api.GetReplay(ctx, id, edit...)
@@ -91,13 +92,13 @@ func (c *Client) Job(ctx context.Context, kind domain.JobKind, projection, id st
 
 // CancelJob asks the job to stop at its next checkpoint and returns it, or
 // an *Error wrapping domain.ErrNotFound or domain.ErrJobFinished.
-func (c *Client) CancelJob(ctx context.Context, kind domain.JobKind, projection, id string) (domain.Job, error) {
-	var job domain.Job
+func (c *Client) CancelJob(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
+	var job jobs.Job
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		switch kind {
-		case domain.KindRebuild:
+		case jobs.KindRebuild:
 			return c.api.CancelRebuild(ctx, projection, id, edit...)
-		case domain.KindVerify:
+		case jobs.KindVerify:
 			return c.api.CancelVerification(ctx, projection, id, edit...)
 		}
 		return c.api.CancelReplay(ctx, id, edit...)
@@ -106,15 +107,15 @@ func (c *Client) CancelJob(ctx context.Context, kind domain.JobKind, projection,
 }
 
 // JobURL is the absolute URL of the job, where a GET follows it.
-func (c *Client) JobURL(kind domain.JobKind, projection, id string) string {
+func (c *Client) JobURL(kind jobs.JobKind, projection, id string) string {
 	var (
 		req *http.Request
 		err error
 	)
 	switch kind {
-	case domain.KindRebuild:
+	case jobs.KindRebuild:
 		req, err = api.NewGetRebuildRequest(c.cfg.URL, projection, id)
-	case domain.KindVerify:
+	case jobs.KindVerify:
 		req, err = api.NewGetVerificationRequest(c.cfg.URL, projection, id)
 	default:
 		req, err = api.NewGetReplayRequest(c.cfg.URL, id)

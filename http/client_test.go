@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
 )
 
 // serve starts h on a loopback port for the test and returns a client of
@@ -131,7 +132,7 @@ func TestClientAdmin(t *testing.T) {
 		t.Fatalf("projections: %+v, %v", list, err)
 	}
 	job, err := c.StartRebuild(ctx, "order_summaries", 4)
-	if err != nil || job.Kind != domain.KindRebuild || job.Partitions != 4 {
+	if err != nil || job.Kind != jobs.KindRebuild || job.Partitions != 4 {
 		t.Fatalf("start rebuild: %+v, %v", job, err)
 	}
 	if def, err := c.StartRebuild(ctx, "customer_order_stats", 0); err != nil || def.Partitions != 1 {
@@ -141,29 +142,29 @@ func TestClientAdmin(t *testing.T) {
 	wantError(t, err, http.StatusConflict, "job-running", domain.ErrJobRunning)
 	_, err = c.StartRebuild(ctx, "nope", 0)
 	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
-	_, err = c.StartRebuild(ctx, "order_summaries", domain.MaxPartitions+1)
+	_, err = c.StartRebuild(ctx, "order_summaries", jobs.MaxPartitions+1)
 	wantError(t, err, http.StatusUnprocessableEntity, "validation", domain.ErrValidation)
 
-	if got, err := c.Job(ctx, domain.KindRebuild, "order_summaries", job.ID); err != nil || got.ID != job.ID {
+	if got, err := c.Job(ctx, jobs.KindRebuild, "order_summaries", job.ID); err != nil || got.ID != job.ID {
 		t.Errorf("job: %+v, %v", got, err)
 	}
-	_, err = c.Job(ctx, domain.KindVerify, "order_summaries", job.ID)
+	_, err = c.Job(ctx, jobs.KindVerify, "order_summaries", job.ID)
 	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
-	if got, err := c.CancelJob(ctx, domain.KindRebuild, "order_summaries", job.ID); err != nil || !got.CancelRequested {
+	if got, err := c.CancelJob(ctx, jobs.KindRebuild, "order_summaries", job.ID); err != nil || !got.CancelRequested {
 		t.Errorf("cancel: %+v, %v", got, err)
 	}
-	e.admin.finish(job.ID, domain.StateCanceled, nil)
-	_, err = c.CancelJob(ctx, domain.KindRebuild, "order_summaries", job.ID)
+	e.admin.finish(job.ID, jobs.StateCanceled, nil)
+	_, err = c.CancelJob(ctx, jobs.KindRebuild, "order_summaries", job.ID)
 	wantError(t, err, http.StatusConflict, "job-finished", domain.ErrJobFinished)
 
 	v, err := c.StartVerify(ctx, "customer_order_stats", true)
-	if err != nil || v.Kind != domain.KindVerify || !v.Repair {
+	if err != nil || v.Kind != jobs.KindVerify || !v.Repair {
 		t.Errorf("start verify: %+v, %v", v, err)
 	}
-	if got, err := c.Job(ctx, domain.KindVerify, "customer_order_stats", v.ID); err != nil || got.ID != v.ID {
+	if got, err := c.Job(ctx, jobs.KindVerify, "customer_order_stats", v.ID); err != nil || got.ID != v.ID {
 		t.Errorf("verify job: %+v, %v", got, err)
 	}
-	if u, want := c.JobURL(domain.KindVerify, "customer_order_stats", v.ID), "/v1/admin/projections/customer_order_stats/verifications/"+v.ID; !strings.HasSuffix(u, want) || !strings.HasPrefix(u, "http://127.0.0.1:") {
+	if u, want := c.JobURL(jobs.KindVerify, "customer_order_stats", v.ID), "/v1/admin/projections/customer_order_stats/verifications/"+v.ID; !strings.HasSuffix(u, want) || !strings.HasPrefix(u, "http://127.0.0.1:") {
 		t.Errorf("JobURL = %q, want the server's URL with %s", u, want)
 	}
 	if u := c.DeadLettersURL("a b"); !strings.HasSuffix(u, "/v1/admin/dead-letters?projection=a+b") {

@@ -10,6 +10,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/http/console"
+	"github.com/orderd/orderd/projector"
 )
 
 // routeSet returns a server's routes as "METHOD /path", leaving out
@@ -73,7 +74,7 @@ func TestConsoleRoutes(t *testing.T) {
 	a := newAdminEnv(t, adminToken)
 	b := newAdminEnv(t, adminToken)
 	b.admin.statuses[0].LastError = "connection reset"
-	b.admin.letters = append(b.admin.letters, domain.DeadLetter{ID: "order_summaries:ev-1", Projection: "order_summaries", StreamID: "o-secret"})
+	b.admin.letters = append(b.admin.letters, projector.DeadLetter{ID: "order_summaries:ev-1", Projection: "order_summaries", StreamID: "o-secret"})
 	for _, p := range paths {
 		ra, rb := a.get(t, p), b.get(t, p)
 		if ra.Code != http.StatusOK || rb.Code != http.StatusOK {

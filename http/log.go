@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
 )
@@ -25,7 +26,7 @@ var eventTypes = []string{domain.TypeOrderPlaced, domain.TypeOrderApproved, doma
 	domain.TypeOrderShipped, domain.TypeOrderDelivered, domain.TypeOrderCanceled, domain.TypeOrderMarkedUnavailable}
 
 func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
-	q := domain.LogQuery{Limit: 50, Cursor: text(p.Cursor), StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
+	q := admin.LogQuery{Limit: 50, Cursor: text(p.Cursor), StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
 	var bad []domain.FieldError
 	if v := text(p.Limit); v != "" {
 		n, err := strconv.Atoi(v)
@@ -114,7 +115,7 @@ func (s *Server) tailLog(c echo.Context) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := s.cfg.Admin.TailLog(ctx, func(commit *domain.LogCommit) error {
+	err := s.cfg.Admin.TailLog(ctx, func(commit *admin.LogCommit) error {
 		switch {
 		case !opened:
 			opened = true

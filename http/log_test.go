@@ -13,29 +13,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 )
 
 // fakeLog is the log browser's side of fakeAdmin.
 type fakeLog struct {
-	queries []domain.LogQuery
-	page    domain.LogPage
-	err     error                       // returned by Log when set
-	commits map[string]domain.LogCommit // by id
+	queries []admin.LogQuery
+	page    admin.LogPage
+	err     error                      // returned by Log when set
+	commits map[string]admin.LogCommit // by id
 	// tail, when set, is what TailLog passes on after the open; it ends
 	// with tailErr when tail is closed. Unset, TailLog opens and returns.
-	tail    chan *domain.LogCommit
+	tail    chan *admin.LogCommit
 	tailErr error
-	history domain.History
+	history admin.History
 }
 
-func (f *fakeAdmin) Log(_ context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (f *fakeAdmin) Log(_ context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	defer f.call(adminCall{Method: "Log", ID: q.Cursor, Limit: int64(q.Limit)})()
 	f.logs.queries = append(f.logs.queries, q)
 	return f.logs.page, f.logs.err
 }
 
-func (f *fakeAdmin) LogCommit(_ context.Context, id string) (domain.LogCommit, error) {
+func (f *fakeAdmin) LogCommit(_ context.Context, id string) (admin.LogCommit, error) {
 	defer f.call(adminCall{Method: "LogCommit", ID: id})()
 	c, ok := f.logs.commits[id]
 	if !ok {
@@ -44,7 +45,7 @@ func (f *fakeAdmin) LogCommit(_ context.Context, id string) (domain.LogCommit, e
 	return c, nil
 }
 
-func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
+func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*admin.LogCommit) error) error {
 	f.call(adminCall{Method: "TailLog"})()
 	f.mu.Lock()
 	tail, tailErr := f.logs.tail, f.logs.tailErr
@@ -67,17 +68,17 @@ func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*domain.LogCommit) erro
 	}
 }
 
-func (f *fakeAdmin) History(context.Context) (domain.History, error) {
+func (f *fakeAdmin) History(context.Context) (admin.History, error) {
 	defer f.call(adminCall{Method: "History"})()
 	return f.logs.history, nil
 }
 
-func testCommit(stream string, first int64) domain.LogCommit {
+func testCommit(stream string, first int64) admin.LogCommit {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	e := domain.Event{ID: fmt.Sprintf("%s-e%d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderApproved,
 		Version: first, OccurredAt: at, RecordedAt: at, Data: domain.OrderApproved{},
 		Metadata: domain.Metadata{CorrelationID: "corr-1", CausationID: "req-1", SchemaVersion: 1}}
-	return domain.LogCommit{ID: fmt.Sprintf("%s:%010d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder,
+	return admin.LogCommit{ID: fmt.Sprintf("%s:%010d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder,
 		FirstVersion: first, LastVersion: first, RecordedAt: at, Events: []domain.Event{e}}
 }
 
@@ -86,13 +87,13 @@ func testCommit(stream string, first int64) domain.LogCommit {
 // are one 422 naming each of them, before the admin side is asked.
 func TestLogPage(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	e.admin.logs.page = domain.LogPage{Commits: []domain.LogCommit{testCommit("o-1", 2)}, Next: "next-1"}
+	e.admin.logs.page = admin.LogPage{Commits: []admin.LogCommit{testCommit("o-1", 2)}, Next: "next-1"}
 	rec := e.call(t, http.MethodGet, "/v1/admin/log?limit=7&cursor=c-1&type=OrderApproved&stream_id=o-1&correlation_id=corr-1", "")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /v1/admin/log: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, rec)
-	if got, want := e.admin.logs.queries, (domain.LogQuery{Cursor: "c-1", Limit: 7, StreamID: "o-1", Type: domain.TypeOrderApproved, CorrelationID: "corr-1"}); len(got) != 1 || got[0] != want {
+	if got, want := e.admin.logs.queries, (admin.LogQuery{Cursor: "c-1", Limit: 7, StreamID: "o-1", Type: domain.TypeOrderApproved, CorrelationID: "corr-1"}); len(got) != 1 || got[0] != want {
 		t.Errorf("queries %+v, want %+v", got, want)
 	}
 	var page struct {
@@ -119,7 +120,7 @@ func TestLogPage(t *testing.T) {
 	}
 
 	e.call(t, http.MethodGet, "/v1/admin/log", "")
-	if got := e.admin.logs.queries[1]; got != (domain.LogQuery{Limit: 50}) {
+	if got := e.admin.logs.queries[1]; got != (admin.LogQuery{Limit: 50}) {
 		t.Errorf("without parameters: %+v, want the newest 50", got)
 	}
 
@@ -147,7 +148,7 @@ func TestLogPage(t *testing.T) {
 // without asking the admin side.
 func TestLogCommit(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	e.admin.logs.commits = map[string]domain.LogCommit{"o-1:0000000001": testCommit("o-1", 1)}
+	e.admin.logs.commits = map[string]admin.LogCommit{"o-1:0000000001": testCommit("o-1", 1)}
 	rec := e.call(t, http.MethodGet, "/v1/admin/log/commits/o-1:0000000001", "")
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"id":"o-1:0000000001"`) {
 		t.Fatalf("GET the commit: %d %s", rec.Code, rec.Body)
@@ -167,7 +168,7 @@ func TestLogCommit(t *testing.T) {
 // an error event that ends the response.
 func TestLogTail(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	tail := make(chan *domain.LogCommit)
+	tail := make(chan *admin.LogCommit)
 	e.admin.mu.Lock()
 	e.admin.logs.tail, e.admin.logs.tailErr = tail, fmt.Errorf("tail the log: %w", domain.ErrUnavailable)
 	e.admin.mu.Unlock()
@@ -214,7 +215,7 @@ func TestLogTail(t *testing.T) {
 			t.Fatal("the handler took no commit")
 		}
 		ev, data := next()
-		var got domain.LogCommit
+		var got admin.LogCommit
 		if err := json.Unmarshal([]byte(data), &struct {
 			ID *string `json:"id"`
 		}{&got.ID}); err != nil || ev != "commit" || got.ID != c.ID {
@@ -242,9 +243,9 @@ func TestLogTail(t *testing.T) {
 func TestHistoryRoute(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	lag, age := uint64(4), 1.5
-	e.admin.logs.history = domain.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []domain.HistorySample{{
-		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []domain.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
-		Relay: domain.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
+	e.admin.logs.history = admin.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []admin.HistorySample{{
+		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []admin.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
+		Relay: admin.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
 	rec := e.call(t, http.MethodGet, "/v1/admin/history", "")
 	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
@@ -257,7 +258,7 @@ func TestHistoryRoute(t *testing.T) {
 func TestLogTailEndsOnShutdown(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	e.admin.mu.Lock()
-	e.admin.logs.tail = make(chan *domain.LogCommit) // never sends: an idle log
+	e.admin.logs.tail = make(chan *admin.LogCommit) // never sends: an idle log
 	e.admin.mu.Unlock()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -14,8 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // openAPIMethods are the operations a path item may have, lower case as
@@ -245,29 +249,29 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 
 	at := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	lag := uint64(3)
-	spec := domain.ReplaySpec{StreamID: "s", From: at, To: at.Add(time.Hour)}
-	resume := domain.Resume{At: at, Owner: "o", Cursor: "c", Events: 1, Streams: 1}
-	task := domain.Task{ID: "j/part-0", Job: "j", Name: "part-0", From: "a", To: "b", State: "running", Owner: "o", Epoch: 1,
-		LeaseUntil: at, Attempts: 1, Cursor: "a1", Events: 1, Streams: 1, Commits: 1, Poison: 1, Resumes: []domain.Resume{resume},
+	spec := jobs.ReplaySpec{StreamID: "s", From: at, To: at.Add(time.Hour)}
+	resume := jobs.Resume{At: at, Owner: "o", Cursor: "c", Events: 1, Streams: 1}
+	task := jobs.Task{ID: "j/part-0", Job: "j", Name: "part-0", From: "a", To: "b", State: "running", Owner: "o", Epoch: 1,
+		LeaseUntil: at, Attempts: 1, Cursor: "a1", Events: 1, Streams: 1, Commits: 1, Poison: 1, Resumes: []jobs.Resume{resume},
 		StartedAt: at, FinishedAt: at, Error: "e"}
-	drift := domain.DriftExample{ID: "o-1", Kind: "different", StoredVersion: 1, LogVersion: 2, Fields: []string{"status"}}
-	report := domain.VerifyReport{Collection: "c", Streams: 1, Events: 1, Documents: 1, Missing: 1, Stale: 1, Extra: 1, Different: 1,
-		Repaired: 1, PoisonStreams: 1, Examples: []domain.DriftExample{drift}, Digest: "d", ExpectedDigest: "d"}
-	job := domain.Job{ID: "j", Kind: domain.KindRebuild, Projection: "p", Version: 2, State: domain.StateRunning, CreatedAt: at, FinishedAt: at,
+	drift := jobs.DriftExample{ID: "o-1", Kind: "different", StoredVersion: 1, LogVersion: 2, Fields: []string{"status"}}
+	report := jobs.VerifyReport{Collection: "c", Streams: 1, Events: 1, Documents: 1, Missing: 1, Stale: 1, Extra: 1, Different: 1,
+		Repaired: 1, PoisonStreams: 1, Examples: []jobs.DriftExample{drift}, Digest: "d", ExpectedDigest: "d"}
+	job := jobs.Job{ID: "j", Kind: jobs.KindRebuild, Projection: "p", Version: 2, State: jobs.StateRunning, CreatedAt: at, FinishedAt: at,
 		Error: "e", Partitions: 2, Shadow: "s", Repair: true, Replay: &spec, TotalCommits: 1, Bounds: []string{"m"}, Report: &report,
-		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []domain.Task{task}}
+		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []jobs.Task{task}}
 	pct := 49
-	job.JobPhase = domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 1, EventsDone: 1, EventsTotal: 2}
-	verifySummary := domain.VerifySummary{Job: "j", State: domain.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
+	job.JobPhase = jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 1, EventsDone: 1, EventsTotal: 2}
+	verifySummary := jobs.VerifySummary{Job: "j", State: jobs.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
 	jobSummary := job.Summary()
 	behind := 1.5
-	partition := domain.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
-	projection := domain.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
+	partition := projector.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
+	projStatus := jobs.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
 		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
-		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []domain.PartitionStatus{partition}, AckFloor: &lag}
-	check := domain.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
+		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []projector.PartitionStatus{partition}, AckFloor: &lag}
+	check := projection.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
 		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}
-	dead := domain.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
+	dead := projector.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
 		Error: "e", Deliveries: 1, ParkedAt: at, StreamSeq: 1, RetriedAt: at, RetryResult: "r"}
 	line := domain.Line{SKU: "s", Quantity: 1, UnitPriceCents: 1, FreightCents: 1}
 	order := domain.Order{ID: "o", CustomerID: "c", Status: domain.StatusCanceled, Currency: "BRL", Items: []domain.Line{line},
@@ -283,15 +287,15 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logCommit := domain.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
+	logCommit := admin.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
 		RecordedAt: at, Events: []domain.Event{{ID: "e", StreamID: "o", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderCanceled,
 			Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta}}, Error: "e"}
-	logPage := domain.LogPage{Commits: []domain.LogCommit{logCommit}, Next: "n"}
+	logPage := admin.LogPage{Commits: []admin.LogCommit{logCommit}, Next: "n"}
 	age, rate := 1.5, 2.0
-	projSample := domain.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
-	relaySample := domain.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
-	sample := domain.HistorySample{At: at, Projections: []domain.ProjectionSample{projSample}, Relay: relaySample}
-	history := domain.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []domain.HistorySample{sample}}
+	projSample := admin.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
+	relaySample := admin.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
+	sample := admin.HistorySample{At: at, Projections: []admin.ProjectionSample{projSample}, Relay: relaySample}
+	history := admin.History{IntervalSeconds: 5, WindowSeconds: 3600, Samples: []admin.HistorySample{sample}}
 	problem := orderhttp.Problem{Type: "/problems/validation", Title: "t", Status: 422, Detail: "d",
 		Errors: []domain.FieldError{{Field: "f", Detail: "d"}}}
 
@@ -312,24 +316,24 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"DailySales", sales.Days[0], domain.DailySales{}},
 		{"Problem", problem, orderhttp.Problem{}},
 		{"FieldError", domain.FieldError{Field: "f", Detail: "d"}, domain.FieldError{}},
-		{"Job", job, domain.Job{}},
-		{"ReplaySpec", spec, domain.ReplaySpec{}},
-		{"Task", task, domain.Task{}},
-		{"Resume", resume, domain.Resume{}},
-		{"VerifyReport", report, domain.VerifyReport{}},
-		{"DriftExample", drift, domain.DriftExample{}},
-		{"ProjectionStatus", projection, domain.ProjectionStatus{}},
-		{"PartitionStatus", partition, domain.PartitionStatus{}},
-		{"VerifySummary", verifySummary, domain.VerifySummary{}},
-		{"JobSummary", jobSummary, domain.JobSummary{}},
-		{"DeadLetter", dead, domain.DeadLetter{}},
-		{"ReadModelCheck", check, domain.ReadModelCheck{}},
-		{"LogCommit", logCommit, domain.LogCommit{}},
-		{"LogPage", logPage, domain.LogPage{}},
-		{"History", history, domain.History{}},
-		{"HistorySample", sample, domain.HistorySample{}},
-		{"ProjectionSample", projSample, domain.ProjectionSample{}},
-		{"RelaySample", relaySample, domain.RelaySample{}},
+		{"Job", job, jobs.Job{}},
+		{"ReplaySpec", spec, jobs.ReplaySpec{}},
+		{"Task", task, jobs.Task{}},
+		{"Resume", resume, jobs.Resume{}},
+		{"VerifyReport", report, jobs.VerifyReport{}},
+		{"DriftExample", drift, jobs.DriftExample{}},
+		{"ProjectionStatus", projStatus, jobs.ProjectionStatus{}},
+		{"PartitionStatus", partition, projector.PartitionStatus{}},
+		{"VerifySummary", verifySummary, jobs.VerifySummary{}},
+		{"JobSummary", jobSummary, jobs.JobSummary{}},
+		{"DeadLetter", dead, projector.DeadLetter{}},
+		{"ReadModelCheck", check, projection.ReadModelCheck{}},
+		{"LogCommit", logCommit, admin.LogCommit{}},
+		{"LogPage", logPage, admin.LogPage{}},
+		{"History", history, admin.History{}},
+		{"HistorySample", sample, admin.HistorySample{}},
+		{"ProjectionSample", projSample, admin.ProjectionSample{}},
+		{"RelaySample", relaySample, admin.RelaySample{}},
 	} {
 		s := componentSchema(doc, c.schema)
 		if s == nil {

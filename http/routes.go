@@ -6,9 +6,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
 	"github.com/orderd/orderd/http/console"
+	"github.com/orderd/orderd/jobs"
 )
 
 // operations is the Server as api.ServerInterface: one method per
@@ -196,11 +196,11 @@ func (o operations) StartRebuild(c echo.Context, name api.Projection) error {
 }
 
 func (o operations) GetRebuild(c echo.Context, name api.Projection, job api.JobId) error {
-	return o.getJob(c, domain.KindRebuild, name, job)
+	return o.getJob(c, jobs.KindRebuild, name, job)
 }
 
 func (o operations) CancelRebuild(c echo.Context, name api.Projection, job api.JobId) error {
-	return o.cancelJob(c, domain.KindRebuild, name, job)
+	return o.cancelJob(c, jobs.KindRebuild, name, job)
 }
 
 func (o operations) SwitchBack(c echo.Context, name api.Projection) error {
@@ -212,21 +212,21 @@ func (o operations) StartVerify(c echo.Context, name api.Projection) error {
 }
 
 func (o operations) GetVerification(c echo.Context, name api.Projection, job api.JobId) error {
-	return o.getJob(c, domain.KindVerify, name, job)
+	return o.getJob(c, jobs.KindVerify, name, job)
 }
 
 func (o operations) CancelVerification(c echo.Context, name api.Projection, job api.JobId) error {
-	return o.cancelJob(c, domain.KindVerify, name, job)
+	return o.cancelJob(c, jobs.KindVerify, name, job)
 }
 
 func (o operations) StartReplay(c echo.Context) error { return o.startReplay(c) }
 
 func (o operations) GetReplay(c echo.Context, job api.JobId) error {
-	return o.getJob(c, domain.KindReplay, "", job)
+	return o.getJob(c, jobs.KindReplay, "", job)
 }
 
 func (o operations) CancelReplay(c echo.Context, job api.JobId) error {
-	return o.cancelJob(c, domain.KindReplay, "", job)
+	return o.cancelJob(c, jobs.KindReplay, "", job)
 }
 
 func (o operations) ListDeadLetters(c echo.Context, p api.ListDeadLettersParams) error {

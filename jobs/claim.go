@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projector"
 )
 
 // errLeaseLost: this runner's lease ran out before a renewal got through
@@ -15,22 +15,23 @@ var errLeaseLost = domain.ErrLeaseLost
 
 // TaskLeases holds the tasks' leases (invariant 6): a task is claimed at
 // the epoch it was read at, and each of its runner's writes is fenced by
-// the claim's epoch. *mongodb.Tasks implements it.
+// the claim's epoch. The MongoDB adapter's *mongodb.Tasks implements it.
+// Every method fails with domain.ErrUnavailable when the store cannot be
+// reached, and those taking a lease with domain.ErrLeaseLost when it has
+// passed to another claim.
 type TaskLeases interface {
 	// Claim claims t, as read, for holder for ttl and moves it to state;
 	// false and no error when another runner holds it or got it first.
-	Claim(ctx context.Context, t domain.Task, holder string, ttl time.Duration, state string) (domain.Task, domain.Lease, bool, error)
+	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, projector.Lease, bool, error)
 	// Renew extends the claim's lease by ttl.
-	Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error)
+	Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error)
 	// Checkpoint saves t's cursor and counters.
-	Checkpoint(ctx context.Context, lease domain.Lease, t domain.Task) error
+	Checkpoint(ctx context.Context, lease projector.Lease, t Task) error
 	// Finish sets the task's final state and error.
-	Finish(ctx context.Context, lease domain.Lease, state, errMsg string) error
+	Finish(ctx context.Context, lease projector.Lease, state, errMsg string) error
 	// Release gives the task back for any runner to claim at once.
-	Release(ctx context.Context, lease domain.Lease, errMsg string) error
+	Release(ctx context.Context, lease projector.Lease, errMsg string) error
 }
-
-var _ TaskLeases = (*mongodb.Tasks)(nil)
 
 // claim is one runner's hold on a task (invariant 6). A task carries an
 // epoch; claiming it is one update filtered on {_id, epoch: e, lease_until
@@ -50,15 +51,15 @@ type claim struct {
 	ttl    time.Duration
 	// task is the task as claimed, then as last checkpointed; only the
 	// runner's goroutine touches it (the renewal uses the lease).
-	task domain.Task
+	task Task
 
 	mu    sync.Mutex
-	lease domain.Lease // as last renewed
+	lease projector.Lease // as last renewed
 }
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
 // no error when another runner holds it or got it first.
-func (j *Jobs) tryClaim(ctx context.Context, t domain.Task, owner string, ttl time.Duration) (*claim, error) {
+func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Duration) (*claim, error) {
 	claimed, lease, ok, err := j.leases.Claim(ctx, t, owner, ttl, taskRunning)
 	if err != nil || !ok {
 		return nil, err
@@ -75,7 +76,7 @@ func (c *claim) valid() bool {
 }
 
 // held returns the claim's lease as last renewed.
-func (c *claim) held() domain.Lease {
+func (c *claim) held() projector.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease
@@ -99,7 +100,7 @@ func (c *claim) renew(ctx context.Context) error {
 }
 
 // checkpoint saves the task's cursor and counters.
-func (c *claim) checkpoint(ctx context.Context, t *domain.Task) error {
+func (c *claim) checkpoint(ctx context.Context, t *Task) error {
 	if !c.valid() {
 		return errLeaseLost
 	}

@@ -14,7 +14,7 @@
 //     projection's pointer; live projectors then also write the shadow.
 //     The rebuild's plan cuts the log into partitions; each partition
 //     scans the log in log order, inserts each stream's fold into the
-//     shadow and records its sum (mongodb.SumsCollection); its finish
+//     shadow and records its sum (projection.SumsCollection); its finish
 //     verifies the shadow against those sums with repair, rechecking
 //     against the log each document that differs or has none (against
 //     the whole log when a partition was scanned without sums), and

@@ -77,9 +77,9 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 }
 
 // waitJob waits until the job is final and returns it.
-func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) domain.Job {
+func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit time.Duration) jobs.Job {
 	t.Helper()
-	var job domain.Job
+	var job jobs.Job
 	projectiontest.WaitFor(t, limit, "job "+id+" final", func() error {
 		var err error
 		if job, err = k.jobs.Get(ctx, id); err != nil {

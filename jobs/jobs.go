@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // Task states.
@@ -37,7 +37,8 @@ const (
 // EventLog is the event log as the jobs read it: a stream's events, a scan in
 // log order, the number of commits, and the stream ids that cut the log
 // into n ranges of about equal commits (a rebuild's partitions).
-// mongodb.EventStore implements it.
+// The MongoDB adapter's *mongodb.EventStore implements it. Errors:
+// domain.ErrUnavailable, and Scan returns fn's.
 type EventLog interface {
 	Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error)
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
@@ -49,7 +50,7 @@ type EventLog interface {
 type Jobs struct {
 	store    Store
 	leases   TaskLeases
-	pointers *mongodb.Pointers
+	pointers Pointers
 	events   EventLog
 	defs     map[string]Def // by projection name
 	now      func() time.Time
@@ -77,7 +78,7 @@ func DefOf(p interface {
 // (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), for the
 // projections named in defs, whose pointer documents ps keeps, reading
 // events.
-func New(store Store, leases TaskLeases, ps *mongodb.Pointers, events EventLog, defs map[string]Def) *Jobs {
+func New(store Store, leases TaskLeases, ps Pointers, events EventLog, defs map[string]Def) *Jobs {
 	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
 }
 
@@ -100,8 +101,8 @@ func (j *Jobs) known(projection string) error {
 
 func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
-func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
-	if err := j.store.InsertTasks(ctx, []domain.Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
+func (j *Jobs) create(ctx context.Context, job Job, task string) error {
+	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
 		return err
 	}
 	return j.store.InsertJob(ctx, job)
@@ -109,23 +110,23 @@ func (j *Jobs) create(ctx context.Context, job domain.Job, task string) error {
 
 // Get returns a job with its tasks and progress: its state as its tasks
 // show it (running once one runs, while the stored state is still
-// queued), its counters, rate and ETA, and its phase (domain.Job.PhaseAt).
+// queued), its counters, rate and ETA, and its phase (Job.PhaseAt).
 // Every view of a job reads it through Get, so they all show the same.
 // Errors: domain.ErrNotFound for an unknown id.
-func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
+func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 	job, err := j.store.Job(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	tasks, err := j.jobTasks(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	job.Tasks = tasks
 	var commits int64
 	for _, t := range tasks {
 		if t.State == taskRunning && !job.State.Final() {
-			job.State = domain.StateRunning
+			job.State = StateRunning
 		}
 		if !t.StartedAt.IsZero() && (job.StartedAt.IsZero() || t.StartedAt.Before(job.StartedAt)) {
 			job.StartedAt = t.StartedAt
@@ -154,13 +155,13 @@ func (j *Jobs) Get(ctx context.Context, id string) (domain.Job, error) {
 	return job, nil
 }
 
-func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) {
+func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
 	tasks, err := j.store.Tasks(ctx, job)
 	if err != nil {
 		return nil, err
 	}
 	// Partitions in order, the finish last.
-	rank := func(t domain.Task) int {
+	rank := func(t Task) int {
 		switch t.Name {
 		case taskPlan:
 			return -1
@@ -170,23 +171,23 @@ func (j *Jobs) jobTasks(ctx context.Context, job string) ([]domain.Task, error) 
 		n, _ := strconv.Atoi(strings.TrimPrefix(t.Name, "part-"))
 		return n
 	}
-	slices.SortFunc(tasks, func(a, b domain.Task) int { return cmp.Compare(rank(a), rank(b)) })
+	slices.SortFunc(tasks, func(a, b Task) int { return cmp.Compare(rank(a), rank(b)) })
 	return tasks, nil
 }
 
 // Cancel asks a job to stop. Its runners stop at their next checkpoint; a
 // canceled rebuild leaves the active collection as it was and drops its
 // shadow. A rebuild whose finish has verified its shadow and recorded the
-// collection it replaces (domain.Job.Replaced) is committed to the switch: a
+// collection it replaces (Job.Replaced) is committed to the switch: a
 // cancel is too late and refused as finished, and the job ends succeeded.
 // The request and that commit are each one update filtered on the other's
 // field, so when they race exactly one of them wins. Errors:
 // domain.ErrNotFound, domain.ErrJobFinished (a final job, or a rebuild committed
 // to its switch).
-func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
+func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	job, err := j.Get(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, domain.ErrJobFinished)
@@ -196,7 +197,7 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 	}
 	requested, err := j.store.RequestCancel(ctx, id)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if !requested {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
@@ -216,26 +217,26 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (domain.Job, error) {
 // It returns the pointer as stored. Errors: domain.ErrNotFound for an
 // unknown projection, domain.ErrNoPrevious when there is nothing to switch
 // back to, domain.ErrJobRunning while a rebuild runs, domain.ErrUnavailable.
-func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Pointer, error) {
-	if err := j.known(projection); err != nil {
-		return mongodb.Pointer{}, err
+func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer, error) {
+	if err := j.known(name); err != nil {
+		return projection.Pointer{}, err
 	}
 	id := newJobID()
-	if err := j.store.Lock(ctx, projection, id); err != nil {
-		return mongodb.Pointer{}, err
+	if err := j.store.Lock(ctx, name, id); err != nil {
+		return projection.Pointer{}, err
 	}
-	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), projection, id) }()
-	coll := j.defs[projection].Collection
-	ptr, err := j.pointers.Get(ctx, projection, coll, 0)
+	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), name, id) }()
+	coll := j.defs[name].Collection
+	ptr, err := j.pointers.Get(ctx, name, coll, 0)
 	if err != nil {
-		return mongodb.Pointer{}, err
+		return projection.Pointer{}, err
 	}
 	if ptr.Previous == "" {
-		return ptr, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+		return ptr, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious)
 	}
 	dropAfter, ok, err := j.pointers.DropAfter(ctx, ptr.Previous)
 	if err != nil {
-		return mongodb.Pointer{}, err
+		return projection.Pointer{}, err
 	}
 	if !ok {
 		dropAfter = j.now().Add(time.Minute)
@@ -244,14 +245,14 @@ func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Point
 	// collection left for ever; while it is still active the drop skips
 	// it.
 	if ptr.Active != "" {
-		if err := j.pointers.Retire(ctx, projection, ptr.Active, "switched back from", dropAfter); err != nil {
-			return mongodb.Pointer{}, err
+		if err := j.pointers.Retire(ctx, name, ptr.Active, "switched back from", dropAfter); err != nil {
+			return projection.Pointer{}, err
 		}
 	}
 	restored := ptr.Previous
-	ptr, err = j.pointers.Update(ctx, projection, coll, func(p *mongodb.Pointer) (bool, error) {
+	ptr, err = j.pointers.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
 		if p.Previous != restored {
-			return false, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious) // dropped meanwhile
+			return false, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious) // dropped meanwhile
 		}
 		from := p.ActiveVer()
 		p.Active, p.ActiveVersion, p.Previous, p.PreviousVersion = p.Previous, p.PreviousVer(), p.Active, p.ActiveVer()
@@ -264,10 +265,10 @@ func (j *Jobs) SwitchBack(ctx context.Context, projection string) (mongodb.Point
 	if err != nil {
 		return ptr, err
 	}
-	// The view under the projection's name follows at once; a failure
+	// The view under the name's name follows at once; a failure
 	// leaves the switch as it is, and the jobs workers' next pass over
 	// the views logs it and tries again.
-	_ = j.pointers.ShowLive(ctx, projection, coll)
+	_ = j.pointers.ShowLive(ctx, name, coll)
 	return ptr, j.pointers.Unretire(ctx, restored)
 }
 
@@ -277,14 +278,14 @@ func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
-func (j *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+func (j *Jobs) Latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
 	return j.store.Latest(ctx, projection, kind)
 }
 
 // latest returns the most recent job of a kind for a projection as Get
 // returns it (its state and progress from its tasks), or nil. The stored
 // job alone says queued until the job ends.
-func (j *Jobs) latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
 	l, err := j.Latest(ctx, projection, kind)
 	if err != nil || l == nil {
 		return l, err
@@ -300,29 +301,28 @@ func (j *Jobs) latest(ctx context.Context, projection string, kind domain.JobKin
 }
 
 // finishJob writes a job's final state.
-func (j *Jobs) finishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
+func (j *Jobs) finishJob(ctx context.Context, id string, state JobState, errMsg string, report *VerifyReport) error {
 	return j.store.FinishJob(ctx, id, state, errMsg, report)
 }
 
 // DeadLetterCounter counts a projection's dead letters. The MongoDB
-// adapter's *mongodb.DeadLetters implements it.
+// adapter's *mongodb.DeadLetters implements it. Errors:
+// domain.ErrUnavailable.
 type DeadLetterCounter interface {
 	Count(ctx context.Context, projection string) (int64, error)
 }
 
-var _ DeadLetterCounter = (*mongodb.DeadLetters)(nil)
-
 // Status returns each projection's pointer, latest verify and rebuild,
 // and dead letters; lag (nil when unknown) and last error come from the
 // callers that know them (the projection runners).
-func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]domain.ProjectionStatus, error) {
-	var out []domain.ProjectionStatus
+func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]ProjectionStatus, error) {
+	var out []ProjectionStatus
 	for _, name := range j.Projections() {
 		ptr, err := j.pointers.Get(ctx, name, j.defs[name].Collection, 0)
 		if err != nil {
 			return nil, err
 		}
-		st := domain.ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
+		st := ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
 			ShadowCollection: ptr.Shadow, ShadowVersion: ptr.ShadowVer(), PreviousCollection: ptr.Previous, PreviousVersion: ptr.PreviousVer(),
 			SwitchedBackFrom: ptr.SwitchedBackFrom, Generation: ptr.Generation, SwitchedAt: ptr.SwitchedAt}
 		if lag != nil {
@@ -333,18 +333,18 @@ func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx 
 				return nil, err
 			}
 		}
-		v, err := j.latest(ctx, name, domain.KindVerify)
+		v, err := j.latest(ctx, name, KindVerify)
 		if err != nil {
 			return nil, err
 		}
 		if v != nil {
-			vs := &domain.VerifySummary{Job: v.ID, State: v.State, FinishedAt: v.FinishedAt}
+			vs := &VerifySummary{Job: v.ID, State: v.State, FinishedAt: v.FinishedAt}
 			if v.Report != nil {
 				vs.Drift, vs.Repaired, vs.Digest = v.Report.Drift(), v.Report.Repaired, v.Report.Digest
 			}
 			st.LastVerify = vs
 		}
-		r, err := j.latest(ctx, name, domain.KindRebuild)
+		r, err := j.latest(ctx, name, KindRebuild)
 		if err != nil {
 			return nil, err
 		}

@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -65,7 +64,7 @@ func (m *Metrics) initRebuild(name string) {
 
 // pointer records the versions a projection's pointer names, beside the
 // one this instance folds.
-func (m *Metrics) pointer(name string, definition int, p mongodb.Pointer) {
+func (m *Metrics) pointer(name string, definition int, p projection.Pointer) {
 	if m == nil {
 		return
 	}

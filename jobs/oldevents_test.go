@@ -168,7 +168,7 @@ func TestOldEventsRebuildAndFold(t *testing.T) {
 			t.Fatal(err)
 		}
 		job = k.waitJob(t, ctx, job.ID, 60*time.Second)
-		if job.State != domain.StateSucceeded || job.PoisonStreams != 0 || job.Streams != streams || job.Events != events {
+		if job.State != jobs.StateSucceeded || job.PoisonStreams != 0 || job.Streams != streams || job.Events != events {
 			t.Fatalf("rebuild of %s: %s %s, %d poison streams, %d streams and %d events (want %d and %d)",
 				name, job.State, job.Error, job.PoisonStreams, job.Streams, job.Events, streams, events)
 		}
@@ -181,7 +181,7 @@ func TestOldEventsRebuildAndFold(t *testing.T) {
 		}
 		job = k.waitJob(t, ctx, job.ID, 30*time.Second)
 		rep := job.Report
-		if job.State != domain.StateSucceeded || rep == nil {
+		if job.State != jobs.StateSucceeded || rep == nil {
 			t.Fatalf("verify of %s: %s %s", name, job.State, job.Error)
 		}
 		if rep.Drift() != 0 || rep.PoisonStreams != 0 || rep.Digest != rep.ExpectedDigest || rep.Streams != streams || rep.Events != events {

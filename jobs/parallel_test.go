@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projection/projectiontest"
@@ -23,7 +22,7 @@ func TestRebuildPartitionsRunAtOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var seen domain.Job
+	var seen jobs.Job
 	projectiontest.WaitFor(t, 30*time.Second, "both partitions running at once", func() error {
 		j, err := k.jobs.Get(ctx, job.ID)
 		if err != nil {
@@ -42,7 +41,7 @@ func TestRebuildPartitionsRunAtOnce(t *testing.T) {
 		seen = j
 		return nil
 	})
-	if seen.State != domain.StateRunning || seen.Phase != "scanning" || seen.Step != 1 || seen.Steps != 3 {
+	if seen.State != jobs.StateRunning || seen.Phase != "scanning" || seen.Step != 1 || seen.Steps != 3 {
 		t.Errorf("job route: %s, phase %+v; want running, 1/3 scanning", seen.State, seen.JobPhase)
 	}
 	list, err := k.jobs.Status(ctx, nil, nil)
@@ -54,11 +53,11 @@ func TestRebuildPartitionsRunAtOnce(t *testing.T) {
 			continue
 		}
 		r := p.LastRebuild
-		if r == nil || r.Job != job.ID || r.State != domain.StateRunning || r.Phase != "scanning" || r.Events == 0 || r.Percent == nil {
+		if r == nil || r.Job != job.ID || r.State != jobs.StateRunning || r.Phase != "scanning" || r.Events == 0 || r.Percent == nil {
 			t.Errorf("status of %s: last rebuild %+v; want %s running, scanning, with events and progress", p.Name, r, job.ID)
 		}
 	}
-	if done := k.waitJob(t, ctx, job.ID, 60*time.Second); done.State != domain.StateSucceeded || done.Phase != "succeeded" {
+	if done := k.waitJob(t, ctx, job.ID, 60*time.Second); done.State != jobs.StateSucceeded || done.Phase != "succeeded" {
 		t.Fatalf("rebuild: %s %s, phase %+v", done.State, done.Error, done.JobPhase)
 	}
 }

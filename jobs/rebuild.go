@@ -11,66 +11,65 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
 // StartRebuild creates a rebuild job of projection split into partitions
-// (1 to domain.MaxPartitions), building the version of its definition this
+// (1 to MaxPartitions), building the version of its definition this
 // process folds, and announces its shadow collection, which live
 // projectors of that version then also write. Errors: domain.ErrNotFound
 // for an unknown projection, domain.ErrValidation for a bad partition
 // count, domain.ErrOtherVersion when the store's active version is newer
 // than this process's, domain.ErrJobRunning (wrapped, with the running
 // job's id) while another rebuild of the projection is not finished.
-func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions int) (domain.Job, error) {
+func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions int) (Job, error) {
 	if err := j.known(projection); err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
-	if partitions < 1 || partitions > domain.MaxPartitions {
-		return domain.Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, domain.MaxPartitions, domain.ErrValidation)
+	if partitions < 1 || partitions > MaxPartitions {
+		return Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, MaxPartitions, domain.ErrValidation)
 	}
 	def := j.defs[projection]
 	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if ptr.ActiveVer() > def.ver() {
-		return domain.Job{}, fmt.Errorf("%s: the store is at version %d, this instance folds version %d: %w",
+		return Job{}, fmt.Errorf("%s: the store is at version %d, this instance folds version %d: %w",
 			projection, ptr.ActiveVer(), def.ver(), domain.ErrOtherVersion)
 	}
 	id := newJobID()
 	if err := j.store.Lock(ctx, projection, id); err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	job, err := j.createRebuild(ctx, projection, partitions, id)
 	if err != nil {
 		_ = j.store.Unlock(context.WithoutCancel(ctx), projection, id)
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	return job, nil
 }
 
-func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, id string) (domain.Job, error) {
+func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, id string) (Job, error) {
 	now := j.now().UTC()
 	def := j.defs[name]
-	job := domain.Job{ID: id, Kind: domain.KindRebuild, Projection: name, Version: def.ver(), State: domain.StateQueued, CreatedAt: now,
+	job := Job{ID: id, Kind: KindRebuild, Projection: name, Version: def.ver(), State: StateQueued, CreatedAt: now,
 		Partitions: partitions, Shadow: projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")}
 	// Its scan records the sums of what it writes beside the shadow, in
-	// mongodb.SumsCollection(job.Shadow), which is dropped with the job.
+	// projection.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
-	tasks := []domain.Task{
+	tasks := []Task{
 		{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
 		{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
 	}
 	if err := j.store.InsertTasks(ctx, tasks); err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: %w", name, err)
+		return Job{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	// Announce the shadow before the job exists: scans start only a
 	// settling time after the job's creation, by which time every
 	// projector writes the shadow too.
-	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
+	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
@@ -78,7 +77,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
-			if err := j.pointers.Retire(ctx, name, mongodb.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
+			if err := j.pointers.Retire(ctx, name, projection.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
 		}
@@ -91,19 +90,19 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 		return true, nil
 	})
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
+		return Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
 	}
 	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *projection.Pointer) (bool, error) {
 			if p.Shadow != job.Shadow {
 				return false, nil
 			}
 			p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
 			return true, nil
 		})
-		return domain.Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
+		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
 	return job, nil
 }
@@ -112,7 +111,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 // It is idempotent: the cut is saved in the job first, and tasks that
 // already exist are kept, so a plan resumed after a crash creates the
 // same partitions.
-func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
+func (j *Jobs) plan(ctx context.Context, job *Job) error {
 	if job.Bounds == nil && job.Partitions <= 1 {
 		// One partition needs no cut: it can start while the log is
 		// counted for the ETA.
@@ -132,10 +131,10 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 		}
 	}
 	edges := append(append([]string{""}, job.Bounds...), "")
-	var parts []domain.Task
+	var parts []Task
 	for i := 0; i+1 < len(edges); i++ {
 		name := "part-" + strconv.Itoa(i)
-		parts = append(parts, domain.Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
+		parts = append(parts, Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
 	}
 	if err := j.store.InsertTasks(ctx, parts); err != nil {
 		return fmt.Errorf("plan %s: %w", job.ID, err)
@@ -153,7 +152,7 @@ func (j *Jobs) plan(ctx context.Context, job *domain.Job) error {
 
 // scan rebuilds one partition into the shadow collection, from the
 // task's cursor on, checkpointing after every batch of streams.
-func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
+func (w *Worker) scan(ctx context.Context, c *claim, job Job) error {
 	m := w.projs[job.Projection]
 	if err := m.EnsureCollectionIndexes(ctx, job.Shadow); err != nil {
 		return err
@@ -224,7 +223,7 @@ func (w *Worker) scan(ctx context.Context, c *claim, job domain.Job) error {
 // and one recorded anyway (by an older binary) is ignored, so a finish run
 // again after the switch completes the job instead of retiring the
 // collection readers read.
-func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) error {
+func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 	cur, err := w.jobs.Get(ctx, job.ID)
 	if err != nil {
 		return err
@@ -244,7 +243,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			if err := w.cleanUp(ctx, cur); err != nil {
 				return err
 			}
-			if err := w.jobs.finishJob(ctx, job.ID, domain.StateFailed, t.Name+": "+t.Error, nil); err != nil {
+			if err := w.jobs.finishJob(ctx, job.ID, StateFailed, t.Name+": "+t.Error, nil); err != nil {
 				return err
 			}
 			return c.finish(ctx, taskDone, "")
@@ -259,11 +258,11 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if ptr.Active != job.Shadow {
 		// Not switched yet (a retried finish may find it switched).
 		t := c.task
-		progress := func(p mongodb.VerifyProgress) error {
+		progress := func(p projection.VerifyProgress) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
 		}
-		var rep domain.VerifyReport
+		var rep VerifyReport
 		if summed(cur) {
 			// The scan recorded what it wrote: the shadow is checked
 			// against that, and only what differs against the log. The
@@ -297,7 +296,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
-		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
 			switch {
 			case p.Active == job.Shadow:
 				return false, nil // switched by another run of this finish
@@ -332,7 +331,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 	if err := w.dropSums(ctx, m, job); err != nil {
 		return err
 	}
-	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
+	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
 		return err
 	}
 	if err := w.jobs.store.Unlock(ctx, job.Projection, job.ID); err != nil {
@@ -351,7 +350,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job domain.Job) er
 // document, more than a scan of the log; and a stream whose document
 // went missing would have no sum to show it. Such a rebuild is verified
 // against the log, as before sums were recorded.
-func summed(job domain.Job) bool {
+func summed(job Job) bool {
 	for _, t := range job.Tasks {
 		if t.Name != taskPlan && t.Name != taskFinish && t.Summed != t.Streams {
 			return false
@@ -364,8 +363,8 @@ func summed(job domain.Job) bool {
 // finish's verify. They are put on the drop list first, for the grace
 // period, so that neither a crash before the drop nor a batch a deposed
 // scan owner writes after it can leave them behind.
-func (w *Worker) dropSums(ctx context.Context, m Projection, job domain.Job) error {
-	sums := mongodb.SumsCollection(job.Shadow)
+func (w *Worker) dropSums(ctx context.Context, m Projection, job Job) error {
+	sums := projection.SumsCollection(job.Shadow)
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, sums, "sums of rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
@@ -388,8 +387,8 @@ const abandonedShadowGrace = time.Minute
 // canceled, and the lock is released. A canceled job is marked here. A
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
-func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *mongodb.Pointer) (bool, error) {
+func (w *Worker) cleanUp(ctx context.Context, job Job) error {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != job.Shadow {
 			return false, nil
 		}
@@ -407,14 +406,14 @@ func (w *Worker) cleanUp(ctx context.Context, job domain.Job) error {
 		return err
 	}
 	// Its scan may still write the sums until it reaches a checkpoint.
-	if err := w.jobs.pointers.Retire(ctx, job.Projection, mongodb.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
+	if err := w.jobs.pointers.Retire(ctx, job.Projection, projection.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
 	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {
 		return err
 	}
 	if job.CancelRequested {
-		if err := w.jobs.finishJob(ctx, job.ID, domain.StateCanceled, "", nil); err != nil {
+		if err := w.jobs.finishJob(ctx, job.ID, StateCanceled, "", nil); err != nil {
 			return err
 		}
 	}

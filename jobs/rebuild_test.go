@@ -139,7 +139,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 		t.Errorf("reader: %v", err)
 	default:
 	}
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild %s: %s: %s", job.ID, job.State, job.Error)
 	}
 	owners := map[string]bool{}
@@ -259,7 +259,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 	}}}))
 	k.worker(t, "alive", jobs.WorkerConfig{BatchStreams: 5})
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	p, _ := job.Task("part-0")
@@ -287,7 +287,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 60*time.Second, "abd", 4, 2)
 	const abandoned = "order_summaries_abandoned"
-	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, func(p *projection.Pointer) (bool, error) {
 		p.Shadow, p.ShadowJob = abandoned, "dead-job"
 		return true, nil
 	}); err != nil {
@@ -306,7 +306,7 @@ func TestRebuildOverAnAbandonedShadowKeepsItAWhile(t *testing.T) {
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
 		t.Errorf("the abandoned shadow is dropped after %v, %v after the new rebuild started; want a grace", retired.DropAfter, retired.DropAfter.Sub(started))
 	}
-	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(abandoned)}}).Decode(&retired); err != nil {
+	if err := k.db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: projection.SumsCollection(abandoned)}}).Decode(&retired); err != nil {
 		t.Fatalf("the abandoned shadow's sums are not on the drop list: %v", err)
 	}
 	if retired.DropAfter.Before(started.Add(10 * time.Second)) {
@@ -331,12 +331,12 @@ func TestRebuildCancel(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if j.Streams == 0 || j.State != domain.StateRunning {
+		if j.Streams == 0 || j.State != jobs.StateRunning {
 			return fmt.Errorf("%s, %d streams", j.State, j.Streams)
 		}
 		return nil
 	})
-	sums := mongodb.SumsCollection(job.Shadow)
+	sums := projection.SumsCollection(job.Shadow)
 	if n, err := db.Collection(sums).CountDocuments(ctx, bson.D{}); err != nil || n == 0 {
 		t.Errorf("sums of the scan under way: %d, %v", n, err)
 	}
@@ -344,7 +344,7 @@ func TestRebuildCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 20*time.Second)
-	if job.State != domain.StateCanceled || !job.CancelRequested {
+	if job.State != jobs.StateCanceled || !job.CancelRequested {
 		t.Fatalf("after cancel: %s (cancel requested %v) %s", job.State, job.CancelRequested, job.Error)
 	}
 	if p, _ := job.Task("part-0"); p.State != "canceled" || job.Streams >= int64(len(f.IDs)) {
@@ -393,7 +393,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != domain.StateSucceeded {
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	switched, err := k.ps.Get(ctx, name, projection.OrderSummaries.Collection, 0)
@@ -406,7 +406,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 
 	// The finish died after the switch, before it recorded the job's end.
 	projectiontest.Must(t)(db.Collection(mongodb.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
-		{Key: "$set", Value: bson.D{{Key: "state", Value: domain.StateRunning}}},
+		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
 	projectiontest.Must(t)(db.Collection(mongodb.LocksCollection).InsertOne(ctx, bson.D{
 		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
@@ -424,7 +424,7 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	if !errors.Is(cancelErr, domain.ErrJobFinished) {
 		t.Errorf("cancel after the switch: %v, want ErrJobFinished", cancelErr)
 	}
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Errorf("job after a cancel that came after the switch: %s %s, want succeeded", job.State, job.Error)
 	}
 	// The finish records its task's end after the job's.
@@ -512,7 +512,7 @@ func TestRebuildMetrics(t *testing.T) {
 			return nil
 		})
 		job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-		if job.State != domain.StateSucceeded {
+		if job.State != jobs.StateSucceeded {
 			t.Fatalf("rebuild %d: %s %s", round, job.State, job.Error)
 		}
 		if job.Partitions != 2 {
@@ -593,7 +593,7 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 		}
 		return nil
 	})
-	shadow, sums := db.Collection(job.Shadow), db.Collection(mongodb.SumsCollection(job.Shadow))
+	shadow, sums := db.Collection(job.Shadow), db.Collection(projection.SumsCollection(job.Shadow))
 	if n, err := sums.CountDocuments(ctx, bson.D{}); err != nil || n != int64(len(f.IDs)) {
 		t.Fatalf("sums recorded by the scan: %d, %v; want %d", n, err, len(f.IDs))
 	}
@@ -607,7 +607,7 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 	projectiontest.Must(t)(db.Collection(mongodb.TasksCollection).UpdateOne(ctx, finish, bson.D{{Key: "$set", Value: bson.D{
 		{Key: "lease_until", Value: time.Now().Add(-time.Second).UTC()}}}}))
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 	rep := job.Report
@@ -653,12 +653,12 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 			t.Errorf("summary %s after the switch: %s, want the fold of its log %s", id, projectiontest.Dump(got), projectiontest.Dump(want))
 		}
 	}
-	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: mongodb.SumsCollection(job.Shadow)}})
+	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.SumsCollection(job.Shadow)}})
 	if err != nil || len(names) != 0 {
 		t.Errorf("sums after the rebuild succeeded: %v %v, want dropped", names, err)
 	}
 	// And on the drop list, should a late batch write them again.
-	if err := db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: mongodb.SumsCollection(job.Shadow)}}).Err(); err != nil {
+	if err := db.Collection(mongodb.RetiredCollection).FindOne(ctx, bson.D{{Key: "_id", Value: projection.SumsCollection(job.Shadow)}}).Err(); err != nil {
 		t.Errorf("sums on the drop list: %v", err)
 	}
 }

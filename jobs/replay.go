@@ -9,25 +9,25 @@ import (
 
 // StartReplay creates a job publishing the part of the log spec selects
 // to NATS again. Errors: domain.ErrValidation for an invalid spec.
-func (j *Jobs) StartReplay(ctx context.Context, spec domain.ReplaySpec) (domain.Job, error) {
+func (j *Jobs) StartReplay(ctx context.Context, spec ReplaySpec) (Job, error) {
 	if spec.StreamID != "" {
 		if err := domain.ValidateID("stream_id", spec.StreamID); err != nil {
-			return domain.Job{}, err
+			return Job{}, err
 		}
 		if !spec.From.IsZero() || !spec.To.IsZero() {
-			return domain.Job{}, fmt.Errorf("replay: give a stream or a time range, not both: %w", domain.ErrValidation)
+			return Job{}, fmt.Errorf("replay: give a stream or a time range, not both: %w", domain.ErrValidation)
 		}
 	}
 	if !spec.From.IsZero() && !spec.To.IsZero() && !spec.From.Before(spec.To) {
-		return domain.Job{}, fmt.Errorf("replay: from must be before to: %w", domain.ErrValidation)
+		return Job{}, fmt.Errorf("replay: from must be before to: %w", domain.ErrValidation)
 	}
-	job := domain.Job{ID: newJobID(), Kind: domain.KindReplay, State: domain.StateQueued, CreatedAt: j.now().UTC(), Replay: &spec}
+	job := Job{ID: newJobID(), Kind: KindReplay, State: StateQueued, CreatedAt: j.now().UTC(), Replay: &spec}
 	return job, j.create(ctx, job, taskReplay)
 }
 
 // replay publishes the job's part of the log again, stream by stream,
 // checkpointing after every batch.
-func (w *Worker) replay(ctx context.Context, c *claim, job domain.Job) error {
+func (w *Worker) replay(ctx context.Context, c *claim, job Job) error {
 	spec := job.Replay
 	if spec == nil {
 		return fmt.Errorf("replay %s: no range", job.ID)
@@ -77,8 +77,8 @@ func (w *Worker) replay(ctx context.Context, c *claim, job domain.Job) error {
 	return w.finishReplay(ctx, c, job)
 }
 
-func (w *Worker) finishReplay(ctx context.Context, c *claim, job domain.Job) error {
-	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", nil); err != nil {
+func (w *Worker) finishReplay(ctx context.Context, c *claim, job Job) error {
+	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")

@@ -20,26 +20,26 @@ func TestReplayKeepsMessageIDs(t *testing.T) {
 	k.republish = bus.NewPublisher(b.JS, b.Stream).Republish
 	k.worker(t, "w1", jobs.WorkerConfig{})
 
-	replay := func(spec domain.ReplaySpec) domain.Job {
+	replay := func(spec jobs.ReplaySpec) jobs.Job {
 		t.Helper()
 		job, err := k.jobs.StartReplay(ctx, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		job = k.waitJob(t, ctx, job.ID, 20*time.Second)
-		if job.State != domain.StateSucceeded {
+		if job.State != jobs.StateSucceeded {
 			t.Fatalf("replay %+v: %s %s", spec, job.State, job.Error)
 		}
 		return job
 	}
 	one := f.IDs[2]
-	if job := replay(domain.ReplaySpec{StreamID: one}); job.Events != int64(len(f.Events[one])) {
+	if job := replay(jobs.ReplaySpec{StreamID: one}); job.Events != int64(len(f.Events[one])) {
 		t.Errorf("replay of %s published %d events, want %d", one, job.Events, len(f.Events[one]))
 	}
 	if got := b.Messages(t, ctx); got != uint64(len(f.Events[one])) {
 		t.Errorf("stream holds %d messages after replaying %s, want %d", got, one, len(f.Events[one]))
 	}
-	all := replay(domain.ReplaySpec{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
+	all := replay(jobs.ReplaySpec{From: time.Now().Add(-time.Hour), To: time.Now().Add(time.Hour)})
 	if all.Events != int64(len(f.Flat)) || all.Streams != int64(len(f.IDs)) {
 		t.Errorf("range replay published %d events of %d streams, want %d of %d", all.Events, all.Streams, len(f.Flat), len(f.IDs))
 	}
@@ -72,7 +72,7 @@ func TestReplayKeepsMessageIDs(t *testing.T) {
 	if len(ids) > 0 {
 		t.Errorf("events not republished: %v", ids)
 	}
-	if _, err := k.jobs.StartReplay(ctx, domain.ReplaySpec{StreamID: "a.b"}); !errors.Is(err, domain.ErrValidation) {
+	if _, err := k.jobs.StartReplay(ctx, jobs.ReplaySpec{StreamID: "a.b"}); !errors.Is(err, domain.ErrValidation) {
 		t.Errorf("replay of an invalid stream id: %v", err)
 	}
 }

@@ -2,25 +2,24 @@ package jobs
 
 import (
 	"context"
-
-	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // Store keeps the jobs, their tasks and the rebuild locks.
-// *mongodb.Jobs implements it; the tasks' leases are TaskLeases'.
+// The MongoDB adapter's *mongodb.Jobs implements it; the tasks' leases
+// are TaskLeases'. Besides the errors named below, every method fails
+// with domain.ErrUnavailable when the store cannot be reached.
 type Store interface {
 	// InsertJob stores a new job.
-	InsertJob(ctx context.Context, job domain.Job) error
+	InsertJob(ctx context.Context, job Job) error
 	// InsertTasks stores tasks, keeping any that exists already.
-	InsertTasks(ctx context.Context, tasks []domain.Task) error
+	InsertTasks(ctx context.Context, tasks []Task) error
 	// Job returns a job without its tasks; domain.ErrNotFound for an
 	// unknown id.
-	Job(ctx context.Context, id string) (domain.Job, error)
+	Job(ctx context.Context, id string) (Job, error)
 	// Tasks returns the tasks of a job.
-	Tasks(ctx context.Context, job string) ([]domain.Task, error)
+	Tasks(ctx context.Context, job string) ([]Task, error)
 	// OpenTasks returns the tasks of every job in one of states.
-	OpenTasks(ctx context.Context, states ...string) ([]domain.Task, error)
+	OpenTasks(ctx context.Context, states ...string) ([]Task, error)
 	// SetTasksState moves a job's tasks in state from to state to.
 	SetTasksState(ctx context.Context, job, from, to string) error
 	// RequestCancel records a cancel request unless the job has
@@ -31,14 +30,14 @@ type Store interface {
 	// CommitSwitch records what a rebuild's switch replaces, and its
 	// verify report, unless a cancel was requested, and reports whether
 	// it did.
-	CommitSwitch(ctx context.Context, id, replaced string, report *domain.VerifyReport) (bool, error)
+	CommitSwitch(ctx context.Context, id, replaced string, report *VerifyReport) (bool, error)
 	// SavePlan records a rebuild's bounds, commit count and partitions.
-	SavePlan(ctx context.Context, job domain.Job) error
+	SavePlan(ctx context.Context, job Job) error
 	// Latest returns the most recent job of a kind for a projection, or
 	// nil.
-	Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error)
+	Latest(ctx context.Context, projection string, kind JobKind) (*Job, error)
 	// FinishJob writes a job's final state, error and report.
-	FinishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error
+	FinishJob(ctx context.Context, id string, state JobState, errMsg string, report *VerifyReport) error
 	// Lock takes a projection's rebuild lock for a job;
 	// domain.ErrJobRunning when another rebuild holds it.
 	Lock(ctx context.Context, projection, job string) error
@@ -48,5 +47,3 @@ type Store interface {
 	// false when none does.
 	LockHolder(ctx context.Context, projection string) (string, bool, error)
 }
-
-var _ Store = (*mongodb.Jobs)(nil)

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // StartVerify creates a verify job of projection's active collection;
@@ -16,30 +16,30 @@ import (
 // domain.ErrNotBuilt before its first build, domain.ErrOtherVersion when
 // the active collection is of another version than this process
 // folds, domain.ErrUnavailable.
-func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (domain.Job, error) {
+func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (Job, error) {
 	if err := j.known(projection); err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	def := j.defs[projection]
 	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	if err := activeIs(ptr, def.ver()); err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
 	total, err := j.events.Commits(ctx)
 	if err != nil {
-		return domain.Job{}, err
+		return Job{}, err
 	}
-	job := domain.Job{ID: newJobID(), Kind: domain.KindVerify, Projection: projection, Version: def.ver(), State: domain.StateQueued,
+	job := Job{ID: newJobID(), Kind: KindVerify, Projection: projection, Version: def.ver(), State: StateQueued,
 		CreatedAt: j.now().UTC(), Repair: repair, TotalCommits: total}
 	return job, j.create(ctx, job, taskVerify)
 }
 
 // activeIs checks that ptr's active collection is of version v. Errors:
 // domain.ErrNotBuilt, domain.ErrOtherVersion.
-func activeIs(ptr mongodb.Pointer, v int) error {
+func activeIs(ptr projection.Pointer, v int) error {
 	if ptr.Generation == 0 {
 		return nil // no pointer document: the base collection, of any version
 	}
@@ -54,7 +54,7 @@ func activeIs(ptr mongodb.Pointer, v int) error {
 }
 
 // verify runs a verify job on the active collection.
-func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
+func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
 	m := w.projs[job.Projection]
 	ptr, err := m.Pointer(ctx, 0)
 	if err != nil {
@@ -62,21 +62,21 @@ func (w *Worker) verify(ctx context.Context, c *claim, job domain.Job) error {
 	}
 	if err := activeIs(ptr, max(job.Version, 1)); err != nil {
 		// Switched to another version since the job was asked for.
-		if err := w.jobs.finishJob(ctx, job.ID, domain.StateFailed, err.Error(), nil); err != nil {
+		if err := w.jobs.finishJob(ctx, job.ID, StateFailed, err.Error(), nil); err != nil {
 			return err
 		}
 		return c.finish(ctx, taskDone, "")
 	}
 	t := c.task
 	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
-	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p mongodb.VerifyProgress) error {
+	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p projection.VerifyProgress) error {
 		t.Events, t.Streams, t.Commits, t.Cursor = p.Events, p.Streams, p.Commits, p.Cursor
 		return w.progress(ctx, c, &t)
 	})
 	if err != nil {
 		return err
 	}
-	if err := w.jobs.finishJob(ctx, job.ID, domain.StateSucceeded, "", &rep); err != nil {
+	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", &rep); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")

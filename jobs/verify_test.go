@@ -51,7 +51,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 
 	want := map[string][]string{"missing": del, "different": changed, "stale": {staleID}, "extra": {"ghost"}}
-	check := func(rep domain.VerifyReport, what string) {
+	check := func(rep jobs.VerifyReport, what string) {
 		t.Helper()
 		got := map[string][]string{}
 		for _, e := range rep.Examples {
@@ -111,14 +111,14 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 }
 
-func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) domain.VerifyReport {
+func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) jobs.VerifyReport {
 	t.Helper()
 	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, repair)
 	if err != nil {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded || job.Report == nil {
+	if job.State != jobs.StateSucceeded || job.Report == nil {
 		t.Fatalf("verify job %s: %s %s", job.ID, job.State, job.Error)
 	}
 	return *job.Report
@@ -166,7 +166,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 		t.Fatal(err)
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateFailed || !strings.Contains(job.Error, domain.ErrPointerMoved.Error()) {
+	if job.State != jobs.StateFailed || !strings.Contains(job.Error, domain.ErrPointerMoved.Error()) {
 		t.Errorf("verify whose collection was dropped before its repairs: %s %q, want failed as the pointer moved", job.State, job.Error)
 	}
 	// The name coll may be a view on next by now (the worker shows the
@@ -204,7 +204,7 @@ func TestTaskClaimedByExactlyOneWorker(t *testing.T) {
 		k.worker(t, fmt.Sprintf("w%d", i), jobs.WorkerConfig{Poll: 5 * time.Millisecond})
 	}
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
-	if job.State != domain.StateSucceeded || len(job.Tasks) != 1 || job.Tasks[0].Attempts != 1 {
+	if job.State != jobs.StateSucceeded || len(job.Tasks) != 1 || job.Tasks[0].Attempts != 1 {
 		t.Fatalf("job %s: %+v", job.State, job.Tasks)
 	}
 	if task := job.Tasks[0]; task.Epoch != 1 {
@@ -240,7 +240,7 @@ func TestVerifyProgressHasAnETA(t *testing.T) {
 	}
 	secs := time.Since(started).Seconds()
 	want := float64(total-done) / (float64(done) / secs)
-	if running.State != domain.StateRunning || running.RatePerSecond <= 0 || running.ETASeconds < 0.9*want || running.ETASeconds > 1.1*want {
+	if running.State != jobs.StateRunning || running.RatePerSecond <= 0 || running.ETASeconds < 0.9*want || running.ETASeconds > 1.1*want {
 		t.Errorf("verify %d of %d commits after %.0f s: %s, %.1f events/s, ETA %.1f s, want about %.1f s",
 			done, total, secs, running.State, running.RatePerSecond, running.ETASeconds, want)
 	}
@@ -248,7 +248,7 @@ func TestVerifyProgressHasAnETA(t *testing.T) {
 	k.worker(t, "w1", jobs.WorkerConfig{})
 	job = k.waitJob(t, ctx, job.ID, 30*time.Second)
 	v, _ := job.Task("verify")
-	if job.State != domain.StateSucceeded || v.Commits != total || v.Events != int64(len(f.Flat)) || job.ETASeconds != 0 {
+	if job.State != jobs.StateSucceeded || v.Commits != total || v.Events != int64(len(f.Flat)) || job.ETASeconds != 0 {
 		t.Errorf("verify done: %s, read %d commits and %d events (want %d and %d), ETA %.1f s",
 			job.State, v.Commits, v.Events, total, len(f.Flat), job.ETASeconds)
 	}

@@ -88,7 +88,7 @@ func TestSwitchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded {
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %+v", job)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
@@ -132,7 +132,7 @@ func TestSwitchBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	slices.Sort(dropped)
-	if want := []string{"order_summaries", mongodb.SumsCollection(job.Shadow)}; after.Previous != "" || after.Active != job.Shadow || !slices.Equal(dropped, want) {
+	if want := []string{"order_summaries", projection.SumsCollection(job.Shadow)}; after.Previous != "" || after.Active != job.Shadow || !slices.Equal(dropped, want) {
 		t.Errorf("after the grace: pointer %+v, dropped %v; want %s active, %v dropped", after, dropped, job.Shadow, want)
 	}
 	if _, err := k.jobs.SwitchBack(ctx, name); !errors.Is(err, domain.ErrNoPrevious) {
@@ -146,7 +146,7 @@ func TestSwitchBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second = k.waitJob(t, ctx, second.ID, 2*time.Minute); second.State != domain.StateSucceeded {
+	if second = k.waitJob(t, ctx, second.ID, 2*time.Minute); second.State != jobs.StateSucceeded {
 		t.Fatalf("second rebuild: %+v", second)
 	}
 	k.waitShowsLive(t, ctx, second.Shadow)
@@ -168,7 +168,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
 	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, map[string]jobs.Def{v2.Name: jobs.DefOf(sums2)})
 	// The store as a v1 service left it.
-	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *projection.Pointer) (bool, error) {
 		p.ActiveVersion = v1.Ver()
 		return true, nil
 	}); err != nil {
@@ -188,7 +188,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if check = k.waitJob(t, ctx, check.ID, time.Minute); check.Version != v1.Ver() || check.State != domain.StateSucceeded {
+	if check = k.waitJob(t, ctx, check.ID, time.Minute); check.Version != v1.Ver() || check.State != jobs.StateSucceeded {
 		t.Errorf("the v1 verify: %+v", check)
 	}
 	if got, _ := k.jobs.Get(ctx, job.ID); got.State.Final() || got.Streams > 0 {
@@ -197,7 +197,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	w2 := jobs.NewWorker(jobs2, k.es, nil, []jobs.Projection{sums2}, jobs.WorkerConfig{Owner: "v2", Poll: 50 * time.Millisecond,
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker v2", w2.Run)
-	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != domain.StateSucceeded || job.Report == nil {
+	if job = k.waitJob(t, ctx, job.ID, 2*time.Minute); job.State != jobs.StateSucceeded || job.Report == nil {
 		t.Fatalf("the v2 rebuild: %+v", job)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
@@ -238,7 +238,7 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 3*time.Minute, "sup", 20, 3)
 	cur, next := projection.OrderSummaries, projection.OrderSummaries
 	next.Version = cur.Ver() + 1
-	if _, err := k.ps.Update(ctx, cur.Name, cur.Collection, func(p *mongodb.Pointer) (bool, error) {
+	if _, err := k.ps.Update(ctx, cur.Name, cur.Collection, func(p *projection.Pointer) (bool, error) {
 		p.ActiveVersion = cur.Ver()
 		return true, nil
 	}); err != nil {
@@ -254,10 +254,10 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker next", w2.Run)
 
-	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != domain.StateCanceled || got.Streams != 0 {
+	if got := k.waitJob(t, ctx, stuck.ID, time.Minute); got.State != jobs.StateCanceled || got.Streams != 0 {
 		t.Fatalf("the stuck rebuild of version %d: %+v; want canceled, nothing scanned", cur.Ver(), got)
 	}
-	var ptr mongodb.Pointer
+	var ptr projection.Pointer
 	projectiontest.WaitFor(t, 2*time.Minute, "the next version built and switched", func() error {
 		if ptr, err = k.sums.Pointer(ctx, 0); err != nil {
 			return err

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/projection"
 )
 
 // WorkerConfig tunes a Worker. Zero values take the defaults in brackets.
@@ -76,19 +76,37 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: *mongodb.Projection[D] implements it.
+// type: the MongoDB adapter's *mongodb.Projection[D] implements it. coll
+// names one of the projection's collections (a pointer's active or
+// shadow). Every method fails with domain.ErrUnavailable when the store
+// cannot be reached.
 type Projection interface {
-	Name() string
-	Version() int // of the definition this process folds
-	Pointer(ctx context.Context, maxAge time.Duration) (mongodb.Pointer, error)
+	Name() string // projection.Definition.Name
+	Version() int // of the definition this process folds (projection.Definition.Ver)
+	// Pointer returns the projection's pointer, read from the store unless
+	// this process read it less than maxAge ago.
+	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	// EnsureCollectionIndexes creates the projection's indexes on coll.
 	EnsureCollectionIndexes(ctx context.Context, coll string) error
-	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (mongodb.FoldResult, error)
-	Verify(ctx context.Context, coll string, log mongodb.Scanner, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
-	VerifySums(ctx context.Context, coll string, repair bool, progress func(mongodb.VerifyProgress) error) (domain.VerifyReport, error)
+	// WriteFolds folds each stream of a rebuild's batch into coll through
+	// the version guard, and records each document's version and hash in
+	// projection.SumsCollection(coll). A stream that cannot be folded is
+	// counted as poison, not an error.
+	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
+	// Verify compares coll with the fold of the log and, with repair,
+	// rewrites what differs; progress (nil: none) is called as it goes,
+	// and its error stops the verify. Errors: domain.ErrPointerMoved
+	// (wrapped) when a repair finds coll no longer named by the pointer,
+	// progress's and the log's.
+	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (VerifyReport, error)
+	// VerifySums is Verify against the sums a rebuild recorded in
+	// projection.SumsCollection(coll), folding again only the documents
+	// that do not match them. Errors: as Verify's.
+	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (VerifyReport, error)
+	// DropSums drops projection.SumsCollection(shadow); one that does
+	// not exist is no error.
 	DropSums(ctx context.Context, shadow string) error
 }
-
-var _ Projection = (*mongodb.Projection[domain.Order])(nil)
 
 // Worker runs the jobs' tasks: any number of instances may run a
 // Worker; each task is run by exactly one of them at a time (see claim),
@@ -242,13 +260,13 @@ func (w *Worker) setRunning(id string, on bool) {
 }
 
 // claimNext claims the first claimable task, or returns nil.
-func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
+func (w *Worker) claimNext(ctx context.Context) (*claim, Job, error) {
 	open, err := w.jobs.store.OpenTasks(ctx, taskPending, taskRunning)
 	if err != nil {
-		return nil, domain.Job{}, err
+		return nil, Job{}, err
 	}
 	now := w.jobs.now()
-	jobs := map[string]*domain.Job{}
+	jobs := map[string]*Job{}
 	for _, t := range open {
 		if w.isRunning(t.ID) || (t.State == taskRunning && now.Before(t.LeaseUntil)) {
 			continue
@@ -261,7 +279,7 @@ func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
 				continue
 			}
 			if err != nil {
-				return nil, domain.Job{}, err
+				return nil, Job{}, err
 			}
 			job, jobs[t.Job] = &j, &j
 		}
@@ -270,13 +288,13 @@ func (w *Worker) claimNext(ctx context.Context) (*claim, domain.Job, error) {
 		}
 		c, err := w.jobs.tryClaim(ctx, t, w.cfg.Owner, w.cfg.LeaseTTL)
 		if err != nil {
-			return nil, domain.Job{}, err
+			return nil, Job{}, err
 		}
 		if c != nil {
 			return c, *job, nil
 		}
 	}
-	return nil, domain.Job{}, nil
+	return nil, Job{}, nil
 }
 
 func (w *Worker) isRunning(id string) bool {
@@ -287,8 +305,8 @@ func (w *Worker) isRunning(id string) bool {
 
 // claimable says whether this worker may take t now (job holds its
 // sibling tasks).
-func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
-	if job.Kind == domain.KindReplay && w.pub == nil {
+func (w *Worker) claimable(t Task, job *Job, now time.Time) bool {
+	if job.Kind == KindReplay && w.pub == nil {
 		return false
 	}
 	if job.Projection != "" {
@@ -298,11 +316,11 @@ func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
 		// version's worker may run it (buildVersions cancels such a
 		// rebuild when no worker of its version is left to).
 		p := w.projs[job.Projection]
-		if p == nil || (job.Kind != domain.KindReplay && max(job.Version, 1) != p.Version() && !cleansUpOlder(t, job, p.Version())) {
+		if p == nil || (job.Kind != KindReplay && max(job.Version, 1) != p.Version() && !cleansUpOlder(t, job, p.Version())) {
 			return false
 		}
 	}
-	if job.Kind != domain.KindRebuild {
+	if job.Kind != KindRebuild {
 		return true
 	}
 	failed, live, final, planned, parts := false, false, true, false, 0
@@ -333,8 +351,8 @@ func (w *Worker) claimable(t domain.Task, job *domain.Job, now time.Time) bool {
 // cleansUpOlder reports whether t is the finish of a rebuild of a version
 // older than v that was canceled before it could switch: that finish only
 // cleans up.
-func cleansUpOlder(t domain.Task, job *domain.Job, v int) bool {
-	return job.Kind == domain.KindRebuild && t.Name == taskFinish && job.CancelRequested && job.Replaced == "" && max(job.Version, 1) < v
+func cleansUpOlder(t Task, job *Job, v int) bool {
+	return job.Kind == KindRebuild && t.Name == taskFinish && job.CancelRequested && job.Replaced == "" && max(job.Version, 1) < v
 }
 
 // errJobCanceled: an operator asked the job to stop.
@@ -343,9 +361,9 @@ var errJobCanceled = errors.New("job canceled")
 // execute runs a claimed task, renewing its lease, and records how it
 // ended: done (the task did), canceled, released for a retry, or failed
 // after MaxAttempts.
-func (w *Worker) execute(ctx context.Context, c *claim, job domain.Job) {
+func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 	l := w.l.With("job", job.ID, "kind", job.Kind, "projection", job.Projection, "task", c.task.Name, "epoch", c.task.Epoch)
-	if job.Kind == domain.KindRebuild {
+	if job.Kind == KindRebuild {
 		w.cfg.Metrics.rebuildTaskStarted(job.Projection, job.ID)
 		defer w.cfg.Metrics.rebuildTaskEnded(job.Projection)
 	}
@@ -388,14 +406,14 @@ func (w *Worker) execute(ctx context.Context, c *claim, job domain.Job) {
 		l.Warn("task lease lost: it ran out before a renewal got through, or another instance took the task")
 	case errors.Is(err, errJobCanceled):
 		l.Info("task canceled")
-		if job.Kind == domain.KindRebuild && c.task.Name == taskFinish {
+		if job.Kind == KindRebuild && c.task.Name == taskFinish {
 			// Canceled during the verify before the switch.
 			job.CancelRequested = true
 			if err := w.cleanUp(bg, job); err != nil {
 				l.Warn("cleaning up the canceled rebuild failed", "err", err)
 			}
-		} else if job.Kind != domain.KindRebuild {
-			_ = w.jobs.finishJob(bg, job.ID, domain.StateCanceled, "", nil)
+		} else if job.Kind != KindRebuild {
+			_ = w.jobs.finishJob(bg, job.ID, StateCanceled, "", nil)
 		}
 		if err := c.finish(bg, taskCanceled, ""); err != nil {
 			l.Warn("recording cancel failed", "err", err)
@@ -406,9 +424,9 @@ func (w *Worker) execute(ctx context.Context, c *claim, job domain.Job) {
 	case c.task.Attempts >= w.cfg.MaxAttempts:
 		l.Error("task failed", "err", err, "attempts", c.task.Attempts)
 		_ = c.finish(bg, taskFailed, err.Error())
-		if job.Kind != domain.KindRebuild || c.task.Name == taskFinish {
-			_ = w.jobs.finishJob(bg, job.ID, domain.StateFailed, err.Error(), nil)
-			if job.Kind == domain.KindRebuild {
+		if job.Kind != KindRebuild || c.task.Name == taskFinish {
+			_ = w.jobs.finishJob(bg, job.ID, StateFailed, err.Error(), nil)
+			if job.Kind == KindRebuild {
 				_ = w.cleanUp(bg, job)
 			}
 		}
@@ -418,27 +436,27 @@ func (w *Worker) execute(ctx context.Context, c *claim, job domain.Job) {
 	}
 }
 
-func (w *Worker) runTask(ctx context.Context, c *claim, job domain.Job) error {
+func (w *Worker) runTask(ctx context.Context, c *claim, job Job) error {
 	switch {
-	case job.Kind == domain.KindRebuild && c.task.Name == taskPlan:
+	case job.Kind == KindRebuild && c.task.Name == taskPlan:
 		if err := w.jobs.plan(ctx, &job); err != nil {
 			return err
 		}
 		return c.finish(ctx, taskDone, "")
-	case job.Kind == domain.KindRebuild && c.task.Name == taskFinish:
+	case job.Kind == KindRebuild && c.task.Name == taskFinish:
 		return w.finishRebuild(ctx, c, job)
-	case job.Kind == domain.KindRebuild:
+	case job.Kind == KindRebuild:
 		return w.scan(ctx, c, job)
-	case job.Kind == domain.KindVerify:
+	case job.Kind == KindVerify:
 		return w.verify(ctx, c, job)
-	case job.Kind == domain.KindReplay:
+	case job.Kind == KindReplay:
 		return w.replay(ctx, c, job)
 	}
 	return fmt.Errorf("task %s: unknown kind %q", c.task.ID, job.Kind)
 }
 
 // progress checkpoints t and checks for a cancel request.
-func (w *Worker) progress(ctx context.Context, c *claim, t *domain.Task) error {
+func (w *Worker) progress(ctx context.Context, c *claim, t *Task) error {
 	if err := c.checkpoint(ctx, t); err != nil {
 		return err
 	}
@@ -504,7 +522,7 @@ func (w *Worker) supersede(ctx context.Context, name string, v int) {
 		return
 	}
 	job, err := w.jobs.Get(ctx, id)
-	if err != nil || job.Kind != domain.KindRebuild || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {
+	if err != nil || job.Kind != KindRebuild || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {
 		return
 	}
 	if _, err := w.jobs.Cancel(ctx, id); err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -53,19 +54,19 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 	return parts, nil
 }
 
-// Browse returns a page of the log, newest commit first (domain.LogQuery,
-// domain.LogPage). On MongoDB a page is one ranged query on the
+// Browse returns a page of the log, newest commit first (admin.LogQuery,
+// admin.LogPage). On MongoDB a page is one ranged query on the
 // (recorded_at, _id) index, or on the (stream_id, first_version) index
 // for one stream; a page filtered by type or correlation id first finds
 // the end of its window of browseWindow commits on the (recorded_at, _id)
 // index (index keys only), then reads the matches in that window. Errors:
 // domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
-func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
 	dialect, err := DialectOf(ctx, s.commits.Database().Client())
 	if err != nil {
-		return domain.LogPage{}, err
+		return admin.LogPage{}, err
 	}
 	if q.StreamID != "" {
 		if dialect == DialectFerretDB {
@@ -92,45 +93,31 @@ func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogP
 
 // LogCommit returns the commit id with its events; found is false when
 // the log has none. Errors: domain.ErrUnavailable.
-func (s *EventStore) LogCommit(ctx context.Context, id string) (c domain.LogCommit, found bool, err error) {
+func (s *EventStore) LogCommit(ctx context.Context, id string) (c admin.LogCommit, found bool, err error) {
 	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.LogCommit{}, false, nil
+		return admin.LogCommit{}, false, nil
 	}
 	if err != nil {
-		return domain.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
+		return admin.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
 	}
 	return logCommitOf(raw), true, nil
 }
 
-// LogCommitOf is how the log browser shows a commit the relay's change
-// stream delivered (domain.RecordedCommit) before it is read back.
-func LogCommitOf(c domain.RecordedCommit) domain.LogCommit {
-	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
-	if c.Err != nil {
-		out.Error = c.Err.Error()
-	}
-	if len(c.Events) > 0 {
-		out.StreamType = c.Events[0].StreamType
-		out.FirstVersion, out.LastVersion = c.Events[0].Version, c.Events[len(c.Events)-1].Version
-	}
-	return out
-}
-
 // logCommitOf decodes a stored commit; one that does not decode keeps its
 // id and stream, with the decoder's error.
-func logCommitOf(raw bson.Raw) domain.LogCommit {
+func logCommitOf(raw bson.Raw) admin.LogCommit {
 	var d commitDoc
 	if err := bson.Unmarshal(raw, &d); err != nil {
 		id, _ := raw.Lookup("_id").StringValueOK()
-		return domain.LogCommit{ID: id, StreamID: streamOf(id), Events: []domain.Event{},
+		return admin.LogCommit{ID: id, StreamID: streamOf(id), Events: []domain.Event{},
 			Error: fmt.Sprintf("commit %s: %v: %v", id, domain.ErrUnreadableCommit, err)}
 	}
 	return logCommitOfDoc(d)
 }
 
-func logCommitOfDoc(d commitDoc) domain.LogCommit {
-	out := domain.LogCommit{ID: d.ID, StreamID: d.StreamID, StreamType: d.StreamType, FirstVersion: d.FirstVersion,
+func logCommitOfDoc(d commitDoc) admin.LogCommit {
+	out := admin.LogCommit{ID: d.ID, StreamID: d.StreamID, StreamType: d.StreamType, FirstVersion: d.FirstVersion,
 		LastVersion: d.LastVersion, RecordedAt: d.RecordedAt.UTC(), Events: []domain.Event{}}
 	evs, err := d.events()
 	if err != nil {
@@ -142,7 +129,7 @@ func logCommitOfDoc(d commitDoc) domain.LogCommit {
 }
 
 // eventFilter is the query of LogQuery's type and correlation filters.
-func eventFilter(q domain.LogQuery) bson.D {
+func eventFilter(q admin.LogQuery) bson.D {
 	f := bson.D{}
 	if q.Type != "" {
 		f = append(f, bson.E{Key: "events.type", Value: q.Type})
@@ -156,16 +143,16 @@ func eventFilter(q domain.LogQuery) bson.D {
 var newestFirst = bson.D{{Key: "recorded_at", Value: -1}, {Key: "_id", Value: -1}}
 
 // browseRecorded pages the whole log on the (recorded_at, _id) index.
-func (s *EventStore) browseRecorded(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (s *EventStore) browseRecorded(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	older := bson.D{}
 	if q.Cursor != "" {
 		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		ms, err := strconv.ParseInt(parts[1], 10, 64)
 		if err != nil {
-			return domain.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
 		}
 		at := time.UnixMilli(ms).UTC()
 		older = bson.D{{Key: "$or", Value: bson.A{
@@ -188,7 +175,7 @@ func (s *EventStore) browseRecorded(ctx context.Context, q domain.LogQuery) (dom
 				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
 			}})
 		case !errors.Is(err, mongo.ErrNoDocuments):
-			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 		}
 	}
 	if len(older) > 0 {
@@ -196,7 +183,7 @@ func (s *EventStore) browseRecorded(ctx context.Context, q domain.LogQuery) (dom
 	}
 	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit)))
 	if err != nil {
-		return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 	}
 	page, err := readPage(ctx, cur)
 	if err != nil {
@@ -213,12 +200,12 @@ func (s *EventStore) browseRecorded(ctx context.Context, q domain.LogQuery) (dom
 }
 
 // browseStream pages one stream on the (stream_id, first_version) index.
-func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	filter := bson.D{{Key: "stream_id", Value: q.StreamID}}
 	if q.Cursor != "" {
 		before, err := streamCursor(q)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}})
 	}
@@ -226,7 +213,7 @@ func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domai
 	cur, err := s.commits.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}).SetLimit(int64(q.Limit)))
 	if err != nil {
-		return domain.LogPage{}, fmt.Errorf("browse %s: %w", q.StreamID, Translate(err))
+		return admin.LogPage{}, fmt.Errorf("browse %s: %w", q.StreamID, Translate(err))
 	}
 	page, err := readPage(ctx, cur)
 	if err == nil && len(page.Commits) == q.Limit {
@@ -236,7 +223,7 @@ func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domai
 }
 
 // streamCursor is the first version a stream cursor continues below.
-func streamCursor(q domain.LogQuery) (int64, error) {
+func streamCursor(q admin.LogQuery) (int64, error) {
 	parts, err := decodeCursor(q.Cursor, cursorStream, 3)
 	if err != nil {
 		return 0, err
@@ -248,34 +235,34 @@ func streamCursor(q domain.LogQuery) (int64, error) {
 	return v, nil
 }
 
-func readPage(ctx context.Context, cur *mongo.Cursor) (domain.LogPage, error) {
+func readPage(ctx context.Context, cur *mongo.Cursor) (admin.LogPage, error) {
 	defer cur.Close(context.WithoutCancel(ctx))
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
 	for cur.Next(ctx) {
 		page.Commits = append(page.Commits, logCommitOf(cur.Current))
 	}
 	if err := cur.Err(); err != nil {
-		return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 	}
 	return page, nil
 }
 
 // browseChain pages one stream read by its chain of _id look-ups
 // (FerretDB); streams are short, so the whole stream is read.
-func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (s *EventStore) browseChain(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	before := int64(1<<63 - 1)
 	if q.Cursor != "" {
 		v, err := streamCursor(q)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		before = v
 	}
 	docs, err := s.chain(ctx, q.StreamID, 1)
 	if err != nil {
-		return domain.LogPage{}, err
+		return admin.LogPage{}, err
 	}
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
 	for i := len(docs) - 1; i >= 0; i-- {
 		if docs[i].FirstVersion >= before {
 			continue
@@ -303,26 +290,26 @@ const browseChunk = 256
 // from t on through the table's rowid index. A page reads the positions
 // just below the cursor, newest first, in chunks, filtering in Go, until
 // it has Limit commits or examined browseWindow.
-func (s *EventStore) browsePositions(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+func (s *EventStore) browsePositions(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	var top int64 // the newest position to read
 	if q.Cursor != "" {
 		parts, err := decodeCursor(q.Cursor, cursorPosition, 2)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		p, err := strconv.ParseInt(parts[1], 10, 64)
 		if err != nil || p < 1 {
-			return domain.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
 		}
 		top = p - 1
 	} else {
 		end, err := s.logEnd(ctx)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		top = end
 	}
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
 	examined := 0
 	for top >= 1 {
 		n := browseChunk
@@ -332,7 +319,7 @@ func (s *EventStore) browsePositions(ctx context.Context, q domain.LogQuery) (do
 		from := max(top-int64(n)+1, 1)
 		chunk, err := s.positions(ctx, from, top)
 		if err != nil {
-			return domain.LogPage{}, err
+			return admin.LogPage{}, err
 		}
 		for i := len(chunk) - 1; i >= 0; i-- {
 			examined++
@@ -353,7 +340,7 @@ func (s *EventStore) browsePositions(ctx context.Context, q domain.LogQuery) (do
 
 type positioned struct {
 	pos    int64
-	commit domain.LogCommit
+	commit admin.LogCommit
 }
 
 // logEnd is the embedded store's newest change-stream position: the rowid

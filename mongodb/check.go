@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -22,8 +21,8 @@ import (
 // readers read another version than this process folds (a rolling
 // upgrade) "other-version": neither is compared. Errors: the store's
 // (domain.ErrUnavailable) and the log's.
-func (p *Projection[D]) Check(ctx context.Context, id string) (domain.ReadModelCheck, error) {
-	c := domain.ReadModelCheck{Projection: p.def.Name, Document: json.RawMessage("null"), Expected: json.RawMessage("null")}
+func (p *Projection[D]) Check(ctx context.Context, id string) (projection.ReadModelCheck, error) {
+	c := projection.ReadModelCheck{Projection: p.def.Name, Document: json.RawMessage("null"), Expected: json.RawMessage("null")}
 	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
 	if err != nil {
 		return c, err

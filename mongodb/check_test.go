@@ -21,7 +21,7 @@ func TestCheckComparesOnlyWhatItCanFold(t *testing.T) {
 	def := projection.OrderSummaries
 	point := func(active string, version int) {
 		t.Helper()
-		_, err := mongodb.NewPointers(db).Update(ctx, def.Name, def.Collection, func(p *mongodb.Pointer) (bool, error) {
+		_, err := mongodb.NewPointers(db).Update(ctx, def.Name, def.Collection, func(p *projection.Pointer) (bool, error) {
 			p.Active, p.ActiveVersion = active, version
 			return true, nil
 		})

@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projector"
 )
 
 // DeadLettersCollection holds the events a projection could not apply,
@@ -31,7 +32,7 @@ func NewDeadLetters(db *mongo.Database) *DeadLetters {
 }
 
 // Park stores d; parking the same event again overwrites it.
-func (s *DeadLetters) Park(ctx context.Context, d domain.DeadLetter) error {
+func (s *DeadLetters) Park(ctx context.Context, d projector.DeadLetter) error {
 	_, err := s.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: d.ID}}, deadLetterDoc(d), options.Replace().SetUpsert(true))
 	if err != nil {
 		return fmt.Errorf("park %s: %w", d.ID, Translate(err))
@@ -41,7 +42,7 @@ func (s *DeadLetters) Park(ctx context.Context, d domain.DeadLetter) error {
 
 // List returns up to limit dead letters of a projection ("" for all),
 // oldest first.
-func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) ([]domain.DeadLetter, error) {
+func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	filter := bson.D{}
 	if projection != "" {
 		filter = bson.D{{Key: "projection", Value: projection}}
@@ -54,9 +55,9 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", Translate(err))
 	}
-	out := make([]domain.DeadLetter, len(docs))
+	out := make([]projector.DeadLetter, len(docs))
 	for i, d := range docs {
-		out[i] = domain.DeadLetter(d)
+		out[i] = projector.DeadLetter(d)
 	}
 	return out, nil
 }
@@ -102,7 +103,7 @@ func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.C
 }
 
 // deadLetterDoc is a dead letter as stored in DeadLettersCollection. It
-// has domain.DeadLetter's fields, so the two convert into each other and
+// has projector.DeadLetter's fields, so the two convert into each other and
 // a field added to one and not the other does not compile.
 type deadLetterDoc struct {
 	ID          string    `bson:"_id"`

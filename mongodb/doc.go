@@ -112,7 +112,7 @@
 // (invariant 5). A rebuild fills the shadow with Projection.WriteFolds,
 // whose inserts meet the documents live projectors wrote through the
 // version guard, and which records each document's version and hash in
-// the shadow's SumsCollection. Verify folds every stream and compares it
+// the shadow's projection.SumsCollection. Verify folds every stream and compares it
 // with the read model, reporting missing, stale, extra and different
 // documents with AdHash digests; with repair it rewrites only those.
 // VerifySums, the rebuild's check before its switch, compares the shadow
@@ -130,7 +130,7 @@
 // update whose filter includes the value it changes (a deadline in the
 // past, or this holder's name), so of any number of claimants exactly one
 // matches. Every claim raises the lease's epoch, the fencing token
-// (domain.Lease.Epoch): renewals, releases and fenced writes match only
+// (projector.Lease.Epoch): renewals, releases and fenced writes match only
 // {_id, owner, epoch} of the claim making them, so a deposed holder's
 // are refused with domain.ErrLeaseLost and its late writes change
 // nothing. A holder that stops renewing loses the lease after its TTL;

@@ -9,9 +9,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projector"
 )
 
 // The stored shape of jobs, tasks and dead letters is the adapter's
@@ -31,22 +32,22 @@ var (
 func TestJobDocument(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	jobs := mongodb.NewJobs(db)
-	job := domain.Job{
-		ID: "job-1", Kind: domain.KindRebuild, Projection: "order_summaries", State: domain.StateSucceeded,
+	store := mongodb.NewJobs(db)
+	job := jobs.Job{
+		ID: "job-1", Kind: jobs.KindRebuild, Projection: "order_summaries", State: jobs.StateSucceeded,
 		CreatedAt: created, FinishedAt: finished, Error: "partial", Partitions: 3,
 		Shadow: "order_summaries_v2", Replaced: "order_summaries_v1", Repair: true,
-		Replay:       &domain.ReplaySpec{StreamID: "ord-1", From: created, To: finished},
+		Replay:       &jobs.ReplaySpec{StreamID: "ord-1", From: created, To: finished},
 		TotalCommits: 1200, Bounds: []string{"ord-4", "ord-8"},
-		Report: &domain.VerifyReport{Collection: "order_summaries_v2", Streams: 10, Events: 40, Documents: 11,
+		Report: &jobs.VerifyReport{Collection: "order_summaries_v2", Streams: 10, Events: 40, Documents: 11,
 			Missing: 1, Stale: 2, Extra: 3, Different: 4, Repaired: 5, PoisonStreams: 6,
-			Examples: []domain.DriftExample{{ID: "ord-3", Kind: "different", StoredVersion: 2, LogVersion: 2, Fields: []string{"status"}}},
+			Examples: []jobs.DriftExample{{ID: "ord-3", Kind: "different", StoredVersion: 2, LogVersion: 2, Fields: []string{"status"}}},
 			Digest:   "ab12", ExpectedDigest: "cd34"},
 		CancelRequested: true,
 		StartedAt:       created, Events: 40, Streams: 10, PoisonStreams: 6, RatePerSecond: 8.5, ETASeconds: 3,
-		Tasks: []domain.Task{{ID: "job-1/plan", Job: "job-1", Name: "plan", State: "done"}},
+		Tasks: []jobs.Task{{ID: "job-1/plan", Job: "job-1", Name: "plan", State: "done"}},
 	}
-	if err := jobs.InsertJob(ctx, job); err != nil {
+	if err := store.InsertJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	want := bson.M{
@@ -65,7 +66,7 @@ func TestJobDocument(t *testing.T) {
 	}
 	assertDocument(t, db.Collection(mongodb.JobsCollection), job.ID, want)
 
-	got, err := jobs.Job(ctx, job.ID)
+	got, err := store.Job(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +83,14 @@ func TestJobDocument(t *testing.T) {
 func TestJobDocumentQueued(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	jobs := mongodb.NewJobs(db)
-	job := domain.Job{ID: "job-2", Kind: domain.KindVerify, State: domain.StateQueued, CreatedAt: created}
-	if err := jobs.InsertJob(ctx, job); err != nil {
+	store := mongodb.NewJobs(db)
+	job := jobs.Job{ID: "job-2", Kind: jobs.KindVerify, State: jobs.StateQueued, CreatedAt: created}
+	if err := store.InsertJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	assertDocument(t, db.Collection(mongodb.JobsCollection), job.ID, bson.M{
 		"_id": "job-2", "kind": "verify", "state": "queued", "created_at": created, "total_commits": int64(0)})
-	got, err := jobs.Job(ctx, job.ID)
+	got, err := store.Job(ctx, job.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,15 +102,15 @@ func TestJobDocumentQueued(t *testing.T) {
 func TestTaskDocument(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	jobs := mongodb.NewJobs(db)
-	task := domain.Task{
+	store := mongodb.NewJobs(db)
+	task := jobs.Task{
 		ID: "job-1/part-1", Job: "job-1", Name: "part-1", From: "ord-4", To: "ord-8", State: "running",
 		Owner: "instance-a", Epoch: 3, LeaseUntil: finished, Attempts: 2, Cursor: "ord-6",
 		Events: 40, Streams: 10, Commits: 41, Poison: 1, Summed: 9,
-		Resumes:   []domain.Resume{{At: finished, Owner: "instance-a", Cursor: "ord-5", Events: 20, Streams: 5}},
+		Resumes:   []jobs.Resume{{At: finished, Owner: "instance-a", Cursor: "ord-5", Events: 20, Streams: 5}},
 		StartedAt: created, FinishedAt: finished, Error: "lease lost",
 	}
-	if err := jobs.InsertTasks(ctx, []domain.Task{task}); err != nil {
+	if err := store.InsertTasks(ctx, []jobs.Task{task}); err != nil {
 		t.Fatal(err)
 	}
 	assertDocument(t, db.Collection(mongodb.TasksCollection), task.ID, bson.M{
@@ -119,7 +120,7 @@ func TestTaskDocument(t *testing.T) {
 		"resumes":    bson.A{bson.M{"at": finished, "owner": "instance-a", "cursor": "ord-5", "events": int64(20), "streams": int64(5)}},
 		"started_at": created, "finished_at": finished, "error": "lease lost",
 	})
-	got, err := jobs.Tasks(ctx, task.Job)
+	got, err := store.Tasks(ctx, task.Job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestDeadLetterDocument(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
 	dead := mongodb.NewDeadLetters(db)
-	d := domain.DeadLetter{
+	d := projector.DeadLetter{
 		ID: "order_summaries:ev-1", Projection: "order_summaries", StreamID: "ord-1", EventID: "ev-1", Version: 3,
 		Subject: "orders.ord-1", Payload: `{"type":"OrderPlaced"}`, Error: "decode: unknown type", Deliveries: 5,
 		ParkedAt: created, StreamSeq: 77, RetriedAt: finished, RetryResult: "still fails",

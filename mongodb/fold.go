@@ -8,6 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // EnsureCollectionIndexes creates the projection's indexes on collection
@@ -17,25 +18,17 @@ func (p *Projection[D]) EnsureCollectionIndexes(ctx context.Context, coll string
 	return p.ReadModel(coll).EnsureIndexes(ctx)
 }
 
-// FoldResult counts what WriteFolds did.
-type FoldResult struct {
-	Events  int64
-	Poison  int64    // streams with an event that could not be read or applied
-	Errors  []string // the first few poison errors
-	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
-}
-
 // WriteFolds folds each stream of a rebuild's batch and writes its
 // document into coll: one unordered insert of the batch, and, for the
 // documents a live projector has already written, the version-guarded
 // write, so neither side can go back a version. It then records each
-// document's version and hash in SumsCollection(coll), in one more
+// document's version and hash in projection.SumsCollection(coll), in one more
 // unordered insert, for the rebuild's finish (VerifySums). A stream that
 // cannot be folded (or read: StreamEvents.Err) is counted as poison and
 // its good events are kept. Errors: the store's (domain.ErrUnavailable).
-func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
+func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error) {
 	s := p.ReadModel(coll)
-	var res FoldResult
+	var res projection.FoldResult
 	var docs []folded[D]
 	for _, st := range streams {
 		res.Events += int64(len(st.Events))
@@ -84,7 +77,7 @@ func (p *Projection[D]) WriteFolds(ctx context.Context, coll string, streams []d
 	}
 	// After the documents: a batch whose sums fail is not checkpointed,
 	// and its scan writes it again, documents and sums.
-	return res, p.recordSums(ctx, SumsCollection(coll), docs)
+	return res, p.recordSums(ctx, projection.SumsCollection(coll), docs)
 }
 
 // storedBSON is the stored form of doc: {_id, fields...}.

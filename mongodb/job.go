@@ -11,6 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 // Collections of the job store.
@@ -35,7 +36,7 @@ func NewJobs(db *mongo.Database) *Jobs {
 }
 
 // InsertJob stores a new job.
-func (s *Jobs) InsertJob(ctx context.Context, job domain.Job) error {
+func (s *Jobs) InsertJob(ctx context.Context, job jobs.Job) error {
 	if _, err := s.jobs.InsertOne(ctx, newJobDoc(job)); err != nil {
 		return fmt.Errorf("%s job %s: %w", job.Kind, job.ID, Translate(err))
 	}
@@ -46,7 +47,7 @@ func (s *Jobs) InsertJob(ctx context.Context, job domain.Job) error {
 // resumed after a crash creates the same tasks): one insert, and one per
 // task after a duplicate (the embedded store stops an unordered insert at
 // its first error).
-func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
+func (s *Jobs) InsertTasks(ctx context.Context, tasks []jobs.Task) error {
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -71,20 +72,20 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []domain.Task) error {
 
 // Job returns the job id as stored, without its tasks. Errors:
 // domain.ErrNotFound for an unknown id.
-func (s *Jobs) Job(ctx context.Context, id string) (domain.Job, error) {
+func (s *Jobs) Job(ctx context.Context, id string) (jobs.Job, error) {
 	var job jobDoc
 	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&job)
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+		return jobs.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
 	}
 	if err != nil {
-		return domain.Job{}, fmt.Errorf("job %s: %w", id, Translate(err))
+		return jobs.Job{}, fmt.Errorf("job %s: %w", id, Translate(err))
 	}
 	return job.job(), nil
 }
 
 // Tasks returns the tasks of job, by id.
-func (s *Jobs) Tasks(ctx context.Context, job string) ([]domain.Task, error) {
+func (s *Jobs) Tasks(ctx context.Context, job string) ([]jobs.Task, error) {
 	tasks, err := s.findTasks(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, fmt.Errorf("tasks of %s: %w", job, err)
@@ -93,7 +94,7 @@ func (s *Jobs) Tasks(ctx context.Context, job string) ([]domain.Task, error) {
 }
 
 // OpenTasks returns the tasks of every job that are in one of states.
-func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]domain.Task, error) {
+func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]jobs.Task, error) {
 	tasks, err := s.findTasks(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
@@ -101,7 +102,7 @@ func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]domain.Task, 
 	return tasks, nil
 }
 
-func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]domain.Task, error) {
+func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]jobs.Task, error) {
 	var o []options.Lister[options.FindOptions]
 	if opts != nil {
 		o = append(o, opts)
@@ -114,7 +115,7 @@ func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindO
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, Translate(err)
 	}
-	tasks := make([]domain.Task, len(docs))
+	tasks := make([]jobs.Task, len(docs))
 	for i, d := range docs {
 		tasks[i] = d.task()
 	}
@@ -159,7 +160,7 @@ func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
 // CommitSwitch records what rebuild id's switch replaces, and its verify
 // report, unless an operator asked it to stop (see RequestCancel). It
 // reports whether it recorded them.
-func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *domain.VerifyReport) (bool, error) {
+func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *jobs.VerifyReport) (bool, error) {
 	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: newVerifyReportDoc(report)}}}})
 	if err != nil {
@@ -170,7 +171,7 @@ func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *do
 
 // SavePlan records a rebuild's cut of the log: its bounds, the commits
 // counted and its number of partitions.
-func (s *Jobs) SavePlan(ctx context.Context, job domain.Job) error {
+func (s *Jobs) SavePlan(ctx context.Context, job jobs.Job) error {
 	bounds := job.Bounds
 	if bounds == nil {
 		bounds = []string{}
@@ -183,7 +184,7 @@ func (s *Jobs) SavePlan(ctx context.Context, job domain.Job) error {
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
-func (s *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKind) (*domain.Job, error) {
+func (s *Jobs) Latest(ctx context.Context, projection string, kind jobs.JobKind) (*jobs.Job, error) {
 	var job jobDoc
 	err := s.jobs.FindOne(ctx, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
 		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&job)
@@ -199,7 +200,7 @@ func (s *Jobs) Latest(ctx context.Context, projection string, kind domain.JobKin
 
 // FinishJob writes a job's final state, its finish time and, unless
 // empty, its error and report.
-func (s *Jobs) FinishJob(ctx context.Context, id string, state domain.JobState, errMsg string, report *domain.VerifyReport) error {
+func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, errMsg string, report *jobs.VerifyReport) error {
 	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
@@ -248,7 +249,7 @@ func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
 			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
 		case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
 			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
-		case err == nil && !domain.JobState(held.Lookup("state").StringValue()).Final():
+		case err == nil && !jobs.JobState(held.Lookup("state").StringValue()).Final():
 			return fmt.Errorf("rebuild %s: %w", l.Job, domain.ErrJobRunning)
 		}
 		if err := s.Unlock(ctx, projection, l.Job); err != nil {
@@ -285,10 +286,10 @@ func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
 // in from the tasks are not stored.
 type jobDoc struct {
 	ID              string           `bson:"_id"`
-	Kind            domain.JobKind   `bson:"kind"`
+	Kind            jobs.JobKind     `bson:"kind"`
 	Projection      string           `bson:"projection,omitempty"`
 	Version         int              `bson:"version,omitempty"`
-	State           domain.JobState  `bson:"state"`
+	State           jobs.JobState    `bson:"state"`
 	CreatedAt       time.Time        `bson:"created_at"`
 	FinishedAt      time.Time        `bson:"finished_at,omitempty"`
 	Error           string           `bson:"error,omitempty"`
@@ -303,21 +304,21 @@ type jobDoc struct {
 	CancelRequested bool             `bson:"cancel_requested,omitempty"`
 }
 
-func newJobDoc(j domain.Job) jobDoc {
+func newJobDoc(j jobs.Job) jobDoc {
 	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, Version: j.Version, State: j.State, CreatedAt: j.CreatedAt,
 		FinishedAt: j.FinishedAt, Error: j.Error, Partitions: j.Partitions, Shadow: j.Shadow, Replaced: j.Replaced,
 		Repair: j.Repair, Replay: newReplayDoc(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
 		Report: newVerifyReportDoc(j.Report), CancelRequested: j.CancelRequested}
 }
 
-func (d jobDoc) job() domain.Job {
-	return domain.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, Version: d.Version, State: d.State, CreatedAt: d.CreatedAt,
+func (d jobDoc) job() jobs.Job {
+	return jobs.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, Version: d.Version, State: d.State, CreatedAt: d.CreatedAt,
 		FinishedAt: d.FinishedAt, Error: d.Error, Partitions: d.Partitions, Shadow: d.Shadow, Replaced: d.Replaced,
 		Repair: d.Repair, Replay: d.Replay.spec(), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
 		Report: d.Report.report(), CancelRequested: d.CancelRequested}
 }
 
-// replayDoc is a replay job's domain.ReplaySpec. It has the same fields,
+// replayDoc is a replay job's jobs.ReplaySpec. It has the same fields,
 // so the two convert into each other and a field added to one and not the
 // other does not compile.
 type replayDoc struct {
@@ -326,11 +327,11 @@ type replayDoc struct {
 	To       time.Time `bson:"to,omitempty"`
 }
 
-func newReplayDoc(s *domain.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
+func newReplayDoc(s *jobs.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
 
-func (d *replayDoc) spec() *domain.ReplaySpec { return (*domain.ReplaySpec)(d) }
+func (d *replayDoc) spec() *jobs.ReplaySpec { return (*jobs.ReplaySpec)(d) }
 
-// verifyReportDoc is a verify's domain.VerifyReport, as a job keeps it.
+// verifyReportDoc is a verify's jobs.VerifyReport, as a job keeps it.
 type verifyReportDoc struct {
 	Collection     string     `bson:"collection"`
 	Streams        int64      `bson:"streams"`
@@ -347,7 +348,7 @@ type verifyReportDoc struct {
 	ExpectedDigest string     `bson:"expected_digest"`
 }
 
-// driftDoc is one domain.DriftExample of a report (same fields, converted).
+// driftDoc is one jobs.DriftExample of a report (same fields, converted).
 type driftDoc struct {
 	ID            string   `bson:"id"`
 	Kind          string   `bson:"kind"`
@@ -356,7 +357,7 @@ type driftDoc struct {
 	Fields        []string `bson:"fields,omitempty"`
 }
 
-func newVerifyReportDoc(r *domain.VerifyReport) *verifyReportDoc {
+func newVerifyReportDoc(r *jobs.VerifyReport) *verifyReportDoc {
 	if r == nil {
 		return nil
 	}
@@ -372,17 +373,17 @@ func newVerifyReportDoc(r *domain.VerifyReport) *verifyReportDoc {
 	return d
 }
 
-func (d *verifyReportDoc) report() *domain.VerifyReport {
+func (d *verifyReportDoc) report() *jobs.VerifyReport {
 	if d == nil {
 		return nil
 	}
-	r := &domain.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
+	r := &jobs.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
 		Missing: d.Missing, Stale: d.Stale, Extra: d.Extra, Different: d.Different, Repaired: d.Repaired,
 		PoisonStreams: d.PoisonStreams, Digest: d.Digest, ExpectedDigest: d.ExpectedDigest}
 	if d.Examples != nil {
-		r.Examples = make([]domain.DriftExample, len(d.Examples))
+		r.Examples = make([]jobs.DriftExample, len(d.Examples))
 		for i, e := range d.Examples {
-			r.Examples[i] = domain.DriftExample(e)
+			r.Examples[i] = jobs.DriftExample(e)
 		}
 	}
 	return r

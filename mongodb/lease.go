@@ -14,6 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
 // LeasesCollection holds the named leases, one document per lease:
@@ -35,7 +37,7 @@ var durable = func() *writeconcern.WriteConcern {
 // partitions (Partitions) and the jobs' tasks (Tasks) are all held through
 // it.
 //
-// The times of the domain.Lease values it returns are the holder's clock
+// The times of the projector.Lease values it returns are the holder's clock
 // with its monotonic reading, so a holder's fence does not move with the
 // wall clock.
 //
@@ -77,7 +79,7 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // the new claim and true, or false and no error when another holder has
 // it (or got it first). It costs one round trip, two when the lease has no
 // document yet or another holder has it.
-func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (domain.Lease, bool, error) {
+func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (projector.Lease, bool, error) {
 	now := l.now()
 	lease, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
 	if err != nil || ok {
@@ -89,10 +91,10 @@ func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Durati
 		{Key: "epoch", Value: int64(1)}, {Key: l.expiry, Value: now.Add(ttl)},
 		{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}})
 	if mongo.IsDuplicateKeyError(err) {
-		return domain.Lease{}, false, nil
+		return projector.Lease{}, false, nil
 	}
 	if err != nil {
-		return domain.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+		return projector.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
 	}
 	return claim(name, holder, 1, now, ttl), true, nil
 }
@@ -111,7 +113,7 @@ func (l *Leases) free(holder string, now time.Time) bson.D {
 // to a new claim of holder from now, in one findAndModify that raises its
 // epoch and applies more (further update operators, merged with the
 // claim's). It returns false and no error when nothing matched.
-func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (domain.Lease, bool, error) {
+func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (projector.Lease, bool, error) {
 	filter := append(bson.D{{Key: "_id", Value: name}}, cond...)
 	update := merge(bson.D{
 		{Key: "$set", Value: bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
@@ -123,20 +125,20 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	raw, err := l.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Lease{}, false, nil
+		return projector.Lease{}, false, nil
 	}
 	if err != nil {
-		return domain.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+		return projector.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
 	}
 	epoch, ok := raw.Lookup("epoch").AsInt64OK()
 	if !ok {
-		return domain.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
+		return projector.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
 	}
 	return claim(name, holder, epoch, now, ttl), true, nil
 }
 
-func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) domain.Lease {
-	return domain.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
+func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) projector.Lease {
+	return projector.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
 }
 
 // merge returns the update base with the operators of more added, each
@@ -158,7 +160,7 @@ func merge(base, more bson.D) bson.D {
 
 // fence is the filter of every write made under lease: it matches only
 // while lease's claim is the current one.
-func fence(lease domain.Lease) bson.D {
+func fence(lease projector.Lease) bson.D {
 	return bson.D{{Key: "_id", Value: lease.Name}, {Key: "owner", Value: lease.Holder}, {Key: "epoch", Value: lease.Epoch}}
 }
 
@@ -166,7 +168,7 @@ func fence(lease domain.Lease) bson.D {
 // and returns it renewed. A claim that expired is renewed while no other
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
 // passed to another claim.
-func (l *Leases) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
+func (l *Leases) Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error) {
 	now := l.now()
 	res, err := l.coll.UpdateOne(ctx, fence(lease), l.renewal(now, ttl))
 	if err != nil {
@@ -186,7 +188,7 @@ func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
 // RenewAll extends every lease of leases by ttl from now, in one bulk write
 // (one round trip, two when some were lost), and returns those still held,
 // renewed, in the order given; the others passed to another claim.
-func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error) {
+func (l *Leases) RenewAll(ctx context.Context, leases []projector.Lease, ttl time.Duration) ([]projector.Lease, error) {
 	switch len(leases) {
 	case 0:
 		return nil, nil
@@ -198,7 +200,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 		if err != nil {
 			return nil, err
 		}
-		return []domain.Lease{lease}, nil
+		return []projector.Lease{lease}, nil
 	}
 	now := l.now()
 	// One bulk of single-document updates, not one updateMany over an $or:
@@ -213,7 +215,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases: %w", len(leases), Translate(err))
 	}
-	kept := make([]domain.Lease, 0, len(leases))
+	kept := make([]projector.Lease, 0, len(leases))
 	if int(res.MatchedCount) == len(leases) {
 		for _, lease := range leases {
 			lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
@@ -230,7 +232,7 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 	if err != nil {
 		return nil, fmt.Errorf("renew %d leases: %w", len(leases), err)
 	}
-	current := map[string]domain.Lease{}
+	current := map[string]projector.Lease{}
 	for _, s := range stored {
 		current[s.Name] = s
 	}
@@ -248,14 +250,14 @@ func (l *Leases) RenewAll(ctx context.Context, leases []domain.Lease, ttl time.D
 // it only once the holder has stopped acting under the lease. Errors:
 // domain.ErrLeaseLost when the lease has passed to another claim, so
 // there was nothing of this holder's to release.
-func (l *Leases) Release(ctx context.Context, lease domain.Lease) error {
+func (l *Leases) Release(ctx context.Context, lease projector.Lease) error {
 	return l.write(ctx, lease, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
 }
 
 // write sets fields of lease's document while lease's claim is the
 // current one; what names the write in errors. Errors:
 // domain.ErrLeaseLost when it is not.
-func (l *Leases) write(ctx context.Context, lease domain.Lease, set bson.D, what string) error {
+func (l *Leases) write(ctx context.Context, lease projector.Lease, set bson.D, what string) error {
 	res, err := l.coll.UpdateOne(ctx, fence(lease), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, lease.Name, Translate(err))
@@ -269,19 +271,19 @@ func (l *Leases) write(ctx context.Context, lease domain.Lease, set bson.D, what
 // Get returns the lease name as stored: its last holder, epoch and
 // deadline (a free lease has a deadline in the past). Errors:
 // domain.ErrNotFound when it has no document.
-func (l *Leases) Get(ctx context.Context, name string) (domain.Lease, error) {
+func (l *Leases) Get(ctx context.Context, name string) (projector.Lease, error) {
 	leases, err := l.find(ctx, bson.D{{Key: "_id", Value: name}})
 	if err != nil {
-		return domain.Lease{}, fmt.Errorf("lease %s: %w", name, err)
+		return projector.Lease{}, fmt.Errorf("lease %s: %w", name, err)
 	}
 	if len(leases) == 0 {
-		return domain.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
+		return projector.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
 	}
 	return leases[0], nil
 }
 
 // find returns the leases whose documents match filter, as stored.
-func (l *Leases) find(ctx context.Context, filter bson.D) ([]domain.Lease, error) {
+func (l *Leases) find(ctx context.Context, filter bson.D) ([]projector.Lease, error) {
 	cur, err := l.coll.Find(ctx, filter)
 	if err != nil {
 		return nil, Translate(err)
@@ -290,7 +292,7 @@ func (l *Leases) find(ctx context.Context, filter bson.D) ([]domain.Lease, error
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, Translate(err)
 	}
-	out := make([]domain.Lease, len(docs))
+	out := make([]projector.Lease, len(docs))
 	for i, d := range docs {
 		out[i] = l.decode(d)
 	}
@@ -298,8 +300,8 @@ func (l *Leases) find(ctx context.Context, filter bson.D) ([]domain.Lease, error
 }
 
 // decode reads a lease document; a field it lacks stays zero.
-func (l *Leases) decode(d bson.Raw) domain.Lease {
-	var lease domain.Lease
+func (l *Leases) decode(d bson.Raw) projector.Lease {
+	var lease projector.Lease
 	lease.Name, _ = d.Lookup("_id").StringValueOK()
 	lease.Holder, _ = d.Lookup("owner").StringValueOK()
 	lease.Epoch, _ = d.Lookup("epoch").AsInt64OK()
@@ -321,8 +323,8 @@ type Lease struct {
 	ttl    time.Duration
 
 	mu        sync.Mutex
-	held      *domain.Lease // the claim last made or renewed; nil when none
-	uncertain bool          // the last claim failed: it may have landed
+	held      *projector.Lease // the claim last made or renewed; nil when none
+	uncertain bool             // the last claim failed: it may have landed
 }
 
 // NewLease returns the lease named name of db's LeasesCollection, for
@@ -393,11 +395,11 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Held returns the claim this Lease holds, and false when it holds none.
-func (l *Lease) Held() (domain.Lease, bool) {
+func (l *Lease) Held() (projector.Lease, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.held == nil {
-		return domain.Lease{}, false
+		return projector.Lease{}, false
 	}
 	return *l.held, true
 }
@@ -441,18 +443,18 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.
 }
 
 // Status returns the lease's holder and deadline and its checkpoint's
-// times, as stored (domain.RelayStatus); zero when the lease has no
+// times, as stored (outbox.RelayStatus); zero when the lease has no
 // document. Errors: domain.ErrUnavailable.
-func (l *Lease) Status(ctx context.Context) (domain.RelayStatus, error) {
+func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
 	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.RelayStatus{}, nil
+		return outbox.RelayStatus{}, nil
 	}
 	if err != nil {
-		return domain.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
+		return outbox.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
 	}
 	lease := l.leases.decode(raw)
-	st := domain.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
+	st := outbox.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
 	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
 	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
 	return st, nil

@@ -15,8 +15,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projector"
 )
 
 // The lease conformance suite: what every holder of a lease relies on
@@ -81,7 +83,7 @@ func TestLeaseFencesADeposedHolder(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("a claims: %v, %v", ok, err)
 	}
-	var b domain.Lease
+	var b projector.Lease
 	storetest.WaitFor(t, 5*time.Second, "b to take over a's expired lease", func() bool {
 		var err error
 		b, ok, err = leases.Claim(ctx, name, "b", time.Minute)
@@ -156,10 +158,10 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 	ctx := t.Context()
 	leases := mongodb.NewLeases(storetest.Database(t), mongodb.LeasesCollection)
 	name := storetest.Unique("lease-")
-	race := func(ttl time.Duration) domain.Lease {
+	race := func(ttl time.Duration) projector.Lease {
 		t.Helper()
 		const claimants = 8
-		won := make([]domain.Lease, claimants)
+		won := make([]projector.Lease, claimants)
 		wins := make([]bool, claimants)
 		errs := make([]error, claimants)
 		var wg sync.WaitGroup
@@ -172,7 +174,7 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		var winner domain.Lease
+		var winner projector.Lease
 		n := 0
 		for i := range claimants {
 			if errs[i] != nil {
@@ -225,7 +227,7 @@ func TestLeaseRenewAllInOneRoundTrip(t *testing.T) {
 	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(monitor))
 	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
 
-	var held []domain.Lease
+	var held []projector.Lease
 	for i := range 5 {
 		l, ok, err := leases.Claim(ctx, storetest.Unique(fmt.Sprintf("p%d-", i)), "a", time.Minute)
 		if err != nil || !ok {
@@ -369,7 +371,7 @@ func TestPartitions(t *testing.T) {
 	if l, err := other.List(ctx, 4); err != nil || l[1].Held(time.Now()) {
 		t.Fatalf("another projection's partition 1 = %+v, %v; want free", l[1], err)
 	}
-	renewed, err := parts.Renew(ctx, []domain.Lease{a1, a3}, time.Minute)
+	renewed, err := parts.Renew(ctx, []projector.Lease{a1, a3}, time.Minute)
 	if err != nil || len(renewed) != 2 {
 		t.Fatalf("a renews 1 and 3: %d, %v", len(renewed), err)
 	}
@@ -400,14 +402,14 @@ func TestPartitions(t *testing.T) {
 func TestTaskLeases(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	tasks, jobs := mongodb.NewTasks(db), mongodb.NewJobs(db)
-	read := domain.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
-	if err := jobs.InsertTasks(ctx, []domain.Task{read}); err != nil {
+	tasks, store := mongodb.NewTasks(db), mongodb.NewJobs(db)
+	read := jobs.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
+	if err := store.InsertTasks(ctx, []jobs.Task{read}); err != nil {
 		t.Fatal(err)
 	}
-	load := func() domain.Task {
+	load := func() jobs.Task {
 		t.Helper()
-		got, err := jobs.Tasks(ctx, read.Job)
+		got, err := store.Tasks(ctx, read.Job)
 		if err != nil || len(got) != 1 {
 			t.Fatalf("tasks of %s: %+v, %v", read.Job, got, err)
 		}
@@ -415,7 +417,7 @@ func TestTaskLeases(t *testing.T) {
 	}
 
 	const runners = 6
-	claims := make([]domain.Lease, runners)
+	claims := make([]projector.Lease, runners)
 	wins := make([]bool, runners)
 	errs := make([]error, runners)
 	var wg sync.WaitGroup
@@ -428,7 +430,7 @@ func TestTaskLeases(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	var first domain.Lease
+	var first projector.Lease
 	n := 0
 	for i := range runners {
 		if errs[i] != nil {
@@ -504,20 +506,20 @@ func TestLeaseWritesAreMajorityJournaled(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	if _, err := leases.RenewAll(ctx, []domain.Lease{lease}, time.Minute); err != nil {
+	if _, err := leases.RenewAll(ctx, []projector.Lease{lease}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if err := leases.Release(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
-	jobs := mongodb.NewJobs(db)
-	if err := jobs.InsertTasks(ctx, []domain.Task{{ID: "j/verify", Job: "j", Name: "verify", State: "pending"}}); err != nil {
+	store := mongodb.NewJobs(db)
+	if err := store.InsertTasks(ctx, []jobs.Task{{ID: "j/verify", Job: "j", Name: "verify", State: "pending"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := jobs.InsertJob(ctx, domain.Job{ID: "j", Kind: domain.KindVerify, State: domain.StateQueued}); err != nil {
+	if err := store.InsertJob(ctx, jobs.Job{ID: "j", Kind: jobs.KindVerify, State: jobs.StateQueued}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, domain.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
+	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, jobs.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
 		t.Fatalf("task claim: %v, %v", ok, err)
 	}
 

@@ -11,7 +11,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projector"
 )
 
 // MembersCollection holds one heartbeat document per projector process
@@ -30,7 +30,7 @@ type memberDoc struct {
 	Partitions []reportDoc `bson:"partitions"` // what the member applied, by partition it holds
 }
 
-// reportDoc is a domain.PartitionReport as stored.
+// reportDoc is a projector.PartitionReport as stored.
 type reportDoc struct {
 	Partition int     `bson:"partition"`
 	Applied   int64   `bson:"applied"`
@@ -55,7 +55,7 @@ func NewMembers(db *mongo.Database, projection, owner string, ttl time.Duration)
 
 // Heartbeat announces this process as a live member for one TTL, with
 // what it applied in the partitions it holds.
-func (m *Members) Heartbeat(ctx context.Context, reports []domain.PartitionReport) error {
+func (m *Members) Heartbeat(ctx context.Context, reports []projector.PartitionReport) error {
 	docs := make([]reportDoc, len(reports))
 	for i, r := range reports {
 		docs[i] = reportDoc(r)
@@ -81,7 +81,7 @@ func (m *Members) Leave(ctx context.Context) error {
 // Live returns the members whose heartbeat has not expired, sorted by
 // owner (a filter on a small collection), and deletes the documents of
 // members gone for ten TTLs.
-func (m *Members) Live(ctx context.Context) ([]domain.Member, error) {
+func (m *Members) Live(ctx context.Context) ([]projector.Member, error) {
 	cur, err := m.coll.Find(ctx, bson.D{{Key: "projection", Value: m.projection}})
 	if err != nil {
 		return nil, fmt.Errorf("members of %s: %w", m.projection, Translate(err))
@@ -91,19 +91,19 @@ func (m *Members) Live(ctx context.Context) ([]domain.Member, error) {
 		return nil, fmt.Errorf("members of %s: %w", m.projection, Translate(err))
 	}
 	now := m.now()
-	var live []domain.Member
+	var live []projector.Member
 	for _, d := range docs {
 		switch {
 		case d.ExpiresAt.After(now):
-			reports := make([]domain.PartitionReport, len(d.Partitions))
+			reports := make([]projector.PartitionReport, len(d.Partitions))
 			for i, r := range d.Partitions {
-				reports[i] = domain.PartitionReport(r)
+				reports[i] = projector.PartitionReport(r)
 			}
-			live = append(live, domain.Member{Owner: d.Owner, ExpiresAt: d.ExpiresAt, Partitions: reports})
+			live = append(live, projector.Member{Owner: d.Owner, ExpiresAt: d.ExpiresAt, Partitions: reports})
 		case now.Sub(d.ExpiresAt) > 10*m.ttl:
 			_, _ = m.coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.ID}, {Key: "expires_at", Value: d.ExpiresAt}})
 		}
 	}
-	slices.SortFunc(live, func(a, b domain.Member) int { return strings.Compare(a.Owner, b.Owner) })
+	slices.SortFunc(live, func(a, b projector.Member) int { return strings.Compare(a.Owner, b.Owner) })
 	return live, nil
 }

@@ -8,7 +8,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projector"
 )
 
 // PartitionsCollection holds one lease document per partition of each
@@ -70,24 +70,24 @@ func (s *Partitions) Remove(ctx context.Context) error {
 // List returns the leases of partitions 0..n-1, element p being partition
 // p's, as stored (a filter on a small collection); a partition without a
 // document yet is free, with only its Name set.
-func (s *Partitions) List(ctx context.Context, n int) ([]domain.Lease, error) {
+func (s *Partitions) List(ctx context.Context, n int) ([]projector.Lease, error) {
 	have, err := s.stored(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]domain.Lease, n)
+	out := make([]projector.Lease, n)
 	for p := range out {
 		if lease, ok := have[p]; ok {
 			out[p] = lease
 		} else {
-			out[p] = domain.Lease{Name: s.name(p)}
+			out[p] = projector.Lease{Name: s.name(p)}
 		}
 	}
 	return out, nil
 }
 
 // stored returns the projection's partition leases by partition.
-func (s *Partitions) stored(ctx context.Context) (map[int]domain.Lease, error) {
+func (s *Partitions) stored(ctx context.Context) (map[int]projector.Lease, error) {
 	cur, err := s.leases.coll.Find(ctx, bson.D{{Key: "projection", Value: s.projection}})
 	if err != nil {
 		return nil, fmt.Errorf("partitions of %s: %w", s.projection, Translate(err))
@@ -96,7 +96,7 @@ func (s *Partitions) stored(ctx context.Context) (map[int]domain.Lease, error) {
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, fmt.Errorf("partitions of %s: %w", s.projection, Translate(err))
 	}
-	out := make(map[int]domain.Lease, len(docs))
+	out := make(map[int]projector.Lease, len(docs))
 	for _, d := range docs {
 		p, ok := d.Lookup("partition").AsInt64OK()
 		if !ok {
@@ -111,7 +111,7 @@ func (s *Partitions) stored(ctx context.Context) (map[int]domain.Lease, error) {
 // or is already holder's (a restart under the same instance id), raising
 // its epoch. It returns the new claim and true, or false and no error
 // when another holder has it or got it first.
-func (s *Partitions) Claim(ctx context.Context, p int, holder string, ttl time.Duration) (domain.Lease, bool, error) {
+func (s *Partitions) Claim(ctx context.Context, p int, holder string, ttl time.Duration) (projector.Lease, bool, error) {
 	now := s.leases.now()
 	lease, ok, err := s.leases.claim(ctx, s.name(p), holder, ttl, now, s.leases.free(holder, now), nil)
 	if err != nil {
@@ -122,12 +122,12 @@ func (s *Partitions) Claim(ctx context.Context, p int, holder string, ttl time.D
 
 // Renew extends every lease of leases by ttl, in one update (see
 // Leases.RenewAll), and returns those still held, renewed.
-func (s *Partitions) Renew(ctx context.Context, leases []domain.Lease, ttl time.Duration) ([]domain.Lease, error) {
+func (s *Partitions) Renew(ctx context.Context, leases []projector.Lease, ttl time.Duration) ([]projector.Lease, error) {
 	return s.leases.RenewAll(ctx, leases, ttl)
 }
 
 // Release frees a partition's lease (see Leases.Release). Errors:
 // domain.ErrLeaseLost when it had passed to another claim.
-func (s *Partitions) Release(ctx context.Context, lease domain.Lease) error {
+func (s *Partitions) Release(ctx context.Context, lease projector.Lease) error {
 	return s.leases.Release(ctx, lease)
 }

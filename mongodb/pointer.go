@@ -12,6 +12,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/projection"
 )
 
 // PointersCollection holds one pointer document per projection, naming the
@@ -27,85 +28,6 @@ const PointersCollection = "projection_pointers"
 // RetiredCollection lists collections a rebuild replaced (or a failed one
 // left behind), each dropped once its drop_after time has passed.
 const RetiredCollection = "projection_retired"
-
-// Pointer is a projection's pointer document. Only the holder of the
-// projection's rebuild lock should write it (a rebuild's runner, a switch
-// back), but a runner that stalled may wake up after its lease passed on:
-// every write is therefore a compare-and-set on Generation, which each
-// write increments.
-//
-// An empty Active means no version has been built yet (a projection added
-// to a service whose log already holds events): readers get
-// domain.ErrNotBuilt until the first build switches to its collection.
-// A version field of 0 is version 1 (documents from before versions).
-type Pointer struct {
-	Projection      string `bson:"_id" json:"projection"`
-	Active          string `bson:"active" json:"active_collection"`
-	ActiveVersion   int    `bson:"active_version,omitempty" json:"active_version,omitempty"`
-	Shadow          string `bson:"shadow,omitempty" json:"shadow_collection,omitempty"`
-	ShadowVersion   int    `bson:"shadow_version,omitempty" json:"shadow_version,omitempty"`
-	ShadowJob       string `bson:"shadow_job,omitempty" json:"shadow_job,omitempty"`
-	Previous        string `bson:"previous,omitempty" json:"previous_collection,omitempty"`
-	PreviousVersion int    `bson:"previous_version,omitempty" json:"previous_version,omitempty"`
-	// SwitchedBackFrom is the version an operator switched back from: it
-	// is not built again on its own (a higher version is).
-	SwitchedBackFrom int       `bson:"switched_back_from,omitempty" json:"switched_back_from,omitempty"`
-	Generation       int64     `bson:"generation" json:"generation"`
-	SwitchedAt       time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
-}
-
-// ActiveVer is the version of the active collection: 0 when none is
-// built, else at least 1.
-func (p Pointer) ActiveVer() int {
-	if p.Active == "" {
-		return 0
-	}
-	return max(p.ActiveVersion, 1)
-}
-
-// ShadowVer is the version of the shadow collection, 0 when there is none.
-func (p Pointer) ShadowVer() int {
-	if p.Shadow == "" {
-		return 0
-	}
-	return max(p.ShadowVersion, 1)
-}
-
-// PreviousVer is the version of the previous collection, 0 when there is
-// none.
-func (p Pointer) PreviousVer() int {
-	if p.Previous == "" {
-		return 0
-	}
-	return max(p.PreviousVersion, 1)
-}
-
-// Collections returns the collections of version v that live events go
-// to: the shadow, the previous and the active collection, in that order,
-// each if it is of version v. With no pointer document (Generation 0: a
-// store no service has started on, see Projection.EnsurePointer) it is
-// the active collection, whatever v.
-func (p Pointer) Collections(v int) []string {
-	if p.Generation == 0 {
-		return []string{p.Active}
-	}
-	var out []string
-	if p.ShadowVer() == v {
-		out = append(out, p.Shadow)
-	}
-	if p.PreviousVer() == v {
-		out = append(out, p.Previous)
-	}
-	if p.ActiveVer() == v {
-		out = append(out, p.Active)
-	}
-	return out
-}
-
-// Names reports whether the pointer names collection coll in any role.
-func (p Pointer) Names(coll string) bool {
-	return coll != "" && (p.Active == coll || p.Shadow == coll || p.Previous == coll)
-}
 
 // Pointers reads and writes pointer documents, caching reads per process.
 type Pointers struct {
@@ -123,7 +45,7 @@ type shownView struct {
 }
 
 type cachedPointer struct {
-	p  Pointer
+	p  projection.Pointer
 	at time.Time
 }
 
@@ -140,34 +62,34 @@ func NewPointers(db *mongo.Database) *Pointers {
 // copy: a writer acting on it could write a collection a rebuild has
 // retired, and its upsert would re-create the collection after the drop,
 // where nothing drops it again. Errors: domain.ErrUnavailable.
-func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge time.Duration) (Pointer, error) {
+func (ps *Pointers) Get(ctx context.Context, name, collection string, maxAge time.Duration) (projection.Pointer, error) {
 	return ps.get(ctx, name, collection, maxAge, false)
 }
 
 // Last is Get for readers: when the read fails it returns the pointer this
 // process read last, if any, so a store that is away for a moment keeps
 // serving reads from what it served.
-func (ps *Pointers) Last(ctx context.Context, name, collection string, maxAge time.Duration) (Pointer, error) {
+func (ps *Pointers) Last(ctx context.Context, name, collection string, maxAge time.Duration) (projection.Pointer, error) {
 	return ps.get(ctx, name, collection, maxAge, true)
 }
 
-func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge time.Duration, orLast bool) (Pointer, error) {
+func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge time.Duration, orLast bool) (projection.Pointer, error) {
 	ps.mu.Lock()
 	c, ok := ps.cache[name]
 	ps.mu.Unlock()
 	if ok && time.Since(c.at) < maxAge {
 		return c.p, nil
 	}
-	var p Pointer
+	var p projection.Pointer
 	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
 	switch {
 	case errors.Is(err, mongo.ErrNoDocuments):
-		p = Pointer{Projection: name, Active: collection}
+		p = projection.Pointer{Projection: name, Active: collection}
 	case err != nil:
 		if ok && orLast {
 			return c.p, nil
 		}
-		return Pointer{}, fmt.Errorf("pointer of %s: %w", name, Translate(err))
+		return projection.Pointer{}, fmt.Errorf("pointer of %s: %w", name, Translate(err))
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -186,7 +108,7 @@ func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge tim
 // domain.ErrPointerMoved (wrapped) when the pointer is no longer at
 // p.Generation-1 (re-read it and decide again, see Update),
 // domain.ErrValidation for a generation below 1, domain.ErrUnavailable.
-func (ps *Pointers) put(ctx context.Context, p Pointer) error {
+func (ps *Pointers) put(ctx context.Context, p projection.Pointer) error {
 	read := p.Generation - 1
 	if read < 0 {
 		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, p.Generation, domain.ErrValidation)
@@ -232,11 +154,11 @@ const pointerAttempts = 3
 // as stored, or as read when nothing was written. Errors: change's,
 // domain.ErrPointerMoved (wrapped) after pointerAttempts lost compare-and-sets,
 // domain.ErrUnavailable.
-func (ps *Pointers) Update(ctx context.Context, name, collection string, change func(p *Pointer) (bool, error)) (Pointer, error) {
+func (ps *Pointers) Update(ctx context.Context, name, collection string, change func(p *projection.Pointer) (bool, error)) (projection.Pointer, error) {
 	for attempt := 1; ; attempt++ {
 		p, err := ps.Get(ctx, name, collection, 0)
 		if err != nil {
-			return Pointer{}, err
+			return projection.Pointer{}, err
 		}
 		write, err := change(&p)
 		if err != nil || !write {
@@ -279,7 +201,7 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 // projection without a pointer is retired already: nothing is done.
 // Errors: domain.ErrUnavailable.
 func (ps *Pointers) RetireProjection(ctx context.Context, name string, after time.Time) error {
-	var p Pointer
+	var p projection.Pointer
 	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return nil
@@ -289,7 +211,7 @@ func (ps *Pointers) RetireProjection(ctx context.Context, name string, after tim
 	}
 	colls := []string{name, p.Active, p.Previous, p.Shadow}
 	if p.Shadow != "" {
-		colls = append(colls, SumsCollection(p.Shadow))
+		colls = append(colls, projection.SumsCollection(p.Shadow))
 	}
 	seen := map[string]bool{"": true}
 	for _, c := range colls {
@@ -349,7 +271,7 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 		if now.Before(d.DropAfter) {
 			continue
 		}
-		var p Pointer
+		var p projection.Pointer
 		err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: d.Projection}}).Decode(&p)
 		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
 			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, Translate(err))
@@ -362,7 +284,7 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 		if err == nil && p.Previous == d.Collection {
 			// Its grace is over: no switch back to it from now on. The
 			// compare-and-set loses to a switch back made meanwhile.
-			p, err := ps.Update(ctx, d.Projection, p.Active, func(p *Pointer) (bool, error) {
+			p, err := ps.Update(ctx, d.Projection, p.Active, func(p *projection.Pointer) (bool, error) {
 				if p.Previous != d.Collection {
 					return false, nil
 				}

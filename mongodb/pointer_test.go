@@ -27,7 +27,7 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	defer cancel()
 	db := storetest.Database(t)
 	const name, base = "order_summaries", "order_summaries"
-	stored := func() mongodb.Pointer {
+	stored := func() projection.Pointer {
 		t.Helper()
 		// A Pointers of its own: what the store holds, not this
 		// process's cache.
@@ -85,7 +85,7 @@ func TestPointerWritesCompareAndSetTheGeneration(t *testing.T) {
 	// compare-and-set: here a rebuild announces its shadow while another
 	// one's stalled cleanup still tries to withdraw its own.
 	var seen []int64
-	got, err := ps.Update(ctx, name, base, func(p *mongodb.Pointer) (bool, error) {
+	got, err := ps.Update(ctx, name, base, func(p *projection.Pointer) (bool, error) {
 		seen = append(seen, p.Generation)
 		if len(seen) == 1 {
 			moved := *p
@@ -172,17 +172,17 @@ func TestLiveReadModelUnderTheProjectionsName(t *testing.T) {
 			t.Errorf("%s: find on %s reads %q, %v; want %q", when, base, doc.In, err, want)
 		}
 	}
-	move := func(change func(p *mongodb.Pointer)) {
+	move := func(change func(p *projection.Pointer)) {
 		t.Helper()
-		if _, err := ps.Update(ctx, name, base, func(p *mongodb.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
+		if _, err := ps.Update(ctx, name, base, func(p *projection.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	shows("no pointer document", base)
-	move(func(p *mongodb.Pointer) { p.Active, p.ActiveVersion = base, 1 })
+	move(func(p *projection.Pointer) { p.Active, p.ActiveVersion = base, 1 })
 	shows("base collection active", base)
-	move(func(p *mongodb.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = base, 1, v2, 2 })
+	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = base, 1, v2, 2 })
 	shows("base collection previous, in its grace", base)
 	if err := ps.Retire(ctx, name, base, "replaced", time.Now().Add(-time.Second)); err != nil {
 		t.Fatal(err)
@@ -208,9 +208,9 @@ func TestLiveReadModelUnderTheProjectionsName(t *testing.T) {
 	if err != nil || len(specs) != 1 || specs[0].Type != "view" {
 		t.Errorf("listCollections of %s: %+v, %v; want one view", base, specs, err)
 	}
-	move(func(p *mongodb.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v2, 2, v3, 3 })
+	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v2, 2, v3, 3 })
 	shows("switched to version 3", v3)
-	move(func(p *mongodb.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v3, 3, v2, 2 })
+	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v3, 3, v2, 2 })
 	shows("switched back to version 2", v2)
 
 	// Another instance, acting on the pointer it read before the switch

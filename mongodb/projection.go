@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
 
 // Projection is one read model as the service runs it: its projection.Definition, the
@@ -66,6 +67,18 @@ func (p *Projection[D]) Collection() string { return p.def.Collection }
 // leases) beside them, so that it lives and goes with the read model.
 func (p *Projection[D]) Database() *mongo.Database { return p.db }
 
+// Partitions returns the partition leases of the projection's version key
+// (projection.Definition.Key), kept in its database.
+func (p *Projection[D]) Partitions(key string) projector.Partitions {
+	return NewPartitions(p.db, key)
+}
+
+// Members returns the members feeding the projection's version key, from
+// the side of owner, whose heartbeats last ttl, kept in its database.
+func (p *Projection[D]) Members(key, owner string, ttl time.Duration) projector.Members {
+	return NewMembers(p.db, key, owner, ttl)
+}
+
 // ReadModel returns the read model in collection coll of this projection.
 func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
 	p.mu.Lock()
@@ -81,7 +94,7 @@ func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {
 }
 
 // forget drops the stores of collections the pointer no longer names.
-func (p *Projection[D]) forget(ptr Pointer) {
+func (p *Projection[D]) forget(ptr projection.Pointer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for c := range p.stores {
@@ -106,7 +119,7 @@ func (p *Projection[D]) Purge() {
 }
 
 // Pointer returns the projection's pointer, at most maxAge old.
-func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
+func (p *Projection[D]) Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error) {
 	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
 }
 
@@ -156,7 +169,7 @@ func (p *Projection[D]) EnsurePointer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", p.def.Collection, Translate(err))
 	}
-	first := Pointer{Projection: p.def.Name, Active: p.def.Collection, ActiveVersion: 1, Generation: 1}
+	first := projection.Pointer{Projection: p.def.Name, Active: p.def.Collection, ActiveVersion: 1, Generation: 1}
 	if n == 0 {
 		commits, err := p.db.Collection(CommitsCollection).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"hash/maphash"
 	"testing"
+
+	"github.com/orderd/orderd/projection"
 )
 
 // CollideVerifyKeys gives every document id the same key in Verify until
@@ -15,7 +17,7 @@ func CollideVerifyKeys(t *testing.T) {
 }
 
 // PutPointer writes p with the compare-and-set on its generation.
-func PutPointer(ctx context.Context, ps *Pointers, p Pointer) error { return ps.put(ctx, p) }
+func PutPointer(ctx context.Context, ps *Pointers, p projection.Pointer) error { return ps.put(ctx, p) }
 
 // PointersOf is the Pointers p reads its pointer through.
 func PointersOf[D any](p *Projection[D]) *Pointers { return p.pointers }

@@ -9,17 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 )
-
-// SumsCollection is the collection in which a rebuild's scan records, for
-// each document it writes into shadow (WriteFolds), the document's
-// version and hash: one sumDoc per stream. The rebuild's finish checks
-// the shadow against them (VerifySums) instead of folding the whole log
-// a second time. It belongs to the shadow's rebuild, which retires it
-// with the shadow or drops it after its switch.
-func SumsCollection(shadow string) string { return shadow + "_sums" }
 
 // sumDoc is what a rebuild's scan recorded of one document it wrote.
 type sumDoc struct {
@@ -65,18 +57,18 @@ func (p *Projection[D]) recordSums(ctx context.Context, sums string, docs []fold
 	return nil
 }
 
-// DropSums drops the SumsCollection of shadow, which the rebuild's finish
+// DropSums drops the projection.SumsCollection of shadow, which the rebuild's finish
 // no longer needs once it has verified and switched. Dropping a
 // collection that does not exist is no error. Errors: domain.ErrUnavailable.
 func (p *Projection[D]) DropSums(ctx context.Context, shadow string) error {
-	if err := p.db.Collection(SumsCollection(shadow)).Drop(ctx); err != nil {
-		return fmt.Errorf("drop %s: %w", SumsCollection(shadow), Translate(err))
+	if err := p.db.Collection(projection.SumsCollection(shadow)).Drop(ctx); err != nil {
+		return fmt.Errorf("drop %s: %w", projection.SumsCollection(shadow), Translate(err))
 	}
 	return nil
 }
 
 // VerifySums compares coll, a rebuild's shadow, with the sums its scan
-// recorded in SumsCollection(coll), instead of folding the log again as
+// recorded in projection.SumsCollection(coll), instead of folding the log again as
 // Verify does: it reads the shadow once (keeping, as Verify, a hash of
 // each document under a hash of its id, about 24 bytes a document), then
 // the sums. A document is a suspect when it differs from its sum, when it
@@ -110,23 +102,23 @@ func (p *Projection[D]) DropSums(ctx context.Context, shadow string) error {
 // nothing drifted, as Verify's. progress (nil: none) is called every 500
 // sums and at the end, with Streams, Events and Cursor as read so far; its
 // error stops the verify. Errors: as Verify's.
-func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
+func (p *Projection[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (jobs.VerifyReport, error) {
 	s := p.ReadModel(coll)
-	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
+	rep := jobs.VerifyReport{Collection: coll, Examples: []jobs.DriftExample{}}
 	seed := maphash.MakeSeed()
 	key := func(id string) docKey { return idKey(seed, id) }
 	seen, shared, digest, err := p.readHashes(ctx, s, key, &rep)
 	if err != nil {
 		return rep, err
 	}
-	sums := SumsCollection(coll)
+	sums := projection.SumsCollection(coll)
 	cur, err := p.db.Collection(sums).Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
 	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", sums, Translate(err))
 	}
 	var expected projection.Digest
 	var suspects []string
-	var pr VerifyProgress
+	var pr projection.VerifyProgress
 	for cur.Next(ctx) {
 		var d sumDoc
 		if err := cur.Decode(&d); err != nil {

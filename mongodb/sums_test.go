@@ -45,7 +45,7 @@ func TestVerifySumsFindsWhatDiffersFromTheScan(t *testing.T) {
 					t.Fatalf("WriteFolds: %v", err)
 				}
 			}
-			sums := db.Collection(mongodb.SumsCollection(shadow))
+			sums := db.Collection(projection.SumsCollection(shadow))
 			var sum struct {
 				Version int64  `bson:"version"`
 				Hash    []byte `bson:"hash"`
@@ -109,7 +109,7 @@ func TestABatchWritesAShadowAnnouncedWhileItRan(t *testing.T) {
 	defer mongodb.HoldWriterPointer()()
 
 	shadow := def.Collection + "_announced"
-	if _, err := mongodb.NewPointers(db).Update(ctx, def.Name, def.Collection, func(ptr *mongodb.Pointer) (bool, error) {
+	if _, err := mongodb.NewPointers(db).Update(ctx, def.Name, def.Collection, func(ptr *projection.Pointer) (bool, error) {
 		ptr.Shadow, ptr.ShadowJob, ptr.ShadowVersion = shadow, "job-announced", def.Ver()
 		return true, nil
 	}); err != nil {

@@ -7,7 +7,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projector"
 )
 
 // TasksCollection holds the jobs' tasks, one document per task
@@ -31,11 +32,11 @@ func NewTasks(db *mongo.Database) *Tasks {
 // Claim claims t for holder for ttl if t is still at the epoch it was read
 // at and its lease was never taken or has expired, in one update: the
 // task moves to state and the next epoch, counts an attempt, records its
-// start if it had none, and, when it had made progress, a domain.Resume
+// start if it had none, and, when it had made progress, a jobs.Resume
 // of the cursor and counters the holder starts from. It returns the task
 // as claimed and the claim's lease, or false and no error when another
 // runner holds it or got it first.
-func (s *Tasks) Claim(ctx context.Context, t domain.Task, holder string, ttl time.Duration, state string) (domain.Task, domain.Lease, bool, error) {
+func (s *Tasks) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.Duration, state string) (jobs.Task, projector.Lease, bool, error) {
 	now := s.leases.now()
 	utc := now.UTC()
 	set := bson.D{{Key: "state", Value: state}}
@@ -45,7 +46,7 @@ func (s *Tasks) Claim(ctx context.Context, t domain.Task, holder string, ttl tim
 	}
 	more := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
 	if t.Cursor != "" || t.Events > 0 {
-		r := domain.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
+		r := jobs.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
 		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: resumeDoc(r)}}})
 		t.Resumes = append(t.Resumes, r)
 	}
@@ -64,13 +65,13 @@ func (s *Tasks) Claim(ctx context.Context, t domain.Task, holder string, ttl tim
 
 // Renew extends the claim's lease by ttl (see Leases.Renew). Errors:
 // domain.ErrLeaseLost when another runner has claimed the task since.
-func (s *Tasks) Renew(ctx context.Context, lease domain.Lease, ttl time.Duration) (domain.Lease, error) {
+func (s *Tasks) Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error) {
 	return s.leases.Renew(ctx, lease, ttl)
 }
 
 // Checkpoint saves t's cursor and counters under lease. Errors:
 // domain.ErrLeaseLost when the task has passed to another claim.
-func (s *Tasks) Checkpoint(ctx context.Context, lease domain.Lease, t domain.Task) error {
+func (s *Tasks) Checkpoint(ctx context.Context, lease projector.Lease, t jobs.Task) error {
 	return s.leases.write(ctx, lease, bson.D{{Key: "cursor", Value: t.Cursor}, {Key: "events", Value: t.Events},
 		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}, {Key: "summed", Value: t.Summed}}, "checkpoint task")
 }
@@ -78,7 +79,7 @@ func (s *Tasks) Checkpoint(ctx context.Context, lease domain.Lease, t domain.Tas
 // Finish sets the task's final state, its finish time and, unless empty,
 // its error, under lease. Errors: domain.ErrLeaseLost when the task has
 // passed to another claim.
-func (s *Tasks) Finish(ctx context.Context, lease domain.Lease, state, errMsg string) error {
+func (s *Tasks) Finish(ctx context.Context, lease projector.Lease, state, errMsg string) error {
 	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.leases.now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
@@ -89,7 +90,7 @@ func (s *Tasks) Finish(ctx context.Context, lease domain.Lease, state, errMsg st
 // Release gives the task back for any runner to claim at once, keeping
 // its cursor, with errMsg as its error unless empty. Errors:
 // domain.ErrLeaseLost when the task has passed to another claim.
-func (s *Tasks) Release(ctx context.Context, lease domain.Lease, errMsg string) error {
+func (s *Tasks) Release(ctx context.Context, lease projector.Lease, errMsg string) error {
 	set := bson.D{{Key: "lease_until", Value: time.Unix(0, 0).UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
@@ -121,7 +122,7 @@ type taskDoc struct {
 	Error      string      `bson:"error,omitempty"`
 }
 
-// resumeDoc is one domain.Resume of a task (same fields, converted).
+// resumeDoc is one jobs.Resume of a task (same fields, converted).
 type resumeDoc struct {
 	At      time.Time `bson:"at"`
 	Owner   string    `bson:"owner"`
@@ -130,7 +131,7 @@ type resumeDoc struct {
 	Streams int64     `bson:"streams"`
 }
 
-func newTaskDoc(t domain.Task) taskDoc {
+func newTaskDoc(t jobs.Task) taskDoc {
 	d := taskDoc{ID: t.ID, Job: t.Job, Name: t.Name, From: t.From, To: t.To, State: t.State, Owner: t.Owner,
 		Epoch: t.Epoch, LeaseUntil: t.LeaseUntil, Attempts: t.Attempts, Cursor: t.Cursor, Events: t.Events,
 		Streams: t.Streams, Commits: t.Commits, Poison: t.Poison, Summed: t.Summed, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
@@ -144,15 +145,15 @@ func newTaskDoc(t domain.Task) taskDoc {
 	return d
 }
 
-func (d taskDoc) task() domain.Task {
-	t := domain.Task{ID: d.ID, Job: d.Job, Name: d.Name, From: d.From, To: d.To, State: d.State, Owner: d.Owner,
+func (d taskDoc) task() jobs.Task {
+	t := jobs.Task{ID: d.ID, Job: d.Job, Name: d.Name, From: d.From, To: d.To, State: d.State, Owner: d.Owner,
 		Epoch: d.Epoch, LeaseUntil: d.LeaseUntil, Attempts: d.Attempts, Cursor: d.Cursor, Events: d.Events,
 		Streams: d.Streams, Commits: d.Commits, Poison: d.Poison, Summed: d.Summed, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt,
 		Error: d.Error}
 	if d.Resumes != nil {
-		t.Resumes = make([]domain.Resume, len(d.Resumes))
+		t.Resumes = make([]jobs.Resume, len(d.Resumes))
 		for i, r := range d.Resumes {
-			t.Resumes[i] = domain.Resume(r)
+			t.Resumes[i] = jobs.Resume(r)
 		}
 	}
 	return t

@@ -12,24 +12,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
 )
 
-// Scanner reads the event log stream by stream in log order (the events
-// of each stream of r, in version order); EventStore implements it.
-type Scanner interface {
-	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
-}
-
 // examplesPerKind bounds the examples of each kind in a report.
 const examplesPerKind = 5
-
-// VerifyProgress is reported while a verify runs: streams, events and
-// commits of the log read so far, and the last stream read.
-type VerifyProgress struct {
-	Streams, Events, Commits int64
-	Cursor                   string
-}
 
 // docKey is what a verify keeps of each read-model document while it
 // scans the log: 8 bytes of its id's hash, so the memory does not hold the
@@ -57,9 +45,9 @@ var idKey = func(seed maphash.Seed, id string) docKey { return docKey(maphash.St
 // Errors: domain.ErrPointerMoved (wrapped) when a repair finds coll no
 // longer named by the pointer (the verify stops there, having written
 // nothing more), progress's, the log's and the store's.
-func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (domain.VerifyReport, error) {
+func (p *Projection[D]) Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (jobs.VerifyReport, error) {
 	s := p.ReadModel(coll)
-	rep := domain.VerifyReport{Collection: coll, Examples: []domain.DriftExample{}}
+	rep := jobs.VerifyReport{Collection: coll, Examples: []jobs.DriftExample{}}
 	seed := maphash.MakeSeed()
 	key := func(id string) docKey { return idKey(seed, id) }
 	seen, shared, digest, err := p.readHashes(ctx, s, key, &rep)
@@ -68,7 +56,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 	}
 	var expected projection.Digest
 	var suspects []string
-	var pr VerifyProgress
+	var pr projection.VerifyProgress
 	err = log.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
 		rep.Streams++
 		rep.Events += int64(len(st.Events))
@@ -130,7 +118,7 @@ func (p *Projection[D]) Verify(ctx context.Context, coll string, log Scanner, re
 // readHashes reads every document of s once and returns the half hash of
 // each under the docKey of its id, the keys shared by more than one
 // document, and the digest of them all; it counts them in rep.Documents.
-func (p *Projection[D]) readHashes(ctx context.Context, s *ReadModel[D], key func(string) docKey, rep *domain.VerifyReport) (map[docKey]docSum, map[docKey]bool, projection.Digest, error) {
+func (p *Projection[D]) readHashes(ctx context.Context, s *ReadModel[D], key func(string) docKey, rep *jobs.VerifyReport) (map[docKey]docSum, map[docKey]bool, projection.Digest, error) {
 	seen := map[docKey]docSum{}
 	shared := map[docKey]bool{} // keys of more than one document
 	var digest projection.Digest
@@ -199,7 +187,7 @@ func (s *ReadModel[D]) idsOf(ctx context.Context, keep func(id string) bool) ([]
 // recheck compares one suspect document with a fresh fold of its stream,
 // counts it if it still differs, and repairs it if asked. expected (nil:
 // none) gets the hash of the fresh fold, when the stream has one.
-func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string, repair bool, rep *domain.VerifyReport, expected *projection.Digest) error {
+func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string, repair bool, rep *jobs.VerifyReport, expected *projection.Digest) error {
 	// The document first, then the log: a document only reflects events
 	// already in the log, so a live write in between cannot look like a
 	// document ahead of the log.
@@ -221,7 +209,7 @@ func (p *Projection[D]) recheck(ctx context.Context, s *ReadModel[D], id string,
 		}
 		expected.Add(h)
 	}
-	ex := domain.DriftExample{ID: id, LogVersion: p.def.StreamVersion(&want), StoredVersion: p.def.StreamVersion(&d.Doc)}
+	ex := jobs.DriftExample{ID: id, LogVersion: p.def.StreamVersion(&want), StoredVersion: p.def.StreamVersion(&d.Doc)}
 	switch {
 	case n == 0 && !exists:
 		return nil

@@ -51,8 +51,8 @@ func (r *Runner) step(ctx context.Context) {
 		return
 	}
 	r.joined = true
-	var live []domain.Member
-	var leases []domain.Lease
+	var live []Member
+	var leases []Lease
 	_, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
 		var err error
 		if live, err = r.members.Live(ctx); err != nil {
@@ -122,7 +122,7 @@ func (r *Runner) step(ctx context.Context) {
 		if d := leases[p]; d.ExpiresAt.After(now) && d.Holder != r.cfg.Owner {
 			continue
 		}
-		var lease domain.Lease
+		var lease Lease
 		ok, err := bounded(ctx, ttl/2, func(ctx context.Context) (bool, error) {
 			var ok bool
 			var err error
@@ -144,7 +144,7 @@ func (r *Runner) step(ctx context.Context) {
 }
 
 // start runs the workers of partition p, just claimed under lease.
-func (r *Runner) start(ctx context.Context, p int, lease domain.Lease) {
+func (r *Runner) start(ctx context.Context, p int, lease Lease) {
 	claimedAt := lease.AcquiredAt
 	// Another owner may have written this partition's documents since
 	// this process last did.
@@ -255,7 +255,7 @@ func (r *Runner) renewLoop(ctx context.Context) {
 		if len(held) == 0 {
 			continue
 		}
-		leases := make([]domain.Lease, 0, len(held))
+		leases := make([]Lease, 0, len(held))
 		byName := make(map[string]int, len(held))
 		for p, tn := range held {
 			leases = append(leases, tn.lease)
@@ -289,7 +289,7 @@ func (r *Runner) renewLoop(ctx context.Context) {
 
 // release frees a partition's lease once its workers have stopped; a
 // lease that had already passed to another ownership has nothing to free.
-func (r *Runner) release(ctx context.Context, lease domain.Lease) error {
+func (r *Runner) release(ctx context.Context, lease Lease) error {
 	if err := r.leases.Release(ctx, lease); err != nil && !errors.Is(err, domain.ErrLeaseLost) {
 		return err
 	}

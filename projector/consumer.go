@@ -287,7 +287,7 @@ func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cau
 		_ = m.NakWithDelay(min(time.Duration(md.NumDelivered)*200*time.Millisecond, 5*time.Second))
 		return
 	}
-	d := domain.DeadLetter{
+	d := DeadLetter{
 		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
 		Error: cause.Error(), Deliveries: md.NumDelivered, ParkedAt: time.Now().UTC(), StreamSeq: md.Sequence.Stream,
 	}

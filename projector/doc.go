@@ -1,7 +1,8 @@
 // Package projector feeds the read models from NATS JetStream: a Runner
 // per projection consumes the projection's events, split into partitions
-// by stream id, and writes each batch through the MongoDB adapter's
-// Projection.Apply (mongodb.Projection); each partition is consumed by one process at a time
+// by stream id, and writes each batch through the projection's Apply
+// (Projection, the MongoDB adapter's *mongodb.Projection, which also keeps
+// the partition leases and members); each partition is consumed by one process at a time
 // under a lease, and the partitions are shared evenly by the live
 // projector processes (Axon's tracking-processor segments, Kafka's
 // consumer groups). A Runner also reports its partitions and consumer lag
@@ -26,6 +27,10 @@
 // the dead_letters collection after MaxDeliveries, so one bad event
 // stalls only its own stream; the events of the stream up to the version
 // its document reached are acknowledged. Only a store that cannot be
-// reached is retried without limit. mongodb.DeadLetters lists them and
+// reached is retried without limit. The dead-letter store lists them and
 // Runner.Retry re-applies one.
+//
+// The package names no storage: it declares what it needs of it
+// (Projection, Partitions, Members, DeadLetterStore) and cmd/orderd
+// passes the MongoDB adapter's implementations.
 package projector

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -70,8 +69,36 @@ type RunnerConfig struct {
 	Retired []string
 }
 
-// applier is what a Runner needs of a mongodb.Projection, whatever its
-// document type.
+// Projection is a read model as a Runner feeds it, whatever its document
+// type, and the store of its partition leases and members, which live and
+// go with it. The MongoDB adapter's *mongodb.Projection[D] implements it.
+type Projection interface {
+	applier
+	// Name is the projection's name (projection.Definition.Name).
+	Name() string
+	// Key names the version of the definition this process folds
+	// (projection.Definition.Key): its consumers and leases.
+	Key() string
+	// Version is the version of the definition this process folds
+	// (projection.Definition.Ver, at least 1).
+	Version() int
+	// Pointer returns the projection's pointer document, read from the
+	// store unless this process read it less than maxAge ago. Errors:
+	// domain.ErrUnavailable.
+	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	// Partitions returns the partition leases of the projection's
+	// version key.
+	Partitions(key string) Partitions
+	// Members returns the members of the projection's version key, from
+	// the side of the process owner, whose heartbeats last ttl.
+	Members(key, owner string, ttl time.Duration) Members
+}
+
+// applier is what a Runner writes through: the projection's guarded
+// writes (Apply returns what the batch did, the streams that could not be
+// applied with their errors, and a failure of the whole batch, such as
+// domain.ErrUnavailable), its indexes, and Purge, which forgets the
+// documents the projection caches.
 type applier interface {
 	Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error)
 	EnsureIndexes(ctx context.Context) error
@@ -112,8 +139,8 @@ type Runner struct {
 	version int
 	// versionLeases returns the member and partition leases of another
 	// version key of the projection (retireVersions).
-	versionLeases func(key string) (*mongodb.Members, *mongodb.Partitions)
-	pointer       func(context.Context) (mongodb.Pointer, error)
+	versionLeases func(key string) (Members, Partitions)
+	pointer       func(context.Context) (projection.Pointer, error)
 	store         applier
 	js            jetstream.JetStream
 	dead          DeadLetterStore
@@ -138,7 +165,7 @@ type Runner struct {
 // its workers have stopped.
 type ownership struct {
 	p      int
-	lease  domain.Lease    // as claimed: its epoch fences the renewals and the release
+	lease  Lease           // as claimed: its epoch fences the renewals and the release
 	ctx    context.Context // the workers'; done once the partition stops
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -156,12 +183,12 @@ type ownership struct {
 
 // stats returns what this process applied in each partition it holds
 // since its claim, and per second since the previous call.
-func (r *Runner) stats() []domain.PartitionReport {
+func (r *Runner) stats() []PartitionReport {
 	now := time.Now()
-	var out []domain.PartitionReport
+	var out []PartitionReport
 	for _, p := range r.ownedPartitions() {
 		tn := r.ownership(p)
-		st := domain.PartitionReport{Partition: p, Applied: tn.applied.Load()}
+		st := PartitionReport{Partition: p, Applied: tn.applied.Load()}
 		if d := now.Sub(tn.ratedAt).Seconds(); d > 0 {
 			st.Rate = float64(st.Applied-tn.ratedApplied) / d
 		}
@@ -186,18 +213,18 @@ func (r *Runner) setLastError(err error) {
 }
 
 // NewRunner returns a Runner feeding the projection p; its partition
-// leases and members live in p's database.
-func NewRunner[D any](p *mongodb.Projection[D], js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+// leases and members are p's.
+func NewRunner(p Projection, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
 	// Partition leases, members and consumers are the version's: during
 	// a rolling upgrade the processes of each version share the
 	// partitions among themselves and feed that version's collections.
 	return &Runner{name: p.Name(), key: p.Key(), version: p.Version(),
-		versionLeases: func(key string) (*mongodb.Members, *mongodb.Partitions) {
-			return mongodb.NewMembers(p.Database(), key, cfg.Owner, cfg.LeaseTTL), mongodb.NewPartitions(p.Database(), key)
+		versionLeases: func(key string) (Members, Partitions) {
+			return p.Members(key, cfg.Owner, cfg.LeaseTTL), p.Partitions(key)
 		},
-		pointer: func(ctx context.Context) (mongodb.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
-		leases: mongodb.NewPartitions(p.Database(), p.Key()), members: mongodb.NewMembers(p.Database(), p.Key(), cfg.Owner, cfg.LeaseTTL),
+		pointer: func(ctx context.Context) (projection.Pointer, error) { return p.Pointer(ctx, 0) }, store: p, js: js, dead: dead, cfg: cfg, log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
+		leases: p.Partitions(p.Key()), members: p.Members(p.Key(), cfg.Owner, cfg.LeaseTTL),
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 }
 

@@ -219,7 +219,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 		}
 		return err
 	})
-	var letters []domain.DeadLetter
+	var letters []projector.DeadLetter
 	projectiontest.WaitFor(t, 20*time.Second, "two dead letters", func() error {
 		var err error
 		letters, err = dead.List(ctx, r.Name(), 10)
@@ -230,7 +230,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	})
 	projectortest.WaitLag(t, ctx, 15*time.Second, r)
 
-	var undecodable, gap domain.DeadLetter
+	var undecodable, gap projector.DeadLetter
 	for _, d := range letters {
 		switch d.StreamID {
 		case "o1":
@@ -732,9 +732,9 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 	v1 := v2
 	v1.Version = 1
 	ps := mongodb.NewPointers(db)
-	point := func(change func(p *mongodb.Pointer)) {
+	point := func(change func(p *projection.Pointer)) {
 		t.Helper()
-		if _, err := ps.Update(ctx, v2.Name, v2.Collection, func(p *mongodb.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
+		if _, err := ps.Update(ctx, v2.Name, v2.Collection, func(p *projection.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -776,12 +776,12 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 		}
 	}
 
-	point(func(p *mongodb.Pointer) { p.Active, p.ActiveVersion = v1.Collection, 1 })
+	point(func(p *projection.Pointer) { p.Active, p.ActiveVersion = v1.Collection, 1 })
 	old, stopOld := run(v1, "old")
 	stopOld()
 	// The upgrade's build switched to version 2; version 1's collection is
 	// the previous one, in its grace.
-	point(func(p *mongodb.Pointer) {
+	point(func(p *projection.Pointer) {
 		p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v1.Collection, 1, v2.Collection+"_v2_x", 2
 	})
 	cur, stopCur := run(v2, "new")
@@ -790,7 +790,7 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 	}
 	stopCur()
 	// The grace is over: the pointer names version 1 no more.
-	point(func(p *mongodb.Pointer) { p.Previous, p.PreviousVersion = "", 0 })
+	point(func(p *projection.Pointer) { p.Previous, p.PreviousVersion = "", 0 })
 	_, stopCur = run(v2, "new")
 	defer stopCur()
 	projectiontest.WaitFor(t, 30*time.Second, "version 1's consumers and leases deleted", func() error {

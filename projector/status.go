@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -96,7 +95,7 @@ func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerIn
 // documents, the events applied and the apply rate its owner reported at
 // its last heartbeat, and, with lag, its consumer's lag in messages and
 // in seconds (see lagClock; nil when JetStream does not answer).
-func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.PartitionStatus, error) {
+func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
 	leases, err := r.leases.List(ctx, r.cfg.Partitions)
 	if err != nil {
 		return nil, err
@@ -105,7 +104,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 	if err != nil {
 		return nil, err
 	}
-	reported := map[string]domain.PartitionReport{} // owner/partition
+	reported := map[string]PartitionReport{} // owner/partition
 	for _, m := range members {
 		for _, st := range m.Partitions {
 			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
@@ -118,9 +117,9 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]domain.Partit
 			lag = false
 		}
 	}
-	out := make([]domain.PartitionStatus, 0, r.cfg.Partitions)
+	out := make([]PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
-		st := domain.PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
+		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
 		if d := leases[p]; d.Held(now) {
 			st.Owner, st.LeaseUntil, st.Epoch = d.Holder, d.ExpiresAt, d.Epoch
 			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Holder, p)]; ok {

@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/cmd/orderd/operator"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 const testAdminToken = "test-admin-token"
@@ -216,13 +216,13 @@ func TestAdminCLI(t *testing.T) {
 		// It runs on: the next rebuild of the projection waits for its end
 		// (one rebuild of a projection at a time).
 		var job struct {
-			State domain.JobState `json:"state"`
+			State jobs.JobState `json:"state"`
 		}
 		if !waitFor(time.Minute, 100*time.Millisecond, func() bool {
 			c.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+started[1], "",
 				"Authorization", "Bearer "+testAdminToken).decode(t, &job)
 			return job.State.Final()
-		}) || job.State != domain.StateSucceeded {
+		}) || job.State != jobs.StateSucceeded {
 			t.Fatalf("the rebuild started without -wait: %s, want succeeded", job.State)
 		}
 	})

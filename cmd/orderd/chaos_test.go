@@ -30,6 +30,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
@@ -644,10 +645,10 @@ func streamMessages(ctx context.Context, t *testing.T, js jetstream.JetStream) [
 }
 
 // verifyOnce runs a verify job (no repair) of projection name to its end.
-func verifyOnce(t *testing.T, cl *client, name string) *domain.VerifyReport {
+func verifyOnce(t *testing.T, cl *client, name string) *jobs.VerifyReport {
 	t.Helper()
 	auth := []string{"Authorization", "Bearer " + chaosToken}
-	var job domain.Job
+	var job jobs.Job
 	cl.must(http.StatusAccepted, "POST", "/v1/admin/projections/"+name+"/verifications", `{"repair":false}`, auth...).decode(t, &job)
 	deadline := time.Now().Add(2 * time.Minute)
 	for !job.State.Final() {
@@ -657,7 +658,7 @@ func verifyOnce(t *testing.T, cl *client, name string) *domain.VerifyReport {
 		time.Sleep(200 * time.Millisecond)
 		cl.must(http.StatusOK, "GET", "/v1/admin/projections/"+name+"/verifications/"+job.ID, "", auth...).decode(t, &job)
 	}
-	if job.State != domain.StateSucceeded || job.Report == nil {
+	if job.State != jobs.StateSucceeded || job.Report == nil {
 		t.Fatalf("verify of %s: %s %s", name, job.State, job.Error)
 	}
 	return job.Report

@@ -19,6 +19,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
@@ -796,7 +797,7 @@ func TestConsole(t *testing.T) {
 func activeCollection(t *testing.T, c *client, projection string) string {
 	t.Helper()
 	var body struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
 	}
 	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+testAdminToken).decode(t, &body)
 	for _, p := range body.Projections {

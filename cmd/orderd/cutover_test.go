@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
@@ -78,9 +79,9 @@ func TestVersionedProjectionCutover(t *testing.T) {
 	for i, id := range ids {
 		ca.summaryEqualsOrder(id, versions[i])
 	}
-	status := func(c *client) domain.ProjectionStatus {
+	status := func(c *client) jobs.ProjectionStatus {
 		var body struct {
-			Projections []domain.ProjectionStatus `json:"projections"`
+			Projections []jobs.ProjectionStatus `json:"projections"`
 		}
 		c.must(http.StatusOK, "GET", "/v1/admin/projections", "", auth...).decode(t, &body)
 		for _, p := range body.Projections {
@@ -89,7 +90,7 @@ func TestVersionedProjectionCutover(t *testing.T) {
 			}
 		}
 		t.Fatalf("no order_summaries in %+v", body.Projections)
-		return domain.ProjectionStatus{}
+		return jobs.ProjectionStatus{}
 	}
 	if st := status(ca); st.ActiveVersion != old || st.Version != old {
 		t.Fatalf("before the upgrade: %+v; want version %d active", st, old)
@@ -173,16 +174,16 @@ func TestVersionedProjectionCutover(t *testing.T) {
 	b := start("cutover-next", summariesNext())
 	cb := newClient(t, b)
 	clients.Store("B", cb)
-	var st domain.ProjectionStatus
+	var st jobs.ProjectionStatus
 	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool { st = status(cb); return st.ActiveVersion == next }) {
 		t.Fatalf("version %d not switched to: %+v", next, st)
 	}
 	if st.Version != next || st.PreviousVersion != old || st.PreviousCollection != "order_summaries" || st.LastRebuild == nil {
 		t.Errorf("after the cutover: %+v; want version %d active, order_summaries at version %d kept as previous", st, next, old)
 	}
-	var build domain.Job
+	var build jobs.Job
 	cb.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+st.LastRebuild.Job, "", auth...).decode(t, &build)
-	if build.State != domain.StateSucceeded || build.Version != next || build.Report == nil || build.Replaced != "order_summaries" {
+	if build.State != jobs.StateSucceeded || build.Version != next || build.Report == nil || build.Replaced != "order_summaries" {
 		t.Fatalf("the build: %+v; want a succeeded rebuild of version %d with the verify report of its shadow", build, next)
 	}
 	if rep := build.Report; rep.Collection != build.Shadow || rep.Streams < orders || rep.Drift() != rep.Repaired {
@@ -193,14 +194,14 @@ func TestVersionedProjectionCutover(t *testing.T) {
 		!strings.Contains(string(r.Body), "/problems/projection-version") {
 		t.Errorf("verify from the old version's instance: %v; want 409 /problems/projection-version", r)
 	}
-	verify := func(c *client) domain.Job {
+	verify := func(c *client) jobs.Job {
 		t.Helper()
-		var job domain.Job
+		var job jobs.Job
 		c.must(http.StatusAccepted, "POST", "/v1/admin/projections/order_summaries/verifications", `{}`, auth...).decode(t, &job)
 		if !waitFor(90*time.Second, 100*time.Millisecond, func() bool {
 			c.must(http.StatusOK, "GET", "/v1/admin/projections/order_summaries/verifications/"+job.ID, "", auth...).decode(t, &job)
 			return job.State.Final()
-		}) || job.State != domain.StateSucceeded || job.Report == nil {
+		}) || job.State != jobs.StateSucceeded || job.Report == nil {
 			t.Fatalf("verify: %+v", job)
 		}
 		return job
@@ -215,7 +216,7 @@ func TestVersionedProjectionCutover(t *testing.T) {
 	}
 
 	// The operator switches back, from the old instance.
-	var back domain.ProjectionStatus
+	var back jobs.ProjectionStatus
 	ca.must(http.StatusOK, "POST", "/v1/admin/projections/order_summaries/switch-back", "", auth...).decode(t, &back)
 	if back.ActiveVersion != old || back.ActiveCollection != "order_summaries" || back.PreviousVersion != next || back.SwitchedBackFrom != next {
 		t.Errorf("after the switch back: %+v; want order_summaries at version %d active, %d kept and switched back from", back, old, next)

@@ -15,7 +15,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
@@ -54,12 +54,12 @@ func TestMongoshQueries(t *testing.T) {
 	c.place("demo-3", "cust-8", 1, 990, 0)
 
 	auth := []string{"Authorization", "Bearer " + token}
-	var job domain.Job
+	var job jobs.Job
 	c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", "", auth...).decode(t, &job)
 	if !waitFor(60*time.Second, 50*time.Millisecond, func() bool {
 		c.must(200, "GET", "/v1/admin/projections/order_summaries/rebuilds/"+job.ID, "", auth...).decode(t, &job)
 		return job.State.Final()
-	}) || job.State != domain.StateSucceeded {
+	}) || job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %+v", job)
 	}
 
@@ -72,7 +72,7 @@ func TestMongoshQueries(t *testing.T) {
 	}) {
 		t.Fatalf("order_summaries after the rebuild and its grace: %+v; want a view", view)
 	}
-	var pointer mongodb.Pointer
+	var pointer projection.Pointer
 	if err := db.Collection(mongodb.PointersCollection).FindOne(ctx, bson.D{{Key: "_id", Value: "order_summaries"}}).Decode(&pointer); err != nil {
 		t.Fatalf("pointer: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
@@ -157,7 +158,7 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 		}
 	}
 	var st struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
 	}
 	c.must(http.StatusOK, "GET", "/v1/admin/projections", "", "Authorization", "Bearer "+token).decode(t, &st)
 	for _, p := range st.Projections {
@@ -165,7 +166,7 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 			continue
 		}
 		if p.ActiveVersion != def.Ver() || !strings.HasPrefix(p.ActiveCollection, def.Key()+"_") || p.LastRebuild == nil ||
-			p.LastRebuild.State != domain.StateSucceeded || p.PreviousCollection != "" {
+			p.LastRebuild.State != jobs.StateSucceeded || p.PreviousCollection != "" {
 			t.Errorf("%s after the deploy: %+v; want a built collection at version %d, nothing before it", def.Name, p, def.Ver())
 		}
 		return

@@ -605,8 +605,8 @@ func rawScan(ctx context.Context, b *testing.B, coll *mongo.Collection, sorted b
 // rebuildRun is one rebuild job as it ended.
 type rebuildRun struct {
 	partitions int
-	job        domain.Job
-	parts      []domain.Task
+	job        jobs.Job
+	parts      []jobs.Task
 	elapsed    time.Duration // StartRebuild called to the job's finished_at
 	create     time.Duration // StartRebuild: lock, tasks, pointer
 	plan       time.Duration // the plan task: commit count and partition bounds
@@ -621,7 +621,7 @@ func (r rebuildRun) rate() float64 { return float64(r.job.Events) / r.elapsed.Se
 
 // overlap is how long every one of the tasks ran at the same time: 0 when
 // one finished before another started.
-func overlap(tasks []domain.Task) time.Duration {
+func overlap(tasks []jobs.Task) time.Duration {
 	var start, end time.Time
 	for i, t := range tasks {
 		if i == 0 || t.StartedAt.After(start) {
@@ -676,7 +676,7 @@ func runRebuild(ctx context.Context, b *testing.B, scheduler *jobs.Jobs, partiti
 	}
 	r.rss.peak = peakRSS()
 	r.job = job
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		b.Fatalf("rebuild with %d partition(s) %s: %s", partitions, job.State, job.Error)
 	}
 	if job.Events != events {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/orderd/orderd/cmd/orderd/loadgen"
 	"github.com/orderd/orderd/cmd/orderd/olist"
-	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 )
 
@@ -118,7 +118,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 	before := scrapeMetrics(ctx, hc, base)
 	b.StartTimer()
 	start := time.Now()
-	var job domain.Job
+	var job jobs.Job
 	if code, body := adminDo(ctx, hc, "POST", base+"/v1/admin/projections/order_summaries/rebuilds", `{"partitions":1}`); code != http.StatusAccepted {
 		b.Fatalf("start the rebuild: %d %s", code, body)
 	} else if err := json.Unmarshal(body, &job); err != nil {
@@ -157,7 +157,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 
 	// The job ends before its finish task records its own end.
 	if code, body := adminDo(ctx, hc, "GET", base+"/v1/admin/projections/order_summaries/rebuilds/"+job.ID, ""); code == http.StatusOK && finished {
-		var j domain.Job
+		var j jobs.Job
 		if json.Unmarshal(body, &j) == nil {
 			job.Tasks = j.Tasks
 		}
@@ -221,7 +221,7 @@ func BenchmarkRebuildUnderLoad(b *testing.B) {
 	if !finished {
 		b.Fatalf("the rebuild did not end within %v: %s, %d events, %d streams", underLoadBound, job.State, job.Events, job.Streams)
 	}
-	if job.State != domain.StateSucceeded {
+	if job.State != jobs.StateSucceeded {
 		b.Fatalf("the rebuild %s: %s", job.State, job.Error)
 	}
 	if readers.notFound > 0 || readers.backwards > 0 {
@@ -354,7 +354,7 @@ func sumMetric(ms map[string]float64, name, label string) float64 {
 }
 
 // taskLine is a job's tasks as "; plan done, part-0 running 1200 events, ...".
-func taskLine(j domain.Job) string {
+func taskLine(j jobs.Job) string {
 	var s strings.Builder
 	for _, t := range j.Tasks {
 		fmt.Fprintf(&s, "; %s %s %d events", t.Name, t.State, t.Events)

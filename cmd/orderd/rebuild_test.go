@@ -21,6 +21,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 )
 
@@ -262,17 +263,17 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	c := newClient(t, a)
 	auth := []string{"Authorization", "Bearer " + token}
 	r := c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", "", auth...)
-	var job domain.Job
+	var job jobs.Job
 	r.decode(t, &job)
 	path := "/v1/admin/projections/order_summaries/rebuilds/" + job.ID
 
-	get := func() domain.Job {
-		var j domain.Job
+	get := func() jobs.Job {
+		var j jobs.Job
 		c.must(200, "GET", path, "", auth...).decode(t, &j)
 		return j
 	}
 	// Halfway: B holds the partition and has checkpointed half the streams.
-	var atKill domain.Task
+	var atKill jobs.Task
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		j := get()
@@ -293,11 +294,11 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	t.Logf("at %v: killed instance B with %d of %d streams checkpointed (cursor %s)", time.Since(began).Round(time.Millisecond), killed.Streams, orders, killed.Cursor)
 
 	startInstance(t, "instance C", jobsFlags("instance-C")...)
-	var done domain.Job
+	var done jobs.Job
 	if !waitFor(90*time.Second, 200*time.Millisecond, func() bool { done = get(); return done.State.Final() }) {
 		t.Fatalf("the rebuild did not finish after the takeover: %+v", done)
 	}
-	if done.State != domain.StateSucceeded {
+	if done.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild %s: %s", done.State, done.Error)
 	}
 	t.Logf("at %v: the rebuild succeeded", time.Since(began).Round(time.Millisecond))
@@ -306,7 +307,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	// claim the task again: B before its first checkpoint starts afresh
 	// (no resume), any later claim resumes at or after the previous one.
 	p, _ := done.Task("part-0")
-	firstC := slices.IndexFunc(p.Resumes, func(r domain.Resume) bool { return r.Owner == "instance-C" })
+	firstC := slices.IndexFunc(p.Resumes, func(r jobs.Resume) bool { return r.Owner == "instance-C" })
 	if firstC < 0 || p.Attempts < 1+len(p.Resumes) || p.Owner != "instance-C" {
 		t.Fatalf("partition: owner %s, %d claims, resumes %+v; want instance-C after a resume, a claim for each resume", p.Owner, p.Attempts, p.Resumes)
 	}
@@ -327,7 +328,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	}
 
 	var status struct {
-		Projections []domain.ProjectionStatus `json:"projections"`
+		Projections []jobs.ProjectionStatus `json:"projections"`
 	}
 	c.must(200, "GET", "/v1/admin/projections", "", auth...).decode(t, &status)
 	for _, ps := range status.Projections {
@@ -338,7 +339,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	// The rebuilt read model equals the fold of the log: a verify job
 	// reports no drift, and a sample read over REST agrees.
 	r = c.must(202, "POST", "/v1/admin/projections/order_summaries/verifications", `{"repair":false}`, auth...)
-	var verify domain.Job
+	var verify jobs.Job
 	r.decode(t, &verify)
 	deadline = time.Now().Add(60 * time.Second)
 	for !verify.State.Final() {
@@ -348,7 +349,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		c.must(200, "GET", "/v1/admin/projections/order_summaries/verifications/"+verify.ID, "", auth...).decode(t, &verify)
 	}
-	if rep := verify.Report; verify.State != domain.StateSucceeded || rep == nil || rep.Drift() != 0 ||
+	if rep := verify.Report; verify.State != jobs.StateSucceeded || rep == nil || rep.Drift() != 0 ||
 		rep.Digest != rep.ExpectedDigest || rep.Documents != orders || rep.Collection != done.Shadow {
 		t.Errorf("verify after the rebuild: %s %+v", verify.State, verify.Report)
 	}

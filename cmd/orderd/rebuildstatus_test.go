@@ -9,7 +9,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/orderd/orderd/cmd/orderd/operator"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 // TestStatusShowsARunningRebuild starts a rebuild in 2 partitions, paced
@@ -41,33 +41,33 @@ func TestStatusShowsARunningRebuild(t *testing.T) {
 	p.run(20*time.Second, "open the console", chromedp.Navigate("http://"+m.HTTPAddr+"/console/#token="+testAdminToken))
 	p.waitJS(20*time.Second, "the projections page", `document.querySelector('tr[data-projection="order_summaries"] td.last-rebuild') !== null`)
 
-	var job domain.Job
+	var job jobs.Job
 	c.must(202, "POST", "/v1/admin/projections/order_summaries/rebuilds", `{"partitions":2}`, auth...).decode(t, &job)
 	jobPath := "/v1/admin/projections/order_summaries/rebuilds/" + job.ID
 
 	var seen string
 	ok := waitFor(40*time.Second, 100*time.Millisecond, func() bool {
-		var j domain.Job
+		var j jobs.Job
 		c.must(200, "GET", jobPath, "", auth...).decode(t, &j)
 		if j.State.Final() {
 			seen += fmt.Sprintf(" (then the job ended %s)", j.State)
 			return true
 		}
-		if j.State != domain.StateRunning || j.Phase != "scanning" || j.Events == 0 || j.Percent == nil {
+		if j.State != jobs.StateRunning || j.Phase != "scanning" || j.Events == 0 || j.Percent == nil {
 			seen = fmt.Sprintf("job route: %s, phase %+v, %d events", j.State, j.JobPhase, j.Events)
 			return false
 		}
 		var list struct {
-			Projections []domain.ProjectionStatus `json:"projections"`
+			Projections []jobs.ProjectionStatus `json:"projections"`
 		}
 		c.must(200, "GET", "/v1/admin/projections", "", auth...).decode(t, &list)
-		var r *domain.JobSummary
+		var r *jobs.JobSummary
 		for _, p := range list.Projections {
 			if p.Name == "order_summaries" {
 				r = p.LastRebuild
 			}
 		}
-		if r == nil || r.Job != job.ID || r.State != domain.StateRunning || r.Phase != "scanning" || r.Percent == nil || r.Events == 0 {
+		if r == nil || r.Job != job.ID || r.State != jobs.StateRunning || r.Phase != "scanning" || r.Percent == nil || r.Events == 0 {
 			seen = fmt.Sprintf("job route running; projections route: last rebuild %+v", r)
 			return false
 		}
@@ -96,7 +96,7 @@ func TestStatusShowsARunningRebuild(t *testing.T) {
 		c.must(200, "GET", jobPath, "", auth...).decode(t, &job)
 		return job.State.Final()
 	})
-	if !ok || job.State != domain.StateSucceeded {
+	if !ok || job.State != jobs.StateSucceeded {
 		t.Fatalf("rebuild: %s %s", job.State, job.Error)
 	}
 }

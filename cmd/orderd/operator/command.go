@@ -16,6 +16,7 @@ import (
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
 )
 
 // Defaults of the admin subcommands' flags.
@@ -204,7 +205,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 }
 
 // projections returns the projections as the service reports them.
-func (o *command) projections(ctx context.Context) ([]domain.ProjectionStatus, error) {
+func (o *command) projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
 	list, err := o.api.Projections(ctx)
 	if err != nil {
 		return nil, o.fail(ctx, err)
@@ -253,7 +254,7 @@ func (o *command) activeCollection(ctx context.Context, name string) string {
 // wait polls the job of kind on the projection every interval until it is
 // final, showing progress. When ctx ends it stops waiting (the job keeps
 // running), says how to follow the job, and returns an error.
-func (o *command) wait(ctx context.Context, kind domain.JobKind, projection string, job domain.Job, interval time.Duration, p *progress) (domain.Job, error) {
+func (o *command) wait(ctx context.Context, kind jobs.JobKind, projection string, job jobs.Job, interval time.Duration, p *progress) (jobs.Job, error) {
 	p.show(job)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -290,12 +291,12 @@ func (o *command) wait(ctx context.Context, kind domain.JobKind, projection stri
 	return job, nil
 }
 
-func (o *command) stoppedWaiting(p *progress, kind domain.JobKind, projection string, job domain.Job) error {
+func (o *command) stoppedWaiting(p *progress, kind jobs.JobKind, projection string, job jobs.Job) error {
 	p.end()
 	w := p.w
 	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)
 	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer $%s\" %s\n", o.tokenEnv, o.api.JobURL(kind, projection, job.ID))
-	if job.Kind == domain.KindRebuild {
+	if job.Kind == jobs.KindRebuild {
 		fmt.Fprintf(w, "  stop it:   orderd rebuild %s -cancel %s\n", job.Projection, job.ID)
 	}
 	return fmt.Errorf("%s: stopped waiting for job %s, which keeps running", o.cmd, job.ID)

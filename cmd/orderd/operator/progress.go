@@ -10,7 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 // progressEvery is how often the progress line is printed when stderr is
@@ -29,9 +29,9 @@ type phase struct {
 }
 
 // jobPhase reads a job's phase as the server worked it out (Jobs.Get, with
-// domain.Job.PhaseAt). A server older than the phase fields sends none:
+// jobs.Job.PhaseAt). A server older than the phase fields sends none:
 // the same function then works it out here at now.
-func jobPhase(j domain.Job, now time.Time) phase {
+func jobPhase(j jobs.Job, now time.Time) phase {
 	p := j.JobPhase
 	if p.Phase == "" {
 		p = j.PhaseAt(now)
@@ -51,7 +51,7 @@ type progress struct {
 	barPhase  string
 	barStep   int
 	last      time.Time
-	lastState domain.JobState
+	lastState jobs.JobState
 	lastPhase string
 	now       func() time.Time
 }
@@ -69,7 +69,7 @@ func isTerminal(w io.Writer) bool {
 
 // describe is what is known of the job in its phase ph, without the
 // percentage, which the bar shows.
-func (p *progress) describe(j domain.Job, ph phase) string {
+func (p *progress) describe(j jobs.Job, ph phase) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", p.kind, j.State)
 	if ph.Steps > 0 {
@@ -77,7 +77,7 @@ func (p *progress) describe(j domain.Job, ph phase) string {
 	}
 	b.WriteString(":")
 	switch {
-	case ph.Name == "verifying" && ph.Total > 0 && j.Kind == domain.KindRebuild:
+	case ph.Name == "verifying" && ph.Total > 0 && j.Kind == jobs.KindRebuild:
 		fmt.Fprintf(&b, " %d of %d events verified", ph.Done, ph.Total)
 	case ph.Name == "switching":
 		fmt.Fprintf(&b, " verified; reads move to %s", j.Shadow)
@@ -100,7 +100,7 @@ func (p *progress) describe(j domain.Job, ph phase) string {
 }
 
 // line is the progress line printed when stderr is not a terminal.
-func (p *progress) line(j domain.Job, ph phase) string {
+func (p *progress) line(j jobs.Job, ph phase) string {
 	s := p.describe(j, ph)
 	if ph.Percent >= 0 && !j.State.Final() {
 		s += fmt.Sprintf(" [%d %%]", ph.Percent)
@@ -108,7 +108,7 @@ func (p *progress) line(j domain.Job, ph phase) string {
 	return s
 }
 
-func (p *progress) show(j domain.Job) {
+func (p *progress) show(j jobs.Job) {
 	ph := jobPhase(j, p.now())
 	if !p.tty {
 		now := p.now()
@@ -141,7 +141,7 @@ func (p *progress) show(j domain.Job) {
 	}
 	p.bar.Describe(p.describe(j, ph))
 	switch {
-	case j.State == domain.StateSucceeded:
+	case j.State == jobs.StateSucceeded:
 		_ = p.bar.Finish()
 	case ph.Percent >= 0:
 		_ = p.bar.Set(ph.Percent)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 // rebuildRun is one rebuild as GET of its job shows it from queued to
@@ -14,36 +14,36 @@ import (
 // that verifies the shadow for 40 s before it switches.
 func rebuildRun(t0 time.Time) []struct {
 	at  time.Time
-	job domain.Job
+	job jobs.Job
 } {
-	job := func(state domain.JobState, events int64, eta float64, tasks ...domain.Task) domain.Job {
-		j := domain.Job{ID: "j1", Kind: domain.KindRebuild, Projection: "order_summaries", State: state,
+	job := func(state jobs.JobState, events int64, eta float64, tasks ...jobs.Task) jobs.Job {
+		j := jobs.Job{ID: "j1", Kind: jobs.KindRebuild, Projection: "order_summaries", State: state,
 			Shadow: "order_summaries_2", Events: events, Streams: events / 10, Tasks: tasks, ETASeconds: eta}
-		if state != domain.StateQueued {
+		if state != jobs.StateQueued {
 			j.StartedAt = t0
 			j.RatePerSecond = 50
 		}
 		return j
 	}
-	task := func(name, state string, events int64, started time.Time) domain.Task {
-		return domain.Task{Name: name, State: state, Events: events, StartedAt: started}
+	task := func(name, state string, events int64, started time.Time) jobs.Task {
+		return jobs.Task{Name: name, State: state, Events: events, StartedAt: started}
 	}
-	done := func(name string) domain.Task { return task(name, "done", 500, t0) }
+	done := func(name string) jobs.Task { return task(name, "done", 500, t0) }
 	var zero time.Time
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	switching := job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 1000, at(20)))
+	switching := job(jobs.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 1000, at(20)))
 	switching.Replaced = "order_summaries"
 	succeeded := switching
-	succeeded.State, succeeded.Tasks[3].State = domain.StateSucceeded, "done"
+	succeeded.State, succeeded.Tasks[3].State = jobs.StateSucceeded, "done"
 	return []struct {
 		at  time.Time
-		job domain.Job
+		job jobs.Job
 	}{
-		{t0, job(domain.StateQueued, 0, 0, task("plan", "pending", 0, zero))},
-		{at(1), job(domain.StateRunning, 0, 0, task("plan", "running", 0, t0))},
-		{at(5), job(domain.StateRunning, 250, 15, task("plan", "done", 0, t0), task("part-0", "running", 125, t0), task("part-1", "running", 125, t0), task("finish", "pending", 0, zero))},
-		{at(20), job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "pending", 0, zero))},
-		{at(40), job(domain.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 500, at(20)))},
+		{t0, job(jobs.StateQueued, 0, 0, task("plan", "pending", 0, zero))},
+		{at(1), job(jobs.StateRunning, 0, 0, task("plan", "running", 0, t0))},
+		{at(5), job(jobs.StateRunning, 250, 15, task("plan", "done", 0, t0), task("part-0", "running", 125, t0), task("part-1", "running", 125, t0), task("finish", "pending", 0, zero))},
+		{at(20), job(jobs.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "pending", 0, zero))},
+		{at(40), job(jobs.StateRunning, 1000, 0, task("plan", "done", 0, t0), done("part-0"), done("part-1"), task("finish", "running", 500, at(20)))},
 		{at(61), switching},
 		{at(62), succeeded},
 	}
@@ -54,13 +54,13 @@ func rebuildRun(t0 time.Time) []struct {
 // 1,200 events of the log at 60 events/s, with the server's ETA.
 func verifyRun(t0 time.Time) []struct {
 	at  time.Time
-	job domain.Job
+	job jobs.Job
 } {
-	job := func(state domain.JobState, events int64, eta float64) domain.Job {
-		j := domain.Job{ID: "j2", Kind: domain.KindVerify, Projection: "order_summaries", State: state,
+	job := func(state jobs.JobState, events int64, eta float64) jobs.Job {
+		j := jobs.Job{ID: "j2", Kind: jobs.KindVerify, Projection: "order_summaries", State: state,
 			Events: events, Streams: events / 10, ETASeconds: eta,
-			Tasks: []domain.Task{{Name: "verify", State: "running", Events: events, StartedAt: t0}}}
-		if state != domain.StateQueued {
+			Tasks: []jobs.Task{{Name: "verify", State: "running", Events: events, StartedAt: t0}}}
+		if state != jobs.StateQueued {
 			j.StartedAt = t0
 			j.RatePerSecond = 60
 		} else {
@@ -69,16 +69,16 @@ func verifyRun(t0 time.Time) []struct {
 		return j
 	}
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
-	succeeded := job(domain.StateSucceeded, 1200, 0)
+	succeeded := job(jobs.StateSucceeded, 1200, 0)
 	succeeded.Tasks[0].State = "done"
 	return []struct {
 		at  time.Time
-		job domain.Job
+		job jobs.Job
 	}{
-		{t0, job(domain.StateQueued, 0, 0)},
-		{at(1), job(domain.StateRunning, 0, 0)},
-		{at(6), job(domain.StateRunning, 300, 15)},
-		{at(11), job(domain.StateRunning, 600, 10)},
+		{t0, job(jobs.StateQueued, 0, 0)},
+		{at(1), job(jobs.StateRunning, 0, 0)},
+		{at(6), job(jobs.StateRunning, 300, 15)},
+		{at(11), job(jobs.StateRunning, 600, 10)},
 		{at(21), succeeded},
 	}
 }
@@ -116,12 +116,12 @@ func TestJobPhase(t *testing.T) {
 	// The server's phase is shown as given: the CLI works one out (with
 	// the same function) only for a server that sends none.
 	pct := 42
-	given := domain.Job{Kind: domain.KindRebuild, State: domain.StateRunning, StartedAt: t0,
-		JobPhase: domain.JobPhase{Phase: "verifying", Step: 2, Steps: 3, Percent: &pct, PhaseETASeconds: 9, EventsDone: 42, EventsTotal: 100}}
+	given := jobs.Job{Kind: jobs.KindRebuild, State: jobs.StateRunning, StartedAt: t0,
+		JobPhase: jobs.JobPhase{Phase: "verifying", Step: 2, Steps: 3, Percent: &pct, PhaseETASeconds: 9, EventsDone: 42, EventsTotal: 100}}
 	if got, want := jobPhase(given, t0), (phase{Name: "verifying", Step: 2, Steps: 3, Percent: 42, ETA: 9 * time.Second, Done: 42, Total: 100}); got != want {
 		t.Errorf("server's phase: %+v, want %+v", got, want)
 	}
-	v := domain.Job{Kind: domain.KindVerify, State: domain.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
+	v := jobs.Job{Kind: jobs.KindVerify, State: jobs.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
 	if got := jobPhase(v, t0); got.Name != "verifying" || got.Steps != 1 || got.Percent != 30 || got.ETA != 7*time.Second {
 		t.Errorf("verify job: phase %+v, want verifying 30 %% with ETA 7s", got)
 	}
@@ -136,7 +136,7 @@ func TestProgressShowsPhases(t *testing.T) {
 		kind string
 		run  []struct {
 			at  time.Time
-			job domain.Job
+			job jobs.Job
 		}
 		lines []string
 	}{

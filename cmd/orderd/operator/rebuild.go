@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 const rebuildUsage = `Usage: orderd rebuild <projection> [flags]
@@ -59,8 +59,8 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 		if name, err = projectionArg("rebuild", pos); err != nil {
 			return err
 		}
-		if *partitions < 0 || *partitions > domain.MaxPartitions {
-			return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, domain.MaxPartitions)
+		if *partitions < 0 || *partitions > jobs.MaxPartitions {
+			return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, jobs.MaxPartitions)
 		}
 		return nil
 	})
@@ -69,12 +69,12 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	op.projection = name
 
-	var job domain.Job
+	var job jobs.Job
 	if *cancelID != "" {
 		if *partitions != 0 {
 			return errors.New("rebuild: -partitions does not go with -cancel")
 		}
-		if job, err = op.api.CancelJob(ctx, domain.KindRebuild, name, *cancelID); err != nil {
+		if job, err = op.api.CancelJob(ctx, jobs.KindRebuild, name, *cancelID); err != nil {
 			return op.fail(ctx, err)
 		}
 		fmt.Fprintf(stdout, "cancel requested for rebuild %s of %s (now %s)\n", job.ID, name, job.State)
@@ -85,7 +85,7 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "rebuild of %s started: job %s (partitions %d, shadow collection %s)\n",
 			name, job.ID, job.Partitions, job.Shadow)
-		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(domain.KindRebuild, name, job.ID))
+		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(jobs.KindRebuild, name, job.ID))
 		if !*wait {
 			fmt.Fprintf(stdout, "follow it with a GET of that URL (Authorization: Bearer $%s); stop it with: orderd rebuild %s -cancel %s\n",
 				op.tokenEnv, name, job.ID)
@@ -95,28 +95,28 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	if !*wait {
 		return nil
 	}
-	job, err = op.wait(ctx, domain.KindRebuild, name, job, o.interval, newProgress(stderr, "rebuild"))
+	job, err = op.wait(ctx, jobs.KindRebuild, name, job, o.interval, newProgress(stderr, "rebuild"))
 	if err != nil {
 		return err
 	}
 	active := op.activeCollection(ctx, name)
-	if active == "" && job.State == domain.StateSucceeded {
+	if active == "" && job.State == jobs.StateSucceeded {
 		active = job.Shadow // the switch made it active
 	}
 	if err := printRebuild(stdout, job, active); err != nil {
 		return err
 	}
 	switch {
-	case *cancelID != "" && job.State == domain.StateCanceled:
+	case *cancelID != "" && job.State == jobs.StateCanceled:
 		return nil
-	case job.State != domain.StateSucceeded:
+	case job.State != jobs.StateSucceeded:
 		return fmt.Errorf("rebuild: job %s ended %s%s", job.ID, job.State, suffix(": ", job.Error))
 	}
 	return nil
 }
 
 // printRebuild writes the summary of a finished rebuild.
-func printRebuild(w io.Writer, job domain.Job, active string) error {
+func printRebuild(w io.Writer, job jobs.Job, active string) error {
 	duration := "-"
 	if !job.FinishedAt.IsZero() {
 		duration = job.FinishedAt.Sub(job.CreatedAt).Round(time.Millisecond).String()
@@ -124,7 +124,7 @@ func printRebuild(w io.Writer, job domain.Job, active string) error {
 		// rebuild verifies the shadow and switches to it.
 		fin, _ := job.Task("finish")
 		var phases []string
-		if job.State == domain.StateSucceeded && !job.StartedAt.IsZero() && !fin.StartedAt.IsZero() {
+		if job.State == jobs.StateSucceeded && !job.StartedAt.IsZero() && !fin.StartedAt.IsZero() {
 			phases = append(phases, "scanning "+fin.StartedAt.Sub(job.StartedAt).Round(time.Millisecond).String(),
 				"verifying and switching "+job.FinishedAt.Sub(fin.StartedAt).Round(time.Millisecond).String())
 		} else if !job.StartedAt.IsZero() {

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
 )
 
 // statusErrorWidth is how many characters of a projection's last error
@@ -125,7 +126,7 @@ func Status(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // printRelay writes the relay's line: who holds its lease, and how far
 // its checkpoint has come.
-func printRelay(w io.Writer, r domain.RelayStatus, now time.Time) error {
+func printRelay(w io.Writer, r outbox.RelayStatus, now time.Time) error {
 	if r.Owner == "" {
 		_, err := fmt.Fprintln(w, "\nRELAY  no relay has run on this log yet: start an instance with the relay role")
 		return err
@@ -146,7 +147,7 @@ func printRelay(w io.Writer, r domain.RelayStatus, now time.Time) error {
 // versionCell is a projection's versions: the active one, then one being
 // built and the one kept for a switch back, e.g. "v2 (building v3,
 // previous v1)"; "none" before a first build.
-func versionCell(p domain.ProjectionStatus) string {
+func versionCell(p jobs.ProjectionStatus) string {
 	cell := "none"
 	if p.ActiveVersion > 0 {
 		cell = fmt.Sprintf("v%d", p.ActiveVersion)
@@ -166,7 +167,7 @@ func versionCell(p domain.ProjectionStatus) string {
 
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
-func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now time.Time) error {
+func printStatus(w io.Writer, op *command, list []jobs.ProjectionStatus, now time.Time) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err
@@ -192,7 +193,7 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 		if r := p.LastRebuild; r != nil && !r.State.Final() {
 			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer $%s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
 				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), op.tokenEnv,
-				op.api.JobURL(domain.KindRebuild, p.Name, r.Job), p.Name, r.Job))
+				op.api.JobURL(jobs.KindRebuild, p.Name, r.Job), p.Name, r.Job))
 		}
 		if p.PreviousCollection != "" {
 			notes = append(notes, fmt.Sprintf("%s: %s (version %d) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back %s",
@@ -202,7 +203,7 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 			notes = append(notes, fmt.Sprintf("%s: version %d was switched back from and is not built again on its own; build it with: orderd rebuild %s",
 				p.Name, p.Version, p.Name))
 		}
-		if v := p.LastVerify; v != nil && v.State == domain.StateSucceeded && v.Drift > v.Repaired {
+		if v := p.LastVerify; v != nil && v.State == jobs.StateSucceeded && v.Drift > v.Repaired {
 			notes = append(notes, fmt.Sprintf("%s: %d documents differed from the log at the last verify; repair them with: orderd verify %s -repair",
 				p.Name, v.Drift-v.Repaired, p.Name))
 		}
@@ -218,7 +219,7 @@ func printStatus(w io.Writer, op *command, list []domain.ProjectionStatus, now t
 
 // printPartitions writes the table of the projections' partitions, if the
 // service reported any.
-func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time) error {
+func printPartitions(w io.Writer, list []jobs.ProjectionStatus, now time.Time) error {
 	n := 0
 	for _, p := range list {
 		n += len(p.Partitions)
@@ -250,7 +251,7 @@ func printPartitions(w io.Writer, list []domain.ProjectionStatus, now time.Time)
 // readLag is the LAG cell: the lag of the consumers feeding the
 // collection readers read. A server older than active_lag sends only the
 // lag of its own version, which is the readers' unless it builds another.
-func readLag(p domain.ProjectionStatus) string {
+func readLag(p jobs.ProjectionStatus) string {
 	lag := p.ActiveLag
 	if lag == nil && p.ConsumerLagVersion == 0 && (p.ShadowVersion == 0 || p.ShadowVersion == p.ActiveVersion) {
 		lag = p.ConsumerLag
@@ -264,7 +265,7 @@ func readLag(p domain.ProjectionStatus) string {
 // buildLag is the BUILD LAG cell: while a rebuild runs, the lag of the
 // consumers feeding its shadow, with the version built ("12 (v3)"); "-"
 // when none runs or it is unknown.
-func buildLag(p domain.ProjectionStatus) string {
+func buildLag(p jobs.ProjectionStatus) string {
 	if p.ShadowVersion == 0 || p.ShadowLag == nil {
 		return "-"
 	}
@@ -274,7 +275,7 @@ func buildLag(p domain.ProjectionStatus) string {
 // rebuildCell is the LAST REBUILD cell: the state of the latest rebuild,
 // and while it runs its phase, progress and the phase's ETA as its job
 // route has them, e.g. "running 1/3 scanning 49% ETA 12s"; "-" (never).
-func rebuildCell(r *domain.JobSummary) string {
+func rebuildCell(r *jobs.JobSummary) string {
 	if r == nil {
 		return "-"
 	}
@@ -297,11 +298,11 @@ func rebuildCell(r *domain.JobSummary) string {
 
 // verifyCell is the LAST VERIFY cell: "-" (never), the state of a verify
 // that has not succeeded, or its outcome and age.
-func verifyCell(v *domain.VerifySummary, now time.Time) string {
+func verifyCell(v *jobs.VerifySummary, now time.Time) string {
 	if v == nil {
 		return "-"
 	}
-	if v.State != domain.StateSucceeded {
+	if v.State != jobs.StateSucceeded {
 		return string(v.State)
 	}
 	s := "clean"

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projector"
 )
 
 // statusRows reads the table "orderd status" printed: for each projection,
@@ -57,10 +59,10 @@ func TestStatusTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &command{tokenEnv: "ADMIN_TOKEN", api: api}
-	show := func(p domain.ProjectionStatus) string {
+	show := func(p jobs.ProjectionStatus) string {
 		t.Helper()
 		var b bytes.Buffer
-		if err := printStatus(&b, c, []domain.ProjectionStatus{p}, now); err != nil {
+		if err := printStatus(&b, c, []jobs.ProjectionStatus{p}, now); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("\n%s", b.String())
@@ -87,13 +89,13 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 
-	building := show(domain.ProjectionStatus{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2,
+	building := show(jobs.ProjectionStatus{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2,
 		ShadowCollection: "order_summaries_r2", ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1,
 		ConsumerLag: &lag, ConsumerLagVersion: 3, ActiveLag: &readers, ShadowLag: &lag,
-		LastVerify: &domain.VerifySummary{Job: "v1", State: domain.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
-		LastRebuild: &domain.JobSummary{Job: "job-7", State: domain.StateRunning, Events: 4900,
-			JobPhase: domain.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
-		Partitions: []domain.PartitionStatus{
+		LastVerify: &jobs.VerifySummary{Job: "v1", State: jobs.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
+		LastRebuild: &jobs.JobSummary{Job: "job-7", State: jobs.StateRunning, Events: 4900,
+			JobPhase: jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
+		Partitions: []projector.PartitionStatus{
 			{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
 				Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
 			{Partition: 1, Consumer: "proj_order_summaries_p01"},
@@ -126,9 +128,9 @@ func TestStatusTable(t *testing.T) {
 		"orderd verify order_summaries -repair",
 		"order_summaries (version 1) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back order_summaries")
 
-	switchedBack := show(domain.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries", ActiveVersion: 1,
+	switchedBack := show(jobs.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries", ActiveVersion: 1,
 		SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
-		LastVerify: &domain.VerifySummary{Job: "v2", State: domain.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}})
+		LastVerify: &jobs.VerifySummary{Job: "v2", State: jobs.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}})
 	wantCells(switchedBack, map[string]string{"VERSION": "v1", "ACTIVE COLLECTION": "order_summaries", "LAG": "-", "BUILD LAG": "-", "DEAD LETTERS": "2",
 		"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)})
 	if e := statusRows(t, switchedBack)["order_summaries"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
@@ -155,13 +157,13 @@ func TestStatusTable(t *testing.T) {
 func TestPrintRelay(t *testing.T) {
 	now := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
-		relay domain.RelayStatus
+		relay outbox.RelayStatus
 		want  []string
 	}{
-		{domain.RelayStatus{}, []string{"no relay has run", "relay role"}},
-		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(7 * time.Second), CheckpointRecordedAt: now.Add(-3 * time.Second), CheckpointSavedAt: now.Add(-time.Second)},
+		{outbox.RelayStatus{}, []string{"no relay has run", "relay role"}},
+		{outbox.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(7 * time.Second), CheckpointRecordedAt: now.Add(-3 * time.Second), CheckpointSavedAt: now.Add(-time.Second)},
 			[]string{"held by api-1 (epoch 4, lease for 7s more)", "2026-11-27T09:59:57Z (3s ago)", "saved 1s ago"}},
-		{domain.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(-time.Minute), CheckpointRecordedAt: now.Add(-2 * time.Minute), CheckpointSavedAt: now.Add(-2 * time.Minute)},
+		{outbox.RelayStatus{Owner: "api-1", Epoch: 4, LeaseUntil: now.Add(-time.Minute), CheckpointRecordedAt: now.Add(-2 * time.Minute), CheckpointSavedAt: now.Add(-2 * time.Minute)},
 			[]string{"held by nobody (last api-1", "relay role running?", "(2m ago)"}},
 	} {
 		var b bytes.Buffer

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
-	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
 )
 
 const verifyUsage = `Usage: orderd verify <projection> [flags]
@@ -61,11 +61,11 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 	}
 	if !*wait {
 		fmt.Fprintf(stdout, "verify of %s started: job %s\n", name, job.ID)
-		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(domain.KindVerify, name, job.ID))
+		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(jobs.KindVerify, name, job.ID))
 		return nil
 	}
 	fmt.Fprintf(stderr, "verify of %s started: job %s\n", name, job.ID)
-	job, err = op.wait(ctx, domain.KindVerify, name, job, o.interval, newProgress(stderr, "verify"))
+	job, err = op.wait(ctx, jobs.KindVerify, name, job, o.interval, newProgress(stderr, "verify"))
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 		mode = "repair"
 	}
 	fmt.Fprintf(stdout, "verify of %s (%s): job %s %s\n", name, mode, job.ID, job.State)
-	if job.State != domain.StateSucceeded || job.Report == nil {
+	if job.State != jobs.StateSucceeded || job.Report == nil {
 		return fmt.Errorf("verify: job %s ended %s%s", job.ID, job.State, suffix(": ", job.Error))
 	}
 	rep := job.Report
@@ -100,7 +100,7 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // printVerifyReport writes a verify report as an aligned table, then its
 // examples.
-func printVerifyReport(w io.Writer, rep *domain.VerifyReport) error {
+func printVerifyReport(w io.Writer, rep *jobs.VerifyReport) error {
 	tw := newTable(w)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("collection", rep.Collection)

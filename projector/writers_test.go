@@ -1,11 +1,10 @@
-package projector
+package projector_test
 
 import (
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,42 +16,8 @@ import (
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
 )
-
-// slowApplier counts the write rounds of a Runner in flight at once, each
-// made to last a while so that every partition's worker has a batch
-// waiting meanwhile.
-type slowApplier struct {
-	applier
-	hold time.Duration
-
-	mu                     sync.Mutex
-	inFlight, most, rounds int
-	events                 int
-}
-
-func (s *slowApplier) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
-	s.mu.Lock()
-	s.inFlight++
-	s.most = max(s.most, s.inFlight)
-	s.rounds++
-	s.mu.Unlock()
-	time.Sleep(s.hold)
-	out, failed, err := s.applier.Apply(ctx, events, fresh)
-	s.mu.Lock()
-	s.inFlight--
-	if err == nil {
-		s.events += len(events)
-	}
-	s.mu.Unlock()
-	return out, failed, err
-}
-
-func (s *slowApplier) counts() (most, rounds, events int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.most, s.rounds, s.events
-}
 
 // TestRunnerBoundsWriteRoundsInFlight: a Runner owning 8 partitions, 2
 // workers each, with a backlog in every partition, has at most Writers
@@ -70,12 +35,11 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
-		RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
+	r := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
+		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
 			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	slow := &slowApplier{applier: r.store, hold: 30 * time.Millisecond}
-	r.store = slow
+	counts := projector.SlowWrites(r, 30*time.Millisecond)
 
 	const orders = 64
 	for i := range orders {
@@ -105,17 +69,17 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 		}
 	}()
 	for {
-		if _, _, applied := slow.counts(); applied >= orders {
+		if _, _, applied := counts(); applied >= orders {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			_, _, applied := slow.counts()
+			_, _, applied := counts()
 			t.Fatalf("%d of %d events applied: %v", applied, orders, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	most, rounds, _ := slow.counts()
+	most, rounds, _ := counts()
 	t.Logf("%d events in %d write rounds, at most %d in flight", orders, rounds, most)
 	if most > 2 {
 		t.Errorf("%d write rounds in flight at once, want at most Writers (2)", most)

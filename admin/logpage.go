@@ -1,0 +1,74 @@
+package admin
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// LogCommit is one commit of the log as the log browser shows it: its id
+// ("<stream id>:<first version, 10 digits>"), stream, the versions it holds,
+// when the store recorded it, and its events in version order. Error is
+// set, and Events empty, when this build cannot decode the commit.
+type LogCommit struct {
+	ID           string         `json:"id"`
+	StreamID     string         `json:"stream_id"`
+	StreamType   string         `json:"stream_type"`
+	FirstVersion int64          `json:"first_version"`
+	LastVersion  int64          `json:"last_version"`
+	RecordedAt   time.Time      `json:"recorded_at"`
+	Events       []domain.Event `json:"events"`
+	Error        string         `json:"error,omitempty"`
+}
+
+// LogQuery selects one page of the log, newest commit first. Empty
+// filters do not filter; Type and CorrelationID keep the commits with at
+// least one event of that type or correlation id.
+type LogQuery struct {
+	Cursor        string // "" for the newest commits, else a LogPage's Next
+	Limit         int    // commits per page, 1 to 200
+	StreamID      string
+	Type          string
+	CorrelationID string
+}
+
+// LogPage is a page of the log, newest first. Next is the opaque cursor
+// of the older commits, "" when none are left. A filtered page examines a
+// bounded number of commits, so it may hold fewer than Limit commits (even
+// none) while Next still names older ones.
+type LogPage struct {
+	Commits []LogCommit `json:"commits"`
+	Next    string      `json:"next_cursor,omitempty"`
+}
+
+// Matches reports whether c passes q's type and correlation filters.
+func (q LogQuery) Matches(c LogCommit) bool {
+	if q.Type == "" && q.CorrelationID == "" {
+		return true
+	}
+	typeOK, corrOK := q.Type == "", q.CorrelationID == ""
+	for _, e := range c.Events {
+		typeOK = typeOK || e.Type == q.Type
+		corrOK = corrOK || e.Metadata.CorrelationID == q.CorrelationID
+	}
+	return typeOK && corrOK
+}
+
+// MarshalJSON writes the commit with each event in its wire form
+// (domain.MarshalEvent, with its data), as GET /v1/orders/{id}/events does.
+func (c LogCommit) MarshalJSON() ([]byte, error) {
+	type plain LogCommit
+	evs := make([]json.RawMessage, len(c.Events))
+	for i, e := range c.Events {
+		b, err := domain.MarshalEvent(e)
+		if err != nil {
+			return nil, err
+		}
+		evs[i] = b
+	}
+	return json.Marshal(struct {
+		plain
+		Events []json.RawMessage `json:"events"`
+	}{plain(c), evs})
+}

@@ -1,0 +1,36 @@
+package mongodb_test
+
+import (
+	"github.com/orderd/orderd/admin"
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/outbox"
+	"github.com/orderd/orderd/projection"
+	"github.com/orderd/orderd/projector"
+)
+
+// The workers declare what they need of the storage; this adapter is what
+// cmd/orderd gives them. A change on either side fails to compile here.
+var (
+	_ projector.Projection      = (*mongodb.Projection[domain.Order])(nil)
+	_ projector.Partitions      = (*mongodb.Partitions)(nil)
+	_ projector.Members         = (*mongodb.Members)(nil)
+	_ projector.DeadLetterStore = (*mongodb.DeadLetters)(nil)
+
+	_ jobs.Store             = (*mongodb.Jobs)(nil)
+	_ jobs.TaskLeases        = (*mongodb.Tasks)(nil)
+	_ jobs.Pointers          = (*mongodb.Pointers)(nil)
+	_ jobs.EventLog          = (*mongodb.EventStore)(nil)
+	_ jobs.Projection        = (*mongodb.Projection[domain.Order])(nil)
+	_ jobs.DeadLetterCounter = (*mongodb.DeadLetters)(nil)
+	_ projection.Scanner     = (*mongodb.EventStore)(nil)
+
+	_ admin.ReadModel   = (*mongodb.Projection[domain.Order])(nil)
+	_ admin.DeadLetters = (*mongodb.DeadLetters)(nil)
+	_ admin.Log         = (*mongodb.EventStore)(nil)
+	_ admin.Relay       = (*mongodb.Lease)(nil)
+
+	_ outbox.Log   = (*mongodb.EventStore)(nil)
+	_ outbox.Lease = (*mongodb.Lease)(nil)
+)
