@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -188,72 +187,39 @@ func (p *Projection[D]) EnsurePointer(ctx context.Context) error {
 }
 
 // Apply folds events (any streams, any order, duplicates allowed) into
-// every collection of this process's version the pointer names: a
-// rebuild's shadow first, then the previous collection (kept for a switch
-// back), then the active one, so that during a rebuild the shadow is never
-// behind the active collection on any document this process touched (the
-// switch then never shows a reader an older version). Collections of
-// other versions are left to the processes that fold those. A collection
-// the pointer names once the batch is written and did not at its start
-// (a shadow announced meanwhile) is written last. fresh reads
-// every document from the store instead of trusting this process's cache:
-// set it for redeliveries, whose documents another process may have
-// written.
-//
-// The results are those of the last collection written (the active one
-// when it is of this version), as ReadModel.Apply gives them: what it did,
-// and per stream a *projection.PoisonError for events that cannot be
-// applied (its Reached is the version the document reflects, so the
-// events up to it are done). An event only an earlier collection cannot
-// apply is left to the verify-and-repair pass that precedes a switch
-// when its document changed since the rebuild's scan wrote it
-// (Projection.VerifySums), and otherwise to the stream's next event,
-// whose gap is filled from the log, or to a verify job.
-// With no collection of this version, the events are done (a build of
-// this version scans the log after announcing its shadow). Errors:
-// domain.ErrUnavailable, a cancelled ctx, or a stream still contended
-// after repeated writes; then nothing is known to be written, in any
-// collection, and every event must be applied again.
+// every collection of this process's version the pointer names, each in
+// one batch write (projection.ApplyAll says in which order, and what the
+// results are). fresh reads every document from the store instead of
+// trusting this process's cache: set it for redeliveries, whose documents
+// another process may have written. Errors: domain.ErrUnavailable, a
+// cancelled ctx; then nothing is known to be written, in any collection,
+// and every event must be applied again.
 func (p *Projection[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
-	ptr, err := p.Pointer(ctx, writerPointerAge)
-	if err != nil {
-		return projection.Outcome{}, nil, err
+	return projection.ApplyAll(ctx, collections[D]{p, fresh}, p.def.Ver(), writerPointerAge, events)
+}
+
+// collections is a Projection as projection.ApplyAll writes a delivery
+// into it.
+type collections[D any] struct {
+	p     *Projection[D]
+	fresh bool
+}
+
+// Pointer reads the pointer, and forgets the stores of the collections it
+// no longer names.
+func (c collections[D]) Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error) {
+	ptr, err := c.p.Pointer(ctx, maxAge)
+	if err == nil {
+		c.p.forget(ptr)
 	}
-	p.forget(ptr)
-	colls := ptr.Collections(p.def.Ver())
-	var (
-		out    projection.Outcome
-		poison map[string]error
-	)
-	for i, c := range colls {
-		o, pe, err := p.ReadModel(c).apply(ctx, events, fresh)
-		if i == len(colls)-1 {
-			if err != nil {
-				return o, pe, err
-			}
-			out, poison = o, pe
-		} else if err != nil {
-			return projection.Outcome{}, nil, fmt.Errorf("%s: %w", c, err)
-		}
-	}
-	// A shadow announced while the batch was being written gets the
-	// batch too, before its events are acknowledged. A rebuild's scan
-	// starts a settling time after the announcement and reads every event
-	// appended before it; so every event is in the scan or in the shadow,
-	// however long the batch took, and a shadow document equal to what the
-	// scan recorded is the fold of the log (Projection.VerifySums).
-	now, err := p.Pointer(ctx, 0)
-	if err != nil {
-		return projection.Outcome{}, nil, err
-	}
-	for _, c := range now.Collections(p.def.Ver()) {
-		if !slices.Contains(colls, c) {
-			if _, _, err := p.ReadModel(c).apply(ctx, events, fresh); err != nil {
-				return projection.Outcome{}, nil, fmt.Errorf("%s: %w", c, err)
-			}
-		}
-	}
-	return out, poison, nil
+	return ptr, err
+}
+
+// ApplyTo loads the documents of the events' streams in coll (this
+// process's cache first), advances each (projection.Definition.Advance)
+// and stores them in one bulk write of version-guarded replacements.
+func (c collections[D]) ApplyTo(ctx context.Context, coll string, events []domain.Event) (projection.Outcome, map[string]error, error) {
+	return c.p.ReadModel(coll).apply(ctx, events, c.fresh)
 }
 
 // Get returns one document of the active collection, or an error wrapping
