@@ -175,8 +175,12 @@ func TestVersionedProjectionCutover(t *testing.T) {
 	cb := newClient(t, b)
 	clients.Store("B", cb)
 	var st jobs.ProjectionStatus
-	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool { st = status(cb); return st.ActiveVersion == next }) {
-		t.Fatalf("version %d not switched to: %+v", next, st)
+	// The finish switches the pointer, then records the job's success.
+	if !waitFor(120*time.Second, 200*time.Millisecond, func() bool {
+		st = status(cb)
+		return st.ActiveVersion == next && st.LastRebuild != nil && st.LastRebuild.State == jobs.StateSucceeded
+	}) {
+		t.Fatalf("version %d not switched to, or its build not finished: %+v", next, st)
 	}
 	if st.Version != next || st.PreviousVersion != old || st.PreviousCollection != "order_summaries" || st.LastRebuild == nil {
 		t.Errorf("after the cutover: %+v; want version %d active, order_summaries at version %d kept as previous", st, next, old)
