@@ -466,7 +466,7 @@ type CommandResult struct {
 	Version int64  `json:"version"`
 }
 
-// CustomerOrderStats The customer_order_stats read model of one customer: how many orders it placed, how many are in each status, and its lifetime value per currency in minor units (the totals of its orders that are not canceled or unavailable).
+// CustomerOrderStats The order statistics of one customer, summed from its order summaries: how many orders it placed, how many are in each status, and its lifetime value per currency in minor units (the totals of its orders that are not canceled or unavailable).
 type CustomerOrderStats struct {
 	ByStatus map[string]int64 `json:"by_status"`
 
@@ -491,7 +491,7 @@ type DailySales struct {
 	OrdersUnavailable int64              `json:"orders_unavailable"`
 }
 
-// DailySalesReport The daily_sales read model summed over the range from to to (both included): one row per day and currency with orders, sorted by day then currency.
+// DailySalesReport The order summaries summed over the range from to to (both included): one row per day and currency with orders, sorted by day then currency.
 //
 // Examples: {"days":[{"currency":"BRL","day":"2017-10-02","freight_cents":1530,"gross_cents":12990,"items":5,"orders_canceled":1,"orders_placed":3,"orders_unavailable":0}],"from":"2017-10-01","to":"2017-10-31"}
 type DailySalesReport struct {
@@ -1639,16 +1639,16 @@ type ClientInterface interface {
 	// Corresponds with POST /v1/admin/replays/{job}/cancel (the `CancelReplay` operationId).
 	CancelReplay(ctx context.Context, job JobId, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetCustomerOrderStats A customer's order statistics (customer_order_stats read model)
+	// GetCustomerOrderStats A customer's order statistics (summed from the order summaries)
 	//
-	// The customer_order_stats read model: the customer's order count, the count by status and the lifetime value per currency. It lags the log like every read model. A customer with no order in it yet, or an id that cannot exist, is 404. Read-Model-Age and Read-Model-Lag tell how fresh the answer is.
+	// The customer's order summaries summed: the order count, the count by status and the lifetime value per currency. It lags the log like every read model. A customer with no order in it yet, or an id that cannot exist, is 404. Read-Model-Age and Read-Model-Lag tell how fresh the answer is.
 	//
 	// Corresponds with GET /v1/customers/{id}/order-stats (the `GetCustomerOrderStats` operationId).
 	GetCustomerOrderStats(ctx context.Context, id CustomerId, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetDailySales Orders, items, gross and freight per purchase day and currency (daily_sales read model)
+	// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
 	//
-	// The daily_sales read model summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
+	// The order summaries summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
 	//
 	// Corresponds with GET /v1/daily-sales (the `GetDailySales` operationId).
 	GetDailySales(ctx context.Context, params *GetDailySalesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2297,9 +2297,9 @@ func (c *Client) CancelReplay(ctx context.Context, job JobId, reqEditors ...Requ
 	return c.Client.Do(req)
 }
 
-// GetCustomerOrderStats A customer's order statistics (customer_order_stats read model)
+// GetCustomerOrderStats A customer's order statistics (summed from the order summaries)
 //
-// The customer_order_stats read model: the customer's order count, the count by status and the lifetime value per currency. It lags the log like every read model. A customer with no order in it yet, or an id that cannot exist, is 404. Read-Model-Age and Read-Model-Lag tell how fresh the answer is.
+// The customer's order summaries summed: the order count, the count by status and the lifetime value per currency. It lags the log like every read model. A customer with no order in it yet, or an id that cannot exist, is 404. Read-Model-Age and Read-Model-Lag tell how fresh the answer is.
 //
 // Corresponds with GET /v1/customers/{id}/order-stats (the `GetCustomerOrderStats` operationId).
 func (c *Client) GetCustomerOrderStats(ctx context.Context, id CustomerId, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2314,9 +2314,9 @@ func (c *Client) GetCustomerOrderStats(ctx context.Context, id CustomerId, reqEd
 	return c.Client.Do(req)
 }
 
-// GetDailySales Orders, items, gross and freight per purchase day and currency (daily_sales read model)
+// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
 //
-// The daily_sales read model summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
+// The order summaries summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
 //
 // Corresponds with GET /v1/daily-sales (the `GetDailySales` operationId).
 func (c *Client) GetDailySales(ctx context.Context, params *GetDailySalesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4502,10 +4502,10 @@ type ServerInterface interface {
 	// CancelReplay Cancel a replay job at its next checkpoint
 	// (POST /v1/admin/replays/{job}/cancel)
 	CancelReplay(ctx echo.Context, job JobId) error
-	// GetCustomerOrderStats A customer's order statistics (customer_order_stats read model)
+	// GetCustomerOrderStats A customer's order statistics (summed from the order summaries)
 	// (GET /v1/customers/{id}/order-stats)
 	GetCustomerOrderStats(ctx echo.Context, id CustomerId) error
-	// GetDailySales Orders, items, gross and freight per purchase day and currency (daily_sales read model)
+	// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
 	// (GET /v1/daily-sales)
 	GetDailySales(ctx echo.Context, params GetDailySalesParams) error
 	// ListOrderSummaries List order summaries, paginated by cursor
