@@ -320,11 +320,7 @@ const retireInterval = time.Minute
 func (r *Runner) retire(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
 	defer cancel()
-	err := r.retireVersions(rctx)
-	if err == nil {
-		err = r.retireProjections(rctx)
-	}
-	if err != nil && ctx.Err() == nil {
+	if err := r.retireAll(rctx); err != nil && ctx.Err() == nil {
 		r.log.Warn("projection versions not retired; trying again later", "err", err)
 	}
 }

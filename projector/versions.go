@@ -25,45 +25,58 @@ import (
 // nothing, since the pointer names no collection of its version. Any
 // member may run it at any time: deleting what another member already
 // deleted is not an error.
-func (r *Runner) retireVersions(ctx context.Context) error {
+func (r *Runner) retireVersions(ctx context.Context, st jetstream.Stream, consumers []string) error {
 	ptr, err := r.pointer(ctx)
 	if err != nil {
 		return err
 	}
 	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
-	return r.retireUnless(ctx, r.name, named)
+	return r.retireUnless(ctx, st, consumers, r.name, named)
 }
 
 // retireProjections deletes what the projections of RunnerConfig.Retired
 // left, as retireVersions does for this projection's other versions:
 // the durable consumers and partition leases of each of their versions
 // that no live member runs.
-func (r *Runner) retireProjections(ctx context.Context) error {
+func (r *Runner) retireProjections(ctx context.Context, st jetstream.Stream, consumers []string) error {
 	for _, name := range r.cfg.Retired {
-		if err := r.retireUnless(ctx, name, nil); err != nil {
+		if err := r.retireUnless(ctx, st, consumers, name, nil); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// retireUnless deletes the consumers and partition leases of each
-// version of projection name but those in keep, when no live member runs
-// that version.
-func (r *Runner) retireUnless(ctx context.Context, name string, keep map[int]bool) error {
+// retireAll runs retireVersions and retireProjections on one listing of
+// the stream's consumers.
+func (r *Runner) retireAll(ctx context.Context) error {
 	st, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
 		return err
 	}
-	byVersion := map[int][]string{}
+	var consumers []string
 	names := st.ConsumerNames(ctx)
 	for c := range names.Name() {
-		if v, ok := consumerVersion(name, c); ok && !keep[v] {
-			byVersion[v] = append(byVersion[v], c)
-		}
+		consumers = append(consumers, c)
 	}
 	if err := names.Err(); err != nil {
 		return err
+	}
+	if err := r.retireVersions(ctx, st, consumers); err != nil {
+		return err
+	}
+	return r.retireProjections(ctx, st, consumers)
+}
+
+// retireUnless deletes, of st's consumers, those of each version of
+// projection name but those in keep, and that version's partition
+// leases, when no live member runs that version.
+func (r *Runner) retireUnless(ctx context.Context, st jetstream.Stream, consumers []string, name string, keep map[int]bool) error {
+	byVersion := map[int][]string{}
+	for _, c := range consumers {
+		if v, ok := consumerVersion(name, c); ok && !keep[v] {
+			byVersion[v] = append(byVersion[v], c)
+		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
 		key := projection.VersionKey(name, v)
