@@ -265,7 +265,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	verifySummary := jobs.VerifySummary{Job: "j", State: jobs.StateSucceeded, FinishedAt: at, Drift: 1, Repaired: 1, Digest: "d"}
 	jobSummary := job.Summary()
 	behind := 1.5
-	partition := projector.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", LeaseUntil: at, Epoch: 1, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
+	partition := projector.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", PinnedAt: at, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
 	projStatus := jobs.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
 		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
 		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []projector.PartitionStatus{partition}, AckFloor: &lag}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/projector"
+	"github.com/orderd/orderd/lease"
 )
 
 // errLeaseLost: this runner's lease ran out before a renewal got through
@@ -22,15 +22,15 @@ var errLeaseLost = domain.ErrLeaseLost
 type TaskLeases interface {
 	// Claim claims t, as read, for holder for ttl and moves it to state;
 	// false and no error when another runner holds it or got it first.
-	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, projector.Lease, bool, error)
+	Claim(ctx context.Context, t Task, holder string, ttl time.Duration, state string) (Task, lease.Lease, bool, error)
 	// Renew extends the claim's lease by ttl.
-	Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error)
+	Renew(ctx context.Context, lease lease.Lease, ttl time.Duration) (lease.Lease, error)
 	// Checkpoint saves t's cursor and counters.
-	Checkpoint(ctx context.Context, lease projector.Lease, t Task) error
+	Checkpoint(ctx context.Context, lease lease.Lease, t Task) error
 	// Finish sets the task's final state and error.
-	Finish(ctx context.Context, lease projector.Lease, state, errMsg string) error
+	Finish(ctx context.Context, lease lease.Lease, state, errMsg string) error
 	// Release gives the task back for any runner to claim at once.
-	Release(ctx context.Context, lease projector.Lease, errMsg string) error
+	Release(ctx context.Context, lease lease.Lease, errMsg string) error
 }
 
 // claim is one runner's hold on a task (invariant 6). A task carries an
@@ -54,7 +54,7 @@ type claim struct {
 	task Task
 
 	mu    sync.Mutex
-	lease projector.Lease // as last renewed
+	lease lease.Lease // as last renewed
 }
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
@@ -76,7 +76,7 @@ func (c *claim) valid() bool {
 }
 
 // held returns the claim's lease as last renewed.
-func (c *claim) held() projector.Lease {
+func (c *claim) held() lease.Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lease

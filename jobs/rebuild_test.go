@@ -32,9 +32,8 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	k, f := newKit(t, ctx, db, "pre", 50, 9)
 	es := k.es
 	cfg := b.RunnerConfig()
-	cfg.Workers = 1
-	sums := projectortest.Run(t, b, k.sums, cfg, nil)
-	stats := projectortest.Run(t, b, k.stat, cfg, nil)
+	sums := projectortest.Run(t, b, db, k.sums, cfg, nil)
+	stats := projectortest.Run(t, b, db, k.stat, cfg, nil)
 	b.PublishEvents(t, ctx, f.Flat, projectortest.EventID)
 	projectiontest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectiontest.DiffReadModels(ctx, db, f, true) })
 	began := time.Now()

@@ -1,8 +1,7 @@
 // Package mongodb is the MongoDB adapter: the event log (EventStore) with
 // the client options every role connects with, the read models' storage
 // (ReadModel, Projection, Pointers, Reader), the leases instances take
-// turns under (the relay, the projections' partitions, the jobs'
-// tasks), the projector members' heartbeats, the job store, the
+// turns under (the relay, the jobs' tasks), the job store, the
 // projections' dead letters, and the translation of the driver's errors.
 // It speaks the domain's types and errors (and package projection's
 // definitions, for the read models); the workers (outbox, projector,
@@ -130,19 +129,16 @@
 // update whose filter includes the value it changes (a deadline in the
 // past, or this holder's name), so of any number of claimants exactly one
 // matches. Every claim raises the lease's epoch, the fencing token
-// (projector.Lease.Epoch): renewals, releases and fenced writes match only
+// (lease.Lease.Epoch): renewals, releases and fenced writes match only
 // {_id, owner, epoch} of the claim making them, so a deposed holder's
 // are refused with domain.ErrLeaseLost and its late writes change
 // nothing. A holder that stops renewing loses the lease after its TTL;
-// Release hands it over at once. Three sets of leases use it:
+// Release hands it over at once. Two sets of leases use it:
 //
 //   - Lease: one named lease of the "leases" collection, for a loop that
 //     claims and renews it (the relay's, "outbox-relay"), with the
 //     relay's checkpoint kept in the lease's document and written fenced
 //     by the claim (Lease.SaveCheckpoint).
-//   - Partitions: a projection's partitions in "projection_partitions",
-//     renewed all at once in one updateMany; Members are the heartbeats
-//     of the processes that share them, in "projection_members".
 //   - Tasks: the jobs' tasks in "projection_job_tasks", claimed at the
 //     epoch they were read at, with every checkpoint fenced by the claim.
 //

@@ -14,8 +14,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/lease"
 	"github.com/orderd/orderd/outbox"
-	"github.com/orderd/orderd/projector"
 )
 
 // LeasesCollection holds the named leases, one document per lease:
@@ -33,11 +33,10 @@ var durable = func() *writeconcern.WriteConcern {
 
 // Leases is the one lease implementation: named, time-limited claims kept
 // in one collection, one document per lease, each held by one holder at a
-// time (invariant 6). The relay's lease (Lease), the projections'
-// partitions (Partitions) and the jobs' tasks (Tasks) are all held through
-// it.
+// time (invariant 6). The relay's lease (Lease) and the jobs' tasks
+// (Tasks) are held through it.
 //
-// The times of the projector.Lease values it returns are the holder's clock
+// The times of the lease.Lease values it returns are the holder's clock
 // with its monotonic reading, so a holder's fence does not move with the
 // wall clock.
 //
@@ -79,11 +78,11 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // the new claim and true, or false and no error when another holder has
 // it (or got it first). It costs one round trip, two when the lease has no
 // document yet or another holder has it.
-func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (projector.Lease, bool, error) {
+func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, bool, error) {
 	now := l.now()
-	lease, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
+	claimed, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
 	if err != nil || ok {
-		return lease, ok, err
+		return claimed, ok, err
 	}
 	// Held by another holder, or no document: an insert tells which, the
 	// unique _id refusing it when the lease exists.
@@ -91,10 +90,10 @@ func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Durati
 		{Key: "epoch", Value: int64(1)}, {Key: l.expiry, Value: now.Add(ttl)},
 		{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}})
 	if mongo.IsDuplicateKeyError(err) {
-		return projector.Lease{}, false, nil
+		return lease.Lease{}, false, nil
 	}
 	if err != nil {
-		return projector.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+		return lease.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
 	}
 	return claim(name, holder, 1, now, ttl), true, nil
 }
@@ -113,7 +112,7 @@ func (l *Leases) free(holder string, now time.Time) bson.D {
 // to a new claim of holder from now, in one findAndModify that raises its
 // epoch and applies more (further update operators, merged with the
 // claim's). It returns false and no error when nothing matched.
-func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (projector.Lease, bool, error) {
+func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (lease.Lease, bool, error) {
 	filter := append(bson.D{{Key: "_id", Value: name}}, cond...)
 	update := merge(bson.D{
 		{Key: "$set", Value: bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
@@ -125,20 +124,20 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
 	raw, err := l.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return projector.Lease{}, false, nil
+		return lease.Lease{}, false, nil
 	}
 	if err != nil {
-		return projector.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
+		return lease.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
 	}
 	epoch, ok := raw.Lookup("epoch").AsInt64OK()
 	if !ok {
-		return projector.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
+		return lease.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
 	}
 	return claim(name, holder, epoch, now, ttl), true, nil
 }
 
-func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) projector.Lease {
-	return projector.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
+func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) lease.Lease {
+	return lease.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
 }
 
 // merge returns the update base with the operators of more added, each
@@ -160,89 +159,29 @@ func merge(base, more bson.D) bson.D {
 
 // fence is the filter of every write made under lease: it matches only
 // while lease's claim is the current one.
-func fence(lease projector.Lease) bson.D {
-	return bson.D{{Key: "_id", Value: lease.Name}, {Key: "owner", Value: lease.Holder}, {Key: "epoch", Value: lease.Epoch}}
+func fence(held lease.Lease) bson.D {
+	return bson.D{{Key: "_id", Value: held.Name}, {Key: "owner", Value: held.Holder}, {Key: "epoch", Value: held.Epoch}}
 }
 
 // Renew extends lease by ttl from now, in one update fenced by its epoch,
 // and returns it renewed. A claim that expired is renewed while no other
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
 // passed to another claim.
-func (l *Leases) Renew(ctx context.Context, lease projector.Lease, ttl time.Duration) (projector.Lease, error) {
+func (l *Leases) Renew(ctx context.Context, held lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	now := l.now()
-	res, err := l.coll.UpdateOne(ctx, fence(lease), l.renewal(now, ttl))
+	res, err := l.coll.UpdateOne(ctx, fence(held), l.renewal(now, ttl))
 	if err != nil {
-		return lease, fmt.Errorf("renew lease %s: %w", lease.Name, Translate(err))
+		return held, fmt.Errorf("renew lease %s: %w", held.Name, Translate(err))
 	}
 	if res.MatchedCount == 0 {
-		return lease, fmt.Errorf("renew lease %s at epoch %d: %w", lease.Name, lease.Epoch, domain.ErrLeaseLost)
+		return held, fmt.Errorf("renew lease %s at epoch %d: %w", held.Name, held.Epoch, domain.ErrLeaseLost)
 	}
-	lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
-	return lease, nil
+	held.RenewedAt, held.ExpiresAt = now, now.Add(ttl)
+	return held, nil
 }
 
 func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
 	return bson.D{{Key: "$set", Value: bson.D{{Key: l.expiry, Value: now.Add(ttl)}, {Key: "renewed_at", Value: now}}}}
-}
-
-// RenewAll extends every lease of leases by ttl from now, in one bulk write
-// (one round trip, two when some were lost), and returns those still held,
-// renewed, in the order given; the others passed to another claim.
-func (l *Leases) RenewAll(ctx context.Context, leases []projector.Lease, ttl time.Duration) ([]projector.Lease, error) {
-	switch len(leases) {
-	case 0:
-		return nil, nil
-	case 1:
-		lease, err := l.Renew(ctx, leases[0], ttl)
-		if errors.Is(err, domain.ErrLeaseLost) {
-			return nil, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		return []projector.Lease{lease}, nil
-	}
-	now := l.now()
-	// One bulk of single-document updates, not one updateMany over an $or:
-	// the driver retries a bulk of single-document writes once across an
-	// election (retryable writes), never an updateMany, and a renewal that
-	// fails through an election fences every partition.
-	renewals := make([]mongo.WriteModel, len(leases))
-	for i, lease := range leases {
-		renewals[i] = mongo.NewUpdateOneModel().SetFilter(fence(lease)).SetUpdate(l.renewal(now, ttl))
-	}
-	res, err := l.coll.BulkWrite(ctx, renewals, options.BulkWrite().SetOrdered(false))
-	if err != nil {
-		return nil, fmt.Errorf("renew %d leases: %w", len(leases), Translate(err))
-	}
-	kept := make([]projector.Lease, 0, len(leases))
-	if int(res.MatchedCount) == len(leases) {
-		for _, lease := range leases {
-			lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
-			kept = append(kept, lease)
-		}
-		return kept, nil
-	}
-	// Some were lost: those still at their claim were renewed.
-	names := make(bson.A, len(leases))
-	for i, lease := range leases {
-		names[i] = lease.Name
-	}
-	stored, err := l.find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: names}}}})
-	if err != nil {
-		return nil, fmt.Errorf("renew %d leases: %w", len(leases), err)
-	}
-	current := map[string]projector.Lease{}
-	for _, s := range stored {
-		current[s.Name] = s
-	}
-	for _, lease := range leases {
-		if s, ok := current[lease.Name]; ok && s.Holder == lease.Holder && s.Epoch == lease.Epoch {
-			lease.RenewedAt, lease.ExpiresAt = now, now.Add(ttl)
-			kept = append(kept, lease)
-		}
-	}
-	return kept, nil
 }
 
 // Release gives lease up, so that another holder can claim it at once
@@ -250,20 +189,20 @@ func (l *Leases) RenewAll(ctx context.Context, leases []projector.Lease, ttl tim
 // it only once the holder has stopped acting under the lease. Errors:
 // domain.ErrLeaseLost when the lease has passed to another claim, so
 // there was nothing of this holder's to release.
-func (l *Leases) Release(ctx context.Context, lease projector.Lease) error {
-	return l.write(ctx, lease, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
+func (l *Leases) Release(ctx context.Context, held lease.Lease) error {
+	return l.write(ctx, held, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
 }
 
 // write sets fields of lease's document while lease's claim is the
 // current one; what names the write in errors. Errors:
 // domain.ErrLeaseLost when it is not.
-func (l *Leases) write(ctx context.Context, lease projector.Lease, set bson.D, what string) error {
-	res, err := l.coll.UpdateOne(ctx, fence(lease), bson.D{{Key: "$set", Value: set}})
+func (l *Leases) write(ctx context.Context, held lease.Lease, set bson.D, what string) error {
+	res, err := l.coll.UpdateOne(ctx, fence(held), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", what, lease.Name, Translate(err))
+		return fmt.Errorf("%s %s: %w", what, held.Name, Translate(err))
 	}
 	if res.MatchedCount == 0 {
-		return fmt.Errorf("%s %s at epoch %d: %w", what, lease.Name, lease.Epoch, domain.ErrLeaseLost)
+		return fmt.Errorf("%s %s at epoch %d: %w", what, held.Name, held.Epoch, domain.ErrLeaseLost)
 	}
 	return nil
 }
@@ -271,19 +210,19 @@ func (l *Leases) write(ctx context.Context, lease projector.Lease, set bson.D, w
 // Get returns the lease name as stored: its last holder, epoch and
 // deadline (a free lease has a deadline in the past). Errors:
 // domain.ErrNotFound when it has no document.
-func (l *Leases) Get(ctx context.Context, name string) (projector.Lease, error) {
+func (l *Leases) Get(ctx context.Context, name string) (lease.Lease, error) {
 	leases, err := l.find(ctx, bson.D{{Key: "_id", Value: name}})
 	if err != nil {
-		return projector.Lease{}, fmt.Errorf("lease %s: %w", name, err)
+		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, err)
 	}
 	if len(leases) == 0 {
-		return projector.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
+		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
 	}
 	return leases[0], nil
 }
 
 // find returns the leases whose documents match filter, as stored.
-func (l *Leases) find(ctx context.Context, filter bson.D) ([]projector.Lease, error) {
+func (l *Leases) find(ctx context.Context, filter bson.D) ([]lease.Lease, error) {
 	cur, err := l.coll.Find(ctx, filter)
 	if err != nil {
 		return nil, Translate(err)
@@ -292,7 +231,7 @@ func (l *Leases) find(ctx context.Context, filter bson.D) ([]projector.Lease, er
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, Translate(err)
 	}
-	out := make([]projector.Lease, len(docs))
+	out := make([]lease.Lease, len(docs))
 	for i, d := range docs {
 		out[i] = l.decode(d)
 	}
@@ -300,15 +239,15 @@ func (l *Leases) find(ctx context.Context, filter bson.D) ([]projector.Lease, er
 }
 
 // decode reads a lease document; a field it lacks stays zero.
-func (l *Leases) decode(d bson.Raw) projector.Lease {
-	var lease projector.Lease
-	lease.Name, _ = d.Lookup("_id").StringValueOK()
-	lease.Holder, _ = d.Lookup("owner").StringValueOK()
-	lease.Epoch, _ = d.Lookup("epoch").AsInt64OK()
-	lease.AcquiredAt, _ = d.Lookup("acquired_at").TimeOK()
-	lease.RenewedAt, _ = d.Lookup("renewed_at").TimeOK()
-	lease.ExpiresAt, _ = d.Lookup(l.expiry).TimeOK()
-	return lease
+func (l *Leases) decode(d bson.Raw) lease.Lease {
+	var out lease.Lease
+	out.Name, _ = d.Lookup("_id").StringValueOK()
+	out.Holder, _ = d.Lookup("owner").StringValueOK()
+	out.Epoch, _ = d.Lookup("epoch").AsInt64OK()
+	out.AcquiredAt, _ = d.Lookup("acquired_at").TimeOK()
+	out.RenewedAt, _ = d.Lookup("renewed_at").TimeOK()
+	out.ExpiresAt, _ = d.Lookup(l.expiry).TimeOK()
+	return out
 }
 
 // Lease is one holder's hold on one named lease of LeasesCollection, for
@@ -323,8 +262,8 @@ type Lease struct {
 	ttl    time.Duration
 
 	mu        sync.Mutex
-	held      *projector.Lease // the claim last made or renewed; nil when none
-	uncertain bool             // the last claim failed: it may have landed
+	held      *lease.Lease // the claim last made or renewed; nil when none
+	uncertain bool         // the last claim failed: it may have landed
 }
 
 // NewLease returns the lease named name of db's LeasesCollection, for
@@ -352,12 +291,12 @@ func (l *Lease) TryAcquire(ctx context.Context) (bool, error) {
 		}
 		l.held = nil
 	}
-	lease, ok, err := l.leases.Claim(ctx, l.name, l.holder, l.ttl)
+	claimed, ok, err := l.leases.Claim(ctx, l.name, l.holder, l.ttl)
 	l.uncertain = err != nil
 	if !ok {
 		return false, err
 	}
-	l.held = &lease
+	l.held = &claimed
 	return true, nil
 }
 
@@ -395,11 +334,11 @@ func (l *Lease) Release(ctx context.Context) error {
 }
 
 // Held returns the claim this Lease holds, and false when it holds none.
-func (l *Lease) Held() (projector.Lease, bool) {
+func (l *Lease) Held() (lease.Lease, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.held == nil {
-		return projector.Lease{}, false
+		return lease.Lease{}, false
 	}
 	return *l.held, true
 }
@@ -453,8 +392,8 @@ func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
 	if err != nil {
 		return outbox.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
 	}
-	lease := l.leases.decode(raw)
-	st := outbox.RelayStatus{Owner: lease.Holder, Epoch: lease.Epoch, LeaseUntil: lease.ExpiresAt.UTC()}
+	stored := l.leases.decode(raw)
+	st := outbox.RelayStatus{Owner: stored.Holder, Epoch: stored.Epoch, LeaseUntil: stored.ExpiresAt.UTC()}
 	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
 	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
 	return st, nil

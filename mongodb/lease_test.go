@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,9 +15,9 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/lease"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
-	"github.com/orderd/orderd/projector"
 )
 
 // The lease conformance suite: what every holder of a lease relies on
@@ -83,7 +82,7 @@ func TestLeaseFencesADeposedHolder(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("a claims: %v, %v", ok, err)
 	}
-	var b projector.Lease
+	var b lease.Lease
 	storetest.WaitFor(t, 5*time.Second, "b to take over a's expired lease", func() bool {
 		var err error
 		b, ok, err = leases.Claim(ctx, name, "b", time.Minute)
@@ -158,10 +157,10 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 	ctx := t.Context()
 	leases := mongodb.NewLeases(storetest.Database(t), mongodb.LeasesCollection)
 	name := storetest.Unique("lease-")
-	race := func(ttl time.Duration) projector.Lease {
+	race := func(ttl time.Duration) lease.Lease {
 		t.Helper()
 		const claimants = 8
-		won := make([]projector.Lease, claimants)
+		won := make([]lease.Lease, claimants)
 		wins := make([]bool, claimants)
 		errs := make([]error, claimants)
 		var wg sync.WaitGroup
@@ -174,7 +173,7 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 		}
 		close(start)
 		wg.Wait()
-		var winner projector.Lease
+		var winner lease.Lease
 		n := 0
 		for i := range claimants {
 			if errs[i] != nil {
@@ -202,78 +201,6 @@ func TestLeaseExclusiveClaim(t *testing.T) {
 	}
 	if stored, err := leases.Get(ctx, name); err != nil || stored.Holder != second.Holder || stored.Epoch != 2 {
 		t.Fatalf("stored = %+v, %v; want the takeover's winner %s at epoch 2", stored, err, second.Holder)
-	}
-}
-
-// RenewAll renews many leases in one command of single-document updates
-// (retryable across an election) and returns those still held; one taken
-// by another holder meanwhile costs one read more.
-func TestLeaseRenewAllInOneRoundTrip(t *testing.T) {
-	ctx := t.Context()
-	var sent, multi atomic.Int64
-	monitor := &event.CommandMonitor{Started: func(_ context.Context, e *event.CommandStartedEvent) {
-		sent.Add(1)
-		// A multi-document update is not retryable: through an election
-		// it would fail and fence every partition.
-		if e.CommandName == "update" {
-			stmts, _ := e.Command.Lookup("updates").Array().Values()
-			for _, st := range stmts {
-				if m, ok := st.Document().Lookup("multi").BooleanOK(); ok && m {
-					multi.Add(1)
-				}
-			}
-		}
-	}}
-	db := storetest.Connect(t, mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(monitor))
-	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
-
-	var held []projector.Lease
-	for i := range 5 {
-		l, ok, err := leases.Claim(ctx, storetest.Unique(fmt.Sprintf("p%d-", i)), "a", time.Minute)
-		if err != nil || !ok {
-			t.Fatalf("claim %d: %v, %v", i, ok, err)
-		}
-		held = append(held, l)
-	}
-	sent.Store(0)
-	renewed, err := leases.RenewAll(ctx, held, time.Minute)
-	if err != nil || len(renewed) != len(held) {
-		t.Fatalf("RenewAll = %d leases, %v; want %d", len(renewed), err, len(held))
-	}
-	if n := sent.Load(); n != 1 {
-		t.Errorf("RenewAll of %d leases sent %d commands; want 1", len(held), n)
-	}
-	if n := multi.Load(); n != 0 {
-		t.Errorf("RenewAll sent %d multi-document updates; want single-document ones, which the driver retries", n)
-	}
-	for i, l := range renewed {
-		if l.Name != held[i].Name || l.Epoch != held[i].Epoch || l.RenewedAt.Before(held[i].RenewedAt) {
-			t.Errorf("renewed[%d] = %+v; want %+v renewed", i, l, held[i])
-		}
-	}
-
-	// Lease 2 passes to b (a release, then b's claim): a keeps the others.
-	if err := leases.Release(ctx, renewed[2]); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok, err := leases.Claim(ctx, held[2].Name, "b", time.Minute); err != nil || !ok {
-		t.Fatalf("b claims: %v, %v", ok, err)
-	}
-	sent.Store(0)
-	kept, err := leases.RenewAll(ctx, renewed, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := sent.Load(); n != 2 {
-		t.Errorf("RenewAll with a lease lost sent %d commands; want 2", n)
-	}
-	var names []string
-	for _, l := range kept {
-		names = append(names, l.Name)
-	}
-	want := []string{held[0].Name, held[1].Name, held[3].Name, held[4].Name}
-	if fmt.Sprint(names) != fmt.Sprint(want) {
-		t.Errorf("kept %v; want %v", names, want)
 	}
 }
 
@@ -335,67 +262,6 @@ func TestLeaseTryAcquire(t *testing.T) {
 	try(b, "b after a took over", false)
 }
 
-// A projection's partitions: created free, listed by partition, claimed
-// one at a time, renewed together, and released under their epochs.
-func TestPartitions(t *testing.T) {
-	ctx := t.Context()
-	db := storetest.Database(t)
-	parts := mongodb.NewPartitions(db, "sums")
-	other := mongodb.NewPartitions(db, "stats")
-	for _, s := range []*mongodb.Partitions{parts, parts, other} { // a second Ensure changes nothing
-		if err := s.Ensure(ctx, 4); err != nil {
-			t.Fatal(err)
-		}
-	}
-	list, err := parts.List(ctx, 4)
-	if err != nil || len(list) != 4 {
-		t.Fatalf("List = %d leases, %v; want 4", len(list), err)
-	}
-	for p, l := range list {
-		if l.Name != fmt.Sprintf("sums/%02d", p) || l.Held(time.Now()) || l.Epoch != 0 {
-			t.Errorf("partition %d = %+v; want sums/%02d, free, epoch 0", p, l, p)
-		}
-	}
-
-	a1, ok, err := parts.Claim(ctx, 1, "a", time.Minute)
-	if err != nil || !ok || a1.Epoch != 1 {
-		t.Fatalf("a claims partition 1: %+v, %v, %v", a1, ok, err)
-	}
-	a3, ok, err := parts.Claim(ctx, 3, "a", time.Minute)
-	if err != nil || !ok {
-		t.Fatalf("a claims partition 3: %v, %v", ok, err)
-	}
-	if _, ok, err := parts.Claim(ctx, 1, "b", time.Minute); err != nil || ok {
-		t.Fatalf("b claims a's partition 1: %v, %v; want false, nil", ok, err)
-	}
-	if l, err := other.List(ctx, 4); err != nil || l[1].Held(time.Now()) {
-		t.Fatalf("another projection's partition 1 = %+v, %v; want free", l[1], err)
-	}
-	renewed, err := parts.Renew(ctx, []projector.Lease{a1, a3}, time.Minute)
-	if err != nil || len(renewed) != 2 {
-		t.Fatalf("a renews 1 and 3: %d, %v", len(renewed), err)
-	}
-	list, err = parts.List(ctx, 4)
-	if err != nil || list[1].Holder != "a" || !list[1].Held(time.Now()) || list[3].Holder != "a" || list[0].Held(time.Now()) {
-		t.Fatalf("List after a's claims = %+v, %v", list, err)
-	}
-
-	if err := parts.Release(ctx, renewed[0]); err != nil {
-		t.Fatalf("a releases partition 1: %v", err)
-	}
-	b1, ok, err := parts.Claim(ctx, 1, "b", time.Minute)
-	if err != nil || !ok || b1.Epoch != 2 {
-		t.Fatalf("b claims the released partition 1: %+v, %v, %v; want epoch 2", b1, ok, err)
-	}
-	if err := parts.Release(ctx, a1); !errors.Is(err, domain.ErrLeaseLost) {
-		t.Fatalf("a releases partition 1 again, now b's: %v; want domain.ErrLeaseLost", err)
-	}
-	kept, err := parts.Renew(ctx, renewed, time.Minute)
-	if err != nil || len(kept) != 1 || kept[0].Name != a3.Name {
-		t.Fatalf("a renews 1 and 3 after b took 1: %+v, %v; want only 3", kept, err)
-	}
-}
-
 // A job's task is claimed at the epoch it was read at, by one of many
 // runners; the claim records the attempt, and a runner deposed by a
 // later claim writes nothing more.
@@ -417,7 +283,7 @@ func TestTaskLeases(t *testing.T) {
 	}
 
 	const runners = 6
-	claims := make([]projector.Lease, runners)
+	claims := make([]lease.Lease, runners)
 	wins := make([]bool, runners)
 	errs := make([]error, runners)
 	var wg sync.WaitGroup
@@ -430,7 +296,7 @@ func TestTaskLeases(t *testing.T) {
 	}
 	close(start)
 	wg.Wait()
-	var first projector.Lease
+	var first lease.Lease
 	n := 0
 	for i := range runners {
 		if errs[i] != nil {
@@ -502,14 +368,14 @@ func TestLeaseWritesAreMajorityJournaled(t *testing.T) {
 	db := storetest.Connect(t, options.Client().ApplyURI(storetest.MongoURI(t)).SetMonitor(monitor).
 		SetWriteConcern(writeconcern.W1()))
 	leases := mongodb.NewLeases(db, mongodb.LeasesCollection)
-	lease, ok, err := leases.Claim(ctx, storetest.Unique("lease-"), "a", time.Minute)
+	held, ok, err := leases.Claim(ctx, storetest.Unique("lease-"), "a", time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("claim: %v, %v", ok, err)
 	}
-	if _, err := leases.RenewAll(ctx, []projector.Lease{lease}, time.Minute); err != nil {
+	if held, err = leases.Renew(ctx, held, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if err := leases.Release(ctx, lease); err != nil {
+	if err := leases.Release(ctx, held); err != nil {
 		t.Fatal(err)
 	}
 	store := mongodb.NewJobs(db)

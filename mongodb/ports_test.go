@@ -14,8 +14,6 @@ import (
 // cmd/orderd gives them. A change on either side fails to compile here.
 var (
 	_ projector.Projection      = (*mongodb.Projection[domain.Order])(nil)
-	_ projector.Partitions      = (*mongodb.Partitions)(nil)
-	_ projector.Members         = (*mongodb.Members)(nil)
 	_ projector.DeadLetterStore = (*mongodb.DeadLetters)(nil)
 
 	_ jobs.Store             = (*mongodb.Jobs)(nil)

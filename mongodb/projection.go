@@ -13,7 +13,6 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projector"
 )
 
 // Projection is one read model as the service runs it: its projection.Definition, the
@@ -60,23 +59,6 @@ func (p *Projection[D]) Key() string { return p.def.Key() }
 // Collection is the definition's base collection: the first version's
 // read model, and the prefix of rebuilt collections' names.
 func (p *Projection[D]) Collection() string { return p.def.Collection }
-
-// Database is the database holding the projection's collections and its
-// pointer: what feeds the projection keeps its own state (partition
-// leases) beside them, so that it lives and goes with the read model.
-func (p *Projection[D]) Database() *mongo.Database { return p.db }
-
-// Partitions returns the partition leases of the projection's version key
-// (projection.Definition.Key), kept in its database.
-func (p *Projection[D]) Partitions(key string) projector.Partitions {
-	return NewPartitions(p.db, key)
-}
-
-// Members returns the members feeding the projection's version key, from
-// the side of owner, whose heartbeats last ttl, kept in its database.
-func (p *Projection[D]) Members(key, owner string, ttl time.Duration) projector.Members {
-	return NewMembers(p.db, key, owner, ttl)
-}
 
 // ReadModel returns the read model in collection coll of this projection.
 func (p *Projection[D]) ReadModel(coll string) *ReadModel[D] {

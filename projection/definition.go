@@ -35,8 +35,8 @@ type Definition[D any] struct {
 // Ver is the definition's version, at least 1.
 func (d Definition[D]) Ver() int { return max(d.Version, 1) }
 
-// Key names what belongs to one version of the projection: its consumers,
-// partition leases and the prefix of its rebuilt collections. Version 1
+// Key names what belongs to one version of the projection: its consumers
+// and the prefix of its rebuilt collections. Version 1
 // keeps the projection's Name, so stores and streams from before
 // versioning keep theirs; version n > 1 is "<name>_v<n>".
 func (d Definition[D]) Key() string { return VersionKey(d.Name, d.Ver()) }

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
@@ -21,120 +21,225 @@ import (
 	"github.com/orderd/orderd/tracing"
 )
 
-// consumePartition runs partition tn's workers until its ownership ends
-// (ctx done). When they fail (the consumer could not be looked up, was
-// deleted, or its iterator closed) they are started again after a backoff
-// within the ownership: one partition's trouble stays that partition's, and
-// the other partitions' workers never stop for it.
-func (r *Runner) consumePartition(ctx context.Context, tn *ownership) {
+// partition is this process's side of one partition: whether it pulls it,
+// the pin JetStream last gave it, and what it applied.
+type partition struct {
+	p       int
+	pin     atomic.Pointer[string] // Nats-Pin-Id of the last message received; "" before any
+	applied atomic.Int64
+
+	mu      sync.Mutex
+	pulling bool          // pull, to hold the partition or to be given it
+	unpin   bool          // released: unpin it once its worker has stopped
+	changed chan struct{} // closed and replaced when pulling changes
+	// The apply counter at the previous report, for the rate.
+	ratedApplied int64
+	ratedAt      time.Time
+}
+
+func newPartition(p int) *partition {
+	pt := &partition{p: p, pulling: true, changed: make(chan struct{}), ratedAt: time.Now()}
+	empty := ""
+	pt.pin.Store(&empty)
+	return pt
+}
+
+// wanted returns whether the partition is pulled, and a channel closed
+// when that changes.
+func (pt *partition) wanted() (bool, <-chan struct{}) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return pt.pulling, pt.changed
+}
+
+// setPulling starts or stops pulling the partition.
+func (pt *partition) setPulling(on bool) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	if pt.pulling != on {
+		pt.pulling = on
+		close(pt.changed)
+		pt.changed = make(chan struct{})
+	}
+}
+
+// lastPin is the pin id JetStream gave this process's pulls last.
+func (pt *partition) lastPin() string { return *pt.pin.Load() }
+
+// rate returns what this process applied in the partition and per second
+// since the previous call.
+func (pt *partition) rate(now time.Time) (applied int64, rate float64) {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	applied = pt.applied.Load()
+	if d := now.Sub(pt.ratedAt).Seconds(); d > 0 {
+		rate = float64(applied-pt.ratedApplied) / d
+	}
+	pt.ratedApplied, pt.ratedAt = applied, now
+	return applied, rate
+}
+
+// consumePartition pulls partition pt while it is wanted, until ctx is
+// done. When its pulls fail (the consumer was deleted, the iterator
+// closed) they start again after a backoff: one partition's trouble stays
+// that partition's.
+func (r *Runner) consumePartition(ctx context.Context, pt *partition, cons jetstream.Consumer) {
 	var backoff time.Duration
 	for ctx.Err() == nil {
-		began := time.Now()
-		err := r.consume(ctx, tn)
-		if ctx.Err() != nil {
-			return
+		on, changed := pt.wanted()
+		if !on {
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			}
+			continue
 		}
-		if time.Since(began) > r.cfg.LeaseTTL {
+		pctx, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+			case <-pctx.Done():
+			}
+			stop()
+		}()
+		began := time.Now()
+		err := r.pull(ctx, pctx, pt, cons)
+		stop()
+		if pt.takeUnpin() && ctx.Err() == nil {
+			r.unpin(ctx, pt.p)
+		}
+		if ctx.Err() != nil || err == nil {
+			continue
+		}
+		if time.Since(began) > r.cfg.PinnedTTL {
 			backoff = 0 // it ran a while: a new failure, not the same one
 		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), r.cfg.LeaseTTL/4)
-		if err == nil {
-			err = errors.New("workers returned")
-		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), r.cfg.PinnedTTL/4)
 		r.setLastError(err)
-		r.log.Warn("projection partition consumer failed; restarting it", "partition", tn.p, "err", err, "retry_in", backoff)
+		r.log.Warn("projection partition consumer failed; restarting it", "partition", pt.p, "err", err, "retry_in", backoff)
 		pause.For(ctx, backoff)
+		// The consumer may have been deleted (a version retired, an
+		// operator): look it up, or create it, again.
+		if c, err := r.Consumer(ctx, pt.p); err == nil {
+			cons = c
+		}
 	}
 }
 
-// consume runs the workers of one partition until ctx is done, or until
-// one of them fails.
-func (r *Runner) consume(ctx context.Context, tn *ownership) error {
-	cons, err := r.Consumer(ctx, tn.p)
-	if err != nil {
-		return err
-	}
-	g, ctx := errgroup.WithContext(ctx)
-	for i := 0; i < r.cfg.Workers; i++ {
-		g.Go(func() error { return r.work(ctx, cons, tn) })
-	}
-	return g.Wait()
-}
-
-// pullExpiry is how long a pull request waits at the consumer's leader,
-// and pullHeartbeat how often the leader tells an idle puller that it is
+// pullExpiry is how long a pull request waits at the consumer's leader:
+// an idle puller sends the next one when it expires, and that request is
+// what keeps the partition pinned to it, so it comes every PinnedTTL/4.
+// pullHeartbeat is how often the leader tells an idle puller that it is
 // there: a puller that misses two heartbeats pulls again, and so finds
 // the consumer's new leader soon after a crash elected it; with the
 // client's defaults, 30 s and 5 s, a partition stalled for the whole pull
 // (docs/benchmarks.md, "Why a partition's puller hears from its
 // consumer's leader every second").
-const (
-	pullExpiry    = 10 * time.Second
-	pullHeartbeat = time.Second
-)
+// (The client takes no expiry under a second.)
+func (r *Runner) pullExpiry() time.Duration { return max(r.cfg.PinnedTTL/4, time.Second) }
 
-// drainWait bounds how long a worker that stops waits for the messages
-// its client holds before it gives back what its inbox has.
+const pullHeartbeat = time.Second
+
+// pinIDHeader carries the pin JetStream gave the pull a message answers.
+const pinIDHeader = "Nats-Pin-Id"
+
+// batchLinger is how long a batch waits for one more message already on
+// its way once none is at hand: a batch forms only of what has arrived.
+const batchLinger = 200 * time.Microsecond
+
+// drainWait bounds how long a partition that stops pulling waits for the
+// messages its client still holds, to give them back.
 const drainWait = time.Second
 
-// work pulls continuously into an inbox (see inbox); the first message of
-// a batch is waited for, then a write slot (Writers), and the rest are
-// whatever is waiting by then, so a batch costs no extra latency at low
-// load and grows to BatchSize under load. When ctx is done, the messages
-// pulled and not handled are given back (Nak), so the partition's next
-// owner gets them at once rather than after AckWait.
-func (r *Runner) work(ctx context.Context, cons jetstream.Consumer, tn *ownership) error {
-	it, err := cons.Messages(jetstream.PullMaxMessages(2*r.cfg.BatchSize), jetstream.PullExpiry(pullExpiry), jetstream.PullHeartbeat(pullHeartbeat))
+// pull consumes partition pt until pctx is done (the partition is no
+// longer wanted, or ctx is done): the first message of a batch is waited
+// for, then a write slot (Writers), and the rest are whatever has arrived
+// by then, so a batch costs no extra latency at low load and grows to
+// BatchSize under load. When it stops, the messages received and not
+// handled are given back (Nak), so the partition's next holder gets them
+// at once rather than after AckWait. ctx bounds the writes: a batch
+// already being written when pctx ends is written.
+//
+// A pump moves each message out of the client's buffer as it arrives:
+// the client drops what arrives while its buffer is full ("slow
+// consumer", back only after AckWait), and it pulls again only when it is
+// read, so a buffer left full while a batch is written overflows after a
+// reconnect (TestRunnerLosesNoMessageWhenItsBusLinkIsCut saw six drops
+// without the pump) and sends no pull request that keeps the pin. The
+// consumer's MaxAckPending bounds what the pump can hold.
+func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.Consumer) error {
+	it, err := cons.Messages(jetstream.PullPriorityGroup(pinGroup), jetstream.PullMaxMessages(r.cfg.BatchSize),
+		jetstream.PullExpiry(r.pullExpiry()), jetstream.PullHeartbeat(min(pullHeartbeat, r.pullExpiry()/2)))
 	if err != nil {
-		return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
+		return fmt.Errorf("consume %s: %w", r.ConsumerName(pt.p), err)
 	}
-	in := pullInto(it, r.cfg.AckWait/3, r.log.With("partition", tn.p))
-	defer it.Stop()
-	defer func() {
-		// The messages the client holds are delivered into the inbox
-		// and given back with the rest; a drain that does not end soon
-		// (the connection is down) is cut short.
-		it.Drain()
-		select {
-		case <-in.done:
-		case <-time.After(drainWait):
-		}
-		for _, m := range in.rest() {
-			_ = m.Nak()
+	// Room for what MaxAckPending lets JetStream deliver, and as much
+	// again for the copies it redelivers after AckWait while a write
+	// stalls.
+	msgs := make(chan jetstream.Msg, 2*maxAckPending(r.cfg.BatchSize))
+	var pumpErr error
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := it.Next()
+			if err != nil {
+				pumpErr = err
+				return
+			}
+			msgs <- m
 		}
 	}()
-	for ctx.Err() == nil {
-		first, err := in.next(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("consume %s: %w", r.ConsumerName(tn.p), err)
+	defer func() {
+		it.Drain()
+		stop := time.AfterFunc(drainWait, it.Stop)
+		for m := range msgs {
+			_ = m.Nak()
 		}
-		// A fenced partition holds its batch until a renewal gets
-		// through, without taking a write slot from the others.
-		wctx, err := tn.gate.wait(ctx)
-		if err != nil {
-			_ = first.Nak()
+		stop.Stop()
+	}()
+	for {
+		var first jetstream.Msg
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				if pctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("consume %s: %w", r.ConsumerName(pt.p), pumpErr)
+			}
+			first = m
+		case <-pctx.Done():
 			return nil
 		}
 		select {
 		case r.writers <- struct{}{}:
-		case <-ctx.Done():
+		case <-pctx.Done():
 			_ = first.Nak()
 			return nil
 		}
-		batch := in.take([]jetstream.Msg{first}, r.cfg.BatchSize, 500*time.Microsecond)
-		r.handle(ctx, wctx, tn, batch)
+		batch := []jetstream.Msg{first}
+		linger := time.NewTimer(batchLinger)
+	fill:
+		for len(batch) < r.cfg.BatchSize {
+			select {
+			case m, ok := <-msgs:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, m)
+			case <-linger.C:
+				break fill
+			}
+		}
+		linger.Stop()
+		r.handle(ctx, pt, batch)
 		<-r.writers
 	}
-	return nil
 }
 
-// handle folds one batch of partition tn's messages and acknowledges,
-// redelivers or parks each of them. ctx is the ownership's, wctx the write
-// gate's (done when the partition's fence closes it).
-func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstream.Msg) {
+// handle folds one batch of partition pt's messages and acknowledges,
+// redelivers or parks each of them.
+func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
 	type received struct {
 		msg     jetstream.Msg
 		version int64 // 0 when the message does not decode
@@ -143,7 +248,14 @@ func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstre
 	events := make([]domain.Event, 0, len(msgs))
 	byStream := map[string][]received{}
 	poison := map[string]error{}
-	fresh := false // a redelivery reads the documents instead of the cache
+	// A redelivery, or the first batch of a pin this process was just
+	// given, reads the documents instead of the cache: another process
+	// may have written them since.
+	fresh := false
+	if pin := msgs[0].Headers().Get(pinIDHeader); pin != "" && pin != pt.lastPin() {
+		pt.pin.Store(&pin)
+		fresh = true
+	}
 	for _, m := range msgs {
 		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
 			fresh = true
@@ -170,25 +282,19 @@ func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstre
 			}
 		}
 	}()
-	actx, done := r.writeContext(wctx)
-	out, failed, err := r.store.Apply(actx, events, fresh)
+	wctx, done := r.writeContext(ctx)
+	out, failed, err := r.store.Apply(wctx, events, fresh)
 	done()
-	tn.applied.Add(int64(out.Applied))
-	r.metrics.partitionApplied(r.name, tn.p, out.Applied)
+	pt.applied.Add(int64(out.Applied))
+	r.metrics.partitionApplied(r.name, pt.p, out.Applied)
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
 		// without counting it against the dead-letter limit.
-		if wctx.Err() != nil {
-			// The partition stops (its next owner gets them at once) or
-			// its fence closed (they wait for a renewal here).
-			for _, m := range msgs {
-				_ = m.Nak()
-			}
-			return
+		if ctx.Err() == nil {
+			r.metrics.failed(r.name)
+			r.setLastError(err)
+			r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
 		}
-		r.metrics.failed(r.name)
-		r.setLastError(err)
-		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
 		for _, ms := range byStream {
 			for _, m := range ms {
 				m.span.SetStatus(codes.Error, err.Error())
@@ -199,8 +305,6 @@ func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstre
 		}
 		return
 	}
-	var acks []jetstream.Msg
-	defer func() { r.ack(ctx, acks) }()
 	for stream, ms := range byStream {
 		// Events the document reflects are done, even in a stream with a
 		// message that does not decode or an event that does not apply.
@@ -215,7 +319,7 @@ func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstre
 		}
 		for _, m := range ms {
 			if m.version > 0 && m.version <= reached {
-				acks = append(acks, m.msg)
+				_ = m.msg.Ack()
 				continue
 			}
 			cause := errors.Join(poison[stream], applyErr)
@@ -224,56 +328,6 @@ func (r *Runner) handle(ctx, wctx context.Context, tn *ownership, msgs []jetstre
 		}
 	}
 }
-
-// ackConfirmWait bounds the wait for the consumer's answer to a batch's
-// last acknowledgement.
-const ackConfirmWait = 2 * time.Second
-
-// ack acknowledges msgs, all but the last without waiting, the last with
-// a confirmation from the consumer's leader, which in a cluster answers
-// once the acknowledgement is replicated, and so after the earlier ones of
-// the batch, sent before it on the same connection to the same leader.
-// While the consumer has no leader (a node lost, an election) the
-// acknowledgements are lost: they are sent again, with backoff, until one
-// is confirmed or the ownership ends, so that the messages do not stay
-// pending until AckWait (30 s) and hold MaxAckPending meanwhile, which
-// stalls the partition. The confirmation and its resends run beside the
-// worker, which goes on with its next batch.
-func (r *Runner) ack(ctx context.Context, msgs []jetstream.Msg) {
-	if len(msgs) == 0 {
-		return
-	}
-	last := msgs[len(msgs)-1]
-	for _, m := range msgs[:len(msgs)-1] {
-		_ = m.Ack()
-	}
-	go func() {
-		cctx, cancel := context.WithTimeout(ctx, ackConfirmWait)
-		err := last.DoubleAck(cctx)
-		cancel()
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		nc := r.js.Conn()
-		b := backoff.NewExponentialBackOff(backoff.WithInitialInterval(200*time.Millisecond), backoff.WithMaxInterval(2*time.Second),
-			backoff.WithMaxElapsedTime(r.cfg.AckWait))
-		resend := func() error {
-			for _, m := range msgs[:len(msgs)-1] {
-				_ = nc.Publish(m.Reply(), ackBody)
-			}
-			cctx, cancel := context.WithTimeout(ctx, ackConfirmWait)
-			defer cancel()
-			_, err := nc.RequestWithContext(cctx, last.Reply(), ackBody)
-			return err
-		}
-		if err := backoff.Retry(resend, backoff.WithContext(b, ctx)); err != nil && ctx.Err() == nil {
-			r.log.Warn("projection acknowledgements not confirmed; AckWait redelivers them", "messages", len(msgs), "err", err)
-		}
-	}()
-}
-
-// ackBody is JetStream's acknowledgement.
-var ackBody = []byte("+ACK")
 
 // reject redelivers a message whose event could not be applied, with
 // backoff, or parks it once it was delivered MaxDeliveries times.
@@ -340,15 +394,14 @@ func subjectStream(subject string) string {
 	return subject[strings.LastIndexByte(subject, '.')+1:]
 }
 
-// writeContext is the context of a batch's write: not abandoned when the
-// partition stops (ctx done), so that stop waits for a write already on
-// its way instead of leaving it to land unseen and uncounted after stop
-// returns, but cut LeaseTTL/4 after ctx is done, so that a write started
-// before the fence still ends before a successor can claim the lease.
-// Call done once the write has returned.
+// writeContext is the context of a batch's write: not abandoned at once
+// when ctx is done (the process stops), so that a write already on its
+// way is waited for rather than left to land unseen, but cut PinnedTTL/4
+// after ctx is done, so that the stop does not hang on a store that does
+// not answer. Call done once the write has returned.
 func (r *Runner) writeContext(ctx context.Context) (wctx context.Context, done func()) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.LeaseTTL/4, cancel) })
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.PinnedTTL/4, cancel) })
 	return wctx, func() {
 		stop()
 		cancel()

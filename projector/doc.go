@@ -1,20 +1,21 @@
 // Package projector feeds the read models from NATS JetStream: a Runner
 // per projection consumes the projection's events, split into partitions
 // by stream id, and writes each batch through the projection's Apply
-// (Projection, the MongoDB adapter's *mongodb.Projection, which also keeps
-// the partition leases and members); each partition is consumed by one process at a time
-// under a lease, and the partitions are shared evenly by the live
-// projector processes (Axon's tracking-processor segments, Kafka's
-// consumer groups). A Runner also reports its partitions and consumer lag
+// (Projection, the MongoDB adapter's *mongodb.Projection). Each partition
+// has a durable pull consumer with a pinned priority group: JetStream
+// delivers it to one pulling process at a time and moves it to another
+// once that one stops pulling; the processes running a projection answer
+// each other's roll calls (RollCall) and share the partitions evenly
+// (Runner.balance). A Runner also reports its partitions and consumer lag
 // (PartitionStatus, Lag) and keeps the events it could not apply in the
 // dead-letter collection (DeadLetterStore, the MongoDB adapter's
 // *mongodb.DeadLetters).
 //
 // Invariant 4 (idempotent, order-tolerant): the read models' version
 // guard skips what a document already reflects and fills gaps from the
-// log, so any redelivery is harmless; this side acknowledges a message
-// only after its document reflects it, and a write cut off by a deposed
-// owner's stop can land late without harm.
+// log, so any redelivery, and a second process writing a partition while
+// its pin moves, is harmless; this side acknowledges a message only after
+// its document reflects it.
 //
 // During a rebuild the pointer names a shadow collection, and
 // Projection.Apply writes every batch to it before the active one: live
@@ -31,6 +32,6 @@
 // Runner.Retry re-applies one.
 //
 // The package names no storage: it declares what it needs of it
-// (Projection, Partitions, Members, DeadLetterStore) and cmd/orderd
-// passes the MongoDB adapter's implementations.
+// (Projection, DeadLetterStore) and cmd/orderd passes the MongoDB
+// adapter's implementations.
 package projector

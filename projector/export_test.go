@@ -13,7 +13,7 @@ import (
 // what they did so far: the most rounds in flight at once, the rounds,
 // and the events applied. Call it before r runs.
 func SlowWrites(r *Runner, hold time.Duration) (counts func() (most, rounds, events int)) {
-	slow := &slowApplier{applier: r.store, hold: hold}
+	slow := &slowApplier{Projection: r.store, hold: hold}
 	r.store = slow
 	return slow.counts
 }
@@ -22,7 +22,7 @@ func SlowWrites(r *Runner, hold time.Duration) (counts func() (most, rounds, eve
 // made to last a while so that every partition's worker has a batch
 // waiting meanwhile.
 type slowApplier struct {
-	applier
+	Projection
 	hold time.Duration
 
 	mu                     sync.Mutex
@@ -37,7 +37,7 @@ func (s *slowApplier) Apply(ctx context.Context, events []domain.Event, fresh bo
 	s.rounds++
 	s.mu.Unlock()
 	time.Sleep(s.hold)
-	out, failed, err := s.applier.Apply(ctx, events, fresh)
+	out, failed, err := s.Projection.Apply(ctx, events, fresh)
 	s.mu.Lock()
 	s.inFlight--
 	if err == nil {

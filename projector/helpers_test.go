@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,9 +100,8 @@ func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mong
 	projectiontest.AppendStream(t, ctx, g.es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, g.at)
 	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))
 	cfg.MaxDeliveries = 2
-	cfg.Workers = 1 // about poison, not about writers racing
 	p := mongodb.NewProjection(db, projection.OrderSummaries, g.es, projection.NewMetrics(g.reg), mongodb.NewPointers(db))
-	g.r = projectortest.Run(t, b, p, cfg, projector.NewMetrics(g.reg))
+	g.r = projectortest.Run(t, b, db, p, cfg, projector.NewMetrics(g.reg))
 	return g
 }
 
@@ -112,39 +111,6 @@ func (g *gapped) fill(t *testing.T, ctx context.Context) {
 	if _, err := g.es.Append(ctx, domain.Commit{StreamID: "gapped", StreamType: domain.StreamTypeOrder, ExpectedVersion: 1,
 		Events: []domain.Event{g.v2}}); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// ownerships checks, as the runners report them through OnOwnership, that no
-// partition is ever written by two owners at once: a start while another
-// owner's ownership of the partition is open is an error.
-type ownerships struct {
-	t      *testing.T
-	mu     sync.Mutex
-	active map[int]string // partition: owner writing it
-	starts map[string]int // owner: ownerships started
-}
-
-func newOwnerships(t *testing.T) *ownerships {
-	return &ownerships{t: t, active: map[int]string{}, starts: map[string]int{}}
-}
-
-func (ts *ownerships) hook(owner string) func(string, int, bool) {
-	return func(_ string, p int, start bool) {
-		ts.mu.Lock()
-		defer ts.mu.Unlock()
-		cur, busy := ts.active[p]
-		switch {
-		case start && busy:
-			ts.t.Errorf("partition %d: %s starts writing while %s still does", p, owner, cur)
-		case start:
-			ts.active[p] = owner
-			ts.starts[owner]++
-		case cur != owner:
-			ts.t.Errorf("partition %d: %s stops an ownership it did not start (writer %q)", p, owner, cur)
-		default:
-			delete(ts.active, p)
-		}
 	}
 }
 
@@ -164,15 +130,23 @@ func owners(t *testing.T, ctx context.Context, r *projector.Runner) map[string]i
 	return out
 }
 
-// waitOwners waits until the partitions are held exactly as want says.
-func waitOwners(t *testing.T, ctx context.Context, r *projector.Runner, limit time.Duration, want map[string]int) {
+// drives numbers the rounds of driveUntilOwners, so that their orders'
+// ids differ.
+var drives atomic.Int64
+
+// driveUntilOwners places orders named prefix<n>, a few at a time, until
+// the partitions are held as want says (a partition is pinned to a
+// process once a message reaches it), and returns ids with them added.
+func driveUntilOwners(t *testing.T, ctx context.Context, svc *domain.Service, r *projector.Runner, prefix string, ids []string, want map[string]int) []string {
 	t.Helper()
-	projectiontest.WaitFor(t, limit, fmt.Sprintf("partitions held as %v", want), func() error {
+	projectiontest.WaitFor(t, 60*time.Second, fmt.Sprintf("partitions held as %v", want), func() error {
+		ids = append(ids, writeOrders(t, ctx, svc, fmt.Sprintf("%s%d-", prefix, drives.Add(1)), 0, 4)...)
 		if got := owners(t, ctx, r); !reflect.DeepEqual(got, want) {
 			return fmt.Errorf("held as %v", got)
 		}
 		return nil
 	})
+	return ids
 }
 
 // writeOrders runs the lifecycle of orders from..to-1 named prefix<i>.

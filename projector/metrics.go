@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Messages not yet acknowledged by a partition's consumer, exposed by the partition's owner only (pending plus in flight)."}, []string{"projection", "partition"}),
 		partLagSecs: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "orderd_projection_lag_seconds",
 			Help: "Seconds a partition's read-model documents may be behind, exposed by the partition's owner only: 0 when nothing is pending, else the time since the newest event the partition applied was recorded."}, []string{"projection", "partition"}),
-		owned: projection.NewGaugeVec("orderd_projection_partitions_owned", "Partitions of the projection whose lease this instance holds."),
+		owned: projection.NewGaugeVec("orderd_projection_partitions_owned", "Partitions of the projection JetStream delivers to this instance (its pinned client)."),
 		parked: projection.NewGaugeVec("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
 	}

@@ -10,20 +10,29 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
+// PartitionStatus is one partition of a projection: its consumer, the
+// process JetStream delivers it to and since when, and what that process
+// reported at the last roll call.
+type PartitionStatus struct {
+	Partition int       `json:"partition"`
+	Consumer  string    `json:"consumer"`
+	Owner     string    `json:"owner,omitempty"` // "" when no process holds the pin
+	PinnedAt  time.Time `json:"pinned_at,omitzero"`
+	// Lag is the messages of the partition not yet acknowledged; null when
+	// JetStream could not be asked.
+	Lag *uint64 `json:"lag"`
+	// LagSeconds is 0 when nothing is pending, else the seconds since the
+	// newest event the partition has applied was recorded: a bound on how
+	// stale its documents are. Null when JetStream could not be asked.
+	LagSeconds *float64 `json:"lag_seconds"`
+	Applied    int64    `json:"applied"`    // events the owner applied in the partition since it started
+	ApplyRate  float64  `json:"apply_rate"` // events per second the owner applied between the last two roll calls
+}
+
 // Lag returns the number of messages the partitions' consumers have not
 // acknowledged, summed over every partition.
 func (r *Runner) Lag(ctx context.Context) (uint64, error) {
 	return r.sumConsumers(ctx, unacked)
-}
-
-// PartitionLag returns the number of messages partition p's consumer has
-// not acknowledged: pending plus in flight.
-func (r *Runner) PartitionLag(ctx context.Context, p int) (uint64, error) {
-	info, err := r.consumerInfo(ctx, p)
-	if err != nil {
-		return 0, err
-	}
-	return unacked(info), nil
 }
 
 // unacked is what a consumer has not acknowledged: pending plus in flight.
@@ -31,12 +40,8 @@ func unacked(info *jetstream.ConsumerInfo) uint64 {
 	return info.NumPending + uint64(info.NumAckPending)
 }
 
-// consumerInfo reads the state of partition p's consumer from JetStream.
-func (r *Runner) consumerInfo(ctx context.Context, p int) (*jetstream.ConsumerInfo, error) {
-	return r.namedConsumerInfo(ctx, r.ConsumerName(p))
-}
-
-func (r *Runner) namedConsumerInfo(ctx context.Context, name string) (*jetstream.ConsumerInfo, error) {
+// consumerInfo reads the state of the named consumer from JetStream.
+func (r *Runner) consumerInfo(ctx context.Context, name string) (*jetstream.ConsumerInfo, error) {
 	c, err := r.js.Consumer(ctx, r.cfg.Stream, name)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", name, err)
@@ -60,7 +65,7 @@ func (r *Runner) VersionLag(ctx context.Context, v int) (uint64, error) {
 	}
 	var n uint64
 	for p := range r.cfg.Partitions {
-		info, err := r.namedConsumerInfo(ctx, fmt.Sprintf("proj_%s_p%02d", projection.VersionKey(r.name, v), p))
+		info, err := r.consumerInfo(ctx, consumerOf(projection.VersionKey(r.name, v), p))
 		if err != nil {
 			return 0, err
 		}
@@ -79,60 +84,73 @@ func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
 
 // sumConsumers adds up what of reads from each partition's consumer.
 func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerInfo) uint64) (uint64, error) {
+	infos, err := r.consumers(ctx)
+	if err != nil {
+		return 0, err
+	}
 	var n uint64
 	for p := range r.cfg.Partitions {
-		info, err := r.consumerInfo(ctx, p)
-		if err != nil {
-			return 0, err
+		info, ok := infos[p]
+		if !ok {
+			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), jetstream.ErrConsumerNotFound)
 		}
 		n += of(info)
 	}
 	return n, nil
 }
 
-// PartitionStatus returns every partition of the projection: its owner
-// ("" when free or expired), lease deadline and ownership from the lease
-// documents, the events applied and the apply rate its owner reported at
-// its last heartbeat, and, with lag, its consumer's lag in messages and
-// in seconds (see lagClock; nil when JetStream does not answer).
+// PartitionStatus returns every partition of the projection: the member
+// holding its pin (from a roll call: "" when none does), since when, what
+// that member applied, and, with lag, its consumer's lag in messages and
+// in seconds (see lagClock). What JetStream does not answer (a consumer
+// not created yet, NATS down) is left out: no owner, a nil lag.
 func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
-	leases, err := r.leases.List(ctx, r.cfg.Partitions)
+	infos, err := r.consumers(ctx)
 	if err != nil {
-		return nil, err
+		infos = map[int]*jetstream.ConsumerInfo{}
 	}
-	members, err := r.members.Live(ctx)
+	members, err := RollCall(ctx, r.js.Conn(), r.key)
 	if err != nil {
-		return nil, err
+		members = nil
 	}
-	reported := map[string]PartitionReport{} // owner/partition
+	byPin := map[string]struct {
+		owner string
+		rep   PartitionReport
+	}{}
 	for _, m := range members {
-		for _, st := range m.Partitions {
-			reported[fmt.Sprintf("%s/%d", m.Owner, st.Partition)] = st
+		for _, rep := range m.Partitions {
+			byPin[fmt.Sprintf("%d/%s", rep.Partition, rep.Pin)] = struct {
+				owner string
+				rep   PartitionReport
+			}{m.Owner, rep}
 		}
 	}
-	now := time.Now()
 	var stream jetstream.Stream
-	if lag {
+	if lag && len(infos) > 0 {
 		if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
 			lag = false
 		}
 	}
+	now := time.Now()
 	out := make([]PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
 		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
-		if d := leases[p]; d.Held(now) {
-			st.Owner, st.LeaseUntil, st.Epoch = d.Holder, d.ExpiresAt, d.Epoch
-			if rep, ok := reported[fmt.Sprintf("%s/%d", d.Holder, p)]; ok {
-				st.Applied, st.ApplyRate = rep.Applied, rep.Rate
+		info := infos[p]
+		if pin := pinOf(info); pin != "" {
+			if m, ok := byPin[fmt.Sprintf("%d/%s", p, pin)]; ok {
+				st.Owner, st.Applied, st.ApplyRate = m.owner, m.rep.Applied, m.rep.Rate
+			}
+			for _, g := range info.PriorityGroups {
+				if g.Group == pinGroup {
+					st.PinnedAt = g.PinnedTS
+				}
 			}
 		}
-		if lag {
-			if info, err := r.consumerInfo(ctx, p); err == nil {
-				n := unacked(info)
-				st.Lag = &n
-				if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
-					st.LagSeconds = &secs
-				}
+		if lag && info != nil {
+			n := unacked(info)
+			st.Lag = &n
+			if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
+				st.LagSeconds = &secs
 			}
 		}
 		out = append(out, st)
@@ -140,29 +158,36 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 	return out, nil
 }
 
-// sample samples the lag of the partitions this process owns and the
+// sample samples the lag of the partitions this process holds and the
 // number of dead letters parked, into the metrics.
 func (r *Runner) sample(ctx context.Context) {
 	if r.metrics == nil {
 		return
 	}
-	var total int64
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseTTL/4)
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.LagInterval)
 	defer cancel()
+	infos, err := r.consumers(sctx)
+	if err != nil {
+		return
+	}
+	var total int64
 	var stream jetstream.Stream // looked up once a partition lags
 	now := time.Now()
-	for p := range r.owned {
-		if info, err := r.consumerInfo(sctx, p); err == nil {
-			n := unacked(info)
-			r.metrics.setPartitionLag(r.name, p, float64(n))
-			total += int64(n)
-			if n > 0 && stream == nil {
-				stream, _ = r.js.Stream(sctx, r.cfg.Stream)
-			}
-			if n == 0 || stream != nil {
-				if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
-					r.metrics.setPartitionLagSeconds(r.name, p, secs)
-				}
+	for _, pt := range r.parts {
+		info := infos[pt.p]
+		if pin := pt.lastPin(); info == nil || pin == "" || pin != pinOf(info) {
+			r.metrics.dropPartition(r.name, pt.p)
+			continue
+		}
+		n := unacked(info)
+		r.metrics.setPartitionLag(r.name, pt.p, float64(n))
+		total += int64(n)
+		if n > 0 && stream == nil {
+			stream, _ = r.js.Stream(sctx, r.cfg.Stream)
+		}
+		if n == 0 || stream != nil {
+			if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
+				r.metrics.setPartitionLagSeconds(r.name, pt.p, secs)
 			}
 		}
 	}

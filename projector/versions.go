@@ -14,11 +14,10 @@ import (
 )
 
 // retireVersions deletes what the projection's other versions left once
-// nothing uses them: their durable consumers and partition leases (and,
-// through Members.Live, member documents gone for ten TTLs), for each
-// version that the pointer names neither as active,
-// shadow nor previous collection (its projectors write nothing any more)
-// and that no live member runs. A rolling upgrade leaves the old
+// nothing uses them: their durable consumers, for each version that the
+// pointer names neither as active, shadow nor previous collection (its
+// projectors write nothing any more) and that no process runs (none
+// answers its roll call). A rolling upgrade leaves the old
 // version's consumers behind, each holding its place in the stream and
 // kept by JetStream for ever. An old binary started again afterwards
 // creates its consumers anew (from the stream's start) and writes
@@ -26,7 +25,7 @@ import (
 // member may run it at any time: deleting what another member already
 // deleted is not an error.
 func (r *Runner) retireVersions(ctx context.Context, st jetstream.Stream, consumers []string) error {
-	ptr, err := r.pointer(ctx)
+	ptr, err := r.store.Pointer(ctx, 0)
 	if err != nil {
 		return err
 	}
@@ -36,8 +35,7 @@ func (r *Runner) retireVersions(ctx context.Context, st jetstream.Stream, consum
 
 // retireProjections deletes what the projections of RunnerConfig.Retired
 // left, as retireVersions does for this projection's other versions:
-// the durable consumers and partition leases of each of their versions
-// that no live member runs.
+// the durable consumers of each of their versions that no process runs.
 func (r *Runner) retireProjections(ctx context.Context, st jetstream.Stream, consumers []string) error {
 	for _, name := range r.cfg.Retired {
 		if err := r.retireUnless(ctx, st, consumers, name, nil); err != nil {
@@ -69,8 +67,7 @@ func (r *Runner) retireAll(ctx context.Context) error {
 }
 
 // retireUnless deletes, of st's consumers, those of each version of
-// projection name but those in keep, and that version's partition
-// leases, when no live member runs that version.
+// projection name but those in keep, when no process runs that version.
 func (r *Runner) retireUnless(ctx context.Context, st jetstream.Stream, consumers []string, name string, keep map[int]bool) error {
 	byVersion := map[int][]string{}
 	for _, c := range consumers {
@@ -79,9 +76,7 @@ func (r *Runner) retireUnless(ctx context.Context, st jetstream.Stream, consumer
 		}
 	}
 	for _, v := range slices.Sorted(maps.Keys(byVersion)) {
-		key := projection.VersionKey(name, v)
-		members, partitions := r.versionLeases(key)
-		live, err := members.Live(ctx)
+		live, err := RollCall(ctx, r.js.Conn(), projection.VersionKey(name, v))
 		if err != nil {
 			return err
 		}
@@ -93,10 +88,7 @@ func (r *Runner) retireUnless(ctx context.Context, st jetstream.Stream, consumer
 				return err
 			}
 		}
-		if err := partitions.Remove(ctx); err != nil {
-			return err
-		}
-		r.log.Info("projection version retired: its consumers and partition leases deleted", "projection", name, "retired_version", v, "consumers", len(byVersion[v]))
+		r.log.Info("projection version retired: its consumers deleted", "projection", name, "retired_version", v, "consumers", len(byVersion[v]))
 	}
 	return nil
 }

@@ -19,8 +19,8 @@ import (
 	"github.com/orderd/orderd/projector"
 )
 
-// TestRunnerBoundsWriteRoundsInFlight: a Runner owning 8 partitions, 2
-// workers each, with a backlog in every partition, has at most Writers
+// TestRunnerBoundsWriteRoundsInFlight: a Runner holding 8 partitions,
+// with a backlog in every partition, has at most Writers
 // write rounds in flight at once, and applies every event.
 func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -37,7 +37,7 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	}
 	r := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
-			Workers: 2, Writers: 2, Owner: "w1", LeaseTTL: 5 * time.Second},
+			Writers: 2, Owner: "w1"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	counts := projector.SlowWrites(r, 30*time.Millisecond)
 

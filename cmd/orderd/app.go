@@ -60,10 +60,10 @@ type Main struct {
 	// started, nil on MongoDB; the benchmarks read its writer's costs.
 	devStore    any
 	stopTracing func(context.Context) error
-	ownership   *ownershipLog
 	health      *roleHealth // the supervised roles' stops
 	mongo       *mongo.Client
 	nc          *nats.Conn
+	ncClosed    chan struct{} // closed when nc has closed
 	http        *orderhttp.Server
 	cancel      context.CancelFunc
 	group       *errgroup.Group
@@ -296,7 +296,9 @@ func (m *Main) connectBus(ctx context.Context, r roles) (jetstream.JetStream, er
 	m.Log.Info("connecting to NATS", "url", redact(c.NATS.URL), "required", r.needsBus())
 	w := newConnectWatch()
 	var err error
+	m.ncClosed = make(chan struct{})
 	m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
+		nats.ClosedHandler(func(*nats.Conn) { close(m.ncClosed) }),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
 		nats.ConnectHandler(w.connected), nats.ReconnectErrHandler(w.failed),
 		// The client's asynchronous errors in the service's log, with
@@ -348,19 +350,14 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	if err := sums.EnsurePointer(setupCtx); err != nil {
 		return err
 	}
+	if err := mongodb.DropUnused(setupCtx, db); err != nil {
+		return err
+	}
 	dead := mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
-	// processes, each partition consumed by one of them under a lease.
+	// processes, each partition pinned to one of them by JetStream.
 	rc := c.Projector
 	rc.Stream, rc.SubjectPrefix, rc.Owner = stream.Name, stream.SubjectPrefix, c.instanceID()
-	if c.OwnershipLog != "" {
-		ol, err := openOwnershipLog(c.OwnershipLog, c.instanceID())
-		if err != nil {
-			return err
-		}
-		m.ownership = ol
-		rc.OnOwnership = ol.record
-	}
 	plog := m.Log.With("component", "projector")
 	js := w.js
 	rc.Retired = projection.Retired
@@ -550,15 +547,15 @@ func (m *Main) Close() error {
 		if err := m.nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrConnectionReconnecting) {
 			errs = append(errs, err)
 		}
-		for i := 0; i < 100 && !m.nc.IsClosed(); i++ {
-			time.Sleep(20 * time.Millisecond)
+		// Drain returns at once; the connection closes once its
+		// subscriptions are drained (nats.DrainTimeout bounds it).
+		select {
+		case <-m.ncClosed:
+		case <-ctx.Done():
 		}
 	}
 	if m.mongo != nil {
 		errs = append(errs, m.mongo.Disconnect(ctx))
-	}
-	if m.ownership != nil {
-		errs = append(errs, m.ownership.Close())
 	}
 	m.stopEmbedded()
 	if m.stopTracing != nil {

@@ -31,6 +31,7 @@ import (
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
 	"github.com/orderd/orderd/jobs"
+	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
@@ -287,39 +288,53 @@ func (c *cluster) jetStream() jetstream.JetStream {
 	return js
 }
 
-// holdsProjection reports whether p holds a partition lease of a
-// projection: a projector that does is consuming it.
+// holdsProjection reports whether p holds a partition of a projection
+// (JetStream delivers it to p): a projector that does is consuming it.
 func (c *cluster) holdsProjection(ctx context.Context, p *proc) bool {
 	for _, owners := range c.partitionOwners(ctx) {
-		if owners[p.name] > 0 {
+		if owners[p.name].partitions > 0 {
 			return true
 		}
 	}
 	return false
 }
 
-// partitionOwners returns, by projection, how many partitions each owner
-// holds (leases not expired); nil when the store does not answer.
-func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]int {
-	var leases []struct {
-		Projection string    `bson:"projection"`
-		Owner      string    `bson:"owner"`
-		Expires    time.Time `bson:"expires_at"`
-	}
-	cur, err := c.mongo.Database(chaosDatabase).Collection(mongodb.PartitionsCollection).Find(ctx, bson.D{})
-	if err != nil || cur.All(ctx, &leases) != nil {
-		return nil
-	}
-	out := map[string]map[string]int{}
-	for _, l := range leases {
-		if out[l.Projection] == nil {
-			out[l.Projection] = map[string]int{}
+// held is what one owner holds of a projection's partitions.
+type held struct {
+	partitions int
+	applied    int64 // events it applied in them since it started
+}
+
+// partitionOwners returns, by projection, what each owner holds, as the
+// admin API of a running api process answers; nil when none answers.
+func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]held {
+	for _, p := range c.procs {
+		if !strings.Contains(p.roles, "api") || p.in.cmd.ProcessState != nil {
+			continue
 		}
-		if l.Owner != "" && l.Expires.After(time.Now()) {
-			out[l.Projection][l.Owner]++
+		cl, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: p.url(), Token: chaosToken})
+		if err != nil {
+			continue
 		}
+		list, err := cl.Projections(ctx)
+		if err != nil {
+			continue
+		}
+		out := map[string]map[string]held{}
+		for _, ps := range list {
+			out[ps.Name] = map[string]held{}
+			for _, pt := range ps.Partitions {
+				if pt.Owner != "" {
+					h := out[ps.Name][pt.Owner]
+					h.partitions++
+					h.applied += pt.Applied
+					out[ps.Name][pt.Owner] = h
+				}
+			}
+		}
+		return out
 	}
-	return out
+	return nil
 }
 
 // figures are what the three checks counted.

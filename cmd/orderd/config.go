@@ -58,14 +58,9 @@ type Config struct {
 	Relay outbox.Config
 	// Projector is each projection runner's (the projector role):
 	// Partitions (ORDERD_PROJECTION_PARTITIONS; every process of the
-	// system must agree, README: changing the partition count), LeaseTTL
-	// (ORDERD_PARTITION_LEASE_TTL), Workers (ORDERD_PROJECTOR_WORKERS) and
-	// Writers (ORDERD_PROJECTOR_WRITERS).
+	// system must agree, README: changing the partition count), PinnedTTL
+	// (ORDERD_PARTITION_PINNED_TTL) and Writers (ORDERD_PROJECTOR_WRITERS).
 	Projector projector.RunnerConfig
-	// OwnershipLog is a file each start and stop of this process's
-	// ownership of a projection partition is appended to
-	// (ORDERD_OWNERSHIP_LOG, or ORDERD_TENURE_LOG); empty: none.
-	OwnershipLog string
 	// Jobs is the repair-job worker's (the jobs role): Concurrency
 	// (ORDERD_JOB_CONCURRENCY), LeaseTTL (ORDERD_JOB_LEASE_TTL),
 	// BatchStreams (ORDERD_REBUILD_BATCH_STREAMS), MaxEventsPerSecond
@@ -175,17 +170,9 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	str(&c.Embedded.NATSAddr, "ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "listen address of the embedded NATS server")
 	str(&c.Stream.Name, "ORDERD_STREAM", "stream", "JetStream stream name")
 	num(&c.Stream.Replicas, "ORDERD_STREAM_REPLICAS", "stream-replicas", "JetStream stream replicas (3 on a cluster)")
-	num(&c.Projector.Workers, "ORDERD_PROJECTOR_WORKERS", "projector-workers", "pull loops per partition this process owns (1 keeps each order's events in order, so gaps are rare)")
 	num(&c.Projector.Writers, "ORDERD_PROJECTOR_WRITERS", "projector-writers", "write rounds of a projection in flight at once in this process, across its partitions (fewer writes fold more events each; raise it on MongoDB)")
 	num(&c.Projector.Partitions, "ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "partitions each projection's events are split into, shared by the projector processes; every process must agree (see README before changing it)")
-	dur(&c.Projector.LeaseTTL, "ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "lease of a projection partition and a projector's heartbeat; a dead projector's partitions are taken over after this")
-	// The ownership log's first names stay: deployments and scripts use them.
-	const ownershipUsage = "file to append each start and stop of this process's ownership of a projection partition to, one JSON line each (audits and tests); empty: none"
-	if v := getenv("ORDERD_TENURE_LOG"); v != "" {
-		c.OwnershipLog = v
-	}
-	str(&c.OwnershipLog, "ORDERD_OWNERSHIP_LOG", "ownership-log", ownershipUsage)
-	fs.StringVar(&c.OwnershipLog, "tenure-log", c.OwnershipLog, "the same as -ownership-log (env ORDERD_TENURE_LOG)")
+	dur(&c.Projector.PinnedTTL, "ORDERD_PARTITION_PINNED_TTL", "partition-pinned-ttl", "how long JetStream keeps a projection partition pinned to a projector that stopped pulling; a dead projector's partitions move to the others after this")
 	num(&c.CacheSize, "ORDERD_CACHE_SIZE", "cache-size", "order streams whose state the API keeps in memory")
 	num(&c.MaxLag, "ORDERD_MAX_LAG", "max-lag", "events the slowest read model may be behind before commands are refused with 503 and Retry-After until it catches up; 0: never refuse")
 	dur(&c.Relay.LeaseTTL, "ORDERD_RELAY_LEASE_TTL", "relay-lease-ttl", "lease of the relay that tails the log; another instance takes over within it when the relay dies")
@@ -227,14 +214,14 @@ func (c Config) Validate() error {
 	if c.Stream.Replicas < 1 || c.Stream.Replicas > 5 {
 		errs = append(errs, fmt.Errorf("stream replicas %d: want 1 to 5", c.Stream.Replicas))
 	}
-	if c.Projector.Workers < 1 || c.Projector.Writers < 1 || c.CacheSize < 0 || c.MaxLag < 0 || c.Relay.LeaseTTL < time.Second || c.Relay.CatchUpMargin <= 0 {
-		errs = append(errs, errors.New("projector workers and writers must be >= 1, cache size and max lag >= 0, relay lease TTL >= 1s, relay catch-up margin > 0"))
+	if c.Projector.Writers < 1 || c.CacheSize < 0 || c.MaxLag < 0 || c.Relay.LeaseTTL < time.Second || c.Relay.CatchUpMargin <= 0 {
+		errs = append(errs, errors.New("projector writers must be >= 1, cache size and max lag >= 0, relay lease TTL >= 1s, relay catch-up margin > 0"))
 	}
 	if c.Projector.Partitions < 1 || c.Projector.Partitions > 256 {
 		errs = append(errs, fmt.Errorf("projection partitions %d: want 1 to 256", c.Projector.Partitions))
 	}
-	if c.Projector.LeaseTTL < time.Second {
-		errs = append(errs, fmt.Errorf("partition lease TTL %v: want at least 1s", c.Projector.LeaseTTL))
+	if c.Projector.PinnedTTL < 4*time.Second {
+		errs = append(errs, fmt.Errorf("partition pinned TTL %v: want at least 4s (a holder pulls again every quarter of it, at least every second)", c.Projector.PinnedTTL))
 	}
 	j := c.Jobs
 	if j.Concurrency < 1 || j.LeaseTTL < time.Second || j.BatchStreams < 1 || j.MaxEventsPerSecond < 0 || j.Settle < 0 || j.Grace < 0 {

@@ -34,12 +34,9 @@ var configSettings = []struct {
 	{"ORDERD_EMBEDDED_NATS_ADDR", "embedded-nats-addr", "127.0.0.1:2", func(c Config) any { return c.Embedded.NATSAddr }, "127.0.0.1:2"},
 	{"ORDERD_STREAM", "stream", "ORDERS2", func(c Config) any { return c.Stream.Name }, "ORDERS2"},
 	{"ORDERD_STREAM_REPLICAS", "stream-replicas", "3", func(c Config) any { return c.Stream.Replicas }, 3},
-	{"ORDERD_PROJECTOR_WORKERS", "projector-workers", "3", func(c Config) any { return c.Projector.Workers }, 3},
 	{"ORDERD_PROJECTOR_WRITERS", "projector-writers", "5", func(c Config) any { return c.Projector.Writers }, 5},
 	{"ORDERD_PROJECTION_PARTITIONS", "projection-partitions", "32", func(c Config) any { return c.Projector.Partitions }, 32},
-	{"ORDERD_PARTITION_LEASE_TTL", "partition-lease-ttl", "7s", func(c Config) any { return c.Projector.LeaseTTL }, 7 * time.Second},
-	{"ORDERD_OWNERSHIP_LOG", "ownership-log", "/tmp/own.jsonl", func(c Config) any { return c.OwnershipLog }, "/tmp/own.jsonl"},
-	{"ORDERD_TENURE_LOG", "tenure-log", "/tmp/old.jsonl", func(c Config) any { return c.OwnershipLog }, "/tmp/old.jsonl"},
+	{"ORDERD_PARTITION_PINNED_TTL", "partition-pinned-ttl", "7s", func(c Config) any { return c.Projector.PinnedTTL }, 7 * time.Second},
 	{"ORDERD_CACHE_SIZE", "cache-size", "10", func(c Config) any { return c.CacheSize }, 10},
 	{"ORDERD_MAX_LAG", "max-lag", "250", func(c Config) any { return c.MaxLag }, 250},
 	{"ORDERD_RELAY_LEASE_TTL", "relay-lease-ttl", "3s", func(c Config) any { return c.Relay.LeaseTTL }, 3 * time.Second},
@@ -119,9 +116,9 @@ func TestConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c.Projector, projector.RunnerConfig{}.WithDefaults()) {
 		t.Errorf("projector defaults %+v, want the projector's own %+v", c.Projector, projector.RunnerConfig{}.WithDefaults())
 	}
-	if c.Projector.Workers != 1 || c.Projector.Writers != 2 || c.Projector.Partitions != projector.DefaultPartitions ||
-		c.Projector.LeaseTTL != 10*time.Second {
-		t.Errorf("projector defaults %+v: want 1 worker, 2 writers, %d partitions, 10s leases", c.Projector, projector.DefaultPartitions)
+	if c.Projector.Writers != 2 || c.Projector.Partitions != projector.DefaultPartitions ||
+		c.Projector.PinnedTTL != 10*time.Second {
+		t.Errorf("projector defaults %+v: want 2 writers, %d partitions, a 10s pin", c.Projector, projector.DefaultPartitions)
 	}
 	if c.Relay != (outbox.Config{}).WithDefaults() || c.Relay.LeaseTTL != outbox.DefaultLeaseTTL {
 		t.Errorf("relay defaults %+v, want the outbox's own", c.Relay)
@@ -141,9 +138,9 @@ func TestConfigValidate(t *testing.T) {
 		"log format":      func(c *Config) { c.Log.Format = "xml" },
 		"database":        func(c *Config) { c.Mongo.Database = "a.b" },
 		"stream replicas": func(c *Config) { c.Stream.Replicas = 7 },
-		"workers":         func(c *Config) { c.Projector.Workers = 0 },
+		"writers":         func(c *Config) { c.Projector.Writers = 0 },
 		"partitions":      func(c *Config) { c.Projector.Partitions = 257 },
-		"partition lease": func(c *Config) { c.Projector.LeaseTTL = 500 * time.Millisecond },
+		"partition pin":   func(c *Config) { c.Projector.PinnedTTL = 3 * time.Second },
 		"relay lease TTL": func(c *Config) { c.Relay.LeaseTTL = 0 },
 		"job lease":       func(c *Config) { c.Jobs.LeaseTTL = time.Millisecond },
 		"rebuild rate":    func(c *Config) { c.Jobs.MaxEventsPerSecond = -1 },

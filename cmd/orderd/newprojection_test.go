@@ -58,8 +58,8 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 	// The store and the stream as a service without order_summaries left
 	// them: every collection of it (the base name, which may be a view on
 	// the active collection, and the rebuilt ones the pointer names, all
-	// prefixed with the base name), its pointer, and the partition leases,
-	// members and consumers of its version.
+	// prefixed with the base name), its pointer, and the consumers of its
+	// version.
 	def := projection.OrderSummaries
 	names, err := db.ListCollectionNames(ctx, bson.D{})
 	if err != nil {
@@ -72,15 +72,8 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 			}
 		}
 	}
-	leases := bson.D{{Key: "projection", Value: bson.D{{Key: "$in", Value: bson.A{def.Name, def.Key()}}}}}
-	for coll, filter := range map[string]bson.D{
-		mongodb.PointersCollection:   {{Key: "_id", Value: def.Name}},
-		mongodb.PartitionsCollection: leases,
-		mongodb.MembersCollection:    leases,
-	} {
-		if _, err := db.Collection(coll).DeleteMany(ctx, filter); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := db.Collection(mongodb.PointersCollection).DeleteMany(ctx, bson.D{{Key: "_id", Value: def.Name}}); err != nil {
+		t.Fatal(err)
 	}
 	for p := range a.Config.Projector.Partitions {
 		name := fmt.Sprintf("proj_%s_p%02d", def.Key(), p)

@@ -39,9 +39,8 @@ const (
 //     on a scratch collection of 600 documents, from 16 goroutines;
 //  2. the projection apply rate with 1, 2 and 3 projector processes
 //     (orderd serve -roles projector): for each count, a fresh database
-//     and stream, the processes started and the projection's 16
-//     partitions shared evenly, then 600 orders' 2400 events published at
-//     once; the rate is the events applied by the projection (2400)
+//     and stream, the processes started and pulling the projection's 16
+//     partitions, then 600 orders' 2400 events published at once; the rate is the events applied by the projection (2400)
 //     over the time from the first publish until every partition's
 //     consumer has acknowledged everything.
 //
@@ -121,7 +120,7 @@ func rawUpdates(ctx context.Context, b *testing.B, coll *mongo.Collection) float
 const scaleProjections = 1
 
 // applyRate starts procs projector processes on a fresh database and
-// stream, waits until they share the partitions evenly, publishes
+// stream, waits until they all pull the partitions, publishes
 // scaleOrders orders' events and returns the events applied per second
 // (by the projection) until every partition consumer has acknowledged
 // everything.
@@ -180,39 +179,16 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 		started = append(started, startInstance(b, name, "-roles", "projector", "-instance-id", name, "-http-addr", "127.0.0.1:0",
 			"-mongodb-uri", uri, "-mongodb-database", dbName, "-nats-url", natsURL, "-stream", streamName, "-log-level", "warn"))
 	}
-	// Even shares: with n processes, each holds 16/n or one more of the
-	// projection's partitions.
-	parts := db.Collection(mongodb.PartitionsCollection)
-	var held map[string]map[string]int
+	// Every process pulling: JetStream pins each partition to one of
+	// them as its first message arrives, and they even the shares out
+	// from there.
+	var members []projector.Member
 	if !waitFor(2*time.Minute, 100*time.Millisecond, func() bool {
-		var leases []struct {
-			Projection string    `bson:"projection"`
-			Owner      string    `bson:"owner"`
-			Expires    time.Time `bson:"expires_at"`
-		}
-		held = map[string]map[string]int{}
-		if cur, err := parts.Find(ctx, bson.D{}); err == nil && cur.All(ctx, &leases) == nil {
-			for _, l := range leases {
-				if l.Owner != "" && l.Expires.After(time.Now()) {
-					if held[l.Projection] == nil {
-						held[l.Projection] = map[string]int{}
-					}
-					held[l.Projection][l.Owner]++
-				}
-			}
-		}
-		even := len(held) == scaleProjections
-		for _, owners := range held {
-			total := 0
-			for _, n := range owners {
-				total += n
-				even = even && n >= projector.DefaultPartitions/procs && n <= (projector.DefaultPartitions+procs-1)/procs
-			}
-			even = even && len(owners) == procs && total == projector.DefaultPartitions
-		}
-		return even
+		var err error
+		members, err = projector.RollCall(ctx, js.Conn(), projection.OrderSummaries.Key())
+		return err == nil && len(members) == procs
 	}) {
-		b.Fatalf("%d projectors: partitions held as %v, not evenly", procs, held)
+		b.Fatalf("%d projectors: %d answer the roll call", procs, len(members))
 	}
 
 	start := time.Now()

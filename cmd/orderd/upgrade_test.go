@@ -22,13 +22,13 @@ import (
 
 // TestUpgradeRetiresThePerOrderReadModels starts the service on a store
 // and a stream as the version that kept customer_order_stats and
-// daily_sales left them (their collections, pointers, partition leases
-// and consumers beside order_summaries). From its first answer on, every
+// daily_sales left them (their collections, pointers and consumers beside
+// order_summaries, and the projectors' partition leases and members). From its first answer on, every
 // customer's stats and the daily sales are what they were before the
 // upgrade, summed from the summaries: no 404, no partial sum. What the
-// retired projections left is removed: their consumers and leases at
-// once (no process of theirs is alive), their collections once the
-// grace is over.
+// retired projections left is removed: their consumers at once (no
+// process of theirs is alive), the leases and members at start, their
+// collections once the grace is over.
 func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
@@ -96,15 +96,20 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 			{Key: "active", Value: name}, {Key: "active_version", Value: v}, {Key: "generation", Value: int64(1)}}); err != nil {
 			t.Fatal(err)
 		}
-		if err := mongodb.NewPartitions(db, key).Ensure(ctx, partitions); err != nil {
-			t.Fatal(err)
-		}
 		for p := range partitions {
 			if _, err := n.JS.CreateOrUpdateConsumer(ctx, stream.Name, jetstream.ConsumerConfig{
 				Durable: fmt.Sprintf("proj_%s_p%02d", key, p), FilterSubject: fmt.Sprintf("%s.%d.>", stream.SubjectPrefix, p),
 				AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+
+	// The projectors' partition leases and members, which this version
+	// does not keep.
+	for _, coll := range mongodb.Unused {
+		if _, err := db.Collection(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: "order_summaries/00"}}); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -131,7 +136,8 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 }
 
 // leftovers describes what the retired projections still have: a
-// pointer, a collection, a partition lease or a consumer ("" for nothing).
+// pointer, a collection or a consumer, and the collections of partition
+// leases and members ("" for nothing).
 func leftovers(t *testing.T, ctx context.Context, db *mongo.Database, js jetstream.JetStream, stream string, retired map[string]int) string {
 	t.Helper()
 	var left []string
@@ -156,18 +162,18 @@ func leftovers(t *testing.T, ctx context.Context, db *mongo.Database, js jetstre
 		if slices.Contains(colls, name) {
 			left = append(left, "collection "+name)
 		}
-		for coll, filter := range map[string]bson.D{
-			mongodb.PointersCollection:   {{Key: "_id", Value: name}},
-			mongodb.PartitionsCollection: {{Key: "projection", Value: key}},
-		} {
-			if k, err := db.Collection(coll).CountDocuments(ctx, filter); err != nil || k > 0 {
-				left = append(left, fmt.Sprintf("%d documents of %s in %s (%v)", k, name, coll, err))
-			}
+		if k, err := db.Collection(mongodb.PointersCollection).CountDocuments(ctx, bson.D{{Key: "_id", Value: name}}); err != nil || k > 0 {
+			left = append(left, fmt.Sprintf("%d pointers of %s (%v)", k, name, err))
 		}
 		for _, c := range consumers {
 			if strings.HasPrefix(c, "proj_"+key+"_") {
 				left = append(left, "consumer "+c)
 			}
+		}
+	}
+	for _, coll := range mongodb.Unused {
+		if slices.Contains(colls, coll) {
+			left = append(left, "collection "+coll)
 		}
 	}
 	return strings.Join(left, ", ")

@@ -837,17 +837,14 @@ type OrderEvents struct {
 
 // PartitionStatus defines model for PartitionStatus.
 type PartitionStatus struct {
-	// Applied Events the owner applied during its current ownership of the partition, as of its last heartbeat.
+	// Applied Events the owner applied in the partition since it started, as it answered the last roll call.
 	Applied int64 `json:"applied"`
 
-	// ApplyRate Events per second the owner applied between its last two heartbeats.
+	// ApplyRate Events per second the owner applied between the last two roll calls.
 	ApplyRate float32 `json:"apply_rate"`
 
 	// Consumer The partition's durable JetStream consumer.
 	Consumer string `json:"consumer"`
-
-	// Epoch Claims of the partition so far: the epoch of the current owner's lease.
-	Epoch *int64 `json:"epoch,omitempty"`
 
 	// Lag Messages of the partition not yet acknowledged; null when unknown.
 	Lag *int `json:"lag"`
@@ -855,12 +852,12 @@ type PartitionStatus struct {
 	// LagSeconds 0 when nothing of the partition is pending, else the seconds since the newest event it applied was recorded (recorded_at): how stale its read-model documents can be at most. null when unknown.
 	LagSeconds *float32 `json:"lag_seconds"`
 
-	// LeaseUntil When the owner's lease runs out unless renewed.
-	LeaseUntil *time.Time `json:"lease_until,omitempty"`
-
-	// Owner Instance id of the projector holding the partition's lease; absent when none does.
+	// Owner Instance id of the projector JetStream delivers the partition to (its pinned client); absent when none holds the pin.
 	Owner     *string `json:"owner,omitempty"`
 	Partition int     `json:"partition"`
+
+	// PinnedAt When JetStream pinned the partition to its owner.
+	PinnedAt *time.Time `json:"pinned_at,omitempty"`
 }
 
 // PlaceRequest The body of POST /v1/orders. Decoded strictly: unknown fields, a field given twice, upper-case field names and trailing data are refused. Amounts are minor units of currency. Freight goes on each line (items[].freight_cents, as in the Olist data); freight_cents here is an optional charge on the whole order.

@@ -50,7 +50,8 @@ func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Dat
 // RunnerConfig is a projector.RunnerConfig consuming b's stream with
 // test batch sizes.
 func (b *Bus) RunnerConfig() projector.RunnerConfig {
-	return projector.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, Workers: 2, BatchSize: 16}
+	return projector.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, BatchSize: 16,
+		PinnedTTL: 4 * time.Second, LagInterval: 500 * time.Millisecond}
 }
 
 // Messages is the number of messages the stream holds.
@@ -99,10 +100,10 @@ func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.E
 }
 
 // Run starts a Runner of p on b's stream with cfg, its dead letters in
-// p's database, and stops it when the test ends.
-func Run[D any](t *testing.T, b *Bus, p *mongodb.Projection[D], cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
+// db, and stops it when the test ends.
+func Run(t *testing.T, b *Bus, db *mongo.Database, p projector.Projection, cfg projector.RunnerConfig, m *projector.Metrics) *projector.Runner {
 	t.Helper()
-	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(p.Database()), cfg, projectiontest.Logger(t), m)
+	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, r.Name()+" runner", r.Run)
 	return r
 }

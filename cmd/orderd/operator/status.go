@@ -229,20 +229,20 @@ func printPartitions(w io.Writer, list []jobs.ProjectionStatus, now time.Time) e
 	}
 	fmt.Fprintln(w)
 	tw := newTable(w)
-	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tLEASE LEFT\tLAG\tBEHIND\tAPPLIED\tRATE/S")
+	fmt.Fprintln(tw, "PROJECTION\tPARTITION\tOWNER\tPINNED FOR\tLAG\tBEHIND\tAPPLIED\tRATE/S")
 	for _, p := range list {
 		for _, pt := range p.Partitions {
-			lag, left, secs := "-", "-", "-"
+			lag, pinned, secs := "-", "-", "-"
 			if pt.Lag != nil {
 				lag = fmt.Sprint(*pt.Lag)
 			}
 			if pt.LagSeconds != nil {
 				secs = fmt.Sprintf("%.1fs", *pt.LagSeconds)
 			}
-			if pt.Owner != "" && pt.LeaseUntil.After(now) {
-				left = pt.LeaseUntil.Sub(now).Round(time.Second).String()
+			if !pt.PinnedAt.IsZero() {
+				pinned = now.Sub(pt.PinnedAt).Round(time.Second).String()
 			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%.1f\n", p.Name, pt.Partition, cmp.Or(pt.Owner, "-"), left, lag, secs, pt.Applied, pt.ApplyRate)
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%d\t%.1f\n", p.Name, pt.Partition, cmp.Or(pt.Owner, "-"), pinned, lag, secs, pt.Applied, pt.ApplyRate)
 		}
 	}
 	return tw.Flush()

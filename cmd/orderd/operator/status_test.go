@@ -96,7 +96,7 @@ func TestStatusTable(t *testing.T) {
 		LastRebuild: &jobs.JobSummary{Job: "job-7", State: jobs.StateRunning, Events: 4900,
 			JobPhase: jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
 		Partitions: []projector.PartitionStatus{
-			{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", LeaseUntil: now.Add(8 * time.Second), Epoch: 3,
+			{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", PinnedAt: now.Add(-8 * time.Second),
 				Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
 			{Partition: 1, Consumer: "proj_order_summaries_p01"},
 		}})
@@ -110,7 +110,7 @@ func TestStatusTable(t *testing.T) {
 		t.Fatalf("no partition table in:\n%s", building)
 	}
 	lines := strings.Split(parts, "\n")
-	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "LEASE", "LEFT", "LAG", "BEHIND", "APPLIED", "RATE/S"}) {
+	if got := strings.Fields(lines[0]); !slices.Equal(got, []string{"PARTITION", "OWNER", "PINNED", "FOR", "LAG", "BEHIND", "APPLIED", "RATE/S"}) {
 		t.Errorf("partition heading %q", lines[0])
 	}
 	for i, want := range [][]string{

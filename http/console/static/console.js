@@ -406,13 +406,15 @@
   }
 
   // partitionsFold folds every projection's partitions into one
-  // details element whose summary says whether all are owned.
+  // details element whose summary says whether every partition with
+  // messages waiting has an owner (JetStream pins a partition to a
+  // projector when a message reaches it: an idle one has none).
   function partitionsFold(ps, open) {
     const all = ps.flatMap((p) => p.partitions || []);
-    const unowned = all.filter((x) => x && !x.owner).length;
+    const unowned = all.filter((x) => x && !x.owner && x.lag).length;
     const fold = h('details', { id: 'partitions-fold', open: open || null },
       h('summary', {}, `Partitions: ${fmtNum(all.length)} (${ps.map((p) => `${p.name} ${(p.partitions || []).length}`).join(', ')}) — `,
-        unowned ? h('span', { class: 'warn' }, `⚠ ${unowned} without an owner`) : h('span', { class: 'ok' }, '✓ all owned')));
+        unowned ? h('span', { class: 'warn' }, `⚠ ${unowned} with messages waiting and no owner`) : h('span', { class: 'ok' }, '✓ every busy partition owned')));
     for (const p of ps) if (Array.isArray(p.partitions) && p.partitions.length) fold.append(partitionsTable(p));
     return fold;
   }
@@ -465,12 +467,11 @@
   const PARTITION_COLUMNS = [
     ['partition', 'Partition', 'num', (v) => fmtNum(v)],
     ['consumer', 'Consumer', 'mono', (v) => v || '–'],
-    ['owner', 'Owner', 'mono', (v) => v || h('span', { class: 'warn' }, '– no owner')],
-    ['lease_until', 'Lease until', '', fmtTime],
-    ['epoch', 'Epoch', 'num', (v) => fmtNum(v)],
+    ['owner', 'Owner', 'mono', (v) => v || h('span', { class: 'muted' }, '– none (idle)')],
+    ['pinned_at', 'Pinned since', '', fmtTime],
     ['lag', 'Lag (messages)', 'num', (v) => (v === null || v === undefined) ? h('span', { class: 'warn' }, '? unknown') : fmtNum(v)],
     ['lag_seconds', 'Lag (seconds)', 'num', (v) => (v === null || v === undefined) ? h('span', { class: 'warn' }, '? unknown') : v.toFixed(1)],
-    ['applied', 'Applied this ownership', 'num', (v) => fmtNum(v)],
+    ['applied', 'Applied by its owner', 'num', (v) => fmtNum(v)],
     ['apply_rate', 'Apply rate (events/s)', 'num', fmtRate],
   ];
   function label(key) {

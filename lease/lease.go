@@ -1,4 +1,4 @@
-package projector
+package lease
 
 import "time"
 
@@ -8,9 +8,8 @@ import "time"
 // the store refuses its renewals, its release and every write fenced by
 // it. Times are the holder's clock, taken before the write was sent, so
 // the holder's idea of its deadline is never later than the stored one.
-// The projector holds its partitions under leases, the jobs their tasks
-// and the relay its log; a deposed holder's write fails with
-// domain.ErrLeaseLost.
+// The relay holds one for its log, the jobs one per task; a deposed
+// holder's write fails with domain.ErrLeaseLost.
 type Lease struct {
 	Name       string    // the lease's name, unique within its store
 	Holder     string    // who holds it: an instance or runner id
