@@ -91,20 +91,20 @@ func (a *Service) StartVerify(ctx context.Context, projection string, repair boo
 // SwitchBack points readers of projection back at the collection the last
 // switch replaced (jobs.Jobs.SwitchBack) and returns the projection's
 // state after it.
-func (a *Service) SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error) {
+func (a *Service) SwitchBack(ctx context.Context, projection string) (ProjectionStatus, error) {
 	if _, err := a.jobs.SwitchBack(ctx, projection); err != nil {
-		return jobs.ProjectionStatus{}, err
+		return ProjectionStatus{}, err
 	}
 	list, err := a.Projections(ctx)
 	if err != nil {
-		return jobs.ProjectionStatus{}, err
+		return ProjectionStatus{}, err
 	}
 	for _, p := range list {
 		if p.Name == projection {
 			return p, nil
 		}
 	}
-	return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	return ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
 func (a *Service) StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
@@ -125,12 +125,27 @@ func (a *Service) CancelJob(ctx context.Context, id string) (jobs.Job, error) {
 	return a.jobs.Cancel(ctx, id)
 }
 
+// ProjectionStatus is one projection as GET /v1/admin/projections shows
+// it: its read models and jobs (jobs.ProjectionStatus), and its
+// partitions as JetStream and the projectors answer.
+type ProjectionStatus struct {
+	jobs.ProjectionStatus
+	// Partitions are the projection's partitions, in order, each
+	// delivered to one process at a time.
+	Partitions []projector.PartitionStatus `json:"partitions,omitempty"`
+	// AckFloor is how many deliveries the projection's consumers have
+	// acknowledged, summed over its partitions (each consumer's ack floor),
+	// nil when unknown. Its change over time is the projection's apply
+	// rate in events per second.
+	AckFloor *uint64 `json:"ack_floor"`
+}
+
 // Projections adds to each projection's state (jobs.Jobs.Status) its
-// partitions: owner and apply rate from the lease documents, lag from
-// JetStream; and the lag of the consumers feeding the active collection
-// and a shadow being built, each of its own version.
-func (a *Service) Projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
-	list, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
+// partitions: owner and apply rate from the projectors' roll call, pin
+// and lag from JetStream; and the lag of the consumers feeding the active
+// collection and a shadow being built, each of its own version.
+func (a *Service) Projections(ctx context.Context) ([]ProjectionStatus, error) {
+	states, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
 			return nil, ""
@@ -147,38 +162,38 @@ func (a *Service) Projections(ctx context.Context) ([]jobs.ProjectionStatus, err
 	if err != nil {
 		return nil, err
 	}
-	for i, p := range list {
+	list := make([]ProjectionStatus, len(states))
+	for i, p := range states {
+		list[i].ProjectionStatus = p
 		r := a.runner(p.Name)
-		if r == nil {
+		if r == nil || !a.bus {
 			continue
 		}
-		if list[i].Partitions, err = r.PartitionStatus(ctx, a.bus); err != nil {
+		if list[i].Partitions, err = r.PartitionStatus(ctx, true); err != nil {
 			return nil, err
 		}
-		if a.bus {
-			if n, err := r.AckFloor(ctx); err == nil {
-				list[i].AckFloor = &n
+		if n, err := r.AckFloor(ctx); err == nil {
+			list[i].AckFloor = &n
+		}
+		list[i].ConsumerLagVersion = p.Version
+		// The collection readers read and a shadow being built are fed by
+		// the consumers of their own versions, which during a deploy are
+		// not this instance's.
+		lagOf := func(v int) *uint64 {
+			if v == p.Version {
+				return p.ConsumerLag
 			}
-			list[i].ConsumerLagVersion = p.Version
-			// The collection readers read and a shadow being built are
-			// fed by the consumers of their own versions, which during a
-			// deploy are not this instance's.
-			lagOf := func(v int) *uint64 {
-				if v == p.Version {
-					return p.ConsumerLag
-				}
-				n, err := r.VersionLag(ctx, v)
-				if err != nil {
-					return nil
-				}
-				return &n
+			n, err := r.VersionLag(ctx, v)
+			if err != nil {
+				return nil
 			}
-			if p.ActiveVersion > 0 {
-				list[i].ActiveLag = lagOf(p.ActiveVersion)
-			}
-			if p.ShadowVersion > 0 {
-				list[i].ShadowLag = lagOf(p.ShadowVersion)
-			}
+			return &n
+		}
+		if p.ActiveVersion > 0 {
+			list[i].ActiveLag = lagOf(p.ActiveVersion)
+		}
+		if p.ShadowVersion > 0 {
+			list[i].ShadowLag = lagOf(p.ShadowVersion)
 		}
 	}
 	return list, nil

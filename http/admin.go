@@ -29,11 +29,11 @@ type Admin interface {
 	StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error)
 	// SwitchBack points readers back at the projection's previous
 	// collection and returns the projection's state after it.
-	SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error)
+	SwitchBack(ctx context.Context, projection string) (admin.ProjectionStatus, error)
 	StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error)
 	Job(ctx context.Context, id string) (jobs.Job, error)
 	CancelJob(ctx context.Context, id string) (jobs.Job, error)
-	Projections(ctx context.Context) ([]jobs.ProjectionStatus, error)
+	Projections(ctx context.Context) ([]admin.ProjectionStatus, error)
 	// Relay returns the outbox relay's owner, lease and checkpoint.
 	Relay(ctx context.Context) (outbox.RelayStatus, error)
 	DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error)

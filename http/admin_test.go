@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
@@ -47,7 +48,7 @@ type fakeAdmin struct {
 	rebuild  map[string]string      // projection -> its unfinished rebuild
 	dead     map[string]error       // dead letter id -> what a retry returns
 	letters  []projector.DeadLetter // listed by DeadLetters
-	statuses []jobs.ProjectionStatus
+	statuses []admin.ProjectionStatus
 	relay    outbox.RelayStatus
 	checks   map[string][]projection.ReadModelCheck // order id -> what ReadModels returns
 	err      error                                  // returned by Projections when set
@@ -64,10 +65,10 @@ func newFakeAdmin() *fakeAdmin {
 		jobs:    map[string]jobs.Job{},
 		rebuild: map[string]string{},
 		dead:    map[string]error{},
-		statuses: []jobs.ProjectionStatus{
-			{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries_v2_0193", ActiveVersion: 2,
-				PreviousCollection: "order_summaries", PreviousVersion: 1, Generation: 3},
-			{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", Generation: 1},
+		statuses: []admin.ProjectionStatus{
+			{ProjectionStatus: jobs.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries_v2_0193", ActiveVersion: 2,
+				PreviousCollection: "order_summaries", PreviousVersion: 1, Generation: 3}},
+			{ProjectionStatus: jobs.ProjectionStatus{Name: "customer_order_stats", ActiveCollection: "customer_order_stats", Generation: 1}},
 		},
 	}
 }
@@ -163,20 +164,20 @@ func (f *fakeAdmin) StartVerify(_ context.Context, projection string, repair boo
 }
 
 // SwitchBack swaps a status's active and previous collections.
-func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (jobs.ProjectionStatus, error) {
+func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (admin.ProjectionStatus, error) {
 	defer f.call(adminCall{Method: "SwitchBack", Projection: projection})()
 	if !f.known[projection] {
-		return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+		return admin.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
 	if id := f.rebuild[projection]; id != "" {
-		return jobs.ProjectionStatus{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
+		return admin.ProjectionStatus{}, fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
 	}
 	for i, st := range f.statuses {
 		if st.Name != projection {
 			continue
 		}
 		if st.PreviousCollection == "" {
-			return jobs.ProjectionStatus{}, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
+			return admin.ProjectionStatus{}, fmt.Errorf("%s: %w", projection, domain.ErrNoPrevious)
 		}
 		st.ActiveCollection, st.PreviousCollection = st.PreviousCollection, st.ActiveCollection
 		st.ActiveVersion, st.PreviousVersion = st.PreviousVersion, st.ActiveVersion
@@ -184,7 +185,7 @@ func (f *fakeAdmin) SwitchBack(_ context.Context, projection string) (jobs.Proje
 		f.statuses[i] = st
 		return st, nil
 	}
-	return jobs.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
+	return admin.ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 }
 
 func (f *fakeAdmin) StartReplay(_ context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
@@ -219,12 +220,12 @@ func (f *fakeAdmin) CancelJob(_ context.Context, id string) (jobs.Job, error) {
 	return job, nil
 }
 
-func (f *fakeAdmin) Projections(context.Context) ([]jobs.ProjectionStatus, error) {
+func (f *fakeAdmin) Projections(context.Context) ([]admin.ProjectionStatus, error) {
 	defer f.call(adminCall{Method: "Projections"})()
 	if f.err != nil {
 		return nil, f.err
 	}
-	return append([]jobs.ProjectionStatus{}, f.statuses...), nil
+	return append([]admin.ProjectionStatus{}, f.statuses...), nil
 }
 
 func (f *fakeAdmin) Relay(context.Context) (outbox.RelayStatus, error) {
@@ -884,8 +885,8 @@ func TestAdminProjections(t *testing.T) {
 	}
 	wantJSON(t, rec)
 	var body struct {
-		Projections []jobs.ProjectionStatus `json:"projections"`
-		Relay       outbox.RelayStatus      `json:"relay"`
+		Projections []admin.ProjectionStatus `json:"projections"`
+		Relay       outbox.RelayStatus       `json:"relay"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(rec.Body.Bytes()))
 	dec.DisallowUnknownFields()
@@ -915,7 +916,7 @@ func TestAdminSwitchBack(t *testing.T) {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("POST %s: %d %s", path, rec.Code, rec.Body)
 	}
-	var st jobs.ProjectionStatus
+	var st admin.ProjectionStatus
 	if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil {
 		t.Fatalf("body %q: %v", rec.Body, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/http/api"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
@@ -16,9 +17,9 @@ import (
 
 // Projections returns every projection's status
 // (GET /v1/admin/projections).
-func (c *Client) Projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
+func (c *Client) Projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
 	var list struct {
-		Projections []jobs.ProjectionStatus `json:"projections"`
+		Projections []admin.ProjectionStatus `json:"projections"`
 	}
 	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
 	return list.Projections, err
@@ -55,8 +56,8 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // switch replaced, and returns the projection's state after it, or an
 // *Error wrapping domain.ErrNotFound (unknown projection),
 // domain.ErrNoPrevious or domain.ErrJobRunning.
-func (c *Client) SwitchBack(ctx context.Context, projection string) (jobs.ProjectionStatus, error) {
-	var st jobs.ProjectionStatus
+func (c *Client) SwitchBack(ctx context.Context, projection string) (admin.ProjectionStatus, error) {
+	var st admin.ProjectionStatus
 	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.SwitchBack(ctx, projection, edit...)
 	}, nil, &st)

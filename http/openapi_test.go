@@ -266,9 +266,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	jobSummary := job.Summary()
 	behind := 1.5
 	partition := projector.PartitionStatus{Partition: 1, Consumer: "proj_p_p01", Owner: "o", PinnedAt: at, Lag: &lag, LagSeconds: &behind, Applied: 1, ApplyRate: 1}
-	projStatus := jobs.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
+	projStatus := admin.ProjectionStatus{ProjectionStatus: jobs.ProjectionStatus{Name: "p", Version: 2, ActiveCollection: "a", ActiveVersion: 1, ShadowCollection: "s", ShadowVersion: 2,
 		PreviousCollection: "b", PreviousVersion: 1, SwitchedBackFrom: 3, SwitchedAt: at, Generation: 1, ConsumerLag: &lag,
-		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary, Partitions: []projector.PartitionStatus{partition}, AckFloor: &lag}
+		ConsumerLagVersion: 2, ActiveLag: &lag, ShadowLag: &lag, LastError: "e", DeadLetters: 1, LastVerify: &verifySummary, LastRebuild: &jobSummary},
+		Partitions: []projector.PartitionStatus{partition}, AckFloor: &lag}
 	check := projection.ReadModelCheck{Projection: "p", Collection: "c", State: "different", StoredVersion: 1, LogVersion: 1,
 		Document: json.RawMessage(`{"version":1}`), Expected: json.RawMessage(`{"version":1}`), Fields: []string{"status"}, FoldError: "e"}
 	dead := projector.DeadLetter{ID: "p:1", Projection: "p", StreamID: "s", EventID: "e", Version: 1, Subject: "x", Payload: "{}",
@@ -322,7 +323,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"Resume", resume, jobs.Resume{}},
 		{"VerifyReport", report, jobs.VerifyReport{}},
 		{"DriftExample", drift, jobs.DriftExample{}},
-		{"ProjectionStatus", projStatus, jobs.ProjectionStatus{}},
+		{"ProjectionStatus", projStatus, admin.ProjectionStatus{}},
 		{"PartitionStatus", partition, projector.PartitionStatus{}},
 		{"VerifySummary", verifySummary, jobs.VerifySummary{}},
 		{"JobSummary", jobSummary, jobs.JobSummary{}},

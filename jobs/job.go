@@ -4,7 +4,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/orderd/orderd/projector"
 )
 
 // The jobs' vocabulary: jobs, their tasks and reports, and each
@@ -173,8 +172,9 @@ type DriftExample struct {
 	Fields        []string `json:"fields,omitempty"` // top-level fields that differ
 }
 
-// ProjectionStatus is one projection as GET /v1/admin/projections shows
-// it.
+// ProjectionStatus is one projection's read models and jobs, as the
+// store holds them (the part of GET /v1/admin/projections that package
+// admin does not add).
 //
 // Versions are those of the projection's definition: Version is the one
 // the answering instance folds; ActiveVersion that of the collection
@@ -214,15 +214,6 @@ type ProjectionStatus struct {
 	DeadLetters int64          `json:"dead_letters"`
 	LastVerify  *VerifySummary `json:"last_verify,omitempty"`
 	LastRebuild *JobSummary    `json:"last_rebuild,omitempty"`
-	// Partitions are the projection's partitions, in order, each
-	// consumed by one process at a time.
-	Partitions []projector.PartitionStatus `json:"partitions,omitempty"`
-
-	// AckFloor is how many deliveries the projection's consumers have
-	// acknowledged, summed over its partitions (each consumer's ack floor),
-	// nil when unknown. Its change over time is the projection's apply
-	// rate in events per second.
-	AckFloor *uint64 `json:"ack_floor"`
 }
 
 // VerifySummary is the outcome of a projection's latest verify job.

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
@@ -205,7 +206,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 }
 
 // projections returns the projections as the service reports them.
-func (o *command) projections(ctx context.Context) ([]jobs.ProjectionStatus, error) {
+func (o *command) projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
 	list, err := o.api.Projections(ctx)
 	if err != nil {
 		return nil, o.fail(ctx, err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
@@ -147,7 +148,7 @@ func printRelay(w io.Writer, r outbox.RelayStatus, now time.Time) error {
 // versionCell is a projection's versions: the active one, then one being
 // built and the one kept for a switch back, e.g. "v2 (building v3,
 // previous v1)"; "none" before a first build.
-func versionCell(p jobs.ProjectionStatus) string {
+func versionCell(p admin.ProjectionStatus) string {
 	cell := "none"
 	if p.ActiveVersion > 0 {
 		cell = fmt.Sprintf("v%d", p.ActiveVersion)
@@ -167,7 +168,7 @@ func versionCell(p jobs.ProjectionStatus) string {
 
 // printStatus writes the table of the projections, then hints for what
 // needs attention; now is the time the ages are counted to.
-func printStatus(w io.Writer, op *command, list []jobs.ProjectionStatus, now time.Time) error {
+func printStatus(w io.Writer, op *command, list []admin.ProjectionStatus, now time.Time) error {
 	if len(list) == 0 {
 		_, err := fmt.Fprintln(w, "the service reports no projections")
 		return err
@@ -219,7 +220,7 @@ func printStatus(w io.Writer, op *command, list []jobs.ProjectionStatus, now tim
 
 // printPartitions writes the table of the projections' partitions, if the
 // service reported any.
-func printPartitions(w io.Writer, list []jobs.ProjectionStatus, now time.Time) error {
+func printPartitions(w io.Writer, list []admin.ProjectionStatus, now time.Time) error {
 	n := 0
 	for _, p := range list {
 		n += len(p.Partitions)
@@ -251,7 +252,7 @@ func printPartitions(w io.Writer, list []jobs.ProjectionStatus, now time.Time) e
 // readLag is the LAG cell: the lag of the consumers feeding the
 // collection readers read. A server older than active_lag sends only the
 // lag of its own version, which is the readers' unless it builds another.
-func readLag(p jobs.ProjectionStatus) string {
+func readLag(p admin.ProjectionStatus) string {
 	lag := p.ActiveLag
 	if lag == nil && p.ConsumerLagVersion == 0 && (p.ShadowVersion == 0 || p.ShadowVersion == p.ActiveVersion) {
 		lag = p.ConsumerLag
@@ -265,7 +266,7 @@ func readLag(p jobs.ProjectionStatus) string {
 // buildLag is the BUILD LAG cell: while a rebuild runs, the lag of the
 // consumers feeding its shadow, with the version built ("12 (v3)"); "-"
 // when none runs or it is unknown.
-func buildLag(p jobs.ProjectionStatus) string {
+func buildLag(p admin.ProjectionStatus) string {
 	if p.ShadowVersion == 0 || p.ShadowLag == nil {
 		return "-"
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/admin"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
@@ -59,10 +60,10 @@ func TestStatusTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &command{tokenEnv: "ADMIN_TOKEN", api: api}
-	show := func(p jobs.ProjectionStatus) string {
+	show := func(p admin.ProjectionStatus) string {
 		t.Helper()
 		var b bytes.Buffer
-		if err := printStatus(&b, c, []jobs.ProjectionStatus{p}, now); err != nil {
+		if err := printStatus(&b, c, []admin.ProjectionStatus{p}, now); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("\n%s", b.String())
@@ -89,12 +90,12 @@ func TestStatusTable(t *testing.T) {
 		}
 	}
 
-	building := show(jobs.ProjectionStatus{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2,
+	building := show(admin.ProjectionStatus{ProjectionStatus: jobs.ProjectionStatus{Name: "order_summaries", Version: 3, ActiveCollection: "order_summaries_r1", ActiveVersion: 2,
 		ShadowCollection: "order_summaries_r2", ShadowVersion: 3, PreviousCollection: "order_summaries", PreviousVersion: 1,
 		ConsumerLag: &lag, ConsumerLagVersion: 3, ActiveLag: &readers, ShadowLag: &lag,
 		LastVerify: &jobs.VerifySummary{Job: "v1", State: jobs.StateSucceeded, FinishedAt: now.Add(-2 * time.Minute), Drift: 3},
 		LastRebuild: &jobs.JobSummary{Job: "job-7", State: jobs.StateRunning, Events: 4900,
-			JobPhase: jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}},
+			JobPhase: jobs.JobPhase{Phase: "scanning", Step: 1, Steps: 3, Percent: &pct, PhaseETASeconds: 12}}},
 		Partitions: []projector.PartitionStatus{
 			{Partition: 0, Consumer: "proj_order_summaries_p00", Owner: "projector-1", PinnedAt: now.Add(-8 * time.Second),
 				Lag: &lag, LagSeconds: &behind, Applied: 1520, ApplyRate: 12.44},
@@ -128,9 +129,9 @@ func TestStatusTable(t *testing.T) {
 		"orderd verify order_summaries -repair",
 		"order_summaries (version 1) is kept for the rebuild grace after the last switch; read it again with: orderd switch-back order_summaries")
 
-	switchedBack := show(jobs.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries", ActiveVersion: 1,
+	switchedBack := show(admin.ProjectionStatus{ProjectionStatus: jobs.ProjectionStatus{Name: "order_summaries", Version: 2, ActiveCollection: "order_summaries", ActiveVersion: 1,
 		SwitchedBackFrom: 2, DeadLetters: 2, LastError: long,
-		LastVerify: &jobs.VerifySummary{Job: "v2", State: jobs.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}})
+		LastVerify: &jobs.VerifySummary{Job: "v2", State: jobs.StateSucceeded, FinishedAt: now.Add(-5 * time.Hour), Drift: 4, Repaired: 4}}})
 	wantCells(switchedBack, map[string]string{"VERSION": "v1", "ACTIVE COLLECTION": "order_summaries", "LAG": "-", "BUILD LAG": "-", "DEAD LETTERS": "2",
 		"LAST VERIFY": "repaired 4 5h ago", "LAST REBUILD": "-", "LAST ERROR": truncate(long, statusErrorWidth)})
 	if e := statusRows(t, switchedBack)["order_summaries"]["LAST ERROR"]; len([]rune(e)) != statusErrorWidth || !strings.HasSuffix(e, "...") || strings.Contains(e, "\n") {
