@@ -3,7 +3,6 @@ package jobs
 import (
 	"strings"
 	"time"
-
 )
 
 // The jobs' vocabulary: jobs, their tasks and reports, and each

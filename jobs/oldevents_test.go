@@ -14,11 +14,11 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // oldEvents is the fixture of testdata/old-events (see its README): commit

@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestRebuildPartitionsRunAtOnce: a rebuild in 2 partitions on one worker

@@ -7,8 +7,8 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestReplayKeepsMessageIDs republishes one stream and then a recorded-time

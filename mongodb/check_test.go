@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestCheckComparesOnlyWhatItCanFold: an order's check against a

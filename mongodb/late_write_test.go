@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestLateWriteNeverMovesADocumentBack is invariant 4's last sentence with

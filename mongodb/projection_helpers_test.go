@@ -4,7 +4,7 @@ import (
 	"slices"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/projection/projectiontest"
+	"github.com/orderd/orderd/internal/projectiontest"
 )
 
 // lastEvents is the last event of every stream.

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // The size of the project's benchmark log: 7 copies of the 4,071 Olist

@@ -8,9 +8,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 )
 
 // TestVerifySumsFindsWhatDiffersFromTheScan scans a log into a shadow

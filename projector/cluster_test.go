@@ -16,13 +16,13 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // -chaos.long: more rounds of node losses under load (make chaos).

@@ -18,12 +18,12 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // relayedLog returns the event store of db (with its indexes) and runs

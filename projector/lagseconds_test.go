@@ -10,11 +10,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // partitionSeconds returns the lag in seconds of every partition, failing

@@ -20,12 +20,12 @@ import (
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestRunnerEndToEnd runs the whole path on real servers: commands through

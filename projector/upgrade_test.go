@@ -6,11 +6,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
-	"github.com/orderd/orderd/projector/projectortest"
 )
 
 // TestRunnerPinsTheConsumersOfAnEarlierRelease: a partition consumer an

@@ -13,9 +13,9 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
-	"github.com/orderd/orderd/projection/projectiontest"
 	"github.com/orderd/orderd/projector"
 )
 
