@@ -39,8 +39,10 @@ lint: lint-api
 	@drv=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./... | grep ' go.mongodb.org/mongo-driver/' | cut -d' ' -f1 | \
 	  grep -v -e '^$(MODULE)/mongodb' -e '^$(MODULE)/internal/' -e '^$(MODULE)/cmd/' -e 'test$$' || true); \
 	  if [ -n "$$drv" ]; then echo "only the mongodb adapter, internal/, cmd/ and test helpers import the MongoDB driver; also:"; echo "$$drv"; exit 1; fi
-	@ports=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./projector ./jobs ./admin ./outbox | grep -E ' $(MODULE)/mongodb( |$$)' | cut -d' ' -f1 || true); \
-	  if [ -n "$$ports" ]; then echo "projector, jobs, admin and outbox declare what they need of the storage; only cmd/ gives them the mongodb adapter, yet these import it:"; echo "$$ports"; exit 1; fi
+	@ports=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./projection/... ./projector/... ./jobs/... ./admin/... ./outbox/... | grep -E ' $(MODULE)/mongodb( |$$)' | cut -d' ' -f1 || true); \
+	  if [ -n "$$ports" ]; then echo "projection, projector, jobs, admin and outbox declare what they need of the storage; only cmd/ gives them the mongodb adapter, yet these import it:"; echo "$$ports"; exit 1; fi
+	@up=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./jobs | grep -E ' $(MODULE)/projector( |$$)' | cut -d' ' -f1 || true); \
+	  if [ -n "$$up" ]; then echo "a worker imports no other worker's nouns; jobs imports projector"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
 
 ## lint-api: http/openapi.json under Redocly's recommended rules and Spectral's
