@@ -52,7 +52,7 @@ type DeadLetters interface {
 }
 
 // ReadModel is a projection as the order page of the console sees it:
-// the MongoDB adapter's *mongodb.Projection implements it.
+// projection.Model implements it.
 type ReadModel interface {
 	// Check compares the document of stream id with the fold of its log.
 	// Errors: domain.ErrUnavailable.

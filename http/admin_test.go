@@ -123,7 +123,7 @@ func (f *fakeAdmin) put(job jobs.Job) {
 
 // finish ends a job in state with report, releasing its projection's
 // rebuild.
-func (f *fakeAdmin) finish(id string, state jobs.JobState, report *jobs.VerifyReport) {
+func (f *fakeAdmin) finish(id string, state jobs.JobState, report *projection.VerifyReport) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	job := f.jobs[id]
@@ -763,8 +763,8 @@ func TestAdminVerify(t *testing.T) {
 		if !tt.repair || tt.body == "" {
 			continue
 		}
-		report := &jobs.VerifyReport{Collection: "order_summaries", Streams: 10, Events: 42, Documents: 10,
-			Missing: 1, Different: 2, Repaired: 3, Examples: []jobs.DriftExample{{ID: "o-7", Kind: "different", StoredVersion: 3, LogVersion: 4, Fields: []string{"status"}}},
+		report := &projection.VerifyReport{Collection: "order_summaries", Streams: 10, Events: 42, Documents: 10,
+			Missing: 1, Different: 2, Repaired: 3, Examples: []projection.DriftExample{{ID: "o-7", Kind: "different", StoredVersion: 3, LogVersion: 4, Fields: []string{"status"}}},
 			Digest: "ab12", ExpectedDigest: "cd34"}
 		e.admin.finish(job.ID, jobs.StateSucceeded, report)
 		rec = e.call(t, http.MethodGet, location(rec), "")

@@ -254,9 +254,9 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	task := jobs.Task{ID: "j/part-0", Job: "j", Name: "part-0", From: "a", To: "b", State: "running", Owner: "o", Epoch: 1,
 		LeaseUntil: at, Attempts: 1, Cursor: "a1", Events: 1, Streams: 1, Commits: 1, Poison: 1, Resumes: []jobs.Resume{resume},
 		StartedAt: at, FinishedAt: at, Error: "e"}
-	drift := jobs.DriftExample{ID: "o-1", Kind: "different", StoredVersion: 1, LogVersion: 2, Fields: []string{"status"}}
-	report := jobs.VerifyReport{Collection: "c", Streams: 1, Events: 1, Documents: 1, Missing: 1, Stale: 1, Extra: 1, Different: 1,
-		Repaired: 1, PoisonStreams: 1, Examples: []jobs.DriftExample{drift}, Digest: "d", ExpectedDigest: "d"}
+	drift := projection.DriftExample{ID: "o-1", Kind: "different", StoredVersion: 1, LogVersion: 2, Fields: []string{"status"}}
+	report := projection.VerifyReport{Collection: "c", Streams: 1, Events: 1, Documents: 1, Missing: 1, Stale: 1, Extra: 1, Different: 1,
+		Repaired: 1, PoisonStreams: 1, Examples: []projection.DriftExample{drift}, Digest: "d", ExpectedDigest: "d"}
 	job := jobs.Job{ID: "j", Kind: jobs.KindRebuild, Projection: "p", Version: 2, State: jobs.StateRunning, CreatedAt: at, FinishedAt: at,
 		Error: "e", Partitions: 2, Shadow: "s", Repair: true, Replay: &spec, TotalCommits: 1, Bounds: []string{"m"}, Report: &report,
 		StartedAt: at, Events: 1, Streams: 1, PoisonStreams: 1, RatePerSecond: 1, ETASeconds: 1, CancelRequested: true, Tasks: []jobs.Task{task}}
@@ -321,8 +321,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"ReplaySpec", spec, jobs.ReplaySpec{}},
 		{"Task", task, jobs.Task{}},
 		{"Resume", resume, jobs.Resume{}},
-		{"VerifyReport", report, jobs.VerifyReport{}},
-		{"DriftExample", drift, jobs.DriftExample{}},
+		{"VerifyReport", report, projection.VerifyReport{}},
+		{"DriftExample", drift, projection.DriftExample{}},
 		{"ProjectionStatus", projStatus, admin.ProjectionStatus{}},
 		{"PartitionStatus", partition, projector.PartitionStatus{}},
 		{"VerifySummary", verifySummary, jobs.VerifySummary{}},

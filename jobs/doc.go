@@ -6,9 +6,9 @@
 // through Store (the MongoDB adapter's *mongodb.Jobs);
 // Workers in any number of instances claim the tasks and run them, and
 // Jobs.Get sums their progress. What a task does to a read model is
-// the MongoDB adapter's (mongodb.Projection's WriteFolds and Verify,
-// the pointer documents); this package decides who runs it, when, and from
-// where:
+// package projection's (projection.Model's WriteFolds, VerifySums and
+// Verify) and the pointer documents'; this package decides who runs it,
+// when, and from where:
 //
 //   - Invariant 5: a rebuild announces a shadow collection in the
 //     projection's pointer; live projectors then also write the shadow.

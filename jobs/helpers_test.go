@@ -22,8 +22,8 @@ type repairKit struct {
 	db   *mongo.Database
 	es   *mongodb.EventStore
 	ps   *mongodb.Pointers
-	sums *mongodb.Projection[domain.Order]
-	stat *mongodb.Projection[projectiontest.Contribution]
+	sums *projection.Model[domain.Order]
+	stat *projection.Model[projectiontest.Contribution]
 	jobs *jobs.Jobs
 	// republish is the workers' publisher of replays (nil: they take no
 	// replay).

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"github.com/orderd/orderd/projection"
 	"strings"
 	"time"
 )
@@ -51,22 +52,22 @@ type ReplaySpec struct {
 // Job is a rebuild, verify or replay job. Its progress is the sum of its
 // tasks'.
 type Job struct {
-	ID           string        `json:"id"`
-	Kind         JobKind       `json:"kind"`
-	Projection   string        `json:"projection,omitempty"`
-	Version      int           `json:"version,omitempty"` // of the projection's definition: built by a rebuild, checked by a verify
-	State        JobState      `json:"state"`
-	CreatedAt    time.Time     `json:"created_at"`
-	FinishedAt   time.Time     `json:"finished_at,omitzero"`
-	Error        string        `json:"error,omitempty"`
-	Partitions   int           `json:"partitions,omitempty"` // asked for, then as cut
-	Shadow       string        `json:"shadow_collection,omitempty"`
-	Replaced     string        `json:"replaced_collection,omitempty"` // the collection a rebuild switched away from
-	Repair       bool          `json:"repair,omitempty"`
-	Replay       *ReplaySpec   `json:"replay,omitempty"`
-	TotalCommits int64         `json:"-"`
-	Bounds       []string      `json:"-"` // first stream of each partition but the first
-	Report       *VerifyReport `json:"report,omitempty"`
+	ID           string                   `json:"id"`
+	Kind         JobKind                  `json:"kind"`
+	Projection   string                   `json:"projection,omitempty"`
+	Version      int                      `json:"version,omitempty"` // of the projection's definition: built by a rebuild, checked by a verify
+	State        JobState                 `json:"state"`
+	CreatedAt    time.Time                `json:"created_at"`
+	FinishedAt   time.Time                `json:"finished_at,omitzero"`
+	Error        string                   `json:"error,omitempty"`
+	Partitions   int                      `json:"partitions,omitempty"` // asked for, then as cut
+	Shadow       string                   `json:"shadow_collection,omitempty"`
+	Replaced     string                   `json:"replaced_collection,omitempty"` // the collection a rebuild switched away from
+	Repair       bool                     `json:"repair,omitempty"`
+	Replay       *ReplaySpec              `json:"replay,omitempty"`
+	TotalCommits int64                    `json:"-"`
+	Bounds       []string                 `json:"-"` // first stream of each partition but the first
+	Report       *projection.VerifyReport `json:"report,omitempty"`
 
 	// Filled in by Jobs.Get from the tasks.
 	StartedAt       time.Time `json:"started_at,omitzero"`
@@ -131,44 +132,6 @@ type Resume struct {
 	Cursor  string    `json:"cursor"`
 	Events  int64     `json:"events"`
 	Streams int64     `json:"streams"`
-}
-
-// VerifyReport is the result of comparing a read model with the fold of
-// the log. A document is missing (the log has the stream, the read model
-// not), stale (the read model is at a lower version: drift, or a projector
-// still catching up), extra (no such stream in the log), or different (at
-// the same or a higher version, some field differs). Digest and
-// ExpectedDigest are AdHash sums (Bellare and Micciancio, "A New Paradigm
-// for Collision-free Hashing", EUROCRYPT 1997: the sum modulo 2^256 of the
-// SHA-256 of each document's JSON), of the read model as read and of the
-// fold of the log; they are equal exactly when nothing drifted (up to
-// hash collisions), whatever order the documents were read in.
-type VerifyReport struct {
-	Collection     string         `json:"collection"`
-	Streams        int64          `json:"streams"`
-	Events         int64          `json:"events"`
-	Documents      int64          `json:"documents"`
-	Missing        int64          `json:"missing"`
-	Stale          int64          `json:"stale"`
-	Extra          int64          `json:"extra"`
-	Different      int64          `json:"different"`
-	Repaired       int64          `json:"repaired"`
-	PoisonStreams  int64          `json:"poison_streams"`
-	Examples       []DriftExample `json:"examples"`
-	Digest         string         `json:"digest"`
-	ExpectedDigest string         `json:"expected_digest"`
-}
-
-// Drift is the number of documents that differ from the log.
-func (r VerifyReport) Drift() int64 { return r.Missing + r.Stale + r.Extra + r.Different }
-
-// DriftExample is one document that differs.
-type DriftExample struct {
-	ID            string   `json:"id"`
-	Kind          string   `json:"kind"` // missing, stale, extra, different
-	StoredVersion int64    `json:"stored_version"`
-	LogVersion    int64    `json:"log_version"`
-	Fields        []string `json:"fields,omitempty"` // top-level fields that differ
 }
 
 // ProjectionStatus is one projection's read models and jobs, as the

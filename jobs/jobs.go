@@ -66,7 +66,7 @@ type Def struct {
 
 func (d Def) ver() int { return max(d.Version, 1) }
 
-// DefOf returns the Def of a projection (a *mongodb.Projection).
+// DefOf returns the Def of a projection (a projection.Model).
 func DefOf(p interface {
 	Collection() string
 	Version() int
@@ -301,7 +301,7 @@ func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Jo
 }
 
 // finishJob writes a job's final state.
-func (j *Jobs) finishJob(ctx context.Context, id string, state JobState, errMsg string, report *VerifyReport) error {
+func (j *Jobs) finishJob(ctx context.Context, id string, state JobState, errMsg string, report *projection.VerifyReport) error {
 	return j.store.FinishJob(ctx, id, state, errMsg, report)
 }
 

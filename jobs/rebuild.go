@@ -262,7 +262,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			t.Events, t.Streams, t.Cursor = p.Events, p.Streams, p.Cursor
 			return w.progress(ctx, c, &t)
 		}
-		var rep VerifyReport
+		var rep projection.VerifyReport
 		if summed(cur) {
 			// The scan recorded what it wrote: the shadow is checked
 			// against that, and only what differs against the log. The

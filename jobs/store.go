@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"github.com/orderd/orderd/projection"
 )
 
 // Store keeps the jobs, their tasks and the rebuild locks.
@@ -30,14 +31,14 @@ type Store interface {
 	// CommitSwitch records what a rebuild's switch replaces, and its
 	// verify report, unless a cancel was requested, and reports whether
 	// it did.
-	CommitSwitch(ctx context.Context, id, replaced string, report *VerifyReport) (bool, error)
+	CommitSwitch(ctx context.Context, id, replaced string, report *projection.VerifyReport) (bool, error)
 	// SavePlan records a rebuild's bounds, commit count and partitions.
 	SavePlan(ctx context.Context, job Job) error
 	// Latest returns the most recent job of a kind for a projection, or
 	// nil.
 	Latest(ctx context.Context, projection string, kind JobKind) (*Job, error)
 	// FinishJob writes a job's final state, error and report.
-	FinishJob(ctx context.Context, id string, state JobState, errMsg string, report *VerifyReport) error
+	FinishJob(ctx context.Context, id string, state JobState, errMsg string, report *projection.VerifyReport) error
 	// Lock takes a projection's rebuild lock for a job;
 	// domain.ErrJobRunning when another rebuild holds it.
 	Lock(ctx context.Context, projection, job string) error

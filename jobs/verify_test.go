@@ -51,7 +51,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 
 	want := map[string][]string{"missing": del, "different": changed, "stale": {staleID}, "extra": {"ghost"}}
-	check := func(rep jobs.VerifyReport, what string) {
+	check := func(rep projection.VerifyReport, what string) {
 		t.Helper()
 		got := map[string][]string{}
 		for _, e := range rep.Examples {
@@ -111,7 +111,7 @@ func TestVerifyReportsAndRepairsExactlyTheDrift(t *testing.T) {
 	}
 }
 
-func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) jobs.VerifyReport {
+func (k *repairKit) verify(t *testing.T, ctx context.Context, repair bool) projection.VerifyReport {
 	t.Helper()
 	job, err := k.jobs.StartVerify(ctx, projection.OrderSummaries.Name, repair)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
 	ctx := projectiontest.Context(t, 3*time.Minute)
 	k, f := newKit(t, ctx, storetest.Database(t), "new", 30, 4)
-	if err := k.sums.EnsurePointer(ctx); err != nil {
+	if err := k.ps.Ensure(ctx, k.sums.Name(), k.sums.Collection(), k.sums.Version()); err != nil {
 		t.Fatal(err)
 	}
 	ptr, err := k.sums.Pointer(ctx, 0)
@@ -43,7 +43,7 @@ func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
 		t.Errorf("verify before the build: %v; want ErrNotBuilt", err)
 	}
 	// A second process agrees and writes nothing.
-	if err := k.sums.EnsurePointer(ctx); err != nil {
+	if err := k.ps.Ensure(ctx, k.sums.Name(), k.sums.Collection(), k.sums.Version()); err != nil {
 		t.Fatal(err)
 	}
 	k.worker(t, "builder", jobs.WorkerConfig{})

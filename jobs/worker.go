@@ -27,9 +27,12 @@ type WorkerConfig struct {
 	// MaxEventsPerSecond paces each rebuild task (0: as fast as the store
 	// goes), to spare a production store.
 	MaxEventsPerSecond float64
-	Settle             time.Duration // wait after a shadow is announced before scanning [2s]
-	Grace              time.Duration // keep a replaced collection (fed by its version's projectors, for a switch back) before dropping it [15m]
-	MaxAttempts        int           // claims of a failing task before the job fails [5]
+	// Settle is the wait after a shadow is announced before scanning
+	// [2s]; it must be longer than projection.WriterPointerAge, so that
+	// every event the scan does not read goes to the shadow live.
+	Settle      time.Duration
+	Grace       time.Duration // keep a replaced collection (fed by its version's projectors, for a switch back) before dropping it [15m]
+	MaxAttempts int           // claims of a failing task before the job fails [5]
 	// Metrics receives the rebuild progress of this instance
 	// (orderd_rebuild_*); nil records nothing.
 	Metrics *Metrics
@@ -76,7 +79,7 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: the MongoDB adapter's *mongodb.Projection[D] implements it. coll
+// type: projection.Model[D] implements it. coll
 // names one of the projection's collections (a pointer's active or
 // shadow). Every method fails with domain.ErrUnavailable when the store
 // cannot be reached.
@@ -98,11 +101,11 @@ type Projection interface {
 	// and its error stops the verify. Errors: domain.ErrPointerMoved
 	// (wrapped) when a repair finds coll no longer named by the pointer,
 	// progress's and the log's.
-	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (VerifyReport, error)
+	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
 	// VerifySums is Verify against the sums a rebuild recorded in
 	// projection.SumsCollection(coll), folding again only the documents
 	// that do not match them. Errors: as Verify's.
-	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (VerifyReport, error)
+	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
 	// DropSums drops projection.SumsCollection(shadow); one that does
 	// not exist is no error.
 	DropSums(ctx context.Context, shadow string) error

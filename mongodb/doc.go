@@ -74,53 +74,28 @@
 // # Read models
 //
 // The read models are the projections' documents (package projection
-// defines them), written so that any delivery of the events (late, twice,
-// out of order, by racing processes) leaves them equal to the fold of the
-// log, and read by the HTTP API. A ReadModel writes one collection of a
-// projection.Definition; a Projection is a read model as the service runs
-// it: its pointer to the active collection (Pointers) and a ReadModel per
-// collection in use; a Reader answers queries. Package projector feeds the
-// projections through Projection.Apply, and package jobs rebuilds and
-// verifies them.
+// defines them and holds the fold, the loop over a delivery, the
+// rebuild's writes and verify: projection.Model). This package stores
+// them: Documents (projection.Store) loads documents by _id, saves a
+// batch in one unordered bulk write, and reads a collection whole for a
+// verify; Pointers keeps each projection's pointer document; Reader
+// answers the HTTP API's queries on the active collection.
 //
-// Invariant 4 (idempotent, order-tolerant): every document carries the
-// stream version it reflects. An event at or below it is skipped; an event
-// beyond version+1 means a gap, and the missing events are read from the
-// log. Events that cannot be applied (not applicable to the document, or
-// in a stream whose gap the log cannot fill: a commit this build cannot
-// read, domain.ErrUnreadableCommit) are reported per stream as a
-// projection.PoisonError, with the version the document reached despite
-// them; the other streams of the batch are written.
-//
-// Racing and late writers: every write is a compare-and-set on the
+// Racing and late writers: every save is a compare-and-set on the
 // document's version, a replacement with upsert filtered on {_id, version:
 // {$lt: v}}; a duplicate key means a newer version is already stored. A
-// write that lands late (a deposed partition owner's, one the driver
-// retried across an election) therefore never moves a document back, and
-// writers racing in any number of processes cannot lose an update. A batch
-// is one unordered bulk write. On the embedded store the write funnel
+// write that lands late (a second writer while a partition's pin moves,
+// one the driver retried across an election) therefore never moves a
+// document back, and writers racing in any number of processes cannot
+// lose an update (invariant 4). On the embedded store the write funnel
 // serves the guard by _id at index speed (package internal/embedded).
 //
-// Repair path. Each projection has a pointer document naming its active
-// collection (Pointers, Projection); readers follow it. Every write of it
-// is a compare-and-set on its generation, so a job that stalled past its
-// lease cannot undo a newer rebuild's announcement or switch. While the
-// pointer names a shadow collection (a rebuild under way),
-// Projection.Apply writes every batch to the shadow first and the active
-// collection second, so the switch never shows a reader an older version
-// (invariant 5). A rebuild fills the shadow with Projection.WriteFolds,
-// whose inserts meet the documents live projectors wrote through the
-// version guard, and which records each document's version and hash in
-// the shadow's projection.SumsCollection. Verify folds every stream and compares it
-// with the read model, reporting missing, stale, extra and different
-// documents with AdHash digests; with repair it rewrites only those.
-// VerifySums, the rebuild's check before its switch, compares the shadow
-// with the recorded sums instead, and folds from the log only the
-// streams whose documents differ from them or have none. Package jobs
-// schedules rebuilds and verifies and runs them. For people and outside
-// tools, Pointers.ShowLive makes the projection's own name a view on the
-// active collection once the base collection of that name is gone; the
-// service itself reads the pointer, never the view.
+// Every write of a pointer is a compare-and-set on its generation, so a
+// job that stalled past its lease cannot undo a newer rebuild's
+// announcement or switch (invariant 5). For people and outside tools,
+// Pointers.ShowLive makes the projection's own name a view on the active
+// collection once the base collection of that name is gone; the service
+// itself reads the pointer, never the view.
 //
 // # Leases, jobs and dead letters
 //

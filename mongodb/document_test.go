@@ -1,6 +1,7 @@
 package mongodb_test
 
 import (
+	"github.com/orderd/orderd/projection"
 	"reflect"
 	"slices"
 	"testing"
@@ -39,9 +40,9 @@ func TestJobDocument(t *testing.T) {
 		Shadow: "order_summaries_v2", Replaced: "order_summaries_v1", Repair: true,
 		Replay:       &jobs.ReplaySpec{StreamID: "ord-1", From: created, To: finished},
 		TotalCommits: 1200, Bounds: []string{"ord-4", "ord-8"},
-		Report: &jobs.VerifyReport{Collection: "order_summaries_v2", Streams: 10, Events: 40, Documents: 11,
+		Report: &projection.VerifyReport{Collection: "order_summaries_v2", Streams: 10, Events: 40, Documents: 11,
 			Missing: 1, Stale: 2, Extra: 3, Different: 4, Repaired: 5, PoisonStreams: 6,
-			Examples: []jobs.DriftExample{{ID: "ord-3", Kind: "different", StoredVersion: 2, LogVersion: 2, Fields: []string{"status"}}},
+			Examples: []projection.DriftExample{{ID: "ord-3", Kind: "different", StoredVersion: 2, LogVersion: 2, Fields: []string{"status"}}},
 			Digest:   "ab12", ExpectedDigest: "cd34"},
 		CancelRequested: true,
 		StartedAt:       created, Events: 40, Streams: 10, PoisonStreams: 6, RatePerSecond: 8.5, ETASeconds: 3,

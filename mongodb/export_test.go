@@ -2,7 +2,6 @@ package mongodb
 
 import (
 	"context"
-	"time"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
@@ -41,12 +40,4 @@ func QueuedAppends(s *EventStore) int {
 	s.group.mu.Lock()
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
-}
-
-// HoldWriterPointer makes writers act on a pointer up to an hour old, as a
-// batch that began before a change of the pointer does, until restore.
-func HoldWriterPointer() (restore func()) {
-	old := writerPointerAge
-	writerPointerAge = time.Hour
-	return func() { writerPointerAge = old }
 }

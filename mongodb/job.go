@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/orderd/orderd/projection"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -160,7 +161,7 @@ func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
 // CommitSwitch records what rebuild id's switch replaces, and its verify
 // report, unless an operator asked it to stop (see RequestCancel). It
 // reports whether it recorded them.
-func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *jobs.VerifyReport) (bool, error) {
+func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *projection.VerifyReport) (bool, error) {
 	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
 		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: newVerifyReportDoc(report)}}}})
 	if err != nil {
@@ -200,7 +201,7 @@ func (s *Jobs) Latest(ctx context.Context, projection string, kind jobs.JobKind)
 
 // FinishJob writes a job's final state, its finish time and, unless
 // empty, its error and report.
-func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, errMsg string, report *jobs.VerifyReport) error {
+func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, errMsg string, report *projection.VerifyReport) error {
 	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
@@ -331,7 +332,7 @@ func newReplayDoc(s *jobs.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
 
 func (d *replayDoc) spec() *jobs.ReplaySpec { return (*jobs.ReplaySpec)(d) }
 
-// verifyReportDoc is a verify's jobs.VerifyReport, as a job keeps it.
+// verifyReportDoc is a verify's projection.VerifyReport, as a job keeps it.
 type verifyReportDoc struct {
 	Collection     string     `bson:"collection"`
 	Streams        int64      `bson:"streams"`
@@ -348,7 +349,7 @@ type verifyReportDoc struct {
 	ExpectedDigest string     `bson:"expected_digest"`
 }
 
-// driftDoc is one jobs.DriftExample of a report (same fields, converted).
+// driftDoc is one projection.DriftExample of a report (same fields, converted).
 type driftDoc struct {
 	ID            string   `bson:"id"`
 	Kind          string   `bson:"kind"`
@@ -357,7 +358,7 @@ type driftDoc struct {
 	Fields        []string `bson:"fields,omitempty"`
 }
 
-func newVerifyReportDoc(r *jobs.VerifyReport) *verifyReportDoc {
+func newVerifyReportDoc(r *projection.VerifyReport) *verifyReportDoc {
 	if r == nil {
 		return nil
 	}
@@ -373,17 +374,17 @@ func newVerifyReportDoc(r *jobs.VerifyReport) *verifyReportDoc {
 	return d
 }
 
-func (d *verifyReportDoc) report() *jobs.VerifyReport {
+func (d *verifyReportDoc) report() *projection.VerifyReport {
 	if d == nil {
 		return nil
 	}
-	r := &jobs.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
+	r := &projection.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
 		Missing: d.Missing, Stale: d.Stale, Extra: d.Extra, Different: d.Different, Repaired: d.Repaired,
 		PoisonStreams: d.PoisonStreams, Digest: d.Digest, ExpectedDigest: d.ExpectedDigest}
 	if d.Examples != nil {
-		r.Examples = make([]jobs.DriftExample, len(d.Examples))
+		r.Examples = make([]projection.DriftExample, len(d.Examples))
 		for i, e := range d.Examples {
-			r.Examples[i] = jobs.DriftExample(e)
+			r.Examples[i] = projection.DriftExample(e)
 		}
 	}
 	return r

@@ -340,7 +340,7 @@ const strayGrace = time.Minute
 // refusal of the view (a MongoDB user without the privileges to create
 // views).
 func (ps *Pointers) ShowLive(ctx context.Context, name, collection string) error {
-	p, err := ps.Get(ctx, name, collection, readerPointerAge) // a switch in this process is cached at once
+	p, err := ps.Get(ctx, name, collection, time.Second) // a switch in this process is cached at once
 	if err != nil {
 		return err
 	}
@@ -386,4 +386,41 @@ func (ps *Pointers) ShowLive(ctx context.Context, name, collection string) error
 func viewOn(options bson.Raw) string {
 	s, _ := options.Lookup("viewOn").StringValueOK()
 	return s
+}
+
+// Ensure writes the first pointer document of projection name (base: its
+// base collection; version: the version of its definition this process
+// folds) when it has none, so that every process agrees on what readers
+// read: the base collection, at version 1 when it holds documents (a
+// store from before versions) or at version when the log is empty (a new
+// store); otherwise (a projection added to a service whose log holds
+// events) no collection, until the first build switches to one, and
+// readers get domain.ErrNotBuilt meanwhile. Call it before serving reads.
+// Errors: domain.ErrUnavailable.
+func (ps *Pointers) Ensure(ctx context.Context, name, base string, version int) error {
+	ptr, err := ps.Get(ctx, name, base, 0)
+	if err != nil || ptr.Generation > 0 {
+		return err
+	}
+	db := ps.coll.Database()
+	n, err := db.Collection(base).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
+	if err != nil {
+		return fmt.Errorf("%s: %w", base, Translate(err))
+	}
+	first := projection.Pointer{Projection: name, Active: base, ActiveVersion: 1, Generation: 1}
+	if n == 0 {
+		commits, err := db.Collection(CommitsCollection).CountDocuments(ctx, bson.D{}, options.Count().SetLimit(1))
+		if err != nil {
+			return fmt.Errorf("%s: %w", CommitsCollection, Translate(err))
+		}
+		if commits == 0 {
+			first.ActiveVersion = version
+		} else {
+			first.Active, first.ActiveVersion = "", 0
+		}
+	}
+	if err := ps.put(ctx, first); err != nil && !errors.Is(err, domain.ErrPointerMoved) {
+		return err
+	}
+	return nil
 }

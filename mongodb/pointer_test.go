@@ -126,7 +126,8 @@ func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	db := c.Database("pointers")
-	p := mongodb.NewProjection(db, projection.OrderSummaries, nil, nil, mongodb.NewPointers(db))
+	ps := mongodb.NewPointers(db)
+	p := mongodb.NewProjection(db, projection.OrderSummaries, nil, nil, ps)
 	read, err := p.Pointer(t.Context(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -136,10 +137,10 @@ func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
 	if _, _, err := p.Apply(t.Context(), []domain.Event{{StreamID: "o-1", Version: 1}}, false); !errors.Is(err, domain.ErrUnavailable) {
 		t.Errorf("apply with the store stopped: %v, want ErrUnavailable before any write", err)
 	}
-	if got, err := mongodb.PointersOf(p).Get(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err == nil {
+	if got, err := ps.Get(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err == nil {
 		t.Errorf("a writer's pointer with the store stopped: %+v, want an error", got)
 	}
-	if got, err := mongodb.PointersOf(p).Last(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err != nil || got != read {
+	if got, err := ps.Last(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err != nil || got != read {
 		t.Errorf("a reader's pointer with the store stopped: %+v, %v; want %+v, the one read before", got, err, read)
 	}
 }

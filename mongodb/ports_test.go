@@ -13,18 +13,18 @@ import (
 // The workers declare what they need of the storage; this adapter is what
 // cmd/orderd gives them. A change on either side fails to compile here.
 var (
-	_ projector.Projection      = (*mongodb.Projection[domain.Order])(nil)
+	_ projector.Projection      = (*projection.Model[domain.Order])(nil)
 	_ projector.DeadLetterStore = (*mongodb.DeadLetters)(nil)
 
 	_ jobs.Store             = (*mongodb.Jobs)(nil)
 	_ jobs.TaskLeases        = (*mongodb.Tasks)(nil)
 	_ jobs.Pointers          = (*mongodb.Pointers)(nil)
 	_ jobs.EventLog          = (*mongodb.EventStore)(nil)
-	_ jobs.Projection        = (*mongodb.Projection[domain.Order])(nil)
+	_ jobs.Projection        = (*projection.Model[domain.Order])(nil)
 	_ jobs.DeadLetterCounter = (*mongodb.DeadLetters)(nil)
 	_ projection.Scanner     = (*mongodb.EventStore)(nil)
 
-	_ admin.ReadModel   = (*mongodb.Projection[domain.Order])(nil)
+	_ admin.ReadModel   = (*projection.Model[domain.Order])(nil)
 	_ admin.DeadLetters = (*mongodb.DeadLetters)(nil)
 	_ admin.Log         = (*mongodb.EventStore)(nil)
 	_ admin.Relay       = (*mongodb.Lease)(nil)

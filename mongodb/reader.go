@@ -2,6 +2,7 @@ package mongodb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -18,18 +19,49 @@ import (
 // A customer's stats and the daily sales are sums over the order
 // summaries, computed on read: the summary holds everything they add up.
 type Reader struct {
-	summaries *Projection[domain.Order]
+	db       *mongo.Database
+	pointers *Pointers
 }
 
 // NewReader returns a Reader on db's read models.
 func NewReader(db *mongo.Database, ps *Pointers) *Reader {
-	return &Reader{summaries: NewProjection(db, projection.OrderSummaries, nil, nil, ps)}
+	return &Reader{db: db, pointers: ps}
+}
+
+// readerPointerAge is how old a pointer readers may act on.
+const readerPointerAge = time.Second
+
+// summaries returns the collection of the order summaries readers read.
+// Errors: domain.ErrNotBuilt before a first build has switched to one,
+// domain.ErrUnavailable.
+func (r *Reader) summaries(ctx context.Context) (*mongo.Collection, error) {
+	def := projection.OrderSummaries
+	ptr, err := r.pointers.Last(ctx, def.Name, def.Collection, readerPointerAge)
+	if err != nil {
+		return nil, err
+	}
+	if ptr.Active == "" {
+		return nil, fmt.Errorf("%s: %w", def.Name, domain.ErrNotBuilt)
+	}
+	return r.db.Collection(ptr.Active, jsonTags), nil
 }
 
 // Summary returns an order's summary, or an error wrapping
 // domain.ErrNotFound.
 func (r *Reader) Summary(ctx context.Context, orderID string) (domain.Order, error) {
-	return r.summaries.Get(ctx, orderID)
+	coll, err := r.summaries(ctx)
+	if err != nil {
+		return domain.Order{}, err
+	}
+	var d stored[domain.Order]
+	err = coll.FindOne(ctx, bson.D{{Key: "_id", Value: orderID}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return domain.Order{}, fmt.Errorf("order summary %s: %w", orderID, domain.ErrNotFound)
+	}
+	if err != nil {
+		return domain.Order{}, fmt.Errorf("order summary %s: %w", orderID, Translate(err))
+	}
+	return d.Doc, nil
 }
 
 // ListSummaries returns up to limit summaries in order id order, after the
@@ -47,11 +79,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	if after != "" {
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
 	}
-	s, err := r.summaries.Active(ctx)
+	coll, err := r.summaries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
+	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list summaries: %w", Translate(err))
 	}
@@ -72,11 +104,11 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 // customer_id index, grouped by status and currency: a few rows whatever
 // the customer's order count.
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
-	s, err := r.summaries.Active(ctx)
+	coll, err := r.summaries(ctx)
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	dialect, err := DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := DialectOf(ctx, r.db.Client())
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
@@ -86,11 +118,11 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 		// FerretDB 1.24 feeds a $group's documents to its first
 		// accumulator only (the others answer 0): the summaries are read
 		// and summed here.
-		gs, err = perOrder(ctx, s.coll, match, func(o orderSums) projection.StatsGroup {
+		gs, err = perOrder(ctx, coll, match, func(o orderSums) projection.StatsGroup {
 			return projection.StatsGroup{Status: o.Status, Currency: o.Currency, Orders: 1, TotalCents: o.TotalCents, RecordedAt: o.RecordedAt}
 		})
 	} else {
-		gs, err = grouped(ctx, s.coll, match, bson.D{
+		gs, err = grouped(ctx, coll, match, bson.D{
 			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
 			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
 			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
@@ -118,11 +150,11 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 // grouped by day, currency and status: a few rows a day whatever the
 // order count.
 func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
-	s, err := r.summaries.Active(ctx)
+	coll, err := r.summaries(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dialect, err := DialectOf(ctx, s.coll.Database().Client())
+	dialect, err := DialectOf(ctx, r.db.Client())
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +167,12 @@ func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency st
 	var gs []projection.SalesGroup
 	if dialect == DialectFerretDB {
 		// As for CustomerStats: summed here.
-		gs, err = perOrder(ctx, s.coll, match, func(o orderSums) projection.SalesGroup {
+		gs, err = perOrder(ctx, coll, match, func(o orderSums) projection.SalesGroup {
 			return projection.SalesGroup{Day: projection.SaleDay(o.PlacedAt), Currency: o.Currency, Status: o.Status, Orders: 1,
 				ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents}
 		})
 	} else {
-		gs, err = grouped(ctx, s.coll, match, bson.D{
+		gs, err = grouped(ctx, coll, match, bson.D{
 			{Key: "_id", Value: bson.D{
 				{Key: "day", Value: bson.D{{Key: "$dateToString", Value: bson.D{{Key: "format", Value: "%Y-%m-%d"}, {Key: "date", Value: "$placed_at"}}}}},
 				{Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},

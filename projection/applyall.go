@@ -3,7 +3,6 @@ package projection
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -25,31 +24,34 @@ type Collections interface {
 }
 
 // ApplyAll writes a delivery of events (any streams, any order, duplicates
-// allowed) into every collection of version v the pointer (read at most
-// pointerAge old) names: a
-// rebuild's shadow first, then the previous collection (kept for a switch
-// back), then the active one, so that during a rebuild the shadow is never
-// behind the active collection on any document this process touched (the
-// switch then never shows a reader an older version). Collections of
-// other versions are left to the processes that fold those. A collection
-// the pointer names once the batch is written and did not at its start
-// (a shadow announced meanwhile) is written last, from a fresh read of
-// the pointer.
+// allowed) into every collection of version v the pointer (read once, at
+// most pointerAge old) names: a rebuild's shadow first, then the previous
+// collection (kept for a switch back), then the active one, so that
+// during a rebuild the shadow is never behind the active collection on
+// any document this process touched (the switch then never shows a reader
+// an older version). Collections of other versions are left to the
+// processes that fold those.
+//
+// One read of the pointer is enough: a rebuild's scan starts a settling
+// time (longer than pointerAge) after it announced its shadow and reads
+// every event appended before it starts, and a batch's events were all
+// appended before the batch read the pointer. So an event the scan does
+// not read was appended after the scan started, and a batch holding it
+// read a pointer that names the shadow.
 //
 // The results are those of the last collection written (the active one
-// when it is of this version), as Collections.ApplyTo gives them: what it did,
-// and per stream a *PoisonError for events that cannot be
-// applied (its Reached is the version the document reflects, so the
-// events up to it are done). An event only an earlier collection cannot
-// apply is left to the verify-and-repair pass that precedes a switch
-// when its document changed since the rebuild's scan wrote it
-// (the rebuild's VerifySums), and otherwise to the stream's next event,
-// whose gap is filled from the log, or to a verify job.
-// With no collection of this version, the events are done (a build of
-// this version scans the log after announcing its shadow). Errors:
-// those of Collections, wrapped with the collection's name but for the
-// last; then nothing is known to be written, in any collection, and every
-// event must be applied again.
+// when it is of this version), as Collections.ApplyTo gives them: what it
+// did, and per stream a *PoisonError for events that cannot be applied
+// (its Reached is the version the document reflects, so the events up to
+// it are done). An event only an earlier collection cannot apply is left
+// to the verify-and-repair pass that precedes a switch when its document
+// changed since the rebuild's scan wrote it (the rebuild's VerifySums),
+// and otherwise to the stream's next event, whose gap is filled from the
+// log, or to a verify job. With no collection of this version, the events
+// are done (a build of this version scans the log after announcing its
+// shadow). Errors: those of Collections, wrapped with the collection's
+// name but for the last; then nothing is known to be written, in any
+// collection, and every event must be applied again.
 func ApplyAll(ctx context.Context, c Collections, v int, pointerAge time.Duration, events []domain.Event) (Outcome, map[string]error, error) {
 	ptr, err := c.Pointer(ctx, pointerAge)
 	if err != nil {
@@ -69,23 +71,6 @@ func ApplyAll(ctx context.Context, c Collections, v int, pointerAge time.Duratio
 			out, poison = o, pe
 		} else if err != nil {
 			return Outcome{}, nil, fmt.Errorf("%s: %w", coll, err)
-		}
-	}
-	// A shadow announced while the batch was being written gets the
-	// batch too, before its events are acknowledged. A rebuild's scan
-	// starts a settling time after the announcement and reads every event
-	// appended before it; so every event is in the scan or in the shadow,
-	// however long the batch took, and a shadow document equal to what the
-	// scan recorded is the fold of the log.
-	now, err := c.Pointer(ctx, 0)
-	if err != nil {
-		return Outcome{}, nil, err
-	}
-	for _, coll := range now.Collections(v) {
-		if !slices.Contains(colls, coll) {
-			if _, _, err := c.ApplyTo(ctx, coll, events); err != nil {
-				return Outcome{}, nil, fmt.Errorf("%s: %w", coll, err)
-			}
 		}
 	}
 	return out, poison, nil

@@ -19,9 +19,15 @@
 // DiffFields. An Outcome counts what applying a batch did; Metrics are the
 // projections' Prometheus metrics.
 //
-// The package imports no storage. The read models' storage (the guarded
-// writes, pointers, rebuild writes, verify and the query-side reader) is
-// the MongoDB adapter's (package mongodb); package projector feeds the
-// projections from NATS JetStream and package jobs rebuilds and verifies
-// them.
+// Model is a projection as the service runs it: a ReadModel per
+// collection its pointer names, the loop over a delivery (ApplyAll: a
+// rebuild's shadow first), the rebuild's writes (WriteFolds), Verify,
+// VerifySums and Check. Each ReadModel caches the documents it wrote and
+// folds a delivery through Definition.Advance.
+//
+// The package imports no storage: it declares what it needs (Store, the
+// documents of named collections, every save a compare-and-set on the
+// version; Pointers; Log), and the MongoDB adapter implements it
+// (mongodb.Documents). Package projector feeds the projections from NATS
+// JetStream and package jobs rebuilds and verifies them.
 package projection

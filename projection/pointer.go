@@ -61,7 +61,7 @@ func (p Pointer) PreviousVer() int {
 // to: the shadow, the previous and the active collection, in that order,
 // each if it is of version v. With no pointer document (Generation 0: a
 // store no service has started on; the MongoDB adapter's
-// Projection.EnsurePointer writes the first) it is
+// Pointers.Ensure writes the first) it is
 // the active collection, whatever v.
 func (p Pointer) Collections(v int) []string {
 	if p.Generation == 0 {

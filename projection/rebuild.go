@@ -2,16 +2,16 @@ package projection
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/orderd/orderd/domain"
 )
 
-// What a rebuild and a verify (package jobs) exchange with the storage of
-// the read models (package mongodb's Projection: WriteFolds, VerifySums,
-// Verify).
+// What a rebuild and a verify (package jobs) exchange with a projection
+// (Model: WriteFolds, VerifySums, Verify).
 
 // SumsCollection is the collection in which a rebuild's scan records, for
-// each document it writes into shadow (the adapter's WriteFolds), the
+// each document it writes into shadow (Model.WriteFolds), the
 // document's version and hash: one document per stream. The rebuild's
 // finish checks the shadow against them (the adapter's VerifySums) instead
 // of folding the whole log a second time. It belongs to the shadow's
@@ -39,4 +39,67 @@ type VerifyProgress struct {
 // error, or the store's (domain.ErrUnavailable).
 type Scanner interface {
 	Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error
+}
+
+// WriteFolds folds each stream of a rebuild's batch and writes its
+// document into coll: one unordered insert of the batch, and, for the
+// documents a live projector has already written, the version-guarded
+// write, so neither side can go back a version. It then records each
+// document's version and hash in SumsCollection(coll), for the rebuild's
+// finish (VerifySums). A stream that cannot be folded (or read:
+// StreamEvents.Err) is counted as poison and its good events are kept.
+// Errors: the store's (domain.ErrUnavailable).
+func (p *Model[D]) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
+	var res FoldResult
+	var docs []Doc[D]
+	for _, st := range streams {
+		res.Events += int64(len(st.Events))
+		doc, n, err := p.def.Fold(st.Events)
+		if err == nil {
+			err = st.Err
+		}
+		if err != nil {
+			res.Poison++
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, err.Error())
+			}
+		}
+		if n > 0 {
+			docs = append(docs, Doc[D]{ID: st.StreamID, Doc: doc})
+		}
+	}
+	if len(docs) == 0 {
+		return res, nil
+	}
+	taken, err := p.store.Insert(ctx, coll, docs)
+	if err != nil {
+		return res, fmt.Errorf("%s: insert into %s: %w", p.def.Name, coll, err)
+	}
+	if len(taken) > 0 {
+		// Some documents exist: live writes got there first. They go
+		// through the version guard, which leaves a document a live
+		// projector already holds at or past the fold as it is.
+		var again []Doc[D]
+		for i := range taken {
+			again = append(again, docs[i])
+		}
+		res.Guarded = int64(len(again))
+		if _, err := p.ReadModel(coll).save(ctx, again); err != nil {
+			return res, err
+		}
+	}
+	// After the documents: a batch whose sums fail is not checkpointed,
+	// and its scan writes it again, documents and sums.
+	sums := make([]Sum, len(docs))
+	for i, d := range docs {
+		h, err := DocHash(d.Doc)
+		if err != nil {
+			return res, fmt.Errorf("%s: hash %s: %w", p.def.Name, d.ID, err)
+		}
+		sums[i] = Sum{ID: d.ID, Version: p.def.StreamVersion(&d.Doc), Hash: h}
+	}
+	if err := p.store.SaveSums(ctx, coll, sums); err != nil {
+		return res, fmt.Errorf("%s: record sums in %s: %w", p.def.Name, SumsCollection(coll), err)
+	}
+	return res, nil
 }

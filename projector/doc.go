@@ -1,7 +1,7 @@
 // Package projector feeds the read models from NATS JetStream: a Runner
 // per projection consumes the projection's events, split into partitions
 // by stream id, and writes each batch through the projection's Apply
-// (Projection, the MongoDB adapter's *mongodb.Projection). Each partition
+// (Projection: a projection.Model over the MongoDB adapter). Each partition
 // has a durable pull consumer with a pinned priority group: JetStream
 // delivers it to one pulling process at a time and moves it to another
 // once that one stops pulling; the processes running a projection answer

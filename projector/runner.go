@@ -65,7 +65,8 @@ type RunnerConfig struct {
 }
 
 // Projection is a read model as a Runner feeds it, whatever its document
-// type. The MongoDB adapter's *mongodb.Projection[D] implements it.
+// type. projection.Model[D] implements it, over the MongoDB adapter's
+// storage.
 type Projection interface {
 	// Name is the projection's name (projection.Definition.Name).
 	Name() string

@@ -190,7 +190,7 @@ type wiring struct {
 
 	pointers  *mongodb.Pointers
 	dead      *mongodb.DeadLetters
-	sums      *mongodb.Projection[domain.Order]
+	sums      *projection.Model[domain.Order]
 	runners   []*projector.Runner
 	scheduler *jobs.Jobs
 	jm        *jobs.Metrics
@@ -347,7 +347,7 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	// Every process agrees on what readers read before any of them
 	// serves or feeds a read model (a projection new to a log is built
 	// first, by a jobs instance).
-	if err := sums.EnsurePointer(setupCtx); err != nil {
+	if err := pointers.Ensure(setupCtx, sums.Name(), sums.Collection(), sums.Version()); err != nil {
 		return err
 	}
 	if err := mongodb.DropUnused(setupCtx, db); err != nil {

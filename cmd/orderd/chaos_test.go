@@ -660,7 +660,7 @@ func streamMessages(ctx context.Context, t *testing.T, js jetstream.JetStream) [
 }
 
 // verifyOnce runs a verify job (no repair) of projection name to its end.
-func verifyOnce(t *testing.T, cl *client, name string) *jobs.VerifyReport {
+func verifyOnce(t *testing.T, cl *client, name string) *projection.VerifyReport {
 	t.Helper()
 	auth := []string{"Authorization", "Bearer " + chaosToken}
 	var job jobs.Job

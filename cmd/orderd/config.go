@@ -224,8 +224,11 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("partition pinned TTL %v: want at least 4s (a holder pulls again every quarter of it, at least every second)", c.Projector.PinnedTTL))
 	}
 	j := c.Jobs
-	if j.Concurrency < 1 || j.LeaseTTL < time.Second || j.BatchStreams < 1 || j.MaxEventsPerSecond < 0 || j.Settle < 0 || j.Grace < 0 {
-		errs = append(errs, errors.New("job concurrency and rebuild batch must be >= 1, job lease TTL >= 1s, rebuild rate, settle and grace >= 0"))
+	if j.Concurrency < 1 || j.LeaseTTL < time.Second || j.BatchStreams < 1 || j.MaxEventsPerSecond < 0 || j.Grace < 0 {
+		errs = append(errs, errors.New("job concurrency and rebuild batch must be >= 1, job lease TTL >= 1s, rebuild rate and grace >= 0"))
+	}
+	if j.Settle <= projection.WriterPointerAge {
+		errs = append(errs, fmt.Errorf("rebuild settle %v: want more than the projectors' pointer age, %v", j.Settle, projection.WriterPointerAge))
 	}
 	return errors.Join(errs...)
 }

@@ -144,6 +144,7 @@ func TestConfigValidate(t *testing.T) {
 		"relay lease TTL": func(c *Config) { c.Relay.LeaseTTL = 0 },
 		"job lease":       func(c *Config) { c.Jobs.LeaseTTL = time.Millisecond },
 		"rebuild rate":    func(c *Config) { c.Jobs.MaxEventsPerSecond = -1 },
+		"rebuild settle":  func(c *Config) { c.Jobs.Settle = 50 * time.Millisecond },
 	} {
 		c := DefaultConfig()
 		change(&c)

@@ -141,7 +141,7 @@ func applyRate(ctx context.Context, b *testing.B, client *mongo.Client, js jetst
 		b.Fatal(err)
 	}
 	ps := mongodb.NewPointers(db)
-	if err := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps).EnsurePointer(ctx); err != nil {
+	if err := ps.Ensure(ctx, projection.OrderSummaries.Name, projection.OrderSummaries.Collection, projection.OrderSummaries.Ver()); err != nil {
 		b.Fatal(err)
 	}
 	svc := domain.NewService(es, nil)

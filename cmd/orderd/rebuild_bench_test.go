@@ -36,7 +36,7 @@ const (
 	rebuildBulk          = 1000                   // commits per InsertMany of the bulk copies
 	rebuildBulkWriters   = 2                      // InsertMany calls in flight
 	rebuildScanBatch     = 512                    // batch size of the raw scans: mongodb.EventStore.Scan's
-	rebuildSettle        = 100 * time.Millisecond // RebuildSettle
+	rebuildSettle        = 200 * time.Millisecond // RebuildSettle
 	rebuildPollJob       = 500 * time.Millisecond // how often the benchmark reads the job
 	rebuildLimit         = 25 * time.Minute       // longest run per 100,000 events (make bench allows 30m for all benchmarks)
 	rebuildSample        = "../../testdata/olist-sample"

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/orderd/orderd/projection"
 	"io"
 	"strings"
 
@@ -100,7 +101,7 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 
 // printVerifyReport writes a verify report as an aligned table, then its
 // examples.
-func printVerifyReport(w io.Writer, rep *jobs.VerifyReport) error {
+func printVerifyReport(w io.Writer, rep *projection.VerifyReport) error {
 	tw := newTable(w)
 	row := func(k string, v any) { fmt.Fprintf(tw, "  %s\t%v\n", k, v) }
 	row("collection", rep.Collection)

@@ -1,4 +1,4 @@
-package mongodb_test
+package projection_test
 
 import (
 	"slices"
@@ -16,7 +16,7 @@ import (
 // Verify still reports exactly the drift (one missing, one different, one
 // extra document) and a clean read model as clean.
 func TestVerifyWhenIDHashesCollide(t *testing.T) {
-	mongodb.CollideVerifyKeys(t)
+	projection.CollideVerifyKeys(t)
 	ctx, db, es := projectiontest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "vck", 6, 2)
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))

@@ -1,4 +1,4 @@
-package mongodb_test
+package projection_test
 
 import (
 	"slices"
@@ -25,7 +25,7 @@ func TestVerifySumsFindsWhatDiffersFromTheScan(t *testing.T) {
 	for _, collide := range []bool{false, true} {
 		t.Run(map[bool]string{false: "distinct keys", true: "colliding keys"}[collide], func(t *testing.T) {
 			if collide {
-				mongodb.CollideVerifyKeys(t)
+				projection.CollideVerifyKeys(t)
 			}
 			ctx, db, es := projectiontest.Start(t, 60*time.Second)
 			f := projectiontest.NewFixture(t, ctx, es, "vsm", 6, 2)
@@ -85,45 +85,5 @@ func TestVerifySumsFindsWhatDiffersFromTheScan(t *testing.T) {
 				t.Fatalf("examples %v, want %v", got, want)
 			}
 		})
-	}
-}
-
-// TestABatchWritesAShadowAnnouncedWhileItRan: a projector's batch that
-// read the pointer before a rebuild announced its shadow (held here for
-// the whole batch, as a batch slower than the settling time holds it)
-// writes that shadow too before it returns, so its events, which the
-// rebuild's scan may have read too early to see, are not missing from the
-// shadow while the verify before the switch sees nothing to recheck.
-func TestABatchWritesAShadowAnnouncedWhileItRan(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, time.Minute)
-	def := projection.OrderSummaries
-	p := mongodb.NewProjection(db, def, es, nil, mongodb.NewPointers(db))
-	if err := p.EnsurePointer(ctx); err != nil {
-		t.Fatal(err)
-	}
-	f := projectiontest.NewFixture(t, ctx, es, "announced", 3, 1)
-	before, err := p.Pointer(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mongodb.HoldWriterPointer()()
-
-	shadow := def.Collection + "_announced"
-	if _, err := mongodb.NewPointers(db).Update(ctx, def.Name, def.Collection, func(ptr *projection.Pointer) (bool, error) {
-		ptr.Shadow, ptr.ShadowJob, ptr.ShadowVersion = shadow, "job-announced", def.Ver()
-		return true, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := p.Apply(ctx, f.Flat, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, coll := range []string{before.Active, shadow} {
-		for _, id := range f.IDs {
-			got, err := p.ReadModel(coll).Get(ctx, id)
-			if want := f.Orders[id].Version; err != nil || got.Version != want {
-				t.Errorf("%s in %s: version %d, %v; want %d", id, coll, got.Version, err, want)
-			}
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package mongodb_test
+package projection_test
 
 import (
 	"testing"
