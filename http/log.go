@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -129,7 +128,7 @@ func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	opened, last := false, time.Now()
 	send := func(event string, data any) error {
-		b, err := json.Marshal(data)
+		b, err := encodeJSON(data)
 		if err != nil {
 			return err
 		}

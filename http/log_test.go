@@ -270,6 +270,9 @@ func TestLogTailFilters(t *testing.T) {
 	if err := json.Unmarshal([]byte(data), &got); err != nil || ev != "commit" || got.ID != want.ID {
 		t.Errorf("first event after the open %q %s, want the only commit that passes the filters, %s", ev, data, want.ID)
 	}
+	if !strings.Contains(data, `"recorded_at":"2026-11-27T10:00:00.000Z"`) {
+		t.Errorf("the commit's recorded_at is not written with milliseconds: %s", data)
+	}
 }
 
 // TestLogTailNotSlow: a tail lasts as long as its client keeps it open;
@@ -391,7 +394,7 @@ func TestHistoryRoute(t *testing.T) {
 		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []admin.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
 		Relay: admin.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
 	rec := e.call(t, http.MethodGet, "/v1/admin/history", "")
-	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
+	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00.000Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
 		t.Errorf("history: %d %s\nwant %s", rec.Code, rec.Body, want)
 	}

@@ -145,6 +145,7 @@ func NewServer(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
+	e.JSONSerializer = jsonSerializer{}
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits),
 		closing: make(chan struct{})}
 	s.http = &http.Server{
