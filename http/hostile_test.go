@@ -1,13 +1,20 @@
 package http_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
+
+	orderhttp "github.com/orderd/orderd/http"
 )
 
 // Invariant 8: bad input gets a 4xx problem document and appends nothing.
@@ -313,5 +320,71 @@ func TestInvalidPathIDOnGet(t *testing.T) {
 	}
 	if e.reads.calls != 0 || len(e.reads.lists) != 0 {
 		t.Errorf("invalid ids reached the read models: %d calls", e.reads.calls)
+	}
+}
+
+// TestTooLargeBodyAnswered: a client that sends its whole body, declared
+// by Content-Length, before it reads the answer (as Python's http.client
+// does) gets the 413 problem document, not a broken pipe; a client that
+// waits for 100 Continue gets it at once and sends no body.
+func TestTooLargeBodyAnswered(t *testing.T) {
+	e := newEnv(t, func(c *orderhttp.Config) { c.ReadTimeout = time.Minute })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		_ = e.srv.Shutdown(context.Background())
+		<-served
+	})
+	body := bytes.Repeat([]byte(" "), 8<<20)
+	for _, tc := range []struct {
+		name     string
+		expect   bool
+		sendBody bool
+	}{
+		{"whole body, then read", false, true},
+		{"100-continue", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			// A deadline against a hang only: the server's read timeout
+			// is a minute.
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			head := fmt.Sprintf("POST /v1/orders HTTP/1.1\r\nHost: orderd\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", len(body))
+			if tc.expect {
+				head += "Expect: 100-continue\r\n"
+			}
+			if _, err := io.WriteString(conn, head+"\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			if tc.sendBody {
+				if _, err := conn.Write(body); err != nil {
+					t.Fatalf("sending the body: %v", err)
+				}
+			}
+			res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			defer res.Body.Close()
+			b, err := io.ReadAll(res.Body)
+			if err != nil {
+				t.Fatalf("reading the answer's body: %v", err)
+			}
+			var p orderhttp.Problem
+			if res.StatusCode != http.StatusRequestEntityTooLarge || json.Unmarshal(b, &p) != nil || p.Type != tooLarge || p.Status != http.StatusRequestEntityTooLarge {
+				t.Errorf("answer %d %s, want the 413 problem document", res.StatusCode, b)
+			}
+			if !res.Close {
+				t.Error("the answer does not close the connection")
+			}
+		})
 	}
 }
