@@ -536,8 +536,9 @@ func (m *Main) printEmbedded(store, bus bool) {
 		if r, _ := c.roles(); r.api {
 			fmt.Fprintf(out, "  console          http://%s/console/#token=%s\n", m.HTTPAddr, c.HTTP.AdminToken)
 		}
-		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s):\n", filepath.Join(dir, "admin-token"))
-		fmt.Fprintf(out, "                   export ADMIN_TOKEN=%s   # for orderd status, rebuild, verify\n", c.HTTP.AdminToken)
+		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s),\n", filepath.Join(dir, "admin-token"))
+		fmt.Fprintf(out, "                   which orderd status, rebuild and verify read there when ADMIN_TOKEN is unset;\n")
+		fmt.Fprintf(out, "                   from another directory: -data-dir %s, or export ADMIN_TOKEN=%s\n", dir, c.HTTP.AdminToken)
 	default:
 		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
@@ -123,7 +124,7 @@ func DefaultConfig() Config {
 		Roles: "all", HTTPAddr: "127.0.0.1:8080", CacheSize: 100_000, MaxLag: 10_000,
 		Log:      LogConfig{Format: "text", Level: "info"},
 		Mongo:    MongoConfig{Database: "orderd"},
-		Embedded: EmbeddedConfig{DataDir: "./data", StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
+		Embedded: EmbeddedConfig{DataDir: cli.DefaultDataDir, StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
 		Stream: bus.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix, Replicas: 1,
 			Duplicates: 2 * time.Minute},
 		Relay:     outbox.Config{}.WithDefaults(),
