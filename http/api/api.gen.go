@@ -1010,10 +1010,12 @@ type ProjectionStatus struct {
 	ConsumerLag *int `json:"consumer_lag"`
 
 	// ConsumerLagVersion The definition version whose consumers consumer_lag counts: the one the answering instance folds.
-	ConsumerLagVersion *int    `json:"consumer_lag_version,omitempty"`
-	DeadLetters        int64   `json:"dead_letters"`
-	Generation         int64   `json:"generation"`
-	LastError          *string `json:"last_error,omitempty"`
+	ConsumerLagVersion *int  `json:"consumer_lag_version,omitempty"`
+	DeadLetters        int64 `json:"dead_letters"`
+
+	// Generation How many times the projection's pointer document has been written: each write (a build's start, its switch to readers, a switch back, a cancel, the end of a grace) adds one, and each is a compare-and-set on it.
+	Generation int64   `json:"generation"`
+	LastError  *string `json:"last_error,omitempty"`
 
 	// LastRebuild The latest job of a kind on a projection, with its state, phase and progress as its own route (GET /v1/admin/projections/{name}/rebuilds/{job}) shows them.
 	LastRebuild *JobSummary    `json:"last_rebuild,omitempty"`
