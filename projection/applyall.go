@@ -73,10 +73,10 @@ func ApplyAll(ctx context.Context, c Collections, v int, pointerAge time.Duratio
 	}
 	// A shadow announced while the batch was being written gets the
 	// batch too, before its events are acknowledged. A rebuild's scan
-	// starts a settling time after the announcement and reads every event
-	// appended before it; so every event is in the scan or in the shadow,
-	// however long the batch took, and a shadow document equal to what the
-	// scan recorded is the fold of the log.
+	// starts after the announcement and reads every event appended before
+	// it; so every event is in the scan or in the shadow, however long the
+	// batch took, and a shadow document equal to what the scan recorded is
+	// the fold of the log.
 	now, err := c.Pointer(ctx, 0)
 	if err != nil {
 		return Outcome{}, nil, err

@@ -203,7 +203,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	}
 	fs.Float64Var(&c.Jobs.MaxEventsPerSecond, "rebuild-max-events-per-second", c.Jobs.MaxEventsPerSecond,
 		"pace of each rebuild partition, to spare the store; 0 is as fast as it goes (env ORDERD_REBUILD_MAX_EVENTS_PER_SECOND)")
-	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning (projectors pick it up within a batch)")
+	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning; none is needed (docs/repair.md), but with projectors of a build that does not write a shadow announced during a batch")
 	dur(&c.Jobs.Grace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept, and fed by the projectors of its version, for a switch back before it is dropped")
 	c.HTTP.AdminToken = getenv("ADMIN_TOKEN")
 	c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

@@ -697,11 +697,15 @@ type ItemRequest struct {
 
 // Job A rebuild, verify or replay job; its progress is the sum of its tasks'.
 type Job struct {
-	CancelRequested *bool      `json:"cancel_requested,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	Error           *string    `json:"error,omitempty"`
-	EtaSeconds      *float32   `json:"eta_seconds,omitempty"`
-	EventsDone      int64      `json:"events_done"`
+	CancelRequested *bool     `json:"cancel_requested,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	Error           *string   `json:"error,omitempty"`
+
+	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over, and for the scan's first 2 seconds, whose rate is not yet a fair sample. phase_eta_seconds is the current phase's.
+	EtaSeconds *float32 `json:"eta_seconds,omitempty"`
+	EventsDone int64    `json:"events_done"`
+
+	// EventsPerSecond Events read per second by the job's scan (a rebuild's partitions, a verify, a replay), from the scan's first start to now, or to its end once it is over; a rebuild's plan and the settling before its scan do not count.
 	EventsPerSecond float32    `json:"events_per_second"`
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
 	Id              string     `json:"id"`
@@ -766,13 +770,13 @@ type JobState string
 type JobSummary struct {
 	Error *string `json:"error,omitempty"`
 
-	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over. phase_eta_seconds is the current phase's.
+	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over, and for the scan's first 2 seconds, whose rate is not yet a fair sample. phase_eta_seconds is the current phase's.
 	EtaSeconds *float32 `json:"eta_seconds,omitempty"`
 
 	// EventsDone Events read so far (a rebuild's scan of the log).
 	EventsDone int64 `json:"events_done"`
 
-	// EventsPerSecond Events read per second since the job started.
+	// EventsPerSecond Events read per second by the job's scan (a rebuild's partitions, a verify, a replay), from the scan's first start to now, or to its end once it is over; a rebuild's plan and the settling before its scan do not count.
 	EventsPerSecond float32 `json:"events_per_second"`
 	Job             string  `json:"job"`
 
