@@ -369,11 +369,19 @@ func (j Job) PhaseAt(now time.Time) JobPhase {
 		return p
 	}
 	scan := JobPhase{Phase: "scanning", Step: 1, Steps: 1, EventsDone: j.Events}
-	if j.commits > 0 && j.TotalCommits > j.commits {
+	switch {
+	case j.commits > 0 && j.TotalCommits > j.commits:
 		// The events to read, at the events per commit read so far.
 		scan.Percent = percent(min(99, int(100*j.commits/j.TotalCommits)))
 		scan.EventsTotal = int64(float64(j.Events) * float64(j.TotalCommits) / float64(j.commits))
 		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
+	case j.ETASeconds > 0 && j.RatePerSecond > 0:
+		// A job as its JSON gives it, without its commits: the events
+		// left at its rate.
+		left := j.ETASeconds * j.RatePerSecond
+		scan.Percent = percent(min(99, int(100*float64(j.Events)/(float64(j.Events)+left))))
+		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
+		scan.EventsTotal = j.Events + int64(left)
 	}
 	switch j.Kind {
 	case KindVerify:
