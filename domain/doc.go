@@ -63,7 +63,7 @@
 // nothing; a key is unique per order, and a PlaceOrder without an order id
 // gets KeyedOrderID of its key, so its retries reach the same order), invariant 8 (bad input returns an error before anything is
 // appended) and retries lost version races with jittered backoff unless
-// the client sent If-Match.
+// the client's If-Match names versions (IfMatch).
 //
 // # Log reads
 //

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"hash/fnv"
 	mrand "math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -65,14 +68,40 @@ type StateCache interface {
 }
 
 // ExecOptions are the per-request options of Service.Execute. IfMatch, when
-// set, is the version the client last saw: no server-side retry then, and a
-// mismatch is ErrPreconditionFailed. CommandID becomes the causation id of
-// the events (a new one is made when empty).
+// set, is the command's precondition: unless it matches the order, the
+// command fails with ErrPreconditionFailed. CommandID becomes the causation
+// id of the events (a new one is made when empty).
 type ExecOptions struct {
 	IdempotencyKey string
-	IfMatch        *int64
+	IfMatch        *IfMatch
 	CorrelationID  string
 	CommandID      string
+}
+
+// IfMatch is a precondition on the order's version, what RFC 9110's
+// If-Match (§13.1.1) means with the ETag "<version>": Any ("*") holds
+// for every existing order, Versions for an order at one of them (none:
+// for no order). With Versions a command that loses a version race is
+// not retried: the version it was decided on is gone.
+type IfMatch struct {
+	Any      bool
+	Versions []int64
+}
+
+// holds reports whether m holds for o; an order of version 0 does not exist.
+func (m IfMatch) holds(o Order) bool {
+	return o.Version > 0 && (m.Any || slices.Contains(m.Versions, o.Version))
+}
+
+func (m IfMatch) String() string {
+	if m.Any {
+		return "*"
+	}
+	vs := make([]string, len(m.Versions))
+	for i, v := range m.Versions {
+		vs[i] = "v" + strconv.FormatInt(v, 10)
+	}
+	return strings.Join(vs, ", ")
 }
 
 // Result is what a command did. Replayed is true when the result is the
@@ -256,8 +285,8 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 			if s.Cache != nil {
 				s.Cache.Remove(orderID)
 			}
-			if opt.IfMatch != nil {
-				return res, fmt.Errorf("%s order %s: expected v%d: %w", cmd.commandName(), orderID, *opt.IfMatch, ErrPreconditionFailed)
+			if opt.IfMatch != nil && !opt.IfMatch.Any {
+				return res, fmt.Errorf("%s order %s: If-Match %s: %w", cmd.commandName(), orderID, opt.IfMatch, ErrPreconditionFailed)
 			}
 			if attempt >= s.MaxAttempts {
 				return res, fmt.Errorf("%s order %s after %d attempts: %w", cmd.commandName(), orderID, attempt, err)
@@ -315,8 +344,11 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 		}
 		return Result{OrderID: orderID, Version: o.Version, Status: o.Status, Replayed: true}, nil
 	}
-	if opt.IfMatch != nil && *opt.IfMatch != o.Version {
-		return Result{}, fmt.Errorf("%s order %s: at v%d, expected v%d: %w", cmd.commandName(), orderID, o.Version, *opt.IfMatch, ErrPreconditionFailed)
+	if opt.IfMatch != nil && !opt.IfMatch.holds(o) {
+		if o.Version == 0 {
+			return Result{}, fmt.Errorf("%s order %s: no such order, If-Match %s: %w", cmd.commandName(), orderID, opt.IfMatch, ErrPreconditionFailed)
+		}
+		return Result{}, fmt.Errorf("%s order %s: at v%d, If-Match %s: %w", cmd.commandName(), orderID, o.Version, opt.IfMatch, ErrPreconditionFailed)
 	}
 	datas, at, err := o.Decide(cmd, s.Now())
 	if err != nil {

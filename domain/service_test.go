@@ -294,32 +294,66 @@ func TestServiceKeyLookups(t *testing.T) {
 }
 
 func TestServiceIfMatch(t *testing.T) {
-	v := func(n int64) *int64 { return &n }
+	v := func(n ...int64) *domain.IfMatch { return &domain.IfMatch{Versions: n} }
 	for _, tc := range []struct {
 		name    string
 		svc     func(*testing.T, *domaintest.MemStore) *domain.Service
-		ifMatch int64
+		ifMatch *domain.IfMatch
 		err     error
 	}{
-		{"stale, cache current", warm, 1, domain.ErrPreconditionFailed},
-		{"stale, no cache entry", cold, 1, domain.ErrPreconditionFailed},
-		{"stale, cache equally stale", stale, 1, domain.ErrPreconditionFailed},
-		{"ahead", warm, 3, domain.ErrPreconditionFailed},
-		{"current, cache current", warm, 2, nil},
-		{"current, no cache entry", cold, 2, nil},
-		{"current, cache stale", stale, 2, nil},
+		{"stale, cache current", warm, v(1), domain.ErrPreconditionFailed},
+		{"stale, no cache entry", cold, v(1), domain.ErrPreconditionFailed},
+		{"stale, cache equally stale", stale, v(1), domain.ErrPreconditionFailed},
+		{"ahead", warm, v(3), domain.ErrPreconditionFailed},
+		{"none of a list", warm, v(1, 3), domain.ErrPreconditionFailed},
+		{"an empty list", warm, v(), domain.ErrPreconditionFailed},
+		{"current, cache current", warm, v(2), nil},
+		{"current, no cache entry", cold, v(2), nil},
+		{"current, cache stale", stale, v(2), nil},
+		{"current in a list", cold, v(1, 2), nil},
+		{"any, cache current", warm, &domain.IfMatch{Any: true}, nil},
+		{"any, cache stale", stale, &domain.IfMatch{Any: true}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			store := newMemStore()
 			svc := tc.svc(t, store)
 			appends := store.Appends.Load()
-			r, err := svc.Execute(ctx, orderID, domain.Cancel{}, domain.ExecOptions{IfMatch: v(tc.ifMatch)})
+			r, err := svc.Execute(ctx, orderID, domain.Cancel{}, domain.ExecOptions{IfMatch: tc.ifMatch})
 			expect(t, r, err, domain.Result{OrderID: orderID, Version: 3, Status: domain.StatusCanceled}, tc.err)
 			if n := len(store.Events(orderID)); tc.err != nil && n != 2 {
 				t.Fatalf("stream has %d events after a failed precondition, want 2", n)
 			}
-			if n := store.Appends.Load() - appends; n > 1 {
+			if n := store.Appends.Load() - appends; n > 1 && !tc.ifMatch.Any {
 				t.Fatalf("%d appends with If-Match, want at most 1 (no retry)", n)
+			}
+		})
+	}
+}
+
+// TestServiceIfMatchNoOrder: no precondition holds for an order that does
+// not exist, "*" included (RFC 9110 §13.1.1): 412, not the 404 of the
+// same command without If-Match, and nothing is appended.
+func TestServiceIfMatchNoOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cmd  domain.Command
+		m    domain.IfMatch
+	}{
+		{"any", domain.Approve{}, domain.IfMatch{Any: true}},
+		{"a version", domain.Approve{}, domain.IfMatch{Versions: []int64{1}}},
+		{"version 0", domain.Approve{}, domain.IfMatch{Versions: []int64{0}}},
+		{"any, placing", domain.PlaceOrder{CustomerID: "c-1", Currency: "BRL", Items: []domain.Line{{SKU: "s", Quantity: 1, UnitPriceCents: 100}}},
+			domain.IfMatch{Any: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			store := newMemStore()
+			svc := newService(store, true)
+			_, err := svc.Execute(ctx, "no-such-order", tc.cmd, domain.ExecOptions{IfMatch: &tc.m})
+			if !errors.Is(err, domain.ErrPreconditionFailed) {
+				t.Errorf("Execute = %v, want ErrPreconditionFailed", err)
+			}
+			if n := store.Appends.Load(); n != 0 {
+				t.Errorf("%d appends", n)
 			}
 		})
 	}
@@ -484,9 +518,15 @@ func TestServiceRetriesExhausted(t *testing.T) {
 	if !errors.Is(err, domain.ErrVersionConflict) || r.Attempts != 3 || mem.Appends.Load()-before != 3 {
 		t.Fatalf("Execute = %+v, %v after %d appends; want ErrVersionConflict after 3", r, err, mem.Appends.Load()-before)
 	}
-	v := int64(1)
-	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{IfMatch: &v}); !errors.Is(err, domain.ErrPreconditionFailed) {
-		t.Fatalf("If-Match conflict = %v, want ErrPreconditionFailed", err)
+	before = mem.Appends.Load()
+	if _, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{IfMatch: &domain.IfMatch{Versions: []int64{1}}}); !errors.Is(err, domain.ErrPreconditionFailed) || mem.Appends.Load()-before != 1 {
+		t.Fatalf("If-Match conflict = %v after %d appends, want ErrPreconditionFailed after 1", err, mem.Appends.Load()-before)
+	}
+	// "*" holds whatever version the order reaches: a lost race is
+	// retried as without If-Match.
+	before = mem.Appends.Load()
+	if r, err := svc.Execute(ctx, orderID, domain.Approve{}, domain.ExecOptions{IfMatch: &domain.IfMatch{Any: true}}); !errors.Is(err, domain.ErrVersionConflict) || r.Attempts != 3 {
+		t.Fatalf("If-Match * = %+v, %v after %d appends; want ErrVersionConflict after 3", r, err, mem.Appends.Load()-before)
 	}
 	svc.BaseBackoff = time.Hour
 	cctx, cancel := context.WithCancel(ctx)

@@ -293,14 +293,14 @@ type adminEnv struct {
 }
 
 // newAdminEnv builds a server with the fake admin and token ("" leaves
-// the admin routes off).
-func newAdminEnv(t testing.TB, token string) *adminEnv {
+// the admin routes off), after mod changed its config.
+func newAdminEnv(t testing.TB, token string, mod ...func(*orderhttp.Config)) *adminEnv {
 	t.Helper()
 	a, buf := newFakeAdmin(), &syncBuffer{}
-	e := newEnv(t, func(c *orderhttp.Config) {
+	e := newEnv(t, append([]func(*orderhttp.Config){func(c *orderhttp.Config) {
 		c.Admin, c.AdminToken = a, token
 		c.Log = slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	})
+	}}, mod...)...)
 	return &adminEnv{env: e, admin: a, log: buf}
 }
 

@@ -233,8 +233,15 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 	setHeader(h, "Idempotency-Key", opt.IdempotencyKey)
 	setHeader(h, "X-Correlation-ID", opt.CorrelationID)
 	setHeader(h, "X-Request-ID", opt.CommandID)
-	if opt.IfMatch != nil {
-		h.Set("If-Match", etag(*opt.IfMatch))
+	if m := opt.IfMatch; m != nil {
+		tags := make([]string, len(m.Versions))
+		for i, v := range m.Versions {
+			tags[i] = etag(v)
+		}
+		if m.Any {
+			tags = []string{"*"}
+		}
+		h.Set("If-Match", strings.Join(tags, ", "))
 	}
 	var res struct {
 		OrderID string        `json:"order_id"`

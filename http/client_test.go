@@ -67,13 +67,13 @@ func TestClientCommands(t *testing.T) {
 		t.Errorf("events %+v", events)
 	}
 
-	stale := int64(0)
-	_, err = c.Execute(ctx, "o-1", domain.Approve{}, domain.ExecOptions{IfMatch: &stale})
+	_, err = c.Execute(ctx, "o-1", domain.Approve{}, domain.ExecOptions{IfMatch: &domain.IfMatch{Versions: []int64{0}}})
 	wantError(t, err, http.StatusPreconditionFailed, "precondition-failed", domain.ErrPreconditionFailed)
-	v := int64(1)
-	if res, err = c.Execute(ctx, "o-1", domain.Approve{At: at}, domain.ExecOptions{IfMatch: &v}); err != nil || res.Version != 2 || res.Status != domain.StatusApproved {
+	if res, err = c.Execute(ctx, "o-1", domain.Approve{At: at}, domain.ExecOptions{IfMatch: &domain.IfMatch{Versions: []int64{5, 1}}}); err != nil || res.Version != 2 || res.Status != domain.StatusApproved {
 		t.Errorf("approve at v1: %+v, %v", res, err)
 	}
+	_, err = c.Execute(ctx, "o-2", domain.Approve{}, domain.ExecOptions{IfMatch: &domain.IfMatch{Any: true}})
+	wantError(t, err, http.StatusPreconditionFailed, "precondition-failed", domain.ErrPreconditionFailed)
 	_, err = c.Execute(ctx, "o-1", domain.Deliver{}, domain.ExecOptions{})
 	wantError(t, err, http.StatusConflict, "invalid-transition", domain.ErrInvalidTransition)
 	if res, err = c.Execute(ctx, "o-1", domain.Cancel{Reason: "changed my mind"}, domain.ExecOptions{}); err != nil || res.Status != domain.StatusCanceled {

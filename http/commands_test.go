@@ -3,6 +3,7 @@ package http_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -302,43 +303,73 @@ func TestIdempotencyKey(t *testing.T) {
 	}
 }
 
+// TestIfMatch: one rule, RFC 9110's (§13.1.1, entity tags §8.8.3): the
+// order at v2 matches "*", its strong ETag "2" alone or in a list; a
+// weak tag, a stale, future or other tag matches nothing and is 412; a
+// value that is not "*" or a list of entity tags is 422 with a detail
+// that says what is wrong. Neither appends anything.
 func TestIfMatch(t *testing.T) {
 	tests := []struct {
 		name    string
-		ifMatch string
+		ifMatch []string // one header line each
 		status  int
 		problem string
-		field   string
+		detail  string // in the detail of the 422's If-Match
 	}{
-		{name: "current", ifMatch: `"2"`, status: http.StatusOK},
-		// If-Match compares strong tags only (RFC 9110 §13.1.1): a weak
-		// tag matches no version, not even the current one.
-		{name: "current, weak", ifMatch: `W/"2"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
-		{name: "stale, weak", ifMatch: `W/"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
-		{name: "weak, not a number", ifMatch: `W/"abc"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "current, unquoted", ifMatch: `2`, status: http.StatusOK},
-		{name: "stale", ifMatch: `"1"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
-		{name: "ahead", ifMatch: `"3"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
-		{name: "zero", ifMatch: `"0"`, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
-		{name: "not a number", ifMatch: `"abc"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "negative", ifMatch: `"-1"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "overflow", ifMatch: `"9223372036854775808"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "empty tag", ifMatch: `""`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "star", ifMatch: `*`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
-		{name: "list", ifMatch: `"1", "2"`, status: http.StatusUnprocessableEntity, problem: "/problems/validation", field: "If-Match"},
+		{name: "current", ifMatch: []string{`"2"`}, status: http.StatusOK},
+		{name: "star", ifMatch: []string{`*`}, status: http.StatusOK},
+		{name: "star in white space", ifMatch: []string{` * `}, status: http.StatusOK},
+		{name: "list with the current", ifMatch: []string{`"1", "2"`}, status: http.StatusOK},
+		{name: "list without spaces", ifMatch: []string{`"7","2"`}, status: http.StatusOK},
+		{name: "list with empty elements", ifMatch: []string{`, "1" ,, "2",`}, status: http.StatusOK},
+		{name: "list over two lines", ifMatch: []string{`"1"`, `"2"`}, status: http.StatusOK},
+		{name: "list with the current weak and strong", ifMatch: []string{`W/"2", "2"`}, status: http.StatusOK},
+		// If-Match compares strong tags only (§13.1.1): a weak tag
+		// matches no version, not even the current one.
+		{name: "current, weak", ifMatch: []string{`W/"2"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "stale, weak", ifMatch: []string{`W/"1"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "weak, not a version", ifMatch: []string{`W/"abc"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "stale", ifMatch: []string{`"1"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "ahead", ifMatch: []string{`"3"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "list without the current", ifMatch: []string{`"1", "3"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "zero", ifMatch: []string{`"0"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		// Well-formed entity tags that no version has: the strong
+		// comparison is of the opaque strings, "02" is not "2".
+		{name: "not a version", ifMatch: []string{`"abc"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "leading zero", ifMatch: []string{`"02"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "negative", ifMatch: []string{`"-1"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "overflow", ifMatch: []string{`"9223372036854775808"`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "empty tag", ifMatch: []string{`""`}, status: http.StatusPreconditionFailed, problem: "/problems/precondition-failed"},
+		{name: "unquoted", ifMatch: []string{`2`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: `2 is not an entity tag: an entity tag is quoted, as in "2"`},
+		{name: "unquoted in a list", ifMatch: []string{`"1", 2`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: `as in "2"`},
+		{name: "weak, unquoted", ifMatch: []string{`W/2`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "not an entity tag"},
+		{name: "weak in lower case", ifMatch: []string{`w/"2"`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "not an entity tag"},
+		{name: "unterminated", ifMatch: []string{`"2`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "closing quote"},
+		{name: "no comma", ifMatch: []string{`"1" "2"`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "separated by commas"},
+		{name: "star in a list", ifMatch: []string{`*, "2"`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "* stands alone"},
+		{name: "star and a tag on two lines", ifMatch: []string{`"2"`, `*`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "* stands alone"},
+		{name: "space in a tag", ifMatch: []string{`"2 "`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "not allowed"},
+		{name: "empty", ifMatch: []string{``}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "no entity tag"},
+		{name: "commas only", ifMatch: []string{`, ,`}, status: http.StatusUnprocessableEntity, problem: "/problems/validation", detail: "no entity tag"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			e := newEnv(t)
 			e.place(t, "o-1")
 			e.run(t, "o-1", "approve")
-			rec := e.post(t, "/v1/orders/o-1/invoice", "", "If-Match", tt.ifMatch)
+			hr := httptest.NewRequest(http.MethodPost, "/v1/orders/o-1/invoice", nil)
+			hr.Header["If-Match"] = tt.ifMatch
+			rec := httptest.NewRecorder()
+			e.h.ServeHTTP(rec, hr)
 			if tt.problem == "" {
 				wantCommand(t, rec, tt.status, commandAnswer{OrderID: "o-1", Version: 3, Status: "invoiced"}, false)
 				return
 			}
-			if tt.field != "" {
-				wantProblem(t, rec, tt.status, tt.problem, tt.field)
+			if tt.detail != "" {
+				p := wantProblem(t, rec, tt.status, tt.problem, "If-Match")
+				if d := fieldDetail(p, "If-Match"); !strings.Contains(d, tt.detail) {
+					t.Errorf("If-Match's detail %q does not say %q", d, tt.detail)
+				}
 			} else {
 				wantProblem(t, rec, tt.status, tt.problem)
 			}
@@ -346,6 +377,19 @@ func TestIfMatch(t *testing.T) {
 				t.Errorf("store holds %d commits, want 2", n)
 			}
 		})
+	}
+}
+
+// TestIfMatchNoOrder: no If-Match holds for an order that does not
+// exist, "*" included: 412, where the same command without it is 404.
+func TestIfMatchNoOrder(t *testing.T) {
+	e := newEnv(t)
+	for _, m := range []string{`*`, `"1"`} {
+		wantProblem(t, e.post(t, "/v1/orders/o-9/approve", "", "If-Match", m), http.StatusPreconditionFailed, "/problems/precondition-failed")
+	}
+	wantProblem(t, e.post(t, "/v1/orders/o-9/approve", ""), http.StatusNotFound, "/problems/not-found")
+	if n := e.store.Commits(); n != 0 {
+		t.Errorf("store holds %d commits, want 0", n)
 	}
 }
 

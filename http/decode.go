@@ -72,7 +72,13 @@ func decode(c echo.Context, dst any, optional bool) error {
 	if err := dec.Decode(dst); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return invalid(domain.FieldError{Field: te.Field, Detail: "must be " + jsonKind(te.Type.Kind())})
+			// te.Field leaves out the array indexes (items.quantity); the
+			// validator's paths have them (items[0].quantity).
+			field := pathAt(body, te.Offset)
+			if field == "" {
+				field = te.Field
+			}
+			return invalid(domain.FieldError{Field: field, Detail: "must be " + jsonKind(te.Type.Kind())})
 		}
 		return malformed("invalid JSON: " + err.Error())
 	}
@@ -135,6 +141,74 @@ func checkKeys(body []byte) error {
 		// A value ended: the enclosing object expects a key next.
 		if len(stack) > 0 && stack[len(stack)-1].object {
 			stack[len(stack)-1].wantKey = true
+		}
+	}
+}
+
+// pathAt returns the path of the value of body, a JSON object, that ends
+// at offset (a string, number, true, false or null) or opens there (an
+// object or array), as the validator writes paths: items[0].quantity. It
+// returns "" when no value does. The decoder's type errors give their
+// offsets so (json.UnmarshalTypeError.Offset).
+func pathAt(body []byte, offset int64) string {
+	type frame struct {
+		array   bool
+		key     string // the member being read, in an object
+		index   int    // the element being read, in an array
+		wantKey bool   // an object's next token is a key (or its end)
+	}
+	var stack []*frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			switch {
+			case f.array:
+				fmt.Fprintf(&b, "[%d]", f.index)
+			case b.Len() > 0:
+				b.WriteString("." + f.key)
+			default:
+				b.WriteString(f.key)
+			}
+		}
+		return b.String()
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && !stack[len(stack)-1].array {
+				stack[len(stack)-1].wantKey = true
+			}
+			continue
+		}
+		if top != nil && top.wantKey {
+			top.key, _ = tok.(string)
+			top.wantKey = false
+			continue
+		}
+		if top != nil && top.array {
+			top.index++
+		}
+		if dec.InputOffset() == offset {
+			return path()
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{array: true, index: -1})
+		default:
+			if top != nil && !top.array {
+				top.wantKey = true
+			}
 		}
 	}
 }

@@ -11,10 +11,11 @@
 //
 // Commands accept Idempotency-Key (invariant 7; a key belongs to the order
 // it is used on, and a place without order_id gets domain.KeyedOrderID of
-// its key as order id), If-Match: "<version>"
-// (compared strongly, RFC 9110 §13.1.1: 412 when stale or weak, W/"<n>";
-// no server-side retry then) and X-Correlation-ID; they
-// answer with ETag: "<version>". GET /v1/order-summaries/{id}?min_version=N
+// its key as order id), If-Match as RFC 9110 §13.1.1 reads it ("*" or a
+// list of entity tags, compared strongly: 412 when none matches, 422 when
+// the value is neither) and X-Correlation-ID; they answer with
+// ETag: "<version>". Every timestamp of an answer is written with
+// milliseconds, three digits (encodeJSON). GET /v1/order-summaries/{id}?min_version=N
 // waits, bounded, until the read model reflects version N: read-your-writes
 // over an eventually consistent model.
 //

@@ -56,6 +56,31 @@ func FuzzLifecycleBody(f *testing.F) {
 	})
 }
 
+// FuzzIfMatch sends arbitrary If-Match values with an approve of an order
+// at v1: never a 5xx; a refusal is a problem document that appends
+// nothing; the command runs only for "*" or a list holding the strong
+// tag "1".
+func FuzzIfMatch(f *testing.F) {
+	for _, s := range []string{`"1"`, `*`, `W/"1"`, `"0", "1"`, `1`, `"1`, `*, "1"`, `, ,`, `"1" "2"`, `W/"1", "1"`} {
+		f.Add(s)
+	}
+	e := newEnv(f)
+	f.Fuzz(func(t *testing.T, ifMatch string) {
+		e.store.Reset()
+		e.place(t, "o-1")
+		hr := httptest.NewRequest(http.MethodPost, "/v1/orders/o-1/approve", nil)
+		hr.Header.Set("If-Match", ifMatch)
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, hr)
+		checkAnswer(t, e, rec, nil, 1)
+		trimmed := strings.Trim(ifMatch, " \t")
+		if rec.Code/100 == 2 && trimmed != "*" && !strings.HasPrefix(trimmed, `"1"`) && !strings.Contains(ifMatch, `,"1"`) &&
+			!strings.Contains(ifMatch, ` "1"`) && !strings.Contains(ifMatch, "\t\"1\"") {
+			t.Errorf("If-Match %q ran the command: %d %s", ifMatch, rec.Code, rec.Body)
+		}
+	})
+}
+
 func postBytes(e *env, path string, body []byte) *httptest.ResponseRecorder {
 	hr := httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body))
 	hr.Header.Set("Content-Type", "application/json")

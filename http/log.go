@@ -2,13 +2,13 @@ package http
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -26,6 +26,9 @@ var eventTypes = []string{domain.TypeOrderPlaced, domain.TypeOrderApproved, doma
 	domain.TypeOrderShipped, domain.TypeOrderDelivered, domain.TypeOrderCanceled, domain.TypeOrderMarkedUnavailable}
 
 func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
+	if err := onlyParams(c, "limit", "cursor", "type", "stream_id", "correlation_id"); err != nil {
+		return err
+	}
 	q := admin.LogQuery{Limit: 50, Cursor: text(p.Cursor), StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
 	var bad []domain.FieldError
 	if v := text(p.Limit); v != "" {
@@ -35,15 +38,7 @@ func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 		}
 		q.Limit = n
 	}
-	if q.Type != "" && !slices.Contains(eventTypes, q.Type) {
-		bad = append(bad, domain.FieldError{Field: "type", Detail: "an event type, such as OrderPlaced"})
-	}
-	if q.StreamID != "" && domain.ValidateID("stream id", q.StreamID) != nil {
-		bad = append(bad, domain.FieldError{Field: "stream_id", Detail: "1 to 128 letters, digits, '_' or '-'"})
-	}
-	if len(q.CorrelationID) > 128 {
-		bad = append(bad, domain.FieldError{Field: "correlation_id", Detail: "at most 128 characters"})
-	}
+	bad = append(bad, logFilters(q)...)
 	if len(q.Cursor) > 512 {
 		bad = append(bad, domain.FieldError{Field: "cursor", Detail: "not a cursor of this query"})
 	}
@@ -58,6 +53,38 @@ func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 		return err
 	}
 	return c.JSON(http.StatusOK, page)
+}
+
+// logFilters checks the filters a page of the log and its tail share.
+func logFilters(q admin.LogQuery) []domain.FieldError {
+	var bad []domain.FieldError
+	if q.Type != "" && !slices.Contains(eventTypes, q.Type) {
+		bad = append(bad, domain.FieldError{Field: "type", Detail: "one of " + strings.Join(eventTypes, ", ")})
+	}
+	if q.StreamID != "" && domain.ValidateID("stream id", q.StreamID) != nil {
+		bad = append(bad, domain.FieldError{Field: "stream_id", Detail: "1 to 128 letters, digits, '_' or '-'"})
+	}
+	if len(q.CorrelationID) > 128 {
+		bad = append(bad, domain.FieldError{Field: "correlation_id", Detail: "at most 128 characters"})
+	}
+	return bad
+}
+
+// onlyParams refuses the query parameters of c not in known, each named
+// in the 422: a misspelt filter would otherwise filter nothing, and the
+// answer would look filtered.
+func onlyParams(c echo.Context, known ...string) error {
+	var bad []domain.FieldError
+	for name := range c.QueryParams() {
+		if !slices.Contains(known, name) {
+			bad = append(bad, domain.FieldError{Field: name, Detail: "not a parameter of this route, which takes " + strings.Join(known, ", ")})
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.SortFunc(bad, func(a, b domain.FieldError) int { return strings.Compare(a.Field, b.Field) })
+	return invalid(bad...)
 }
 
 // commitID is the shape of a commit's id (mongodb.CommitID).
@@ -78,9 +105,16 @@ func (s *Server) getLogCommit(c echo.Context, id string) error {
 // under the idle timeouts of proxies (nginx's proxy_read_timeout is 60 s).
 const sseKeepAlive = 15 * time.Second
 
-// tailLog streams the commits recorded while the request is open as
-// Server-Sent Events (see openapi.json, tailLog).
-func (s *Server) tailLog(c echo.Context) error {
+// tailLog streams the commits recorded while the request is open that
+// pass the filters of p as Server-Sent Events (see openapi.json, tailLog).
+func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
+	if err := onlyParams(c, "type", "stream_id", "correlation_id"); err != nil {
+		return err
+	}
+	q := admin.LogQuery{StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
+	if bad := logFilters(q); len(bad) > 0 {
+		return invalid(bad...)
+	}
 	w := c.Response()
 	// The server's write timeout bounds answers, not a stream that lasts
 	// as long as the page that reads it. (A writer without deadlines, a
@@ -94,7 +128,7 @@ func (s *Server) tailLog(c echo.Context) error {
 	h.Set("X-Accel-Buffering", "no") // nginx: pass each event on at once
 	opened, last := false, time.Now()
 	send := func(event string, data any) error {
-		b, err := json.Marshal(data)
+		b, err := encodeJSON(data)
 		if err != nil {
 			return err
 		}
@@ -121,7 +155,7 @@ func (s *Server) tailLog(c echo.Context) error {
 			opened = true
 			w.WriteHeader(http.StatusOK)
 			return send("open", struct{}{})
-		case commit != nil:
+		case commit != nil && (q.StreamID == "" || commit.StreamID == q.StreamID) && q.Matches(*commit):
 			return send("commit", commit)
 		case time.Since(last) >= sseKeepAlive:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
@@ -139,12 +173,12 @@ func (s *Server) tailLog(c echo.Context) error {
 		return err // answered as a problem document
 	}
 	// The status is sent: the failure goes in the stream, and it ends.
-	p := toProblem(err)
-	if p.Status >= 500 {
+	prob := toProblem(err)
+	if prob.Status >= 500 {
 		s.cfg.Log.Warn("log tail ended", "err", err)
-		p.Detail = "the log's change stream failed, or this client fell behind it; connect again"
+		prob.Detail = "the log's change stream failed, or this client fell behind it; connect again"
 	}
-	_ = send("error", p)
+	_ = send("error", prob)
 	return nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
 )
 
 // fakeLog is the log browser's side of fakeAdmin.
@@ -132,6 +133,15 @@ func TestLogPage(t *testing.T) {
 			t.Errorf("the 422 does not name %s: %s", f, rec.Body)
 		}
 	}
+	if p := readProblem(t, rec); !hasField(p, "type") || !strings.Contains(fieldDetail(p, "type"), domain.TypeOrderMarkedUnavailable) {
+		t.Errorf("the 422 of an unknown type does not list the types: %+v", p.Errors)
+	}
+	// A misspelt filter would filter nothing: refused, named, before the
+	// admin side is asked.
+	rec = e.call(t, http.MethodGet, "/v1/admin/log?typ=OrderPlaced&stream_id=o-1", "")
+	if p := wantProblem(t, rec, http.StatusUnprocessableEntity, "/problems/validation", "typ"); len(p.Errors) != 1 {
+		t.Errorf("errors %+v, want only typ", p.Errors)
+	}
 	if len(e.admin.callsOf("Log")) != before {
 		t.Error("the admin side was asked with invalid parameters")
 	}
@@ -160,6 +170,143 @@ func TestLogCommit(t *testing.T) {
 	}
 	if got := len(e.admin.callsOf("LogCommit")); got != asked {
 		t.Errorf("ids that cannot be a commit's reached the admin side: %d calls", got-asked)
+	}
+}
+
+// fieldDetail returns the detail of field f in p, "" when p has none.
+func fieldDetail(p orderhttp.Problem, f string) string {
+	for _, fe := range p.Errors {
+		if fe.Field == f {
+			return fe.Detail
+		}
+	}
+	return ""
+}
+
+// tailEvents opens the log's event stream at url (with its query) and
+// returns the response and a reader of its events: each call returns the
+// next event's name and data.
+func tailEvents(t *testing.T, ctx context.Context, url string) (*http.Response, func() (string, string)) {
+	t.Helper()
+	rq, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	rq.Header.Set("Authorization", "Bearer "+adminToken)
+	res, err := http.DefaultClient.Do(rq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = res.Body.Close() })
+	lines := bufio.NewScanner(res.Body)
+	return res, func() (string, string) {
+		t.Helper()
+		var event, data string
+		for lines.Scan() {
+			switch l := lines.Text(); {
+			case l == "" && event != "":
+				return event, data
+			case strings.HasPrefix(l, "event: "):
+				event = strings.TrimPrefix(l, "event: ")
+			case strings.HasPrefix(l, "data: "):
+				data = strings.TrimPrefix(l, "data: ")
+			}
+		}
+		t.Fatalf("the stream ended: %v", lines.Err())
+		return "", ""
+	}
+}
+
+// TestLogTailFilters: the tail takes the filters of a page of the log and
+// sends only the commits that pass all of them; a bad filter, or a
+// parameter the tail does not take, is a 422 before any stream opens.
+func TestLogTailFilters(t *testing.T) {
+	e := newAdminEnv(t, adminToken)
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+
+	// No tail set yet: a stream opened by mistake ends after its open.
+	for _, tc := range []struct{ query, field string }{
+		{"type=OrderUnavailable", "type"},
+		{"limit=5", "limit"},
+		{"typ=OrderPlaced", "typ"},
+		{"stream_id=a:b", "stream_id"},
+	} {
+		rec := e.call(t, http.MethodGet, "/v1/admin/log/tail?"+tc.query, "")
+		p := wantProblem(t, rec, http.StatusUnprocessableEntity, "/problems/validation", tc.field)
+		if tc.field == "type" && !strings.Contains(fieldDetail(p, "type"), domain.TypeOrderMarkedUnavailable) {
+			t.Errorf("?%s: the 422 does not list the types: %+v", tc.query, p.Errors)
+		}
+	}
+	if n := len(e.admin.callsOf("TailLog")); n != 0 {
+		t.Errorf("refused queries opened %d tails", n)
+	}
+
+	tail := make(chan *admin.LogCommit)
+	e.admin.mu.Lock()
+	e.admin.logs.tail = tail
+	e.admin.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	_, next := tailEvents(t, ctx, srv.URL+"/v1/admin/log/tail?type=OrderPlaced&stream_id=o-2&correlation_id=corr-1")
+	if ev, _ := next(); ev != "open" {
+		t.Fatalf("first event %q, want open", ev)
+	}
+	placed := func(c admin.LogCommit) admin.LogCommit {
+		c.Events[0].Type = domain.TypeOrderPlaced
+		return c
+	}
+	otherCorr := placed(testCommit("o-2", 3))
+	otherCorr.Events[0].Metadata.CorrelationID = "corr-2"
+	want := placed(testCommit("o-2", 1))
+	for _, c := range []admin.LogCommit{placed(testCommit("o-1", 1)), testCommit("o-2", 2), otherCorr, want} {
+		select {
+		case tail <- &c:
+		case <-ctx.Done():
+			t.Fatal("the handler took no commit")
+		}
+	}
+	ev, data := next()
+	var got struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(data), &got); err != nil || ev != "commit" || got.ID != want.ID {
+		t.Errorf("first event after the open %q %s, want the only commit that passes the filters, %s", ev, data, want.ID)
+	}
+	if !strings.Contains(data, `"recorded_at":"2026-11-27T10:00:00.000Z"`) {
+		t.Errorf("the commit's recorded_at is not written with milliseconds: %s", data)
+	}
+}
+
+// TestLogTailNotSlow: a tail lasts as long as its client keeps it open;
+// when the client closes it, its request line is not a slow request's
+// warning, while any other request slower than SlowRequest still is.
+func TestLogTailNotSlow(t *testing.T) {
+	e := newAdminEnv(t, adminToken, func(c *orderhttp.Config) { c.SlowRequest = time.Nanosecond })
+	e.admin.mu.Lock()
+	e.admin.logs.tail = make(chan *admin.LogCommit) // an idle log
+	e.admin.mu.Unlock()
+	srv := httptest.NewServer(e.h)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	res, next := tailEvents(t, ctx, srv.URL+"/v1/admin/log/tail")
+	if ev, _ := next(); ev != "open" {
+		t.Fatalf("first event %q, want open", ev)
+	}
+	cancel() // the client closes the stream
+	_ = res.Body.Close()
+	srv.Close() // returns once every request has ended, and been logged
+	var line string
+	for _, l := range strings.Split(e.log.String(), "\n") {
+		if strings.Contains(l, "msg=request") && strings.Contains(l, "route=/v1/admin/log/tail") {
+			line = l
+		}
+	}
+	if !strings.Contains(line, "level=DEBUG") {
+		t.Errorf("the closed tail's request line %q, want one at debug", line)
+	}
+	if rec := e.call(t, http.MethodGet, "/v1/admin/history", ""); rec.Code != http.StatusOK {
+		t.Fatalf("history: %d %s", rec.Code, rec.Body)
+	}
+	if !strings.Contains(e.log.String(), "level=WARN msg=request method=GET route=/v1/admin/history") {
+		t.Errorf("a slow request is no longer a warning:\n%s", e.log)
 	}
 }
 
@@ -247,7 +394,7 @@ func TestHistoryRoute(t *testing.T) {
 		At: time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC), Projections: []admin.ProjectionSample{{Name: "order_summaries", Lag: &lag}},
 		Relay: admin.RelaySample{Owner: "i-1", CheckpointAgeSeconds: &age}}}}
 	rec := e.call(t, http.MethodGet, "/v1/admin/history", "")
-	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
+	want := `{"interval_seconds":5,"window_seconds":3600,"samples":[{"at":"2026-11-27T10:00:00.000Z","projections":[{"name":"order_summaries","lag":4,"lag_seconds":null,"apply_rate":null}],"relay":{"owner":"i-1","checkpoint_age_seconds":1.5,"catchups":null}}]}`
 	if rec.Code != http.StatusOK || strings.TrimSpace(rec.Body.String()) != want {
 		t.Errorf("history: %d %s\nwant %s", rec.Code, rec.Body, want)
 	}

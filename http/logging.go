@@ -9,8 +9,10 @@ import (
 
 // logRequests writes one structured line per request with its request
 // and correlation ids: at debug, so a healthy service under load keeps a
-// quiet log, and at warn when it took longer than slow. 5xx
-// answers are also logged, with their error, by the error handler.
+// quiet log, and at warn when it took longer than slow, but for an event
+// stream (the log's tail), which lasts as long as its client keeps it
+// open. 5xx answers are also logged, with their error, by the error
+// handler.
 func logRequests(log *slog.Logger, slow time.Duration) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -19,7 +21,7 @@ func logRequests(log *slog.Logger, slow time.Duration) echo.MiddlewareFunc {
 			took := time.Since(start)
 			req := c.Request()
 			level := slog.LevelDebug
-			if took > slow {
+			if took > slow && c.Response().Header().Get(echo.HeaderContentType) != "text/event-stream" {
 				level = slog.LevelWarn
 			}
 			if !log.Enabled(req.Context(), level) {

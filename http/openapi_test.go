@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"os"
 	"regexp"
 	"slices"
 	"sort"
@@ -91,6 +92,39 @@ func TestOpenAPIBodyLimitOnEveryRoute(t *testing.T) {
 		target := templateParam.ReplaceAllString(path, "x")
 		rec := e.do(t, req{Method: method, Path: target, Body: big})
 		wantProblem(t, rec, http.StatusRequestEntityTooLarge, tooLarge)
+	}
+}
+
+// TestProblemTypesDocumented: docs/api.md's table of problem types lists
+// each type the document's Problem schema names, with the status its
+// description gives, and no other.
+func TestProblemTypesDocumented(t *testing.T) {
+	_, doc := openAPIDoc(t, newOpenAPIEnv(t))
+	typ := componentSchema(doc, "Problem")["properties"].(map[string]any)["type"].(map[string]any)
+	var want []string
+	for _, v := range typ["enum"].([]any) {
+		want = append(want, v.(string))
+	}
+	md, err := os.ReadFile("../docs/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `(/problems/[a-z-]+)` \\| ([0-9]{3}) \\|")
+	var got []string
+	for _, m := range row.FindAllStringSubmatch(string(md), -1) {
+		got = append(got, m[1])
+		slug := strings.TrimPrefix(m[1], "/problems/")
+		// The description lists the types by status: "... and slug 409, ...".
+		desc := typ["description"].(string)
+		if !regexp.MustCompile(`\b` + regexp.QuoteMeta(slug) + `\b[^0-9]*\b` + m[2] + `\b`).MatchString(desc) {
+			t.Errorf("docs/api.md gives %s status %s; the document's description of the types does not", m[1], m[2])
+		}
+	}
+	if miss := missing(want, got); len(miss) > 0 {
+		t.Errorf("docs/api.md's table lacks %v", miss)
+	}
+	if extra := missing(got, want); len(extra) > 0 {
+		t.Errorf("docs/api.md's table lists %v, which the document does not", extra)
 	}
 }
 

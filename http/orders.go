@@ -149,10 +149,9 @@ func respond(c echo.Context, status int, res domain.Result) error {
 func etag(v int64) string { return `"` + strconv.FormatInt(v, 10) + `"` }
 
 // commandOptions reads Idempotency-Key, If-Match and X-Correlation-ID. A
-// malformed header is a validation error (422). A weak If-Match tag,
-// W/"<version>", is well formed but wraps domain.ErrPreconditionFailed
-// (412): If-Match uses the strong comparison (RFC 9110 §13.1.1), under
-// which a weak tag matches no version, whatever the order's state.
+// malformed header is a validation error (422). An If-Match none of
+// whose entity tags can match a version (weak tags, tags of no version)
+// wraps domain.ErrPreconditionFailed (412) without running the command.
 func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 	h := c.Request().Header
 	opt := domain.ExecOptions{CommandID: c.Response().Header().Get(echo.HeaderXRequestID)}
@@ -162,17 +161,18 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 		}
 		opt.IdempotencyKey = k
 	}
-	var weak string
-	if m := h.Get("If-Match"); m != "" {
-		tag, isWeak := strings.CutPrefix(m, "W/")
-		v, err := strconv.ParseInt(strings.Trim(tag, `"`), 10, 64)
-		if err != nil || v < 0 {
-			return opt, invalid(domain.FieldError{Field: "If-Match", Detail: `an entity tag "<version>" as sent in ETag`})
+	var unmatchable error
+	if lines := h.Values("If-Match"); len(lines) > 0 {
+		m, err := parseIfMatch(strings.Join(lines, ","))
+		if err != nil {
+			return opt, invalid(domain.FieldError{Field: "If-Match", Detail: err.Error() +
+				`; If-Match takes the ETag as sent, "<version>", a comma-separated list of them, or * (RFC 9110 §13.1.1)`})
 		}
-		if isWeak {
-			weak = m
+		if !m.Any && len(m.Versions) == 0 {
+			unmatchable = fmt.Errorf("If-Match %s: no entity tag in it can match: the ETags are strong, \"<version>\", and If-Match compares strong tags only, so a weak tag W/\"...\" never matches (RFC 9110 §13.1.1): %w",
+				clip(strings.Join(lines, ", ")), domain.ErrPreconditionFailed)
 		}
-		opt.IfMatch = &v
+		opt.IfMatch = &m
 	}
 	if id := h.Get("X-Correlation-ID"); id != "" {
 		if !token(id, 128) {
@@ -182,11 +182,76 @@ func commandOptions(c echo.Context) (domain.ExecOptions, error) {
 	}
 	// Checked last: a precondition is evaluated only on an otherwise
 	// valid request (RFC 9110 §13.2.1).
-	if weak != "" {
-		return opt, fmt.Errorf("If-Match %s: a weak entity tag never matches (If-Match compares strong tags only, RFC 9110 §13.1.1): %w",
-			weak, domain.ErrPreconditionFailed)
+	return opt, unmatchable
+}
+
+// parseIfMatch parses an If-Match field value (RFC 9110 §13.1.1): "*",
+// or a list of entity tags (§8.8.3), each [W/]"<opaque>", separated by
+// commas and optional white space. The strong tags that are a version's
+// ETag ("<version>", version ≥ 1, as etag writes it) are the versions;
+// a weak tag never matches under the strong comparison If-Match uses
+// (§8.8.3.2), nor does a tag no version has, so neither adds one. Errors
+// say what is malformed.
+func parseIfMatch(v string) (domain.IfMatch, error) {
+	v = strings.Trim(v, " \t")
+	if v == "*" {
+		return domain.IfMatch{Any: true}, nil
 	}
-	return opt, nil
+	m := domain.IfMatch{Versions: []int64{}}
+	tags := 0
+	for i := 0; i < len(v); {
+		switch v[i] {
+		case ' ', '\t', ',': // white space and empty list elements (§5.6.1)
+			i++
+			continue
+		}
+		rest := v[i:]
+		weak := strings.HasPrefix(rest, "W/")
+		if weak {
+			rest = rest[2:]
+		}
+		if rest == "" || rest[0] != '"' {
+			if strings.HasPrefix(rest, "*") {
+				return m, errors.New("* stands alone, not in a list")
+			}
+			word, _, _ := strings.Cut(rest, ",")
+			word = clip(strings.TrimSpace(word))
+			return m, fmt.Errorf("%s is not an entity tag: an entity tag is quoted, as in \"%s\"", word, strings.Trim(word, `"`))
+		}
+		end := strings.IndexByte(rest[1:], '"')
+		if end < 0 {
+			return m, fmt.Errorf("%s: an entity tag lacks its closing quote", clip(rest))
+		}
+		opaque := rest[1 : 1+end]
+		for j := 0; j < len(opaque); j++ {
+			if c := opaque[j]; c < 0x21 || c == 0x7f {
+				return m, fmt.Errorf("entity tag %q: control characters and spaces are not allowed in it", clip(opaque))
+			}
+		}
+		tags++
+		if n, err := strconv.ParseInt(opaque, 10, 64); !weak && err == nil && n >= 1 && etag(n) == `"`+opaque+`"` {
+			m.Versions = append(m.Versions, n)
+		}
+		i = len(v) - len(rest) + end + 2
+		for i < len(v) && (v[i] == ' ' || v[i] == '\t') {
+			i++
+		}
+		if i < len(v) && v[i] != ',' {
+			return m, fmt.Errorf("%s: entity tags are separated by commas", clip(v[i:]))
+		}
+	}
+	if tags == 0 {
+		return m, errors.New("no entity tag in it")
+	}
+	return m, nil
+}
+
+// clip shortens s, a part of a header quoted in a problem's detail.
+func clip(s string) string {
+	if len(s) <= 32 {
+		return s
+	}
+	return s[:32] + "…"
 }
 
 func token(s string, max int) bool {

@@ -52,7 +52,7 @@ var codes = []struct {
 	{domain.ErrInvalidTransition, http.StatusConflict, "invalid-transition", "Command not allowed in the order's status"},
 	{domain.ErrAlreadyExists, http.StatusConflict, "already-exists", "Order exists with other content"},
 	{domain.ErrVersionConflict, http.StatusConflict, "conflict", "Concurrent update; retry"},
-	{domain.ErrPreconditionFailed, http.StatusPreconditionFailed, "precondition-failed", "If-Match version is stale"},
+	{domain.ErrPreconditionFailed, http.StatusPreconditionFailed, "precondition-failed", "If-Match does not match the order"},
 	{domain.ErrIdempotencyKeyReused, http.StatusUnprocessableEntity, "idempotency-key-reused", "Idempotency-Key was used for another request"},
 	{domain.ErrUnavailable, http.StatusServiceUnavailable, "unavailable", "A dependency is unavailable"},
 	{domain.ErrJobRunning, http.StatusConflict, "job-running", "A rebuild of this projection is already running"},

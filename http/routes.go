@@ -245,6 +245,6 @@ func (o operations) ListLog(c echo.Context, p api.ListLogParams) error { return 
 
 func (o operations) GetLogCommit(c echo.Context, id string) error { return o.getLogCommit(c, id) }
 
-func (o operations) TailLog(c echo.Context) error { return o.tailLog(c) }
+func (o operations) TailLog(c echo.Context, p api.TailLogParams) error { return o.tailLog(c, p) }
 
 func (o operations) GetHistory(c echo.Context) error { return o.getHistory(c) }

@@ -3,6 +3,7 @@ package http
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -145,6 +146,7 @@ func NewServer(cfg Config) *Server {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
+	e.JSONSerializer = jsonSerializer{}
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits),
 		closing: make(chan struct{})}
 	s.http = &http.Server{
@@ -162,7 +164,7 @@ func NewServer(cfg Config) *Server {
 	// route outside /v1 takes a body. The admin group keeps its token
 	// check: before it, nothing tells which admin routes exist.
 	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log, cfg.SlowRequest), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
-		middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
+		answerTooLarge(tooLargeDiscard*cfg.MaxBodyBytes), middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
 
 	ops := operations{Server: s, consolePage: echo.WrapHandler(console.Handler())}
 	if cfg.Gatherer != nil {
@@ -221,6 +223,40 @@ func dropInvalidRequestID(next echo.HandlerFunc) echo.HandlerFunc {
 			h.Del(echo.HeaderXRequestID)
 		}
 		return next(c)
+	}
+}
+
+// tooLargeDiscard is how many times the body limit answerTooLarge reads
+// and discards of a refused body: a client that sent a few times the
+// limit gets its 413; one that sends more finds the connection closed.
+const tooLargeDiscard = 16
+
+// answerTooLarge sends a 413 (the body limit's, before or during the
+// read of the body) at once with Connection: close, then reads and
+// discards up to max bytes of the body, within the server's ReadTimeout.
+// A client that sends its whole body before it reads the answer (Python's
+// http.client, and requests on it) otherwise saw its write fail with a
+// broken pipe: a server that closes a connection with unread data resets
+// it. A client that waits for 100 Continue sends no body after a final
+// answer, so none is read.
+func answerTooLarge(max int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			body := c.Request().Body // before the limit wraps it
+			err := next(c)
+			var he *echo.HTTPError
+			if !errors.As(err, &he) || he.Code != http.StatusRequestEntityTooLarge || c.Response().Committed {
+				return err
+			}
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			c.Error(err)
+			if strings.EqualFold(c.Request().Header.Get("Expect"), "100-continue") {
+				return nil
+			}
+			c.Response().Flush()
+			_, _ = io.CopyN(io.Discard, body, max)
+			return nil
+		}
 	}
 }
 

@@ -78,9 +78,71 @@ type Job struct {
 	ETASeconds      float64   `json:"eta_seconds,omitempty"`
 	CancelRequested bool      `json:"cancel_requested,omitempty"`
 	Tasks           []Task    `json:"tasks"`
+	commits         int64     // read by the scan, of TotalCommits
 	// JobPhase is where the job is (Job.PhaseAt at the time Jobs.Get
 	// read it).
 	JobPhase
+}
+
+// etaMinSample is how long a job's scan must have run before its rate
+// gives an ETA: the first batches run on cold caches, slower than the
+// rest.
+const etaMinSample = 2 * time.Second
+
+// count fills in the job's progress from its tasks at now: its state as
+// they show it, when it started, the events and streams its scan (every
+// task but a rebuild's plan and finish) has done, the scan's rate and its
+// ETA. The rate is measured from the scan's first start, not the job's:
+// a rebuild's plan (which may read every commit id to cut the log) and
+// the settling time before its scan do not slow the estimate. The ETA is
+// left out until the scan has run etaMinSample.
+func (j *Job) count(now time.Time) {
+	var scanStart, scanEnd time.Time
+	scanning := false
+	for _, t := range j.Tasks {
+		if t.State == taskRunning && !j.State.Final() {
+			j.State = StateRunning
+		}
+		if !t.StartedAt.IsZero() && (j.StartedAt.IsZero() || t.StartedAt.Before(j.StartedAt)) {
+			j.StartedAt = t.StartedAt
+		}
+		if t.Name == taskFinish || t.Name == taskPlan {
+			continue
+		}
+		j.Events += t.Events
+		j.Streams += t.Streams
+		j.PoisonStreams += t.Poison
+		j.commits += t.Commits
+		if t.StartedAt.IsZero() {
+			continue
+		}
+		if scanStart.IsZero() || t.StartedAt.Before(scanStart) {
+			scanStart = t.StartedAt
+		}
+		if t.FinishedAt.IsZero() {
+			scanning = true
+		} else if t.FinishedAt.After(scanEnd) {
+			scanEnd = t.FinishedAt
+		}
+	}
+	if scanStart.IsZero() {
+		return
+	}
+	end := now
+	switch {
+	case scanning && !j.FinishedAt.IsZero():
+		end = j.FinishedAt
+	case !scanning:
+		end = scanEnd
+	}
+	secs := end.Sub(scanStart).Seconds()
+	if secs <= 0 {
+		return
+	}
+	j.RatePerSecond = float64(j.Events) / secs
+	if scanning && !j.State.Final() && j.commits > 0 && j.TotalCommits > j.commits && secs >= etaMinSample.Seconds() {
+		j.ETASeconds = float64(j.TotalCommits-j.commits) / (float64(j.commits) / secs)
+	}
 }
 
 // Task returns the job's task named name ("plan", "part-0", ..., "finish",
@@ -260,7 +322,15 @@ func (j Job) PhaseAt(now time.Time) JobPhase {
 		return p
 	}
 	scan := JobPhase{Phase: "scanning", Step: 1, Steps: 1, EventsDone: j.Events}
-	if j.ETASeconds > 0 && j.RatePerSecond > 0 {
+	switch {
+	case j.commits > 0 && j.TotalCommits > j.commits:
+		// The events to read, at the events per commit read so far.
+		scan.Percent = percent(min(99, int(100*j.commits/j.TotalCommits)))
+		scan.EventsTotal = int64(float64(j.Events) * float64(j.TotalCommits) / float64(j.commits))
+		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
+	case j.ETASeconds > 0 && j.RatePerSecond > 0:
+		// A job as its JSON gives it, without its commits: the events
+		// left at its rate.
 		left := j.ETASeconds * j.RatePerSecond
 		scan.Percent = percent(min(99, int(100*float64(j.Events)/(float64(j.Events)+left))))
 		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()

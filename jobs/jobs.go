@@ -54,6 +54,9 @@ type Jobs struct {
 	events   EventLog
 	defs     map[string]Def // by projection name
 	now      func() time.Time
+	// created wakes a Worker of this process when a job is created, so
+	// that its first task does not wait for the next poll.
+	created chan struct{}
 }
 
 // Def is a projection as the jobs know it: its projection.Definition's
@@ -79,7 +82,7 @@ func DefOf(p interface {
 // projections named in defs, whose pointer documents ps keeps, reading
 // events.
 func New(store Store, leases TaskLeases, ps Pointers, events EventLog, defs map[string]Def) *Jobs {
-	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now}
+	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now, created: make(chan struct{}, 1)}
 }
 
 // Projections returns the names of the projections, sorted.
@@ -105,7 +108,19 @@ func (j *Jobs) create(ctx context.Context, job Job, task string) error {
 	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
 		return err
 	}
-	return j.store.InsertJob(ctx, job)
+	if err := j.store.InsertJob(ctx, job); err != nil {
+		return err
+	}
+	j.wake()
+	return nil
+}
+
+// wake tells a Worker of this process that a job was created.
+func (j *Jobs) wake() {
+	select {
+	case j.created <- struct{}{}:
+	default:
+	}
 }
 
 // Get returns a job with its tasks and progress: its state as its tasks
@@ -123,34 +138,7 @@ func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 		return Job{}, err
 	}
 	job.Tasks = tasks
-	var commits int64
-	for _, t := range tasks {
-		if t.State == taskRunning && !job.State.Final() {
-			job.State = StateRunning
-		}
-		if !t.StartedAt.IsZero() && (job.StartedAt.IsZero() || t.StartedAt.Before(job.StartedAt)) {
-			job.StartedAt = t.StartedAt
-		}
-		if t.Name == taskFinish || t.Name == taskPlan {
-			continue
-		}
-		job.Events += t.Events
-		job.Streams += t.Streams
-		job.PoisonStreams += t.Poison
-		commits += t.Commits
-	}
-	if !job.StartedAt.IsZero() {
-		end := job.FinishedAt
-		if end.IsZero() {
-			end = j.now()
-		}
-		if secs := end.Sub(job.StartedAt).Seconds(); secs > 0 {
-			job.RatePerSecond = float64(job.Events) / secs
-			if !job.State.Final() && commits > 0 && job.TotalCommits > commits {
-				job.ETASeconds = float64(job.TotalCommits-commits) / (float64(commits) / secs)
-			}
-		}
-	}
+	job.count(j.now())
 	job.JobPhase = job.PhaseAt(j.now())
 	return job, nil
 }

@@ -66,9 +66,9 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 	if err := j.store.InsertTasks(ctx, tasks); err != nil {
 		return Job{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
-	// Announce the shadow before the job exists: scans start only a
-	// settling time after the job's creation, by which time every
-	// projector writes the shadow too.
+	// Announce the shadow before the job exists: every scan starts after
+	// it, and a projector batch that ran across it writes the shadow too
+	// (projection.ApplyAll), so every event is in the scan or the shadow.
 	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
@@ -104,6 +104,7 @@ func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, i
 		})
 		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
+	j.wake()
 	return job, nil
 }
 

@@ -661,3 +661,34 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 		t.Errorf("sums on the drop list: %v", err)
 	}
 }
+
+// TestWorkerTakesEachTaskWithoutPolling: a worker that looks for tasks
+// only once an hour still runs jobs through as soon as it may: it takes
+// a job's first task when the job is created in its process, a rebuild's
+// partitions when the settling time ends, and the next task when one of
+// its own ends. (The first rebuild may be found by the worker's first
+// look; the next jobs come once it waits.)
+func TestWorkerTakesEachTaskWithoutPolling(t *testing.T) {
+	ctx, k, f := projectedKit(t, 90*time.Second, "nop", 6, 2)
+	k.worker(t, "w1", jobs.WorkerConfig{Poll: time.Hour, Settle: 300 * time.Millisecond})
+	name := projection.OrderSummaries.Name
+	for _, partitions := range []int{1, 2} {
+		job, err := k.jobs.StartRebuild(ctx, name, partitions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != jobs.StateSucceeded {
+			t.Fatalf("rebuild in %d partitions: %s %s", partitions, job.State, job.Error)
+		}
+	}
+	job, err := k.jobs.StartVerify(ctx, name, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != jobs.StateSucceeded || job.Report == nil || job.Report.Drift() != 0 {
+		t.Fatalf("verify: %s %s %+v", job.State, job.Error, job.Report)
+	}
+	if err := projectiontest.DiffReadModels(ctx, k.db, f, true); err != nil {
+		t.Error(err)
+	}
+}

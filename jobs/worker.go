@@ -28,8 +28,8 @@ type WorkerConfig struct {
 	// goes), to spare a production store.
 	MaxEventsPerSecond float64
 	// Settle is the wait after a shadow is announced before scanning
-	// [2s]; it must be longer than projection.WriterPointerAge, so that
-	// every event the scan does not read goes to the shadow live.
+	// [DefaultSettle]; it must be longer than projection.WriterPointerAge,
+	// so that every event the scan does not read goes to the shadow live.
 	Settle      time.Duration
 	Grace       time.Duration // keep a replaced collection (fed by its version's projectors, for a switch back) before dropping it [15m]
 	MaxAttempts int           // claims of a failing task before the job fails [5]
@@ -54,6 +54,10 @@ func (c WorkerConfig) WithDefaults() WorkerConfig {
 	return c
 }
 
+// DefaultSettle is WorkerConfig.Settle when it is not set: longer than
+// projection.WriterPointerAge, with room for the pointer read's own time.
+const DefaultSettle = 250 * time.Millisecond
+
 func (c *WorkerConfig) setDefaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 15 * time.Second
@@ -67,11 +71,11 @@ func (c *WorkerConfig) setDefaults() {
 	if c.BatchStreams <= 0 {
 		c.BatchStreams = 500
 	}
-	if c.Settle <= 0 {
-		c.Settle = 2 * time.Second
-	}
 	if c.Grace <= 0 {
 		c.Grace = 15 * time.Minute
+	}
+	if c.Settle <= 0 {
+		c.Settle = DefaultSettle
 	}
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
@@ -148,11 +152,13 @@ func NewWorker(jobs *Jobs, events EventLog, pub Publisher, projs []Projection, c
 }
 
 // Run claims and runs tasks until ctx is done, then releases the tasks it
-// holds (keeping their cursors) and returns nil.
+// holds (keeping their cursors) and returns nil. It looks for tasks every
+// Poll, and at once when a task of its own ends, when a job is created in
+// this process, and when a rebuild's settling time ends.
 func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	t := time.NewTicker(w.cfg.Poll)
+	t := time.NewTimer(w.cfg.Poll)
 	defer t.Stop()
 	wg.Add(1)
 	go func() {
@@ -161,8 +167,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}()
 	for {
 		w.buildVersions(ctx)
+		wait := w.cfg.Poll
 		for w.busy() < w.cfg.Concurrency && ctx.Err() == nil {
-			c, job, err := w.claimNext(ctx)
+			c, job, settled, err := w.claimNext(ctx)
+			if !settled.IsZero() {
+				wait = min(wait, max(settled.Sub(w.jobs.now()), 0))
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					w.l.Warn("looking for tasks failed", "err", err)
@@ -184,11 +194,13 @@ func (w *Worker) Run(ctx context.Context) error {
 				}
 			}()
 		}
+		t.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		case <-w.wake:
+		case <-w.jobs.created:
 		}
 	}
 }
@@ -262,11 +274,13 @@ func (w *Worker) setRunning(id string, on bool) {
 	}
 }
 
-// claimNext claims the first claimable task, or returns nil.
-func (w *Worker) claimNext(ctx context.Context) (*claim, Job, error) {
+// claimNext claims the first claimable task, or returns nil and, when a
+// rebuild's scan waits for its settling time to end, the time it ends
+// (settled).
+func (w *Worker) claimNext(ctx context.Context) (c *claim, job Job, settled time.Time, err error) {
 	open, err := w.jobs.store.OpenTasks(ctx, taskPending, taskRunning)
 	if err != nil {
-		return nil, Job{}, err
+		return nil, Job{}, settled, err
 	}
 	now := w.jobs.now()
 	jobs := map[string]*Job{}
@@ -282,22 +296,29 @@ func (w *Worker) claimNext(ctx context.Context) (*claim, Job, error) {
 				continue
 			}
 			if err != nil {
-				return nil, Job{}, err
+				return nil, Job{}, settled, err
 			}
 			job, jobs[t.Job] = &j, &j
 		}
-		if job == nil || job.State.Final() || !w.claimable(t, job, now) {
+		if job == nil || job.State.Final() {
+			continue
+		}
+		ok, at := w.claimable(t, job, now)
+		if !ok {
+			if !at.IsZero() && (settled.IsZero() || at.Before(settled)) {
+				settled = at
+			}
 			continue
 		}
 		c, err := w.jobs.tryClaim(ctx, t, w.cfg.Owner, w.cfg.LeaseTTL)
 		if err != nil {
-			return nil, Job{}, err
+			return nil, Job{}, settled, err
 		}
 		if c != nil {
-			return c, *job, nil
+			return c, *job, settled, nil
 		}
 	}
-	return nil, Job{}, nil
+	return nil, Job{}, settled, nil
 }
 
 func (w *Worker) isRunning(id string) bool {
@@ -307,10 +328,11 @@ func (w *Worker) isRunning(id string) bool {
 }
 
 // claimable says whether this worker may take t now (job holds its
-// sibling tasks).
-func (w *Worker) claimable(t Task, job *Job, now time.Time) bool {
+// sibling tasks), and if it may not only because the rebuild's settling
+// time has not ended, when it ends.
+func (w *Worker) claimable(t Task, job *Job, now time.Time) (bool, time.Time) {
 	if job.Kind == KindReplay && w.pub == nil {
-		return false
+		return false, time.Time{}
 	}
 	if job.Projection != "" {
 		// A job folds with one version of the definition: only a
@@ -320,11 +342,11 @@ func (w *Worker) claimable(t Task, job *Job, now time.Time) bool {
 		// rebuild when no worker of its version is left to).
 		p := w.projs[job.Projection]
 		if p == nil || (job.Kind != KindReplay && max(job.Version, 1) != p.Version() && !cleansUpOlder(t, job, p.Version())) {
-			return false
+			return false, time.Time{}
 		}
 	}
 	if job.Kind != KindRebuild {
-		return true
+		return true, time.Time{}
 	}
 	failed, live, final, planned, parts := false, false, true, false, 0
 	for _, s := range job.Tasks {
@@ -344,11 +366,14 @@ func (w *Worker) claimable(t Task, job *Job, now time.Time) bool {
 	stop := failed || job.CancelRequested
 	switch t.Name {
 	case taskFinish:
-		return (final && planned && parts == job.Partitions) || (stop && !live)
+		return (final && planned && parts == job.Partitions) || (stop && !live), time.Time{}
 	case taskPlan:
-		return !stop
+		return !stop, time.Time{}
 	}
-	return !stop && !now.Before(job.CreatedAt.Add(w.cfg.Settle))
+	if settled := job.CreatedAt.Add(w.cfg.Settle); !stop && now.Before(settled) {
+		return false, settled
+	}
+	return !stop, time.Time{}
 }
 
 // cleansUpOlder reports whether t is the finish of a rebuild of a version

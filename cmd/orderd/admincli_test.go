@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -326,5 +327,41 @@ func TestAdminCLI_AdminRoutesOff(t *testing.T) {
 	r := runCLI(t, operator.Verify, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://" + m.HTTPAddr}, "order_summaries")
 	if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 404") || !strings.Contains(r.err.Error(), "without ADMIN_TOKEN") {
 		t.Errorf("admin routes off: %v", r.err)
+	}
+}
+
+// TestAdminCLI_DevModeToken: in a fresh shell, with no ADMIN_TOKEN and no
+// server named (MONGODB_URI, NATS_URL), the admin commands use the token
+// the development mode's server keeps in its data dir (ORDERD_DATA_DIR or
+// -data-dir); a shell that names a server, or a dir without a token, gets
+// the refusal, which says where it looked.
+func TestAdminCLI_DevModeToken(t *testing.T) {
+	dir := t.TempDir()
+	m := runMainEmbedded(t, dir)
+	if !m.devToken {
+		t.Fatal("the server is not in the development mode")
+	}
+	base := "http://" + m.HTTPAddr
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		args []string
+	}{
+		{"ORDERD_DATA_DIR", map[string]string{"ORDERD_URL": base, "ORDERD_DATA_DIR": dir}, nil},
+		{"-data-dir", map[string]string{"ORDERD_URL": base}, []string{"-data-dir", dir}},
+	} {
+		r := runCLI(t, operator.Status, tc.env, tc.args...)
+		if r.err != nil || !strings.Contains(r.stdout, "order_summaries") {
+			t.Errorf("%s: status with the development mode's token: %v", tc.name, r)
+		}
+	}
+	r := runCLI(t, operator.Status, map[string]string{"ORDERD_URL": base, "ORDERD_DATA_DIR": dir, "NATS_URL": "nats://elsewhere:4222"})
+	if r.err == nil || !strings.Contains(r.err.Error(), "no admin token") {
+		t.Errorf("a shell naming a server used the development mode's token: %v", r)
+	}
+	empty := t.TempDir()
+	r = runCLI(t, operator.Status, map[string]string{"ORDERD_URL": base, "ORDERD_DATA_DIR": empty})
+	if r.err == nil || !strings.Contains(r.err.Error(), "no admin token") || !strings.Contains(r.err.Error(), filepath.Join(empty, "admin-token")) {
+		t.Errorf("no token anywhere: %v", r)
 	}
 }

@@ -121,6 +121,18 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		m.Log = newLogger(c.Log.Format, c.Log.Level, os.Stderr)
 	}
 	r, _ := c.roles()
+	// The data dir first: a second server on a dir in use, with the same
+	// environment, would otherwise be told that the first one's port is
+	// taken, and sent to move it.
+	lock, err := lockEmbedded(c)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if lock != nil && err != nil {
+			lock.release() // startServers did not take it
+		}
+	}()
 	// Bound before anything slow starts, so a port in use is said at once.
 	ln, err := listen(c.HTTPAddr, "ORDERD_HTTP_ADDR", "-http-addr")
 	if err != nil {
@@ -131,11 +143,16 @@ func (m *Main) Run(ctx context.Context) (err error) {
 			_ = ln.Close()
 		}
 	}()
+	if err := lock.setHTTP(ln.Addr().String()); err != nil {
+		return err
+	}
 	if m.stopTracing, err = startTracing(ctx, *c); err != nil {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	if err := m.startServers(ln.Addr().String()); err != nil {
+	err = m.startServers(lock)
+	lock = nil // released by startServers' failure, or by m.stopEmbedded
+	if err != nil {
 		return err
 	}
 	w, err := m.setup(ctx, r)
@@ -197,12 +214,13 @@ type wiring struct {
 }
 
 // startServers starts the embedded servers the configuration leaves to
-// this process, and keeps the development mode's admin token; httpAddr is
-// the bound address of the HTTP server.
-func (m *Main) startServers(httpAddr string) (err error) {
+// this process, and keeps the development mode's admin token; lock is the
+// data dir's (lockEmbedded), which m.stopEmbedded releases, and which is
+// released at once when it fails.
+func (m *Main) startServers(lock *dataLock) (err error) {
 	c := &m.Config
 	dev := devMode(c) // before startEmbedded sets the servers' URLs
-	if m.stopEmbedded, m.devStore, err = startEmbedded(c, m.Log, httpAddr); err != nil {
+	if m.stopEmbedded, m.devStore, err = startEmbedded(c, m.Log, lock); err != nil {
 		return fmt.Errorf("embedded servers: %w", err)
 	}
 	if dev {
@@ -515,8 +533,9 @@ func (m *Main) printEmbedded(store, bus bool) {
 		if r, _ := c.roles(); r.api {
 			fmt.Fprintf(out, "  console          http://%s/console/#token=%s\n", m.HTTPAddr, c.HTTP.AdminToken)
 		}
-		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s):\n", filepath.Join(dir, "admin-token"))
-		fmt.Fprintf(out, "                   export ADMIN_TOKEN=%s   # for orderd status, rebuild, verify\n", c.HTTP.AdminToken)
+		fmt.Fprintf(out, "  admin API        on, with this data dir's token (in %s),\n", filepath.Join(dir, "admin-token"))
+		fmt.Fprintf(out, "                   which orderd status, rebuild and verify read there when ADMIN_TOKEN is unset;\n")
+		fmt.Fprintf(out, "                   from another directory: -data-dir %s, or export ADMIN_TOKEN=%s\n", dir, c.HTTP.AdminToken)
 	default:
 		fmt.Fprintf(out, "  admin API        on: Authorization: Bearer $ADMIN_TOKEN (orderd status, orderd rebuild, orderd verify)\n")
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/jobs"
@@ -118,7 +119,7 @@ func DefaultConfig() Config {
 		Roles: "all", HTTPAddr: "127.0.0.1:8080", CacheSize: 100_000, MaxLag: 10_000,
 		Log:      LogConfig{Format: "text", Level: "info"},
 		Mongo:    MongoConfig{Database: "orderd"},
-		Embedded: EmbeddedConfig{DataDir: "./data", StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
+		Embedded: EmbeddedConfig{DataDir: cli.DefaultDataDir, StoreAddr: "127.0.0.1:27117", NATSAddr: "127.0.0.1:14222"},
 		Stream: bus.StreamConfig{Name: "ORDERS", SubjectPrefix: subjectPrefix, Replicas: 1,
 			Duplicates: 2 * time.Minute},
 		Relay:     outbox.Config{}.WithDefaults(),
@@ -189,7 +190,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	}
 	fs.Float64Var(&c.Jobs.MaxEventsPerSecond, "rebuild-max-events-per-second", c.Jobs.MaxEventsPerSecond,
 		"pace of each rebuild partition, to spare the store; 0 is as fast as it goes (env ORDERD_REBUILD_MAX_EVENTS_PER_SECOND)")
-	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning (projectors pick it up within a batch)")
+	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning; more than the projectors' pointer age (100ms), so every event the scan does not read reaches the shadow live")
 	dur(&c.Jobs.Grace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept, and fed by the projectors of its version, for a switch back before it is dropped")
 	c.HTTP.AdminToken = getenv("ADMIN_TOKEN")
 	c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")

@@ -233,6 +233,14 @@ func (p *page) headersWhole(what string) {
 	}
 }
 
+// lines returns how many lines of text the element el (a JavaScript
+// expression) is laid out on.
+func lines(p *page, el string) int {
+	p.t.Helper()
+	return eval[int](p, `(() => { const r = document.createRange(); r.selectNodeContents(`+el+`);
+		return new Set(Array.from(r.getClientRects()).filter(x => x.width > 0).map(x => Math.round(x.top))).size; })()`)
+}
+
 // TestConsole boots the service, places and moves orders, and drives
 // every page of the operator console in headless Chromium.
 func TestConsole(t *testing.T) {
@@ -316,6 +324,12 @@ func TestConsole(t *testing.T) {
 			if len(cells) != 4 || !strings.Contains(cells[2], "never") || !strings.Contains(cells[3], "never") {
 				t.Errorf("%s details: %q", name, cells)
 			}
+			// The pointer's generation says what it counts, in place.
+			var gen struct{ Text, Title string }
+			p.eval(detail+` && (g => ({Text: g.textContent, Title: g.title}))(`+detail+`.querySelector('td.collections .generation'))`, &gen)
+			if !strings.Contains(gen.Text, "writes of the pointer") || !strings.Contains(gen.Title, "Each write") {
+				t.Errorf("%s's generation: %q (title %q), want it explained", name, gen.Text, gen.Title)
+			}
 			// The versions: the one readers read, nothing built or kept.
 			var version string
 			p.eval(detail+`.querySelector('td.collections .version').textContent`, &version)
@@ -324,6 +338,21 @@ func TestConsole(t *testing.T) {
 				t.Errorf("%s versions: %q in %q, want %q", name, version, cells[0], want)
 			}
 		}
+		// Above the lines, one line answers "is everything healthy?".
+		p.waitJS(20*time.Second, "the health summary: healthy",
+			`document.getElementById('health-summary').dataset.state === 'ok'`)
+		var summary struct {
+			Text           string
+			Top, HealthTop float64
+		}
+		p.eval(`(() => { const s = document.getElementById('health-summary'); return {Text: s.textContent, Top: s.getBoundingClientRect().top, HealthTop: document.getElementById('health-table').getBoundingClientRect().top}; })()`, &summary)
+		if !strings.HasPrefix(summary.Text, "✓ Healthy") || !strings.Contains(summary.Text, "relay running") || !strings.Contains(summary.Text, "this instance ready") {
+			t.Errorf("health summary %q, want healthy with the relay running and this instance ready", summary.Text)
+		}
+		if summary.Top >= summary.HealthTop {
+			t.Errorf("the health summary (%v px down) is not above the health lines (%v px)", summary.Top, summary.HealthTop)
+		}
+
 		// The relay's line: this process holds the lease and runs the
 		// relay, so it counts the catch-ups; the checkpoint has an age.
 		relay := `document.querySelector('tr[data-health="relay"]')`
@@ -389,6 +418,9 @@ func TestConsole(t *testing.T) {
 		}
 		p.headersWhole("#/projections at 1280 px")
 		p.fitsWindow("#/projections at 1280 px")
+		if n := lines(p, `document.getElementById('health-summary')`); n != 1 {
+			t.Errorf("the health summary takes %d lines at 1280 px, want 1", n)
+		}
 		p.save("projections")
 	})
 
@@ -649,6 +681,15 @@ func TestConsole(t *testing.T) {
 		}
 		t.Logf("dead letter error as shown: %s", errText)
 		p.save("dead-letters")
+		// The first screen's summary says so (the parking is also the
+		// projection's last error).
+		p.open("#/projections", "projections")
+		p.waitJS(20*time.Second, "the health summary naming the dead letter",
+			`document.getElementById('health-summary').dataset.state !== 'ok' && document.getElementById('health-summary').textContent.includes('order_summaries has 1 dead letter')`)
+		t.Logf("health summary: %s", eval[string](p, `document.getElementById('health-summary').textContent`))
+		p.open("#/dead-letters", "dead-letters")
+		p.waitJS(30*time.Second, "the poison event on the page again",
+			`document.querySelectorAll('#dead-table tr.dead-letter[data-stream="con-dl"]').length === 1`)
 
 		// Before the fix a retry fails, and the page shows the API's
 		// problem document.
@@ -717,7 +758,16 @@ func TestConsole(t *testing.T) {
 		if fmt.Sprint(marked) != "[status ≠]" {
 			t.Errorf("fields marked as differing: %q, want [status ≠]", marked)
 		}
+		// At 1,280 px the comparison's last header, one symbol, is one
+		// line high.
+		p.run(10*time.Second, "a 1280 px wide window", chromedp.EmulateViewport(1280, 900))
+		p.waitJS(10*time.Second, "the page laid out at 1280 px", `window.innerWidth === 1280`)
+		if n := lines(p, `document.querySelector('section.read-model table.compare thead th:last-child')`); n != 1 {
+			t.Errorf("the comparison's \"= / ≠\" header takes %d lines at 1280 px, want 1", n)
+		}
+		p.fitsWindow("#/order/con-3 at 1280 px")
 		p.save("order")
+		p.run(10*time.Second, "the window's own size", chromedp.EmulateReset())
 
 		// An unknown order: the API's problem document.
 		p.open("#/order/no-such-order", "order")

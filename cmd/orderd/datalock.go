@@ -33,11 +33,11 @@ type lockHolder struct {
 	Started time.Time `json:"started"`
 }
 
-// lockDataDir takes the lock of dir (made if missing) for this process,
-// serving HTTP on httpAddr. A dir held by another process is an error
-// naming that process's pid and addresses and what to do instead; it is
-// returned at once, without waiting for the other to stop.
-func lockDataDir(dir, httpAddr string) (*dataLock, error) {
+// lockDataDir takes the lock of dir (made if missing) for this process.
+// A dir held by another process is an error naming that process's pid and
+// addresses and what to do instead; it is returned at once, without
+// waiting for the other to stop.
+func lockDataDir(dir string) (*dataLock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
@@ -56,7 +56,7 @@ func lockDataDir(dir, httpAddr string) (*dataLock, error) {
 		}
 		return nil, inUse(dir, b)
 	}
-	l := &dataLock{f: f, info: lockHolder{PID: os.Getpid(), HTTP: httpAddr, Started: time.Now().UTC().Truncate(time.Second)}}
+	l := &dataLock{f: f, info: lockHolder{PID: os.Getpid(), Started: time.Now().UTC().Truncate(time.Second)}}
 	if err := l.write(); err != nil {
 		l.release()
 		return nil, err
@@ -81,6 +81,16 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// setHTTP records the address this process serves HTTP on once it is
+// bound. A nil lock (no embedded server) records nothing.
+func (l *dataLock) setHTTP(addr string) error {
+	if l == nil {
+		return nil
+	}
+	l.info.HTTP = addr
+	return l.write()
 }
 
 // setServers records the embedded servers' addresses once they listen.
@@ -110,6 +120,9 @@ func (l *dataLock) write() error {
 
 // release lets another process have the dir. The file stays: removing it
 // could let two processes hold locks on two different files of one path.
+// A nil lock has nothing to release.
 func (l *dataLock) release() {
-	_ = l.f.Close()
+	if l != nil {
+		_ = l.f.Close()
+	}
 }

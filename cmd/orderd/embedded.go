@@ -19,28 +19,34 @@ import (
 	"github.com/orderd/orderd/internal/embedded"
 )
 
+// lockEmbedded takes the data dir's lock (lockDataDir) when c leaves a
+// server to embed, which keeps its data under Embedded.DataDir; nil when
+// none is embedded. A dir another process holds is an error at once.
+func lockEmbedded(c *Config) (*dataLock, error) {
+	r, _ := c.roles()
+	if c.Mongo.URI != "" && (c.NATS.URL != "" || !r.needsBus()) {
+		return nil, nil // no embedded server: the data dir is not used
+	}
+	return lockDataDir(c.Embedded.DataDir)
+}
+
 // startEmbedded starts the embedded servers that the config leaves
 // unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
-// only when a role needs it. stop stops them; store is the embedded store
-// (*embedded.Store), nil without one. Before any server starts it takes the data dir's lock
-// (lockDataDir), naming httpAddr, this process's HTTP address, as the
-// holder's; a dir another process holds is an error at once.
-func startEmbedded(c *Config, log *slog.Logger, httpAddr string) (stop func(), store any, err error) {
-	var stops []func()
+// only when a role needs it. lock is the data dir's (lockEmbedded), nil
+// when no server is embedded; stop stops the servers and then releases
+// it, also when startEmbedded fails. store is the embedded store
+// (*embedded.Store), nil without one.
+func startEmbedded(c *Config, log *slog.Logger, lock *dataLock) (stop func(), store any, err error) {
+	stops := []func(){lock.release}
 	stop = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
+	if lock == nil {
+		return stop, store, nil
+	}
 	r, _ := c.roles()
-	if c.Mongo.URI != "" && (c.NATS.URL != "" || !r.needsBus()) {
-		return stop, store, nil // no embedded server: the data dir is not used
-	}
-	lock, err := lockDataDir(c.Embedded.DataDir, httpAddr)
-	if err != nil {
-		return stop, store, err
-	}
-	stops = append(stops, lock.release)
 	defer func() {
 		if err == nil {
 			nats := ""

@@ -426,7 +426,7 @@ func TestMain_EndToEnd(t *testing.T) {
 	order := c.summaryEqualsOrder(id, 3).(map[string]any)
 	want := map[string]any{"order_id": id, "customer_id": "cust-e2e", "status": "shipped", "currency": "BRL",
 		"item_count": 3.0, "subtotal_cents": 2999.0, "freight_cents": 300.0, "total_cents": 3299.0,
-		"shipped_at": "2024-05-01T12:00:00Z", "version": 3.0}
+		"shipped_at": "2024-05-01T12:00:00.000Z", "version": 3.0}
 	for k, v := range want {
 		if order[k] != v {
 			t.Errorf("order %s = %v, want %v", k, order[k], v)

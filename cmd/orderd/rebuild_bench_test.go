@@ -36,7 +36,6 @@ const (
 	rebuildBulk          = 1000                   // commits per InsertMany of the bulk copies
 	rebuildBulkWriters   = 2                      // InsertMany calls in flight
 	rebuildScanBatch     = 512                    // batch size of the raw scans: mongodb.EventStore.Scan's
-	rebuildSettle        = 200 * time.Millisecond // RebuildSettle
 	rebuildPollJob       = 500 * time.Millisecond // how often the benchmark reads the job
 	rebuildLimit         = 25 * time.Minute       // longest run per 100,000 events (make bench allows 30m for all benchmarks)
 	rebuildSample        = "../../testdata/olist-sample"
@@ -56,8 +55,8 @@ var (
 // BenchmarkRebuild measures rebuilding the order_summaries read model from
 // the event log, in one run against its own embedded Main booted with the
 // jobs role only (no API, relay or projector, so nothing else writes), the
-// default job concurrency (jobs.DefaultConcurrency tasks at a time), a
-// 100 ms settle and the default batch of 500 streams per checkpoint:
+// default job concurrency (jobs.DefaultConcurrency tasks at a time), no
+// settle (the default) and the default batch of 500 streams per checkpoint:
 //
 //  1. setup, not timed: the log is filled with copies of the Olist sample
 //     (4,071 orders, 16,173 events) until it holds at least
@@ -82,7 +81,7 @@ var (
 //  3. one rebuild per count of -rebuild.partitions (default 1, then 2),
 //     each started after the previous one finished and timed from
 //     Jobs.StartRebuild to the job's final state: the plan (commit count,
-//     partition bounds), settle and claim, the scan of the log into a new
+//     partition bounds) and claim, the scan of the log into a new
 //     collection, the verify of that collection against the sums the scan
 //     recorded (a fresh fold from the log only of the documents that
 //     differ) and the pointer switch. Each must succeed and count every event of the log.
@@ -120,10 +119,9 @@ func BenchmarkRebuild(b *testing.B) {
 	rssBoot := currentRSS()
 	m := runMainDir(b, b.TempDir(), func(c *Config) {
 		c.Roles = "jobs"
-		// The job concurrency is the service's default, so that the
+		// The job settings are the service's defaults, so that the
 		// partitions run as "orderd rebuild -partitions N" runs them on
 		// one instance.
-		c.Jobs.Settle = rebuildSettle
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
@@ -225,7 +223,7 @@ func BenchmarkRebuild(b *testing.B) {
 		f("  rebuild with %d partition(s)\n", r.partitions)
 		f("    StartRebuild                      %v (lock, tasks, pointer)\n", r.create.Round(time.Millisecond))
 		f("    plan                              %v (commit count, partition bounds)\n", r.plan.Round(time.Millisecond))
-		f("    plan + settle + claim             %v (settle %v; the worker looks for tasks every 1s)\n", r.queued.Round(time.Millisecond), rebuildSettle)
+		f("    plan + claim                      %v\n", r.queued.Round(time.Millisecond))
 		f("    scan of the log into %-12s %v, %.0f events/s", "the shadow", r.scan.Round(100*time.Millisecond), float64(r.job.Events)/r.scan.Seconds())
 		if len(r.parts) > 1 {
 			f(" (partitions:")

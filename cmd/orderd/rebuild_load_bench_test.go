@@ -40,7 +40,7 @@ var underLoadClients = flag.Int("rebuild.load-clients", 2,
 // BenchmarkRebuildUnderLoad measures a full rebuild of order_summaries
 // while clients keep sending commands, on one Main booted as `make run`
 // boots it (every role, embedded FerretDB and NATS, the default settings:
-// 1 job task at a time, a 2 s settle, 500 streams per checkpoint), in one
+// 4 job tasks at a time, no settle, 500 streams per checkpoint), in one
 // run:
 //
 //  1. setup, not timed: the first 500 Olist orders by purchase time are
@@ -65,7 +65,7 @@ var underLoadClients = flag.Int("rebuild.load-clients", 2,
 // minutes, the events it rebuilt and their rate against the raw scan, the
 // commands acknowledged meanwhile (orderd_commands_total{outcome=
 // "accepted"} between the POST and the end), the reads and violations,
-// and where the job's time went (plan, settle and claim, scan, finish:
+// and where the job's time went (plan and claim, scan, finish:
 // verify with repair and switch). A rebuild that does not end within the
 // bound fails the benchmark after printing how far it got. Run it with
 // -benchtime 1x; it does its fixed work once whatever b.N is.

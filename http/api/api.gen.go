@@ -397,6 +397,42 @@ func (e TaskState) Valid() bool {
 	}
 }
 
+// Defines values for LogType.
+const (
+	LogTypeOrderApproved          LogType = "OrderApproved"
+	LogTypeOrderCanceled          LogType = "OrderCanceled"
+	LogTypeOrderDelivered         LogType = "OrderDelivered"
+	LogTypeOrderInvoiced          LogType = "OrderInvoiced"
+	LogTypeOrderMarkedUnavailable LogType = "OrderMarkedUnavailable"
+	LogTypeOrderPlaced            LogType = "OrderPlaced"
+	LogTypeOrderProcessingStarted LogType = "OrderProcessingStarted"
+	LogTypeOrderShipped           LogType = "OrderShipped"
+)
+
+// Valid indicates whether the value is a known member of the LogType enum.
+func (e LogType) Valid() bool {
+	switch e {
+	case LogTypeOrderApproved:
+		return true
+	case LogTypeOrderCanceled:
+		return true
+	case LogTypeOrderDelivered:
+		return true
+	case LogTypeOrderInvoiced:
+		return true
+	case LogTypeOrderMarkedUnavailable:
+		return true
+	case LogTypeOrderPlaced:
+		return true
+	case LogTypeOrderProcessingStarted:
+		return true
+	case LogTypeOrderShipped:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for GetConsoleFileParamsFile.
 const (
 	ConsoleCss GetConsoleFileParamsFile = "console.css"
@@ -448,6 +484,42 @@ func (e ListLogParamsType) Valid() bool {
 	case ListLogParamsTypeOrderProcessingStarted:
 		return true
 	case ListLogParamsTypeOrderShipped:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for TailLogParamsType.
+const (
+	TailLogParamsTypeOrderApproved          TailLogParamsType = "OrderApproved"
+	TailLogParamsTypeOrderCanceled          TailLogParamsType = "OrderCanceled"
+	TailLogParamsTypeOrderDelivered         TailLogParamsType = "OrderDelivered"
+	TailLogParamsTypeOrderInvoiced          TailLogParamsType = "OrderInvoiced"
+	TailLogParamsTypeOrderMarkedUnavailable TailLogParamsType = "OrderMarkedUnavailable"
+	TailLogParamsTypeOrderPlaced            TailLogParamsType = "OrderPlaced"
+	TailLogParamsTypeOrderProcessingStarted TailLogParamsType = "OrderProcessingStarted"
+	TailLogParamsTypeOrderShipped           TailLogParamsType = "OrderShipped"
+)
+
+// Valid indicates whether the value is a known member of the TailLogParamsType enum.
+func (e TailLogParamsType) Valid() bool {
+	switch e {
+	case TailLogParamsTypeOrderApproved:
+		return true
+	case TailLogParamsTypeOrderCanceled:
+		return true
+	case TailLogParamsTypeOrderDelivered:
+		return true
+	case TailLogParamsTypeOrderInvoiced:
+		return true
+	case TailLogParamsTypeOrderMarkedUnavailable:
+		return true
+	case TailLogParamsTypeOrderPlaced:
+		return true
+	case TailLogParamsTypeOrderProcessingStarted:
+		return true
+	case TailLogParamsTypeOrderShipped:
 		return true
 	default:
 		return false
@@ -625,11 +697,15 @@ type ItemRequest struct {
 
 // Job A rebuild, verify or replay job; its progress is the sum of its tasks'.
 type Job struct {
-	CancelRequested *bool      `json:"cancel_requested,omitempty"`
-	CreatedAt       time.Time  `json:"created_at"`
-	Error           *string    `json:"error,omitempty"`
-	EtaSeconds      *float32   `json:"eta_seconds,omitempty"`
-	EventsDone      int64      `json:"events_done"`
+	CancelRequested *bool     `json:"cancel_requested,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	Error           *string   `json:"error,omitempty"`
+
+	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over, and for the scan's first 2 seconds, whose rate is not yet a fair sample. phase_eta_seconds is the current phase's.
+	EtaSeconds *float32 `json:"eta_seconds,omitempty"`
+	EventsDone int64    `json:"events_done"`
+
+	// EventsPerSecond Events read per second by the job's scan (a rebuild's partitions, a verify, a replay), from the scan's first start to now, or to its end once it is over; a rebuild's plan and the settling before its scan do not count.
 	EventsPerSecond float32    `json:"events_per_second"`
 	FinishedAt      *time.Time `json:"finished_at,omitempty"`
 	Id              string     `json:"id"`
@@ -694,13 +770,13 @@ type JobState string
 type JobSummary struct {
 	Error *string `json:"error,omitempty"`
 
-	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over. phase_eta_seconds is the current phase's.
+	// EtaSeconds Seconds the scan of the log should still take at its rate so far; absent when unknown or over, and for the scan's first 2 seconds, whose rate is not yet a fair sample. phase_eta_seconds is the current phase's.
 	EtaSeconds *float32 `json:"eta_seconds,omitempty"`
 
 	// EventsDone Events read so far (a rebuild's scan of the log).
 	EventsDone int64 `json:"events_done"`
 
-	// EventsPerSecond Events read per second since the job started.
+	// EventsPerSecond Events read per second by the job's scan (a rebuild's partitions, a verify, a replay), from the scan's first start to now, or to its end once it is over; a rebuild's plan and the settling before its scan do not count.
 	EventsPerSecond float32 `json:"events_per_second"`
 	Job             string  `json:"job"`
 
@@ -935,10 +1011,12 @@ type ProjectionStatus struct {
 	ConsumerLag *int `json:"consumer_lag"`
 
 	// ConsumerLagVersion The definition version whose consumers consumer_lag counts: the one the answering instance folds.
-	ConsumerLagVersion *int    `json:"consumer_lag_version,omitempty"`
-	DeadLetters        int64   `json:"dead_letters"`
-	Generation         int64   `json:"generation"`
-	LastError          *string `json:"last_error,omitempty"`
+	ConsumerLagVersion *int  `json:"consumer_lag_version,omitempty"`
+	DeadLetters        int64 `json:"dead_letters"`
+
+	// Generation How many times the projection's pointer document has been written: each write (a build's start, its switch to readers, a switch back, a cancel, the end of a grace) adds one, and each is a compare-and-set on it.
+	Generation int64   `json:"generation"`
+	LastError  *string `json:"last_error,omitempty"`
 
 	// LastRebuild The latest job of a kind on a projection, with its state, phase and progress as its own route (GET /v1/admin/projections/{name}/rebuilds/{job}) shows them.
 	LastRebuild *JobSummary    `json:"last_rebuild,omitempty"`
@@ -1200,6 +1278,15 @@ type DeadLetterId = string
 // JobId defines model for JobId.
 type JobId = string
 
+// LogCorrelationId defines model for LogCorrelationId.
+type LogCorrelationId = string
+
+// LogStreamId An id: 1 to 64 letters, digits, '_' or '-'.
+type LogStreamId = Id
+
+// LogType defines model for LogType.
+type LogType string
+
 // OrderId An id: 1 to 64 letters, digits, '_' or '-'.
 type OrderId = Id
 
@@ -1266,18 +1353,33 @@ type ListLogParams struct {
 	// Cursor next_cursor of the previous page, with the same filters; absent for the newest commits.
 	Cursor *string `form:"cursor,omitempty" json:"cursor,omitempty"`
 
-	// Type Only commits with an event of this type.
+	// Type Only commits with an event of this type. Another value is 422, the problem naming the valid types.
 	Type *ListLogParamsType `form:"type,omitempty" json:"type,omitempty"`
 
 	// StreamId Only this stream's commits (an order id).
-	StreamId *Id `form:"stream_id,omitempty" json:"stream_id,omitempty"`
+	StreamId *LogStreamId `form:"stream_id,omitempty" json:"stream_id,omitempty"`
 
 	// CorrelationId Only commits with an event of this correlation id.
-	CorrelationId *string `form:"correlation_id,omitempty" json:"correlation_id,omitempty"`
+	CorrelationId *LogCorrelationId `form:"correlation_id,omitempty" json:"correlation_id,omitempty"`
 }
 
 // ListLogParamsType defines parameters for ListLog.
 type ListLogParamsType string
+
+// TailLogParams defines parameters for TailLog.
+type TailLogParams struct {
+	// Type Only commits with an event of this type. Another value is 422, the problem naming the valid types.
+	Type *TailLogParamsType `form:"type,omitempty" json:"type,omitempty"`
+
+	// StreamId Only this stream's commits (an order id).
+	StreamId *LogStreamId `form:"stream_id,omitempty" json:"stream_id,omitempty"`
+
+	// CorrelationId Only commits with an event of this correlation id.
+	CorrelationId *LogCorrelationId `form:"correlation_id,omitempty" json:"correlation_id,omitempty"`
+}
+
+// TailLogParamsType defines parameters for TailLog.
+type TailLogParamsType string
 
 // GetDailySalesParams defines parameters for GetDailySales.
 type GetDailySalesParams struct {
@@ -1500,7 +1602,7 @@ type ClientInterface interface {
 
 	// ListLog The event log's commits, newest first
 	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first; next_cursor pages back through every commit. On MongoDB newest first is by recorded_at, then commit id; on the embedded store it is the store's commit order, reversed, in which recorded_at (the appending process's clock, read before the commit is queued) can go back by a few milliseconds; a page of one stream is by version. Sort by recorded_at where time order matters. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
 	//
 	// Corresponds with GET /v1/admin/log (the `ListLog` operationId).
 	ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -1514,10 +1616,10 @@ type ClientInterface interface {
 
 	// TailLog New commits as they are recorded (Server-Sent Events)
 	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. It takes the filters of a page of the log (type, stream_id, correlation_id) and sends only the commits that pass them; any other query parameter (limit, cursor, a misspelt filter) is 422, the problem naming it and the parameters the route takes. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
 	//
 	// Corresponds with GET /v1/admin/log/tail (the `TailLog` operationId).
-	TailLog(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	TailLog(ctx context.Context, params *TailLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOrderReadModels An order's read-model documents beside the fold of its log
 	//
@@ -1978,7 +2080,7 @@ func (c *Client) GetHistory(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // ListLog The event log's commits, newest first
 //
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first; next_cursor pages back through every commit. On MongoDB newest first is by recorded_at, then commit id; on the embedded store it is the store's commit order, reversed, in which recorded_at (the appending process's clock, read before the commit is queued) can go back by a few milliseconds; a page of one stream is by version. Sort by recorded_at where time order matters. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
 //
 // Corresponds with GET /v1/admin/log (the `ListLog` operationId).
 func (c *Client) ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -2012,11 +2114,11 @@ func (c *Client) GetLogCommit(ctx context.Context, commit string, reqEditors ...
 
 // TailLog New commits as they are recorded (Server-Sent Events)
 //
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A text/event-stream (Server-Sent Events) of the commits recorded while the request is open, in commit order, from the log's change stream: one stream per API process, opened when its first client connects and closed when its last leaves. It takes the filters of a page of the log (type, stream_id, correlation_id) and sends only the commits that pass them; any other query parameter (limit, cursor, a misspelt filter) is 422, the problem naming it and the parameters the route takes. Events: `open` (data {}) once the change stream is open, so every commit recorded after it is sent; `commit` with a LogCommit as data; a comment line about every 15 s while idle. A client that falls more than 256 commits behind, or a change stream that fails, gets an `error` event with a problem document as data, and the response ends: connect again and reload a page of the log. Send the token in the Authorization header (read the response with fetch, not EventSource, which cannot send it).
 //
 // Corresponds with GET /v1/admin/log/tail (the `TailLog` operationId).
-func (c *Client) TailLog(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewTailLogRequest(c.Server)
+func (c *Client) TailLog(ctx context.Context, params *TailLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewTailLogRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3133,7 +3235,7 @@ func NewGetLogCommitRequest(server string, commit string) (*http.Request, error)
 }
 
 // NewTailLogRequest constructs an http.Request for the TailLog method
-func NewTailLogRequest(server string) (*http.Request, error) {
+func NewTailLogRequest(server string, params *TailLogParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -3149,6 +3251,57 @@ func NewTailLogRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Type != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "type", *params.Type, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.StreamId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "stream_id", *params.StreamId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.CorrelationId != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "correlation_id", *params.CorrelationId, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -4462,7 +4615,7 @@ type ServerInterface interface {
 	GetLogCommit(ctx echo.Context, commit string) error
 	// TailLog New commits as they are recorded (Server-Sent Events)
 	// (GET /v1/admin/log/tail)
-	TailLog(ctx echo.Context) error
+	TailLog(ctx echo.Context, params TailLogParams) error
 	// GetOrderReadModels An order's read-model documents beside the fold of its log
 	// (GET /v1/admin/orders/{id}/read-models)
 	GetOrderReadModels(ctx echo.Context, id OrderId) error
@@ -4725,8 +4878,31 @@ func (w *ServerInterfaceWrapper) GetLogCommit(ctx echo.Context) error {
 func (w *ServerInterfaceWrapper) TailLog(ctx echo.Context) error {
 	var err error
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params TailLogParams
+	// ------------- Optional query parameter "type" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "type", ctx.QueryParams(), &params.Type, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter type: %s", err))
+	}
+
+	// ------------- Optional query parameter "stream_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "stream_id", ctx.QueryParams(), &params.StreamId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter stream_id: %s", err))
+	}
+
+	// ------------- Optional query parameter "correlation_id" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "correlation_id", ctx.QueryParams(), &params.CorrelationId, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		return echo.NewHTTPError(http.StatusBadRequest, fmt.Sprintf("Invalid format for parameter correlation_id: %s", err))
+	}
+
 	// Invoke the callback with all the unmarshaled arguments
-	err = w.Handler.TailLog(ctx)
+	err = w.Handler.TailLog(ctx, params)
 	return err
 }
 

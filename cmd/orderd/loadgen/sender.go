@@ -190,7 +190,7 @@ func (s *sender) once(ctx context.Context, api *orderhttp.Client, r request) (do
 	defer cancel()
 	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
 	if r.ifMatch >= 0 {
-		opt.IfMatch = &r.ifMatch
+		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}
 	}
 	return api.Execute(ctx, r.orderID, r.cmd, opt)
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -37,13 +39,17 @@ const adminUsage = `Projection: order_summaries (customer stats and daily sales 
 The command talks to the admin API of a running service. Both sides need
 the same token: start the service with ADMIN_TOKEN set (without it the
 admin routes are off), and set ADMIN_TOKEN in this shell too. The token is
-read from the environment only, never from a flag (flags show in ps).
+read from the environment only, never from a flag (flags show in ps). A
+server in the development mode (both servers embedded, as make run starts
+it) makes its own token and keeps it in <data-dir>/admin-token: with
+ADMIN_TOKEN, MONGODB_URI and NATS_URL unset, the command reads it there.
 `
 
 // options are the flags the admin subcommands share.
 type options struct {
 	url      string
 	tokenEnv string
+	dataDir  string
 	interval time.Duration
 }
 
@@ -58,12 +64,25 @@ func (o *options) bind(fs *flag.FlagSet, getenv func(string) string) {
 func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
 	fs.StringVar(&o.tokenEnv, "token-env", adminDefaultTokenEnv, "`name` of the environment variable holding the admin token")
+	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
+		"data `dir` of a server in the development mode (embedded servers, as make run starts it), whose admin token <dir>/admin-token is used when ADMIN_TOKEN, MONGODB_URI and NATS_URL are unset; default: ORDERD_DATA_DIR, else "+cli.DefaultDataDir)
 	o.interval = adminDefaultInterval
 }
 
 // command checks the options and returns the command cmd at work.
 func (o *options) command(cmd string, getenv func(string) string) (*command, error) {
 	token := strings.TrimSpace(getenv(o.tokenEnv))
+	tokenShell := "$" + o.tokenEnv
+	devToken := filepath.Join(o.dataDir, "admin-token")
+	// Neither a token nor a server named: the development mode's server
+	// (both servers embedded, serve's own default) keeps its token in its
+	// data dir, and this shell has not exported it.
+	dev := o.tokenEnv == adminDefaultTokenEnv && getenv("MONGODB_URI") == "" && getenv("NATS_URL") == ""
+	if token == "" && dev {
+		if b, err := os.ReadFile(devToken); err == nil {
+			token, tokenShell = strings.TrimSpace(string(b)), "$(cat "+devToken+")"
+		}
+	}
 	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: o.url, Token: token,
 		HTTPClient: &http.Client{Timeout: adminRequestTimeout}})
 	if err != nil {
@@ -76,13 +95,17 @@ func (o *options) command(cmd string, getenv func(string) string) (*command, err
 		return nil, fmt.Errorf("%s: -token-env must name an environment variable", cmd)
 	}
 	if token == "" {
-		how := "set ADMIN_TOKEN to the token the service was started with"
-		if o.tokenEnv != adminDefaultTokenEnv {
-			how = fmt.Sprintf("set %s (named by -token-env) to the service's ADMIN_TOKEN", o.tokenEnv)
+		how := "set ADMIN_TOKEN to the token the service was started with (it is read from the environment only, never from a flag)"
+		switch {
+		case o.tokenEnv != adminDefaultTokenEnv:
+			how = fmt.Sprintf("set %s (named by -token-env) to the service's ADMIN_TOKEN (it is read from the environment only, never from a flag)", o.tokenEnv)
+		case dev:
+			how += fmt.Sprintf("; a server in the development mode keeps its own in <data-dir>/admin-token, and there is none in %s: "+
+				"name its data dir with -data-dir or ORDERD_DATA_DIR", devToken)
 		}
-		return nil, fmt.Errorf("%s: no admin token: %s (it is read from the environment only, never from a flag)", cmd, how)
+		return nil, fmt.Errorf("%s: no admin token: %s", cmd, how)
 	}
-	return &command{cmd: cmd, tokenEnv: o.tokenEnv, api: api}, nil
+	return &command{cmd: cmd, tokenEnv: o.tokenEnv, tokenShell: tokenShell, api: api}, nil
 }
 
 // parse parses args into fs, the flags of an admin subcommand bound to o
@@ -138,6 +161,7 @@ type command struct {
 	cmd        string // subcommand, the prefix of errors
 	projection string // for hints
 	tokenEnv   string
+	tokenShell string // what gives the token in a shell: "$ADMIN_TOKEN", or the development mode's file
 	api        *orderhttp.Client
 }
 
@@ -186,7 +210,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 		e := &adminError{cmd: o.cmd, err: pe}
 		switch {
 		case pe.Status == http.StatusUnauthorized:
-			e.hint = fmt.Sprintf("the token in $%s is not the server's ADMIN_TOKEN; set %s to the token orderd was started with", o.tokenEnv, o.tokenEnv)
+			e.hint = fmt.Sprintf("the token in %s is not the server's ADMIN_TOKEN; set %s to the token orderd was started with", o.tokenShell, o.tokenEnv)
 		case pe.Status == http.StatusNotFound && (pe.Type == "/problems/route" || pe.Type == ""):
 			e.hint = "the server has no admin routes: it was started without ADMIN_TOKEN, so they are off. " +
 				"Restart it with ADMIN_TOKEN set (or check -url)"
@@ -296,7 +320,7 @@ func (o *command) stoppedWaiting(p *progress, kind jobs.JobKind, projection stri
 	p.end()
 	w := p.w
 	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)
-	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer $%s\" %s\n", o.tokenEnv, o.api.JobURL(kind, projection, job.ID))
+	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer %s\" %s\n", o.tokenShell, o.api.JobURL(kind, projection, job.ID))
 	if job.Kind == jobs.KindRebuild {
 		fmt.Fprintf(w, "  stop it:   orderd rebuild %s -cancel %s\n", job.Projection, job.ID)
 	}

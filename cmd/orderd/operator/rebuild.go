@@ -87,8 +87,8 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 			name, job.ID, job.Partitions, job.Shadow)
 		fmt.Fprintf(stdout, "job: %s\n", op.api.JobURL(jobs.KindRebuild, name, job.ID))
 		if !*wait {
-			fmt.Fprintf(stdout, "follow it with a GET of that URL (Authorization: Bearer $%s); stop it with: orderd rebuild %s -cancel %s\n",
-				op.tokenEnv, name, job.ID)
+			fmt.Fprintf(stdout, "follow it with a GET of that URL (Authorization: Bearer %s); stop it with: orderd rebuild %s -cancel %s\n",
+				op.tokenShell, name, job.ID)
 			return nil
 		}
 	}

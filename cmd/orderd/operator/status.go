@@ -188,12 +188,12 @@ func printStatus(w io.Writer, op *command, list []admin.ProjectionStatus, now ti
 	var notes []string
 	for _, p := range list {
 		if p.DeadLetters > 0 {
-			notes = append(notes, fmt.Sprintf("%s: %d dead letters; list them with\n    curl -H \"Authorization: Bearer $%s\" '%s'",
-				p.Name, p.DeadLetters, op.tokenEnv, op.api.DeadLettersURL(p.Name)))
+			notes = append(notes, fmt.Sprintf("%s: %d dead letters; list them with\n    curl -H \"Authorization: Bearer %s\" '%s'",
+				p.Name, p.DeadLetters, op.tokenShell, op.api.DeadLettersURL(p.Name)))
 		}
 		if r := p.LastRebuild; r != nil && !r.State.Final() {
-			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer $%s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
-				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), op.tokenEnv,
+			notes = append(notes, fmt.Sprintf("%s: rebuild %s is %s, filling %s; follow it with\n    curl -H \"Authorization: Bearer %s\" %s\n  or stop it with: orderd rebuild %s -cancel %s",
+				p.Name, r.Job, r.State, cmp.Or(p.ShadowCollection, "a new collection"), op.tokenShell,
 				op.api.JobURL(jobs.KindRebuild, p.Name, r.Job), p.Name, r.Job))
 		}
 		if p.PreviousCollection != "" {

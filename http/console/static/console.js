@@ -232,11 +232,13 @@
   }
 
   // ---- page 1: projections ----
-  // The first screen answers "is it healthy?": one line per projection
-  // and one for the relay, then charts of the last hour from the samples
-  // the server keeps (GET /v1/admin/history), so a reload shows them at
-  // once; versions, jobs and the partitions (folded) below.
+  // The first screen answers "is it healthy?": in one line first, then
+  // one line per projection and one for the relay, then charts of the
+  // last hour from the samples the server keeps (GET /v1/admin/history),
+  // so a reload shows them at once; versions, jobs and the partitions
+  // (folded) below.
   function projectionsPage(el) {
+    const summary = h('p', { class: 'health-summary', id: 'health-summary', role: 'status', 'data-state': 'loading' }, 'Checking…');
     const status = h('p', { class: 'status-line', id: 'projections-updated' }, 'Loading…');
     const err = h('div', { id: 'projections-error' });
     const health = h('div', { id: 'health' });
@@ -245,16 +247,20 @@
     const chartsNote = h('p', { class: 'muted', id: 'charts-note' });
     const table = h('div', { id: 'projections-table' });
     const parts = h('div', { id: 'partitions' });
-    el.append(h('h2', {}, 'Projections'), status, err, health, relay,
+    el.append(h('h2', {}, 'Projections'), summary, status, err, health, relay,
       h('h3', {}, 'Last hour'), chartsNote, charts,
       h('h3', {}, 'Versions, jobs and dead letters'), table, parts);
     let body = null;
     let hist = null;
+    let ready = null;
     let partitionsOpen = false;
     const render = () => {
       if (!body) return;
       const now = Date.now();
       const latest = hist && hist.samples.length ? hist.samples[hist.samples.length - 1] : null;
+      const sum = healthSummary(body.projections, body.relay, ready, now);
+      summary.dataset.state = sum.state;
+      summary.replaceChildren(h('span', { class: sum.state === 'bad' ? 'bad' : sum.state === 'warn' ? 'warn' : 'ok' }, sum.text));
       health.replaceChildren(healthTable(body.projections, latest));
       relay.replaceChildren(relayTable(body.relay, latest, now));
       table.replaceChildren(projectionsTable(body.projections));
@@ -268,7 +274,7 @@
     };
     every(STATUS_MS, async () => {
       try {
-        body = await api('GET', '/v1/admin/projections');
+        [body, ready] = await Promise.all([api('GET', '/v1/admin/projections'), readiness()]);
       } catch (e) {
         err.replaceChildren(problemBox(e));
         throw e;
@@ -286,6 +292,51 @@
       }
       render();
     });
+  }
+
+  // readiness is this instance's GET /readyz: each check ("store", "bus",
+  // and the relay, projector and jobs roles it runs) mapped to "ok" or
+  // "unavailable"; null when it does not answer.
+  async function readiness() {
+    try {
+      const res = await fetch('/readyz', { cache: 'no-store', credentials: 'omit', referrerPolicy: 'no-referrer' });
+      const doc = await res.json();
+      return doc && typeof doc === 'object' ? doc : null;
+    } catch (_) {
+      return null;
+    }
+  }
+
+  // healthSummary is the one-line answer to "is everything healthy?",
+  // from what the page loads: each projection's state as its line shows
+  // it, the relay's lease, and this instance's readiness (its store, NATS
+  // and failing roles). A projection catching up is healthy; dead letters
+  // and unknowns need a look; a failing projection or role, or no relay
+  // holding the lease, is unhealthy. state is ok, warn or bad.
+  function healthSummary(ps, r, ready, now) {
+    const bad = [];
+    const warn = [];
+    const busy = [];
+    for (const p of ps) {
+      const lag = 'active_lag' in p ? p.active_lag : p.consumer_lag;
+      if (p.last_error) bad.push(`${p.name} failing`);
+      else if (lag === null || lag === undefined) warn.push(`${p.name}'s lag unknown`);
+      else if (lag > 0) busy.push(`${p.name} ${fmtNum(lag)} event${lag === 1 ? '' : 's'} behind`);
+      if (p.dead_letters > 0) warn.push(`${p.name} has ${fmtNum(p.dead_letters)} dead letter${p.dead_letters === 1 ? '' : 's'}`);
+    }
+    if (!r || !r.owner) warn.push('no relay has run on this log yet');
+    else if (!(r.lease_until && Date.parse(r.lease_until) > now)) bad.push('no relay holds the lease');
+    const what = { store: 'the store unreachable from this instance', bus: 'NATS unreachable from this instance' };
+    if (!ready) warn.push('this instance\'s readiness unknown');
+    else {
+      for (const [check, v] of Object.entries(ready)) {
+        if (v !== 'ok') bad.push(what[check] || `the ${check} role failing on this instance`);
+      }
+    }
+    if (bad.length) return { state: 'bad', text: `✗ Unhealthy: ${[...bad, ...warn, ...busy].join('; ')}.` };
+    if (warn.length) return { state: 'warn', text: `⚠ Needs a look: ${[...warn, ...busy].join('; ')}.` };
+    if (busy.length) return { state: 'ok', text: `✓ Healthy, catching up: ${busy.join('; ')}; the relay running, no dead letters, this instance ready.` };
+    return { state: 'ok', text: '✓ Healthy: every projection up to date, the relay running, no dead letters, this instance ready.' };
   }
 
   // lagSeconds is the projection's largest partition lag in seconds, or null.
@@ -397,7 +448,12 @@
           p.version && p.version !== p.active_version ? h('span', { class: 'muted' }, ` (this instance folds v${p.version})`) : null,
           p.shadow_collection ? [h('br'), `building v${p.shadow_version}: `, h('code', {}, p.shadow_collection)] : null,
           p.previous_collection ? [h('br'), `previous v${p.previous_version}: `, h('code', {}, p.previous_collection), ' ', switchBackButton(p)] : null,
-          h('br'), h('span', { class: 'muted' }, `generation ${p.generation}`)),
+          h('br'), h('span', {
+            class: 'muted generation',
+            title: 'The pointer document names the collection readers read and the one a rebuild builds. Each write of it (a build\'s start, '
+              + 'its switch to readers, a switch back, a cancel, the end of a grace) adds one to its generation, and each is a compare-and-set '
+              + 'on it, so a stalled job cannot undo a newer change.',
+          }, `generation ${p.generation} (writes of the pointer)`)),
         h('td', { class: 'num dead', 'data-dead-letters': p.dead_letters }, dead),
         h('td', { class: 'last-verify' }, verifySummary(p)),
         h('td', { class: 'last-rebuild' }, rebuildSummary(p))));
@@ -900,7 +956,7 @@
         (c.fields && c.fields.length) ? `; fields that differ: ${c.fields.join(', ')}` : ''),
       c.fold_error ? h('p', { class: 'bad' }, '✗ the fold stopped: ' + c.fold_error) : null,
       scroller(h('table', { class: 'compare' },
-        h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Fold of the log'), h('th', {}, 'Read model'), h('th', {}, '= / ≠'))),
+        h('thead', {}, h('tr', {}, h('th', {}, 'Field'), h('th', {}, 'Fold of the log'), h('th', {}, 'Read model'), h('th', { class: 'mark' }, '= / ≠'))),
         h('tbody', {}, rows))));
   }
 

@@ -32,6 +32,10 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// DefaultDataDir is where `orderd serve` keeps the embedded servers' data
+// when neither -data-dir nor ORDERD_DATA_DIR says otherwise.
+const DefaultDataDir = "./data"
+
 // DefaultServiceURL is the service's address when nothing says otherwise:
 // `orderd serve` listens on 127.0.0.1:8080 by default.
 const DefaultServiceURL = "http://127.0.0.1:8080"
