@@ -118,10 +118,7 @@
 // VerifySums, the rebuild's check before its switch, compares the shadow
 // with the recorded sums instead, and folds from the log only the
 // streams whose documents differ from them or have none. Package jobs
-// schedules rebuilds and verifies and runs them. For people and outside
-// tools, Pointers.ShowLive makes the projection's own name a view on the
-// active collection once the base collection of that name is gone; the
-// service itself reads the pointer, never the view.
+// schedules rebuilds and verifies and runs them.
 //
 // # Leases, jobs and dead letters
 //

@@ -86,7 +86,8 @@ const (
 	codeCommandNotSupported       = 115
 	codeInvalidResumeToken        = 260
 	codeChangeStreamHistLost      = 286
-	codeIllegalOperation          = 20
+	codeBadValue                  = 2
+	codeNotImplemented            = 238
 	defaultGetMoreBatch           = 1000
 	defaultAwait                  = time.Second
 	maxBatchBytes                 = 8 << 20 // well under MongoDB's 16 MiB reply
@@ -813,18 +814,6 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 	case "aggregate":
 		if !isChangeStream(cmd.msg.body()) {
 			return false, nil
-		}
-		u, err := up()
-		if err != nil {
-			return true, err
-		}
-		vs, err := f.views.of(u, cmd.db)
-		if err != nil {
-			return true, err
-		}
-		if _, isView := vs[cmd.collection]; isView {
-			return true, answer(c, req, cmd, refusal(codeViewNotSupport, "CommandNotSupportedOnView",
-				fmt.Sprintf("$changeStream cannot run on a view: %s.%s", cmd.db, cmd.collection)))
 		}
 		return true, f.openStream(c, req, cmd)
 	case "getmore":

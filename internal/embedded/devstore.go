@@ -44,10 +44,6 @@
 //     per-stream idempotency key index), since SQLite indexes a missing
 //     field as NULL and never compares NULLs in a unique index
 //     (withoutPartialFilters); FerretDB refuses every other filter;
-//   - no views; the funnel serves those with an empty pipeline (an alias
-//     of a collection, what the service names its live read models with)
-//     as MongoDB does, recorded in each database's system.views (view.go);
-//     one with a pipeline is refused;
 //   - change streams of one collection's inserts only, served by the funnel
 //     (changestream.go; FerretDB has none): a stream must select inserts
 //     ({$match: {operationType: "insert"}}), since the funnel sees no trace
@@ -64,7 +60,7 @@
 //     is the one the funnel saw inserted; after a restart, or once out of
 //     its bounded cache, it is read back by _id (string, ObjectId, int or
 //     long _ids only) as stored now;
-//   - no transactions, TTL indexes, Decimal128,
+//   - no transactions, views, TTL indexes, Decimal128,
 //     $group $max/$min, or a $group of several accumulators (only the
 //     first sees the group's documents);
 //   - write and read concerns are accepted and ignored: it is one node;

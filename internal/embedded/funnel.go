@@ -38,14 +38,12 @@ import (
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
 // out of createIndexes the partial filters whose index means the same
-// without them (withoutPartialFilters), and serves views, which FerretDB
-// lacks (view.go).
+// without them (withoutPartialFilters).
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
 	index    *idIndex
 	log      *slog.Logger
-	views    views    // view.go
 	streams  *streams // changestream.go
 
 	slot   writeSlot
@@ -63,7 +61,7 @@ type funnel struct {
 var writeCommands = map[string]bool{
 	"insert": true, "update": true, "delete": true, "findandmodify": true,
 	"create": true, "drop": true, "dropdatabase": true, "createindexes": true,
-	"dropindexes": true, "renamecollection": true, "collmod": true,
+	"dropindexes": true, "renamecollection": true,
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
@@ -182,13 +180,6 @@ func (f *funnel) client(c net.Conn) {
 		if _, err := upstream(); err != nil {
 			return
 		}
-		if ok {
-			if served, err := f.viewRead(own, c, req, cmd); err != nil {
-				return
-			} else if served {
-				continue
-			}
-		}
 		if err := relay(own, c, req); err != nil {
 			return
 		}
@@ -216,13 +207,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 		f.writer = w
 	}
-	if served, err := f.viewWrite(c, req, cmd); err != nil || served {
-		if err != nil {
-			f.untrack(f.writer)
-			f.writer = nil
-		}
-		return err
-	}
 	if name == "createindexes" {
 		req = withoutPartialFilters(req, cmd.msg)
 	}
@@ -230,7 +214,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
-		f.views.forget(cmd.db)
 		f.streams.forgetDatabase(cmd.db)
 	}
 	if err := f.send(c, req, cmd); err != nil {
@@ -249,7 +232,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 	case "dropdatabase":
 		f.index.forgetDatabase(cmd.db)
-		f.views.forget(cmd.db)
 		f.streams.forgetDatabase(cmd.db)
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
