@@ -95,6 +95,10 @@ const (
 	tokenLen                      = 1 + 16 + 8
 )
 
+// LogCollection is the collection of the event log (the mongodb
+// package's CommitsCollection).
+const LogCollection = "events"
+
 // ForgetChangesCommand is the test command that makes the change-stream
 // history of a collection unavailable, as when MongoDB's oplog has rolled
 // past a resume token: {forgetChangesBefore: "<collection>", $db: "<db>"}

@@ -17,11 +17,7 @@
 //     filter by _id only, and log scans sort commit ids, not commits;
 //   - the count command decodes the whole collection, $collStats does not:
 //     the log is counted from $collStats;
-//   - writes run one at a time (SQLite has one writer), so the funnel
-//     serves the inserts into the event log (commands' appends, alone or
-//     group-committed) and other one-document inserts before other writes
-//     (slot.go); under a burst of commands the read models catch up after
-//     it rather than during it;
+//   - writes run one at a time (SQLite has one writer), in arrival order;
 //   - a duplicate-key error does not name the index;
 //   - an unordered insert of several documents is answered as on MongoDB:
 //     FerretDB writes them a hundred to a SQLite transaction and, when one

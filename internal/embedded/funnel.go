@@ -30,11 +30,6 @@ import (
 // filters in Go and which can be long scans, keep their own connections and
 // never stall the writes.
 //
-// Writes that wait for the connection go by class, then by arrival (see
-// writeClass): a command's insert into the event log does not queue behind
-// read-model writes, as it would not on MongoDB, where unrelated writes do
-// not wait for each other.
-//
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
 // out of createIndexes the partial filters whose index means the same
@@ -65,7 +60,7 @@ var writeCommands = map[string]bool{
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
-	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{}, slot: writeSlot{maxWait: maxWriteWait},
+	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
 		streams: newStreams("", false)}
 }
 
@@ -188,11 +183,10 @@ func (f *funnel) client(c net.Conn) {
 
 // write runs one write command on the funnel's connection, answers the
 // client, and indexes the collection the command created, all before the
-// next write starts; writes waiting meanwhile go in the order of their
-// class (writeSlot).
+// next write starts.
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
-	f.slot.acquire(classOf(name, cmd))
+	f.slot.acquire()
 	defer f.slot.release()
 	held := time.Now()
 	defer func() { f.costs.add(name, cmd.collection, time.Since(held)) }()
