@@ -3,10 +3,8 @@ package mongodb
 import (
 	"context"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -28,14 +26,17 @@ import (
 // correlation id examines at most: the filters have no index (an index
 // on events.type or events.correlation_id would cost every append a
 // multikey index write, for an operator's occasional search), so a rare
-// value is found window by window as the operator pages older.
-const browseWindow = 2048
-
-// Cursor kinds: which order a cursor continues. Each is only valid with
-// the query shape (and dialect) that made it.
+// value is found window by window as the operator pages older. On the
+// embedded store, which filters them in Go over the whole log, a filtered
+// page reads the log browseChunk commits a query and matches them here.
 const (
-	cursorRecorded = "t" // MongoDB: (recorded_at ms, _id) of the last commit shown
-	cursorPosition = "p" // FerretDB: change-stream position (rowid) of the last commit examined
+	browseWindow = 2048
+	browseChunk  = 256
+)
+
+// Cursor kinds: which order a cursor continues.
+const (
+	cursorRecorded = "t" // (recorded_at ms, _id) of the last commit shown or examined
 	cursorStream   = "s" // one stream: first_version of the last commit shown
 )
 
@@ -55,12 +56,14 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 }
 
 // Browse returns a page of the log, newest commit first (admin.LogQuery,
-// admin.LogPage). On MongoDB a page is one ranged query on the
-// (recorded_at, _id) index, or on the (stream_id, first_version) index
-// for one stream; a page filtered by type or correlation id first finds
-// the end of its window of browseWindow commits on the (recorded_at, _id)
-// index (index keys only), then reads the matches in that window. Errors:
-// domain.ErrValidation (wrapped) for a cursor of another query,
+// admin.LogPage). A page is one ranged query on the (recorded_at, _id)
+// index, or on the (stream_id, first_version) index for one stream; a
+// page filtered by type or correlation id first finds the end of its
+// window of browseWindow commits on the (recorded_at, _id) index (index
+// keys only), then reads the matches in that window. The embedded store
+// serves the log's ranged query from a SQLite index
+// (internal/embedded/logpage.go).
+// Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
@@ -77,18 +80,22 @@ func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPag
 		}
 		return s.browseStream(ctx, q)
 	}
-	if dialect == DialectFerretDB {
-		// FerretDB sorts in Go after decoding every commit, and refuses
-		// {$natural: -1} on a collection that is not capped
-		// (handler/msg_find.go: "$natural sort for non-capped collection
-		// is not supported"). The funnel's change stream reads SQLite's
-		// rowid order, the log's commit order, through the table's rowid:
-		// a page is a stream opened at a position below the cursor.
-		// By positions a page is orders of magnitude faster than on
-		// MongoDB's path (docs/embedded-store.md#the-log-browser).
-		return s.browsePositions(ctx, q)
+	var older bson.A
+	if q.Cursor != "" {
+		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
+		if err != nil {
+			return admin.LogPage{}, err
+		}
+		ms, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+		}
+		older = below(time.UnixMilli(ms), parts[2])
 	}
-	return s.browseRecorded(ctx, q)
+	if (q.Type != "" || q.CorrelationID != "") && dialect == DialectMongoDB {
+		return s.searchWindow(ctx, q, older)
+	}
+	return s.searchPages(ctx, q, older)
 }
 
 // LogCommit returns the commit id with its events; found is false when
@@ -128,71 +135,111 @@ func logCommitOfDoc(d commitDoc) admin.LogCommit {
 	return out
 }
 
-// eventFilter is the query of LogQuery's type and correlation filters.
-func eventFilter(q admin.LogQuery) bson.D {
-	f := bson.D{}
-	if q.Type != "" {
-		f = append(f, bson.E{Key: "events.type", Value: q.Type})
-	}
-	if q.CorrelationID != "" {
-		f = append(f, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
-	}
-	return f
-}
-
 var newestFirst = bson.D{{Key: "recorded_at", Value: -1}, {Key: "_id", Value: -1}}
 
-// browseRecorded pages the whole log on the (recorded_at, _id) index.
-func (s *EventStore) browseRecorded(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
-	older := bson.D{}
-	if q.Cursor != "" {
-		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
+// below is the $or of the commits older than (at, id) in the log's
+// newest-first order.
+func below(at time.Time, id string) bson.A {
+	return bson.A{
+		bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: at}}}},
+		bson.D{{Key: "recorded_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
+	}
+}
+
+// allOf is the filter of every condition of conds.
+func allOf(conds bson.A) bson.D {
+	if len(conds) == 0 {
+		return bson.D{}
+	}
+	return bson.D{{Key: "$and", Value: conds}}
+}
+
+func recordedCursor(c admin.LogCommit) string {
+	return encodeCursor(cursorRecorded, strconv.FormatInt(c.RecordedAt.UnixMilli(), 10), c.ID)
+}
+
+// searchPages reads the log newest first, n commits a query (q.Limit, or
+// browseChunk when q filters) older than the bound older (nil: from the
+// newest), and keeps the commits q matches until it has q.Limit of them,
+// reaches the log's end or has examined browseWindow.
+func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bson.A) (admin.LogPage, error) {
+	n := q.Limit
+	if q.Type != "" || q.CorrelationID != "" {
+		n = browseChunk
+	}
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	for examined := 0; ; {
+		filter := bson.D{}
+		if older != nil {
+			filter = append(filter, bson.E{Key: "$or", Value: older})
+		}
+		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		chunk, err := readPage(ctx, cur)
 		if err != nil {
 			return admin.LogPage{}, err
 		}
-		ms, err := strconv.ParseInt(parts[1], 10, 64)
-		if err != nil {
-			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+		for _, c := range chunk.Commits {
+			if !q.Matches(c) {
+				continue
+			}
+			if page.Commits = append(page.Commits, c); len(page.Commits) == q.Limit {
+				page.Next = recordedCursor(c)
+				return page, nil
+			}
 		}
-		at := time.UnixMilli(ms).UTC()
-		older = bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: at}}}},
-			bson.D{{Key: "recorded_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: parts[2]}}}},
-		}}}
+		if len(chunk.Commits) < n {
+			return page, nil
+		}
+		last := chunk.Commits[len(chunk.Commits)-1]
+		older = below(last.RecordedAt, last.ID)
+		if examined += n; examined >= browseWindow {
+			page.Next = recordedCursor(last)
+			return page, nil
+		}
 	}
-	filter := eventFilter(q)
+}
+
+// searchWindow is a filtered page on MongoDB: the server filters the
+// window of browseWindow commits older than the bound older, whose end it
+// finds on the (recorded_at, _id) index alone.
+func (s *EventStore) searchWindow(ctx context.Context, q admin.LogQuery, older bson.A) (admin.LogPage, error) {
+	bound := bson.A{}
+	if older != nil {
+		bound = append(bound, bson.D{{Key: "$or", Value: older}})
+	}
 	var floor *commitKey
-	if len(filter) > 0 {
-		// The window's last commit, read from the index alone.
-		var k commitKey
-		err := s.commits.FindOne(ctx, older, options.FindOne().SetSort(newestFirst).SetSkip(browseWindow-1).
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
-		switch {
-		case err == nil:
-			floor = &k
-			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
-				bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
-				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
-			}})
-		case !errors.Is(err, mongo.ErrNoDocuments):
-			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-		}
+	var k commitKey
+	err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
+		SetSkip(browseWindow-1).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
+	switch {
+	case err == nil:
+		floor = &k
+		bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
+			bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
+			bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
+		}}})
+	case !errors.Is(err, mongo.ErrNoDocuments):
+		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 	}
-	if len(older) > 0 {
-		filter = append(bson.D{{Key: "$and", Value: bson.A{older}}}, filter...)
+	if q.Type != "" {
+		bound = append(bound, bson.D{{Key: "events.type", Value: q.Type}})
 	}
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit)))
+	if q.CorrelationID != "" {
+		bound = append(bound, bson.D{{Key: "events.correlation_id", Value: q.CorrelationID}})
+	}
+	cur, err := s.commits.Find(ctx, allOf(bound), options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit)))
 	if err != nil {
 		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 	}
 	page, err := readPage(ctx, cur)
-	if err != nil {
-		return page, err
-	}
 	switch {
+	case err != nil:
+		return page, err
 	case len(page.Commits) == q.Limit:
-		last := page.Commits[len(page.Commits)-1]
-		page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(last.RecordedAt.UnixMilli(), 10), last.ID)
+		page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
 	case floor != nil:
 		page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
 	}
@@ -209,7 +256,12 @@ func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.
 		}
 		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}})
 	}
-	filter = append(filter, eventFilter(q)...)
+	if q.Type != "" {
+		filter = append(filter, bson.E{Key: "events.type", Value: q.Type})
+	}
+	if q.CorrelationID != "" {
+		filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+	}
 	cur, err := s.commits.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}).SetLimit(int64(q.Limit)))
 	if err != nil {
@@ -277,128 +329,4 @@ func (s *EventStore) browseChain(ctx context.Context, q admin.LogQuery) (admin.L
 		}
 	}
 	return page, nil
-}
-
-// browseChunk is how many positions one change stream of browsePositions
-// reads.
-const browseChunk = 256
-
-// browsePositions pages the whole log by the embedded store's change
-// stream positions (internal/embedded/changestream.go): a commit's
-// clusterTime there is its SQLite rowid, commit order in the insert-only
-// log, and a stream opened with startAtOperationTime t reads the rowids
-// from t on through the table's rowid index. A page reads the positions
-// just below the cursor, newest first, in chunks, filtering in Go, until
-// it has Limit commits or examined browseWindow.
-func (s *EventStore) browsePositions(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
-	var top int64 // the newest position to read
-	if q.Cursor != "" {
-		parts, err := decodeCursor(q.Cursor, cursorPosition, 2)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		p, err := strconv.ParseInt(parts[1], 10, 64)
-		if err != nil || p < 1 {
-			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
-		}
-		top = p - 1
-	} else {
-		end, err := s.logEnd(ctx)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		top = end
-	}
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
-	examined := 0
-	for top >= 1 {
-		n := browseChunk
-		if q.Type == "" && q.CorrelationID == "" {
-			n = q.Limit - len(page.Commits)
-		}
-		from := max(top-int64(n)+1, 1)
-		chunk, err := s.positions(ctx, from, top)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		for i := len(chunk) - 1; i >= 0; i-- {
-			examined++
-			if q.Matches(chunk[i].commit) {
-				page.Commits = append(page.Commits, chunk[i].commit)
-			}
-			if len(page.Commits) == q.Limit || examined >= browseWindow {
-				if chunk[i].pos > 1 {
-					page.Next = encodeCursor(cursorPosition, strconv.FormatInt(chunk[i].pos, 10))
-				}
-				return page, nil
-			}
-		}
-		top = from - 1
-	}
-	return page, nil
-}
-
-type positioned struct {
-	pos    int64
-	commit admin.LogCommit
-}
-
-// logEnd is the embedded store's newest change-stream position: the rowid
-// in the resume token of a stream opened at the log's end ({_data: hex of
-// a version byte, the collection's uuid, the rowid big-endian}).
-func (s *EventStore) logEnd(ctx context.Context) (int64, error) {
-	cs, err := s.commits.Watch(ctx, insertsOnly)
-	if err != nil {
-		return 0, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	defer cs.Close(context.WithoutCancel(ctx))
-	data, _ := bson.Raw(cs.ResumeToken()).Lookup("_data").StringValueOK()
-	b, err := hex.DecodeString(data)
-	if err != nil || len(b) != 25 {
-		return 0, fmt.Errorf("browse the log: resume token %q is not the embedded store's", data)
-	}
-	var end int64
-	for _, c := range b[17:] {
-		end = end<<8 | int64(c)
-	}
-	return end, nil
-}
-
-// positions reads the commits at change-stream positions from..to,
-// oldest first.
-func (s *EventStore) positions(ctx context.Context, from, to int64) ([]positioned, error) {
-	at := bson.Timestamp{T: uint32(uint64(from) >> 32), I: uint32(from)}
-	cs, err := s.commits.Watch(ctx, insertsOnly, options.ChangeStream().SetStartAtOperationTime(&at).
-		SetBatchSize(int32(to-from+1)).SetMaxAwaitTime(50*time.Millisecond))
-	if err != nil {
-		return nil, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	defer cs.Close(context.WithoutCancel(ctx))
-	var out []positioned
-	// The first TryNext answers the aggregate's empty first batch: false
-	// without a getMore. A second false is a getMore that found nothing
-	// up to to (a hole in the rowids) within its await.
-	for misses := 0; misses < 2; {
-		if !cs.TryNext(ctx) {
-			if cs.Err() != nil {
-				break
-			}
-			misses++
-			continue
-		}
-		t, i, _ := cs.Current.Lookup("clusterTime").TimestampOK()
-		pos := int64(uint64(t)<<32 | uint64(i))
-		if pos > to {
-			break
-		}
-		doc, _ := cs.Current.Lookup("fullDocument").DocumentOK()
-		out = append(out, positioned{pos: pos, commit: logCommitOf(doc)})
-		if pos == to {
-			break
-		}
-	}
-	if err := cs.Err(); err != nil {
-		return nil, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	return slices.Clip(out), nil
 }

@@ -175,6 +175,13 @@ func (f *funnel) client(c net.Conn) {
 		if _, err := upstream(); err != nil {
 			return
 		}
+		if ok {
+			if served, err := f.servePage(own, c, req, cmd); err != nil {
+				return
+			} else if served {
+				continue
+			}
+		}
 		if err := relay(own, c, req); err != nil {
 			return
 		}

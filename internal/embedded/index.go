@@ -14,7 +14,8 @@ import (
 )
 
 // idIndex gives every collection's SQLite table the index FerretDB 1.24
-// lacks for its own _id look-ups.
+// lacks for its own _id look-ups, and the log's table those that serve its
+// pages (logpage.go).
 //
 // FerretDB's unique _id index is on _ferretdb_sjson->"_id", but its queries
 // (find, update and delete by {_id: v}) filter on _ferretdb_sjson->'$._id'
@@ -63,6 +64,14 @@ func (x *idIndex) ensure(ctx context.Context, db, coll string) error {
 	}
 	if err := createIDIndex(ctx, h, table); err != nil {
 		return err
+	}
+	if coll == LogCollection {
+		for suffix, columns := range logIndexes {
+			q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, table+suffix, table, columns)
+			if _, err := h.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create the log's page index on %s: %w", table, err)
+			}
+		}
 	}
 	x.done[[2]string{db, coll}] = true
 	return nil

@@ -2,7 +2,6 @@ package storetest
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 	"time"
@@ -18,9 +17,6 @@ import (
 // ended, and filters that keep exactly the commits they name.
 func testBrowse(t *testing.T, s *mongodb.EventStore) {
 	ctx := t.Context()
-	if d, err := mongodb.DialectOf(ctx, databaseOf(t, s).Client()); err == nil && d == mongodb.DialectFerretDB && os.Getenv("MONGODB_URI") != "" {
-		t.Skip("the embedded store's log positions (its change stream's rowids) exist only there")
-	}
 	a, b := Unique("order-"), Unique("order-")
 	commits := []domain.Commit{
 		NewCommit(a, 0, placed("cust-1")),
