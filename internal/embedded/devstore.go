@@ -41,21 +41,20 @@
 //     field as NULL and never compares NULLs in a unique index
 //     (withoutPartialFilters); FerretDB refuses every other filter;
 //   - change streams of one collection's inserts only, served by the funnel
-//     (changestream.go; FerretDB has none): a stream must select inserts
-//     ({$match: {operationType: "insert"}}), since the funnel sees no trace
-//     of an update or a delete to report, and any other stream is refused
+//     (changestream.go; FerretDB has none): the one stream the service
+//     opens ({$match: {operationType: "insert"}}, from the end or after a
+//     resumeAfter token), since the funnel sees no trace of an update or a
+//     delete to report; any other stream or option is refused
 //     (NotImplemented), never answered without them. Events are ordered,
 //     and resume tokens made, by the SQLite rowid of the collection's table
 //     with the collection's uuid, so they outlive a restart and a
 //     re-created collection's token answers ChangeStreamHistoryLost; this
 //     order is commit order only while the collection is insert-only (a
 //     delete of the last rows lets SQLite reuse their rowids), as the event
-//     log is. Operation times (clusterTime, startAtOperationTime) are
-//     positions in one collection, not a cluster-wide clock. compact is
-//     refused: its VACUUM may renumber those rowids. An event's document
-//     is the one the funnel saw inserted; after a restart, or once out of
-//     its bounded cache, it is read back by _id (string, ObjectId, int or
-//     long _ids only) as stored now;
+//     log is. compact is refused: its VACUUM may renumber those rowids. An
+//     event's document is the one the funnel saw inserted; after a
+//     restart, or once out of its bounded cache, it is read back by its
+//     _id (a string in the log) as stored now;
 //   - no transactions, views, TTL indexes, Decimal128,
 //     $group $max/$min, or a $group of several accumulators (only the
 //     first sees the group's documents);

@@ -283,11 +283,11 @@ func (f *funnel) sendInsert(c net.Conn, req []byte, cmd command) error {
 		return err
 	}
 	_, err = c.Write(resp)
-	if m := parseOpMsg(resp); m != nil && m.body() != nil {
-		f.insertCommitted(cmd, m.body())
-	} else {
-		f.insertCommitted(cmd, nil)
+	var reply bson.Raw
+	if m := parseOpMsg(resp); m != nil {
+		reply = m.body()
 	}
+	f.insertCommitted(cmd, reply)
 	return err
 }
 

@@ -126,7 +126,7 @@ func (f *funnel) servePage(up, c net.Conn, req []byte, cmd command) (served bool
 	}
 	docs := bson.A{}
 	for _, id := range ids {
-		doc, err := readBack(up, cmd.db, cmd.collection, idKey{kind: 0x02, text: id})
+		doc, err := readBack(up, cmd.db, cmd.collection, id)
 		if err != nil {
 			return true, err
 		}
