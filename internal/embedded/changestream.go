@@ -53,10 +53,6 @@ const (
 	tokenLen                      = 1 + 16 + 8
 )
 
-// LogCollection is the collection of the event log (the mongodb
-// package's CommitsCollection).
-const LogCollection = "events"
-
 // ForgetChangesCommand is the test command {forgetChangesBefore:
 // "<collection>", $db: "<db>"}: a stream resuming from a position before
 // the collection's end now answers ChangeStreamHistoryLost (286), as when

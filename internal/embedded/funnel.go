@@ -316,95 +316,59 @@ func relay(up, c net.Conn, req []byte) error {
 }
 
 // withoutPartialFilters returns a createIndexes request (req, parsed as m)
-// without the
-// partialFilterExpression of each index that means the same without it;
-// any other request comes back unchanged. FerretDB 1.24 refuses partial
-// indexes. A non-unique index only speeds up the queries a partial one
-// would (it answers the same queries, holding more entries); a unique
-// index whose filter is exactly {f: {$exists: true}} for a field f of its
-// key means the same as FerretDB's plain unique index: SQLite indexes a
-// missing field as NULL, and NULLs never collide in a unique index, so
-// documents without f are never compared, as on MongoDB. Other partial
-// filters of unique indexes are left for FerretDB to refuse.
+// without the partialFilterExpression of each unique index whose filter is
+// exactly {f: {$exists: true}} for a field f of its key (the log's
+// idempotency key index); any other request comes back unchanged.
+// FerretDB 1.24 refuses partial indexes, and its plain unique index means
+// the same: SQLite indexes a missing field as NULL, and NULLs never
+// collide in a unique index, so documents without f are never compared,
+// as on MongoDB. Other partial filters are left for FerretDB to refuse.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	if m == nil {
 		return req
 	}
-	body, changed := stripPartialFilters(m.body())
-	if !changed {
+	var cmd bson.D
+	if err := bson.Unmarshal(m.body(), &cmd); err != nil {
+		return req
+	}
+	changed := false
+	for i := range cmd {
+		indexes, _ := cmd[i].Value.(bson.A)
+		for j := range indexes {
+			spec, _ := indexes[j].(bson.D)
+			if out, ok := withoutPartialFilter(spec); ok && cmd[i].Key == "indexes" {
+				indexes[j], changed = out, true
+			}
+		}
+	}
+	body, err := bson.Marshal(cmd)
+	if !changed || err != nil {
 		return req
 	}
 	return withBody(req, m, body)
 }
 
-// stripPartialFilters is withoutPartialFilters on the command's body.
-func stripPartialFilters(body bson.Raw) (bson.Raw, bool) {
-	var cmd bson.D
-	if err := bson.Unmarshal(body, &cmd); err != nil {
-		return body, false
-	}
-	changed := false
-	for i := range cmd {
-		if cmd[i].Key != "indexes" {
-			continue
-		}
-		indexes, ok := cmd[i].Value.(bson.A)
-		if !ok {
-			return body, false
-		}
-		for j, ix := range indexes {
-			spec, ok := ix.(bson.D)
-			if !ok {
-				continue
-			}
-			if out, ok := withoutPartialFilter(spec); ok {
-				indexes[j], changed = out, true
-			}
-		}
-	}
-	if !changed {
-		return body, false
-	}
-	out, err := bson.Marshal(cmd)
-	if err != nil {
-		return body, false
-	}
-	return out, true
-}
-
 // withoutPartialFilter returns spec without its partialFilterExpression when
-// spec is not unique, or is unique and the filter is {f: {$exists: true}}
-// for a field f of its key.
+// spec is unique and the filter is {f: {$exists: true}} for a field f of
+// its key.
 func withoutPartialFilter(spec bson.D) (bson.D, bool) {
 	var key, filter bson.D
-	unique, partial := false, false
+	unique := false
 	for _, e := range spec {
 		switch e.Key {
 		case "key":
 			key, _ = e.Value.(bson.D)
 		case "partialFilterExpression":
 			filter, _ = e.Value.(bson.D)
-			partial = true
 		case "unique":
 			unique, _ = e.Value.(bool)
 		}
 	}
-	if !partial {
+	if !unique || len(filter) != 1 || !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
 		return nil, false
 	}
-	strip := slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" })
-	if !unique {
-		return strip, true
-	}
-	if len(filter) != 1 {
+	if cond, _ := filter[0].Value.(bson.D); len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
 		return nil, false
 	}
-	cond, _ := filter[0].Value.(bson.D)
-	if len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
-		return nil, false
-	}
-	if !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
-		return nil, false
-	}
-	return strip, true
+	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
 }

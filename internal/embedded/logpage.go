@@ -23,6 +23,10 @@ import (
 // not a string, would sort otherwise than on MongoDB: the page answers an
 // error then. Any other find goes to FerretDB.
 
+// LogCollection is the collection of the event log (the mongodb
+// package's CommitsCollection).
+const LogCollection = "events"
+
 const (
 	recordedExpr = `_ferretdb_sjson->>'$.recorded_at'`
 	idExpr       = `_ferretdb_sjson->>'$._id'`

@@ -179,33 +179,6 @@ func parseCommand(msg []byte) (cmd command, ok bool) {
 	return cmd, true
 }
 
-// statements counts the documents of an OP_MSG's array field (documents,
-// updates, deletes), sent either in the body or as a document sequence
-// (kind 1) with that identifier; -1 when the message does not parse.
-func statements(m *opMsg, field string) int {
-	if m == nil {
-		return -1
-	}
-	n := 0
-	for _, s := range m.sections {
-		switch s.kind {
-		case 0:
-			if arr, isArr := s.docs[0].Lookup(field).ArrayOK(); isArr {
-				vals, err := arr.Values()
-				if err != nil {
-					return -1
-				}
-				n += len(vals)
-			}
-		case 1:
-			if s.identifier == field {
-				n += len(s.docs)
-			}
-		}
-	}
-	return n
-}
-
 // withBody returns the OP_MSG m (read from req) with body in place of its
 // kind-0 section, without a checksum (it would no longer match; clients
 // rarely send one).
