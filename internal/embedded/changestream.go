@@ -387,15 +387,28 @@ func (s *streams) cursorOf(body bson.Raw) *streamCursor {
 }
 
 // nextBatch serves a getMore of the stream cur on c; up is the client's
-// own upstream connection, for reading documents back.
+// own upstream connection, for reading documents back. It answers once
+// the cursor is free again, as MongoDB does: the driver sends the next
+// getMore as soon as it has the answer, on whichever of its connections
+// is free, and a cursor still held then answered it CursorInUse.
 func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamCursor) error {
+	reply, err := f.batch(up, c, cmd, cur)
+	if err != nil {
+		return err
+	}
+	return answer(c, req, cmd, reply)
+}
+
+// batch is the answer to a getMore of cur from c; an error means up
+// failed.
+func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, error) {
 	s := f.streams
 	body := cmd.msg.body()
 	if coll, _ := body.Lookup("collection").StringValueOK(); coll != cur.coll || cmd.db != cur.db {
-		return answer(c, req, cmd, refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
+		return refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)), nil
 	}
 	if !cur.inUse.TryLock() {
-		return answer(c, req, cmd, refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)))
+		return refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)), nil
 	}
 	defer cur.inUse.Unlock()
 	s.mu.Lock()
@@ -415,7 +428,7 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 		woken := s.waitChan(cur.db, cur.coll) // before the read: no commit is missed
 		p, err := s.read(context.Background(), cur.db, cur.coll, cur.pos, limit)
 		if err != nil {
-			return answer(c, req, cmd, refusal(1, "InternalError", "getMore: "+err.Error()))
+			return refusal(1, "InternalError", "getMore: "+err.Error()), nil
 		}
 		if p.exists && cur.uuid == ([16]byte{}) && cur.pos == 0 {
 			cur.uuid = p.uuid // created since the stream opened
@@ -424,18 +437,18 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 			s.mu.Lock()
 			delete(s.cursors, cur.id)
 			s.mu.Unlock()
-			return answer(c, req, cmd, refusal(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
-				fmt.Sprintf("getMore: %s.%s was dropped or re-created since the stream opened", cur.db, cur.coll)))
+			return refusal(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
+				fmt.Sprintf("getMore: %s.%s was dropped or re-created since the stream opened", cur.db, cur.coll)), nil
 		}
 		if len(p.rows) > 0 {
 			events, err := f.events(up, cur, p.rows)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if events == nil {
-				return answer(c, req, cmd, refusal(1, "InternalError", "getMore: "+errReadBack.Error()))
+				return refusal(1, "InternalError", "getMore: "+errReadBack.Error()), nil
 			}
-			return answer(c, req, cmd, cursorReply(cur, "nextBatch", events))
+			return cursorReply(cur, "nextBatch", events), nil
 		}
 		if p.end > cur.pos {
 			cur.pos = p.end
@@ -446,7 +459,7 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 		case <-deadline.C:
 		case <-s.stop:
 		}
-		return answer(c, req, cmd, cursorReply(cur, "nextBatch", bson.A{}))
+		return cursorReply(cur, "nextBatch", bson.A{}), nil
 	}
 }
 

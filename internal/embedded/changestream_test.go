@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -401,4 +404,66 @@ func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
 	if cs.Err() == nil {
 		t.Fatal("no error for a document the funnel cannot read back")
 	}
+}
+
+// TestChangeStreamGetMoresOneAfterAnother: clients that send a stream's
+// getMores one after the other, each on whichever connection of their
+// pool is free (as the driver does), never find the cursor in use: the
+// funnel frees a cursor before it answers, as MongoDB does. Several
+// streams are read at once, so that a funnel goroutine that has answered
+// may wait for a processor before it goes on.
+func TestChangeStreamGetMoresOneAfterAnother(t *testing.T) {
+	const streams, inserts = 8, 1000
+	s, c := startStore(t, t.TempDir())
+	db := c.Database("cs")
+	addr := strings.TrimSuffix(strings.TrimPrefix(s.URI, "mongodb://"), "/")
+	var wg sync.WaitGroup
+	for k := range streams {
+		coll := fmt.Sprintf("c%d", k)
+		var conns [2]net.Conn
+		for i := range conns {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			conns[i] = conn
+		}
+		opened, err := roundTrip(conns[0], bson.D{{Key: "aggregate", Value: coll}, {Key: "pipeline", Value: bson.A{
+			bson.D{{Key: "$changeStream", Value: bson.D{}}}, insertsOnlyPipeline[0]}}, {Key: "cursor", Value: bson.D{}}, {Key: "$db", Value: "cs"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, ok := opened.Lookup("cursor", "id").Int64OK()
+		if !ok {
+			t.Fatalf("aggregate answered %s", opened)
+		}
+		docs := make([]any, inserts)
+		for i := range docs {
+			docs[i] = doc(fmt.Sprint(i), i)
+		}
+		if _, err := db.Collection(coll).InsertMany(t.Context(), docs); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for i := range inserts {
+				reply, err := roundTrip(conns[i%2], bson.D{{Key: "getMore", Value: id}, {Key: "collection", Value: coll},
+					{Key: "batchSize", Value: int32(1)}, {Key: "$db", Value: "cs"}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 {
+					t.Errorf("%s: getMore %d, sent after the answer to the one before: %s", coll, i, reply)
+					return
+				}
+				batch, _ := reply.Lookup("cursor", "nextBatch").Array().Values()
+				if len(batch) != 1 || batch[0].Document().Lookup("documentKey", "_id").StringValue() != fmt.Sprint(i) {
+					t.Errorf("%s: getMore %d answered %v, want the insert of %d", coll, i, batch, i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
