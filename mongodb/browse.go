@@ -1,6 +1,7 @@
 package mongodb
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -18,21 +19,32 @@ import (
 )
 
 // The log browser: pages of the whole log, newest commit first, for the
-// operator console. Not a hot path, but it must not read the whole log
-// for a page: each page is bounded by its limit, and a filtered page by
-// browseWindow commits examined.
+// operator console. Not a hot path, but a page never reads the whole log:
+// a page of every commit, or of one correlation id, is one ranged query on
+// an index; a page filtered by event type examines the log newest first
+// until it has its commits, reaches the log's end or runs out of time.
 
-// browseWindow is how many commits a page filtered by event type or
-// correlation id examines at most: the filters have no index (an index
-// on events.type or events.correlation_id would cost every append a
-// multikey index write, for an operator's occasional search), so a rare
-// value is found window by window as the operator pages older. On the
-// embedded store, which filters them in Go over the whole log, a filtered
-// page reads the log browseChunk commits a query and matches them here.
+// browseBudget is how long a page filtered by event type searches before
+// it answers with what it found and the cursor where it stopped
+// (admin.LogPage.DeadlineReached): the filter has no index (eight types,
+// each in a large share of the commits, would make an index that costs
+// every append and narrows little), so a rare type is searched window by
+// window.
+const browseBudget = 2 * time.Second
+
+// browseWindow is how many commits one step of a type search examines on
+// MongoDB, and browseChunk on the embedded store, which reads them.
 const (
 	browseWindow = 2048
 	browseChunk  = 256
 )
+
+// WithBrowseSearch makes a page filtered by event type search for budget,
+// examining step commits at a time, instead of browseBudget and
+// browseWindow (MongoDB) or browseChunk (the embedded store).
+func WithBrowseSearch(budget time.Duration, step int) EventStoreOption {
+	return func(s *EventStore) { s.searchBudget, s.searchStep = budget, step }
+}
 
 // Cursor kinds: which order a cursor continues.
 const (
@@ -56,13 +68,12 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 }
 
 // Browse returns a page of the log, newest commit first (admin.LogQuery,
-// admin.LogPage). A page is one ranged query on the (recorded_at, _id)
-// index, or on the (stream_id, first_version) index for one stream; a
-// page filtered by type or correlation id first finds the end of its
-// window of browseWindow commits on the (recorded_at, _id) index (index
-// keys only), then reads the matches in that window. The embedded store
-// serves the log's ranged query from a SQLite index
-// (internal/embedded/logpage.go).
+// admin.LogPage). A page of every commit, or of one correlation id, is one
+// ranged query on the (recorded_at, _id) index, or on the
+// events.correlation_id index; one stream's, one on the (stream_id,
+// first_version) index; a page filtered by event type examines the log
+// newest first for at most browseBudget. The embedded store serves the
+// log's ranged queries from SQLite indexes (internal/embedded/logpage.go).
 // Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
@@ -92,10 +103,13 @@ func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPag
 		}
 		older = below(time.UnixMilli(ms), parts[2])
 	}
-	if (q.Type != "" || q.CorrelationID != "") && dialect == DialectMongoDB {
-		return s.searchWindow(ctx, q, older)
+	deadline := time.Now().Add(cmp.Or(s.searchBudget, browseBudget))
+	if q.Type != "" && q.CorrelationID == "" && dialect == DialectMongoDB {
+		return s.searchWindows(ctx, q, older, deadline, cmp.Or(s.searchStep, browseWindow))
 	}
-	return s.searchPages(ctx, q, older)
+	// The embedded store filters events.type in Go over the whole log:
+	// there the search reads the commits and matches them here.
+	return s.searchPages(ctx, q, older, deadline, cmp.Or(s.searchStep, browseChunk))
 }
 
 // LogCommit returns the commit id with its events; found is false when
@@ -159,17 +173,21 @@ func recordedCursor(c admin.LogCommit) string {
 }
 
 // searchPages reads the log newest first, n commits a query (q.Limit, or
-// browseChunk when q filters) older than the bound older (nil: from the
-// newest), and keeps the commits q matches until it has q.Limit of them,
-// reaches the log's end or has examined browseWindow.
-func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bson.A) (admin.LogPage, error) {
+// step when q filters by type) older than the bound older (nil:
+// from the newest), of q's correlation id if it names one, and keeps the
+// commits q matches until it has q.Limit of them, reaches the log's end or
+// passes deadline after a query.
+func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
 	n := q.Limit
-	if q.Type != "" || q.CorrelationID != "" {
-		n = browseChunk
+	if q.Type != "" {
+		n = step
 	}
 	page := admin.LogPage{Commits: []admin.LogCommit{}}
-	for examined := 0; ; {
+	for {
 		filter := bson.D{}
+		if q.CorrelationID != "" {
+			filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+		}
 		if older != nil {
 			filter = append(filter, bson.E{Key: "$or", Value: older})
 		}
@@ -194,56 +212,61 @@ func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bs
 			return page, nil
 		}
 		last := chunk.Commits[len(chunk.Commits)-1]
-		older = below(last.RecordedAt, last.ID)
-		if examined += n; examined >= browseWindow {
-			page.Next = recordedCursor(last)
+		if older = below(last.RecordedAt, last.ID); !time.Now().Before(deadline) {
+			page.Next, page.DeadlineReached = recordedCursor(last), true
 			return page, nil
 		}
 	}
 }
 
-// searchWindow is a filtered page on MongoDB: the server filters the
-// window of browseWindow commits older than the bound older, whose end it
-// finds on the (recorded_at, _id) index alone.
-func (s *EventStore) searchWindow(ctx context.Context, q admin.LogQuery, older bson.A) (admin.LogPage, error) {
-	bound := bson.A{}
-	if older != nil {
-		bound = append(bound, bson.D{{Key: "$or", Value: older}})
+// searchWindows is a search by event type on MongoDB: the server filters
+// each window of step commits older than the bound older, whose
+// end it finds on the (recorded_at, _id) index alone, until the page has
+// q.Limit commits, the log ends or deadline passes after a window.
+func (s *EventStore) searchWindows(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	for {
+		bound := bson.A{}
+		if older != nil {
+			bound = append(bound, bson.D{{Key: "$or", Value: older}})
+		}
+		var floor *commitKey
+		var k commitKey
+		err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
+			SetSkip(int64(step-1)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
+		switch {
+		case err == nil:
+			floor = &k
+			bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
+				bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
+				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
+			}}})
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		filter := allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}}))
+		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit-len(page.Commits))))
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		found, err := readPage(ctx, cur)
+		if err != nil {
+			return admin.LogPage{}, err
+		}
+		if page.Commits = append(page.Commits, found.Commits...); len(page.Commits) == q.Limit {
+			page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
+			return page, nil
+		}
+		if floor == nil {
+			return page, nil
+		}
+		older = below(floor.RecordedAt, floor.ID)
+		if !time.Now().Before(deadline) {
+			page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
+			page.DeadlineReached = true
+			return page, nil
+		}
 	}
-	var floor *commitKey
-	var k commitKey
-	err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
-		SetSkip(browseWindow-1).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
-	switch {
-	case err == nil:
-		floor = &k
-		bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
-			bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
-		}}})
-	case !errors.Is(err, mongo.ErrNoDocuments):
-		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	if q.Type != "" {
-		bound = append(bound, bson.D{{Key: "events.type", Value: q.Type}})
-	}
-	if q.CorrelationID != "" {
-		bound = append(bound, bson.D{{Key: "events.correlation_id", Value: q.CorrelationID}})
-	}
-	cur, err := s.commits.Find(ctx, allOf(bound), options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit)))
-	if err != nil {
-		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	page, err := readPage(ctx, cur)
-	switch {
-	case err != nil:
-		return page, err
-	case len(page.Commits) == q.Limit:
-		page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
-	case floor != nil:
-		page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
-	}
-	return page, nil
 }
 
 // browseStream pages one stream on the (stream_id, first_version) index.

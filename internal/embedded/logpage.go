@@ -14,22 +14,25 @@ import (
 // The log browser's pages. The service pages the event log newest first
 // with one query on its (recorded_at, _id) index, here as on MongoDB:
 // find events {filter: F, sort: {recorded_at: -1, _id: -1}, limit: n},
-// where F is {} or a cursor's bound {$or: [{recorded_at: {$lt: t}},
-// {recorded_at: t, _id: {$lt: id}}]}. FerretDB would decode and sort the
-// whole log in Go (docs/embedded-store.md, "The log browser"), so the
-// funnel serves these finds from a SQLite expression index of the log's
-// table (logIndexes): the page's _ids from the index, then each document
-// read back by _id. A recorded_at that is not a date, or an _id that is
-// not a string, would sort otherwise than on MongoDB: the page answers an
-// error then. Any other find goes to FerretDB.
+// where F is {}, a cursor's bound {$or: [{recorded_at: {$lt: t}},
+// {recorded_at: t, _id: {$lt: id}}]}, {"events.correlation_id": c}, or c
+// and a bound. FerretDB would decode and sort the whole log in Go
+// (docs/embedded-store.md, "The log browser"), so the funnel serves these
+// finds from SQLite expression indexes of the log's table (logIndexes):
+// the page's _ids from the index, then each document read back by _id.
+// The event store keeps a commit's events to one correlation id, so the
+// index holds the first event's. A recorded_at that is not a date, or an
+// _id that is not a string, would sort otherwise than on MongoDB: the
+// page answers an error then. Any other find goes to FerretDB.
 
 // LogCollection is the collection of the event log (the mongodb
 // package's CommitsCollection).
 const LogCollection = "events"
 
 const (
-	recordedExpr = `_ferretdb_sjson->>'$.recorded_at'`
-	idExpr       = `_ferretdb_sjson->>'$._id'`
+	recordedExpr    = `_ferretdb_sjson->>'$.recorded_at'`
+	idExpr          = `_ferretdb_sjson->>'$._id'`
+	correlationExpr = `_ferretdb_sjson->>'$.events[0].correlation_id'`
 	// maxPage bounds the limit of a page the funnel serves, so that an
 	// answer stays well under MongoDB's 16 MiB reply.
 	maxPage = 2048
@@ -38,15 +41,17 @@ const (
 // logIndexes are the SQLite indexes of the log's table that serve its
 // pages, by name suffix.
 var logIndexes = map[string]string{
-	"_recorded_path": recordedExpr + ", " + idExpr,
+	"_recorded_path":    recordedExpr + ", " + idExpr,
+	"_correlation_path": correlationExpr + ", " + recordedExpr + ", " + idExpr,
 }
 
 // pageQuery is a log page the funnel serves.
 type pageQuery struct {
-	bounded bool  // below (at, id) only
-	at      int64 // recorded_at, ms since the epoch
-	id      string
-	limit   int64
+	correlation string // "" for all commits
+	bounded     bool   // below (at, id) only
+	at          int64  // recorded_at, ms since the epoch
+	id          string
+	limit       int64
 }
 
 // pageFields are the fields a served find may carry besides its filter,
@@ -81,10 +86,16 @@ func parsePage(body bson.Raw) (q pageQuery, ok bool) {
 		return q, false
 	}
 	for _, c := range conds {
-		if c.Key() != "$or" {
-			return q, false
-		}
-		if q.at, q.id, q.bounded = parseBound(c.Value()); !q.bounded {
+		switch v := c.Value(); c.Key() {
+		case "events.correlation_id":
+			if q.correlation, ok = v.StringValueOK(); !ok || q.correlation == "" {
+				return q, false
+			}
+		case "$or":
+			if q.at, q.id, q.bounded = parseBound(v); !q.bounded {
+				return q, false
+			}
+		default:
 			return q, false
 		}
 	}
@@ -179,6 +190,9 @@ func (f *funnel) pageIDs(db string, q pageQuery) ([]string, error) {
 // pageSQL is the query of q's _ids in the log's table, and its arguments.
 func pageSQL(table string, q pageQuery) (string, []any) {
 	where, args := []string{"true"}, []any{}
+	if q.correlation != "" {
+		where, args = append(where, correlationExpr+" = ?"), append(args, q.correlation)
+	}
 	if q.bounded {
 		where, args = append(where, fmt.Sprintf("(%s, %s) < (?, ?)", recordedExpr, idExpr)), append(args, q.at, q.id)
 	}

@@ -16,8 +16,9 @@ import (
 // TestLogPagesFromTheIndexes: the log's pages the funnel serves answer
 // what FerretDB answers to the same find (sent with a comment, which the
 // funnel leaves to FerretDB): the newest commits, those below a cursor's
-// bound where recorded times tie; their query reads the funnel's index of
-// the log's table in order, never the table itself; and a commit whose recorded_at is not a date makes the
+// bound where recorded times tie, those of one correlation id; their
+// query reads the funnel's indexes of the log's table in order, never the
+// table itself; and a commit whose recorded_at is not a date makes the
 // page an error, not a page in another order than MongoDB's.
 func TestLogPagesFromTheIndexes(t *testing.T) {
 	s, c := startStore(t, t.TempDir())
@@ -58,8 +59,10 @@ func TestLogPagesFromTheIndexes(t *testing.T) {
 		return out
 	}
 	for name, filter := range map[string]bson.D{
-		"newest":      {},
-		"below a tie": {{Key: "$or", Value: below(5, fmt.Sprintf("o-%d:%010d", 16%7, 16))}},
+		"newest":                   {},
+		"below a tie":              {{Key: "$or", Value: below(5, fmt.Sprintf("o-%d:%010d", 16%7, 16))}},
+		"one correlation id":       {{Key: "events.correlation_id", Value: "c-3"}},
+		"one correlation id below": {{Key: "events.correlation_id", Value: "c-3"}, {Key: "$or", Value: below(9, fmt.Sprintf("o-%d:%010d", 28%7, 28))}},
 	} {
 		served, scanned := ids(filter, options.Find()), ids(filter, options.Find().SetComment("scan"))
 		if len(served) == 0 || !slices.Equal(served, scanned) {
@@ -75,7 +78,8 @@ func TestLogPagesFromTheIndexes(t *testing.T) {
 	if err := h.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = ?`, LogCollection).Scan(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, q := range []pageQuery{{limit: 7}, {bounded: true, at: 1, id: "x", limit: 7}} {
+	for _, q := range []pageQuery{{limit: 7}, {bounded: true, at: 1, id: "x", limit: 7}, {correlation: "c", limit: 7},
+		{correlation: "c", bounded: true, at: 1, id: "x", limit: 7}} {
 		query, args := pageSQL(table, q)
 		rows, err := h.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
 		if err != nil {
