@@ -34,12 +34,14 @@ type LogQuery struct {
 }
 
 // LogPage is a page of the log, newest first. Next is the opaque cursor
-// of the older commits, "" when none are left. A filtered page examines a
-// bounded number of commits, so it may hold fewer than Limit commits (even
-// none) while Next still names older ones.
+// of the older commits, "" when none are left. A page holds Limit commits
+// unless the log ends first, or a search by event type ran out of its time
+// first: then DeadlineReached is set, and Next continues the search where
+// it stopped (the page may hold no commit).
 type LogPage struct {
-	Commits []LogCommit `json:"commits"`
-	Next    string      `json:"next_cursor,omitempty"`
+	Commits         []LogCommit `json:"commits"`
+	Next            string      `json:"next_cursor,omitempty"`
+	DeadlineReached bool        `json:"deadline_reached,omitempty"`
 }
 
 // Matches reports whether c passes q's type and correlation filters.

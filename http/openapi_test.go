@@ -325,7 +325,7 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	logCommit := admin.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
 		RecordedAt: at, Events: []domain.Event{{ID: "e", StreamID: "o", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderCanceled,
 			Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta}}, Error: "e"}
-	logPage := admin.LogPage{Commits: []admin.LogCommit{logCommit}, Next: "n"}
+	logPage := admin.LogPage{Commits: []admin.LogCommit{logCommit}, Next: "n", DeadlineReached: true}
 	age, rate := 1.5, 2.0
 	projSample := admin.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
 	relaySample := admin.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}

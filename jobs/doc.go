@@ -19,10 +19,8 @@
 //     against the log each document that differs or has none (against
 //     the whole log when a partition was scanned without sums), and
 //     switches the pointer; the sums are dropped then, and the replaced
-//     collection after a grace period; its name then becomes a view on the live
-//     collection, for people and outside tools (Pointers.ShowLive, which
-//     Workers call after each switch and on every pass). Readers never
-//     see the shadow before the switch. One rebuild per projection runs at a time (the rebuild lock
+//     collection after a grace period. Readers never see the shadow before
+//     the switch. One rebuild per projection runs at a time (the rebuild lock
 //     in projection_locks).
 //   - Invariant 6: a task is claimed by one update filtered on its epoch
 //     and an expired lease (claim-by-filter: exactly one of any number of

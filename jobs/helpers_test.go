@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/domain"
@@ -104,46 +103,4 @@ func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest
 			t.Fatalf("project the fixture: %v %v", err, poison)
 		}
 	}
-}
-
-// waitShowsLive waits until order_summaries, read with a plain find as a
-// person in mongosh reads it, is a view that returns the documents of
-// coll, the live collection.
-func (k *repairKit) waitShowsLive(t *testing.T, ctx context.Context, coll string) {
-	t.Helper()
-	base := projection.OrderSummaries.Collection
-	ids := func(c string) (string, error) {
-		cur, err := k.db.Collection(c).Find(ctx, bson.D{})
-		if err != nil {
-			return "", err
-		}
-		var docs []struct {
-			ID string `bson:"_id"`
-		}
-		if err := cur.All(ctx, &docs); err != nil {
-			return "", err
-		}
-		return fmt.Sprint(docs), nil
-	}
-	projectiontest.WaitFor(t, 10*time.Second, base+" shows "+coll, func() error {
-		specs, err := k.db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: base}})
-		if err != nil {
-			return err
-		}
-		if len(specs) != 1 || specs[0].Type != "view" || specs[0].Options.Lookup("viewOn").StringValue() != coll {
-			return fmt.Errorf("listCollections of %s: %+v", base, specs)
-		}
-		got, err := ids(base)
-		if err != nil {
-			return err
-		}
-		want, err := ids(coll)
-		if err != nil {
-			return err
-		}
-		if got != want || want == "[]" {
-			return fmt.Errorf("a find on %s reads %s; %s holds %s", base, got, coll, want)
-		}
-		return nil
-	})
 }

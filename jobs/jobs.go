@@ -253,10 +253,6 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 	if err != nil {
 		return ptr, err
 	}
-	// The view under the name's name follows at once; a failure
-	// leaves the switch as it is, and the jobs workers' next pass over
-	// the views logs it and tries again.
-	_ = j.pointers.ShowLive(ctx, name, coll)
 	return ptr, j.pointers.Unretire(ctx, restored)
 }
 

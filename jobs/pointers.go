@@ -45,9 +45,4 @@ type Pointers interface {
 	// which the service no longer runs, for dropping at after and deletes
 	// its pointer; a projection without a pointer is retired already.
 	RetireProjection(ctx context.Context, name string, after time.Time) error
-	// ShowLive makes the name of projection name's base collection
-	// (collection) show people and outside tools the live read model (a
-	// view on the active collection) once no pointer role names it. It
-	// is idempotent; a failure leaves the pointer as it is.
-	ShowLive(ctx context.Context, name, collection string) error
 }

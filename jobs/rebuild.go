@@ -322,7 +322,6 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		}
 		w.l.Info("rebuild switched the read model", "job", job.ID, "projection", job.Projection, "version", max(job.Version, 1),
 			"active", job.Shadow, "replaced", cur.Replaced, "repaired_before_switch", rep.Repaired)
-		w.showLive(ctx, job.Projection, nil)
 	}
 	if cur.Replaced != "" && cur.Replaced != nothingReplaced {
 		if err := w.jobs.pointers.Retire(ctx, job.Projection, cur.Replaced, "replaced by rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {

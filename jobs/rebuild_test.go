@@ -165,7 +165,6 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	mu.Unlock()
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after the rebuild", func() error { return projectiontest.DiffReadModels(ctx, db, all, true) })
 	projectiontest.WaitFor(t, 10*time.Second, "replaced collection dropped", func() error {
-		// The name stays, as a view on the live collection.
 		names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: projection.OrderSummaries.Collection}, {Key: "type", Value: "collection"}})
 		if err != nil {
 			return err

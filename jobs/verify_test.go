@@ -169,8 +169,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 	if job.State != jobs.StateFailed || !strings.Contains(job.Error, domain.ErrPointerMoved.Error()) {
 		t.Errorf("verify whose collection was dropped before its repairs: %s %q, want failed as the pointer moved", job.State, job.Error)
 	}
-	// The name coll may be a view on next by now (the worker shows the
-	// live read model under it); no collection may be.
+	// Neither may exist as a collection.
 	names, err := db.ListCollectionNames(ctx, bson.D{{Key: "name", Value: bson.D{{Key: "$in", Value: bson.A{coll, next}}}}, {Key: "type", Value: "collection"}})
 	if err != nil {
 		t.Fatal(err)

@@ -207,12 +207,10 @@ func (w *Worker) Run(ctx context.Context) error {
 
 // dropRetired drops retired collections whose time has come, on its own
 // schedule: a drop may wait for the store's locks, and must not hold up
-// claims. After each pass it shows the live read models under their
-// names (showLive), where a drop may just have freed a name.
+// claims.
 func (w *Worker) dropRetired(ctx context.Context) {
 	t := time.NewTicker(w.cfg.Poll)
 	defer t.Stop()
-	failed := map[string]string{}           // by projection: the view error last logged
 	retiring := slices.Clone(w.cfg.Retired) // until each is done once
 	for {
 		retiring = slices.DeleteFunc(retiring, func(name string) bool {
@@ -227,34 +225,11 @@ func (w *Worker) dropRetired(ctx context.Context) {
 		} else if len(dropped) > 0 {
 			w.l.Info("dropped retired collections", "collections", dropped)
 		}
-		for _, name := range w.jobs.Projections() {
-			w.showLive(ctx, name, failed)
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// showLive makes projection name's own name show its live read model
-// (mongodb.Pointers.ShowLive). A failure never touches the switch that
-// preceded it: it is logged, as a warning when it differs from the last
-// one logged in failed (nil: always), and the next pass tries again.
-func (w *Worker) showLive(ctx context.Context, name string, failed map[string]string) {
-	err := w.jobs.pointers.ShowLive(ctx, name, w.jobs.defs[name].Collection)
-	switch {
-	case err == nil:
-		delete(failed, name)
-	case ctx.Err() != nil:
-	case failed != nil && failed[name] == err.Error():
-		w.l.Debug("the read model's name does not show the live collection", "projection", name, "err", err)
-	default:
-		if failed != nil {
-			failed[name] = err.Error()
-		}
-		w.l.Warn("the read model's name does not show the live collection", "projection", name, "err", err)
 	}
 }
 

@@ -1,12 +1,11 @@
 package mongodb
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -20,22 +19,36 @@ import (
 )
 
 // The log browser: pages of the whole log, newest commit first, for the
-// operator console. Not a hot path, but it must not read the whole log
-// for a page: each page is bounded by its limit, and a filtered page by
-// browseWindow commits examined.
+// operator console. Not a hot path, but a page never reads the whole log:
+// a page of every commit, or of one correlation id, is one ranged query on
+// an index; a page filtered by event type examines the log newest first
+// until it has its commits, reaches the log's end or runs out of time.
 
-// browseWindow is how many commits a page filtered by event type or
-// correlation id examines at most: the filters have no index (an index
-// on events.type or events.correlation_id would cost every append a
-// multikey index write, for an operator's occasional search), so a rare
-// value is found window by window as the operator pages older.
-const browseWindow = 2048
+// browseBudget is how long a page filtered by event type searches before
+// it answers with what it found and the cursor where it stopped
+// (admin.LogPage.DeadlineReached): the filter has no index (eight types,
+// each in a large share of the commits, would make an index that costs
+// every append and narrows little), so a rare type is searched window by
+// window.
+const browseBudget = 2 * time.Second
 
-// Cursor kinds: which order a cursor continues. Each is only valid with
-// the query shape (and dialect) that made it.
+// browseWindow is how many commits one step of a type search examines on
+// MongoDB, and browseChunk on the embedded store, which reads them.
 const (
-	cursorRecorded = "t" // MongoDB: (recorded_at ms, _id) of the last commit shown
-	cursorPosition = "p" // FerretDB: change-stream position (rowid) of the last commit examined
+	browseWindow = 2048
+	browseChunk  = 256
+)
+
+// WithBrowseSearch makes a page filtered by event type search for budget,
+// examining step commits at a time, instead of browseBudget and
+// browseWindow (MongoDB) or browseChunk (the embedded store).
+func WithBrowseSearch(budget time.Duration, step int) EventStoreOption {
+	return func(s *EventStore) { s.searchBudget, s.searchStep = budget, step }
+}
+
+// Cursor kinds: which order a cursor continues.
+const (
+	cursorRecorded = "t" // (recorded_at ms, _id) of the last commit shown or examined
 	cursorStream   = "s" // one stream: first_version of the last commit shown
 )
 
@@ -55,12 +68,13 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 }
 
 // Browse returns a page of the log, newest commit first (admin.LogQuery,
-// admin.LogPage). On MongoDB a page is one ranged query on the
-// (recorded_at, _id) index, or on the (stream_id, first_version) index
-// for one stream; a page filtered by type or correlation id first finds
-// the end of its window of browseWindow commits on the (recorded_at, _id)
-// index (index keys only), then reads the matches in that window. Errors:
-// domain.ErrValidation (wrapped) for a cursor of another query,
+// admin.LogPage). A page of every commit, or of one correlation id, is one
+// ranged query on the (recorded_at, _id) index, or on the
+// events.correlation_id index; one stream's, one on the (stream_id,
+// first_version) index; a page filtered by event type examines the log
+// newest first for at most browseBudget. The embedded store serves the
+// log's ranged queries from SQLite indexes (internal/embedded/logpage.go).
+// Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
@@ -77,18 +91,25 @@ func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPag
 		}
 		return s.browseStream(ctx, q)
 	}
-	if dialect == DialectFerretDB {
-		// FerretDB sorts in Go after decoding every commit, and refuses
-		// {$natural: -1} on a collection that is not capped
-		// (handler/msg_find.go: "$natural sort for non-capped collection
-		// is not supported"). The funnel's change stream reads SQLite's
-		// rowid order, the log's commit order, through the table's rowid:
-		// a page is a stream opened at a position below the cursor.
-		// By positions a page is orders of magnitude faster than on
-		// MongoDB's path (docs/embedded-store.md#the-log-browser).
-		return s.browsePositions(ctx, q)
+	var older bson.A
+	if q.Cursor != "" {
+		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
+		if err != nil {
+			return admin.LogPage{}, err
+		}
+		ms, err := strconv.ParseInt(parts[1], 10, 64)
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+		}
+		older = below(time.UnixMilli(ms), parts[2])
 	}
-	return s.browseRecorded(ctx, q)
+	deadline := time.Now().Add(cmp.Or(s.searchBudget, browseBudget))
+	if q.Type != "" && q.CorrelationID == "" && dialect == DialectMongoDB {
+		return s.searchWindows(ctx, q, older, deadline, cmp.Or(s.searchStep, browseWindow))
+	}
+	// The embedded store filters events.type in Go over the whole log:
+	// there the search reads the commits and matches them here.
+	return s.searchPages(ctx, q, older, deadline, cmp.Or(s.searchStep, browseChunk))
 }
 
 // LogCommit returns the commit id with its events; found is false when
@@ -128,75 +149,124 @@ func logCommitOfDoc(d commitDoc) admin.LogCommit {
 	return out
 }
 
-// eventFilter is the query of LogQuery's type and correlation filters.
-func eventFilter(q admin.LogQuery) bson.D {
-	f := bson.D{}
-	if q.Type != "" {
-		f = append(f, bson.E{Key: "events.type", Value: q.Type})
-	}
-	if q.CorrelationID != "" {
-		f = append(f, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
-	}
-	return f
-}
-
 var newestFirst = bson.D{{Key: "recorded_at", Value: -1}, {Key: "_id", Value: -1}}
 
-// browseRecorded pages the whole log on the (recorded_at, _id) index.
-func (s *EventStore) browseRecorded(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
-	older := bson.D{}
-	if q.Cursor != "" {
-		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
+// below is the $or of the commits older than (at, id) in the log's
+// newest-first order.
+func below(at time.Time, id string) bson.A {
+	return bson.A{
+		bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: at}}}},
+		bson.D{{Key: "recorded_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
+	}
+}
+
+// allOf is the filter of every condition of conds.
+func allOf(conds bson.A) bson.D {
+	if len(conds) == 0 {
+		return bson.D{}
+	}
+	return bson.D{{Key: "$and", Value: conds}}
+}
+
+func recordedCursor(c admin.LogCommit) string {
+	return encodeCursor(cursorRecorded, strconv.FormatInt(c.RecordedAt.UnixMilli(), 10), c.ID)
+}
+
+// searchPages reads the log newest first, n commits a query (q.Limit, or
+// step when q filters by type) older than the bound older (nil:
+// from the newest), of q's correlation id if it names one, and keeps the
+// commits q matches until it has q.Limit of them, reaches the log's end or
+// passes deadline after a query.
+func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
+	n := q.Limit
+	if q.Type != "" {
+		n = step
+	}
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	for {
+		filter := bson.D{}
+		if q.CorrelationID != "" {
+			filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+		}
+		if older != nil {
+			filter = append(filter, bson.E{Key: "$or", Value: older})
+		}
+		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		chunk, err := readPage(ctx, cur)
 		if err != nil {
 			return admin.LogPage{}, err
 		}
-		ms, err := strconv.ParseInt(parts[1], 10, 64)
-		if err != nil {
-			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+		for _, c := range chunk.Commits {
+			if !q.Matches(c) {
+				continue
+			}
+			if page.Commits = append(page.Commits, c); len(page.Commits) == q.Limit {
+				page.Next = recordedCursor(c)
+				return page, nil
+			}
 		}
-		at := time.UnixMilli(ms).UTC()
-		older = bson.D{{Key: "$or", Value: bson.A{
-			bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: at}}}},
-			bson.D{{Key: "recorded_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: parts[2]}}}},
-		}}}
+		if len(chunk.Commits) < n {
+			return page, nil
+		}
+		last := chunk.Commits[len(chunk.Commits)-1]
+		if older = below(last.RecordedAt, last.ID); !time.Now().Before(deadline) {
+			page.Next, page.DeadlineReached = recordedCursor(last), true
+			return page, nil
+		}
 	}
-	filter := eventFilter(q)
-	var floor *commitKey
-	if len(filter) > 0 {
-		// The window's last commit, read from the index alone.
+}
+
+// searchWindows is a search by event type on MongoDB: the server filters
+// each window of step commits older than the bound older, whose
+// end it finds on the (recorded_at, _id) index alone, until the page has
+// q.Limit commits, the log ends or deadline passes after a window.
+func (s *EventStore) searchWindows(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
+	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	for {
+		bound := bson.A{}
+		if older != nil {
+			bound = append(bound, bson.D{{Key: "$or", Value: older}})
+		}
+		var floor *commitKey
 		var k commitKey
-		err := s.commits.FindOne(ctx, older, options.FindOne().SetSort(newestFirst).SetSkip(browseWindow-1).
-			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
+		err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
+			SetSkip(int64(step-1)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
 		switch {
 		case err == nil:
 			floor = &k
-			filter = append(filter, bson.E{Key: "$or", Value: bson.A{
+			bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
 				bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
 				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
-			}})
+			}}})
 		case !errors.Is(err, mongo.ErrNoDocuments):
 			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 		}
+		filter := allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}}))
+		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit-len(page.Commits))))
+		if err != nil {
+			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		found, err := readPage(ctx, cur)
+		if err != nil {
+			return admin.LogPage{}, err
+		}
+		if page.Commits = append(page.Commits, found.Commits...); len(page.Commits) == q.Limit {
+			page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
+			return page, nil
+		}
+		if floor == nil {
+			return page, nil
+		}
+		older = below(floor.RecordedAt, floor.ID)
+		if !time.Now().Before(deadline) {
+			page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
+			page.DeadlineReached = true
+			return page, nil
+		}
 	}
-	if len(older) > 0 {
-		filter = append(bson.D{{Key: "$and", Value: bson.A{older}}}, filter...)
-	}
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit)))
-	if err != nil {
-		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	page, err := readPage(ctx, cur)
-	if err != nil {
-		return page, err
-	}
-	switch {
-	case len(page.Commits) == q.Limit:
-		last := page.Commits[len(page.Commits)-1]
-		page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(last.RecordedAt.UnixMilli(), 10), last.ID)
-	case floor != nil:
-		page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
-	}
-	return page, nil
 }
 
 // browseStream pages one stream on the (stream_id, first_version) index.
@@ -209,7 +279,12 @@ func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.
 		}
 		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}})
 	}
-	filter = append(filter, eventFilter(q)...)
+	if q.Type != "" {
+		filter = append(filter, bson.E{Key: "events.type", Value: q.Type})
+	}
+	if q.CorrelationID != "" {
+		filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+	}
 	cur, err := s.commits.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}).SetLimit(int64(q.Limit)))
 	if err != nil {
@@ -277,128 +352,4 @@ func (s *EventStore) browseChain(ctx context.Context, q admin.LogQuery) (admin.L
 		}
 	}
 	return page, nil
-}
-
-// browseChunk is how many positions one change stream of browsePositions
-// reads.
-const browseChunk = 256
-
-// browsePositions pages the whole log by the embedded store's change
-// stream positions (internal/embedded/changestream.go): a commit's
-// clusterTime there is its SQLite rowid, commit order in the insert-only
-// log, and a stream opened with startAtOperationTime t reads the rowids
-// from t on through the table's rowid index. A page reads the positions
-// just below the cursor, newest first, in chunks, filtering in Go, until
-// it has Limit commits or examined browseWindow.
-func (s *EventStore) browsePositions(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
-	var top int64 // the newest position to read
-	if q.Cursor != "" {
-		parts, err := decodeCursor(q.Cursor, cursorPosition, 2)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		p, err := strconv.ParseInt(parts[1], 10, 64)
-		if err != nil || p < 1 {
-			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
-		}
-		top = p - 1
-	} else {
-		end, err := s.logEnd(ctx)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		top = end
-	}
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
-	examined := 0
-	for top >= 1 {
-		n := browseChunk
-		if q.Type == "" && q.CorrelationID == "" {
-			n = q.Limit - len(page.Commits)
-		}
-		from := max(top-int64(n)+1, 1)
-		chunk, err := s.positions(ctx, from, top)
-		if err != nil {
-			return admin.LogPage{}, err
-		}
-		for i := len(chunk) - 1; i >= 0; i-- {
-			examined++
-			if q.Matches(chunk[i].commit) {
-				page.Commits = append(page.Commits, chunk[i].commit)
-			}
-			if len(page.Commits) == q.Limit || examined >= browseWindow {
-				if chunk[i].pos > 1 {
-					page.Next = encodeCursor(cursorPosition, strconv.FormatInt(chunk[i].pos, 10))
-				}
-				return page, nil
-			}
-		}
-		top = from - 1
-	}
-	return page, nil
-}
-
-type positioned struct {
-	pos    int64
-	commit admin.LogCommit
-}
-
-// logEnd is the embedded store's newest change-stream position: the rowid
-// in the resume token of a stream opened at the log's end ({_data: hex of
-// a version byte, the collection's uuid, the rowid big-endian}).
-func (s *EventStore) logEnd(ctx context.Context) (int64, error) {
-	cs, err := s.commits.Watch(ctx, insertsOnly)
-	if err != nil {
-		return 0, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	defer cs.Close(context.WithoutCancel(ctx))
-	data, _ := bson.Raw(cs.ResumeToken()).Lookup("_data").StringValueOK()
-	b, err := hex.DecodeString(data)
-	if err != nil || len(b) != 25 {
-		return 0, fmt.Errorf("browse the log: resume token %q is not the embedded store's", data)
-	}
-	var end int64
-	for _, c := range b[17:] {
-		end = end<<8 | int64(c)
-	}
-	return end, nil
-}
-
-// positions reads the commits at change-stream positions from..to,
-// oldest first.
-func (s *EventStore) positions(ctx context.Context, from, to int64) ([]positioned, error) {
-	at := bson.Timestamp{T: uint32(uint64(from) >> 32), I: uint32(from)}
-	cs, err := s.commits.Watch(ctx, insertsOnly, options.ChangeStream().SetStartAtOperationTime(&at).
-		SetBatchSize(int32(to-from+1)).SetMaxAwaitTime(50*time.Millisecond))
-	if err != nil {
-		return nil, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	defer cs.Close(context.WithoutCancel(ctx))
-	var out []positioned
-	// The first TryNext answers the aggregate's empty first batch: false
-	// without a getMore. A second false is a getMore that found nothing
-	// up to to (a hole in the rowids) within its await.
-	for misses := 0; misses < 2; {
-		if !cs.TryNext(ctx) {
-			if cs.Err() != nil {
-				break
-			}
-			misses++
-			continue
-		}
-		t, i, _ := cs.Current.Lookup("clusterTime").TimestampOK()
-		pos := int64(uint64(t)<<32 | uint64(i))
-		if pos > to {
-			break
-		}
-		doc, _ := cs.Current.Lookup("fullDocument").DocumentOK()
-		out = append(out, positioned{pos: pos, commit: logCommitOf(doc)})
-		if pos == to {
-			break
-		}
-	}
-	if err := cs.Err(); err != nil {
-		return nil, fmt.Errorf("browse the log: %w", translateStream(err))
-	}
-	return slices.Clip(out), nil
 }

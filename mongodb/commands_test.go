@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
+	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
@@ -54,8 +55,9 @@ func (c *commandCounter) during(t *testing.T, fn func() error) map[string]int {
 // per document fails: a stream of two commits is one find, an
 // idempotency key one find, a batch of many streams into a cold read
 // model one find and one bulk update, the same batch again (cached, all
-// duplicates) nothing, and a customer's stats or a range of daily sales
-// one aggregation.
+// duplicates) nothing, a page of the log, of every commit or of one
+// correlation id, one find, and a customer's stats or a range of daily
+// sales one aggregation.
 func TestMongoDBPathsRoundTrips(t *testing.T) {
 	ctx := projectiontest.Context(t, time.Minute)
 	counter := &commandCounter{n: map[string]int{}}
@@ -99,6 +101,20 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 			_, _, err := rm.Apply(ctx, f.Flat)
 			return err
 		}, map[string]int{"find": 1, "update": 1}},
+		"the log's commits of one correlation id": {func() error {
+			p, err := es.Browse(ctx, admin.LogQuery{Limit: 50, CorrelationID: keyed.Events[0].Metadata.CorrelationID})
+			if err == nil && (len(p.Commits) != 1 || p.Commits[0].StreamID != keyed.StreamID || p.Next != "") {
+				err = fmt.Errorf("page %+v, want the keyed commit alone", p)
+			}
+			return err
+		}, map[string]int{"find": 1}},
+		"the log's newest page": {func() error {
+			p, err := es.Browse(ctx, admin.LogQuery{Limit: 3})
+			if err == nil && (len(p.Commits) != 3 || p.Next == "") {
+				err = fmt.Errorf("page %+v, want 3 commits and a cursor", p)
+			}
+			return err
+		}, map[string]int{"find": 1}},
 	} {
 		if got := counter.during(t, tc.fn); !maps.Equal(got, tc.want) {
 			t.Errorf("%s sent %v, want %v", name, got, tc.want)

@@ -63,7 +63,11 @@ func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
 		RecordedAt: now, IdempotencyKey: c.IdempotencyKey, RequestHash: c.RequestHash,
 	}
 	for i, e := range c.Events {
-		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
+		// One command's events: the log's correlation index holds one
+		// key per commit, and the embedded store indexes the first
+		// event's.
+		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type ||
+			e.Metadata.CorrelationID != c.Events[0].Metadata.CorrelationID {
 			return commitDoc{}, fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
 		}
 		data, err := toBSON(e.Data, e.Metadata.SchemaVersion)

@@ -92,10 +92,8 @@
 //
 // Every write of a pointer is a compare-and-set on its generation, so a
 // job that stalled past its lease cannot undo a newer rebuild's
-// announcement or switch (invariant 5). For people and outside tools,
-// Pointers.ShowLive makes the projection's own name a view on the active
-// collection once the base collection of that name is gone; the service
-// itself reads the pointer, never the view.
+// announcement or switch (invariant 5). People and outside tools find the
+// live collection in the pointer document (projection_pointers).
 //
 // # Leases, jobs and dead letters
 //

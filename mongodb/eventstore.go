@@ -45,6 +45,9 @@ type EventStore struct {
 
 	scan     ScanMethod // as configured
 	idBudget int        // commit ids a ScanByID pass holds
+
+	searchBudget time.Duration // browseBudget unless configured
+	searchStep   int           // browseWindow or browseChunk unless configured
 }
 
 // EventStoreOption configures an EventStore.
@@ -79,6 +82,11 @@ const (
 	// versions created: one index, not two, for every append to write.
 	indexRecorded     = "recorded_at_id"
 	indexRecordedOnly = "recorded_at"
+	// indexCorrelation finds the commits of one correlation id for the
+	// log browser, newest first: one key per commit (its events share
+	// their command's correlation id) written by every append
+	// (docs/embedded-store.md, "The log browser").
+	indexCorrelation = "correlation_recorded_at_id"
 	// indexOutbox (the unpublished commits by recorded_at) and
 	// indexOldOutbox (every commit on (published, recorded_at)) are the
 	// outbox indexes of earlier versions, which marked each commit
@@ -123,7 +131,8 @@ func (s *EventStore) EnsureIndexes(ctx context.Context) error {
 	// The new recorded_at index before the old one is dropped, so the
 	// relay's catch-up always has one.
 	if err := createIndexes(ctx, s.commits, []mongo.IndexModel{{Keys: bson.D{{Key: "recorded_at", Value: 1}, {Key: "_id", Value: 1}},
-		Options: options.Index().SetName(indexRecorded)}}); err != nil {
+		Options: options.Index().SetName(indexRecorded)}, {Keys: bson.D{{Key: "events.correlation_id", Value: 1}, {Key: "recorded_at", Value: 1},
+		{Key: "_id", Value: 1}}, Options: options.Index().SetName(indexCorrelation)}}); err != nil {
 		return err
 	}
 	return dropIndexIfExists(ctx, s.commits, indexRecordedOnly)

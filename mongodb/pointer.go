@@ -36,12 +36,6 @@ type Pointers struct {
 
 	mu    sync.Mutex
 	cache map[string]cachedPointer
-	shown map[string]shownView // by view name: what ShowLive last made it show
-}
-
-type shownView struct {
-	on string
-	at time.Time
 }
 
 type cachedPointer struct {
@@ -51,7 +45,7 @@ type cachedPointer struct {
 
 // NewPointers returns the pointer documents of db.
 func NewPointers(db *mongo.Database) *Pointers {
-	return &Pointers{coll: db.Collection(PointersCollection), retired: db.Collection(RetiredCollection), cache: map[string]cachedPointer{}, shown: map[string]shownView{}}
+	return &Pointers{coll: db.Collection(PointersCollection), retired: db.Collection(RetiredCollection), cache: map[string]cachedPointer{}}
 }
 
 // Get returns the pointer of the projection def, read from the store unless
@@ -194,8 +188,7 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 // RetireProjection retires projection name, which the service no longer
 // runs (projection.Retired), whose collection name was its first: every
 // collection its pointer names (active, shadow and its sums, previous),
-// and name itself (its first collection, or the view showing the live
-// one), is scheduled for dropping at after, and then the pointer is
+// and name itself (its first collection), is scheduled for dropping at after, and then the pointer is
 // deleted, so that DropRetired no longer spares them. Readers of the
 // service that still run it (a rolling upgrade) read it until then. A
 // projection without a pointer is retired already: nothing is done.
@@ -308,84 +301,6 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 		dropped = append(dropped, d.Collection)
 	}
 	return dropped, nil
-}
-
-// viewRecheck is how long ShowLive trusts the view it last wrote before it
-// reads the store again: an instance acting on an older pointer may have
-// repointed it since, or a person dropped it.
-const viewRecheck = time.Minute
-
-// strayGrace is how long a base collection re-created by a late write
-// stays before it is dropped again: far longer than a writer may act on a
-// pointer it read (100 ms).
-const strayGrace = time.Minute
-
-// ShowLive makes the name of projection name's base collection
-// (collection, its projection.Definition's Collection) show people and
-// outside tools the live read model: once the base collection is neither
-// the active, the previous nor the shadow collection (a rebuild replaced
-// it and its grace is over, or it never held the read model), the name
-// becomes a view with an empty pipeline on the active collection,
-// created with create/viewOn and repointed with collMod when the active
-// collection changes. While the base collection is named by the pointer
-// it is a real collection and shows the live read model, or during the
-// grace after a switch the one before it, still fed; and while it
-// exists unnamed (about to be dropped) ShowLive leaves it, retiring it
-// again when a late write re-created it after its drop. The service
-// itself never reads or writes the view: the pointer is the truth, and
-// a view that lags it only misleads a person for a moment, so callers
-// log a failure and call again later (the jobs worker calls it after
-// each switch and on every pass of its drop of retired collections).
-// It is idempotent. Errors: domain.ErrUnavailable, or the store's
-// refusal of the view (a MongoDB user without the privileges to create
-// views).
-func (ps *Pointers) ShowLive(ctx context.Context, name, collection string) error {
-	p, err := ps.Get(ctx, name, collection, time.Second) // a switch in this process is cached at once
-	if err != nil {
-		return err
-	}
-	if p.Generation == 0 || p.Active == "" || p.Names(collection) {
-		return nil
-	}
-	ps.mu.Lock()
-	last, ok := ps.shown[collection]
-	ps.mu.Unlock()
-	if ok && last.on == p.Active && time.Since(last.at) < viewRecheck {
-		return nil
-	}
-	db := ps.coll.Database()
-	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: collection}})
-	if err != nil {
-		return fmt.Errorf("list %s: %w", collection, Translate(err))
-	}
-	switch {
-	case len(specs) == 0:
-		err = db.CreateView(ctx, collection, p.Active, bson.A{})
-	case specs[0].Type != "view":
-		// The replaced base collection, not dropped yet; or one a late
-		// write re-created after its drop (a projector acting on a
-		// pointer read just before): retired again, to be dropped once
-		// no writer can still hold that pointer.
-		if _, retired, err := ps.DropAfter(ctx, collection); err != nil || retired {
-			return err
-		}
-		return ps.Retire(ctx, name, collection, "re-created after its drop by a late write", time.Now().Add(strayGrace))
-	case viewOn(specs[0].Options) != p.Active:
-		err = db.RunCommand(ctx, bson.D{{Key: "collMod", Value: collection}, {Key: "viewOn", Value: p.Active}, {Key: "pipeline", Value: bson.A{}}}).Err()
-	}
-	if err != nil {
-		return fmt.Errorf("view %s on %s: %w", collection, p.Active, Translate(err))
-	}
-	ps.mu.Lock()
-	ps.shown[collection] = shownView{on: p.Active, at: time.Now()}
-	ps.mu.Unlock()
-	return nil
-}
-
-// viewOn is the collection a view's listCollections options name.
-func viewOn(options bson.Raw) string {
-	s, _ := options.Lookup("viewOn").StringValueOK()
-	return s
 }
 
 // Ensure writes the first pointer document of projection name (base: its

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
@@ -143,82 +142,4 @@ func TestWritersNeverActOnAPointerTheyCouldNotRead(t *testing.T) {
 	if got, err := ps.Last(t.Context(), projection.OrderSummaries.Name, projection.OrderSummaries.Collection, 0); err != nil || got != read {
 		t.Errorf("a reader's pointer with the store stopped: %+v, %v; want %+v, the one read before", got, err, read)
 	}
-}
-
-// TestLiveReadModelUnderTheProjectionsName: a person who reads the
-// projection's own name with a plain find (as mongosh does) gets the live
-// read model: the base collection while the pointer names it, then,
-// once it is dropped, a view that follows the active collection through
-// a switch, a switch back, and a view another instance left pointing at
-// an older collection.
-func TestLiveReadModelUnderTheProjectionsName(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	db := storetest.Database(t)
-	const name, base = "order_summaries", "order_summaries"
-	v2, v3 := base+"_v2_a", base+"_v3_b"
-	for _, coll := range []string{base, v2, v3} {
-		if _, err := db.Collection(coll).InsertOne(ctx, bson.D{{Key: "_id", Value: "o-1"}, {Key: "in", Value: coll}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ps := mongodb.NewPointers(db)
-	shows := func(when, want string) {
-		t.Helper()
-		if err := ps.ShowLive(ctx, name, base); err != nil {
-			t.Fatalf("%s: show the live read model: %v", when, err)
-		}
-		var doc struct{ In string }
-		if err := db.Collection(base).FindOne(ctx, bson.D{{Key: "_id", Value: "o-1"}}).Decode(&doc); err != nil || doc.In != want {
-			t.Errorf("%s: find on %s reads %q, %v; want %q", when, base, doc.In, err, want)
-		}
-	}
-	move := func(change func(p *projection.Pointer)) {
-		t.Helper()
-		if _, err := ps.Update(ctx, name, base, func(p *projection.Pointer) (bool, error) { change(p); return true, nil }); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	shows("no pointer document", base)
-	move(func(p *projection.Pointer) { p.Active, p.ActiveVersion = base, 1 })
-	shows("base collection active", base)
-	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = base, 1, v2, 2 })
-	shows("base collection previous, in its grace", base)
-	if err := ps.Retire(ctx, name, base, "replaced", time.Now().Add(-time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ps.DropRetired(ctx, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	// A late write of a projector acting on the pointer it read before
-	// the drop re-creates the base collection: it is retired again, and
-	// the name becomes the view once it is dropped.
-	if _, err := db.Collection(base).InsertOne(ctx, bson.D{{Key: "_id", Value: "o-1"}, {Key: "in", Value: "stray"}}); err != nil {
-		t.Fatal(err)
-	}
-	shows("base collection re-created by a late write", "stray")
-	if _, retired, err := ps.DropAfter(ctx, base); err != nil || !retired {
-		t.Fatalf("the re-created base collection is not retired again (%v)", err)
-	}
-	if _, err := ps.DropRetired(ctx, time.Now().Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	shows("base collection dropped", v2)
-	specs, err := db.ListCollectionSpecifications(ctx, bson.D{{Key: "name", Value: base}})
-	if err != nil || len(specs) != 1 || specs[0].Type != "view" {
-		t.Errorf("listCollections of %s: %+v, %v; want one view", base, specs, err)
-	}
-	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v2, 2, v3, 3 })
-	shows("switched to version 3", v3)
-	move(func(p *projection.Pointer) { p.Previous, p.PreviousVersion, p.Active, p.ActiveVersion = v3, 3, v2, 2 })
-	shows("switched back to version 2", v2)
-
-	// Another instance, acting on the pointer it read before the switch
-	// back, repoints the view: the next pass of a fresh process mends it.
-	if err := db.RunCommand(ctx, bson.D{{Key: "collMod", Value: base}, {Key: "viewOn", Value: v3}, {Key: "pipeline", Value: bson.A{}}}).Err(); err != nil {
-		t.Fatal(err)
-	}
-	ps = mongodb.NewPointers(db)
-	shows("view left on an older collection", v2)
 }

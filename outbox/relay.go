@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -429,7 +428,7 @@ func (r *Relay) save(ctx context.Context, pos []byte, at time.Time) error {
 // tail publishes the log's change stream from pos until ctx is done, the
 // lease is lost or a round or the stream fails.
 func (r *Relay) tail(ctx context.Context, pos []byte) error {
-	t := tailer{Relay: r, saved: pos, savedAt: time.Now()}
+	t := tailer{Relay: r, savedAt: time.Now()}
 	err := r.log.Tail(ctx, pos, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.
@@ -445,13 +444,12 @@ func (r *Relay) tail(ctx context.Context, pos []byte) error {
 	return err
 }
 
-// tailer is one tail's state: the rounds in flight and the last
-// checkpoint saved.
+// tailer is one tail's state: the rounds in flight and when it last saved
+// a checkpoint.
 type tailer struct {
 	*Relay
 	inFlight []*round
-	saved    []byte    // the position of the last checkpoint
-	savedAt  time.Time // when it was saved (or the tail began)
+	savedAt  time.Time // when the last checkpoint was saved (or the tail began)
 	polledAt time.Time // when the last batch was handed back to the stream
 }
 
@@ -472,11 +470,16 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 			return err
 		}
 		t.metrics.setBehind(0, time.Time{})
-		if next != nil && !polled.IsZero() && !bytes.Equal(next, t.saved) && time.Since(t.savedAt) >= t.cfg.IdleCheckpoint {
+		// On time alone, whether or not the position moved: MongoDB's
+		// postBatchResumeToken advances with the cluster's time while
+		// nothing is inserted, the embedded store's stays at the last
+		// insert, and the saved time is what tells an operator the relay
+		// is alive (outbox.RelayStatus).
+		if next != nil && !polled.IsZero() && time.Since(t.savedAt) >= t.cfg.IdleCheckpoint {
 			if err := t.save(ctx, next, polled); err != nil {
 				return err
 			}
-			t.saved, t.savedAt = next, time.Now()
+			t.savedAt = time.Now()
 		}
 		return nil
 	}
@@ -535,6 +538,6 @@ func (t *tailer) checkpoint(ctx context.Context, last *round, err error) error {
 	if serr := t.save(ctx, last.next, last.last); serr != nil {
 		return errors.Join(err, serr)
 	}
-	t.saved, t.savedAt = last.next, time.Now()
+	t.savedAt = time.Now()
 	return err
 }

@@ -738,3 +738,32 @@ func TestRelayFirstStartMissesNoCommitAppendedMeanwhile(t *testing.T) {
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
 	checkPublishedOnce(t, n, cfg, want)
 }
+
+// An idle relay saves its checkpoint every IdleCheckpoint on time alone:
+// with nothing appended the embedded store's stream stays at its last
+// insert (MongoDB's moves with the cluster's time), and the saved time is
+// what tells an operator that the relay is alive.
+func TestRelaySavesItsCheckpointWhileIdle(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	want := appendCommits(t, s, 1, 1)
+	r := newRelay(t, db, bus.NewPublisher(n.JS, cfg), outbox.Config{Owner: "relay-1", IdleCheckpoint: 100 * time.Millisecond})
+	goRun(t, r.Run)
+	waitPublished(t, n, cfg, len(want), 20*time.Second)
+	savedAt := func() time.Time {
+		st, err := r.lease.Status(t.Context())
+		if err != nil {
+			t.Fatalf("relay status: %v", err)
+		}
+		return st.CheckpointSavedAt
+	}
+	storetest.WaitFor(t, 20*time.Second, "the checkpoint after the published commit", func() bool {
+		pos, at := checkpointOf(t, db)
+		return pos != nil && !at.Before(want[len(want)-1].RecordedAt)
+	})
+	last := savedAt()
+	for i := range 2 {
+		storetest.WaitFor(t, 20*time.Second, fmt.Sprintf("idle checkpoint %d", i+1), func() bool { return savedAt().After(last) })
+		last = savedAt()
+	}
+	checkPublishedOnce(t, n, cfg, want)
+}

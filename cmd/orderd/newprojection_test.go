@@ -56,10 +56,9 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 	closeMain(t, a)
 
 	// The store and the stream as a service without order_summaries left
-	// them: every collection of it (the base name, which may be a view on
-	// the active collection, and the rebuilt ones the pointer names, all
-	// prefixed with the base name), its pointer, and the consumers of its
-	// version.
+	// them: every collection of it (the base name and the rebuilt ones the
+	// pointer names, all prefixed with the base name), its pointer, and
+	// the consumers of its version.
 	def := projection.OrderSummaries
 	names, err := db.ListCollectionNames(ctx, bson.D{})
 	if err != nil {

@@ -847,6 +847,9 @@ type LogPage struct {
 	// Commits Newest first.
 	Commits []LogCommit `json:"commits"`
 
+	// DeadlineReached Present and true when a search by type ran out of its time before the page was full or the log ended; next_cursor continues it.
+	DeadlineReached *bool `json:"deadline_reached,omitempty"`
+
 	// NextCursor Pass as cursor for the older commits; absent when there are none.
 	NextCursor *string `json:"next_cursor,omitempty"`
 }
@@ -1602,7 +1605,7 @@ type ClientInterface interface {
 
 	// ListLog The event log's commits, newest first
 	//
-	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first; next_cursor pages back through every commit. On MongoDB newest first is by recorded_at, then commit id; on the embedded store it is the store's commit order, reversed, in which recorded_at (the appending process's clock, read before the commit is queued) can go back by a few milliseconds; a page of one stream is by version. Sort by recorded_at where time order matters. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+	// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it (recorded_at, then commit id); a page of one stream is by version; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page holds limit commits unless the log ends first, or a search by type runs out of its time (about 2 s) first: it then answers what it found, maybe nothing, with deadline_reached and the next_cursor where it stopped. A page of every commit, or of one correlation id, is one ranged query on an index (docs/embedded-store.md#the-log-browser).
 	//
 	// Corresponds with GET /v1/admin/log (the `ListLog` operationId).
 	ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2080,7 +2083,7 @@ func (c *Client) GetHistory(ctx context.Context, reqEditors ...RequestEditorFn) 
 
 // ListLog The event log's commits, newest first
 //
-// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first; next_cursor pages back through every commit. On MongoDB newest first is by recorded_at, then commit id; on the embedded store it is the store's commit order, reversed, in which recorded_at (the appending process's clock, read before the commit is queued) can go back by a few milliseconds; a page of one stream is by version. Sort by recorded_at where time order matters. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page filtered by type or correlation id examines at most 2,048 commits: it may hold fewer commits than limit, even none, while next_cursor names older ones. On MongoDB a page is one ranged query on the (recorded_at, _id) index; on the embedded store it reads the store's change-stream positions (docs/embedded-store.md#the-log-browser).
+// Registered only when the server runs with ADMIN_TOKEN set; otherwise 404 /problems/route. A page of the whole log, one entry per commit (the events of one command), newest first by the time the store recorded it (recorded_at, then commit id); a page of one stream is by version; next_cursor pages back through every commit. Filters keep the commits of one stream, or with at least one event of a type or a correlation id. A query parameter this route does not take (a misspelt filter, which would otherwise filter nothing) is 422. A page holds limit commits unless the log ends first, or a search by type runs out of its time (about 2 s) first: it then answers what it found, maybe nothing, with deadline_reached and the next_cursor where it stopped. A page of every commit, or of one correlation id, is one ranged query on an index (docs/embedded-store.md#the-log-browser).
 //
 // Corresponds with GET /v1/admin/log (the `ListLog` operationId).
 func (c *Client) ListLog(ctx context.Context, params *ListLogParams, reqEditors ...RequestEditorFn) (*http.Response, error) {

@@ -3,17 +3,12 @@ package embedded
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,63 +16,26 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Change streams. The outbox relay tails the event log with a MongoDB
-// change stream (Collection.Watch); FerretDB 1.24 has none (its aggregate
-// refuses the $changeStream stage). The funnel serves the shape the
-// service uses, a stream of one collection's inserts, as MongoDB answers
-// it, so the driver's Watch works on the embedded store unchanged:
+// Change streams. The outbox relay and the log browser's tail follow the
+// event log with a MongoDB change stream (Collection.Watch); FerretDB 1.24
+// has none. The funnel serves the one stream they open, as MongoDB answers
+// it (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
+// [{$changeStream: {}}, {$match: {operationType: "insert"}}]}, at the
+// collection's end or after a resumeAfter token, then getMores that answer
+// the inserts after the cursor's position or wait for one up to maxTimeMS,
+// woken by the funnel when an insert into the collection commits. The
+// funnel sees inserts only, so any other pipeline or option is refused
+// with NotImplemented (238), never answered without what it asks.
 //
-//   - aggregate {pipeline: [{$changeStream: {...}}, {$match:
-//     {operationType: "insert"}}]} on a collection opens a stream. The
-//     $match is required: the funnel sees inserts only (an update or a
-//     delete leaves no trace it could report), so a stream that would also
-//     report other changes is refused with NotImplemented (238) rather
-//     than answered without them. resumeAfter, startAfter,
-//     startAtOperationTime and any fullDocument are accepted (an insert
-//     event carries the whole document anyway); anything else in the stage
-//     is refused;
-//   - getMore on such a cursor answers the inserts after its position, or
-//     waits for one up to maxTimeMS (1 s by default, MongoDB's awaitData
-//     default) and is woken by the funnel when an insert into the
-//     collection commits; killCursors closes it; a cursor is dropped when
-//     the client connection that last used it closes (a getMore on it then
-//     answers CursorNotFound, on which the driver resumes). A document an
-//     upsert created is a row like any other and is reported as an
-//     insert, as on MongoDB, but only an insert command wakes a waiting
-//     getMore: it is reported at the next insert or when the wait ends;
-//   - order and resume tokens are the store's own commit order: the rowid
-//     of the collection's SQLite table (one writer; FerretDB writes a new
-//     row at max(rowid)+1, so in an insert-only collection rowid order is
-//     commit order) with the collection's uuid (FerretDB's
-//     _ferretdb_collections.settings), so a token survives a restart and a
-//     token of a dropped and re-created collection answers
-//     ChangeStreamHistoryLost (286). A token is {_data: hex} of a version
-//     byte, the uuid's 16 bytes and the rowid (8 bytes, big-endian);
-//   - an event's clusterTime is its rowid as a Timestamp (T the high 32
-//     bits, I the low 32): operation times of the embedded store are
-//     positions in one collection, not a cluster-wide clock.
-//     startAtOperationTime t starts at the event whose clusterTime is t
-//     (inclusive, as on MongoDB); a time past the collection's end is
-//     refused (BadValue), since it can only be a clock reading from
-//     elsewhere;
-//   - compact is refused: FerretDB runs VACUUM for a full compaction, and
-//     VACUUM may renumber the rowids of a table without an INTEGER
-//     PRIMARY KEY, which every non-capped FerretDB table is. No other
-//     write path of FerretDB's SQLite backend renumbers rows (inserts
-//     append, updates rewrite the document column in place, deletes
-//     delete; renameCollection renames the metadata row and keeps the
-//     table and uuid). A delete of the rows at the end of a table lets
-//     SQLite reuse their rowids: change streams assume insert-only
-//     collections, as the event log is.
-//
-// Documents: FerretDB stores its own JSON ("sjson") that only its internal
-// packages decode, so the funnel keeps the raw BSON of the documents it
-// saw inserted (docCache) and on a miss (after a restart, or a document
-// pushed out of the cache) reads the document back from FerretDB by _id,
-// which works for string, ObjectId, int and long _ids; another _id type
-// on a miss is an error answer, never a wrong one. A document read back is
-// the document as stored now: on a collection that was updated since, not
-// the one inserted.
+// Positions are the rowids of the collection's SQLite table (one writer,
+// and FerretDB writes a row at max(rowid)+1: in an insert-only collection,
+// as the log is, rowid order is commit order) with the collection's uuid,
+// so a token survives a restart and one of a re-created collection answers
+// ChangeStreamHistoryLost (286). compact is refused: its VACUUM may
+// renumber the rowids. An event's document is the raw BSON the funnel saw
+// inserted (docCache) or, after a restart or once out of the cache, read
+// back from FerretDB by its _id (a string in the log; another type is an
+// error answer, never a wrong one).
 
 // Error codes from MongoDB's error_codes.yml.
 const (
@@ -86,7 +44,8 @@ const (
 	codeCommandNotSupported       = 115
 	codeInvalidResumeToken        = 260
 	codeChangeStreamHistLost      = 286
-	codeIllegalOperation          = 20
+	codeBadValue                  = 2
+	codeNotImplemented            = 238
 	defaultGetMoreBatch           = 1000
 	defaultAwait                  = time.Second
 	maxBatchBytes                 = 8 << 20 // well under MongoDB's 16 MiB reply
@@ -94,14 +53,11 @@ const (
 	tokenLen                      = 1 + 16 + 8
 )
 
-// ForgetChangesCommand is the test command that makes the change-stream
-// history of a collection unavailable, as when MongoDB's oplog has rolled
-// past a resume token: {forgetChangesBefore: "<collection>", $db: "<db>"}
-// forgets the collection's inserts up to its current end, so that a stream
-// resuming from a position before that end answers ChangeStreamHistoryLost
-// (286); one at the end (where a stream opened now starts) resumes. The funnel
-// serves it only when the store was started WithTestCommands; the mark is
-// kept in memory, so a restart forgets it.
+// ForgetChangesCommand is the test command {forgetChangesBefore:
+// "<collection>", $db: "<db>"}: a stream resuming from a position before
+// the collection's end now answers ChangeStreamHistoryLost (286), as when
+// MongoDB's oplog has rolled past a token; one at the end resumes. Served
+// only WithTestCommands; a restart forgets it.
 const ForgetChangesCommand = "forgetChangesBefore"
 
 // StoreOption configures StartStore.
@@ -123,6 +79,7 @@ type streams struct {
 	cache        docCache
 
 	mu        sync.Mutex
+	lastID    int64 // cursor ids go on from the start's time: no id of an earlier run names a new stream
 	cursors   map[int64]*streamCursor
 	wake      map[[2]string]chan struct{} // {db, coll}: closed and replaced at each committed insert
 	forgotten map[string]int64            // uuid → the last forgotten rowid
@@ -140,7 +97,7 @@ type streamCursor struct {
 }
 
 func newStreams(dir string, testCommands bool) *streams {
-	return &streams{dir: dir, testCommands: testCommands, stop: make(chan struct{}),
+	return &streams{dir: dir, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
 		cursors: map[int64]*streamCursor{}, wake: map[[2]string]chan struct{}{},
 		forgotten: map[string]int64{}, dbs: map[string]*sql.DB{}}
 }
@@ -220,21 +177,12 @@ func (s *streams) handle(db string) (*sql.DB, error) {
 		return nil, errors.New("the store is closing")
 	default:
 	}
-	if db == "" || db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
-		return nil, fmt.Errorf("database name %q", db)
-	}
-	path := filepath.Join(s.dir, db+".sqlite")
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
 	// A reader of its own: WAL lets it read while FerretDB writes.
-	h, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+	h, err := openFile(s.dir, db, "ro", 4)
+	if h != nil {
+		s.dbs[db] = h
 	}
-	h.SetMaxOpenConns(4)
-	s.dbs[db] = h
-	return h, nil
+	return h, err
 }
 
 // position is what one read of a collection's table found.
@@ -245,17 +193,11 @@ type position struct {
 	rows   []row // after the position asked, in rowid order
 }
 
-// row is one document's place in its table and how to find its document.
+// row is one document's place in its table and its _id ("" for one that
+// is not a string).
 type row struct {
 	rowid int64
-	id    idKey
-}
-
-// idKey is an _id as the cache and a read-back know it: its BSON type and
-// a text form ("" type: an _id the funnel cannot name).
-type idKey struct {
-	kind byte // bson type: 0x02 string, 0x07 ObjectId, 0x10 int, 0x12 long
-	text string
+	id    string
 }
 
 // read reads db.coll's identity, end and up to limit rows after rowid
@@ -292,25 +234,16 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 	if limit <= 0 || after >= p.end {
 		return p, nil
 	}
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT rowid, coalesce(_ferretdb_sjson->>'$._id', ''),
-		coalesce(_ferretdb_sjson->>'$."$s".p._id.t', '') FROM %q WHERE rowid > ? ORDER BY rowid LIMIT ?`, table), after, limit)
+	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT rowid, iif(_ferretdb_sjson->>'$."$s".p._id.t' = 'string',
+		_ferretdb_sjson->>'$._id', '') FROM %q WHERE rowid > ? ORDER BY rowid LIMIT ?`, table), after, limit)
 	if err != nil {
 		return p, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var r row
-		var text, typ string
-		if err := rows.Scan(&r.rowid, &text, &typ); err != nil {
+		if err := rows.Scan(&r.rowid, &r.id); err != nil {
 			return p, err
-		}
-		switch typ {
-		case "string":
-			r.id = idKey{kind: 0x02, text: text}
-		case "objectId":
-			r.id = idKey{kind: 0x07, text: text}
-		case "int", "long":
-			r.id = idKey{kind: 0x12, text: text} // int and long of one value are one _id
 		}
 		p.rows = append(p.rows, r)
 	}
@@ -325,43 +258,6 @@ func parseUUID(s string) ([16]byte, bool) {
 	}
 	copy(u[:], b)
 	return u, true
-}
-
-// keyOf is the idKey of an _id value, false for a type a read-back cannot
-// name.
-func keyOf(v bson.RawValue) (idKey, bool) {
-	switch v.Type {
-	case bson.TypeString:
-		return idKey{kind: 0x02, text: v.StringValue()}, true
-	case bson.TypeObjectID:
-		return idKey{kind: 0x07, text: v.ObjectID().Hex()}, true
-	case bson.TypeInt32:
-		return idKey{kind: 0x12, text: strconv.FormatInt(int64(v.Int32()), 10)}, true
-	case bson.TypeInt64:
-		return idKey{kind: 0x12, text: strconv.FormatInt(v.Int64(), 10)}, true
-	}
-	return idKey{}, false
-}
-
-// value is the _id k names, for a find.
-func (k idKey) value() (any, bool) {
-	switch k.kind {
-	case 0x02:
-		return k.text, true
-	case 0x07:
-		oid, err := bson.ObjectIDFromHex(k.text)
-		return oid, err == nil
-	case 0x12:
-		n, err := strconv.ParseInt(k.text, 10, 64)
-		if err != nil {
-			return nil, false
-		}
-		if n >= math.MinInt32 && n <= math.MaxInt32 {
-			return int32(n), true
-		}
-		return n, true
-	}
-	return nil, false
 }
 
 // token is a resume token: {_data: hex(version, uuid, rowid)}.
@@ -389,82 +285,15 @@ func parseToken(v bson.RawValue) (uuid [16]byte, rowid int64, ok bool) {
 	return uuid, rowid, rowid >= 0
 }
 
-// clusterTime is an event's operation time: its rowid.
-func clusterTime(rowid int64) bson.Timestamp {
-	return bson.Timestamp{T: uint32(uint64(rowid) >> 32), I: uint32(rowid)}
-}
-
 // isChangeStream reports whether an aggregate's pipeline starts with
 // $changeStream.
 func isChangeStream(body bson.Raw) bool {
-	p, ok := body.Lookup("pipeline").ArrayOK()
-	if !ok {
-		return false
-	}
-	stages, err := p.Values()
-	if err != nil || len(stages) == 0 {
-		return false
-	}
-	stage, ok := stages[0].DocumentOK()
-	if !ok {
-		return false
-	}
-	_, err = stage.LookupErr("$changeStream")
+	_, err := body.LookupErr("pipeline", "0", "$changeStream")
 	return err == nil
 }
 
-// insertsOnly reports whether stages (those after $changeStream) are
-// exactly one $match selecting inserts by operationType.
-func insertsOnly(stages []bson.RawValue) bool {
-	if len(stages) != 1 {
-		return false
-	}
-	stage, ok := stages[0].DocumentOK()
-	if !ok {
-		return false
-	}
-	elems, err := stage.Elements()
-	if err != nil || len(elems) != 1 || elems[0].Key() != "$match" {
-		return false
-	}
-	match, ok := elems[0].Value().DocumentOK()
-	if !ok {
-		return false
-	}
-	conds, err := match.Elements()
-	if err != nil || len(conds) != 1 || conds[0].Key() != "operationType" {
-		return false
-	}
-	v := conds[0].Value()
-	if s, ok := v.StringValueOK(); ok {
-		return s == "insert"
-	}
-	op, ok := v.DocumentOK()
-	if !ok {
-		return false
-	}
-	ops, err := op.Elements()
-	if err != nil || len(ops) != 1 {
-		return false
-	}
-	switch ops[0].Key() {
-	case "$eq":
-		s, _ := ops[0].Value().StringValueOK()
-		return s == "insert"
-	case "$in":
-		arr, ok := ops[0].Value().ArrayOK()
-		if !ok {
-			return false
-		}
-		vals, err := arr.Values()
-		if err != nil || len(vals) != 1 {
-			return false
-		}
-		s, _ := vals[0].StringValueOK()
-		return s == "insert"
-	}
-	return false
-}
+// insertsStage is the one stage a stream has after $changeStream.
+var insertsStage, _ = bson.Marshal(bson.D{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}})
 
 // openStream serves an aggregate whose pipeline starts with $changeStream.
 func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
@@ -480,7 +309,7 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	if err != nil || len(stages) == 0 {
 		return refuse(codeBadValue, "BadValue", "pipeline: not an array of stages")
 	}
-	if !insertsOnly(stages[1:]) {
+	if len(stages) != 2 || !bytes.Equal(stages[1].Value, insertsStage) {
 		return refuse(codeNotImplemented, "NotImplemented",
 			`$changeStream: the embedded store reports inserts only; add {$match: {operationType: "insert"}} as the stream's only other stage`)
 	}
@@ -490,95 +319,43 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 		return refuse(codeBadValue, "BadValue", "$changeStream: options must be a document")
 	}
 	var resume *bson.RawValue
-	var at *bson.Timestamp
 	for _, e := range elems {
-		v := e.Value()
-		switch e.Key() {
-		case "resumeAfter", "startAfter":
-			if resume != nil {
-				return refuse(codeBadValue, "BadValue", "$changeStream: only one of resumeAfter and startAfter may be given")
-			}
-			resume = &v
-		case "startAtOperationTime":
-			t, i, ok := v.TimestampOK()
-			if !ok {
-				return refuse(codeBadValue, "BadValue", "$changeStream: startAtOperationTime must be a timestamp")
-			}
-			at = &bson.Timestamp{T: t, I: i}
-		case "fullDocument":
-			// Every mode answers an insert with its whole document.
-		case "fullDocumentBeforeChange":
-			if m, _ := v.StringValueOK(); m != "off" {
-				return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store has no pre-images (fullDocumentBeforeChange)")
-			}
-		case "showExpandedEvents":
-			if b, _ := v.BooleanOK(); b {
-				return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store reports inserts only (showExpandedEvents)")
-			}
-		default:
+		if e.Key() != "resumeAfter" {
 			return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store does not serve option "+e.Key())
 		}
-	}
-	if resume != nil && at != nil {
-		return refuse(codeBadValue, "BadValue", "$changeStream: only one of resumeAfter, startAfter and startAtOperationTime may be given")
+		v := e.Value()
+		resume = &v
 	}
 	p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
 	if err != nil {
 		return refuse(1, "InternalError", "$changeStream: "+err.Error())
 	}
 	cur := &streamCursor{db: cmd.db, coll: cmd.collection, uuid: p.uuid, pos: p.end, owner: c}
-	resumed := false
-	switch {
-	case resume != nil:
+	if resume != nil {
 		u, rowid, ok := parseToken(*resume)
-		if !ok {
+		if !ok || u == ([16]byte{}) && rowid != 0 {
 			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
 		}
 		if u != ([16]byte{}) && (!p.exists || u != p.uuid) {
 			return refuse(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
 				fmt.Sprintf("$changeStream: the resume token is of another incarnation of %s.%s (dropped or re-created since)", cmd.db, cmd.collection))
 		}
-		if u == ([16]byte{}) && rowid != 0 {
-			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
-		}
-		cur.pos, resumed = rowid, true
-	case at != nil:
-		first := int64(uint64(at.T)<<32 | uint64(at.I))
-		if first-1 > p.end {
-			return refuse(codeBadValue, "BadValue", fmt.Sprintf(
-				"$changeStream: startAtOperationTime %d.%d is past the end of %s.%s: the embedded store's operation times are positions in one collection (an event's clusterTime), not a clock",
-				at.T, at.I, cmd.db, cmd.collection))
-		}
-		cur.pos, resumed = max(first-1, 0), true
-	}
-	if resumed && p.exists {
+		cur.pos = rowid
 		s.mu.Lock()
-		w, ok := s.forgotten[string(p.uuid[:])]
+		w, forgot := s.forgotten[string(p.uuid[:])]
 		s.mu.Unlock()
 		// A position before the mark needs events the store forgot; one at
 		// it needs none of them, as a stream opened after the forgetting.
-		if ok && cur.pos < w {
+		if forgot && cur.pos < w {
 			return refuse(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
 				fmt.Sprintf("$changeStream: the history of %s.%s up to the resume point was forgotten (%s)", cmd.db, cmd.collection, ForgetChangesCommand))
 		}
 	}
-	for {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		cur.id = int64(binary.LittleEndian.Uint64(b[:]) &^ (1 << 63))
-		if cur.id == 0 {
-			continue
-		}
-		s.mu.Lock()
-		_, taken := s.cursors[cur.id]
-		if !taken {
-			s.cursors[cur.id] = cur
-		}
-		s.mu.Unlock()
-		if !taken {
-			break
-		}
-	}
+	s.mu.Lock()
+	s.lastID++
+	cur.id = s.lastID
+	s.cursors[cur.id] = cur
+	s.mu.Unlock()
 	// An empty first batch, as MongoDB's usually is, and no operationTime:
 	// the driver resumes from a token when it has one and from the
 	// initial aggregate's operationTime only when it has none
@@ -610,15 +387,28 @@ func (s *streams) cursorOf(body bson.Raw) *streamCursor {
 }
 
 // nextBatch serves a getMore of the stream cur on c; up is the client's
-// own upstream connection, for reading documents back.
+// own upstream connection, for reading documents back. It answers once
+// the cursor is free again, as MongoDB does: the driver sends the next
+// getMore as soon as it has the answer, on whichever of its connections
+// is free, and a cursor still held then answered it CursorInUse.
 func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamCursor) error {
+	reply, err := f.batch(up, c, cmd, cur)
+	if err != nil {
+		return err
+	}
+	return answer(c, req, cmd, reply)
+}
+
+// batch is the answer to a getMore of cur from c; an error means up
+// failed.
+func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, error) {
 	s := f.streams
 	body := cmd.msg.body()
 	if coll, _ := body.Lookup("collection").StringValueOK(); coll != cur.coll || cmd.db != cur.db {
-		return answer(c, req, cmd, refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)))
+		return refusal(13, "Unauthorized", fmt.Sprintf("cursor %d is of %s.%s", cur.id, cur.db, cur.coll)), nil
 	}
 	if !cur.inUse.TryLock() {
-		return answer(c, req, cmd, refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)))
+		return refusal(codeCursorInUse, "CursorInUse", fmt.Sprintf("cursor %d is in use by another getMore", cur.id)), nil
 	}
 	defer cur.inUse.Unlock()
 	s.mu.Lock()
@@ -638,7 +428,7 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 		woken := s.waitChan(cur.db, cur.coll) // before the read: no commit is missed
 		p, err := s.read(context.Background(), cur.db, cur.coll, cur.pos, limit)
 		if err != nil {
-			return answer(c, req, cmd, refusal(1, "InternalError", "getMore: "+err.Error()))
+			return refusal(1, "InternalError", "getMore: "+err.Error()), nil
 		}
 		if p.exists && cur.uuid == ([16]byte{}) && cur.pos == 0 {
 			cur.uuid = p.uuid // created since the stream opened
@@ -647,18 +437,18 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 			s.mu.Lock()
 			delete(s.cursors, cur.id)
 			s.mu.Unlock()
-			return answer(c, req, cmd, refusal(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
-				fmt.Sprintf("getMore: %s.%s was dropped or re-created since the stream opened", cur.db, cur.coll)))
+			return refusal(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
+				fmt.Sprintf("getMore: %s.%s was dropped or re-created since the stream opened", cur.db, cur.coll)), nil
 		}
 		if len(p.rows) > 0 {
 			events, err := f.events(up, cur, p.rows)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if events == nil {
-				return answer(c, req, cmd, refusal(1, "InternalError", "getMore: "+errReadBack.Error()))
+				return refusal(1, "InternalError", "getMore: "+errReadBack.Error()), nil
 			}
-			return answer(c, req, cmd, cursorReply(cur, "nextBatch", events))
+			return cursorReply(cur, "nextBatch", events), nil
 		}
 		if p.end > cur.pos {
 			cur.pos = p.end
@@ -669,7 +459,7 @@ func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamC
 		case <-deadline.C:
 		case <-s.stop:
 		}
-		return answer(c, req, cmd, cursorReply(cur, "nextBatch", bson.A{}))
+		return cursorReply(cur, "nextBatch", bson.A{}), nil
 	}
 }
 
@@ -684,7 +474,7 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 	size := 0
 	ns := bson.D{{Key: "db", Value: cur.db}, {Key: "coll", Value: cur.coll}}
 	for _, r := range rows {
-		raw, at, ok := f.streams.cache.get(cur.db, cur.coll, r.id)
+		raw, ok := f.streams.cache.get(cur.db, cur.coll, r.id)
 		doc := bson.Raw(raw)
 		if !ok {
 			var err error
@@ -699,7 +489,6 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 				f.log.Warn("embedded store change stream: document not read back", "db", cur.db, "collection", cur.coll, "rowid", r.rowid)
 				return nil, nil
 			}
-			at = time.Now()
 		}
 		if size > 0 && size+len(doc) > maxBatchBytes {
 			break
@@ -708,8 +497,6 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 		out = append(out, bson.D{
 			{Key: "_id", Value: token(cur.uuid, r.rowid)},
 			{Key: "operationType", Value: "insert"},
-			{Key: "clusterTime", Value: clusterTime(r.rowid)},
-			{Key: "wallTime", Value: bson.NewDateTimeFromTime(at)},
 			{Key: "ns", Value: ns},
 			{Key: "documentKey", Value: bson.D{{Key: "_id", Value: doc.Lookup("_id")}}},
 			{Key: "fullDocument", Value: doc},
@@ -719,11 +506,10 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 	return out, nil
 }
 
-// readBack reads one document from FerretDB by _id on up; nil when it
-// cannot (an _id type the funnel cannot name, or none found).
-func readBack(up net.Conn, db, coll string, k idKey) (bson.Raw, error) {
-	id, ok := k.value()
-	if !ok {
+// readBack reads one document from FerretDB by its string _id on up; nil
+// when there is none (or id is "").
+func readBack(up net.Conn, db, coll, id string) (bson.Raw, error) {
+	if id == "" {
 		return nil, nil
 	}
 	reply, err := roundTrip(up, bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
@@ -739,47 +525,36 @@ func readBack(up net.Conn, db, coll string, k idKey) (bson.Raw, error) {
 }
 
 // killStreams serves a killCursors naming the funnel's cursors; handled is
-// false when it names none (it is relayed as it is).
-func (f *funnel) killStreams(up, c net.Conn, req []byte, cmd command) (handled bool, err error) {
+// false when it names none (FerretDB answers it). One naming the funnel's
+// cursors and others together is refused (NotImplemented): the driver
+// kills a cursor at a time.
+func (f *funnel) killStreams(c net.Conn, req []byte, cmd command) (handled bool, err error) {
 	s := f.streams
-	body := cmd.msg.body()
-	arr, ok := body.Lookup("cursors").ArrayOK()
-	if !ok {
-		return false, nil
-	}
+	arr, _ := cmd.msg.body().Lookup("cursors").ArrayOK()
 	vals, _ := arr.Values()
-	var killed, others bson.A
+	var killed bson.A
 	s.mu.Lock()
 	for _, v := range vals {
-		id, ok := v.Int64OK()
-		if cur := s.cursors[id]; ok && cur != nil && cur.db == cmd.db && cur.coll == cmd.collection {
-			delete(s.cursors, id)
+		id, _ := v.AsInt64OK()
+		if cur := s.cursors[id]; cur != nil && cur.db == cmd.db && cur.coll == cmd.collection {
 			killed = append(killed, id)
-		} else {
-			others = append(others, v)
+		}
+	}
+	if len(killed) == len(vals) {
+		for _, id := range killed {
+			delete(s.cursors, id.(int64))
 		}
 	}
 	s.mu.Unlock()
-	if len(killed) == 0 {
+	switch {
+	case len(killed) == 0:
 		return false, nil
+	case len(killed) < len(vals):
+		return true, answer(c, req, cmd, refusal(codeNotImplemented, "NotImplemented",
+			"killCursors: the embedded store kills its change streams' cursors apart from other cursors"))
 	}
-	reply := bson.D{{Key: "cursorsKilled", Value: killed}, {Key: "cursorsNotFound", Value: bson.A{}},
-		{Key: "cursorsAlive", Value: bson.A{}}, {Key: "cursorsUnknown", Value: bson.A{}}, {Key: "ok", Value: 1.0}}
-	if len(others) > 0 {
-		theirs, err := roundTrip(up, bson.D{{Key: "killCursors", Value: cmd.collection}, {Key: "cursors", Value: others}, {Key: "$db", Value: cmd.db}})
-		if err != nil {
-			return true, err
-		}
-		for i, field := range []string{"cursorsKilled", "cursorsNotFound", "cursorsAlive", "cursorsUnknown"} {
-			if a, ok := theirs.Lookup(field).ArrayOK(); ok {
-				vs, _ := a.Values()
-				for _, v := range vs {
-					reply[i].Value = append(reply[i].Value.(bson.A), v)
-				}
-			}
-		}
-	}
-	return true, answer(c, req, cmd, reply)
+	return true, answer(c, req, cmd, bson.D{{Key: "cursorsKilled", Value: killed}, {Key: "cursorsNotFound", Value: bson.A{}},
+		{Key: "cursorsAlive", Value: bson.A{}}, {Key: "cursorsUnknown", Value: bson.A{}}, {Key: "ok", Value: 1.0}})
 }
 
 // forgetChanges serves ForgetChangesCommand.
@@ -814,18 +589,6 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 		if !isChangeStream(cmd.msg.body()) {
 			return false, nil
 		}
-		u, err := up()
-		if err != nil {
-			return true, err
-		}
-		vs, err := f.views.of(u, cmd.db)
-		if err != nil {
-			return true, err
-		}
-		if _, isView := vs[cmd.collection]; isView {
-			return true, answer(c, req, cmd, refusal(codeViewNotSupport, "CommandNotSupportedOnView",
-				fmt.Sprintf("$changeStream cannot run on a view: %s.%s", cmd.db, cmd.collection)))
-		}
 		return true, f.openStream(c, req, cmd)
 	case "getmore":
 		cur := f.streams.cursorOf(cmd.msg.body())
@@ -838,11 +601,7 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 		}
 		return true, f.nextBatch(u, c, req, cmd, cur)
 	case "killcursors":
-		u, err := up()
-		if err != nil {
-			return true, err
-		}
-		return f.killStreams(u, c, req, cmd)
+		return f.killStreams(c, req, cmd)
 	case "compact":
 		return true, refuseCompact(c, req, cmd)
 	case strings.ToLower(ForgetChangesCommand):
@@ -855,101 +614,37 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 }
 
 // insertCommitted records what an insert command (cmd, answered with
-// reply; nil when the client asked for no answer) stored: the documents
-// it stored go to the cache, and the streams of the collection are woken.
+// reply; nil when the client asked for no answer) stored: its documents
+// go to the cache when a stream reads the collection and every one was
+// stored, and the collection's streams are woken. Otherwise what is cached
+// under their _ids goes (a duplicate-key loser's _id names the winner):
+// their events read the documents back.
 func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	s := f.streams
+	defer s.committed(cmd.db, cmd.collection)
+	// The driver sends the documents as a document sequence; those of an
+	// insert with them in its body are read back.
 	var docs []bson.Raw
 	for _, sec := range cmd.msg.sections {
-		if sec.kind == 1 && sec.identifier == "documents" {
+		if sec.identifier == "documents" {
 			docs = append(docs, sec.docs...)
 		}
 	}
-	if arr, ok := cmd.msg.body().Lookup("documents").ArrayOK(); ok {
-		vals, _ := arr.Values()
-		for _, v := range vals {
-			if d, ok := v.DocumentOK(); ok {
-				docs = append(docs, d)
-			}
-		}
-	}
-	if reply == nil {
-		// Unacknowledged: which documents were stored is unknown; none is
-		// cached, and any cached under their _ids goes (a read-back finds
-		// what was stored).
-		for _, d := range docs {
-			if k, ok := keyOf(d.Lookup("_id")); ok {
-				s.cache.remove(cmd.db, cmd.collection, k)
-			}
-		}
-		s.committed(cmd.db, cmd.collection)
-		return
-	}
 	n, _ := reply.Lookup("n").AsInt64OK()
-	if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 || n < 1 {
-		return
-	}
-	failed := map[int]bool{}
-	first := len(docs)
-	if errs, ok := reply.Lookup("writeErrors").ArrayOK(); ok {
-		vals, _ := errs.Values()
-		for _, v := range vals {
-			we, _ := v.DocumentOK()
-			i, ok := we.Lookup("index").AsInt64OK()
-			if !ok {
-				first = 0 // a write error the funnel cannot place: cache nothing
-				continue
-			}
-			failed[int(i)] = true
-			first = min(first, int(i))
+	ok, _ := reply.Lookup("ok").AsFloat64OK()
+	_, err := reply.LookupErr("writeErrors")
+	all := reply != nil && ok == 1 && err != nil && n == int64(len(docs)) // err: there are none
+	watched := all && s.watched(cmd.db, cmd.collection)
+	for _, d := range docs {
+		id, isString := d.Lookup("_id").StringValueOK()
+		switch {
+		case !isString:
+		case watched:
+			s.cache.put(cmd.db, cmd.collection, id, bytes.Clone(d))
+		case !all:
+			s.cache.remove(cmd.db, cmd.collection, id)
 		}
 	}
-	ordered := true
-	if b, ok := cmd.msg.body().Lookup("ordered").BooleanOK(); ok {
-		ordered = b
-	}
-	var stored []int
-	for i := range docs {
-		if failed[i] || ordered && i >= first {
-			continue
-		}
-		stored = append(stored, i)
-	}
-	// FerretDB may store an ordered insert's documents past its first
-	// error; those are read back when streamed. An n that does not match
-	// means the funnel misread the answer: nothing is cached.
-	if !ordered && int64(len(stored)) != n || ordered && int64(len(stored)) > n {
-		stored = nil
-	}
-	cached := map[int]bool{}
-	for _, i := range stored {
-		cached[i] = true
-	}
-	for i, d := range docs {
-		// Stored or not, unknown: what is cached under its _id may be an
-		// earlier document's (a duplicate-key loser's _id is the winner's,
-		// whose entry stays).
-		if !cached[i] && !failed[i] {
-			if k, ok := keyOf(d.Lookup("_id")); ok {
-				s.cache.remove(cmd.db, cmd.collection, k)
-			}
-		}
-	}
-	if !s.watched(cmd.db, cmd.collection) {
-		// No stream reads this collection: its inserts (a rebuild's bulk
-		// loads, a read model's documents) would only push the watched
-		// ones out of the cache, and hold the memory of a whole load. A
-		// stream opened later reads them back.
-		s.committed(cmd.db, cmd.collection)
-		return
-	}
-	now := time.Now()
-	for _, i := range stored {
-		if k, ok := keyOf(docs[i].Lookup("_id")); ok {
-			s.cache.put(cmd.db, cmd.collection, k, bytes.Clone(docs[i]), now)
-		}
-	}
-	s.committed(cmd.db, cmd.collection)
 }
 
 // watched reports whether a change stream is open on collection coll of

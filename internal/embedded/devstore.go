@@ -7,75 +7,22 @@
 //
 // The store keeps MongoDB's single-document guarantees through its write
 // funnel (funnel.go: every write command of every client runs alone, so
-// conditional updates are atomic) and indexes every collection's _id
-// (index.go). What still differs from MongoDB, and how the service lives
-// with it (docs/embedded-store.md):
-//
-//   - only a filter that is exactly {_id: v} reaches an index; any other
-//     filter is evaluated in Go over the whole collection, and any sort but
-//     $natural is done in memory: hot paths on the log and the read models
-//     filter by _id only, and log scans sort commit ids, not commits;
-//   - the count command decodes the whole collection, $collStats does not:
-//     the log is counted from $collStats;
-//   - writes run one at a time (SQLite has one writer), so the funnel
-//     serves the inserts into the event log (commands' appends, alone or
-//     group-committed) and other one-document inserts before other writes
-//     (slot.go); under a burst of commands the read models catch up after
-//     it rather than during it;
-//   - a duplicate-key error does not name the index;
-//   - an unordered insert of several documents is answered as on MongoDB:
-//     FerretDB writes them a hundred to a SQLite transaction and, when one
-//     fails, writes that hundred again document by document, reporting
-//     each duplicate key at its own index and n as the count stored
-//     (internal/handler/msg_insert.go; TestUnorderedInsertAnswersAsMongoDB).
-//     Only an error other than a duplicate key (a full disk) ends the
-//     command with some documents stored, an outcome the client cannot
-//     tell apart, as after a network error; and an ordered insert of more
-//     than a hundred documents goes on past its first error;
-//   - an update of several statements stops at its first error (the
-//     funnel serves version-guarded ones itself, guard.go), and an update
-//     command of more than 64 statements stalls;
-//   - one createIndexes naming several existing indexes drops the
-//     connection;
-//   - no partial indexes; the funnel creates those that mean the same
-//     without their filter as plain indexes: any non-unique one, and a
-//     unique index filtered
-//     by {f: {$exists: true}} on a field f of its key (the event log's
-//     per-stream idempotency key index), since SQLite indexes a missing
-//     field as NULL and never compares NULLs in a unique index
-//     (withoutPartialFilters); FerretDB refuses every other filter;
-//   - no views; the funnel serves those with an empty pipeline (an alias
-//     of a collection, what the service names its live read models with)
-//     as MongoDB does, recorded in each database's system.views (view.go);
-//     one with a pipeline is refused;
-//   - change streams of one collection's inserts only, served by the funnel
-//     (changestream.go; FerretDB has none): a stream must select inserts
-//     ({$match: {operationType: "insert"}}), since the funnel sees no trace
-//     of an update or a delete to report, and any other stream is refused
-//     (NotImplemented), never answered without them. Events are ordered,
-//     and resume tokens made, by the SQLite rowid of the collection's table
-//     with the collection's uuid, so they outlive a restart and a
-//     re-created collection's token answers ChangeStreamHistoryLost; this
-//     order is commit order only while the collection is insert-only (a
-//     delete of the last rows lets SQLite reuse their rowids), as the event
-//     log is. Operation times (clusterTime, startAtOperationTime) are
-//     positions in one collection, not a cluster-wide clock. compact is
-//     refused: its VACUUM may renumber those rowids. An event's document
-//     is the one the funnel saw inserted; after a restart, or once out of
-//     its bounded cache, it is read back by _id (string, ObjectId, int or
-//     long _ids only) as stored now;
-//   - no transactions, TTL indexes, Decimal128,
-//     $group $max/$min, or a $group of several accumulators (only the
-//     first sees the group's documents);
-//   - write and read concerns are accepted and ignored: it is one node;
-//   - a commit is durable against a crash of the process, not of the
-//     machine: SQLite runs in WAL mode with synchronous=NORMAL, which
-//     writes each transaction to the WAL and syncs it to disk at
-//     checkpoints, not at every commit, so writes are faster than with
-//     FULL (docs/embedded-store.md, "Durable against a crash of the
-//     process"); a power loss may lose the
-//     last commits, which a development store may (production runs
-//     MongoDB with w:majority, j:true).
+// conditional updates are atomic), indexes every collection's _id
+// (index.go), and serves what the service asks that FerretDB cannot serve
+// at index speed or at all, and nothing else: version-guarded updates
+// (guard.go), the event log's change stream of inserts (changestream.go)
+// and the log browser's pages (logpage.go). Anything else goes to
+// FerretDB as it is, with its differences from MongoDB
+// (docs/embedded-store.md): only a filter that is exactly {_id: v}
+// reaches an index, a duplicate-key error does not name the index, an
+// update of several statements stops at its first error, one createIndexes
+// naming several existing indexes drops the connection, and there are no
+// transactions, views, partial indexes (the funnel creates the unique
+// index over present fields the log uses as a plain one:
+// withoutPartialFilters), TTL indexes, Decimal128, or $group of several
+// accumulators. Write and read concerns are accepted and ignored: it is
+// one node. A commit is durable against a crash of the process, not of
+// the machine: SQLite runs in WAL mode with synchronous=NORMAL.
 package embedded
 
 import (
@@ -86,6 +33,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/FerretDB/FerretDB/ferretdb"
@@ -205,16 +153,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func trimURI(u string) string {
-	const p = "mongodb://"
-	if len(u) > len(p) && u[:len(p)] == p {
-		u = u[len(p):]
-	}
-	if i := len(u) - 1; i >= 0 && u[i] == '/' {
-		u = u[:i]
-	}
-	return u
-}
+func trimURI(u string) string { return strings.TrimSuffix(strings.TrimPrefix(u, "mongodb://"), "/") }
 
 func waitDial(addr string, within time.Duration) error {
 	deadline := time.Now().Add(within)

@@ -1,25 +1,20 @@
 package embedded
 
-import (
-	"sync"
-	"time"
-)
+import "sync"
 
 // docCache holds the raw BSON of documents the funnel saw inserted into a
 // collection with a change stream open, for the stream's events
-// (changestream.go), keyed by database, collection and _id. It keeps at
-// most maxCachedDocs documents and maxCachedBytes of them, dropping the
-// oldest first: a stream that falls further behind than that (the relay,
-// seconds behind a burst of commands, is within it) reads its documents
-// back from the store. It is in the store's process, so it is paid for in
-// every process that embeds the store (docs/benchmarks.md, BenchmarkRebuild's
-// peak RSS).
+// (changestream.go), keyed by database, collection and _id, so that the
+// relay's stream does not read each commit back from FerretDB: with it
+// the read models became visible after a command in half the time
+// (docs/embedded-store.md, "Why the change streams cache documents"). It
+// keeps at most maxCachedDocs documents and maxCachedBytes of them, the
+// oldest going first: a stream further behind reads its documents back.
 type docCache struct {
 	mu    sync.Mutex
-	docs  map[cacheKey]cached
-	order []cacheKey // insertion order, oldest first; may hold stale keys
+	docs  map[cacheKey][]byte
+	order []cacheKey // insertion order, oldest first; may hold removed keys
 	bytes int
-	seq   uint64
 }
 
 const (
@@ -27,77 +22,41 @@ const (
 	maxCachedBytes = 16 << 20
 )
 
-type cacheKey struct {
-	db, coll string
-	id       idKey
-}
+type cacheKey struct{ db, coll, id string }
 
-type cached struct {
-	doc []byte
-	at  time.Time // when the funnel saw the insert commit
-	seq uint64
-}
-
-func (c *docCache) get(db, coll string, id idKey) ([]byte, time.Time, bool) {
+func (c *docCache) get(db, coll, id string) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.docs[cacheKey{db, coll, id}]
-	return e.doc, e.at, ok
+	doc, ok := c.docs[cacheKey{db, coll, id}]
+	return doc, ok
 }
 
-func (c *docCache) put(db, coll string, id idKey, doc []byte, at time.Time) {
+func (c *docCache) put(db, coll, id string, doc []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.docs == nil {
-		c.docs = map[cacheKey]cached{}
+		c.docs = map[cacheKey][]byte{}
 	}
 	k := cacheKey{db, coll, id}
-	if old, ok := c.docs[k]; ok {
-		c.bytes -= len(old.doc)
-	}
-	c.seq++
-	c.docs[k] = cached{doc: doc, at: at, seq: c.seq}
-	c.bytes += len(doc)
+	c.bytes += len(doc) - len(c.docs[k])
+	c.docs[k] = doc
 	c.order = append(c.order, k)
-	for (len(c.docs) > maxCachedDocs || c.bytes > maxCachedBytes) && len(c.order) > 0 {
+	for len(c.order) > 0 && (len(c.docs) > maxCachedDocs || c.bytes > maxCachedBytes || len(c.order) > 2*maxCachedDocs) {
 		old := c.order[0]
 		c.order = c.order[1:]
-		if e, ok := c.docs[old]; ok && (old != k || e.seq != c.seq) {
-			c.bytes -= len(e.doc)
+		if old != k { // k's later entry in order is the one that counts
+			c.bytes -= len(c.docs[old])
 			delete(c.docs, old)
 		}
 	}
-	if len(c.order) > 2*maxCachedDocs { // stale keys of removed entries
-		c.compact()
-	}
 }
 
-// compact rebuilds order without the keys of entries no longer held;
-// under mu.
-func (c *docCache) compact() {
-	seen := map[cacheKey]bool{}
-	out := make([]cacheKey, 0, len(c.docs))
-	for i := len(c.order) - 1; i >= 0; i-- {
-		k := c.order[i]
-		if _, ok := c.docs[k]; ok && !seen[k] {
-			seen[k] = true
-			out = append(out, k)
-		}
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	c.order = out
-}
-
-func (c *docCache) remove(db, coll string, id idKey) {
+func (c *docCache) remove(db, coll, id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := cacheKey{db, coll, id}
-	if e, ok := c.docs[k]; ok {
-		c.bytes -= len(e.doc)
-		delete(c.docs, k)
-	}
+	c.bytes -= len(c.docs[k])
+	delete(c.docs, k)
 }
 
 // dropCollection removes the entries of db.coll, of all of db's
@@ -105,9 +64,9 @@ func (c *docCache) remove(db, coll string, id idKey) {
 func (c *docCache) dropCollection(db, coll string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for k, e := range c.docs {
+	for k, doc := range c.docs {
 		if k.db == db && (coll == "" || k.coll == coll) {
-			c.bytes -= len(e.doc)
+			c.bytes -= len(doc)
 			delete(c.docs, k)
 		}
 	}

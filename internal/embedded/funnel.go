@@ -30,22 +30,15 @@ import (
 // filters in Go and which can be long scans, keep their own connections and
 // never stall the writes.
 //
-// Writes that wait for the connection go by class, then by arrival (see
-// writeClass): a command's insert into the event log does not queue behind
-// read-model writes, as it would not on MongoDB, where unrelated writes do
-// not wait for each other.
-//
 // After a write command the funnel also gives the collection it named the
 // _id expression index (index.go), before the next write runs. It takes
 // out of createIndexes the partial filters whose index means the same
-// without them (withoutPartialFilters), and serves views, which FerretDB
-// lacks (view.go).
+// without them (withoutPartialFilters).
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
 	index    *idIndex
 	log      *slog.Logger
-	views    views    // view.go
 	streams  *streams // changestream.go
 
 	slot   writeSlot
@@ -63,11 +56,11 @@ type funnel struct {
 var writeCommands = map[string]bool{
 	"insert": true, "update": true, "delete": true, "findandmodify": true,
 	"create": true, "drop": true, "dropdatabase": true, "createindexes": true,
-	"dropindexes": true, "renamecollection": true, "collmod": true,
+	"dropindexes": true, "renamecollection": true,
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
-	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{}, slot: writeSlot{maxWait: maxWriteWait},
+	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
 		streams: newStreams("", false)}
 }
 
@@ -183,7 +176,7 @@ func (f *funnel) client(c net.Conn) {
 			return
 		}
 		if ok {
-			if served, err := f.viewRead(own, c, req, cmd); err != nil {
+			if served, err := f.servePage(own, c, req, cmd); err != nil {
 				return
 			} else if served {
 				continue
@@ -197,11 +190,10 @@ func (f *funnel) client(c net.Conn) {
 
 // write runs one write command on the funnel's connection, answers the
 // client, and indexes the collection the command created, all before the
-// next write starts; writes waiting meanwhile go in the order of their
-// class (writeSlot).
+// next write starts.
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
-	f.slot.acquire(classOf(name, cmd))
+	f.slot.acquire()
 	defer f.slot.release()
 	held := time.Now()
 	defer func() { f.costs.add(name, cmd.collection, time.Since(held)) }()
@@ -216,13 +208,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 		f.writer = w
 	}
-	if served, err := f.viewWrite(c, req, cmd); err != nil || served {
-		if err != nil {
-			f.untrack(f.writer)
-			f.writer = nil
-		}
-		return err
-	}
 	if name == "createindexes" {
 		req = withoutPartialFilters(req, cmd.msg)
 	}
@@ -230,7 +215,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
-		f.views.forget(cmd.db)
 		f.streams.forgetDatabase(cmd.db)
 	}
 	if err := f.send(c, req, cmd); err != nil {
@@ -249,7 +233,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 	case "dropdatabase":
 		f.index.forgetDatabase(cmd.db)
-		f.views.forget(cmd.db)
 		f.streams.forgetDatabase(cmd.db)
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
@@ -300,11 +283,11 @@ func (f *funnel) sendInsert(c net.Conn, req []byte, cmd command) error {
 		return err
 	}
 	_, err = c.Write(resp)
-	if m := parseOpMsg(resp); m != nil && m.body() != nil {
-		f.insertCommitted(cmd, m.body())
-	} else {
-		f.insertCommitted(cmd, nil)
+	var reply bson.Raw
+	if m := parseOpMsg(resp); m != nil {
+		reply = m.body()
 	}
+	f.insertCommitted(cmd, reply)
 	return err
 }
 
@@ -333,95 +316,59 @@ func relay(up, c net.Conn, req []byte) error {
 }
 
 // withoutPartialFilters returns a createIndexes request (req, parsed as m)
-// without the
-// partialFilterExpression of each index that means the same without it;
-// any other request comes back unchanged. FerretDB 1.24 refuses partial
-// indexes. A non-unique index only speeds up the queries a partial one
-// would (it answers the same queries, holding more entries); a unique
-// index whose filter is exactly {f: {$exists: true}} for a field f of its
-// key means the same as FerretDB's plain unique index: SQLite indexes a
-// missing field as NULL, and NULLs never collide in a unique index, so
-// documents without f are never compared, as on MongoDB. Other partial
-// filters of unique indexes are left for FerretDB to refuse.
+// without the partialFilterExpression of each unique index whose filter is
+// exactly {f: {$exists: true}} for a field f of its key (the log's
+// idempotency key index); any other request comes back unchanged.
+// FerretDB 1.24 refuses partial indexes, and its plain unique index means
+// the same: SQLite indexes a missing field as NULL, and NULLs never
+// collide in a unique index, so documents without f are never compared,
+// as on MongoDB. Other partial filters are left for FerretDB to refuse.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	if m == nil {
 		return req
 	}
-	body, changed := stripPartialFilters(m.body())
-	if !changed {
+	var cmd bson.D
+	if err := bson.Unmarshal(m.body(), &cmd); err != nil {
+		return req
+	}
+	changed := false
+	for i := range cmd {
+		indexes, _ := cmd[i].Value.(bson.A)
+		for j := range indexes {
+			spec, _ := indexes[j].(bson.D)
+			if out, ok := withoutPartialFilter(spec); ok && cmd[i].Key == "indexes" {
+				indexes[j], changed = out, true
+			}
+		}
+	}
+	body, err := bson.Marshal(cmd)
+	if !changed || err != nil {
 		return req
 	}
 	return withBody(req, m, body)
 }
 
-// stripPartialFilters is withoutPartialFilters on the command's body.
-func stripPartialFilters(body bson.Raw) (bson.Raw, bool) {
-	var cmd bson.D
-	if err := bson.Unmarshal(body, &cmd); err != nil {
-		return body, false
-	}
-	changed := false
-	for i := range cmd {
-		if cmd[i].Key != "indexes" {
-			continue
-		}
-		indexes, ok := cmd[i].Value.(bson.A)
-		if !ok {
-			return body, false
-		}
-		for j, ix := range indexes {
-			spec, ok := ix.(bson.D)
-			if !ok {
-				continue
-			}
-			if out, ok := withoutPartialFilter(spec); ok {
-				indexes[j], changed = out, true
-			}
-		}
-	}
-	if !changed {
-		return body, false
-	}
-	out, err := bson.Marshal(cmd)
-	if err != nil {
-		return body, false
-	}
-	return out, true
-}
-
 // withoutPartialFilter returns spec without its partialFilterExpression when
-// spec is not unique, or is unique and the filter is {f: {$exists: true}}
-// for a field f of its key.
+// spec is unique and the filter is {f: {$exists: true}} for a field f of
+// its key.
 func withoutPartialFilter(spec bson.D) (bson.D, bool) {
 	var key, filter bson.D
-	unique, partial := false, false
+	unique := false
 	for _, e := range spec {
 		switch e.Key {
 		case "key":
 			key, _ = e.Value.(bson.D)
 		case "partialFilterExpression":
 			filter, _ = e.Value.(bson.D)
-			partial = true
 		case "unique":
 			unique, _ = e.Value.(bool)
 		}
 	}
-	if !partial {
+	if !unique || len(filter) != 1 || !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
 		return nil, false
 	}
-	strip := slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" })
-	if !unique {
-		return strip, true
-	}
-	if len(filter) != 1 {
+	if cond, _ := filter[0].Value.(bson.D); len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
 		return nil, false
 	}
-	cond, _ := filter[0].Value.(bson.D)
-	if len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
-		return nil, false
-	}
-	if !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
-		return nil, false
-	}
-	return strip, true
+	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
 }

@@ -1,11 +1,12 @@
 package embedded
 
 import (
-	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -16,11 +17,11 @@ import (
 // Guarded updates. FerretDB 1.24 hands SQLite only a filter that is
 // exactly {_id: v} (internal/backends/sqlite/collection.go, Filter.Len()
 // == 1); {_id: v, version: {$lt: 7}} is evaluated in Go over the whole
-// collection, a cost that grows with it (docs/embedded-store.md, "Guarded
-// updates at index speed"). It also stops an update of several statements
-// at the first error, reports no writeErrors, and numbers upserts by their
-// count instead of their statement. The funnel runs every write alone on one connection,
-// so it can serve such an update itself, with MongoDB's answers: per
+// collection (docs/embedded-store.md, "Guarded updates at index speed").
+// It also stops an update of several statements at the first error,
+// reports no writeErrors, and numbers upserts by their count instead of
+// their statement. The funnel runs every write alone on one connection,
+// so it serves such an update itself, with MongoDB's answers: per
 // statement it reads the document by _id (indexed), evaluates the guard
 // in Go, and sends the statement with the filter {_id: v} only when the
 // guard holds. A statement whose guard fails is, as on MongoDB, matched by
@@ -44,28 +45,15 @@ func guardedUpdates(m *opMsg) (body bson.Raw, stmts []guardedUpdate, ordered boo
 	if m == nil {
 		return nil, nil, false, false
 	}
+	// The driver sends the statements as a document sequence; an update
+	// with them in its body goes to FerretDB as it is.
 	var raws []bson.Raw
 	for _, s := range m.sections {
-		switch {
-		case s.kind == 0:
-			body = s.docs[0]
-			if arr, isArr := body.Lookup("updates").ArrayOK(); isArr {
-				vals, err := arr.Values()
-				if err != nil {
-					return nil, nil, false, false
-				}
-				for _, v := range vals {
-					d, isDoc := v.DocumentOK()
-					if !isDoc {
-						return nil, nil, false, false
-					}
-					raws = append(raws, d)
-				}
-			}
-		case s.identifier == "updates":
+		if s.identifier == "updates" {
 			raws = append(raws, s.docs...)
 		}
 	}
+	body = m.body()
 	if body == nil || len(raws) == 0 {
 		return nil, nil, false, false
 	}
@@ -87,9 +75,11 @@ func guardedUpdates(m *opMsg) (body bson.Raw, stmts []guardedUpdate, ordered boo
 
 // guardOf splits one update statement into its _id and its guard. It
 // refuses (ok false) multi updates, a q without a string or ObjectID _id,
-// conditions that are not scalar equalities or operator documents of $eq,
-// $ne, $lt, $lte, $gt and $gte on scalars, and, with upsert, a plain
-// equality beyond _id (an upsert copies it into the document it inserts).
+// conditions that are not equalities or operator documents of $eq and $lt
+// (what the service sends: a read model's {version: {$lt: v}}, a verify's
+// repair on {version: {$eq: v}}, a lease's fence on its owner and epoch)
+// on numbers and strings, and, with upsert, a plain equality beyond _id
+// (an upsert copies it into the document it inserts).
 func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
 	if m, err := stmt.LookupErr("multi"); err == nil && m.Type == bson.TypeBoolean && m.Boolean() {
 		return guardedUpdate{}, false
@@ -158,44 +148,27 @@ func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
 
 // comparisons are the operators a guard may use, each as the signs of a
 // comparison of the stored value with the operand that satisfy it.
-var comparisons = map[string][]int{
-	"$eq": {0}, "$ne": {-1, 1}, "$lt": {-1}, "$lte": {-1, 0}, "$gt": {1}, "$gte": {0, 1},
-}
+var comparisons = map[string][]int{"$eq": {0}, "$lt": {-1}}
 
 func scalar(v bson.RawValue) bool {
-	switch v.Type {
-	case bson.TypeInt32, bson.TypeInt64, bson.TypeDouble, bson.TypeString, bson.TypeDateTime, bson.TypeBoolean, bson.TypeObjectID:
-		return true
-	}
-	return false
+	_, isNumber := number(v)
+	return isNumber || v.Type == bson.TypeString
 }
 
 // holds reports whether doc satisfies guard, as MongoDB would with its
 // default collation: numbers compare across int32, int64 and double;
-// values of different kinds never satisfy a comparison but $ne; a missing
-// field satisfies only $ne.
+// values of different kinds, or a missing field, never satisfy it.
 func holds(doc, guard bson.Raw) bool {
 	elems, _ := guard.Elements()
 	for _, e := range elems {
 		stored, err := doc.LookupErr(e.Key())
 		ops, _ := e.Value().Document().Elements()
 		for _, op := range ops {
-			signs := comparisons[op.Key()]
 			c, comparable := 0, false
 			if err == nil {
 				c, comparable = compare(stored, op.Value())
 			}
-			if !comparable {
-				if op.Key() != "$ne" {
-					return false
-				}
-				continue
-			}
-			ok := false
-			for _, s := range signs {
-				ok = ok || s == c
-			}
-			if !ok {
+			if !comparable || !slices.Contains(comparisons[op.Key()], c) {
 				return false
 			}
 		}
@@ -206,39 +179,19 @@ func holds(doc, guard bson.Raw) bool {
 // compare orders a before b (-1), equal (0) or after (1); comparable is
 // false for values of different kinds.
 func compare(a, b bson.RawValue) (c int, comparable bool) {
-	if fa, ok := number(a); ok {
-		fb, ok := number(b)
-		if !ok {
-			return 0, false
-		}
+	fa, aNumber := number(a)
+	fb, bNumber := number(b)
+	switch {
+	case aNumber && bNumber:
 		// Versions and counts are int64: compare them exactly when both are.
 		ia, aInt := a.AsInt64OK()
 		ib, bInt := b.AsInt64OK()
 		if aInt && bInt && a.Type != bson.TypeDouble && b.Type != bson.TypeDouble {
-			return cmp3(ia, ib), true
+			return cmp.Compare(ia, ib), true
 		}
-		return cmp3(fa, fb), true
-	}
-	if a.Type != b.Type {
-		return 0, false
-	}
-	switch a.Type {
-	case bson.TypeString:
+		return cmp.Compare(fa, fb), true
+	case a.Type == bson.TypeString && b.Type == bson.TypeString:
 		return strings.Compare(a.StringValue(), b.StringValue()), true
-	case bson.TypeDateTime:
-		return cmp3(a.DateTime(), b.DateTime()), true
-	case bson.TypeBoolean:
-		x, y := 0, 0
-		if a.Boolean() {
-			x = 1
-		}
-		if b.Boolean() {
-			y = 1
-		}
-		return cmp3(x, y), true
-	case bson.TypeObjectID:
-		oa, ob := a.ObjectID(), b.ObjectID()
-		return bytes.Compare(oa[:], ob[:]), true
 	}
 	return 0, false
 }
@@ -253,16 +206,6 @@ func number(v bson.RawValue) (float64, bool) {
 		return v.Double(), true
 	}
 	return 0, false
-}
-
-func cmp3[T int | int64 | float64](a, b T) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // requestIDs numbers the funnel's own requests to FerretDB.

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -14,7 +15,8 @@ import (
 )
 
 // idIndex gives every collection's SQLite table the index FerretDB 1.24
-// lacks for its own _id look-ups.
+// lacks for its own _id look-ups, and the log's table those that serve its
+// pages (logpage.go).
 //
 // FerretDB's unique _id index is on _ferretdb_sjson->"_id", but its queries
 // (find, update and delete by {_id: v}) filter on _ferretdb_sjson->'$._id'
@@ -63,6 +65,14 @@ func (x *idIndex) ensure(ctx context.Context, db, coll string) error {
 	}
 	if err := createIDIndex(ctx, h, table); err != nil {
 		return err
+	}
+	if coll == LogCollection {
+		for suffix, columns := range logIndexes {
+			q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, table+suffix, table, columns)
+			if _, err := h.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create the log's page index on %s: %w", table, err)
+			}
+		}
 	}
 	x.done[[2]string{db, coll}] = true
 	return nil
@@ -147,21 +157,31 @@ func (x *idIndex) open(db string) (*sql.DB, error) {
 	if h := x.dbs[db]; h != nil {
 		return h, nil
 	}
-	if db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
+	// FerretDB opens its files in WAL mode with a 10 s busy timeout; this
+	// handle waits as long for the write lock an index creation takes.
+	h, err := openFile(x.dir, db, "", 1)
+	if h != nil {
+		x.dbs[db] = h
+	}
+	return h, err
+}
+
+// openFile opens the SQLite file of database db in dir with mode ("" or
+// "ro") and at most conns connections; nil when FerretDB has not created
+// the file.
+func openFile(dir, db, mode string, conns int) (*sql.DB, error) {
+	if db == "" || db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
 		return nil, fmt.Errorf("database name %q", db)
 	}
-	path := filepath.Join(x.dir, db+".sqlite")
+	path := filepath.Join(dir, db+".sqlite")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	// FerretDB opens its files in WAL mode with a 10 s busy timeout; this
-	// handle waits as long for the write lock an index creation takes.
-	h, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)")
+	h, err := sql.Open("sqlite", "file:"+path+"?mode="+cmp.Or(mode, "rw")+"&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	h.SetMaxOpenConns(1)
-	x.dbs[db] = h
+	h.SetMaxOpenConns(conns)
 	return h, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 
 	"github.com/FerretDB/wire"
@@ -178,33 +179,6 @@ func parseCommand(msg []byte) (cmd command, ok bool) {
 	return cmd, true
 }
 
-// statements counts the documents of an OP_MSG's array field (documents,
-// updates, deletes), sent either in the body or as a document sequence
-// (kind 1) with that identifier; -1 when the message does not parse.
-func statements(m *opMsg, field string) int {
-	if m == nil {
-		return -1
-	}
-	n := 0
-	for _, s := range m.sections {
-		switch s.kind {
-		case 0:
-			if arr, isArr := s.docs[0].Lookup(field).ArrayOK(); isArr {
-				vals, err := arr.Values()
-				if err != nil {
-					return -1
-				}
-				n += len(vals)
-			}
-		case 1:
-			if s.identifier == field {
-				n += len(s.docs)
-			}
-		}
-	}
-	return n
-}
-
 // withBody returns the OP_MSG m (read from req) with body in place of its
 // kind-0 section, without a checksum (it would no longer match; clients
 // rarely send one).
@@ -235,4 +209,39 @@ func withBody(req []byte, m *opMsg, body bson.Raw) []byte {
 	}
 	binary.LittleEndian.PutUint32(out, uint32(len(out)))
 	return out
+}
+
+// firstBatch returns the documents of a cursor reply's first batch.
+func firstBatch(reply bson.Raw) []bson.Raw {
+	arr, ok := reply.Lookup("cursor", "firstBatch").ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := arr.Values()
+	out := make([]bson.Raw, 0, len(vals))
+	for _, v := range vals {
+		if d, ok := v.DocumentOK(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// refusal is a command error answer, as MongoDB words it.
+func refusal(code int32, codeName, msg string) bson.D {
+	return bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: msg}, {Key: "code", Value: code}, {Key: "codeName", Value: codeName}}
+}
+
+// answer sends the funnel's own reply to the request req (parsed as cmd),
+// unless the client asked for none (moreToCome).
+func answer(c net.Conn, req []byte, cmd command, body bson.D) error {
+	if cmd.msg.flags&flagMoreToCome != 0 {
+		return nil
+	}
+	raw, err := bson.Marshal(body)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(opMessage(raw, requestID(req)))
+	return err
 }

@@ -53,3 +53,41 @@ func (w *writeCosts) snapshot() map[WriteKind]WriteCost {
 	}
 	return out
 }
+
+// writeSlot is the funnel's one connection, held by one write at a time,
+// and the time it was held. Writes take it as they come: a class order
+// that let inserts into the log go first no longer served more commands
+// once the relay stopped writing to the log, and delayed the read models
+// (docs/embedded-store.md, "Writes in arrival order").
+type writeSlot struct {
+	mu    sync.Mutex // held by the write that has the connection
+	clock sync.Mutex // guards since and held
+	since time.Time  // when the write holding the slot got it; zero when free
+	held  time.Duration
+}
+
+func (s *writeSlot) acquire() {
+	s.mu.Lock()
+	s.clock.Lock()
+	s.since = time.Now()
+	s.clock.Unlock()
+}
+
+func (s *writeSlot) release() {
+	s.clock.Lock()
+	s.held += time.Since(s.since)
+	s.since = time.Time{}
+	s.clock.Unlock()
+	s.mu.Unlock()
+}
+
+// busyTime returns how long the slot has been held in all, the write
+// holding it now included.
+func (s *writeSlot) busyTime() time.Duration {
+	s.clock.Lock()
+	defer s.clock.Unlock()
+	if s.since.IsZero() {
+		return s.held
+	}
+	return s.held + time.Since(s.since)
+}

@@ -206,6 +206,7 @@ func testMalformedCommit(t *testing.T, s *mongodb.EventStore) {
 		"nil data":                 mk(func(c *domain.Commit) { c.Events[0].Data = nil }),
 		"event of another stream":  mk(func(c *domain.Commit) { c.Events[1].StreamID = Unique("order-") }),
 		"event without id":         mk(func(c *domain.Commit) { c.Events[2].ID = "" }),
+		"events of two commands":   mk(func(c *domain.Commit) { c.Events[1].Metadata.CorrelationID = "corr-other" }),
 		"bad event among good":     mk(func(c *domain.Commit) { c.Events[2].Data = domain.OrderCanceled{} }),
 		"bad key on a bad commit":  mk(func(c *domain.Commit) { c.Events = nil; c.IdempotencyKey = "k-bad" }),
 		"invalid id with good key": mk(func(c *domain.Commit) { c.StreamID = "a.b"; c.IdempotencyKey = "k-bad2" }),

@@ -32,8 +32,8 @@ The columns:
                      being built (a deploy bumped it, or a rebuild runs) and
                      the one kept for "orderd switch-back"; "none" before
                      the first build of a projection new to the log
-  ACTIVE COLLECTION  the collection reads are served from; a rebuild switches
-                     it to a new one
+  ACTIVE COLLECTION  the collection reads are served from (in mongosh, open it
+                     by this name); a rebuild switches it to a new one
   LAG                events the collection readers read has not applied yet
                      (pending or in flight on the consumers of its version);
                      it should fall back to 0 when the load drops. "-" when
