@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -50,17 +51,20 @@ func (p *Publisher) CheckStream(ctx context.Context) error {
 // send or an ack failed, or the time ran out): a commit is published only
 // whole.
 func (p *Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
-	return p.Send(ctx, commits, within)()
+	acked, _, err := p.Send(ctx, commits, nil, within)()
+	return acked, err
 }
 
-// Send sends every event of commits, in order, and returns at once the
-// wait for their acks, which returns what Publish returns; the time given
-// runs from the call for both. A full window of publishes awaiting acks
+// Send sends every event of commits, in order, each with its log position
+// in the PositionHeader (positions[i] is that of commit i's first event;
+// nil positions: none), and returns at once the wait for their acks,
+// which returns what Publish returns and the stream sequence of the last
+// event acknowledged; the time given runs from the call for both. A full window of publishes awaiting acks
 // makes a send wait. Sends of one Publisher called one after the other
 // reach the stream in that order, so a caller can send a round while the
 // acks of the one before are still coming. A canceled ctx still sends (the
 // final round of a shutdown) but waits at most ShutdownGrace for acks.
-func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
+func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	if ctx.Err() != nil {
 		within = min(within, ShutdownGrace)
 	}
@@ -69,10 +73,14 @@ func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, within t
 		futures [][]jetstream.PubAckFuture
 		sendErr error
 	)
-	for _, events := range commits {
+	for i, events := range commits {
 		fs := make([]jetstream.PubAckFuture, 0, len(events))
-		for _, e := range events {
-			f, err := p.publishAsync(e, time.Until(deadline))
+		for k, e := range events {
+			var pos uint64
+			if positions != nil {
+				pos = positions[i] + uint64(k)
+			}
+			f, err := p.publishAsync(e, pos, time.Until(deadline))
 			if err != nil {
 				sendErr = err
 				break
@@ -84,20 +92,23 @@ func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, within t
 		}
 		futures = append(futures, fs)
 	}
-	return func() ([]int, error) {
+	return func() ([]int, uint64, error) {
 		// A commit counts only when every one of its events is acknowledged.
 		w := newAckWait(ctx, time.Until(deadline))
 		defer w.stop()
 		var (
 			acked  []int
+			seq    uint64
 			ackErr error // the first; the others are usually the same
 		)
 		for i, fs := range futures {
 			var err error
 			for _, f := range fs {
-				if err = w.wait(f); err != nil {
+				var ack *jetstream.PubAck
+				if ack, err = w.wait(f); err != nil {
 					break
 				}
+				seq = max(seq, ack.Sequence)
 			}
 			if err == nil {
 				acked = append(acked, i)
@@ -106,9 +117,9 @@ func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, within t
 			}
 		}
 		if err := errors.Join(sendErr, ackErr); err != nil {
-			return acked, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(commits), len(acked), err)
+			return acked, seq, fmt.Errorf("publish %d commits (%d acknowledged): %w", len(commits), len(acked), err)
 		}
-		return acked, nil
+		return acked, seq, nil
 	}
 }
 
@@ -127,7 +138,7 @@ func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, 
 		if d, ok := ctx.Deadline(); ok {
 			stall = min(stall, time.Until(d))
 		}
-		f, err := p.publishAsync(e, stall)
+		f, err := p.publishAsync(e, 0, stall)
 		if err != nil {
 			return 0, fmt.Errorf("republish: %w", err)
 		}
@@ -151,11 +162,12 @@ func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, 
 // publishes awaiting acks before it gives up.
 const republishStall = 30 * time.Second
 
-// publishAsync sends e on its subject with Nats-Msg-Id = event id and
-// returns the ack's future. When the JetStream context already awaits
-// its maximum of acks it waits up to stall for room.
-func (p *Publisher) publishAsync(e domain.Event, stall time.Duration) (jetstream.PubAckFuture, error) {
-	msg, err := message(p.stream, e)
+// publishAsync sends e on its subject with Nats-Msg-Id = event id and its
+// log position (0: none), and returns the ack's future. When the
+// JetStream context already awaits its maximum of acks it waits up to
+// stall for room.
+func (p *Publisher) publishAsync(e domain.Event, position uint64, stall time.Duration) (jetstream.PubAckFuture, error) {
+	msg, err := message(p.stream, e, position)
 	if err != nil {
 		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
 	}
@@ -169,16 +181,29 @@ func (p *Publisher) publishAsync(e domain.Event, stall time.Duration) (jetstream
 	return f, nil
 }
 
+// PositionHeader carries an event's log position (outbox.Checkpoint), in
+// decimal; a replay's messages have none.
+const PositionHeader = "Orderd-Position"
+
+// Position returns the log position a message carries, 0 when none.
+func Position(h nats.Header) uint64 {
+	n, _ := strconv.ParseUint(h.Get(PositionHeader), 10, 64)
+	return n
+}
+
 // message is the JetStream message of an event: its JSON
 // (domain.MarshalEvent) on the stream's subject, with Nats-Msg-Id set to
-// the event id.
-func message(cfg StreamConfig, e domain.Event) (*nats.Msg, error) {
+// the event id, and its log position when it has one.
+func message(cfg StreamConfig, e domain.Event, position uint64) (*nats.Msg, error) {
 	body, err := domain.MarshalEvent(e)
 	if err != nil {
 		return nil, err
 	}
 	msg := &nats.Msg{Subject: cfg.Subject(e.StreamID), Data: body, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+	if position > 0 {
+		msg.Header.Set(PositionHeader, strconv.FormatUint(position, 10))
+	}
 	return msg, nil
 }
 
@@ -199,34 +224,94 @@ func newAckWait(ctx context.Context, within time.Duration) *ackWait {
 
 func (w *ackWait) stop() { w.timeout.Stop() }
 
-// wait returns nil when f is acknowledged, or the error that refused it
-// or ended the wait.
-func (w *ackWait) wait(f jetstream.PubAckFuture) error {
+// wait returns f's ack once it is in, or the error that refused it or
+// ended the wait.
+func (w *ackWait) wait(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 	if w.gaveUpOn != nil {
-		return w.gaveUpOn
+		return nil, w.gaveUpOn
 	}
 	// An ack already in counts even when the deadline has passed too.
 	select {
-	case <-f.Ok():
-		return nil
+	case ack := <-f.Ok():
+		return ack, nil
 	case err := <-f.Err():
-		return err
+		return nil, err
 	default:
 	}
 	for {
 		select {
-		case <-f.Ok():
-			return nil
+		case ack := <-f.Ok():
+			return ack, nil
 		case err := <-f.Err():
-			return err
+			return nil, err
 		case <-w.timeout.C:
 			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: none within %s", w.within)
-			return w.gaveUpOn
+			return nil, w.gaveUpOn
 		case <-w.grace:
 			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: %w", w.ctx.Err())
-			return w.gaveUpOn
+			return nil, w.gaveUpOn
 		case <-w.done:
 			w.done, w.grace = nil, time.After(ShutdownGrace)
+		}
+	}
+}
+
+// Positions reads the messages the stream has stored since the given time
+// (the server's clock), their headers only, up to the last one stored
+// when it is called, and returns the log position of each event among
+// them that carries one, by event id (Nats-Msg-Id), and the highest
+// position, at least floor. A relay catching up from the log gives the
+// events already published their positions again, so that a position
+// names one event whatever the relay publishes twice. Errors:
+// domain.ErrUnavailable (wrapped) when the stream cannot be read.
+func (p *Publisher) Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error) {
+	st, err := p.js.Stream(ctx, p.stream.Name)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
+	}
+	byEvent, top := map[string]uint64{}, floor
+	last := info.State.LastSeq
+	if info.State.Msgs == 0 || last == 0 {
+		return byEvent, top, nil
+	}
+	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy,
+		OptStartTime: &since, HeadersOnly: true})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s since %s: %w: %v", p.stream.Name, since.Format(time.RFC3339), domain.ErrUnavailable, err)
+	}
+	for {
+		batch, err := cons.Fetch(1024, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, 0, fmt.Errorf("read %s: %w", p.stream.Name, err)
+			}
+			if pos := Position(m.Headers()); pos > 0 {
+				byEvent[m.Headers().Get(jetstream.MsgIDHeader)] = pos
+				top = max(top, pos)
+			}
+			if meta.Sequence.Stream >= last {
+				return byEvent, top, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, 0, fmt.Errorf("read %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
+		}
+		if got == 0 {
+			// Nothing stored since: the stream's last message is older.
+			return byEvent, top, nil
+		}
+		if ctx.Err() != nil {
+			return nil, 0, ctx.Err()
 		}
 	}
 }

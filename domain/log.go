@@ -27,13 +27,15 @@ type StreamEvents struct {
 }
 
 // RecordedCommit is a commit as the log holds it, as the outbox publishes
-// it: its id in the log, its stream, when it was recorded, and its events
-// in version order. Err is set, and Events empty, when the stored commit
-// cannot be decoded (it wraps ErrUnreadableCommit).
+// it: its id in the log, its stream, when it was recorded, its events in
+// version order, and how many events it holds (Count, also when they
+// cannot be decoded). Err is set, and Events empty, when the stored
+// commit cannot be decoded (it wraps ErrUnreadableCommit).
 type RecordedCommit struct {
 	ID         string
 	StreamID   string
 	RecordedAt time.Time
 	Events     []Event
+	Count      int
 	Err        error
 }

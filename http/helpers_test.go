@@ -156,12 +156,12 @@ func (f *fakeReads) CustomerStats(_ context.Context, id string) (domain.Customer
 }
 
 // DailySales answers the rows of f.sales in the range and currency.
-func (f *fakeReads) DailySales(_ context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
+func (f *fakeReads) DailySales(_ context.Context, from, to time.Time, currency string) ([]domain.DailySales, string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.salesAsks = append(f.salesAsks, salesCall{from, to, currency})
 	if f.err != nil {
-		return nil, f.err
+		return nil, "", f.err
 	}
 	var out []domain.DailySales
 	for _, r := range f.sales {
@@ -169,7 +169,7 @@ func (f *fakeReads) DailySales(_ context.Context, from, to time.Time, currency s
 			out = append(out, r)
 		}
 	}
-	return out, nil
+	return out, "daily_sales", nil
 }
 
 // env is one server over a real domain.Service, an in-memory store and the

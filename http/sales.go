@@ -9,9 +9,10 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// maxSalesDays is the longest range of days GET /v1/daily-sales sums,
-// both ends included: a leap year.
-const maxSalesDays = 366
+// maxSalesYears is the longest range GET /v1/daily-sales answers: ten
+// years of days, both ends included (a range reads a document per month
+// and currency).
+const maxSalesYears = 10
 
 // DailySalesReport is the answer of GET /v1/daily-sales: the range asked
 // for (YYYY-MM-DD, both included) and one row per day and currency that
@@ -23,9 +24,10 @@ type DailySalesReport struct {
 }
 
 // dailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
-// summed from the order summaries. from and to are required, to is not
-// before from and the range is at most maxSalesDays days; every invalid
-// parameter is listed in the 422.
+// from the daily_sales rollup (summed from the order summaries until it is
+// built). from and to are required, to is not before from and the range
+// is at most maxSalesYears years; every invalid parameter is listed in
+// the 422.
 func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string) error {
 	var fields []domain.FieldError
 	date := func(name, v string) (time.Time, bool) {
@@ -42,8 +44,8 @@ func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string)
 	case !fromOK || !toOK:
 	case to.Before(from):
 		fields = append(fields, domain.FieldError{Field: "to", Detail: "on or after from"})
-	case to.After(from.AddDate(0, 0, maxSalesDays-1)):
-		fields = append(fields, domain.FieldError{Field: "to", Detail: "at most 366 days from from to to, both included"})
+	case !to.Before(from.AddDate(maxSalesYears, 0, 0)):
+		fields = append(fields, domain.FieldError{Field: "to", Detail: "less than ten years after from"})
 	}
 	if currency != "" && !domain.ValidCurrency(currency) {
 		fields = append(fields, domain.FieldError{Field: "currency", Detail: "an ISO 4217 code: three upper-case letters"})
@@ -51,13 +53,13 @@ func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string)
 	if len(fields) > 0 {
 		return invalid(fields...)
 	}
-	days, err := s.cfg.ReadModels.DailySales(c.Request().Context(), from, to, currency)
+	days, answered, err := s.cfg.ReadModels.DailySales(c.Request().Context(), from, to, currency)
 	if err != nil {
 		return err
 	}
 	if days == nil {
 		days = []domain.DailySales{}
 	}
-	s.freshness(c, summariesName, time.Time{})
+	s.freshness(c, answered, time.Time{})
 	return c.JSON(http.StatusOK, DailySalesReport{From: from.Format(time.DateOnly), To: to.Format(time.DateOnly), Days: days})
 }

@@ -35,10 +35,11 @@ type ReadModels interface {
 	Summary(ctx context.Context, orderID string) (domain.Order, error)
 	ListSummaries(ctx context.Context, customerID, status, after string, limit int) ([]domain.Order, error)
 	CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error)
-	// DailySales sums the order summaries per purchase day over the UTC dates from to to, both
-	// included, of one currency unless currency is empty; rows sorted by
-	// day then currency.
-	DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error)
+	// DailySales returns the sales per purchase day over the UTC dates
+	// from to to, both included, of one currency unless currency is empty;
+	// rows sorted by day then currency; and the projection that answered
+	// (its lag is the answer's Read-Model-Lag).
+	DailySales(ctx context.Context, from, to time.Time, currency string) (days []domain.DailySales, projection string, err error)
 }
 
 // Check is a readiness probe of one dependency; nil means reachable.

@@ -84,6 +84,10 @@ type Job struct {
 	JobPhase
 }
 
+// builds reports whether the job builds a shadow collection: a rebuild,
+// or the verify of a rollup.
+func (j Job) builds() bool { return j.Kind == KindRebuild || j.Shadow != "" }
+
 // etaMinSample is how long a job's scan must have run before its rate
 // gives an ETA: the first batches run on cold caches, slower than the
 // rest.
@@ -336,14 +340,14 @@ func (j Job) PhaseAt(now time.Time) JobPhase {
 		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
 		scan.EventsTotal = j.Events + int64(left)
 	}
-	switch j.Kind {
-	case KindVerify:
-		scan.Phase = "verifying"
-	case KindReplay:
-		scan.Phase = "replaying"
-	case KindRebuild:
+	switch {
+	case j.builds():
 		scan.Steps = 3
 		return j.rebuildPhase(scan, now)
+	case j.Kind == KindVerify:
+		scan.Phase = "verifying"
+	case j.Kind == KindReplay:
+		scan.Phase = "replaying"
 	}
 	if j.State == StateQueued && j.StartedAt.IsZero() {
 		return JobPhase{Phase: "queued"}

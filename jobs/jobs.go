@@ -65,6 +65,10 @@ type Jobs struct {
 type Def struct {
 	Collection string
 	Version    int
+	// Compared: the projection is verified by building it again in a
+	// shadow and comparing that with the active collection (a
+	// projection.Rollup, whose sums no fold of one stream gives).
+	Compared bool
 }
 
 func (d Def) ver() int { return max(d.Version, 1) }
@@ -74,7 +78,8 @@ func DefOf(p interface {
 	Collection() string
 	Version() int
 }) Def {
-	return Def{Collection: p.Collection(), Version: p.Version()}
+	_, compared := p.(comparer)
+	return Def{Collection: p.Collection(), Version: p.Version(), Compared: compared}
 }
 
 // New returns the jobs kept in store, their tasks claimed through leases
@@ -248,6 +253,7 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 			p.SwitchedBackFrom = from
 		}
 		p.SwitchedAt = j.now().UTC()
+		p.Broken = "" // of the collection left
 		return true, nil
 	})
 	if err != nil {

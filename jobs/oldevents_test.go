@@ -190,7 +190,7 @@ func TestOldEventsRebuildAndFold(t *testing.T) {
 	}
 
 	svc := domain.NewService(k.es, nil)
-	reader := mongodb.NewReader(db, k.ps)
+	reader := mongodb.NewReader(db, k.ps, nil)
 	var ids []string
 	for _, e := range expected {
 		ids = append(ids, e.ID)

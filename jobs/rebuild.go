@@ -42,7 +42,7 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 	if err := j.store.Lock(ctx, projection, id); err != nil {
 		return Job{}, err
 	}
-	job, err := j.createRebuild(ctx, projection, partitions, id)
+	job, err := j.createRebuild(ctx, Job{ID: id, Kind: KindRebuild, Projection: projection, Partitions: partitions})
 	if err != nil {
 		_ = j.store.Unlock(context.WithoutCancel(ctx), projection, id)
 		return Job{}, err
@@ -50,11 +50,15 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 	return job, nil
 }
 
-func (j *Jobs) createRebuild(ctx context.Context, name string, partitions int, id string) (Job, error) {
+// createRebuild creates job (its ID, Kind, Projection, Partitions and
+// Repair set), which builds a shadow collection: a rebuild, or the verify
+// of a rollup (Def.Compared). The caller holds the projection's lock.
+func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 	now := j.now().UTC()
+	id, name := job.ID, job.Projection
 	def := j.defs[name]
-	job := Job{ID: id, Kind: KindRebuild, Projection: name, Version: def.ver(), State: StateQueued, CreatedAt: now,
-		Partitions: partitions, Shadow: projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")}
+	job.Version, job.State, job.CreatedAt = def.ver(), StateQueued, now
+	job.Shadow = projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")
 	// Its scan records the sums of what it writes beside the shadow, in
 	// projection.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
@@ -157,6 +161,15 @@ func (w *Worker) scan(ctx context.Context, c *claim, job Job) error {
 	m := w.projs[job.Projection]
 	if err := m.EnsureCollectionIndexes(ctx, job.Shadow); err != nil {
 		return err
+	}
+	if s, ok := m.(starter); ok {
+		after, err := s.Prepare(ctx, job.Shadow)
+		if err != nil {
+			return err
+		}
+		if pause.For(ctx, time.Until(after)); ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 	t := c.task
 	start, startEvents := time.Now(), t.Events
@@ -283,6 +296,18 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		if ptr.Shadow != job.Shadow {
 			return fmt.Errorf("rebuild %s: the pointer names shadow %q, not %q: %w", job.ID, ptr.Shadow, job.Shadow, domain.ErrPointerMoved)
 		}
+		if job.Kind == KindVerify {
+			// A rollup's verify: the shadow built again is what the log
+			// says; the active collection is compared with it and, with
+			// repair, replaced by it where they differ.
+			if rep, err = m.(comparer).Compare(ctx, job.Shadow, ptr.Active); err != nil {
+				return err
+			}
+			if !job.Repair || rep.Drift() == 0 {
+				return w.endCompare(ctx, c, cur, rep)
+			}
+			rep.Repaired = rep.Drift()
+		}
 		// What the switch replaces is saved first, so a finish retried
 		// after the switch can still retire it. Saving it commits the
 		// job to the switch: filtered on no cancel request, as Cancel is
@@ -312,6 +337,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			p.Previous, p.PreviousVersion = p.Active, p.ActiveVer()
 			p.Active, p.ActiveVersion = job.Shadow, max(job.Version, 1)
 			p.Shadow, p.ShadowJob, p.ShadowVersion, p.SwitchedAt = "", "", 0, switchedAt
+			p.Broken = "" // of the collection replaced
 			if p.SwitchedBackFrom <= p.ActiveVersion {
 				p.SwitchedBackFrom = 0
 			}
@@ -335,6 +361,18 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		return err
 	}
 	if err := w.jobs.store.Unlock(ctx, job.Projection, job.ID); err != nil {
+		return err
+	}
+	return c.finish(ctx, taskDone, "")
+}
+
+// endCompare ends a rollup's verify that switches to nothing: its shadow
+// is retired and its report recorded.
+func (w *Worker) endCompare(ctx context.Context, c *claim, job Job, rep projection.VerifyReport) error {
+	if err := w.cleanUp(ctx, job); err != nil {
+		return err
+	}
+	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", &rep); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")

@@ -87,7 +87,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	readerErrs := make(chan error, 1)
 	stopReaders := make(chan struct{})
 	readersDone := make(chan struct{})
-	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	go func() {
 		defer close(readersDone)
 		for {
@@ -483,9 +483,10 @@ func TestRebuildMetrics(t *testing.T) {
 			t.Errorf("%s before any rebuild: %d series, want none", g, n)
 		}
 	}
-	// Paced, so the scan lasts long enough to be watched: about a second
-	// for the fixture's events.
-	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 4, MaxEventsPerSecond: float64(len(f.Flat)), Metrics: m})
+	// Paced, so the scan lasts long enough to be watched on a busy
+	// machine: about two seconds for the fixture's events, in two
+	// partitions.
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 4, MaxEventsPerSecond: float64(len(f.Flat)) / 4, Metrics: m})
 	// A worker with metrics exposes the gauges of the projections it
 	// manages at once, at 0.
 	for _, g := range []string{"orderd_rebuild_running", "orderd_rebuild_events_done", "orderd_rebuild_streams_done"} {
@@ -637,7 +638,7 @@ func TestRebuildFinishVerifiesTheShadowAgainstTheScansSums(t *testing.T) {
 	if err := projectiontest.DiffReadModels(ctx, db, f, true); err != nil {
 		t.Error(err)
 	}
-	reader := mongodb.NewReader(db, k.ps)
+	reader := mongodb.NewReader(db, k.ps, nil)
 	if _, err := reader.Summary(ctx, "ghost"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("the added document after the switch: %v, want not found", err)
 	}

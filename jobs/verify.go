@@ -15,7 +15,8 @@ import (
 // measured against. Errors: domain.ErrNotFound for an unknown projection,
 // domain.ErrNotBuilt before its first build, domain.ErrOtherVersion when
 // the active collection is of another version than this process
-// folds, domain.ErrUnavailable.
+// folds, domain.ErrJobRunning (wrapped) while a rollup's rebuild runs (its
+// verify is a build), domain.ErrUnavailable.
 func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) (Job, error) {
 	if err := j.known(projection); err != nil {
 		return Job{}, err
@@ -27,6 +28,20 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 	}
 	if err := activeIs(ptr, def.ver()); err != nil {
 		return Job{}, err
+	}
+	if def.Compared {
+		// Built again in a shadow and compared with the active
+		// collection by the finish; with repair, switched to.
+		id := newJobID()
+		if err := j.store.Lock(ctx, projection, id); err != nil {
+			return Job{}, err
+		}
+		job, err := j.createRebuild(ctx, Job{ID: id, Kind: KindVerify, Projection: projection, Partitions: 1, Repair: repair})
+		if err != nil {
+			_ = j.store.Unlock(context.WithoutCancel(ctx), projection, id)
+			return Job{}, err
+		}
+		return job, nil
 	}
 	total, err := j.events.Commits(ctx)
 	if err != nil {

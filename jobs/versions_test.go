@@ -34,7 +34,7 @@ func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
 	if ptr.Active != "" || ptr.ActiveVer() != 0 || ptr.Generation != 1 {
 		t.Fatalf("pointer of a projection new to a log with events: %+v; want no active collection", ptr)
 	}
-	reader := mongodb.NewReader(k.db, k.ps)
+	reader := mongodb.NewReader(k.db, k.ps, nil)
 	id := f.IDs[0]
 	if _, err := reader.Summary(ctx, id); !errors.Is(err, domain.ErrNotBuilt) {
 		t.Fatalf("read before the build: %v; want ErrNotBuilt", err)

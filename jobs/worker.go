@@ -115,6 +115,20 @@ type Projection interface {
 	DropSums(ctx context.Context, shadow string) error
 }
 
+// starter is a projection whose build starts its shadow itself, before
+// the plan, and whose scan may start only at the time that returns
+// (projection.Rollup.Prepare: idempotent, a plan or scan run again gets
+// the same time).
+type starter interface {
+	Prepare(ctx context.Context, shadow string) (time.Time, error)
+}
+
+// comparer is a projection verified by a build compared with the active
+// collection (projection.Rollup.Compare), caught up with it.
+type comparer interface {
+	Compare(ctx context.Context, coll, active string) (projection.VerifyReport, error)
+}
+
 // Worker runs the jobs' tasks: any number of instances may run a
 // Worker; each task is run by exactly one of them at a time (see claim),
 // and a task whose runner died is resumed by another from its saved cursor
@@ -320,7 +334,7 @@ func (w *Worker) claimable(t Task, job *Job, now time.Time) (bool, time.Time) {
 			return false, time.Time{}
 		}
 	}
-	if job.Kind != KindRebuild {
+	if !job.builds() {
 		return true, time.Time{}
 	}
 	failed, live, final, planned, parts := false, false, true, false, 0
@@ -355,7 +369,7 @@ func (w *Worker) claimable(t Task, job *Job, now time.Time) (bool, time.Time) {
 // older than v that was canceled before it could switch: that finish only
 // cleans up.
 func cleansUpOlder(t Task, job *Job, v int) bool {
-	return job.Kind == KindRebuild && t.Name == taskFinish && job.CancelRequested && job.Replaced == "" && max(job.Version, 1) < v
+	return job.builds() && t.Name == taskFinish && job.CancelRequested && job.Replaced == "" && max(job.Version, 1) < v
 }
 
 // errJobCanceled: an operator asked the job to stop.
@@ -366,7 +380,7 @@ var errJobCanceled = errors.New("job canceled")
 // after MaxAttempts.
 func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 	l := w.l.With("job", job.ID, "kind", job.Kind, "projection", job.Projection, "task", c.task.Name, "epoch", c.task.Epoch)
-	if job.Kind == KindRebuild {
+	if job.builds() {
 		w.cfg.Metrics.rebuildTaskStarted(job.Projection, job.ID)
 		defer w.cfg.Metrics.rebuildTaskEnded(job.Projection)
 	}
@@ -409,13 +423,13 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 		l.Warn("task lease lost: it ran out before a renewal got through, or another instance took the task")
 	case errors.Is(err, errJobCanceled):
 		l.Info("task canceled")
-		if job.Kind == KindRebuild && c.task.Name == taskFinish {
+		if job.builds() && c.task.Name == taskFinish {
 			// Canceled during the verify before the switch.
 			job.CancelRequested = true
 			if err := w.cleanUp(bg, job); err != nil {
 				l.Warn("cleaning up the canceled rebuild failed", "err", err)
 			}
-		} else if job.Kind != KindRebuild {
+		} else if !job.builds() {
 			_ = w.jobs.finishJob(bg, job.ID, StateCanceled, "", nil)
 		}
 		if err := c.finish(bg, taskCanceled, ""); err != nil {
@@ -427,9 +441,9 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 	case c.task.Attempts >= w.cfg.MaxAttempts:
 		l.Error("task failed", "err", err, "attempts", c.task.Attempts)
 		_ = c.finish(bg, taskFailed, err.Error())
-		if job.Kind != KindRebuild || c.task.Name == taskFinish {
+		if !job.builds() || c.task.Name == taskFinish {
 			_ = w.jobs.finishJob(bg, job.ID, StateFailed, err.Error(), nil)
-			if job.Kind == KindRebuild {
+			if job.builds() {
 				_ = w.cleanUp(bg, job)
 			}
 		}
@@ -441,14 +455,19 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 
 func (w *Worker) runTask(ctx context.Context, c *claim, job Job) error {
 	switch {
-	case job.Kind == KindRebuild && c.task.Name == taskPlan:
+	case job.builds() && c.task.Name == taskPlan:
+		if s, ok := w.projs[job.Projection].(starter); ok {
+			if _, err := s.Prepare(ctx, job.Shadow); err != nil {
+				return err
+			}
+		}
 		if err := w.jobs.plan(ctx, &job); err != nil {
 			return err
 		}
 		return c.finish(ctx, taskDone, "")
-	case job.Kind == KindRebuild && c.task.Name == taskFinish:
+	case job.builds() && c.task.Name == taskFinish:
 		return w.finishRebuild(ctx, c, job)
-	case job.Kind == KindRebuild:
+	case job.builds():
 		return w.scan(ctx, c, job)
 	case job.Kind == KindVerify:
 		return w.verify(ctx, c, job)
@@ -494,7 +513,10 @@ func (w *Worker) buildVersions(ctx context.Context) {
 		}
 		v := p.Version()
 		w.cfg.Metrics.pointer(name, v, ptr)
-		if ptr.Generation == 0 || ptr.ActiveVer() >= v || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
+		// A collection of this version that lost log positions
+		// (projection.Pointer.Broken) is built again too.
+		built := ptr.ActiveVer() > v || (ptr.ActiveVer() == v && ptr.Broken == "")
+		if ptr.Generation == 0 || built || ptr.ShadowVer() == v || ptr.SwitchedBackFrom >= v {
 			continue
 		}
 		job, err := w.jobs.StartRebuild(ctx, name, 1)
@@ -525,7 +547,7 @@ func (w *Worker) supersede(ctx context.Context, name string, v int) {
 		return
 	}
 	job, err := w.jobs.Get(ctx, id)
-	if err != nil || job.Kind != KindRebuild || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {
+	if err != nil || !job.builds() || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {
 		return
 	}
 	if _, err := w.jobs.Cancel(ctx, id); err != nil {

@@ -145,7 +145,11 @@ func changedCommit(ev bson.Raw) (domain.RecordedCommit, error) {
 	var d commitDoc
 	if err := bson.Unmarshal(doc, &d); err != nil {
 		id, _ := doc.Lookup("_id").StringValueOK()
-		return domain.RecordedCommit{ID: id, StreamID: streamOf(id),
+		// How many events it holds, for their log positions, as far as
+		// its array can be read.
+		events, _ := doc.Lookup("events").ArrayOK()
+		n, _ := events.Values()
+		return domain.RecordedCommit{ID: id, StreamID: streamOf(id), Count: len(n),
 			Err: fmt.Errorf("commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)}, nil
 	}
 	return d.recorded(), nil

@@ -128,5 +128,5 @@ func (d commitDoc) events() ([]domain.Event, error) {
 // recorded is the commit as the outbox publishes it.
 func (d commitDoc) recorded() domain.RecordedCommit {
 	events, err := d.events()
-	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Err: err}
+	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Count: len(d.Events), Err: err}
 }

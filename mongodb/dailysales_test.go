@@ -57,7 +57,7 @@ func TestReaderDailySales(t *testing.T) {
 	eur2 := domain.DailySales{Day: "2017-10-02", Currency: "EUR", OrdersPlaced: 2, Items: 2 + 5, GrossCents: 900 + 100 + 400 + 100,
 		FreightCents: 7 + 25 + 7, OrdersCanceled: 1, OrdersUnavailable: 1}
 	brl4 := domain.DailySales{Day: "2017-10-04", Currency: "BRL", OrdersPlaced: 1, Items: 2, GrossCents: 400, FreightCents: 7}
-	r := mongodb.NewReader(db, mongodb.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	for _, tc := range []struct {
 		name     string
 		from, to time.Time
@@ -72,7 +72,7 @@ func TestReaderDailySales(t *testing.T) {
 		{"a day without orders", day(3, 0, 0, 0, 0), day(3, 0, 0, 0, 0), "", []domain.DailySales{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := r.DailySales(ctx, tc.from, tc.to, tc.currency)
+			got, _, err := r.DailySales(ctx, tc.from, tc.to, tc.currency)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -343,42 +343,62 @@ func (l *Lease) Held() (lease.Lease, bool) {
 	return *l.held, true
 }
 
-// Checkpoint returns the position (a resume token of the log's change
-// stream, as a BSON document) and the recorded time of the last commit it
-// covers, as last saved under this lease by any holder; pos is nil when
-// none was saved. Errors: domain.ErrUnavailable.
-func (l *Lease) Checkpoint(ctx context.Context) (pos []byte, recordedAt time.Time, err error) {
+// Checkpoint returns the relay's checkpoint (outbox.Checkpoint) as last
+// saved under this lease by any holder: the position (a resume token of
+// the log's change stream, as a BSON document), the recorded time of the
+// last commit it covers, and the log position and stream sequence of the
+// last event published; its Token is nil when none was saved (and its
+// log position 0 when an earlier version saved one without). Errors:
+// domain.ErrUnavailable.
+func (l *Lease) Checkpoint(ctx context.Context) (outbox.Checkpoint, error) {
+	var out outbox.Checkpoint
 	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, time.Time{}, nil
+		return out, nil
 	}
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read checkpoint %s: %w", l.name, Translate(err))
+		return out, fmt.Errorf("read checkpoint %s: %w", l.name, Translate(err))
 	}
 	cp, ok := raw.Lookup("checkpoint").DocumentOK()
 	if !ok {
-		return nil, time.Time{}, nil
+		return out, nil
 	}
 	p, ok := cp.Lookup("position").DocumentOK()
 	if !ok {
-		return nil, time.Time{}, fmt.Errorf("read checkpoint %s: no position in %s", l.name, cp)
+		return out, fmt.Errorf("read checkpoint %s: no position in %s", l.name, cp)
 	}
-	recordedAt, _ = cp.Lookup("recorded_at").TimeOK()
-	return slices.Clone([]byte(p)), recordedAt, nil
+	out.Token = slices.Clone([]byte(p))
+	out.RecordedAt, _ = cp.Lookup("recorded_at").TimeOK()
+	if n, ok := cp.Lookup("log_position").AsInt64OK(); ok {
+		out.Position = uint64(n)
+	}
+	if n, ok := cp.Lookup("seq").AsInt64OK(); ok {
+		out.Seq = uint64(n)
+	}
+	return out, nil
 }
 
-// SaveCheckpoint stores pos (a BSON document) and recordedAt as the
-// lease's checkpoint, in one update fenced by the claim this Lease holds:
-// a holder deposed by another claim can move the checkpoint neither back
-// nor forward. Errors: domain.ErrLeaseLost when this Lease holds no claim
-// or its claim has passed to another; domain.ErrUnavailable.
-func (l *Lease) SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.Time) error {
+// Published returns the log position and stream sequence of the last
+// event the relay's checkpoint covers (projection.Positions): where a
+// rollup's build starts its shadow. Errors: domain.ErrUnavailable.
+func (l *Lease) Published(ctx context.Context) (position, seq uint64, err error) {
+	cp, err := l.Checkpoint(ctx)
+	return cp.Position, cp.Seq, err
+}
+
+// SaveCheckpoint stores cp as the lease's checkpoint, in one update fenced
+// by the claim this Lease holds: a holder deposed by another claim can
+// move the checkpoint neither back nor forward. Errors:
+// domain.ErrLeaseLost when this Lease holds no claim or its claim has
+// passed to another; domain.ErrUnavailable.
+func (l *Lease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error {
 	held, ok := l.Held()
 	if !ok {
 		return fmt.Errorf("save checkpoint %s: %w", l.name, domain.ErrLeaseLost)
 	}
-	return l.leases.write(ctx, held, bson.D{{Key: "checkpoint", Value: bson.D{{Key: "position", Value: bson.Raw(pos)},
-		{Key: "recorded_at", Value: recordedAt}, {Key: "saved_at", Value: l.leases.now()}}}}, "save checkpoint")
+	return l.leases.write(ctx, held, bson.D{{Key: "checkpoint", Value: bson.D{{Key: "position", Value: bson.Raw(cp.Token)},
+		{Key: "recorded_at", Value: cp.RecordedAt}, {Key: "log_position", Value: int64(cp.Position)}, {Key: "seq", Value: int64(cp.Seq)},
+		{Key: "saved_at", Value: l.leases.now()}}}}, "save checkpoint")
 }
 
 // Status returns the lease's holder and deadline and its checkpoint's

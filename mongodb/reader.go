@@ -21,11 +21,13 @@ import (
 type Reader struct {
 	db       *mongo.Database
 	pointers *Pointers
+	sales    *projection.Rollup
 }
 
-// NewReader returns a Reader on db's read models.
-func NewReader(db *mongo.Database, ps *Pointers) *Reader {
-	return &Reader{db: db, pointers: ps}
+// NewReader returns a Reader on db's read models; sales (nil: none) is
+// the daily sales rollup, read once built.
+func NewReader(db *mongo.Database, ps *Pointers, sales *projection.Rollup) *Reader {
+	return &Reader{db: db, pointers: ps, sales: sales}
 }
 
 // readerPointerAge is how old a pointer readers may act on.
@@ -141,15 +143,32 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	return stats, nil
 }
 
-// DailySales sums the order summaries per purchase day
-// (projection.SaleDay of placed_at) and currency over the UTC dates of
-// from to to (both inclusive; the time of day is ignored), of one
-// currency when currency is not empty (projection.SumSales). Rows are
-// sorted by day then currency; days without orders have none. On MongoDB
-// the sum is one aggregation through the (placed_at, currency) index,
-// grouped by day, currency and status: a few rows a day whatever the
-// order count.
-func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
+// DailySales returns the daily sales over the UTC dates of from to to
+// (both included; the time of day is ignored), of one currency when
+// currency is not empty, sorted by day then currency, days without
+// orders left out, and the projection that answered: the daily_sales
+// rollup (projection.Rollup.Sales, a document per month and currency)
+// once built, the order summaries until then. Errors: domain.ErrNotBuilt
+// before either is built, domain.ErrUnavailable.
+func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, string, error) {
+	if r.sales != nil {
+		days, err := r.sales.Sales(ctx, from, to, currency)
+		if !errors.Is(err, domain.ErrNotBuilt) {
+			return days, r.sales.Name(), err
+		}
+	}
+	// Until the rollup's first build has switched, or while it is built
+	// again after losing log positions: summed from the summaries.
+	days, err := r.summedSales(ctx, from, to, currency)
+	return days, projection.OrderSummaries.Name, err
+}
+
+// summedSales sums the order summaries per purchase day
+// (projection.SaleDay of placed_at) and currency (projection.SumSales).
+// On MongoDB the sum is one aggregation through the (placed_at, currency)
+// index, grouped by day, currency and status: a few rows a day, but every
+// order of the range read.
+func (r *Reader) summedSales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
 	coll, err := r.summaries(ctx)
 	if err != nil {
 		return nil, err

@@ -183,7 +183,7 @@ func BenchmarkReaderSums(b *testing.B) {
 	b.Logf("read model: %d order streams, %d events, %d customers; order_summaries built in %s (%d streams per Apply)",
 		len(d.streams), d.events, len(d.orders), built.Round(time.Millisecond), readerSumsBatch)
 
-	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	r := rand.New(rand.NewPCG(readerSumsSeed, 1))
 	picked := make([]string, readerSumsCount(b, "READERSUMS_CUSTOMERS", 200))
 	repeat := readerSumsCount(b, "READERSUMS_REPEAT", 10)
@@ -214,7 +214,7 @@ func BenchmarkReaderSums(b *testing.B) {
 			for i := range ds {
 				start := time.Now()
 				var err error
-				rows, err = reader.DailySales(ctx, from, to, "")
+				rows, _, err = reader.DailySales(ctx, from, to, "")
 				ds[i] = time.Since(start)
 				readerSumsProgress("DailySales %s to %s %d/%d: %s", projection.SaleDay(from), projection.SaleDay(to), i+1, len(ds), ds[i].Round(time.Microsecond))
 				if err != nil {

@@ -144,7 +144,7 @@ func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
 func TestStoreReadsNotFound(t *testing.T) {
 	ctx := projectiontest.Context(t, 30*time.Second)
 	db := storetest.Database(t)
-	r := mongodb.NewReader(db, mongodb.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	if _, err := r.Summary(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Summary of an unknown order: %v, want ErrNotFound", err)
 	}
@@ -447,7 +447,7 @@ func TestReaderListSummaries(t *testing.T) {
 	if _, poison, err := s.Apply(ctx, reversed(f.Flat)); err != nil || len(poison) > 0 {
 		t.Fatalf("Apply: poison %v, err %v", poison, err)
 	}
-	r := mongodb.NewReader(db, mongodb.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 
 	const limit = 3
 	cases := []struct{ customer, status string }{
@@ -553,7 +553,7 @@ func TestReadModelsCountLineFreight(t *testing.T) {
 		}
 	}
 
-	r := mongodb.NewReader(db, mongodb.NewPointers(db))
+	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	want := map[string]struct{ freight, total int64 }{
 		"f-lines": {1579 + 872, 2*5890 + 2999 + 1579 + 872},
 		"f-old":   {1500, 4990 + 1500},

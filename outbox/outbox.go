@@ -33,12 +33,19 @@ type Log interface {
 // Publisher sends commits' events to the message bus and waits for their
 // acks. *bus.Publisher implements it; tracing.Publisher decorates it.
 type Publisher interface {
-	// Send sends the events of each commit and returns the wait for their
-	// acks, which returns the indexes of the commits whose every event
-	// was acknowledged within the given time (counted from the send),
-	// also alongside an error. Rounds sent one after the other reach the
-	// bus in that order whatever their waits.
-	Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error)
+	// Send sends the events of each commit, each event with its log
+	// position (positions[i] is that of commit i's first event, the next
+	// ones follow on), and returns the wait for their acks, which returns
+	// the indexes of the commits whose every event was acknowledged within
+	// the given time (counted from the send), and the stream sequence of
+	// the last event acknowledged, also alongside an error. Rounds sent one
+	// after the other reach the bus in that order whatever their waits.
+	Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() (acked []int, lastSeq uint64, err error)
+	// Positions returns the log positions of the events the bus has
+	// stored since a time, by event id, and the highest of them, at least
+	// floor: a catch-up from the log gives the events it publishes again
+	// the positions they were published under.
+	Positions(ctx context.Context, since time.Time, floor uint64) (byEvent map[string]uint64, top uint64, err error)
 	// Connected reports whether the bus can be published to now.
 	Connected() bool
 	// CheckStream asks the stream published to whether it answers: nil
@@ -59,13 +66,34 @@ type Lease interface {
 	// Release gives the lease up if this instance holds it, and returns
 	// nil if it does not.
 	Release(ctx context.Context) error
-	// Checkpoint returns the position last saved, and the recorded time
-	// of the last commit it covers; pos is nil when none was saved.
-	Checkpoint(ctx context.Context) (pos []byte, recordedAt time.Time, err error)
-	// SaveCheckpoint saves pos and recordedAt, fenced by the claim this
+	// Checkpoint returns the checkpoint last saved; its Token is nil when
+	// none was saved.
+	Checkpoint(ctx context.Context) (Checkpoint, error)
+	// SaveCheckpoint saves cp, fenced by the claim this
 	// instance holds: an error wrapping domain.ErrLeaseLost when it holds
 	// the lease no more.
-	SaveCheckpoint(ctx context.Context, pos []byte, recordedAt time.Time) error
+	SaveCheckpoint(ctx context.Context, cp Checkpoint) error
+}
+
+// Checkpoint is where the relay has published up to: the change stream's
+// position after the last commit acknowledged (Token, a BSON document),
+// that commit's recorded time, and the log position and stream sequence
+// of the last event acknowledged. A log position counts the events the
+// relay has published, 1 for the first: every event has one, the same
+// however often it is published again, so a consumer that needs every
+// event once in order (a rollup) can tell a copy from a gap. The change
+// stream gives the commits in one order from a checkpoint, however often
+// it is resumed; a catch-up from the log (ErrHistoryLost, or a first
+// start on a log that holds commits) reads the bus for the positions of
+// the events it publishes again (Publisher.Positions) and numbers the
+// others after the highest. A commit that cannot be decoded keeps its
+// events' positions unpublished: a rollup that needs them stops and is
+// built again (projection.ErrPositionsLost).
+type Checkpoint struct {
+	Token      []byte
+	RecordedAt time.Time
+	Position   uint64
+	Seq        uint64
 }
 
 // RelayLease is the name of the lease under which one relay at a time

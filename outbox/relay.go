@@ -220,26 +220,26 @@ func (r *Relay) standDown(ctx context.Context, reason string) {
 // the lease: it returns errLeaseLost once it does not, ctx's error, or the
 // error that ended the stream or a round.
 func (r *Relay) lead(ctx context.Context) error {
-	pos, at, err := r.lease.Checkpoint(ctx)
+	cp, err := r.lease.Checkpoint(ctx)
 	if err != nil {
 		return err
 	}
-	r.metrics.setCheckpoint(at)
-	if pos == nil {
-		if pos, at, err = r.start(ctx); err != nil {
+	r.metrics.setCheckpoint(cp.RecordedAt)
+	if cp.Token == nil {
+		if cp, err = r.start(ctx, cp); err != nil {
 			return err
 		}
 	}
 	for {
-		err := r.tail(ctx, pos)
+		err := r.tail(ctx, cp)
 		if !errors.Is(err, domain.ErrHistoryLost) {
 			return err
 		}
-		since := at.Add(-r.cfg.CatchUpMargin)
+		since := cp.RecordedAt.Add(-r.cfg.CatchUpMargin)
 		r.metrics.caughtUp()
 		r.logger.Error("relay cannot resume the log's change stream from its checkpoint; catching up from the log",
-			"checkpoint_recorded_at", at, "since", since, "err", err)
-		if pos, at, err = r.catchUp(ctx, since); err != nil {
+			"checkpoint_recorded_at", cp.RecordedAt, "since", since, "err", err)
+		if cp, err = r.catchUp(ctx, since, cp); err != nil {
 			return err
 		}
 	}
@@ -252,60 +252,83 @@ func (r *Relay) lead(ctx context.Context) error {
 // if any), which a catch-up publishes; otherwise it saves a checkpoint
 // where the stream opened. Looked for the other way round, a commit
 // appended between the look and the stream's opening would be in neither.
-func (r *Relay) start(ctx context.Context) ([]byte, time.Time, error) {
+func (r *Relay) start(ctx context.Context, cp Checkpoint) (Checkpoint, error) {
 	at := time.Now()
 	pos, err := r.position(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return cp, err
 	}
 	oldest, found, err := r.log.OldestUnpublished(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return cp, err
 	}
 	if found {
 		since := oldest.Add(-r.cfg.CatchUpMargin)
 		r.logger.Info("relay starts on a log without a checkpoint; publishing it from its oldest unpublished commit",
 			"oldest_recorded_at", oldest, "since", since)
-		return r.catchUp(ctx, since)
+		return r.catchUp(ctx, since, cp)
 	}
-	if err := r.save(ctx, pos, at); err != nil {
-		return nil, time.Time{}, err
+	cp.Token, cp.RecordedAt = pos, at
+	if err := r.save(ctx, cp); err != nil {
+		return cp, err
 	}
 	r.logger.Info("relay starts on a log with nothing to publish; tailing it from its end")
-	return pos, at, nil
+	return cp, nil
 }
 
 // catchUp opens the stream at the log's end (the time taken before), then
 // publishes every commit recorded since, and saves the stream's opening
 // position as the checkpoint: every commit after it is in the stream, and
-// every commit before it recorded since was published.
-func (r *Relay) catchUp(ctx context.Context, since time.Time) ([]byte, time.Time, error) {
+// every commit before it recorded since was published. The events the bus
+// holds already keep the log positions they were published under; the
+// others are numbered after the highest (Checkpoint).
+func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Checkpoint, error) {
 	at := time.Now()
 	pos, err := r.position(ctx)
 	if err != nil {
-		return nil, time.Time{}, err
+		return cp, err
 	}
+	known, top, err := r.pub.Positions(ctx, since, cp.Position)
+	if err != nil {
+		return cp, fmt.Errorf("catch up from the log: the positions published since %s: %w", since.Format(time.RFC3339), err)
+	}
+	cp.Position = top
 	start, commits := time.Now(), 0
 	err = r.log.RecordedSince(ctx, since, r.cfg.BatchSize, func(batch []domain.RecordedCommit) error {
 		if err := r.renewDue(ctx); err != nil {
 			return err
 		}
-		rd := r.send(ctx, batch, nil)
+		rd := r.send(ctx, batch, nil, cp.Position, known)
 		res := <-rd.done
 		if err := rd.failed(res); err != nil {
 			return err
 		}
+		cp.Position = rd.position
+		cp.Seq = max(cp.Seq, res.seq)
 		commits += len(batch)
 		return nil
 	})
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("catch up from the log since %s: %w", since.Format(time.RFC3339), err)
+		return cp, fmt.Errorf("catch up from the log since %s: %w", since.Format(time.RFC3339), err)
 	}
-	if err := r.save(ctx, pos, at); err != nil {
-		return nil, time.Time{}, err
+	cp.Token, cp.RecordedAt = pos, at
+	if err := r.save(ctx, cp); err != nil {
+		return cp, err
 	}
-	r.logger.Info("relay caught up from the log", "commits", commits, "since", since, "took", time.Since(start).Round(time.Millisecond))
-	return pos, at, nil
+	r.logger.Info("relay caught up from the log", "commits", commits, "published_before", len(known), "top", top, "position", cp.Position, "since", since, "took", time.Since(start).Round(time.Millisecond))
+	return cp, nil
+}
+
+// knownFirst returns the log position of the first of a commit's events
+// when known holds one of them: the commit was published as a whole, its
+// events at consecutive positions.
+func knownFirst(events []domain.Event, known map[string]uint64) (uint64, bool) {
+	for i, e := range events {
+		if p, ok := known[e.ID]; ok && p > uint64(i) {
+			return p - uint64(i), true
+		}
+	}
+	return 0, false
 }
 
 // errOpened stops the stream position reads once it has opened.
@@ -329,16 +352,18 @@ func (r *Relay) position(ctx context.Context) ([]byte, error) {
 
 // round is one batch of commits sent to the bus.
 type round struct {
-	commits int           // commits in the batch, read or not
-	sent    int           // commits published (the readable ones)
-	next    []byte        // the stream's position after the batch; nil in a catch-up
-	first   time.Time     // recorded time of its first and last commit
-	last    time.Time     //
-	done    chan ackState // the acks, once in
+	commits  int           // commits in the batch, read or not
+	sent     int           // commits published (the readable ones)
+	next     []byte        // the stream's position after the batch; nil in a catch-up
+	position uint64        // the log position of its last event
+	first    time.Time     // recorded time of its first and last commit
+	last     time.Time     //
+	done     chan ackState // the acks, once in
 }
 
 type ackState struct {
 	acked int
+	seq   uint64 // stream sequence of the last event acknowledged
 	err   error
 }
 
@@ -353,13 +378,22 @@ func (rd *round) failed(res ackState) error {
 	return fmt.Errorf("%d of %d commits published: %w", res.acked, rd.sent, res.err)
 }
 
-// send sends the readable commits of batch and returns the round, whose
-// done receives the outcome of their acks.
-func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte) *round {
+// send sends the readable commits of batch, their events at the log
+// positions after position (those of known, by event id, at theirs), and
+// returns the round, whose done receives the outcome of their acks. A
+// commit that cannot be read keeps its events' positions, so that the
+// positions do not depend on what this build can read.
+func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte, position uint64, known map[string]uint64) *round {
 	rd := &round{commits: len(batch), next: next, done: make(chan ackState, 1)}
 	events := make([][]domain.Event, 0, len(batch))
+	positions := make([]uint64, 0, len(batch))
 	n := 0
 	for _, c := range batch {
+		first, published := knownFirst(c.Events, known)
+		if !published {
+			first = position + 1
+			position += uint64(c.Count)
+		}
 		if rd.first.IsZero() {
 			rd.first = c.RecordedAt
 		}
@@ -372,22 +406,23 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 			continue
 		}
 		events = append(events, c.Events)
+		positions = append(positions, first)
 		n += len(c.Events)
 	}
-	rd.sent = len(events)
+	rd.sent, rd.position = len(events), position
 	if len(events) == 0 {
 		rd.done <- ackState{}
 		return rd
 	}
-	wait := r.pub.Send(ctx, events, min(r.cfg.AckTimeout, r.cfg.LeaseTTL/4))
+	wait := r.pub.Send(ctx, events, positions, min(r.cfg.AckTimeout, r.cfg.LeaseTTL/4))
 	go func() {
-		acked, err := wait()
+		acked, seq, err := wait()
 		if len(acked) == len(events) && err == nil {
 			r.metrics.publishedEvents(n)
 		} else {
 			r.metrics.publishError()
 		}
-		rd.done <- ackState{acked: len(acked), err: err}
+		rd.done <- ackState{acked: len(acked), seq: seq, err: err}
 	}()
 	return rd
 }
@@ -410,26 +445,33 @@ func (r *Relay) renewDue(ctx context.Context) error {
 
 // save writes the checkpoint, fenced by the lease: errLeaseLost when
 // another instance holds it now.
-func (r *Relay) save(ctx context.Context, pos []byte, at time.Time) error {
+func (r *Relay) save(ctx context.Context, cp Checkpoint) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL/2)
 	defer cancel()
-	err := r.lease.SaveCheckpoint(sctx, pos, at)
+	err := r.lease.SaveCheckpoint(sctx, cp)
 	if errors.Is(err, domain.ErrLeaseLost) {
 		return fmt.Errorf("%w: %v", errLeaseLost, err)
 	}
 	if err != nil {
 		return fmt.Errorf("save the relay checkpoint: %w", err)
 	}
-	r.metrics.setCheckpoint(at)
+	r.metrics.setCheckpoint(cp.RecordedAt)
 	r.savedAt = time.Now()
 	return nil
 }
 
-// tail publishes the log's change stream from pos until ctx is done, the
+// tail publishes the log's change stream from cp until ctx is done, the
 // lease is lost or a round or the stream fails.
-func (r *Relay) tail(ctx context.Context, pos []byte) error {
-	t := tailer{Relay: r, savedAt: time.Now()}
-	err := r.log.Tail(ctx, pos, r.cfg.BatchSize, t.batch)
+func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
+	// The commits after the checkpoint may have been published already:
+	// by the relay before this one, or by a catch-up that opened the
+	// stream here before it read the log. They keep their positions.
+	known, top, err := r.pub.Positions(ctx, cp.RecordedAt.Add(-r.cfg.CatchUpMargin), cp.Position)
+	if err != nil {
+		return fmt.Errorf("the positions published since the checkpoint: %w", err)
+	}
+	t := tailer{Relay: r, savedAt: time.Now(), saved: cp, position: top, known: known}
+	err = r.log.Tail(ctx, cp.Token, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.
 	if errors.Is(err, errLeaseLost) {
@@ -449,8 +491,11 @@ func (r *Relay) tail(ctx context.Context, pos []byte) error {
 type tailer struct {
 	*Relay
 	inFlight []*round
-	savedAt  time.Time // when the last checkpoint was saved (or the tail began)
-	polledAt time.Time // when the last batch was handed back to the stream
+	saved    Checkpoint        // as last saved (or the tail began from)
+	position uint64            // the log position of the last event sent
+	known    map[string]uint64 // positions of the events published since the checkpoint, by id
+	savedAt  time.Time         // when the last checkpoint was saved (or the tail began)
+	polledAt time.Time         // when the last batch was handed back to the stream
 }
 
 // batch is Tail's callback: it sends commits as a round, settles the
@@ -476,14 +521,18 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 		// insert, and the saved time is what tells an operator the relay
 		// is alive (outbox.RelayStatus).
 		if next != nil && !polled.IsZero() && time.Since(t.savedAt) >= t.cfg.IdleCheckpoint {
-			if err := t.save(ctx, next, polled); err != nil {
+			cp := t.saved
+			cp.Token, cp.RecordedAt = next, polled
+			if err := t.save(ctx, cp); err != nil {
 				return err
 			}
-			t.savedAt = time.Now()
+			t.saved, t.savedAt = cp, time.Now()
 		}
 		return nil
 	}
-	t.inFlight = append(t.inFlight, t.send(ctx, commits, next))
+	rd := t.send(ctx, commits, next, t.position, t.known)
+	t.position = rd.position
+	t.inFlight = append(t.inFlight, rd)
 	behind := 0
 	for _, rd := range t.inFlight {
 		behind += rd.commits
@@ -501,6 +550,7 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 // checkpoint was not saved (errLeaseLost when the lease has passed).
 func (t *tailer) settle(ctx context.Context, all bool) error {
 	var last *round
+	seq := t.saved.Seq
 	for len(t.inFlight) > 0 {
 		rd := t.inFlight[0]
 		var res ackState
@@ -509,35 +559,37 @@ func (t *tailer) settle(ctx context.Context, all bool) error {
 			case res = <-rd.done:
 			case <-ctx.Done():
 				t.inFlight = nil
-				return t.checkpoint(ctx, last, ctx.Err())
+				return t.checkpoint(ctx, last, seq, ctx.Err())
 			}
 		} else {
 			select {
 			case res = <-rd.done:
 			default:
-				return t.checkpoint(ctx, last, nil)
+				return t.checkpoint(ctx, last, seq, nil)
 			}
 		}
 		if err := rd.failed(res); err != nil {
 			// The rounds after it are published again from the checkpoint.
 			t.inFlight = nil
-			return t.checkpoint(ctx, last, err)
+			return t.checkpoint(ctx, last, seq, err)
 		}
 		t.inFlight = t.inFlight[1:]
-		last = rd
+		last, seq = rd, max(seq, res.seq)
 	}
-	return t.checkpoint(ctx, last, nil)
+	return t.checkpoint(ctx, last, seq, nil)
 }
 
 // checkpoint saves the position after last, the last round acknowledged
-// (none: nothing to save), and returns err, or the save's error.
-func (t *tailer) checkpoint(ctx context.Context, last *round, err error) error {
+// (none: nothing to save), with seq, the stream sequence of the last
+// event acknowledged, and returns err, or the save's error.
+func (t *tailer) checkpoint(ctx context.Context, last *round, seq uint64, err error) error {
 	if last == nil {
 		return err
 	}
-	if serr := t.save(ctx, last.next, last.last); serr != nil {
+	cp := Checkpoint{Token: last.next, RecordedAt: last.last, Position: last.position, Seq: seq}
+	if serr := t.save(ctx, cp); serr != nil {
 		return errors.Join(err, serr)
 	}
-	t.savedAt = time.Now()
+	t.saved, t.savedAt = cp, time.Now()
 	return err
 }

@@ -48,7 +48,7 @@ func BenchmarkRelayPublish(b *testing.B) {
 		_ = first.Run(fctx)
 	}()
 	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		if pos, _, err := first.lease.Checkpoint(ctx); err == nil && pos != nil {
+		if cp, err := first.lease.Checkpoint(ctx); err == nil && cp.Token != nil {
 			break
 		}
 		if time.Since(start) > time.Minute {

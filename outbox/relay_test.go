@@ -79,6 +79,27 @@ func appendCommits(t *testing.T, s *mongodb.EventStore, streams, perStream int, 
 	return out
 }
 
+// checkPositions asserts that the messages carry log positions that name
+// one event each: every copy of an event at its first copy's position,
+// and the first copies at 1, 2, 3... in stream order.
+func checkPositions(t *testing.T, msgs []*jetstream.RawStreamMsg) {
+	t.Helper()
+	first := map[string]uint64{}
+	for _, m := range msgs {
+		id, pos := m.Header.Get(jetstream.MsgIDHeader), bus.Position(m.Header)
+		p, seen := first[id]
+		switch {
+		case seen && pos != p:
+			t.Errorf("seq %d: event %s again at log position %d, first published at %d", m.Sequence, id, pos, p)
+		case !seen && pos != uint64(len(first)+1):
+			t.Errorf("seq %d: event %s, the %d. published, at log position %d", m.Sequence, id, len(first)+1, pos)
+		}
+		if !seen {
+			first[id] = pos
+		}
+	}
+}
+
 // stream reads the JetStream stream name and its state.
 func stream(t *testing.T, js jetstream.JetStream, name string) (jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()
@@ -126,6 +147,7 @@ func checkPublishedOnce(t *testing.T, n *storetest.NATS, cfg bus.StreamConfig, w
 	if len(msgs) != len(want) {
 		t.Errorf("stream %s holds %d messages, want %d", cfg.Name, len(msgs), len(want))
 	}
+	checkPositions(t, msgs)
 	byID := make(map[string]*jetstream.RawStreamMsg, len(msgs))
 	last := map[string]int64{}
 	for _, m := range msgs {
@@ -350,11 +372,11 @@ func waitPublished(t *testing.T, n *storetest.NATS, cfg bus.StreamConfig, want i
 // checkpointOf reads the relay lease's checkpoint as stored.
 func checkpointOf(t *testing.T, db *mongo.Database) ([]byte, time.Time) {
 	t.Helper()
-	pos, at, err := mongodb.NewLease(db, outbox.RelayLease, "reader", time.Second).Checkpoint(t.Context())
+	cp, err := mongodb.NewLease(db, outbox.RelayLease, "reader", time.Second).Checkpoint(t.Context())
 	if err != nil {
 		t.Fatalf("read the relay checkpoint: %v", err)
 	}
-	return pos, at
+	return cp.Token, cp.RecordedAt
 }
 
 // The relay publishes every commit of the log once, in commit order per
@@ -496,6 +518,43 @@ func testCatchUp(t *testing.T, lose func(*testing.T, *mongo.Database)) {
 	}
 }
 
+// A catch-up from the log publishes again events the stream holds, past
+// its de-duplication window: each copy carries the log position of the
+// event's first publish, and the events new to the stream take the
+// positions after the highest, so that a position names one event.
+func TestRelayCatchUpKeepsEachEventsPosition(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	cfg.Duplicates = 200 * time.Millisecond
+	if err := bus.EnsureStream(t.Context(), n.JS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 4, CatchUpMargin: time.Minute}
+	a := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
+	stopA := goRun(t, a.Run)
+	want := appendCommits(t, s, 3, 3)
+	waitPublished(t, n, cfg, len(want), 20*time.Second)
+	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	stopA()
+	published := len(want)
+	want = append(want, appendCommits(t, s, 2, 2)...) // after the checkpoint
+	forgetHistory(t, db)
+	time.Sleep(2 * cfg.Duplicates) // copies are stored from now on
+	b := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
+	goRun(t, b.Run)
+	// The catch-up publishes the whole log again (it is younger than the
+	// margin): a copy of each of the first events, and the new ones.
+	waitPublished(t, n, cfg, published+len(want), 30*time.Second)
+	msgs := streamMessages(t, n.JS, cfg.Name)
+	checkPositions(t, msgs)
+	ids := map[string]bool{}
+	for _, m := range msgs {
+		ids[m.Header.Get(jetstream.MsgIDHeader)] = true
+	}
+	if len(ids) != len(want) {
+		t.Errorf("%d events in the stream, want %d", len(ids), len(want))
+	}
+}
+
 // On a log an earlier version wrote (each commit marked published once
 // JetStream had it; no checkpoint), the first relay publishes the commits
 // left unmarked, and those of this version, and not the ones marked long
@@ -546,16 +605,16 @@ func (p *heldAcks) release() {
 	p.held = nil
 }
 
-func (p *heldAcks) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
+func (p *heldAcks) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	p.mu.Lock()
 	held, sent := p.held, p.sent
 	p.mu.Unlock()
-	wait := p.Publisher.Send(ctx, commits, within)
+	wait := p.Publisher.Send(ctx, commits, positions, within)
 	if held == nil {
 		return wait
 	}
 	sent <- struct{}{}
-	return func() ([]int, error) {
+	return func() ([]int, uint64, error) {
 		<-held
 		return wait()
 	}
@@ -567,8 +626,8 @@ type savesOf struct {
 	errs chan error
 }
 
-func (l savesOf) SaveCheckpoint(ctx context.Context, pos []byte, at time.Time) error {
-	err := l.Lease.SaveCheckpoint(ctx, pos, at)
+func (l savesOf) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error {
+	err := l.Lease.SaveCheckpoint(ctx, cp)
 	l.errs <- err
 	return err
 }
@@ -640,7 +699,11 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 
 	ns.stop()
 	want = append(want, appendCommits(t, s, 3, 2)...)
-	storetest.WaitFor(t, 20*time.Second, "a failed publish round", func() bool { return metric(t, r.reg, "orderd_relay_publish_errors_total") >= 1 })
+	// The relay sees the outage: a round fails, or it stands down before
+	// it sends one.
+	storetest.WaitFor(t, 20*time.Second, "a failed publish round or the relay standing down", func() bool {
+		return metric(t, r.reg, "orderd_relay_publish_errors_total") >= 1 || metric(t, r.reg, "orderd_relay_leader") == 0
+	})
 	ns.start()
 	waitPublished(t, n, cfg, len(want), 30*time.Second)
 	checkPublishedOnce(t, n, cfg, want)

@@ -65,12 +65,13 @@ var OrderSummaries = Definition[domain.Order]{
 }
 
 // Retired names the projections earlier versions of the service ran and
-// this one does not: customer_order_stats and daily_sales each stored a
-// subset of the order's summary per order, which the readers now sum from
-// order_summaries. An upgraded store retires what they left (their
-// collections after the rebuild grace, their consumers and partition
-// leases once no process of theirs is alive).
-var Retired = []string{"customer_order_stats", "daily_sales"}
+// this one does not: customer_order_stats stored a subset of the order's
+// summary per order, which the readers now sum from order_summaries
+// through its customer_id index. An upgraded store retires what it left
+// (its collections after the rebuild grace, its consumers once no process
+// of it is alive). daily_sales is a rollup now (DailySales), whose version
+// 2 replaces the per-order version 1 like any new version.
+var Retired = []string{"customer_order_stats"}
 
 // Fold folds a stream's events from nothing. It returns the document, the
 // number of events applied and the error of the first event that could

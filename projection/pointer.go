@@ -26,9 +26,13 @@ type Pointer struct {
 	PreviousVersion int    `bson:"previous_version,omitempty" json:"previous_version,omitempty"`
 	// SwitchedBackFrom is the version an operator switched back from: it
 	// is not built again on its own (a higher version is).
-	SwitchedBackFrom int       `bson:"switched_back_from,omitempty" json:"switched_back_from,omitempty"`
-	Generation       int64     `bson:"generation" json:"generation"`
-	SwitchedAt       time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
+	SwitchedBackFrom int `bson:"switched_back_from,omitempty" json:"switched_back_from,omitempty"`
+	// Broken is why the active collection cannot be trusted: a rollup
+	// that lost log positions (ErrPositionsLost). Readers do not read it,
+	// and a build of its version repairs it; "" when it can.
+	Broken     string    `bson:"broken,omitempty" json:"broken,omitempty"`
+	Generation int64     `bson:"generation" json:"generation"`
+	SwitchedAt time.Time `bson:"switched_at,omitempty" json:"switched_at,omitzero"`
 }
 
 // ActiveVer is the version of the active collection: 0 when none is

@@ -75,4 +75,10 @@ type Pointers interface {
 	// Last is Get for readers: when the read fails it returns the
 	// pointer this process read last, if any.
 	Last(ctx context.Context, name, base string, maxAge time.Duration) (Pointer, error)
+	// Update reads the pointer of projection name, lets change change it
+	// (false: leave it) and writes it with a compare-and-set on its
+	// generation, again from a fresh read when another write came first.
+	// It returns the pointer as stored. Errors: change's,
+	// domain.ErrUnavailable.
+	Update(ctx context.Context, name, base string, change func(p *Pointer) (bool, error)) (Pointer, error)
 }

@@ -129,7 +129,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 		load.Wait()
 	}()
 
-	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	probes := 0
 	// recovered measures, from now (the stream has a leader), how long new
 	// orders take to reach the read model: the relay and every partition's

@@ -240,6 +240,10 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 // handle folds one batch of partition pt's messages and acknowledges,
 // redelivers or parks each of them.
 func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
+	if r.seq != nil {
+		r.handleSequenced(ctx, pt, msgs)
+		return
+	}
 	type received struct {
 		msg     jetstream.Msg
 		version int64 // 0 when the message does not decode
@@ -371,6 +375,9 @@ func (r *Runner) Retry(ctx context.Context, id string) error {
 		return fmt.Errorf("dead letter %s of projection %s: %w", id, r.name, domain.ErrNotFound)
 	}
 	return r.dead.Retry(ctx, id, func(ctx context.Context, evs []domain.Event) error {
+		if r.seq != nil {
+			return r.seq.Recount(ctx, id, evs)
+		}
 		_, failed, err := r.store.Apply(ctx, evs, true)
 		for _, e := range failed {
 			err = errors.Join(err, e)

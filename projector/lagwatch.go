@@ -14,7 +14,8 @@ import (
 // LagWatch samples the lag of projections from JetStream, whichever
 // processes run them: every interval it lists the stream's consumers (one
 // paged request, not one per partition) and sums, per projection, what its
-// partitions' consumers ("proj_<name>_pNN") have not acknowledged
+// partitions' consumers ("proj_<name>_pNN", or a sequenced projection's
+// one "proj_<name>") have not acknowledged
 // (pending plus in flight), and their ack floors, whose change over time
 // is the rate at which the projection applies, and, per projection, the
 // largest partition lag in seconds (see lagClock; one message read per
@@ -109,7 +110,7 @@ func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
 	ls := st.ListConsumers(ctx)
 	for info := range ls.Info() {
 		for _, p := range w.projections {
-			if strings.HasPrefix(info.Name, "proj_"+p+"_p") {
+			if info.Name == "proj_"+p || strings.HasPrefix(info.Name, "proj_"+p+"_p") {
 				s.Lag[p] += unacked(info)
 				s.acked[p] += info.AckFloor.Consumer
 				consumers = append(consumers, found{p, info})

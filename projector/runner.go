@@ -64,6 +64,36 @@ type RunnerConfig struct {
 	Retired []string
 }
 
+// feed is what every kind of projection a Runner feeds has.
+type feed interface {
+	Name() string
+	Key() string
+	Version() int
+	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	EnsureIndexes(ctx context.Context) error
+}
+
+// Sequenced is a projection that takes every event of the stream in the
+// order the relay published them, from one consumer (a rollup): its Apply
+// gets the deliveries with their log positions and asks, with a
+// *projection.GapError, for those it misses, which the Runner reads from
+// the stream. projection.Rollup implements it.
+type Sequenced interface {
+	feed
+	// Apply applies a run of deliveries sorted by stream sequence (see
+	// projection.Rollup.Apply): what it did, the deliveries that cannot
+	// be counted (by index), and an error: a *projection.GapError, or one
+	// that may pass.
+	Apply(ctx context.Context, ds []projection.Delivery) (projection.Outcome, map[int]error, error)
+	// Lost records that the log positions of gap are neither delivered
+	// nor in the stream: the collection it names cannot be trusted until
+	// a build replaces it.
+	Lost(ctx context.Context, gap *projection.GapError) error
+	// Recount counts the events of a dead letter once, in the collection
+	// readers read.
+	Recount(ctx context.Context, id string, evs []domain.Event) error
+}
+
 // Projection is a read model as a Runner feeds it, whatever its document
 // type. projection.Model[D] implements it, over the MongoDB adapter's
 // storage.
@@ -113,7 +143,9 @@ type Runner struct {
 	name    string
 	key     string // the version's name for its consumers
 	version int
-	store   Projection
+	proj    feed
+	store   Projection // a projection of one document per stream; nil for a Sequenced one
+	seq     Sequenced  // a projection of the whole stream in order; nil for the others
 	js      jetstream.JetStream
 	dead    DeadLetterStore
 	cfg     RunnerConfig
@@ -127,8 +159,25 @@ type Runner struct {
 
 // NewRunner returns a Runner feeding the projection p.
 func NewRunner(p Projection, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+	r := newRunner(p, js, dead, cfg, log, m)
+	r.store = p
+	return r
+}
+
+// NewSequencedRunner returns a Runner feeding p with every event of the
+// stream, in the order published, from one consumer, "proj_<key>", on the
+// whole subject space: one partition, pinned to one process at a time
+// like any other.
+func NewSequencedRunner(p Sequenced, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
+	cfg.Partitions = 1
+	r := newRunner(p, js, dead, cfg, log, m)
+	r.seq = p
+	return r
+}
+
+func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
-	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), store: p, js: js, dead: dead, cfg: cfg,
+	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
 	for i := range cfg.Partitions {
@@ -196,13 +245,25 @@ func (r *Runner) setLastError(err error) {
 }
 
 // ConsumerName is the durable consumer of partition p: "proj_<key>_p<NN>",
-// where key is the projection's name for its first version.
-func (r *Runner) ConsumerName(p int) string { return consumerOf(r.key, p) }
+// where key is the projection's name for its first version;
+// "proj_<key>" for a Sequenced projection's one consumer.
+func (r *Runner) ConsumerName(p int) string {
+	if r.seq != nil {
+		return "proj_" + r.key
+	}
+	return consumerOf(r.key, p)
+}
 
 func consumerOf(key string, p int) string { return fmt.Sprintf("proj_%s_p%02d", key, p) }
 
-// FilterSubject is the subject filter of partition p: "<prefix>.<p>.>".
-func (r *Runner) FilterSubject(p int) string { return fmt.Sprintf("%s.%d.>", r.cfg.SubjectPrefix, p) }
+// FilterSubject is the subject filter of partition p: "<prefix>.<p>.>";
+// "<prefix>.>" for a Sequenced projection.
+func (r *Runner) FilterSubject(p int) string {
+	if r.seq != nil {
+		return r.cfg.SubjectPrefix + ".>"
+	}
+	return fmt.Sprintf("%s.%d.>", r.cfg.SubjectPrefix, p)
+}
 
 // pinGroup is the priority group every process pulls a partition in.
 const pinGroup = "projectors"
@@ -268,7 +329,7 @@ const retireInterval = time.Minute
 // start (the caller restarts it): a partition whose consumer fails is
 // restarted on its own, and the other partitions' workers go on.
 func (r *Runner) Run(ctx context.Context) error {
-	if err := r.store.EnsureIndexes(ctx); err != nil {
+	if err := r.proj.EnsureIndexes(ctx); err != nil {
 		return err
 	}
 	cons := make([]jetstream.Consumer, r.cfg.Partitions)

@@ -207,7 +207,7 @@ func TestRunnerDeadLetters(t *testing.T) {
 	b.PublishEvents(t, ctx, []domain.Event{gapV2}, projectortest.EventID)
 	b.PublishEvents(t, ctx, healthy.Flat, projectortest.EventID)
 
-	reader := mongodb.NewReader(db, mongodb.NewPointers(db))
+	reader := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
 		got, err := reader.Summary(ctx, "healthy")
 		if err == nil && !reflect.DeepEqual(got, healthy.Orders["healthy"]) {
@@ -407,7 +407,7 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	if err := projectiontest.DiffReadModels(ctx, db, healthy, true); err != nil {
 		t.Error(err)
 	}
-	if _, err := mongodb.NewReader(db, ps).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
+	if _, err := mongodb.NewReader(db, ps, nil).Summary(ctx, newer); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("summary of the parked stream: %v, want ErrNotFound", err)
 	}
 }

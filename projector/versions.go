@@ -25,7 +25,7 @@ import (
 // member may run it at any time: deleting what another member already
 // deleted is not an error.
 func (r *Runner) retireVersions(ctx context.Context, st jetstream.Stream, consumers []string) error {
-	ptr, err := r.store.Pointer(ctx, 0)
+	ptr, err := r.proj.Pointer(ctx, 0)
 	if err != nil {
 		return err
 	}
@@ -93,9 +93,11 @@ func (r *Runner) retireUnless(ctx context.Context, st jetstream.Stream, consumer
 	return nil
 }
 
-// consumerName matches a partition consumer's name after "proj_<name>_":
-// "pNN" for version 1, "v<n>_pNN" for version n (Runner.ConsumerName).
-var consumerName = regexp.MustCompile(`^(?:v([0-9]+)_)?p[0-9]{2,}$`)
+// consumerName matches a consumer's name after "proj_<name>_": "pNN" for
+// a partition of version 1, "v<n>_pNN" for one of version n, and "v<n>"
+// for a Sequenced projection's one consumer of version n
+// (Runner.ConsumerName).
+var consumerName = regexp.MustCompile(`^(?:v([0-9]+)_p[0-9]{2,}|p[0-9]{2,}|v([0-9]+))$`)
 
 // consumerVersion returns the version of projection name whose partition
 // consumer consumer is, and false when it is not one.
@@ -108,9 +110,10 @@ func consumerVersion(name, consumer string) (int, bool) {
 	if m == nil {
 		return 0, false
 	}
-	if m[1] == "" {
+	n := m[1] + m[2]
+	if n == "" {
 		return 1, true
 	}
-	v, err := strconv.Atoi(m[1])
+	v, err := strconv.Atoi(n)
 	return v, err == nil && v > 1
 }

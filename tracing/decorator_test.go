@@ -78,11 +78,14 @@ func TestEventStoreTracesAppends(t *testing.T) {
 // acking acknowledges the commits whose index it names.
 type acking struct{ acked []int }
 
-func (p acking) Send(context.Context, [][]domain.Event, time.Duration) func() ([]int, error) {
-	return func() ([]int, error) { return p.acked, errors.New("ack timeout") }
+func (p acking) Send(context.Context, [][]domain.Event, []uint64, time.Duration) func() ([]int, uint64, error) {
+	return func() ([]int, uint64, error) { return p.acked, 0, errors.New("ack timeout") }
 }
 func (p acking) Connected() bool                   { return true }
 func (p acking) CheckStream(context.Context) error { return nil }
+func (p acking) Positions(context.Context, time.Time, uint64) (map[string]uint64, uint64, error) {
+	return nil, 0, nil
+}
 
 func TestPublisherSpanPerCommitInItsCorrelationTrace(t *testing.T) {
 	recorder()
@@ -91,7 +94,7 @@ func TestPublisherSpanPerCommitInItsCorrelationTrace(t *testing.T) {
 		return []domain.Event{{ID: stream + "-1", StreamID: stream, Version: 1, Metadata: domain.Metadata{CorrelationID: correlation}}}
 	}
 	p := tracing.NewPublisher(acking{acked: []int{1}})
-	acked, err := p.Send(context.Background(), [][]domain.Event{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, time.Second)()
+	acked, _, err := p.Send(context.Background(), [][]domain.Event{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, nil, time.Second)()
 	if err == nil || len(acked) != 1 || acked[0] != 1 {
 		t.Fatalf("publish: %v, %v; want the decorated publisher's answer", acked, err)
 	}

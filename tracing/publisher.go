@@ -15,9 +15,10 @@ import (
 // Publishing is what Publisher decorates: the outbox's publisher
 // (outbox.Publisher, implemented by *bus.Publisher).
 type Publishing interface {
-	Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error)
+	Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error)
 	Connected() bool
 	CheckStream(ctx context.Context) error
+	Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error)
 }
 
 // Publisher decorates a Publishing with a producer span "relay.publish"
@@ -34,7 +35,7 @@ func NewPublisher(p Publishing) Publisher { return Publisher{p} }
 // Send starts a span per commit and sends through the decorated
 // publisher; its wait ends each span, as an error for a commit not
 // acknowledged.
-func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, within time.Duration) func() ([]int, error) {
+func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	spans := make([]trace.Span, len(commits))
 	for i, events := range commits {
 		var stream, correlation string
@@ -46,9 +47,9 @@ func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, within ti
 			trace.WithAttributes(attribute.String("orderd.stream_id", stream), attribute.Int64("orderd.first_version", first),
 				attribute.Int("orderd.events", len(events)), attribute.String("orderd.correlation_id", correlation)))
 	}
-	wait := p.Publishing.Send(ctx, commits, within)
-	return func() ([]int, error) {
-		acked, err := wait()
+	wait := p.Publishing.Send(ctx, commits, positions, within)
+	return func() ([]int, uint64, error) {
+		acked, seq, err := wait()
 		done := make([]bool, len(commits))
 		for _, k := range acked {
 			done[k] = true
@@ -63,6 +64,6 @@ func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, within ti
 			}
 			span.End()
 		}
-		return acked, err
+		return acked, seq, err
 	}
 }

@@ -208,6 +208,7 @@ type wiring struct {
 	pointers  *mongodb.Pointers
 	dead      *mongodb.DeadLetters
 	sums      *projection.Model[domain.Order]
+	sales     *projection.Rollup
 	runners   []*projector.Runner
 	scheduler *jobs.Jobs
 	jm        *jobs.Metrics
@@ -365,8 +366,20 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	// Every process agrees on what readers read before any of them
 	// serves or feeds a read model (a projection new to a log is built
 	// first, by a jobs instance).
-	if err := pointers.Ensure(setupCtx, sums.Name(), sums.Collection(), sums.Version()); err != nil {
-		return err
+	// The daily sales start where the relay has published up to when a
+	// build starts them; the instances' clocks may disagree by up to the
+	// relay's catch-up margin.
+	relayLease := mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL)
+	sales := projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), store, pm, pointers, relayLease,
+		c.Relay.WithDefaults().CatchUpMargin)
+	for _, p := range []interface {
+		Name() string
+		Collection() string
+		Version() int
+	}{sums, sales} {
+		if err := pointers.Ensure(setupCtx, p.Name(), p.Collection(), p.Version()); err != nil {
+			return err
+		}
 	}
 	if err := mongodb.DropUnused(setupCtx, db); err != nil {
 		return err
@@ -379,11 +392,13 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	plog := m.Log.With("component", "projector")
 	js := w.js
 	rc.Retired = projection.Retired
-	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm)}
+	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm),
+		projector.NewSequencedRunner(sales, js, dead, rc, plog, rm)}
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
-		sums.Name(): jobs.DefOf(sums),
+		sums.Name():  jobs.DefOf(sums),
+		sales.Name(): jobs.DefOf(sales),
 	})
-	w.pointers, w.dead, w.sums, w.runners, w.scheduler = pointers, dead, sums, runners, scheduler
+	w.pointers, w.dead, w.sums, w.sales, w.runners, w.scheduler = pointers, dead, sums, sales, runners, scheduler
 	return nil
 }
 
@@ -412,7 +427,7 @@ func (m *Main) startJobs(ctx context.Context, w *wiring) {
 	c := &m.Config
 	jc := c.Jobs
 	jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), w.jm, projection.Retired
-	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, []jobs.Projection{w.sums}, jc, m.Log)
+	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, []jobs.Projection{w.sums, w.sales}, jc, m.Log)
 	m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
 }
 
@@ -437,7 +452,7 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	// send every new order to the top chunk (deployments/sharding.md).
 	svc.NewID = uuid.NewString
 	hc := c.HTTP
-	hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers)
+	hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers, w.sales)
 	adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
 		ReadModels: []admin.ReadModel{sums}, Bus: js != nil,
 		Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
@@ -450,10 +465,10 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	}
 	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, reg, reg, m.Log.With("component", "http")
 	if js != nil && c.MaxLag > 0 {
-		watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key()}, time.Second, m.Log.With("component", "admission"))
+		watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), w.sales.Key()}, time.Second, m.Log.With("component", "admission"))
 		g.Go(func() error { return watch.Run(runCtx) })
 		hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
-		hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key()}}
+		hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), w.sales.Name(): w.sales.Key()}}
 	}
 	return orderhttp.NewServer(hc), nil
 }

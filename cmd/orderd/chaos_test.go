@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -31,6 +32,7 @@ import (
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
@@ -586,9 +588,42 @@ func (c *cluster) guarantees(api *proc, own string, acks []loadgen.Ack, maybe, r
 			time.Sleep(2 * time.Second)
 		}
 	}
-	t.Logf("guarantees hold: %d commands acknowledged, each once in the log; %d commits, %d events, all in NATS and nothing else (%d messages, %d of them a second copy under one message id; %d orders first in the stream out of version order); the read model equals the fold (drift 0)",
+	// 4. The daily sales rollup counted every event once: its answer
+	// equals the sums of the log's folds, whatever the kills between its
+	// writes and the copies the relay published again.
+	c.dailySalesAsLogged(cl, slices.Sorted(maps.Keys(streamEvents)))
+	t.Logf("guarantees hold: %d commands acknowledged, each once in the log; %d commits, %d events, all in NATS and nothing else (%d messages, %d of them a second copy under one message id; %d orders first in the stream out of version order); the read model equals the fold (drift 0), the daily sales the log's sums",
 		f.Acked, f.Commits, f.Events, f.Messages, f.Redelivered, f.Reordered)
 	return f
+}
+
+// dailySalesAsLogged checks that the daily sales answered by cl, from the
+// rollup, equal the sums of the folds of the orders ids (every order of
+// the log), read again while the rollup catches up, for up to two
+// minutes.
+func (c *cluster) dailySalesAsLogged(cl *client, ids []string) {
+	t := c.t
+	t.Helper()
+	ctx := t.Context()
+	db := c.mongo.Database(chaosDatabase)
+	var ptr projection.Pointer
+	sales := projection.DailySales
+	if err := db.Collection(mongodb.PointersCollection).FindOne(ctx, bson.D{{Key: "_id", Value: sales.Name}}).Decode(&ptr); err != nil {
+		t.Fatalf("pointer of %s: %v", sales.Name, err)
+	}
+	if ptr.ActiveVer() != sales.Ver() || ptr.Broken != "" {
+		t.Fatalf("%s is not what readers read: %+v", sales.Name, ptr)
+	}
+	want, first, last := projectiontest.LoadFixture(t, ctx, mongodb.NewEventStore(db), ids).ExpectedDailySales()
+	path := "/v1/daily-sales?from=" + first + "&to=" + last
+	var got orderhttp.DailySalesReport
+	if !waitFor(2*time.Minute, 250*time.Millisecond, func() bool {
+		got = orderhttp.DailySalesReport{}
+		cl.must(http.StatusOK, "GET", path, "").decode(t, &got)
+		return slices.Equal(got.Days, want)
+	}) {
+		t.Fatalf("GET %s is not the sums of the log:\n got %s\nwant %s", path, projectiontest.Dump(got.Days), projectiontest.Dump(want))
+	}
 }
 
 // logEvent is where an event id is in the log.

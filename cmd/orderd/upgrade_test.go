@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -15,21 +16,25 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
-// TestUpgradeRetiresThePerOrderReadModels starts the service on a store
-// and a stream as the version that kept customer_order_stats and
-// daily_sales left them (their collections, pointers and consumers beside
-// order_summaries, and the projectors' partition leases and members). From its first answer on, every
-// customer's stats and the daily sales are what they were before the
-// upgrade, summed from the summaries: no 404, no partial sum. What the
-// retired projections left is removed: their consumers at once (no
-// process of theirs is alive), the leases and members at start, their
-// collections once the grace is over.
-func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
+// TestUpgradeBuildsTheDailySalesRollup starts the service on a store and
+// a stream as the previous versions left them: daily sales summed on read
+// from the summaries (no daily_sales pointer, collection or consumer),
+// customer_order_stats's collection, pointer and consumers, and the
+// projectors' partition leases and members. The daily sales rollup is
+// built from the log while orders keep coming. From the first answer on,
+// every customer's stats and the daily sales of the imported orders are
+// what they were before the upgrade (no 404, no partial sum), while the
+// rollup builds and once it answers; the orders placed during the build
+// are each counted once. What the retired projection left is removed:
+// its consumers at once (no process of it is alive), the leases and
+// members at start, its collection once the grace is over.
+func TestUpgradeBuildsTheDailySalesRollup(t *testing.T) {
 	storeURI := storetest.MongoURI(t)
 	db := storetest.Database(t)
 	n := storetest.StartNATS(t) // before the instances: its cleanup runs after they closed
@@ -38,6 +43,8 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 		return runMainDir(t, t.TempDir(), func(c *Config) {
 			c.Mongo.URI, c.Mongo.Database, c.NATS.URL, c.InstanceID = storeURI, db.Name(), n.URL, id
 			c.Jobs.Grace = time.Second
+			// The build's cut and scan wait this margin each.
+			c.Relay.CatchUpMargin = time.Second
 		})
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
@@ -75,16 +82,20 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 	partitions := a.Config.Projector.Partitions
 	closeMain(t, a)
 
-	// The retired projections as the earlier version left them:
-	// customer_order_stats at version 2, daily_sales at version 1.
-	retired := map[string]int{"customer_order_stats": 2, "daily_sales": 1}
-	if !slices.Equal(slices.Sorted(func(yield func(string) bool) {
-		for k := range retired {
-			if !yield(k) {
-				return
-			}
-		}
-	}), projection.Retired) {
+	// The previous version kept no daily sales of its own.
+	sales := projection.DailySales
+	if _, err := db.Collection(mongodb.PointersCollection).DeleteOne(ctx, bson.D{{Key: "_id", Value: sales.Name}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Collection(sales.Collection).Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.JS.DeleteConsumer(ctx, stream.Name, "proj_"+sales.Key()); err != nil {
+		t.Fatal(err)
+	}
+	// The retired projection as an earlier version left it.
+	retired := map[string]int{"customer_order_stats": 2}
+	if !slices.Equal(slices.Sorted(maps.Keys(retired)), projection.Retired) {
 		t.Fatalf("the test leaves %v, the service retires %v", retired, projection.Retired)
 	}
 	for name, v := range retired {
@@ -104,7 +115,6 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 			}
 		}
 	}
-
 	// The projectors' partition leases and members, which this version
 	// does not keep.
 	for _, coll := range mongodb.Unused {
@@ -115,6 +125,36 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 
 	b := start("after-upgrade")
 	cb := newClient(t, b)
+	// Orders placed while the rollup builds, every third one canceled:
+	// its cancellation counts on the day of its placement.
+	var (
+		placed []string
+		stop   = make(chan struct{})
+		done   = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			id := fmt.Sprintf("during-upgrade-%03d", i)
+			if r := cb.do("POST", "/v1/orders", fmt.Sprintf(
+				`{"order_id":%q,"customer_id":"upgrade-customer","currency":"EUR","items":[{"sku":"s","quantity":%d,"unit_price_cents":250}]}`, id, 1+i%3)); r.Status != http.StatusCreated {
+				t.Errorf("place %s: %v", id, r)
+				return
+			}
+			placed = append(placed, id)
+			if i%3 == 2 {
+				if r := cb.do("POST", "/v1/orders/"+id+"/cancel", `{"reason":"upgrade test"}`); r.Status != http.StatusOK {
+					t.Errorf("cancel %s: %v", id, r)
+					return
+				}
+			}
+		}
+	}()
 	var reads atomic.Int64
 	readAll := func() {
 		for path, body := range want {
@@ -125,14 +165,33 @@ func TestUpgradeRetiresThePerOrderReadModels(t *testing.T) {
 			}
 		}
 	}
-	readAll()
-	if !waitFor(time.Minute, 50*time.Millisecond, func() bool {
-		readAll()
-		return t.Failed() || leftovers(t, ctx, db, n.JS, stream.Name, retired) == ""
-	}) {
-		t.Fatalf("after a minute the retired projections left: %s", leftovers(t, ctx, db, n.JS, stream.Name, retired))
+	built := func() bool {
+		var p projection.Pointer
+		err := db.Collection(mongodb.PointersCollection).FindOne(ctx, bson.D{{Key: "_id", Value: sales.Name}}).Decode(&p)
+		return err == nil && p.ActiveVer() == sales.Ver() && strings.HasPrefix(p.Active, sales.Key()+"_") && p.Broken == ""
 	}
-	t.Logf("%d reads, all as before the upgrade", reads.Load())
+	readAll()
+	if !waitFor(2*time.Minute, 50*time.Millisecond, func() bool {
+		readAll()
+		return t.Failed() || (built() && leftovers(t, ctx, db, n.JS, stream.Name, retired) == "")
+	}) {
+		t.Fatalf("after two minutes: rollup built %v; the retired projection left: %s", built(), leftovers(t, ctx, db, n.JS, stream.Name, retired))
+	}
+	readAll() // from the rollup
+	close(stop)
+	<-done
+	if len(placed) == 0 {
+		t.Fatal("no order placed during the build")
+	}
+	f := projectiontest.LoadFixture(t, ctx, mongodb.NewEventStore(db), placed)
+	var diff error
+	if !waitFor(time.Minute, 100*time.Millisecond, func() bool {
+		diff = projectiontest.DiffReadModels(ctx, db, f)
+		return diff == nil
+	}) {
+		t.Fatalf("the orders placed during the build: %v", diff)
+	}
+	t.Logf("%d reads, all as before the upgrade; %d orders placed during the build, each counted once", reads.Load(), len(placed))
 }
 
 // leftovers describes what the retired projections still have: a

@@ -1389,7 +1389,7 @@ type GetDailySalesParams struct {
 	// From The first day, a UTC date.
 	From *string `form:"from,omitempty" json:"from,omitempty"`
 
-	// To The last day, a UTC date: on or after from, at most 365 days later.
+	// To The last day, a UTC date: on or after from, less than ten years later.
 	To *string `form:"to,omitempty" json:"to,omitempty"`
 
 	// Currency Only the orders in this currency (ISO 4217).
@@ -1748,9 +1748,9 @@ type ClientInterface interface {
 	// Corresponds with GET /v1/customers/{id}/order-stats (the `GetCustomerOrderStats` operationId).
 	GetCustomerOrderStats(ctx context.Context, id CustomerId, reqEditors ...RequestEditorFn) (*http.Response, error)
 
-	// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
+	// GetDailySales Orders, items, gross and freight per purchase day and currency (the daily_sales rollup)
 	//
-	// The order summaries summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
+	// The daily sales over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). They are read from the daily_sales rollup (one document per month and currency), or summed from the order summaries while the rollup is first built. from and to are both included; to is not before from and less than ten years after it. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model; Read-Model-Lag is the lag of the read model that answered. Every invalid parameter is listed in the 422's errors.
 	//
 	// Corresponds with GET /v1/daily-sales (the `GetDailySales` operationId).
 	GetDailySales(ctx context.Context, params *GetDailySalesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2416,9 +2416,9 @@ func (c *Client) GetCustomerOrderStats(ctx context.Context, id CustomerId, reqEd
 	return c.Client.Do(req)
 }
 
-// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
+// GetDailySales Orders, items, gross and freight per purchase day and currency (the daily_sales rollup)
 //
-// The order summaries summed over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). from and to are both included; to is not before from and the range is at most 366 days. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model. Every invalid parameter is listed in the 422's errors.
+// The daily sales over a range of days: per UTC date of the orders' placement (their OrderPlaced's occurred_at) and currency, the orders placed, their items, their gross (the sum of unit price times quantity of every line, in minor units) and freight, and how many of them are now canceled or unavailable (their amounts stay in the gross and freight). They are read from the daily_sales rollup (one document per month and currency), or summed from the order summaries while the rollup is first built. from and to are both included; to is not before from and less than ten years after it. Rows are sorted by day then currency; days without orders are left out. It lags the log like every read model; Read-Model-Lag is the lag of the read model that answered. Every invalid parameter is listed in the 422's errors.
 //
 // Corresponds with GET /v1/daily-sales (the `GetDailySales` operationId).
 func (c *Client) GetDailySales(ctx context.Context, params *GetDailySalesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4658,7 +4658,7 @@ type ServerInterface interface {
 	// GetCustomerOrderStats A customer's order statistics (summed from the order summaries)
 	// (GET /v1/customers/{id}/order-stats)
 	GetCustomerOrderStats(ctx echo.Context, id CustomerId) error
-	// GetDailySales Orders, items, gross and freight per purchase day and currency (summed from the order summaries)
+	// GetDailySales Orders, items, gross and freight per purchase day and currency (the daily_sales rollup)
 	// (GET /v1/daily-sales)
 	GetDailySales(ctx echo.Context, params GetDailySalesParams) error
 	// ListOrderSummaries List order summaries, paginated by cursor

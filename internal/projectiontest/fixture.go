@@ -229,13 +229,15 @@ var CustomerTotals = projection.Definition[Contribution]{
 // DiffReadModels returns nil when the read models of db equal the fold of
 // the log for every stream of f: each summary (Reader.Summary) is the
 // folded order, each customer's stats (Reader.CustomerStats) are
-// ExpectedStats and the daily sales over f's days (Reader.DailySales) are
+// ExpectedStats and the daily sales over f's days (Reader.DailySales: the
+// rollup once built, else summed from the summaries) are
 // ExpectedDailySales; the log must hold no other order of f's customers
 // or placed on f's days. With totals, each CustomerTotals document is the
 // folded order's too.
 func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture, totals ...bool) error {
 	ps := mongodb.NewPointers(db)
-	r := mongodb.NewReader(db, ps)
+	sales := projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), nil, nil, ps, nil, 0)
+	r := mongodb.NewReader(db, ps, sales)
 	ct := mongodb.NewProjection(db, CustomerTotals, nil, nil, ps)
 	for _, id := range f.IDs {
 		want := f.Orders[id]
@@ -272,7 +274,7 @@ func DiffReadModels(ctx context.Context, db *mongo.Database, f *Fixture, totals 
 	}
 	from, _ := time.Parse(time.DateOnly, first)
 	to, _ := time.Parse(time.DateOnly, last)
-	got, err := r.DailySales(ctx, from, to, "")
+	got, _, err := r.DailySales(ctx, from, to, "")
 	if err != nil {
 		return fmt.Errorf("daily sales %s to %s: %w", first, last, err)
 	}

@@ -1,0 +1,629 @@
+package projection
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/orderd/orderd/domain"
+)
+
+// RollupDefinition describes a rollup: a projection of every stream into a
+// few documents of sums, fed with the events in the order the relay
+// published them (their log positions, Delivery.Position).
+type RollupDefinition struct {
+	Name       string
+	Collection string
+	// Version is the definition's own version (0 counts as 1), bumped when
+	// what it sums or its documents' shape changes (see Definition).
+	Version int
+}
+
+// Ver is the definition's version, at least 1.
+func (d RollupDefinition) Ver() int { return max(d.Version, 1) }
+
+// Key names what belongs to one version of the rollup: its consumer and
+// the prefix of its rebuilt collections.
+func (d RollupDefinition) Key() string { return VersionKey(d.Name, d.Ver()) }
+
+// DailySales is the daily_sales rollup: per UTC day of placement and
+// currency, the orders placed, their items, gross (their lines' prices)
+// and freight, and how many of them are now canceled or unavailable; one
+// document per month and currency (SalesMonth), so a year's answer reads
+// twelve documents a currency. Version 1 was a read model of one document
+// per order, which this version replaces.
+var DailySales = RollupDefinition{Name: "daily_sales", Collection: "daily_sales", Version: 2}
+
+// SalesMonth is a document of the daily sales: one month's days in one
+// currency, and how far the log has been applied to it.
+type SalesMonth struct {
+	ID       string              // MonthID of Month and Currency
+	Month    string              // YYYY-MM
+	Currency string              // ISO 4217
+	Days     map[string]DaySales // by day, YYYY-MM-DD
+	// Position is the log position of the last event applied: every event
+	// of this document at or below it is counted, none above it.
+	Position uint64
+	// Merged is the build whose scan's sums were added to the document
+	// (at most once); "" when none.
+	Merged string
+	// Retried are the dead letters whose events were counted later, by a
+	// retry (each at most once).
+	Retried []string
+	// Rev counts the month's writes: every write is a compare-and-set on
+	// it (RollupStore.SaveMonth).
+	Rev uint64
+}
+
+// DaySales is one day's sums in one currency.
+type DaySales struct {
+	Orders, Items, GrossCents, FreightCents, Canceled, Unavailable int64
+}
+
+func (d *DaySales) add(o DaySales) {
+	d.Orders += o.Orders
+	d.Items += o.Items
+	d.GrossCents += o.GrossCents
+	d.FreightCents += o.FreightCents
+	d.Canceled += o.Canceled
+	d.Unavailable += o.Unavailable
+}
+
+// MonthID is the id of the SalesMonth of day (YYYY-MM-DD) in currency:
+// "YYYY-MM|<currency>". Ids sort by month, so a range of months is a range
+// of ids.
+func MonthID(day, currency string) string { return day[:7] + "|" + currency }
+
+// Delivery is one message of the event stream as a rollup takes it: the
+// event (or why it does not decode), its log position (the relay's count
+// of the events it published, 0 when the message has none: a replay) and
+// its stream sequence.
+type Delivery struct {
+	Event    domain.Event
+	Err      error
+	Position uint64
+	Seq      uint64
+}
+
+// RollupCursor is how far a rollup collection has applied the log: every
+// event at or below Position (whose message is at stream sequence Seq).
+// Events recorded at or before Cut are not applied to it: a build's scan
+// counted them (zero: none is skipped).
+type RollupCursor struct {
+	Position uint64
+	Seq      uint64
+	Cut      time.Time
+}
+
+// GapError says that the events before Delivery.Position were not given:
+// positions From to To (stream sequences after AfterSeq and before
+// BeforeSeq) must be applied first. The caller reads them from the stream
+// and applies them with the rest.
+type GapError struct {
+	Collection string
+	From, To   uint64
+	AfterSeq   uint64
+	BeforeSeq  uint64
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("%s: log positions %d to %d not delivered (stream sequences %d to %d)", e.Collection, e.From, e.To, e.AfterSeq+1, e.BeforeSeq-1)
+}
+
+// RollupStore is the storage of a rollup's collections; the MongoDB
+// adapter's *mongodb.Rollups implements it. Its errors are
+// domain.ErrUnavailable when the store cannot be reached.
+type RollupStore interface {
+	// LoadMonths returns the months of coll with the given ids that exist.
+	LoadMonths(ctx context.Context, coll string, ids []string) (map[string]SalesMonth, error)
+	// SaveMonth writes m in coll in place of the month stored at revision
+	// m.Rev-1 (where there is none, for m.Rev 1): a compare-and-set. It
+	// reports false when the stored month is not the one read.
+	SaveMonth(ctx context.Context, coll string, m SalesMonth) (bool, error)
+	// Months returns coll's months whose ids are from to to, both
+	// included, sorted by id.
+	Months(ctx context.Context, coll, from, to string) ([]SalesMonth, error)
+	// Cursor returns coll's cursor; false when it has none (a shadow not
+	// started yet).
+	Cursor(ctx context.Context, coll string) (RollupCursor, bool, error)
+	// SaveCursor stores c as coll's cursor over a lower position only (or
+	// where there is none).
+	SaveCursor(ctx context.Context, coll string, c RollupCursor) error
+	// SaveContributions records what a build's scan counted of each
+	// stream, replacing those of the same streams.
+	SaveContributions(ctx context.Context, coll string, cs []Contribution) error
+	// EachContribution calls fn with every contribution recorded for coll.
+	EachContribution(ctx context.Context, coll string, fn func(Contribution) error) error
+	// DropSums drops what SaveContributions recorded for coll.
+	DropSums(ctx context.Context, coll string) error
+}
+
+// Contribution is what a stream's events add to the daily sales, on the
+// day and currency of the order's placement.
+type Contribution struct {
+	Stream   string
+	Day      string
+	Currency string
+	Sales    DaySales
+}
+
+// Positions is where the relay has published up to: the log position and
+// stream sequence of its checkpoint. A rollup's build starts its shadow
+// there.
+type Positions interface {
+	Published(ctx context.Context) (position, seq uint64, err error)
+}
+
+// Rollup is a rollup as the service runs it: its definition, the pointer
+// to its collections, and the fold of a run of deliveries into them. The
+// storage is RollupStore's.
+type Rollup struct {
+	def       RollupDefinition
+	store     RollupStore
+	log       Log
+	metrics   *Metrics
+	pointers  Pointers
+	published Positions
+	margin    time.Duration
+	placed    *lru.Cache[string, placement]
+
+	mu      sync.Mutex
+	cursors map[string]RollupCursor // by collection, as last read or written
+	lost    map[string]bool         // collections whose positions were lost (Lost)
+}
+
+// placement is the day and currency an order was placed on and in.
+type placement struct{ day, currency string }
+
+// NewRollup returns the rollup def kept in store, its pointer read
+// through ps, reading the orders' placements from log; published says
+// where a build's shadow starts, and margin is how far the instances'
+// clocks may disagree plus the longest append (a build counts the events
+// recorded up to a cut in its scan, and scans margin after the cut). m
+// may be nil.
+func NewRollup(def RollupDefinition, store RollupStore, log Log, m *Metrics, ps Pointers, published Positions, margin time.Duration) *Rollup {
+	c, _ := lru.New[string, placement](cacheSize)
+	m.Init(def.Name)
+	return &Rollup{def: def, store: store, log: log, metrics: m, pointers: ps, published: published, margin: margin,
+		placed: c, cursors: map[string]RollupCursor{}, lost: map[string]bool{}}
+}
+
+// Name is the rollup's name.
+func (r *Rollup) Name() string { return r.def.Name }
+
+// Version is the version of the definition this process folds.
+func (r *Rollup) Version() int { return r.def.Ver() }
+
+// Key names this version's consumer.
+func (r *Rollup) Key() string { return r.def.Key() }
+
+// Collection is the definition's base collection.
+func (r *Rollup) Collection() string { return r.def.Collection }
+
+// Pointer returns the rollup's pointer, at most maxAge old.
+func (r *Rollup) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
+	return r.pointers.Get(ctx, r.def.Name, r.def.Collection, maxAge)
+}
+
+// EnsureIndexes has nothing to create: a rollup is read by _id.
+func (r *Rollup) EnsureIndexes(context.Context) error { return nil }
+
+// EnsureCollectionIndexes has nothing to create either.
+func (r *Rollup) EnsureCollectionIndexes(context.Context, string) error { return nil }
+
+// contribution returns what event e adds to the daily sales, and false
+// when it adds nothing. Errors: the log's, reading the placement of an
+// order canceled or marked unavailable (which its event does not carry),
+// wrapped; domain.ErrNotFound (wrapped) when the log has no placement of
+// that order.
+func (r *Rollup) contribution(ctx context.Context, e domain.Event) (Contribution, bool, error) {
+	c := Contribution{Stream: e.StreamID}
+	switch d := e.Data.(type) {
+	case domain.OrderPlaced:
+		c.placed(e, d)
+		return c, true, nil
+	case *domain.OrderPlaced:
+		c.placed(e, *d)
+		return c, true, nil
+	}
+	switch e.Type {
+	case domain.TypeOrderCanceled:
+		c.Sales.Canceled = 1
+	case domain.TypeOrderMarkedUnavailable:
+		c.Sales.Unavailable = 1
+	default:
+		return c, false, nil
+	}
+	p, err := r.placement(ctx, e.StreamID)
+	if err != nil {
+		return c, false, err
+	}
+	c.Day, c.Currency = p.day, p.currency
+	return c, true, nil
+}
+
+// placed sets c to what placing an order adds.
+func (c *Contribution) placed(e domain.Event, d domain.OrderPlaced) {
+	o := domain.Order{}
+	_ = o.Apply(domain.Event{StreamID: e.StreamID, Type: e.Type, Version: 1, OccurredAt: e.OccurredAt, Data: d})
+	c.Day, c.Currency = SaleDay(e.OccurredAt), d.Currency
+	c.Sales = DaySales{Orders: 1, Items: o.ItemCount, GrossCents: o.SubtotalCents, FreightCents: o.FreightCents}
+}
+
+// placement returns the day and currency of an order's placement, read
+// from its stream's first event and cached.
+func (r *Rollup) placement(ctx context.Context, stream string) (placement, error) {
+	if p, ok := r.placed.Get(stream); ok {
+		return p, nil
+	}
+	evs, err := r.log.LoadFrom(ctx, stream, 1)
+	if err != nil {
+		return placement{}, fmt.Errorf("placement of %s: %w", stream, err)
+	}
+	if len(evs) == 0 || evs[0].Version != 1 {
+		return placement{}, fmt.Errorf("placement of %s: %w", stream, domain.ErrNotFound)
+	}
+	var c Contribution
+	switch d := evs[0].Data.(type) {
+	case domain.OrderPlaced:
+		c.placed(evs[0], d)
+	case *domain.OrderPlaced:
+		c.placed(evs[0], *d)
+	default:
+		return placement{}, fmt.Errorf("placement of %s: its first event is %s: %w", stream, evs[0].Type, domain.ErrNotFound)
+	}
+	p := placement{c.Day, c.Currency}
+	r.placed.Add(stream, p)
+	return p, nil
+}
+
+// Apply applies a run of deliveries, sorted by stream sequence, to every
+// collection of this version the pointer names (a build's shadow first,
+// then the collection a switch replaced, then the active one). Each
+// collection takes the events past its cursor, which must follow on from
+// it: a *GapError names the positions missing, to be read from the stream
+// and given with the rest. Deliveries without a position (a replay) are
+// passed over. It returns the deliveries, by index, that cannot be
+// counted (a message that does not decode, an order whose placement the
+// log does not hold): the collections pass over them, and the caller
+// parks them. Errors: a *GapError, or one that may pass (the store or the
+// log cannot be reached), after which any collection may or may not have
+// been written and the run must be given again.
+func (r *Rollup) Apply(ctx context.Context, ds []Delivery) (Outcome, map[int]error, error) {
+	ptr, err := r.Pointer(ctx, WriterPointerAge)
+	if err != nil {
+		return Outcome{}, nil, err
+	}
+	var colls []string
+	if ptr.Generation > 0 {
+		// Without a pointer document (Pointers.Ensure writes the
+		// first), the base collection may be a former version's.
+		colls = ptr.Collections(r.def.Ver())
+	}
+	counted := make([]*Contribution, len(ds))
+	poison := map[int]error{}
+	for i, d := range ds {
+		if d.Position == 0 {
+			continue
+		}
+		if d.Err != nil {
+			poison[i] = d.Err
+			continue
+		}
+		c, ok, err := r.contribution(ctx, d.Event)
+		switch {
+		case err != nil && Passes(err):
+			return Outcome{}, nil, err
+		case err != nil:
+			poison[i] = err
+		case ok:
+			counted[i] = &c
+		}
+	}
+	var (
+		out Outcome
+		gap error // the first collection's gap; the others go on
+	)
+	for _, coll := range colls {
+		r.mu.Lock()
+		lost := r.lost[coll]
+		r.mu.Unlock()
+		if lost || (coll == ptr.Active && ptr.Broken != "") {
+			continue
+		}
+		o, err := r.applyTo(ctx, coll, ds, counted)
+		var g *GapError
+		switch {
+		case errors.As(err, &g):
+			if gap == nil {
+				gap = err
+			}
+			continue
+		case err != nil:
+			return Outcome{}, nil, err
+		}
+		out = o
+	}
+	r.metrics.Record(r.def.Name, out)
+	if gap != nil {
+		return out, poison, gap
+	}
+	return out, poison, nil
+}
+
+// Lost sets aside the collection of gap, whose log positions are neither
+// delivered nor in the stream: this process applies nothing more to it,
+// and when readers read it the pointer says it is broken
+// (Pointer.Broken), which readers then leave aside and a build of this
+// version repairs. Errors: the pointer's write.
+func (r *Rollup) Lost(ctx context.Context, gap *GapError) error {
+	r.mu.Lock()
+	r.lost[gap.Collection] = true
+	r.mu.Unlock()
+	_, err := r.pointers.Update(ctx, r.def.Name, r.def.Collection, func(p *Pointer) (bool, error) {
+		if p.Active != gap.Collection || p.Broken != "" {
+			return false, nil
+		}
+		p.Broken = fmt.Sprintf("%s: %v", ErrPositionsLost, gap)
+		return true, nil
+	})
+	return err
+}
+
+// Recount counts the events of dead letter id once in the collection
+// readers read (SalesMonth.Retried keeps it from counting twice). Errors:
+// domain.ErrNotBuilt, the contribution's (the placement still missing),
+// the store's.
+func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) error {
+	ptr, err := r.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if ptr.Active == "" || ptr.ActiveVer() != r.def.Ver() {
+		return fmt.Errorf("%s: %w", r.def.Name, domain.ErrNotBuilt)
+	}
+	for _, e := range evs {
+		c, ok, err := r.contribution(ctx, e)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if err := r.recount(ctx, ptr.Active, id, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recount adds c to its month of coll unless dead letter id was counted
+// there already, in one compare-and-set write.
+func (r *Rollup) recount(ctx context.Context, coll, id string, c Contribution) error {
+	mid := MonthID(c.Day, c.Currency)
+	for range maxSaveTries {
+		months, err := r.store.LoadMonths(ctx, coll, []string{mid})
+		if err != nil {
+			return err
+		}
+		m, exists := months[mid]
+		if slices.Contains(m.Retried, id) {
+			return nil
+		}
+		if !exists {
+			m = SalesMonth{ID: mid, Month: c.Day[:7], Currency: c.Currency}
+		}
+		if m.Days == nil {
+			m.Days = map[string]DaySales{}
+		}
+		d := m.Days[c.Day]
+		d.add(c.Sales)
+		m.Days[c.Day] = d
+		m.Retried = append(m.Retried, id)
+		m.Rev++
+		ok, err := r.store.SaveMonth(ctx, coll, m)
+		if err != nil || ok {
+			return err
+		}
+	}
+	return fmt.Errorf("%s: recount %s in %s: changed by another writer %d times: %w", r.def.Name, id, mid, maxSaveTries, domain.ErrUnavailable)
+}
+
+// cursor returns coll's cursor as last read or written by this process,
+// reading it when it has none (fresh: always); false when coll has none
+// (a shadow whose build has not started).
+func (r *Rollup) cursor(ctx context.Context, coll string, fresh bool) (RollupCursor, bool, error) {
+	r.mu.Lock()
+	c, ok := r.cursors[coll]
+	r.mu.Unlock()
+	if ok && !fresh {
+		return c, true, nil
+	}
+	c, ok, err := r.store.Cursor(ctx, coll)
+	if err != nil {
+		return c, ok, err
+	}
+	if !ok {
+		if coll != r.def.Collection {
+			return c, false, nil
+		}
+		// The base collection is of this version only when the log was
+		// empty as the pointer was first written (Pointers.Ensure): it
+		// starts at the log's first position.
+		c = RollupCursor{}
+	}
+	r.mu.Lock()
+	r.cursors[coll] = c
+	r.mu.Unlock()
+	return c, true, nil
+}
+
+// applyTo applies the deliveries past coll's cursor, which must follow on
+// from it, to coll: one compare-and-set write per month the events touch,
+// then the cursor. A collection without a cursor (a shadow its build has
+// not started) takes nothing.
+func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
+	var out Outcome
+	cur, ok, err := r.cursor(ctx, coll, false)
+	if err != nil || !ok {
+		return out, err
+	}
+	// Another process may have moved the cursor on (a pin that moved):
+	// read it again before calling anything a gap.
+	for fresh := false; ; fresh = true {
+		first := -1
+		for i, d := range ds {
+			if d.Position > cur.Position && d.Position != 0 {
+				first = i
+				break
+			}
+		}
+		if first < 0 {
+			out.Duplicates = len(ds)
+			return out, nil
+		}
+		if ds[first].Position == cur.Position+1 {
+			break
+		}
+		if fresh {
+			return out, &GapError{Collection: coll, From: cur.Position + 1, To: ds[first].Position - 1, AfterSeq: cur.Seq, BeforeSeq: ds[first].Seq}
+		}
+		if cur, ok, err = r.cursor(ctx, coll, true); err != nil || !ok {
+			return out, err
+		}
+	}
+	// The run: consecutive positions from the cursor on.
+	last := cur
+	byMonth := map[string][]int{}
+	for i, d := range ds {
+		switch {
+		case d.Position == 0 || d.Position <= last.Position:
+			out.Duplicates++
+			continue
+		case d.Position != last.Position+1:
+			return out, &GapError{Collection: coll, From: last.Position + 1, To: d.Position - 1, AfterSeq: last.Seq, BeforeSeq: d.Seq}
+		}
+		last.Position, last.Seq = d.Position, d.Seq
+		c := counted[i]
+		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
+			continue
+		}
+		id := MonthID(c.Day, c.Currency)
+		byMonth[id] = append(byMonth[id], i)
+		out.Applied++
+	}
+	for _, id := range slices.Sorted(maps.Keys(byMonth)) {
+		if err := r.addToMonth(ctx, coll, id, ds, counted, byMonth[id]); err != nil {
+			return Outcome{}, err
+		}
+	}
+	if err := r.store.SaveCursor(ctx, coll, last); err != nil {
+		return Outcome{}, fmt.Errorf("%s: cursor of %s: %w", r.def.Name, coll, err)
+	}
+	r.mu.Lock()
+	if c, ok := r.cursors[coll]; !ok || c.Position < last.Position {
+		r.cursors[coll] = last
+	}
+	r.mu.Unlock()
+	return out, nil
+}
+
+// maxSaveTries bounds the compare-and-set writes of a month that another
+// writer keeps changing.
+const maxSaveTries = 10
+
+// addToMonth adds to month id of coll the contributions of the
+// deliveries at idx (in position order) past the month's position, in
+// one compare-and-set write, read again and retried when another writer
+// moved it in between.
+func (r *Rollup) addToMonth(ctx context.Context, coll, id string, ds []Delivery, counted []*Contribution, idx []int) error {
+	for range maxSaveTries {
+		months, err := r.store.LoadMonths(ctx, coll, []string{id})
+		if err != nil {
+			return fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
+		}
+		m, exists := months[id]
+		if !exists {
+			c := counted[idx[0]]
+			m = SalesMonth{ID: id, Month: c.Day[:7], Currency: c.Currency}
+		}
+		if m.Days == nil {
+			m.Days = map[string]DaySales{}
+		}
+		changed := false
+		for _, i := range idx {
+			if ds[i].Position <= m.Position {
+				continue // counted by another writer
+			}
+			c := counted[i]
+			day := m.Days[c.Day]
+			day.add(c.Sales)
+			m.Days[c.Day] = day
+			changed = true
+		}
+		if !changed {
+			return nil
+		}
+		m.Position = ds[idx[len(idx)-1]].Position
+		m.Rev++
+		ok, err := r.store.SaveMonth(ctx, coll, m)
+		if err != nil {
+			return fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
+		}
+		if ok {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s: write %s of %s: changed by another writer %d times: %w", r.def.Name, id, coll, maxSaveTries, domain.ErrUnavailable)
+}
+
+// Sales returns the daily sales readers read over the UTC dates of from
+// to to (both included; the time of day is ignored), of one currency when
+// currency is not empty: one row per day and currency with sales, sorted
+// by day then currency, read from the months of the range. Errors:
+// domain.ErrNotBuilt before a first build has switched to a collection of
+// this version, domain.ErrUnavailable.
+func (r *Rollup) Sales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
+	ptr, err := r.pointers.Last(ctx, r.def.Name, r.def.Collection, readerPointerAge)
+	if err != nil {
+		return nil, err
+	}
+	if ptr.Active == "" || ptr.ActiveVer() != r.def.Ver() || ptr.Broken != "" {
+		return nil, fmt.Errorf("%s: %w", r.def.Name, domain.ErrNotBuilt)
+	}
+	first, last := SaleDay(from), SaleDay(to)
+	months, err := r.store.Months(ctx, ptr.Active, first[:7]+"|", last[:7]+"|~")
+	if err != nil {
+		return nil, fmt.Errorf("%s: months %s to %s: %w", r.def.Name, first[:7], last[:7], err)
+	}
+	out := []domain.DailySales{}
+	for _, m := range months {
+		if currency != "" && m.Currency != currency {
+			continue
+		}
+		for day, s := range m.Days {
+			if day < first || day > last || s == (DaySales{}) {
+				continue
+			}
+			out = append(out, domain.DailySales{Day: day, Currency: m.Currency, OrdersPlaced: s.Orders, Items: s.Items,
+				GrossCents: s.GrossCents, FreightCents: s.FreightCents, OrdersCanceled: s.Canceled, OrdersUnavailable: s.Unavailable})
+		}
+	}
+	slices.SortFunc(out, func(a, b domain.DailySales) int {
+		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Currency, b.Currency))
+	})
+	return out, nil
+}
+
+// ErrPositionsLost says that a rollup cannot go on: log positions it has
+// not applied are neither delivered nor in the stream (the stream lost
+// them, or the relay caught up from the log and started its positions
+// anew). Only a build from the log repairs it.
+var ErrPositionsLost = errors.New("log positions lost")

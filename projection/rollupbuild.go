@@ -1,0 +1,394 @@
+package projection
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/pause"
+)
+
+// A rollup is built (on a store that never had this version, by a
+// rebuild, or to verify it) in a shadow collection, without a
+// transaction and without counting an event twice or missing one:
+//
+//   - Prepare starts the shadow's cursor where the relay has published up
+//     to, and sets its cut a clock margin ahead. From then on the live
+//     feed (Apply) counts in the shadow every event recorded after the
+//     cut, and no other: an event recorded after the cut was published
+//     after the cursor's position, so it reaches the shadow.
+//   - The scan (WriteFolds), which starts a margin after the cut, counts
+//     every event recorded up to the cut: each was committed by the time
+//     the scan starts (the margin bounds how far the appending instances'
+//     clocks disagree plus the longest append, as for the relay's
+//     catch-up), so the scan reads it. It records each stream's
+//     contribution (idempotent: a scan resumed from its cursor writes
+//     them again), not sums.
+//   - The finish (VerifySums) adds the recorded contributions to the
+//     shadow's months, each month once (SalesMonth.Merged), and waits
+//     until the shadow's cursor has reached the active collection's, so
+//     that a switch shows readers nothing older.
+
+// scanCut returns coll's cut, which Prepare set. Errors: the store's;
+// domain.ErrNotFound (wrapped) when coll has no cursor.
+func (r *Rollup) scanCut(ctx context.Context, coll string) (time.Time, error) {
+	cur, ok, err := r.store.Cursor(ctx, coll)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if !ok || cur.Cut.IsZero() {
+		return time.Time{}, fmt.Errorf("%s: %s has no cut: %w", r.def.Name, coll, domain.ErrNotFound)
+	}
+	return cur.Cut, nil
+}
+
+// Prepare starts shadow, the collection of a build: its cursor at where
+// the relay has published up to, its cut a clock margin from now. It
+// returns when the build's scan may start: a margin after the cut. A
+// shadow already started keeps its cursor (a plan run again).
+func (r *Rollup) Prepare(ctx context.Context, shadow string) (time.Time, error) {
+	if cur, ok, err := r.store.Cursor(ctx, shadow); err != nil {
+		return time.Time{}, err
+	} else if ok {
+		return cur.Cut.Add(r.margin), nil
+	}
+	pos, seq, err := r.published.Published(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%s: where the relay has published: %w", r.def.Name, err)
+	}
+	// To the millisecond, as the store keeps it.
+	cur := RollupCursor{Position: pos, Seq: seq, Cut: time.Now().UTC().Add(r.margin).Truncate(time.Millisecond)}
+	if err := r.store.SaveCursor(ctx, shadow, cur); err != nil {
+		return time.Time{}, fmt.Errorf("%s: start %s: %w", r.def.Name, shadow, err)
+	}
+	return cur.Cut.Add(r.margin), nil
+}
+
+// WriteFolds records, for a build's scan, what each stream's events
+// recorded up to coll's cut add to the daily sales (one Contribution per
+// stream, on its placement's day and currency). A stream whose first
+// event is not its placement, or that cannot be read (StreamEvents.Err),
+// is counted as poison, its other events still counted when its placement
+// is known. Errors: the store's.
+func (r *Rollup) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
+	var res FoldResult
+	cut, err := r.scanCut(ctx, coll)
+	if err != nil {
+		return res, err
+	}
+	var cs []Contribution
+	for _, st := range streams {
+		res.Events += int64(len(st.Events))
+		c, err := r.streamContribution(st, cut)
+		if err == nil {
+			err = st.Err
+		}
+		if err != nil {
+			res.Poison++
+			if len(res.Errors) < 5 {
+				res.Errors = append(res.Errors, err.Error())
+			}
+		}
+		if c.Day != "" {
+			cs = append(cs, c)
+		}
+	}
+	if len(cs) == 0 {
+		return res, nil
+	}
+	if err := r.store.SaveContributions(ctx, coll, cs); err != nil {
+		return res, fmt.Errorf("%s: record contributions in %s: %w", r.def.Name, SumsCollection(coll), err)
+	}
+	return res, nil
+}
+
+// streamContribution adds up what the events of one stream recorded up
+// to cut add to the daily sales.
+func (r *Rollup) streamContribution(st domain.StreamEvents, cut time.Time) (Contribution, error) {
+	c := Contribution{Stream: st.StreamID}
+	if len(st.Events) == 0 {
+		return c, nil
+	}
+	var p Contribution
+	switch d := st.Events[0].Data.(type) {
+	case domain.OrderPlaced:
+		p.placed(st.Events[0], d)
+	case *domain.OrderPlaced:
+		p.placed(st.Events[0], *d)
+	default:
+		return c, fmt.Errorf("%s: the first event of %s is %s, not its placement", r.def.Name, st.StreamID, st.Events[0].Type)
+	}
+	c.Day, c.Currency = p.Day, p.Currency
+	for _, e := range st.Events {
+		if e.RecordedAt.After(cut) {
+			continue
+		}
+		switch e.Type {
+		case domain.TypeOrderPlaced:
+			if e.Version == 1 {
+				c.Sales.add(p.Sales)
+			}
+		case domain.TypeOrderCanceled:
+			c.Sales.Canceled++
+		case domain.TypeOrderMarkedUnavailable:
+			c.Sales.Unavailable++
+		}
+	}
+	return c, nil
+}
+
+// catchUpWait bounds how long a build's finish waits for its shadow to
+// reach the active collection's cursor; past it the finish fails and is
+// run again later.
+const catchUpWait = 2 * time.Minute
+
+// VerifySums is the finish of a rollup's build: it adds the contributions
+// its scan recorded to coll's months, each month once, and waits until
+// coll's cursor has reached the active collection's (of any version: a
+// first build waits for none). Its report counts the contributions
+// (Streams) and the months written (Documents); a rollup's build has
+// nothing to repair, its sums being exact by construction. progress (nil:
+// none) is called every 500 contributions. Errors: the store's,
+// progress's, and domain.ErrUnavailable (wrapped) when coll did not catch
+// up within catchUpWait (the live feed does not run, or lost positions).
+func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress func(VerifyProgress) error) (VerifyReport, error) {
+	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
+	months := map[string]map[string]DaySales{}
+	currency := map[string]string{}
+	var pr VerifyProgress
+	err := r.store.EachContribution(ctx, coll, func(c Contribution) error {
+		rep.Streams++
+		id := MonthID(c.Day, c.Currency)
+		if months[id] == nil {
+			months[id], currency[id] = map[string]DaySales{}, c.Currency
+		}
+		d := months[id][c.Day]
+		d.add(c.Sales)
+		months[id][c.Day] = d
+		pr.Streams, pr.Cursor = rep.Streams, c.Stream
+		if rep.Streams%500 == 0 && progress != nil {
+			return progress(pr)
+		}
+		return nil
+	})
+	if err != nil {
+		return rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
+	}
+	for _, id := range slices.Sorted(maps.Keys(months)) {
+		written, err := r.merge(ctx, coll, id, currency[id], months[id])
+		if err != nil {
+			return rep, err
+		}
+		if written {
+			rep.Documents++
+		}
+	}
+	if err := r.waitCaughtUp(ctx, coll); err != nil {
+		return rep, err
+	}
+	if progress != nil {
+		if err := progress(pr); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// merge adds a scan's days to month id of coll unless a merge of coll's
+// build already did (SalesMonth.Merged), in one compare-and-set write.
+func (r *Rollup) merge(ctx context.Context, coll, id, currency string, days map[string]DaySales) (bool, error) {
+	for range maxSaveTries {
+		months, err := r.store.LoadMonths(ctx, coll, []string{id})
+		if err != nil {
+			return false, fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
+		}
+		m, exists := months[id]
+		if m.Merged == coll {
+			return false, nil
+		}
+		if !exists {
+			m = SalesMonth{ID: id, Month: id[:7], Currency: currency}
+		}
+		if m.Days == nil {
+			m.Days = map[string]DaySales{}
+		}
+		for day, s := range days {
+			d := m.Days[day]
+			d.add(s)
+			m.Days[day] = d
+		}
+		m.Merged = coll
+		m.Rev++
+		ok, err := r.store.SaveMonth(ctx, coll, m)
+		if err != nil {
+			return false, fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, fmt.Errorf("%s: merge into %s of %s: changed by another writer %d times: %w", r.def.Name, id, coll, maxSaveTries, domain.ErrUnavailable)
+}
+
+// waitCaughtUp waits until coll's cursor has reached the active
+// collection's cursor as read now, up to catchUpWait.
+func (r *Rollup) waitCaughtUp(ctx context.Context, coll string) error {
+	ptr, err := r.Pointer(ctx, 0)
+	if err != nil {
+		return err
+	}
+	if ptr.Active == "" || ptr.Active == coll || ptr.ActiveVer() != r.def.Ver() || ptr.Broken != "" {
+		return nil
+	}
+	target, ok, err := r.store.Cursor(ctx, ptr.Active)
+	if err != nil || !ok {
+		return err
+	}
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		cur, _, err := r.store.Cursor(ctx, coll)
+		if err != nil {
+			return err
+		}
+		if cur.Position >= target.Position {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %s at log position %d, %s at %d after %v: %w", r.def.Name, coll, cur.Position, ptr.Active, target.Position,
+				catchUpWait, domain.ErrUnavailable)
+		}
+		if pause.For(ctx, 100*time.Millisecond); ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// DropSums drops the contributions a build's scan recorded.
+func (r *Rollup) DropSums(ctx context.Context, coll string) error { return r.store.DropSums(ctx, coll) }
+
+// Verify is not how a rollup is verified: its verify job builds a shadow
+// and compares it with the active collection (Compare). Errors:
+// domain.ErrValidation.
+func (r *Rollup) Verify(context.Context, string, Scanner, bool, func(VerifyProgress) error) (VerifyReport, error) {
+	return VerifyReport{}, fmt.Errorf("%s: a rollup is verified by a build and a comparison: %w", r.def.Name, domain.ErrValidation)
+}
+
+// Compare compares coll, a build's shadow caught up with active, with
+// active, day by day: each day and currency whose sums differ is drift
+// ("different"; "missing" when active has no sums for it, "extra" when
+// coll has none). The two collections are read while their cursors stand
+// still at one position (both fed by the same live batches), read again
+// until they do. Errors: the store's; domain.ErrUnavailable (wrapped)
+// when the cursors kept moving apart for catchUpWait.
+func (r *Rollup) Compare(ctx context.Context, coll, active string) (VerifyReport, error) {
+	rep := VerifyReport{Collection: active, Examples: []DriftExample{}}
+	deadline := time.Now().Add(catchUpWait)
+	for {
+		a, b, pos, ok, err := r.snapshot(ctx, active, coll)
+		if err != nil {
+			return rep, err
+		}
+		if ok {
+			r.diff(&rep, a, b, int64(pos))
+			return rep, nil
+		}
+		if time.Now().After(deadline) {
+			return rep, fmt.Errorf("%s: %s and %s never at one position within %v: %w", r.def.Name, active, coll, catchUpWait, domain.ErrUnavailable)
+		}
+		if pause.For(ctx, 50*time.Millisecond); ctx.Err() != nil {
+			return rep, ctx.Err()
+		}
+	}
+}
+
+// snapshot reads every month of a and of b, and reports whether both
+// cursors stood at one position, the same before and after.
+func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesMonth, pos uint64, ok bool, err error) {
+	ca, _, err := r.store.Cursor(ctx, a)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	cb, _, err := r.store.Cursor(ctx, b)
+	if err != nil || ca.Position != cb.Position {
+		return nil, nil, 0, false, err
+	}
+	if ma, err = r.store.Months(ctx, a, "", "~"); err != nil {
+		return nil, nil, 0, false, err
+	}
+	if mb, err = r.store.Months(ctx, b, "", "~"); err != nil {
+		return nil, nil, 0, false, err
+	}
+	ca2, _, err := r.store.Cursor(ctx, a)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	cb2, _, err := r.store.Cursor(ctx, b)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	return ma, mb, ca.Position, ca2.Position == ca.Position && cb2.Position == cb.Position, nil
+}
+
+// diff reports in rep each day and currency whose sums differ between
+// active's months and the built ones, and the digests of both.
+func (r *Rollup) diff(rep *VerifyReport, active, built []SalesMonth, pos int64) {
+	days := func(ms []SalesMonth) map[string]DaySales {
+		out := map[string]DaySales{}
+		for _, m := range ms {
+			for day, s := range m.Days {
+				if s != (DaySales{}) {
+					out[day+"|"+m.Currency] = s
+				}
+			}
+		}
+		return out
+	}
+	have, want := days(active), days(built)
+	var got, expected Digest
+	for _, k := range slices.Sorted(maps.Keys(have)) {
+		h, _ := DocHash(have[k])
+		got.Add(h)
+	}
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		h, _ := DocHash(want[k])
+		expected.Add(h)
+	}
+	rep.Documents, rep.Streams, rep.Events = int64(len(have)), int64(len(want)), pos
+	rep.Digest, rep.ExpectedDigest = got.String(), expected.String()
+	for _, k := range slices.Sorted(maps.Keys(mergeKeys(have, want))) {
+		h, inHave := have[k]
+		w, inWant := want[k]
+		ex := DriftExample{ID: k}
+		switch {
+		case inHave && inWant && h == w:
+			continue
+		case !inHave:
+			ex.Kind = "missing"
+			rep.Missing++
+		case !inWant:
+			ex.Kind = "extra"
+			rep.Extra++
+		default:
+			ex.Kind, ex.Fields = "different", DiffFields(h, w)
+			rep.Different++
+		}
+		if n := len(rep.Examples); n < examplesPerKind*3 {
+			rep.Examples = append(rep.Examples, ex)
+		}
+	}
+}
+
+// mergeKeys is the set of keys of a and b.
+func mergeKeys[V any](a, b map[string]V) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
+}
