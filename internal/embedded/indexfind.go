@@ -16,7 +16,7 @@ import (
 )
 
 // Finds in _id order through an index. The service reads its read models
-// with find {filter: F, sort: {_id: 1}, limit: n[, projection: P]}, where F
+// with find {filter: F, sort: {_id: 1}[, limit: n][, projection: P]}, where F
 // holds equalities of top-level fields to strings (a customer's summaries:
 // {customer_id: c[, status: s]}) and at most one range of _id over strings
 // (the next page's {_id: {$gt: after}}, a rollup's {_id: {$gte: a, $lte:
@@ -44,13 +44,14 @@ import (
 //     strings, answers as on MongoDB) and answered without the fields the
 //     projection left out.
 //
-// Any other find goes to FerretDB: another sort or operator, no limit or
-// one above maxPage, a projection that is not an inclusion of top-level
-// fields, an equality on a field no ascending index starts with, a
-// collection where a document holds an array in that field (MongoDB's
-// equality matches an array's elements, which the index does not hold),
-// and a find without an _id range whose candidates have an _id that is no
-// string (MongoDB sorts such _ids apart from strings).
+// Any other find goes to FerretDB: another sort or operator, a limit above
+// maxPage (or none, and more than maxPage candidates), a projection that
+// is not an inclusion of top-level fields, an equality on a field no
+// ascending index starts with, a collection where a document holds an
+// array in that field (MongoDB's equality matches an array's elements,
+// which the index does not hold), and a find without an _id range whose
+// candidates have an _id that is no string (MongoDB sorts such _ids apart
+// from strings).
 
 const (
 	idType = `_ferretdb_sjson->>'$."$s".p._id.t'`
@@ -67,8 +68,8 @@ var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 type indexFind struct {
 	equal        []fieldValue // in the filter's order
 	lower, upper *idBound     // nil when the range has no such end
-	limit        int64
-	projection   []string // included fields; nil without a projection
+	limit        int64        // 0 for none
+	projection   []string     // included fields; nil without a projection
 }
 
 type fieldValue struct{ field, value string }
@@ -99,8 +100,10 @@ func parseIndexFind(body bson.Raw) (q indexFind, ok bool) {
 	} else if dir, ok := keys[0].Value().AsInt64OK(); !ok || dir != 1 {
 		return q, false
 	}
-	if q.limit, ok = body.Lookup("limit").AsInt64OK(); !ok || q.limit <= 0 || q.limit > maxPage {
-		return q, false
+	if v := body.Lookup("limit"); v.Type != 0 {
+		if q.limit, ok = v.AsInt64OK(); !ok || q.limit < 0 || q.limit > maxPage {
+			return q, false
+		}
 	}
 	filter, _ := body.Lookup("filter").DocumentOK()
 	conds, err := filter.Elements()
@@ -207,16 +210,20 @@ func (f *funnel) serveIndexFind(up, c net.Conn, req []byte, cmd command) (served
 	if !ok {
 		return false, nil
 	}
-	ids, ok, err := plan.ids(h, "", q.limit)
+	limit := q.limit
+	if limit == 0 { // served while it fits one reply
+		limit = maxPage + 1
+	}
+	ids, ok, err := plan.ids(h, "", limit)
 	if err != nil {
 		return refuse(err)
 	}
-	if !ok {
+	if !ok || int64(len(ids)) > maxPage {
 		return false, nil
 	}
 	fields, added := q.readFields()
 	docs, size := bson.A{}, 0
-	for asked := q.limit; ; {
+	for asked := limit; ; {
 		for _, id := range ids {
 			doc, err := readBack(up, cmd.db, cmd.collection, id, fields)
 			if err != nil {
@@ -228,14 +235,14 @@ func (f *funnel) serveIndexFind(up, c net.Conn, req []byte, cmd command) (served
 			if size += len(doc); size > maxBatchBytes {
 				return false, nil // FerretDB answers it with a cursor
 			}
-			if docs = append(docs, without(doc, added)); int64(len(docs)) == q.limit {
+			if docs = append(docs, without(doc, added)); int64(len(docs)) == limit {
 				break
 			}
 		}
-		if int64(len(docs)) == q.limit || int64(len(ids)) < asked {
+		if int64(len(docs)) == limit || int64(len(ids)) < asked {
 			break // the page is full, or there are no more candidates
 		}
-		asked = q.limit - int64(len(docs))
+		asked = limit - int64(len(docs))
 		if ids, _, err = plan.ids(h, ids[len(ids)-1], asked); err != nil {
 			return refuse(err)
 		}

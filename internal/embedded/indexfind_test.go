@@ -17,10 +17,13 @@ import (
 var oddIDs = []string{"a", "a b", "a!", `a"q`, "a<b", `a\z`, "a&", "ab", "a\u2028", "aé", "b", "a\x01"}
 
 // findBody is a find of coll as the service sends it, sorted by _id with
-// a limit, in one batch.
+// a limit (none for 0), in one batch.
 func findBody(coll string, filter bson.D, limit int64, projection bson.D) bson.D {
 	body := bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: filter}, {Key: "sort", Value: bson.D{{Key: "_id", Value: 1}}},
-		{Key: "limit", Value: limit}, {Key: "batchSize", Value: int64(maxPage)}}
+		{Key: "batchSize", Value: int64(maxPage + 10)}}
+	if limit != 0 {
+		body = append(body, bson.E{Key: "limit", Value: limit})
+	}
 	if projection != nil {
 		body = append(body, bson.E{Key: "projection", Value: projection})
 	}
@@ -143,7 +146,7 @@ func ids(docs []bson.Raw) []string {
 // TestFindsInIDOrderAnswerAsFerretDB: the finds the funnel serves in _id
 // order (a customer's page and the next, with a status, a status alone,
 // every document, _id ranges of a rollup of a month, a year and ten
-// years, with and without a projection) answer byte for byte what
+// years, with and without a projection or a limit) answer byte for byte what
 // FerretDB answers, also where _ids, and the equality's value, have
 // characters whose JSON text sorts otherwise than the string; the
 // funnel's answer through the driver is the same.
@@ -195,6 +198,8 @@ func TestFindsInIDOrderAnswerAsFerretDB(t *testing.T) {
 		"a year":                           findBody("rollup", bson.D{idRange("$gte", "2017-01", "$lte", "2017-12|~")}, maxPage, nil),
 		"ten years":                        findBody("rollup", bson.D{idRange("$gte", "2010-01", "$lt", "2020-01")}, maxPage, nil),
 		"ten years, a page":                findBody("rollup", bson.D{idRange("$gte", "2010-01", "$lt", "2020-01")}, 5, nil),
+		"ten years, no limit":              findBody("rollup", bson.D{idRange("$gte", "2010-01", "$lt", "2020-01")}, 0, nil),
+		"a customer, no limit":             findBody("sums", cust("c1"), 0, nil),
 	} {
 		got, served := x.served(body)
 		if !served {
@@ -217,7 +222,7 @@ func TestFindsInIDOrderAnswerAsFerretDB(t *testing.T) {
 	// The funnel answers a find it serves in one batch; FerretDB would
 	// answer its first 101 documents and a cursor.
 	var reply bson.Raw
-	body := findBody("rollup", bson.D{idRange("$gte", "2010-01", "$lt", "2020-01")}, maxPage, nil)[:4] // no batchSize
+	body := findBody("rollup", bson.D{idRange("$gte", "2010-01", "$lt", "2020-01")}, 0, nil)[:4] // no batchSize
 	if err := x.c.Database(x.db).RunCommand(t.Context(), body).Decode(&reply); err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +235,8 @@ func TestFindsInIDOrderAnswerAsFerretDB(t *testing.T) {
 // MongoDB would goes to FerretDB: an equality on a field some document
 // holds as an array (MongoDB matches its elements), a candidate _id that
 // is no string without an _id range (MongoDB sorts it apart), an
-// equality no index starts with, another sort, no limit. A residual
+// equality no index starts with, another sort, more documents than one
+// reply holds (maxPage), asked for or without a limit. A residual
 // equality on an array (also where a candidate that fails it takes a
 // place of the page), and a range that excludes the _ids of other types,
 // are served, and answer as FerretDB does.
@@ -252,13 +258,19 @@ func TestFindsInIDOrderLeftToFerretDB(t *testing.T) {
 		bson.D{{Key: "_id", Value: bson.NewObjectID()}, {Key: "customer_id", Value: "c1"}},
 		bson.D{{Key: "_id", Value: int64(7)}, {Key: "customer_id", Value: "c1"}},
 	})
+	var many []any
+	for i := range maxPage + 1 {
+		many = append(many, bson.D{{Key: "_id", Value: fmt.Sprintf("m-%05d", i)}})
+	}
+	x.fill("many", nil, many)
 	c1 := bson.D{{Key: "customer_id", Value: "c1"}}
 	for name, body := range map[string]bson.D{
 		"an array in the indexed field": findBody("arrays", c1, 50, nil),
 		"_ids of other types":           findBody("oids", c1, 50, nil),
 		"no index":                      findBody("tags", bson.D{{Key: "tag", Value: "t"}}, 50, nil),
 		"another sort":                  {{Key: "find", Value: "tags"}, {Key: "filter", Value: c1}, {Key: "sort", Value: bson.D{{Key: "_id", Value: -1}}}, {Key: "limit", Value: int64(5)}},
-		"no limit":                      {{Key: "find", Value: "tags"}, {Key: "filter", Value: c1}, {Key: "sort", Value: bson.D{{Key: "_id", Value: 1}}}},
+		"no limit, more than a reply":   findBody("many", bson.D{}, 0, nil),
+		"a limit above a reply":         findBody("many", bson.D{}, maxPage+1, nil),
 		"an exclusion":                  findBody("tags", c1, 50, bson.D{{Key: "tag", Value: 0}}),
 	} {
 		if got, served := x.served(body); served {
