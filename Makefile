@@ -107,7 +107,7 @@ chaos:
 
 ## bench: raw store limit, command throughput, accepted-to-visible latency, rebuild rate against the raw scan,
 ## rebuild under load, the relay's publish rate against raw async publishes, projection apply rate with
-## 1-3 projectors against raw updates
+## 1-3 projectors against raw updates, the read routes' latency against the raw look-up
 bench:
 	$(GO) test ./outbox -run '^$$' -bench . -benchtime 1x -timeout 10m
 	$(GO) test ./cmd/orderd -run '^$$' -bench . -benchtime 1x -timeout 30m

@@ -56,8 +56,8 @@ func (c *commandCounter) during(t *testing.T, fn func() error) map[string]int {
 // idempotency key one find, a batch of many streams into a cold read
 // model one find and one bulk update, the same batch again (cached, all
 // duplicates) nothing, a page of the log, of every commit or of one
-// correlation id, one find, and a customer's stats or a range of daily
-// sales one aggregation.
+// correlation id, one find, a customer's stats or page of summaries one
+// find, and a range of daily sales one aggregation.
 func TestMongoDBPathsRoundTrips(t *testing.T) {
 	ctx := projectiontest.Context(t, time.Minute)
 	counter := &commandCounter{n: map[string]int{}}
@@ -81,6 +81,9 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	rm := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
+	if err := rm.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	for name, tc := range map[string]struct {
 		fn   func() error
@@ -125,9 +128,27 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	}
 
 	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
-	// FerretDB 1.24 has neither a $max accumulator (the stats' newest
-	// recorded_at) nor $dateToString (the day of placed_at): on the
-	// embedded store the aggregations are sent, refused, and only counted.
+	if _, err := r.CustomerStats(ctx, "cust-0"); err != nil { // reads the pointer once
+		t.Fatal(err)
+	}
+	for customer, want := range f.ExpectedStats() {
+		var got domain.CustomerOrderStats
+		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, customer); return err })
+		if !maps.Equal(sent, map[string]int{"find": 1}) {
+			t.Errorf("stats of %s sent %v, want one find", customer, sent)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("stats of %s: %+v, want %+v", customer, got, want)
+		}
+		var page []domain.Order
+		sent = counter.during(t, func() (err error) { page, err = r.ListSummaries(ctx, customer, "", "", 50); return err })
+		if !maps.Equal(sent, map[string]int{"find": 1}) || int64(len(page)) != want.OrderCount {
+			t.Errorf("page of %s sent %v and held %d summaries, want one find and %d", customer, sent, len(page), want.OrderCount)
+		}
+	}
+
+	// FerretDB 1.24 has no $dateToString (the day of placed_at): on the
+	// embedded store the aggregation is sent, refused, and only counted.
 	onMongoDB := os.Getenv("MONGODB_URI") != ""
 	refusedOnFerretDB := func(err error) error {
 		if !onMongoDB {
@@ -135,21 +156,6 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 		}
 		return err
 	}
-	if _, err := r.CustomerStats(ctx, "cust-0"); refusedOnFerretDB(err) != nil { // reads the pointer once
-		t.Fatal(err)
-	}
-	for customer, want := range f.ExpectedStats() {
-		var got domain.CustomerOrderStats
-		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, customer); return refusedOnFerretDB(err) })
-		if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
-			t.Errorf("stats of %s sent %v, want one aggregate", customer, sent)
-		}
-		// The embedded store's own path is checked by every read-model test.
-		if onMongoDB && !reflect.DeepEqual(got, want) {
-			t.Errorf("stats of %s: %+v, want %+v", customer, got, want)
-		}
-	}
-
 	want, first, last := f.ExpectedDailySales()
 	from, _ := time.Parse(time.DateOnly, first)
 	to, _ := time.Parse(time.DateOnly, last)
@@ -160,5 +166,42 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	}
 	if onMongoDB && !reflect.DeepEqual(got, want) {
 		t.Errorf("daily sales %+v, want %+v", got, want)
+	}
+}
+
+// TestCustomerStatsInPages: a customer with more summaries than a read of
+// the stats takes is read in pages, each after the last _id of the one
+// before, and summed whole: 4 orders in pages of 3 are two finds, in
+// pages of 2 three (the last one empty).
+func TestCustomerStatsInPages(t *testing.T) {
+	ctx := projectiontest.Context(t, time.Minute)
+	counter := &commandCounter{n: map[string]int{}}
+	c, err := mongo.Connect(mongodb.ClientOptions(storetest.MongoURI(t)).SetMonitor(counter.monitor()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	db := c.Database(storetest.Database(t).Name())
+	es := projectiontest.NewLog(t, ctx, db)
+	f := projectiontest.NewFixture(t, ctx, es, "pg", 12, 3)
+	rm := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
+	if err := rm.EnsureIndexes(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := rm.Apply(ctx, f.Flat); err != nil {
+		t.Fatal(err)
+	}
+	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
+	if _, err := r.CustomerStats(ctx, "cust-0"); err != nil { // reads the pointer once
+		t.Fatal(err)
+	}
+	want := f.ExpectedStats()["cust-1"]
+	for page, finds := range map[int]int{3: 2, 2: 3} {
+		mongodb.SetStatsPage(r, page)
+		var got domain.CustomerOrderStats
+		sent := counter.during(t, func() (err error) { got, err = r.CustomerStats(ctx, "cust-1"); return err })
+		if !maps.Equal(sent, map[string]int{"find": finds}) || !reflect.DeepEqual(got, want) {
+			t.Errorf("pages of %d: sent %v, stats %+v; want %d finds, %+v", page, sent, got, finds, want)
+		}
 	}
 }

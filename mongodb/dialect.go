@@ -22,7 +22,8 @@ const (
 	// (internal/backends/sqlite/collection.go, Filter.Len() == 1); any
 	// other filter, sort or aggregation decodes the whole collection in
 	// Go, a cost that grows with the collection (docs/embedded-store.md,
-	// "One seam: the dialect").
+	// "One seam: the dialect"), but for the log's pages and the finds in
+	// _id order that the embedded store's funnel serves from indexes.
 	DialectFerretDB
 )
 

@@ -41,3 +41,7 @@ func QueuedAppends(s *EventStore) int {
 	defer s.group.mu.Unlock()
 	return len(s.group.queue)
 }
+
+// SetStatsPage makes r read a customer's summaries for the stats n at a
+// time.
+func SetStatsPage(r *Reader, n int) { r.statsPage = n }

@@ -19,15 +19,16 @@ import (
 // A customer's stats and the daily sales are sums over the order
 // summaries, computed on read: the summary holds everything they add up.
 type Reader struct {
-	db       *mongo.Database
-	pointers *Pointers
-	sales    *projection.Rollup
+	db        *mongo.Database
+	pointers  *Pointers
+	sales     *projection.Rollup
+	statsPage int // statsPage but in tests
 }
 
 // NewReader returns a Reader on db's read models; sales (nil: none) is
 // the daily sales rollup, read once built.
 func NewReader(db *mongo.Database, ps *Pointers, sales *projection.Rollup) *Reader {
-	return &Reader{db: db, pointers: ps, sales: sales}
+	return &Reader{db: db, pointers: ps, sales: sales, statsPage: statsPage}
 }
 
 // readerPointerAge is how old a pointer readers may act on.
@@ -71,6 +72,28 @@ func (r *Reader) Summary(ctx context.Context, orderID string) (domain.Order, err
 // they are not empty. A full page means there may be more: the caller
 // continues after the last id.
 func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after string, limit int) ([]domain.Order, error) {
+	coll, err := r.summaries(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var docs []stored[domain.Order]
+	if err := summaryPage(ctx, coll, customerID, status, after, limit, nil, &docs); err != nil {
+		return nil, fmt.Errorf("list summaries: %w", err)
+	}
+	out := make([]domain.Order, len(docs))
+	for i, d := range docs {
+		out[i] = d.Doc
+	}
+	return out, nil
+}
+
+// summaryPage reads into out up to limit summaries in _id order after the
+// id after ("" to start), of one customer and one status where they are
+// not empty, with projection unless it is nil: one find, on MongoDB
+// through the (customer_id, _id), (status, _id) or _id index, and on the
+// embedded store served from the same indexes by its funnel
+// (docs/embedded-store.md, "Finds in _id order").
+func summaryPage(ctx context.Context, coll *mongo.Collection, customerID, status, after string, limit int, projection bson.D, out any) error {
 	filter := bson.D{}
 	if customerID != "" {
 		filter = append(filter, bson.E{Key: "customer_id", Value: customerID})
@@ -81,60 +104,62 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	if after != "" {
 		filter = append(filter, bson.E{Key: "_id", Value: bson.D{{Key: "$gt", Value: after}}})
 	}
-	coll, err := r.summaries(ctx)
+	// The whole page in the first batch: MongoDB's first holds 101
+	// documents unless told otherwise.
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)).SetBatchSize(int32(limit))
+	if projection != nil {
+		opts.SetProjection(projection)
+	}
+	cur, err := coll.Find(ctx, filter, opts)
 	if err != nil {
-		return nil, err
+		return Translate(err)
 	}
-	cur, err := coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(int64(limit)))
-	if err != nil {
-		return nil, fmt.Errorf("list summaries: %w", Translate(err))
-	}
-	var docs []stored[domain.Order]
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list summaries: %w", Translate(err))
-	}
-	out := make([]domain.Order, len(docs))
-	for i, d := range docs {
-		out[i] = d.Doc
-	}
-	return out, nil
+	return Translate(cur.All(ctx, out))
 }
+
+// statsPage is how many of a customer's summaries one find of the stats
+// reads [1000]: all of them for nearly every customer. The embedded
+// store's funnel serves a find of up to 2,048.
+const statsPage = 1000
+
+// statsSums is the part of an order summary a customer's stats add up.
+type statsSums struct {
+	ID         string        `bson:"_id"`
+	Status     domain.Status `bson:"status"`
+	Currency   string        `bson:"currency"`
+	TotalCents int64         `bson:"total_cents"`
+	RecordedAt time.Time     `bson:"recorded_at"`
+}
+
+// statsFields projects a summary on statsSums.
+var statsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value: 1}, {Key: "total_cents", Value: 1}, {Key: "recorded_at", Value: 1}}
 
 // CustomerStats sums a customer's order summaries (projection.SumStats).
 // It returns an error wrapping domain.ErrNotFound when the customer has
-// no order. On MongoDB the sum is one aggregation through the
-// customer_id index, grouped by status and currency: a few rows whatever
-// the customer's order count.
+// no order. It reads the customer's summaries, projected on what the
+// stats add up, in pages of statsPage through the (customer_id, _id)
+// index: one find for a customer with fewer orders, on both stores. A
+// $group on MongoDB would read the same documents through the same index
+// and send fewer bytes; a customer has few orders, and one path serves
+// both stores (docs/embedded-store.md, "One seam: the dialect").
 func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.CustomerOrderStats, error) {
 	coll, err := r.summaries(ctx)
 	if err != nil {
 		return domain.CustomerOrderStats{}, err
 	}
-	dialect, err := DialectOf(ctx, r.db.Client())
-	if err != nil {
-		return domain.CustomerOrderStats{}, err
-	}
-	match := bson.D{{Key: "customer_id", Value: customerID}}
 	var gs []projection.StatsGroup
-	if dialect == DialectFerretDB {
-		// FerretDB 1.24 feeds a $group's documents to its first
-		// accumulator only (the others answer 0): the summaries are read
-		// and summed here.
-		gs, err = perOrder(ctx, coll, match, func(o orderSums) projection.StatsGroup {
-			return projection.StatsGroup{Status: o.Status, Currency: o.Currency, Orders: 1, TotalCents: o.TotalCents, RecordedAt: o.RecordedAt}
-		})
-	} else {
-		gs, err = grouped(ctx, coll, match, bson.D{
-			{Key: "_id", Value: bson.D{{Key: "status", Value: "$status"}, {Key: "currency", Value: "$currency"}}},
-			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
-			{Key: "total_cents", Value: bson.D{{Key: "$sum", Value: "$total_cents"}}},
-			{Key: "recorded_at", Value: bson.D{{Key: "$max", Value: "$recorded_at"}}},
-		}, func(g orderGroup) projection.StatsGroup {
-			return projection.StatsGroup{Status: g.Key.Status, Currency: g.Key.Currency, Orders: g.Orders, TotalCents: g.TotalCents, RecordedAt: g.RecordedAt}
-		})
-	}
-	if err != nil {
-		return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
+	for after := ""; ; {
+		var page []statsSums
+		if err := summaryPage(ctx, coll, customerID, "", after, r.statsPage, statsFields, &page); err != nil {
+			return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
+		}
+		for _, o := range page {
+			gs = append(gs, projection.StatsGroup{Status: o.Status, Currency: o.Currency, Orders: 1, TotalCents: o.TotalCents, RecordedAt: o.RecordedAt})
+		}
+		if len(page) < r.statsPage {
+			break
+		}
+		after = page[len(page)-1].ID
 	}
 	stats := projection.SumStats(customerID, gs)
 	if stats.OrderCount == 0 {
@@ -210,23 +235,20 @@ func (r *Reader) summedSales(ctx context.Context, from, to time.Time, currency s
 	return projection.SumSales(gs), nil
 }
 
-// orderSums is the part of an order summary that the stats and the daily
-// sales add up.
+// orderSums is the part of an order summary that the daily sales add up.
 type orderSums struct {
 	Status        domain.Status `bson:"status"`
 	Currency      string        `bson:"currency"`
-	TotalCents    int64         `bson:"total_cents"`
 	ItemCount     int64         `bson:"item_count"`
 	SubtotalCents int64         `bson:"subtotal_cents"`
 	FreightCents  int64         `bson:"freight_cents"`
 	PlacedAt      time.Time     `bson:"placed_at"`
-	RecordedAt    time.Time     `bson:"recorded_at"`
 }
 
 // orderSumsFields projects a summary on orderSums.
-var orderSumsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value: 1}, {Key: "total_cents", Value: 1},
+var orderSumsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value: 1},
 	{Key: "item_count", Value: 1}, {Key: "subtotal_cents", Value: 1}, {Key: "freight_cents", Value: 1},
-	{Key: "placed_at", Value: 1}, {Key: "recorded_at", Value: 1}}
+	{Key: "placed_at", Value: 1}}
 
 // perOrder reads the summaries match selects, one group of each.
 func perOrder[G any](ctx context.Context, coll *mongo.Collection, match bson.D, group func(orderSums) G) ([]G, error) {
@@ -253,12 +275,10 @@ type orderGroup struct {
 		Currency string        `bson:"currency"`
 		Status   domain.Status `bson:"status"`
 	} `bson:"_id"`
-	Orders        int64     `bson:"orders"`
-	TotalCents    int64     `bson:"total_cents"`
-	ItemCount     int64     `bson:"item_count"`
-	SubtotalCents int64     `bson:"subtotal_cents"`
-	FreightCents  int64     `bson:"freight_cents"`
-	RecordedAt    time.Time `bson:"recorded_at"`
+	Orders        int64 `bson:"orders"`
+	ItemCount     int64 `bson:"item_count"`
+	SubtotalCents int64 `bson:"subtotal_cents"`
+	FreightCents  int64 `bson:"freight_cents"`
 }
 
 // grouped runs {$match: match}, {$group: group} on the summaries.

@@ -221,6 +221,30 @@ func TestMongoshQueries(t *testing.T) {
 				t.Errorf("a filter on customer_id: pushdown %v, plan %s; the docs say a scan", pushdown, plan)
 			}
 		},
+		`db.getCollection(live).find({customer_id: "cust-7"}).sort({_id: 1}).limit(50)`: func() {
+			cur, err := coll().Find(ctx, bson.D{{Key: "customer_id", Value: "cust-7"}},
+				options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetLimit(50))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []struct {
+				ID       string `bson:"_id"`
+				Customer string `bson:"customer_id"`
+				Status   string `bson:"status"`
+			}
+			if err := cur.All(ctx, &got); err != nil {
+				t.Fatal(err)
+			}
+			shown := []string{"{ _id: 'demo-1', customer_id: 'cust-7', status: 'approved'", "{ _id: 'demo-2', customer_id: 'cust-7', status: 'created'"}
+			if len(got) != 2 || got[0].ID != "demo-1" || got[0].Status != "approved" || got[1].ID != "demo-2" || got[1].Status != "created" {
+				t.Errorf("cust-7's summaries in _id order: %+v; the docs show demo-1 approved, demo-2 created", got)
+			}
+			for _, d := range shown {
+				if !strings.Contains(doc, d) {
+					t.Errorf("the docs do not show %s", d)
+				}
+			}
+		},
 		`db.getCollection(live).find({_id: "demo-1"}).explain()`: func() {
 			if pushdown, plan := explain(bson.D{{Key: "_id", Value: "demo-1"}}); !pushdown || !strings.Contains(plan, "USING INDEX") {
 				t.Errorf("a filter on _id: pushdown %v, plan %s; the docs say an index", pushdown, plan)

@@ -129,7 +129,7 @@ func BenchmarkRebuild(b *testing.B) {
 		projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
 	})
 
-	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents)
+	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents, rebuildServiceEvents)
 	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders,
 		(loaded.elapsed + loaded.bulkElapsed).Round(time.Second))
 
@@ -288,11 +288,11 @@ type loaderStep struct {
 
 // loadOlistCopies appends copies of the Olist sample's orders until the
 // log holds at least want events; each copy's order ids are
-// "c<copy>-<olist id>". The copies up to rebuildServiceEvents run each
-// order's commands in order through a domain.Service on store, orders
-// spread over rebuildLoaders goroutines; the copies beyond are copy 0's
-// commits inserted into db's events collection by bulkCopies.
-func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *mongodb.EventStore, want int) rebuildLoad {
+// "c<copy>-<olist id>". The copies up to serviceEvents (at least one
+// copy) run each order's commands in order through a domain.Service on
+// store, orders spread over rebuildLoaders goroutines; the copies beyond
+// are copy 0's commits inserted into db's events collection by bulkCopies.
+func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, store *mongodb.EventStore, want, serviceEvents int) rebuildLoad {
 	b.Helper()
 	ds, err := olist.Load(rebuildSample)
 	if err != nil {
@@ -315,7 +315,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 		perCopy += len(plans[i]) // one event per accepted command
 	}
 	res.copies = (want + perCopy - 1) / perCopy
-	serviceCopies := min(res.copies, (min(want, rebuildServiceEvents)+perCopy-1)/perCopy)
+	serviceCopies := min(res.copies, max(1, (min(want, serviceEvents)+perCopy-1)/perCopy))
 	res.refused *= serviceCopies
 	res.orders = serviceCopies * len(plans)
 	resetPeakRSS()

@@ -478,7 +478,7 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 		doc := bson.Raw(raw)
 		if !ok {
 			var err error
-			doc, err = readBack(up, cur.db, cur.coll, r.id)
+			doc, err = readBack(up, cur.db, cur.coll, r.id, nil)
 			if err != nil {
 				return nil, err
 			}
@@ -506,14 +506,18 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, rows []row) (bson.A, err
 	return out, nil
 }
 
-// readBack reads one document from FerretDB by its string _id on up; nil
-// when there is none (or id is "").
-func readBack(up net.Conn, db, coll, id string) (bson.Raw, error) {
+// readBack reads one document from FerretDB by its string _id on up, with
+// projection unless it is nil; nil when there is none (or id is "").
+func readBack(up net.Conn, db, coll, id string, projection bson.D) (bson.Raw, error) {
 	if id == "" {
 		return nil, nil
 	}
-	reply, err := roundTrip(up, bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
-		{Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db}})
+	find := bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
+		{Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db}}
+	if projection != nil {
+		find = append(find, bson.E{Key: "projection", Value: projection})
+	}
+	reply, err := roundTrip(up, find)
 	if err != nil {
 		return nil, err
 	}

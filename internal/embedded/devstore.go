@@ -10,8 +10,9 @@
 // conditional updates are atomic), indexes every collection's _id
 // (index.go), and serves what the service asks that FerretDB cannot serve
 // at index speed or at all, and nothing else: version-guarded updates
-// (guard.go), the event log's change stream of inserts (changestream.go)
-// and the log browser's pages (logpage.go). Anything else goes to
+// (guard.go), the event log's change stream of inserts (changestream.go),
+// the log browser's pages (logpage.go) and the read models' finds in _id
+// order, a customer's page for one (indexfind.go). Anything else goes to
 // FerretDB as it is, with its differences from MongoDB
 // (docs/embedded-store.md): only a filter that is exactly {_id: v}
 // reaches an index, a duplicate-key error does not name the index, an

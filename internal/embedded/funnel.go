@@ -181,6 +181,11 @@ func (f *funnel) client(c net.Conn) {
 			} else if served {
 				continue
 			}
+			if served, err := f.serveIndexFind(own, c, req, cmd); err != nil {
+				return
+			} else if served {
+				continue
+			}
 		}
 		if err := relay(own, c, req); err != nil {
 			return

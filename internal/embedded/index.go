@@ -190,7 +190,7 @@ func openFile(dir, db, mode string, conns int) (*sql.DB, error) {
 func IDIndexName(table string) string { return table + "_id_path" }
 
 func createIDIndex(ctx context.Context, h *sql.DB, table string) error {
-	q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (_ferretdb_sjson->'$._id')`, IDIndexName(table), table)
+	q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, IDIndexName(table), table, idJSON)
 	if _, err := h.ExecContext(ctx, q); err != nil {
 		return fmt.Errorf("create _id index on %s: %w", table, err)
 	}

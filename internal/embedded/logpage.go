@@ -141,7 +141,7 @@ func (f *funnel) servePage(up, c net.Conn, req []byte, cmd command) (served bool
 	}
 	docs := bson.A{}
 	for _, id := range ids {
-		doc, err := readBack(up, cmd.db, cmd.collection, id)
+		doc, err := readBack(up, cmd.db, cmd.collection, id, nil)
 		if err != nil {
 			return true, err
 		}
