@@ -240,7 +240,16 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 // handle folds one batch of partition pt's messages and acknowledges,
 // redelivers or parks each of them.
 func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
+	// A redelivery, or the first batch of a pin this process was just
+	// given, reads the documents instead of the cache: another process
+	// may have written them since.
+	fresh := false
+	if pin := msgs[0].Headers().Get(pinIDHeader); pin != "" && pin != pt.lastPin() {
+		pt.pin.Store(&pin)
+		fresh = true
+	}
 	if r.seq != nil {
+		// A rollup reads its cursor again before it calls anything a gap.
 		r.handleSequenced(ctx, pt, msgs)
 		return
 	}
@@ -252,14 +261,6 @@ func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg
 	events := make([]domain.Event, 0, len(msgs))
 	byStream := map[string][]received{}
 	poison := map[string]error{}
-	// A redelivery, or the first batch of a pin this process was just
-	// given, reads the documents instead of the cache: another process
-	// may have written them since.
-	fresh := false
-	if pin := msgs[0].Headers().Get(pinIDHeader); pin != "" && pin != pt.lastPin() {
-		pt.pin.Store(&pin)
-		fresh = true
-	}
 	for _, m := range msgs {
 		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
 			fresh = true

@@ -286,7 +286,7 @@ func TestAdminCLI(t *testing.T) {
 		}
 		r = runCLI(t, operator.Rebuild, env, "no_such_projection")
 		if r.err == nil || !strings.Contains(r.err.Error(), "Not found") || !strings.Contains(r.err.Error(), "HTTP 404") ||
-			!strings.Contains(r.err.Error(), "the only projection is order_summaries") {
+			!strings.Contains(r.err.Error(), "the projections are daily_sales, order_summaries") {
 			t.Errorf("unknown projection: %v", r.err)
 		}
 		r = runCLI(t, operator.Verify, map[string]string{"ORDERD_URL": base}, "order_summaries")

@@ -287,7 +287,7 @@ func TestConsole(t *testing.T) {
 			`document.getElementById('login-message').textContent.includes('401') && !document.getElementById('login').hidden`)
 		p.run(10*time.Second, "sign in",
 			chromedp.SendKeys("#token", testAdminToken), chromedp.Click("#login-form button"))
-		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 1`)
+		p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 2`)
 		var leaks []string
 		p.eval(fmt.Sprintf(`[location.href, document.documentElement.outerHTML, ...performance.getEntriesByType('resource').map(e => e.name)].filter(s => s.includes(%q))`, testAdminToken), &leaks)
 		if len(leaks) != 0 {
@@ -365,8 +365,8 @@ func TestConsole(t *testing.T) {
 			Visible bool
 		}
 		p.eval(`(() => { const d = document.getElementById('partitions-fold'); return {Open: d.open, Tables: d.querySelectorAll('table.partitions').length, Visible: d.querySelector('table.partitions').checkVisibility()}; })()`, &fold)
-		if fold.Open || fold.Tables != 1 || fold.Visible {
-			t.Errorf("partitions: %+v, want 1 table folded away", fold)
+		if fold.Open || fold.Tables != 2 || fold.Visible {
+			t.Errorf("partitions: %+v, want a table per projection, folded away", fold)
 		}
 		// Nothing has moved since the service started: the charts are flat
 		// at zero and must say so instead of drawing an axis up to 1.0.
@@ -378,7 +378,7 @@ func TestConsole(t *testing.T) {
 			c.place(fmt.Sprintf("con-load-%d", i), "cust-con-load", 1, 100, 0)
 			time.Sleep(150 * time.Millisecond) // pacing of the load, not a wait for the page
 		}
-		for _, name := range []string{"order_summaries"} {
+		for _, name := range []string{"order_summaries", "daily_sales"} {
 			p.waitJS(30*time.Second, name+"'s apply rate above 0 in the chart",
 				fmt.Sprintf(`Number(document.querySelector('[data-chart-of=%q] figure[data-series=rate]').dataset.max) > 0`, name))
 			p.waitJS(20*time.Second, name+" back to lag 0",
@@ -389,7 +389,7 @@ func TestConsole(t *testing.T) {
 		// samples, none says it has none.
 		p.run(20*time.Second, "reload the console", chromedp.Reload())
 		p.waitJS(20*time.Second, "the projections page after the reload",
-			`document.getElementById('page').dataset.page === 'projections' && document.querySelectorAll('#projections-charts figure.chart').length === 3`)
+			`document.getElementById('page').dataset.page === 'projections' && document.querySelectorAll('#projections-charts figure.chart').length === 5`)
 		var charts []struct {
 			Caption string
 			Samples int
@@ -790,7 +790,7 @@ func TestConsole(t *testing.T) {
 			"e481f51cbdc54678b7cc49136f2d6af7", "9ef432eb6251297304e76186b10a928d", strings.Join(items, ","))).decode(t, &wide)
 		c.summaryEqualsOrder(wide.OrderID, wide.Version)
 		routes := []struct{ route, page, ready string }{
-			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 1`},
+			{"#/projections", "projections", `document.querySelectorAll('table.partitions').length === 2`},
 			{rebuildRoute, "rebuild", `document.querySelector('#rebuild-job[data-state=succeeded] #tasks') !== null`},
 			{verifyRoute, "verify", `document.querySelector('#verify-examples tr[data-id="con-2"]') !== null`},
 			{"#/dead-letters", "dead-letters", `document.getElementById('dead-updated').textContent.includes('updated')`},
@@ -831,7 +831,7 @@ func TestConsole(t *testing.T) {
 		sub("link with the token "+strings.TrimPrefix(link, base)[:1], func(t *testing.T, p *page) {
 			eval[bool](p, `sessionStorage.clear(); true`)
 			p.run(20*time.Second, "open the link", chromedp.Navigate(link))
-			p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 1`)
+			p.waitJS(10*time.Second, "the projections page", `document.querySelectorAll('tr[data-projection]').length === 2`)
 			if href := eval[string](p, `location.href`); strings.Contains(href, testAdminToken) {
 				t.Errorf("the token stays in the address: %s", href)
 			}

@@ -78,10 +78,10 @@ func TestStatus(t *testing.T) {
 		}
 	}
 	rows := statusRows(t, r.stdout)
-	if len(rows) != 1 {
-		t.Errorf("%d rows, want 1:\n%s", len(rows), r.stdout)
+	if len(rows) != 2 {
+		t.Errorf("%d rows, want 2:\n%s", len(rows), r.stdout)
 	}
-	for _, name := range []string{"order_summaries"} {
+	for _, name := range []string{"order_summaries", "daily_sales"} {
 		row, ok := rows[name]
 		if !ok {
 			t.Errorf("no row for %s:\n%s", name, r.stdout)
@@ -140,8 +140,9 @@ func TestStatus(t *testing.T) {
 	if owned == 0 {
 		t.Errorf("no partition has an owner:\n%s", r.stdout)
 	}
-	if n != m.Config.Projector.Partitions {
-		t.Errorf("%d partition rows, want %d:\n%s", n, m.Config.Projector.Partitions, r.stdout)
+	// The summaries' partitions and the daily sales rollup's one.
+	if n != m.Config.Projector.Partitions+1 {
+		t.Errorf("%d partition rows, want %d:\n%s", n, m.Config.Projector.Partitions+1, r.stdout)
 	}
 	t.Logf("events applied by partition owners, as of their last heartbeats: %v", applied)
 
