@@ -110,13 +110,16 @@ chaos:
 ## 1-3 projectors against raw updates, the read routes' latency against the raw look-up
 bench:
 	$(GO) test ./outbox -run '^$$' -bench . -benchtime 1x -timeout 10m
-	$(GO) test ./cmd/orderd -run '^$$' -bench . -benchtime 1x -timeout 30m
+	$(GO) test ./cmd/orderd -run '^$$' -bench . -benchtime 1x -timeout 60m
 
-## bench-1m: BenchmarkRebuild's peak RSS and rate on a log of REBUILD_EVENTS events, 1 partition
+## bench-1m: BenchmarkRebuild's peak RSS and rate (the summaries' and the daily sales rollup's) and
+## BenchmarkReadRoutes on a log of REBUILD_EVENTS events, 1 partition
 REBUILD_EVENTS ?= 1000000
 bench-1m:
 	$(GO) test ./cmd/orderd -run '^$$' -bench '^BenchmarkRebuild$$' -benchtime 1x -timeout 4h \
 	  -rebuild.events=$(REBUILD_EVENTS) -rebuild.partitions=1 -rebuild.sorted-scan=false
+	$(GO) test ./cmd/orderd -run '^$$' -bench '^BenchmarkReadRoutes$$' -benchtime 1x -timeout 4h \
+	  -readroutes.events=$(REBUILD_EVENTS)
 
 ## replay: import the Olist sample into a running `make run` and check it
 replay: build

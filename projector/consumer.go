@@ -338,13 +338,24 @@ func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg
 // backoff, or parks it once it was delivered MaxDeliveries times.
 func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cause error) {
 	md, err := m.Metadata()
-	if err != nil {
+	switch {
+	case err != nil:
 		_ = m.NakWithDelay(time.Second)
-		return
-	}
-	if md.NumDelivered < uint64(r.cfg.MaxDeliveries) {
+	case md.NumDelivered < uint64(r.cfg.MaxDeliveries):
 		_ = m.NakWithDelay(min(time.Duration(md.NumDelivered)*200*time.Millisecond, 5*time.Second))
-		return
+	case !r.park(ctx, m, stream, cause):
+		_ = m.NakWithDelay(time.Second)
+	default:
+		_ = m.Term()
+	}
+}
+
+// park records m, which cannot be applied for cause, in the dead
+// letters, and reports whether it could.
+func (r *Runner) park(ctx context.Context, m jetstream.Msg, stream string, cause error) bool {
+	md, err := m.Metadata()
+	if err != nil {
+		return false
 	}
 	d := DeadLetter{
 		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
@@ -359,14 +370,13 @@ func (r *Runner) reject(ctx context.Context, m jetstream.Msg, stream string, cau
 	}
 	if err := r.dead.Park(ctx, d); err != nil {
 		r.log.Warn("dead letter not parked; redelivering", "err", err, "stream_id", stream)
-		_ = m.NakWithDelay(time.Second)
-		return
+		return false
 	}
 	r.metrics.deadLetter(r.name)
 	r.setLastError(cause)
 	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version,
 		"correlation_id", correlationOf(m.Data()), "err", cause)
-	_ = m.Term()
+	return true
 }
 
 // Retry re-applies a dead letter of this projection (see

@@ -86,12 +86,18 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 		}
 		return
 	}
-	// A delivery read from the stream to fill a gap is parked by the
-	// process it was delivered to, or after its redelivery here.
+	// A delivery that cannot be counted is parked at once: redelivered,
+	// it would not count either. One read from the stream to fill a gap
+	// is parked by the process it was delivered to, or after its
+	// redelivery here.
 	for k, cause := range poison {
 		d := run[k]
-		if i := slices.IndexFunc(ds, func(x projection.Delivery) bool { return x.Seq == d.Seq }); i >= 0 {
-			r.park(ctx, msgs[i], d.Event.StreamID, cause)
+		i := slices.IndexFunc(ds, func(x projection.Delivery) bool { return x.Seq == d.Seq })
+		if i >= 0 && !r.park(ctx, msgs[i], d.Event.StreamID, cause) {
+			for _, m := range msgs {
+				_ = m.NakWithDelay(time.Second)
+			}
+			return
 		}
 	}
 	for _, m := range msgs {
@@ -144,31 +150,4 @@ func (r *Runner) readStream(ctx context.Context, after, before uint64) ([]projec
 		}
 	}
 	return out, nil
-}
-
-// park parks a message its projection cannot count, at once: redelivered,
-// it would not count either.
-func (r *Runner) park(ctx context.Context, m jetstream.Msg, stream string, cause error) {
-	md, err := m.Metadata()
-	if err != nil {
-		return
-	}
-	d := DeadLetter{
-		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
-		Error: cause.Error(), Deliveries: md.NumDelivered, ParkedAt: time.Now().UTC(), StreamSeq: md.Sequence.Stream,
-	}
-	if e, err := domain.UnmarshalEvent(m.Data()); err == nil {
-		d.EventID, d.Version = e.ID, e.Version
-	}
-	d.ID = r.name + ":" + d.EventID
-	if d.EventID == "" {
-		d.ID = fmt.Sprintf("%s:seq-%d", r.name, md.Sequence.Stream)
-	}
-	if err := r.dead.Park(ctx, d); err != nil {
-		r.log.Warn("dead letter not parked", "err", err, "stream_id", stream)
-		return
-	}
-	r.metrics.deadLetter(r.name)
-	r.setLastError(cause)
-	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version, "err", cause)
 }

@@ -121,12 +121,15 @@ func BenchmarkRebuild(b *testing.B) {
 		c.Roles = "jobs"
 		// The job settings are the service's defaults, so that the
 		// partitions run as "orderd rebuild -partitions N" runs them on
-		// one instance.
+		// one instance. Nothing is appended while a rebuild runs: the
+		// rollup's build need not wait the margin that covers appends.
+		c.Relay.CatchUpMargin = time.Second
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
 	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]jobs.Def{
 		projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
+		projection.DailySales.Name:     {Collection: projection.DailySales.Collection, Version: projection.DailySales.Version, Compared: true},
 	})
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents, rebuildServiceEvents)
@@ -149,8 +152,10 @@ func BenchmarkRebuild(b *testing.B) {
 	logEvents := raw.events
 	var runs []rebuildRun
 	for _, p := range partitions {
-		runs = append(runs, runRebuild(ctx, b, scheduler, p, logEvents, loaded.orders))
+		runs = append(runs, runRebuild(ctx, b, scheduler, projection.OrderSummaries.Name, p, logEvents, loaded.orders))
 	}
+	// The daily sales rollup, built from the same log in one partition.
+	sales := runRebuild(ctx, b, scheduler, projection.DailySales.Name, 1, logEvents, loaded.orders)
 	b.StopTimer()
 
 	last := runs[len(runs)-1]
@@ -180,6 +185,8 @@ func BenchmarkRebuild(b *testing.B) {
 			b.ReportMetric(overlap(r.parts).Seconds(), fmt.Sprintf("parallel_scan_s_p%d", r.partitions))
 		}
 	}
+	b.ReportMetric(sales.rate(), "rollup_rebuild_events/s")
+	b.ReportMetric(mib(sales.rss.peak), "peak_rss_MiB_rollup")
 	p1, ok1 := byCount[1]
 	p2, ok2 := byCount[2]
 	var speedup float64
@@ -214,13 +221,19 @@ func BenchmarkRebuild(b *testing.B) {
 	for _, r := range runs {
 		row(fmt.Sprintf("rebuild order_summaries, %d partition(s)", r.partitions), r.job.Events, r.elapsed, r.rate(), r.rate()/rawRate, r.rss)
 	}
+	row("rebuild daily_sales (rollup), 1 partition", sales.job.Events, sales.elapsed, sales.rate(), sales.rate()/rawRate, sales.rss)
+	if ok := len(runs) > 0 && runs[0].partitions == 1; ok {
+		f("  the rollup's build takes %.2f of the summaries' rebuild time, 1 partition each (its build waits %v for the cut)\n",
+			sales.elapsed.Seconds()/runs[0].elapsed.Seconds(), 2*m.Config.Relay.CatchUpMargin)
+		b.ReportMetric(sales.elapsed.Seconds()/runs[0].elapsed.Seconds(), "rollup_to_summaries_time")
+	}
 	f("  (load is setup, not timed; a rebuild's time runs from StartRebuild to the job's finished_at; RSS MiB is\n")
 	f("   the RSS when the phase began, after returning free Go memory to the OS)\n")
 	if speedup > 0 {
 		f("  2-partition speed-up over 1         %.2fx\n", speedup)
 	}
-	for _, r := range runs {
-		f("  rebuild with %d partition(s)\n", r.partitions)
+	for _, r := range append(runs, sales) {
+		f("  rebuild of %s with %d partition(s)\n", r.job.Projection, r.partitions)
 		f("    StartRebuild                      %v (lock, tasks, pointer)\n", r.create.Round(time.Millisecond))
 		f("    plan                              %v (commit count, partition bounds)\n", r.plan.Round(time.Millisecond))
 		f("    plan + claim                      %v\n", r.queued.Round(time.Millisecond))
@@ -632,16 +645,16 @@ func overlap(tasks []jobs.Task) time.Duration {
 	return max(0, end.Sub(start))
 }
 
-// runRebuild rebuilds order_summaries in partitions and waits for the job
+// runRebuild rebuilds projection name in partitions and waits for the job
 // to end. It fails the benchmark unless the job succeeded having counted
 // events events and orders streams.
-func runRebuild(ctx context.Context, b *testing.B, scheduler *jobs.Jobs, partitions int, events int64, orders int) rebuildRun {
+func runRebuild(ctx context.Context, b *testing.B, scheduler *jobs.Jobs, name string, partitions int, events int64, orders int) rebuildRun {
 	b.Helper()
 	r := rebuildRun{partitions: partitions}
 	resetPeakRSS()
 	r.rss.before = currentRSS()
 	start := time.Now()
-	job, err := scheduler.StartRebuild(ctx, projection.OrderSummaries.Name, partitions)
+	job, err := scheduler.StartRebuild(ctx, name, partitions)
 	if err != nil {
 		b.Fatalf("start a rebuild with %d partition(s): %v", partitions, err)
 	}
