@@ -43,6 +43,8 @@ lint: lint-api
 	  if [ -n "$$ports" ]; then echo "projection, projector, jobs, admin and outbox declare what they need of the storage; only cmd/ gives them the mongodb adapter, yet these import it:"; echo "$$ports"; exit 1; fi
 	@up=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./jobs | grep -E ' $(MODULE)/projector( |$$)' | cut -d' ' -f1 || true); \
 	  if [ -n "$$up" ]; then echo "a worker imports no other worker's nouns; jobs imports projector"; exit 1; fi
+	@svc=$$($(GO) list -f '{{.ImportPath}} {{join .Imports " "}}' ./mongodb | grep -E ' $(MODULE)/(admin|http)( |$$)' | cut -d' ' -f1 || true); \
+	  if [ -n "$$svc" ]; then echo "the mongodb adapter imports no service package (admin, http)"; exit 1; fi
 	$(GO) build -tags noembed -o /dev/null ./cmd/orderd
 
 ## lint-api: http/openapi.json under Redocly's recommended rules and Spectral's

@@ -14,9 +14,9 @@ import (
 // domain.ErrUnavailable when the store cannot be reached.
 type Log interface {
 	// Browse returns a page of the commits q selects, newest first.
-	Browse(ctx context.Context, q LogQuery) (LogPage, error)
+	Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
 	// LogCommit returns commit id, and false when there is none.
-	LogCommit(ctx context.Context, id string) (LogCommit, bool, error)
+	LogCommit(ctx context.Context, id string) (domain.LogCommit, bool, error)
 	// Tail calls fn with the commits recorded after the position after
 	// (nil: from when it opens), in commit order, up to batch at a time,
 	// with next, the position after them; with no commits once open and
@@ -27,18 +27,18 @@ type Log interface {
 }
 
 // Log returns a page of the log, newest first (Log.Browse).
-func (a *Service) Log(ctx context.Context, q LogQuery) (LogPage, error) {
+func (a *Service) Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	if a.log == nil {
-		return LogPage{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
+		return domain.LogPage{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
 	}
 	return a.log.Browse(ctx, q)
 }
 
 // LogCommit returns one commit by id, or an error wrapping
 // domain.ErrNotFound.
-func (a *Service) LogCommit(ctx context.Context, id string) (LogCommit, error) {
+func (a *Service) LogCommit(ctx context.Context, id string) (domain.LogCommit, error) {
 	if a.log == nil {
-		return LogCommit{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
+		return domain.LogCommit{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
 	}
 	c, found, err := a.log.LogCommit(ctx, id)
 	if err == nil && !found {
@@ -49,7 +49,7 @@ func (a *Service) LogCommit(ctx context.Context, id string) (LogCommit, error) {
 
 // TailLog passes fn the commits of the log's one change stream in this
 // process (see tail), from when it is open (fn(nil)) until ctx ends.
-func (a *Service) TailLog(ctx context.Context, fn func(*LogCommit) error) error {
+func (a *Service) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
 	if a.log == nil {
 		return fmt.Errorf("the log: %w", domain.ErrUnavailable)
 	}
@@ -90,13 +90,13 @@ type tail struct {
 // tailSub is one client: nil on ch is "open" or "still alive", a commit
 // the next commit; gone is closed, with err, when it was dropped.
 type tailSub struct {
-	ch   chan *LogCommit
+	ch   chan *domain.LogCommit
 	gone chan struct{}
 	err  error
 }
 
 func (t *tail) join(log Log) *tailSub {
-	s := &tailSub{ch: make(chan *LogCommit, tailBacklog+1), gone: make(chan struct{})}
+	s := &tailSub{ch: make(chan *domain.LogCommit, tailBacklog+1), gone: make(chan struct{})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.subs == nil {
@@ -167,7 +167,7 @@ func (t *tail) run(ctx context.Context, log Log) {
 
 // send passes c to s, or drops s if it is too far behind; a keep-alive
 // (nil) is skipped when s has something queued anyway. t.mu is held.
-func (t *tail) send(s *tailSub, c *LogCommit) {
+func (t *tail) send(s *tailSub, c *domain.LogCommit) {
 	if c == nil && len(s.ch) > 0 {
 		return
 	}
@@ -186,8 +186,8 @@ func (t *tail) drop(s *tailSub, err error) {
 
 // logCommitOf is how the log browser shows a commit the relay's change
 // stream delivered (domain.RecordedCommit) before it is read back.
-func logCommitOf(c domain.RecordedCommit) LogCommit {
-	out := LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
+func logCommitOf(c domain.RecordedCommit) domain.LogCommit {
+	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
 	if c.Err != nil {
 		out.Error = c.Err.Error()
 	}

@@ -24,12 +24,12 @@ func newFakeLog() *fakeLog {
 	return &fakeLog{commits: make(chan domain.RecordedCommit), ended: make(chan struct{}, 8)}
 }
 
-func (f *fakeLog) Browse(context.Context, admin.LogQuery) (admin.LogPage, error) {
-	return admin.LogPage{}, nil
+func (f *fakeLog) Browse(context.Context, domain.LogQuery) (domain.LogPage, error) {
+	return domain.LogPage{}, nil
 }
 
-func (f *fakeLog) LogCommit(context.Context, string) (admin.LogCommit, bool, error) {
-	return admin.LogCommit{}, false, nil
+func (f *fakeLog) LogCommit(context.Context, string) (domain.LogCommit, bool, error) {
+	return domain.LogCommit{}, false, nil
 }
 
 func (f *fakeLog) Tail(ctx context.Context, _ []byte, _ int, fn func([]domain.RecordedCommit, []byte) error) error {
@@ -60,20 +60,20 @@ func (f *fakeLog) streams() int {
 
 // client follows TailLog and passes on what it gets.
 type client struct {
-	got    chan *admin.LogCommit
+	got    chan *domain.LogCommit
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func follow(s *admin.Service) *client {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &client{got: make(chan *admin.LogCommit, 1024), cancel: cancel, done: make(chan error, 1)}
-	go func() { c.done <- s.TailLog(ctx, func(lc *admin.LogCommit) error { c.got <- lc; return nil }) }()
+	c := &client{got: make(chan *domain.LogCommit, 1024), cancel: cancel, done: make(chan error, 1)}
+	go func() { c.done <- s.TailLog(ctx, func(lc *domain.LogCommit) error { c.got <- lc; return nil }) }()
 	return c
 }
 
 // next waits for the client's next commit, skipping keep-alives.
-func (c *client) next(t *testing.T) *admin.LogCommit {
+func (c *client) next(t *testing.T) *domain.LogCommit {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
@@ -154,7 +154,7 @@ func TestTailLogDropsSlowClient(t *testing.T) {
 	done := make(chan error, 1)
 	opened := make(chan struct{})
 	go func() {
-		done <- s.TailLog(ctx, func(lc *admin.LogCommit) error {
+		done <- s.TailLog(ctx, func(lc *domain.LogCommit) error {
 			if lc == nil {
 				select {
 				case <-opened:

@@ -43,20 +43,20 @@ type Admin interface {
 	// domain.ErrNotFound when neither the log nor any read model has it.
 	ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error)
 	// Log returns a page of the event log, newest commit first
-	// (admin.LogQuery, admin.LogPage), or an error wrapping
+	// (domain.LogQuery, domain.LogPage), or an error wrapping
 	// domain.ErrValidation for a cursor of another query.
-	Log(ctx context.Context, q admin.LogQuery) (admin.LogPage, error)
+	Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
 	// LogCommit returns one commit of the log by id
 	// ("<stream id>:<first version, 10 digits>"), or an error wrapping
 	// domain.ErrNotFound.
-	LogCommit(ctx context.Context, id string) (admin.LogCommit, error)
+	LogCommit(ctx context.Context, id string) (domain.LogCommit, error)
 	// TailLog follows the log's change stream: it calls fn with nil once
 	// the stream is open (every commit recorded after that reaches fn)
 	// and again about every second while nothing happens, and with each
 	// commit recorded since, in commit order. It returns nil when ctx
 	// ends, fn's error, or an error when the stream fails or fn fell too
 	// far behind the log.
-	TailLog(ctx context.Context, fn func(*admin.LogCommit) error) error
+	TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error
 	// History returns the projections' and the relay's samples kept by
 	// the admin service, oldest first.
 	History(ctx context.Context) (admin.History, error)

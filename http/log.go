@@ -13,7 +13,6 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
 )
@@ -29,7 +28,7 @@ func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 	if err := onlyParams(c, "limit", "cursor", "type", "stream_id", "correlation_id"); err != nil {
 		return err
 	}
-	q := admin.LogQuery{Limit: 50, Cursor: text(p.Cursor), StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
+	q := domain.LogQuery{Limit: 50, Cursor: text(p.Cursor), StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
 	var bad []domain.FieldError
 	if v := text(p.Limit); v != "" {
 		n, err := strconv.Atoi(v)
@@ -56,7 +55,7 @@ func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 }
 
 // logFilters checks the filters a page of the log and its tail share.
-func logFilters(q admin.LogQuery) []domain.FieldError {
+func logFilters(q domain.LogQuery) []domain.FieldError {
 	var bad []domain.FieldError
 	if q.Type != "" && !slices.Contains(eventTypes, q.Type) {
 		bad = append(bad, domain.FieldError{Field: "type", Detail: "one of " + strings.Join(eventTypes, ", ")})
@@ -111,7 +110,7 @@ func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
 	if err := onlyParams(c, "type", "stream_id", "correlation_id"); err != nil {
 		return err
 	}
-	q := admin.LogQuery{StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
+	q := domain.LogQuery{StreamID: text(p.StreamId), Type: text((*string)(p.Type)), CorrelationID: text(p.CorrelationId)}
 	if bad := logFilters(q); len(bad) > 0 {
 		return invalid(bad...)
 	}
@@ -149,7 +148,7 @@ func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
 		case <-ctx.Done():
 		}
 	}()
-	err := s.cfg.Admin.TailLog(ctx, func(commit *admin.LogCommit) error {
+	err := s.cfg.Admin.TailLog(ctx, func(commit *domain.LogCommit) error {
 		switch {
 		case !opened:
 			opened = true

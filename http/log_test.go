@@ -20,24 +20,24 @@ import (
 
 // fakeLog is the log browser's side of fakeAdmin.
 type fakeLog struct {
-	queries []admin.LogQuery
-	page    admin.LogPage
-	err     error                      // returned by Log when set
-	commits map[string]admin.LogCommit // by id
+	queries []domain.LogQuery
+	page    domain.LogPage
+	err     error                       // returned by Log when set
+	commits map[string]domain.LogCommit // by id
 	// tail, when set, is what TailLog passes on after the open; it ends
 	// with tailErr when tail is closed. Unset, TailLog opens and returns.
-	tail    chan *admin.LogCommit
+	tail    chan *domain.LogCommit
 	tailErr error
 	history admin.History
 }
 
-func (f *fakeAdmin) Log(_ context.Context, q admin.LogQuery) (admin.LogPage, error) {
+func (f *fakeAdmin) Log(_ context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	defer f.call(adminCall{Method: "Log", ID: q.Cursor, Limit: int64(q.Limit)})()
 	f.logs.queries = append(f.logs.queries, q)
 	return f.logs.page, f.logs.err
 }
 
-func (f *fakeAdmin) LogCommit(_ context.Context, id string) (admin.LogCommit, error) {
+func (f *fakeAdmin) LogCommit(_ context.Context, id string) (domain.LogCommit, error) {
 	defer f.call(adminCall{Method: "LogCommit", ID: id})()
 	c, ok := f.logs.commits[id]
 	if !ok {
@@ -46,7 +46,7 @@ func (f *fakeAdmin) LogCommit(_ context.Context, id string) (admin.LogCommit, er
 	return c, nil
 }
 
-func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*admin.LogCommit) error) error {
+func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
 	f.call(adminCall{Method: "TailLog"})()
 	f.mu.Lock()
 	tail, tailErr := f.logs.tail, f.logs.tailErr
@@ -74,12 +74,12 @@ func (f *fakeAdmin) History(context.Context) (admin.History, error) {
 	return f.logs.history, nil
 }
 
-func testCommit(stream string, first int64) admin.LogCommit {
+func testCommit(stream string, first int64) domain.LogCommit {
 	at := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	e := domain.Event{ID: fmt.Sprintf("%s-e%d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderApproved,
 		Version: first, OccurredAt: at, RecordedAt: at, Data: domain.OrderApproved{},
 		Metadata: domain.Metadata{CorrelationID: "corr-1", CausationID: "req-1", SchemaVersion: 1}}
-	return admin.LogCommit{ID: fmt.Sprintf("%s:%010d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder,
+	return domain.LogCommit{ID: fmt.Sprintf("%s:%010d", stream, first), StreamID: stream, StreamType: domain.StreamTypeOrder,
 		FirstVersion: first, LastVersion: first, RecordedAt: at, Events: []domain.Event{e}}
 }
 
@@ -88,13 +88,13 @@ func testCommit(stream string, first int64) admin.LogCommit {
 // are one 422 naming each of them, before the admin side is asked.
 func TestLogPage(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	e.admin.logs.page = admin.LogPage{Commits: []admin.LogCommit{testCommit("o-1", 2)}, Next: "next-1"}
+	e.admin.logs.page = domain.LogPage{Commits: []domain.LogCommit{testCommit("o-1", 2)}, Next: "next-1"}
 	rec := e.call(t, http.MethodGet, "/v1/admin/log?limit=7&cursor=c-1&type=OrderApproved&stream_id=o-1&correlation_id=corr-1", "")
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /v1/admin/log: %d %s", rec.Code, rec.Body)
 	}
 	wantJSON(t, rec)
-	if got, want := e.admin.logs.queries, (admin.LogQuery{Cursor: "c-1", Limit: 7, StreamID: "o-1", Type: domain.TypeOrderApproved, CorrelationID: "corr-1"}); len(got) != 1 || got[0] != want {
+	if got, want := e.admin.logs.queries, (domain.LogQuery{Cursor: "c-1", Limit: 7, StreamID: "o-1", Type: domain.TypeOrderApproved, CorrelationID: "corr-1"}); len(got) != 1 || got[0] != want {
 		t.Errorf("queries %+v, want %+v", got, want)
 	}
 	var page struct {
@@ -121,7 +121,7 @@ func TestLogPage(t *testing.T) {
 	}
 
 	e.call(t, http.MethodGet, "/v1/admin/log", "")
-	if got := e.admin.logs.queries[1]; got != (admin.LogQuery{Limit: 50}) {
+	if got := e.admin.logs.queries[1]; got != (domain.LogQuery{Limit: 50}) {
 		t.Errorf("without parameters: %+v, want the newest 50", got)
 	}
 
@@ -158,7 +158,7 @@ func TestLogPage(t *testing.T) {
 // without asking the admin side.
 func TestLogCommit(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	e.admin.logs.commits = map[string]admin.LogCommit{"o-1:0000000001": testCommit("o-1", 1)}
+	e.admin.logs.commits = map[string]domain.LogCommit{"o-1:0000000001": testCommit("o-1", 1)}
 	rec := e.call(t, http.MethodGet, "/v1/admin/log/commits/o-1:0000000001", "")
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"id":"o-1:0000000001"`) {
 		t.Fatalf("GET the commit: %d %s", rec.Code, rec.Body)
@@ -239,7 +239,7 @@ func TestLogTailFilters(t *testing.T) {
 		t.Errorf("refused queries opened %d tails", n)
 	}
 
-	tail := make(chan *admin.LogCommit)
+	tail := make(chan *domain.LogCommit)
 	e.admin.mu.Lock()
 	e.admin.logs.tail = tail
 	e.admin.mu.Unlock()
@@ -249,14 +249,14 @@ func TestLogTailFilters(t *testing.T) {
 	if ev, _ := next(); ev != "open" {
 		t.Fatalf("first event %q, want open", ev)
 	}
-	placed := func(c admin.LogCommit) admin.LogCommit {
+	placed := func(c domain.LogCommit) domain.LogCommit {
 		c.Events[0].Type = domain.TypeOrderPlaced
 		return c
 	}
 	otherCorr := placed(testCommit("o-2", 3))
 	otherCorr.Events[0].Metadata.CorrelationID = "corr-2"
 	want := placed(testCommit("o-2", 1))
-	for _, c := range []admin.LogCommit{placed(testCommit("o-1", 1)), testCommit("o-2", 2), otherCorr, want} {
+	for _, c := range []domain.LogCommit{placed(testCommit("o-1", 1)), testCommit("o-2", 2), otherCorr, want} {
 		select {
 		case tail <- &c:
 		case <-ctx.Done():
@@ -281,7 +281,7 @@ func TestLogTailFilters(t *testing.T) {
 func TestLogTailNotSlow(t *testing.T) {
 	e := newAdminEnv(t, adminToken, func(c *orderhttp.Config) { c.SlowRequest = time.Nanosecond })
 	e.admin.mu.Lock()
-	e.admin.logs.tail = make(chan *admin.LogCommit) // an idle log
+	e.admin.logs.tail = make(chan *domain.LogCommit) // an idle log
 	e.admin.mu.Unlock()
 	srv := httptest.NewServer(e.h)
 	t.Cleanup(srv.Close)
@@ -315,7 +315,7 @@ func TestLogTailNotSlow(t *testing.T) {
 // an error event that ends the response.
 func TestLogTail(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
-	tail := make(chan *admin.LogCommit)
+	tail := make(chan *domain.LogCommit)
 	e.admin.mu.Lock()
 	e.admin.logs.tail, e.admin.logs.tailErr = tail, fmt.Errorf("tail the log: %w", domain.ErrUnavailable)
 	e.admin.mu.Unlock()
@@ -362,7 +362,7 @@ func TestLogTail(t *testing.T) {
 			t.Fatal("the handler took no commit")
 		}
 		ev, data := next()
-		var got admin.LogCommit
+		var got domain.LogCommit
 		if err := json.Unmarshal([]byte(data), &struct {
 			ID *string `json:"id"`
 		}{&got.ID}); err != nil || ev != "commit" || got.ID != c.ID {
@@ -405,7 +405,7 @@ func TestHistoryRoute(t *testing.T) {
 func TestLogTailEndsOnShutdown(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	e.admin.mu.Lock()
-	e.admin.logs.tail = make(chan *admin.LogCommit) // never sends: an idle log
+	e.admin.logs.tail = make(chan *domain.LogCommit) // never sends: an idle log
 	e.admin.mu.Unlock()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -322,10 +322,10 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logCommit := admin.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
+	logCommit := domain.LogCommit{ID: "o:0000000002", StreamID: "o", StreamType: domain.StreamTypeOrder, FirstVersion: 2, LastVersion: 2,
 		RecordedAt: at, Events: []domain.Event{{ID: "e", StreamID: "o", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderCanceled,
 			Version: 2, OccurredAt: at, RecordedAt: at, Data: domain.OrderCanceled{Reason: "r"}, Metadata: meta}}, Error: "e"}
-	logPage := admin.LogPage{Commits: []admin.LogCommit{logCommit}, Next: "n", DeadlineReached: true}
+	logPage := domain.LogPage{Commits: []domain.LogCommit{logCommit}, Next: "n", DeadlineReached: true}
 	age, rate := 1.5, 2.0
 	projSample := admin.ProjectionSample{Name: "p", Lag: &lag, LagSeconds: &age, ApplyRate: &rate, LastError: "e"}
 	relaySample := admin.RelaySample{Owner: "o", CheckpointAgeSeconds: &age, Catchups: &rate}
@@ -363,8 +363,8 @@ func TestOpenAPISchemasMatchGoTypes(t *testing.T) {
 		{"JobSummary", jobSummary, jobs.JobSummary{}},
 		{"DeadLetter", dead, projector.DeadLetter{}},
 		{"ReadModelCheck", check, projection.ReadModelCheck{}},
-		{"LogCommit", logCommit, admin.LogCommit{}},
-		{"LogPage", logPage, admin.LogPage{}},
+		{"LogCommit", logCommit, domain.LogCommit{}},
+		{"LogPage", logPage, domain.LogPage{}},
 		{"History", history, admin.History{}},
 		{"HistorySample", sample, admin.HistorySample{}},
 		{"ProjectionSample", projSample, admin.ProjectionSample{}},

@@ -14,7 +14,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 )
 
@@ -26,7 +25,7 @@ import (
 
 // browseBudget is how long a page filtered by event type searches before
 // it answers with what it found and the cursor where it stopped
-// (admin.LogPage.DeadlineReached): the filter has no index (eight types,
+// (domain.LogPage.DeadlineReached): the filter has no index (eight types,
 // each in a large share of the commits, would make an index that costs
 // every append and narrows little), so a rare type is searched window by
 // window.
@@ -67,8 +66,8 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 	return parts, nil
 }
 
-// Browse returns a page of the log, newest commit first (admin.LogQuery,
-// admin.LogPage). A page of every commit, or of one correlation id, is one
+// Browse returns a page of the log, newest commit first (domain.LogQuery,
+// domain.LogPage). A page of every commit, or of one correlation id, is one
 // ranged query on the (recorded_at, _id) index, or on the
 // events.correlation_id index; one stream's, one on the (stream_id,
 // first_version) index; a page filtered by event type examines the log
@@ -76,11 +75,11 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 // log's ranged queries from SQLite indexes (internal/embedded/logpage.go).
 // Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
-func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
+func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
 	dialect, err := DialectOf(ctx, s.commits.Database().Client())
 	if err != nil {
-		return admin.LogPage{}, err
+		return domain.LogPage{}, err
 	}
 	if q.StreamID != "" {
 		if dialect == DialectFerretDB {
@@ -95,11 +94,11 @@ func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPag
 	if q.Cursor != "" {
 		parts, err := decodeCursor(q.Cursor, cursorRecorded, 3)
 		if err != nil {
-			return admin.LogPage{}, err
+			return domain.LogPage{}, err
 		}
 		ms, err := strconv.ParseInt(parts[1], 10, 64)
 		if err != nil {
-			return admin.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
+			return domain.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
 		}
 		older = below(time.UnixMilli(ms), parts[2])
 	}
@@ -114,31 +113,31 @@ func (s *EventStore) Browse(ctx context.Context, q admin.LogQuery) (admin.LogPag
 
 // LogCommit returns the commit id with its events; found is false when
 // the log has none. Errors: domain.ErrUnavailable.
-func (s *EventStore) LogCommit(ctx context.Context, id string) (c admin.LogCommit, found bool, err error) {
+func (s *EventStore) LogCommit(ctx context.Context, id string) (c domain.LogCommit, found bool, err error) {
 	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
-		return admin.LogCommit{}, false, nil
+		return domain.LogCommit{}, false, nil
 	}
 	if err != nil {
-		return admin.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
+		return domain.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
 	}
 	return logCommitOf(raw), true, nil
 }
 
 // logCommitOf decodes a stored commit; one that does not decode keeps its
 // id and stream, with the decoder's error.
-func logCommitOf(raw bson.Raw) admin.LogCommit {
+func logCommitOf(raw bson.Raw) domain.LogCommit {
 	var d commitDoc
 	if err := bson.Unmarshal(raw, &d); err != nil {
 		id, _ := raw.Lookup("_id").StringValueOK()
-		return admin.LogCommit{ID: id, StreamID: streamOf(id), Events: []domain.Event{},
+		return domain.LogCommit{ID: id, StreamID: streamOf(id), Events: []domain.Event{},
 			Error: fmt.Sprintf("commit %s: %v: %v", id, domain.ErrUnreadableCommit, err)}
 	}
 	return logCommitOfDoc(d)
 }
 
-func logCommitOfDoc(d commitDoc) admin.LogCommit {
-	out := admin.LogCommit{ID: d.ID, StreamID: d.StreamID, StreamType: d.StreamType, FirstVersion: d.FirstVersion,
+func logCommitOfDoc(d commitDoc) domain.LogCommit {
+	out := domain.LogCommit{ID: d.ID, StreamID: d.StreamID, StreamType: d.StreamType, FirstVersion: d.FirstVersion,
 		LastVersion: d.LastVersion, RecordedAt: d.RecordedAt.UTC(), Events: []domain.Event{}}
 	evs, err := d.events()
 	if err != nil {
@@ -168,7 +167,7 @@ func allOf(conds bson.A) bson.D {
 	return bson.D{{Key: "$and", Value: conds}}
 }
 
-func recordedCursor(c admin.LogCommit) string {
+func recordedCursor(c domain.LogCommit) string {
 	return encodeCursor(cursorRecorded, strconv.FormatInt(c.RecordedAt.UnixMilli(), 10), c.ID)
 }
 
@@ -177,12 +176,12 @@ func recordedCursor(c admin.LogCommit) string {
 // from the newest), of q's correlation id if it names one, and keeps the
 // commits q matches until it has q.Limit of them, reaches the log's end or
 // passes deadline after a query.
-func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
+func (s *EventStore) searchPages(ctx context.Context, q domain.LogQuery, older bson.A, deadline time.Time, step int) (domain.LogPage, error) {
 	n := q.Limit
 	if q.Type != "" {
 		n = step
 	}
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	page := domain.LogPage{Commits: []domain.LogCommit{}}
 	for {
 		filter := bson.D{}
 		if q.CorrelationID != "" {
@@ -193,11 +192,11 @@ func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bs
 		}
 		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
 		if err != nil {
-			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 		}
 		chunk, err := readPage(ctx, cur)
 		if err != nil {
-			return admin.LogPage{}, err
+			return domain.LogPage{}, err
 		}
 		for _, c := range chunk.Commits {
 			if !q.Matches(c) {
@@ -223,8 +222,8 @@ func (s *EventStore) searchPages(ctx context.Context, q admin.LogQuery, older bs
 // each window of step commits older than the bound older, whose
 // end it finds on the (recorded_at, _id) index alone, until the page has
 // q.Limit commits, the log ends or deadline passes after a window.
-func (s *EventStore) searchWindows(ctx context.Context, q admin.LogQuery, older bson.A, deadline time.Time, step int) (admin.LogPage, error) {
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
+func (s *EventStore) searchWindows(ctx context.Context, q domain.LogQuery, older bson.A, deadline time.Time, step int) (domain.LogPage, error) {
+	page := domain.LogPage{Commits: []domain.LogCommit{}}
 	for {
 		bound := bson.A{}
 		if older != nil {
@@ -242,16 +241,16 @@ func (s *EventStore) searchWindows(ctx context.Context, q admin.LogQuery, older 
 				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
 			}}})
 		case !errors.Is(err, mongo.ErrNoDocuments):
-			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 		}
 		filter := allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}}))
 		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit-len(page.Commits))))
 		if err != nil {
-			return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 		}
 		found, err := readPage(ctx, cur)
 		if err != nil {
-			return admin.LogPage{}, err
+			return domain.LogPage{}, err
 		}
 		if page.Commits = append(page.Commits, found.Commits...); len(page.Commits) == q.Limit {
 			page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
@@ -270,12 +269,12 @@ func (s *EventStore) searchWindows(ctx context.Context, q admin.LogQuery, older 
 }
 
 // browseStream pages one stream on the (stream_id, first_version) index.
-func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
+func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	filter := bson.D{{Key: "stream_id", Value: q.StreamID}}
 	if q.Cursor != "" {
 		before, err := streamCursor(q)
 		if err != nil {
-			return admin.LogPage{}, err
+			return domain.LogPage{}, err
 		}
 		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}})
 	}
@@ -288,7 +287,7 @@ func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.
 	cur, err := s.commits.Find(ctx, filter, options.Find().
 		SetSort(bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}).SetLimit(int64(q.Limit)))
 	if err != nil {
-		return admin.LogPage{}, fmt.Errorf("browse %s: %w", q.StreamID, Translate(err))
+		return domain.LogPage{}, fmt.Errorf("browse %s: %w", q.StreamID, Translate(err))
 	}
 	page, err := readPage(ctx, cur)
 	if err == nil && len(page.Commits) == q.Limit {
@@ -298,7 +297,7 @@ func (s *EventStore) browseStream(ctx context.Context, q admin.LogQuery) (admin.
 }
 
 // streamCursor is the first version a stream cursor continues below.
-func streamCursor(q admin.LogQuery) (int64, error) {
+func streamCursor(q domain.LogQuery) (int64, error) {
 	parts, err := decodeCursor(q.Cursor, cursorStream, 3)
 	if err != nil {
 		return 0, err
@@ -310,34 +309,34 @@ func streamCursor(q admin.LogQuery) (int64, error) {
 	return v, nil
 }
 
-func readPage(ctx context.Context, cur *mongo.Cursor) (admin.LogPage, error) {
+func readPage(ctx context.Context, cur *mongo.Cursor) (domain.LogPage, error) {
 	defer cur.Close(context.WithoutCancel(ctx))
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	page := domain.LogPage{Commits: []domain.LogCommit{}}
 	for cur.Next(ctx) {
 		page.Commits = append(page.Commits, logCommitOf(cur.Current))
 	}
 	if err := cur.Err(); err != nil {
-		return admin.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
+		return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
 	}
 	return page, nil
 }
 
 // browseChain pages one stream read by its chain of _id look-ups
 // (FerretDB); streams are short, so the whole stream is read.
-func (s *EventStore) browseChain(ctx context.Context, q admin.LogQuery) (admin.LogPage, error) {
+func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	before := int64(1<<63 - 1)
 	if q.Cursor != "" {
 		v, err := streamCursor(q)
 		if err != nil {
-			return admin.LogPage{}, err
+			return domain.LogPage{}, err
 		}
 		before = v
 	}
 	docs, err := s.chain(ctx, q.StreamID, 1)
 	if err != nil {
-		return admin.LogPage{}, err
+		return domain.LogPage{}, err
 	}
-	page := admin.LogPage{Commits: []admin.LogCommit{}}
+	page := domain.LogPage{Commits: []domain.LogCommit{}}
 	for i := len(docs) - 1; i >= 0; i-- {
 		if docs[i].FirstVersion >= before {
 			continue

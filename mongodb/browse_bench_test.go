@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -56,7 +55,7 @@ func BenchmarkBrowse(b *testing.B) {
 	}
 	readerSumsProgress("appended %d commits in %v", n, time.Since(start).Round(time.Millisecond))
 	b.ResetTimer()
-	page := func(what string, q admin.LogQuery) admin.LogPage {
+	page := func(what string, q domain.LogQuery) domain.LogPage {
 		b.Helper()
 		start := time.Now()
 		p, err := s.Browse(ctx, q)
@@ -66,12 +65,12 @@ func BenchmarkBrowse(b *testing.B) {
 		b.Logf("%-48s %8v  %d commits, more: %v", what, time.Since(start).Round(100*time.Microsecond), len(p.Commits), p.Next != "")
 		return p
 	}
-	newest := page("newest page of 50", admin.LogQuery{Limit: 50})
-	page("the next, by cursor", admin.LogQuery{Limit: 50, Cursor: newest.Next})
-	if got := page("one correlation id (one commit)", admin.LogQuery{Limit: 50, CorrelationID: wanted}); len(got.Commits) != 1 {
+	newest := page("newest page of 50", domain.LogQuery{Limit: 50})
+	page("the next, by cursor", domain.LogQuery{Limit: 50, Cursor: newest.Next})
+	if got := page("one correlation id (one commit)", domain.LogQuery{Limit: 50, CorrelationID: wanted}); len(got.Commits) != 1 {
 		b.Errorf("correlation id %s: %d commits, want 1", wanted, len(got.Commits))
 	}
-	q := admin.LogQuery{Limit: 50, Type: domain.TypeOrderDelivered}
+	q := domain.LogQuery{Limit: 50, Type: domain.TypeOrderDelivered}
 	start = time.Now()
 	first := page("a type no commit has: the first page", q)
 	pages := 1

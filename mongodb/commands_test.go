@@ -13,7 +13,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
@@ -105,14 +104,14 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 			return err
 		}, map[string]int{"find": 1, "update": 1}},
 		"the log's commits of one correlation id": {func() error {
-			p, err := es.Browse(ctx, admin.LogQuery{Limit: 50, CorrelationID: keyed.Events[0].Metadata.CorrelationID})
+			p, err := es.Browse(ctx, domain.LogQuery{Limit: 50, CorrelationID: keyed.Events[0].Metadata.CorrelationID})
 			if err == nil && (len(p.Commits) != 1 || p.Commits[0].StreamID != keyed.StreamID || p.Next != "") {
 				err = fmt.Errorf("page %+v, want the keyed commit alone", p)
 			}
 			return err
 		}, map[string]int{"find": 1}},
 		"the log's newest page": {func() error {
-			p, err := es.Browse(ctx, admin.LogQuery{Limit: 3})
+			p, err := es.Browse(ctx, domain.LogQuery{Limit: 3})
 			if err == nil && (len(p.Commits) != 3 || p.Next == "") {
 				err = fmt.Errorf("page %+v, want 3 commits and a cursor", p)
 			}

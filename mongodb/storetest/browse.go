@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 )
@@ -42,7 +41,7 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 			time.Sleep(100 * time.Microsecond)
 		}
 	}
-	pages := func(s *mongodb.EventStore, q admin.LogQuery) (out []admin.LogCommit, timedOut int) {
+	pages := func(s *mongodb.EventStore, q domain.LogQuery) (out []domain.LogCommit, timedOut int) {
 		t.Helper()
 		for pages := 0; ; pages++ {
 			if pages > len(commits)+1 {
@@ -69,7 +68,7 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 			q.Cursor = p.Next
 		}
 	}
-	all := func(q admin.LogQuery) []admin.LogCommit {
+	all := func(q domain.LogQuery) []domain.LogCommit {
 		t.Helper()
 		out, timedOut := pages(s, q)
 		if timedOut > 0 {
@@ -77,7 +76,7 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 		}
 		return out
 	}
-	ids := func(cs []admin.LogCommit) []string {
+	ids := func(cs []domain.LogCommit) []string {
 		out := make([]string, len(cs))
 		for i, c := range cs {
 			out[i] = c.ID
@@ -93,7 +92,7 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 		}
 		return out
 	}
-	whole := all(admin.LogQuery{Limit: 200})
+	whole := all(domain.LogQuery{Limit: 200})
 	if got := ids(whole); !slices.Equal(got, want(func(int, domain.Commit) bool { return true })) {
 		t.Fatalf("whole log newest first: %q", got)
 	}
@@ -103,29 +102,29 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 		t.Errorf("a's second commit as browsed: %+v", inv)
 	}
 	for _, limit := range []int{1, 2, 3} {
-		if got := ids(all(admin.LogQuery{Limit: limit})); !slices.Equal(got, ids(whole)) {
+		if got := ids(all(domain.LogQuery{Limit: limit})); !slices.Equal(got, ids(whole)) {
 			t.Errorf("pages of %d: %q, want %q", limit, got, ids(whole))
 		}
-		got := ids(all(admin.LogQuery{Limit: limit, StreamID: a}))
+		got := ids(all(domain.LogQuery{Limit: limit, StreamID: a}))
 		if w := want(func(_ int, c domain.Commit) bool { return c.StreamID == a }); !slices.Equal(got, w) {
 			t.Errorf("stream %s in pages of %d: %q, want %q", a, limit, got, w)
 		}
 		approved := want(func(i int, _ domain.Commit) bool { return i == 2 || i == 6 })
-		got = ids(all(admin.LogQuery{Limit: limit, Type: domain.TypeOrderApproved}))
+		got = ids(all(domain.LogQuery{Limit: limit, Type: domain.TypeOrderApproved}))
 		if !slices.Equal(got, approved) {
 			t.Errorf("type OrderApproved in pages of %d: %q, want %q", limit, got, approved)
 		}
-		found, timedOut := pages(hurried, admin.LogQuery{Limit: limit, Type: domain.TypeOrderApproved})
+		found, timedOut := pages(hurried, domain.LogQuery{Limit: limit, Type: domain.TypeOrderApproved})
 		if got := ids(found); !slices.Equal(got, approved) || timedOut == 0 {
 			t.Errorf("type OrderApproved in pages of %d, one commit examined a page: %q with %d pages out of time, want %q and some",
 				limit, got, timedOut, approved)
 		}
 		corr := commits[3].Events[0].Metadata.CorrelationID
-		got = ids(all(admin.LogQuery{Limit: limit, CorrelationID: corr}))
+		got = ids(all(domain.LogQuery{Limit: limit, CorrelationID: corr}))
 		if w := want(func(i int, _ domain.Commit) bool { return i == 3 }); !slices.Equal(got, w) {
 			t.Errorf("correlation id %s in pages of %d: %q, want %q", corr, limit, got, w)
 		}
-		got = ids(all(admin.LogQuery{Limit: limit, StreamID: b, Type: domain.TypeOrderApproved}))
+		got = ids(all(domain.LogQuery{Limit: limit, StreamID: b, Type: domain.TypeOrderApproved}))
 		if w := want(func(i int, _ domain.Commit) bool { return i == 6 }); !slices.Equal(got, w) {
 			t.Errorf("stream %s and type OrderApproved in pages of %d: %q, want %q", b, limit, got, w)
 		}
@@ -137,14 +136,14 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 	if _, found, err := s.LogCommit(ctx, a+":0000000099"); found || err != nil {
 		t.Errorf("a commit the log has not: found %v, %v", found, err)
 	}
-	p, err := s.Browse(ctx, admin.LogQuery{Limit: 1, StreamID: a})
+	p, err := s.Browse(ctx, domain.LogQuery{Limit: 1, StreamID: a})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Browse(ctx, admin.LogQuery{Limit: 1, Cursor: p.Next}); !errors.Is(err, domain.ErrValidation) {
+	if _, err := s.Browse(ctx, domain.LogQuery{Limit: 1, Cursor: p.Next}); !errors.Is(err, domain.ErrValidation) {
 		t.Errorf("a stream's cursor for the whole log: %v, want ErrValidation", err)
 	}
-	if _, err := s.Browse(ctx, admin.LogQuery{Limit: 1, Cursor: "not a cursor"}); !errors.Is(err, domain.ErrValidation) {
+	if _, err := s.Browse(ctx, domain.LogQuery{Limit: 1, Cursor: "not a cursor"}); !errors.Is(err, domain.ErrValidation) {
 		t.Errorf("a cursor that is none: %v, want ErrValidation", err)
 	}
 }

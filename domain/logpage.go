@@ -1,10 +1,8 @@
-package admin
+package domain
 
 import (
 	"encoding/json"
 	"time"
-
-	"github.com/orderd/orderd/domain"
 )
 
 // LogCommit is one commit of the log as the log browser shows it: its id
@@ -12,14 +10,14 @@ import (
 // when the store recorded it, and its events in version order. Error is
 // set, and Events empty, when this build cannot decode the commit.
 type LogCommit struct {
-	ID           string         `json:"id"`
-	StreamID     string         `json:"stream_id"`
-	StreamType   string         `json:"stream_type"`
-	FirstVersion int64          `json:"first_version"`
-	LastVersion  int64          `json:"last_version"`
-	RecordedAt   time.Time      `json:"recorded_at"`
-	Events       []domain.Event `json:"events"`
-	Error        string         `json:"error,omitempty"`
+	ID           string    `json:"id"`
+	StreamID     string    `json:"stream_id"`
+	StreamType   string    `json:"stream_type"`
+	FirstVersion int64     `json:"first_version"`
+	LastVersion  int64     `json:"last_version"`
+	RecordedAt   time.Time `json:"recorded_at"`
+	Events       []Event   `json:"events"`
+	Error        string    `json:"error,omitempty"`
 }
 
 // LogQuery selects one page of the log, newest commit first. Empty
@@ -58,12 +56,12 @@ func (q LogQuery) Matches(c LogCommit) bool {
 }
 
 // MarshalJSON writes the commit with each event in its wire form
-// (domain.MarshalEvent, with its data), as GET /v1/orders/{id}/events does.
+// (MarshalEvent, with its data), as GET /v1/orders/{id}/events does.
 func (c LogCommit) MarshalJSON() ([]byte, error) {
 	type plain LogCommit
 	evs := make([]json.RawMessage, len(c.Events))
 	for i, e := range c.Events {
-		b, err := domain.MarshalEvent(e)
+		b, err := MarshalEvent(e)
 		if err != nil {
 			return nil, err
 		}
