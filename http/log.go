@@ -20,10 +20,6 @@ import (
 // The log browser's routes (GET /v1/admin/log, /log/commits/{commit},
 // /log/tail) and the history of the first screen (GET /v1/admin/history).
 
-// eventTypes are the event types a log filter may name.
-var eventTypes = []string{domain.TypeOrderPlaced, domain.TypeOrderApproved, domain.TypeOrderInvoiced, domain.TypeOrderProcessingStarted,
-	domain.TypeOrderShipped, domain.TypeOrderDelivered, domain.TypeOrderCanceled, domain.TypeOrderMarkedUnavailable}
-
 func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 	if err := onlyParams(c, "limit", "cursor", "type", "stream_id", "correlation_id"); err != nil {
 		return err
@@ -57,8 +53,8 @@ func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
 // logFilters checks the filters a page of the log and its tail share.
 func logFilters(q domain.LogQuery) []domain.FieldError {
 	var bad []domain.FieldError
-	if q.Type != "" && !slices.Contains(eventTypes, q.Type) {
-		bad = append(bad, domain.FieldError{Field: "type", Detail: "one of " + strings.Join(eventTypes, ", ")})
+	if types := domain.EventTypes(); q.Type != "" && !slices.Contains(types, q.Type) {
+		bad = append(bad, domain.FieldError{Field: "type", Detail: "one of " + strings.Join(types, ", ")})
 	}
 	if q.StreamID != "" && domain.ValidateID("stream id", q.StreamID) != nil {
 		bad = append(bad, domain.FieldError{Field: "stream_id", Detail: "1 to 128 letters, digits, '_' or '-'"})
