@@ -2,8 +2,12 @@ package mongodb
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -14,17 +18,24 @@ import (
 )
 
 // Rollups keeps a rollup's collections (projection.RollupStore): one
-// document per month and currency,
+// document per year and currency,
 //
-//	{_id: "YYYY-MM|<currency>", month, currency, days: {"YYYY-MM-DD": {orders, items,
-//	 gross_cents, freight_cents, canceled, unavailable}}, position, merged, retried, rev}
+//	{_id: "YYYY|<currency>", year, currency, days: BinData, position, merged, retried, rev}
 //
 // every write a compare-and-set on rev; the collection's cursor in the
-// document "~cursor" ({position, seq, cut}: "~" sorts after every month),
+// document "~cursor" ({position, seq, cut}: "~" sorts after every year),
 // written only over a lower position; and a build's contributions in
 // projection.SumsCollection(coll), one document per stream. A range of
-// months is one find on an _id range, which the embedded store serves
+// years is one find on an _id range, which the embedded store serves
 // from its _id index.
+//
+// days packs the year's days with sales (packDays): a full year is about
+// 5.5 KB, where a subdocument per day with six named sums is about 37 KB.
+// Measured on the embedded store (FerretDB 1.24 decodes each value of a
+// stored document through encoding/json): a find of ten year documents
+// takes 8 ms packed, against 16 ms for 12 KB each and 31 ms for 120 month
+// documents; a month of 30 such subdocuments alone took 3.5 ms to read.
+// On MongoDB the packed form is what each batch's write replicates.
 type Rollups struct {
 	db *mongo.Database
 }
@@ -37,18 +48,19 @@ func NewRollups(db *mongo.Database) *Rollups { return &Rollups{db: db} }
 // cursorID is the _id of a rollup collection's cursor.
 const cursorID = "~cursor"
 
-// monthDoc is the stored form of a projection.SalesMonth.
-type monthDoc struct {
-	ID       string            `bson:"_id"`
-	Month    string            `bson:"month"`
-	Currency string            `bson:"currency"`
-	Days     map[string]dayDoc `bson:"days"`
-	Position int64             `bson:"position"`
-	Merged   string            `bson:"merged,omitempty"`
-	Retried  []string          `bson:"retried,omitempty"`
-	Rev      int64             `bson:"rev"`
+// yearDoc is the stored form of a projection.SalesYear.
+type yearDoc struct {
+	ID       string   `bson:"_id"`
+	Year     string   `bson:"year"`
+	Currency string   `bson:"currency"`
+	Days     []byte   `bson:"days"`
+	Position int64    `bson:"position"`
+	Merged   string   `bson:"merged,omitempty"`
+	Retried  []string `bson:"retried,omitempty"`
+	Rev      int64    `bson:"rev"`
 }
 
+// dayDoc is a day's sums as a build's contribution stores them.
 type dayDoc struct {
 	Orders       int64 `bson:"orders"`
 	Items        int64 `bson:"items"`
@@ -58,29 +70,76 @@ type dayDoc struct {
 	Unavailable  int64 `bson:"unavailable"`
 }
 
-func toMonthDoc(m projection.SalesMonth) monthDoc {
-	d := monthDoc{ID: m.ID, Month: m.Month, Currency: m.Currency, Days: map[string]dayDoc{}, Position: int64(m.Position),
-		Merged: m.Merged, Retried: m.Retried, Rev: int64(m.Rev)}
-	for day, s := range m.Days {
-		d.Days[day] = dayDoc(s)
-	}
-	return d
+func toYearDoc(y projection.SalesYear) (yearDoc, error) {
+	days, err := packDays(y.Year, y.Days)
+	return yearDoc{ID: y.ID, Year: y.Year, Currency: y.Currency, Days: days, Position: int64(y.Position),
+		Merged: y.Merged, Retried: y.Retried, Rev: int64(y.Rev)}, err
 }
 
-func (d monthDoc) month() projection.SalesMonth {
-	m := projection.SalesMonth{ID: d.ID, Month: d.Month, Currency: d.Currency, Days: map[string]projection.DaySales{},
-		Position: uint64(d.Position), Merged: d.Merged, Retried: d.Retried, Rev: uint64(d.Rev)}
-	for day, s := range d.Days {
-		m.Days[day] = projection.DaySales(s)
+func (d yearDoc) year() (projection.SalesYear, error) {
+	days, err := unpackDays(d.Year, d.Days)
+	if err != nil {
+		return projection.SalesYear{}, fmt.Errorf("%s: %w", d.ID, err)
 	}
-	return m
+	return projection.SalesYear{ID: d.ID, Year: d.Year, Currency: d.Currency, Days: days,
+		Position: uint64(d.Position), Merged: d.Merged, Retried: d.Retried, Rev: uint64(d.Rev)}, nil
 }
 
-// LoadMonths reads the months by _id, one look-up each (a handful).
-func (s *Rollups) LoadMonths(ctx context.Context, coll string, ids []string) (map[string]projection.SalesMonth, error) {
-	out := make(map[string]projection.SalesMonth, len(ids))
+// packDays packs the days (YYYY-MM-DD, all of year) in day order, each
+// as varints (encoding/binary): its day of the year, then its orders,
+// items, gross, freight, canceled and unavailable. Days whose sums are
+// all zero are left out.
+func packDays(year string, days map[string]projection.DaySales) ([]byte, error) {
+	out := make([]byte, 0, 16*len(days))
+	for _, day := range slices.Sorted(maps.Keys(days)) {
+		t, err := time.Parse(time.DateOnly, day)
+		if err != nil || day[:4] != year {
+			return nil, fmt.Errorf("day %q of year %s", day, year)
+		}
+		s := days[day]
+		if s == (projection.DaySales{}) {
+			continue
+		}
+		out = binary.AppendUvarint(out, uint64(t.YearDay()))
+		for _, v := range []int64{s.Orders, s.Items, s.GrossCents, s.FreightCents, s.Canceled, s.Unavailable} {
+			out = binary.AppendVarint(out, v)
+		}
+	}
+	return out, nil
+}
+
+// unpackDays is packDays' inverse.
+func unpackDays(year string, b []byte) (map[string]projection.DaySales, error) {
+	y, err := strconv.Atoi(year)
+	if err != nil {
+		return nil, fmt.Errorf("year %q", year)
+	}
+	jan1 := time.Date(y, time.January, 1, 0, 0, 0, 0, time.UTC)
+	days := map[string]projection.DaySales{}
+	for len(b) > 0 {
+		yd, n := binary.Uvarint(b)
+		if n <= 0 || yd < 1 || yd > 366 {
+			return nil, errors.New("days: a day of the year out of range")
+		}
+		b = b[n:]
+		var v [6]int64
+		for i := range v {
+			if v[i], n = binary.Varint(b); n <= 0 {
+				return nil, errors.New("days: truncated")
+			}
+			b = b[n:]
+		}
+		days[jan1.AddDate(0, 0, int(yd)-1).Format(time.DateOnly)] = projection.DaySales{Orders: v[0], Items: v[1],
+			GrossCents: v[2], FreightCents: v[3], Canceled: v[4], Unavailable: v[5]}
+	}
+	return days, nil
+}
+
+// LoadYears reads the years by _id, one look-up each (a handful).
+func (s *Rollups) LoadYears(ctx context.Context, coll string, ids []string) (map[string]projection.SalesYear, error) {
+	out := make(map[string]projection.SalesYear, len(ids))
 	for _, id := range ids {
-		var d monthDoc
+		var d yearDoc
 		err := s.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
 		if errors.Is(err, mongo.ErrNoDocuments) {
 			continue
@@ -88,15 +147,20 @@ func (s *Rollups) LoadMonths(ctx context.Context, coll string, ids []string) (ma
 		if err != nil {
 			return nil, Translate(err)
 		}
-		out[id] = d.month()
+		if out[id], err = d.year(); err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }
 
-// SaveMonth inserts a month at revision 1, and replaces one filtered on
+// SaveYear inserts a year at revision 1, and replaces one filtered on
 // {_id, rev: m.Rev-1} otherwise.
-func (s *Rollups) SaveMonth(ctx context.Context, coll string, m projection.SalesMonth) (bool, error) {
-	d := toMonthDoc(m)
+func (s *Rollups) SaveYear(ctx context.Context, coll string, m projection.SalesYear) (bool, error) {
+	d, err := toYearDoc(m)
+	if err != nil {
+		return false, err
+	}
 	c := s.db.Collection(coll)
 	if m.Rev <= 1 {
 		_, err := c.InsertOne(ctx, d)
@@ -112,22 +176,27 @@ func (s *Rollups) SaveMonth(ctx context.Context, coll string, m projection.Sales
 	return res.MatchedCount == 1, nil
 }
 
-// Months reads the months of an _id range in one find, sorted by _id.
-func (s *Rollups) Months(ctx context.Context, coll, from, to string) ([]projection.SalesMonth, error) {
+// Years reads the years of an _id range in one find, sorted by _id.
+func (s *Rollups) Years(ctx context.Context, coll, from, to string) ([]projection.SalesYear, error) {
 	cur, err := s.db.Collection(coll).Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, Translate(err)
 	}
-	var docs []monthDoc
+	var docs []yearDoc
 	if err := cur.All(ctx, &docs); err != nil {
 		return nil, Translate(err)
 	}
-	out := make([]projection.SalesMonth, 0, len(docs))
+	out := make([]projection.SalesYear, 0, len(docs))
 	for _, d := range docs {
-		if d.ID != cursorID {
-			out = append(out, d.month())
+		if d.ID == cursorID {
+			continue
 		}
+		y, err := d.year()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, y)
 	}
 	return out, nil
 }

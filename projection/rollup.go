@@ -36,16 +36,16 @@ func (d RollupDefinition) Key() string { return VersionKey(d.Name, d.Ver()) }
 // DailySales is the daily_sales rollup: per UTC day of placement and
 // currency, the orders placed, their items, gross (their lines' prices)
 // and freight, and how many of them are now canceled or unavailable; one
-// document per month and currency (SalesMonth), so a year's answer reads
-// twelve documents a currency. Version 1 was a read model of one document
-// per order, which this version replaces.
+// document per year and currency (SalesYear), so ten years' answer reads
+// ten documents a currency. Version 1 was a read model of one document per
+// order, which this version replaces.
 var DailySales = RollupDefinition{Name: "daily_sales", Collection: "daily_sales", Version: 2}
 
-// SalesMonth is a document of the daily sales: one month's days in one
+// SalesYear is a document of the daily sales: one year's days in one
 // currency, and how far the log has been applied to it.
-type SalesMonth struct {
-	ID       string              // MonthID of Month and Currency
-	Month    string              // YYYY-MM
+type SalesYear struct {
+	ID       string              // YearID of Year and Currency
+	Year     string              // YYYY
 	Currency string              // ISO 4217
 	Days     map[string]DaySales // by day, YYYY-MM-DD
 	// Position is the log position of the last event applied: every event
@@ -57,8 +57,8 @@ type SalesMonth struct {
 	// Retried are the dead letters whose events were counted later, by a
 	// retry (each at most once).
 	Retried []string
-	// Rev counts the month's writes: every write is a compare-and-set on
-	// it (RollupStore.SaveMonth).
+	// Rev counts the year's writes: every write is a compare-and-set on
+	// it (RollupStore.SaveYear).
 	Rev uint64
 }
 
@@ -76,10 +76,10 @@ func (d *DaySales) add(o DaySales) {
 	d.Unavailable += o.Unavailable
 }
 
-// MonthID is the id of the SalesMonth of day (YYYY-MM-DD) in currency:
-// "YYYY-MM|<currency>". Ids sort by month, so a range of months is a range
-// of ids.
-func MonthID(day, currency string) string { return day[:7] + "|" + currency }
+// YearID is the id of the SalesYear of day (YYYY-MM-DD) in currency:
+// "YYYY|<currency>". Ids sort by year, so a range of years is a range of
+// ids.
+func YearID(day, currency string) string { return day[:4] + "|" + currency }
 
 // Delivery is one message of the event stream as a rollup takes it: the
 // event (or why it does not decode), its log position (the relay's count
@@ -121,15 +121,15 @@ func (e *GapError) Error() string {
 // adapter's *mongodb.Rollups implements it. Its errors are
 // domain.ErrUnavailable when the store cannot be reached.
 type RollupStore interface {
-	// LoadMonths returns the months of coll with the given ids that exist.
-	LoadMonths(ctx context.Context, coll string, ids []string) (map[string]SalesMonth, error)
-	// SaveMonth writes m in coll in place of the month stored at revision
+	// LoadYears returns the years of coll with the given ids that exist.
+	LoadYears(ctx context.Context, coll string, ids []string) (map[string]SalesYear, error)
+	// SaveYear writes m in coll in place of the year stored at revision
 	// m.Rev-1 (where there is none, for m.Rev 1): a compare-and-set. It
-	// reports false when the stored month is not the one read.
-	SaveMonth(ctx context.Context, coll string, m SalesMonth) (bool, error)
-	// Months returns coll's months whose ids are from to to, both
+	// reports false when the stored year is not the one read.
+	SaveYear(ctx context.Context, coll string, m SalesYear) (bool, error)
+	// Years returns coll's years whose ids are from to to, both
 	// included, sorted by id.
-	Months(ctx context.Context, coll, from, to string) ([]SalesMonth, error)
+	Years(ctx context.Context, coll, from, to string) ([]SalesYear, error)
 	// Cursor returns coll's cursor; false when it has none (a shadow not
 	// started yet).
 	Cursor(ctx context.Context, coll string) (RollupCursor, bool, error)
@@ -378,7 +378,7 @@ func (r *Rollup) Lost(ctx context.Context, gap *GapError) error {
 }
 
 // Recount counts the events of dead letter id once in the collection
-// readers read (SalesMonth.Retried keeps it from counting twice). Errors:
+// readers read (SalesYear.Retried keeps it from counting twice). Errors:
 // domain.ErrNotBuilt, the contribution's (the placement still missing),
 // the store's.
 func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) error {
@@ -404,21 +404,21 @@ func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) err
 	return nil
 }
 
-// recount adds c to its month of coll unless dead letter id was counted
+// recount adds c to its year of coll unless dead letter id was counted
 // there already, in one compare-and-set write.
 func (r *Rollup) recount(ctx context.Context, coll, id string, c Contribution) error {
-	mid := MonthID(c.Day, c.Currency)
+	mid := YearID(c.Day, c.Currency)
 	for range maxSaveTries {
-		months, err := r.store.LoadMonths(ctx, coll, []string{mid})
+		years, err := r.store.LoadYears(ctx, coll, []string{mid})
 		if err != nil {
 			return err
 		}
-		m, exists := months[mid]
+		m, exists := years[mid]
 		if slices.Contains(m.Retried, id) {
 			return nil
 		}
 		if !exists {
-			m = SalesMonth{ID: mid, Month: c.Day[:7], Currency: c.Currency}
+			m = SalesYear{ID: mid, Year: c.Day[:4], Currency: c.Currency}
 		}
 		if m.Days == nil {
 			m.Days = map[string]DaySales{}
@@ -428,7 +428,7 @@ func (r *Rollup) recount(ctx context.Context, coll, id string, c Contribution) e
 		m.Days[c.Day] = d
 		m.Retried = append(m.Retried, id)
 		m.Rev++
-		ok, err := r.store.SaveMonth(ctx, coll, m)
+		ok, err := r.store.SaveYear(ctx, coll, m)
 		if err != nil || ok {
 			return err
 		}
@@ -466,7 +466,7 @@ func (r *Rollup) cursor(ctx context.Context, coll string, fresh bool) (RollupCur
 }
 
 // applyTo applies the deliveries past coll's cursor, which must follow on
-// from it, to coll: one compare-and-set write per month the events touch,
+// from it, to coll: one compare-and-set write per year the events touch,
 // then the cursor. A collection without a cursor (a shadow its build has
 // not started) takes nothing.
 func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
@@ -501,7 +501,7 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 	}
 	// The run: consecutive positions from the cursor on.
 	last := cur
-	byMonth := map[string][]int{}
+	byYear := map[string][]int{}
 	for i, d := range ds {
 		switch {
 		case d.Position == 0 || d.Position <= last.Position:
@@ -515,12 +515,12 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
 			continue
 		}
-		id := MonthID(c.Day, c.Currency)
-		byMonth[id] = append(byMonth[id], i)
+		id := YearID(c.Day, c.Currency)
+		byYear[id] = append(byYear[id], i)
 		out.Applied++
 	}
-	for _, id := range slices.Sorted(maps.Keys(byMonth)) {
-		if err := r.addToMonth(ctx, coll, id, ds, counted, byMonth[id]); err != nil {
+	for _, id := range slices.Sorted(maps.Keys(byYear)) {
+		if err := r.addToYear(ctx, coll, id, ds, counted, byYear[id]); err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -535,24 +535,24 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 	return out, nil
 }
 
-// maxSaveTries bounds the compare-and-set writes of a month that another
+// maxSaveTries bounds the compare-and-set writes of a year that another
 // writer keeps changing.
 const maxSaveTries = 10
 
-// addToMonth adds to month id of coll the contributions of the
-// deliveries at idx (in position order) past the month's position, in
+// addToYear adds to year id of coll the contributions of the
+// deliveries at idx (in position order) past the year's position, in
 // one compare-and-set write, read again and retried when another writer
 // moved it in between.
-func (r *Rollup) addToMonth(ctx context.Context, coll, id string, ds []Delivery, counted []*Contribution, idx []int) error {
+func (r *Rollup) addToYear(ctx context.Context, coll, id string, ds []Delivery, counted []*Contribution, idx []int) error {
 	for range maxSaveTries {
-		months, err := r.store.LoadMonths(ctx, coll, []string{id})
+		years, err := r.store.LoadYears(ctx, coll, []string{id})
 		if err != nil {
 			return fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
 		}
-		m, exists := months[id]
+		m, exists := years[id]
 		if !exists {
 			c := counted[idx[0]]
-			m = SalesMonth{ID: id, Month: c.Day[:7], Currency: c.Currency}
+			m = SalesYear{ID: id, Year: c.Day[:4], Currency: c.Currency}
 		}
 		if m.Days == nil {
 			m.Days = map[string]DaySales{}
@@ -573,7 +573,7 @@ func (r *Rollup) addToMonth(ctx context.Context, coll, id string, ds []Delivery,
 		}
 		m.Position = ds[idx[len(idx)-1]].Position
 		m.Rev++
-		ok, err := r.store.SaveMonth(ctx, coll, m)
+		ok, err := r.store.SaveYear(ctx, coll, m)
 		if err != nil {
 			return fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
 		}
@@ -587,7 +587,7 @@ func (r *Rollup) addToMonth(ctx context.Context, coll, id string, ds []Delivery,
 // Sales returns the daily sales readers read over the UTC dates of from
 // to to (both included; the time of day is ignored), of one currency when
 // currency is not empty: one row per day and currency with sales, sorted
-// by day then currency, read from the months of the range. Errors:
+// by day then currency, read from the years of the range. Errors:
 // domain.ErrNotBuilt before a first build has switched to a collection of
 // this version, domain.ErrUnavailable.
 func (r *Rollup) Sales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
@@ -599,12 +599,12 @@ func (r *Rollup) Sales(ctx context.Context, from, to time.Time, currency string)
 		return nil, fmt.Errorf("%s: %w", r.def.Name, domain.ErrNotBuilt)
 	}
 	first, last := SaleDay(from), SaleDay(to)
-	months, err := r.store.Months(ctx, ptr.Active, first[:7]+"|", last[:7]+"|~")
+	years, err := r.store.Years(ctx, ptr.Active, first[:4]+"|", last[:4]+"|~")
 	if err != nil {
-		return nil, fmt.Errorf("%s: months %s to %s: %w", r.def.Name, first[:7], last[:7], err)
+		return nil, fmt.Errorf("%s: years %s to %s: %w", r.def.Name, first[:4], last[:4], err)
 	}
 	out := []domain.DailySales{}
-	for _, m := range months {
+	for _, m := range years {
 		if currency != "" && m.Currency != currency {
 			continue
 		}

@@ -19,7 +19,7 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// salesLog is a log of orders placed over several months in two
+// salesLog is a log of orders placed over several years in two
 // currencies, through every end of the lifecycle, and the stream the
 // relay would make of it: each event once, at log positions 1..n and
 // stream sequences 1..n, in commit order.
@@ -44,12 +44,12 @@ func newSalesLog(t *testing.T, ctx context.Context, orders int) *salesLog {
 // add appends n more orders to the log, and their events to the stream.
 func (l *salesLog) add(t *testing.T, ctx context.Context, n int) {
 	t.Helper()
-	base := time.Date(2024, 1, 30, 22, 0, 0, 0, time.UTC)
+	base := time.Date(2023, 12, 10, 22, 0, 0, 0, time.UTC) // across a year's end
 	var ids []string
 	for i := range len(l.ids) + n {
 		id := fmt.Sprintf("sale%03d", i)
 		if i >= len(l.ids) {
-			// 53 hours apart: days and months, and placements near
+			// 53 hours apart: days, months and years, and placements near
 			// midnight.
 			projectiontest.AppendStream(t, ctx, l.es, id, projectiontest.Lifecycle(i, fmt.Sprintf("cust-%d", i%5)), 1+i%2,
 				base.Add(time.Duration(i)*53*time.Hour))
@@ -269,7 +269,7 @@ func TestRollupCountsEveryEventOnce(t *testing.T) {
 // errDied is what a dying store answers once it has died.
 var errDied = errors.New("the process died")
 
-// dying is a rollup store whose process dies after a number of month
+// dying is a rollup store whose process dies after a number of year
 // writes: its next write and everything after fail, the cursor's
 // included, so a batch stops between its writes.
 type dying struct {
@@ -307,11 +307,11 @@ func (d *dying) write() error {
 	return nil
 }
 
-func (d *dying) SaveMonth(ctx context.Context, coll string, m projection.SalesMonth) (bool, error) {
+func (d *dying) SaveYear(ctx context.Context, coll string, m projection.SalesYear) (bool, error) {
 	if err := d.write(); err != nil {
 		return false, err
 	}
-	return d.RollupStore.SaveMonth(ctx, coll, m)
+	return d.RollupStore.SaveYear(ctx, coll, m)
 }
 
 func (d *dying) SaveCursor(ctx context.Context, coll string, c projection.RollupCursor) error {

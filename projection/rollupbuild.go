@@ -28,7 +28,7 @@ import (
 //     contribution (idempotent: a scan resumed from its cursor writes
 //     them again), not sums.
 //   - The finish (VerifySums) adds the recorded contributions to the
-//     shadow's months, each month once (SalesMonth.Merged), and waits
+//     shadow's years, each year once (SalesYear.Merged), and waits
 //     until the shadow's cursor has reached the active collection's, so
 //     that a switch shows readers nothing older.
 
@@ -146,28 +146,28 @@ func (r *Rollup) streamContribution(st domain.StreamEvents, cut time.Time) (Cont
 const catchUpWait = 2 * time.Minute
 
 // VerifySums is the finish of a rollup's build: it adds the contributions
-// its scan recorded to coll's months, each month once, and waits until
+// its scan recorded to coll's years, each year once, and waits until
 // coll's cursor has reached the active collection's (of any version: a
 // first build waits for none). Its report counts the contributions
-// (Streams) and the months written (Documents); a rollup's build has
+// (Streams) and the years written (Documents); a rollup's build has
 // nothing to repair, its sums being exact by construction. progress (nil:
 // none) is called every 500 contributions. Errors: the store's,
 // progress's, and domain.ErrUnavailable (wrapped) when coll did not catch
 // up within catchUpWait (the live feed does not run, or lost positions).
 func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress func(VerifyProgress) error) (VerifyReport, error) {
 	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
-	months := map[string]map[string]DaySales{}
+	years := map[string]map[string]DaySales{}
 	currency := map[string]string{}
 	var pr VerifyProgress
 	err := r.store.EachContribution(ctx, coll, func(c Contribution) error {
 		rep.Streams++
-		id := MonthID(c.Day, c.Currency)
-		if months[id] == nil {
-			months[id], currency[id] = map[string]DaySales{}, c.Currency
+		id := YearID(c.Day, c.Currency)
+		if years[id] == nil {
+			years[id], currency[id] = map[string]DaySales{}, c.Currency
 		}
-		d := months[id][c.Day]
+		d := years[id][c.Day]
 		d.add(c.Sales)
-		months[id][c.Day] = d
+		years[id][c.Day] = d
 		pr.Streams, pr.Cursor = rep.Streams, c.Stream
 		if rep.Streams%500 == 0 && progress != nil {
 			return progress(pr)
@@ -177,8 +177,8 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 	if err != nil {
 		return rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
-	for _, id := range slices.Sorted(maps.Keys(months)) {
-		written, err := r.merge(ctx, coll, id, currency[id], months[id])
+	for _, id := range slices.Sorted(maps.Keys(years)) {
+		written, err := r.merge(ctx, coll, id, currency[id], years[id])
 		if err != nil {
 			return rep, err
 		}
@@ -197,20 +197,20 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 	return rep, nil
 }
 
-// merge adds a scan's days to month id of coll unless a merge of coll's
-// build already did (SalesMonth.Merged), in one compare-and-set write.
+// merge adds a scan's days to year id of coll unless a merge of coll's
+// build already did (SalesYear.Merged), in one compare-and-set write.
 func (r *Rollup) merge(ctx context.Context, coll, id, currency string, days map[string]DaySales) (bool, error) {
 	for range maxSaveTries {
-		months, err := r.store.LoadMonths(ctx, coll, []string{id})
+		years, err := r.store.LoadYears(ctx, coll, []string{id})
 		if err != nil {
 			return false, fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
 		}
-		m, exists := months[id]
+		m, exists := years[id]
 		if m.Merged == coll {
 			return false, nil
 		}
 		if !exists {
-			m = SalesMonth{ID: id, Month: id[:7], Currency: currency}
+			m = SalesYear{ID: id, Year: id[:4], Currency: currency}
 		}
 		if m.Days == nil {
 			m.Days = map[string]DaySales{}
@@ -222,7 +222,7 @@ func (r *Rollup) merge(ctx context.Context, coll, id, currency string, days map[
 		}
 		m.Merged = coll
 		m.Rev++
-		ok, err := r.store.SaveMonth(ctx, coll, m)
+		ok, err := r.store.SaveYear(ctx, coll, m)
 		if err != nil {
 			return false, fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
 		}
@@ -304,9 +304,9 @@ func (r *Rollup) Compare(ctx context.Context, coll, active string) (VerifyReport
 	}
 }
 
-// snapshot reads every month of a and of b, and reports whether both
+// snapshot reads every year of a and of b, and reports whether both
 // cursors stood at one position, the same before and after.
-func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesMonth, pos uint64, ok bool, err error) {
+func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesYear, pos uint64, ok bool, err error) {
 	ca, _, err := r.store.Cursor(ctx, a)
 	if err != nil {
 		return nil, nil, 0, false, err
@@ -315,10 +315,10 @@ func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesMonth
 	if err != nil || ca.Position != cb.Position {
 		return nil, nil, 0, false, err
 	}
-	if ma, err = r.store.Months(ctx, a, "", "~"); err != nil {
+	if ma, err = r.store.Years(ctx, a, "", "~"); err != nil {
 		return nil, nil, 0, false, err
 	}
-	if mb, err = r.store.Months(ctx, b, "", "~"); err != nil {
+	if mb, err = r.store.Years(ctx, b, "", "~"); err != nil {
 		return nil, nil, 0, false, err
 	}
 	ca2, _, err := r.store.Cursor(ctx, a)
@@ -333,9 +333,9 @@ func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesMonth
 }
 
 // diff reports in rep each day and currency whose sums differ between
-// active's months and the built ones, and the digests of both.
-func (r *Rollup) diff(rep *VerifyReport, active, built []SalesMonth, pos int64) {
-	days := func(ms []SalesMonth) map[string]DaySales {
+// active's years and the built ones, and the digests of both.
+func (r *Rollup) diff(rep *VerifyReport, active, built []SalesYear, pos int64) {
+	days := func(ms []SalesYear) map[string]DaySales {
 		out := map[string]DaySales{}
 		for _, m := range ms {
 			for day, s := range m.Days {

@@ -69,10 +69,10 @@ func (s *salesFixture) run(t *testing.T) *projector.Runner {
 	return r
 }
 
-// months reads every month of coll.
-func (s *salesFixture) months(t *testing.T, ctx context.Context, coll string) []projection.SalesMonth {
+// years reads every year of coll.
+func (s *salesFixture) years(t *testing.T, ctx context.Context, coll string) []projection.SalesYear {
 	t.Helper()
-	ms, err := mongodb.NewRollups(s.db).Months(ctx, coll, "", "~")
+	ms, err := mongodb.NewRollups(s.db).Years(ctx, coll, "", "~")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,8 +107,8 @@ func TestSequencedRunnerFillsGapsFromTheStream(t *testing.T) {
 	s.publish(t, ctx, s.f.Flat[half:])
 	projectortest.WaitLag(t, ctx, time.Minute, r)
 	projectiontest.WaitFor(t, 30*time.Second, "the shadow's sums equal the active collection's", func() error {
-		active, behind := s.months(t, ctx, def.Collection), s.months(t, ctx, shadow)
-		for _, ms := range [][]projection.SalesMonth{active, behind} {
+		active, behind := s.years(t, ctx, def.Collection), s.years(t, ctx, shadow)
+		for _, ms := range [][]projection.SalesYear{active, behind} {
 			for i := range ms {
 				ms[i].Position, ms[i].Rev = 0, 0
 			}
@@ -158,7 +158,7 @@ func TestSequencedRunnerSetsAsideACollectionThatLostPositions(t *testing.T) {
 		return nil
 	})
 	projectortest.WaitLag(t, ctx, time.Minute, r)
-	if ms := s.months(t, ctx, def.Collection); len(ms) != 0 {
+	if ms := s.years(t, ctx, def.Collection); len(ms) != 0 {
 		t.Errorf("the rollup counted past its hole: %s", projectiontest.Dump(ms))
 	}
 	reader := mongodb.NewReader(s.db, s.ps, s.sales)
