@@ -1,6 +1,7 @@
 package projection_test
 
 import (
+	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -391,6 +392,36 @@ func TestRollupBuildCountsEveryEventOnce(t *testing.T) {
 		return true, nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+	l.check(t, ctx, r)
+}
+
+// TestRollupRecountsADeadLetterOnce: the events of a dead letter, counted
+// by its retry, are counted once however often it is retried, in the
+// collection readers read.
+func TestRollupRecountsADeadLetterOnce(t *testing.T) {
+	ctx := projectiontest.Context(t, time.Minute)
+	l := newSalesLog(t, ctx, 6)
+	r := rollupOn(t, ctx, l.db, l.es, mongodb.NewRollups(l.db))
+	// Every event but one order's cancellation, which could not be
+	// counted when it was delivered.
+	var parked []domain.Event
+	for i, d := range l.stream {
+		if d.Event.Type == domain.TypeOrderCanceled && parked == nil {
+			parked = []domain.Event{d.Event}
+			l.stream[i].Err = errors.New("does not decode")
+		}
+	}
+	if parked == nil {
+		t.Fatal("the log holds no cancellation")
+	}
+	if err := l.feed(ctx, r, l.stream); err != nil && !strings.Contains(err.Error(), "poison") {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := r.Recount(ctx, "daily_sales:"+parked[0].ID, parked); err != nil {
+			t.Fatal(err)
+		}
 	}
 	l.check(t, ctx, r)
 }
