@@ -187,13 +187,23 @@ func (t *tail) drop(s *tailSub, err error) {
 // logCommitOf is how the log browser shows a commit the relay's change
 // stream delivered (domain.RecordedCommit) before it is read back.
 func logCommitOf(c domain.RecordedCommit) domain.LogCommit {
-	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt, Events: c.Events}
-	if c.Err != nil {
-		out.Error = c.Err.Error()
+	out := domain.LogCommit{ID: c.ID, StreamID: c.StreamID, RecordedAt: c.RecordedAt}
+	err := c.Err
+	for _, m := range c.Events {
+		e, derr := domain.UnmarshalEvent(m.Body)
+		if derr != nil {
+			err = fmt.Errorf("commit %s: %w: %w", c.ID, domain.ErrUnreadableCommit, derr)
+			out.Events = nil
+			break
+		}
+		out.Events = append(out.Events, e)
 	}
-	if len(c.Events) > 0 {
-		out.StreamType = c.Events[0].StreamType
-		out.FirstVersion, out.LastVersion = c.Events[0].Version, c.Events[len(c.Events)-1].Version
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if len(out.Events) > 0 {
+		out.StreamType = out.Events[0].StreamType
+		out.FirstVersion, out.LastVersion = out.Events[0].Version, out.Events[len(out.Events)-1].Version
 	}
 	return out
 }

@@ -111,7 +111,12 @@ func TestTailLogSharesOneStream(t *testing.T) {
 	a.open(t)
 	b := follow(s)
 	b.open(t)
-	commit := domain.RecordedCommit{ID: "o-1:0000000001", StreamID: "o-1", Events: []domain.Event{{StreamID: "o-1", Type: domain.TypeOrderApproved, Version: 1}}}
+	body, err := domain.MarshalEvent(domain.Event{ID: "e-1", StreamID: "o-1", StreamType: domain.StreamTypeOrder, Type: domain.TypeOrderApproved, Version: 1,
+		OccurredAt: time.Now(), RecordedAt: time.Now(), Data: domain.OrderApproved{}, Metadata: domain.Metadata{SchemaVersion: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := domain.RecordedCommit{ID: "o-1:0000000001", StreamID: "o-1", Events: []domain.EventMessage{{ID: "e-1", Body: body}}}
 	log.commits <- commit
 	for _, c := range []*client{a, b} {
 		if got := c.next(t); got.ID != commit.ID || got.FirstVersion != 1 || got.LastVersion != 1 {

@@ -44,27 +44,21 @@ func (p *Publisher) CheckStream(ctx context.Context) error {
 	return CheckStream(ctx, p.js, p.stream.Name)
 }
 
-// Publish sends every event of commits (each a commit's events, in
-// version order) and waits for the acks, all within the given time: Send,
-// then its wait. It returns the indexes in commits of the commits whose
-// every event JetStream acknowledged, in order, also alongside an error (a
-// send or an ack failed, or the time ran out): a commit is published only
-// whole.
-func (p *Publisher) Publish(ctx context.Context, commits [][]domain.Event, within time.Duration) ([]int, error) {
-	acked, _, err := p.Send(ctx, commits, nil, within)()
-	return acked, err
-}
-
-// Send sends every event of commits, in order, each with its log position
-// in the PositionHeader (positions[i] is that of commit i's first event;
-// nil positions: none), and returns at once the wait for their acks,
-// which returns what Publish returns and the stream sequence of the last
-// event acknowledged; the time given runs from the call for both. A full window of publishes awaiting acks
-// makes a send wait. Sends of one Publisher called one after the other
-// reach the stream in that order, so a caller can send a round while the
-// acks of the one before are still coming. A canceled ctx still sends (the
+// Send sends every event of commits, in order, as it is (its wire form,
+// domain.MarshalEvent's JSON) on the subject of its commit's stream, with
+// Nats-Msg-Id = its id and its log position in the PositionHeader
+// (positions[i] is that of commit i's first event; nil positions: none),
+// and returns at once the wait for their acks. The wait returns the
+// indexes in commits of the commits whose every event JetStream
+// acknowledged, in order, also alongside an error (a send or an ack
+// failed, or the time ran out): a commit is published only whole; and
+// the stream sequence of the last event acknowledged. The time given runs
+// from the call for both. A full window of publishes awaiting acks makes
+// a send wait. Sends of one Publisher called one after the other reach
+// the stream in that order, so a caller can send a round while the acks
+// of the one before are still coming. A canceled ctx still sends (the
 // final round of a shutdown) but waits at most ShutdownGrace for acks.
-func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
+func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	if ctx.Err() != nil {
 		within = min(within, ShutdownGrace)
 	}
@@ -73,14 +67,14 @@ func (p *Publisher) Send(ctx context.Context, commits [][]domain.Event, position
 		futures [][]jetstream.PubAckFuture
 		sendErr error
 	)
-	for i, events := range commits {
-		fs := make([]jetstream.PubAckFuture, 0, len(events))
-		for k, e := range events {
+	for i, c := range commits {
+		fs := make([]jetstream.PubAckFuture, 0, len(c.Events))
+		for k, e := range c.Events {
 			var pos uint64
 			if positions != nil {
 				pos = positions[i] + uint64(k)
 			}
-			f, err := p.publishAsync(e, pos, time.Until(deadline))
+			f, err := p.publishAsync(message(p.stream, c.StreamID, e, pos), time.Until(deadline))
 			if err != nil {
 				sendErr = err
 				break
@@ -138,7 +132,11 @@ func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, 
 		if d, ok := ctx.Deadline(); ok {
 			stall = min(stall, time.Until(d))
 		}
-		f, err := p.publishAsync(e, 0, stall)
+		body, err := domain.MarshalEvent(e)
+		if err != nil {
+			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
+		}
+		f, err := p.publishAsync(message(p.stream, e.StreamID, domain.EventMessage{ID: e.ID, Body: body}, 0), stall)
 		if err != nil {
 			return 0, fmt.Errorf("republish: %w", err)
 		}
@@ -162,21 +160,16 @@ func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, 
 // publishes awaiting acks before it gives up.
 const republishStall = 30 * time.Second
 
-// publishAsync sends e on its subject with Nats-Msg-Id = event id and its
-// log position (0: none), and returns the ack's future. When the
+// publishAsync sends msg and returns the ack's future. When the
 // JetStream context already awaits its maximum of acks it waits up to
 // stall for room.
-func (p *Publisher) publishAsync(e domain.Event, position uint64, stall time.Duration) (jetstream.PubAckFuture, error) {
-	msg, err := message(p.stream, e, position)
-	if err != nil {
-		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
-	}
+func (p *Publisher) publishAsync(msg *nats.Msg, stall time.Duration) (jetstream.PubAckFuture, error) {
 	if stall <= 0 {
-		return nil, fmt.Errorf("publish %s v%d: the round's deadline has passed", e.StreamID, e.Version)
+		return nil, fmt.Errorf("publish event %s: the round's deadline has passed", msg.Header.Get(jetstream.MsgIDHeader))
 	}
 	f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(p.stream.Name), jetstream.WithStallWait(stall))
 	if err != nil {
-		return nil, fmt.Errorf("publish %s v%d: %w", e.StreamID, e.Version, err)
+		return nil, fmt.Errorf("publish event %s: %w", msg.Header.Get(jetstream.MsgIDHeader), err)
 	}
 	return f, nil
 }
@@ -191,20 +184,16 @@ func Position(h nats.Header) uint64 {
 	return n
 }
 
-// message is the JetStream message of an event: its JSON
-// (domain.MarshalEvent) on the stream's subject, with Nats-Msg-Id set to
-// the event id, and its log position when it has one.
-func message(cfg StreamConfig, e domain.Event, position uint64) (*nats.Msg, error) {
-	body, err := domain.MarshalEvent(e)
-	if err != nil {
-		return nil, err
-	}
-	msg := &nats.Msg{Subject: cfg.Subject(e.StreamID), Data: body, Header: nats.Header{}}
+// message is the JetStream message of an event of stream: its wire form
+// on the stream's subject, with Nats-Msg-Id set to the event id, and its
+// log position when it has one.
+func message(cfg StreamConfig, stream string, e domain.EventMessage, position uint64) *nats.Msg {
+	msg := &nats.Msg{Subject: cfg.Subject(stream), Data: e.Body, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
 	if position > 0 {
 		msg.Header.Set(PositionHeader, strconv.FormatUint(position, 10))
 	}
-	return msg, nil
+	return msg
 }
 
 // ackWait waits for acks until one deadline for all of them, or until

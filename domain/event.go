@@ -203,19 +203,29 @@ func EncodeData(d EventData) ([]byte, error) {
 	return b, nil
 }
 
+// CheckSchema returns an error wrapping ErrUnknownEvent when this build
+// does not know the event type or its schema version, nil when
+// DecodeData can decode (and upcast) a payload of them.
+func CheckSchema(eventType string, schemaVersion int) error {
+	if _, ok := eventTypes[eventType]; !ok {
+		return fmt.Errorf("decode %q: %w", eventType, ErrUnknownEvent)
+	}
+	if schemaVersion < 1 || schemaVersion > CurrentSchema(eventType) {
+		return fmt.Errorf("decode %s schema v%d: %w", eventType, schemaVersion, ErrUnknownEvent)
+	}
+	return nil
+}
+
 // DecodeData decodes a JSON payload of the given type and schema version,
 // upcasting it to the current schema first. It rejects unknown types and
 // schema versions (ErrUnknownEvent), unknown fields and invalid values
 // (ErrValidation), so a corrupt event never reaches a fold.
 func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, error) {
-	d, ok := newData(eventType)
-	if !ok {
-		return nil, fmt.Errorf("decode %q: %w", eventType, ErrUnknownEvent)
+	if err := CheckSchema(eventType, schemaVersion); err != nil {
+		return nil, err
 	}
+	d, _ := newData(eventType)
 	current := CurrentSchema(eventType)
-	if schemaVersion < 1 || schemaVersion > current {
-		return nil, fmt.Errorf("decode %s schema v%d: %w", eventType, schemaVersion, ErrUnknownEvent)
-	}
 	for v := schemaVersion; v < current; v++ {
 		up, ok := upcasters[eventType][v]
 		if !ok {
@@ -296,6 +306,15 @@ func MarshalEvent(e Event) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return MarshalEnvelope(e, data)
+}
+
+// MarshalEnvelope returns the JSON wire form of an event whose payload is
+// already JSON: e's envelope fields (its Data is not read) and data under
+// "data", as MarshalEvent would give it for the payload data decodes to.
+// It checks neither: the log's payloads were checked when appended, and
+// UnmarshalEvent checks what it reads. An error: data is not JSON.
+func MarshalEnvelope(e Event, data json.RawMessage) ([]byte, error) {
 	return json.Marshal(eventJSON{
 		ID: e.ID, StreamID: e.StreamID, StreamType: e.StreamType, Type: e.Type, Version: e.Version,
 		OccurredAt: e.OccurredAt, RecordedAt: e.RecordedAt, Data: data, Metadata: e.Metadata,

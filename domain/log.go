@@ -27,15 +27,26 @@ type StreamEvents struct {
 }
 
 // RecordedCommit is a commit as the log holds it, as the outbox publishes
-// it: its id in the log, its stream, when it was recorded, its events in
-// version order, and how many events it holds (Count, also when they
-// cannot be decoded). Err is set, and Events empty, when the stored
-// commit cannot be decoded (it wraps ErrUnreadableCommit).
+// it: its id in the log, its stream, the version of its first event and
+// the correlation id of its command, when it was recorded, its events in
+// version order as messages of the bus, and how many events it holds
+// (Count, also when they cannot be read). Err is set, and Events empty,
+// when the stored commit cannot be read or holds an event type or schema
+// version this build does not know (it wraps ErrUnreadableCommit).
 type RecordedCommit struct {
-	ID         string
-	StreamID   string
-	RecordedAt time.Time
-	Events     []Event
-	Count      int
-	Err        error
+	ID            string
+	StreamID      string
+	FirstVersion  int64
+	CorrelationID string
+	RecordedAt    time.Time
+	Events        []EventMessage
+	Count         int
+	Err           error
+}
+
+// EventMessage is an event as the bus carries it: its id, and its JSON
+// wire form (MarshalEvent), which UnmarshalEvent reads.
+type EventMessage struct {
+	ID   string
+	Body []byte
 }

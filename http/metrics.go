@@ -13,6 +13,7 @@ type metrics struct {
 	commands *prometheus.CounterVec
 	retries  prometheus.Counter
 	duration *prometheus.HistogramVec
+	seen     prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -24,8 +25,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "orderd_command_duration_seconds",
 			Help: "Command latency from decode to answer, in seconds.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)},
 			[]string{"command"}),
+		seen: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "orderd_summary_event_age_seconds",
+			Help:    "Seconds from the recorded time of a summary's newest event to the answer of a read that waited for it (GET /v1/order-summaries/{id}?min_version=N found the summary older than N, then at N or later).",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 36)}),
 	}
-	reg.MustRegister(m.commands, m.retries, m.duration)
+	reg.MustRegister(m.commands, m.retries, m.duration, m.seen)
 	return m
 }
 

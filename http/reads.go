@@ -48,7 +48,8 @@ func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam strin
 	settled := func(r read) bool {
 		return (r.err == nil && r.order.Version >= minVersion) || (r.err != nil && !errors.Is(r.err, domain.ErrNotFound))
 	}
-	if !settled(r) && (r.err == nil || minVersion > 0) {
+	waited := !settled(r) && (r.err == nil || minVersion > 0)
+	if waited {
 		var ok bool
 		if r, ok = s.watch.wait(ctx, id, deadline, r, settled); !ok {
 			c.Response().Header().Set("Retry-After", "1")
@@ -64,6 +65,8 @@ func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam strin
 	s.freshness(c, summariesName, r.order.RecordedAt)
 	if r.order.Version < minVersion {
 		h.Set("X-Read-Model-Stale", "true")
+	} else if waited {
+		s.metrics.seen.Observe(time.Since(r.order.RecordedAt).Seconds())
 	}
 	return c.JSON(http.StatusOK, r.order)
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 )
@@ -85,15 +87,16 @@ func TestSummaryMinVersion(t *testing.T) {
 		stale   bool
 		minTime time.Duration // the answer takes at least this long
 		delay   time.Duration // when later appears [50ms]
+		waited  bool          // counted in orderd_summary_event_age_seconds: it waited, then got min_version
 	}{
 		{name: "no min_version", have: ptr(summary("o-1", 3)), status: 200, version: 3},
 		{name: "reached", query: "?min_version=3", have: ptr(summary("o-1", 3)), status: 200, version: 3},
 		{name: "passed", query: "?min_version=2&wait=0s", have: ptr(summary("o-1", 3)), status: 200, version: 3},
 		{name: "min_version 0", query: "?min_version=0", have: ptr(summary("o-1", 3)), status: 200, version: 3},
 		{name: "reached after a delay", query: "?min_version=4&wait=5s", have: ptr(summary("o-1", 3)), later: ptr(summary("o-1", 4)),
-			status: 200, version: 4, minTime: 40 * time.Millisecond},
+			status: 200, version: 4, minTime: 40 * time.Millisecond, waited: true},
 		{name: "created after a delay", query: "?min_version=1&wait=5s", later: ptr(summary("o-1", 1)),
-			status: 200, version: 1, minTime: 40 * time.Millisecond},
+			status: 200, version: 1, minTime: 40 * time.Millisecond, waited: true},
 		{name: "never reached", query: "?min_version=9&wait=100ms", have: ptr(summary("o-1", 3)),
 			status: 200, version: 3, stale: true, minTime: 100 * time.Millisecond},
 		{name: "reached too late", query: "?min_version=4&wait=10ms", have: ptr(summary("o-1", 3)), later: ptr(summary("o-1", 4)),
@@ -123,6 +126,9 @@ func TestSummaryMinVersion(t *testing.T) {
 			if took > 3*time.Second {
 				t.Errorf("answered after %v: the wait is not bounded", took)
 			}
+			if n := histogramCount(t, e.reg, "orderd_summary_event_age_seconds"); n != map[bool]uint64{true: 1}[tt.waited] {
+				t.Errorf("orderd_summary_event_age_seconds counted %d reads, want %d", n, map[bool]uint64{true: 1}[tt.waited])
+			}
 			if tt.status == http.StatusNotFound {
 				wantProblem(t, rec, http.StatusNotFound, "/problems/not-found")
 				return
@@ -146,6 +152,22 @@ func TestSummaryMinVersion(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// histogramCount is the number of observations of the histogram name in
+// reg, 0 when it has none.
+func histogramCount(t *testing.T, reg *prometheus.Registry, name string) uint64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == name {
+			return f.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
 
 // TestSummaryDefaultWait: without ?wait the configured SummaryWait bounds
 // the wait.

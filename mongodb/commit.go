@@ -1,6 +1,7 @@
 package mongodb
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -125,8 +126,36 @@ func (d commitDoc) events() ([]domain.Event, error) {
 	return out, nil
 }
 
-// recorded is the commit as the outbox publishes it.
+// recorded is the commit as the outbox publishes it: each event's wire
+// form made from its stored payload, which was checked when appended,
+// without decoding it (MarshalEnvelope); an event of a type or schema
+// version this build does not know makes the commit unreadable (Err).
 func (d commitDoc) recorded() domain.RecordedCommit {
-	events, err := d.events()
-	return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, RecordedAt: d.RecordedAt, Events: events, Count: len(d.Events), Err: err}
+	c := domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, FirstVersion: d.FirstVersion, RecordedAt: d.RecordedAt, Count: len(d.Events)}
+	for _, e := range d.Events {
+		c.CorrelationID = cmp.Or(c.CorrelationID, e.CorrelationID)
+		body, err := d.message(e)
+		if err != nil {
+			c.Events, c.Err = nil, fmt.Errorf("read %s v%d: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
+			return c
+		}
+		c.Events = append(c.Events, domain.EventMessage{ID: e.ID, Body: body})
+	}
+	return c
+}
+
+// message is the wire form of e, an event of the commit.
+func (d commitDoc) message(e eventDoc) ([]byte, error) {
+	if err := domain.CheckSchema(e.Type, e.SchemaVersion); err != nil {
+		return nil, err
+	}
+	data, err := bson.MarshalExtJSON(e.Data, false, false)
+	if err != nil {
+		return nil, err
+	}
+	return domain.MarshalEnvelope(domain.Event{
+		ID: e.ID, StreamID: d.StreamID, StreamType: d.StreamType, Type: e.Type, Version: e.Version,
+		OccurredAt: e.OccurredAt.UTC(), RecordedAt: e.RecordedAt.UTC(),
+		Metadata: domain.Metadata{CorrelationID: e.CorrelationID, CausationID: e.CausationID, SchemaVersion: e.SchemaVersion},
+	}, data)
 }

@@ -16,6 +16,7 @@ type Metrics struct {
 	lastCatchUp   prometheus.Gauge
 	leader        prometheus.Gauge
 	checkpoint    prometheus.Gauge
+	age           *prometheus.HistogramVec
 
 	mu     sync.Mutex
 	behind int       // commits read from the stream and not yet acknowledged
@@ -28,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_published_events_total", Help: "Events the relay published and JetStream acknowledged."}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds, and commits this build cannot decode (not published)."}),
+			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds, and commits this build cannot read (not published)."}),
 		catchUps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_catchups_total", Help: "Times the relay's change stream could not resume from its checkpoint and the relay caught up from the log."}),
 		lastCatchUp: prometheus.NewGauge(prometheus.GaugeOpts{
@@ -37,6 +38,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "orderd_relay_leader", Help: "1 while this instance holds the relay lease and tails the log."}),
 		checkpoint: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "orderd_relay_checkpoint_recorded_timestamp_seconds", Help: "Recorded time of the last commit the relay's checkpoint covers (or of an idle checkpoint), in Unix seconds, as this instance last read or saved it."}),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "orderd_relay_commit_age_seconds", Help: "Seconds from a commit's recorded time to when the relay's tail read it (stage read) and to when JetStream acknowledged its events (stage acknowledged); one observation per commit, none for a catch-up from the log.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 36)}, []string{"stage"}),
 	}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "orderd_relay_lag_seconds", Help: "Age of the oldest commit this instance's relay read from the log and JetStream has not yet acknowledged, in seconds; 0 when idle."},
@@ -53,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			n, _ := m.snapshot()
 			return float64(n)
 		})
-	reg.MustRegister(m.published, m.publishErrors, m.catchUps, m.lastCatchUp, m.leader, m.checkpoint, lag, behind)
+	reg.MustRegister(m.published, m.publishErrors, m.catchUps, m.lastCatchUp, m.leader, m.checkpoint, m.age, lag, behind)
 	return m
 }
 
@@ -66,6 +70,24 @@ func (m *Metrics) snapshot() (int, time.Time) {
 func (m *Metrics) publishedEvents(n int) {
 	if m != nil && n > 0 {
 		m.published.Add(float64(n))
+	}
+}
+
+// Stages of a commit's way through the relay (orderd_relay_commit_age_seconds).
+const (
+	stageRead         = "read"
+	stageAcknowledged = "acknowledged"
+)
+
+// observeAge records, for each commit recorded at one of recorded, its
+// age now at stage.
+func (m *Metrics) observeAge(stage string, recorded []time.Time) {
+	if m == nil {
+		return
+	}
+	o, now := m.age.WithLabelValues(stage), time.Now()
+	for _, at := range recorded {
+		o.Observe(now.Sub(at).Seconds())
 	}
 }
 

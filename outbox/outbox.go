@@ -33,14 +33,15 @@ type Log interface {
 // Publisher sends commits' events to the message bus and waits for their
 // acks. *bus.Publisher implements it; tracing.Publisher decorates it.
 type Publisher interface {
-	// Send sends the events of each commit, each event with its log
-	// position (positions[i] is that of commit i's first event, the next
-	// ones follow on), and returns the wait for their acks, which returns
-	// the indexes of the commits whose every event was acknowledged within
-	// the given time (counted from the send), and the stream sequence of
-	// the last event acknowledged, also alongside an error. Rounds sent one
-	// after the other reach the bus in that order whatever their waits.
-	Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() (acked []int, lastSeq uint64, err error)
+	// Send sends the events of each commit as they are (their wire form),
+	// each event with its log position (positions[i] is that of commit
+	// i's first event, the next ones follow on), and returns the wait for
+	// their acks, which returns the indexes of the commits whose every
+	// event was acknowledged within the given time (counted from the
+	// send), and the stream sequence of the last event acknowledged, also
+	// alongside an error. Rounds sent one after the other reach the bus in
+	// that order whatever their waits.
+	Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() (acked []int, lastSeq uint64, err error)
 	// Positions returns the log positions of the events the bus has
 	// stored since a time, by event id, and the highest of them, at least
 	// floor: a catch-up from the log gives the events it publishes again
@@ -86,7 +87,7 @@ type Lease interface {
 // it is resumed; a catch-up from the log (ErrHistoryLost, or a first
 // start on a log that holds commits) reads the bus for the positions of
 // the events it publishes again (Publisher.Positions) and numbers the
-// others after the highest. A commit that cannot be decoded keeps its
+// others after the highest. A commit that cannot be read keeps its
 // events' positions unpublished: a rollup that needs them stops and is
 // built again (projection.ErrPositionsLost).
 type Checkpoint struct {

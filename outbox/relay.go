@@ -38,9 +38,12 @@ import (
 // version wrote, whose relay marked each commit published) it publishes
 // the same way from the oldest commit not marked published.
 //
-// A commit that this build cannot decode is logged at ERROR, counted as a
-// publish error and passed over: the projections' gap fill reads it from
-// the log and parks its stream as poison.
+// The relay publishes each event's stored payload in the wire form the
+// log gives it (domain.RecordedCommit): it decodes no payload, which was
+// checked when appended. A commit that this build cannot read (an event
+// type or schema version it does not know) is logged at ERROR, counted as
+// a publish error and passed over: the projections' gap fill reads it
+// from the log and parks its stream as poison.
 type Relay struct {
 	log       Log
 	pub       Publisher
@@ -322,7 +325,7 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 // knownFirst returns the log position of the first of a commit's events
 // when known holds one of them: the commit was published as a whole, its
 // events at consecutive positions.
-func knownFirst(events []domain.Event, known map[string]uint64) (uint64, bool) {
+func knownFirst(events []domain.EventMessage, known map[string]uint64) (uint64, bool) {
 	for i, e := range events {
 		if p, ok := known[e.ID]; ok && p > uint64(i) {
 			return p - uint64(i), true
@@ -385,8 +388,9 @@ func (rd *round) failed(res ackState) error {
 // positions do not depend on what this build can read.
 func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte, position uint64, known map[string]uint64) *round {
 	rd := &round{commits: len(batch), next: next, done: make(chan ackState, 1)}
-	events := make([][]domain.Event, 0, len(batch))
+	commits := make([]domain.RecordedCommit, 0, len(batch))
 	positions := make([]uint64, 0, len(batch))
+	recorded := make([]time.Time, 0, len(batch))
 	n := 0
 	for _, c := range batch {
 		first, published := knownFirst(c.Events, known)
@@ -401,26 +405,38 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 			rd.last = c.RecordedAt
 		}
 		if c.Err != nil {
-			r.logger.Error("commit cannot be decoded; it is not published", "commit", c.ID, "err", c.Err)
+			r.logger.Error("commit cannot be read; it is not published", "commit", c.ID, "err", c.Err)
 			r.metrics.publishError()
 			continue
 		}
-		events = append(events, c.Events)
+		commits = append(commits, c)
 		positions = append(positions, first)
+		recorded = append(recorded, c.RecordedAt)
 		n += len(c.Events)
 	}
-	rd.sent, rd.position = len(events), position
-	if len(events) == 0 {
+	rd.sent, rd.position = len(commits), position
+	if len(commits) == 0 {
 		rd.done <- ackState{}
 		return rd
 	}
-	wait := r.pub.Send(ctx, events, positions, min(r.cfg.AckTimeout, r.cfg.LeaseTTL/4))
+	tail := next != nil // a catch-up's commits are old: their ages would say nothing of the tail's
+	if tail {
+		r.metrics.observeAge(stageRead, recorded)
+	}
+	wait := r.pub.Send(ctx, commits, positions, min(r.cfg.AckTimeout, r.cfg.LeaseTTL/4))
 	go func() {
 		acked, seq, err := wait()
-		if len(acked) == len(events) && err == nil {
+		if len(acked) == len(commits) && err == nil {
 			r.metrics.publishedEvents(n)
 		} else {
 			r.metrics.publishError()
+		}
+		if tail {
+			ackedAt := make([]time.Time, len(acked))
+			for k, i := range acked {
+				ackedAt[k] = recorded[i]
+			}
+			r.metrics.observeAge(stageAcknowledged, ackedAt)
 		}
 		rd.done <- ackState{acked: len(acked), seq: seq, err: err}
 	}()

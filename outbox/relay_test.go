@@ -605,7 +605,7 @@ func (p *heldAcks) release() {
 	p.held = nil
 }
 
-func (p *heldAcks) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
+func (p *heldAcks) Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	p.mu.Lock()
 	held, sent := p.held, p.sent
 	p.mu.Unlock()

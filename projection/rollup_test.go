@@ -1,12 +1,12 @@
 package projection_test
 
 import (
-	"strings"
 	"context"
 	"errors"
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"

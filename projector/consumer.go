@@ -176,7 +176,7 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 	// Room for what MaxAckPending lets JetStream deliver, and as much
 	// again for the copies it redelivers after AckWait while a write
 	// stalls.
-	msgs := make(chan jetstream.Msg, 2*maxAckPending(r.cfg.BatchSize))
+	msgs := make(chan arrival, 2*maxAckPending(r.cfg.BatchSize))
 	var pumpErr error
 	go func() {
 		defer close(msgs)
@@ -186,19 +186,19 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 				pumpErr = err
 				return
 			}
-			msgs <- m
+			msgs <- arrival{m, time.Now()}
 		}
 	}()
 	defer func() {
 		it.Drain()
 		stop := time.AfterFunc(drainWait, it.Stop)
-		for m := range msgs {
-			_ = m.Nak()
+		for a := range msgs {
+			_ = a.msg.Nak()
 		}
 		stop.Stop()
 	}()
 	for {
-		var first jetstream.Msg
+		var first arrival
 		select {
 		case m, ok := <-msgs:
 			if !ok {
@@ -214,10 +214,10 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 		select {
 		case r.writers <- struct{}{}:
 		case <-pctx.Done():
-			_ = first.Nak()
+			_ = first.msg.Nak()
 			return nil
 		}
-		batch := []jetstream.Msg{first}
+		batch := []arrival{first}
 		linger := time.NewTimer(batchLinger)
 	fill:
 		for len(batch) < r.cfg.BatchSize {
@@ -237,9 +237,19 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 	}
 }
 
+// arrival is a message and when this process received it.
+type arrival struct {
+	msg jetstream.Msg
+	at  time.Time
+}
+
 // handle folds one batch of partition pt's messages and acknowledges,
 // redelivers or parks each of them.
-func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
+func (r *Runner) handle(ctx context.Context, pt *partition, batch []arrival) {
+	msgs := make([]jetstream.Msg, len(batch))
+	for i, a := range batch {
+		msgs[i] = a.msg
+	}
 	// A redelivery, or the first batch of a pin this process was just
 	// given, reads the documents instead of the cache: another process
 	// may have written them since.
@@ -259,9 +269,10 @@ func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg
 		span    trace.Span
 	}
 	events := make([]domain.Event, 0, len(msgs))
+	arrived := make([]time.Time, 0, len(msgs)) // of each of events
 	byStream := map[string][]received{}
 	poison := map[string]error{}
-	for _, m := range msgs {
+	for i, m := range msgs {
 		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
 			fresh = true
 		}
@@ -272,6 +283,7 @@ func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg
 			poison[stream] = errors.Join(poison[stream], err)
 		} else {
 			events = append(events, e)
+			arrived = append(arrived, batch[i].at)
 		}
 		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
@@ -310,6 +322,7 @@ func (r *Runner) handle(ctx context.Context, pt *partition, msgs []jetstream.Msg
 		}
 		return
 	}
+	r.metrics.observeAges(r.name, events, arrived)
 	for stream, ms := range byStream {
 		// Events the document reflects are done, even in a stream with a
 		// message that does not decode or an event that does not apply.

@@ -2,9 +2,11 @@ package projector
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -23,6 +25,7 @@ type Metrics struct {
 	partLag     *prometheus.GaugeVec
 	partLagSecs *prometheus.GaugeVec
 	owned       *prometheus.GaugeVec
+	age         *prometheus.HistogramVec
 }
 
 // NewMetrics registers the metrics with reg; it panics if reg already
@@ -42,8 +45,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		owned: projection.NewGaugeVec("orderd_projection_partitions_owned", "Partitions of the projection JetStream delivers to this instance (its pinned client)."),
 		parked: projection.NewGaugeVec("orderd_projection_dead_letters_parked",
 			"Dead letters of the projection now in the dead-letter collection (parked and not yet retried successfully), sampled with the consumer lag."),
+		age: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "orderd_projection_event_age_seconds",
+			Help:    "Seconds from an event's recorded time to when this process received its message (stage delivered) and to when the batch holding it was written to the read model (stage applied); one observation per event of a batch written, redeliveries included. Projections fed by log position (the rollup) are not counted.",
+			Buckets: prometheus.ExponentialBucketsRange(0.001, 60, 36)}, []string{"projection", "stage"}),
 	}
-	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.partLagSecs, m.owned)
+	reg.MustRegister(m.deadLetters, m.errors, m.lag, m.parked, m.partApplied, m.partLag, m.partLagSecs, m.owned, m.age)
 	return m
 }
 
@@ -76,6 +82,19 @@ func (m *Metrics) setPartitionLag(name string, p int, n float64) {
 func (m *Metrics) setPartitionLagSeconds(name string, p int, secs float64) {
 	if m != nil {
 		m.partLagSecs.WithLabelValues(name, strconv.Itoa(p)).Set(secs)
+	}
+}
+
+// observeAges records the ages of events, which arrived at the given
+// times, now that their batch is written.
+func (m *Metrics) observeAges(name string, events []domain.Event, arrived []time.Time) {
+	if m == nil {
+		return
+	}
+	delivered, applied, now := m.age.WithLabelValues(name, "delivered"), m.age.WithLabelValues(name, "applied"), time.Now()
+	for i, e := range events {
+		delivered.Observe(arrived[i].Sub(e.RecordedAt).Seconds())
+		applied.Observe(now.Sub(e.RecordedAt).Seconds())
 	}
 }
 

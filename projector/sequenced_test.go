@@ -50,10 +50,15 @@ func newSalesFixture(t *testing.T, orders int) (context.Context, *salesFixture) 
 // publish publishes events as the relay does, one commit each.
 func (s *salesFixture) publish(t *testing.T, ctx context.Context, events []domain.Event) {
 	t.Helper()
-	commits := make([][]domain.Event, len(events))
+	commits := make([]domain.RecordedCommit, len(events))
 	positions := make([]uint64, len(events))
 	for i, e := range events {
-		commits[i], positions[i] = []domain.Event{e}, s.next
+		body, err := domain.MarshalEvent(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits[i] = domain.RecordedCommit{StreamID: e.StreamID, FirstVersion: e.Version, RecordedAt: e.RecordedAt, Events: []domain.EventMessage{{ID: e.ID, Body: body}}, Count: 1}
+		positions[i] = s.next
 		s.next++
 	}
 	if acked, _, err := bus.NewPublisher(s.b.JS, s.b.Stream).Send(ctx, commits, positions, time.Minute)(); err != nil || len(acked) != len(events) {

@@ -78,7 +78,7 @@ func TestEventStoreTracesAppends(t *testing.T) {
 // acking acknowledges the commits whose index it names.
 type acking struct{ acked []int }
 
-func (p acking) Send(context.Context, [][]domain.Event, []uint64, time.Duration) func() ([]int, uint64, error) {
+func (p acking) Send(context.Context, []domain.RecordedCommit, []uint64, time.Duration) func() ([]int, uint64, error) {
 	return func() ([]int, uint64, error) { return p.acked, 0, errors.New("ack timeout") }
 }
 func (p acking) Connected() bool                   { return true }
@@ -90,11 +90,11 @@ func (p acking) Positions(context.Context, time.Time, uint64) (map[string]uint64
 func TestPublisherSpanPerCommitInItsCorrelationTrace(t *testing.T) {
 	recorder()
 	name := unique(t)
-	commit := func(stream, correlation string) []domain.Event {
-		return []domain.Event{{ID: stream + "-1", StreamID: stream, Version: 1, Metadata: domain.Metadata{CorrelationID: correlation}}}
+	commit := func(stream, correlation string) domain.RecordedCommit {
+		return domain.RecordedCommit{StreamID: stream, FirstVersion: 1, CorrelationID: correlation, Events: []domain.EventMessage{{ID: stream + "-1"}}}
 	}
 	p := tracing.NewPublisher(acking{acked: []int{1}})
-	acked, _, err := p.Send(context.Background(), [][]domain.Event{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, nil, time.Second)()
+	acked, _, err := p.Send(context.Background(), []domain.RecordedCommit{commit(name+"-a", "corr-a"), commit(name+"-b", "corr-b")}, nil, time.Second)()
 	if err == nil || len(acked) != 1 || acked[0] != 1 {
 		t.Fatalf("publish: %v, %v; want the decorated publisher's answer", acked, err)
 	}

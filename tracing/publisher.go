@@ -15,7 +15,7 @@ import (
 // Publishing is what Publisher decorates: the outbox's publisher
 // (outbox.Publisher, implemented by *bus.Publisher).
 type Publishing interface {
-	Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error)
+	Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error)
 	Connected() bool
 	CheckStream(ctx context.Context) error
 	Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error)
@@ -35,17 +35,12 @@ func NewPublisher(p Publishing) Publisher { return Publisher{p} }
 // Send starts a span per commit and sends through the decorated
 // publisher; its wait ends each span, as an error for a commit not
 // acknowledged.
-func (p Publisher) Send(ctx context.Context, commits [][]domain.Event, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
+func (p Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	spans := make([]trace.Span, len(commits))
-	for i, events := range commits {
-		var stream, correlation string
-		var first int64
-		if len(events) > 0 {
-			stream, first, correlation = events[0].StreamID, events[0].Version, events[0].Metadata.CorrelationID
-		}
-		_, spans[i] = tracer.Start(InCorrelationTrace(ctx, correlation), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
-			trace.WithAttributes(attribute.String("orderd.stream_id", stream), attribute.Int64("orderd.first_version", first),
-				attribute.Int("orderd.events", len(events)), attribute.String("orderd.correlation_id", correlation)))
+	for i, c := range commits {
+		_, spans[i] = tracer.Start(InCorrelationTrace(ctx, c.CorrelationID), "relay.publish", trace.WithSpanKind(trace.SpanKindProducer),
+			trace.WithAttributes(attribute.String("orderd.stream_id", c.StreamID), attribute.Int64("orderd.first_version", c.FirstVersion),
+				attribute.Int("orderd.events", len(c.Events)), attribute.String("orderd.correlation_id", c.CorrelationID)))
 	}
 	wait := p.Publishing.Send(ctx, commits, positions, within)
 	return func() ([]int, uint64, error) {

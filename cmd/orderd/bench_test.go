@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,7 @@ func BenchmarkService(b *testing.B) {
 	raw := measureRawInserts(ctx, b, db.Collection(benchScratch))
 	busy1, _ := m.StoreBusy()
 	writes0 := m.StoreWrites()
+	ages0 := scrapeMetrics(ctx, &http.Client{Timeout: 10 * time.Second}, "http://"+m.HTTPAddr)
 	cmdStart := time.Now()
 	cmds := measureCommands(ctx, b, "http://"+m.HTTPAddr)
 	busy2, _ := m.StoreBusy()
@@ -163,6 +165,7 @@ func BenchmarkService(b *testing.B) {
 	}
 	f("\n  writes to the event log other than inserts and its indexes: %v (the log is insert-only)\n", cmp.Or(strings.Join(logRewrites(writesEnd), ", "), "none"))
 	t.WriteString(writeCosts(writes0, writes1, benchCommands))
+	t.WriteString(hopTable(ages0, end))
 	fmt.Fprint(os.Stdout, t.String())
 
 	if sizes[benchScratch] != benchRawInserts || sizes[mongodb.CommitsCollection] != benchCommands ||
@@ -489,6 +492,97 @@ func scrapeMetrics(ctx context.Context, hc *http.Client, base string) map[string
 	}
 	return out
 }
+
+// stageAge is one stage of an event's way from its commit to a reader,
+// as a histogram of /metrics: the event's age when it passed the stage.
+type stageAge struct {
+	stage, name, labels string // labels: as in the series, before le ("" for none)
+}
+
+// eventStages are the stages of a command's event, in order: the hops of
+// accepted-to-visible.
+var eventStages = []stageAge{
+	{"read by the relay", "orderd_relay_commit_age_seconds", `stage="read",`},
+	{"acknowledged by JetStream", "orderd_relay_commit_age_seconds", `stage="acknowledged",`},
+	{"delivered to the projector", "orderd_projection_event_age_seconds", `projection="order_summaries",stage="delivered",`},
+	{"applied to order_summaries", "orderd_projection_event_age_seconds", `projection="order_summaries",stage="applied",`},
+	{"read by a reader that waited for it", "orderd_summary_event_age_seconds", ``},
+}
+
+// hopTable is the table of where an event's time went between two
+// readings of /metrics: at each stage, how many events passed it, and
+// their age since their commit's recorded time (mean, and p50 and p99
+// interpolated within the histogram's buckets, as PromQL's
+// histogram_quantile does); the hop is the mean's growth since the stage
+// before.
+func hopTable(before, after map[string]float64) string {
+	var t strings.Builder
+	fmt.Fprintf(&t, "  an event's age since its commit at each stage (histograms in /metrics, over the commands and the drain):\n")
+	fmt.Fprintf(&t, "    %-40s %7s %10s %10s %10s %10s\n", "stage", "count", "mean", "p50", "p99", "hop (mean)")
+	prev := 0.0
+	for _, st := range eventStages {
+		series := st.name + "_count"
+		if st.labels != "" {
+			series += "{" + strings.TrimSuffix(st.labels, ",") + "}"
+		}
+		n := after[series] - before[series]
+		sumSeries := strings.Replace(series, "_count", "_sum", 1)
+		sum := after[sumSeries] - before[sumSeries]
+		if n <= 0 {
+			fmt.Fprintf(&t, "    %-40s %7d\n", st.stage, 0)
+			continue
+		}
+		buckets := histogramBuckets(before, after, st.name+"_bucket{"+st.labels+`le="`)
+		mean := sum / n
+		fmt.Fprintf(&t, "    %-40s %7.0f %10s %10s %10s %10s\n", st.stage, n, round(seconds(mean)),
+			round(seconds(bucketQuantile(buckets, 0.50))), round(seconds(bucketQuantile(buckets, 0.99))), round(seconds(mean-prev)))
+		prev = mean
+	}
+	return t.String()
+}
+
+// bucket is a histogram bucket: its upper bound and the observations at
+// or below it.
+type bucket struct{ le, count float64 }
+
+// histogramBuckets returns the buckets of the series starting with prefix
+// (up to the le label's value), as their growth from before to after,
+// ordered by bound.
+func histogramBuckets(before, after map[string]float64, prefix string) []bucket {
+	var bs []bucket
+	for k, v := range after {
+		rest, ok := strings.CutPrefix(k, prefix)
+		if !ok {
+			continue
+		}
+		le, err := strconv.ParseFloat(strings.TrimSuffix(rest, `"}`), 64)
+		if err != nil {
+			continue // +Inf is the count
+		}
+		bs = append(bs, bucket{le, v - before[k]})
+	}
+	slices.SortFunc(bs, func(a, b bucket) int { return cmp.Compare(a.le, b.le) })
+	return bs
+}
+
+// bucketQuantile is the q-quantile of buckets, linear within the bucket
+// it falls in; the largest bound when it falls above them.
+func bucketQuantile(bs []bucket, q float64) float64 {
+	if len(bs) == 0 {
+		return 0
+	}
+	total := bs[len(bs)-1].count
+	rank, lower, below := q*total, 0.0, 0.0
+	for _, b := range bs {
+		if b.count >= rank && b.count > below {
+			return lower + (b.le-lower)*(rank-below)/(b.count-below)
+		}
+		lower, below = b.le, b.count
+	}
+	return bs[len(bs)-1].le
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // percentile returns the p-th percentile (nearest rank) of ds.
 func percentile(ds []time.Duration, p float64) time.Duration {

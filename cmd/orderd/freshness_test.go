@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -94,5 +95,54 @@ func TestMain_PastStatesAndFreshness(t *testing.T) {
 	}
 	if a, err := strconv.ParseFloat(last.Header.Get("Read-Model-Age"), 64); err != nil || a < 0 || a > time.Since(head.RecordedAt).Seconds()+0.002 {
 		t.Errorf("stats: Read-Model-Age %q", last.Header.Get("Read-Model-Age"))
+	}
+}
+
+// TestMain_EventAgesByStage checks the histograms that split a command's
+// way to its summary into hops: each stage counts the order's events once
+// they are applied, and an event is no younger at a stage than at the one
+// before, so the sums of the ages are ordered as the stages are. (The
+// reader's stage, orderd_summary_event_age_seconds, is package http's.)
+func TestMain_EventAgesByStage(t *testing.T) {
+	m := runMain(t)
+	c := newClient(t, m)
+	hc := &http.Client{Timeout: 10 * time.Second}
+	var mt map[string]float64
+	// The relay's first checkpoint on the empty log: it tails it now (a
+	// commit before would be published by its first start's catch-up,
+	// which the stages do not count).
+	if !waitFor(20*time.Second, 20*time.Millisecond, func() bool {
+		mt = scrapeMetrics(t.Context(), hc, "http://"+m.HTTPAddr)
+		return mt["orderd_relay_checkpoint_recorded_timestamp_seconds"] > 0
+	}) {
+		t.Fatal("no relay checkpoint within 20s")
+	}
+	c.place("ages-1", "ages-c", 1, 1000, 0)
+	c.step("ages-1", "approve")
+	stages := []string{
+		`orderd_relay_commit_age_seconds_%s{stage="read"}`,
+		`orderd_relay_commit_age_seconds_%s{stage="acknowledged"}`,
+		`orderd_projection_event_age_seconds_%s{projection="order_summaries",stage="delivered"}`,
+		`orderd_projection_event_age_seconds_%s{projection="order_summaries",stage="applied"}`,
+	}
+	counted := waitFor(20*time.Second, 20*time.Millisecond, func() bool {
+		mt = scrapeMetrics(t.Context(), hc, "http://"+m.HTTPAddr)
+		for _, s := range stages {
+			if mt[fmt.Sprintf(s, "count")] < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if !counted {
+		t.Fatalf("the stages did not count both events within 20s: %v", mt)
+	}
+	for i, s := range stages {
+		if n := mt[fmt.Sprintf(s, "count")]; n != 2 {
+			t.Errorf("%s = %v, want 2", fmt.Sprintf(s, "count"), n)
+		}
+		if sum := mt[fmt.Sprintf(s, "sum")]; i > 0 && sum < mt[fmt.Sprintf(stages[i-1], "sum")] {
+			t.Errorf("%s = %v is below the stage before's %v", fmt.Sprintf(s, "sum"), sum, mt[fmt.Sprintf(stages[i-1], "sum")])
+		}
 	}
 }

@@ -3,7 +3,7 @@ package embedded
 import "sync"
 
 // docCache holds the raw BSON of documents the funnel saw inserted into a
-// collection with a change stream open, for the stream's events
+// collection a change stream has read, for the stream's events
 // (changestream.go), keyed by database, collection and _id, so that the
 // relay's stream does not read each commit back from FerretDB: with it
 // the read models became visible after a command in half the time

@@ -58,12 +58,24 @@ func testRecordedSince(t *testing.T, s *mongodb.EventStore) {
 		if err != nil {
 			t.Fatalf("load %s: %v", c.StreamID, err)
 		}
-		at := slices.IndexFunc(loaded, func(e domain.Event) bool { return len(c.Events) > 0 && e.ID == c.Events[0].ID })
-		if at < 0 || at+len(c.Events) > len(loaded) {
+		// What the relay publishes reads back, on the bus's other side, as
+		// the events Load gives.
+		events := make([]domain.Event, len(c.Events))
+		for k, m := range c.Events {
+			if events[k], err = domain.UnmarshalEvent(m.Body); err != nil || events[k].ID != m.ID {
+				t.Fatalf("commit %s: event %s's message: %v, id %s", c.ID, m.ID, err, events[k].ID)
+			}
+		}
+		at := slices.IndexFunc(loaded, func(e domain.Event) bool { return len(events) > 0 && e.ID == events[0].ID })
+		if at < 0 || at+len(events) > len(loaded) {
 			t.Fatalf("commit %s: its events are not in the stream", c.ID)
 		}
-		if d := DiffEvents(loaded[at:at+len(c.Events)], c.Events); d != "" {
+		if d := DiffEvents(loaded[at:at+len(events)], events); d != "" {
 			t.Errorf("commit %s differs from Load: %s", c.ID, d)
+		}
+		if c.FirstVersion != events[0].Version || c.CorrelationID != events[0].Metadata.CorrelationID {
+			t.Errorf("commit %s: first version %d, correlation id %q; its first event's are %d, %q", c.ID,
+				c.FirstVersion, c.CorrelationID, events[0].Version, events[0].Metadata.CorrelationID)
 		}
 	}
 	if !slices.Equal(gotIDs, ids) {
