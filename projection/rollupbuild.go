@@ -59,6 +59,17 @@ func (r *Rollup) Prepare(ctx context.Context, shadow string) (time.Time, error) 
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%s: where the relay has published: %w", r.def.Name, err)
 	}
+	// Or where the active collection has counted up to, when further: the
+	// relay's checkpoint lags its publishes, and the shadow's cursor moves
+	// only with the live feed, so on an idle service a shadow started
+	// behind the active collection would never reach it (waitCaughtUp).
+	// Every event at or below either position was published, so recorded,
+	// before now.
+	if active, err := r.activeCursor(ctx, shadow); err != nil {
+		return time.Time{}, err
+	} else if active.Position > pos {
+		pos, seq = active.Position, active.Seq
+	}
 	// To the millisecond, as the store keeps it.
 	cur := RollupCursor{Position: pos, Seq: seq, Cut: time.Now().UTC().Add(r.margin).Truncate(time.Millisecond)}
 	if err := r.store.SaveCursor(ctx, shadow, cur); err != nil {
@@ -236,15 +247,8 @@ func (r *Rollup) merge(ctx context.Context, coll, id, currency string, days map[
 // waitCaughtUp waits until coll's cursor has reached the active
 // collection's cursor as read now, up to catchUpWait.
 func (r *Rollup) waitCaughtUp(ctx context.Context, coll string) error {
-	ptr, err := r.Pointer(ctx, 0)
-	if err != nil {
-		return err
-	}
-	if ptr.Active == "" || ptr.Active == coll || ptr.ActiveVer() != r.def.Ver() || ptr.Broken != "" {
-		return nil
-	}
-	target, ok, err := r.store.Cursor(ctx, ptr.Active)
-	if err != nil || !ok {
+	target, err := r.activeCursor(ctx, coll)
+	if err != nil || target.Position == 0 {
 		return err
 	}
 	deadline := time.Now().Add(catchUpWait)
@@ -257,13 +261,25 @@ func (r *Rollup) waitCaughtUp(ctx context.Context, coll string) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: %s at log position %d, %s at %d after %v: %w", r.def.Name, coll, cur.Position, ptr.Active, target.Position,
+			return fmt.Errorf("%s: %s at log position %d, the active collection at %d after %v: %w", r.def.Name, coll, cur.Position, target.Position,
 				catchUpWait, domain.ErrUnavailable)
 		}
 		if pause.For(ctx, 100*time.Millisecond); ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
+}
+
+// activeCursor returns the cursor of the collection readers read, when it
+// is a working collection of this version other than coll; else the zero
+// cursor. Errors: the store's.
+func (r *Rollup) activeCursor(ctx context.Context, coll string) (RollupCursor, error) {
+	ptr, err := r.Pointer(ctx, 0)
+	if err != nil || ptr.Active == "" || ptr.Active == coll || ptr.ActiveVer() != r.def.Ver() || ptr.Broken != "" {
+		return RollupCursor{}, err
+	}
+	cur, _, err := r.store.Cursor(ctx, ptr.Active)
+	return cur, err
 }
 
 // DropSums drops the contributions a build's scan recorded.
