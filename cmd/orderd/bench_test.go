@@ -609,8 +609,10 @@ func round(d time.Duration) string {
 
 // writeCosts is a table of where the embedded store's single writer spent
 // its time between two readings of Main.StoreWrites: each kind of write
-// (command and collection) with its count, its count per command, and its
-// time held in all and per command, the largest first; "" on MongoDB.
+// (command and collection) with its count, its count per command, its
+// time held in all and per command, and its mean wait for the writer (the
+// queue by kind: whether one kind starves another), the largest first;
+// "" on MongoDB.
 func writeCosts(before, after map[string]WriteCost, commands int) string {
 	if after == nil {
 		return ""
@@ -622,7 +624,7 @@ func writeCosts(before, after map[string]WriteCost, commands int) string {
 	var rows []row
 	var all time.Duration
 	for k, c := range after {
-		d := WriteCost{Writes: c.Writes - before[k].Writes, Held: c.Held - before[k].Held}
+		d := WriteCost{Writes: c.Writes - before[k].Writes, Held: c.Held - before[k].Held, Waited: c.Waited - before[k].Waited}
 		if d.Writes > 0 {
 			rows = append(rows, row{k, d})
 			all += d.Held
@@ -631,10 +633,11 @@ func writeCosts(before, after map[string]WriteCost, commands int) string {
 	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.Held, a.Held) })
 	var t strings.Builder
 	fmt.Fprintf(&t, "  the store's writer, by kind of write, over %d commands (and the read models' drain):\n", commands)
-	fmt.Fprintf(&t, "    %-40s %9s %11s %10s %6s %12s\n", "write", "count", "per command", "held", "share", "per command")
+	fmt.Fprintf(&t, "    %-40s %9s %11s %10s %6s %12s %10s\n", "write", "count", "per command", "held", "share", "per command", "mean wait")
 	for _, r := range rows {
-		fmt.Fprintf(&t, "    %-40s %9d %11.2f %10s %5.1f%% %12s\n", r.kind, r.Writes, float64(r.Writes)/float64(commands),
-			r.Held.Round(time.Millisecond), 100*r.Held.Seconds()/all.Seconds(), round(r.Held/time.Duration(commands)))
+		fmt.Fprintf(&t, "    %-40s %9d %11.2f %10s %5.1f%% %12s %10s\n", r.kind, r.Writes, float64(r.Writes)/float64(commands),
+			r.Held.Round(time.Millisecond), 100*r.Held.Seconds()/all.Seconds(), round(r.Held/time.Duration(commands)),
+			round(r.Waited/time.Duration(r.Writes)))
 	}
 	return t.String()
 }

@@ -198,10 +198,11 @@ func (f *funnel) client(c net.Conn) {
 // next write starts.
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
+	asked := time.Now()
 	f.slot.acquire()
 	defer f.slot.release()
 	held := time.Now()
-	defer func() { f.costs.add(name, cmd.collection, time.Since(held)) }()
+	defer func() { f.costs.add(name, cmd.collection, held.Sub(asked), time.Since(held)) }()
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
 		if err != nil {

@@ -15,10 +15,12 @@ type WriteKind struct {
 }
 
 // WriteCost is what the writes of one kind took of the store's single
-// writer: how many, and for how long they held it in all.
+// writer: how many, for how long they held it in all, and how long they
+// waited for it in all (the writer's queue, by kind).
 type WriteCost struct {
 	Writes int64
 	Held   time.Duration
+	Waited time.Duration
 }
 
 // writeCosts sums the funnel's writes by kind.
@@ -31,7 +33,7 @@ type writeCosts struct {
 // "_v<n>" and "_<job id without dashes>".
 var versioned = regexp.MustCompile(`(_v[0-9]+)?(_[0-9a-f]{32})?$`)
 
-func (w *writeCosts) add(command, collection string, held time.Duration) {
+func (w *writeCosts) add(command, collection string, waited, held time.Duration) {
 	k := WriteKind{Command: command, Collection: versioned.ReplaceAllString(collection, "")}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -41,6 +43,7 @@ func (w *writeCosts) add(command, collection string, held time.Duration) {
 	c := w.by[k]
 	c.Writes++
 	c.Held += held
+	c.Waited += waited
 	w.by[k] = c
 }
 
