@@ -113,19 +113,9 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 		s.index.close()
 		return nil, err
 	}
-	// MongoDBURI blocks until Run has bound the listener.
-	uric := make(chan string, 1)
-	go func() { uric <- f.MongoDBURI() }()
-	var upstream string
-	select {
-	case u := <-uric:
-		upstream = trimURI(u)
-	case <-time.After(30 * time.Second):
-		return fail(errors.New("embedded store: listener did not start within 30s"))
-	}
-	if err := waitDial(upstream, 10*time.Second); err != nil {
-		return fail(err)
-	}
+	// New has bound FerretDB's listener already: MongoDBURI does not block,
+	// and a client dialling before Run accepts waits in the backlog.
+	upstream := strings.TrimSuffix(strings.TrimPrefix(f.MongoDBURI(), "mongodb://"), "/")
 	ictx, icancel := context.WithTimeout(ctx, 5*time.Minute)
 	err = s.index.ensureAll(ictx)
 	icancel()
@@ -152,22 +142,6 @@ func (s *Store) Close() error {
 	<-s.done
 	s.index.close()
 	return nil
-}
-
-func trimURI(u string) string { return strings.TrimSuffix(strings.TrimPrefix(u, "mongodb://"), "/") }
-
-func waitDial(addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return c.Close()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("embedded store at %s: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // StartNATS starts a NATS server with JetStream storing under dir,
