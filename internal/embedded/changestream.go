@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -214,17 +215,15 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		return p, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	var table, id string
-	err = tx.QueryRowContext(ctx, `SELECT table_name, coalesce(settings->>'$.uuid', '') FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table, &id)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return p, nil
-	}
-	if err != nil {
+	table, settings, err := tableOf(tx, coll)
+	if err != nil || table == "" {
 		return p, err
 	}
-	u, ok := parseUUID(id)
+	var meta struct{ UUID string }
+	_ = json.Unmarshal([]byte(settings), &meta)
+	u, ok := parseUUID(meta.UUID)
 	if !ok {
-		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, id)
+		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
 	p.exists, p.uuid = true, u
 	var end sql.NullInt64

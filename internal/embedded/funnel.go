@@ -176,12 +176,7 @@ func (f *funnel) client(c net.Conn) {
 			return
 		}
 		if ok {
-			if served, err := f.servePage(own, c, req, cmd); err != nil {
-				return
-			} else if served {
-				continue
-			}
-			if served, err := f.serveIndexFind(own, c, req, cmd); err != nil {
+			if served, err := f.serveFind(own, c, req, cmd); err != nil {
 				return
 			} else if served {
 				continue

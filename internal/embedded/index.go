@@ -55,13 +55,9 @@ func (x *idIndex) ensure(ctx context.Context, db, coll string) error {
 	if err != nil || h == nil {
 		return err
 	}
-	var table string
-	err = h.QueryRowContext(ctx, `SELECT table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return nil // the write created nothing (a delete or a failed insert)
-	}
-	if err != nil {
-		return fmt.Errorf("find table of %s.%s: %w", db, coll, err)
+	table, _, err := tableOf(h, coll)
+	if err != nil || table == "" { // none: the write created nothing (a delete or a failed insert)
+		return err
 	}
 	if err := createIDIndex(ctx, h, table); err != nil {
 		return err
@@ -195,6 +191,18 @@ func createIDIndex(ctx context.Context, h *sql.DB, table string) error {
 		return fmt.Errorf("create _id index on %s: %w", table, err)
 	}
 	return nil
+}
+
+// tableOf returns the SQLite table of collection coll in h and its
+// settings (FerretDB's JSON); "" when there is no such collection.
+func tableOf(h interface {
+	QueryRow(string, ...any) *sql.Row
+}, coll string) (table, settings string, err error) {
+	err = h.QueryRow(`SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table, &settings)
+	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
+		return "", "", nil
+	}
+	return table, settings, err
 }
 
 func isNoSuchTable(err error) bool {
