@@ -74,7 +74,7 @@ func WithTestCommands() StoreOption { return func(o *storeOptions) { o.testComma
 
 // streams is the funnel's change-stream state.
 type streams struct {
-	dir          string
+	files        *idIndex // the databases' handles
 	testCommands bool
 	stop         chan struct{} // closed by the funnel's close: waiters return
 	cache        docCache
@@ -85,7 +85,6 @@ type streams struct {
 	streamed  map[[2]string]bool          // {db, coll}: a stream has been opened on it since the start
 	wake      map[[2]string]chan struct{} // {db, coll}: closed and replaced at each committed insert
 	forgotten map[string]int64            // uuid → the last forgotten rowid
-	dbs       map[string]*sql.DB          // read-only handles, one per database file
 }
 
 // streamCursor is an open change stream.
@@ -98,13 +97,13 @@ type streamCursor struct {
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
 
-func newStreams(dir string, testCommands bool) *streams {
-	return &streams{dir: dir, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
+func newStreams(files *idIndex, testCommands bool) *streams {
+	return &streams{files: files, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
 		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: map[[2]string]chan struct{}{},
-		forgotten: map[string]int64{}, dbs: map[string]*sql.DB{}}
+		forgotten: map[string]int64{}}
 }
 
-// close wakes every waiter and closes the read handles.
+// close wakes every waiter.
 func (s *streams) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -112,10 +111,6 @@ func (s *streams) close() {
 	case <-s.stop:
 	default:
 		close(s.stop)
-	}
-	for db, h := range s.dbs {
-		_ = h.Close()
-		delete(s.dbs, db)
 	}
 }
 
@@ -143,18 +138,6 @@ func (s *streams) waitChan(db, coll string) chan struct{} {
 	return ch
 }
 
-// forgetDatabase closes the read handle of a database about to be dropped
-// (its file is removed) and drops its cached documents.
-func (s *streams) forgetDatabase(db string) {
-	s.mu.Lock()
-	if h := s.dbs[db]; h != nil {
-		_ = h.Close()
-		delete(s.dbs, db)
-	}
-	s.mu.Unlock()
-	s.cache.dropCollection(db, "")
-}
-
 // dropOwnedBy drops the cursors whose client connection closed.
 func (s *streams) dropOwnedBy(c net.Conn) {
 	s.mu.Lock()
@@ -164,27 +147,6 @@ func (s *streams) dropOwnedBy(c net.Conn) {
 			delete(s.cursors, id)
 		}
 	}
-}
-
-// handle returns the read-only handle of db's file, nil when the file does
-// not exist.
-func (s *streams) handle(db string) (*sql.DB, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h := s.dbs[db]; h != nil {
-		return h, nil
-	}
-	select {
-	case <-s.stop:
-		return nil, errors.New("the store is closing")
-	default:
-	}
-	// A reader of its own: WAL lets it read while FerretDB writes.
-	h, err := openFile(s.dir, db, "ro", 4)
-	if h != nil {
-		s.dbs[db] = h
-	}
-	return h, err
 }
 
 // position is what one read of a collection's table found.
@@ -206,7 +168,7 @@ type row struct {
 // after, in one snapshot (a transaction of reads).
 func (s *streams) read(ctx context.Context, db, coll string, after int64, limit int) (position, error) {
 	var p position
-	h, err := s.handle(db)
+	h, err := s.files.handle(db)
 	if err != nil || h == nil {
 		return p, err
 	}

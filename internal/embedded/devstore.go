@@ -61,7 +61,7 @@ func (s *Store) WriteBusy() time.Duration { return s.funnel.slot.busyTime() }
 // WriteCosts returns, by kind, how many writes the store ran since it
 // started and how long they held its single writer: where WriteBusy's time
 // went.
-func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.costs.snapshot() }
+func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.slot.costs() }
 
 // StartStore starts FerretDB on SQLite with its files in dir, and the
 // funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
@@ -126,8 +126,7 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	if err != nil {
 		return fail(fmt.Errorf("embedded store: %w", err))
 	}
-	s.funnel = newFunnel(ln, upstream, s.index, log)
-	s.funnel.streams = newStreams(abs, o.testCommands)
+	s.funnel = newFunnel(ln, upstream, s.index, log, o.testCommands)
 	go s.funnel.serve()
 	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil

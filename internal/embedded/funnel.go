@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -43,7 +42,6 @@ type funnel struct {
 
 	slot   writeSlot
 	writer net.Conn // held with slot; nil until the first write, and after an error
-	costs  writeCosts
 
 	mu     sync.Mutex
 	closed bool
@@ -59,9 +57,9 @@ var writeCommands = map[string]bool{
 	"dropindexes": true, "renamecollection": true,
 }
 
-func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
+func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger, testCommands bool) *funnel {
 	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
-		streams: newStreams("", false)}
+		streams: newStreams(index, testCommands)}
 }
 
 // serve accepts clients until the listener is closed.
@@ -194,9 +192,7 @@ func (f *funnel) client(c net.Conn) {
 func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
 	f.slot.acquire()
-	defer f.slot.release()
-	held := time.Now()
-	defer func() { f.costs.add(name, cmd.collection, time.Since(held)) }()
+	defer f.slot.release(name, cmd.collection)
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
 		if err != nil {
@@ -215,7 +211,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
 		f.index.forgetDatabase(cmd.db)
-		f.streams.forgetDatabase(cmd.db)
+		f.streams.cache.dropCollection(cmd.db, "")
 	}
 	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
@@ -233,7 +229,6 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		}
 	case "dropdatabase":
 		f.index.forgetDatabase(cmd.db)
-		f.streams.forgetDatabase(cmd.db)
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
 			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)

@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -147,37 +146,35 @@ func (x *idIndex) close() {
 	}
 }
 
-// open returns the handle of database db's file, or nil when FerretDB has
-// not created the file.
+// handle returns the handle of database db's file, nil when FerretDB has
+// not created the file. The funnel's finds and change streams read
+// through it while FerretDB writes (WAL).
+func (x *idIndex) handle(db string) (*sql.DB, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.open(db)
+}
+
+// open is handle with x.mu held.
 func (x *idIndex) open(db string) (*sql.DB, error) {
 	if h := x.dbs[db]; h != nil {
 		return h, nil
 	}
-	// FerretDB opens its files in WAL mode with a 10 s busy timeout; this
-	// handle waits as long for the write lock an index creation takes.
-	h, err := openFile(x.dir, db, "", 1)
-	if h != nil {
-		x.dbs[db] = h
-	}
-	return h, err
-}
-
-// openFile opens the SQLite file of database db in dir with mode ("" or
-// "ro") and at most conns connections; nil when FerretDB has not created
-// the file.
-func openFile(dir, db, mode string, conns int) (*sql.DB, error) {
 	if db == "" || db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
 		return nil, fmt.Errorf("database name %q", db)
 	}
-	path := filepath.Join(dir, db+".sqlite")
+	path := filepath.Join(x.dir, db+".sqlite")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	h, err := sql.Open("sqlite", "file:"+path+"?mode="+cmp.Or(mode, "rw")+"&_pragma=busy_timeout(10000)")
+	// FerretDB opens its files in WAL mode with a 10 s busy timeout; an
+	// index creation here waits as long for the write lock.
+	h, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	h.SetMaxOpenConns(conns)
+	h.SetMaxOpenConns(4)
+	x.dbs[db] = h
 	return h, nil
 }
 

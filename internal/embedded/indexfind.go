@@ -256,7 +256,7 @@ func (f *funnel) serveFind(up, c net.Conn, req []byte, cmd command) (served bool
 	if cmd.name != "find" {
 		return false, nil
 	}
-	h, err := f.streams.handle(cmd.db)
+	h, err := f.index.handle(cmd.db)
 	if err != nil || h == nil {
 		return false, nil
 	}

@@ -298,7 +298,7 @@ func TestFindsInIDOrderUseTheIndexes(t *testing.T) {
 	x := newIndexFinds(t)
 	x.fill("sums", []bson.D{{{Key: "customer_id", Value: 1}, {Key: "_id", Value: 1}}, {{Key: "status", Value: 1}, {Key: "_id", Value: 1}}},
 		[]any{bson.D{{Key: "_id", Value: "a"}, {Key: "customer_id", Value: "c1"}, {Key: "status", Value: "x"}}})
-	h, err := x.s.funnel.streams.handle(x.db)
+	h, err := x.s.index.handle(x.db)
 	if err != nil {
 		t.Fatal(err)
 	}

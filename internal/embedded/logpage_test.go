@@ -68,7 +68,7 @@ func TestLogPagesFromTheIndexes(t *testing.T) {
 		}
 	}
 
-	h, err := s.funnel.streams.handle("lp")
+	h, err := s.index.handle("lp")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestWriteSlotBusyTime(t *testing.T) {
 	hold := func(d time.Duration) {
 		s.acquire()
 		time.Sleep(d)
-		s.release()
+		s.release("insert", "c")
 	}
 	start := time.Now()
 	hold(20 * time.Millisecond)
@@ -63,5 +63,5 @@ func TestWriteSlotBusyTime(t *testing.T) {
 	if now := s.busyTime(); now < got+10*time.Millisecond {
 		t.Errorf("busy %v while a write holds the slot, want at least %v", now, got+10*time.Millisecond)
 	}
-	s.release()
+	s.release("insert", "c")
 }
