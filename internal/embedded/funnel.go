@@ -247,11 +247,11 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	if !strings.EqualFold(cmd.name, "update") {
 		return relay(f.writer, c, req)
 	}
-	body, stmts, ordered, ok := guardedUpdates(cmd.msg)
+	stmts, ordered, ok := guardedUpdates(cmd.msg)
 	if !ok {
 		return relay(f.writer, c, req)
 	}
-	reply, err := serveGuarded(f.writer, body, stmts, ordered)
+	reply, err := serveGuarded(f.writer, cmd.db, cmd.collection, stmts, ordered)
 	if err != nil {
 		return err
 	}
