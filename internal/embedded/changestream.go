@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -247,13 +246,6 @@ func parseToken(v bson.RawValue) (uuid [16]byte, rowid int64, ok bool) {
 	return uuid, rowid, rowid >= 0
 }
 
-// isChangeStream reports whether an aggregate's pipeline starts with
-// $changeStream.
-func isChangeStream(body bson.Raw) bool {
-	_, err := body.LookupErr("pipeline", "0", "$changeStream")
-	return err == nil
-}
-
 // insertsStage is the one stage a stream has after $changeStream.
 var insertsStage, _ = bson.Marshal(bson.D{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}})
 
@@ -337,33 +329,10 @@ func cursorReply(cur *streamCursor, batch string, events bson.A) bson.D {
 	}}, {Key: "ok", Value: 1.0}}
 }
 
-// streamCursorOf returns the funnel's cursor a getMore names, nil when it
-// is not one of the funnel's.
-func (s *streams) cursorOf(body bson.Raw) *streamCursor {
-	id, ok := body.Lookup("getMore").Int64OK()
-	if !ok {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cursors[id]
-}
-
-// nextBatch serves a getMore of the stream cur on c; up is the client's
-// own upstream connection, for reading documents back. It answers once
-// the cursor is free again, as MongoDB does: the driver sends the next
-// getMore as soon as it has the answer, on whichever of its connections
-// is free, and a cursor still held then answered it CursorInUse.
-func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamCursor) error {
-	reply, err := f.batch(up, c, cmd, cur)
-	if err != nil {
-		return err
-	}
-	return answer(c, req, cmd, reply)
-}
-
-// batch is the answer to a getMore of cur from c; an error means up
-// failed.
+// batch is the answer to a getMore of the stream cur on c; up is the
+// client's own upstream connection, for reading documents back; an error
+// means up failed. A getMore while another holds the cursor is answered
+// CursorInUse.
 func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, error) {
 	s := f.streams
 	body := cmd.msg.body()
@@ -409,7 +378,7 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 				return nil, err
 			}
 			if events == nil {
-				return refusal(1, "InternalError", "getMore: "+errReadBack.Error()), nil
+				return refusal(1, "InternalError", "getMore: a document of the stream could not be read back from the store"), nil
 			}
 			return cursorReply(cur, "nextBatch", events), nil
 		}
@@ -425,8 +394,6 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 		return cursorReply(cur, "nextBatch", bson.A{}), nil
 	}
 }
-
-var errReadBack = errors.New("a document of the stream could not be read back from the store")
 
 // events builds the insert events of rows, advancing cur past those it
 // reports (up to maxBatchBytes, and up to a document it cannot read
@@ -540,25 +507,21 @@ func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 	return answer(c, req, cmd, bson.D{{Key: "forgottenThrough", Value: token(p.uuid, p.end)}, {Key: "ok", Value: 1.0}})
 }
 
-// refuseCompact answers compact, which could renumber the rows change
-// streams are ordered by (see the top of this file).
-func refuseCompact(c net.Conn, req []byte, cmd command) error {
-	return answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
-		"compact: refused by the embedded store: a full compaction runs SQLite's VACUUM, which may renumber the rows its change streams are ordered and resumed by"))
-}
-
 // serveStream serves the change-stream commands (and compact and the
 // test commands) of a client; served is false for any other command. up
 // returns the client's own upstream connection.
 func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net.Conn, error)) (served bool, err error) {
 	switch strings.ToLower(cmd.name) {
 	case "aggregate":
-		if !isChangeStream(cmd.msg.body()) {
+		if _, err := cmd.msg.body().LookupErr("pipeline", "0", "$changeStream"); err != nil {
 			return false, nil
 		}
 		return true, f.openStream(c, req, cmd)
 	case "getmore":
-		cur := f.streams.cursorOf(cmd.msg.body())
+		id, _ := cmd.msg.body().Lookup("getMore").Int64OK()
+		f.streams.mu.Lock()
+		cur := f.streams.cursors[id]
+		f.streams.mu.Unlock()
 		if cur == nil {
 			return false, nil
 		}
@@ -566,11 +529,16 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 		if err != nil {
 			return true, err
 		}
-		return true, f.nextBatch(u, c, req, cmd, cur)
+		reply, err := f.batch(u, c, cmd, cur)
+		if err != nil {
+			return true, err
+		}
+		return true, answer(c, req, cmd, reply)
 	case "killcursors":
 		return f.killStreams(c, req, cmd)
-	case "compact":
-		return true, refuseCompact(c, req, cmd)
+	case "compact": // a full compaction runs VACUUM, which may renumber the rows streams are ordered by
+		return true, answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
+			"compact: refused by the embedded store: a full compaction runs SQLite's VACUUM, which may renumber the rows its change streams are ordered and resumed by"))
 	case strings.ToLower(ForgetChangesCommand):
 		if !f.streams.testCommands {
 			return false, nil
