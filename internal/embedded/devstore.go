@@ -12,18 +12,10 @@
 // at index speed or at all, and nothing else: version-guarded updates
 // (guard.go), the event log's change stream of inserts (changestream.go),
 // the log browser's pages (logpage.go) and the read models' finds in _id
-// order, a customer's page for one (indexfind.go). Anything else goes to
-// FerretDB as it is, with its differences from MongoDB
-// (docs/embedded-store.md): only a filter that is exactly {_id: v}
-// reaches an index, a duplicate-key error does not name the index, an
-// update of several statements stops at its first error, one createIndexes
-// naming several existing indexes drops the connection, and there are no
-// transactions, views, partial indexes (the funnel creates the unique
-// index over present fields the log uses as a plain one:
-// withoutPartialFilters), TTL indexes, Decimal128, or $group of several
-// accumulators. Write and read concerns are accepted and ignored: it is
-// one node. A commit is durable against a crash of the process, not of
-// the machine: SQLite runs in WAL mode with synchronous=NORMAL.
+// order (indexfind.go). Anything else goes to FerretDB as it is, with the
+// differences from MongoDB that docs/embedded-store.md lists. A commit is
+// durable against a crash of the process, not of the machine: SQLite runs
+// in WAL mode with synchronous=NORMAL.
 package embedded
 
 import (

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,22 +18,15 @@ import (
 // funnel is the embedded store's listener: a MongoDB wire-protocol proxy in
 // front of FerretDB that sends every write command through one upstream
 // connection, one command at a time, and every other command through an
-// upstream connection of the client's own.
-//
-// Why: FerretDB 1.24 runs a conditional update as a read and a later write
-// with no transaction, so two clients racing updateOne({_id, state: old})
-// both won in most rounds (docs/embedded-store.md, "Atomic conditional updates"); but a FerretDB connection
-// runs its commands one after another, and through a single connection no
-// round had two winners. Funnelling the writes gives every client, in
-// any process, MongoDB's single-document atomicity. SQLite has one writer
-// anyway, so the funnel costs little write throughput; reads, which FerretDB
-// filters in Go and which can be long scans, keep their own connections and
-// never stall the writes.
-//
-// After a write command the funnel also gives the collection it named the
-// _id expression index (index.go), before the next write runs. It takes
-// out of createIndexes the partial filters whose index means the same
-// without them (withoutPartialFilters).
+// upstream connection of the client's own. FerretDB 1.24 runs a
+// conditional update as a read and a later write with no transaction, so
+// two clients racing updateOne({_id, state: old}) both won in most rounds;
+// through a single connection no round had two winners
+// (docs/embedded-store.md, "Atomic conditional updates"). SQLite has one
+// writer anyway; reads, which can be long scans, keep their own
+// connections and never stall the writes. After a write the funnel gives
+// the collection it named the _id index (index.go) before the next write
+// runs.
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
@@ -319,20 +313,27 @@ func relay(up, c net.Conn, req []byte) error {
 // collide in a unique index, so documents without f are never compared,
 // as on MongoDB. Other partial filters are left for FerretDB to refuse.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
-	if m == nil {
-		return req
-	}
 	var cmd bson.D
-	if err := bson.Unmarshal(m.body(), &cmd); err != nil {
+	if m == nil || bson.Unmarshal(m.body(), &cmd) != nil {
 		return req
 	}
+	exists, _ := bson.Marshal(bson.D{{Key: "$exists", Value: true}})
 	changed := false
-	for i := range cmd {
-		indexes, _ := cmd[i].Value.(bson.A)
+	for _, e := range cmd {
+		indexes, _ := e.Value.(bson.A)
 		for j := range indexes {
-			spec, _ := indexes[j].(bson.D)
-			if out, ok := withoutPartialFilter(spec); ok && cmd[i].Key == "indexes" {
-				indexes[j], changed = out, true
+			raw, _ := bson.Marshal(indexes[j])
+			spec := bson.Raw(raw)
+			partial, _ := spec.Lookup("partialFilterExpression").DocumentOK()
+			filter, _ := partial.Elements()
+			unique, _ := spec.Lookup("unique").BooleanOK()
+			if e.Key != "indexes" || !unique || len(filter) != 1 || !bytes.Equal(filter[0].Value().Value, exists) {
+				continue
+			}
+			if _, err := spec.LookupErr("key", filter[0].Key()); err == nil {
+				d, _ := indexes[j].(bson.D)
+				indexes[j] = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "partialFilterExpression" })
+				changed = true
 			}
 		}
 	}
@@ -341,29 +342,4 @@ func withoutPartialFilters(req []byte, m *opMsg) []byte {
 		return req
 	}
 	return withBody(req, m, body)
-}
-
-// withoutPartialFilter returns spec without its partialFilterExpression when
-// spec is unique and the filter is {f: {$exists: true}} for a field f of
-// its key.
-func withoutPartialFilter(spec bson.D) (bson.D, bool) {
-	var key, filter bson.D
-	unique := false
-	for _, e := range spec {
-		switch e.Key {
-		case "key":
-			key, _ = e.Value.(bson.D)
-		case "partialFilterExpression":
-			filter, _ = e.Value.(bson.D)
-		case "unique":
-			unique, _ = e.Value.(bool)
-		}
-	}
-	if !unique || len(filter) != 1 || !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
-		return nil, false
-	}
-	if cond, _ := filter[0].Value.(bson.D); len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
-		return nil, false
-	}
-	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
 }

@@ -15,18 +15,13 @@ import (
 
 // idIndex gives every collection's SQLite table the index FerretDB 1.24
 // lacks for its own _id look-ups, and the log's table those that serve its
-// pages (logpage.go).
-//
-// FerretDB's unique _id index is on _ferretdb_sjson->"_id", but its queries
-// (find, update and delete by {_id: v}) filter on _ferretdb_sjson->'$._id'
-// (internal/backends/sqlite/metadata.IDColumn), an expression SQLite does
-// not match to that index: every look-up by _id scanned the table. An
-// index on the query's own expression makes it an index look-up whatever
-// the collection's size (docs/embedded-store.md, "Indexed _id"). FerretDB keeps working with the extra
-// index (insert, update, delete, upsert, rename, restart); listIndexes does
-// not show it, and a dropped collection's table takes it along, so it is
-// applied at start to every table and again after each write command to a
-// collection not yet seen (the funnel calls ensure under its write lock).
+// pages (logpage.go). FerretDB's unique _id index is on
+// _ferretdb_sjson->"_id", but its queries by {_id: v} filter on
+// _ferretdb_sjson->'$._id' (metadata.IDColumn), which SQLite does not match
+// to that index: every look-up by _id scanned the table
+// (docs/embedded-store.md, "Indexed _id"). A dropped collection's table
+// takes the index along, so it is applied at start to every table and
+// after each write command to a collection not yet seen.
 type idIndex struct {
 	dir string
 

@@ -15,44 +15,29 @@ import (
 )
 
 // Finds the funnel serves from SQLite: the log's pages (logpage.go) and
-// finds in _id order through an index. The service reads its read models
-// with find {filter: F, sort: {_id: 1}[, limit: n][, projection: P]}, where F
-// holds equalities of top-level fields to strings (a customer's summaries:
-// {customer_id: c[, status: s]}) and at most one range of _id over strings
-// (the next page's {_id: {$gt: after}}, a rollup's {_id: {$gte: a, $lte:
-// b}}); on MongoDB the index that starts with the equality's field, or the
-// _id index, serves it. FerretDB 1.24 hands SQLite only a filter that is
-// exactly {_id: v} and decodes the whole collection in Go for any other,
-// so the funnel serves exactly these finds from SQLite
-// (docs/embedded-store.md, "Finds in _id order"):
+// the read models' finds in _id order, find {filter: F, sort: {_id: 1}[,
+// limit: n][, projection: P]} where F holds equalities of top-level fields
+// to strings ({customer_id: c[, status: s]}) and at most one _id range over
+// strings ({_id: {$gt: after}}, {_id: {$gte: a, $lte: b}}). FerretDB 1.24
+// hands SQLite only a filter that is exactly {_id: v} and decodes the
+// whole collection in Go for any other (docs/embedded-store.md, "Finds in
+// _id order"). The candidates come from FerretDB's index whose key starts
+// with an equality's field (_ferretdb_sjson->"f", the field's JSON text),
+// or the funnel's _id index (index.go) over the strings sharing the
+// range's bounds' prefix; SQLite sorts them by the _id string (->>), as
+// MongoDB compares strings: JSON text, which the indexes hold, escapes
+// '"', '\', '<', '>', '&' and control characters, and sorts a space before
+// the closing quote. Each document is read back by _id on the client's own
+// upstream connection with the projection and the filter's fields, and
+// checked against the filter in Go.
 //
-//   - the candidates come from an index: FerretDB's own index whose key
-//     starts with an equality's field (its expression is the JSON text of
-//     the field, _ferretdb_sjson->"f", so the candidates are the documents
-//     whose field is that string), or, with no equality, the funnel's _id
-//     index (index.go) over the strings sharing the range's bounds' prefix;
-//   - SQLite sorts the candidates by the _id string itself (->>), as
-//     MongoDB compares strings, byte by byte of UTF-8. The indexes hold JSON
-//     text, whose order is not that: JSON escapes '"', '\', '<', '>', '&'
-//     and control characters, and a space sorts before the closing quote.
-//     The sort costs what the candidates number (a customer's orders), not
-//     the collection;
-//   - each document is read back by _id on the client's own upstream
-//     connection (an index look-up) with the find's projection and the
-//     filter's fields, checked against the whole filter in Go (a document
-//     changed since its candidate was read, or holding an array of
-//     strings, answers as on MongoDB) and answered without the fields the
-//     projection left out.
-//
-// Any other find goes to FerretDB: another sort or operator, a limit above
-// maxPage (or none, and more than maxPage candidates), a projection that
-// is not an inclusion of top-level fields, an equality on a field no
-// index starts with, a collection where a document holds an array in
-// that field (MongoDB's equality matches an array's elements, which the
-// index does not hold), a find without an _id range whose candidates have
-// an _id that is no string (MongoDB sorts such _ids apart from strings), a
-// page over maxBatchBytes, and a page some of whose first candidates fail
-// the filter.
+// Any other find goes to FerretDB: another sort, operator or option, a
+// limit above maxPage (or none, and more candidates), a projection that
+// does not include top-level fields only, an equality no index starts
+// with, an indexed field some document holds as an array (the index holds
+// the array, MongoDB matches its elements), a candidate _id that is no
+// string without an _id range (MongoDB sorts it apart), a page over
+// maxBatchBytes, and a page some of whose candidates fail the filter.
 
 const (
 	idExpr = `_ferretdb_sjson->>'$._id'`
