@@ -15,19 +15,15 @@ import (
 )
 
 // Guarded updates. FerretDB 1.24 hands SQLite only a filter that is
-// exactly {_id: v} (internal/backends/sqlite/collection.go, Filter.Len()
-// == 1); {_id: v, version: {$lt: 7}} is evaluated in Go over the whole
-// collection (docs/embedded-store.md, "Guarded updates at index speed").
-// It also stops an update of several statements at the first error,
-// reports no writeErrors, and numbers upserts by their count instead of
-// their statement. The funnel runs every write alone on one connection,
-// so it serves such an update itself, with MongoDB's answers: per
-// statement it reads the document by _id (indexed), evaluates the guard
-// in Go, and sends the statement with the filter {_id: v} only when the
-// guard holds. A statement whose guard fails is, as on MongoDB, matched by
-// nothing, and with upsert a duplicate key on _id (the insert the upsert
-// would make). Statements it cannot judge (see guardOf) make it pass the
-// whole command to FerretDB unchanged.
+// exactly {_id: v}; {_id: v, version: {$lt: 7}} is evaluated in Go over the
+// whole collection (docs/embedded-store.md, "Guarded updates at index
+// speed"), and an update of several statements stops at its first error
+// and numbers upserts by count. The funnel, which runs every write alone,
+// serves such an update itself with MongoDB's answers: per statement it
+// reads the document by _id, evaluates the guard in Go, and sends the
+// statement with the filter {_id: v} only when the guard holds. A failed
+// guard matches nothing, and under upsert is a duplicate key on _id.
+// Statements it cannot judge (guardOf) leave the command to FerretDB.
 
 // guardedUpdate is one statement of an update command the funnel serves.
 type guardedUpdate struct {

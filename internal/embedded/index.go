@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -81,24 +82,14 @@ func (x *idIndex) ensureAll(ctx context.Context) error {
 		if err != nil || h == nil {
 			return err
 		}
-		rows, err := h.QueryContext(ctx, `SELECT name FROM _ferretdb_collections`)
+		var names string
+		err = h.QueryRowContext(ctx, `SELECT json_group_array(name) FROM _ferretdb_collections`).Scan(&names)
 		if isNoSuchTable(err) {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("list collections of %s: %w", db, err)
-		}
 		var colls []string
-		for rows.Next() {
-			var c string
-			if err := rows.Scan(&c); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			colls = append(colls, c)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
+		if err := errors.Join(err, json.Unmarshal([]byte(names), &colls)); err != nil {
+			return fmt.Errorf("list collections of %s: %w", db, err)
 		}
 		for _, c := range colls {
 			if err := x.ensure(ctx, db, c); err != nil {
