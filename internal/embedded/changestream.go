@@ -17,25 +17,21 @@ import (
 )
 
 // Change streams. The outbox relay and the log browser's tail follow the
-// event log with a MongoDB change stream (Collection.Watch); FerretDB 1.24
-// has none. The funnel serves the one stream they open, as MongoDB answers
-// it (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
+// event log with a change stream (Collection.Watch); FerretDB 1.24 has
+// none. The funnel serves the one stream they open, as MongoDB answers it
+// (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
 // [{$changeStream: {}}, {$match: {operationType: "insert"}}]}, at the
 // collection's end or after a resumeAfter token, then getMores that answer
-// the inserts after the cursor's position or wait for one up to maxTimeMS,
-// woken by the funnel when an insert into the collection commits. The
-// funnel sees inserts only, so any other pipeline or option is refused
-// with NotImplemented (238), never answered without what it asks.
+// the inserts after the cursor's position or wait up to maxTimeMS for one.
+// Any other pipeline or option is refused with NotImplemented (238).
 //
 // Positions are the rowids of the collection's SQLite table (one writer,
-// and FerretDB writes a row at max(rowid)+1: in an insert-only collection,
-// as the log is, rowid order is commit order) with the collection's uuid,
-// so a token survives a restart and one of a re-created collection answers
-// ChangeStreamHistoryLost (286). compact is refused: its VACUUM may
-// renumber the rowids. An event's document is the raw BSON the funnel saw
-// inserted (docCache) or, after a restart or once out of the cache, read
-// back from FerretDB by its _id (a string in the log; another type is an
-// error answer, never a wrong one).
+// each row at max(rowid)+1: in an insert-only collection rowid order is
+// commit order) with the collection's uuid, so a token survives a restart
+// and one of a re-created collection answers ChangeStreamHistoryLost
+// (286); compact, whose VACUUM may renumber the rowids, is refused. An
+// event's document is the raw BSON the funnel saw inserted (docCache) or
+// else read back by its string _id.
 
 // Error codes from MongoDB's error_codes.yml.
 const (
@@ -272,21 +268,18 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	if err != nil {
 		return refuse(codeBadValue, "BadValue", "$changeStream: options must be a document")
 	}
-	var resume *bson.RawValue
 	for _, e := range elems {
 		if e.Key() != "resumeAfter" {
 			return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store does not serve option "+e.Key())
 		}
-		v := e.Value()
-		resume = &v
 	}
 	p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
 	if err != nil {
 		return refuse(1, "InternalError", "$changeStream: "+err.Error())
 	}
 	cur := &streamCursor{db: cmd.db, coll: cmd.collection, uuid: p.uuid, pos: p.end, owner: c}
-	if resume != nil {
-		u, rowid, ok := parseToken(*resume)
+	if resume := stage.Lookup("resumeAfter"); resume.Type != 0 {
+		u, rowid, ok := parseToken(resume)
 		if !ok || u == ([16]byte{}) && rowid != 0 {
 			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
 		}

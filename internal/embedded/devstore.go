@@ -55,13 +55,11 @@ func (s *Store) WriteBusy() time.Duration { return s.funnel.slot.busyTime() }
 // went.
 func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.slot.costs() }
 
-// StartStore starts FerretDB on SQLite with its files in dir, and the
-// funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
-// front of it: every client, in this process or another, reaches FerretDB
-// through the funnel, which keeps MongoDB's single-document atomicity and
-// indexes every collection's _id. FerretDB itself listens on a loopback
-// port nobody else is told. StartStore returns once the funnel accepts
-// connections. Options: WithTestCommands.
+// StartStore starts FerretDB on SQLite with its files in dir, on a
+// loopback port nobody else is told, and the funnel (funnel.go) in front
+// of it listening on addr ("127.0.0.1:0" for any free port), through which
+// every client reaches it. It returns once the funnel accepts connections.
+// Options: WithTestCommands.
 func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store, error) {
 	var o storeOptions
 	for _, opt := range opts {
@@ -102,7 +100,7 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	fail := func(err error) (*Store, error) {
 		cancel()
 		<-s.done
-		s.index.close()
+		s.index.forget("", "")
 		return nil, err
 	}
 	// New has bound FerretDB's listener already: MongoDBURI does not block,
@@ -131,7 +129,7 @@ func (s *Store) Close() error {
 	s.funnel.close()
 	s.cancel()
 	<-s.done
-	s.index.close()
+	s.index.forget("", "")
 	return nil
 }
 

@@ -148,33 +148,24 @@ func (f *funnel) client(c net.Conn) {
 			return
 		}
 		cmd, ok := parseCommand(req)
-		if ok {
-			if served, err := f.serveStream(c, req, cmd, upstream); err != nil {
-				return
-			} else if served {
-				continue
-			}
-		}
+		served := false
 		if ok && writeCommands[strings.ToLower(cmd.name)] {
-			if err := f.write(c, req, cmd); err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					f.log.Warn("embedded store write funnel", "command", cmd.name, "err", err)
-				}
-				return
+			if err = f.write(c, req, cmd); err != nil && !errors.Is(err, net.ErrClosed) {
+				f.log.Warn("embedded store write funnel", "command", cmd.name, "err", err)
 			}
-			continue
+			served = true
+		} else if ok {
+			served, err = f.serveStream(c, req, cmd, upstream)
 		}
-		if _, err := upstream(); err != nil {
-			return
-		}
-		if ok {
-			if served, err := f.serveFind(own, c, req, cmd); err != nil {
-				return
-			} else if served {
-				continue
+		if err == nil && !served {
+			if _, err = upstream(); err == nil && ok {
+				served, err = f.serveFind(own, c, req, cmd)
+			}
+			if err == nil && !served {
+				err = relay(own, c, req)
 			}
 		}
-		if err := relay(own, c, req); err != nil {
+		if err != nil {
 			return
 		}
 	}
@@ -204,7 +195,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	if name == "dropdatabase" {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
-		f.index.forgetDatabase(cmd.db)
+		f.index.forget(cmd.db, "")
 		f.streams.cache.dropCollection(cmd.db, "")
 	}
 	if err := f.send(c, req, cmd); err != nil {
@@ -222,7 +213,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 			}
 		}
 	case "dropdatabase":
-		f.index.forgetDatabase(cmd.db)
+		f.index.forget(cmd.db, "")
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
 			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)

@@ -100,35 +100,23 @@ func (x *idIndex) ensureAll(ctx context.Context) error {
 	return nil
 }
 
-// forget marks a collection as not indexed (dropped or renamed): the next
-// write to that name checks again.
+// forget marks collection coll of db as not indexed (dropped or renamed):
+// the next write to that name checks again. With coll "" it forgets every
+// collection of db and closes the handle of its file (a dropped database),
+// and with db "" too every handle (the store's close).
 func (x *idIndex) forget(db, coll string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.done, [2]string{db, coll})
-}
-
-// forgetDatabase closes the handle of a dropped database's file.
-func (x *idIndex) forgetDatabase(db string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	for k := range x.done {
-		if k[0] == db {
+		if k[0] == db && (coll == "" || k[1] == coll) {
 			delete(x.done, k)
 		}
 	}
-	if h := x.dbs[db]; h != nil {
-		_ = h.Close()
-		delete(x.dbs, db)
-	}
-}
-
-func (x *idIndex) close() {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	for db, h := range x.dbs {
-		_ = h.Close()
-		delete(x.dbs, db)
+	for name, h := range x.dbs {
+		if coll == "" && (db == "" || name == db) {
+			_ = h.Close()
+			delete(x.dbs, name)
+		}
 	}
 }
 
