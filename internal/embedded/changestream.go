@@ -6,7 +6,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
+	"encoding/json"
 	"fmt"
 	"net"
 	"strings"
@@ -17,25 +17,21 @@ import (
 )
 
 // Change streams. The outbox relay and the log browser's tail follow the
-// event log with a MongoDB change stream (Collection.Watch); FerretDB 1.24
-// has none. The funnel serves the one stream they open, as MongoDB answers
-// it (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
+// event log with a change stream (Collection.Watch); FerretDB 1.24 has
+// none. The funnel serves the one stream they open, as MongoDB answers it
+// (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
 // [{$changeStream: {}}, {$match: {operationType: "insert"}}]}, at the
 // collection's end or after a resumeAfter token, then getMores that answer
-// the inserts after the cursor's position or wait for one up to maxTimeMS,
-// woken by the funnel when an insert into the collection commits. The
-// funnel sees inserts only, so any other pipeline or option is refused
-// with NotImplemented (238), never answered without what it asks.
+// the inserts after the cursor's position or wait up to maxTimeMS for one.
+// Any other pipeline or option is refused with NotImplemented (238).
 //
 // Positions are the rowids of the collection's SQLite table (one writer,
-// and FerretDB writes a row at max(rowid)+1: in an insert-only collection,
-// as the log is, rowid order is commit order) with the collection's uuid,
-// so a token survives a restart and one of a re-created collection answers
-// ChangeStreamHistoryLost (286). compact is refused: its VACUUM may
-// renumber the rowids. An event's document is the raw BSON the funnel saw
-// inserted (docCache) or, after a restart or once out of the cache, read
-// back from FerretDB by its _id (a string in the log; another type is an
-// error answer, never a wrong one).
+// each row at max(rowid)+1: in an insert-only collection rowid order is
+// commit order) with the collection's uuid, so a token survives a restart
+// and one of a re-created collection answers ChangeStreamHistoryLost
+// (286); compact, whose VACUUM may renumber the rowids, is refused. An
+// event's document is the raw BSON the funnel saw inserted (docCache) or
+// else read back by its string _id.
 
 // Error codes from MongoDB's error_codes.yml.
 const (
@@ -73,7 +69,7 @@ func WithTestCommands() StoreOption { return func(o *storeOptions) { o.testComma
 
 // streams is the funnel's change-stream state.
 type streams struct {
-	dir          string
+	files        *idIndex // the databases' handles
 	testCommands bool
 	stop         chan struct{} // closed by the funnel's close: waiters return
 	cache        docCache
@@ -84,7 +80,6 @@ type streams struct {
 	streamed  map[[2]string]bool          // {db, coll}: a stream has been opened on it since the start
 	wake      map[[2]string]chan struct{} // {db, coll}: closed and replaced at each committed insert
 	forgotten map[string]int64            // uuid → the last forgotten rowid
-	dbs       map[string]*sql.DB          // read-only handles, one per database file
 }
 
 // streamCursor is an open change stream.
@@ -97,13 +92,13 @@ type streamCursor struct {
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
 
-func newStreams(dir string, testCommands bool) *streams {
-	return &streams{dir: dir, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
+func newStreams(files *idIndex, testCommands bool) *streams {
+	return &streams{files: files, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
 		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: map[[2]string]chan struct{}{},
-		forgotten: map[string]int64{}, dbs: map[string]*sql.DB{}}
+		forgotten: map[string]int64{}}
 }
 
-// close wakes every waiter and closes the read handles.
+// close wakes every waiter.
 func (s *streams) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -111,10 +106,6 @@ func (s *streams) close() {
 	case <-s.stop:
 	default:
 		close(s.stop)
-	}
-	for db, h := range s.dbs {
-		_ = h.Close()
-		delete(s.dbs, db)
 	}
 }
 
@@ -142,18 +133,6 @@ func (s *streams) waitChan(db, coll string) chan struct{} {
 	return ch
 }
 
-// forgetDatabase closes the read handle of a database about to be dropped
-// (its file is removed) and drops its cached documents.
-func (s *streams) forgetDatabase(db string) {
-	s.mu.Lock()
-	if h := s.dbs[db]; h != nil {
-		_ = h.Close()
-		delete(s.dbs, db)
-	}
-	s.mu.Unlock()
-	s.cache.dropCollection(db, "")
-}
-
 // dropOwnedBy drops the cursors whose client connection closed.
 func (s *streams) dropOwnedBy(c net.Conn) {
 	s.mu.Lock()
@@ -163,27 +142,6 @@ func (s *streams) dropOwnedBy(c net.Conn) {
 			delete(s.cursors, id)
 		}
 	}
-}
-
-// handle returns the read-only handle of db's file, nil when the file does
-// not exist.
-func (s *streams) handle(db string) (*sql.DB, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h := s.dbs[db]; h != nil {
-		return h, nil
-	}
-	select {
-	case <-s.stop:
-		return nil, errors.New("the store is closing")
-	default:
-	}
-	// A reader of its own: WAL lets it read while FerretDB writes.
-	h, err := openFile(s.dir, db, "ro", 4)
-	if h != nil {
-		s.dbs[db] = h
-	}
-	return h, err
 }
 
 // position is what one read of a collection's table found.
@@ -205,7 +163,7 @@ type row struct {
 // after, in one snapshot (a transaction of reads).
 func (s *streams) read(ctx context.Context, db, coll string, after int64, limit int) (position, error) {
 	var p position
-	h, err := s.handle(db)
+	h, err := s.files.handle(db)
 	if err != nil || h == nil {
 		return p, err
 	}
@@ -214,17 +172,15 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		return p, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	var table, id string
-	err = tx.QueryRowContext(ctx, `SELECT table_name, coalesce(settings->>'$.uuid', '') FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table, &id)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return p, nil
-	}
-	if err != nil {
+	table, settings, err := tableOf(tx, coll)
+	if err != nil || table == "" {
 		return p, err
 	}
-	u, ok := parseUUID(id)
+	var meta struct{ UUID string }
+	_ = json.Unmarshal([]byte(settings), &meta)
+	u, ok := parseUUID(meta.UUID)
 	if !ok {
-		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, id)
+		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
 	p.exists, p.uuid = true, u
 	var end sql.NullInt64
@@ -286,13 +242,6 @@ func parseToken(v bson.RawValue) (uuid [16]byte, rowid int64, ok bool) {
 	return uuid, rowid, rowid >= 0
 }
 
-// isChangeStream reports whether an aggregate's pipeline starts with
-// $changeStream.
-func isChangeStream(body bson.Raw) bool {
-	_, err := body.LookupErr("pipeline", "0", "$changeStream")
-	return err == nil
-}
-
 // insertsStage is the one stage a stream has after $changeStream.
 var insertsStage, _ = bson.Marshal(bson.D{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}})
 
@@ -319,21 +268,18 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	if err != nil {
 		return refuse(codeBadValue, "BadValue", "$changeStream: options must be a document")
 	}
-	var resume *bson.RawValue
 	for _, e := range elems {
 		if e.Key() != "resumeAfter" {
 			return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store does not serve option "+e.Key())
 		}
-		v := e.Value()
-		resume = &v
 	}
 	p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
 	if err != nil {
 		return refuse(1, "InternalError", "$changeStream: "+err.Error())
 	}
 	cur := &streamCursor{db: cmd.db, coll: cmd.collection, uuid: p.uuid, pos: p.end, owner: c}
-	if resume != nil {
-		u, rowid, ok := parseToken(*resume)
+	if resume := stage.Lookup("resumeAfter"); resume.Type != 0 {
+		u, rowid, ok := parseToken(resume)
 		if !ok || u == ([16]byte{}) && rowid != 0 {
 			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
 		}
@@ -376,33 +322,10 @@ func cursorReply(cur *streamCursor, batch string, events bson.A) bson.D {
 	}}, {Key: "ok", Value: 1.0}}
 }
 
-// streamCursorOf returns the funnel's cursor a getMore names, nil when it
-// is not one of the funnel's.
-func (s *streams) cursorOf(body bson.Raw) *streamCursor {
-	id, ok := body.Lookup("getMore").Int64OK()
-	if !ok {
-		return nil
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cursors[id]
-}
-
-// nextBatch serves a getMore of the stream cur on c; up is the client's
-// own upstream connection, for reading documents back. It answers once
-// the cursor is free again, as MongoDB does: the driver sends the next
-// getMore as soon as it has the answer, on whichever of its connections
-// is free, and a cursor still held then answered it CursorInUse.
-func (f *funnel) nextBatch(up, c net.Conn, req []byte, cmd command, cur *streamCursor) error {
-	reply, err := f.batch(up, c, cmd, cur)
-	if err != nil {
-		return err
-	}
-	return answer(c, req, cmd, reply)
-}
-
-// batch is the answer to a getMore of cur from c; an error means up
-// failed.
+// batch is the answer to a getMore of the stream cur on c; up is the
+// client's own upstream connection, for reading documents back; an error
+// means up failed. A getMore while another holds the cursor is answered
+// CursorInUse.
 func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, error) {
 	s := f.streams
 	body := cmd.msg.body()
@@ -448,7 +371,7 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 				return nil, err
 			}
 			if events == nil {
-				return refusal(1, "InternalError", "getMore: "+errReadBack.Error()), nil
+				return refusal(1, "InternalError", "getMore: a document of the stream could not be read back from the store"), nil
 			}
 			return cursorReply(cur, "nextBatch", events), nil
 		}
@@ -464,8 +387,6 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 		return cursorReply(cur, "nextBatch", bson.A{}), nil
 	}
 }
-
-var errReadBack = errors.New("a document of the stream could not be read back from the store")
 
 // events builds the insert events of rows, advancing cur past those it
 // reports (up to maxBatchBytes, and up to a document it cannot read
@@ -579,25 +500,21 @@ func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 	return answer(c, req, cmd, bson.D{{Key: "forgottenThrough", Value: token(p.uuid, p.end)}, {Key: "ok", Value: 1.0}})
 }
 
-// refuseCompact answers compact, which could renumber the rows change
-// streams are ordered by (see the top of this file).
-func refuseCompact(c net.Conn, req []byte, cmd command) error {
-	return answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
-		"compact: refused by the embedded store: a full compaction runs SQLite's VACUUM, which may renumber the rows its change streams are ordered and resumed by"))
-}
-
 // serveStream serves the change-stream commands (and compact and the
 // test commands) of a client; served is false for any other command. up
 // returns the client's own upstream connection.
 func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net.Conn, error)) (served bool, err error) {
 	switch strings.ToLower(cmd.name) {
 	case "aggregate":
-		if !isChangeStream(cmd.msg.body()) {
+		if _, err := cmd.msg.body().LookupErr("pipeline", "0", "$changeStream"); err != nil {
 			return false, nil
 		}
 		return true, f.openStream(c, req, cmd)
 	case "getmore":
-		cur := f.streams.cursorOf(cmd.msg.body())
+		id, _ := cmd.msg.body().Lookup("getMore").Int64OK()
+		f.streams.mu.Lock()
+		cur := f.streams.cursors[id]
+		f.streams.mu.Unlock()
 		if cur == nil {
 			return false, nil
 		}
@@ -605,11 +522,16 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 		if err != nil {
 			return true, err
 		}
-		return true, f.nextBatch(u, c, req, cmd, cur)
+		reply, err := f.batch(u, c, cmd, cur)
+		if err != nil {
+			return true, err
+		}
+		return true, answer(c, req, cmd, reply)
 	case "killcursors":
 		return f.killStreams(c, req, cmd)
-	case "compact":
-		return true, refuseCompact(c, req, cmd)
+	case "compact": // a full compaction runs VACUUM, which may renumber the rows streams are ordered by
+		return true, answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
+			"compact: refused by the embedded store: a full compaction runs SQLite's VACUUM, which may renumber the rows its change streams are ordered and resumed by"))
 	case strings.ToLower(ForgetChangesCommand):
 		if !f.streams.testCommands {
 			return false, nil

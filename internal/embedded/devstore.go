@@ -12,18 +12,10 @@
 // at index speed or at all, and nothing else: version-guarded updates
 // (guard.go), the event log's change stream of inserts (changestream.go),
 // the log browser's pages (logpage.go) and the read models' finds in _id
-// order, a customer's page for one (indexfind.go). Anything else goes to
-// FerretDB as it is, with its differences from MongoDB
-// (docs/embedded-store.md): only a filter that is exactly {_id: v}
-// reaches an index, a duplicate-key error does not name the index, an
-// update of several statements stops at its first error, one createIndexes
-// naming several existing indexes drops the connection, and there are no
-// transactions, views, partial indexes (the funnel creates the unique
-// index over present fields the log uses as a plain one:
-// withoutPartialFilters), TTL indexes, Decimal128, or $group of several
-// accumulators. Write and read concerns are accepted and ignored: it is
-// one node. A commit is durable against a crash of the process, not of
-// the machine: SQLite runs in WAL mode with synchronous=NORMAL.
+// order (indexfind.go). Anything else goes to FerretDB as it is, with the
+// differences from MongoDB that docs/embedded-store.md lists. A commit is
+// durable against a crash of the process, not of the machine: SQLite runs
+// in WAL mode with synchronous=NORMAL.
 package embedded
 
 import (
@@ -61,15 +53,13 @@ func (s *Store) WriteBusy() time.Duration { return s.funnel.slot.busyTime() }
 // WriteCosts returns, by kind, how many writes the store ran since it
 // started and how long they held its single writer: where WriteBusy's time
 // went.
-func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.costs.snapshot() }
+func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.slot.costs() }
 
-// StartStore starts FerretDB on SQLite with its files in dir, and the
-// funnel (funnel.go) listening on addr ("127.0.0.1:0" for any free port) in
-// front of it: every client, in this process or another, reaches FerretDB
-// through the funnel, which keeps MongoDB's single-document atomicity and
-// indexes every collection's _id. FerretDB itself listens on a loopback
-// port nobody else is told. StartStore returns once the funnel accepts
-// connections. Options: WithTestCommands.
+// StartStore starts FerretDB on SQLite with its files in dir, on a
+// loopback port nobody else is told, and the funnel (funnel.go) in front
+// of it listening on addr ("127.0.0.1:0" for any free port), through which
+// every client reaches it. It returns once the funnel accepts connections.
+// Options: WithTestCommands.
 func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store, error) {
 	var o storeOptions
 	for _, opt := range opts {
@@ -110,22 +100,12 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	fail := func(err error) (*Store, error) {
 		cancel()
 		<-s.done
-		s.index.close()
+		s.index.forget("", "")
 		return nil, err
 	}
-	// MongoDBURI blocks until Run has bound the listener.
-	uric := make(chan string, 1)
-	go func() { uric <- f.MongoDBURI() }()
-	var upstream string
-	select {
-	case u := <-uric:
-		upstream = trimURI(u)
-	case <-time.After(30 * time.Second):
-		return fail(errors.New("embedded store: listener did not start within 30s"))
-	}
-	if err := waitDial(upstream, 10*time.Second); err != nil {
-		return fail(err)
-	}
+	// New has bound FerretDB's listener already: MongoDBURI does not block,
+	// and a client dialling before Run accepts waits in the backlog.
+	upstream := strings.TrimSuffix(strings.TrimPrefix(f.MongoDBURI(), "mongodb://"), "/")
 	ictx, icancel := context.WithTimeout(ctx, 5*time.Minute)
 	err = s.index.ensureAll(ictx)
 	icancel()
@@ -136,8 +116,7 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	if err != nil {
 		return fail(fmt.Errorf("embedded store: %w", err))
 	}
-	s.funnel = newFunnel(ln, upstream, s.index, log)
-	s.funnel.streams = newStreams(abs, o.testCommands)
+	s.funnel = newFunnel(ln, upstream, s.index, log, o.testCommands)
 	go s.funnel.serve()
 	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil
@@ -150,24 +129,8 @@ func (s *Store) Close() error {
 	s.funnel.close()
 	s.cancel()
 	<-s.done
-	s.index.close()
+	s.index.forget("", "")
 	return nil
-}
-
-func trimURI(u string) string { return strings.TrimSuffix(strings.TrimPrefix(u, "mongodb://"), "/") }
-
-func waitDial(addr string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			return c.Close()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("embedded store at %s: %w", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // StartNATS starts a NATS server with JetStream storing under dir,

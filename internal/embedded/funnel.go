@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,22 +19,15 @@ import (
 // funnel is the embedded store's listener: a MongoDB wire-protocol proxy in
 // front of FerretDB that sends every write command through one upstream
 // connection, one command at a time, and every other command through an
-// upstream connection of the client's own.
-//
-// Why: FerretDB 1.24 runs a conditional update as a read and a later write
-// with no transaction, so two clients racing updateOne({_id, state: old})
-// both won in most rounds (docs/embedded-store.md, "Atomic conditional updates"); but a FerretDB connection
-// runs its commands one after another, and through a single connection no
-// round had two winners. Funnelling the writes gives every client, in
-// any process, MongoDB's single-document atomicity. SQLite has one writer
-// anyway, so the funnel costs little write throughput; reads, which FerretDB
-// filters in Go and which can be long scans, keep their own connections and
-// never stall the writes.
-//
-// After a write command the funnel also gives the collection it named the
-// _id expression index (index.go), before the next write runs. It takes
-// out of createIndexes the partial filters whose index means the same
-// without them (withoutPartialFilters).
+// upstream connection of the client's own. FerretDB 1.24 runs a
+// conditional update as a read and a later write with no transaction, so
+// two clients racing updateOne({_id, state: old}) both won in most rounds;
+// through a single connection no round had two winners
+// (docs/embedded-store.md, "Atomic conditional updates"). SQLite has one
+// writer anyway; reads, which can be long scans, keep their own
+// connections and never stall the writes. After a write the funnel gives
+// the collection it named the _id index (index.go) before the next write
+// runs.
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
@@ -43,7 +37,6 @@ type funnel struct {
 
 	slot   writeSlot
 	writer net.Conn // held with slot; nil until the first write, and after an error
-	costs  writeCosts
 
 	mu     sync.Mutex
 	closed bool
@@ -59,9 +52,9 @@ var writeCommands = map[string]bool{
 	"dropindexes": true, "renamecollection": true,
 }
 
-func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
+func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger, testCommands bool) *funnel {
 	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
-		streams: newStreams("", false)}
+		streams: newStreams(index, testCommands)}
 }
 
 // serve accepts clients until the listener is closed.
@@ -156,38 +149,24 @@ func (f *funnel) client(c net.Conn) {
 			return
 		}
 		cmd, ok := parseCommand(req)
-		if ok {
-			if served, err := f.serveStream(c, req, cmd, upstream); err != nil {
-				return
-			} else if served {
-				continue
-			}
-		}
+		served := false
 		if ok && writeCommands[strings.ToLower(cmd.name)] {
-			if err := f.write(c, req, cmd); err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					f.log.Warn("embedded store write funnel", "command", cmd.name, "err", err)
-				}
-				return
+			if err = f.write(c, req, cmd); err != nil && !errors.Is(err, net.ErrClosed) {
+				f.log.Warn("embedded store write funnel", "command", cmd.name, "err", err)
 			}
-			continue
+			served = true
+		} else if ok {
+			served, err = f.serveStream(c, req, cmd, upstream)
 		}
-		if _, err := upstream(); err != nil {
-			return
-		}
-		if ok {
-			if served, err := f.servePage(own, c, req, cmd); err != nil {
-				return
-			} else if served {
-				continue
+		if err == nil && !served {
+			if _, err = upstream(); err == nil && ok {
+				served, err = f.serveFind(own, c, req, cmd)
 			}
-			if served, err := f.serveIndexFind(own, c, req, cmd); err != nil {
-				return
-			} else if served {
-				continue
+			if err == nil && !served {
+				err = relay(own, c, req)
 			}
 		}
-		if err := relay(own, c, req); err != nil {
+		if err != nil {
 			return
 		}
 	}
@@ -200,9 +179,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	name := strings.ToLower(cmd.name)
 	asked := time.Now()
 	f.slot.acquire()
-	defer f.slot.release()
-	held := time.Now()
-	defer func() { f.costs.add(name, cmd.collection, held.Sub(asked), time.Since(held)) }()
+	defer f.slot.release(name, cmd.collection, asked)
 	if f.writer == nil {
 		w, err := net.Dial("tcp", f.upstream)
 		if err != nil {
@@ -220,8 +197,8 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	if name == "dropdatabase" {
 		// FerretDB removes the database's file; the index keeper must not
 		// hold it open or later index a removed file.
-		f.index.forgetDatabase(cmd.db)
-		f.streams.forgetDatabase(cmd.db)
+		f.index.forget(cmd.db, "")
+		f.streams.cache.dropCollection(cmd.db, "")
 	}
 	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
@@ -238,8 +215,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 			}
 		}
 	case "dropdatabase":
-		f.index.forgetDatabase(cmd.db)
-		f.streams.forgetDatabase(cmd.db)
+		f.index.forget(cmd.db, "")
 	default:
 		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
 			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)
@@ -258,11 +234,11 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	if !strings.EqualFold(cmd.name, "update") {
 		return relay(f.writer, c, req)
 	}
-	body, stmts, ordered, ok := guardedUpdates(cmd.msg)
+	stmts, ordered, ok := guardedUpdates(cmd.msg)
 	if !ok {
 		return relay(f.writer, c, req)
 	}
-	reply, err := serveGuarded(f.writer, body, stmts, ordered)
+	reply, err := serveGuarded(f.writer, cmd.db, cmd.collection, stmts, ordered)
 	if err != nil {
 		return err
 	}
@@ -330,20 +306,27 @@ func relay(up, c net.Conn, req []byte) error {
 // collide in a unique index, so documents without f are never compared,
 // as on MongoDB. Other partial filters are left for FerretDB to refuse.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
-	if m == nil {
-		return req
-	}
 	var cmd bson.D
-	if err := bson.Unmarshal(m.body(), &cmd); err != nil {
+	if m == nil || bson.Unmarshal(m.body(), &cmd) != nil {
 		return req
 	}
+	exists, _ := bson.Marshal(bson.D{{Key: "$exists", Value: true}})
 	changed := false
-	for i := range cmd {
-		indexes, _ := cmd[i].Value.(bson.A)
+	for _, e := range cmd {
+		indexes, _ := e.Value.(bson.A)
 		for j := range indexes {
-			spec, _ := indexes[j].(bson.D)
-			if out, ok := withoutPartialFilter(spec); ok && cmd[i].Key == "indexes" {
-				indexes[j], changed = out, true
+			raw, _ := bson.Marshal(indexes[j])
+			spec := bson.Raw(raw)
+			partial, _ := spec.Lookup("partialFilterExpression").DocumentOK()
+			filter, _ := partial.Elements()
+			unique, _ := spec.Lookup("unique").BooleanOK()
+			if e.Key != "indexes" || !unique || len(filter) != 1 || !bytes.Equal(filter[0].Value().Value, exists) {
+				continue
+			}
+			if _, err := spec.LookupErr("key", filter[0].Key()); err == nil {
+				d, _ := indexes[j].(bson.D)
+				indexes[j] = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "partialFilterExpression" })
+				changed = true
 			}
 		}
 	}
@@ -352,29 +335,4 @@ func withoutPartialFilters(req []byte, m *opMsg) []byte {
 		return req
 	}
 	return withBody(req, m, body)
-}
-
-// withoutPartialFilter returns spec without its partialFilterExpression when
-// spec is unique and the filter is {f: {$exists: true}} for a field f of
-// its key.
-func withoutPartialFilter(spec bson.D) (bson.D, bool) {
-	var key, filter bson.D
-	unique := false
-	for _, e := range spec {
-		switch e.Key {
-		case "key":
-			key, _ = e.Value.(bson.D)
-		case "partialFilterExpression":
-			filter, _ = e.Value.(bson.D)
-		case "unique":
-			unique, _ = e.Value.(bool)
-		}
-	}
-	if !unique || len(filter) != 1 || !slices.ContainsFunc(key, func(e bson.E) bool { return e.Key == filter[0].Key }) {
-		return nil, false
-	}
-	if cond, _ := filter[0].Value.(bson.D); len(cond) != 1 || cond[0].Key != "$exists" || cond[0].Value != true {
-		return nil, false
-	}
-	return slices.DeleteFunc(slices.Clone(spec), func(e bson.E) bool { return e.Key == "partialFilterExpression" }), true
 }

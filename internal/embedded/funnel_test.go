@@ -104,7 +104,7 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFunnel(ln, up.Addr().String(), nil, slog.New(slog.DiscardHandler))
+	f := newFunnel(ln, up.Addr().String(), newIDIndex(t.TempDir()), slog.New(slog.DiscardHandler), false)
 	go f.serve()
 
 	insert := opMsgOf(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}, "documents", bson.D{{Key: "_id", Value: 1}})

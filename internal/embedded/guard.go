@@ -15,62 +15,47 @@ import (
 )
 
 // Guarded updates. FerretDB 1.24 hands SQLite only a filter that is
-// exactly {_id: v} (internal/backends/sqlite/collection.go, Filter.Len()
-// == 1); {_id: v, version: {$lt: 7}} is evaluated in Go over the whole
-// collection (docs/embedded-store.md, "Guarded updates at index speed").
-// It also stops an update of several statements at the first error,
-// reports no writeErrors, and numbers upserts by their count instead of
-// their statement. The funnel runs every write alone on one connection,
-// so it serves such an update itself, with MongoDB's answers: per
-// statement it reads the document by _id (indexed), evaluates the guard
-// in Go, and sends the statement with the filter {_id: v} only when the
-// guard holds. A statement whose guard fails is, as on MongoDB, matched by
-// nothing, and with upsert a duplicate key on _id (the insert the upsert
-// would make). Statements it cannot judge (see guardOf) make it pass the
-// whole command to FerretDB unchanged.
+// exactly {_id: v}; {_id: v, version: {$lt: 7}} is evaluated in Go over the
+// whole collection (docs/embedded-store.md, "Guarded updates at index
+// speed"), and an update of several statements stops at its first error
+// and numbers upserts by count. The funnel, which runs every write alone,
+// serves such an update itself with MongoDB's answers: per statement it
+// reads the document by _id, evaluates the guard in Go, and sends the
+// statement with the filter {_id: v} only when the guard holds. A failed
+// guard matches nothing, and under upsert is a duplicate key on _id.
+// Statements it cannot judge (guardOf) leave the command to FerretDB.
 
 // guardedUpdate is one statement of an update command the funnel serves.
 type guardedUpdate struct {
-	stmt  bson.D // the statement with q reduced to {_id: id}
-	id    bson.RawValue
-	guard bson.Raw // the other top-level conditions of q
+	stmt   bson.D // the statement with q reduced to {_id: id}
+	id     bson.RawValue
+	guard  bson.Raw // the other top-level conditions of q
+	upsert bool
 }
 
 // guardedUpdates returns the statements of an update request when every one
-// can be served by the funnel: q holds _id equal to a string or ObjectID
-// plus conditions guardOf understands, and multi is not set. ok is false
-// otherwise, and for a request with no guard at all (FerretDB serves
-// {_id: v} at index speed already).
-func guardedUpdates(m *opMsg) (body bson.Raw, stmts []guardedUpdate, ordered bool, ok bool) {
-	if m == nil {
-		return nil, nil, false, false
-	}
-	// The driver sends the statements as a document sequence; an update
-	// with them in its body goes to FerretDB as it is.
-	var raws []bson.Raw
-	for _, s := range m.sections {
-		if s.identifier == "updates" {
-			raws = append(raws, s.docs...)
-		}
-	}
-	body = m.body()
-	if body == nil || len(raws) == 0 {
-		return nil, nil, false, false
-	}
-	ordered = true
-	if v, err := body.LookupErr("ordered"); err == nil {
-		ordered, _ = v.BooleanOK()
-	}
+// can be served by the funnel (guardOf), and whether the command is
+// ordered. ok is false otherwise, and for a request with no guard at all
+// (FerretDB serves {_id: v} at index speed already). The driver sends the
+// statements as a document sequence; an update with them in its body goes
+// to FerretDB as it is.
+func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 	guarded := false
-	for _, r := range raws {
-		g, ok := guardOf(r)
-		if !ok {
-			return nil, nil, false, false
+	for _, s := range m.sections {
+		for _, r := range s.docs {
+			if s.identifier != "updates" {
+				continue
+			}
+			g, ok := guardOf(r)
+			if !ok {
+				return nil, false, false
+			}
+			guarded = guarded || len(g.guard) > 5
+			stmts = append(stmts, g)
 		}
-		guarded = guarded || len(g.guard) > 5
-		stmts = append(stmts, g)
 	}
-	return body, stmts, ordered, guarded
+	ordered, isBool := m.body().Lookup("ordered").BooleanOK()
+	return stmts, ordered || !isBool, guarded
 }
 
 // guardOf splits one update statement into its _id and its guard. It
@@ -80,69 +65,43 @@ func guardedUpdates(m *opMsg) (body bson.Raw, stmts []guardedUpdate, ordered boo
 // repair on {version: {$eq: v}}, a lease's fence on its owner and epoch)
 // on numbers and strings, and, with upsert, a plain equality beyond _id
 // (an upsert copies it into the document it inserts).
-func guardOf(stmt bson.Raw) (guardedUpdate, bool) {
-	if m, err := stmt.LookupErr("multi"); err == nil && m.Type == bson.TypeBoolean && m.Boolean() {
-		return guardedUpdate{}, false
-	}
-	q, ok := stmt.Lookup("q").DocumentOK()
-	if !ok {
-		return guardedUpdate{}, false
-	}
-	upsert, _ := stmt.Lookup("upsert").BooleanOK()
+func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
+	q, isDoc := stmt.Lookup("q").DocumentOK()
 	elems, err := q.Elements()
-	if err != nil {
-		return guardedUpdate{}, false
+	if multi, _ := stmt.Lookup("multi").BooleanOK(); multi || !isDoc || err != nil {
+		return g, false
 	}
-	var g guardedUpdate
+	g.upsert, _ = stmt.Lookup("upsert").BooleanOK()
 	guard := bson.D{}
 	for _, e := range elems {
 		k, v := e.Key(), e.Value()
-		if k == "_id" {
-			if v.Type != bson.TypeString && v.Type != bson.TypeObjectID {
-				return guardedUpdate{}, false
-			}
+		ops, isOps := v.DocumentOK()
+		opElems, _ := ops.Elements()
+		switch {
+		case k == "_id" && (v.Type == bson.TypeString || v.Type == bson.TypeObjectID):
 			g.id = v
-			continue
-		}
-		if strings.HasPrefix(k, "$") || strings.Contains(k, ".") {
-			return guardedUpdate{}, false
-		}
-		ops, isDoc := v.DocumentOK()
-		if !isDoc {
-			if upsert || !scalar(v) {
-				return guardedUpdate{}, false // see the doc comment
-			}
+		case k == "_id" || strings.HasPrefix(k, "$") || strings.Contains(k, "."):
+			return g, false
+		case !isOps && !g.upsert && scalar(v):
 			guard = append(guard, bson.E{Key: k, Value: bson.D{{Key: "$eq", Value: v}}})
-			continue
-		}
-		opElems, err := ops.Elements()
-		if err != nil || len(opElems) == 0 {
-			return guardedUpdate{}, false
-		}
-		for _, op := range opElems {
-			if _, known := comparisons[op.Key()]; !known || !scalar(op.Value()) {
-				return guardedUpdate{}, false
-			}
-		}
-		guard = append(guard, bson.E{Key: k, Value: v})
-	}
-	if g.id.Type == 0 {
-		return guardedUpdate{}, false
-	}
-	var err2 error
-	if g.guard, err2 = bson.Marshal(guard); err2 != nil {
-		return guardedUpdate{}, false
-	}
-	var stmtD bson.D
-	if err := bson.Unmarshal(stmt, &stmtD); err != nil {
-		return guardedUpdate{}, false
-	}
-	for i := range stmtD {
-		if stmtD[i].Key == "q" {
-			stmtD[i].Value = bson.D{{Key: "_id", Value: g.id}}
+		case len(opElems) > 0 && !slices.ContainsFunc(opElems, func(op bson.RawElement) bool {
+			_, known := comparisons[op.Key()]
+			return !known || !scalar(op.Value())
+		}):
+			guard = append(guard, bson.E{Key: k, Value: v})
+		default:
+			return g, false
 		}
 	}
-	g.stmt = stmtD
+	g.guard, err = bson.Marshal(guard)
+	if g.id.Type == 0 || err != nil || bson.Unmarshal(stmt, &g.stmt) != nil {
+		return g, false
+	}
+	for i := range g.stmt {
+		if g.stmt[i].Key == "q" {
+			g.stmt[i].Value = bson.D{{Key: "_id", Value: g.id}}
+		}
+	}
 	return g, true
 }
 
@@ -251,20 +210,15 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 	return out, nil
 }
 
-// serveGuarded runs the statements of an update command (body, from
+// serveGuarded runs the statements of an update command of db.coll (from
 // guardedUpdates) on up, which the caller holds alone, and returns
 // MongoDB's reply: n, nModified, upserted with statement indexes, and
 // writeErrors (a failed guard under upsert is E11000 on _id). An ordered
 // command stops at its first write error. An error means up failed
 // (the outcome of the statement in flight is unknown).
-func serveGuarded(up net.Conn, body bson.Raw, stmts []guardedUpdate, ordered bool) (bson.Raw, error) {
-	db, _ := body.Lookup("$db").StringValueOK()
-	coll, _ := body.Lookup("update").StringValueOK()
-	var (
-		n, modified int32
-		upserted    bson.A
-		writeErrors bson.A
-	)
+func serveGuarded(up net.Conn, db, coll string, stmts []guardedUpdate, ordered bool) (bson.Raw, error) {
+	var n, modified int32
+	var upserted, writeErrors bson.A
 	for i, st := range stmts {
 		found, err := roundTrip(up, bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: st.id}}},
 			{Key: "limit", Value: int32(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db}})
@@ -274,66 +228,51 @@ func serveGuarded(up net.Conn, body bson.Raw, stmts []guardedUpdate, ordered boo
 		if ok, _ := found.Lookup("ok").AsFloat64OK(); ok != 1 {
 			return found, nil // the store refused the read: its answer is the command's
 		}
-		var doc bson.Raw
-		if docs := firstBatch(found); len(docs) > 0 {
-			doc = docs[0]
-		}
-		upsert := false
-		for _, e := range st.stmt {
-			if e.Key == "upsert" {
-				upsert, _ = e.Value.(bool)
+		var failed []bson.Raw // the statement's write errors, each with its code and errmsg
+		if docs := firstBatch(found); len(docs) > 0 && !holds(docs[0], st.guard) {
+			if !st.upsert {
+				continue
 			}
-		}
-		if doc != nil && !holds(doc, st.guard) {
-			if upsert {
-				writeErrors = append(writeErrors, bson.D{{Key: "index", Value: int32(i)}, {Key: "code", Value: int32(11000)},
-					{Key: "errmsg", Value: fmt.Sprintf("E11000 duplicate key error collection: %s.%s index: _id_ dup key: { _id: %s }", db, coll, st.id)}})
-				if ordered {
-					break
-				}
+			dup, _ := bson.Marshal(bson.D{{Key: "code", Value: int32(11000)},
+				{Key: "errmsg", Value: fmt.Sprintf("E11000 duplicate key error collection: %s.%s index: _id_ dup key: { _id: %s }", db, coll, st.id)}})
+			failed = append(failed, dup)
+		} else {
+			reply, err := roundTrip(up, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{st.stmt}},
+				{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
+			if err != nil {
+				return nil, err
 			}
-			continue
-		}
-		reply, err := roundTrip(up, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: bson.A{st.stmt}},
-			{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
-		if err != nil {
-			return nil, err
-		}
-		if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 {
-			code, _ := reply.Lookup("code").AsInt64OK()
-			msg, _ := reply.Lookup("errmsg").StringValueOK()
-			writeErrors = append(writeErrors, bson.D{{Key: "index", Value: int32(i)}, {Key: "code", Value: int32(code)}, {Key: "errmsg", Value: msg}})
-			if ordered {
-				break
+			if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 {
+				failed = append(failed, reply)
 			}
-			continue
-		}
-		if errs, isArr := reply.Lookup("writeErrors").ArrayOK(); isArr {
+			errs, _ := reply.Lookup("writeErrors").ArrayOK()
 			vals, _ := errs.Values()
 			for _, v := range vals {
-				we, _ := v.DocumentOK()
-				code, _ := we.Lookup("code").AsInt64OK()
-				msg, _ := we.Lookup("errmsg").StringValueOK()
-				writeErrors = append(writeErrors, bson.D{{Key: "index", Value: int32(i)}, {Key: "code", Value: int32(code)}, {Key: "errmsg", Value: msg}})
-			}
-			if len(vals) > 0 {
-				if ordered {
-					break
+				if we, isDoc := v.DocumentOK(); isDoc {
+					failed = append(failed, we)
 				}
-				continue
 			}
-		}
-		if ups, isArr := reply.Lookup("upserted").ArrayOK(); isArr {
-			if vals, _ := ups.Values(); len(vals) > 0 {
+			ups, _ := reply.Lookup("upserted").ArrayOK()
+			switch vals, _ := ups.Values(); {
+			case len(failed) > 0:
+			case len(vals) > 0:
 				upserted = append(upserted, bson.D{{Key: "index", Value: int32(i)}, {Key: "_id", Value: st.id}})
 				n++
-				continue
+			default:
+				m, _ := reply.Lookup("n").AsInt64OK()
+				nm, _ := reply.Lookup("nModified").AsInt64OK()
+				n += int32(m)
+				modified += int32(nm)
 			}
 		}
-		m, _ := reply.Lookup("n").AsInt64OK()
-		nm, _ := reply.Lookup("nModified").AsInt64OK()
-		n += int32(m)
-		modified += int32(nm)
+		for _, we := range failed {
+			code, _ := we.Lookup("code").AsInt64OK()
+			msg, _ := we.Lookup("errmsg").StringValueOK()
+			writeErrors = append(writeErrors, bson.D{{Key: "index", Value: int32(i)}, {Key: "code", Value: int32(code)}, {Key: "errmsg", Value: msg}})
+		}
+		if len(failed) > 0 && ordered {
+			break
+		}
 	}
 	out := bson.D{{Key: "n", Value: n}, {Key: "nModified", Value: modified}}
 	if len(upserted) > 0 {

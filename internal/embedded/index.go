@@ -1,9 +1,9 @@
 package embedded
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -16,18 +16,13 @@ import (
 
 // idIndex gives every collection's SQLite table the index FerretDB 1.24
 // lacks for its own _id look-ups, and the log's table those that serve its
-// pages (logpage.go).
-//
-// FerretDB's unique _id index is on _ferretdb_sjson->"_id", but its queries
-// (find, update and delete by {_id: v}) filter on _ferretdb_sjson->'$._id'
-// (internal/backends/sqlite/metadata.IDColumn), an expression SQLite does
-// not match to that index: every look-up by _id scanned the table. An
-// index on the query's own expression makes it an index look-up whatever
-// the collection's size (docs/embedded-store.md, "Indexed _id"). FerretDB keeps working with the extra
-// index (insert, update, delete, upsert, rename, restart); listIndexes does
-// not show it, and a dropped collection's table takes it along, so it is
-// applied at start to every table and again after each write command to a
-// collection not yet seen (the funnel calls ensure under its write lock).
+// pages (logpage.go). FerretDB's unique _id index is on
+// _ferretdb_sjson->"_id", but its queries by {_id: v} filter on
+// _ferretdb_sjson->'$._id' (metadata.IDColumn), which SQLite does not match
+// to that index: every look-up by _id scanned the table
+// (docs/embedded-store.md, "Indexed _id"). A dropped collection's table
+// takes the index along, so it is applied at start to every table and
+// after each write command to a collection not yet seen.
 type idIndex struct {
 	dir string
 
@@ -55,13 +50,9 @@ func (x *idIndex) ensure(ctx context.Context, db, coll string) error {
 	if err != nil || h == nil {
 		return err
 	}
-	var table string
-	err = h.QueryRowContext(ctx, `SELECT table_name FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return nil // the write created nothing (a delete or a failed insert)
-	}
-	if err != nil {
-		return fmt.Errorf("find table of %s.%s: %w", db, coll, err)
+	table, _, err := tableOf(h, coll)
+	if err != nil || table == "" { // none: the write created nothing (a delete or a failed insert)
+		return err
 	}
 	if err := createIDIndex(ctx, h, table); err != nil {
 		return err
@@ -91,24 +82,14 @@ func (x *idIndex) ensureAll(ctx context.Context) error {
 		if err != nil || h == nil {
 			return err
 		}
-		rows, err := h.QueryContext(ctx, `SELECT name FROM _ferretdb_collections`)
+		var names string
+		err = h.QueryRowContext(ctx, `SELECT json_group_array(name) FROM _ferretdb_collections`).Scan(&names)
 		if isNoSuchTable(err) {
 			continue
 		}
-		if err != nil {
-			return fmt.Errorf("list collections of %s: %w", db, err)
-		}
 		var colls []string
-		for rows.Next() {
-			var c string
-			if err := rows.Scan(&c); err != nil {
-				_ = rows.Close()
-				return err
-			}
-			colls = append(colls, c)
-		}
-		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return err
+		if err := errors.Join(err, json.Unmarshal([]byte(names), &colls)); err != nil {
+			return fmt.Errorf("list collections of %s: %w", db, err)
 		}
 		for _, c := range colls {
 			if err := x.ensure(ctx, db, c); err != nil {
@@ -119,69 +100,55 @@ func (x *idIndex) ensureAll(ctx context.Context) error {
 	return nil
 }
 
-// forget marks a collection as not indexed (dropped or renamed): the next
-// write to that name checks again.
+// forget marks collection coll of db as not indexed (dropped or renamed):
+// the next write to that name checks again. With coll "" it forgets every
+// collection of db and closes the handle of its file (a dropped database),
+// and with db "" too every handle (the store's close).
 func (x *idIndex) forget(db, coll string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	delete(x.done, [2]string{db, coll})
-}
-
-// forgetDatabase closes the handle of a dropped database's file.
-func (x *idIndex) forgetDatabase(db string) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
 	for k := range x.done {
-		if k[0] == db {
+		if k[0] == db && (coll == "" || k[1] == coll) {
 			delete(x.done, k)
 		}
 	}
-	if h := x.dbs[db]; h != nil {
-		_ = h.Close()
-		delete(x.dbs, db)
+	for name, h := range x.dbs {
+		if coll == "" && (db == "" || name == db) {
+			_ = h.Close()
+			delete(x.dbs, name)
+		}
 	}
 }
 
-func (x *idIndex) close() {
+// handle returns the handle of database db's file, nil when FerretDB has
+// not created the file. The funnel's finds and change streams read
+// through it while FerretDB writes (WAL).
+func (x *idIndex) handle(db string) (*sql.DB, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	for db, h := range x.dbs {
-		_ = h.Close()
-		delete(x.dbs, db)
-	}
+	return x.open(db)
 }
 
-// open returns the handle of database db's file, or nil when FerretDB has
-// not created the file.
+// open is handle with x.mu held.
 func (x *idIndex) open(db string) (*sql.DB, error) {
 	if h := x.dbs[db]; h != nil {
 		return h, nil
 	}
-	// FerretDB opens its files in WAL mode with a 10 s busy timeout; this
-	// handle waits as long for the write lock an index creation takes.
-	h, err := openFile(x.dir, db, "", 1)
-	if h != nil {
-		x.dbs[db] = h
-	}
-	return h, err
-}
-
-// openFile opens the SQLite file of database db in dir with mode ("" or
-// "ro") and at most conns connections; nil when FerretDB has not created
-// the file.
-func openFile(dir, db, mode string, conns int) (*sql.DB, error) {
 	if db == "" || db != filepath.Base(db) || strings.ContainsAny(db, "?#") {
 		return nil, fmt.Errorf("database name %q", db)
 	}
-	path := filepath.Join(dir, db+".sqlite")
+	path := filepath.Join(x.dir, db+".sqlite")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	h, err := sql.Open("sqlite", "file:"+path+"?mode="+cmp.Or(mode, "rw")+"&_pragma=busy_timeout(10000)")
+	// FerretDB opens its files in WAL mode with a 10 s busy timeout; an
+	// index creation here waits as long for the write lock.
+	h, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	h.SetMaxOpenConns(conns)
+	h.SetMaxOpenConns(4)
+	x.dbs[db] = h
 	return h, nil
 }
 
@@ -195,6 +162,18 @@ func createIDIndex(ctx context.Context, h *sql.DB, table string) error {
 		return fmt.Errorf("create _id index on %s: %w", table, err)
 	}
 	return nil
+}
+
+// tableOf returns the SQLite table of collection coll in h and its
+// settings (FerretDB's JSON); "" when there is no such collection.
+func tableOf(h interface {
+	QueryRow(string, ...any) *sql.Row
+}, coll string) (table, settings string, err error) {
+	err = h.QueryRow(`SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&table, &settings)
+	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
+		return "", "", nil
+	}
+	return table, settings, err
 }
 
 func isNoSuchTable(err error) bool {

@@ -1,10 +1,9 @@
 package embedded
 
 import (
-	"context"
+	"cmp"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -15,150 +14,199 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
-// Finds in _id order through an index. The service reads its read models
-// with find {filter: F, sort: {_id: 1}[, limit: n][, projection: P]}, where F
-// holds equalities of top-level fields to strings (a customer's summaries:
-// {customer_id: c[, status: s]}) and at most one range of _id over strings
-// (the next page's {_id: {$gt: after}}, a rollup's {_id: {$gte: a, $lte:
-// b}}); on MongoDB the index that starts with the equality's field, or the
-// _id index, serves it. FerretDB 1.24 hands SQLite only a filter that is
-// exactly {_id: v} and decodes the whole collection in Go for any other,
-// so the funnel serves exactly these finds from SQLite
-// (docs/embedded-store.md, "Finds in _id order"):
+// Finds the funnel serves from SQLite: the log's pages (logpage.go) and
+// the read models' finds in _id order, find {filter: F, sort: {_id: 1}[,
+// limit: n][, projection: P]} where F holds equalities of top-level fields
+// to strings ({customer_id: c[, status: s]}) and at most one _id range over
+// strings ({_id: {$gt: after}}, {_id: {$gte: a, $lte: b}}). FerretDB 1.24
+// hands SQLite only a filter that is exactly {_id: v} and decodes the
+// whole collection in Go for any other (docs/embedded-store.md, "Finds in
+// _id order"). The candidates come from FerretDB's index whose key starts
+// with an equality's field (_ferretdb_sjson->"f", the field's JSON text),
+// or the funnel's _id index (index.go) over the strings sharing the
+// range's bounds' prefix; SQLite sorts them by the _id string (->>), as
+// MongoDB compares strings: JSON text, which the indexes hold, escapes
+// '"', '\', '<', '>', '&' and control characters, and sorts a space before
+// the closing quote. Each document is read back by _id on the client's own
+// upstream connection with the projection and the filter's fields, and
+// checked against the filter in Go.
 //
-//   - the candidates come from an index: FerretDB's own index whose key
-//     starts with an equality's field (its expression is the JSON text of
-//     the field, _ferretdb_sjson->"f", so the candidates are the documents
-//     whose field is that string), or, with no equality, the funnel's _id
-//     index (index.go) over the strings sharing the range's bounds' prefix;
-//   - SQLite sorts the candidates by the _id string itself (->>), as
-//     MongoDB compares strings, byte by byte of UTF-8. The indexes hold JSON
-//     text, whose order is not that: JSON escapes '"', '\', '<', '>', '&'
-//     and control characters, and a space sorts before the closing quote.
-//     The sort costs what the candidates number (a customer's orders), not
-//     the collection;
-//   - each document is read back by _id on the client's own upstream
-//     connection (an index look-up) with the find's projection and the
-//     filter's fields, checked against the whole filter in Go (a document
-//     changed since its candidate was read, or holding an array of
-//     strings, answers as on MongoDB) and answered without the fields the
-//     projection left out.
-//
-// Any other find goes to FerretDB: another sort or operator, a limit above
-// maxPage (or none, and more than maxPage candidates), a projection that
-// is not an inclusion of top-level fields, an equality on a field no
-// ascending index starts with, a collection where a document holds an
-// array in that field (MongoDB's equality matches an array's elements,
-// which the index does not hold), and a find without an _id range whose
-// candidates have an _id that is no string (MongoDB sorts such _ids apart
-// from strings).
+// Any other find goes to FerretDB: another sort, operator or option, a
+// limit above maxPage (or none, and more candidates), a projection that
+// does not include top-level fields only, an equality no index starts
+// with, an indexed field some document holds as an array (the index holds
+// the array, MongoDB matches its elements), a candidate _id that is no
+// string without an _id range (MongoDB sorts it apart), a page over
+// maxBatchBytes, and a page some of whose candidates fail the filter.
 
 const (
+	idExpr = `_ferretdb_sjson->>'$._id'`
 	idType = `_ferretdb_sjson->>'$."$s".p._id.t'`
 	// idJSON is the expression of the funnel's _id index (createIDIndex)
 	// and of FerretDB's own look-ups by _id: the _id's JSON text.
 	idJSON = `_ferretdb_sjson->'$._id'`
+	// maxPage bounds the documents of a find the funnel serves, so that
+	// its answer fits one reply.
+	maxPage = 2048
 )
 
 // fieldName is a top-level field a served find may name: nothing that
 // needs quoting in a JSON path or an SQL string.
 var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// indexFind is a find the funnel serves in _id order.
-type indexFind struct {
-	equal        []fieldValue // in the filter's order
-	lower, upper *idBound     // nil when the range has no such end
-	limit        int64        // 0 for none
-	projection   []string     // included fields; nil without a projection
+// findFields are the fields a served find may carry: its own and what the
+// driver adds to every command.
+var findFields = map[string]bool{"find": true, "filter": true, "sort": true, "limit": true, "projection": true, "batchSize": true,
+	"singleBatch": true, "lsid": true, "$db": true, "$clusterTime": true, "readConcern": true, "$readPreference": true, "maxTimeMS": true}
+
+// sqlFind is a find the funnel serves.
+type sqlFind struct {
+	query      string       // SELECT _id, whether its type (and the sort's) sorts as on MongoDB ... LIMIT ?; in the find's order
+	args       []any        // query's, the LIMIT last
+	limit      int64        // the find's; 0 for none
+	equal      []fieldValue // top-level equalities, checked again on each document read back
+	projection []string     // included fields; nil without a projection
 }
 
 type fieldValue struct{ field, value string }
 
-type idBound struct {
-	value string
-	op    string // SQL's comparison of the _id to value
-}
-
-// rangeOps are the _id range's operators, as SQL compares.
-var rangeOps = map[string]string{"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-
-// parseIndexFind returns the find body asks for; ok is false for any
-// find the funnel leaves to FerretDB by its shape alone.
-func parseIndexFind(body bson.Raw) (q indexFind, ok bool) {
+// planFind returns the query of a find (body) of collection coll in h;
+// ok is false when the funnel leaves it to FerretDB.
+func planFind(h *sql.DB, coll string, body bson.Raw) (q sqlFind, ok bool, err error) {
 	elems, err := body.Elements()
 	if err != nil {
-		return q, false
+		return q, false, nil
 	}
 	for _, e := range elems {
-		if !pageFields[e.Key()] && e.Key() != "projection" {
-			return q, false
+		if !findFields[e.Key()] {
+			return q, false, nil
+		}
+	}
+	var limit int64
+	if v := body.Lookup("limit"); v.Type != 0 {
+		if limit, ok = v.AsInt64OK(); !ok || limit < 0 || limit > maxPage {
+			return q, false, nil
+		}
+	}
+	var projection []string
+	if p := body.Lookup("projection"); p.Type != 0 {
+		if projection, ok = inclusion(p); !ok {
+			return q, false, nil
 		}
 	}
 	sort, _ := body.Lookup("sort").DocumentOK()
-	if keys, err := sort.Elements(); err != nil || len(keys) != 1 || keys[0].Key() != "_id" {
-		return q, false
-	} else if dir, ok := keys[0].Value().AsInt64OK(); !ok || dir != 1 {
-		return q, false
-	}
-	if v := body.Lookup("limit"); v.Type != 0 {
-		if q.limit, ok = v.AsInt64OK(); !ok || q.limit < 0 || q.limit > maxPage {
-			return q, false
-		}
-	}
 	filter, _ := body.Lookup("filter").DocumentOK()
 	conds, err := filter.Elements()
 	if err != nil {
-		return q, false
+		return q, false, nil
 	}
-	for _, c := range conds {
-		if c.Key() == "_id" {
-			if q.lower != nil || q.upper != nil || !q.parseRange(c.Value()) {
-				return q, false
-			}
-			continue
-		}
-		v, ok := c.Value().StringValueOK()
-		if !ok || !fieldName.MatchString(c.Key()) {
-			return q, false
-		}
-		q.equal = append(q.equal, fieldValue{c.Key(), v})
+	table, settings, err := tableOf(h, coll)
+	if err != nil || table == "" {
+		return q, false, err
 	}
-	if p, has := body.Lookup("projection").DocumentOK(); has {
-		if q.projection, ok = inclusion(p); !ok {
-			return q, false
-		}
-	} else if body.Lookup("projection").Type != 0 {
-		return q, false
+	ok = false
+	if coll == LogCollection {
+		q, ok = logPage(table, sort, conds)
 	}
-	return q, true
+	if !ok {
+		q, ok, err = idOrder(h, table, settings, sort, conds)
+	}
+	q.limit, q.projection = limit, projection
+	q.args = append(q.args, cmp.Or(limit, maxPage+1)) // none: served while it fits one reply
+	return q, ok, err
 }
 
-// parseRange reads {$gt|$gte: a, $lt|$lte: b} of strings, either end
-// optional but not both.
-func (q *indexFind) parseRange(v bson.RawValue) bool {
-	ops, _ := v.DocumentOK()
-	elems, err := ops.Elements()
-	if err != nil || len(elems) == 0 {
+// idOrder is the query of a find in _id order in table; ok is false when
+// it is no such find, or no index serves it.
+func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawElement) (q sqlFind, ok bool, err error) {
+	if !sortedBy(sort, 1, "_id") {
+		return q, false, nil
+	}
+	where := []string{"true"}
+	and := func(cond string, a ...any) { where, q.args = append(where, cond), append(q.args, a...) }
+	var lower, upper *string
+	for _, c := range conds {
+		if c.Key() != "_id" {
+			v, isString := c.Value().StringValueOK()
+			if !isString || !fieldName.MatchString(c.Key()) {
+				return q, false, nil
+			}
+			q.equal = append(q.equal, fieldValue{c.Key(), v})
+			continue
+		}
+		d, _ := c.Value().DocumentOK()
+		ops, err := d.Elements()
+		if err != nil || len(ops) == 0 || lower != nil || upper != nil {
+			return q, false, nil
+		}
+		for _, op := range ops {
+			v, isString := op.Value().StringValueOK()
+			sqlOp := map[string]string{"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}[op.Key()]
+			bound := &lower
+			if strings.HasPrefix(sqlOp, "<") {
+				bound = &upper
+			}
+			if sqlOp == "" || !isString || *bound != nil {
+				return q, false, nil
+			}
+			*bound = &v
+			and(idExpr+" "+sqlOp+" ?", v)
+		}
+		and(idType + ` = 'string'`)
+	}
+	field := ""
+	if len(q.equal) > 0 {
+		var s struct {
+			Indexes []struct{ Key []struct{ Field string } } // FerretDB's metadata.IndexInfo
+		}
+		if err := json.Unmarshal([]byte(settings), &s); err != nil {
+			return q, false, fmt.Errorf("settings of %s: %w", table, err)
+		}
+		for _, e := range q.equal {
+			for _, ix := range s.Indexes {
+				if field == "" && len(ix.Key) > 0 && ix.Key[0].Field == e.field {
+					field = e.field
+				}
+			}
+		}
+		if field == "" {
+			return q, false, nil
+		}
+		var arrays bool
+		err := h.QueryRow(fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %q WHERE %s >= '[' AND %[2]s < '\')`, table, ferretExpr(field))).Scan(&arrays)
+		if err != nil || arrays {
+			return q, false, err
+		}
+	}
+	for _, e := range q.equal {
+		value, _ := json.Marshal(e.value) // as FerretDB stores it (sjson): encoding/json's text
+		if e.field == field {
+			and(ferretExpr(e.field)+" = ?", string(value))
+		} else {
+			and(fmt.Sprintf(`(%s = ? OR substr(%[1]s, 1, 1) = '[')`, ferretExpr(e.field)), string(value))
+		}
+	}
+	if field == "" && (lower != nil || upper != nil) {
+		from, to := jsonPrefixRange(lower, upper)
+		and(idJSON+" >= ? AND "+idJSON+" < ?", from, to)
+	}
+	// An _id of another type sorts first, and makes the find FerretDB's.
+	q.query = fmt.Sprintf(`SELECT %s, %s IS 'string' FROM %q WHERE %s ORDER BY 2, 1 LIMIT ?`, idExpr, idType, table, strings.Join(where, " AND "))
+	return q, true, nil
+}
+
+// ferretExpr is FerretDB's expression of top-level field f in its indexes
+// (metadata.Registry.indexesCreate): the field's JSON text.
+func ferretExpr(f string) string { return fmt.Sprintf(`_ferretdb_sjson->%q`, f) }
+
+// sortedBy reports whether sort is exactly fields, each in direction dir.
+func sortedBy(sort bson.Raw, dir int64, fields ...string) bool {
+	keys, err := sort.Elements()
+	if err != nil || len(keys) != len(fields) {
 		return false
 	}
-	for _, e := range elems {
-		s, ok := e.Value().StringValueOK()
-		if !ok {
-			return false
-		}
-		b := &idBound{value: s, op: rangeOps[e.Key()]}
-		switch e.Key() {
-		case "$gt", "$gte":
-			if q.lower != nil {
-				return false
-			}
-			q.lower = b
-		case "$lt", "$lte":
-			if q.upper != nil {
-				return false
-			}
-			q.upper = b
-		default:
+	for i, k := range keys {
+		if d, ok := k.Value().AsInt64OK(); !ok || d != dir || k.Key() != fields[i] {
 			return false
 		}
 	}
@@ -167,7 +215,8 @@ func (q *indexFind) parseRange(v bson.RawValue) bool {
 
 // inclusion returns the fields of a projection that includes top-level
 // fields only ({f: 1, ...}, _id included or not named).
-func inclusion(p bson.Raw) ([]string, bool) {
+func inclusion(v bson.RawValue) ([]string, bool) {
+	p, _ := v.DocumentOK()
 	elems, err := p.Elements()
 	if err != nil || len(elems) == 0 {
 		return nil, false
@@ -184,96 +233,94 @@ func inclusion(p bson.Raw) ([]string, bool) {
 	return fields, true
 }
 
-// serveIndexFind serves a find in _id order on c, reading the documents
-// back on up (the client's own upstream connection); served is false for
-// any other command, and for a find the funnel cannot answer as MongoDB
-// would or in one reply (FerretDB answers it). An error is up's.
-func (f *funnel) serveIndexFind(up, c net.Conn, req []byte, cmd command) (served bool, err error) {
+// serveFind serves a find of planFind's on c, reading the documents back
+// on up (the client's own upstream connection); served is false for any
+// other command, and for a find the funnel cannot answer as MongoDB would
+// or in one reply (FerretDB answers it). An error is up's.
+func (f *funnel) serveFind(up, c net.Conn, req []byte, cmd command) (served bool, err error) {
 	if cmd.name != "find" {
 		return false, nil
 	}
-	q, ok := parseIndexFind(cmd.msg.body())
-	if !ok {
-		return false, nil
-	}
-	h, err := f.streams.handle(cmd.db)
+	h, err := f.index.handle(cmd.db)
 	if err != nil || h == nil {
 		return false, nil
 	}
 	refuse := func(err error) (bool, error) {
 		return true, answer(c, req, cmd, refusal(1, "InternalError", "find: "+err.Error()))
 	}
-	plan, ok, err := planIndexFind(h, cmd.collection, q)
+	q, ok, err := planFind(h, cmd.collection, cmd.msg.body())
 	if err != nil {
 		return refuse(err)
 	}
 	if !ok {
 		return false, nil
 	}
-	limit := q.limit
-	if limit == 0 { // served while it fits one reply
-		limit = maxPage + 1
-	}
-	ids, ok, err := plan.ids(h, "", limit)
+	ids, ok, err := candidates(h, q)
 	if err != nil {
 		return refuse(err)
 	}
-	if !ok || int64(len(ids)) > maxPage {
+	if !ok || len(ids) > maxPage {
 		return false, nil
 	}
-	fields, added := q.readFields()
+	// The projection a document is read back with adds the filter's fields,
+	// so that the filter can be checked.
+	var fields bson.D
+	added := map[string]bool{}
+	for _, p := range q.projection {
+		fields = append(fields, bson.E{Key: p, Value: 1})
+	}
+	for _, e := range q.equal {
+		if q.projection != nil && !slices.Contains(q.projection, e.field) && !added[e.field] {
+			fields, added[e.field] = append(fields, bson.E{Key: e.field, Value: 1}), true
+		}
+	}
 	docs, size := bson.A{}, 0
-	for asked := limit; ; {
-		for _, id := range ids {
-			doc, err := readBack(up, cmd.db, cmd.collection, id, fields)
-			if err != nil {
-				return true, err
-			}
-			if doc == nil || !q.matches(doc) { // gone, or changed since
-				continue
-			}
-			if size += len(doc); size > maxBatchBytes {
-				return false, nil // FerretDB answers it with a cursor
-			}
-			if docs = append(docs, without(doc, added)); int64(len(docs)) == limit {
-				break
-			}
+	for _, id := range ids {
+		if q.limit > 0 && int64(len(docs)) == q.limit {
+			break
 		}
-		if int64(len(docs)) == limit || int64(len(ids)) < asked {
-			break // the page is full, or there are no more candidates
+		doc, err := readBack(up, cmd.db, cmd.collection, id, fields)
+		if err != nil {
+			return true, err
 		}
-		asked = limit - int64(len(docs))
-		if ids, _, err = plan.ids(h, ids[len(ids)-1], asked); err != nil {
-			return refuse(err)
+		if doc == nil || !matches(doc, q.equal) { // gone, or changed since
+			continue
 		}
+		if size += len(doc); size > maxBatchBytes {
+			return false, nil // FerretDB answers it with a cursor
+		}
+		docs = append(docs, without(doc, added))
+	}
+	if int64(len(docs)) < q.limit && int64(len(ids)) == q.limit {
+		return false, nil // candidates failed, and the next ones were not read
 	}
 	return true, answer(c, req, cmd, bson.D{{Key: "cursor", Value: bson.D{{Key: "firstBatch", Value: docs},
 		{Key: "id", Value: int64(0)}, {Key: "ns", Value: cmd.db + "." + cmd.collection}}}, {Key: "ok", Value: 1.0}})
 }
 
-// readFields is the projection a served find reads its documents back
-// with, and the fields it adds to q's own so that the filter can be
-// checked; nil, nil for whole documents.
-func (q indexFind) readFields() (fields bson.D, added map[string]bool) {
-	if q.projection == nil {
-		return nil, nil
+// candidates runs q's query and returns the _ids it selects; ok is false
+// when one does not sort as on MongoDB.
+func candidates(h *sql.DB, q sqlFind) (ids []string, ok bool, err error) {
+	rows, err := h.Query(q.query, q.args...)
+	if err != nil {
+		return nil, false, err
 	}
-	added = map[string]bool{}
-	for _, p := range q.projection {
-		fields = append(fields, bson.E{Key: p, Value: 1})
-	}
-	for _, e := range q.equal {
-		if !slices.Contains(q.projection, e.field) && !added[e.field] {
-			fields, added[e.field] = append(fields, bson.E{Key: e.field, Value: 1}), true
+	defer rows.Close()
+	for rows.Next() {
+		var id sql.NullString
+		var sorts bool
+		if err := rows.Scan(&id, &sorts); err != nil || !sorts {
+			return nil, false, err
 		}
+		ids = append(ids, id.String)
 	}
-	return fields, added
+	return ids, true, rows.Err()
 }
 
-// matches reports whether doc meets q's equalities as MongoDB's filter
+// matches reports whether doc meets the equalities as MongoDB's filter
 // does: the field is the string, or an array holding it.
-func (q indexFind) matches(doc bson.Raw) bool {
-	for _, e := range q.equal {
+func matches(doc bson.Raw, equal []fieldValue) bool {
+	for _, e := range equal {
 		v := doc.Lookup(e.field)
 		if s, ok := v.StringValueOK(); ok && s == e.value {
 			continue
@@ -302,147 +349,15 @@ func without(doc bson.Raw, drop map[string]bool) bson.Raw {
 	return bson.Raw(bsoncore.BuildDocumentFromElements(nil, kept...))
 }
 
-// indexPlan is how a served find reads its candidates' _ids: the
-// collection's table and, when the find has an equality, the field of
-// the FerretDB index it searches.
-type indexPlan struct {
-	table  string
-	field  string // "" for the _id index
-	idJSON string // the _id's expression in that index, for the range's prefix
-	q      indexFind
-}
-
-// ferretIndex is an index as FerretDB records it in the settings of a
-// collection (metadata.IndexInfo).
-type ferretIndex struct {
-	Key []struct {
-		Field      string `json:"field"`
-		Descending bool   `json:"descending"`
-	} `json:"key"`
-}
-
-// planIndexFind returns the plan of q on collection coll; ok is false when
-// the funnel leaves q to FerretDB: no such collection, no index for its
-// equalities, or a document holding an array in the indexed field.
-func planIndexFind(h *sql.DB, coll string, q indexFind) (p indexPlan, ok bool, err error) {
-	var settings string
-	err = h.QueryRow(`SELECT table_name, settings FROM _ferretdb_collections WHERE name = ?`, coll).Scan(&p.table, &settings)
-	if errors.Is(err, sql.ErrNoRows) || isNoSuchTable(err) {
-		return p, false, nil
-	}
-	if err != nil {
-		return p, false, err
-	}
-	p.q, p.idJSON = q, idJSON
-	if len(q.equal) == 0 {
-		return p, true, nil
-	}
-	var s struct {
-		Indexes []ferretIndex `json:"indexes"`
-	}
-	if err := json.Unmarshal([]byte(settings), &s); err != nil {
-		return p, false, fmt.Errorf("settings of %s: %w", coll, err)
-	}
-	for _, e := range q.equal {
-		for _, ix := range s.Indexes {
-			if len(ix.Key) == 0 || ix.Key[0].Field != e.field || ix.Key[0].Descending {
-				continue
-			}
-			p.field = e.field
-			if len(ix.Key) > 1 && ix.Key[1].Field == "_id" && !ix.Key[1].Descending {
-				p.idJSON = ferretExpr("_id")
-			}
-			break
-		}
-		if p.field != "" {
-			break
-		}
-	}
-	if p.field == "" {
-		return p, false, nil
-	}
-	var arrays int
-	err = h.QueryRow(fmt.Sprintf(`SELECT count(*) FROM (SELECT 1 FROM %q WHERE %s >= '[' AND %[2]s < '\' LIMIT 1)`,
-		p.table, ferretExpr(p.field))).Scan(&arrays)
-	return p, err == nil && arrays == 0, err
-}
-
-// ferretExpr is FerretDB's expression of top-level field f in its indexes
-// (metadata.Registry.indexesCreate): the field's JSON text.
-func ferretExpr(f string) string { return fmt.Sprintf(`_ferretdb_sjson->%q`, f) }
-
-// ids returns up to limit candidates' _ids after the _id after ("" for
-// the first), in order; ok is false when a candidate's _id is no string
-// and the find has no _id range.
-func (p indexPlan) ids(h *sql.DB, after string, limit int64) (ids []string, ok bool, err error) {
-	query, args := p.sql(after, limit)
-	rows, err := h.QueryContext(context.Background(), query, args...)
-	if err != nil {
-		return nil, false, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, typ sql.NullString
-		if err := rows.Scan(&id, &typ); err != nil {
-			return nil, false, err
-		}
-		if typ.String != "string" {
-			return nil, false, nil
-		}
-		ids = append(ids, id.String)
-	}
-	return ids, true, rows.Err()
-}
-
-// sql is the query of the candidates' _ids and their types, and its
-// arguments.
-func (p indexPlan) sql(after string, limit int64) (string, []any) {
-	var where []string
-	var args []any
-	and := func(cond string, a ...any) { where, args = append(where, cond), append(args, a...) }
-	for _, e := range p.q.equal {
-		value, _ := json.Marshal(e.value) // as FerretDB stores it (sjson): encoding/json's text
-		if e.field == p.field {
-			and(ferretExpr(e.field)+" = ?", string(value))
-			continue
-		}
-		expr := fmt.Sprintf(`_ferretdb_sjson->'$.%s'`, e.field)
-		and(fmt.Sprintf(`(%s = ? OR substr(%[1]s, 1, 1) = '[')`, expr), string(value))
-	}
-	ranged := p.q.lower != nil || p.q.upper != nil || after != ""
-	if ranged {
-		from, to := jsonPrefixRange(p.q.lower, p.q.upper)
-		and(fmt.Sprintf(`%s >= ? AND %[1]s < ?`, p.idJSON), from, to)
-		and(idType + ` = 'string'`)
-	}
-	for _, b := range []*idBound{p.q.lower, p.q.upper} {
-		if b != nil {
-			and(idExpr+" "+b.op+" ?", b.value)
-		}
-	}
-	if after != "" {
-		and(idExpr+" > ?", after)
-	}
-	order := idExpr
-	if !ranged {
-		order = fmt.Sprintf(`coalesce(%s, '') = 'string', %s`, idType, idExpr) // any other type first: the find is then FerretDB's
-	}
-	cond := "true"
-	if len(where) > 0 {
-		cond = strings.Join(where, " AND ")
-	}
-	return fmt.Sprintf(`SELECT %s, %s FROM %q WHERE %s ORDER BY %s LIMIT ?`, idExpr, idType, p.table, cond, order), append(args, limit)
-}
-
-// jsonPrefixRange bounds, in the order of the JSON text the _id indexes
-// hold, every string between lower and upper: the strings that begin with
+// jsonPrefixRange bounds, in the order of the JSON text the _id index
+// holds, every string between lower and upper: the strings that begin with
 // the bounds' common prefix, up to its first character JSON would escape
 // or that sorts below '"' (the text of such a string begins with '"' and
 // that prefix unchanged). Without both bounds, every string: ['"', '#').
-func jsonPrefixRange(lower, upper *idBound) (from, to string) {
+func jsonPrefixRange(lower, upper *string) (from, to string) {
 	prefix := ""
 	if lower != nil && upper != nil {
-		a, b := lower.value, upper.value
+		a, b := *lower, *upper
 		for i := 0; i < len(a) && i < len(b) && a[i] == b[i] && plainJSON(a[i]); i++ {
 			prefix = a[:i+1]
 		}

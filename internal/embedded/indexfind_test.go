@@ -64,7 +64,7 @@ func (x *indexFinds) fill(coll string, indexes []bson.D, docs []any) {
 	}
 }
 
-// served asks the funnel's serveIndexFind for body; served is false when
+// served asks the funnel's serveFind for body; served is false when
 // it leaves the find to FerretDB.
 func (x *indexFinds) served(body bson.D) (docs []bson.Raw, served bool) {
 	x.t.Helper()
@@ -85,7 +85,7 @@ func (x *indexFinds) served(body bson.D) (docs []bson.Raw, served bool) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := x.s.funnel.serveIndexFind(x.up, funnelSide, req, cmd)
+		s, err := x.s.funnel.serveFind(x.up, funnelSide, req, cmd)
 		_ = funnelSide.Close()
 		done <- result{s, err}
 	}()
@@ -236,10 +236,10 @@ func TestFindsInIDOrderAnswerAsFerretDB(t *testing.T) {
 // holds as an array (MongoDB matches its elements), a candidate _id that
 // is no string without an _id range (MongoDB sorts it apart), an
 // equality no index starts with, another sort, more documents than one
-// reply holds (maxPage), asked for or without a limit. A residual
-// equality on an array (also where a candidate that fails it takes a
-// place of the page), and a range that excludes the _ids of other types,
-// are served, and answer as FerretDB does.
+// reply holds (maxPage), asked for or without a limit, a page some of
+// whose candidates fail the filter. A residual equality on an array, and
+// a range that excludes the _ids of other types, are served, and answer
+// as FerretDB does.
 func TestFindsInIDOrderLeftToFerretDB(t *testing.T) {
 	x := newIndexFinds(t)
 	byCustomer := []bson.D{{{Key: "customer_id", Value: 1}, {Key: "_id", Value: 1}}}
@@ -265,22 +265,22 @@ func TestFindsInIDOrderLeftToFerretDB(t *testing.T) {
 	x.fill("many", nil, many)
 	c1 := bson.D{{Key: "customer_id", Value: "c1"}}
 	for name, body := range map[string]bson.D{
-		"an array in the indexed field": findBody("arrays", c1, 50, nil),
-		"_ids of other types":           findBody("oids", c1, 50, nil),
-		"no index":                      findBody("tags", bson.D{{Key: "tag", Value: "t"}}, 50, nil),
-		"another sort":                  {{Key: "find", Value: "tags"}, {Key: "filter", Value: c1}, {Key: "sort", Value: bson.D{{Key: "_id", Value: -1}}}, {Key: "limit", Value: int64(5)}},
-		"no limit, more than a reply":   findBody("many", bson.D{}, 0, nil),
-		"a limit above a reply":         findBody("many", bson.D{}, maxPage+1, nil),
-		"an exclusion":                  findBody("tags", c1, 50, bson.D{{Key: "tag", Value: 0}}),
+		"an array in the indexed field":      findBody("arrays", c1, 50, nil),
+		"_ids of other types":                findBody("oids", c1, 50, nil),
+		"no index":                           findBody("tags", bson.D{{Key: "tag", Value: "t"}}, 50, nil),
+		"another sort":                       {{Key: "find", Value: "tags"}, {Key: "filter", Value: c1}, {Key: "sort", Value: bson.D{{Key: "_id", Value: -1}}}, {Key: "limit", Value: int64(5)}},
+		"no limit, more than a reply":        findBody("many", bson.D{}, 0, nil),
+		"a limit above a reply":              findBody("many", bson.D{}, maxPage+1, nil),
+		"an exclusion":                       findBody("tags", c1, 50, bson.D{{Key: "tag", Value: 0}}),
+		"a page past a candidate that fails": findBody("tags", append(c1, bson.E{Key: "tag", Value: "t"}), 2, nil),
 	} {
 		if got, served := x.served(body); served {
 			t.Errorf("%s: served %q, want it left to FerretDB", name, ids(got))
 		}
 	}
 	for name, body := range map[string]bson.D{
-		"an array in a residual field":       findBody("tags", append(c1, bson.E{Key: "tag", Value: "t"}), 50, nil),
-		"a page past a candidate that fails": findBody("tags", append(c1, bson.E{Key: "tag", Value: "t"}), 2, nil),
-		"a range over strings only":          findBody("oids", append(c1, bson.E{Key: "_id", Value: bson.D{{Key: "$gte", Value: ""}}}), 50, nil),
+		"an array in a residual field": findBody("tags", append(c1, bson.E{Key: "tag", Value: "t"}), 50, nil),
+		"a range over strings only":    findBody("oids", append(c1, bson.E{Key: "_id", Value: bson.D{{Key: "$gte", Value: ""}}}), 50, nil),
 	} {
 		got, served := x.served(body)
 		want := x.ferret(append(body, bson.E{Key: "comment", Value: "FerretDB's own"}))
@@ -298,7 +298,11 @@ func TestFindsInIDOrderUseTheIndexes(t *testing.T) {
 	x := newIndexFinds(t)
 	x.fill("sums", []bson.D{{{Key: "customer_id", Value: 1}, {Key: "_id", Value: 1}}, {{Key: "status", Value: 1}, {Key: "_id", Value: 1}}},
 		[]any{bson.D{{Key: "_id", Value: "a"}, {Key: "customer_id", Value: "c1"}, {Key: "status", Value: "x"}}})
-	h, err := x.s.funnel.streams.handle(x.db)
+	h, err := x.s.index.handle(x.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table, _, err := tableOf(h, "sums")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,16 +321,11 @@ func TestFindsInIDOrderUseTheIndexes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, ok := parseIndexFind(raw)
-		if !ok {
-			t.Fatalf("%s: not a served find", name)
-		}
-		p, ok, err := planIndexFind(h, "sums", q)
+		q, ok, err := planFind(h, "sums", raw)
 		if err != nil || !ok {
 			t.Fatalf("%s: no plan (%v)", name, err)
 		}
-		query, args := p.sql("", 50)
-		rows, err := h.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+query, args...)
+		rows, err := h.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q.query, q.args...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -341,8 +340,8 @@ func TestFindsInIDOrderUseTheIndexes(t *testing.T) {
 		}
 		_ = rows.Close()
 		s := strings.Join(plan, "; ")
-		if !strings.Contains(s, "SEARCH "+p.table+" USING INDEX "+p.table+tc.index+" (") || strings.Contains(s, "SCAN "+p.table) {
-			t.Errorf("%s: plan %q, want a search of %s", name, s, p.table+tc.index)
+		if !strings.Contains(s, "SEARCH "+table+" USING INDEX "+table+tc.index+" (") || strings.Contains(s, "SCAN "+table) {
+			t.Errorf("%s: plan %q, want a search of %s", name, s, table+tc.index)
 		}
 	}
 }

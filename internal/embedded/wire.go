@@ -21,15 +21,10 @@ const (
 	maxMessageBytes = 64 << 20 // above MongoDB's 48 MB maxMessageSizeBytes
 )
 
-// readMessage reads one whole wire-protocol message, as bytes.
-//
-// Not wire.ReadMessage: the funnel forwards the bytes it read, and
-// wire.ReadMessage (v0.0.7) returns only the decoded body, so each request
-// and reply would be marshalled again on its way through; it also refuses
-// op codes it does not decode (OP_COMPRESSED, the legacy OP_INSERT...),
-// which the funnel leaves to FerretDB to answer, and it decodes every
-// document of every reply, long find batches included, for a proxy that
-// reads none of them.
+// readMessage reads one whole wire-protocol message, as bytes. Not
+// wire.ReadMessage (v0.0.7), which returns only the decoded body (the
+// funnel forwards bytes), decodes every document of every reply, and
+// refuses op codes the funnel leaves to FerretDB (OP_COMPRESSED, ...).
 func readMessage(r io.Reader) ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
@@ -47,10 +42,8 @@ func readMessage(r io.Reader) ([]byte, error) {
 	return msg, nil
 }
 
-// The header's fields are read here by hand: wire v0.0.7 decodes a
-// MsgHeader only from a bufio.Reader, inside ReadMessage (readFrom is
-// unexported), and the funnel reads the op code and flags of every reply
-// it relays, which it does not otherwise parse.
+// The header's fields are read by hand: wire v0.0.7 decodes a MsgHeader
+// only inside ReadMessage.
 
 func opCode(msg []byte) wire.OpCode { return wire.OpCode(binary.LittleEndian.Uint32(msg[12:16])) }
 
@@ -89,14 +82,10 @@ func (m *opMsg) body() bson.Raw {
 
 // parseOpMsg splits an OP_MSG into its sections without copying them; nil
 // when msg is not a well-formed OP_MSG.
-//
-// Not wire.OpMsg.UnmarshalBinaryNocopy, which reads the same shapes: at
-// v0.0.7 it also decodes every document of the message (its debugbuild
-// check, a constant true, FerretDB/wire#7), many times the time and
-// allocations of this parse (docs/embedded-store.md, "Why the funnel
-// parses OP_MSG itself"), on every request the funnel reads, and FerretDB
-// decodes them all again right after.
-// Document bounds and identifiers are read with wirebson.
+// Not wire.OpMsg.UnmarshalBinaryNocopy: at v0.0.7 it also decodes every
+// document (FerretDB/wire#7), 29 times the time of this parse on a
+// 200-document insert (docs/embedded-store.md, "Why the funnel parses
+// OP_MSG itself").
 func parseOpMsg(msg []byte) *opMsg {
 	if len(msg) < headerLen+5 || opCode(msg) != wire.OpCodeMsg {
 		return nil
@@ -181,12 +170,8 @@ func parseCommand(msg []byte) (cmd command, ok bool) {
 
 // withBody returns the OP_MSG m (read from req) with body in place of its
 // kind-0 section, without a checksum (it would no longer match; clients
-// rarely send one).
-//
-// Written here, not with wire: v0.0.7 cannot build a message that keeps
-// m's document sequences (an OpMsgSection's documents are unexported and
-// have no constructor; NewOpMsg makes a message of one body), and its
-// MarshalBinary writes the checksum it read instead of computing one.
+// rarely send one). wire v0.0.7 cannot build a message that keeps m's
+// document sequences.
 func withBody(req []byte, m *opMsg, body bson.Raw) []byte {
 	out := make([]byte, 0, len(req)+len(body))
 	out = append(out, req[:headerLen]...)

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"maps"
 	"regexp"
 	"sync"
 	"time"
@@ -18,55 +19,24 @@ type WriteKind struct {
 // writer: how many, for how long they held it in all, and how long they
 // waited for it in all (the writer's queue, by kind).
 type WriteCost struct {
-	Writes int64
-	Held   time.Duration
-	Waited time.Duration
-}
-
-// writeCosts sums the funnel's writes by kind.
-type writeCosts struct {
-	mu sync.Mutex
-	by map[WriteKind]WriteCost
+	Writes       int64
+	Held, Waited time.Duration
 }
 
 // versioned matches what a rebuild adds to a collection's name:
 // "_v<n>" and "_<job id without dashes>".
 var versioned = regexp.MustCompile(`(_v[0-9]+)?(_[0-9a-f]{32})?$`)
 
-func (w *writeCosts) add(command, collection string, waited, held time.Duration) {
-	k := WriteKind{Command: command, Collection: versioned.ReplaceAllString(collection, "")}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.by == nil {
-		w.by = map[WriteKind]WriteCost{}
-	}
-	c := w.by[k]
-	c.Writes++
-	c.Held += held
-	c.Waited += waited
-	w.by[k] = c
-}
-
-func (w *writeCosts) snapshot() map[WriteKind]WriteCost {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make(map[WriteKind]WriteCost, len(w.by))
-	for k, c := range w.by {
-		out[k] = c
-	}
-	return out
-}
-
 // writeSlot is the funnel's one connection, held by one write at a time,
-// and the time it was held. Writes take it as they come: a class order
-// that let inserts into the log go first no longer served more commands
-// once the relay stopped writing to the log, and delayed the read models
-// (docs/embedded-store.md, "Writes in arrival order").
+// and the time each kind of write held it. Writes take it as they come: a
+// class order that let inserts into the log go first no longer served
+// more commands once the relay stopped writing to the log, and delayed the
+// read models (docs/embedded-store.md, "Why writes go in arrival order").
 type writeSlot struct {
 	mu    sync.Mutex // held by the write that has the connection
-	clock sync.Mutex // guards since and held
+	clock sync.Mutex // guards since and by
 	since time.Time  // when the write holding the slot got it; zero when free
-	held  time.Duration
+	by    map[WriteKind]WriteCost
 }
 
 func (s *writeSlot) acquire() {
@@ -76,10 +46,18 @@ func (s *writeSlot) acquire() {
 	s.clock.Unlock()
 }
 
-func (s *writeSlot) release() {
+// release frees the slot and counts its time, and the time the write
+// waited for it since asked, under the write's command (lower-cased) and
+// collection.
+func (s *writeSlot) release(command, collection string, asked time.Time) {
+	k := WriteKind{Command: command, Collection: versioned.ReplaceAllString(collection, "")}
 	s.clock.Lock()
-	s.held += time.Since(s.since)
-	s.since = time.Time{}
+	if s.by == nil {
+		s.by = map[WriteKind]WriteCost{}
+	}
+	c := s.by[k]
+	c.Writes, c.Held, c.Waited = c.Writes+1, c.Held+time.Since(s.since), c.Waited+s.since.Sub(asked)
+	s.by[k], s.since = c, time.Time{}
 	s.clock.Unlock()
 	s.mu.Unlock()
 }
@@ -89,8 +67,18 @@ func (s *writeSlot) release() {
 func (s *writeSlot) busyTime() time.Duration {
 	s.clock.Lock()
 	defer s.clock.Unlock()
-	if s.since.IsZero() {
-		return s.held
+	var held time.Duration
+	for _, c := range s.by {
+		held += c.Held
 	}
-	return s.held + time.Since(s.since)
+	if !s.since.IsZero() {
+		held += time.Since(s.since)
+	}
+	return held
+}
+
+func (s *writeSlot) costs() map[WriteKind]WriteCost {
+	s.clock.Lock()
+	defer s.clock.Unlock()
+	return maps.Clone(s.by)
 }

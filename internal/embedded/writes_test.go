@@ -46,9 +46,10 @@ func opMsgOf(t *testing.T, body bson.D, seq string, docs ...bson.D) []byte {
 func TestWriteSlotBusyTime(t *testing.T) {
 	s := &writeSlot{}
 	hold := func(d time.Duration) {
+		asked := time.Now()
 		s.acquire()
 		time.Sleep(d)
-		s.release()
+		s.release("insert", "c", asked)
 	}
 	start := time.Now()
 	hold(20 * time.Millisecond)
@@ -63,5 +64,24 @@ func TestWriteSlotBusyTime(t *testing.T) {
 	if now := s.busyTime(); now < got+10*time.Millisecond {
 		t.Errorf("busy %v while a write holds the slot, want at least %v", now, got+10*time.Millisecond)
 	}
-	s.release()
+	s.release("insert", "c", time.Now())
+}
+
+// TestWriteSlotCountsTheWait: a write's wait for the slot, from when it
+// asked to when it got it, is counted under its kind, apart from the
+// time it held the slot.
+func TestWriteSlotCountsTheWait(t *testing.T) {
+	s := &writeSlot{}
+	s.acquire()
+	s.release("update", "order_summaries_v2", time.Now())
+	asked := time.Now().Add(-time.Second) // as if queued behind a second of writes
+	s.acquire()
+	s.release("update", "order_summaries", asked)
+	c := s.costs()[WriteKind{"update", "order_summaries"}]
+	if c.Writes != 2 || c.Waited < time.Second || c.Waited > c.Held+2*time.Second {
+		t.Fatalf("costs %+v; want 2 writes that waited about a second in all", c)
+	}
+	if busy := s.busyTime(); busy >= time.Second {
+		t.Errorf("busy %v: the wait counted as time held", busy)
+	}
 }
