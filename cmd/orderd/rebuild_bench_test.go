@@ -399,7 +399,9 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 // copy 0's commits as stored, read once with one Find, with the copy's
 // stream id, commit id and idempotency key, new event, correlation and
 // causation ids (equal where copy 0's are) and recorded_at the time of
-// the insert; everything else, the payloads included, is copy 0's. The
+// the insert, and from copy customerCopies on, customer ids with the
+// suffix "-g<copy/customerCopies>"; everything else, the payloads
+// included, is copy 0's. The
 // commits go in with ordered InsertMany calls of rebuildBulk documents,
 // rebuildBulkWriters at a time, through the store's normal collection and
 // indexes.
@@ -446,9 +448,12 @@ func bulkCopies(ctx context.Context, b *testing.B, events *mongo.Collection, fro
 	batch := make([]any, 0, rebuildBulk)
 	lastNote := time.Now()
 	for n := from; n < to && !failed.Load() && ctx.Err() == nil; n++ {
-		prefix := fmt.Sprintf("c%d-", n)
+		prefix, customer := fmt.Sprintf("c%d-", n), ""
+		if n >= customerCopies {
+			customer = fmt.Sprintf("-g%d", n/customerCopies)
+		}
 		for _, c := range tpl {
-			batch = append(batch, copyCommit(b, c, prefix))
+			batch = append(batch, copyCommit(b, c, prefix, customer))
 			if len(batch) == rebuildBulk {
 				batches <- batch
 				batch = make([]any, 0, rebuildBulk)
@@ -473,9 +478,15 @@ func bulkCopies(ctx context.Context, b *testing.B, events *mongo.Collection, fro
 	return int64(to-from) * perCopy
 }
 
+// customerCopies is how many copies of the sample share its customers:
+// an Olist customer has one order, so a customer has at most this many
+// at any size of the log, as in a shop that grows by its customers, and
+// a customer's reads measure the index, not a customer ever larger.
+const customerCopies = 7
+
 // copyCommit is commit c of copy 0 as copy prefix ("c<copy>-") stores
-// it: see bulkCopies.
-func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
+// it, each customer id with suffix customer: see bulkCopies.
+func copyCommit(b *testing.B, c bson.D, prefix, customer string) bson.D {
 	oldStream := field[string](b, c, "stream_id")
 	stream := prefix + strings.TrimPrefix(oldStream, "c0-")
 	now := time.Now().UTC().Truncate(time.Millisecond)
@@ -512,6 +523,16 @@ func copyCommit(b *testing.B, c bson.D, prefix string) bson.D {
 						d[k].Value = newID(d[k].Value.(string))
 					case "recorded_at":
 						d[k].Value = now
+					case "data":
+						if data, ok := d[k].Value.(bson.D); ok && customer != "" {
+							data = slices.Clone(data)
+							for j := range data {
+								if data[j].Key == "customer_id" {
+									data[j].Value = data[j].Value.(string) + customer
+								}
+							}
+							d[k].Value = data
+						}
 					}
 				}
 				copied[i] = d
