@@ -30,12 +30,14 @@ import (
 // projector's consume both resumed, and the projector through what the
 // stream stored ahead of the order: the commits the log took during the
 // election, which the relay published once the stream led again.
-// The in-process test of the same fault (projector,
-// TestNATSClusterLosesNodes), whose orders are placed once the leaders
-// are back and whose load is light, measured up to 13 s on a machine
-// whose cores were all busy; a consumer parked on a dead leader would
-// stall its partition for the 30 s ack wait.
-const natsClusterResume = 20 * time.Second
+// A relay that restarts its tail right after an election first reads
+// the positions the stream holds since its checkpoint less the catch-up
+// margin (docs/relay.md), and that read can time out (5 s) a few times:
+// rounds of 21 to 29 s were seen here and in the in-process test of the
+// same fault (projector, TestNATSClusterLosesNodes), on a quiet machine
+// too. The bound catches a relay or a partition that never resumes, not
+// a slow election; each round's times are logged.
+const natsClusterResume = time.Minute
 
 // natsClusterRelayCaughtUp is the relay lag (orderd_relay_lag_seconds: the
 // age of the oldest commit it has read and JetStream not yet acknowledged)
