@@ -238,7 +238,11 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	if !ok {
 		return relay(f.writer, c, req)
 	}
-	reply, err := serveGuarded(f.writer, cmd.db, cmd.collection, stmts, ordered)
+	h, err := f.index.handle(cmd.db)
+	if err != nil {
+		return err
+	}
+	reply, err := serveGuarded(f.writer, h, cmd.db, cmd.collection, stmts, ordered)
 	if err != nil {
 		return err
 	}

@@ -172,3 +172,88 @@ func TestGuardOperators(t *testing.T) {
 		}
 	}
 }
+
+// TestGuardsReadFromTheStore: the funnel judges a guard on the fields it
+// reads from SQLite (storedGuards) as it would on the document itself:
+// for each kind a field may hold, under an ObjectID _id and a string _id
+// whose JSON text needs escaping. A bulk naming one
+// _id twice sees its own first write.
+func TestGuardsReadFromTheStore(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("guard").Collection("kinds")
+	ctx := t.Context()
+	oid := bson.NewObjectID()
+	fields := bson.D{{Key: "i32", Value: int32(5)}, {Key: "i64", Value: int64(1) << 60}, {Key: "dbl", Value: 2.5},
+		{Key: "str", Value: "a<b>&\"é"}, {Key: "arr", Value: bson.A{int64(1)}}, {Key: "sub", Value: bson.D{{Key: "x", Value: int64(1)}}}}
+	ids := []any{"k<&>\"1", oid}
+	for _, id := range ids {
+		if _, err := coll.InsertOne(ctx, append(bson.D{{Key: "_id", Value: id}}, fields...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stored, _ := bson.Marshal(fields)
+	for _, g := range []bson.D{
+		{{Key: "i32", Value: bson.D{{Key: "$eq", Value: 5.0}}}},
+		{{Key: "i32", Value: bson.D{{Key: "$lt", Value: int64(5)}}}},
+		{{Key: "i64", Value: bson.D{{Key: "$eq", Value: int64(1) << 60}}}},
+		{{Key: "i64", Value: bson.D{{Key: "$lt", Value: int64(1)<<60 + 1}}}},
+		{{Key: "dbl", Value: bson.D{{Key: "$lt", Value: int64(3)}}}},
+		{{Key: "dbl", Value: bson.D{{Key: "$eq", Value: 2.5}}}},
+		{{Key: "str", Value: bson.D{{Key: "$eq", Value: "a<b>&\"é"}}}},
+		{{Key: "str", Value: bson.D{{Key: "$lt", Value: "a"}}}},
+		{{Key: "arr", Value: bson.D{{Key: "$lt", Value: int64(5)}}}},
+		{{Key: "sub", Value: bson.D{{Key: "$eq", Value: int64(1)}}}},
+		{{Key: "none", Value: bson.D{{Key: "$lt", Value: int64(5)}}}},
+	} {
+		guard, _ := bson.Marshal(g)
+		want := int64(0)
+		if holds(stored, guard) {
+			want = 1
+		}
+		for _, id := range ids {
+			res, err := coll.UpdateOne(ctx, append(bson.D{{Key: "_id", Value: id}}, g...), bson.D{{Key: "$inc", Value: bson.D{{Key: "hits", Value: 1}}}})
+			if err != nil {
+				t.Fatalf("%v on %v: %v", g, id, err)
+			}
+			if res.MatchedCount != want {
+				t.Errorf("%v on _id %v: matched %d, want %d", g, id, res.MatchedCount, want)
+			}
+		}
+	}
+
+	_, err := coll.BulkWrite(ctx, []mongo.WriteModel{guardedUpsert("twice", 2), guardedUpsert("twice", 3), guardedUpsert("twice", 3),
+		guardedUpsert("once", 1)}, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 2 {
+		t.Fatalf("bulk naming one _id three times: %v, want one duplicate key at 2", err)
+	}
+	if got := versionOf(t, coll, "twice"); got != 3 {
+		t.Errorf("twice at v%d, want v3", got)
+	}
+	if got := versionOf(t, coll, "once"); got != 1 {
+		t.Errorf("once at v%d, want v1", got)
+	}
+
+	// Replacements of documents that do not exist go in as inserts; the
+	// answer is an upsert's, numbered by statement.
+	replace := func(id string, v int64) mongo.WriteModel {
+		return mongo.NewReplaceOneModel().SetUpsert(true).
+			SetFilter(bson.D{{Key: "_id", Value: id}, {Key: "version", Value: bson.D{{Key: "$lt", Value: v}}}}).
+			SetReplacement(bson.D{{Key: "_id", Value: id}, {Key: "version", Value: v}, {Key: "by", Value: "replace"}})
+	}
+	res, err := coll.BulkWrite(ctx, []mongo.WriteModel{replace("new-1", 1), replace("twice", 4), replace("new-2", 7)},
+		options.BulkWrite().SetOrdered(false))
+	if err != nil || res.MatchedCount != 1 || res.ModifiedCount != 1 || res.UpsertedCount != 2 ||
+		res.UpsertedIDs[0] != "new-1" || res.UpsertedIDs[2] != "new-2" {
+		t.Fatalf("replacements: %+v, %v; want twice replaced, new-1 and new-2 upserted at 0 and 2", res, err)
+	}
+	for id, v := range map[string]int64{"new-1": 1, "twice": 4, "new-2": 7} {
+		var d struct {
+			Version int64  `bson:"version"`
+			By      string `bson:"by"`
+		}
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil || d.Version != v || d.By != "replace" {
+			t.Errorf("%s: %+v, %v; want v%d by replace", id, d, err, v)
+		}
+	}
+}
