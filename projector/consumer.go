@@ -153,12 +153,12 @@ const drainWait = time.Second
 
 // pull consumes partition pt until pctx is done (the partition is no
 // longer wanted, or ctx is done): the first message of a batch is waited
-// for, then a write slot (Writers), and the rest are whatever has arrived
-// by then, so a batch costs no extra latency at low load and grows to
-// BatchSize under load. When it stops, the messages received and not
-// handled are given back (Nak), so the partition's next holder gets them
-// at once rather than after AckWait. ctx bounds the writes: a batch
-// already being written when pctx ends is written.
+// for, then what arrives within batchLinger, then a write round (write),
+// which adds what arrived meanwhile, so a batch costs no extra latency at
+// low load and grows to BatchSize under load. When it stops, the messages
+// received and not handled are given back (Nak), so the partition's next
+// holder gets them at once rather than after AckWait. ctx bounds the
+// writes: a batch handed to a write round when pctx ends is written.
 //
 // A pump moves each message out of the client's buffer as it arrives:
 // the client drops what arrives while its buffer is full ("slow
@@ -211,12 +211,6 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 		case <-pctx.Done():
 			return nil
 		}
-		select {
-		case r.writers <- struct{}{}:
-		case <-pctx.Done():
-			_ = first.msg.Nak()
-			return nil
-		}
 		batch := []arrival{first}
 		linger := time.NewTimer(batchLinger)
 	fill:
@@ -232,7 +226,68 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 			}
 		}
 		linger.Stop()
-		r.handle(ctx, pt, batch)
+		r.write(ctx, &waiting{pt: pt, batch: batch, more: msgs, done: make(chan struct{})})
+	}
+}
+
+// waiting is a partition's batch waiting for a write round. The round
+// that takes it adds what has arrived on more since, up to BatchSize, and
+// closes done once the batch is handled.
+type waiting struct {
+	pt    *partition
+	batch []arrival
+	more  <-chan arrival
+	done  chan struct{}
+}
+
+// write hands w to a write round and returns once it is handled. A
+// partition that gets one of the Writers slots writes, in one round,
+// every batch waiting then, its own or not: on a store with one writer,
+// 16 partitions taking turns in 2 slots waited 100 ms for a slot, each
+// writing its own 14 messages (BenchmarkService, docs/benchmarks.md, "Why
+// one write round of a projection in flight, shared by its partitions").
+// Events of one stream are in one partition, whose batches are written
+// one after another, so a round holds at most one batch of a stream.
+func (r *Runner) write(ctx context.Context, w *waiting) {
+	r.mu.Lock()
+	r.waiting = append(r.waiting, w)
+	r.mu.Unlock()
+	for {
+		select {
+		case <-w.done:
+			return
+		case r.writers <- struct{}{}:
+		}
+		select {
+		case <-w.done: // a round of another partition took it
+			<-r.writers
+			return
+		default:
+		}
+		r.mu.Lock()
+		round := r.waiting
+		r.waiting = nil
+		r.mu.Unlock()
+		for _, w := range round {
+		more:
+			for len(w.batch) < r.cfg.BatchSize {
+				select {
+				case m, ok := <-w.more:
+					if !ok {
+						break more
+					}
+					w.batch = append(w.batch, m)
+				default:
+					break more
+				}
+			}
+		}
+		if len(round) > 0 {
+			r.handle(ctx, round)
+		}
+		for _, w := range round {
+			close(w.done)
+		}
 		<-r.writers
 	}
 }
@@ -243,28 +298,44 @@ type arrival struct {
 	at  time.Time
 }
 
-// handle folds one batch of partition pt's messages and acknowledges,
-// redelivers or parks each of them.
-func (r *Runner) handle(ctx context.Context, pt *partition, batch []arrival) {
-	msgs := make([]jetstream.Msg, len(batch))
-	for i, a := range batch {
-		msgs[i] = a.msg
+// handle folds the batches of one write round and acknowledges,
+// redelivers or parks each of their messages.
+func (r *Runner) handle(ctx context.Context, round []*waiting) {
+	var (
+		msgs  []jetstream.Msg
+		parts []*partition // of each of msgs
+		ats   []time.Time  // when each of msgs arrived
+		fresh bool
+	)
+	for _, w := range round {
+		batch := make([]jetstream.Msg, len(w.batch))
+		for i, a := range w.batch {
+			batch[i] = a.msg
+		}
+		// A redelivery, or the first batch of a pin this process was
+		// just given, reads the documents instead of the cache: another
+		// process may have written them since.
+		if pin := batch[0].Headers().Get(pinIDHeader); pin != "" && pin != w.pt.lastPin() {
+			w.pt.pin.Store(&pin)
+			fresh = true
+		}
+		if r.seq != nil {
+			// A rollup reads its cursor again before it calls anything a
+			// gap. It has one partition.
+			r.handleSequenced(ctx, w.pt, batch)
+			continue
+		}
+		msgs = append(msgs, batch...)
+		for _, a := range w.batch {
+			parts, ats = append(parts, w.pt), append(ats, a.at)
+		}
 	}
-	// A redelivery, or the first batch of a pin this process was just
-	// given, reads the documents instead of the cache: another process
-	// may have written them since.
-	fresh := false
-	if pin := msgs[0].Headers().Get(pinIDHeader); pin != "" && pin != pt.lastPin() {
-		pt.pin.Store(&pin)
-		fresh = true
-	}
-	if r.seq != nil {
-		// A rollup reads its cursor again before it calls anything a gap.
-		r.handleSequenced(ctx, pt, msgs)
+	if len(msgs) == 0 {
 		return
 	}
 	type received struct {
 		msg     jetstream.Msg
+		pt      *partition
 		version int64 // 0 when the message does not decode
 		span    trace.Span
 	}
@@ -283,14 +354,14 @@ func (r *Runner) handle(ctx context.Context, pt *partition, batch []arrival) {
 			poison[stream] = errors.Join(poison[stream], err)
 		} else {
 			events = append(events, e)
-			arrived = append(arrived, batch[i].at)
+			arrived = append(arrived, ats[i])
 		}
 		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("orderd.projection", r.name), attribute.String("orderd.stream_id", stream),
 				attribute.Int64("orderd.version", e.Version), attribute.String("orderd.event_type", e.Type),
 				attribute.String("orderd.correlation_id", e.Metadata.CorrelationID)))
-		byStream[stream] = append(byStream[stream], received{m, e.Version, span})
+		byStream[stream] = append(byStream[stream], received{m, parts[i], e.Version, span})
 	}
 	defer func() {
 		for _, ms := range byStream {
@@ -300,10 +371,8 @@ func (r *Runner) handle(ctx context.Context, pt *partition, batch []arrival) {
 		}
 	}()
 	wctx, done := r.writeContext(ctx)
-	out, failed, err := r.store.Apply(wctx, events, fresh)
+	_, failed, err := r.store.Apply(wctx, events, fresh)
 	done()
-	pt.applied.Add(int64(out.Applied))
-	r.metrics.partitionApplied(r.name, pt.p, out.Applied)
 	if err != nil {
 		// Nothing is known to be written: redeliver everything soon,
 		// without counting it against the dead-letter limit.
@@ -338,6 +407,8 @@ func (r *Runner) handle(ctx context.Context, pt *partition, batch []arrival) {
 		for _, m := range ms {
 			if m.version > 0 && m.version <= reached {
 				_ = m.msg.Ack()
+				m.pt.applied.Add(1)
+				r.metrics.partitionApplied(r.name, m.pt.p, 1)
 				continue
 			}
 			cause := errors.Join(poison[stream], applyErr)

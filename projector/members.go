@@ -25,7 +25,7 @@ type Member struct {
 type PartitionReport struct {
 	Partition int     `json:"partition"`
 	Pin       string  `json:"pin,omitempty"` // the pin id of its last message; the partition is this member's while JetStream's pin is the same
-	Applied   int64   `json:"applied"`       // events this process applied in the partition since it started
+	Applied   int64   `json:"applied"`       // events of the partition this process acknowledged as applied since it started
 	Rate      float64 `json:"rate"`          // events per second since the previous roll call
 }
 

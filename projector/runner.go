@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,13 +41,14 @@ type RunnerConfig struct {
 	BatchSize  int    // most messages folded per write round [256]
 	// Writers is how many write rounds of this projection may be in
 	// flight at once in this process, whatever the number of partitions it
-	// holds [2]. A partition waiting for a slot keeps receiving, so its
-	// next batch is larger and the events of one stream in it fold into
-	// one document write: on a store with one writer (the embedded store)
-	// 16 partitions with a round each in flight wrote a document per
-	// event, far more writes than 2 rounds (docs/benchmarks.md, "Why at
-	// most 2 write rounds of a projection in flight"). Raise it where the
-	// store takes parallel writes (MongoDB).
+	// holds [1]; a round writes the batches of every partition waiting
+	// when it starts. A partition waiting for a round keeps receiving, so
+	// its next batch is larger and the events of one stream in it fold
+	// into one document write: on a store with one writer (the embedded
+	// store) 2 rounds in flight had 0.35-0.47 of the store's raw inserts in
+	// commands/s and 1 round 0.52-0.57 (docs/benchmarks.md, "Why one write
+	// round of a projection in flight, shared by its partitions"). Raise
+	// it where the store takes parallel writes (MongoDB).
 	Writers       int
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
 	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
@@ -153,6 +155,8 @@ type Runner struct {
 	metrics *Metrics
 	lastErr atomic.Pointer[string]
 	writers chan struct{} // a slot per write round in flight (Writers)
+	mu      sync.Mutex
+	waiting []*waiting // batches no write round has taken yet
 	clock   *lagClock
 	parts   []*partition
 }
@@ -205,7 +209,7 @@ func (c *RunnerConfig) setDefaults() {
 		c.BatchSize = 256
 	}
 	if c.Writers <= 0 {
-		c.Writers = 2
+		c.Writers = 1
 	}
 	if c.MaxDeliveries <= 0 {
 		c.MaxDeliveries = 5
