@@ -21,7 +21,9 @@ import (
 
 // TestRunnerBoundsWriteRoundsInFlight: a Runner holding 8 partitions,
 // with a backlog in every partition, has at most Writers
-// write rounds in flight at once, and applies every event.
+// write rounds in flight at once, writes the partitions' batches in
+// shared rounds (fewer rounds than partitions; a round per partition's
+// batch took at least 8), and applies every event.
 func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -83,5 +85,8 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	t.Logf("%d events in %d write rounds, at most %d in flight", orders, rounds, most)
 	if most > 2 {
 		t.Errorf("%d write rounds in flight at once, want at most Writers (2)", most)
+	}
+	if rounds >= stream.Partitions {
+		t.Errorf("%d write rounds for the backlogs of %d partitions, want them to share rounds", rounds, stream.Partitions)
 	}
 }
