@@ -33,12 +33,12 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 		// Built again in a shadow and compared with the active
 		// collection by the finish; with repair, switched to.
 		id := newJobID()
-		if err := j.store.Lock(ctx, projection, id); err != nil {
+		if err := j.locks.Lock(ctx, projection, id); err != nil {
 			return Job{}, err
 		}
 		job, err := j.createRebuild(ctx, Job{ID: id, Kind: KindVerify, Projection: projection, Partitions: 1, Repair: repair})
 		if err != nil {
-			_ = j.store.Unlock(context.WithoutCancel(ctx), projection, id)
+			_ = j.locks.Unlock(context.WithoutCancel(ctx), projection, id)
 			return Job{}, err
 		}
 		return job, nil

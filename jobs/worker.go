@@ -267,7 +267,7 @@ func (w *Worker) setRunning(id string, on bool) {
 // rebuild's scan waits for its settling time to end, the time it ends
 // (settled).
 func (w *Worker) claimNext(ctx context.Context) (c *claim, job Job, settled time.Time, err error) {
-	open, err := w.jobs.store.OpenTasks(ctx, taskPending, taskRunning)
+	open, err := w.jobs.tasks.OpenTasks(ctx, taskPending, taskRunning)
 	if err != nil {
 		return nil, Job{}, settled, err
 	}
@@ -542,7 +542,7 @@ func (w *Worker) buildVersions(ctx context.Context) {
 // to run it, so it would hold the lock for ever. Its clean-up may then
 // run on this version's workers (cleansUpOlder).
 func (w *Worker) supersede(ctx context.Context, name string, v int) {
-	id, ok, err := w.jobs.store.LockHolder(ctx, name)
+	id, ok, err := w.jobs.locks.LockHolder(ctx, name)
 	if err != nil || !ok {
 		return
 	}
