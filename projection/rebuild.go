@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -24,6 +25,18 @@ type FoldResult struct {
 	Poison  int64    // streams with an event that could not be read or applied
 	Errors  []string // the first few poison errors
 	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
+}
+
+// fold counts a stream of events folded, and err, if not nil, as its
+// poison (the first five errors are kept).
+func (r *FoldResult) fold(st domain.StreamEvents, err error) {
+	r.Events += int64(len(st.Events))
+	if err = cmp.Or(err, st.Err); err != nil {
+		r.Poison++
+		if len(r.Errors) < 5 {
+			r.Errors = append(r.Errors, err.Error())
+		}
+	}
 }
 
 // VerifyProgress is reported while a verify runs: streams, events and
@@ -53,17 +66,8 @@ func (p *Model[D]) WriteFolds(ctx context.Context, coll string, streams []domain
 	var res FoldResult
 	var docs []Doc[D]
 	for _, st := range streams {
-		res.Events += int64(len(st.Events))
 		doc, n, err := p.def.Fold(st.Events)
-		if err == nil {
-			err = st.Err
-		}
-		if err != nil {
-			res.Poison++
-			if len(res.Errors) < 5 {
-				res.Errors = append(res.Errors, err.Error())
-			}
-		}
+		res.fold(st, err)
 		if n > 0 {
 			docs = append(docs, Doc[D]{ID: st.StreamID, Doc: doc})
 		}

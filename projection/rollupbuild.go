@@ -92,17 +92,8 @@ func (r *Rollup) WriteFolds(ctx context.Context, coll string, streams []domain.S
 	}
 	var cs []Contribution
 	for _, st := range streams {
-		res.Events += int64(len(st.Events))
 		c, err := r.streamContribution(st, cut)
-		if err == nil {
-			err = st.Err
-		}
-		if err != nil {
-			res.Poison++
-			if len(res.Errors) < 5 {
-				res.Errors = append(res.Errors, err.Error())
-			}
-		}
+		res.fold(st, err)
 		if c.Day != "" {
 			cs = append(cs, c)
 		}

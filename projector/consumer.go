@@ -374,21 +374,12 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 	_, failed, err := r.store.Apply(wctx, events, fresh)
 	done()
 	if err != nil {
-		// Nothing is known to be written: redeliver everything soon,
-		// without counting it against the dead-letter limit.
-		if ctx.Err() == nil {
-			r.metrics.failed(r.name)
-			r.setLastError(err)
-			r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
-		}
 		for _, ms := range byStream {
 			for _, m := range ms {
 				m.span.SetStatus(codes.Error, err.Error())
 			}
 		}
-		for _, m := range msgs {
-			_ = m.NakWithDelay(time.Second)
-		}
+		r.redeliver(ctx, msgs, err)
 		return
 	}
 	r.metrics.observeAges(r.name, events, arrived)
@@ -415,6 +406,21 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 			m.span.SetStatus(codes.Error, cause.Error())
 			r.reject(ctx, m.msg, stream, cause)
 		}
+	}
+}
+
+// redeliver has JetStream deliver msgs again in a second, not counted
+// against the dead-letter limit: nothing of their batch is known to be
+// written, for err (counted and logged unless ctx is done), or because
+// one of them could not be parked (err nil).
+func (r *Runner) redeliver(ctx context.Context, msgs []jetstream.Msg, err error) {
+	if err != nil && ctx.Err() == nil {
+		r.metrics.failed(r.name)
+		r.setLastError(err)
+		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
+	}
+	for _, m := range msgs {
+		_ = m.NakWithDelay(time.Second)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -76,14 +75,7 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 	pt.applied.Add(int64(out.Applied))
 	r.metrics.partitionApplied(r.name, pt.p, out.Applied)
 	if err != nil {
-		if ctx.Err() == nil {
-			r.metrics.failed(r.name)
-			r.setLastError(err)
-			r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
-		}
-		for _, m := range msgs {
-			_ = m.NakWithDelay(time.Second)
-		}
+		r.redeliver(ctx, msgs, err)
 		return
 	}
 	// A delivery that cannot be counted is parked at once: redelivered,
@@ -94,9 +86,7 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 		d := run[k]
 		i := slices.IndexFunc(ds, func(x projection.Delivery) bool { return x.Seq == d.Seq })
 		if i >= 0 && !r.park(ctx, msgs[i], d.Event.StreamID, cause) {
-			for _, m := range msgs {
-				_ = m.NakWithDelay(time.Second)
-			}
+			r.redeliver(ctx, msgs, nil)
 			return
 		}
 	}
