@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/lease"
 )
 
 // Log is the event log as the relay reads it. *mongodb.EventStore
@@ -74,6 +75,9 @@ type Lease interface {
 	// instance holds: an error wrapping domain.ErrLeaseLost when it holds
 	// the lease no more.
 	SaveCheckpoint(ctx context.Context, cp Checkpoint) error
+	// Held returns the claim this instance holds, whose Epoch another
+	// holder's claim would have raised, and false when it holds none.
+	Held() (lease.Lease, bool)
 }
 
 // Checkpoint is where the relay has published up to: the change stream's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -51,8 +52,9 @@ type Relay struct {
 	cfg       Config
 	logger    *slog.Logger
 	metrics   *Metrics
-	savedAt   time.Time // when this instance last saved a checkpoint
-	renewedAt time.Time // when it last claimed or renewed the lease
+	savedAt   time.Time  // when this instance last saved a checkpoint
+	renewedAt time.Time  // when it last claimed or renewed the lease
+	sent      *positions // what it published under its claim of the lease; nil before a tail
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
@@ -291,10 +293,12 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 	if err != nil {
 		return cp, err
 	}
-	known, top, err := r.pub.Positions(ctx, since, cp.Position)
+	r.sent = nil // a tail after it reads what the catch-up published from the bus
+	known, err := r.readPositions(ctx, since, cp.Position, 0)
 	if err != nil {
 		return cp, fmt.Errorf("catch up from the log: the positions published since %s: %w", since.Format(time.RFC3339), err)
 	}
+	top := known.top
 	cp.Position = top
 	start, commits := time.Now(), 0
 	err = r.log.RecordedSince(ctx, since, r.cfg.BatchSize, func(batch []domain.RecordedCommit) error {
@@ -318,20 +322,74 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 	if err := r.save(ctx, cp); err != nil {
 		return cp, err
 	}
-	r.logger.Info("relay caught up from the log", "commits", commits, "published_before", len(known), "top", top, "position", cp.Position, "since", since, "took", time.Since(start).Round(time.Millisecond))
+	r.logger.Info("relay caught up from the log", "commits", commits, "published_before", known.before, "top", top, "position", cp.Position, "since", since, "took", time.Since(start).Round(time.Millisecond))
 	return cp, nil
 }
 
-// knownFirst returns the log position of the first of a commit's events
-// when known holds one of them: the commit was published as a whole, its
+// positions are the log positions of the events a relay has published
+// under one claim of its lease (epoch), by event id, each with the round
+// that sent it last; those the bus held when the first tail under the
+// claim began are kept until a round sends them again. A tail that
+// starts again under the same claim gives the events it sends again
+// their positions from here instead of reading them back from the bus,
+// which right after a NATS election timed out for seconds at a time
+// (docs/relay.md, "A restart under the same lease"). Another holder's
+// claim raises the epoch, so what this holder remembers covers every
+// event published since its checkpoint: its own and what the bus held
+// when it began.
+type positions struct {
+	epoch  int64
+	top    uint64 // the highest position given
+	before int    // events the bus held when the claim's first tail began
+	rounds uint64 // rounds sent under the claim
+	events map[string]sentAt
+}
+
+type sentAt struct{ position, round uint64 }
+
+// readPositions reads from the bus the positions of the events it has
+// stored since since, for a tail or catch-up under the claim of epoch.
+func (r *Relay) readPositions(ctx context.Context, since time.Time, floor uint64, epoch int64) (*positions, error) {
+	known, top, err := r.pub.Positions(ctx, since, floor)
+	if err != nil {
+		return nil, err
+	}
+	p := &positions{epoch: epoch, top: top, before: len(known), events: make(map[string]sentAt, len(known))}
+	for id, pos := range known {
+		p.events[id] = sentAt{pos, math.MaxUint64}
+	}
+	return p, nil
+}
+
+// first returns the log position of the first of a commit's events when
+// one of them was published: the commit was published as a whole, its
 // events at consecutive positions.
-func knownFirst(events []domain.EventMessage, known map[string]uint64) (uint64, bool) {
+func (p *positions) first(events []domain.EventMessage) (uint64, bool) {
 	for i, e := range events {
-		if p, ok := known[e.ID]; ok && p > uint64(i) {
-			return p - uint64(i), true
+		if s, ok := p.events[e.ID]; ok && s.position > uint64(i) {
+			return s.position - uint64(i), true
 		}
 	}
 	return 0, false
+}
+
+// give records the positions of a commit's events, from first, sent in
+// round.
+func (p *positions) give(events []domain.EventMessage, first, round uint64) {
+	for i, e := range events {
+		p.events[e.ID] = sentAt{first + uint64(i), round}
+		p.top = max(p.top, first+uint64(i))
+	}
+}
+
+// forget drops the events last sent in round or before: a tail starting
+// again resumes after the checkpoint of that round.
+func (p *positions) forget(round uint64) {
+	for id, s := range p.events {
+		if s.round <= round {
+			delete(p.events, id)
+		}
+	}
 }
 
 // errOpened stops the stream position reads once it has opened.
@@ -355,6 +413,7 @@ func (r *Relay) position(ctx context.Context) ([]byte, error) {
 
 // round is one batch of commits sent to the bus.
 type round struct {
+	n        uint64        // its number among the rounds sent under the lease's claim (positions)
 	commits  int           // commits in the batch, read or not
 	sent     int           // commits published (the readable ones)
 	next     []byte        // the stream's position after the batch; nil in a catch-up
@@ -382,22 +441,25 @@ func (rd *round) failed(res ackState) error {
 }
 
 // send sends the readable commits of batch, their events at the log
-// positions after position (those of known, by event id, at theirs), and
-// returns the round, whose done receives the outcome of their acks. A
+// positions after position (those known, by event id, at theirs; it
+// records them all in known), and returns the round, whose done receives
+// the outcome of their acks. A
 // commit that cannot be read keeps its events' positions, so that the
 // positions do not depend on what this build can read.
-func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte, position uint64, known map[string]uint64) *round {
-	rd := &round{commits: len(batch), next: next, done: make(chan ackState, 1)}
+func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte, position uint64, known *positions) *round {
+	known.rounds++
+	rd := &round{n: known.rounds, commits: len(batch), next: next, done: make(chan ackState, 1)}
 	commits := make([]domain.RecordedCommit, 0, len(batch))
 	positions := make([]uint64, 0, len(batch))
 	recorded := make([]time.Time, 0, len(batch))
 	n := 0
 	for _, c := range batch {
-		first, published := knownFirst(c.Events, known)
+		first, published := known.first(c.Events)
 		if !published {
 			first = position + 1
 			position += uint64(c.Count)
 		}
+		known.give(c.Events, first, rd.n)
 		if rd.first.IsZero() {
 			rd.first = c.RecordedAt
 		}
@@ -482,12 +544,16 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 	// The commits after the checkpoint may have been published already:
 	// by the relay before this one, or by a catch-up that opened the
 	// stream here before it read the log. They keep their positions.
-	known, top, err := r.pub.Positions(ctx, cp.RecordedAt.Add(-r.cfg.CatchUpMargin), cp.Position)
-	if err != nil {
-		return fmt.Errorf("the positions published since the checkpoint: %w", err)
+	held, _ := r.lease.Held()
+	if r.sent == nil || r.sent.epoch != held.Epoch || held.Epoch == 0 {
+		known, err := r.readPositions(ctx, cp.RecordedAt.Add(-r.cfg.CatchUpMargin), cp.Position, held.Epoch)
+		if err != nil {
+			return fmt.Errorf("the positions published since the checkpoint: %w", err)
+		}
+		r.sent = known
 	}
-	t := tailer{Relay: r, savedAt: time.Now(), saved: cp, position: top, known: known}
-	err = r.log.Tail(ctx, cp.Token, r.cfg.BatchSize, t.batch)
+	t := tailer{Relay: r, savedAt: time.Now(), saved: cp, position: max(r.sent.top, cp.Position)}
+	err := r.log.Tail(ctx, cp.Token, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.
 	if errors.Is(err, errLeaseLost) {
@@ -507,11 +573,10 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 type tailer struct {
 	*Relay
 	inFlight []*round
-	saved    Checkpoint        // as last saved (or the tail began from)
-	position uint64            // the log position of the last event sent
-	known    map[string]uint64 // positions of the events published since the checkpoint, by id
-	savedAt  time.Time         // when the last checkpoint was saved (or the tail began)
-	polledAt time.Time         // when the last batch was handed back to the stream
+	saved    Checkpoint // as last saved (or the tail began from)
+	position uint64     // the log position of the last event sent
+	savedAt  time.Time  // when the last checkpoint was saved (or the tail began)
+	polledAt time.Time  // when the last batch was handed back to the stream
 }
 
 // batch is Tail's callback: it sends commits as a round, settles the
@@ -546,7 +611,7 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 		}
 		return nil
 	}
-	rd := t.send(ctx, commits, next, t.position, t.known)
+	rd := t.send(ctx, commits, next, t.position, t.sent)
 	t.position = rd.position
 	t.inFlight = append(t.inFlight, rd)
 	behind := 0
@@ -607,5 +672,6 @@ func (t *tailer) checkpoint(ctx context.Context, last *round, seq uint64, err er
 		return errors.Join(err, serr)
 	}
 	t.saved, t.savedAt = cp, time.Now()
+	t.sent.forget(last.n)
 	return err
 }

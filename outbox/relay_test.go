@@ -709,6 +709,69 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 	checkPublishedOnce(t, n, cfg, want)
 }
 
+// countingPositions is a bus publisher that counts the relay's reads of
+// the positions the bus holds.
+type countingPositions struct {
+	outbox.Publisher
+	mu    sync.Mutex
+	reads int
+}
+
+func (c *countingPositions) Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error) {
+	c.mu.Lock()
+	c.reads++
+	c.mu.Unlock()
+	return c.Publisher.Positions(ctx, since, floor)
+}
+
+// TestRelayRestartsUnderItsLeaseWithoutReadingPositionsBack: a relay whose
+// rounds fail in an outage of the bus keeps its lease, and its tail
+// starts again from the checkpoint, giving the events it sends again the
+// positions it gave them, without reading them back from the bus (which
+// timed out for seconds right after an election): no read after the
+// first tail's, and every event is published once, at positions 1, 2,
+// 3... in order.
+func TestRelayRestartsUnderItsLeaseWithoutReadingPositionsBack(t *testing.T) {
+	ns := newRestartableNATS(t)
+	s, db := storetest.OpenStore(t)
+	n := ns.connect()
+	cfg := storetest.NewStream(t, n)
+	pub := &countingPositions{Publisher: bus.NewPublisher(n.JS, cfg)}
+	r := newRelay(t, db, pub, outbox.Config{Owner: "relay-1", AckTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute})
+	goRun(t, r.Run)
+	// On the empty log the first start saves a checkpoint and its tail
+	// reads the positions once.
+	var reads int
+	storetest.WaitFor(t, 20*time.Second, "the tail's read of the positions", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		reads = pub.reads
+		return reads > 0
+	})
+	want := appendCommits(t, s, 2, 1)
+	waitPublished(t, n, cfg, len(want), 20*time.Second)
+
+	ns.stop()
+	want = append(want, appendCommits(t, s, 3, 2)...)
+	storetest.WaitFor(t, 20*time.Second, "two failed publish rounds, or a read of the positions", func() bool {
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		return metric(t, r.reg, "orderd_relay_publish_errors_total") >= 2 || pub.reads > reads
+	})
+	ns.start()
+	waitPublished(t, n, cfg, len(want), 30*time.Second)
+	checkPublishedOnce(t, n, cfg, want)
+	checkPositions(t, streamMessages(t, n.JS, cfg.Name))
+	if got := metric(t, r.reg, "orderd_relay_leader"); got != 1 {
+		t.Fatalf("relay leader %v after the outage, want it to have kept its lease", got)
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	if pub.reads != reads {
+		t.Errorf("the relay read the positions the bus holds %d times after its first tail, want none", pub.reads-reads)
+	}
+}
+
 // With a backlog the relay sends its next rounds while the acks of the
 // ones before are still to come: with every ack held, it sends rounds
 // until roundsInFlight of them await their acks, and no more; once the
