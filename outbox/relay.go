@@ -343,6 +343,12 @@ type positions struct {
 	before int    // events the bus held when the claim's first tail began
 	rounds uint64 // rounds sent under the claim
 	events map[string]sentAt
+	sends  []sentIn // the events of each round sent, oldest first, until forgotten
+}
+
+type sentIn struct {
+	round uint64
+	ids   []string
 }
 
 type sentAt struct{ position, round uint64 }
@@ -376,19 +382,27 @@ func (p *positions) first(events []domain.EventMessage) (uint64, bool) {
 // give records the positions of a commit's events, from first, sent in
 // round.
 func (p *positions) give(events []domain.EventMessage, first, round uint64) {
+	if n := len(p.sends); n == 0 || p.sends[n-1].round != round {
+		p.sends = append(p.sends, sentIn{round: round})
+	}
+	last := &p.sends[len(p.sends)-1]
 	for i, e := range events {
 		p.events[e.ID] = sentAt{first + uint64(i), round}
 		p.top = max(p.top, first+uint64(i))
+		last.ids = append(last.ids, e.ID)
 	}
 }
 
 // forget drops the events last sent in round or before: a tail starting
 // again resumes after the checkpoint of that round.
 func (p *positions) forget(round uint64) {
-	for id, s := range p.events {
-		if s.round <= round {
-			delete(p.events, id)
+	for len(p.sends) > 0 && p.sends[0].round <= round {
+		for _, id := range p.sends[0].ids {
+			if s, ok := p.events[id]; ok && s.round <= round {
+				delete(p.events, id)
+			}
 		}
+		p.sends = p.sends[1:]
 	}
 }
 
