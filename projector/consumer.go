@@ -282,9 +282,12 @@ func (r *Runner) write(ctx context.Context, w *waiting) {
 				}
 			}
 		}
-		if len(round) > 0 {
-			r.handle(ctx, round)
+		if len(round) == 0 { // a round in flight took w
+			<-r.writers
+			<-w.done
+			return
 		}
+		r.handle(ctx, round)
 		for _, w := range round {
 			close(w.done)
 		}

@@ -69,8 +69,9 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 // conditions that are not equalities or operator documents of $eq and $lt
 // (what the service sends: a read model's {version: {$lt: v}}, a verify's
 // repair on {version: {$eq: v}}, a lease's fence on its owner and epoch)
-// on numbers and strings, and, with upsert, a plain equality beyond _id
-// (an upsert copies it into the document it inserts).
+// on numbers and strings, a field whose name is no plain identifier
+// (fieldName), and, with upsert, a plain equality beyond _id (an upsert
+// copies it into the document it inserts).
 func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 	q, isDoc := stmt.Lookup("q").DocumentOK()
 	elems, err := q.Elements()
@@ -87,7 +88,7 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 		switch {
 		case k == "_id" && (v.Type == bson.TypeString || v.Type == bson.TypeObjectID):
 			g.id = v
-		case k == "_id" || strings.HasPrefix(k, "$") || strings.Contains(k, "."):
+		case k == "_id" || !fieldName.MatchString(k): // storedGuards names it in SQL
 			return g, false
 		case !isOps && !g.upsert && scalar(v):
 			guard = append(guard, bson.E{Key: k, Value: bson.D{{Key: "$eq", Value: v}}})
@@ -385,10 +386,7 @@ func storedGuards(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bso
 		ids = append(ids, text)
 	}
 	cols := `_ferretdb_sjson->'$._id', ` + idType
-	for _, f := range fields {
-		if !fieldName.MatchString(f) {
-			return nil, fmt.Errorf("guard on field %q", f)
-		}
+	for _, f := range fields { // fieldName's (guardOf)
 		cols += fmt.Sprintf(`, _ferretdb_sjson->'$.%s', _ferretdb_sjson->>'$."$s".p.%s.t'`, f, f)
 	}
 	q := fmt.Sprintf(`SELECT %s FROM %q WHERE %s IN (?%s)`, cols, table, idJSON, strings.Repeat(", ?", len(ids)-1))

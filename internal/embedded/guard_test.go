@@ -154,6 +154,7 @@ func TestGuardOperators(t *testing.T) {
 		{{Key: "_id", Value: "x"}, {Key: "at", Value: bson.D{{Key: "$lt", Value: bson.DateTime(1)}}}}, // a date
 		{{Key: "_id", Value: bson.D{{Key: "$in", Value: bson.A{"x"}}}}},                               // not one _id
 		{{Key: "_id", Value: "x"}, {Key: "a.b", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},        // dotted path
+		{{Key: "_id", Value: "x"}, {Key: "a-b'", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},       // a name SQL would need quoted
 		{{Key: "_id", Value: int64(1)}, {Key: "v", Value: bson.D{{Key: "$lt", Value: int64(1)}}}},     // an _id FerretDB does not push down
 		{{Key: "_id", Value: "x"}, {Key: "$or", Value: bson.A{bson.D{{Key: "v", Value: int64(1)}}}}},  // a logical operator
 	} {
