@@ -339,7 +339,7 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 // when it began.
 type positions struct {
 	epoch  int64
-	top    uint64 // the highest position given
+	top    uint64 // the highest position the bus held when read
 	before int    // events the bus held when the claim's first tail began
 	rounds uint64 // rounds sent under the claim
 	events map[string]sentAt
@@ -388,7 +388,6 @@ func (p *positions) give(events []domain.EventMessage, first, round uint64) {
 	last := &p.sends[len(p.sends)-1]
 	for i, e := range events {
 		p.events[e.ID] = sentAt{first + uint64(i), round}
-		p.top = max(p.top, first+uint64(i))
 		last.ids = append(last.ids, e.ID)
 	}
 }
@@ -457,7 +456,11 @@ func (rd *round) failed(res ackState) error {
 // send sends the readable commits of batch, their events at the log
 // positions after position (those known, by event id, at theirs; it
 // records them all in known), and returns the round, whose done receives
-// the outcome of their acks. A
+// the outcome of their acks. A commit is numbered from the last position
+// of the commit before it, published or not, so a tail numbers the
+// commits after its checkpoint as every tail from that checkpoint did,
+// also those a round lost in a NATS election while a later one got
+// through (docs/relay.md, "Log positions"). A
 // commit that cannot be read keeps its events' positions, so that the
 // positions do not depend on what this build can read.
 func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []byte, position uint64, known *positions) *round {
@@ -471,8 +474,8 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 		first, published := known.first(c.Events)
 		if !published {
 			first = position + 1
-			position += uint64(c.Count)
 		}
+		position = max(position, first+uint64(c.Count)-1)
 		known.give(c.Events, first, rd.n)
 		if rd.first.IsZero() {
 			rd.first = c.RecordedAt
@@ -566,7 +569,7 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 		}
 		r.sent = known
 	}
-	t := tailer{Relay: r, savedAt: time.Now(), saved: cp, position: max(r.sent.top, cp.Position)}
+	t := tailer{Relay: r, savedAt: time.Now(), saved: cp, position: cp.Position}
 	err := r.log.Tail(ctx, cp.Token, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.

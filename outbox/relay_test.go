@@ -893,3 +893,55 @@ func TestRelaySavesItsCheckpointWhileIdle(t *testing.T) {
 	}
 	checkPublishedOnce(t, n, cfg, want)
 }
+
+// TestRelayNumbersWhatALostRoundHeldAsBefore: a relay that lost a round
+// in a NATS election while a later one got through left the stream
+// holding later positions without the earlier ones. The next holder of
+// the lease numbers the commits after the checkpoint as the first did,
+// from the checkpoint's position on, so the lost round's events get
+// their positions and not numbers after the highest the stream holds
+// (which would leave a hole the daily sales rollup could not fill).
+func TestRelayNumbersWhatALostRoundHeldAsBefore(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	ocfg := outbox.Config{Owner: "relay-1", CatchUpMargin: time.Minute}
+	stopA := goRun(t, newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg).Run)
+	want := appendCommits(t, s, 2, 1)
+	waitPublished(t, n, cfg, len(want), 20*time.Second)
+	stopA() // its last checkpoint covers want
+	published := len(want)
+	want = append(want, appendCommits(t, s, 2, 2)...)
+	// The first holder's round of the later half got through, the one
+	// before it did not: publish the later half at the positions that
+	// numbering from the checkpoint gives them.
+	later := published + (len(want)-published)/2
+	var commits []domain.RecordedCommit
+	var positions []uint64
+	for i := later; i < len(want); i++ {
+		e := want[i]
+		body, err := domain.MarshalEvent(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits = append(commits, domain.RecordedCommit{StreamID: e.StreamID, FirstVersion: e.Version, RecordedAt: e.RecordedAt,
+			Events: []domain.EventMessage{{ID: e.ID, Body: body}}, Count: 1})
+		positions = append(positions, uint64(i+1))
+	}
+	if acked, _, err := bus.NewPublisher(n.JS, cfg).Send(t.Context(), commits, positions, time.Minute)(); err != nil || len(acked) != len(commits) {
+		t.Fatalf("publish the later half: %d acknowledged, %v", len(acked), err)
+	}
+	ocfg.Owner = "relay-2"
+	goRun(t, newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg).Run)
+	waitPublished(t, n, cfg, len(want), 30*time.Second)
+	at := map[string]uint64{}
+	for _, m := range streamMessages(t, n.JS, cfg.Name) {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if _, seen := at[id]; !seen {
+			at[id] = bus.Position(m.Header)
+		}
+	}
+	for i, e := range want {
+		if at[e.ID] != uint64(i+1) {
+			t.Errorf("event %d of the log (%s v%d) at position %d, want %d", i+1, e.StreamID, e.Version, at[e.ID], i+1)
+		}
+	}
+}

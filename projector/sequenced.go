@@ -1,10 +1,12 @@
 package projector
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -17,14 +19,19 @@ import (
 // with; a longer gap is filled a chunk at a time.
 const refillChunk = 1024
 
+// refillScan bounds how far past a gap readStream looks for it.
+const refillScan = 4 * refillChunk
+
 // handleSequenced applies one batch of a Sequenced projection's messages
-// in stream order. A gap its Apply names (deliveries a process that held
-// the consumer before had received, or a collection behind the others) is
-// read from the stream, a chunk at a time, and applied with the batch;
-// positions the stream no longer holds are lost (Sequenced.Lost). Every
-// message is then acknowledged, but for the whole batch's redelivery
-// after a failure that may pass, and but for the deliveries that cannot
-// be counted, which are parked.
+// in log position order. A gap its Apply names (deliveries a process that
+// held the consumer before had received, a collection behind the others,
+// or positions the relay published again after later ones when a round
+// was lost in a NATS election) is read from the stream, a chunk at a
+// time, and applied with the batch. Positions the stream no longer holds
+// are lost (Sequenced.Lost); positions it never held are waited for, the
+// batch redelivered, for lostAfter, and then lost. Every message is then acknowledged, but for the
+// whole batch's redelivery after a failure that may pass, and but for
+// the deliveries that cannot be counted, which are parked.
 func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
 	ds := make([]projection.Delivery, len(msgs))
 	for i, m := range msgs {
@@ -37,7 +44,7 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return int(ds[a].Seq) - int(ds[b].Seq) })
+	slices.SortFunc(order, func(a, b int) int { return byPosition(ds[a], ds[b]) })
 	run := make([]projection.Delivery, len(ds))
 	for k, i := range order {
 		run[k] = ds[i]
@@ -55,12 +62,16 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 		if !errors.As(err, &gap) {
 			break
 		}
-		filled, ferr := r.readStream(wctx, gap.AfterSeq, gap.BeforeSeq)
+		filled, deleted, ferr := r.readStream(wctx, gap)
 		if ferr != nil {
 			err = ferr
 			break
 		}
 		if len(filled) == 0 || filled[0].Position != gap.From {
+			if since := r.gapSince(gap); !deleted && time.Since(since) < lostAfter {
+				err = fmt.Errorf("%w: not in the stream yet, waiting since %s", gap, since.Format(time.RFC3339))
+				break
+			}
 			r.setLastError(gap)
 			r.log.Error("rollup log positions lost: neither delivered nor in the stream; a build from the log repairs it",
 				"collection", gap.Collection, "from", gap.From, "to", gap.To, "after_seq", gap.AfterSeq, "before_seq", gap.BeforeSeq)
@@ -70,7 +81,8 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 			}
 			continue // the collection is set aside; the others go on
 		}
-		run = mergeBySeq(filled, run)
+		r.gapFilled(gap)
+		run = mergeByPosition(filled, run)
 	}
 	pt.applied.Add(int64(out.Applied))
 	r.metrics.partitionApplied(r.name, pt.p, out.Applied)
@@ -101,43 +113,85 @@ func delivery(data []byte, position, seq uint64) projection.Delivery {
 	return projection.Delivery{Event: e, Err: err, Position: position, Seq: seq}
 }
 
-// mergeBySeq merges two runs sorted by stream sequence, keeping one of
-// each sequence.
-func mergeBySeq(a, b []projection.Delivery) []projection.Delivery {
-	out := slices.Concat(a, b)
-	slices.SortStableFunc(out, func(x, y projection.Delivery) int {
-		switch {
-		case x.Seq < y.Seq:
-			return -1
-		case x.Seq > y.Seq:
-			return 1
-		}
-		return 0
-	})
-	return slices.CompactFunc(out, func(x, y projection.Delivery) bool { return x.Seq == y.Seq })
+// lostAfter is how long a rollup waits for log positions the stream does
+// not hold before it calls them lost: a relay that lost a round in a NATS
+// election while a later one got through publishes it again, at the same
+// positions, within seconds (docs/relay.md, "A restart under the same
+// lease"); a build from the log repairs a rollup that lost positions.
+const lostAfter = 2 * time.Minute
+
+// gapSince returns when the gap starting at gap.From in gap.Collection
+// was first found missing from the stream.
+func (r *Runner) gapSince(gap *projection.GapError) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := fmt.Sprintf("%s@%d", gap.Collection, gap.From)
+	if r.gaps == nil {
+		r.gaps = map[string]time.Time{}
+	}
+	if _, ok := r.gaps[key]; !ok {
+		r.gaps[key] = time.Now()
+	}
+	return r.gaps[key]
 }
 
-// readStream reads the messages with a log position at stream sequences
-// after after and before before, at most refillChunk of them, passing
-// over those without one (replays) and those the stream no longer holds.
-// Errors: JetStream's, but for a message not found.
-func (r *Runner) readStream(ctx context.Context, after, before uint64) ([]projection.Delivery, error) {
+// gapFilled forgets a gap the stream holds.
+func (r *Runner) gapFilled(gap *projection.GapError) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.gaps, fmt.Sprintf("%s@%d", gap.Collection, gap.From))
+}
+
+// byPosition orders deliveries by log position, then stream sequence.
+func byPosition(a, b projection.Delivery) int {
+	return cmp.Or(cmp.Compare(a.Position, b.Position), cmp.Compare(a.Seq, b.Seq))
+}
+
+// mergeByPosition merges two runs sorted by position, keeping one of
+// the deliveries at a stream sequence both hold.
+func mergeByPosition(a, b []projection.Delivery) []projection.Delivery {
+	out := slices.Concat(a, b)
+	slices.SortStableFunc(out, byPosition)
+	seen := map[uint64]bool{}
+	return slices.DeleteFunc(out, func(d projection.Delivery) bool {
+		dup := seen[d.Seq]
+		seen[d.Seq] = true
+		return dup
+	})
+}
+
+// readStream reads the messages of the stream after gap.AfterSeq whose
+// log positions are in the gap, up to refillScan messages past
+// gap.BeforeSeq (a relay publishing a lost round again sends it after
+// the rounds in flight with it, 4 of up to 256 commits) or the stream's
+// last, or until it has refillChunk of them, passing over those the
+// stream no longer holds; they are sorted by position. deleted reports
+// that the stream no longer holds a message between gap.AfterSeq and
+// gap.BeforeSeq: the gap's positions may have been there. Errors:
+// JetStream's, but for a message not found.
+func (r *Runner) readStream(ctx context.Context, gap *projection.GapError) (out []projection.Delivery, deleted bool, err error) {
 	st, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
-		return nil, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
+		return nil, false, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
 	}
-	var out []projection.Delivery
-	for seq := after + 1; seq < before && len(out) < refillChunk; seq++ {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
+	}
+	last := min(info.State.LastSeq, gap.BeforeSeq+refillScan)
+	for seq := gap.AfterSeq + 1; seq <= last && len(out) < refillChunk; seq++ {
 		m, err := st.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			deleted = deleted || seq < gap.BeforeSeq
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("stream %s: message %d: %w", r.cfg.Stream, seq, err)
+			return nil, false, fmt.Errorf("stream %s: message %d: %w", r.cfg.Stream, seq, err)
 		}
-		if pos := bus.Position(m.Header); pos > 0 {
+		if pos := bus.Position(m.Header); pos >= gap.From && pos <= gap.To {
 			out = append(out, delivery(m.Data, pos, seq))
 		}
 	}
-	return out, nil
+	slices.SortFunc(out, byPosition)
+	return out, deleted, nil
 }

@@ -174,3 +174,36 @@ func TestSequencedRunnerSetsAsideACollectionThatLostPositions(t *testing.T) {
 		t.Errorf("the rollup's own read: %v, want ErrNotBuilt", err)
 	}
 }
+
+// Positions published after later ones (a relay round lost in a NATS
+// election while the next got through, then published again at its
+// positions) are waited for and counted once they are in the stream: the
+// collection is not set aside, and the sums equal the log's.
+func TestSequencedRunnerWaitsForPositionsPublishedAfterLaterOnes(t *testing.T) {
+	ctx, s := newSalesFixture(t, 8)
+	early := s.f.Flat[:3]
+	s.next += uint64(len(early)) // their positions, 1 to 3, are published last
+	s.publish(t, ctx, s.f.Flat[3:])
+	r := s.run(t)
+	projectiontest.WaitFor(t, 30*time.Second, "the runner waiting for positions 1 to 3", func() error {
+		if !strings.Contains(r.LastError(), "not in the stream yet") {
+			return fmt.Errorf("last error %q", r.LastError())
+		}
+		return nil
+	})
+	s.next = 1
+	s.publish(t, ctx, early)
+	projectortest.WaitLag(t, ctx, time.Minute, r)
+	def := projection.DailySales
+	p, err := s.ps.Get(ctx, def.Name, def.Collection, 0)
+	if err != nil || p.Broken != "" {
+		t.Fatalf("pointer %+v, %v; want the rollup not set aside", p, err)
+	}
+	want, first, last := s.f.ExpectedDailySales()
+	from, _ := time.Parse(time.DateOnly, first)
+	to, _ := time.Parse(time.DateOnly, last)
+	got, err := s.sales.Sales(ctx, from, to, "")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("daily sales: %v\n got %s\nwant %s", err, projectiontest.Dump(got), projectiontest.Dump(want))
+	}
+}
