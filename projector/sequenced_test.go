@@ -74,6 +74,19 @@ func (s *salesFixture) run(t *testing.T) *projector.Runner {
 	return r
 }
 
+// checkSales asserts that the rollup's daily sales over the fixture's
+// days equal the fixture's.
+func (s *salesFixture) checkSales(t *testing.T, ctx context.Context) {
+	t.Helper()
+	want, first, last := s.f.ExpectedDailySales()
+	from, _ := time.Parse(time.DateOnly, first)
+	to, _ := time.Parse(time.DateOnly, last)
+	got, err := s.sales.Sales(ctx, from, to, "")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("daily sales: %v\n got %s\nwant %s", err, projectiontest.Dump(got), projectiontest.Dump(want))
+	}
+}
+
 // years reads every year of coll.
 func (s *salesFixture) years(t *testing.T, ctx context.Context, coll string) []projection.SalesYear {
 	t.Helper()
@@ -126,13 +139,7 @@ func TestSequencedRunnerFillsGapsFromTheStream(t *testing.T) {
 	if err := projectiontest.DiffReadModels(ctx, s.db, s.f); err != nil && !strings.Contains(err.Error(), "summary") {
 		t.Fatal(err)
 	}
-	want, first, last := s.f.ExpectedDailySales()
-	from, _ := time.Parse(time.DateOnly, first)
-	to, _ := time.Parse(time.DateOnly, last)
-	got, err := s.sales.Sales(ctx, from, to, "")
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("daily sales: %v\n got %s\nwant %s", err, projectiontest.Dump(got), projectiontest.Dump(want))
-	}
+	s.checkSales(t, ctx)
 }
 
 // Positions the stream no longer holds leave a hole nothing fills: the
@@ -199,11 +206,5 @@ func TestSequencedRunnerWaitsForPositionsPublishedAfterLaterOnes(t *testing.T) {
 	if err != nil || p.Broken != "" {
 		t.Fatalf("pointer %+v, %v; want the rollup not set aside", p, err)
 	}
-	want, first, last := s.f.ExpectedDailySales()
-	from, _ := time.Parse(time.DateOnly, first)
-	to, _ := time.Parse(time.DateOnly, last)
-	got, err := s.sales.Sales(ctx, from, to, "")
-	if err != nil || !reflect.DeepEqual(got, want) {
-		t.Fatalf("daily sales: %v\n got %s\nwant %s", err, projectiontest.Dump(got), projectiontest.Dump(want))
-	}
+	s.checkSales(t, ctx)
 }
