@@ -258,12 +258,6 @@ func (r *Runner) write(ctx context.Context, w *waiting) {
 			return
 		case r.writers <- struct{}{}:
 		}
-		select {
-		case <-w.done: // a round of another partition took it
-			<-r.writers
-			return
-		default:
-		}
 		r.mu.Lock()
 		round := r.waiting
 		r.waiting = nil
@@ -282,7 +276,7 @@ func (r *Runner) write(ctx context.Context, w *waiting) {
 				}
 			}
 		}
-		if len(round) == 0 { // a round in flight took w
+		if len(round) == 0 { // a round of another partition took w
 			<-r.writers
 			<-w.done
 			return

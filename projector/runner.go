@@ -156,8 +156,8 @@ type Runner struct {
 	lastErr atomic.Pointer[string]
 	writers chan struct{} // a slot per write round in flight (Writers)
 	mu      sync.Mutex
-	waiting []*waiting           // batches no write round has taken yet
-	gaps    map[string]time.Time // a Sequenced projection's gaps missing from the stream, since when
+	waiting []*waiting                        // batches no write round has taken yet
+	gaps    map[projection.GapError]time.Time // a Sequenced projection's gaps missing from the stream (by collection and first position), since when
 	clock   *lagClock
 	parts   []*partition
 }

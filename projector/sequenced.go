@@ -125,10 +125,10 @@ const lostAfter = 2 * time.Minute
 func (r *Runner) gapSince(gap *projection.GapError) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := fmt.Sprintf("%s@%d", gap.Collection, gap.From)
 	if r.gaps == nil {
-		r.gaps = map[string]time.Time{}
+		r.gaps = map[projection.GapError]time.Time{}
 	}
+	key := projection.GapError{Collection: gap.Collection, From: gap.From}
 	if _, ok := r.gaps[key]; !ok {
 		r.gaps[key] = time.Now()
 	}
@@ -139,7 +139,7 @@ func (r *Runner) gapSince(gap *projection.GapError) time.Time {
 func (r *Runner) gapFilled(gap *projection.GapError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.gaps, fmt.Sprintf("%s@%d", gap.Collection, gap.From))
+	delete(r.gaps, projection.GapError{Collection: gap.Collection, From: gap.From})
 }
 
 // byPosition orders deliveries by log position, then stream sequence.
