@@ -330,7 +330,15 @@ func (c *cluster) stored(stream string, ids []string) []time.Time {
 	}
 	at := make([]time.Time, len(ids))
 	for p, id := range ids {
-		m, err := s.GetLastMsgForSubject(c.t.Context(), fmt.Sprintf("%s.%d.%s", subjectPrefix, p, id))
+		// Right after an election the stream's API can answer 503 for a
+		// while: ask again until it answers, within a bound.
+		var m *jetstream.RawStreamMsg
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			m, err = s.GetLastMsgForSubject(c.t.Context(), fmt.Sprintf("%s.%d.%s", subjectPrefix, p, id))
+			if err == nil || errors.Is(err, jetstream.ErrMsgNotFound) || time.Now().After(deadline) {
+				break
+			}
+		}
 		if err != nil {
 			c.t.Fatalf("order %s: no message in partition %d, where partitionOf puts it: %v", id, p, err)
 		}
