@@ -77,7 +77,7 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
-	dialect, err := DialectOf(ctx, s.commits.Database().Client())
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
 		return domain.LogPage{}, err
 	}

@@ -34,24 +34,43 @@ func (d Dialect) String() string {
 	return "mongodb"
 }
 
-var dialects sync.Map // *mongo.Client -> Dialect
-
-// DialectOf returns the dialect of the store c talks to, asked once per
-// client with buildInfo (FerretDB answers with a "ferretdbVersion" field).
-// Errors wrap domain.ErrUnavailable when the store cannot be reached.
+// DialectOf returns the dialect of the store c talks to, asked with
+// buildInfo (FerretDB answers with a "ferretdbVersion" field). Errors wrap
+// domain.ErrUnavailable when the store cannot be reached.
 func DialectOf(ctx context.Context, c *mongo.Client) (Dialect, error) {
-	if d, ok := dialects.Load(c); ok {
-		return d.(Dialect), nil
-	}
 	var info bson.Raw
 	err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "buildInfo", Value: 1}}).Decode(&info)
 	if err != nil {
 		return DialectMongoDB, fmt.Errorf("ask the store its build: %w", Translate(err))
 	}
-	d := DialectMongoDB
 	if _, err := info.LookupErr("ferretdbVersion"); err == nil {
-		d = DialectFerretDB
+		return DialectFerretDB, nil
 	}
-	actual, _ := dialects.LoadOrStore(c, d)
-	return actual.(Dialect), nil
+	return DialectMongoDB, nil
+}
+
+// askDialect asks a client's store its dialect; tests override it.
+var askDialect = DialectOf
+
+// dialectOf is an adapter's dialect, asked of its database's client on
+// first use and kept once the store answered; the zero value is ready.
+type dialectOf struct {
+	mu    sync.Mutex
+	known bool
+	d     Dialect
+}
+
+// of returns the dialect of db's store; errors as DialectOf's.
+func (o *dialectOf) of(ctx context.Context, db *mongo.Database) (Dialect, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.known {
+		return o.d, nil
+	}
+	d, err := askDialect(ctx, db.Client())
+	if err != nil {
+		return d, err
+	}
+	o.d, o.known = d, true
+	return d, nil
 }

@@ -42,6 +42,7 @@ type EventStore struct {
 	metrics *EventStoreMetrics
 	now     func() time.Time
 	group   group // appends waiting for the insert in flight
+	dialect dialectOf
 
 	scan     ScanMethod // as configured
 	idBudget int        // commit ids a ScanByID pass holds
@@ -263,7 +264,7 @@ func (s *EventStore) LoadFrom(ctx context.Context, streamID string, from int64) 
 // saw). On MongoDB it is one ranged query on the (stream_id,
 // first_version) index.
 func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int64, starts bool) ([]commitDoc, error) {
-	dialect, err := DialectOf(ctx, s.commits.Database().Client())
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
 		return nil, err
 	}
@@ -379,7 +380,7 @@ func (s *EventStore) FindIdempotencyKey(ctx context.Context, key, streamID strin
 }
 
 func (s *EventStore) commitWithKey(ctx context.Context, key, streamID string) (commitDoc, bool, error) {
-	dialect, err := DialectOf(ctx, s.commits.Database().Client())
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
 		return commitDoc{}, false, err
 	}

@@ -2,14 +2,28 @@ package mongodb
 
 import (
 	"context"
+	"sync"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 )
 
-// UseDialect makes every adapter on c take d's access paths, whatever the
-// store: the conformance suites run MongoDB's paths on the embedded store
-// this way (correct there, only slower).
-func UseDialect(c *mongo.Client, d Dialect) { dialects.Store(c, d) }
+// used holds the dialects UseDialect set, by client.
+var used sync.Map // *mongo.Client -> Dialect
+
+func init() {
+	askDialect = func(ctx context.Context, c *mongo.Client) (Dialect, error) {
+		if d, ok := used.Load(c); ok {
+			return d.(Dialect), nil
+		}
+		return DialectOf(ctx, c)
+	}
+}
+
+// UseDialect makes every adapter on c that has not asked its store yet
+// take d's access paths, whatever the store: the conformance suites run
+// MongoDB's paths on the embedded store this way (correct there, only
+// slower).
+func UseDialect(c *mongo.Client, d Dialect) { used.Store(c, d) }
 
 // WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
 func WithScanMethod(m ScanMethod) EventStoreOption { return func(s *EventStore) { s.scan = m } }

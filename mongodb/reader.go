@@ -23,6 +23,7 @@ type Reader struct {
 	pointers  *Pointers
 	sales     *projection.Rollup
 	statsPage int // statsPage but in tests
+	dialect   dialectOf
 }
 
 // NewReader returns a Reader on db's read models; sales (nil: none) is
@@ -198,7 +199,7 @@ func (r *Reader) summedSales(ctx context.Context, from, to time.Time, currency s
 	if err != nil {
 		return nil, err
 	}
-	dialect, err := DialectOf(ctx, r.db.Client())
+	dialect, err := r.dialect.of(ctx, r.db)
 	if err != nil {
 		return nil, err
 	}

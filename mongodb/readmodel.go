@@ -32,7 +32,8 @@ var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONS
 // write of such replacements; the embedded store's funnel serves the
 // guard at index speed.
 type Documents[D any] struct {
-	db *mongo.Database
+	db      *mongo.Database
+	dialect dialectOf
 }
 
 var _ projection.Store[domain.Order] = (*Documents[domain.Order])(nil)
@@ -70,7 +71,7 @@ const parallel = 4
 // an $in.
 func (s *Documents[D]) Load(ctx context.Context, coll string, ids []string) (map[string]D, error) {
 	out := make(map[string]D, len(ids))
-	dialect, err := DialectOf(ctx, s.db.Client())
+	dialect, err := s.dialect.of(ctx, s.db)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func scanFilter(r ScanRange) bson.D {
 type ScanMethod int
 
 const (
-	// ScanAuto reads sorted on MongoDB and by id on FerretDB (DialectOf).
+	// ScanAuto reads sorted on MongoDB and by id on FerretDB (its dialect).
 	ScanAuto ScanMethod = iota
 	// ScanSorted reads the range in one query sorted by _id: on MongoDB a
 	// walk of the _id index that holds one batch of commits in memory.
@@ -82,7 +82,7 @@ func (s *EventStore) scanMethod(ctx context.Context) (ScanMethod, error) {
 	if s.scan != ScanAuto {
 		return s.scan, nil
 	}
-	d, err := DialectOf(ctx, s.commits.Database().Client())
+	d, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
 		return ScanAuto, fmt.Errorf("scan log: %w", err)
 	}
