@@ -39,71 +39,43 @@ var idKey = func(seed maphash.Seed, id string) docKey { return docKey(maphash.St
 // named by the pointer (the verify stops there, having written nothing
 // more), progress's, the log's and the store's.
 func (p *Model[D]) Verify(ctx context.Context, coll string, log Scanner, repair bool, progress func(VerifyProgress) error) (VerifyReport, error) {
-	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
-	seed := maphash.MakeSeed()
-	key := func(id string) docKey { return idKey(seed, id) }
-	seen, shared, digest, err := p.readHashes(ctx, coll, key, &rep)
+	v, err := p.startVerify(ctx, coll)
 	if err != nil {
-		return rep, err
+		return v.rep, err
 	}
-	var expected Digest
-	var suspects []string
-	var pr VerifyProgress
 	err = log.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
-		rep.Streams++
-		rep.Events += int64(len(st.Events))
+		v.rep.Streams++
+		v.rep.Events += int64(len(st.Events))
 		doc, n, ferr := p.def.Fold(st.Events)
 		if ferr != nil || st.Err != nil {
-			rep.PoisonStreams++
+			v.rep.PoisonStreams++
 		}
 		// Documents whose ids share a hash share an entry: the streams
 		// become suspects (the second finds none), and so do the
 		// documents (below); the recheck reads each on its own.
-		k := key(st.StreamID)
-		got, ok := seen[k]
-		delete(seen, k)
+		k := v.key(st.StreamID)
+		got, ok := v.seen[k]
+		delete(v.seen, k)
 		if n > 0 {
 			h, err := DocHash(doc)
 			if err != nil {
 				return err
 			}
-			expected.Add(h)
+			v.expected.Add(h)
 			if !ok || got != sumOf(h) {
-				suspects = append(suspects, st.StreamID)
+				v.suspects = append(v.suspects, st.StreamID)
 			}
 		} else if ok {
-			suspects = append(suspects, st.StreamID)
+			v.suspects = append(v.suspects, st.StreamID)
 		}
-		pr.Streams, pr.Events, pr.Cursor = rep.Streams, rep.Events, st.StreamID
-		pr.Commits += int64(st.Commits)
-		if rep.Streams%500 == 0 && progress != nil {
-			return progress(pr)
-		}
-		return nil
+		v.pr.Commits += int64(st.Commits)
+		return v.step(st.StreamID, progress)
 	})
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", coll, err)
+		return v.rep, fmt.Errorf("verify %s: %w", coll, err)
 	}
-	// Documents of no stream in the log.
-	extra, err := p.leftovers(ctx, coll, seen, shared, key)
-	if err != nil {
-		return rep, err
-	}
-	suspects = append(suspects, extra...)
-	slices.Sort(suspects)
-	suspects = slices.Compact(suspects)
-	rep.Digest, rep.ExpectedDigest = digest.String(), expected.String()
-	for _, id := range suspects {
-		if err := p.recheck(ctx, coll, id, repair, &rep, nil); err != nil {
-			return rep, err
-		}
-	}
-	if progress != nil {
-		if err := progress(pr); err != nil {
-			return rep, err
-		}
-	}
-	return rep, nil
+	// The suspects' fresh folds are not added to expected: the scan's are.
+	return p.finishVerify(ctx, v, repair, false, progress)
 }
 
 // VerifySums compares coll, a rebuild's shadow, with the sums its scan
@@ -140,59 +112,91 @@ func (p *Model[D]) Verify(ctx context.Context, coll string, log Scanner, repair 
 // with Streams, Events and Cursor as read so far; its error stops the
 // verify. Errors: as Verify's.
 func (p *Model[D]) VerifySums(ctx context.Context, coll string, repair bool, progress func(VerifyProgress) error) (VerifyReport, error) {
-	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
-	seed := maphash.MakeSeed()
-	key := func(id string) docKey { return idKey(seed, id) }
-	seen, shared, digest, err := p.readHashes(ctx, coll, key, &rep)
+	v, err := p.startVerify(ctx, coll)
 	if err != nil {
-		return rep, err
+		return v.rep, err
 	}
-	var expected Digest
-	var suspects []string
-	var pr VerifyProgress
 	err = p.store.EachSum(ctx, coll, func(d Sum) error {
-		rep.Streams++
-		rep.Events += d.Version
-		k := key(d.ID)
-		got, ok := seen[k]
-		delete(seen, k)
+		v.rep.Streams++
+		v.rep.Events += d.Version
+		k := v.key(d.ID)
+		got, ok := v.seen[k]
+		delete(v.seen, k)
 		// A document under a shared key is read again on its own (below),
 		// which adds its fresh fold to expected: the recorded one is not
 		// added too.
-		if !ok || shared[k] || got != sumOf(d.Hash) {
-			suspects = append(suspects, d.ID)
+		if !ok || v.shared[k] || got != sumOf(d.Hash) {
+			v.suspects = append(v.suspects, d.ID)
 		} else {
-			expected.Add(d.Hash)
+			v.expected.Add(d.Hash)
 		}
-		pr.Streams, pr.Events, pr.Cursor = rep.Streams, rep.Events, d.ID
-		if rep.Streams%500 == 0 && progress != nil {
-			return progress(pr)
-		}
-		return nil
+		return v.step(d.ID, progress)
 	})
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
+		return v.rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
-	// Documents with no sum.
-	extra, err := p.leftovers(ctx, coll, seen, shared, key)
+	return p.finishVerify(ctx, v, repair, true, progress)
+}
+
+// verifying is one Verify or VerifySums under way: the read model's
+// documents not matched yet, the suspects found and the report so far.
+type verifying struct {
+	coll     string
+	rep      VerifyReport
+	key      func(id string) docKey
+	seen     map[docKey]docSum // documents not matched yet
+	shared   map[docKey]bool   // keys of more than one document
+	digest   Digest            // of every document read
+	expected Digest
+	suspects []string
+	pr       VerifyProgress
+}
+
+// startVerify reads every document of coll once (readHashes).
+func (p *Model[D]) startVerify(ctx context.Context, coll string) (*verifying, error) {
+	seed := maphash.MakeSeed()
+	v := &verifying{coll: coll, rep: VerifyReport{Collection: coll, Examples: []DriftExample{}},
+		key: func(id string) docKey { return idKey(seed, id) }}
+	var err error
+	v.seen, v.shared, v.digest, err = p.readHashes(ctx, coll, v.key, &v.rep)
+	return v, err
+}
+
+// step records the stream or sum just compared and calls progress every
+// 500 of them.
+func (v *verifying) step(cursor string, progress func(VerifyProgress) error) error {
+	v.pr.Streams, v.pr.Events, v.pr.Cursor = v.rep.Streams, v.rep.Events, cursor
+	if v.rep.Streams%500 == 0 && progress != nil {
+		return progress(v.pr)
+	}
+	return nil
+}
+
+// finishVerify adds the documents left unmatched to the suspects, checks
+// each suspect again on its own (recheck, adding its fresh fold to
+// expected when addFresh), and calls progress a last time.
+func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair, addFresh bool, progress func(VerifyProgress) error) (VerifyReport, error) {
+	extra, err := p.leftovers(ctx, v.coll, v.seen, v.shared, v.key)
 	if err != nil {
-		return rep, err
+		return v.rep, err
 	}
-	suspects = append(suspects, extra...)
-	slices.Sort(suspects)
-	suspects = slices.Compact(suspects)
+	suspects := slices.Compact(slices.Sorted(slices.Values(append(v.suspects, extra...))))
+	var fresh *Digest
+	if addFresh {
+		fresh = &v.expected
+	}
 	for _, id := range suspects {
-		if err := p.recheck(ctx, coll, id, repair, &rep, &expected); err != nil {
-			return rep, err
+		if err := p.recheck(ctx, v.coll, id, repair, &v.rep, fresh); err != nil {
+			return v.rep, err
 		}
 	}
-	rep.Digest, rep.ExpectedDigest = digest.String(), expected.String()
+	v.rep.Digest, v.rep.ExpectedDigest = v.digest.String(), v.expected.String()
 	if progress != nil {
-		if err := progress(pr); err != nil {
-			return rep, err
+		if err := progress(v.pr); err != nil {
+			return v.rep, err
 		}
 	}
-	return rep, nil
+	return v.rep, nil
 }
 
 // DropSums drops the SumsCollection of shadow, which the rebuild's finish
