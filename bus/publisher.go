@@ -254,6 +254,13 @@ func (w *ackWait) wait(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 // names one event whatever the relay publishes twice. Errors:
 // domain.ErrUnavailable (wrapped) when the stream cannot be read.
 func (p *Publisher) Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error) {
+	// The ordered consumer's Fetch takes no context: while the client is
+	// not connected it would wait in its requests (10 s each), and by
+	// default re-create its consumer for ever (a relay stopped in it while
+	// NATS was down, TestRelayPublishesThroughAnOutage).
+	if s := p.js.Conn().Status(); s != nats.CONNECTED {
+		return nil, 0, fmt.Errorf("stream %s: %w: the NATS connection is %s", p.stream.Name, domain.ErrUnavailable, s)
+	}
 	st, err := p.js.Stream(ctx, p.stream.Name)
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
@@ -268,7 +275,7 @@ func (p *Publisher) Positions(ctx context.Context, since time.Time, floor uint64
 		return byEvent, top, nil
 	}
 	cons, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartTimePolicy,
-		OptStartTime: &since, HeadersOnly: true})
+		OptStartTime: &since, HeadersOnly: true, MaxResetAttempts: 1})
 	if err != nil {
 		return nil, 0, fmt.Errorf("read %s since %s: %w: %v", p.stream.Name, since.Format(time.RFC3339), domain.ErrUnavailable, err)
 	}

@@ -29,7 +29,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_published_events_total", Help: "Events the relay published and JetStream acknowledged."}),
 		publishErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds, and commits this build cannot read (not published)."}),
+			Name: "orderd_relay_publish_errors_total", Help: "Failed relay publish rounds and reads of the positions the bus holds, and commits this build cannot read (not published)."}),
 		catchUps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "orderd_relay_catchups_total", Help: "Times the relay's change stream could not resume from its checkpoint and the relay caught up from the log."}),
 		lastCatchUp: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -358,6 +358,7 @@ type sentAt struct{ position, round uint64 }
 func (r *Relay) readPositions(ctx context.Context, since time.Time, floor uint64, epoch int64) (*positions, error) {
 	known, top, err := r.pub.Positions(ctx, since, floor)
 	if err != nil {
+		r.metrics.publishError()
 		return nil, err
 	}
 	p := &positions{epoch: epoch, top: top, before: len(known), events: make(map[string]sentAt, len(known))}
