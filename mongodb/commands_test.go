@@ -52,10 +52,9 @@ func (c *commandCounter) during(t *testing.T, fn func() error) map[string]int {
 // TestMongoDBPathsRoundTrips counts the commands each operation sends on
 // MongoDB's paths, so that a return to chains of look-ups or to a write
 // per document fails: a stream of two commits is one find, an
-// idempotency key one find, a batch of many new streams into a cold read
-// model one bulk update (their documents are not read), the same batch
-// again (cached, all duplicates) nothing, their later events into another
-// cold read model one find, a page of the log, of every commit or of one
+// idempotency key one find, a batch of many streams into a cold read
+// model one find and one bulk update, the same batch again (cached, all
+// duplicates) nothing, a page of the log, of every commit or of one
 // correlation id, one find, a customer's stats or page of summaries one
 // find, and a range of daily sales one aggregation.
 func TestMongoDBPathsRoundTrips(t *testing.T) {
@@ -100,10 +99,10 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 			_, err := es.FindIdempotencyKey(ctx, key, keyed.StreamID)
 			return err
 		}, map[string]int{"find": 1}},
-		"a batch of new streams into a cold read model": {func() error {
+		"a batch into a cold read model": {func() error {
 			_, _, err := rm.Apply(ctx, f.Flat)
 			return err
-		}, map[string]int{"update": 1}},
+		}, map[string]int{"find": 1, "update": 1}},
 		"the log's commits of one correlation id": {func() error {
 			p, err := es.Browse(ctx, domain.LogQuery{Limit: 50, CorrelationID: keyed.Events[0].Metadata.CorrelationID})
 			if err == nil && (len(p.Commits) != 1 || p.Commits[0].StreamID != keyed.StreamID || p.Next != "") {
@@ -125,19 +124,6 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	}
 	if got := counter.during(t, func() error { _, _, err := rm.Apply(ctx, f.Flat); return err }); len(got) != 0 {
 		t.Errorf("a batch the read model already reflects sent %v, want nothing", got)
-	}
-	var later []domain.Event // of streams a cold read model has to read
-	for _, e := range f.Flat {
-		if e.Version > 1 {
-			later = append(later, e)
-		}
-	}
-	cold := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
-	var out projection.Outcome
-	sent := counter.during(t, func() (err error) { out, _, err = cold.Apply(ctx, later); return err })
-	if !maps.Equal(sent, map[string]int{"find": 1}) || out.Duplicates != len(later) {
-		t.Errorf("a batch of later events into a cold read model that reflects them sent %v and skipped %d duplicates, want one find and %d",
-			sent, out.Duplicates, len(later))
 	}
 
 	r := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
@@ -173,7 +159,7 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	from, _ := time.Parse(time.DateOnly, first)
 	to, _ := time.Parse(time.DateOnly, last)
 	var got []domain.DailySales
-	sent = counter.during(t, func() (err error) { got, _, err = r.DailySales(ctx, from, to, ""); return refusedOnFerretDB(err) })
+	sent := counter.during(t, func() (err error) { got, _, err = r.DailySales(ctx, from, to, ""); return refusedOnFerretDB(err) })
 	if !maps.Equal(sent, map[string]int{"aggregate": 1}) {
 		t.Errorf("daily sales sent %v, want one aggregate", sent)
 	}

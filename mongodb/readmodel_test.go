@@ -156,35 +156,6 @@ func TestStoreReadsNotFound(t *testing.T) {
 	}
 }
 
-// TestStoreApplyOfStreamsFromTheirStartLeavesNewerDocuments: a read
-// model writes the documents of streams whose first event is in a batch
-// without reading them (the fold from nothing is the whole stream). Where
-// another process stored a newer document, the version guard refuses
-// each write: the documents stay equal to the fold of the log and each
-// refusal is counted.
-func TestStoreApplyOfStreamsFromTheirStartLeavesNewerDocuments(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, time.Minute)
-	f := projectiontest.NewFixture(t, ctx, es, "start", 6, 3)
-	if _, _, err := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Apply(ctx, f.Flat); err != nil {
-		t.Fatal(err)
-	}
-	var firsts []domain.Event // each stream's first one or two events
-	for i, id := range f.IDs {
-		evs := f.Events[id]
-		firsts = append(firsts, evs[:min(1+i%2, len(evs))]...)
-	}
-	out, poison, err := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Apply(ctx, firsts)
-	if err != nil || len(poison) > 0 {
-		t.Fatalf("Apply: poison %v, err %v", poison, err)
-	}
-	if out.Superseded != len(f.IDs) {
-		t.Errorf("outcome %+v, want every one of the %d writes refused", out, len(f.IDs))
-	}
-	if err := projectiontest.DiffReadModels(ctx, db, f); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestStoreApplyRacingWriters is the racing half of invariant 4: eight
 // writers apply events of the same 20 orders at once, through one Store
 // (the workers of one process) and, where single-document updates are

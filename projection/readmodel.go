@@ -72,15 +72,11 @@ func (s *ReadModel[D]) Apply(ctx context.Context, events []domain.Event) (Outcom
 // cache (redeliveries, whose documents another process may have written).
 func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
 	byStream := map[string][]domain.Event{}
-	starts := map[string]bool{} // streams whose first event is in events
 	for _, e := range events {
 		byStream[e.StreamID] = append(byStream[e.StreamID], e)
-		if e.Version == 1 {
-			starts[e.StreamID] = true
-		}
 	}
 	ids := slices.Sorted(maps.Keys(byStream))
-	cur, err := s.current(ctx, ids, fresh, starts)
+	cur, err := s.current(ctx, ids, fresh)
 	if err != nil {
 		return Outcome{}, nil, err
 	}
@@ -129,22 +125,15 @@ func (s *ReadModel[D]) apply(ctx context.Context, events []domain.Event, fresh b
 }
 
 // current returns the documents of ids from the cache, reading the others
-// (all of them when fresh) but those of the streams in starts; a stream
-// without a document has none in the map.
-//
-// A stream whose first event is in the batch needs no stored document
-// (unless fresh: a redelivery reads it, to skip what was applied): the
-// fold from nothing is the whole stream up to there, and the version
-// guard refuses the write if a newer document is stored. Reading the new
-// orders' documents took 8 ms of a write round's 29 ms in
-// BenchmarkService (docs/benchmarks.md).
-func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool, starts map[string]bool) (map[string]D, error) {
+// (all of them when fresh); a stream without a document has none in the
+// map.
+func (s *ReadModel[D]) current(ctx context.Context, ids []string, fresh bool) (map[string]D, error) {
 	out := make(map[string]D, len(ids))
 	var missing []string
 	for _, id := range ids {
 		if d, ok := s.cache.Get(id); ok && !fresh {
 			out[id] = d
-		} else if fresh || !starts[id] {
+		} else {
 			missing = append(missing, id)
 		}
 	}
