@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,31 +11,41 @@ import (
 )
 
 // SlowWrites makes each write round of r last hold longer, and returns
-// what they did so far: the most rounds in flight at once, the rounds,
-// and the events applied. Call it before r runs.
-func SlowWrites(r *Runner, hold time.Duration) (counts func() (most, rounds, events int)) {
+// what they did so far: the rounds, and the events applied. Call it
+// before r runs.
+func SlowWrites(r *Runner, hold time.Duration) (counts func() (rounds []Round, events int)) {
 	slow := &slowApplier{Projection: r.store, hold: hold}
 	r.store = slow
 	return slow.counts
 }
 
-// slowApplier counts the write rounds of a Runner in flight at once, each
-// made to last a while so that every partition's worker has a batch
-// waiting meanwhile.
+// SpaceWrites sets the least time between the starts of r's write rounds,
+// as NewSequencedRunner does.
+func SpaceWrites(r *Runner, d time.Duration) { r.spacing = d }
+
+// Round is one write round a SlowWrites Runner made: when it began to
+// write, and how many rounds were in flight then, itself included.
+type Round struct {
+	At       time.Time
+	InFlight int
+}
+
+// slowApplier records the write rounds of a Runner, each made to last a
+// while so that every partition's worker has a batch waiting meanwhile.
 type slowApplier struct {
 	Projection
 	hold time.Duration
 
-	mu                     sync.Mutex
-	inFlight, most, rounds int
-	events                 int
+	mu       sync.Mutex
+	inFlight int
+	rounds   []Round
+	events   int
 }
 
 func (s *slowApplier) Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error) {
 	s.mu.Lock()
 	s.inFlight++
-	s.most = max(s.most, s.inFlight)
-	s.rounds++
+	s.rounds = append(s.rounds, Round{time.Now(), s.inFlight})
 	s.mu.Unlock()
 	time.Sleep(s.hold)
 	out, failed, err := s.Projection.Apply(ctx, events, fresh)
@@ -47,8 +58,8 @@ func (s *slowApplier) Apply(ctx context.Context, events []domain.Event, fresh bo
 	return out, failed, err
 }
 
-func (s *slowApplier) counts() (most, rounds, events int) {
+func (s *slowApplier) counts() (rounds []Round, events int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.most, s.rounds, s.events
+	return slices.Clone(s.rounds), s.events
 }

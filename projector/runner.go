@@ -155,8 +155,10 @@ type Runner struct {
 	metrics *Metrics
 	lastErr atomic.Pointer[string]
 	writers chan struct{} // a slot per write round in flight (Writers)
+	spacing time.Duration // the least time from one write round's start to the next's
 	mu      sync.Mutex
 	waiting []*waiting                        // batches no write round has taken yet
+	began   time.Time                         // when the last write round began
 	gaps    map[projection.GapError]time.Time // a Sequenced projection's gaps missing from the stream (by collection and first position), since when
 	clock   *lagClock
 	parts   []*partition
@@ -176,7 +178,7 @@ func NewRunner(p Projection, js jetstream.JetStream, dead DeadLetterStore, cfg R
 func NewSequencedRunner(p Sequenced, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.Partitions = 1
 	r := newRunner(p, js, dead, cfg, log, m)
-	r.seq = p
+	r.seq, r.spacing = p, sequencedSpacing
 	return r
 }
 

@@ -25,6 +25,45 @@ import (
 // shared rounds (fewer rounds than partitions; a round per partition's
 // batch took at least 8), and applies every event.
 func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
+	rounds := runBacklog(t, 2, 0)
+	most := 0
+	for _, r := range rounds {
+		most = max(most, r.InFlight)
+	}
+	t.Logf("%d write rounds, at most %d in flight", len(rounds), most)
+	if most > 2 {
+		t.Errorf("%d write rounds in flight at once, want at most Writers (2)", most)
+	}
+	if len(rounds) >= 8 {
+		t.Errorf("%d write rounds for the backlogs of 8 partitions, want them to share rounds", len(rounds))
+	}
+}
+
+// TestRunnerSpacesItsWriteRounds: a Runner whose rounds are spaced (as a
+// Sequenced projection's are) starts a round no sooner than the spacing
+// after the one before, even with a backlog that would start the next as
+// soon as one ends (each round here lasts 30 ms; the starts are checked
+// against half the spacing, for the time from a round's start to its
+// write).
+func TestRunnerSpacesItsWriteRounds(t *testing.T) {
+	const spacing = 150 * time.Millisecond
+	rounds := runBacklog(t, 1, spacing)
+	if len(rounds) < 2 {
+		t.Fatalf("%d write rounds, want at least 2 to space", len(rounds))
+	}
+	for i := 1; i < len(rounds); i++ {
+		if d := rounds[i].At.Sub(rounds[i-1].At); d < spacing/2 {
+			t.Errorf("write round %d began %s after the one before, want about %s", i, d, spacing)
+		}
+	}
+}
+
+// runBacklog publishes one event to each of 64 orders spread over 8
+// partitions, runs a Runner of the order summaries with writers rounds
+// in flight and its rounds spaced by spacing (0: not), each round made
+// to last 30 ms, until every event is applied, and returns the rounds.
+func runBacklog(t *testing.T, writers int, spacing time.Duration) []projector.Round {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	db := storetest.Database(t)
@@ -39,8 +78,9 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 	}
 	r := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
-			Writers: 2, Owner: "w1"},
+			Writers: writers, Owner: "w1"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	projector.SpaceWrites(r, spacing)
 	counts := projector.SlowWrites(r, 30*time.Millisecond)
 
 	const orders = 64
@@ -71,22 +111,14 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 		}
 	}()
 	for {
-		if _, _, applied := counts(); applied >= orders {
-			break
+		if rounds, applied := counts(); applied >= orders {
+			return rounds
 		}
 		select {
 		case <-ctx.Done():
-			_, _, applied := counts()
+			_, applied := counts()
 			t.Fatalf("%d of %d events applied: %v", applied, orders, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}
-	}
-	most, rounds, _ := counts()
-	t.Logf("%d events in %d write rounds, at most %d in flight", orders, rounds, most)
-	if most > 2 {
-		t.Errorf("%d write rounds in flight at once, want at most Writers (2)", most)
-	}
-	if rounds >= stream.Partitions {
-		t.Errorf("%d write rounds for the backlogs of %d partitions, want them to share rounds", rounds, stream.Partitions)
 	}
 }
