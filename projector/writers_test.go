@@ -25,7 +25,7 @@ import (
 // shared rounds (fewer rounds than partitions; a round per partition's
 // batch took at least 8), and applies every event.
 func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
-	rounds := runBacklog(t, 2, 0)
+	rounds := runBacklog(t, 2, 0, 0)
 	most := 0
 	for _, r := range rounds {
 		most = max(most, r.InFlight)
@@ -42,12 +42,13 @@ func TestRunnerBoundsWriteRoundsInFlight(t *testing.T) {
 // TestRunnerSpacesItsWriteRounds: a Runner whose rounds are spaced (as a
 // Sequenced projection's are) starts a round no sooner than the spacing
 // after the one before, even with a backlog that would start the next as
-// soon as one ends (each round here lasts 30 ms; the starts are checked
+// soon as one ends (each round here lasts 30 ms and takes at most 4
+// messages of a partition, so the 64 take several; the starts are checked
 // against half the spacing, for the time from a round's start to its
 // write).
 func TestRunnerSpacesItsWriteRounds(t *testing.T) {
 	const spacing = 150 * time.Millisecond
-	rounds := runBacklog(t, 1, spacing)
+	rounds := runBacklog(t, 1, spacing, 4)
 	if len(rounds) < 2 {
 		t.Fatalf("%d write rounds, want at least 2 to space", len(rounds))
 	}
@@ -60,9 +61,10 @@ func TestRunnerSpacesItsWriteRounds(t *testing.T) {
 
 // runBacklog publishes one event to each of 64 orders spread over 8
 // partitions, runs a Runner of the order summaries with writers rounds
-// in flight and its rounds spaced by spacing (0: not), each round made
-// to last 30 ms, until every event is applied, and returns the rounds.
-func runBacklog(t *testing.T, writers int, spacing time.Duration) []projector.Round {
+// in flight, batches of at most batch messages (0: the default) and its
+// rounds spaced by spacing (0: not), each round made to last 30 ms, until
+// every event is applied, and returns the rounds.
+func runBacklog(t *testing.T, writers int, spacing time.Duration, batch int) []projector.Round {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -78,7 +80,7 @@ func runBacklog(t *testing.T, writers int, spacing time.Duration) []projector.Ro
 	}
 	r := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)), n.JS, mongodb.NewDeadLetters(db),
 		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions,
-			Writers: writers, Owner: "w1"},
+			Writers: writers, BatchSize: batch, Owner: "w1"},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	projector.SpaceWrites(r, spacing)
 	counts := projector.SlowWrites(r, 30*time.Millisecond)
