@@ -704,7 +704,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 
 	c, store := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())
-	link := bustest.NewAckDropper(t, strings.TrimPrefix(b.URL, "nats://"))
+	link := bustest.NewLink(t, strings.TrimPrefix(b.URL, "nats://"))
 	var slow, reconnects atomic.Int64
 	js := projectortest.ConnectTo(t, link.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
