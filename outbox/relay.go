@@ -21,9 +21,9 @@ import (
 // for. Once JetStream has acknowledged a round (and every round before
 // it), the relay saves the position after it, with the recorded time of
 // its last commit, as its checkpoint: one write for the rounds whose acks
-// it found in, fenced by the lease, so a deposed relay can move it neither
-// back nor forward. An idle relay saves the stream's position every
-// IdleCheckpoint.
+// it found in, at most every checkpointEvery while busy, fenced by the
+// lease, so a deposed relay can move it neither back nor forward. An idle
+// relay saves the stream's position every IdleCheckpoint.
 //
 // A crash, a failed round or a lost lease resumes from the checkpoint:
 // what the next relay publishes again is dropped by JetStream's
@@ -72,6 +72,14 @@ func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logg
 // before come in. Waiting for each round's acks before sending the next
 // held BenchmarkRelayPublish to about half the raw async publish rate.
 const roundsInFlight = 4
+
+// checkpointEvery is the least time between two checkpoints of a busy
+// relay (an idle one saves its last rounds at once). Saved after every
+// round, the checkpoints were 24 writes a second, 5 % of the embedded
+// store's one writer, in BenchmarkSteadyLoad's steady phase. A relay that
+// stops between two saves publishes at most this much again from the
+// checkpoint before: copies that JetStream's de-duplication window drops.
+const checkpointEvery = 250 * time.Millisecond
 
 // standbyPoll is how often an instance without the lease whose NATS
 // connection is down looks whether it is back, and maxRetryPause the
@@ -591,6 +599,8 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 type tailer struct {
 	*Relay
 	inFlight []*round
+	acked    *round     // the last round acknowledged and not yet saved; nil when none
+	ackedSeq uint64     // the stream sequence of its last event
 	saved    Checkpoint // as last saved (or the tail began from)
 	position uint64     // the log position of the last event sent
 	savedAt  time.Time  // when the last checkpoint was saved (or the tail began)
@@ -648,43 +658,49 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 // checkpoint after the last of them. An error: a round failed, or the
 // checkpoint was not saved (errLeaseLost when the lease has passed).
 func (t *tailer) settle(ctx context.Context, all bool) error {
-	var last *round
-	seq := t.saved.Seq
-	for len(t.inFlight) > 0 {
+	last, seq := t.acked, max(t.saved.Seq, t.ackedSeq)
+	for waited := false; len(t.inFlight) > 0; waited = true {
 		rd := t.inFlight[0]
 		var res ackState
-		if last == nil || all {
+		if !waited || all {
 			select {
 			case res = <-rd.done:
 			case <-ctx.Done():
 				t.inFlight = nil
-				return t.checkpoint(ctx, last, seq, ctx.Err())
+				return t.checkpoint(ctx, last, seq, ctx.Err(), true)
 			}
 		} else {
 			select {
 			case res = <-rd.done:
 			default:
-				return t.checkpoint(ctx, last, seq, nil)
+				return t.checkpoint(ctx, last, seq, nil, false)
 			}
 		}
 		if err := rd.failed(res); err != nil {
 			// The rounds after it are published again from the checkpoint.
 			t.inFlight = nil
-			return t.checkpoint(ctx, last, seq, err)
+			return t.checkpoint(ctx, last, seq, err, true)
 		}
 		t.inFlight = t.inFlight[1:]
 		last, seq = rd, max(seq, res.seq)
 	}
-	return t.checkpoint(ctx, last, seq, nil)
+	return t.checkpoint(ctx, last, seq, nil, all)
 }
 
 // checkpoint saves the position after last, the last round acknowledged
 // (none: nothing to save), with seq, the stream sequence of the last
-// event acknowledged, and returns err, or the save's error.
-func (t *tailer) checkpoint(ctx context.Context, last *round, seq uint64, err error) error {
+// event acknowledged, and returns err, or the save's error. Unless now
+// (a round failed, the tail ends or the stream is idle), it saves at most
+// every checkpointEvery and otherwise keeps last for the next save.
+func (t *tailer) checkpoint(ctx context.Context, last *round, seq uint64, err error, now bool) error {
 	if last == nil {
 		return err
 	}
+	if err == nil && !now && time.Since(t.savedAt) < checkpointEvery {
+		t.acked, t.ackedSeq = last, seq
+		return nil
+	}
+	t.acked = nil
 	cp := Checkpoint{Token: last.next, RecordedAt: last.last, Position: last.position, Seq: seq}
 	if serr := t.save(ctx, cp); serr != nil {
 		return errors.Join(err, serr)

@@ -957,3 +957,52 @@ func TestRelayNumbersWhatALostRoundHeldAsBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestRelaySpacesItsCheckpointsWhileBusy: a relay with a backlog of 100
+// rounds saves its checkpoint at most every 250 ms while it publishes
+// them, not after each round, and the checkpoint after the last commit as
+// soon as the stream has nothing new, long before IdleCheckpoint (30 s).
+func TestRelaySpacesItsCheckpointsWhileBusy(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 4, LeaseTTL: time.Minute}
+	// A first run leaves a checkpoint at the log's end, so the backlog
+	// below is read from the change stream.
+	first := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
+	stop := goRun(t, first.Run)
+	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	stop()
+	want := appendCommits(t, s, 20, 20)
+	lease := &countedLease{Lease: mongodb.NewLease(db, outbox.RelayLease, ocfg.Owner, ocfg.LeaseTTL)}
+	r := outbox.NewRelay(mongodb.NewEventStore(db), bus.NewPublisher(n.JS, cfg), lease, ocfg, testLogger(t), outbox.NewMetrics(prometheus.NewRegistry()))
+	began := time.Now()
+	goRun(t, r.Run)
+	storetest.WaitFor(t, 20*time.Second, "the checkpoint after the last commit", func() bool {
+		_, at := checkpointOf(t, db)
+		return !at.Before(want[len(want)-1].RecordedAt)
+	})
+	took := time.Since(began)
+	lease.mu.Lock()
+	saves := lease.saves
+	lease.mu.Unlock()
+	if limit := int(took/(250*time.Millisecond)) + 2; saves > limit {
+		t.Errorf("%d checkpoints saved in %v publishing 100 rounds, want at most %d (one per 250 ms and the last)", saves, took.Round(time.Millisecond), limit)
+	}
+	checkPublishedOnce(t, n, cfg, want)
+}
+
+// countedLease counts the checkpoints saved through it.
+type countedLease struct {
+	outbox.Lease
+	mu    sync.Mutex
+	saves int
+}
+
+func (l *countedLease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error {
+	err := l.Lease.SaveCheckpoint(ctx, cp)
+	if err == nil {
+		l.mu.Lock()
+		l.saves++
+		l.mu.Unlock()
+	}
+	return err
+}
