@@ -56,13 +56,19 @@ func BenchmarkSteadyLoad(b *testing.B) {
 	raw := measureRawInserts(ctx, b, db.Collection(benchScratch))
 	rawRate := float64(benchRawInserts) / raw.elapsed.Seconds()
 
-	burst := steadyPhase(ctx, b, m, base, "burst", steadyClients, nil, steadyBurst)
-	waitCaughtUp(ctx, b, base)
-	offered := steadyShare * burst.rate()
-	steady := steadyPhase(ctx, b, m, base, "steady", steadyOpenLoop, rate.NewLimiter(rate.Limit(offered), 1), steadyDuration)
-	waitCaughtUp(ctx, b, base)
-	over := steadyPhase(ctx, b, m, base, "overload", 2*steadyClients, nil, steadyOverload)
-	waitCaughtUp(ctx, b, base)
+	// Each phase and the drain after it, with where the store's writer
+	// and a command's event spent their time meanwhile.
+	hc := &http.Client{Timeout: 10 * time.Second}
+	phase := func(name string, workers int, lim *rate.Limiter, d time.Duration) *phaseResult {
+		ages0, writes0 := scrapeMetrics(ctx, hc, base), m.StoreWrites()
+		p := steadyPhase(ctx, b, m, base, name, workers, lim, d)
+		waitCaughtUp(ctx, b, base)
+		p.split = writeCosts(writes0, m.StoreWrites(), p.accepted) + hopTable(ages0, scrapeMetrics(ctx, hc, base))
+		return p
+	}
+	burst := phase("burst", steadyClients, nil, steadyBurst)
+	steady := phase("steady", steadyOpenLoop, rate.NewLimiter(rate.Limit(steadyShare*burst.rate()), 1), steadyDuration)
+	over := phase("overload", 2*steadyClients, nil, steadyOverload)
 	b.StopTimer()
 
 	b.ReportMetric(rawRate, "raw_inserts/s")
@@ -98,6 +104,9 @@ func BenchmarkSteadyLoad(b *testing.B) {
 	f("  relay: most commits read and not yet acknowledged %.0f, %.0f, %.0f; its lag at most %.2fs, %.2fs, %.2fs; failed rounds %.0f, %.0f, %.0f\n",
 		burst.relayBehind, steady.relayBehind, over.relayBehind, burst.relayLag, steady.relayLag, over.relayLag,
 		burst.relayErrors, steady.relayErrors, over.relayErrors)
+	for _, p := range []*phaseResult{burst, steady, over} {
+		f("  %s phase:\n%s", p.name, p.split)
+	}
 	fmt.Fprint(os.Stdout, t.String())
 	if n := burst.failed + steady.failed + over.failed; n > 0 {
 		b.Errorf("%d commands failed", n)
@@ -116,6 +125,7 @@ type phaseResult struct {
 	visible  []time.Duration
 	lags     []int64 // one a second; -1 when the service had no fresh sample
 	busy     float64 // share of the phase the store's writer was busy
+	split    string  // the writer's table and the hop table of the phase and its drain
 
 	relayBehind float64 // the most commits the relay had read and JetStream not yet acknowledged (orderd_relay_commits_behind)
 	relayLag    float64 // the relay's largest lag seen, in seconds (orderd_relay_lag_seconds)
