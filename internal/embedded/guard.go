@@ -41,8 +41,9 @@ type guardedUpdate struct {
 
 // guardedUpdates returns the statements of an update request when every one
 // can be served by the funnel (guardOf), and whether the command is
-// ordered. ok is false otherwise, and for a request with no guard at all
-// (FerretDB serves {_id: v} at index speed already). The driver sends the
+// ordered. ok is false otherwise, and for a request of at most maxRun
+// statements with no guard at all (FerretDB serves {_id: v} at index speed
+// already; a longer one goes in runs of maxRun). The driver sends the
 // statements as a document sequence; an update with them in its body goes
 // to FerretDB as it is.
 func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
@@ -61,7 +62,7 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 		}
 	}
 	ordered, isBool := m.body().Lookup("ordered").BooleanOK()
-	return stmts, ordered || !isBool, guarded
+	return stmts, ordered || !isBool, guarded || len(stmts) > maxRun
 }
 
 // guardOf splits one update statement into its _id and its guard. It
@@ -343,9 +344,17 @@ func field(d bson.D, key string) any {
 	return nil
 }
 
-// maxRun bounds the statements of a run, and so the parameters of its
-// query (SQLite allows 32,766).
-const maxRun = 1000
+// maxRun bounds the statements of a run, which FerretDB gets as one update
+// command. FerretDB 1.24 keeps each statement's query open until the
+// command ends (msg_update.go defers every statement's Close to the end),
+// each holding a connection of its SQLite pool of 100 (pool/opendb.go),
+// and takes one more for each statement's write: an update of about 100
+// statements waited for ever for a connection it held itself, and every
+// other command of the store with it (BenchmarkSteadyLoad, 2 of 12
+// runs with runs of up to 1,000; a goroutine dump showed the writer's
+// connection holding 100 open queries). Runs of 32 leave two thirds of the
+// pool to the reads.
+const maxRun = 32
 
 // idText is an _id as FerretDB keys its documents: its JSON text with its
 // kind (a string and an ObjectID of the same hex have one JSON text).

@@ -1,11 +1,14 @@
 package embedded
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
@@ -256,5 +259,46 @@ func TestGuardsReadFromTheStore(t *testing.T) {
 		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d); err != nil || d.Version != v || d.By != "replace" {
 			t.Errorf("%s: %+v, %v; want v%d by replace", id, d, err, v)
 		}
+	}
+}
+
+// TestLongBulksDoNotExhaustTheStore: FerretDB keeps a connection of its
+// SQLite pool (100) per statement of an update until the command ends;
+// an update of 100 statements or more waited for ever for one more, and
+// the whole store with it. Bulks of 300 updates of existing documents,
+// guarded and not, are answered, in runs the store can serve, and a read
+// after them is too.
+func TestLongBulksDoNotExhaustTheStore(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("guard").Collection("long")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	const n = 300
+	var docs []any
+	for i := range n {
+		docs = append(docs, bson.D{{Key: "_id", Value: fmt.Sprintf("d%03d", i)}, {Key: "version", Value: int64(1)}})
+	}
+	if _, err := coll.InsertMany(ctx, docs); err != nil {
+		t.Fatal(err)
+	}
+	guarded := make([]mongo.WriteModel, n)
+	plain := make([]mongo.WriteModel, n)
+	for i := range n {
+		id := fmt.Sprintf("d%03d", i)
+		guarded[i] = guardedUpsert(id, 2)
+		plain[i] = mongo.NewUpdateOneModel().SetFilter(bson.D{{Key: "_id", Value: id}}).
+			SetUpdate(bson.D{{Key: "$set", Value: bson.D{{Key: "plain", Value: true}}}})
+	}
+	for name, models := range map[string][]mongo.WriteModel{"guarded": guarded, "plain": plain} {
+		res, err := coll.BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
+		if err != nil {
+			t.Fatalf("%s bulk of %d: %v", name, n, err)
+		}
+		if res.MatchedCount != n || res.ModifiedCount != n {
+			t.Errorf("%s bulk: %d matched, %d modified, want %d", name, res.MatchedCount, res.ModifiedCount, n)
+		}
+	}
+	if got := versionOf(t, coll, fmt.Sprintf("d%03d", n-1)); got != 2 {
+		t.Errorf("last document at v%d, want v2", got)
 	}
 }
