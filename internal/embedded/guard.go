@@ -41,9 +41,9 @@ type guardedUpdate struct {
 
 // guardedUpdates returns the statements of an update request when every one
 // can be served by the funnel (guardOf), and whether the command is
-// ordered. ok is false otherwise, and for a request of at most maxRun
+// ordered. ok is false otherwise, and for a request of at most maxUpdate
 // statements with no guard at all (FerretDB serves {_id: v} at index speed
-// already; a longer one goes in runs of maxRun). The driver sends the
+// already; a longer one is sent in updates of maxUpdate). The driver sends the
 // statements as a document sequence; an update with them in its body goes
 // to FerretDB as it is.
 func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
@@ -62,7 +62,7 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 		}
 	}
 	ordered, isBool := m.body().Lookup("ordered").BooleanOK()
-	return stmts, ordered || !isBool, guarded || len(stmts) > maxRun
+	return stmts, ordered || !isBool, guarded || len(stmts) > maxUpdate
 }
 
 // guardOf splits one update statement into its _id and its guard. It
@@ -227,7 +227,8 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 //
 // The statements go in runs of distinct _ids: a run's stored guard fields
 // are read from h in one indexed query (storedGuards), and the statements
-// whose guards hold are sent to FerretDB as one update of filters {_id: v}.
+// whose guards hold are sent to FerretDB as updates of filters {_id: v},
+// maxUpdate statements each.
 // A statement per command cost 1.6 ms (a find and an update); a run of 32
 // costs 0.5 ms a statement (docs/embedded-store.md, "Guarded updates at
 // index speed"). FerretDB stops a command at its first failure without
@@ -283,8 +284,10 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 				n++
 			}
 		}
-		if len(send) > 0 {
-			reply, err := roundTrip(up, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: send},
+		for len(send) > 0 {
+			chunk := send[:min(len(send), maxUpdate)]
+			send = send[len(chunk):]
+			reply, err := roundTrip(up, bson.D{{Key: "update", Value: coll}, {Key: "updates", Value: chunk},
 				{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
 			if err != nil {
 				return nil, err
@@ -344,17 +347,21 @@ func field(d bson.D, key string) any {
 	return nil
 }
 
-// maxRun bounds the statements of a run, which FerretDB gets as one update
-// command. FerretDB 1.24 keeps each statement's query open until the
-// command ends (msg_update.go defers every statement's Close to the end),
-// each holding a connection of its SQLite pool of 100 (pool/opendb.go),
-// and takes one more for each statement's write: an update of about 100
-// statements waited for ever for a connection it held itself, and every
-// other command of the store with it (BenchmarkSteadyLoad, 2 of 12
-// runs with runs of up to 1,000; a goroutine dump showed the writer's
-// connection holding 100 open queries). Runs of 32 leave two thirds of the
-// pool to the reads.
-const maxRun = 32
+// maxRun bounds the statements of a run, and so the parameters of its
+// query (SQLite allows 32,766).
+const maxRun = 1000
+
+// maxUpdate bounds the statements of an update sent to FerretDB. FerretDB
+// 1.24 keeps each statement's query open until the command ends
+// (msg_update.go defers every statement's Close to the end), each holding
+// a connection of its SQLite pool of 100 (pool/opendb.go), and takes one
+// more for each statement's write: an update of about 100 statements
+// waited for ever for a connection it held itself, and every other
+// command of the store with it (BenchmarkSteadyLoad, 2 of 12 runs with
+// updates of up to 1,000 statements; a goroutine dump showed the writer's
+// connection holding 100 open queries). Updates of 32 leave two thirds of
+// the pool to the reads.
+const maxUpdate = 32
 
 // idText is an _id as FerretDB keys its documents: its JSON text with its
 // kind (a string and an ObjectID of the same hex have one JSON text).
