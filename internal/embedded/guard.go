@@ -357,9 +357,9 @@ const maxRun = 1000
 // a connection of its SQLite pool of 100 (pool/opendb.go), and takes one
 // more for each statement's write: an update of about 100 statements
 // waited for ever for a connection it held itself, and every other
-// command of the store with it (BenchmarkSteadyLoad, 2 of 12 runs with
-// updates of up to 1,000 statements; a goroutine dump showed the writer's
-// connection holding 100 open queries). Updates of 32 leave two thirds of
+// command of the store with it (3 of 20 runs of BenchmarkSteadyLoad with
+// updates of up to 1,000 statements on 2026-11-28; a goroutine dump showed
+// the writer's connection holding 100 open queries). Updates of 32 leave two thirds of
 // the pool to the reads.
 const maxUpdate = 32
 
