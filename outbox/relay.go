@@ -655,7 +655,9 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 
 // settle waits for the oldest round's acks (for every round's, with all)
 // and takes the rounds after it whose acks are in, then saves one
-// checkpoint after the last of them. An error: a round failed, or the
+// checkpoint after the last of them and of those acknowledged before and
+// not yet saved: with all at once, without it at most every
+// checkpointEvery (checkpoint). An error: a round failed, or the
 // checkpoint was not saved (errLeaseLost when the lease has passed).
 func (t *tailer) settle(ctx context.Context, all bool) error {
 	last, seq := t.acked, max(t.saved.Seq, t.ackedSeq)
