@@ -16,6 +16,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 func exists(field string) bson.D {
@@ -249,5 +250,36 @@ func TestUnorderedInsertAnswersAsMongoDB(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, wantIdx) {
 		t.Errorf("insertMany: write errors at %v, want %v", got, wantIdx)
+	}
+}
+
+// TestUnacknowledgedWritesKeepAnswersInStep: an unacknowledged write
+// (moreToCome: no answer wanted) leaves no answer behind for the next
+// request on the funnel's connections. FerretDB 1.24 answers it anyway;
+// left unread, every later write got the answer of the one before it,
+// here an insert of a taken _id the answer ok of the unacknowledged
+// insert before it. Both kinds of write are sent: inserts and updates.
+func TestUnacknowledgedWritesKeepAnswersInStep(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	ctx := t.Context()
+	coll := c.Database("funnel").Collection("unacked")
+	unacked := c.Database("funnel").Collection("unacked", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+	if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "taken"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if _, err := unacked.InsertOne(ctx, bson.D{{Key: "_id", Value: fmt.Sprint("i", i)}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unacked.UpdateOne(ctx, bson.D{{Key: "_id", Value: "taken"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "n", Value: i}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := coll.InsertOne(ctx, bson.D{{Key: "_id", Value: "taken"}}); !mongo.IsDuplicateKeyError(err) {
+			t.Fatalf("round %d: an insert of a taken _id answered %v, want a duplicate key error", i, err)
+		}
+		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "taken"}})
+		if err != nil || n != 1 {
+			t.Fatalf("round %d: count of the taken _id %d, %v; want 1", i, n, err)
+		}
 	}
 }
