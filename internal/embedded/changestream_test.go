@@ -13,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
+	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 )
 
 // insertsOnlyPipeline is the stream the embedded store serves.
@@ -89,8 +90,9 @@ func wantServerCode(t *testing.T, what string, err error, code int) {
 
 // TestChangeStreamReportsInsertsInCommitOrder: a stream sees inserts, one
 // by one and of an insertMany, in the order they were stored, with the
-// documents as inserted; a duplicate-key loser of an unordered insert
-// never appears; an idle getMore is woken by an insert.
+// documents as inserted (one is changed after its insert); a
+// duplicate-key loser of an unordered insert never appears; an idle
+// getMore is woken by an insert.
 func TestChangeStreamReportsInsertsInCommitOrder(t *testing.T) {
 	_, c := startStore(t, t.TempDir(), WithTestCommands())
 	coll := c.Database("cs").Collection(LogCollection)
@@ -128,6 +130,10 @@ func TestChangeStreamReportsInsertsInCommitOrder(t *testing.T) {
 	_, err = coll.InsertMany(ctx, many, options.InsertMany().SetOrdered(false))
 	if !mongo.IsDuplicateKeyError(err) {
 		t.Fatalf("insertMany with a duplicate: %v", err)
+	}
+	// Reported as inserted: from the cache, at the rows the others took.
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "many-3"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: -1}}}}); err != nil {
+		t.Fatal(err)
 	}
 	got := nextIDs(t, cs, len(order), want)
 	if fmt.Sprint(got) != fmt.Sprint(order) {
@@ -444,6 +450,65 @@ func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 	}
 	if w := marshal(t, inserted); !bytesEqual(w, e.FullDocument) {
 		t.Errorf("the insert reported as %s, want it as inserted, %s", e.FullDocument, w)
+	}
+}
+
+// TestChangeStreamAfterOtherWrites: the funnel places the documents it
+// caches by counting the rows inserts add, so a write that adds or frees
+// rows it cannot count (a delete, whose row the next insert takes, an
+// unacknowledged insert, an upsert) must not shift them: a stream reports
+// each insert with its own document.
+func TestChangeStreamAfterOtherWrites(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("cs").Collection("written")
+	ctx := t.Context()
+	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := cs.ResumeToken()
+	_ = cs.Close(ctx)
+	a, b, late, k, last := doc("a", 1), doc("b", 2), doc("late", 3), doc("k", 4), doc("last", 5)
+	if _, err := coll.InsertMany(ctx, []any{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "b"}}); err != nil {
+		t.Fatal(err)
+	}
+	unacked := c.Database("cs").Collection("written", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+	if _, err := unacked.InsertOne(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(within); ; { // stored before the next insert
+		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "late"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unacknowledged insert was not stored")
+		}
+	}
+	if _, err := coll.InsertOne(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "up"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 9}}}},
+		options.UpdateOne().SetUpsert(true)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.InsertOne(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	want := map[string]bson.Raw{"a": marshal(t, a), "late": marshal(t, late), "k": marshal(t, k), "last": marshal(t, last)}
+	if got := nextIDs(t, cs, 5, want); fmt.Sprint(got) != "[a late k up last]" {
+		t.Fatalf("events %v, want [a late k up last]", got)
 	}
 }
 

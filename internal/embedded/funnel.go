@@ -205,6 +205,16 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.writer = nil
 		return err
 	}
+	if name != "insert" && f.streams.watched(cmd.db, cmd.collection) {
+		switch name {
+		case "delete", "findandmodify":
+			// A delete may free the table's last rowids for the next
+			// insert: the cached documents may no longer be at theirs.
+			f.streams.cache.dropCollection(cmd.db, cmd.collection)
+		case "update": // an upsert adds a row
+			f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
+		}
+	}
 	switch name {
 	case "drop", "renamecollection":
 		f.index.forget(cmd.db, cmd.collection)
