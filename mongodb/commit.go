@@ -109,7 +109,7 @@ func toBSON(d domain.EventData, schemaVersion int) (bson.Raw, error) {
 func (d commitDoc) events() ([]domain.Event, error) {
 	out := make([]domain.Event, 0, len(d.Events))
 	for _, e := range d.Events {
-		js, err := bson.MarshalExtJSON(e.Data, false, false)
+		js, err := payloadJSON(e.Data)
 		if err != nil {
 			return nil, fmt.Errorf("read %s v%d payload: %w: %w", d.StreamID, e.Version, domain.ErrUnreadableCommit, err)
 		}
@@ -149,7 +149,7 @@ func (d commitDoc) message(e eventDoc) ([]byte, error) {
 	if err := domain.CheckSchema(e.Type, e.SchemaVersion); err != nil {
 		return nil, err
 	}
-	data, err := bson.MarshalExtJSON(e.Data, false, false)
+	data, err := payloadJSON(e.Data)
 	if err != nil {
 		return nil, err
 	}
