@@ -24,16 +24,19 @@ const relayBenchCommits = 5000
 // its change stream, against the raw async publish rate of the same
 // JetStream connection measured in the same run:
 //
-//  1. raw: relayBenchCommits messages of the same bodies (an OrderPlaced
-//     event each, as the relay sends it), each with a fresh Nats-Msg-Id,
-//     sent with PublishMsgAsync and waited for with PublishAsyncComplete;
-//     events/s.
-//  2. relay: a relay run on the empty log leaves its checkpoint at the
+//  1. relay: a relay run on the empty log leaves its checkpoint at the
 //     log's end; relayBenchCommits commits are appended with no relay
 //     running (not timed), then a relay is started; events/s from its
 //     start until it has had every event acknowledged
-//     (orderd_relay_published_events_total): it resumes its change
+//     (orderd_relay_published_events_total): it reads back the positions
+//     of what the stream holds since its checkpoint, resumes its change
 //     stream from the checkpoint, publishes, and saves its checkpoints.
+//  2. raw: relayBenchCommits messages of the same bodies (an OrderPlaced
+//     event each, as the relay sends it), each with a fresh Nats-Msg-Id,
+//     sent with PublishMsgAsync and waited for with PublishAsyncComplete;
+//     events/s. It runs second: run first, its messages were in the
+//     stream since the relay's checkpoint, and the relay's start spent
+//     about 20 ms reading their headers back.
 //
 // Figures: raw_events/s, relay_events/s and relay_to_raw (their ratio).
 func BenchmarkRelayPublish(b *testing.B) {
@@ -70,7 +73,25 @@ func BenchmarkRelayPublish(b *testing.B) {
 
 	// One run whatever b.N: make bench runs it with -benchtime 1x.
 	b.ResetTimer()
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
 	start := time.Now()
+	go func() {
+		defer close(done)
+		_ = relay.Run(rctx)
+	}()
+	for metric(b, relay.reg, "orderd_relay_published_events_total") < relayBenchCommits {
+		if time.Since(start) > time.Minute {
+			b.Fatalf("the relay published %v of %d events within a minute",
+				metric(b, relay.reg, "orderd_relay_published_events_total"), relayBenchCommits)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	took := time.Since(start)
+	cancel()
+	<-done
+
+	start = time.Now()
 	for _, e := range events {
 		body, err := domain.MarshalEvent(e)
 		if err != nil {
@@ -88,24 +109,6 @@ func BenchmarkRelayPublish(b *testing.B) {
 		b.Fatal("raw publishes not acknowledged within a minute")
 	}
 	raw := time.Since(start)
-
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	start = time.Now()
-	go func() {
-		defer close(done)
-		_ = relay.Run(rctx)
-	}()
-	for metric(b, relay.reg, "orderd_relay_published_events_total") < relayBenchCommits {
-		if time.Since(start) > time.Minute {
-			b.Fatalf("the relay published %v of %d events within a minute",
-				metric(b, relay.reg, "orderd_relay_published_events_total"), relayBenchCommits)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	took := time.Since(start)
-	cancel()
-	<-done
 
 	rawRate := relayBenchCommits / raw.Seconds()
 	relayRate := relayBenchCommits / took.Seconds()
