@@ -88,6 +88,31 @@ func wantServerCode(t *testing.T, what string, err error, code int) {
 	}
 }
 
+// startToken opens a stream on coll and closes it again: the token to
+// resume from, and coll watched, so that the funnel caches what is
+// inserted into it from then on.
+func startToken(t *testing.T, coll *mongo.Collection) bson.Raw {
+	t.Helper()
+	cs, err := coll.Watch(t.Context(), insertsOnlyPipeline)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(context.Background())
+	return cs.ResumeToken()
+}
+
+// resumeFrom opens a stream on coll after token, closed when the test
+// ends.
+func resumeFrom(t *testing.T, coll *mongo.Collection, token bson.Raw) *mongo.ChangeStream {
+	t.Helper()
+	cs, err := coll.Watch(t.Context(), insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(token))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close(context.Background()) })
+	return cs
+}
+
 // TestChangeStreamReportsInsertsInCommitOrder: a stream sees inserts, one
 // by one and of an insertMany, in the order they were stored, with the
 // documents as inserted (one is changed after its insert); a
@@ -421,12 +446,7 @@ func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
 	coll := c.Database("cs").Collection("closed")
 	ctx := t.Context()
-	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := cs.ResumeToken()
-	_ = cs.Close(ctx)
+	start := startToken(t, coll)
 	inserted := bson.D{{Key: "_id", Value: "a"}, {Key: "v", Value: 1}}
 	if _, err := coll.InsertOne(ctx, inserted); err != nil {
 		t.Fatal(err)
@@ -434,11 +454,7 @@ func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 	if _, err := coll.UpdateOne(ctx, bson.D{{Key: "_id", Value: "a"}}, bson.D{{Key: "$set", Value: bson.D{{Key: "v", Value: 2}}}}); err != nil {
 		t.Fatal(err)
 	}
-	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close(context.Background())
+	cs := resumeFrom(t, coll, start)
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	if !cs.Next(wctx) {
@@ -462,12 +478,7 @@ func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
 	coll := c.Database("cs").Collection("written")
 	ctx := t.Context()
-	cs, err := coll.Watch(ctx, insertsOnlyPipeline)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := cs.ResumeToken()
-	_ = cs.Close(ctx)
+	start := startToken(t, coll)
 	a, b, late, k, last := doc("a", 1), doc("b", 2), doc("late", 3), doc("k", 4), doc("last", 5)
 	if _, err := coll.InsertMany(ctx, []any{a, b}); err != nil {
 		t.Fatal(err)
@@ -501,11 +512,7 @@ func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	if _, err := coll.InsertOne(ctx, last); err != nil {
 		t.Fatal(err)
 	}
-	cs, err = coll.Watch(ctx, insertsOnlyPipeline, options.ChangeStream().SetResumeAfter(start))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close(context.Background())
+	cs := resumeFrom(t, coll, start)
 	want := map[string]bson.Raw{"a": marshal(t, a), "late": marshal(t, late), "k": marshal(t, k), "last": marshal(t, last)}
 	if got := nextIDs(t, cs, 5, want); fmt.Sprint(got) != "[a late k up last]" {
 		t.Fatalf("events %v, want [a late k up last]", got)
