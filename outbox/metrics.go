@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -19,8 +20,7 @@ type Metrics struct {
 	age           *prometheus.HistogramVec
 
 	mu     sync.Mutex
-	behind int       // commits read from the stream and not yet acknowledged
-	oldest time.Time // recorded time of the oldest of them; zero when none
+	rounds []*round // the tail's rounds in flight, oldest first; those acknowledged are not counted
 }
 
 // NewMetrics registers the metrics with reg.
@@ -61,10 +61,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) snapshot() (int, time.Time) {
+// snapshot returns the commits read and not yet acknowledged, and the
+// recorded time of the oldest of them (zero when none): the rounds in
+// flight but those whose acks are in, also before the tail has taken
+// them (it does at its next batch, up to a second after the last).
+func (m *Metrics) snapshot() (behind int, oldest time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.behind, m.oldest
+	for _, rd := range m.rounds {
+		if rd.acked.Load() {
+			continue
+		}
+		if oldest.IsZero() {
+			oldest = rd.first
+		}
+		behind += rd.commits
+	}
+	return behind, oldest
 }
 
 func (m *Metrics) publishedEvents(n int) {
@@ -121,13 +134,12 @@ func (m *Metrics) setCheckpoint(at time.Time) {
 	}
 }
 
-// setBehind records the commits read and not yet acknowledged, and the
-// recorded time of the oldest of them (zero when none).
-func (m *Metrics) setBehind(n int, oldest time.Time) {
+// setBehind records the tail's rounds in flight, oldest first (nil: none).
+func (m *Metrics) setBehind(rounds []*round) {
 	if m == nil {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.behind, m.oldest = n, oldest
+	m.rounds = slices.Clone(rounds)
 }

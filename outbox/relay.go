@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -443,6 +444,7 @@ type round struct {
 	first    time.Time     // recorded time of its first and last commit
 	last     time.Time     //
 	done     chan ackState // the acks, once in
+	acked    atomic.Bool   // every commit acknowledged: the lag gauges count it no more
 }
 
 type ackState struct {
@@ -515,6 +517,7 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 	go func() {
 		acked, seq, err := wait()
 		if len(acked) == len(commits) && err == nil {
+			rd.acked.Store(true)
 			r.metrics.publishedEvents(n)
 		} else {
 			r.metrics.publishError()
@@ -590,7 +593,7 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 	if serr := t.settle(gctx, true); serr != nil && err == nil {
 		err = serr
 	}
-	r.metrics.setBehind(0, time.Time{})
+	r.metrics.setBehind(nil)
 	return err
 }
 
@@ -623,7 +626,7 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 		if err := t.settle(ctx, true); err != nil {
 			return err
 		}
-		t.metrics.setBehind(0, time.Time{})
+		t.metrics.setBehind(nil)
 		// On time alone, whether or not the position moved: MongoDB's
 		// postBatchResumeToken advances with the cluster's time while
 		// nothing is inserted, the embedded store's stays at the last
@@ -642,11 +645,7 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 	rd := t.send(ctx, commits, next, t.position, t.sent)
 	t.position = rd.position
 	t.inFlight = append(t.inFlight, rd)
-	behind := 0
-	for _, rd := range t.inFlight {
-		behind += rd.commits
-	}
-	t.metrics.setBehind(behind, t.inFlight[0].first)
+	t.metrics.setBehind(t.inFlight)
 	if len(t.inFlight) >= roundsInFlight {
 		return t.settle(ctx, false)
 	}

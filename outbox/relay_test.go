@@ -1006,3 +1006,26 @@ func (l *countedLease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint)
 	}
 	return err
 }
+
+// The relay's lag gauges count a round no more once JetStream has
+// acknowledged it, not once the tail takes its acks in: after the last
+// round of a burst the tail waits up to a second for the stream's next
+// batch, and the gauges said the burst's last commits were still behind
+// for that long.
+func TestRelayLagIsZeroOnceEverythingIsAcknowledged(t *testing.T) {
+	s, db, n, cfg := openOutbox(t)
+	r := newRelay(t, db, bus.NewPublisher(n.JS, cfg), outbox.Config{Owner: "relay-1", BatchSize: 4})
+	goRun(t, r.Run)
+	storetest.WaitFor(t, 10*time.Second, "the relay tailing", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	for round := range 3 {
+		before := metric(t, r.reg, "orderd_relay_published_events_total")
+		want := before + float64(len(appendCommits(t, s, 5, 3)))
+		storetest.WaitFor(t, 20*time.Second, "the burst acknowledged", func() bool {
+			return metric(t, r.reg, "orderd_relay_published_events_total") >= want
+		})
+		// Read at once: the tail has not taken the last acks in yet.
+		if behind, lag := metric(t, r.reg, "orderd_relay_commits_behind"), metric(t, r.reg, "orderd_relay_lag_seconds"); behind != 0 || lag != 0 {
+			t.Fatalf("burst %d: every event acknowledged, yet %v commits behind and a lag of %.3fs", round, behind, lag)
+		}
+	}
+}
