@@ -581,8 +581,11 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 		return
 	}
 	stored, known := storedDocs(cmd, reply)
-	if !known || len(stored) == 0 {
-		s.cache.setEnd(cmd.db, cmd.collection, 0, known)
+	if !known {
+		s.cache.setEnd(cmd.db, cmd.collection, 0, false)
+		return
+	}
+	if len(stored) == 0 { // a duplicate key, say: no row added
 		return
 	}
 	end, ok := s.cache.end(cmd.db, cmd.collection)

@@ -470,10 +470,11 @@ func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 }
 
 // TestChangeStreamAfterOtherWrites: the funnel places the documents it
-// caches by counting the rows inserts add, so a write that adds or frees
-// rows it cannot count (a delete, whose row the next insert takes, an
-// unacknowledged insert, an upsert) must not shift them: a stream reports
-// each insert with its own document.
+// caches by counting the rows inserts add, so neither a write that adds or
+// frees rows it cannot count (a delete, whose row the next insert takes,
+// an unacknowledged insert, an upsert) nor an insert that adds none (a
+// duplicate key) may shift them: a stream reports each insert with its
+// own document.
 func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
 	coll := c.Database("cs").Collection("written")
@@ -512,10 +513,18 @@ func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	if _, err := coll.InsertOne(ctx, last); err != nil {
 		t.Fatal(err)
 	}
+	// An insert that stores nothing adds no row.
+	if _, err := coll.InsertOne(ctx, doc("last", 6)); !mongo.IsDuplicateKeyError(err) {
+		t.Fatalf("an insert of a taken _id: %v, want a duplicate key error", err)
+	}
+	final := doc("final", 7)
+	if _, err := coll.InsertOne(ctx, final); err != nil {
+		t.Fatal(err)
+	}
 	cs := resumeFrom(t, coll, start)
-	want := map[string]bson.Raw{"a": marshal(t, a), "late": marshal(t, late), "k": marshal(t, k), "last": marshal(t, last)}
-	if got := nextIDs(t, cs, 5, want); fmt.Sprint(got) != "[a late k up last]" {
-		t.Fatalf("events %v, want [a late k up last]", got)
+	want := map[string]bson.Raw{"a": marshal(t, a), "late": marshal(t, late), "k": marshal(t, k), "last": marshal(t, last), "final": marshal(t, final)}
+	if got := nextIDs(t, cs, 6, want); fmt.Sprint(got) != "[a late k up last final]" {
+		t.Fatalf("events %v, want [a late k up last final]", got)
 	}
 }
 

@@ -203,6 +203,9 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	if err := f.send(c, req, cmd); err != nil {
 		f.untrack(f.writer)
 		f.writer = nil
+		// Whether it added rows is not known: the next insert reads the
+		// table's end instead of counting from it.
+		f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
 		return err
 	}
 	if name != "insert" && f.streams.watched(cmd.db, cmd.collection) {
