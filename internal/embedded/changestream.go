@@ -562,7 +562,7 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 }
 
 // insertCommitted records what an insert command (cmd, answered with
-// reply; nil when the client asked for no answer) stored, for change
+// reply; nil when the answer did not parse) stored, for change
 // streams, and wakes the collection's streams. When a stream has read
 // the collection, the documents the reply says were stored go to the
 // cache under the rowids they took: the funnel's writes run one at a time
@@ -608,7 +608,8 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 // storedDocs returns the documents of insert cmd that reply says were
 // stored, in order; known is false when it does not say (no reply, a
 // failed command, documents in the command's body rather than in a
-// document sequence, as the driver sends them).
+// document sequence, as the driver sends them). An insert that stored
+// none (a duplicate key) is known, with no documents.
 func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 	if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 {
 		return nil, false
