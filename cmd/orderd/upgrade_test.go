@@ -17,6 +17,7 @@ import (
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
@@ -60,8 +61,9 @@ func TestUpgradeBuildsTheDailySalesRollup(t *testing.T) {
 	ca := newClient(t, a)
 	var page struct {
 		Items []struct {
-			CustomerID string    `json:"customer_id"`
-			PlacedAt   time.Time `json:"placed_at"`
+			CustomerID string        `json:"customer_id"`
+			PlacedAt   time.Time     `json:"placed_at"`
+			Status     domain.Status `json:"status"`
 		} `json:"items"`
 	}
 	ca.must(http.StatusOK, "GET", "/v1/order-summaries?limit=500", "").decode(t, &page)
@@ -74,9 +76,39 @@ func TestUpgradeBuildsTheDailySalesRollup(t *testing.T) {
 		want["/v1/customers/"+o.CustomerID+"/order-stats"] = ""
 		first, last = minTime(first, o.PlacedAt), maxTime(last, o.PlacedAt)
 	}
-	want[fmt.Sprintf("/v1/daily-sales?from=%s&to=%s", first.UTC().Format(time.DateOnly), last.UTC().Format(time.DateOnly))] = ""
+	salesPath := fmt.Sprintf("/v1/daily-sales?from=%s&to=%s", first.UTC().Format(time.DateOnly), last.UTC().Format(time.DateOnly))
+	want[salesPath] = ""
 	for path := range want {
 		want[path] = string(ca.must(http.StatusOK, "GET", path, "").Body)
+	}
+	// The rollup answers the daily sales and may still be behind the
+	// summaries: its answer is taken once it counts every order of the
+	// page, placed, canceled and unavailable.
+	counts := func(placed, canceled, unavailable int64) string {
+		return fmt.Sprintf("%d placed, %d canceled, %d unavailable", placed, canceled, unavailable)
+	}
+	var wantCanceled, wantUnavailable int64
+	for _, o := range page.Items {
+		switch o.Status {
+		case domain.StatusCanceled:
+			wantCanceled++
+		case domain.StatusUnavailable:
+			wantUnavailable++
+		}
+	}
+	wantCounts, gotCounts := counts(int64(len(page.Items)), wantCanceled, wantUnavailable), ""
+	if !waitFor(30*time.Second, 50*time.Millisecond, func() bool {
+		var sales struct{ Days []domain.DailySales }
+		r := ca.must(http.StatusOK, "GET", salesPath, "")
+		r.decode(t, &sales)
+		var placed, canceled, unavailable int64
+		for _, d := range sales.Days {
+			placed, canceled, unavailable = placed+d.OrdersPlaced, canceled+d.OrdersCanceled, unavailable+d.OrdersUnavailable
+		}
+		want[salesPath], gotCounts = string(r.Body), counts(placed, canceled, unavailable)
+		return gotCounts == wantCounts
+	}) {
+		t.Fatalf("the daily sales before the upgrade count %s, want %s", gotCounts, wantCounts)
 	}
 	stream := a.Config.Stream
 	partitions := a.Config.Projector.Partitions
