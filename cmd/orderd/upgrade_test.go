@@ -16,8 +16,8 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
-	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
