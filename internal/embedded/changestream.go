@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -642,11 +643,11 @@ func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 func (s *streams) end(db, coll string) (int64, error) {
 	h, err := s.files.handle(db)
 	if err != nil || h == nil {
-		return 0, errors.Join(err, errors.New("no database file"))
+		return 0, cmp.Or(err, errors.New("no database file"))
 	}
 	table, _, err := tableOf(h, coll)
 	if err != nil || table == "" {
-		return 0, errors.Join(err, errors.New("no table"))
+		return 0, cmp.Or(err, errors.New("no table"))
 	}
 	return lastRow(h, table)
 }
