@@ -7,6 +7,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -313,12 +314,87 @@ func MarshalEvent(e Event) ([]byte, error) {
 // already JSON: e's envelope fields (its Data is not read) and data under
 // "data", as MarshalEvent would give it for the payload data decodes to.
 // It checks neither: the log's payloads were checked when appended, and
-// UnmarshalEvent checks what it reads. An error: data is not JSON.
+// UnmarshalEvent checks what it reads. data must be JSON: json.Marshal's
+// path returns an error for data that is not, the written path does not
+// look.
+//
+// The bytes are json.Marshal's. The envelope is written field by field
+// when its strings need no escape, its times are in years 1 to 9999 in UTC
+// and data is compact and needs no escape either: what the relay publishes for
+// every event of the log. Anything else takes json.Marshal. Its reflection
+// took 1.5 µs of the 6 µs the relay spent per one-event commit
+// (BenchmarkChangedCommit in mongodb, its CPU profile).
 func MarshalEnvelope(e Event, data json.RawMessage) ([]byte, error) {
+	if b, ok := appendEnvelope(make([]byte, 0, 320+len(data)), e, data); ok {
+		return b, nil
+	}
 	return json.Marshal(eventJSON{
 		ID: e.ID, StreamID: e.StreamID, StreamType: e.StreamType, Type: e.Type, Version: e.Version,
 		OccurredAt: e.OccurredAt, RecordedAt: e.RecordedAt, Data: data, Metadata: e.Metadata,
 	})
+}
+
+// appendEnvelope appends json.Marshal's bytes of e's eventJSON with data;
+// false when a value is not one it writes (see MarshalEnvelope).
+func appendEnvelope(b []byte, e Event, data json.RawMessage) ([]byte, bool) {
+	if !plainJSON(data) || !ValidTime(e.OccurredAt) || !ValidTime(e.RecordedAt) {
+		return nil, false
+	}
+	ok := true
+	field := func(name, s string) {
+		b = append(b, name...)
+		ok = ok && plainString(s)
+		b = append(append(append(b, '"'), s...), '"')
+	}
+	field(`{"event_id":`, e.ID)
+	field(`,"stream_id":`, e.StreamID)
+	field(`,"stream_type":`, e.StreamType)
+	field(`,"type":`, e.Type)
+	b = strconv.AppendInt(append(b, `,"version":`...), e.Version, 10)
+	b = append(e.OccurredAt.AppendFormat(append(b, `,"occurred_at":"`...), time.RFC3339Nano), '"')
+	b = append(e.RecordedAt.AppendFormat(append(b, `,"recorded_at":"`...), time.RFC3339Nano), '"')
+	b = append(append(b, `,"data":`...), data...)
+	b = append(b, `,"metadata":{`...)
+	if e.Metadata.CorrelationID != "" {
+		field(`"correlation_id":`, e.Metadata.CorrelationID)
+		b = append(b, ',')
+	}
+	if e.Metadata.CausationID != "" {
+		field(`"causation_id":`, e.Metadata.CausationID)
+		b = append(b, ',')
+	}
+	b = strconv.AppendInt(append(b, `"schema_version":`...), int64(e.Metadata.SchemaVersion), 10)
+	return append(b, "}}"...), ok
+}
+
+// plainString: s is printable ASCII that json.Marshal writes as it is
+// (no quote, backslash, or <, > and & it escapes for HTML).
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// plainJSON: data, taken to be JSON, is what json.Marshal writes for it as
+// it is: not empty, ASCII, no whitespace outside its strings, no <, > or &.
+func plainJSON(data []byte) bool {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c >= 0x80 || c == '<' || c == '>' || c == '&':
+			return false
+		case inString && c == '\\':
+			i++
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return false
+		}
+	}
+	return len(data) > 0
 }
 
 // UnmarshalEvent decodes the JSON wire form written by MarshalEvent and

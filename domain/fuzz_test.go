@@ -1,6 +1,7 @@
 package domain_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/big"
@@ -119,6 +120,42 @@ func FuzzPlaceOrder(f *testing.F) {
 			o.SubtotalCents != total.Int64()-allFreight.Int64() ||
 			o.Status != domain.StatusCreated || !o.SamePlacement(cmd) {
 			t.Fatalf("folded %+v, want total %v, count %v", o, total, count)
+		}
+	})
+}
+
+// FuzzMarshalEnvelope: MarshalEnvelope gives json.Marshal's bytes, or its
+// error, for any envelope and any JSON payload, whether it writes the
+// envelope itself or leaves it to json.Marshal.
+func FuzzMarshalEnvelope(f *testing.F) {
+	f.Add("e-1", "order-1", "OrderPlaced", int64(1), int64(1_700_000_000), "UTC", `{"customer_id":"c-1","items":[{"sku":"s","quantity":2}],"n":null,"t":true}`, "corr", "", 1)
+	f.Add("e-2", "o", "OrderCanceled", int64(-3), int64(0), "UTC", `{"reason":"the customer \"asked\" \\ twice"}`, "", "cause", 2)
+	// One reason each to leave the envelope to json.Marshal.
+	f.Add("e<3>", "o", "T", int64(7), int64(1), "UTC", `{}`, "", "", 1)
+	f.Add("e", "o&", "T", int64(7), int64(1), "UTC", `{}`, "ç", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "UTC", `{}`, "", "\u2028", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "UTC", `{"reason":"a < b"}`, "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "UTC", `{ "a" : [1, 2] }`, "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "UTC", `"São"`, "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "America/Sao_Paulo", `{}`, "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(1), "UTC", "\"a\u2028b\"", "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(-62_135_596_801), "UTC", `[]`, "", "", 1)
+	f.Add("e", "o", "T", int64(7), int64(253_402_300_800), "UTC", `{}`, "", "", 1)
+	f.Fuzz(func(t *testing.T, id, stream, typ string, version, seconds int64, zone, data, corr, cause string, schema int) {
+		if !json.Valid([]byte(data)) {
+			t.Skip()
+		}
+		loc, err := time.LoadLocation(zone)
+		if err != nil {
+			t.Skip()
+		}
+		at := time.Unix(seconds, 123_456_000).In(loc)
+		e := domain.Event{ID: id, StreamID: stream, StreamType: "order", Type: typ, Version: version, OccurredAt: at, RecordedAt: at.Add(time.Hour),
+			Metadata: domain.Metadata{CorrelationID: corr, CausationID: cause, SchemaVersion: schema}}
+		want, wantErr := domain.MarshalEnvelopeByReflection(e, json.RawMessage(data))
+		got, err := domain.MarshalEnvelope(e, json.RawMessage(data))
+		if (err != nil) != (wantErr != nil) || string(got) != string(want) {
+			t.Fatalf("MarshalEnvelope:\n got %s, %v\nwant %s, %v", got, err, want, wantErr)
 		}
 	})
 }
