@@ -143,7 +143,7 @@ func changedCommit(ev bson.Raw) (domain.RecordedCommit, error) {
 		return domain.RecordedCommit{}, fmt.Errorf("tail the log: a %q event without its document", op)
 	}
 	var d commitDoc
-	if err := bson.Unmarshal(doc, &d); err != nil {
+	if err := d.UnmarshalBSON(doc); err != nil {
 		id, _ := doc.Lookup("_id").StringValueOK()
 		// How many events it holds, for their log positions, as far as
 		// its array can be read.
