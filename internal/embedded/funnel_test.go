@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +11,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/FerretDB/FerretDB/ferretdb"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -280,6 +284,151 @@ func TestUnacknowledgedWritesKeepAnswersInStep(t *testing.T) {
 		n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "taken"}})
 		if err != nil || n != 1 {
 			t.Fatalf("round %d: count of the taken _id %d, %v; want 1", i, n, err)
+		}
+	}
+}
+
+// TestChangeStreamAfterAWriteWhoseAnswerWasLost: the funnel's connection
+// to FerretDB breaks after an insert reached it and before its answer came
+// back. The insert is stored, but the funnel cannot know it: the next
+// insert must not be cached at the row the lost one took, or a stream
+// reports the next document twice and the lost one never.
+func TestChangeStreamAfterAWriteWhoseAnswerWasLost(t *testing.T) {
+	p := &cuttingProxy{cut: []byte("lost-answer"), cutDone: make(chan struct{})}
+	c := startStoreThrough(t, t.TempDir(), p.start(t))
+	ctx := t.Context()
+	coll := c.Database("cs").Collection("cut")
+	start := startToken(t, coll)
+	a, lost, next := doc("a", 1), doc("lost-answer", 2), doc("next", 3)
+	if _, err := coll.InsertOne(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = coll.InsertOne(ctx, lost) // its answer is lost: a network error, or a duplicate key on a retry
+	select {
+	case <-p.cutDone:
+	case <-time.After(within): // a deadlock detector, not a timing
+		t.Fatal("the proxy never cut the insert's answer")
+	}
+	if n, err := coll.CountDocuments(ctx, bson.D{{Key: "_id", Value: "lost-answer"}}); err != nil || n != 1 {
+		t.Fatalf("the insert whose answer was lost: %d stored, %v; want 1", n, err)
+	}
+	if _, err := coll.InsertOne(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	cs := resumeFrom(t, coll, start)
+	want := map[string]bson.Raw{"a": marshal(t, a), "lost-answer": marshal(t, lost), "next": marshal(t, next)}
+	if got := nextIDs(t, cs, 3, want); fmt.Sprint(got) != "[a lost-answer next]" {
+		t.Fatalf("events %v, want [a lost-answer next]", got)
+	}
+}
+
+// startStoreThrough starts FerretDB on SQLite in dir and a funnel in front
+// of it that reaches it at via(FerretDB's address), and returns a client
+// of the funnel; all are stopped when the test ends.
+func startStoreThrough(t *testing.T, dir string, via func(upstream string) string) *mongo.Client {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	fdb, err := ferretdb.New(&ferretdb.Config{Listener: ferretdb.ListenerConfig{TCP: "127.0.0.1:0"}, Handler: "sqlite",
+		SQLiteURL: "file:" + dir + "/", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = fdb.Run(ctx)
+	}()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := newIDIndex(dir)
+	f := newFunnel(ln, via(strings.TrimSuffix(strings.TrimPrefix(fdb.MongoDBURI(), "mongodb://"), "/")), index, log, false)
+	go f.serve()
+	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + ln.Addr().String() + "/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Disconnect(context.Background())
+		f.close()
+		cancel()
+		<-done
+		index.forget("", "")
+	})
+	return c
+}
+
+// cuttingProxy forwards TCP connections to an upstream. The connection
+// that carries the first request holding cut is closed, both ways, once
+// the upstream has answered that request, the answer not forwarded; then
+// cutDone is closed.
+type cuttingProxy struct {
+	cut     []byte
+	cutDone chan struct{}
+	once    sync.Once
+}
+
+// start listens on loopback and returns the function that, given the
+// upstream's address, returns the proxy's; it stops when the test ends.
+func (p *cuttingProxy) start(t *testing.T) func(upstream string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return func(upstream string) string {
+		go func() {
+			for {
+				down, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				up, err := net.Dial("tcp", upstream)
+				if err != nil {
+					_ = down.Close()
+					continue
+				}
+				go p.forward(down, up)
+			}
+		}()
+		return ln.Addr().String()
+	}
+}
+
+// forward passes whole wire messages between down and up until either
+// closes, or until the answer to the request holding p.cut.
+func (p *cuttingProxy) forward(down, up net.Conn) {
+	defer down.Close()
+	defer up.Close()
+	var cutNext atomic.Bool
+	go func() {
+		defer up.Close()
+		for {
+			req, err := readMessage(down)
+			if err != nil {
+				return
+			}
+			if bytes.Contains(req, p.cut) {
+				p.once.Do(func() { cutNext.Store(true) })
+			}
+			if _, err := up.Write(req); err != nil {
+				return
+			}
+		}
+	}()
+	for {
+		answer, err := readMessage(up)
+		if err != nil {
+			return
+		}
+		if cutNext.Load() {
+			close(p.cutDone)
+			return
+		}
+		if _, err := down.Write(answer); err != nil {
+			return
 		}
 	}
 }
