@@ -63,3 +63,6 @@ func (s *slowApplier) counts() (rounds []Round, events int) {
 	defer s.mu.Unlock()
 	return slices.Clone(s.rounds), s.events
 }
+
+// PinGroup is the priority group every process pulls a partition in.
+const PinGroup = pinGroup

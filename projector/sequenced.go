@@ -19,7 +19,8 @@ import (
 // with; a longer gap is filled a chunk at a time.
 const refillChunk = 1024
 
-// refillScan bounds how far past a gap readStream looks for it.
+// refillScan bounds how far past a gap's sequences, and before them,
+// readStream looks for it.
 const refillScan = 4 * refillChunk
 
 // handleSequenced applies one batch of a Sequenced projection's messages
@@ -160,15 +161,20 @@ func mergeByPosition(a, b []projection.Delivery) []projection.Delivery {
 	})
 }
 
-// readStream reads the messages of the stream after gap.AfterSeq whose
-// log positions are in the gap, up to refillScan messages past
-// gap.BeforeSeq (a relay publishing a lost round again sends it after
-// the rounds in flight with it, 4 of up to 256 commits) or the stream's
-// last, or until it has refillChunk of them, passing over those the
-// stream no longer holds; they are sorted by position. deleted reports
-// that the stream no longer holds a message between gap.AfterSeq and
-// gap.BeforeSeq: the gap's positions may have been there. Errors:
-// JetStream's, but for a message not found.
+// readStream reads from the stream the messages of the gap's first
+// refillChunk log positions (a longer gap is filled a chunk at a time),
+// one message a position, sorted by position. It looks after
+// gap.AfterSeq first, up to refillScan messages past gap.BeforeSeq or the
+// stream's last (a relay publishing a lost round again sends it after the
+// rounds in flight with it, 4 of up to 256 commits), then back from
+// gap.AfterSeq to refillScan messages before the lower of the two
+// sequences: when the event before the gap is one of such a round, the
+// positions after it were published first, at lower sequences
+// (TestSequencedRunnerFillsGapsBelowTheSequenceBeforeThem). It stops once
+// it has every position it looks for, and passes over the messages the
+// stream no longer holds. deleted reports that one of them is between
+// gap.AfterSeq and gap.BeforeSeq: the gap's positions may have been
+// there. Errors: JetStream's, but for a message not found.
 func (r *Runner) readStream(ctx context.Context, gap *projection.GapError) (out []projection.Delivery, deleted bool, err error) {
 	st, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
@@ -178,18 +184,33 @@ func (r *Runner) readStream(ctx context.Context, gap *projection.GapError) (out 
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
 	}
-	last := min(info.State.LastSeq, gap.BeforeSeq+refillScan)
-	for seq := gap.AfterSeq + 1; seq <= last && len(out) < refillChunk; seq++ {
+	to := min(gap.To, gap.From+refillChunk-1)
+	found := map[uint64]bool{}
+	lo, hi := min(gap.AfterSeq, gap.BeforeSeq), max(gap.AfterSeq, gap.BeforeSeq)
+	read := func(seq uint64) error {
 		m, err := st.GetMsg(ctx, seq)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			deleted = deleted || seq < gap.BeforeSeq
-			continue
+			deleted = deleted || (seq > lo && seq < hi)
+			return nil
 		}
 		if err != nil {
-			return nil, false, fmt.Errorf("stream %s: message %d: %w", r.cfg.Stream, seq, err)
+			return fmt.Errorf("stream %s: message %d: %w", r.cfg.Stream, seq, err)
 		}
-		if pos := bus.Position(m.Header); pos >= gap.From && pos <= gap.To {
+		if pos := bus.Position(m.Header); pos >= gap.From && pos <= to && !found[pos] {
+			found[pos] = true
 			out = append(out, delivery(m.Data, pos, seq))
+		}
+		return nil
+	}
+	all := func() bool { return uint64(len(found)) > to-gap.From }
+	for seq := gap.AfterSeq + 1; seq <= min(info.State.LastSeq, gap.BeforeSeq+refillScan) && !all(); seq++ {
+		if err := read(seq); err != nil {
+			return nil, false, err
+		}
+	}
+	for seq := gap.AfterSeq; seq+refillScan > lo && seq > 0 && !all(); seq-- {
+		if err := read(seq); err != nil {
+			return nil, false, err
 		}
 	}
 	slices.SortFunc(out, byPosition)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus"
@@ -207,4 +208,58 @@ func TestSequencedRunnerWaitsForPositionsPublishedAfterLaterOnes(t *testing.T) {
 		t.Fatalf("pointer %+v, %v; want the rollup not set aside", p, err)
 	}
 	s.checkSales(t, ctx)
+}
+
+// The positions after a republished round's were published before it, at
+// lower sequences: a run whose event before a gap is of that round finds
+// the gap's positions below it. Here a process that held the consumer
+// before took positions 4 to 23 and died with them (they come back only
+// after AckWait); this one gets 24, then 1 to 3, published again last,
+// and reads 4 to 23 from the stream below 3's sequence.
+func TestSequencedRunnerFillsGapsBelowTheSequenceBeforeThem(t *testing.T) {
+	ctx, s := newSalesFixture(t, 8)
+	n := len(s.f.Flat)
+	s.next = 4
+	s.publish(t, ctx, s.f.Flat[3:n-1]) // positions 4 to n-1 at sequences 1 to n-4
+	s.publish(t, ctx, s.f.Flat[n-1:])  // n at n-3
+	s.next = 1
+	s.publish(t, ctx, s.f.Flat[:3]) // 1 to 3 at n-2 to n
+
+	cfg := s.b.RunnerConfig()
+	cfg.AckWait = 10 * time.Minute
+	r := projector.NewSequencedRunner(s.sales, s.b.JS, mongodb.NewDeadLetters(s.db), cfg, projectiontest.Logger(t), nil)
+	cons, err := r.Consumer(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := cons.Fetch(n-4, jetstream.FetchPriorityGroup(projector.PinGroup), jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range held.Messages() {
+		if pos := bus.Position(m.Headers()); pos < 4 || pos >= uint64(n) {
+			t.Fatalf("the first holder got position %d", pos)
+		}
+		got++
+	}
+	if got != n-4 || held.Error() != nil {
+		t.Fatalf("the first holder got %d messages (%v), want %d", got, held.Error(), n-4)
+	}
+
+	projectiontest.Go(t, "daily_sales runner", r.Run)
+	projectiontest.WaitFor(t, time.Minute, "the daily sales equal the log's", func() error {
+		want, first, last := s.f.ExpectedDailySales()
+		from, _ := time.Parse(time.DateOnly, first)
+		to, _ := time.Parse(time.DateOnly, last)
+		got, err := s.sales.Sales(ctx, from, to, "")
+		if err != nil || !reflect.DeepEqual(got, want) {
+			return fmt.Errorf("%v (last error %q)\n got %s\nwant %s", err, r.LastError(), projectiontest.Dump(got), projectiontest.Dump(want))
+		}
+		return nil
+	})
+	def := projection.DailySales
+	if p, err := s.ps.Get(ctx, def.Name, def.Collection, 0); err != nil || p.Broken != "" {
+		t.Fatalf("pointer %+v, %v; want the rollup not set aside", p, err)
+	}
 }
