@@ -14,7 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
-func startStore(t *testing.T, dir string, opts ...StoreOption) (*Store, *mongo.Client) {
+func startStore(t testing.TB, dir string, opts ...StoreOption) (*Store, *mongo.Client) {
 	t.Helper()
 	s, err := StartStore(dir, "127.0.0.1:0", nil, opts...)
 	if err != nil {

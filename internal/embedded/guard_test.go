@@ -1,11 +1,13 @@
 package embedded
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -301,4 +303,111 @@ func TestLongBulksDoNotExhaustTheStore(t *testing.T) {
 	if got := versionOf(t, coll, fmt.Sprintf("d%03d", n-1)); got != 2 {
 		t.Errorf("last document at v%d, want v2", got)
 	}
+}
+
+// TestGuardedReplacementsWriteTheDocumentsSent: guarded replacements of
+// stored documents (written as rows in place, replaceRows) leave exactly
+// the documents sent, found through the collection's indexes, with
+// MongoDB's counts (an identical replacement modifies nothing); one that
+// breaks a unique index goes to FerretDB, which refuses it (with an
+// internal error, where MongoDB answers a duplicate key), and what it
+// left in the replacements collection is not copied by the next.
+func TestGuardedReplacementsWriteTheDocumentsSent(t *testing.T) {
+	_, c := startStore(t, t.TempDir())
+	coll := c.Database("guard").Collection("summaries")
+	ctx := t.Context()
+	doc := func(id string, v int64, customer, email string) bson.D {
+		return bson.D{{Key: "_id", Value: id}, {Key: "version", Value: v}, {Key: "customer_id", Value: customer},
+			{Key: "email", Value: email}, {Key: "total", Value: 12.5}, {Key: "count", Value: int32(3)},
+			{Key: "at", Value: bson.DateTime(1_700_000_000_000 + v)}, {Key: "lines", Value: bson.A{bson.D{{Key: "sku", Value: "x"}, {Key: "qty", Value: int64(v)}}}},
+			{Key: "note", Value: nil}}
+	}
+	replace := func(filter bson.D, d bson.D) mongo.WriteModel {
+		return mongo.NewReplaceOneModel().SetUpsert(true).SetFilter(filter).SetReplacement(d)
+	}
+	guard := func(id string, v int64) bson.D {
+		return bson.D{{Key: "_id", Value: id}, {Key: "version", Value: bson.D{{Key: "$lt", Value: v}}}}
+	}
+	for _, id := range []string{"a", "b", "d"} {
+		if _, err := coll.InsertOne(ctx, doc(id, 5, "c1", id+"@x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := coll.Indexes().CreateMany(ctx, []mongo.IndexModel{
+		{Keys: bson.D{{Key: "customer_id", Value: 1}, {Key: "_id", Value: 1}}},
+		{Keys: bson.D{{Key: "email", Value: 1}}, Options: options.Index().SetUnique(true)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bson.D{"a": doc("a", 5, "c1", "a@x"), "b": doc("b", 6, "c2", "b@x"), "c": doc("c", 1, "c2", "c@x"), "d": doc("d", 7, "c2", "d2@x")}
+	res, err := coll.BulkWrite(ctx, []mongo.WriteModel{
+		replace(guard("a", 4), doc("a", 4, "c2", "a@x")), // a newer version is stored: duplicate key
+		replace(guard("b", 6), want["b"]),
+		replace(guard("c", 1), want["c"]), // new
+		replace(guard("d", 7), want["d"]),
+	}, options.BulkWrite().SetOrdered(false))
+	var bwe mongo.BulkWriteException
+	if !errors.As(err, &bwe) || len(bwe.WriteErrors) != 1 || bwe.WriteErrors[0].Index != 0 || !mongo.IsDuplicateKeyError(bwe.WriteErrors[0]) {
+		t.Fatalf("bulk: %v, want one duplicate key at 0", err)
+	}
+	if res == nil || res.MatchedCount != 2 || res.ModifiedCount != 2 || res.UpsertedCount != 1 || res.UpsertedIDs[2] != "c" {
+		t.Errorf("result %+v, want 2 matched, 2 modified, c upserted at 2", res)
+	}
+	check := func() {
+		t.Helper()
+		for id, w := range want {
+			var got bson.Raw
+			if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&got); err != nil {
+				t.Fatalf("read %s: %v", id, err)
+			}
+			if wb, _ := bson.Marshal(w); !bytes.Equal(got, wb) {
+				t.Errorf("%s is %s, want %s", id, got, bson.Raw(wb))
+			}
+		}
+		cur, err := coll.Find(ctx, bson.D{{Key: "customer_id", Value: "c2"}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for cur.Next(ctx) {
+			ids = append(ids, cur.Current.Lookup("_id").StringValue())
+		}
+		if !slices.Equal(ids, []string{"b", "c", "d"}) {
+			t.Errorf("customer c2's documents %v, want [b c d]", ids)
+		}
+	}
+	check()
+	// The replacements went as rows: FerretDB encoded them in the
+	// replacements collection, left empty.
+	if n, err := c.Database("guard").Collection(replacements).CountDocuments(ctx, bson.D{}); err != nil || n != 0 {
+		t.Errorf("the replacements collection holds %d documents (%v), want 0", n, err)
+	}
+	if names, _ := c.Database("guard").ListCollectionNames(ctx, bson.D{}); !slices.Contains(names, replacements) {
+		t.Errorf("collections %v: the replacements were not written as rows", names)
+	}
+
+	same, err := coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: "b"}, {Key: "version", Value: bson.D{{Key: "$eq", Value: int64(6)}}}}, want["b"])
+	if err != nil || same.MatchedCount != 1 || same.ModifiedCount != 0 {
+		t.Errorf("identical replacement: %+v, %v; want 1 matched, 0 modified", same, err)
+	}
+
+	// As a process that died after the insert into the replacements
+	// collection leaves it.
+	if _, err := c.Database("guard").Collection(replacements).InsertOne(ctx, doc("c", 99, "c9", "c9@x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coll.BulkWrite(ctx, []mongo.WriteModel{replace(guard("a", 6), doc("a", 6, "c1", "a@x"))}); err != nil {
+		t.Fatal(err)
+	}
+	want["a"] = doc("a", 6, "c1", "a@x")
+	check()
+	_, err = coll.BulkWrite(ctx, []mongo.WriteModel{replace(guard("d", 8), doc("d", 8, "c2", "b@x"))}, options.BulkWrite().SetOrdered(false))
+	if err == nil || !strings.Contains(err.Error(), "UNIQUE constraint failed") {
+		t.Errorf("a replacement breaking the unique email index: %v, want FerretDB's refusal", err)
+	}
+	if _, err := coll.BulkWrite(ctx, []mongo.WriteModel{replace(guard("a", 7), doc("a", 7, "c1", "a@x"))}); err != nil {
+		t.Fatal(err)
+	}
+	want["a"] = doc("a", 7, "c1", "a@x")
+	check()
 }

@@ -142,8 +142,10 @@ func (x *idIndex) open(db string) (*sql.DB, error) {
 		return nil, nil
 	}
 	// FerretDB opens its files in WAL mode with a 10 s busy timeout; an
-	// index creation here waits as long for the write lock.
-	h, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)")
+	// index creation here waits as long for the write lock. The funnel's
+	// replacements (replaceRows) commit as FerretDB's writes do
+	// (StartStore).
+	h, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)&_pragma=synchronous(normal)&_pragma=temp_store(memory)")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
