@@ -245,7 +245,7 @@ type waiting struct {
 // every batch waiting then, its own or not: on a store with one writer,
 // 16 partitions taking turns in 2 slots waited 100 ms for a slot, each
 // writing its own 14 messages (BenchmarkService, docs/benchmarks.md, "Why
-// one write round of a projection in flight, shared by its partitions").
+// two write rounds of a projection in flight, shared by its partitions").
 // Events of one stream are in one partition, whose batches are written
 // one after another, so a round holds at most one batch of a stream. A
 // round starts no sooner than r.spacing after the one before

@@ -41,14 +41,15 @@ type RunnerConfig struct {
 	BatchSize  int    // most messages folded per write round [256]
 	// Writers is how many write rounds of this projection may be in
 	// flight at once in this process, whatever the number of partitions it
-	// holds [1]; a round writes the batches of every partition waiting
+	// holds [2]; a round writes the batches of every partition waiting
 	// when it starts. A partition waiting for a round keeps receiving, so
 	// its next batch is larger and the events of one stream in it fold
-	// into one document write: on a store with one writer (the embedded
-	// store) 2 rounds in flight had 0.35-0.47 of the store's raw inserts in
-	// commands/s and 1 round 0.52-0.57 (docs/benchmarks.md, "Why one write
-	// round of a projection in flight, shared by its partitions"). Raise
-	// it where the store takes parallel writes (MongoDB).
+	// into one document write. On the embedded store's one writer, 2
+	// rounds in flight gave a visible p99 of 71-83 ms and 0.66-0.68 of the
+	// raw inserts in commands/s, 1 round 86-100 ms and 0.70-0.86
+	// (docs/benchmarks.md, "Why two write rounds of a projection in
+	// flight, shared by its partitions"). Raise it where the store takes
+	// parallel writes (MongoDB).
 	Writers       int
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
 	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
@@ -212,7 +213,7 @@ func (c *RunnerConfig) setDefaults() {
 		c.BatchSize = 256
 	}
 	if c.Writers <= 0 {
-		c.Writers = 1
+		c.Writers = 2
 	}
 	if c.MaxDeliveries <= 0 {
 		c.MaxDeliveries = 5
