@@ -17,9 +17,10 @@ import (
 // applied 40 to 100 ms after the command's answer: with 250 ms from the
 // start, the poll after it came up to as long again after it, and the
 // side-by-side run's visible p99 was 103 to 194 ms in four runs, against
-// 87 to 101 ms with the 20 ms bound (docs/benchmarks.md, "Latest run"). Waits have their own limit, apart from the in-flight limit of
-// commands, so that waiting readers cannot take the store's connection
-// pool from commands.
+// 87 to 101 ms with the 20 ms bound (docs/benchmarks.md, "Latest run:
+// replacements written as rows, two write rounds in flight"). Waits have
+// their own limit, apart from the in-flight limit of commands, so that
+// waiting readers cannot take the store's connection pool from commands.
 type summaryWatch struct {
 	reads ReadModels
 	slots chan struct{} // one per waiting request
