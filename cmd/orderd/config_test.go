@@ -116,9 +116,9 @@ func TestConfigDefaults(t *testing.T) {
 	if !reflect.DeepEqual(c.Projector, projector.RunnerConfig{}.WithDefaults()) {
 		t.Errorf("projector defaults %+v, want the projector's own %+v", c.Projector, projector.RunnerConfig{}.WithDefaults())
 	}
-	if c.Projector.Writers != 1 || c.Projector.Partitions != projector.DefaultPartitions ||
+	if c.Projector.Writers != 2 || c.Projector.Partitions != projector.DefaultPartitions ||
 		c.Projector.PinnedTTL != 10*time.Second {
-		t.Errorf("projector defaults %+v: want 1 writer, %d partitions, a 10s pin", c.Projector, projector.DefaultPartitions)
+		t.Errorf("projector defaults %+v: want 2 writers, %d partitions, a 10s pin", c.Projector, projector.DefaultPartitions)
 	}
 	if c.Relay != (outbox.Config{}).WithDefaults() || c.Relay.LeaseTTL != outbox.DefaultLeaseTTL {
 		t.Errorf("relay defaults %+v, want the outbox's own", c.Relay)
