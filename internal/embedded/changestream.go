@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"database/sql"
 	"encoding/binary"
@@ -179,9 +178,11 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
 	p.exists, p.uuid, p.table = true, u, table
-	if p.end, err = lastRow(tx, table); err != nil {
+	var end sql.NullInt64
+	if err := tx.QueryRow(fmt.Sprintf(`SELECT max(rowid) FROM %q`, table)).Scan(&end); err != nil {
 		return p, err
 	}
+	p.end = end.Int64
 	if limit <= 0 || after >= p.end {
 		return p, nil
 	}
@@ -198,15 +199,6 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		p.rows = append(p.rows, r)
 	}
 	return p, rows.Err()
-}
-
-// lastRow is the largest rowid of table, 0 when it is empty.
-func lastRow(h interface {
-	QueryRow(string, ...any) *sql.Row
-}, table string) (int64, error) {
-	var end sql.NullInt64
-	err := h.QueryRow(fmt.Sprintf(`SELECT max(rowid) FROM %q`, table)).Scan(&end)
-	return end.Int64, err
 }
 
 // idAt reads the _id of the row at rowid of table in database db, for a
@@ -465,11 +457,8 @@ func readBack(up net.Conn, db, coll, id string, projection bson.D) (bson.Raw, er
 	if err != nil {
 		return nil, err
 	}
-	docs := firstBatch(reply)
-	if len(docs) == 0 {
-		return nil, nil
-	}
-	return bytes.Clone(docs[0]), nil
+	doc, _ := reply.Lookup("cursor", "firstBatch", "0").DocumentOK()
+	return bytes.Clone(doc), nil
 }
 
 // killStreams serves a killCursors naming the funnel's cursors; handled is
@@ -592,12 +581,13 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	end, ok := s.cache.end(cmd.db, cmd.collection)
 	end += int64(len(stored))
 	if !ok {
-		var err error
-		if end, err = s.end(cmd.db, cmd.collection); err != nil {
+		p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
+		if err != nil || !p.exists {
 			f.log.Warn("embedded store change stream: the table's end not read; its events read their documents back",
 				"db", cmd.db, "collection", cmd.collection, "err", err)
 			return
 		}
+		end = p.end
 	}
 	first := end - int64(len(stored)) + 1
 	for i, d := range stored {
@@ -637,19 +627,6 @@ func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 		}
 	}
 	return stored, int64(len(stored)) == n
-}
-
-// end is the largest rowid of db.coll's table.
-func (s *streams) end(db, coll string) (int64, error) {
-	h, err := s.files.handle(db)
-	if err != nil || h == nil {
-		return 0, cmp.Or(err, errors.New("no database file"))
-	}
-	table, _, err := tableOf(h, coll)
-	if err != nil || table == "" {
-		return 0, cmp.Or(err, errors.New("no table"))
-	}
-	return lastRow(h, table)
 }
 
 // watched reports whether a change stream has been opened on collection

@@ -345,3 +345,19 @@ func TestFindsInIDOrderUseTheIndexes(t *testing.T) {
 		}
 	}
 }
+
+// firstBatch returns the documents of a cursor reply's first batch.
+func firstBatch(reply bson.Raw) []bson.Raw {
+	arr, ok := reply.Lookup("cursor", "firstBatch").ArrayOK()
+	if !ok {
+		return nil
+	}
+	vals, _ := arr.Values()
+	out := make([]bson.Raw, 0, len(vals))
+	for _, v := range vals {
+		if d, ok := v.DocumentOK(); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}

@@ -196,22 +196,6 @@ func withBody(req []byte, m *opMsg, body bson.Raw) []byte {
 	return out
 }
 
-// firstBatch returns the documents of a cursor reply's first batch.
-func firstBatch(reply bson.Raw) []bson.Raw {
-	arr, ok := reply.Lookup("cursor", "firstBatch").ArrayOK()
-	if !ok {
-		return nil
-	}
-	vals, _ := arr.Values()
-	out := make([]bson.Raw, 0, len(vals))
-	for _, v := range vals {
-		if d, ok := v.DocumentOK(); ok {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // refusal is a command error answer, as MongoDB words it.
 func refusal(code int32, codeName, msg string) bson.D {
 	return bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: msg}, {Key: "code", Value: code}, {Key: "codeName", Value: codeName}}
