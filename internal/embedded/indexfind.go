@@ -59,13 +59,20 @@ var fieldName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var findFields = map[string]bool{"find": true, "filter": true, "sort": true, "limit": true, "projection": true, "batchSize": true,
 	"singleBatch": true, "lsid": true, "$db": true, "$clusterTime": true, "readConcern": true, "$readPreference": true, "maxTimeMS": true}
 
-// sqlFind is a find the funnel serves.
+// sqlFind is a find the funnel serves: its query selects _id and sorts
+// (whether the row's _id, and the sort's field, sort as on MongoDB) where
+// the conditions hold, sorted by order.
 type sqlFind struct {
-	query      string       // SELECT _id, whether its type (and the sort's) sorts as on MongoDB ... LIMIT ?; in the find's order
-	args       []any        // query's, the LIMIT last
-	limit      int64        // the find's; 0 for none
-	equal      []fieldValue // top-level equalities, checked again on each document read back
-	projection []string     // included fields; nil without a projection
+	query, where, sorts, order string
+	args                       []any        // where's, then the LIMIT
+	limit                      int64        // the find's; 0 for none
+	equal                      []fieldValue // top-level equalities, checked again on each document read back
+	projection                 []string     // included fields; nil without a projection
+}
+
+// and adds a condition and its arguments.
+func (q *sqlFind) and(cond string, args ...any) {
+	q.where, q.args = q.where+" AND "+cond, append(q.args, args...)
 }
 
 type fieldValue struct{ field, value string }
@@ -106,11 +113,12 @@ func planFind(h *sql.DB, coll string, body bson.Raw) (q sqlFind, ok bool, err er
 	}
 	ok = false
 	if coll == LogCollection {
-		q, ok = logPage(table, sort, conds)
+		q, ok = logPage(sort, conds)
 	}
 	if !ok {
 		q, ok, err = idOrder(h, table, settings, sort, conds)
 	}
+	q.query = fmt.Sprintf(`SELECT %s, %s FROM %q WHERE true%s ORDER BY %s LIMIT ?`, idExpr, q.sorts, table, q.where, q.order)
 	q.limit, q.projection = limit, projection
 	q.args = append(q.args, cmp.Or(limit, maxPage+1)) // none: served while it fits one reply
 	return q, ok, err
@@ -122,8 +130,6 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 	if !sortedBy(sort, 1, "_id") {
 		return q, false, nil
 	}
-	where := []string{"true"}
-	and := func(cond string, a ...any) { where, q.args = append(where, cond), append(q.args, a...) }
 	var lower, upper *string
 	for _, c := range conds {
 		if c.Key() != "_id" {
@@ -150,9 +156,9 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 				return q, false, nil
 			}
 			*bound = &v
-			and(idExpr+" "+sqlOp+" ?", v)
+			q.and(idExpr+" "+sqlOp+" ?", v)
 		}
-		and(idType + ` = 'string'`)
+		q.and(idType + ` = 'string'`)
 	}
 	field := ""
 	if len(q.equal) > 0 {
@@ -181,17 +187,17 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 	for _, e := range q.equal {
 		value, _ := json.Marshal(e.value) // as FerretDB stores it (sjson): encoding/json's text
 		if e.field == field {
-			and(ferretExpr(e.field)+" = ?", string(value))
+			q.and(ferretExpr(e.field)+" = ?", string(value))
 		} else {
-			and(fmt.Sprintf(`(%s = ? OR substr(%[1]s, 1, 1) = '[')`, ferretExpr(e.field)), string(value))
+			q.and(fmt.Sprintf(`(%s = ? OR substr(%[1]s, 1, 1) = '[')`, ferretExpr(e.field)), string(value))
 		}
 	}
 	if field == "" && (lower != nil || upper != nil) {
 		from, to := jsonPrefixRange(lower, upper)
-		and(idJSON+" >= ? AND "+idJSON+" < ?", from, to)
+		q.and(idJSON+" >= ? AND "+idJSON+" < ?", from, to)
 	}
 	// An _id of another type sorts first, and makes the find FerretDB's.
-	q.query = fmt.Sprintf(`SELECT %s, %s IS 'string' FROM %q WHERE %s ORDER BY 2, 1 LIMIT ?`, idExpr, idType, table, strings.Join(where, " AND "))
+	q.sorts, q.order = idType+` IS 'string'`, "2, 1"
 	return q, true, nil
 }
 

@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"fmt"
-	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
@@ -38,11 +37,10 @@ var logIndexes = map[string]string{
 
 // logPage is the query of a log page in the log's table; ok is false for
 // any other find.
-func logPage(table string, sort bson.Raw, conds []bson.RawElement) (q sqlFind, ok bool) {
+func logPage(sort bson.Raw, conds []bson.RawElement) (q sqlFind, ok bool) {
 	if !sortedBy(sort, -1, "recorded_at", "_id") {
 		return q, false
 	}
-	where := []string{"true"}
 	for _, c := range conds {
 		switch v := c.Value(); c.Key() {
 		case "events.correlation_id":
@@ -50,19 +48,19 @@ func logPage(table string, sort bson.Raw, conds []bson.RawElement) (q sqlFind, o
 			if !isString {
 				return q, false
 			}
-			where, q.args = append(where, correlationExpr+" = ?"), append(q.args, corr)
+			q.and(correlationExpr+" = ?", corr)
 		case "$or":
 			at, id, isBound := parseBound(v)
 			if !isBound {
 				return q, false
 			}
-			where, q.args = append(where, fmt.Sprintf("(%s, %s) < (?, ?)", recordedExpr, idExpr)), append(q.args, at, id)
+			q.and(fmt.Sprintf("(%s, %s) < (?, ?)", recordedExpr, idExpr), at, id)
 		default:
 			return q, false
 		}
 	}
-	q.query = fmt.Sprintf(`SELECT %s, (%s) || ' ' || (%s) IS 'string date' FROM %q WHERE %s ORDER BY %s DESC, %s DESC LIMIT ?`,
-		idExpr, idType, `_ferretdb_sjson->>'$."$s".p.recorded_at.t'`, table, strings.Join(where, " AND "), recordedExpr, idExpr)
+	q.sorts = fmt.Sprintf(`(%s) || ' ' || (%s) IS 'string date'`, idType, `_ferretdb_sjson->>'$."$s".p.recorded_at.t'`)
+	q.order = recordedExpr + " DESC, " + idExpr + " DESC"
 	return q, true
 }
 
