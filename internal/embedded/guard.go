@@ -19,18 +19,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
-// Guarded updates. FerretDB 1.24 hands SQLite only a filter that is
-// exactly {_id: v}; {_id: v, version: {$lt: 7}} is evaluated in Go over the
-// whole collection (docs/embedded-store.md, "Guarded updates at index
-// speed"), and an update of several statements stops at its first error
-// and numbers upserts by count. The funnel, which runs every write alone,
-// serves such an update itself with MongoDB's answers: per statement it
-// reads the document by _id, evaluates the guard in Go, and writes the
-// statement only when the guard holds: a replacement as a row
-// (replaceRows), anything else as a statement with the filter {_id: v}.
-// A failed guard matches nothing, and under upsert is a duplicate key on
-// _id.
-// Statements it cannot judge (guardOf) leave the command to FerretDB.
+// Guarded updates ({_id: v, version: {$lt: 7}}), which FerretDB 1.24
+// evaluates in Go over the whole collection, and answers as a bulk that
+// stops at its first error: the funnel, which runs every write alone,
+// serves them with MongoDB's answers (docs/embedded-store.md, "Guarded
+// updates at index speed"). Statements it cannot judge (guardOf) leave the
+// command to FerretDB.
 
 // guardedUpdate is one statement of an update command the funnel serves.
 type guardedUpdate struct {
@@ -45,9 +39,8 @@ type guardedUpdate struct {
 // can be served by the funnel (guardOf), and whether the command is
 // ordered. ok is false otherwise, and for a request of at most maxUpdate
 // statements with no guard at all (FerretDB serves {_id: v} at index speed
-// already; a longer one is sent in updates of maxUpdate). The driver sends the
-// statements as a document sequence; an update with them in its body goes
-// to FerretDB as it is.
+// already). Statements in the body rather than in a document sequence, as
+// the driver sends them, leave the update to FerretDB.
 func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 	guarded := false
 	for _, s := range m.sections {
@@ -227,17 +220,11 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 // writeErrors (a failed guard under upsert is E11000 on _id). An ordered
 // command stops at its first write error.
 //
-// The statements go in runs of distinct _ids: a run's stored guard fields
-// are read from h in one indexed query (storedGuards), and the statements
-// whose guards hold are written: replacements of documents that do not
-// exist as one insert, of stored ones as rows (replaceRows), others sent
-// to FerretDB as updates of filters {_id: v}, maxUpdate statements each.
-// A statement per command cost 1.6 ms (a find and an update); a run of 32
-// costs 0.5 ms a statement (docs/embedded-store.md, "Guarded updates at
-// index speed"). FerretDB stops a command at its first failure without
-// saying which statement failed; with the guards judged here, only the
-// store itself can fail one, and its answer is then the command's. An
-// error means up failed (the outcome of the run in flight is unknown).
+// The statements go in runs of distinct _ids, each run's guards read in
+// one indexed query (storedGuards): a statement per command, a find and an
+// update, cost 1.6 ms, a run of 32 0.5 ms a statement (docs/embedded-store.md,
+// "Guarded updates at index speed"). Only the store itself can then fail a
+// statement, and its answer is the command's. An error means up failed.
 func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate, ordered bool) (bson.Raw, error) {
 	var n, modified int32
 	var upserted, writeErrors bson.A
@@ -276,13 +263,9 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 			}
 		}
 		if len(inserts) > 0 {
-			reply, err := roundTrip(up, bson.D{{Key: "insert", Value: coll}, {Key: "documents", Value: inserts},
-				{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
-			if err != nil {
-				return nil, err
-			}
-			if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 || reply.Lookup("writeErrors").Type != 0 {
-				return reply, nil
+			reply, stored, err := insertAll(up, db, coll, inserts)
+			if err != nil || !stored {
+				return reply, err
 			}
 			for _, i := range inserted {
 				upserted = append(upserted, bson.D{{Key: "index", Value: int32(i)}, {Key: "_id", Value: stmts[i].id}})
@@ -342,25 +325,28 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 	return bson.Marshal(out)
 }
 
+// insertAll inserts docs into db.coll on up in one ordered insert; stored
+// is false when FerretDB did not store them all, and reply is its answer.
+func insertAll(up net.Conn, db, coll string, docs bson.A) (reply bson.Raw, stored bool, err error) {
+	reply, err = roundTrip(up, bson.D{{Key: "insert", Value: coll}, {Key: "documents", Value: docs},
+		{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
+	ok, _ := reply.Lookup("ok").AsFloat64OK()
+	return reply, err == nil && ok == 1 && reply.Lookup("writeErrors").Type == 0, err
+}
+
 // replacements is the collection in which replaceRows has FerretDB
 // encode the documents it writes.
 const replacements = "_funnel_replacements"
 
 // replaceRows writes the replacements stmts[idx] of stored documents
-// whose guards hold, rows of coll's table in place: FerretDB inserts the
-// documents into the replacements collection, in one transaction, and one
-// SQL statement copies their rows over the stored ones with the same
-// _id, as FerretDB's own update does a statement at a time
-// (backends/sqlite UpdateAll: UPDATE ... SET _ferretdb_sjson = ? WHERE
-// _id = ?), and empties it. In bulks of 32 replacements of 1 KB
-// documents, FerretDB's update took 432 and 457 µs a statement (each in
-// a transaction of its own, after a query and a decode of its stored
-// document), this 140 and 158 µs (BenchmarkReplaceRows, 2026-11-28).
-// It returns how many rows changed (MongoDB's nModified: a replacement
-// equal to the stored document changes nothing), and ok false when it
-// wrote nothing: the statements then go to FerretDB, which answers for
-// them (a document it refuses, a unique index the new row breaks). An
-// error means up failed.
+// whose guards hold as rows: FerretDB inserts (and so encodes) the
+// documents into the replacements collection, and one SQL UPDATE copies
+// their rows over the stored ones with the same _id, as FerretDB's own
+// update writes a row, and empties it: 140 to 158 µs a statement against
+// 432 to 457 µs as FerretDB's update (docs/embedded-store.md, "Guarded
+// updates at index speed"). It returns how many rows changed (MongoDB's
+// nModified), and ok false when it wrote nothing: the statements then go
+// to FerretDB, which answers for them. An error means up failed.
 func replaceRows(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate, idx []int) (changed int64, ok bool, err error) {
 	if h == nil || coll == replacements {
 		return 0, false, nil
@@ -388,13 +374,8 @@ func replaceRows(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate,
 	for k, i := range idx {
 		docs[k] = field(stmts[i].stmt, "u")
 	}
-	reply, err := roundTrip(up, bson.D{{Key: "insert", Value: replacements}, {Key: "documents", Value: docs},
-		{Key: "ordered", Value: true}, {Key: "$db", Value: db}})
-	if err != nil {
+	if _, stored, err := insertAll(up, db, replacements, docs); err != nil || !stored {
 		return 0, false, err
-	}
-	if ok, _ := reply.Lookup("ok").AsFloat64OK(); ok != 1 || reply.Lookup("writeErrors").Type != 0 {
-		return 0, false, nil
 	}
 	if scratch == "" {
 		if scratch, _, err = tableOf(h, replacements); err != nil || scratch == "" {
@@ -422,8 +403,7 @@ func replaceRows(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate,
 }
 
 // insertable reports whether a statement's document can be written
-// whole: as an insert where none is stored, as a row (replaceRows) over
-// the stored one. Its u is a replacement (no operators, no pipeline) that
+// whole, as an insert or a row (replaceRows): its u is a replacement that
 // starts with the statement's _id, as a read model's document does. A
 // batch of inserts costs FerretDB 0.07 ms a document, an update 0.5 ms a
 // statement (docs/embedded-store.md, "Guarded updates at index speed").
@@ -452,14 +432,12 @@ const maxRun = 1000
 
 // maxUpdate bounds the statements of an update sent to FerretDB. FerretDB
 // 1.24 keeps each statement's query open until the command ends
-// (msg_update.go defers every statement's Close to the end), each holding
-// a connection of its SQLite pool of 100 (pool/opendb.go), and takes one
-// more for each statement's write: an update of about 100 statements
-// waited for ever for a connection it held itself, and every other
-// command of the store with it (3 of 20 runs of BenchmarkSteadyLoad with
-// updates of up to 1,000 statements on 2026-11-28; a goroutine dump showed
-// the writer's connection holding 100 open queries). Updates of 32 leave two thirds of
-// the pool to the reads.
+// (msg_update.go), each holding a connection of its SQLite pool of 100,
+// and takes one more for each write: an update of about 100 statements
+// waited for ever for a connection it held itself, and the whole store
+// with it (3 of 20 runs of BenchmarkSteadyLoad; docs/embedded-store.md,
+// "Differences that remain"). Updates of 32 leave two thirds of the pool
+// to the reads.
 const maxUpdate = 32
 
 // idText is an _id as FerretDB keys its documents: its JSON text with its
