@@ -20,14 +20,10 @@ import (
 // front of FerretDB that sends every write command through one upstream
 // connection, one command at a time, and every other command through an
 // upstream connection of the client's own. FerretDB 1.24 runs a
-// conditional update as a read and a later write with no transaction, so
-// two clients racing updateOne({_id, state: old}) both won in most rounds;
-// through a single connection no round had two winners
-// (docs/embedded-store.md, "Atomic conditional updates"). SQLite has one
-// writer anyway; reads, which can be long scans, keep their own
-// connections and never stall the writes. After a write the funnel gives
-// the collection it named the _id index (index.go) before the next write
-// runs.
+// conditional update as a read and a later write with no transaction: two
+// clients racing updateOne({_id, state: old}) both won in most rounds,
+// through one connection never (docs/embedded-store.md, "Atomic
+// conditional updates").
 type funnel struct {
 	ln       net.Listener
 	upstream string // FerretDB's own listener
@@ -208,15 +204,15 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
 		return err
 	}
-	if name != "insert" && f.streams.watched(cmd.db, cmd.collection) {
-		switch name {
-		case "delete", "findandmodify":
-			// A delete may free the table's last rowids for the next
-			// insert: the cached documents may no longer be at theirs.
+	switch name {
+	case "delete", "findandmodify":
+		// A delete may free the table's last rowids for the next insert:
+		// the cached documents may no longer be at theirs.
+		if f.streams.watched(cmd.db, cmd.collection) {
 			f.streams.cache.dropCollection(cmd.db, cmd.collection)
-		case "update": // an upsert adds a row
-			f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
 		}
+	case "update": // an upsert adds a row
+		f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
 	}
 	switch name {
 	case "drop", "renamecollection":
@@ -291,9 +287,8 @@ func (f *funnel) sendInsert(c net.Conn, req []byte, cmd command) error {
 // relay sends req on up and copies the replies back to c: none when the
 // request says moreToCome, several while a reply says moreToCome
 // (exhaust cursors and streaming hello). FerretDB 1.24 answers a request
-// that says moreToCome all the same (clientconn/conn.go, run): its
-// answer is read and dropped, or the next request on up would be given
-// it, and every one after that the answer of the one before
+// that says moreToCome all the same: its answer is read and dropped, or
+// the next request on up would be given it
 // (TestUnacknowledgedWritesKeepAnswersInStep).
 func relay(up, c net.Conn, req []byte) error {
 	if _, err := up.Write(req); err != nil {
@@ -323,8 +318,7 @@ func relay(up, c net.Conn, req []byte) error {
 // idempotency key index); any other request comes back unchanged.
 // FerretDB 1.24 refuses partial indexes, and its plain unique index means
 // the same: SQLite indexes a missing field as NULL, and NULLs never
-// collide in a unique index, so documents without f are never compared,
-// as on MongoDB. Other partial filters are left for FerretDB to refuse.
+// collide in a unique index.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	var cmd bson.D
 	if m == nil || bson.Unmarshal(m.body(), &cmd) != nil {
