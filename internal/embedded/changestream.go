@@ -17,22 +17,12 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// Change streams. The outbox relay and the log browser's tail follow the
-// event log with a change stream (Collection.Watch); FerretDB 1.24 has
-// none. The funnel serves the one stream they open, as MongoDB answers it
-// (docs/embedded-store.md, "Change streams"): aggregate {pipeline:
-// [{$changeStream: {}}, {$match: {operationType: "insert"}}]}, at the
-// collection's end or after a resumeAfter token, then getMores that answer
-// the inserts after the cursor's position or wait up to maxTimeMS for one.
-// Any other pipeline or option is refused with NotImplemented (238).
-//
-// Positions are the rowids of the collection's SQLite table (one writer,
-// each row at max(rowid)+1: in an insert-only collection rowid order is
-// commit order) with the collection's uuid, so a token survives a restart
-// and one of a re-created collection answers ChangeStreamHistoryLost
-// (286); compact, whose VACUUM may renumber the rowids, is refused. An
-// event's document is the raw BSON the funnel saw inserted (docCache) or
-// else read back by its string _id.
+// Change streams, which FerretDB 1.24 lacks: the funnel serves the one
+// stream the relay and the log browser's tail open, [{$changeStream: {}
+// or {resumeAfter: t}}, {$match: {operationType: "insert"}}], and refuses
+// any other with NotImplemented (docs/embedded-store.md, "Change
+// streams"). Positions are rowids of the collection's table with its uuid:
+// one writer, so in an insert-only collection rowid order is commit order.
 
 // Error codes from MongoDB's error_codes.yml.
 const (
@@ -315,11 +305,8 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	s.cursors[cur.id] = cur
 	s.streamed[[2]string{cmd.db, cmd.collection}] = true
 	s.mu.Unlock()
-	// An empty first batch, as MongoDB's usually is, and no operationTime:
-	// the driver resumes from a token when it has one and from the
-	// initial aggregate's operationTime only when it has none
-	// (mongo/change_stream.go, executeOperation and replaceOptions), and
-	// it keeps the postBatchResumeToken of this empty batch as its token.
+	// An empty first batch and no operationTime: the driver keeps this
+	// batch's postBatchResumeToken and resumes from it (mongo/change_stream.go).
 	return answer(c, req, cmd, cursorReply(cur, "firstBatch", bson.A{}))
 }
 
@@ -552,18 +539,15 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 }
 
 // insertCommitted records what an insert command (cmd, answered with
-// reply; nil when the answer did not parse) stored, for change
-// streams, and wakes the collection's streams. When a stream has read
-// the collection, the documents the reply says were stored go to the
-// cache under the rowids they took: the funnel's writes run one at a time
-// and SQLite gives a new row the table's largest rowid plus one, so they
-// follow the collection's last known rowid, in the command's order
-// (FerretDB's msg_insert.go stores them in that order, leaving out those
-// its writeErrors name and, ordered, those after the first). The largest
-// rowid is read from the table only when it is not known: read after
-// every insert, while the insert held the store's one writer, it cost 60
-// to 100 µs an insert of a single commit, about a fifth of the insert.
-// The events of documents not cached read them back by _id.
+// reply; nil when the answer did not parse) stored, and wakes the
+// collection's streams. When a stream has read the collection, the
+// documents the reply says were stored go to the cache under the rowids
+// they took: writes run one at a time and SQLite gives a new row the
+// table's largest rowid plus one. That rowid is counted from insert to
+// insert and read from the table only when not known: read after every
+// insert, it cost 60 to 100 µs an insert of one commit, about a fifth of
+// the insert (docs/embedded-store.md, "Why the change streams cache
+// documents").
 func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	s := f.streams
 	defer s.committed(cmd.db, cmd.collection)
@@ -629,13 +613,11 @@ func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 	return stored, int64(len(stored)) == n
 }
 
-// watched reports whether a change stream has been opened on collection
-// coll of db since the store started: one closed and opened again (the
-// relay after a failed round, a lease passing to another instance) finds
-// what was inserted meanwhile in the cache. Cached only while a stream
-// was open, BenchmarkRelayPublish's relay, whose stream opens after the
-// inserts, read each commit back and published about a tenth as fast
-// (docs/embedded-store.md, "Why the change streams cache documents").
+// watched reports whether a change stream has been opened on db.coll
+// since the store started: a stream opened again finds what was inserted
+// meanwhile cached. Cached only while a stream was open, the relay of
+// BenchmarkRelayPublish read each commit back and published about a tenth
+// as fast (docs/embedded-store.md, "Why the change streams cache documents").
 func (s *streams) watched(db, coll string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

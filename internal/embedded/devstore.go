@@ -6,16 +6,13 @@
 // build tag.
 //
 // The store keeps MongoDB's single-document guarantees through its write
-// funnel (funnel.go: every write command of every client runs alone, so
-// conditional updates are atomic), indexes every collection's _id
-// (index.go), and serves what the service asks that FerretDB cannot serve
-// at index speed or at all, and nothing else: version-guarded updates
-// (guard.go), the event log's change stream of inserts (changestream.go),
-// the log browser's pages (logpage.go) and the read models' finds in _id
-// order (indexfind.go). Anything else goes to FerretDB as it is, with the
-// differences from MongoDB that docs/embedded-store.md lists. A commit is
-// durable against a crash of the process, not of the machine: SQLite runs
-// in WAL mode with synchronous=NORMAL.
+// funnel (funnel.go), indexes every collection's _id (index.go), and
+// serves what the service asks that FerretDB cannot serve at index speed
+// or at all, and nothing else: guarded updates (guard.go), the log's
+// change stream (changestream.go), the log browser's pages (logpage.go)
+// and the finds in _id order (indexfind.go); docs/embedded-store.md lists
+// the differences that remain. A commit is durable against a crash of the
+// process, not of the machine (SQLite's synchronous=NORMAL).
 package embedded
 
 import (
@@ -75,13 +72,10 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	// temp_store(memory): an insert of several documents into a table
-	// with unique indexes keeps a statement journal, by default in a temp
-	// file; the pwrite calls to it were a large share of the store's CPU
-	// under group-committed appends (docs/embedded-store.md, "Why SQLite's
-	// temporary store is in memory").
-	// It holds nothing a crash must keep: it undoes a failed statement
-	// inside its transaction.
+	// temp_store(memory): the statement journal of a multi-document
+	// insert, in a file by default, cost a fifth of the store's CPU under
+	// group-committed appends, and holds nothing a crash must keep
+	// (docs/embedded-store.md, "Why SQLite's temporary store is in memory").
 	f, err := ferretdb.New(&ferretdb.Config{
 		Listener:  ferretdb.ListenerConfig{TCP: "127.0.0.1:0"},
 		Handler:   "sqlite",

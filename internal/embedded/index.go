@@ -15,14 +15,11 @@ import (
 )
 
 // idIndex gives every collection's SQLite table the index FerretDB 1.24
-// lacks for its own _id look-ups, and the log's table those that serve its
-// pages (logpage.go). FerretDB's unique _id index is on
-// _ferretdb_sjson->"_id", but its queries by {_id: v} filter on
-// _ferretdb_sjson->'$._id' (metadata.IDColumn), which SQLite does not match
-// to that index: every look-up by _id scanned the table
-// (docs/embedded-store.md, "Indexed _id"). A dropped collection's table
-// takes the index along, so it is applied at start to every table and
-// after each write command to a collection not yet seen.
+// lacks for its own _id look-ups, on the expression its queries use
+// (_ferretdb_sjson->'$._id'; its own index is on ->"_id", so every look-up
+// scanned the table: docs/embedded-store.md, "Indexed _id"), and the log's
+// table those that serve its pages (logpage.go). It indexes every table at
+// start and each collection a write names that it has not seen.
 type idIndex struct {
 	dir string
 
@@ -141,10 +138,8 @@ func (x *idIndex) open(db string) (*sql.DB, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	// FerretDB opens its files in WAL mode with a 10 s busy timeout; an
-	// index creation here waits as long for the write lock. The funnel's
-	// replacements (replaceRows) commit as FerretDB's writes do
-	// (StartStore).
+	// As FerretDB opens its files (StartStore): replaceRows commits as its
+	// writes do, and an index creation waits as long for the write lock.
 	h, err := sql.Open("sqlite", "file:"+path+"?mode=rw&_pragma=busy_timeout(10000)&_pragma=synchronous(normal)&_pragma=temp_store(memory)")
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)

@@ -14,30 +14,16 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
-// Finds the funnel serves from SQLite: the log's pages (logpage.go) and
-// the read models' finds in _id order, find {filter: F, sort: {_id: 1}[,
-// limit: n][, projection: P]} where F holds equalities of top-level fields
-// to strings ({customer_id: c[, status: s]}) and at most one _id range over
-// strings ({_id: {$gt: after}}, {_id: {$gte: a, $lte: b}}). FerretDB 1.24
-// hands SQLite only a filter that is exactly {_id: v} and decodes the
-// whole collection in Go for any other (docs/embedded-store.md, "Finds in
-// _id order"). The candidates come from FerretDB's index whose key starts
-// with an equality's field (_ferretdb_sjson->"f", the field's JSON text),
-// or the funnel's _id index (index.go) over the strings sharing the
-// range's bounds' prefix; SQLite sorts them by the _id string (->>), as
-// MongoDB compares strings: JSON text, which the indexes hold, escapes
-// '"', '\', '<', '>', '&' and control characters, and sorts a space before
-// the closing quote. Each document is read back by _id on the client's own
-// upstream connection with the projection and the filter's fields, and
-// checked against the filter in Go.
-//
-// Any other find goes to FerretDB: another sort, operator or option, a
-// limit above maxPage (or none, and more candidates), a projection that
-// does not include top-level fields only, an equality no index starts
-// with, an indexed field some document holds as an array (the index holds
-// the array, MongoDB matches its elements), a candidate _id that is no
-// string without an _id range (MongoDB sorts it apart), a page over
-// maxBatchBytes, and a page some of whose candidates fail the filter.
+// Finds the funnel serves from SQLite indexes, which FerretDB 1.24 would
+// answer by decoding the whole collection in Go: the log's pages
+// (logpage.go) and the read models' finds in _id order, find {filter:
+// {f: s[, g: t][, _id: range over strings]}, sort: {_id: 1}[, limit:
+// n][, projection: P]} (docs/embedded-store.md, "Finds in _id order").
+// SQLite sorts the candidates by the _id string (->>), as MongoDB compares
+// strings: the indexes hold JSON text, which escapes some characters and
+// sorts a space before the closing quote. Each document is read back by
+// _id and checked against the filter in Go. Any find the funnel cannot
+// answer as MongoDB would goes to FerretDB.
 
 const (
 	idExpr = `_ferretdb_sjson->>'$._id'`

@@ -6,18 +6,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 )
 
-// The log browser's pages. The service pages the event log newest first
-// with one query on its (recorded_at, _id) index, here as on MongoDB:
-// find events {filter: F, sort: {recorded_at: -1, _id: -1}, limit: n},
-// where F is {}, a cursor's bound {$or: [{recorded_at: {$lt: t}},
-// {recorded_at: t, _id: {$lt: id}}]}, {"events.correlation_id": c}, or c
-// and a bound. FerretDB would decode and sort the whole log in Go
-// (docs/embedded-store.md, "The log browser"), so the funnel serves these
-// finds (indexfind.go) from SQLite expression indexes of the log's table
-// (logIndexes). The event store keeps a commit's events to one correlation
-// id, so the index holds the first event's. A page holding a recorded_at
-// that is not a date, or an _id that is not a string, would sort
-// otherwise than on MongoDB: FerretDB answers it.
+// The log browser's pages, find events {filter: F, sort: {recorded_at: -1,
+// _id: -1}, limit: n}, where F is {}, {"events.correlation_id": c}, a
+// cursor's bound {$or: [{recorded_at: {$lt: t}}, {recorded_at: t, _id:
+// {$lt: id}}]}, or c and a bound, served from SQLite expression indexes of
+// the log's table (logIndexes; docs/embedded-store.md, "The log browser").
+// A commit's events share one correlation id, so the index holds the
+// first event's.
 
 // LogCollection is the collection of the event log (the mongodb
 // package's CommitsCollection).
