@@ -61,7 +61,7 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 }
 
 // guardOf splits one update statement into its _id and its guard. It
-// refuses (ok false) multi updates, a q without a string or ObjectID _id,
+// refuses (ok false) multi updates, a q without a string _id,
 // conditions that are not equalities or operator documents of $eq and $lt
 // (what the service sends: a read model's {version: {$lt: v}}, a verify's
 // repair on {version: {$eq: v}}, a lease's fence on its owner and epoch)
@@ -82,7 +82,7 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 		ops, isOps := v.DocumentOK()
 		opElems, _ := ops.Elements()
 		switch {
-		case k == "_id" && (v.Type == bson.TypeString || v.Type == bson.TypeObjectID):
+		case k == "_id" && v.Type == bson.TypeString:
 			g.id = v
 		case k == "_id" || !fieldName.MatchString(k): // storedGuards names it in SQL
 			return g, false
@@ -440,15 +440,10 @@ const maxRun = 1000
 // to the reads.
 const maxUpdate = 32
 
-// idText is an _id as FerretDB keys its documents: its JSON text with its
-// kind (a string and an ObjectID of the same hex have one JSON text).
+// idText is a string _id as FerretDB keys its documents: its JSON text.
 func idText(id bson.RawValue) string {
-	text, isString := id.StringValueOK()
-	if !isString {
-		text = id.ObjectID().Hex() // guardOf takes strings and ObjectIDs
-	}
-	b, _ := json.Marshal(text)
-	return id.Type.String() + " " + string(b)
+	b, _ := json.Marshal(id.StringValue())
+	return string(b)
 }
 
 // storedGuards reads, for the documents stmts name, the top-level fields
@@ -475,34 +470,32 @@ func storedGuards(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bso
 				fields = append(fields, e.Key())
 			}
 		}
-		_, text, _ := strings.Cut(idText(st.id), " ")
-		ids = append(ids, text)
+		ids = append(ids, idText(st.id))
 	}
-	cols := `_ferretdb_sjson->'$._id', ` + idType
+	cols := idJSON
 	for _, f := range fields { // fieldName's (guardOf)
 		cols += fmt.Sprintf(`, _ferretdb_sjson->'$.%s', _ferretdb_sjson->>'$."$s".p.%s.t'`, f, f)
 	}
-	q := fmt.Sprintf(`SELECT %s FROM %q WHERE %s IN (?%s)`, cols, table, idJSON, strings.Repeat(", ?", len(ids)-1))
+	q := fmt.Sprintf(`SELECT %s FROM %q WHERE %s IN (?%s) AND %s = 'string'`, cols, table, idJSON, strings.Repeat(", ?", len(ids)-1), idType)
 	rows, err := h.Query(q, ids...)
 	if err != nil {
 		return nil, fmt.Errorf("read the guards of %s: %w", coll, err)
 	}
 	defer rows.Close()
-	vals := make([]sql.NullString, 2+2*len(fields))
+	vals := make([]sql.NullString, 1+2*len(fields))
 	ptrs := make([]any, len(vals))
 	for i := range vals {
 		ptrs[i] = &vals[i]
 	}
-	kinds := map[string]string{"string": bson.TypeString.String(), "objectId": bson.TypeObjectID.String()}
 	for rows.Next() {
 		if err := rows.Scan(ptrs...); err != nil {
 			return nil, fmt.Errorf("read the guards of %s: %w", coll, err)
 		}
 		doc := bsoncore.NewDocumentBuilder()
 		for i, f := range fields {
-			appendStored(doc, f, vals[2+2*i], vals[3+2*i].String)
+			appendStored(doc, f, vals[1+2*i], vals[2+2*i].String)
 		}
-		out[kinds[vals[1].String]+" "+vals[0].String] = bson.Raw(doc.Build())
+		out[vals[0].String] = bson.Raw(doc.Build())
 	}
 	return out, rows.Err()
 }
