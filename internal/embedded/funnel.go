@@ -255,11 +255,7 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	if err != nil {
 		return err
 	}
-	if cmd.msg.flags&flagMoreToCome != 0 {
-		return nil
-	}
-	_, err = c.Write(opMessage(reply, requestID(req)))
-	return err
+	return answer(c, req, cmd, reply)
 }
 
 // sendInsert relays an insert and, before the next write runs, records

@@ -201,9 +201,9 @@ func refusal(code int32, codeName, msg string) bson.D {
 	return bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: msg}, {Key: "code", Value: code}, {Key: "codeName", Value: codeName}}
 }
 
-// answer sends the funnel's own reply to the request req (parsed as cmd),
-// unless the client asked for none (moreToCome).
-func answer(c net.Conn, req []byte, cmd command, body bson.D) error {
+// answer sends the funnel's own reply (a document) to the request req
+// (parsed as cmd), unless the client asked for none (moreToCome).
+func answer(c net.Conn, req []byte, cmd command, body any) error {
 	if cmd.msg.flags&flagMoreToCome != 0 {
 		return nil
 	}
