@@ -38,6 +38,7 @@ const (
 	maxBatchBytes                 = 8 << 20 // well under MongoDB's 16 MiB reply
 	tokenVersion             byte = 1
 	tokenLen                      = 1 + 16 + 8
+	noUUID                        = "00000000000000000000000000000000" // of a collection that does not exist
 )
 
 // ForgetChangesCommand is the test command {forgetChangesBefore:
@@ -77,7 +78,7 @@ type streams struct {
 type streamCursor struct {
 	id       int64
 	db, coll string
-	uuid     [16]byte   // zero while the collection did not exist
+	uuid     string     // hex; noUUID while the collection did not exist
 	pos      int64      // the rowid reported last (or examined last)
 	owner    net.Conn   // the client connection that used it last
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
@@ -138,7 +139,7 @@ func (s *streams) dropOwnedBy(c net.Conn) {
 // position is what one read of a collection's table found.
 type position struct {
 	exists bool
-	uuid   [16]byte
+	uuid   string  // hex, noUUID when !exists
 	table  string  // the collection's SQLite table
 	end    int64   // the largest rowid, 0 for an empty table
 	rows   []int64 // the rowids after the position asked, in order
@@ -147,7 +148,7 @@ type position struct {
 // read reads db.coll's identity, end and up to limit rowids after rowid
 // after, in one snapshot (a transaction of reads).
 func (s *streams) read(ctx context.Context, db, coll string, after int64, limit int) (position, error) {
-	var p position
+	p := position{uuid: noUUID}
 	h, err := s.files.handle(db)
 	if err != nil || h == nil {
 		return p, err
@@ -163,8 +164,8 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 	}
 	var meta struct{ UUID string }
 	_ = json.Unmarshal([]byte(settings), &meta)
-	u, ok := parseUUID(meta.UUID)
-	if !ok {
+	u := strings.ToLower(strings.ReplaceAll(meta.UUID, "-", ""))
+	if b, err := hex.DecodeString(u); err != nil || len(b) != 16 {
 		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
 	p.exists, p.uuid, p.table = true, u, table
@@ -208,39 +209,21 @@ func (s *streams) idAt(db, table string, rowid int64) (string, error) {
 	return id, err
 }
 
-func parseUUID(s string) ([16]byte, bool) {
-	var u [16]byte
-	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(b) != 16 {
-		return u, false
-	}
-	copy(u[:], b)
-	return u, true
-}
-
 // token is a resume token: {_data: hex(version, uuid, rowid)}.
-func token(uuid [16]byte, rowid int64) bson.D {
-	b := make([]byte, 0, tokenLen)
-	b = append(b, tokenVersion)
-	b = append(b, uuid[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(rowid))
-	return bson.D{{Key: "_data", Value: hex.EncodeToString(b)}}
+func token(uuid string, rowid int64) bson.D {
+	return bson.D{{Key: "_data", Value: fmt.Sprintf("%02x%s%016x", tokenVersion, uuid, rowid)}}
 }
 
 // parseToken reads a token the funnel issued.
-func parseToken(v bson.RawValue) (uuid [16]byte, rowid int64, ok bool) {
-	d, isDoc := v.DocumentOK()
-	if !isDoc {
-		return uuid, 0, false
-	}
+func parseToken(v bson.RawValue) (uuid string, rowid int64, ok bool) {
+	d, _ := v.DocumentOK()
 	s, _ := d.Lookup("_data").StringValueOK()
 	b, err := hex.DecodeString(s)
 	if err != nil || len(b) != tokenLen || b[0] != tokenVersion {
-		return uuid, 0, false
+		return "", 0, false
 	}
-	copy(uuid[:], b[1:17])
 	rowid = int64(binary.BigEndian.Uint64(b[17:]))
-	return uuid, rowid, rowid >= 0
+	return s[2:34], rowid, rowid >= 0
 }
 
 // insertsStage is the one stage a stream has after $changeStream.
@@ -281,16 +264,16 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	cur := &streamCursor{db: cmd.db, coll: cmd.collection, uuid: p.uuid, pos: p.end, owner: c}
 	if resume := stage.Lookup("resumeAfter"); resume.Type != 0 {
 		u, rowid, ok := parseToken(resume)
-		if !ok || u == ([16]byte{}) && rowid != 0 {
+		if !ok || u == noUUID && rowid != 0 {
 			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
 		}
-		if u != ([16]byte{}) && (!p.exists || u != p.uuid) {
+		if u != noUUID && (!p.exists || u != p.uuid) {
 			return refuse(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
 				fmt.Sprintf("$changeStream: the resume token is of another incarnation of %s.%s (dropped or re-created since)", cmd.db, cmd.collection))
 		}
 		cur.pos = rowid
 		s.mu.Lock()
-		w, forgot := s.forgotten[string(p.uuid[:])]
+		w, forgot := s.forgotten[p.uuid]
 		s.mu.Unlock()
 		// A position before the mark needs events the store forgot; one at
 		// it needs none of them, as a stream opened after the forgetting.
@@ -353,10 +336,10 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 		if err != nil {
 			return refusal(1, "InternalError", "getMore: "+err.Error()), nil
 		}
-		if p.exists && cur.uuid == ([16]byte{}) && cur.pos == 0 {
+		if p.exists && cur.uuid == noUUID && cur.pos == 0 {
 			cur.uuid = p.uuid // created since the stream opened
 		}
-		if !p.exists && cur.uuid != ([16]byte{}) || p.exists && p.uuid != cur.uuid {
+		if !p.exists && cur.uuid != noUUID || p.exists && p.uuid != cur.uuid {
 			s.mu.Lock()
 			delete(s.cursors, cur.id)
 			s.mu.Unlock()
@@ -492,7 +475,7 @@ func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 		return answer(c, req, cmd, refusal(26, "NamespaceNotFound", fmt.Sprintf("%s: no collection %s.%s", ForgetChangesCommand, cmd.db, cmd.collection)))
 	}
 	s.mu.Lock()
-	s.forgotten[string(p.uuid[:])] = p.end
+	s.forgotten[p.uuid] = p.end
 	s.mu.Unlock()
 	return answer(c, req, cmd, bson.D{{Key: "forgottenThrough", Value: token(p.uuid, p.end)}, {Key: "ok", Value: 1.0}})
 }
