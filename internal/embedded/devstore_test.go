@@ -147,7 +147,7 @@ func TestIDIndexAppliedAtStart(t *testing.T) {
 	if err := h.QueryRow(`SELECT table_name FROM _ferretdb_collections WHERE name = 'events'`).Scan(&table); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Exec(fmt.Sprintf(`DROP INDEX %q`, IDIndexName(table))); err != nil {
+	if _, err := h.Exec(fmt.Sprintf(`DROP INDEX %q`, table+"_id_path")); err != nil {
 		t.Fatal(err)
 	}
 	_ = h.Close()

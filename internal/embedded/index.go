@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,15 +52,14 @@ func (x *idIndex) ensure(ctx context.Context, db, coll string) error {
 	if err != nil || table == "" { // none: the write created nothing (a delete or a failed insert)
 		return err
 	}
-	if err := createIDIndex(ctx, h, table); err != nil {
-		return err
-	}
+	indexes := map[string]string{"_id_path": idJSON}
 	if coll == LogCollection {
-		for suffix, columns := range logIndexes {
-			q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, table+suffix, table, columns)
-			if _, err := h.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("create the log's page index on %s: %w", table, err)
-			}
+		maps.Copy(indexes, logIndexes)
+	}
+	for suffix, columns := range indexes {
+		q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, table+suffix, table, columns)
+		if _, err := h.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("create index %s: %w", table+suffix, err)
 		}
 	}
 	x.done[[2]string{db, coll}] = true
@@ -147,18 +147,6 @@ func (x *idIndex) open(db string) (*sql.DB, error) {
 	h.SetMaxOpenConns(4)
 	x.dbs[db] = h
 	return h, nil
-}
-
-// IDIndexName is the name of the _id expression index of a collection
-// whose SQLite table is table.
-func IDIndexName(table string) string { return table + "_id_path" }
-
-func createIDIndex(ctx context.Context, h *sql.DB, table string) error {
-	q := fmt.Sprintf(`CREATE INDEX IF NOT EXISTS %q ON %q (%s)`, IDIndexName(table), table, idJSON)
-	if _, err := h.ExecContext(ctx, q); err != nil {
-		return fmt.Errorf("create _id index on %s: %w", table, err)
-	}
-	return nil
 }
 
 // tableOf returns the SQLite table of collection coll in h and its

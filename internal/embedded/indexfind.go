@@ -28,7 +28,7 @@ import (
 const (
 	idExpr = `_ferretdb_sjson->>'$._id'`
 	idType = `_ferretdb_sjson->>'$."$s".p._id.t'`
-	// idJSON is the expression of the funnel's _id index (createIDIndex)
+	// idJSON is the expression of the funnel's _id index (idIndex)
 	// and of FerretDB's own look-ups by _id: the _id's JSON text.
 	idJSON = `_ferretdb_sjson->'$._id'`
 	// maxPage bounds the documents of a find the funnel serves, so that
