@@ -159,7 +159,7 @@ func (f *funnel) client(c net.Conn) {
 				served, err = f.serveFind(own, c, req, cmd)
 			}
 			if err == nil && !served {
-				err = relay(own, c, req)
+				_, err = relay(own, c, req)
 			}
 		}
 		if err != nil {
@@ -235,17 +235,21 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 
 // send runs req on the funnel's connection and answers c: an update with
 // guards on top of _id is served statement by statement (guard.go), any
-// other write is relayed as it is.
+// other write is relayed as it is. What an insert stored is recorded for
+// change streams (insertCommitted) before the next write runs: their order
+// is the order of the funnel's writes.
 func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
-	if strings.EqualFold(cmd.name, "insert") {
-		return f.sendInsert(c, req, cmd)
+	var stmts []guardedUpdate
+	ordered, guarded := false, false
+	if strings.EqualFold(cmd.name, "update") {
+		stmts, ordered, guarded = guardedUpdates(cmd.msg)
 	}
-	if !strings.EqualFold(cmd.name, "update") {
-		return relay(f.writer, c, req)
-	}
-	stmts, ordered, ok := guardedUpdates(cmd.msg)
-	if !ok {
-		return relay(f.writer, c, req)
+	if !guarded {
+		resp, err := relay(f.writer, c, req)
+		if resp != nil && strings.EqualFold(cmd.name, "insert") {
+			f.insertCommitted(cmd, parseOpMsg(resp).body())
+		}
+		return err
 	}
 	h, err := f.index.handle(cmd.db)
 	if err != nil {
@@ -258,52 +262,28 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	return answer(c, req, cmd, reply)
 }
 
-// sendInsert relays an insert and, before the next write runs, records
-// what it stored for change streams (insertCommitted): their order is the
-// order of the funnel's writes.
-func (f *funnel) sendInsert(c net.Conn, req []byte, cmd command) error {
-	if _, err := f.writer.Write(req); err != nil {
-		return err
-	}
-	resp, err := readMessage(f.writer) // answered even when the client asked for no answer (relay)
-	if err != nil {
-		return err
-	}
-	if cmd.msg.flags&flagMoreToCome == 0 {
-		_, err = c.Write(resp)
-	}
-	var reply bson.Raw
-	if m := parseOpMsg(resp); m != nil {
-		reply = m.body()
-	}
-	f.insertCommitted(cmd, reply)
-	return err
-}
-
 // relay sends req on up and copies the replies back to c: none when the
 // request says moreToCome, several while a reply says moreToCome
 // (exhaust cursors and streaming hello). FerretDB 1.24 answers a request
 // that says moreToCome all the same: its answer is read and dropped, or
 // the next request on up would be given it
-// (TestUnacknowledgedWritesKeepAnswersInStep).
-func relay(up, c net.Conn, req []byte) error {
+// (TestUnacknowledgedWritesKeepAnswersInStep). It returns the last reply
+// read from up, nil when none was.
+func relay(up, c net.Conn, req []byte) ([]byte, error) {
 	if _, err := up.Write(req); err != nil {
-		return err
+		return nil, err
 	}
-	if opCode(req) == wire.OpCodeMsg && msgFlags(req)&flagMoreToCome != 0 {
-		_, err := readMessage(up)
-		return err
-	}
+	quiet := opCode(req) == wire.OpCodeMsg && msgFlags(req)&flagMoreToCome != 0
 	for {
 		resp, err := readMessage(up)
-		if err != nil {
-			return err
+		if err != nil || quiet {
+			return resp, err
 		}
 		if _, err := c.Write(resp); err != nil {
-			return err
+			return resp, err
 		}
 		if opCode(resp) != wire.OpCodeMsg || msgFlags(resp)&flagMoreToCome == 0 {
-			return nil
+			return resp, nil
 		}
 	}
 }

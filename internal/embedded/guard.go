@@ -204,10 +204,7 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out bson.Raw
-	if m := parseOpMsg(resp); m != nil {
-		out = m.body()
-	}
+	out := parseOpMsg(resp).body()
 	if out == nil {
 		return nil, errors.New("store reply without a body")
 	}

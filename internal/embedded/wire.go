@@ -70,8 +70,11 @@ type section struct {
 	docs       []bson.Raw
 }
 
-// body is the command's body, its kind-0 section.
+// body is the command's body, its kind-0 section; nil for a nil m.
 func (m *opMsg) body() bson.Raw {
+	if m == nil {
+		return nil
+	}
 	for _, s := range m.sections {
 		if s.kind == 0 {
 			return s.docs[0]
@@ -150,7 +153,7 @@ type command struct {
 // (the legacy OP_QUERY of a first handshake) are not commands to funnel.
 func parseCommand(msg []byte) (cmd command, ok bool) {
 	m := parseOpMsg(msg)
-	if m == nil || m.body() == nil {
+	if m.body() == nil {
 		return command{}, false
 	}
 	body := m.body()
