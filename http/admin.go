@@ -13,6 +13,7 @@ import (
 
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/outbox"
 	"github.com/orderd/orderd/projection"
@@ -80,7 +81,7 @@ func bearer(token string) echo.MiddlewareFunc {
 	}
 }
 
-func (s *Server) listProjections(c echo.Context) error {
+func (s operations) ListProjections(c echo.Context) error {
 	ps, err := s.cfg.Admin.Projections(c.Request().Context())
 	if err != nil {
 		return err
@@ -96,7 +97,7 @@ type rebuildRequest struct {
 	Partitions *int `json:"partitions" validate:"omitempty,min=1,max=64"`
 }
 
-func (s *Server) startRebuild(c echo.Context, projection string) error {
+func (s operations) StartRebuild(c echo.Context, projection api.Projection) error {
 	var req rebuildRequest
 	if err := decode(c, &req, true); err != nil {
 		return err
@@ -112,7 +113,7 @@ func (s *Server) startRebuild(c echo.Context, projection string) error {
 	return accepted(c, job, "/v1/admin/projections/"+job.Projection+"/rebuilds/"+job.ID)
 }
 
-func (s *Server) switchBack(c echo.Context, projection string) error {
+func (s operations) SwitchBack(c echo.Context, projection api.Projection) error {
 	var req struct{}
 	if err := decode(c, &req, true); err != nil {
 		return err
@@ -128,7 +129,7 @@ type verifyRequest struct {
 	Repair bool `json:"repair"`
 }
 
-func (s *Server) startVerify(c echo.Context, projection string) error {
+func (s operations) StartVerify(c echo.Context, projection api.Projection) error {
 	var req verifyRequest
 	if err := decode(c, &req, true); err != nil {
 		return err
@@ -146,7 +147,7 @@ type replayRequest struct {
 	To       string `json:"to" validate:"omitempty,rfc3339"`
 }
 
-func (s *Server) startReplay(c echo.Context) error {
+func (s operations) StartReplay(c echo.Context) error {
 	var req replayRequest
 	if err := decode(c, &req, false); err != nil {
 		return err
@@ -196,30 +197,30 @@ func (s *Server) cancelJob(c echo.Context, kind jobs.JobKind, projection, id str
 	return c.JSON(http.StatusAccepted, job)
 }
 
-func (s *Server) listDeadLetters(c echo.Context, projection, limitParam string) error {
+func (s operations) ListDeadLetters(c echo.Context, p api.ListDeadLettersParams) error {
 	limit := int64(100)
-	if v := limitParam; v != "" {
+	if v := text(p.Limit); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1 || n > 1000 {
 			return invalid(domain.FieldError{Field: "limit", Detail: "a whole number from 1 to 1000"})
 		}
 		limit = n
 	}
-	ds, err := s.cfg.Admin.DeadLetters(c.Request().Context(), projection, limit)
+	ds, err := s.cfg.Admin.DeadLetters(c.Request().Context(), text(p.Projection), limit)
 	if err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]any{"dead_letters": ds})
 }
 
-func (s *Server) retryDeadLetter(c echo.Context, id string) error {
+func (s operations) RetryDeadLetter(c echo.Context, id api.DeadLetterId) error {
 	if err := s.cfg.Admin.RetryDeadLetter(c.Request().Context(), id); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, map[string]string{"id": id, "result": "applied"})
 }
 
-func (s *Server) readModels(c echo.Context, id string) error {
+func (s operations) GetOrderReadModels(c echo.Context, id api.OrderId) error {
 	if err := validID("order id", id); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 // The log browser's routes (GET /v1/admin/log, /log/commits/{commit},
 // /log/tail) and the history of the first screen (GET /v1/admin/history).
 
-func (s *Server) listLog(c echo.Context, p api.ListLogParams) error {
+func (s operations) ListLog(c echo.Context, p api.ListLogParams) error {
 	if err := onlyParams(c, "limit", "cursor", "type", "stream_id", "correlation_id"); err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func onlyParams(c echo.Context, known ...string) error {
 // commitID is the shape of a commit's id (mongodb.CommitID).
 var commitID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}:[0-9]{10}$`)
 
-func (s *Server) getLogCommit(c echo.Context, id string) error {
+func (s operations) GetLogCommit(c echo.Context, id string) error {
 	if !commitID.MatchString(id) {
 		return fmt.Errorf("commit %q: not a commit id: %w", id, domain.ErrNotFound)
 	}
@@ -100,9 +100,9 @@ func (s *Server) getLogCommit(c echo.Context, id string) error {
 // under the idle timeouts of proxies (nginx's proxy_read_timeout is 60 s).
 const sseKeepAlive = 15 * time.Second
 
-// tailLog streams the commits recorded while the request is open that
+// TailLog streams the commits recorded while the request is open that
 // pass the filters of p as Server-Sent Events (see openapi.json, tailLog).
-func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
+func (s operations) TailLog(c echo.Context, p api.TailLogParams) error {
 	if err := onlyParams(c, "type", "stream_id", "correlation_id"); err != nil {
 		return err
 	}
@@ -177,7 +177,7 @@ func (s *Server) tailLog(c echo.Context, p api.TailLogParams) error {
 	return nil
 }
 
-func (s *Server) getHistory(c echo.Context) error {
+func (s operations) GetHistory(c echo.Context) error {
 	h, err := s.cfg.Admin.History(c.Request().Context())
 	if err != nil {
 		return err

@@ -14,11 +14,7 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// openAPIDocument answers GET /openapi.json.
-func openAPIDocument(c echo.Context) error {
+// GetOpenAPI answers GET /openapi.json.
+func (s operations) GetOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPI)
 }
-
-// Routes returns the routes registered on the server, including echo's
-// internal not-found routes of groups (method echo.RouteNotFound).
-func (s *Server) Routes() []*echo.Route { return s.echo.Routes() }

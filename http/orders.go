@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 )
 
 // placeRequest is the body of POST /v1/orders. Amounts are minor units.
@@ -46,41 +47,6 @@ type reasonRequest struct {
 	Reason string `json:"reason" validate:"max=500"`
 }
 
-// lifecycle maps each lifecycle route to its body decoder.
-var lifecycle = map[string]func(c echo.Context) (domain.Command, error){
-	"approve": step(func(at time.Time) domain.Command { return domain.Approve{At: at} }),
-	"invoice": step(func(at time.Time) domain.Command { return domain.Invoice{At: at} }),
-	"process": step(func(at time.Time) domain.Command { return domain.StartProcessing{At: at} }),
-	"ship":    step(func(at time.Time) domain.Command { return domain.Ship{At: at} }),
-	"deliver": step(func(at time.Time) domain.Command { return domain.Deliver{At: at} }),
-	"cancel": reason(func(at time.Time, r string) domain.Command {
-		return domain.Cancel{At: at, Reason: r}
-	}),
-	"mark-unavailable": reason(func(at time.Time, r string) domain.Command {
-		return domain.MarkUnavailable{At: at, Reason: r}
-	}),
-}
-
-func step(make func(time.Time) domain.Command) func(echo.Context) (domain.Command, error) {
-	return func(c echo.Context) (domain.Command, error) {
-		var req stepRequest
-		if err := decode(c, &req, true); err != nil {
-			return nil, err
-		}
-		return make(parseTime(req.At)), nil
-	}
-}
-
-func reason(make func(time.Time, string) domain.Command) func(echo.Context) (domain.Command, error) {
-	return func(c echo.Context) (domain.Command, error) {
-		var req reasonRequest
-		if err := decode(c, &req, true); err != nil {
-			return nil, err
-		}
-		return make(parseTime(req.At), req.Reason), nil
-	}
-}
-
 // parseTime parses a validated RFC 3339 time; "" is the zero time (the
 // service then uses its receive time).
 func parseTime(s string) time.Time {
@@ -88,7 +54,7 @@ func parseTime(s string) time.Time {
 	return t
 }
 
-func (s *Server) place(c echo.Context) error {
+func (s operations) PlaceOrder(c echo.Context) error {
 	var req placeRequest
 	if err := decode(c, &req, false); err != nil {
 		return err
@@ -106,13 +72,56 @@ func (s *Server) place(c echo.Context) error {
 	return respond(c, http.StatusCreated, res)
 }
 
-// lifecycle answers POST /v1/orders/{id}/{name}, name a key of the
-// lifecycle map.
-func (s *Server) lifecycle(c echo.Context, id, name string) error {
-	cmd, err := lifecycle[name](c)
-	if err != nil {
+func (s operations) ApproveOrder(c echo.Context, id api.OrderId) error {
+	return s.step(c, id, func(at time.Time) domain.Command { return domain.Approve{At: at} })
+}
+
+func (s operations) InvoiceOrder(c echo.Context, id api.OrderId) error {
+	return s.step(c, id, func(at time.Time) domain.Command { return domain.Invoice{At: at} })
+}
+
+func (s operations) ProcessOrder(c echo.Context, id api.OrderId) error {
+	return s.step(c, id, func(at time.Time) domain.Command { return domain.StartProcessing{At: at} })
+}
+
+func (s operations) ShipOrder(c echo.Context, id api.OrderId) error {
+	return s.step(c, id, func(at time.Time) domain.Command { return domain.Ship{At: at} })
+}
+
+func (s operations) DeliverOrder(c echo.Context, id api.OrderId) error {
+	return s.step(c, id, func(at time.Time) domain.Command { return domain.Deliver{At: at} })
+}
+
+func (s operations) CancelOrder(c echo.Context, id api.OrderId) error {
+	return s.withReason(c, id, func(at time.Time, r string) domain.Command { return domain.Cancel{At: at, Reason: r} })
+}
+
+func (s operations) MarkOrderUnavailable(c echo.Context, id api.OrderId) error {
+	return s.withReason(c, id, func(at time.Time, r string) domain.Command { return domain.MarkUnavailable{At: at, Reason: r} })
+}
+
+// step answers POST /v1/orders/{id}/<command> for a lifecycle command
+// whose optional body (stepRequest) gives only its time.
+func (s *Server) step(c echo.Context, id string, cmd func(at time.Time) domain.Command) error {
+	var req stepRequest
+	if err := decode(c, &req, true); err != nil {
 		return err
 	}
+	return s.lifecycle(c, id, cmd(parseTime(req.At)))
+}
+
+// withReason is step for a command whose body (reasonRequest) carries a
+// reason too: cancel and mark-unavailable.
+func (s *Server) withReason(c echo.Context, id string, cmd func(at time.Time, reason string) domain.Command) error {
+	var req reasonRequest
+	if err := decode(c, &req, true); err != nil {
+		return err
+	}
+	return s.lifecycle(c, id, cmd(parseTime(req.At), req.Reason))
+}
+
+// lifecycle runs cmd on order id and answers 200.
+func (s *Server) lifecycle(c echo.Context, id string, cmd domain.Command) error {
 	res, err := s.execute(c, id, cmd)
 	if err != nil {
 		return err
@@ -266,11 +275,11 @@ func token(s string, max int) bool {
 	return true
 }
 
-// getOrder answers GET /v1/orders/{id}[?as_of_version=N|?as_of=T]: the
+// GetOrder answers GET /v1/orders/{id}[?as_of_version=N|?as_of=T]: the
 // order folded from the log, up to the bound when one is given (see
 // historyBound). ETag is the folded version.
-func (s *Server) getOrder(c echo.Context, id string, asOfVersion, asOf *string) error {
-	b, err := historyBound(asOfVersion, asOf)
+func (s operations) GetOrder(c echo.Context, id api.OrderId, p api.GetOrderParams) error {
+	b, err := historyBound(p.AsOfVersion, p.AsOf)
 	if err != nil {
 		return err
 	}
@@ -287,10 +296,10 @@ func (s *Server) getOrder(c echo.Context, id string, asOfVersion, asOf *string) 
 	return c.JSON(http.StatusOK, o)
 }
 
-// getEvents answers GET /v1/orders/{id}/events[?as_of_version=N|?as_of=T]
+// GetOrderEvents answers GET /v1/orders/{id}/events[?as_of_version=N|?as_of=T]
 // with the stream up to the bound, in version order.
-func (s *Server) getEvents(c echo.Context, id string, asOfVersion, asOf *string) error {
-	b, err := historyBound(asOfVersion, asOf)
+func (s operations) GetOrderEvents(c echo.Context, id api.OrderId, p api.GetOrderEventsParams) error {
+	b, err := historyBound(p.AsOfVersion, p.AsOf)
 	if err != nil {
 		return err
 	}

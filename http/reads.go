@@ -10,9 +10,10 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 )
 
-// getSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D]
+// GetOrderSummary answers GET /v1/order-summaries/{id}[?min_version=N&wait=D]
 // with the freshness headers (freshness.go); X-Read-Model-Version is
 // Read-Model-Version's earlier name.
 // With min_version it waits until the read model reflects version N or the
@@ -21,12 +22,12 @@ import (
 // read model has nothing yet. Waiters of one summary share one poll of the
 // store (summaryWatch); past MaxSummaryWaits waits it answers 503 with
 // Retry-After.
-func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam string) error {
+func (s operations) GetOrderSummary(c echo.Context, id api.OrderId, p api.GetOrderSummaryParams) error {
 	if err := validID("order id", id); err != nil {
 		return err
 	}
 	var minVersion int64
-	if v := minVersionParam; v != "" {
+	if v := text(p.MinVersion); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			return invalid(domain.FieldError{Field: "min_version", Detail: "a version: a whole number >= 0"})
@@ -34,7 +35,7 @@ func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam strin
 		minVersion = n
 	}
 	wait := s.cfg.SummaryWait
-	if v := waitParam; v != "" {
+	if v := text(p.Wait); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 || d > s.cfg.MaxSummaryWait {
 			return invalid(domain.FieldError{Field: "wait", Detail: "a duration such as 2s, at most " + s.cfg.MaxSummaryWait.String()})
@@ -71,10 +72,11 @@ func (s *Server) getSummary(c echo.Context, id, minVersionParam, waitParam strin
 	return c.JSON(http.StatusOK, r.order)
 }
 
-// listSummaries answers GET /v1/order-summaries?customer_id=&status=&limit=&cursor=
+// ListOrderSummaries answers GET /v1/order-summaries?customer_id=&status=&limit=&cursor=
 // with {"items": [...], "next_cursor": "..."}; next_cursor is absent on the
 // last page. limit is 1..500, default 50. The cursor is opaque.
-func (s *Server) listSummaries(c echo.Context, customer, status, limitParam, cursor string) error {
+func (s operations) ListOrderSummaries(c echo.Context, p api.ListOrderSummariesParams) error {
+	customer, status := text(p.CustomerId), text((*string)(p.Status))
 	var fields []domain.FieldError
 	if customer != "" && domain.ValidateID("customer id", customer) != nil {
 		fields = append(fields, domain.FieldError{Field: "customer_id", Detail: "1 to 64 letters, digits, '_' or '-'"})
@@ -83,7 +85,7 @@ func (s *Server) listSummaries(c echo.Context, customer, status, limitParam, cur
 		fields = append(fields, domain.FieldError{Field: "status", Detail: "one of created, approved, invoiced, processing, shipped, delivered, canceled, unavailable"})
 	}
 	limit := 50
-	if v := limitParam; v != "" {
+	if v := text(p.Limit); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > 500 {
 			fields = append(fields, domain.FieldError{Field: "limit", Detail: "1 to 500"})
@@ -91,7 +93,7 @@ func (s *Server) listSummaries(c echo.Context, customer, status, limitParam, cur
 		limit = n
 	}
 	after := ""
-	if v := cursor; v != "" {
+	if v := text(p.Cursor); v != "" {
 		b, err := base64.RawURLEncoding.DecodeString(v)
 		if err != nil || domain.ValidateID("cursor", string(b)) != nil {
 			fields = append(fields, domain.FieldError{Field: "cursor", Detail: "a next_cursor from an earlier page"})
@@ -121,7 +123,7 @@ func (s *Server) listSummaries(c echo.Context, customer, status, limitParam, cur
 	return c.JSON(http.StatusOK, body)
 }
 
-func (s *Server) customerStats(c echo.Context, id string) error {
+func (s operations) GetCustomerOrderStats(c echo.Context, id api.CustomerId) error {
 	if err := validID("customer id", id); err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/http/api"
 )
 
 // maxSalesYears is the longest range GET /v1/daily-sales answers: ten
@@ -23,12 +24,13 @@ type DailySalesReport struct {
 	Days []domain.DailySales `json:"days"`
 }
 
-// dailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
+// GetDailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
 // from the daily_sales rollup (summed from the order summaries until it is
 // built). from and to are required, to is not before from and the range
 // is at most maxSalesYears years; every invalid parameter is listed in
 // the 422.
-func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string) error {
+func (s operations) GetDailySales(c echo.Context, p api.GetDailySalesParams) error {
+	currency := text(p.Currency)
 	var fields []domain.FieldError
 	date := func(name, v string) (time.Time, bool) {
 		d, err := time.Parse(time.DateOnly, v)
@@ -38,8 +40,8 @@ func (s *Server) dailySales(c echo.Context, fromParam, toParam, currency string)
 		}
 		return d, true
 	}
-	from, fromOK := date("from", fromParam)
-	to, toOK := date("to", toParam)
+	from, fromOK := date("from", text(p.From))
+	to, toOK := date("to", text(p.To))
 	switch {
 	case !fromOK || !toOK:
 	case to.Before(from):

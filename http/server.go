@@ -197,9 +197,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.http.Shutdown(ctx)
 }
 
-// ready answers /readyz: 200 when every check of Config.Ready passes, else
-// 503; the body maps each check's name to "ok" or "unavailable".
-func (s *Server) ready(c echo.Context) error {
+// GetReadiness answers /readyz: 200 when every check of Config.Ready
+// passes, else 503; the body maps each check's name to "ok" or "unavailable".
+func (s operations) GetReadiness(c echo.Context) error {
 	status, body := http.StatusOK, map[string]string{}
 	for name, check := range s.cfg.Ready {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
