@@ -11,10 +11,10 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
@@ -222,9 +222,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return rep, nil
 }
 
-// parallel calls fn(0..n-1) in index order on cfg.Concurrency workers,
-// with a progress bar on cfg.Progress. It stops starting calls when ctx
-// ends and then returns ctx.Err().
+// parallel calls fn(0..n-1), started in index order, at most
+// cfg.Concurrency at a time, with a progress bar on cfg.Progress. It stops
+// starting calls when ctx ends and then returns ctx.Err().
 func parallel(ctx context.Context, cfg Config, desc string, n int, fn func(i int)) error {
 	var bar *progressbar.ProgressBar
 	if cfg.Progress != nil {
@@ -234,28 +234,18 @@ func parallel(ctx context.Context, cfg Config, desc string, n int, fn func(i int
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionOnCompletion(func() { fmt.Fprintln(cfg.Progress) }))
 	}
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for range min(cfg.Concurrency, n) {
-		wg.Go(func() {
-			for i := range next {
-				fn(i)
-				if bar != nil {
-					_ = bar.Add(1)
-				}
+	var g errgroup.Group
+	g.SetLimit(cfg.Concurrency)
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		g.Go(func() error {
+			fn(i)
+			if bar != nil {
+				_ = bar.Add(1)
 			}
+			return nil
 		})
 	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-ctx.Done():
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
+	_ = g.Wait() // fn returns no error
 	if bar != nil && ctx.Err() != nil {
 		_ = bar.Exit()
 	}
