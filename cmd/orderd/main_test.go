@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/cmd/orderd/olist"
 	"github.com/orderd/orderd/mongodb/storetest"
@@ -749,6 +750,7 @@ func TestSuperviseRestartDelays(t *testing.T) {
 func TestSuperviseRestartsFailedRole(t *testing.T) {
 	m := NewMain()
 	m.Log = slog.New(slog.DiscardHandler)
+	m.health = newRoleHealth(prometheus.NewRegistry())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	runs := 0

@@ -108,20 +108,14 @@ func newRoleHealth(reg prometheus.Registerer) *roleHealth {
 	return h
 }
 
-// unit returns the health of a supervised run; a nil h follows it
-// without metrics.
+// unit returns the health of a supervised run.
 func (h *roleHealth) unit(role, projection string) *unitHealth {
-	if h == nil {
-		h = &roleHealth{}
-	}
 	u := &unitHealth{h: h, role: role, projection: projection}
 	h.mu.Lock()
 	h.units = append(h.units, u)
 	h.mu.Unlock()
-	if h.failing != nil {
-		h.failing.WithLabelValues(role, projection).Set(0)
-		h.stops.WithLabelValues(role, projection).Add(0)
-	}
+	h.failing.WithLabelValues(role, projection).Set(0)
+	h.stops.WithLabelValues(role, projection).Add(0)
 	return u
 }
 
@@ -130,9 +124,7 @@ func (u *unitHealth) ran() {
 	u.h.mu.Lock()
 	defer u.h.mu.Unlock()
 	u.inRow, u.last = 0, nil
-	if u.h.failing != nil {
-		u.h.failing.WithLabelValues(u.role, u.projection).Set(0)
-	}
+	u.h.failing.WithLabelValues(u.role, u.projection).Set(0)
 }
 
 // stopped records a stop with err; failing reports whether the run is
@@ -142,11 +134,9 @@ func (u *unitHealth) stopped(err error) (n int, failing bool) {
 	defer u.h.mu.Unlock()
 	u.inRow++
 	u.last = err
-	if u.h.failing != nil {
-		u.h.stops.WithLabelValues(u.role, u.projection).Inc()
-		if u.inRow >= failingAfter {
-			u.h.failing.WithLabelValues(u.role, u.projection).Set(1)
-		}
+	u.h.stops.WithLabelValues(u.role, u.projection).Inc()
+	if u.inRow >= failingAfter {
+		u.h.failing.WithLabelValues(u.role, u.projection).Set(1)
 	}
 	return u.inRow, u.inRow >= failingAfter
 }
