@@ -36,24 +36,31 @@ func devMode(c *Config) bool {
 // so that the console's link and an exported ADMIN_TOKEN outlive a
 // restart.
 func keptAdminToken(dir string) (string, error) {
-	path := filepath.Join(dir, "admin-token")
+	return kept(dir, "admin-token", "admin token", 0o600, func() string {
+		b := make([]byte, 16)
+		_, _ = rand.Read(b) // never fails (crypto/rand)
+		return hex.EncodeToString(b)
+	})
+}
+
+// kept returns the value kept in the file dir/name, or, when there is
+// none, one made by newValue and written there with perm; what names the
+// value in errors.
+func kept(dir, name, what string, perm os.FileMode, newValue func() string) (string, error) {
+	path := filepath.Join(dir, name)
 	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); t != "" {
-			return t, nil
+		if v := strings.TrimSpace(string(b)); v != "" {
+			return v, nil
 		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("admin token: %w", err)
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	b := make([]byte, 16)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
-	}
-	t := hex.EncodeToString(b)
+	v := newValue()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	if err := os.WriteFile(path, []byte(t+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("admin token: %w", err)
+	if err := os.WriteFile(path, []byte(v+"\n"), perm); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
 	}
-	return t, nil
+	return v, nil
 }

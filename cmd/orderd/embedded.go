@@ -4,15 +4,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -130,23 +127,10 @@ func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Han
 // keptInstanceID returns the instance id kept in dir, made and written
 // there on first use.
 func keptInstanceID(dir string) (string, error) {
-	path := filepath.Join(dir, "instance-id")
-	if b, err := os.ReadFile(path); err == nil {
-		if id := strings.TrimSpace(string(b)); id != "" {
-			return id, nil
-		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("instance id: %w", err)
-	}
-	host, _ := os.Hostname()
-	id := fmt.Sprintf("%s-%s", host, uuid.NewString()[:8])
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("instance id: %w", err)
-	}
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o644); err != nil {
-		return "", fmt.Errorf("instance id: %w", err)
-	}
-	return id, nil
+	return kept(dir, "instance-id", "instance id", 0o644, func() string {
+		host, _ := os.Hostname()
+		return fmt.Sprintf("%s-%s", host, uuid.NewString()[:8])
+	})
 }
 
 // free checks that addr, a fixed port of an embedded server, can be bound:
