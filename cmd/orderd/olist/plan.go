@@ -36,26 +36,16 @@ var OddPaths = []string{OddApprovalMissing, OddCanceledAfterCarrier, OddCanceled
 // Currency is the currency of every Olist order.
 const Currency = "BRL"
 
-// PlaceRequest is the JSON body of POST /v1/orders. Amounts are BRL cents,
-// freight on each line as the data has it (no order-level freight); At is
-// UTC.
-type PlaceRequest struct {
-	OrderID    string        `json:"order_id"`
-	CustomerID string        `json:"customer_id"`
-	Currency   string        `json:"currency"`
-	Items      []domain.Line `json:"items"`
-	At         time.Time     `json:"at"`
-}
-
 // Command is one command of a plan. Name is one of the Cmd constants. At is
 // the business time (UTC); zero means the request has no "at" and the
 // service stamps its receive time. Reason is set for cancel and
-// mark-unavailable, Place for place only.
+// mark-unavailable, Place for place only: amounts in BRL cents, freight on
+// each line as the data has it (no order-level freight).
 type Command struct {
 	Name   string
 	At     time.Time
 	Reason string
-	Place  *PlaceRequest
+	Place  *domain.PlaceOrder
 }
 
 // IdempotencyKey is the Idempotency-Key header of c for the order:
@@ -67,8 +57,7 @@ func (c Command) IdempotencyKey(orderID string) string { return "olist-" + order
 func (c Command) Domain() domain.Command {
 	switch c.Name {
 	case CmdPlace:
-		p := c.Place
-		return domain.PlaceOrder{CustomerID: p.CustomerID, Currency: p.Currency, Items: p.Items, At: p.At}
+		return *c.Place
 	case CmdApprove:
 		return domain.Approve{At: c.At}
 	case CmdInvoice:
@@ -106,7 +95,7 @@ func (d *Dataset) Plan(o Order) Plan {
 		p.Commands = append(p.Commands, Command{Name: name, At: at, Reason: reason})
 	}
 	approval := cmp.Or(o.ApprovedAt, o.PurchasedAt)
-	p.Commands = append(p.Commands, Command{Name: CmdPlace, At: o.PurchasedAt, Place: d.placeRequest(o)})
+	p.Commands = append(p.Commands, Command{Name: CmdPlace, At: o.PurchasedAt, Place: d.placeOrder(o)})
 	if !o.ApprovedAt.IsZero() {
 		add(CmdApprove, o.ApprovedAt, "")
 	}
@@ -165,11 +154,11 @@ func (d *Dataset) Plan(o Order) Plan {
 	return p
 }
 
-// placeRequest builds the place body: the order's item rows grouped by
+// placeOrder builds the place command: the order's item rows grouped by
 // (product, price) in order_item_id order, each line's freight the sum of
 // its rows' freight_value, or the one line ChooseLine picks.
-func (d *Dataset) placeRequest(o Order) *PlaceRequest {
-	r := &PlaceRequest{OrderID: o.ID, CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
+func (d *Dataset) placeOrder(o Order) *domain.PlaceOrder {
+	r := &domain.PlaceOrder{CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
 	rows := d.ItemsOf(o.ID)
 	if len(rows) == 0 {
 		rows = []Item{ChooseLine(o.ID, d.Items)}
