@@ -18,20 +18,18 @@ import (
 // Projections returns every projection's status
 // (GET /v1/admin/projections).
 func (c *Client) Projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
-	var list struct {
+	list, err := answer[struct {
 		Projections []admin.ProjectionStatus `json:"projections"`
-	}
-	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
+	}](ctx, c, c.api.ListProjections)
 	return list.Projections, err
 }
 
 // Relay returns the outbox relay's owner, lease and checkpoint, as the
 // projections' route answers them (GET /v1/admin/projections).
 func (c *Client) Relay(ctx context.Context) (outbox.RelayStatus, error) {
-	var list struct {
+	list, err := answer[struct {
 		Relay outbox.RelayStatus `json:"relay"`
-	}
-	_, err := c.do(ctx, c.api.ListProjections, nil, &list)
+	}](ctx, c, c.api.ListProjections)
 	return list.Relay, err
 }
 
@@ -45,11 +43,9 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 	if partitions > 0 {
 		body.Partitions = &partitions
 	}
-	var job jobs.Job
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.StartRebuild(ctx, projection, body, edit...)
-	}, nil, &job)
-	return job, err
+	})
 }
 
 // SwitchBack points readers of projection back at the collection the last
@@ -57,29 +53,24 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // *Error wrapping domain.ErrNotFound (unknown projection),
 // domain.ErrNoPrevious or domain.ErrJobRunning.
 func (c *Client) SwitchBack(ctx context.Context, projection string) (admin.ProjectionStatus, error) {
-	var st admin.ProjectionStatus
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[admin.ProjectionStatus](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.SwitchBack(ctx, projection, edit...)
-	}, nil, &st)
-	return st, err
+	})
 }
 
 // StartVerify starts a verification of the projection's read model
 // against the log, rewriting what differs when repair is set. It returns
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).
 func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
-	var job jobs.Job
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.StartVerify(ctx, projection, api.VerifyRequest{Repair: &repair}, edit...)
-	}, nil, &job)
-	return job, err
+	})
 }
 
 // Job returns the job id of kind on projection ("" for a replay), or an
 // *Error wrapping domain.ErrNotFound.
 func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	var job jobs.Job
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		switch kind {
 		case jobs.KindRebuild:
 			return c.api.GetRebuild(ctx, projection, id, edit...)
@@ -87,15 +78,13 @@ func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id stri
 			return c.api.GetVerification(ctx, projection, id, edit...)
 		}
 		return c.api.GetReplay(ctx, id, edit...)
-	}, nil, &job)
-	return job, err
+	})
 }
 
 // CancelJob asks the job to stop at its next checkpoint and returns it, or
 // an *Error wrapping domain.ErrNotFound or domain.ErrJobFinished.
 func (c *Client) CancelJob(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	var job jobs.Job
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		switch kind {
 		case jobs.KindRebuild:
 			return c.api.CancelRebuild(ctx, projection, id, edit...)
@@ -103,8 +92,7 @@ func (c *Client) CancelJob(ctx context.Context, kind jobs.JobKind, projection, i
 			return c.api.CancelVerification(ctx, projection, id, edit...)
 		}
 		return c.api.CancelReplay(ctx, id, edit...)
-	}, nil, &job)
-	return job, err
+	})
 }
 
 // JobURL is the absolute URL of the job, where a GET follows it.

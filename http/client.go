@@ -190,6 +190,14 @@ func (c *Client) do(ctx context.Context, op call, h http.Header, out any) (http.
 	return resp.Header, nil
 }
 
+// answer sends op and returns its 2xx answer decoded as a T; its errors
+// are do's.
+func answer[T any](ctx context.Context, c *Client, op call) (T, error) {
+	var v T
+	_, err := c.do(ctx, op, nil, &v)
+	return v, err
+}
+
 // Execute sends cmd for the order: POST /v1/orders for a domain.PlaceOrder
 // (orderID "" lets the server choose), else
 // POST /v1/orders/{orderID}/{domain.CommandName(cmd)}. opt goes as the
@@ -315,11 +323,9 @@ func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency st
 	if currency != "" {
 		p.Currency = &currency
 	}
-	var r DailySalesReport
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[DailySalesReport](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.GetDailySales(ctx, &p, edit...)
-	}, nil, &r)
-	return r, err
+	})
 }
 
 // OrderUntil returns the order folded from its event log up to b
@@ -336,11 +342,9 @@ func (c *Client) OrderUntil(ctx context.Context, id string, b domain.Bound) (dom
 		at := b.At.Format(time.RFC3339Nano)
 		p.AsOf = &at
 	}
-	var o domain.Order
-	_, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+	return answer[domain.Order](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
 		return c.api.GetOrder(ctx, id, &p, edit...)
-	}, nil, &o)
-	return o, err
+	})
 }
 
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
