@@ -17,10 +17,10 @@ import (
 // with the freshness headers (freshness.go); X-Read-Model-Version is
 // Read-Model-Version's earlier name.
 // With min_version it waits until the read model reflects version N or the
-// wait (default SummaryWait, at most MaxSummaryWait) ends; on timeout it
+// wait (default SummaryWait, at most maxSummaryWait) ends; on timeout it
 // answers with what it has and X-Read-Model-Stale: true, or 404 when the
 // read model has nothing yet. Waiters of one summary share one poll of the
-// store (summaryWatch); past MaxSummaryWaits waits it answers 503 with
+// store (summaryWatch); past MaxWaits waits it answers 503 with
 // Retry-After.
 func (s operations) GetOrderSummary(c echo.Context, id api.OrderId, p api.GetOrderSummaryParams) error {
 	if err := validID("order id", id); err != nil {
@@ -37,8 +37,8 @@ func (s operations) GetOrderSummary(c echo.Context, id api.OrderId, p api.GetOrd
 	wait := s.cfg.SummaryWait
 	if v := text(p.Wait); v != "" {
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > s.cfg.MaxSummaryWait {
-			return invalid(domain.FieldError{Field: "wait", Detail: "a duration such as 2s, at most " + s.cfg.MaxSummaryWait.String()})
+		if err != nil || d < 0 || d > maxSummaryWait {
+			return invalid(domain.FieldError{Field: "wait", Detail: "a duration such as 2s, at most " + maxSummaryWait.String()})
 		}
 		wait = d
 	}

@@ -72,11 +72,9 @@ type Config struct {
 	Admin      Admin  // the admin routes, registered only with AdminToken
 	AdminToken string // bearer token of the admin routes
 
-	MaxBodyBytes   int64         // [1 MiB]
-	SummaryWait    time.Duration // default bound of ?min_version waits [5s]
-	MaxSummaryWait time.Duration // largest ?wait a client may ask for [30s]
-	MaxInFlight    int           // concurrent requests before 503 [1024]
-	MaxWaits       int           // concurrent ?min_version waits before 503 [256]
+	SummaryWait time.Duration // default bound of ?min_version waits [5s]
+	MaxInFlight int           // concurrent requests before 503 [1024]
+	MaxWaits    int           // concurrent ?min_version waits before 503 [256]
 	// SlowRequest is how long a request may take before its log line is
 	// a warning rather than debug [1s].
 	SlowRequest time.Duration
@@ -84,22 +82,22 @@ type Config struct {
 	// Slow clients: the request line and headers must arrive within
 	// ReadHeaderTimeout [5s], the whole request within ReadTimeout [30s];
 	// an idle keep-alive connection is closed after IdleTimeout [120s].
-	// Writes may take MaxSummaryWait + 30s.
+	// Writes may take maxSummaryWait + 30s.
 	ReadHeaderTimeout time.Duration
 	ReadTimeout       time.Duration
 	IdleTimeout       time.Duration
 }
 
+// maxBodyBytes bounds a request's body; a larger one is answered 413.
+const maxBodyBytes = 1 << 20
+
+// maxSummaryWait is the largest ?wait of GET /v1/order-summaries/{id}.
+const maxSummaryWait = 30 * time.Second
+
 // setDefaults fills in the zero fields with the defaults in brackets.
 func (c *Config) setDefaults() {
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = 1 << 20
-	}
 	if c.SummaryWait <= 0 {
 		c.SummaryWait = 5 * time.Second
-	}
-	if c.MaxSummaryWait <= 0 {
-		c.MaxSummaryWait = 30 * time.Second
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 1024
@@ -154,7 +152,7 @@ func NewServer(cfg Config) *Server {
 		Handler:           e,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		ReadTimeout:       cfg.ReadTimeout,
-		WriteTimeout:      cfg.MaxSummaryWait + 30*time.Second,
+		WriteTimeout:      maxSummaryWait + 30*time.Second,
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
@@ -165,7 +163,7 @@ func NewServer(cfg Config) *Server {
 	// route outside /v1 takes a body. The admin group keeps its token
 	// check: before it, nothing tells which admin routes exist.
 	e.Use(middleware.Recover(), dropInvalidRequestID, middleware.RequestID(), traceRequests, logRequests(cfg.Log, cfg.SlowRequest), newReadMetrics(cfg.Registerer).middleware(e), inFlightLimit(cfg.MaxInFlight), storeGuard(cfg.Store),
-		answerTooLarge(tooLargeDiscard*cfg.MaxBodyBytes), middleware.BodyLimit(strconv.FormatInt(cfg.MaxBodyBytes, 10)))
+		answerTooLarge(tooLargeDiscard*maxBodyBytes), middleware.BodyLimit(strconv.Itoa(maxBodyBytes)))
 
 	ops := operations{Server: s, consolePage: echo.WrapHandler(console.Handler())}
 	if cfg.Gatherer != nil {
