@@ -64,7 +64,7 @@ func decode(c echo.Context, dst any, optional bool) error {
 	if trimmed[0] != '{' {
 		return malformed("the body must be a JSON object")
 	}
-	if err := checkKeys(body); err != nil {
+	if _, err := scanKeys(body, -1); err != nil {
 		return malformed(err.Error())
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -74,7 +74,7 @@ func decode(c echo.Context, dst any, optional bool) error {
 		if errors.As(err, &te) {
 			// te.Field leaves out the array indexes (items.quantity); the
 			// validator's paths have them (items[0].quantity).
-			field := pathAt(body, te.Offset)
+			field, _ := scanKeys(body, te.Offset)
 			if field == "" {
 				field = te.Field
 			}
@@ -99,63 +99,23 @@ func decode(c echo.Context, dst any, optional bool) error {
 	return nil
 }
 
-// checkKeys refuses what encoding/json would silently accept: a field
-// given twice (the last would win) and a field name in other case than
-// the API's lower-case names (encoding/json matches them case-blind).
-// Syntax errors are left to the decoder.
-func checkKeys(body []byte) error {
-	type frame struct {
-		object, wantKey bool
-		keys            map[string]bool
-	}
-	var stack []*frame
-	dec := json.NewDecoder(bytes.NewReader(body))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return nil
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		switch t := tok.(type) {
-		case json.Delim:
-			if t == '{' || t == '[' {
-				stack = append(stack, &frame{object: t == '{', wantKey: t == '{', keys: map[string]bool{}})
-				continue
-			}
-			stack = stack[:len(stack)-1]
-		case string:
-			if top != nil && top.object && top.wantKey {
-				switch {
-				case t != strings.ToLower(t):
-					return fmt.Errorf("field %q: field names are lower case", t)
-				case top.keys[t]:
-					return fmt.Errorf("field %q is given twice", t)
-				}
-				top.keys[t], top.wantKey = true, false
-				continue
-			}
-		}
-		// A value ended: the enclosing object expects a key next.
-		if len(stack) > 0 && stack[len(stack)-1].object {
-			stack[len(stack)-1].wantKey = true
-		}
-	}
-}
-
-// pathAt returns the path of the value of body, a JSON object, that ends
-// at offset (a string, number, true, false or null) or opens there (an
-// object or array), as the validator writes paths: items[0].quantity. It
-// returns "" when no value does. The decoder's type errors give their
-// offsets so (json.UnmarshalTypeError.Offset).
-func pathAt(body []byte, offset int64) string {
+// scanKeys reads body, a JSON object, token by token. It refuses what
+// encoding/json would silently accept: a field given twice (the last
+// would win) and a field name in other case than the API's lower-case
+// names (encoding/json matches them case-blind); syntax errors are left
+// to the decoder. With offset >= 0 it returns, once the scan gets there,
+// the path of the value of body that ends at offset (a string, number,
+// true, false or null) or opens there (an object or array), as the
+// validator writes paths: items[0].quantity; "" when no value does. The
+// decoder's type errors give their offsets so
+// (json.UnmarshalTypeError.Offset).
+func scanKeys(body []byte, offset int64) (string, error) {
 	type frame struct {
 		array   bool
-		key     string // the member being read, in an object
-		index   int    // the element being read, in an array
-		wantKey bool   // an object's next token is a key (or its end)
+		key     string          // the member being read, in an object
+		keys    map[string]bool // the object's members so far
+		index   int             // the element being read, in an array
+		wantKey bool            // an object's next token is a key (or its end)
 	}
 	var stack []*frame
 	path := func() string {
@@ -176,7 +136,7 @@ func pathAt(body []byte, offset int64) string {
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return ""
+			return "", nil
 		}
 		var top *frame
 		if len(stack) > 0 {
@@ -190,19 +150,25 @@ func pathAt(body []byte, offset int64) string {
 			continue
 		}
 		if top != nil && top.wantKey {
-			top.key, _ = tok.(string)
-			top.wantKey = false
+			key, _ := tok.(string)
+			switch {
+			case key != strings.ToLower(key):
+				return "", fmt.Errorf("field %q: field names are lower case", key)
+			case top.keys[key]:
+				return "", fmt.Errorf("field %q is given twice", key)
+			}
+			top.key, top.keys[key], top.wantKey = key, true, false
 			continue
 		}
 		if top != nil && top.array {
 			top.index++
 		}
-		if dec.InputOffset() == offset {
-			return path()
+		if offset >= 0 && dec.InputOffset() == offset {
+			return path(), nil
 		}
 		switch tok {
 		case json.Delim('{'):
-			stack = append(stack, &frame{wantKey: true})
+			stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
 		case json.Delim('['):
 			stack = append(stack, &frame{array: true, index: -1})
 		default:
