@@ -123,7 +123,9 @@
 // and retried. Their documents are the adapter's own types (jobDoc,
 // taskDoc, deadLetterDoc), converted from and to the domain's at each
 // call: their bson tags are the collections' field names, which the
-// filters and updates here name too, so the domain keeps no storage tags
+// filters and updates here name too, so the domain keeps no storage tags.
+// A job's verify report and a task's resumes, which no filter names, are
+// stored under their JSON names, as read-model documents are
 // (document_test.go pins the stored shape).
 //
 // Durability: lease and job writes are w:majority, j:true

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/orderd/orderd/projection"
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projection"
 )
 
 // Collections of the job store.
@@ -31,7 +31,7 @@ type Jobs struct {
 
 // NewJobs returns the job store of db.
 func NewJobs(db *mongo.Database) *Jobs {
-	durably := options.Collection().SetWriteConcern(durable)
+	durably := options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)
 	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
 		locks: db.Collection(LocksCollection, durably), now: time.Now}
 }
@@ -54,7 +54,7 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []jobs.Task) error {
 	}
 	docs := make([]any, len(tasks))
 	for i, t := range tasks {
-		docs[i] = newTaskDoc(t)
+		docs[i] = taskDoc(t)
 	}
 	_, err := s.tasks.InsertMany(ctx, docs)
 	if err == nil || !mongo.IsDuplicateKeyError(err) {
@@ -64,7 +64,7 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []jobs.Task) error {
 		return nil
 	}
 	for _, t := range tasks {
-		if _, err := s.tasks.InsertOne(ctx, newTaskDoc(t)); err != nil && !mongo.IsDuplicateKeyError(err) {
+		if _, err := s.tasks.InsertOne(ctx, taskDoc(t)); err != nil && !mongo.IsDuplicateKeyError(err) {
 			return fmt.Errorf("task %s: %w", t.ID, Translate(err))
 		}
 	}
@@ -118,7 +118,7 @@ func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindO
 	}
 	tasks := make([]jobs.Task, len(docs))
 	for i, d := range docs {
-		tasks[i] = d.task()
+		tasks[i] = jobs.Task(d)
 	}
 	return tasks, nil
 }
@@ -163,7 +163,7 @@ func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
 // reports whether it recorded them.
 func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *projection.VerifyReport) (bool, error) {
 	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: newVerifyReportDoc(report)}}}})
+		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: report}}}})
 	if err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", id, Translate(err))
 	}
@@ -207,7 +207,7 @@ func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, er
 		set = append(set, bson.E{Key: "error", Value: errMsg})
 	}
 	if report != nil {
-		set = append(set, bson.E{Key: "report", Value: newVerifyReportDoc(report)})
+		set = append(set, bson.E{Key: "report", Value: report})
 	}
 	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
 		return fmt.Errorf("finish job %s: %w", id, Translate(err))
@@ -286,37 +286,37 @@ func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
 // jobDoc is a job as stored in JobsCollection. The fields Jobs.Get fills
 // in from the tasks are not stored.
 type jobDoc struct {
-	ID              string           `bson:"_id"`
-	Kind            jobs.JobKind     `bson:"kind"`
-	Projection      string           `bson:"projection,omitempty"`
-	Version         int              `bson:"version,omitempty"`
-	State           jobs.JobState    `bson:"state"`
-	CreatedAt       time.Time        `bson:"created_at"`
-	FinishedAt      time.Time        `bson:"finished_at,omitempty"`
-	Error           string           `bson:"error,omitempty"`
-	Partitions      int              `bson:"partitions,omitempty"`
-	Shadow          string           `bson:"shadow,omitempty"`
-	Replaced        string           `bson:"replaced,omitempty"`
-	Repair          bool             `bson:"repair,omitempty"`
-	Replay          *replayDoc       `bson:"replay,omitempty"`
-	TotalCommits    int64            `bson:"total_commits"`
-	Bounds          []string         `bson:"bounds,omitempty"`
-	Report          *verifyReportDoc `bson:"report,omitempty"`
-	CancelRequested bool             `bson:"cancel_requested,omitempty"`
+	ID              string                   `bson:"_id"`
+	Kind            jobs.JobKind             `bson:"kind"`
+	Projection      string                   `bson:"projection,omitempty"`
+	Version         int                      `bson:"version,omitempty"`
+	State           jobs.JobState            `bson:"state"`
+	CreatedAt       time.Time                `bson:"created_at"`
+	FinishedAt      time.Time                `bson:"finished_at,omitempty"`
+	Error           string                   `bson:"error,omitempty"`
+	Partitions      int                      `bson:"partitions,omitempty"`
+	Shadow          string                   `bson:"shadow,omitempty"`
+	Replaced        string                   `bson:"replaced,omitempty"`
+	Repair          bool                     `bson:"repair,omitempty"`
+	Replay          *replayDoc               `bson:"replay,omitempty"`
+	TotalCommits    int64                    `bson:"total_commits"`
+	Bounds          []string                 `bson:"bounds,omitempty"`
+	Report          *projection.VerifyReport `bson:"report,omitempty"`
+	CancelRequested bool                     `bson:"cancel_requested,omitempty"`
 }
 
 func newJobDoc(j jobs.Job) jobDoc {
 	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, Version: j.Version, State: j.State, CreatedAt: j.CreatedAt,
 		FinishedAt: j.FinishedAt, Error: j.Error, Partitions: j.Partitions, Shadow: j.Shadow, Replaced: j.Replaced,
 		Repair: j.Repair, Replay: newReplayDoc(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
-		Report: newVerifyReportDoc(j.Report), CancelRequested: j.CancelRequested}
+		Report: j.Report, CancelRequested: j.CancelRequested}
 }
 
 func (d jobDoc) job() jobs.Job {
 	return jobs.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, Version: d.Version, State: d.State, CreatedAt: d.CreatedAt,
 		FinishedAt: d.FinishedAt, Error: d.Error, Partitions: d.Partitions, Shadow: d.Shadow, Replaced: d.Replaced,
 		Repair: d.Repair, Replay: d.Replay.spec(), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
-		Report: d.Report.report(), CancelRequested: d.CancelRequested}
+		Report: d.Report, CancelRequested: d.CancelRequested}
 }
 
 // replayDoc is a replay job's jobs.ReplaySpec. It has the same fields,
@@ -331,61 +331,3 @@ type replayDoc struct {
 func newReplayDoc(s *jobs.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
 
 func (d *replayDoc) spec() *jobs.ReplaySpec { return (*jobs.ReplaySpec)(d) }
-
-// verifyReportDoc is a verify's projection.VerifyReport, as a job keeps it.
-type verifyReportDoc struct {
-	Collection     string     `bson:"collection"`
-	Streams        int64      `bson:"streams"`
-	Events         int64      `bson:"events"`
-	Documents      int64      `bson:"documents"`
-	Missing        int64      `bson:"missing"`
-	Stale          int64      `bson:"stale"`
-	Extra          int64      `bson:"extra"`
-	Different      int64      `bson:"different"`
-	Repaired       int64      `bson:"repaired"`
-	PoisonStreams  int64      `bson:"poison_streams"`
-	Examples       []driftDoc `bson:"examples"`
-	Digest         string     `bson:"digest"`
-	ExpectedDigest string     `bson:"expected_digest"`
-}
-
-// driftDoc is one projection.DriftExample of a report (same fields, converted).
-type driftDoc struct {
-	ID            string   `bson:"id"`
-	Kind          string   `bson:"kind"`
-	StoredVersion int64    `bson:"stored_version"`
-	LogVersion    int64    `bson:"log_version"`
-	Fields        []string `bson:"fields,omitempty"`
-}
-
-func newVerifyReportDoc(r *projection.VerifyReport) *verifyReportDoc {
-	if r == nil {
-		return nil
-	}
-	d := &verifyReportDoc{Collection: r.Collection, Streams: r.Streams, Events: r.Events, Documents: r.Documents,
-		Missing: r.Missing, Stale: r.Stale, Extra: r.Extra, Different: r.Different, Repaired: r.Repaired,
-		PoisonStreams: r.PoisonStreams, Digest: r.Digest, ExpectedDigest: r.ExpectedDigest}
-	if r.Examples != nil {
-		d.Examples = make([]driftDoc, len(r.Examples))
-		for i, e := range r.Examples {
-			d.Examples[i] = driftDoc(e)
-		}
-	}
-	return d
-}
-
-func (d *verifyReportDoc) report() *projection.VerifyReport {
-	if d == nil {
-		return nil
-	}
-	r := &projection.VerifyReport{Collection: d.Collection, Streams: d.Streams, Events: d.Events, Documents: d.Documents,
-		Missing: d.Missing, Stale: d.Stale, Extra: d.Extra, Different: d.Different, Repaired: d.Repaired,
-		PoisonStreams: d.PoisonStreams, Digest: d.Digest, ExpectedDigest: d.ExpectedDigest}
-	if d.Examples != nil {
-		r.Examples = make([]projection.DriftExample, len(d.Examples))
-		for i, e := range d.Examples {
-			r.Examples[i] = projection.DriftExample(e)
-		}
-	}
-	return r
-}

@@ -68,7 +68,7 @@ func NewLeases(db *mongo.Database, collection string) *Leases {
 }
 
 func newLeases(db *mongo.Database, collection, expiry string) *Leases {
-	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable)),
+	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)),
 		expiry: expiry, now: time.Now}
 }
 

@@ -18,9 +18,14 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// jsonTags stores read-model documents with the domain types' JSON field
-// names, so the domain needs no BSON tags.
-var jsonTags = options.Collection().SetBSONOptions(&options.BSONOptions{UseJSONStructTags: true})
+// jsonNames stores the domain's types that the adapter keeps as they are
+// (read-model documents, a job's report, a task's resumes) under their
+// JSON field names, so the domain needs no BSON tags; the adapter's own
+// documents have BSON tags, which come first.
+var jsonNames = &options.BSONOptions{UseJSONStructTags: true}
+
+// jsonTags is the options of a collection of read-model documents.
+var jsonTags = options.Collection().SetBSONOptions(jsonNames)
 
 // Documents keeps the documents of a read model of one document per
 // stream (projection.Store): {_id: stream id, fields of D under their JSON

@@ -47,7 +47,7 @@ func (s *Tasks) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.
 	more := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
 	if t.Cursor != "" || t.Events > 0 {
 		r := jobs.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
-		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: resumeDoc(r)}}})
+		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
 		t.Resumes = append(t.Resumes, r)
 	}
 	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
@@ -98,63 +98,29 @@ func (s *Tasks) Release(ctx context.Context, lease lease.Lease, errMsg string) e
 	return s.leases.write(ctx, lease, set, "release task")
 }
 
-// taskDoc is a task as stored in TasksCollection.
+// taskDoc is a task as stored in TasksCollection. It has jobs.Task's
+// fields, so the two convert into each other and a field added to one and
+// not the other does not compile; its resumes are stored under
+// jobs.Resume's JSON names (jsonNames).
 type taskDoc struct {
-	ID         string      `bson:"_id"`
-	Job        string      `bson:"job"`
-	Name       string      `bson:"name"`
-	From       string      `bson:"from,omitempty"`
-	To         string      `bson:"to,omitempty"`
-	State      string      `bson:"state"`
-	Owner      string      `bson:"owner,omitempty"`
-	Epoch      int64       `bson:"epoch"`
-	LeaseUntil time.Time   `bson:"lease_until,omitempty"`
-	Attempts   int         `bson:"attempts"`
-	Cursor     string      `bson:"cursor,omitempty"`
-	Events     int64       `bson:"events"`
-	Streams    int64       `bson:"streams"`
-	Commits    int64       `bson:"commits"`
-	Poison     int64       `bson:"poison"`
-	Summed     int64       `bson:"summed"`
-	Resumes    []resumeDoc `bson:"resumes,omitempty"`
-	StartedAt  time.Time   `bson:"started_at,omitempty"`
-	FinishedAt time.Time   `bson:"finished_at,omitempty"`
-	Error      string      `bson:"error,omitempty"`
-}
-
-// resumeDoc is one jobs.Resume of a task (same fields, converted).
-type resumeDoc struct {
-	At      time.Time `bson:"at"`
-	Owner   string    `bson:"owner"`
-	Cursor  string    `bson:"cursor"`
-	Events  int64     `bson:"events"`
-	Streams int64     `bson:"streams"`
-}
-
-func newTaskDoc(t jobs.Task) taskDoc {
-	d := taskDoc{ID: t.ID, Job: t.Job, Name: t.Name, From: t.From, To: t.To, State: t.State, Owner: t.Owner,
-		Epoch: t.Epoch, LeaseUntil: t.LeaseUntil, Attempts: t.Attempts, Cursor: t.Cursor, Events: t.Events,
-		Streams: t.Streams, Commits: t.Commits, Poison: t.Poison, Summed: t.Summed, StartedAt: t.StartedAt, FinishedAt: t.FinishedAt,
-		Error: t.Error}
-	if t.Resumes != nil {
-		d.Resumes = make([]resumeDoc, len(t.Resumes))
-		for i, r := range t.Resumes {
-			d.Resumes[i] = resumeDoc(r)
-		}
-	}
-	return d
-}
-
-func (d taskDoc) task() jobs.Task {
-	t := jobs.Task{ID: d.ID, Job: d.Job, Name: d.Name, From: d.From, To: d.To, State: d.State, Owner: d.Owner,
-		Epoch: d.Epoch, LeaseUntil: d.LeaseUntil, Attempts: d.Attempts, Cursor: d.Cursor, Events: d.Events,
-		Streams: d.Streams, Commits: d.Commits, Poison: d.Poison, Summed: d.Summed, StartedAt: d.StartedAt, FinishedAt: d.FinishedAt,
-		Error: d.Error}
-	if d.Resumes != nil {
-		t.Resumes = make([]jobs.Resume, len(d.Resumes))
-		for i, r := range d.Resumes {
-			t.Resumes[i] = jobs.Resume(r)
-		}
-	}
-	return t
+	ID         string        `bson:"_id"`
+	Job        string        `bson:"job"`
+	Name       string        `bson:"name"`
+	From       string        `bson:"from,omitempty"`
+	To         string        `bson:"to,omitempty"`
+	State      string        `bson:"state"`
+	Owner      string        `bson:"owner,omitempty"`
+	Epoch      int64         `bson:"epoch"`
+	LeaseUntil time.Time     `bson:"lease_until,omitempty"`
+	Attempts   int           `bson:"attempts"`
+	Cursor     string        `bson:"cursor,omitempty"`
+	Events     int64         `bson:"events"`
+	Streams    int64         `bson:"streams"`
+	Commits    int64         `bson:"commits"`
+	Poison     int64         `bson:"poison"`
+	Summed     int64         `bson:"summed"`
+	Resumes    []jobs.Resume `bson:"resumes,omitempty"`
+	StartedAt  time.Time     `bson:"started_at,omitempty"`
+	FinishedAt time.Time     `bson:"finished_at,omitempty"`
+	Error      string        `bson:"error,omitempty"`
 }
