@@ -211,31 +211,14 @@ func (l *Leases) write(ctx context.Context, held lease.Lease, set bson.D, what s
 // deadline (a free lease has a deadline in the past). Errors:
 // domain.ErrNotFound when it has no document.
 func (l *Leases) Get(ctx context.Context, name string) (lease.Lease, error) {
-	leases, err := l.find(ctx, bson.D{{Key: "_id", Value: name}})
-	if err != nil {
-		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, err)
-	}
-	if len(leases) == 0 {
+	raw, err := l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
 		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
 	}
-	return leases[0], nil
-}
-
-// find returns the leases whose documents match filter, as stored.
-func (l *Leases) find(ctx context.Context, filter bson.D) ([]lease.Lease, error) {
-	cur, err := l.coll.Find(ctx, filter)
 	if err != nil {
-		return nil, Translate(err)
+		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, Translate(err))
 	}
-	var docs []bson.Raw
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
-	}
-	out := make([]lease.Lease, len(docs))
-	for i, d := range docs {
-		out[i] = l.decode(d)
-	}
-	return out, nil
+	return l.decode(raw), nil
 }
 
 // decode reads a lease document; a field it lacks stays zero.
@@ -352,12 +335,9 @@ func (l *Lease) Held() (lease.Lease, bool) {
 // domain.ErrUnavailable.
 func (l *Lease) Checkpoint(ctx context.Context) (outbox.Checkpoint, error) {
 	var out outbox.Checkpoint
-	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return out, nil
-	}
+	raw, err := l.stored(ctx)
 	if err != nil {
-		return out, fmt.Errorf("read checkpoint %s: %w", l.name, Translate(err))
+		return out, err
 	}
 	cp, ok := raw.Lookup("checkpoint").DocumentOK()
 	if !ok {
@@ -405,16 +385,26 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error 
 // times, as stored (outbox.RelayStatus); zero when the lease has no
 // document. Errors: domain.ErrUnavailable.
 func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
-	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return outbox.RelayStatus{}, nil
-	}
-	if err != nil {
-		return outbox.RelayStatus{}, fmt.Errorf("lease %s: %w", l.name, Translate(err))
+	raw, err := l.stored(ctx)
+	if err != nil || raw == nil {
+		return outbox.RelayStatus{}, err
 	}
 	stored := l.leases.decode(raw)
 	st := outbox.RelayStatus{Owner: stored.Holder, Epoch: stored.Epoch, LeaseUntil: stored.ExpiresAt.UTC()}
 	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
 	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
 	return st, nil
+}
+
+// stored reads the lease's document, with its checkpoint; nil when it has
+// none.
+func (l *Lease) stored(ctx context.Context) (bson.Raw, error) {
+	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read lease %s: %w", l.name, Translate(err))
+	}
+	return raw, nil
 }
