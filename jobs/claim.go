@@ -9,10 +9,6 @@ import (
 	"github.com/orderd/orderd/lease"
 )
 
-// errLeaseLost: this runner's lease ran out before a renewal got through
-// (its own clock fences it), or another runner claimed the task.
-var errLeaseLost = domain.ErrLeaseLost
-
 // TaskLeases holds the tasks' leases (invariant 6): a task is claimed at
 // the epoch it was read at, and each of its runner's writes is fenced by
 // the claim's epoch. The MongoDB adapter's *mongodb.Tasks implements it.
@@ -82,7 +78,7 @@ func (c *claim) held() lease.Lease {
 	return c.lease
 }
 
-// renew extends the lease. It returns errLeaseLost when the task moved on
+// renew extends the lease. It returns domain.ErrLeaseLost when the task moved on
 // to a later claim. Unlike the task's other writes it is not refused when
 // the claim is no longer valid: the filter on the claim's epoch decides,
 // so a renewal that was slow to get through on a loaded store keeps the
@@ -102,7 +98,7 @@ func (c *claim) renew(ctx context.Context) error {
 // checkpoint saves the task's cursor and counters.
 func (c *claim) checkpoint(ctx context.Context, t *Task) error {
 	if !c.valid() {
-		return errLeaseLost
+		return domain.ErrLeaseLost
 	}
 	return c.leases.Checkpoint(ctx, c.held(), *t)
 }
@@ -110,7 +106,7 @@ func (c *claim) checkpoint(ctx context.Context, t *Task) error {
 // finish sets the task's final state.
 func (c *claim) finish(ctx context.Context, state, errMsg string) error {
 	if !c.valid() {
-		return errLeaseLost
+		return domain.ErrLeaseLost
 	}
 	return c.leases.Finish(ctx, c.held(), state, errMsg)
 }
@@ -119,7 +115,7 @@ func (c *claim) finish(ctx context.Context, state, errMsg string) error {
 // cursor (a graceful stop, or an error to retry).
 func (c *claim) release(ctx context.Context, errMsg string) error {
 	if !c.valid() {
-		return errLeaseLost
+		return domain.ErrLeaseLost
 	}
 	return c.leases.Release(ctx, c.held(), errMsg)
 }

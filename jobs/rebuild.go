@@ -330,7 +330,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 				return false, fmt.Errorf("rebuild %s: the pointer names %q active and %q shadow, not %q and %q: %w",
 					job.ID, p.Active, p.Shadow, cur.Replaced, job.Shadow, domain.ErrPointerMoved)
 			case !c.valid():
-				return false, errLeaseLost
+				return false, domain.ErrLeaseLost
 			}
 			// What readers read until now stays, fed by the projectors of
 			// its version, for a switch back until its grace is over.

@@ -404,8 +404,8 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 			case <-t.C:
 			}
 			if err := c.renew(tctx); err != nil {
-				if errors.Is(err, errLeaseLost) || !c.valid() {
-					cancel(errLeaseLost)
+				if errors.Is(err, domain.ErrLeaseLost) || !c.valid() {
+					cancel(domain.ErrLeaseLost)
 					return
 				}
 				l.Warn("lease renewal failed", "err", err)
@@ -419,7 +419,7 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 	switch {
 	case err == nil:
 		l.Info("task done")
-	case errors.Is(context.Cause(tctx), errLeaseLost) || errors.Is(err, errLeaseLost):
+	case errors.Is(context.Cause(tctx), domain.ErrLeaseLost) || errors.Is(err, domain.ErrLeaseLost):
 		l.Warn("task lease lost: it ran out before a renewal got through, or another instance took the task")
 	case errors.Is(err, errJobCanceled):
 		l.Info("task canceled")
