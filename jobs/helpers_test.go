@@ -96,11 +96,16 @@ func (k *repairKit) waitJob(t *testing.T, ctx context.Context, id string, limit 
 func (k *repairKit) project(t *testing.T, ctx context.Context, f *projectiontest.Fixture) {
 	t.Helper()
 	for _, apply := range []func(context.Context, []domain.Event) (projection.Outcome, map[string]error, error){
-		mongodb.NewReadModel(k.db, projection.OrderSummaries, k.es, nil).Apply,
-		mongodb.NewReadModel(k.db, projectiontest.CustomerTotals, k.es, nil).Apply,
+		readModel(k.db, projection.OrderSummaries, k.es).Apply,
+		readModel(k.db, projectiontest.CustomerTotals, k.es).Apply,
 	} {
 		if _, poison, err := apply(ctx, f.Flat); err != nil || len(poison) > 0 {
 			t.Fatalf("project the fixture: %v %v", err, poison)
 		}
 	}
+}
+
+// readModel is the read model of def in its base collection in db.
+func readModel[D any](db *mongo.Database, def projection.Definition[D], events projection.Log) *projection.ReadModel[D] {
+	return projection.NewReadModel(def, def.Collection, mongodb.NewDocuments[D](db), events, nil)
 }

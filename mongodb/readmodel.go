@@ -52,12 +52,6 @@ func NewProjection[D any](db *mongo.Database, def projection.Definition[D], even
 	return projection.NewModel(def, NewDocuments[D](db), events, m, ps)
 }
 
-// NewReadModel returns the read model of def in its base collection in
-// db, filling gaps from events; m may be nil.
-func NewReadModel[D any](db *mongo.Database, def projection.Definition[D], events projection.Log, m *projection.Metrics) *projection.ReadModel[D] {
-	return projection.NewReadModel(def, def.Collection, NewDocuments[D](db), events, m)
-}
-
 func (s *Documents[D]) coll(name string) *mongo.Collection { return s.db.Collection(name, jsonTags) }
 
 // stored is a read-model document with its stream id as _id.

@@ -49,9 +49,6 @@ func NewReadModel[D any](def Definition[D], coll string, store Store[D], log Log
 // Collection is the collection the read model is kept in.
 func (s *ReadModel[D]) Collection() string { return s.coll }
 
-// Purge forgets the cached documents.
-func (s *ReadModel[D]) Purge() { s.cache.Purge() }
-
 // EnsureIndexes creates the definition's indexes on the collection.
 func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 	return s.store.EnsureIndexes(ctx, s.coll, s.def.Indexes)
