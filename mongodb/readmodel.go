@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
@@ -198,27 +197,6 @@ func (s *Documents[D]) Each(ctx context.Context, coll string, fn func(id string,
 		}
 	}
 	return Translate(cur.Err())
-}
-
-// IDs reads the ids of coll alone.
-func (s *Documents[D]) IDs(ctx context.Context, coll string, keep func(id string) bool) ([]string, error) {
-	cur, err := s.coll(coll).Find(ctx, bson.D{}, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(1000))
-	if err != nil {
-		return nil, Translate(err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	var ids []string
-	for cur.Next(ctx) {
-		id, ok := cur.Current.Lookup("_id").StringValueOK()
-		if ok && keep(id) {
-			ids = append(ids, id)
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return nil, Translate(err)
-	}
-	slices.Sort(ids)
-	return ids, nil
 }
 
 // EnsureIndexes creates the indexes one per call: FerretDB 1.24 drops the

@@ -35,9 +35,6 @@ type Store[D any] interface {
 	// Each calls fn with every document of coll, in no given order; fn's
 	// error stops it and is returned.
 	Each(ctx context.Context, coll string, fn func(id string, doc D) error) error
-	// IDs returns the ids of coll's documents for which keep is true,
-	// sorted.
-	IDs(ctx context.Context, coll string, keep func(id string) bool) ([]string, error)
 	// EnsureIndexes creates indexes on coll: single or compound ascending,
 	// as field lists.
 	EnsureIndexes(ctx context.Context, coll string, indexes [][]string) error

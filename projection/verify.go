@@ -235,18 +235,22 @@ func (p *Model[D]) readHashes(ctx context.Context, coll string, key func(string)
 
 // leftovers returns the ids of the documents a verify left unmatched:
 // those whose key is still in seen, or shared with another document, read
-// from the read model again (nil when there are none).
+// from the read model again (nil when there are none), sorted.
 func (p *Model[D]) leftovers(ctx context.Context, coll string, seen map[docKey]docSum, shared map[docKey]bool, key func(string) docKey) ([]string, error) {
 	if len(seen) == 0 && len(shared) == 0 {
 		return nil, nil
 	}
-	ids, err := p.store.IDs(ctx, coll, func(id string) bool {
-		_, ok := seen[key(id)]
-		return ok || shared[key(id)]
+	var ids []string
+	err := p.store.Each(ctx, coll, func(id string, _ D) error {
+		if _, ok := seen[key(id)]; ok || shared[key(id)] {
+			ids = append(ids, id)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("verify %s: %w", coll, err)
 	}
+	slices.Sort(ids)
 	return ids, nil
 }
 
