@@ -20,14 +20,7 @@ import (
 // prefix of another), and a range of streams in log order is a range of
 // _id: stream s starts at s+":" and everything after it starts at s+";".
 
-// ScanRange selects streams of the log in log order (domain.ScanRange).
-type ScanRange = domain.ScanRange
-
-// StreamEvents is one stream's events in a scanned range
-// (domain.StreamEvents).
-type StreamEvents = domain.StreamEvents
-
-func scanFilter(r ScanRange) bson.D {
+func scanFilter(r domain.ScanRange) bson.D {
 	id := bson.D{}
 	lo := ""
 	if r.From != "" {
@@ -98,7 +91,7 @@ func (s *EventStore) scanMethod(ctx context.Context) (ScanMethod, error) {
 // memory, and with ScanByID up to 2^20 of the range's commit ids besides,
 // reading a larger range in passes (see ScanMethod). Errors: fn's, domain.ErrUnavailable, and domain.ErrNotFound
 // for a commit whose id was read and whose document then was not there.
-func (s *EventStore) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents) error) error {
+func (s *EventStore) Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error {
 	m, err := s.scanMethod(ctx)
 	if err != nil {
 		return err
@@ -116,7 +109,7 @@ func (s *EventStore) Scan(ctx context.Context, r ScanRange, fn func(StreamEvents
 }
 
 // scanSorted reads the range in one cursor sorted by _id.
-func (s *EventStore) scanSorted(ctx context.Context, r ScanRange, g *grouper) error {
+func (s *EventStore) scanSorted(ctx context.Context, r domain.ScanRange, g *grouper) error {
 	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch))
 	if err != nil {
 		return fmt.Errorf("scan log: %w", Translate(err))
@@ -146,7 +139,7 @@ func (s *EventStore) scanSorted(ctx context.Context, r ScanRange, g *grouper) er
 // time, each batch cut at a stream's end. A range of more than
 // idBudget commits is read in passes, each over the ids of the range
 // after the last stream of the one before.
-func (s *EventStore) scanByID(ctx context.Context, r ScanRange, g *grouper) error {
+func (s *EventStore) scanByID(ctx context.Context, r domain.ScanRange, g *grouper) error {
 	for {
 		ids, more, err := s.commitIDs(ctx, scanFilter(r), s.idBudget)
 		if err != nil {
@@ -181,8 +174,8 @@ func (s *EventStore) scanByID(ctx context.Context, r ScanRange, g *grouper) erro
 // grouper gathers commits arriving in log order into streams and hands
 // each stream to fn once its last commit has arrived.
 type grouper struct {
-	fn  func(StreamEvents) error
-	cur StreamEvents
+	fn  func(domain.StreamEvents) error
+	cur domain.StreamEvents
 }
 
 // add takes the next commit in log order; unreadable is its decode error.
@@ -191,7 +184,7 @@ func (g *grouper) add(d commitDoc, unreadable error) error {
 		if err := g.flush(); err != nil {
 			return err
 		}
-		g.cur = StreamEvents{StreamID: d.StreamID}
+		g.cur = domain.StreamEvents{StreamID: d.StreamID}
 	}
 	g.cur.Commits++
 	switch {
@@ -216,7 +209,7 @@ func (g *grouper) flush() error {
 		return nil
 	}
 	st := g.cur
-	g.cur = StreamEvents{}
+	g.cur = domain.StreamEvents{}
 	return g.fn(st)
 }
 

@@ -94,7 +94,7 @@ func testUnreadableCommit(t *testing.T, s *mongodb.EventStore) {
 		t.Errorf("load %s: %v, want it to wrap ErrUnknownEvent too", newer, err)
 	}
 	got := map[string]domain.StreamEvents{}
-	if err := s.Scan(ctx, mongodb.ScanRange{}, func(st domain.StreamEvents) error {
+	if err := s.Scan(ctx, domain.ScanRange{}, func(st domain.StreamEvents) error {
 		got[st.StreamID] = st
 		return nil
 	}); err != nil {

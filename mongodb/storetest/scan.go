@@ -35,11 +35,11 @@ func scanLog(t *testing.T, s *mongodb.EventStore) (ids []string, events map[stri
 }
 
 // scanAll runs Scan over r and returns the streams in the order seen.
-func scanAll(t *testing.T, s *mongodb.EventStore, r mongodb.ScanRange) ([]string, map[string][]domain.Event) {
+func scanAll(t *testing.T, s *mongodb.EventStore, r domain.ScanRange) ([]string, map[string][]domain.Event) {
 	t.Helper()
 	var order []string
 	got := map[string][]domain.Event{}
-	err := s.Scan(t.Context(), r, func(st mongodb.StreamEvents) error {
+	err := s.Scan(t.Context(), r, func(st domain.StreamEvents) error {
 		if st.Err != nil {
 			t.Errorf("stream %s: %v", st.StreamID, st.Err)
 		}
@@ -62,7 +62,7 @@ func scanAll(t *testing.T, s *mongodb.EventStore, r mongodb.ScanRange) ([]string
 // recorded-time range keeps only the commits recorded in it.
 func testScan(t *testing.T, s *mongodb.EventStore) {
 	ids, events := scanLog(t, s)
-	order, got := scanAll(t, s, mongodb.ScanRange{})
+	order, got := scanAll(t, s, domain.ScanRange{})
 	want := slices.Clone(ids)
 	slices.SortFunc(want, func(a, b string) int { return compareKeys(a+":", b+":") })
 	if !slices.Equal(order, want) {
@@ -87,7 +87,7 @@ func testScan(t *testing.T, s *mongodb.EventStore) {
 		edges := append(append([]string{""}, bounds...), "")
 		var union []string
 		for i := 0; i+1 < len(edges); i++ {
-			part, _ := scanAll(t, s, mongodb.ScanRange{From: edges[i], To: edges[i+1]})
+			part, _ := scanAll(t, s, domain.ScanRange{From: edges[i], To: edges[i+1]})
 			if len(part) == 0 {
 				t.Errorf("Bounds(%d): partition %d [%q, %q) is empty", n, i, edges[i], edges[i+1])
 			}
@@ -98,20 +98,20 @@ func testScan(t *testing.T, s *mongodb.EventStore) {
 		}
 	}
 	for i, after := range want {
-		rest, _ := scanAll(t, s, mongodb.ScanRange{After: after})
+		rest, _ := scanAll(t, s, domain.ScanRange{After: after})
 		if !slices.Equal(rest, want[i+1:]) {
 			t.Errorf("resume after %s: %v, want %v", after, rest, want[i+1:])
 		}
 		// A partition that starts after the cursor wins over it.
 		if i > 0 {
-			from, _ := scanAll(t, s, mongodb.ScanRange{From: want[i], After: want[0]})
+			from, _ := scanAll(t, s, domain.ScanRange{From: want[i], After: want[0]})
 			if !slices.Equal(from, want[i:]) {
 				t.Errorf("from %s after %s: %v, want %v", want[i], want[0], from, want[i:])
 			}
 		}
 	}
 	second := events[ids[0]][1].RecordedAt
-	_, recent := scanAll(t, s, mongodb.ScanRange{RecordedFrom: second, RecordedTo: second.Add(time.Hour)})
+	_, recent := scanAll(t, s, domain.ScanRange{RecordedFrom: second, RecordedTo: second.Add(time.Hour)})
 	for _, id := range ids {
 		if d := DiffEvents(events[id][1:], recent[id]); d != "" {
 			t.Errorf("recorded from %s, stream %s: %s", second, id, d)
