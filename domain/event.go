@@ -248,10 +248,11 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	if trailing(data, dec) {
 		return nil, fmt.Errorf("decode %s: trailing data: %w", eventType, ErrValidation)
 	}
+	d = deref(d)
 	if err := validateData(d); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", eventType, err)
 	}
-	return deref(d), nil
+	return d, nil
 }
 
 // deref turns a pointer to a payload (from newData) into the value type
@@ -266,25 +267,26 @@ func deref(d EventData) EventData {
 	return d
 }
 
+// validateData checks the values of a payload, one Decide is to append or
+// one DecodeData read, and returns a *ValidationError listing what is
+// wrong, or nil.
 func validateData(d EventData) error {
+	var ve ValidationError
 	switch v := d.(type) {
-	case *OrderPlaced:
-		var ve ValidationError
-		validatePlaced(&ve, v.CustomerID, v.Currency, v.Items, v.FreightCents)
-		return ve.err()
-	case *OrderCanceled:
-		return validateReason(v.Reason)
-	case *OrderMarkedUnavailable:
-		return validateReason(v.Reason)
+	case OrderPlaced:
+		validatePlaced(&ve, v)
+	case OrderCanceled:
+		validateReason(&ve, v.Reason)
+	case OrderMarkedUnavailable:
+		validateReason(&ve, v.Reason)
 	}
-	return nil
+	return ve.err()
 }
 
-func validateReason(r string) error {
+func validateReason(ve *ValidationError, r string) {
 	if len(r) > maxReasonLength {
-		return &ValidationError{Fields: []FieldError{{Field: "reason", Detail: fmt.Sprintf("at most %d bytes", maxReasonLength)}}}
+		ve.add("reason", "at most %d bytes", maxReasonLength)
 	}
-	return nil
 }
 
 // eventJSON is the wire form of an Event (the body of a NATS message).

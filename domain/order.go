@@ -213,54 +213,43 @@ func CommandName(c Command) string { return c.commandName() }
 // ErrAlreadyExists or ErrInvalidTransition. It changes nothing. now is used
 // when the command carries no time.
 func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error) {
-	at := now
 	var data EventData
+	var at time.Time
 	switch c := cmd.(type) {
 	case PlaceOrder:
-		var ve ValidationError
-		validatePlaced(&ve, c.CustomerID, c.Currency, c.Items, c.FreightCents)
-		if err := ve.err(); err != nil {
-			return nil, time.Time{}, err
-		}
-		if !ValidTime(pick(c.At, at)) {
-			return nil, time.Time{}, &ValidationError{Fields: []FieldError{{Field: "at", Detail: "a time in years 1 to 9999 UTC"}}}
-		}
-		if o.Version > 0 {
-			return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
-		}
-		return []EventData{OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency,
-			Items: slices.Clone(c.Items), FreightCents: c.FreightCents}}, Timestamp(pick(c.At, at)), nil
+		data, at = OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency,
+			Items: slices.Clone(c.Items), FreightCents: c.FreightCents}, c.At
 	case Approve:
-		data, at = OrderApproved{}, pick(c.At, now)
+		data, at = OrderApproved{}, c.At
 	case Invoice:
-		data, at = OrderInvoiced{}, pick(c.At, now)
+		data, at = OrderInvoiced{}, c.At
 	case StartProcessing:
-		data, at = OrderProcessingStarted{}, pick(c.At, now)
+		data, at = OrderProcessingStarted{}, c.At
 	case Ship:
-		data, at = OrderShipped{}, pick(c.At, now)
+		data, at = OrderShipped{}, c.At
 	case Deliver:
-		data, at = OrderDelivered{}, pick(c.At, now)
+		data, at = OrderDelivered{}, c.At
 	case Cancel:
-		if err := validateReason(c.Reason); err != nil {
-			return nil, time.Time{}, err
-		}
-		data, at = OrderCanceled{Reason: c.Reason}, pick(c.At, now)
+		data, at = OrderCanceled{Reason: c.Reason}, c.At
 	case MarkUnavailable:
-		if err := validateReason(c.Reason); err != nil {
-			return nil, time.Time{}, err
-		}
-		data, at = OrderMarkedUnavailable{Reason: c.Reason}, pick(c.At, now)
+		data, at = OrderMarkedUnavailable{Reason: c.Reason}, c.At
 	default:
 		return nil, time.Time{}, fmt.Errorf("decide %T: %w", cmd, ErrValidation)
 	}
-	if !ValidTime(at) {
+	// The payload passes the checks DecodeData makes of a stored one.
+	if err := validateData(data); err != nil {
+		return nil, time.Time{}, err
+	}
+	if at = pick(at, now); !ValidTime(at) {
 		return nil, time.Time{}, &ValidationError{Fields: []FieldError{{Field: "at", Detail: "a time in years 1 to 9999 UTC"}}}
 	}
-	if o.Version == 0 {
+	_, placing := cmd.(PlaceOrder)
+	switch {
+	case placing && o.Version > 0:
+		return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
+	case !placing && o.Version == 0:
 		return nil, time.Time{}, fmt.Errorf("%s: order: %w", cmd.commandName(), ErrNotFound)
-	}
-	t := transitions[data.EventType()]
-	if !slices.Contains(t.from, o.Status) {
+	case !placing && !slices.Contains(transitions[data.EventType()].from, o.Status):
 		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", cmd.commandName(), o.ID, o.Status, ErrInvalidTransition)
 	}
 	return []EventData{data}, Timestamp(at), nil
@@ -287,11 +276,12 @@ func pick(t, def time.Time) time.Time {
 // validatePlaced bounds every amount so that subtotals and totals fit in an
 // int64 with room to spare: at most maxItemsPerOrder lines, quantities up to
 // maxQuantity, prices, line freight and order freight up to maxCents.
-func validatePlaced(ve *ValidationError, customerID, currency string, items []Line, freight int64) {
-	if !validID(customerID) {
+func validatePlaced(ve *ValidationError, p OrderPlaced) {
+	items, freight := p.Items, p.FreightCents
+	if !validID(p.CustomerID) {
 		ve.add("customer_id", "1 to %d letters, digits, '_' or '-'", MaxIDLength)
 	}
-	if !validCurrency(currency) {
+	if !ValidCurrency(p.Currency) {
 		ve.add("currency", "an ISO 4217 code: three upper-case letters")
 	}
 	if len(items) == 0 || len(items) > maxItemsPerOrder {
@@ -326,16 +316,18 @@ func validatePlaced(ve *ValidationError, customerID, currency string, items []Li
 			l.FreightCents < 0 || l.FreightCents > maxCents {
 			continue // reported above
 		}
-		p := l.Quantity*l.UnitPriceCents + l.FreightCents
-		if sum > limit-p {
+		amount := l.Quantity*l.UnitPriceCents + l.FreightCents
+		if sum > limit-amount {
 			ve.add("items", "order total is over %d minor units", int64(limit))
-			return
+			break
 		}
-		sum += p
+		sum += amount
 	}
 }
 
-func validCurrency(c string) bool {
+// ValidCurrency reports whether c is an ISO 4217 code as orders carry it:
+// three upper-case letters.
+func ValidCurrency(c string) bool {
 	if len(c) != 3 {
 		return false
 	}

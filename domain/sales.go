@@ -17,7 +17,3 @@ type DailySales struct {
 	OrdersCanceled    int64  `json:"orders_canceled"`
 	OrdersUnavailable int64  `json:"orders_unavailable"`
 }
-
-// ValidCurrency reports whether c is an ISO 4217 code as orders carry it:
-// three upper-case letters.
-func ValidCurrency(c string) bool { return validCurrency(c) }
