@@ -20,6 +20,7 @@ type driver struct {
 	log   *lockedWriter // nil without cfg.Progress
 
 	started, done, commands, acked, refused, unknown, retries, paused, races atomic.Int64
+	raceWins, doubleWins                                                     atomic.Int64
 }
 
 // lockedWriter serializes the lines written by the orders' goroutines.
@@ -62,13 +63,13 @@ func (d *driver) progress(start time.Time) (stop func()) {
 	return func() { close(quit); <-finished }
 }
 
-// orderResult is what driving one order did.
+// orderResult is what driving one order did, beyond the driver's
+// counters.
 type orderResult struct {
-	n                                                      int
-	commands, races, raceWins, doubleWins, retries, paused int
-	refused                                                map[string]int
-	acks                                                   []Ack
-	unexpected, unknown                                    []string
+	n                   int
+	refused             map[string]int
+	acks                []Ack
+	unexpected, unknown []string
 }
 
 // order is the state of an order as its last acknowledged answer has it.
@@ -143,15 +144,11 @@ func (d *driver) urlPair(rng *mrand.Rand) (int, int) {
 	return i, (i + 1 + rng.IntN(n-1)) % n
 }
 
-// count adds one sent command's answer to the counters of r and d.
+// count adds one sent command's answer to the counters of d, and its
+// refusal to r's.
 func (d *driver) count(r *orderResult, a answer) {
-	r.commands++
 	d.commands.Add(1)
-	if a.attempts > 1 {
-		r.retries += a.attempts - 1
-		d.retries.Add(int64(a.attempts - 1))
-	}
-	r.paused += a.paused
+	d.retries.Add(int64(a.attempts - 1))
 	d.paused.Add(int64(a.paused))
 	switch a.outcome {
 	case acked:
@@ -240,7 +237,6 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 		}
 		return false
 	}
-	r.races++
 	d.races.Add(1)
 	var won []int
 	unknowns := 0
@@ -263,12 +259,12 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 	what := fmt.Sprintf("race %s/%s at version %d", sa.name, sb.name, o.version)
 	switch len(won) {
 	case 2:
-		r.doubleWins++
+		d.doubleWins.Add(1)
 		d.logf("order %s: %s: DOUBLE WIN: %s v%d %s and %s v%d %s", o.id, what,
 			sa.name, sides[0].a.version, sides[0].a.status, sb.name, sides[1].a.version, sides[1].a.status)
 		return false
 	case 1:
-		r.raceWins++
+		d.raceWins.Add(1)
 		w := sides[won[0]]
 		r.follow(o, w.s, w.a)
 		return unknowns == 0

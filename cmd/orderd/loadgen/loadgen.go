@@ -185,14 +185,10 @@ feed:
 	stopProgress()
 
 	slices.SortFunc(results, func(a, b *orderResult) int { return a.n - b.n })
-	rep := Report{Orders: started, Refused: map[string]int{}, Elapsed: time.Since(start)}
+	rep := Report{Orders: started, Refused: map[string]int{}, Elapsed: time.Since(start),
+		Commands: int(d.commands.Load()), Races: int(d.races.Load()), RaceWins: int(d.raceWins.Load()),
+		DoubleWins: int(d.doubleWins.Load()), Retries: int(d.retries.Load()), Paused: int(d.paused.Load())}
 	for _, r := range results {
-		rep.Commands += r.commands
-		rep.Races += r.races
-		rep.RaceWins += r.raceWins
-		rep.DoubleWins += r.doubleWins
-		rep.Retries += r.retries
-		rep.Paused += r.paused
 		for k, v := range r.refused {
 			rep.Refused[k] += v
 		}
