@@ -17,27 +17,14 @@ import (
 // not a terminal.
 const progressEvery = 5 * time.Second
 
-// phase is where a job is, read from the job and task status the admin
-// API returns: the step it is in, how far that step is and when it
-// should end.
-type phase struct {
-	Name        string // queued, planning, scanning, verifying, switching, replaying, or the final state
-	Step, Steps int    // 1-based step of Steps; 0 when the job has none (queued, final)
-	Percent     int    // of this step, 0 to 100; -1 when unknown
-	ETA         time.Duration
-	Done, Total int64 // events of this step done and to do, when known (Total 0 otherwise)
-}
-
 // jobPhase reads a job's phase as the server worked it out (Jobs.Get, with
 // jobs.Job.PhaseAt). A server older than the phase fields sends none:
 // the same function then works it out here at now.
-func jobPhase(j jobs.Job, now time.Time) phase {
-	p := j.JobPhase
-	if p.Phase == "" {
-		p = j.PhaseAt(now)
+func jobPhase(j jobs.Job, now time.Time) jobs.JobPhase {
+	if j.Phase == "" {
+		return j.PhaseAt(now)
 	}
-	return phase{Name: p.Phase, Step: p.Step, Steps: p.Steps, Percent: p.PercentOr(-1),
-		ETA: time.Duration(p.PhaseETASeconds * float64(time.Second)), Done: p.EventsDone, Total: p.EventsTotal}
+	return j.JobPhase
 }
 
 // progress shows a job's phase and progress: on a terminal as a progress
@@ -69,17 +56,17 @@ func isTerminal(w io.Writer) bool {
 
 // describe is what is known of the job in its phase ph, without the
 // percentage, which the bar shows.
-func (p *progress) describe(j jobs.Job, ph phase) string {
+func (p *progress) describe(j jobs.Job, ph jobs.JobPhase) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s", p.kind, j.State)
 	if ph.Steps > 0 {
-		fmt.Fprintf(&b, ", %d/%d %s", ph.Step, ph.Steps, ph.Name)
+		fmt.Fprintf(&b, ", %d/%d %s", ph.Step, ph.Steps, ph.Phase)
 	}
 	b.WriteString(":")
 	switch {
-	case ph.Name == "verifying" && ph.Total > 0 && j.Kind == jobs.KindRebuild:
-		fmt.Fprintf(&b, " %d of %d events verified", ph.Done, ph.Total)
-	case ph.Name == "switching":
+	case ph.Phase == "verifying" && ph.EventsTotal > 0 && j.Kind == jobs.KindRebuild:
+		fmt.Fprintf(&b, " %d of %d events verified", ph.EventsDone, ph.EventsTotal)
+	case ph.Phase == "switching":
 		fmt.Fprintf(&b, " verified; reads move to %s", j.Shadow)
 	default:
 		fmt.Fprintf(&b, " %d streams, %d events", j.Streams, j.Events)
@@ -87,8 +74,8 @@ func (p *progress) describe(j jobs.Job, ph phase) string {
 			fmt.Fprintf(&b, ", %.0f events/s", j.RatePerSecond)
 		}
 	}
-	if ph.ETA > 0 {
-		fmt.Fprintf(&b, ", %s ETA %s", ph.Name, ph.ETA)
+	if ph.PhaseETASeconds > 0 {
+		fmt.Fprintf(&b, ", %s ETA %s", ph.Phase, time.Duration(ph.PhaseETASeconds*float64(time.Second)))
 	}
 	if j.PoisonStreams > 0 {
 		fmt.Fprintf(&b, ", %d poison streams", j.PoisonStreams)
@@ -100,10 +87,10 @@ func (p *progress) describe(j jobs.Job, ph phase) string {
 }
 
 // line is the progress line printed when stderr is not a terminal.
-func (p *progress) line(j jobs.Job, ph phase) string {
+func (p *progress) line(j jobs.Job, ph jobs.JobPhase) string {
 	s := p.describe(j, ph)
-	if ph.Percent >= 0 && !j.State.Final() {
-		s += fmt.Sprintf(" [%d %%]", ph.Percent)
+	if ph.Percent != nil && !j.State.Final() {
+		s += fmt.Sprintf(" [%d %%]", *ph.Percent)
 	}
 	return s
 }
@@ -112,14 +99,14 @@ func (p *progress) show(j jobs.Job) {
 	ph := jobPhase(j, p.now())
 	if !p.tty {
 		now := p.now()
-		if j.State != p.lastState || ph.Name != p.lastPhase || now.Sub(p.last) >= progressEvery {
+		if j.State != p.lastState || ph.Phase != p.lastPhase || now.Sub(p.last) >= progressEvery {
 			fmt.Fprintln(p.w, p.line(j, ph))
-			p.last, p.lastState, p.lastPhase = now, j.State, ph.Name
+			p.last, p.lastState, p.lastPhase = now, j.State, ph.Phase
 		}
 		return
 	}
 	final := j.State.Final()
-	if p.bar != nil && ph.Name != p.barPhase && !final {
+	if p.bar != nil && ph.Phase != p.barPhase && !final {
 		// The previous step is over: its bar ends full. Waiting in the
 		// queue was no step: its bar stays as it was.
 		if p.barStep > 0 {
@@ -137,14 +124,14 @@ func (p *progress) show(j jobs.Job) {
 		p.bar = progressbar.NewOptions(100, progressbar.OptionSetWriter(p.w),
 			progressbar.OptionSetWidth(30), progressbar.OptionSetPredictTime(false),
 			progressbar.OptionSetRenderBlankState(true), progressbar.OptionSetDescription(p.describe(j, ph)))
-		p.barPhase, p.barStep = ph.Name, ph.Step
+		p.barPhase, p.barStep = ph.Phase, ph.Step
 	}
 	p.bar.Describe(p.describe(j, ph))
 	switch {
 	case j.State == jobs.StateSucceeded:
 		_ = p.bar.Finish()
-	case ph.Percent >= 0:
-		_ = p.bar.Set(ph.Percent)
+	case ph.Percent != nil:
+		_ = p.bar.Set(*ph.Percent)
 	default:
 		_ = p.bar.Add(0)
 	}

@@ -2,6 +2,8 @@ package operator
 
 import (
 	"bytes"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -87,44 +89,49 @@ func verifyRun(t0 time.Time) []struct {
 // progress and ETA, then switching; not "scanning" at 100 % throughout.
 func TestJobPhase(t *testing.T) {
 	t0 := time.Date(2026, 11, 25, 5, 0, 0, 0, time.UTC)
-	want := []phase{
-		{Name: "queued", Percent: -1},
-		{Name: "planning", Step: 1, Steps: 3, Percent: 0},
-		{Name: "scanning", Step: 1, Steps: 3, Percent: 25, ETA: 15 * time.Second, Done: 250, Total: 1000},
-		{Name: "verifying", Step: 2, Steps: 3, Percent: 0, Total: 1000},
-		{Name: "verifying", Step: 2, Steps: 3, Percent: 50, ETA: 20 * time.Second, Done: 500, Total: 1000},
-		{Name: "switching", Step: 3, Steps: 3, Percent: -1},
-		{Name: "succeeded", Percent: 100},
+	pct := func(n int) *int { return &n }
+	want := []jobs.JobPhase{
+		{Phase: "queued"},
+		{Phase: "planning", Step: 1, Steps: 3, Percent: pct(0)},
+		{Phase: "scanning", Step: 1, Steps: 3, Percent: pct(25), PhaseETASeconds: 15, EventsDone: 250, EventsTotal: 1000},
+		{Phase: "verifying", Step: 2, Steps: 3, Percent: pct(0), EventsTotal: 1000},
+		{Phase: "verifying", Step: 2, Steps: 3, Percent: pct(50), PhaseETASeconds: 20, EventsDone: 500, EventsTotal: 1000},
+		{Phase: "switching", Step: 3, Steps: 3},
+		{Phase: "succeeded", Percent: pct(100)},
 	}
 	for i, s := range rebuildRun(t0) {
-		if got := jobPhase(s.job, s.at); got != want[i] {
-			t.Errorf("step %d: phase %+v, want %+v", i, got, want[i])
+		if got := jobPhase(s.job, s.at); !reflect.DeepEqual(got, want[i]) {
+			t.Errorf("step %d: phase %s, want %s", i, show(got), show(want[i]))
 		}
 	}
-	wantVerify := []phase{
-		{Name: "queued", Percent: -1},
-		{Name: "verifying", Step: 1, Steps: 1, Percent: -1},
-		{Name: "verifying", Step: 1, Steps: 1, Percent: 25, ETA: 15 * time.Second, Done: 300, Total: 1200},
-		{Name: "verifying", Step: 1, Steps: 1, Percent: 50, ETA: 10 * time.Second, Done: 600, Total: 1200},
-		{Name: "succeeded", Percent: 100},
+	wantVerify := []jobs.JobPhase{
+		{Phase: "queued"},
+		{Phase: "verifying", Step: 1, Steps: 1},
+		{Phase: "verifying", Step: 1, Steps: 1, Percent: pct(25), PhaseETASeconds: 15, EventsDone: 300, EventsTotal: 1200},
+		{Phase: "verifying", Step: 1, Steps: 1, Percent: pct(50), PhaseETASeconds: 10, EventsDone: 600, EventsTotal: 1200},
+		{Phase: "succeeded", Percent: pct(100)},
 	}
 	for i, s := range verifyRun(t0) {
-		if got := jobPhase(s.job, s.at); got != wantVerify[i] {
-			t.Errorf("verify step %d: phase %+v, want %+v", i, got, wantVerify[i])
+		if got := jobPhase(s.job, s.at); !reflect.DeepEqual(got, wantVerify[i]) {
+			t.Errorf("verify step %d: phase %s, want %s", i, show(got), show(wantVerify[i]))
 		}
 	}
 	// The server's phase is shown as given: the CLI works one out (with
 	// the same function) only for a server that sends none.
-	pct := 42
 	given := jobs.Job{Kind: jobs.KindRebuild, State: jobs.StateRunning, StartedAt: t0,
-		JobPhase: jobs.JobPhase{Phase: "verifying", Step: 2, Steps: 3, Percent: &pct, PhaseETASeconds: 9, EventsDone: 42, EventsTotal: 100}}
-	if got, want := jobPhase(given, t0), (phase{Name: "verifying", Step: 2, Steps: 3, Percent: 42, ETA: 9 * time.Second, Done: 42, Total: 100}); got != want {
-		t.Errorf("server's phase: %+v, want %+v", got, want)
+		JobPhase: jobs.JobPhase{Phase: "verifying", Step: 2, Steps: 3, Percent: pct(42), PhaseETASeconds: 9, EventsDone: 42, EventsTotal: 100}}
+	if got := jobPhase(given, t0); !reflect.DeepEqual(got, given.JobPhase) {
+		t.Errorf("server's phase: %s, want %s", show(got), show(given.JobPhase))
 	}
 	v := jobs.Job{Kind: jobs.KindVerify, State: jobs.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
-	if got := jobPhase(v, t0); got.Name != "verifying" || got.Steps != 1 || got.Percent != 30 || got.ETA != 7*time.Second {
-		t.Errorf("verify job: phase %+v, want verifying 30 %% with ETA 7s", got)
+	if got := jobPhase(v, t0); got.Phase != "verifying" || got.Steps != 1 || got.PercentOr(-1) != 30 || got.PhaseETASeconds != 7 {
+		t.Errorf("verify job: phase %s, want verifying 30 %% with ETA 7s", show(got))
 	}
+}
+
+// show writes a phase with its percentage (not the pointer to it).
+func show(p jobs.JobPhase) string {
+	return fmt.Sprintf("%s %d/%d %d%% ETA %gs events %d/%d", p.Phase, p.Step, p.Steps, p.PercentOr(-1), p.PhaseETASeconds, p.EventsDone, p.EventsTotal)
 }
 
 // TestProgressShowsPhases: the lines written to a log and the bars drawn
