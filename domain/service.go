@@ -165,14 +165,8 @@ func (s *Service) Get(ctx context.Context, orderID string) (Order, error) {
 			return o, nil
 		}
 	}
-	o, _, err := s.Events(ctx, orderID)
+	o, _, err := s.EventsUntil(ctx, orderID, Bound{})
 	return o, err
-}
-
-// Events folds the order from the whole stream, never from the cache, and
-// returns the stream. Returns ErrNotFound for an unknown order.
-func (s *Service) Events(ctx context.Context, orderID string) (Order, []Event, error) {
-	return s.EventsUntil(ctx, orderID, Bound{})
 }
 
 // Bound is a point in a stream's history: the stream up to and including
@@ -184,9 +178,9 @@ type Bound struct {
 	At      time.Time
 }
 
-// EventsUntil folds the order from its events up to b and returns them,
-// never from the cache and without adding to it: a past state is read
-// whole from the log. The stream is loaded in one read and cut here.
+// EventsUntil folds the order from its events up to b (the zero Bound:
+// the whole stream) and returns them, never from the cache and without
+// adding to it: a past state is read whole from the log. The stream is loaded in one read and cut here.
 // Errors: ErrValidation for an invalid id; ErrNotFound for an unknown
 // order, a b.Version past the head or a b.At before the first event (the
 // message names the head version); ErrUnreadableCommit, ErrUnavailable.
@@ -393,7 +387,7 @@ func (s *Service) replay(ctx context.Context, key, orderID, hash string) (Result
 		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
 	}
 	// The first result is the state right after that commit.
-	_, events, err := s.Events(ctx, c.StreamID)
+	_, events, err := s.EventsUntil(ctx, c.StreamID, Bound{})
 	if err != nil {
 		return Result{}, err
 	}

@@ -90,7 +90,7 @@ func TestServicePlaceThenApprove(t *testing.T) {
 			r, err = svc.Execute(ctx, orderID, domain.Approve{At: at(1)}, domain.ExecOptions{})
 			expect(t, r, err, domain.Result{OrderID: orderID, Version: 2, Status: domain.StatusApproved, Attempts: 1}, nil)
 
-			o, evs, err := svc.Events(ctx, orderID)
+			o, evs, err := svc.EventsUntil(ctx, orderID, domain.Bound{})
 			if err != nil || o.Status != domain.StatusApproved || o.Version != 2 || len(evs) != 2 {
 				t.Fatalf("Get = %+v, %d events, %v", o, len(evs), err)
 			}
@@ -106,10 +106,10 @@ func TestServicePlaceThenApprove(t *testing.T) {
 
 func TestServiceGet(t *testing.T) {
 	svc := newService(newMemStore(), true)
-	if _, _, err := svc.Events(ctx, "nope"); !errors.Is(err, domain.ErrNotFound) {
+	if _, _, err := svc.EventsUntil(ctx, "nope", domain.Bound{}); !errors.Is(err, domain.ErrNotFound) {
 		t.Errorf("Get(unknown) = %v, want ErrNotFound", err)
 	}
-	if _, _, err := svc.Events(ctx, "a.b"); !errors.Is(err, domain.ErrValidation) {
+	if _, _, err := svc.EventsUntil(ctx, "a.b", domain.Bound{}); !errors.Is(err, domain.ErrValidation) {
 		t.Errorf("Get(a.b) = %v, want ErrValidation", err)
 	}
 }
@@ -587,7 +587,7 @@ func TestServiceGetRefreshesCachedState(t *testing.T) {
 	if err != nil || o.Version != 2 || o.Status != domain.StatusApproved || o.ApprovedAt == nil {
 		t.Fatalf("Get through a stale cache = %+v, %v; want v2 approved", o, err)
 	}
-	want, _, err := a.Events(ctx, orderID)
+	want, _, err := a.EventsUntil(ctx, orderID, domain.Bound{})
 	if err != nil || !reflect.DeepEqual(o, want) {
 		t.Fatalf("Get = %+v, fold of the log = %+v (%v)", o, want, err)
 	}

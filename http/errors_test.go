@@ -27,10 +27,6 @@ func (s stubCommands) Get(context.Context, string) (domain.Order, error) {
 	return domain.Order{}, s.err
 }
 
-func (s stubCommands) Events(context.Context, string) (domain.Order, []domain.Event, error) {
-	return domain.Order{}, nil, s.err
-}
-
 func (s stubCommands) EventsUntil(context.Context, string, domain.Bound) (domain.Order, []domain.Event, error) {
 	return domain.Order{}, nil, s.err
 }

@@ -303,15 +303,7 @@ func (s operations) GetOrderEvents(c echo.Context, id api.OrderId, p api.GetOrde
 	if err != nil {
 		return err
 	}
-	var (
-		o      domain.Order
-		events []domain.Event
-	)
-	if b == (domain.Bound{}) {
-		o, events, err = s.cfg.Commands.Events(c.Request().Context(), id)
-	} else {
-		o, events, err = s.cfg.Commands.EventsUntil(c.Request().Context(), id, b)
-	}
+	o, events, err := s.cfg.Commands.EventsUntil(c.Request().Context(), id, b)
 	if err != nil {
 		return notFoundIfInvalid(err)
 	}

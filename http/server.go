@@ -25,7 +25,6 @@ import (
 type Commands interface {
 	Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error)
 	Get(ctx context.Context, orderID string) (domain.Order, error)
-	Events(ctx context.Context, orderID string) (domain.Order, []domain.Event, error)
 	EventsUntil(ctx context.Context, orderID string, b domain.Bound) (domain.Order, []domain.Event, error)
 }
 

@@ -63,7 +63,7 @@ func TestLagSeconds(t *testing.T) {
 		t.Fatal(err)
 	}
 	projectortest.WaitLag(t, ctx, 30*time.Second, r)
-	_, events, err := svc.Events(ctx, placed.OrderID)
+	_, events, err := svc.EventsUntil(ctx, placed.OrderID, domain.Bound{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestLagSeconds(t *testing.T) {
 		}
 		return nil
 	})
-	_, events, err = svc.Events(ctx, placed.OrderID)
+	_, events, err = svc.EventsUntil(ctx, placed.OrderID, domain.Bound{})
 	if err != nil {
 		t.Fatal(err)
 	}
