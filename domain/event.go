@@ -130,15 +130,6 @@ var eventTypes = func() map[string]reflect.Type {
 	return m
 }()
 
-// newData returns a pointer to a zero payload of the given type.
-func newData(eventType string) (EventData, bool) {
-	t, ok := eventTypes[eventType]
-	if !ok {
-		return nil, false
-	}
-	return reflect.New(t).Interface().(EventData), true
-}
-
 // EventTypes returns the name of every event type, sorted.
 func EventTypes() []string { return slices.Sorted(maps.Keys(eventTypes)) }
 
@@ -225,7 +216,6 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	if err := CheckSchema(eventType, schemaVersion); err != nil {
 		return nil, err
 	}
-	d, _ := newData(eventType)
 	current := CurrentSchema(eventType)
 	for v := schemaVersion; v < current; v++ {
 		up, ok := upcasters[eventType][v]
@@ -242,29 +232,18 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(d); err != nil {
+	p := reflect.New(eventTypes[eventType]) // CheckSchema knows the type
+	if err := dec.Decode(p.Interface()); err != nil {
 		return nil, fmt.Errorf("decode %s: %v: %w", eventType, err, ErrValidation)
 	}
 	if trailing(data, dec) {
 		return nil, fmt.Errorf("decode %s: trailing data: %w", eventType, ErrValidation)
 	}
-	d = deref(d)
+	d := p.Elem().Interface().(EventData)
 	if err := validateData(d); err != nil {
 		return nil, fmt.Errorf("decode %s: %w", eventType, err)
 	}
 	return d, nil
-}
-
-// deref turns a pointer to a payload (from newData) into the value type
-// used everywhere else, so type switches match values only; a value is
-// returned as it is.
-func deref(d EventData) EventData {
-	if v := reflect.ValueOf(d); v.Kind() == reflect.Pointer && !v.IsNil() {
-		if e, ok := v.Elem().Interface().(EventData); ok {
-			return e
-		}
-	}
-	return d
 }
 
 // validateData checks the values of a payload, one Decide is to append or

@@ -3,6 +3,7 @@ package domain
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 	"time"
 )
@@ -100,10 +101,14 @@ func (o *Order) Apply(e Event) error {
 		return fmt.Errorf("apply %s of stream %s to order %s: %w", e.Type, e.StreamID, o.ID, ErrValidation)
 	}
 	at := e.OccurredAt
-	if e.Data == nil || e.Data.EventType() != e.Type {
+	payload, known := eventTypes[e.Type]
+	if !known {
+		return fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, ErrUnknownEvent)
+	}
+	if e.Data == nil || reflect.TypeOf(e.Data) != payload {
 		return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
 	}
-	switch d := deref(e.Data).(type) {
+	switch d := e.Data.(type) {
 	case OrderPlaced:
 		if o.Version != 0 {
 			return fmt.Errorf("apply %s to %s at v%d: %w", e.Type, e.StreamID, o.Version, ErrInvalidTransition)
@@ -116,10 +121,7 @@ func (o *Order) Apply(e Event) error {
 			TotalCents: sub + freight, PlacedAt: &at,
 		}
 	default:
-		t, ok := transitions[e.Type]
-		if !ok {
-			return fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, ErrUnknownEvent)
-		}
+		t := transitions[e.Type]
 		if !slices.Contains(t.from, o.Status) {
 			return fmt.Errorf("apply %s v%d of %s in status %q: %w", e.Type, e.Version, e.StreamID, o.Status, ErrInvalidTransition)
 		}
