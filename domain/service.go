@@ -387,13 +387,9 @@ func (s *Service) replay(ctx context.Context, key, orderID, hash string) (Result
 		return Result{}, fmt.Errorf("idempotency key %q: %w", key, ErrIdempotencyKeyReused)
 	}
 	// The first result is the state right after that commit.
-	_, events, err := s.EventsUntil(ctx, c.StreamID, Bound{})
+	first, _, err := s.EventsUntil(ctx, c.StreamID, Bound{Version: c.LastVersion()})
 	if err != nil {
 		return Result{}, err
-	}
-	first, err := Fold(events[:min(int(c.LastVersion()), len(events))])
-	if err != nil {
-		return Result{}, fmt.Errorf("fold order %s: %w", c.StreamID, err)
 	}
 	return Result{OrderID: c.StreamID, Version: first.Version, Status: first.Status, Replayed: true}, nil
 }
