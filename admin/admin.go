@@ -27,9 +27,11 @@ type Config struct {
 	// instance without NATS_URL): there is no consumer lag to show.
 	Bus bool
 	// Relay reads the relay's lease and checkpoint: the MongoDB adapter's
-	// *mongodb.Lease of the relay lease implements it.
+	// *mongodb.Lease of the relay lease implements it. Required by
+	// Relay and the history.
 	Relay Relay
-	// Log is the event log the log browser pages and tails.
+	// Log is the event log the log browser pages and tails. Required by
+	// Log, LogCommit and TailLog.
 	Log Log
 	// Metrics, when set, is this process's registry: the history reads
 	// the relay's catch-ups from it (orderd_relay_catchups_total) when
@@ -209,11 +211,8 @@ func (a *Service) runner(name string) *projector.Runner {
 }
 
 // Relay returns the relay's owner, lease and checkpoint (zero before any
-// relay started, or when the service was built without a Relay).
+// relay started).
 func (a *Service) Relay(ctx context.Context) (outbox.RelayStatus, error) {
-	if a.relay == nil {
-		return outbox.RelayStatus{}, nil
-	}
 	return a.relay.Status(ctx)
 }
 

@@ -28,18 +28,12 @@ type Log interface {
 
 // Log returns a page of the log, newest first (Log.Browse).
 func (a *Service) Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
-	if a.log == nil {
-		return domain.LogPage{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
-	}
 	return a.log.Browse(ctx, q)
 }
 
 // LogCommit returns one commit by id, or an error wrapping
 // domain.ErrNotFound.
 func (a *Service) LogCommit(ctx context.Context, id string) (domain.LogCommit, error) {
-	if a.log == nil {
-		return domain.LogCommit{}, fmt.Errorf("the log: %w", domain.ErrUnavailable)
-	}
 	c, found, err := a.log.LogCommit(ctx, id)
 	if err == nil && !found {
 		err = fmt.Errorf("commit %s: %w", id, domain.ErrNotFound)
@@ -50,9 +44,6 @@ func (a *Service) LogCommit(ctx context.Context, id string) (domain.LogCommit, e
 // TailLog passes fn the commits of the log's one change stream in this
 // process (see tail), from when it is open (fn(nil)) until ctx ends.
 func (a *Service) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
-	if a.log == nil {
-		return fmt.Errorf("the log: %w", domain.ErrUnavailable)
-	}
 	s := a.tail.join(a.log)
 	defer a.tail.leave(s)
 	for {
