@@ -14,33 +14,26 @@ import (
 // figures, exported at /metrics) is there to keep longer.
 
 const (
-	defaultHistoryInterval = 5 * time.Second
-	historyWindow          = time.Hour
+	historyInterval = 5 * time.Second
+	historyWindow   = time.Hour
 )
 
 // history is the samples kept, oldest first.
 type history struct {
 	mu        sync.Mutex
-	interval  time.Duration
 	samples   []HistorySample
 	prevFloor map[string]uint64 // each projection's ack floor at the previous sample
 	prevAt    time.Time
 }
 
-// RunHistory samples the projections and the relay every interval (5 s
-// when 0) until ctx ends, keeping the last hour for History. A sample
-// that fails (the store unreachable) is left out: the chart shows a gap.
-func (a *Service) RunHistory(ctx context.Context, interval time.Duration) error {
-	if interval <= 0 {
-		interval = defaultHistoryInterval
-	}
-	a.history.mu.Lock()
-	a.history.interval = interval
-	a.history.mu.Unlock()
-	tick := time.NewTicker(interval)
+// RunHistory samples the projections and the relay every 5 s until ctx
+// ends, keeping the last hour for History. A sample that fails (the
+// store unreachable) is left out: the chart shows a gap.
+func (a *Service) RunHistory(ctx context.Context) error {
+	tick := time.NewTicker(historyInterval)
 	defer tick.Stop()
 	for {
-		sctx, cancel := context.WithTimeout(ctx, interval)
+		sctx, cancel := context.WithTimeout(ctx, historyInterval)
 		a.sample(sctx)
 		cancel()
 		select {
@@ -127,11 +120,7 @@ func (a *Service) History(context.Context) (History, error) {
 	h := &a.history
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	interval := h.interval
-	if interval == 0 {
-		interval = defaultHistoryInterval
-	}
-	return History{IntervalSeconds: interval.Seconds(), WindowSeconds: historyWindow.Seconds(),
+	return History{IntervalSeconds: historyInterval.Seconds(), WindowSeconds: historyWindow.Seconds(),
 		Samples: append([]HistorySample{}, h.samples...)}, nil
 }
 

@@ -461,7 +461,7 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	if c.HTTP.AdminToken != "" {
 		// The console's first screen shows the last hour from these
 		// samples; without the admin routes nobody reads them.
-		g.Go(func() error { return adminSvc.RunHistory(runCtx, 0) })
+		g.Go(func() error { return adminSvc.RunHistory(runCtx) })
 	}
 	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, reg, reg, m.Log.With("component", "http")
 	if js != nil && c.MaxLag > 0 {
