@@ -151,12 +151,7 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			// catch up. Waiting as told is not giving up on the command.
 			a.paused++
 			start = start.Add(pe.RetryAfter) // the wait does not count against RetryFor
-			t := time.NewTimer(max(pe.RetryAfter, firstBackoff))
-			select {
-			case <-ctx.Done():
-				t.Stop()
-			case <-t.C:
-			}
+			sleep(ctx, max(pe.RetryAfter, firstBackoff))
 			continue
 		case pe.Status == http.StatusTooManyRequests || pe.Status >= 500:
 			a.detail = fmt.Sprintf("%d %s: %s", pe.Status, pe.Slug(), pe.Text())
@@ -165,22 +160,23 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			a.reason, a.detail = pe.Slug(), pe.Text()
 			return a
 		}
-		if ctx.Err() != nil || time.Since(start)+backoff > s.retryFor {
+		if ctx.Err() == nil && time.Since(start)+backoff > s.retryFor {
 			a.outcome = unknown
-			if ctx.Err() != nil {
-				a.detail = "stopped: " + ctx.Err().Error() + "; last: " + a.detail
-			} else {
-				a.detail = fmt.Sprintf("gave up after %d attempts in %v; last: %s", a.attempts, time.Since(start).Round(time.Millisecond), a.detail)
-			}
+			a.detail = fmt.Sprintf("gave up after %d attempts in %v; last: %s", a.attempts, time.Since(start).Round(time.Millisecond), a.detail)
 			return a
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
+		sleep(ctx, backoff) // when ctx has ended, the loop's first check says so
 		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// sleep waits for d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
 	}
 }
 
