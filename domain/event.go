@@ -138,25 +138,16 @@ func EventTypes() []string { return slices.Sorted(maps.Keys(eventTypes)) }
 // shape; stored events are never rewritten (invariant 2).
 type Upcaster func(data []byte) ([]byte, error)
 
-// schemas is the current schema version of each event type whose payload
-// changed shape; every other type is at schema 1.
-var schemas = map[string]int{TypeOrderPlaced: 2}
-
-// CurrentSchema returns the schema version the service writes for events of
-// eventType (1 for a type whose shape never changed) and the highest one
-// DecodeData accepts.
-func CurrentSchema(eventType string) int {
-	if v, ok := schemas[eventType]; ok {
-		return v
-	}
-	return 1
-}
-
 // upcasters maps type -> schema version -> upcaster to version+1, one for
-// each version below the type's CurrentSchema.
+// each version below the type's current schema.
 var upcasters = map[string]map[int]Upcaster{
 	TypeOrderPlaced: {1: upcastPlacedV1},
 }
+
+// CurrentSchema returns the schema version the service writes for events of
+// eventType, one past its last upcaster (1 for a type whose shape never
+// changed), and the highest one DecodeData accepts.
+func CurrentSchema(eventType string) int { return len(upcasters[eventType]) + 1 }
 
 // upcastPlacedV1 takes OrderPlaced from schema 1 to 2, which added
 // items[].freight_cents. A schema 1 line has no freight, and schema 2 reads
