@@ -54,7 +54,9 @@ func ValidTime(t time.Time) bool {
 // retries of requests already answered new ids.
 const OrderIDNamespace = "d1aa2ca1-7d46-403c-8eb9-74719571fcd0"
 
-var orderIDNamespace = mustUUIDBytes(OrderIDNamespace)
+// orderIDNamespace is OrderIDNamespace's 16 bytes (TestKeyedOrderID
+// compares KeyedOrderID with a UUID library's).
+var orderIDNamespace, _ = hex.DecodeString(strings.ReplaceAll(OrderIDNamespace, "-", ""))
 
 // KeyedOrderID returns the order id of a PlaceOrder that names no order
 // id but carries an idempotency key: the name-based UUID, version 5
@@ -65,21 +67,11 @@ var orderIDNamespace = mustUUIDBytes(OrderIDNamespace)
 // same stream and collides there with the commit that holds the key.
 func KeyedOrderID(key string) string {
 	h := sha1.New()
-	h.Write(orderIDNamespace[:])
+	h.Write(orderIDNamespace)
 	h.Write([]byte(key))
 	var u [16]byte
 	copy(u[:], h.Sum(nil))
 	u[6] = u[6]&0x0f | 0x50 // version 5
 	u[8] = u[8]&0x3f | 0x80 // variant 10 (RFC 9562)
 	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
-}
-
-func mustUUIDBytes(s string) [16]byte {
-	var u [16]byte
-	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
-	if err != nil || len(b) != len(u) {
-		panic("domain: malformed UUID " + s)
-	}
-	copy(u[:], b)
-	return u
 }
