@@ -3,7 +3,7 @@ package loadgen
 import (
 	"context"
 	"fmt"
-	"io"
+	"log"
 	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -16,32 +16,17 @@ import (
 type driver struct {
 	cfg   Config
 	s     *sender
-	width int           // digits of the order number
-	log   *lockedWriter // nil without cfg.Progress
+	width int         // digits of the order number
+	log   *log.Logger // lines to cfg.Progress, after "loadgen: "; to io.Discard without it
 
 	started, done, commands, acked, refused, unknown, retries, paused, races atomic.Int64
 	raceWins, doubleWins                                                     atomic.Int64
 }
 
-// lockedWriter serializes the lines written by the orders' goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (d *driver) logf(format string, args ...any) {
-	if d.log == nil {
-		return
-	}
-	d.log.mu.Lock()
-	defer d.log.mu.Unlock()
-	fmt.Fprintf(d.log.w, "loadgen: "+format+"\n", args...)
-}
-
 // progress writes a progress line every second until the returned func
 // is called.
 func (d *driver) progress(start time.Time) (stop func()) {
-	if d.log == nil {
+	if d.cfg.Progress == nil {
 		return func() {}
 	}
 	quit, finished := make(chan struct{}), make(chan struct{})
@@ -54,7 +39,7 @@ func (d *driver) progress(start time.Time) (stop func()) {
 			case <-quit:
 				return
 			case <-t.C:
-				d.logf("%3.0fs  orders %d/%d (%d done)  commands %d  acked %d  refused %d  races %d  unknown %d  retries %d (paused %d)",
+				d.log.Printf("%3.0fs  orders %d/%d (%d done)  commands %d  acked %d  refused %d  races %d  unknown %d  retries %d (paused %d)",
 					time.Since(start).Seconds(), d.started.Load(), d.cfg.Orders, d.done.Load(), d.commands.Load(),
 					d.acked.Load(), d.refused.Load(), d.races.Load(), d.unknown.Load(), d.retries.Load(), d.paused.Load())
 			}
@@ -197,7 +182,7 @@ func (d *driver) single(ctx context.Context, rng *mrand.Rand, r *orderResult, o 
 		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d %s: %s", o.id, s.name, a.code, a.reason, a.detail))
 	default:
 		r.unknown = append(r.unknown, req.key)
-		d.logf("order %s: %s: outcome unknown (key %s): %s", o.id, s.name, req.key, a.detail)
+		d.log.Printf("order %s: %s: outcome unknown (key %s): %s", o.id, s.name, req.key, a.detail)
 	}
 	return false
 }
@@ -253,14 +238,14 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 		default:
 			unknowns++
 			r.unknown = append(r.unknown, x.req.key)
-			d.logf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name, o.version, x.req.key, x.a.detail)
+			d.log.Printf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name, o.version, x.req.key, x.a.detail)
 		}
 	}
 	what := fmt.Sprintf("race %s/%s at version %d", sa.name, sb.name, o.version)
 	switch len(won) {
 	case 2:
 		d.doubleWins.Add(1)
-		d.logf("order %s: %s: DOUBLE WIN: %s v%d %s and %s v%d %s", o.id, what,
+		d.log.Printf("order %s: %s: DOUBLE WIN: %s v%d %s and %s v%d %s", o.id, what,
 			sa.name, sides[0].a.version, sides[0].a.status, sb.name, sides[1].a.version, sides[1].a.status)
 		return false
 	case 1:

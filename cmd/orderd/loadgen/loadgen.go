@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"slices"
 	"strconv"
@@ -130,9 +131,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	defer s.close()
-	d := &driver{cfg: cfg, s: s, width: len(strconv.Itoa(cfg.Orders))}
+	d := &driver{cfg: cfg, s: s, width: len(strconv.Itoa(cfg.Orders)), log: log.New(io.Discard, "", 0)}
 	if cfg.Progress != nil {
-		d.log = &lockedWriter{w: cfg.Progress}
+		d.log = log.New(cfg.Progress, "loadgen: ", 0) // a Logger serializes the orders' lines
 	}
 	start := time.Now()
 	stopProgress := d.progress(start)
