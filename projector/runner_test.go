@@ -17,11 +17,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
-	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/internal/projectortest"
+	"github.com/orderd/orderd/internal/tcpproxy"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
@@ -514,7 +514,7 @@ func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
 	}
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
-	cut := storetest.NewHoldingProxy(t, strings.TrimPrefix(b.URL, "nats://"))
+	cut := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
 	jsA := projectortest.ConnectTo(t, "nats://"+cut.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
 	projectiontest.Go(t, "runner A", a.Run)
@@ -525,7 +525,7 @@ func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
 	ids = driveUntilOwners(t, ctx, svc, bRunner, "cut", ids, map[string]int{"A": 2, "B": 2})
 	projectortest.Run(t, b, db, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
 
-	cut.Cut()
+	cut.Close()
 	ids = driveUntilOwners(t, ctx, svc, bRunner, "cut", ids, map[string]int{"B": 4})
 	f := projectiontest.LoadFixture(t, ctx, es, ids)
 	projectiontest.WaitFor(t, 30*time.Second, "read models equal to the fold after B was given A's partitions", func() error {
@@ -704,9 +704,9 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 
 	c, store := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())
-	link := bustest.NewLink(t, strings.TrimPrefix(b.URL, "nats://"))
+	link := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
 	var slow, reconnects atomic.Int64
-	js := projectortest.ConnectTo(t, link.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+	js := projectortest.ConnectTo(t, "nats://"+link.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {

@@ -2,11 +2,8 @@ package bustest
 
 import (
 	"fmt"
-	"io"
-	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/internal/freeport"
+	"github.com/orderd/orderd/internal/tcpproxy"
 )
 
 // Cluster is a NATS JetStream cluster of servers on loopback, run in the
@@ -30,8 +28,8 @@ import (
 type Cluster struct {
 	t       testing.TB
 	opts    []*server.Options
-	servers []*server.Server // nil while a node is down
-	links   [][]*link        // links[i][j]: node i's route to node j
+	servers []*server.Server    // nil while a node is down
+	links   [][]*tcpproxy.Proxy // links[i][j]: node i's route to node j
 }
 
 // StartCluster starts n servers forming one JetStream cluster and waits
@@ -43,17 +41,17 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	for i := range ports {
 		ports[i] = freeport.Port(t)
 	}
-	c := &Cluster{t: t, servers: make([]*server.Server, n), links: make([][]*link, n)}
+	c := &Cluster{t: t, servers: make([]*server.Server, n), links: make([][]*tcpproxy.Proxy, n)}
 	for i := range n {
-		c.links[i] = make([]*link, n)
+		c.links[i] = make([]*tcpproxy.Proxy, n)
 		var routes []*url.URL
 		for j := range n {
 			if j == i {
 				continue
 			}
-			l := newLink(t, fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
+			l := tcpproxy.New(t, freeport.Addr(t), fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
 			c.links[i][j] = l
-			routes = append(routes, &url.URL{Scheme: "nats-route", Host: l.addr})
+			routes = append(routes, &url.URL{Scheme: "nats-route", Host: l.Addr})
 		}
 		c.opts = append(c.opts, &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
@@ -67,16 +65,9 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			Routes:     routes,
 		})
 	}
-	t.Cleanup(func() {
+	t.Cleanup(func() { // runs before the links, registered earlier, close
 		for i := range c.servers {
 			c.Shutdown(i)
-		}
-		for _, ls := range c.links {
-			for _, l := range ls {
-				if l != nil {
-					l.cut()
-				}
-			}
 		}
 	})
 	for i := range n {
@@ -128,9 +119,9 @@ func (c *Cluster) Shutdown(i int) {
 // groups it led elect a new leader once their election timeout passes.
 func (c *Cluster) Kill(i int) {
 	for j := range c.links {
-		for _, l := range []*link{c.links[i][j], c.links[j][i]} {
+		for _, l := range []*tcpproxy.Proxy{c.links[i][j], c.links[j][i]} {
 			if l != nil {
-				l.cut()
+				l.Close()
 			}
 		}
 	}
@@ -141,9 +132,9 @@ func (c *Cluster) Kill(i int) {
 func (c *Cluster) join(i int) {
 	c.t.Helper()
 	for j := range c.links {
-		for _, l := range []*link{c.links[i][j], c.links[j][i]} {
+		for _, l := range []*tcpproxy.Proxy{c.links[i][j], c.links[j][i]} {
 			if l != nil {
-				if err := l.open(); err != nil {
+				if err := l.Open(); err != nil {
 					c.t.Fatalf("route of nats node %d: %v", i, err)
 				}
 			}
@@ -233,83 +224,6 @@ func (c *Cluster) wait(limit time.Duration, what string, leader func() int) int 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// link is a TCP proxy carrying one node's route to another, on a fixed
-// loopback address, which can be cut (every connection closed, nothing
-// accepted) and opened again.
-type link struct {
-	addr, target string
-	mu           sync.Mutex
-	ln           net.Listener
-	conns        []net.Conn
-}
-
-func newLink(t testing.TB, target string) *link {
-	t.Helper()
-	return &link{addr: freeport.Addr(t), target: target}
-}
-
-// open listens on the link's address, if it does not already.
-func (l *link) open() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		return nil
-	}
-	var ln net.Listener
-	var err error
-	// The port was just given up by a cut: it may take a moment to free.
-	for range 100 {
-		if ln, err = net.Listen("tcp", l.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		return err
-	}
-	l.ln = ln
-	go l.accept(ln)
-	return nil
-}
-
-func (l *link) accept(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		up, err := net.Dial("tcp", l.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		l.mu.Lock()
-		if l.ln != ln { // cut meanwhile
-			l.mu.Unlock()
-			_, _ = c.Close(), up.Close()
-			return
-		}
-		l.conns = append(l.conns, c, up)
-		l.mu.Unlock()
-		go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-		go func() { _, _ = io.Copy(c, up); _ = c.Close() }()
-	}
-}
-
-// cut closes the listener and every connection through the link.
-func (l *link) cut() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ln != nil {
-		_ = l.ln.Close()
-		l.ln = nil
-	}
-	for _, c := range l.conns {
-		_ = c.Close()
-	}
-	l.conns = nil
 }
 
 // WaitConsumerLeader waits until a running node leads the group of

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/internal/tcpproxy"
 	"github.com/orderd/orderd/mongodb"
 )
 
@@ -94,6 +96,25 @@ func Client(t testing.TB) *mongo.Client {
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	return c
+}
+
+// HeldClient returns a client of the test's store (MongoURI) whose
+// connections pass through a tcpproxy.Proxy, and the proxy; the client is
+// disconnected when the test ends.
+func HeldClient(t testing.TB) (*mongo.Client, *tcpproxy.Proxy) {
+	t.Helper()
+	u, err := url.Parse(MongoURI(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := tcpproxy.New(t, "127.0.0.1:0", u.Host)
+	u.Host = proxy.Addr
+	c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	return c, proxy
 }
 
 // Database returns a new, uniquely named database, dropped in cleanup.
