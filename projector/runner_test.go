@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/internal/projectiontest"
@@ -515,7 +516,7 @@ func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
-	jsA := projectortest.ConnectTo(t, "nats://"+cut.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	_, jsA := bustest.ConnectTo(t, "nats://"+cut.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	a := proc("A", jsA)
 	projectiontest.Go(t, "runner A", a.Run)
 	svc := domain.NewService(es, nil)
@@ -706,7 +707,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 	pdb := c.Database(db.Name())
 	link := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
 	var slow, reconnects atomic.Int64
-	js := projectortest.ConnectTo(t, "nats://"+link.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+	_, js := bustest.ConnectTo(t, "nats://"+link.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {

@@ -16,10 +16,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
-	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
@@ -68,7 +68,7 @@ func BenchmarkProjectionScaling(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	js := projectortest.ConnectTo(b, natsURL)
+	_, js := bustest.ConnectTo(b, natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 

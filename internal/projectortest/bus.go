@@ -25,26 +25,20 @@ type Bus struct {
 	Stream bus.StreamConfig
 }
 
-// NewBus starts an embedded NATS server with a JetStream event stream of
-// four partitions, stopped when the test ends.
-func NewBus(t *testing.T, ctx context.Context) *Bus {
+// Start is the set-up a projector test begins with: its context (see
+// projectiontest.Context), an embedded NATS server with a JetStream event
+// stream of four partitions, stopped when the test ends, and a fresh
+// database (storetest.Database), on which the test builds its event
+// store, plain or relayed.
+func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database) {
 	t.Helper()
+	ctx := projectiontest.Context(t, limit)
 	b := &Bus{NATS: storetest.StartNATS(t), Stream: bus.StreamConfig{
 		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}}
 	if err := bus.EnsureStream(ctx, b.JS, b.Stream); err != nil {
 		t.Fatal(err)
 	}
-	return b
-}
-
-// Start is the set-up a projector test begins with: its context (see
-// projectiontest.Context), a bus (NewBus) and a fresh database
-// (storetest.Database), on which the test builds its event store, plain
-// or relayed.
-func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database) {
-	t.Helper()
-	ctx := projectiontest.Context(t, limit)
-	return ctx, NewBus(t, ctx), storetest.Database(t)
+	return ctx, b, storetest.Database(t)
 }
 
 // RunnerConfig is a projector.RunnerConfig consuming b's stream with
@@ -112,14 +106,7 @@ func Run(t *testing.T, b *Bus, db *mongo.Database, p projector.Projection, cfg p
 // would, closed when the test ends.
 func (b *Bus) Connect(t *testing.T) jetstream.JetStream {
 	t.Helper()
-	return ConnectTo(t, b.URL)
-}
-
-// ConnectTo opens a NATS connection to url, closed when the test or
-// benchmark ends.
-func ConnectTo(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
-	t.Helper()
-	_, js := bustest.ConnectTo(t, url, opts...)
+	_, js := bustest.ConnectTo(t, b.URL)
 	return js
 }
 

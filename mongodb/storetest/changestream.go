@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"slices"
 	"sync"
@@ -292,27 +291,18 @@ func testResumeAcrossRestart(t *testing.T) {
 	noMore(t, r)
 }
 
-// startOwnStore starts an embedded store with test commands on dir, in a
-// process of its own under the race detector (as MongoURI does), and
-// returns its URI and a stop function, also run in cleanup.
+// startOwnStore starts an embedded store on dir as MongoURI does
+// (startStore) and returns its URI and a stop function, also run in
+// cleanup.
 func startOwnStore(t *testing.T, dir string) (string, func()) {
 	t.Helper()
-	if RaceBuild {
-		p, err := StartStoreProcess(dir, "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Close() })
-		return p.URI, func() { _ = p.Close() }
-	}
-	s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler), embedded.WithTestCommands())
+	uri, closeStore, err := startStore(dir, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	stop := func() { once.Do(func() { _ = s.Close() }) }
+	stop := sync.OnceFunc(func() { _ = closeStore() })
 	t.Cleanup(stop)
-	return s.URI, stop
+	return uri, stop
 }
 
 // cannotResume checks that a stream resumed after token fails, at once or

@@ -12,7 +12,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"log/slog"
 	"net/url"
 	"os"
 	"sync"
@@ -26,15 +25,10 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/tcpproxy"
 	"github.com/orderd/orderd/mongodb"
-)
-
-var (
-	storeOnce sync.Once
-	storeURI  string
-	storeErr  error
 )
 
 // MongoURI returns MONGODB_URI, or the URI of the test binary's embedded
@@ -50,36 +44,22 @@ func MongoURI(t testing.TB) string {
 	if u := os.Getenv("MONGODB_URI"); u != "" {
 		return u
 	}
-	storeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "orderd-store-")
-		if err != nil {
-			storeErr = err
-			return
-		}
-		if RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
-			// Under the race detector the store runs beside this process
-			// (StartStoreProcess), which removes its files when it ends;
-			// ORDERD_TEST_STORE=inprocess keeps it in.
-			p, err := startStoreProcess(dir, "127.0.0.1:0", true)
-			if err != nil {
-				storeErr = err
-				return
-			}
-			storeURI = p.URI
-			return
-		}
-		s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler), embedded.WithTestCommands())
-		if err != nil {
-			storeErr = err
-			return
-		}
-		storeURI = s.URI
-	})
-	if storeErr != nil {
-		t.Fatalf("embedded store: %v", storeErr)
+	uri, err := sharedStore()
+	if err != nil {
+		t.Fatalf("embedded store: %v", err)
 	}
-	return storeURI
+	return uri
 }
+
+// sharedStore starts the test binary's store on first use (see MongoURI).
+var sharedStore = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "orderd-store-")
+	if err != nil {
+		return "", err
+	}
+	uri, _, err := startStore(dir, true)
+	return uri, err
+})
 
 // Client returns a connected client for MongoURI with the service's client
 // options (mongodb.ClientOptions: majority writes and reads),
@@ -153,16 +133,7 @@ func StartNATS(t testing.TB) *NATS {
 		t.Cleanup(ns.Shutdown)
 		n.Server, n.URL = ns, ns.ClientURL()
 	}
-	nc, err := nats.Connect(n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect nats: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	n.Conn, n.JS = nc, js
+	n.Conn, n.JS = bustest.ConnectTo(t, n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	return n
 }
 

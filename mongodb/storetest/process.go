@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/orderd/orderd/internal/embedded"
 )
 
 // StoreProcess is the embedded store run in a process of its own
@@ -36,6 +39,26 @@ type StoreProcess struct {
 // starts, it serves the store's test commands (embedded.WithTestCommands).
 func StartStoreProcess(dir, addr string) (*StoreProcess, error) {
 	return startStoreProcess(dir, addr, false)
+}
+
+// startStore starts the embedded store, with its test commands, on dir and
+// a free loopback port: in a process of its own (startStoreProcess, which
+// removes dir at its end when remove is set) when this binary runs under
+// the race detector, unless ORDERD_TEST_STORE=inprocess, else in this
+// process. It returns the store's URI and its Close.
+func startStore(dir string, remove bool) (string, func() error, error) {
+	if RaceBuild && os.Getenv("ORDERD_TEST_STORE") != "inprocess" {
+		p, err := startStoreProcess(dir, "127.0.0.1:0", remove)
+		if err != nil {
+			return "", nil, err
+		}
+		return p.URI, p.Close, nil
+	}
+	s, err := embedded.StartStore(dir, "127.0.0.1:0", slog.New(slog.DiscardHandler), embedded.WithTestCommands())
+	if err != nil {
+		return "", nil, err
+	}
+	return s.URI, s.Close, nil
 }
 
 // startStoreProcess is StartStoreProcess; with remove, the process removes
