@@ -17,9 +17,9 @@ import (
 	"github.com/orderd/orderd/internal/embedded"
 )
 
-// InsertsOnly is the change-stream pipeline the outbox relay tails the log
+// insertsOnly is the change-stream pipeline the outbox relay tails the log
 // with, the one the embedded store serves: its inserts.
-var InsertsOnly = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}}}
+var insertsOnly = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}}}
 
 // Error codes of a stream that cannot resume (MongoDB's error_codes.yml).
 const (
@@ -33,7 +33,7 @@ const csWait = 30 * time.Second
 
 // RunChangeStream is the change-stream conformance suite: what the outbox
 // relay relies on when it tails a collection's inserts with
-// Collection.Watch(InsertsOnly) and keeps resume tokens as checkpoints.
+// Collection.Watch(insertsOnly) and keeps resume tokens as checkpoints.
 // db returns a fresh database on the store under test (Database); the
 // restart case starts an embedded store of its own, and is skipped on
 // MONGODB_URI, whose server the test does not control.
@@ -104,7 +104,7 @@ func watch(t *testing.T, coll *mongo.Collection, opts ...options.Lister[options.
 	t.Helper()
 	// A short await: noMore's getMore waits it out on an idle stream.
 	opts = append([]options.Lister[options.ChangeStreamOptions]{options.ChangeStream().SetMaxAwaitTime(100 * time.Millisecond)}, opts...)
-	cs, err := coll.Watch(t.Context(), InsertsOnly, opts...)
+	cs, err := coll.Watch(t.Context(), insertsOnly, opts...)
 	if err != nil {
 		t.Fatalf("watch %s: %v", coll.Name(), err)
 	}
@@ -252,12 +252,9 @@ func testResumeAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	ctx := t.Context()
 	uri, stop := startOwnStore(t, dir)
-	c, err := mongo.Connect(options.Client().ApplyURI(uri))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := dial(t, options.Client().ApplyURI(uri))
 	coll := c.Database("restart").Collection("events")
-	cs, err := coll.Watch(ctx, InsertsOnly)
+	cs, err := coll.Watch(ctx, insertsOnly)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,11 +273,7 @@ func testResumeAcrossRestart(t *testing.T) {
 	stop()
 
 	uri, _ = startOwnStore(t, dir)
-	c, err = mongo.Connect(options.Client().ApplyURI(uri))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
+	c = dial(t, options.Client().ApplyURI(uri))
 	r := watch(t, c.Database("restart").Collection("events"), options.ChangeStream().SetResumeAfter(saved))
 	rest := readEvents(t, r, 4)
 	for i, e := range rest {
@@ -311,7 +304,7 @@ func cannotResume(t *testing.T, coll *mongo.Collection, token bson.Raw, codes ..
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), csWait)
 	defer cancel()
-	cs, err := coll.Watch(ctx, InsertsOnly, options.ChangeStream().SetResumeAfter(token))
+	cs, err := coll.Watch(ctx, insertsOnly, options.ChangeStream().SetResumeAfter(token))
 	if err == nil {
 		defer cs.Close(context.Background())
 		if cs.TryNext(ctx) {

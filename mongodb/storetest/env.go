@@ -70,7 +70,13 @@ var sharedStore = sync.OnceValues(func() (string, error) {
 // with their contexts and go test -timeout.
 func Client(t testing.TB) *mongo.Client {
 	t.Helper()
-	c, err := mongo.Connect(mongodb.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30 * time.Second))
+	return dial(t, mongodb.ClientOptions(MongoURI(t)).SetServerSelectionTimeout(30*time.Second))
+}
+
+// dial connects a client with opts, disconnected when the test ends.
+func dial(t testing.TB, opts *options.ClientOptions) *mongo.Client {
+	t.Helper()
+	c, err := mongo.Connect(opts)
 	if err != nil {
 		t.Fatalf("connect store: %v", err)
 	}
@@ -89,12 +95,7 @@ func HeldClient(t testing.TB) (*mongo.Client, *tcpproxy.Proxy) {
 	}
 	proxy := tcpproxy.New(t, "127.0.0.1:0", u.Host)
 	u.Host = proxy.Addr
-	c, err := mongo.Connect(mongodb.ClientOptions(u.String()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	return c, proxy
+	return dial(t, mongodb.ClientOptions(u.String())), proxy
 }
 
 // Database returns a new, uniquely named database, dropped in cleanup.
@@ -210,10 +211,5 @@ func OpenStore(t testing.TB, opts ...mongodb.EventStoreOption) (*mongodb.EventSt
 // and returns a fresh database of it (see Database).
 func Connect(t testing.TB, opts *options.ClientOptions) *mongo.Database {
 	t.Helper()
-	c, err := mongo.Connect(opts)
-	if err != nil {
-		t.Fatalf("connect %s: %v", MongoURI(t), err)
-	}
-	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
-	return c.Database(Database(t).Name())
+	return dial(t, opts).Database(Database(t).Name())
 }
