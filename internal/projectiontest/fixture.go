@@ -218,8 +218,7 @@ var CustomerTotals = projection.Definition[Contribution]{
 		if err := o.Apply(e); err != nil {
 			return err
 		}
-		*c = Contribution{OrderID: o.ID, CustomerID: o.CustomerID, Status: o.Status, Currency: o.Currency,
-			TotalCents: o.TotalCents, Version: o.Version, RecordedAt: o.RecordedAt}
+		*c = contributionOf(o)
 		return nil
 	},
 	StreamVersion: func(c *Contribution) int64 { return c.Version },
