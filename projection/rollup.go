@@ -67,6 +67,13 @@ type DaySales struct {
 	Orders, Items, GrossCents, FreightCents, Canceled, Unavailable int64
 }
 
+// addDay adds s to the sums of day.
+func (m *SalesYear) addDay(day string, s DaySales) {
+	d := m.Days[day]
+	d.add(s)
+	m.Days[day] = d
+}
+
 func (d *DaySales) add(o DaySales) {
 	d.Orders += o.Orders
 	d.Items += o.Items
@@ -224,15 +231,10 @@ func (r *Rollup) EnsureCollectionIndexes(context.Context, string) error { return
 // wrapped; domain.ErrNotFound (wrapped) when the log has no placement of
 // that order.
 func (r *Rollup) contribution(ctx context.Context, e domain.Event) (Contribution, bool, error) {
-	c := Contribution{Stream: e.StreamID}
-	switch d := e.Data.(type) {
-	case domain.OrderPlaced:
-		c.placed(e, d)
-		return c, true, nil
-	case *domain.OrderPlaced:
-		c.placed(e, *d)
+	if c, ok := placedBy(e); ok {
 		return c, true, nil
 	}
+	c := Contribution{Stream: e.StreamID}
 	switch e.Type {
 	case domain.TypeOrderCanceled:
 		c.Sales.Canceled = 1
@@ -249,12 +251,17 @@ func (r *Rollup) contribution(ctx context.Context, e domain.Event) (Contribution
 	return c, true, nil
 }
 
-// placed sets c to what placing an order adds.
-func (c *Contribution) placed(e domain.Event, d domain.OrderPlaced) {
+// placedBy returns what e adds when it places an order, and false when
+// it does not (the decoder gives payloads as values, not pointers).
+func placedBy(e domain.Event) (Contribution, bool) {
+	d, ok := e.Data.(domain.OrderPlaced)
+	if !ok {
+		return Contribution{}, false
+	}
 	o := domain.Order{}
 	_ = o.Apply(domain.Event{StreamID: e.StreamID, Type: e.Type, Version: 1, OccurredAt: e.OccurredAt, Data: d})
-	c.Day, c.Currency = SaleDay(e.OccurredAt), d.Currency
-	c.Sales = DaySales{Orders: 1, Items: o.ItemCount, GrossCents: o.SubtotalCents, FreightCents: o.FreightCents}
+	return Contribution{Stream: e.StreamID, Day: SaleDay(e.OccurredAt), Currency: d.Currency,
+		Sales: DaySales{Orders: 1, Items: o.ItemCount, GrossCents: o.SubtotalCents, FreightCents: o.FreightCents}}, true
 }
 
 // placement returns the day and currency of an order's placement, read
@@ -270,13 +277,8 @@ func (r *Rollup) placement(ctx context.Context, stream string) (placement, error
 	if len(evs) == 0 || evs[0].Version != 1 {
 		return placement{}, fmt.Errorf("placement of %s: %w", stream, domain.ErrNotFound)
 	}
-	var c Contribution
-	switch d := evs[0].Data.(type) {
-	case domain.OrderPlaced:
-		c.placed(evs[0], d)
-	case *domain.OrderPlaced:
-		c.placed(evs[0], *d)
-	default:
+	c, ok := placedBy(evs[0])
+	if !ok {
 		return placement{}, fmt.Errorf("placement of %s: its first event is %s: %w", stream, evs[0].Type, domain.ErrNotFound)
 	}
 	p := placement{c.Day, c.Currency}
@@ -407,33 +409,15 @@ func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) err
 // recount adds c to its year of coll unless dead letter id was counted
 // there already, in one compare-and-set write.
 func (r *Rollup) recount(ctx context.Context, coll, id string, c Contribution) error {
-	mid := YearID(c.Day, c.Currency)
-	for range maxSaveTries {
-		years, err := r.store.LoadYears(ctx, coll, []string{mid})
-		if err != nil {
-			return err
-		}
-		m, exists := years[mid]
+	_, err := r.updateYear(ctx, coll, YearID(c.Day, c.Currency), func(m *SalesYear) bool {
 		if slices.Contains(m.Retried, id) {
-			return nil
+			return false
 		}
-		if !exists {
-			m = SalesYear{ID: mid, Year: c.Day[:4], Currency: c.Currency}
-		}
-		if m.Days == nil {
-			m.Days = map[string]DaySales{}
-		}
-		d := m.Days[c.Day]
-		d.add(c.Sales)
-		m.Days[c.Day] = d
+		m.addDay(c.Day, c.Sales)
 		m.Retried = append(m.Retried, id)
-		m.Rev++
-		ok, err := r.store.SaveYear(ctx, coll, m)
-		if err != nil || ok {
-			return err
-		}
-	}
-	return fmt.Errorf("%s: recount %s in %s: changed by another writer %d times: %w", r.def.Name, id, mid, maxSaveTries, domain.ErrUnavailable)
+		return true
+	})
+	return err
 }
 
 // cursor returns coll's cursor as last read or written by this process,
@@ -541,47 +525,54 @@ const maxSaveTries = 10
 
 // addToYear adds to year id of coll the contributions of the
 // deliveries at idx (in position order) past the year's position, in
-// one compare-and-set write, read again and retried when another writer
-// moved it in between.
+// one compare-and-set write.
 func (r *Rollup) addToYear(ctx context.Context, coll, id string, ds []Delivery, counted []*Contribution, idx []int) error {
-	for range maxSaveTries {
-		years, err := r.store.LoadYears(ctx, coll, []string{id})
-		if err != nil {
-			return fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
-		}
-		m, exists := years[id]
-		if !exists {
-			c := counted[idx[0]]
-			m = SalesYear{ID: id, Year: c.Day[:4], Currency: c.Currency}
-		}
-		if m.Days == nil {
-			m.Days = map[string]DaySales{}
-		}
+	_, err := r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
 		changed := false
 		for _, i := range idx {
 			if ds[i].Position <= m.Position {
 				continue // counted by another writer
 			}
-			c := counted[i]
-			day := m.Days[c.Day]
-			day.add(c.Sales)
-			m.Days[c.Day] = day
+			m.addDay(counted[i].Day, counted[i].Sales)
 			changed = true
 		}
-		if !changed {
-			return nil
-		}
 		m.Position = ds[idx[len(idx)-1]].Position
+		return changed
+	})
+	return err
+}
+
+// updateYear lets change edit year id of coll (a new one when it is not
+// stored) and writes it, a compare-and-set on its revision, read again
+// and changed again when another writer moved it in between. change
+// returns false when the year needs no write. It reports whether it
+// wrote.
+func (r *Rollup) updateYear(ctx context.Context, coll, id string, change func(m *SalesYear) bool) (bool, error) {
+	for range maxSaveTries {
+		years, err := r.store.LoadYears(ctx, coll, []string{id})
+		if err != nil {
+			return false, fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
+		}
+		m, exists := years[id]
+		if !exists {
+			m = SalesYear{ID: id, Year: id[:4], Currency: id[5:]}
+		}
+		if m.Days == nil {
+			m.Days = map[string]DaySales{}
+		}
+		if !change(&m) {
+			return false, nil
+		}
 		m.Rev++
 		ok, err := r.store.SaveYear(ctx, coll, m)
 		if err != nil {
-			return fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
+			return false, fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
 		}
 		if ok {
-			return nil
+			return true, nil
 		}
 	}
-	return fmt.Errorf("%s: write %s of %s: changed by another writer %d times: %w", r.def.Name, id, coll, maxSaveTries, domain.ErrUnavailable)
+	return false, fmt.Errorf("%s: write %s of %s: changed by another writer %d times: %w", r.def.Name, id, coll, maxSaveTries, domain.ErrUnavailable)
 }
 
 // Sales returns the daily sales readers read over the UTC dates of from

@@ -114,13 +114,8 @@ func (r *Rollup) streamContribution(st domain.StreamEvents, cut time.Time) (Cont
 	if len(st.Events) == 0 {
 		return c, nil
 	}
-	var p Contribution
-	switch d := st.Events[0].Data.(type) {
-	case domain.OrderPlaced:
-		p.placed(st.Events[0], d)
-	case *domain.OrderPlaced:
-		p.placed(st.Events[0], *d)
-	default:
+	p, ok := placedBy(st.Events[0])
+	if !ok {
 		return c, fmt.Errorf("%s: the first event of %s is %s, not its placement", r.def.Name, st.StreamID, st.Events[0].Type)
 	}
 	c.Day, c.Currency = p.Day, p.Currency
@@ -158,18 +153,15 @@ const catchUpWait = 2 * time.Minute
 // up within catchUpWait (the live feed does not run, or lost positions).
 func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress func(VerifyProgress) error) (VerifyReport, error) {
 	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
-	years := map[string]map[string]DaySales{}
-	currency := map[string]string{}
+	years := map[string]*SalesYear{}
 	var pr VerifyProgress
 	err := r.store.EachContribution(ctx, coll, func(c Contribution) error {
 		rep.Streams++
 		id := YearID(c.Day, c.Currency)
 		if years[id] == nil {
-			years[id], currency[id] = map[string]DaySales{}, c.Currency
+			years[id] = &SalesYear{Days: map[string]DaySales{}}
 		}
-		d := years[id][c.Day]
-		d.add(c.Sales)
-		years[id][c.Day] = d
+		years[id].addDay(c.Day, c.Sales)
 		pr.Streams, pr.Cursor = rep.Streams, c.Stream
 		if rep.Streams%500 == 0 && progress != nil {
 			return progress(pr)
@@ -180,7 +172,7 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 		return rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
 	for _, id := range slices.Sorted(maps.Keys(years)) {
-		written, err := r.merge(ctx, coll, id, currency[id], years[id])
+		written, err := r.merge(ctx, coll, id, years[id].Days)
 		if err != nil {
 			return rep, err
 		}
@@ -201,38 +193,17 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 
 // merge adds a scan's days to year id of coll unless a merge of coll's
 // build already did (SalesYear.Merged), in one compare-and-set write.
-func (r *Rollup) merge(ctx context.Context, coll, id, currency string, days map[string]DaySales) (bool, error) {
-	for range maxSaveTries {
-		years, err := r.store.LoadYears(ctx, coll, []string{id})
-		if err != nil {
-			return false, fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
-		}
-		m, exists := years[id]
+func (r *Rollup) merge(ctx context.Context, coll, id string, days map[string]DaySales) (bool, error) {
+	return r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
 		if m.Merged == coll {
-			return false, nil
-		}
-		if !exists {
-			m = SalesYear{ID: id, Year: id[:4], Currency: currency}
-		}
-		if m.Days == nil {
-			m.Days = map[string]DaySales{}
+			return false
 		}
 		for day, s := range days {
-			d := m.Days[day]
-			d.add(s)
-			m.Days[day] = d
+			m.addDay(day, s)
 		}
 		m.Merged = coll
-		m.Rev++
-		ok, err := r.store.SaveYear(ctx, coll, m)
-		if err != nil {
-			return false, fmt.Errorf("%s: write %s of %s: %w", r.def.Name, id, coll, err)
-		}
-		if ok {
-			return true, nil
-		}
-	}
-	return false, fmt.Errorf("%s: merge into %s of %s: changed by another writer %d times: %w", r.def.Name, id, coll, maxSaveTries, domain.ErrUnavailable)
+		return true
+	})
 }
 
 // waitCaughtUp waits until coll's cursor has reached the active
