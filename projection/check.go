@@ -1,6 +1,7 @@
 package projection
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -29,9 +30,8 @@ type ReadModelCheck struct {
 }
 
 // Check compares one stream's document in the active collection with a
-// fresh fold of the stream's log, as a verify job's recheck does, and
-// changes nothing. The document is read before the log, so a live write
-// in between cannot make it look ahead of the log. A stream that neither
+// fresh fold of the stream's log, as a verify job's recheck does
+// (compare), and changes nothing. A stream that neither
 // the log nor the read model knows is reported "equal" with both sides
 // null. A projection not built yet is reported "not-built", and one whose
 // readers read another version than this process folds (a rolling
@@ -52,46 +52,68 @@ func (p *Model[D]) Check(ctx context.Context, id string) (ReadModelCheck, error)
 		c.State = "other-version"
 		return c, nil
 	}
-	docs, err := p.store.Load(ctx, ptr.Active, []string{id})
+	d, err := p.compare(ctx, ptr.Active, id)
 	if err != nil {
 		return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
 	}
-	stored, exists := docs[id]
-	evs, err := p.log.LoadFrom(ctx, id, 1)
-	if err != nil {
-		return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
+	c.State, c.StoredVersion, c.LogVersion, c.Fields = cmp.Or(d.Kind, "equal"), d.StoredVersion, d.LogVersion, d.Fields
+	if d.foldErr != nil {
+		c.FoldError = d.foldErr.Error()
 	}
-	want, n, ferr := p.def.Fold(evs)
-	if ferr != nil {
-		c.FoldError = ferr.Error()
-	}
-	if exists {
-		c.StoredVersion = p.def.StreamVersion(&stored)
-		if c.Document, err = json.Marshal(stored); err != nil {
+	if d.exists {
+		if c.Document, err = json.Marshal(d.stored); err != nil {
 			return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
 		}
 	}
-	if n > 0 {
-		c.LogVersion = p.def.StreamVersion(&want)
-		if c.Expected, err = json.Marshal(want); err != nil {
+	if d.events > 0 {
+		if c.Expected, err = json.Marshal(d.want); err != nil {
 			return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
-		}
-	}
-	switch {
-	case n == 0 && !exists:
-		c.State = "equal"
-	case n == 0:
-		c.State = "extra"
-	case !exists:
-		c.State = "missing"
-	case c.StoredVersion < c.LogVersion:
-		c.State, c.Fields = "stale", DiffFields(stored, want)
-	default:
-		c.Fields = DiffFields(stored, want)
-		c.State = "equal"
-		if len(c.Fields) > 0 {
-			c.State = "different"
 		}
 	}
 	return c, nil
+}
+
+// streamDrift is a document beside a fresh fold of its stream's log
+// (Model.compare): DriftExample's Kind is "" when they are equal or
+// neither exists.
+type streamDrift[D any] struct {
+	DriftExample
+	stored, want D
+	exists       bool
+	events       int   // of the log folded into want
+	foldErr      error // of the first event the fold could not apply
+}
+
+// compare reads document id of coll, then folds its stream's log afresh,
+// and says how they differ, as a verify's recheck and Check report it.
+// The document is read first: it only reflects events already in the
+// log, so a live write in between cannot make it look ahead of the log.
+// Errors: the store's and the log's.
+func (p *Model[D]) compare(ctx context.Context, coll, id string) (streamDrift[D], error) {
+	d := streamDrift[D]{DriftExample: DriftExample{ID: id}}
+	docs, err := p.store.Load(ctx, coll, []string{id})
+	if err != nil {
+		return d, fmt.Errorf("read %s of %s: %w", id, coll, err)
+	}
+	d.stored, d.exists = docs[id]
+	evs, err := p.log.LoadFrom(ctx, id, 1)
+	if err != nil {
+		return d, err
+	}
+	d.want, d.events, d.foldErr = p.def.Fold(evs)
+	d.StoredVersion, d.LogVersion = p.def.StreamVersion(&d.stored), p.def.StreamVersion(&d.want)
+	switch {
+	case d.events == 0 && !d.exists:
+	case d.events == 0:
+		d.Kind = "extra"
+	case !d.exists:
+		d.Kind = "missing"
+	case d.StoredVersion < d.LogVersion:
+		d.Kind, d.Fields = "stale", DiffFields(d.stored, d.want)
+	default:
+		if d.Fields = DiffFields(d.stored, d.want); len(d.Fields) > 0 {
+			d.Kind = "different"
+		}
+	}
+	return d, nil
 }

@@ -258,45 +258,28 @@ func (p *Model[D]) leftovers(ctx context.Context, coll string, seen map[docKey]d
 // counts it if it still differs, and repairs it if asked. expected (nil:
 // none) gets the hash of the fresh fold, when the stream has one.
 func (p *Model[D]) recheck(ctx context.Context, coll, id string, repair bool, rep *VerifyReport, expected *Digest) error {
-	// The document first, then the log: a document only reflects events
-	// already in the log, so a live write in between cannot look like a
-	// document ahead of the log.
-	docs, err := p.store.Load(ctx, coll, []string{id})
+	d, err := p.compare(ctx, coll, id)
 	if err != nil {
-		return fmt.Errorf("verify %s: read %s: %w", coll, id, err)
+		return fmt.Errorf("verify %s: %w", coll, err)
 	}
-	stored, exists := docs[id]
-	evs, err := p.log.LoadFrom(ctx, id, 1)
-	if err != nil {
-		return fmt.Errorf("verify %s: %w", id, err)
-	}
-	want, n, _ := p.def.Fold(evs)
-	if expected != nil && n > 0 {
-		h, err := DocHash(want)
+	if expected != nil && d.events > 0 {
+		h, err := DocHash(d.want)
 		if err != nil {
 			return err
 		}
 		expected.Add(h)
 	}
-	ex := DriftExample{ID: id, LogVersion: p.def.StreamVersion(&want), StoredVersion: p.def.StreamVersion(&stored)}
-	switch {
-	case n == 0 && !exists:
+	ex := d.DriftExample
+	switch ex.Kind {
+	case "":
 		return nil
-	case n == 0:
-		ex.Kind, ex.LogVersion = "extra", 0
+	case "extra":
 		rep.Extra++
-	case !exists:
-		ex.Kind, ex.StoredVersion = "missing", 0
+	case "missing":
 		rep.Missing++
-	case ex.StoredVersion < ex.LogVersion:
-		ex.Kind, ex.Fields = "stale", DiffFields(stored, want)
+	case "stale":
 		rep.Stale++
 	default:
-		ex.Fields = DiffFields(stored, want)
-		if len(ex.Fields) == 0 {
-			return nil
-		}
-		ex.Kind = "different"
 		rep.Different++
 	}
 	kinds := 0
@@ -320,7 +303,7 @@ func (p *Model[D]) recheck(ctx context.Context, coll, id string, repair bool, re
 		if err := p.store.Delete(ctx, coll, id); err != nil {
 			return fmt.Errorf("repair %s: delete %s: %w", coll, id, err)
 		}
-	} else if err := p.overwrite(ctx, s, id, want, ex.StoredVersion, exists); err != nil {
+	} else if err := p.overwrite(ctx, s, id, d.want, ex.StoredVersion, d.exists); err != nil {
 		return err
 	}
 	rep.Repaired++
