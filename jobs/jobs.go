@@ -48,9 +48,7 @@ type EventLog interface {
 
 // Jobs stores jobs and their tasks, and creates, reads and cancels them.
 type Jobs struct {
-	records  JobRecords
-	tasks    TaskRecords
-	locks    RebuildLocks
+	store    Store
 	leases   TaskLeases
 	pointers Pointers
 	events   EventLog
@@ -89,7 +87,7 @@ func DefOf(p interface {
 // projections named in defs, whose pointer documents ps keeps, reading
 // events.
 func New(store Store, leases TaskLeases, ps Pointers, events EventLog, defs map[string]Def) *Jobs {
-	return &Jobs{records: store, tasks: store, locks: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now, created: make(chan struct{}, 1)}
+	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now, created: make(chan struct{}, 1)}
 }
 
 // Projections returns the names of the projections, sorted.
@@ -112,10 +110,10 @@ func (j *Jobs) known(projection string) error {
 func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
 func (j *Jobs) create(ctx context.Context, job Job, task string) error {
-	if err := j.tasks.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
+	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
 		return err
 	}
-	if err := j.records.InsertJob(ctx, job); err != nil {
+	if err := j.store.InsertJob(ctx, job); err != nil {
 		return err
 	}
 	j.wake()
@@ -136,7 +134,7 @@ func (j *Jobs) wake() {
 // Every view of a job reads it through Get, so they all show the same.
 // Errors: domain.ErrNotFound for an unknown id.
 func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
-	job, err := j.records.Job(ctx, id)
+	job, err := j.store.Job(ctx, id)
 	if err != nil {
 		return Job{}, err
 	}
@@ -151,7 +149,7 @@ func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 }
 
 func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
-	tasks, err := j.tasks.Tasks(ctx, job)
+	tasks, err := j.store.Tasks(ctx, job)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +188,7 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	if job.Replaced != "" {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
 	}
-	requested, err := j.records.RequestCancel(ctx, id)
+	requested, err := j.store.RequestCancel(ctx, id)
 	if err != nil {
 		return Job{}, err
 	}
@@ -217,10 +215,10 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 		return projection.Pointer{}, err
 	}
 	id := newJobID()
-	if err := j.locks.Lock(ctx, name, id); err != nil {
+	if err := j.store.Lock(ctx, name, id); err != nil {
 		return projection.Pointer{}, err
 	}
-	defer func() { _ = j.locks.Unlock(context.WithoutCancel(ctx), name, id) }()
+	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), name, id) }()
 	coll := j.defs[name].Collection
 	ptr, err := j.pointers.Get(ctx, name, coll, 0)
 	if err != nil {
@@ -264,21 +262,11 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 	return ptr, j.pointers.Unretire(ctx, restored)
 }
 
-// cancelRequested reports whether an operator asked job id to stop.
-func (j *Jobs) cancelRequested(ctx context.Context, id string) (bool, error) {
-	return j.records.CancelRequested(ctx, id)
-}
-
-// Latest returns the most recent job of a kind for a projection, or nil.
-func (j *Jobs) Latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
-	return j.records.Latest(ctx, projection, kind)
-}
-
 // latest returns the most recent job of a kind for a projection as Get
 // returns it (its state and progress from its tasks), or nil. The stored
 // job alone says queued until the job ends.
 func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
-	l, err := j.Latest(ctx, projection, kind)
+	l, err := j.store.Latest(ctx, projection, kind)
 	if err != nil || l == nil {
 		return l, err
 	}
@@ -290,11 +278,6 @@ func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Jo
 		return nil, fmt.Errorf("job %s of %s: %w", l.ID, projection, err)
 	}
 	return &job, nil
-}
-
-// finishJob writes a job's final state.
-func (j *Jobs) finishJob(ctx context.Context, id string, state JobState, errMsg string, report *projection.VerifyReport) error {
-	return j.records.FinishJob(ctx, id, state, errMsg, report)
 }
 
 // DeadLetterCounter counts a projection's dead letters. The MongoDB

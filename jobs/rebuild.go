@@ -38,22 +38,27 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 		return Job{}, fmt.Errorf("%s: the store is at version %d, this instance folds version %d: %w",
 			projection, ptr.ActiveVer(), def.ver(), domain.ErrOtherVersion)
 	}
-	id := newJobID()
-	if err := j.locks.Lock(ctx, projection, id); err != nil {
-		return Job{}, err
-	}
-	job, err := j.createRebuild(ctx, Job{ID: id, Kind: KindRebuild, Projection: projection, Partitions: partitions})
-	if err != nil {
-		_ = j.locks.Unlock(context.WithoutCancel(ctx), projection, id)
-		return Job{}, err
-	}
-	return job, nil
+	return j.createRebuild(ctx, Job{Kind: KindRebuild, Projection: projection, Partitions: partitions})
 }
 
-// createRebuild creates job (its ID, Kind, Projection, Partitions and
-// Repair set), which builds a shadow collection: a rebuild, or the verify
-// of a rollup (Def.Compared). The caller holds the projection's lock.
+// createRebuild takes the projection's rebuild lock and creates job (its
+// Kind, Projection, Partitions and Repair set), which builds a shadow
+// collection: a rebuild, or the verify of a rollup (Def.Compared).
+// Errors: domain.ErrJobRunning (wrapped) while another rebuild holds the
+// lock, the store's.
 func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
+	job.ID = newJobID()
+	if err := j.store.Lock(ctx, job.Projection, job.ID); err != nil {
+		return Job{}, err
+	}
+	created, err := j.createLocked(ctx, job)
+	if err != nil {
+		_ = j.store.Unlock(context.WithoutCancel(ctx), job.Projection, job.ID)
+	}
+	return created, err
+}
+
+func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	now := j.now().UTC()
 	id, name := job.ID, job.Projection
 	def := j.defs[name]
@@ -67,7 +72,7 @@ func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 		{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
 		{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
 	}
-	if err := j.tasks.InsertTasks(ctx, tasks); err != nil {
+	if err := j.store.InsertTasks(ctx, tasks); err != nil {
 		return Job{}, fmt.Errorf("rebuild %s: %w", name, err)
 	}
 	// Announce the shadow before the job exists: every scan starts after
@@ -96,7 +101,7 @@ func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
 	}
-	if err := j.records.InsertJob(ctx, job); err != nil {
+	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
 		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *projection.Pointer) (bool, error) {
@@ -121,7 +126,7 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 		// One partition needs no cut: it can start while the log is
 		// counted for the ETA.
 		job.Bounds, job.Partitions = []string{}, 1
-		if err := j.records.SavePlan(ctx, *job); err != nil {
+		if err := j.store.SavePlan(ctx, *job); err != nil {
 			return err
 		}
 	}
@@ -131,7 +136,7 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 			return err
 		}
 		job.Bounds, job.TotalCommits, job.Partitions = bounds, total, len(bounds)+1
-		if err := j.records.SavePlan(ctx, *job); err != nil {
+		if err := j.store.SavePlan(ctx, *job); err != nil {
 			return err
 		}
 	}
@@ -141,7 +146,7 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 		name := "part-" + strconv.Itoa(i)
 		parts = append(parts, Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, From: edges[i], To: edges[i+1], State: taskPending})
 	}
-	if err := j.tasks.InsertTasks(ctx, parts); err != nil {
+	if err := j.store.InsertTasks(ctx, parts); err != nil {
 		return fmt.Errorf("plan %s: %w", job.ID, err)
 	}
 	if job.TotalCommits == 0 {
@@ -150,7 +155,7 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 			return err
 		}
 		job.TotalCommits = total
-		return j.records.SavePlan(ctx, *job)
+		return j.store.SavePlan(ctx, *job)
 	}
 	return nil
 }
@@ -257,10 +262,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			if err := w.cleanUp(ctx, cur); err != nil {
 				return err
 			}
-			if err := w.jobs.finishJob(ctx, job.ID, StateFailed, t.Name+": "+t.Error, nil); err != nil {
-				return err
-			}
-			return c.finish(ctx, taskDone, "")
+			return w.end(ctx, c, job.ID, StateFailed, t.Name+": "+t.Error, nil)
 		}
 	}
 	if cur.CancelRequested && !committed {
@@ -304,7 +306,11 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 				return err
 			}
 			if !job.Repair || rep.Drift() == 0 {
-				return w.endCompare(ctx, c, cur, rep)
+				// Switched to nothing: the shadow goes.
+				if err := w.cleanUp(ctx, cur); err != nil {
+					return err
+				}
+				return w.end(ctx, c, job.ID, StateSucceeded, "", &rep)
 			}
 			rep.Repaired = rep.Drift()
 		}
@@ -314,7 +320,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		// filtered on no replaced collection, so of a cancel and a switch
 		// racing exactly one wins.
 		cur.Replaced, cur.Report = cmp.Or(ptr.Active, nothingReplaced), &rep
-		recorded, err := w.jobs.records.CommitSwitch(ctx, job.ID, cur.Replaced, cur.Report)
+		recorded, err := w.jobs.store.CommitSwitch(ctx, job.ID, cur.Replaced, cur.Report)
 		if err != nil {
 			return err
 		}
@@ -357,22 +363,10 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 	if err := w.dropSums(ctx, m, job); err != nil {
 		return err
 	}
-	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
+	if err := w.jobs.store.FinishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
 		return err
 	}
-	if err := w.jobs.locks.Unlock(ctx, job.Projection, job.ID); err != nil {
-		return err
-	}
-	return c.finish(ctx, taskDone, "")
-}
-
-// endCompare ends a rollup's verify that switches to nothing: its shadow
-// is retired and its report recorded.
-func (w *Worker) endCompare(ctx context.Context, c *claim, job Job, rep projection.VerifyReport) error {
-	if err := w.cleanUp(ctx, job); err != nil {
-		return err
-	}
-	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", &rep); err != nil {
+	if err := w.jobs.store.Unlock(ctx, job.Projection, job.ID); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")
@@ -438,7 +432,7 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 	}
 	if ptr.Active == job.Shadow {
 		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
-		return w.jobs.locks.Unlock(ctx, job.Projection, job.ID)
+		return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 	}
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
@@ -447,13 +441,13 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, projection.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
-	if err := w.jobs.tasks.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {
+	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {
 		return err
 	}
 	if job.CancelRequested {
-		if err := w.jobs.finishJob(ctx, job.ID, StateCanceled, "", nil); err != nil {
+		if err := w.jobs.store.FinishJob(ctx, job.ID, StateCanceled, "", nil); err != nil {
 			return err
 		}
 	}
-	return w.jobs.locks.Unlock(ctx, job.Projection, job.ID)
+	return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 }

@@ -51,7 +51,7 @@ func (w *Worker) replay(ctx context.Context, c *claim, job Job) error {
 		if err := publish(evs, 1, spec.StreamID); err != nil {
 			return err
 		}
-		return w.finishReplay(ctx, c, job)
+		return w.end(ctx, c, job.ID, StateSucceeded, "", nil)
 	}
 	var evs []domain.Event
 	streams, last := 0, ""
@@ -74,12 +74,5 @@ func (w *Worker) replay(ctx context.Context, c *claim, job Job) error {
 	if err != nil {
 		return err
 	}
-	return w.finishReplay(ctx, c, job)
-}
-
-func (w *Worker) finishReplay(ctx context.Context, c *claim, job Job) error {
-	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
-		return err
-	}
-	return c.finish(ctx, taskDone, "")
+	return w.end(ctx, c, job.ID, StateSucceeded, "", nil)
 }

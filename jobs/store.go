@@ -22,8 +22,8 @@ type Store interface {
 type JobRecords interface {
 	// InsertJob stores a new job.
 	InsertJob(ctx context.Context, job Job) error
-	// Job returns a job without its tasks; domain.ErrNotFound for an
-	// unknown id.
+	// Job returns a job without its tasks, with its cancel request;
+	// domain.ErrNotFound for an unknown id.
 	Job(ctx context.Context, id string) (Job, error)
 	// Latest returns the most recent job of a kind for a projection, or
 	// nil.
@@ -33,8 +33,6 @@ type JobRecords interface {
 	// RequestCancel records a cancel request unless the job has
 	// committed to its switch, and reports whether it did.
 	RequestCancel(ctx context.Context, id string) (bool, error)
-	// CancelRequested reports whether an operator asked a job to stop.
-	CancelRequested(ctx context.Context, id string) (bool, error)
 	// CommitSwitch records what a rebuild's switch replaces, and its
 	// verify report, unless a cancel was requested, and reports whether
 	// it did.

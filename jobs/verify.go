@@ -32,16 +32,7 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 	if def.Compared {
 		// Built again in a shadow and compared with the active
 		// collection by the finish; with repair, switched to.
-		id := newJobID()
-		if err := j.locks.Lock(ctx, projection, id); err != nil {
-			return Job{}, err
-		}
-		job, err := j.createRebuild(ctx, Job{ID: id, Kind: KindVerify, Projection: projection, Partitions: 1, Repair: repair})
-		if err != nil {
-			_ = j.locks.Unlock(context.WithoutCancel(ctx), projection, id)
-			return Job{}, err
-		}
-		return job, nil
+		return j.createRebuild(ctx, Job{Kind: KindVerify, Projection: projection, Partitions: 1, Repair: repair})
 	}
 	total, err := j.events.Commits(ctx)
 	if err != nil {
@@ -77,10 +68,7 @@ func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
 	}
 	if err := activeIs(ptr, max(job.Version, 1)); err != nil {
 		// Switched to another version since the job was asked for.
-		if err := w.jobs.finishJob(ctx, job.ID, StateFailed, err.Error(), nil); err != nil {
-			return err
-		}
-		return c.finish(ctx, taskDone, "")
+		return w.end(ctx, c, job.ID, StateFailed, err.Error(), nil)
 	}
 	t := c.task
 	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
@@ -91,7 +79,13 @@ func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
 	if err != nil {
 		return err
 	}
-	if err := w.jobs.finishJob(ctx, job.ID, StateSucceeded, "", &rep); err != nil {
+	return w.end(ctx, c, job.ID, StateSucceeded, "", &rep)
+}
+
+// end records a job's final state, error and report, then its task as
+// done.
+func (w *Worker) end(ctx context.Context, c *claim, job string, state JobState, errMsg string, rep *projection.VerifyReport) error {
+	if err := w.jobs.store.FinishJob(ctx, job, state, errMsg, rep); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")

@@ -267,7 +267,7 @@ func (w *Worker) setRunning(id string, on bool) {
 // rebuild's scan waits for its settling time to end, the time it ends
 // (settled).
 func (w *Worker) claimNext(ctx context.Context) (c *claim, job Job, settled time.Time, err error) {
-	open, err := w.jobs.tasks.OpenTasks(ctx, taskPending, taskRunning)
+	open, err := w.jobs.store.OpenTasks(ctx, taskPending, taskRunning)
 	if err != nil {
 		return nil, Job{}, settled, err
 	}
@@ -430,7 +430,7 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 				l.Warn("cleaning up the canceled rebuild failed", "err", err)
 			}
 		} else if !job.builds() {
-			_ = w.jobs.finishJob(bg, job.ID, StateCanceled, "", nil)
+			_ = w.jobs.store.FinishJob(bg, job.ID, StateCanceled, "", nil)
 		}
 		if err := c.finish(bg, taskCanceled, ""); err != nil {
 			l.Warn("recording cancel failed", "err", err)
@@ -442,7 +442,7 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 		l.Error("task failed", "err", err, "attempts", c.task.Attempts)
 		_ = c.finish(bg, taskFailed, err.Error())
 		if !job.builds() || c.task.Name == taskFinish {
-			_ = w.jobs.finishJob(bg, job.ID, StateFailed, err.Error(), nil)
+			_ = w.jobs.store.FinishJob(bg, job.ID, StateFailed, err.Error(), nil)
 			if job.builds() {
 				_ = w.cleanUp(bg, job)
 			}
@@ -483,11 +483,11 @@ func (w *Worker) progress(ctx context.Context, c *claim, t *Task) error {
 		return err
 	}
 	c.task = *t
-	canceled, err := w.jobs.cancelRequested(ctx, t.Job)
+	job, err := w.jobs.store.Job(ctx, t.Job)
 	if err != nil {
 		return err
 	}
-	if canceled {
+	if job.CancelRequested {
 		return errJobCanceled
 	}
 	return nil
@@ -542,7 +542,7 @@ func (w *Worker) buildVersions(ctx context.Context) {
 // to run it, so it would hold the lock for ever. Its clean-up may then
 // run on this version's workers (cleansUpOlder).
 func (w *Worker) supersede(ctx context.Context, name string, v int) {
-	id, ok, err := w.jobs.locks.LockHolder(ctx, name)
+	id, ok, err := w.jobs.store.LockHolder(ctx, name)
 	if err != nil || !ok {
 		return
 	}

@@ -146,18 +146,6 @@ func (s *Jobs) RequestCancel(ctx context.Context, id string) (bool, error) {
 	return res.MatchedCount == 1, nil
 }
 
-// CancelRequested reports whether an operator asked job id to stop.
-func (s *Jobs) CancelRequested(ctx context.Context, id string) (bool, error) {
-	var job struct {
-		CancelRequested bool `bson:"cancel_requested"`
-	}
-	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}, options.FindOne().SetProjection(bson.D{{Key: "cancel_requested", Value: 1}})).Decode(&job)
-	if err != nil {
-		return false, fmt.Errorf("cancel request of %s: %w", id, Translate(err))
-	}
-	return job.CancelRequested, nil
-}
-
 // CommitSwitch records what rebuild id's switch replaces, and its verify
 // report, unless an operator asked it to stop (see RequestCancel). It
 // reports whether it recorded them.
