@@ -61,7 +61,4 @@ type RebuildLocks interface {
 	Lock(ctx context.Context, projection, job string) error
 	// Unlock releases a projection's rebuild lock if the job holds it.
 	Unlock(ctx context.Context, projection, job string) error
-	// LockHolder returns the job holding a projection's rebuild lock, and
-	// false when none does.
-	LockHolder(ctx context.Context, projection string) (string, bool, error)
 }

@@ -528,23 +528,23 @@ func (w *Worker) buildVersions(ctx context.Context) {
 			// Another instance started it, or a rebuild runs: wait,
 			// unless it builds an older version, which this one
 			// supersedes.
-			w.supersede(ctx, name, v)
+			w.supersede(ctx, ptr.ShadowJob, name, v)
 		case ctx.Err() == nil:
 			w.l.Warn("starting the build of a read-model version failed", "projection", name, "version", v, "err", err)
 		}
 	}
 }
 
-// supersede cancels the rebuild holding projection name's lock when it
-// builds a version older than v and has not recorded its switch: once v
-// is built it replaces whatever that rebuild would switch to, and during
-// or after a rolling upgrade no worker of the older version may be left
-// to run it, so it would hold the lock for ever. Its clean-up may then
-// run on this version's workers (cleansUpOlder).
-func (w *Worker) supersede(ctx context.Context, name string, v int) {
-	id, ok, err := w.jobs.store.LockHolder(ctx, name)
-	if err != nil || !ok {
-		return
+// supersede cancels rebuild id, whose shadow projection name's pointer
+// names, when it builds a version older than v and has not recorded its
+// switch: once v is built it replaces whatever that rebuild would switch
+// to, and during or after a rolling upgrade no worker of the older
+// version may be left to run it, so it would hold the rebuild lock for
+// ever. Its clean-up may then run on this version's workers
+// (cleansUpOlder).
+func (w *Worker) supersede(ctx context.Context, id, name string, v int) {
+	if id == "" {
+		return // a switch back, or a rebuild not yet announced: wait
 	}
 	job, err := w.jobs.Get(ctx, id)
 	if err != nil || !job.builds() || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {

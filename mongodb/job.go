@@ -248,20 +248,6 @@ func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
 	return fmt.Errorf("rebuild lock of %s: contended: %w", projection, domain.ErrJobRunning)
 }
 
-// LockHolder returns the job holding projection's rebuild lock, and false
-// when none does. Errors: domain.ErrUnavailable.
-func (s *Jobs) LockHolder(ctx context.Context, projection string) (string, bool, error) {
-	var l lockDoc
-	err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + projection}}).Decode(&l)
-	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		return "", false, nil
-	case err != nil:
-		return "", false, fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
-	}
-	return l.Job, true, nil
-}
-
 // Unlock releases projection's rebuild lock if job holds it.
 func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
 	_, err := s.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + projection}, {Key: "job_id", Value: job}})
