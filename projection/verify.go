@@ -152,14 +152,32 @@ type verifying struct {
 	pr       VerifyProgress
 }
 
-// startVerify reads every document of coll once (readHashes).
+// startVerify reads every document of coll once, keeping the half hash
+// of each under the docKey of its id (seen), the keys shared by more than
+// one document, and the digest of them all; it counts them in
+// rep.Documents.
 func (p *Model[D]) startVerify(ctx context.Context, coll string) (*verifying, error) {
 	seed := maphash.MakeSeed()
 	v := &verifying{coll: coll, rep: VerifyReport{Collection: coll, Examples: []DriftExample{}},
-		key: func(id string) docKey { return idKey(seed, id) }}
-	var err error
-	v.seen, v.shared, v.digest, err = p.readHashes(ctx, coll, v.key, &v.rep)
-	return v, err
+		key: func(id string) docKey { return idKey(seed, id) }, seen: map[docKey]docSum{}, shared: map[docKey]bool{}}
+	err := p.store.Each(ctx, coll, func(id string, doc D) error {
+		h, err := DocHash(doc)
+		if err != nil {
+			return err
+		}
+		v.digest.Add(h)
+		k := v.key(id)
+		if _, dup := v.seen[k]; dup {
+			v.shared[k] = true
+		}
+		v.seen[k] = sumOf(h)
+		v.rep.Documents++
+		return nil
+	})
+	if err != nil {
+		return v, fmt.Errorf("verify %s: %w", coll, err)
+	}
+	return v, nil
 }
 
 // step records the stream or sum just compared and calls progress every
@@ -176,7 +194,7 @@ func (v *verifying) step(cursor string, progress func(VerifyProgress) error) err
 // each suspect again on its own (recheck, adding its fresh fold to
 // expected when addFresh), and calls progress a last time.
 func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair, addFresh bool, progress func(VerifyProgress) error) (VerifyReport, error) {
-	extra, err := p.leftovers(ctx, v.coll, v.seen, v.shared, v.key)
+	extra, err := p.leftovers(ctx, v)
 	if err != nil {
 		return v.rep, err
 	}
@@ -206,49 +224,22 @@ func (p *Model[D]) DropSums(ctx context.Context, shadow string) error {
 	return p.store.DropSums(ctx, shadow)
 }
 
-// readHashes reads every document of coll once and returns the half hash
-// of each under the docKey of its id, the keys shared by more than one
-// document, and the digest of them all; it counts them in rep.Documents.
-func (p *Model[D]) readHashes(ctx context.Context, coll string, key func(string) docKey, rep *VerifyReport) (map[docKey]docSum, map[docKey]bool, Digest, error) {
-	seen := map[docKey]docSum{}
-	shared := map[docKey]bool{} // keys of more than one document
-	var digest Digest
-	err := p.store.Each(ctx, coll, func(id string, doc D) error {
-		h, err := DocHash(doc)
-		if err != nil {
-			return err
-		}
-		digest.Add(h)
-		k := key(id)
-		if _, dup := seen[k]; dup {
-			shared[k] = true
-		}
-		seen[k] = sumOf(h)
-		rep.Documents++
-		return nil
-	})
-	if err != nil {
-		return nil, nil, digest, fmt.Errorf("verify %s: %w", coll, err)
-	}
-	return seen, shared, digest, nil
-}
-
 // leftovers returns the ids of the documents a verify left unmatched:
 // those whose key is still in seen, or shared with another document, read
 // from the read model again (nil when there are none), sorted.
-func (p *Model[D]) leftovers(ctx context.Context, coll string, seen map[docKey]docSum, shared map[docKey]bool, key func(string) docKey) ([]string, error) {
-	if len(seen) == 0 && len(shared) == 0 {
+func (p *Model[D]) leftovers(ctx context.Context, v *verifying) ([]string, error) {
+	if len(v.seen) == 0 && len(v.shared) == 0 {
 		return nil, nil
 	}
 	var ids []string
-	err := p.store.Each(ctx, coll, func(id string, _ D) error {
-		if _, ok := seen[key(id)]; ok || shared[key(id)] {
+	err := p.store.Each(ctx, v.coll, func(id string, _ D) error {
+		if _, ok := v.seen[v.key(id)]; ok || v.shared[v.key(id)] {
 			ids = append(ids, id)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("verify %s: %w", coll, err)
+		return nil, fmt.Errorf("verify %s: %w", v.coll, err)
 	}
 	slices.Sort(ids)
 	return ids, nil
