@@ -21,7 +21,8 @@ import (
 // the task's other writes are refused.
 func TestRenewalOutlivesASlowStore(t *testing.T) {
 	ctx, db, es := projectiontest.Start(t, time.Minute)
-	j := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), es, map[string]jobs.Def{projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection}})
+	ps := mongodb.NewPointers(db)
+	j := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps))
 	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)

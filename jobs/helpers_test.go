@@ -41,10 +41,7 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 		sums: mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
 		stat: mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, ps),
 	}
-	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, map[string]jobs.Def{
-		projection.OrderSummaries.Name:     {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
-		projectiontest.CustomerTotals.Name: {Collection: projectiontest.CustomerTotals.Collection, Version: projectiontest.CustomerTotals.Version},
-	})
+	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, k.sums, k.stat)
 	return k, f
 }
 
@@ -71,7 +68,7 @@ func (k *repairKit) worker(t *testing.T, owner string, cfg jobs.WorkerConfig) {
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
 	}
-	w := jobs.NewWorker(k.jobs, k.es, k.republish, []jobs.Projection{k.sums, k.stat}, cfg, projectiontest.Logger(t))
+	w := jobs.NewWorker(k.jobs, k.es, k.republish, cfg, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker "+owner, w.Run)
 }
 

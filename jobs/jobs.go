@@ -52,48 +52,28 @@ type Jobs struct {
 	leases   TaskLeases
 	pointers Pointers
 	events   EventLog
-	defs     map[string]Def // by projection name
+	projs    map[string]Projection // by name
 	now      func() time.Time
 	// created wakes a Worker of this process when a job is created, so
 	// that its first task does not wait for the next poll.
 	created chan struct{}
 }
 
-// Def is a projection as the jobs know it: its projection.Definition's
-// Collection and the version of the definition this process folds
-// (projection.Definition.Ver; 0 counts as 1).
-type Def struct {
-	Collection string
-	Version    int
-	// Compared: the projection is verified by building it again in a
-	// shadow and comparing that with the active collection (a
-	// projection.Rollup, whose sums no fold of one stream gives).
-	Compared bool
-}
-
-func (d Def) ver() int { return max(d.Version, 1) }
-
-// DefOf returns the Def of a projection (a projection.Model).
-func DefOf(p interface {
-	Collection() string
-	Version() int
-}) Def {
-	_, compared := p.(comparer)
-	return Def{Collection: p.Collection(), Version: p.Version(), Compared: compared}
-}
-
 // New returns the jobs kept in store, their tasks claimed through leases
-// (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), for the
-// projections named in defs, whose pointer documents ps keeps, reading
-// events.
-func New(store Store, leases TaskLeases, ps Pointers, events EventLog, defs map[string]Def) *Jobs {
-	return &Jobs{store: store, leases: leases, pointers: ps, events: events, defs: defs, now: time.Now, created: make(chan struct{}, 1)}
+// (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), on projs,
+// whose pointer documents ps keeps, reading events.
+func New(store Store, leases TaskLeases, ps Pointers, events EventLog, projs ...Projection) *Jobs {
+	m := map[string]Projection{}
+	for _, p := range projs {
+		m[p.Name()] = p
+	}
+	return &Jobs{store: store, leases: leases, pointers: ps, events: events, projs: m, now: time.Now, created: make(chan struct{}, 1)}
 }
 
 // Projections returns the names of the projections, sorted.
 func (j *Jobs) Projections() []string {
 	var out []string
-	for n := range j.defs {
+	for n := range j.projs {
 		out = append(out, n)
 	}
 	slices.Sort(out)
@@ -101,7 +81,7 @@ func (j *Jobs) Projections() []string {
 }
 
 func (j *Jobs) known(projection string) error {
-	if _, ok := j.defs[projection]; !ok {
+	if _, ok := j.projs[projection]; !ok {
 		return fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
 	return nil
@@ -219,7 +199,7 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 		return projection.Pointer{}, err
 	}
 	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), name, id) }()
-	coll := j.defs[name].Collection
+	coll := j.projs[name].Collection()
 	ptr, err := j.pointers.Get(ctx, name, coll, 0)
 	if err != nil {
 		return projection.Pointer{}, err
@@ -293,11 +273,11 @@ type DeadLetterCounter interface {
 func (j *Jobs) Status(ctx context.Context, dead DeadLetterCounter, lag func(ctx context.Context, name string) (*uint64, string)) ([]ProjectionStatus, error) {
 	var out []ProjectionStatus
 	for _, name := range j.Projections() {
-		ptr, err := j.pointers.Get(ctx, name, j.defs[name].Collection, 0)
+		ptr, err := j.pointers.Get(ctx, name, j.projs[name].Collection(), 0)
 		if err != nil {
 			return nil, err
 		}
-		st := ProjectionStatus{Name: name, Version: j.defs[name].ver(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
+		st := ProjectionStatus{Name: name, Version: j.projs[name].Version(), ActiveCollection: ptr.Active, ActiveVersion: ptr.ActiveVer(),
 			ShadowCollection: ptr.Shadow, ShadowVersion: ptr.ShadowVer(), PreviousCollection: ptr.Previous, PreviousVersion: ptr.PreviousVer(),
 			SwitchedBackFrom: ptr.SwitchedBackFrom, Generation: ptr.Generation, SwitchedAt: ptr.SwitchedAt}
 		if lag != nil {

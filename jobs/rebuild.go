@@ -29,21 +29,21 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 	if partitions < 1 || partitions > MaxPartitions {
 		return Job{}, fmt.Errorf("partitions %d: must be 1 to %d: %w", partitions, MaxPartitions, domain.ErrValidation)
 	}
-	def := j.defs[projection]
-	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
+	p := j.projs[projection]
+	ptr, err := j.pointers.Get(ctx, projection, p.Collection(), 0)
 	if err != nil {
 		return Job{}, err
 	}
-	if ptr.ActiveVer() > def.ver() {
+	if ptr.ActiveVer() > p.Version() {
 		return Job{}, fmt.Errorf("%s: the store is at version %d, this instance folds version %d: %w",
-			projection, ptr.ActiveVer(), def.ver(), domain.ErrOtherVersion)
+			projection, ptr.ActiveVer(), p.Version(), domain.ErrOtherVersion)
 	}
 	return j.createRebuild(ctx, Job{Kind: KindRebuild, Projection: projection, Partitions: partitions})
 }
 
 // createRebuild takes the projection's rebuild lock and creates job (its
 // Kind, Projection, Partitions and Repair set), which builds a shadow
-// collection: a rebuild, or the verify of a rollup (Def.Compared).
+// collection: a rebuild, or the verify of a rollup (a comparer).
 // Errors: domain.ErrJobRunning (wrapped) while another rebuild holds the
 // lock, the store's.
 func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
@@ -61,9 +61,9 @@ func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	now := j.now().UTC()
 	id, name := job.ID, job.Projection
-	def := j.defs[name]
-	job.Version, job.State, job.CreatedAt = def.ver(), StateQueued, now
-	job.Shadow = projection.VersionKey(def.Collection, def.ver()) + "_" + strings.ReplaceAll(id, "-", "")
+	coll := j.projs[name].Collection()
+	job.Version, job.State, job.CreatedAt = j.projs[name].Version(), StateQueued, now
+	job.Shadow = projection.VersionKey(coll, job.Version) + "_" + strings.ReplaceAll(id, "-", "")
 	// Its scan records the sums of what it writes beside the shadow, in
 	// projection.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
@@ -78,7 +78,7 @@ func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	// Announce the shadow before the job exists: every scan starts after
 	// it, and a projector batch that ran across it writes the shadow too
 	// (projection.ApplyAll), so every event is in the scan or the shadow.
-	_, err := j.pointers.Update(ctx, name, def.Collection, func(p *projection.Pointer) (bool, error) {
+	_, err := j.pointers.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
@@ -104,7 +104,7 @@ func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, def.Collection, func(p *projection.Pointer) (bool, error) {
+		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, coll, func(p *projection.Pointer) (bool, error) {
 			if p.Shadow != job.Shadow {
 				return false, nil
 			}
@@ -163,7 +163,7 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 // scan rebuilds one partition into the shadow collection, from the
 // task's cursor on, checkpointing after every batch of streams.
 func (w *Worker) scan(ctx context.Context, c *claim, job Job) error {
-	m := w.projs[job.Projection]
+	m := w.jobs.projs[job.Projection]
 	if err := m.EnsureCollectionIndexes(ctx, job.Shadow); err != nil {
 		return err
 	}
@@ -247,7 +247,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 	if err != nil {
 		return err
 	}
-	m := w.projs[job.Projection]
+	m := w.jobs.projs[job.Projection]
 	ptr, err := m.Pointer(ctx, 0)
 	if err != nil {
 		return err
@@ -328,7 +328,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return errJobCanceled // requested since the verify's last checkpoint
 		}
 		switchedAt := w.jobs.now().UTC()
-		_, err = w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
+		_, err = w.jobs.pointers.Update(ctx, job.Projection, m.Collection(), func(p *projection.Pointer) (bool, error) {
 			switch {
 			case p.Active == job.Shadow:
 				return false, nil // switched by another run of this finish
@@ -420,7 +420,7 @@ const abandonedShadowGrace = time.Minute
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.defs[job.Projection].Collection, func(p *projection.Pointer) (bool, error) {
+	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.projs[job.Projection].Collection(), func(p *projection.Pointer) (bool, error) {
 		if p.Shadow != job.Shadow {
 			return false, nil
 		}

@@ -215,7 +215,7 @@ func TestRebuildResumesFromTheCursorOfADeadRunner(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A worker whose settling time never ends runs only the plan.
-	planner := jobs.NewWorker(k.jobs, es, nil, []jobs.Projection{k.sums, k.stat},
+	planner := jobs.NewWorker(k.jobs, es, nil,
 		jobs.WorkerConfig{Owner: "planner", Poll: 20 * time.Millisecond, Settle: time.Hour}, projectiontest.Logger(t))
 	pctx, stopPlanner := context.WithCancel(ctx)
 	planned := make(chan error, 1)

@@ -21,15 +21,15 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 	if err := j.known(projection); err != nil {
 		return Job{}, err
 	}
-	def := j.defs[projection]
-	ptr, err := j.pointers.Get(ctx, projection, def.Collection, 0)
+	p := j.projs[projection]
+	ptr, err := j.pointers.Get(ctx, projection, p.Collection(), 0)
 	if err != nil {
 		return Job{}, err
 	}
-	if err := activeIs(ptr, def.ver()); err != nil {
+	if err := activeIs(ptr, p.Version()); err != nil {
 		return Job{}, err
 	}
-	if def.Compared {
+	if _, compared := p.(comparer); compared {
 		// Built again in a shadow and compared with the active
 		// collection by the finish; with repair, switched to.
 		return j.createRebuild(ctx, Job{Kind: KindVerify, Projection: projection, Partitions: 1, Repair: repair})
@@ -38,7 +38,7 @@ func (j *Jobs) StartVerify(ctx context.Context, projection string, repair bool) 
 	if err != nil {
 		return Job{}, err
 	}
-	job := Job{ID: newJobID(), Kind: KindVerify, Projection: projection, Version: def.ver(), State: StateQueued,
+	job := Job{ID: newJobID(), Kind: KindVerify, Projection: projection, Version: p.Version(), State: StateQueued,
 		CreatedAt: j.now().UTC(), Repair: repair, TotalCommits: total}
 	return job, j.create(ctx, job, taskVerify)
 }
@@ -61,7 +61,7 @@ func activeIs(ptr projection.Pointer, v int) error {
 
 // verify runs a verify job on the active collection.
 func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
-	m := w.projs[job.Projection]
+	m := w.jobs.projs[job.Projection]
 	ptr, err := m.Pointer(ctx, 0)
 	if err != nil {
 		return err

@@ -88,8 +88,9 @@ func (c *WorkerConfig) setDefaults() {
 // shadow). Every method fails with domain.ErrUnavailable when the store
 // cannot be reached.
 type Projection interface {
-	Name() string // projection.Definition.Name
-	Version() int // of the definition this process folds (projection.Definition.Ver)
+	Name() string       // projection.Definition.Name
+	Collection() string // projection.Definition.Collection, the base collection
+	Version() int       // of the definition this process folds (projection.Definition.Ver)
 	// Pointer returns the projection's pointer, read from the store unless
 	// this process read it less than maxAge ago.
 	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
@@ -137,7 +138,6 @@ type Worker struct {
 	jobs   *Jobs
 	events EventLog
 	pub    Publisher
-	projs  map[string]Projection
 	cfg    WorkerConfig
 	l      *slog.Logger
 	wake   chan struct{}
@@ -151,17 +151,15 @@ type Worker struct {
 // (bus.Publisher.Republish).
 type Publisher func(ctx context.Context, events []domain.Event) (int, error)
 
-// NewWorker returns a worker for jobs on the projections projs, reading
-// log and republishing through pub (nil: replay jobs are left to other
+// NewWorker returns a worker for jobs on their projections, reading log
+// and republishing through pub (nil: replay jobs are left to other
 // instances).
-func NewWorker(jobs *Jobs, events EventLog, pub Publisher, projs []Projection, cfg WorkerConfig, l *slog.Logger) *Worker {
+func NewWorker(jobs *Jobs, events EventLog, pub Publisher, cfg WorkerConfig, l *slog.Logger) *Worker {
 	cfg.setDefaults()
-	m := map[string]Projection{}
-	for _, p := range projs {
-		m[p.Name()] = p
-		cfg.Metrics.initRebuild(p.Name())
+	for name := range jobs.projs {
+		cfg.Metrics.initRebuild(name)
 	}
-	return &Worker{jobs: jobs, events: events, pub: pub, projs: m, cfg: cfg, l: l.With("component", "jobs"),
+	return &Worker{jobs: jobs, events: events, pub: pub, cfg: cfg, l: l.With("component", "jobs"),
 		wake: make(chan struct{}, 1), running: map[string]bool{}}
 }
 
@@ -329,7 +327,7 @@ func (w *Worker) claimable(t Task, job *Job, now time.Time) (bool, time.Time) {
 		// an older version's canceled rebuild folds nothing: a newer
 		// version's worker may run it (buildVersions cancels such a
 		// rebuild when no worker of its version is left to).
-		p := w.projs[job.Projection]
+		p := w.jobs.projs[job.Projection]
 		if p == nil || (job.Kind != KindReplay && max(job.Version, 1) != p.Version() && !cleansUpOlder(t, job, p.Version())) {
 			return false, time.Time{}
 		}
@@ -456,7 +454,7 @@ func (w *Worker) execute(ctx context.Context, c *claim, job Job) {
 func (w *Worker) runTask(ctx context.Context, c *claim, job Job) error {
 	switch {
 	case job.builds() && c.task.Name == taskPlan:
-		if s, ok := w.projs[job.Projection].(starter); ok {
+		if s, ok := w.jobs.projs[job.Projection].(starter); ok {
 			if _, err := s.Prepare(ctx, job.Shadow); err != nil {
 				return err
 			}
@@ -503,7 +501,7 @@ func (w *Worker) progress(ctx context.Context, c *claim, t *Task) error {
 // rolling upgrade, finds the store ahead of it and builds nothing.
 func (w *Worker) buildVersions(ctx context.Context) {
 	for _, name := range w.jobs.Projections() {
-		p := w.projs[name]
+		p := w.jobs.projs[name]
 		if p == nil || ctx.Err() != nil {
 			continue
 		}

@@ -394,10 +394,7 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	rc.Retired = projection.Retired
 	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm),
 		projector.NewSequencedRunner(sales, js, dead, rc, plog, rm)}
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, map[string]jobs.Def{
-		sums.Name():  jobs.DefOf(sums),
-		sales.Name(): jobs.DefOf(sales),
-	})
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, sums, sales)
 	w.pointers, w.dead, w.sums, w.sales, w.runners, w.scheduler = pointers, dead, sums, sales, runners, scheduler
 	return nil
 }
@@ -427,7 +424,7 @@ func (m *Main) startJobs(ctx context.Context, w *wiring) {
 	c := &m.Config
 	jc := c.Jobs
 	jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), w.jm, projection.Retired
-	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, []jobs.Projection{w.sums, w.sales}, jc, m.Log)
+	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, jc, m.Log)
 	m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
 }
 

@@ -127,10 +127,10 @@ func BenchmarkRebuild(b *testing.B) {
 	})
 	db := m.mongo.Database(m.Config.Mongo.Database)
 	store := mongodb.NewEventStore(db)
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), mongodb.NewPointers(db), store, map[string]jobs.Def{
-		projection.OrderSummaries.Name: {Collection: projection.OrderSummaries.Collection, Version: projection.OrderSummaries.Version},
-		projection.DailySales.Name:     {Collection: projection.DailySales.Collection, Version: projection.DailySales.Version, Compared: true},
-	})
+	// The jobs as the API asks for them; the service's worker runs them.
+	ps := mongodb.NewPointers(db)
+	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, store, mongodb.NewProjection(db, projection.OrderSummaries, store, nil, ps),
+		projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), store, nil, ps, nil, 0))
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents, rebuildServiceEvents)
 	progressf("loaded %d events (%d copies of %d orders) in %v", loaded.events, loaded.copies, loaded.orders,
