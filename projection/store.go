@@ -74,8 +74,10 @@ type Pointers interface {
 	Last(ctx context.Context, name, base string, maxAge time.Duration) (Pointer, error)
 	// Update reads the pointer of projection name, lets change change it
 	// (false: leave it) and writes it with a compare-and-set on its
-	// generation, again from a fresh read when another write came first.
-	// It returns the pointer as stored. Errors: change's,
+	// generation, again from a fresh read when another write came first
+	// (a few times). It returns the pointer as stored, or as read when
+	// nothing was written. Errors: change's, domain.ErrPointerMoved
+	// (wrapped) when every compare-and-set was lost,
 	// domain.ErrUnavailable.
 	Update(ctx context.Context, name, base string, change func(p *Pointer) (bool, error)) (Pointer, error)
 }
