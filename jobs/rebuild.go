@@ -164,7 +164,8 @@ func (j *Jobs) plan(ctx context.Context, job *Job) error {
 // task's cursor on, checkpointing after every batch of streams.
 func (w *Worker) scan(ctx context.Context, c *claim, job Job) error {
 	m := w.jobs.projs[job.Projection]
-	if err := m.EnsureCollectionIndexes(ctx, job.Shadow); err != nil {
+	// The shadow, announced by now, among them.
+	if err := m.EnsureIndexes(ctx); err != nil {
 		return err
 	}
 	if s, ok := m.(starter); ok {

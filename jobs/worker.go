@@ -94,8 +94,9 @@ type Projection interface {
 	// Pointer returns the projection's pointer, read from the store unless
 	// this process read it less than maxAge ago.
 	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
-	// EnsureCollectionIndexes creates the projection's indexes on coll.
-	EnsureCollectionIndexes(ctx context.Context, coll string) error
+	// EnsureIndexes creates the projection's indexes on the collections
+	// of its version the pointer names (a rebuild's shadow among them).
+	EnsureIndexes(ctx context.Context) error
 	// WriteFolds folds each stream of a rebuild's batch into coll through
 	// the version guard, and records each document's version and hash in
 	// projection.SumsCollection(coll). A stream that cannot be folded is

@@ -115,7 +115,8 @@ func (p *Model[D]) Get(ctx context.Context, id string) (D, error) {
 }
 
 // EnsureIndexes creates the indexes of the collections this version
-// writes (the active one, a shadow, a previous one).
+// writes (the active one, a shadow, a previous one), as the pointer names
+// them now. Errors: domain.ErrUnavailable.
 func (p *Model[D]) EnsureIndexes(ctx context.Context) error {
 	ptr, err := p.Pointer(ctx, 0)
 	if err != nil {
@@ -127,13 +128,6 @@ func (p *Model[D]) EnsureIndexes(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-// EnsureCollectionIndexes creates the projection's indexes on collection
-// coll, such as a rebuild's shadow before it is written. Errors:
-// domain.ErrUnavailable.
-func (p *Model[D]) EnsureCollectionIndexes(ctx context.Context, coll string) error {
-	return p.ReadModel(coll).EnsureIndexes(ctx)
 }
 
 // Apply folds events (any streams, any order, duplicates allowed) into

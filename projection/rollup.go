@@ -222,9 +222,6 @@ func (r *Rollup) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, er
 // EnsureIndexes has nothing to create: a rollup is read by _id.
 func (r *Rollup) EnsureIndexes(context.Context) error { return nil }
 
-// EnsureCollectionIndexes has nothing to create either.
-func (r *Rollup) EnsureCollectionIndexes(context.Context, string) error { return nil }
-
 // contribution returns what event e adds to the daily sales, and false
 // when it adds nothing. Errors: the log's, reading the placement of an
 // order canceled or marked unavailable (which its event does not carry),
