@@ -21,10 +21,9 @@ func SumsCollection(shadow string) string { return shadow + "_sums" }
 
 // FoldResult counts what writing a rebuild's batch of folded streams did.
 type FoldResult struct {
-	Events  int64
-	Poison  int64    // streams with an event that could not be read or applied
-	Errors  []string // the first few poison errors
-	Guarded int64    // documents of a batch whose insert met existing ones, applied through the version guard
+	Events int64
+	Poison int64    // streams with an event that could not be read or applied
+	Errors []string // the first few poison errors
 }
 
 // fold counts a stream of events folded, and err, if not nil, as its
@@ -87,7 +86,6 @@ func (p *Model[D]) WriteFolds(ctx context.Context, coll string, streams []domain
 		for i := range taken {
 			again = append(again, docs[i])
 		}
-		res.Guarded = int64(len(again))
 		if _, err := p.ReadModel(coll).save(ctx, again); err != nil {
 			return res, err
 		}
