@@ -139,27 +139,12 @@ func (p *Model[D]) EnsureIndexes(ctx context.Context) error {
 // domain.ErrUnavailable, a cancelled ctx; then nothing is known to be
 // written, in any collection, and every event must be applied again.
 func (p *Model[D]) Apply(ctx context.Context, events []domain.Event, fresh bool) (Outcome, map[string]error, error) {
-	return ApplyAll(ctx, collections[D]{p, fresh}, p.def.Ver(), WriterPointerAge, events)
-}
-
-// collections is a Model as ApplyAll writes a delivery into it.
-type collections[D any] struct {
-	p     *Model[D]
-	fresh bool
-}
-
-// Pointer reads the pointer, and forgets the read models of the
-// collections it no longer names.
-func (c collections[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
-	ptr, err := c.p.Pointer(ctx, maxAge)
-	if err == nil {
-		c.p.forget(ptr)
+	ptr, err := p.Pointer(ctx, WriterPointerAge)
+	if err != nil {
+		return Outcome{}, nil, err
 	}
-	return ptr, err
-}
-
-// ApplyTo advances the documents of the events' streams in coll and
-// stores them in one write.
-func (c collections[D]) ApplyTo(ctx context.Context, coll string, events []domain.Event) (Outcome, map[string]error, error) {
-	return c.p.ReadModel(coll).apply(ctx, events, c.fresh)
+	p.forget(ptr)
+	return ApplyAll(ptr, p.def.Ver(), func(coll string) (Outcome, map[string]error, error) {
+		return p.ReadModel(coll).apply(ctx, events, fresh)
+	})
 }
