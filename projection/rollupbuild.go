@@ -32,19 +32,6 @@ import (
 //     until the shadow's cursor has reached the active collection's, so
 //     that a switch shows readers nothing older.
 
-// scanCut returns coll's cut, which Prepare set. Errors: the store's;
-// domain.ErrNotFound (wrapped) when coll has no cursor.
-func (r *Rollup) scanCut(ctx context.Context, coll string) (time.Time, error) {
-	cur, ok, err := r.store.Cursor(ctx, coll)
-	if err != nil {
-		return time.Time{}, err
-	}
-	if !ok || cur.Cut.IsZero() {
-		return time.Time{}, fmt.Errorf("%s: %s has no cut: %w", r.def.Name, coll, domain.ErrNotFound)
-	}
-	return cur.Cut, nil
-}
-
 // Prepare starts shadow, the collection of a build: its cursor at where
 // the relay has published up to, its cut a clock margin from now. It
 // returns when the build's scan may start: a margin after the cut. A
@@ -83,16 +70,20 @@ func (r *Rollup) Prepare(ctx context.Context, shadow string) (time.Time, error) 
 // stream, on its placement's day and currency). A stream whose first
 // event is not its placement, or that cannot be read (StreamEvents.Err),
 // is counted as poison, its other events still counted when its placement
-// is known. Errors: the store's.
+// is known. Errors: the store's; domain.ErrNotFound (wrapped) when coll
+// has no cut (Prepare sets it).
 func (r *Rollup) WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (FoldResult, error) {
 	var res FoldResult
-	cut, err := r.scanCut(ctx, coll)
+	cur, ok, err := r.store.Cursor(ctx, coll)
 	if err != nil {
 		return res, err
 	}
+	if !ok || cur.Cut.IsZero() {
+		return res, fmt.Errorf("%s: %s has no cut: %w", r.def.Name, coll, domain.ErrNotFound)
+	}
 	var cs []Contribution
 	for _, st := range streams {
-		c, err := r.streamContribution(st, cut)
+		c, err := r.streamContribution(st, cur.Cut)
 		res.fold(st, err)
 		if c.Day != "" {
 			cs = append(cs, c)
@@ -324,19 +315,20 @@ func (r *Rollup) diff(rep *VerifyReport, active, built []SalesYear, pos int64) {
 		}
 		return out
 	}
+	digest := func(days map[string]DaySales) string {
+		var d Digest
+		for _, s := range days {
+			h, _ := DocHash(s)
+			d.Add(h)
+		}
+		return d.String()
+	}
 	have, want := days(active), days(built)
-	var got, expected Digest
-	for _, k := range slices.Sorted(maps.Keys(have)) {
-		h, _ := DocHash(have[k])
-		got.Add(h)
-	}
-	for _, k := range slices.Sorted(maps.Keys(want)) {
-		h, _ := DocHash(want[k])
-		expected.Add(h)
-	}
 	rep.Documents, rep.Streams, rep.Events = int64(len(have)), int64(len(want)), pos
-	rep.Digest, rep.ExpectedDigest = got.String(), expected.String()
-	for _, k := range slices.Sorted(maps.Keys(mergeKeys(have, want))) {
+	rep.Digest, rep.ExpectedDigest = digest(have), digest(want)
+	all := maps.Clone(have)
+	maps.Copy(all, want)
+	for _, k := range slices.Sorted(maps.Keys(all)) {
 		h, inHave := have[k]
 		w, inWant := want[k]
 		ex := DriftExample{ID: k}
@@ -357,16 +349,4 @@ func (r *Rollup) diff(rep *VerifyReport, active, built []SalesYear, pos int64) {
 			rep.Examples = append(rep.Examples, ex)
 		}
 	}
-}
-
-// mergeKeys is the set of keys of a and b.
-func mergeKeys[V any](a, b map[string]V) map[string]bool {
-	out := map[string]bool{}
-	for k := range a {
-		out[k] = true
-	}
-	for k := range b {
-		out[k] = true
-	}
-	return out
 }
