@@ -75,7 +75,7 @@ func (p *Model[D]) Verify(ctx context.Context, coll string, log Scanner, repair 
 		return v.rep, fmt.Errorf("verify %s: %w", coll, err)
 	}
 	// The suspects' fresh folds are not added to expected: the scan's are.
-	return p.finishVerify(ctx, v, repair, false, progress)
+	return p.finishVerify(ctx, v, repair, nil, progress)
 }
 
 // VerifySums compares coll, a rebuild's shadow, with the sums its scan
@@ -135,7 +135,7 @@ func (p *Model[D]) VerifySums(ctx context.Context, coll string, repair bool, pro
 	if err != nil {
 		return v.rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
-	return p.finishVerify(ctx, v, repair, true, progress)
+	return p.finishVerify(ctx, v, repair, &v.expected, progress)
 }
 
 // verifying is one Verify or VerifySums under way: the read model's
@@ -191,18 +191,14 @@ func (v *verifying) step(cursor string, progress func(VerifyProgress) error) err
 }
 
 // finishVerify adds the documents left unmatched to the suspects, checks
-// each suspect again on its own (recheck, adding its fresh fold to
-// expected when addFresh), and calls progress a last time.
-func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair, addFresh bool, progress func(VerifyProgress) error) (VerifyReport, error) {
+// each suspect again on its own (recheck, adding its fresh fold to fresh
+// unless nil), and calls progress a last time.
+func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair bool, fresh *Digest, progress func(VerifyProgress) error) (VerifyReport, error) {
 	extra, err := p.leftovers(ctx, v)
 	if err != nil {
 		return v.rep, err
 	}
 	suspects := slices.Compact(slices.Sorted(slices.Values(append(v.suspects, extra...))))
-	var fresh *Digest
-	if addFresh {
-		fresh = &v.expected
-	}
 	for _, id := range suspects {
 		if err := p.recheck(ctx, v.coll, id, repair, &v.rep, fresh); err != nil {
 			return v.rep, err
