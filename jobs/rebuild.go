@@ -122,20 +122,18 @@ func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 // already exist are kept, so a plan resumed after a crash creates the
 // same partitions.
 func (j *Jobs) plan(ctx context.Context, job *Job) error {
-	if job.Bounds == nil && job.Partitions <= 1 {
+	if job.Bounds == nil {
 		// One partition needs no cut: it can start while the log is
 		// counted for the ETA.
-		job.Bounds, job.Partitions = []string{}, 1
-		if err := j.store.SavePlan(ctx, *job); err != nil {
-			return err
+		job.Bounds = []string{}
+		if job.Partitions > 1 {
+			bounds, total, err := j.events.Bounds(ctx, job.Partitions)
+			if err != nil {
+				return err
+			}
+			job.Bounds, job.TotalCommits = bounds, total
 		}
-	}
-	if job.Bounds == nil {
-		bounds, total, err := j.events.Bounds(ctx, job.Partitions)
-		if err != nil {
-			return err
-		}
-		job.Bounds, job.TotalCommits, job.Partitions = bounds, total, len(bounds)+1
+		job.Partitions = len(job.Bounds) + 1
 		if err := j.store.SavePlan(ctx, *job); err != nil {
 			return err
 		}
