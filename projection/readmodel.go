@@ -46,9 +46,6 @@ func NewReadModel[D any](def Definition[D], coll string, store Store[D], log Log
 	return &ReadModel[D]{def: def, coll: coll, store: store, log: log, metrics: m, cache: c}
 }
 
-// Collection is the collection the read model is kept in.
-func (s *ReadModel[D]) Collection() string { return s.coll }
-
 // EnsureIndexes creates the definition's indexes on the collection.
 func (s *ReadModel[D]) EnsureIndexes(ctx context.Context) error {
 	return s.store.EnsureIndexes(ctx, s.coll, s.def.Indexes)
