@@ -8,8 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics are the relay's Prometheus metrics. A nil *Metrics records
-// nothing.
+// Metrics are the relay's Prometheus metrics.
 type Metrics struct {
 	published     prometheus.Counter
 	publishErrors prometheus.Counter
@@ -80,12 +79,6 @@ func (m *Metrics) snapshot() (behind int, oldest time.Time) {
 	return behind, oldest
 }
 
-func (m *Metrics) publishedEvents(n int) {
-	if m != nil && n > 0 {
-		m.published.Add(float64(n))
-	}
-}
-
 // Stages of a commit's way through the relay (orderd_relay_commit_age_seconds).
 const (
 	stageRead         = "read"
@@ -95,32 +88,18 @@ const (
 // observeAge records, for each commit recorded at one of recorded, its
 // age now at stage.
 func (m *Metrics) observeAge(stage string, recorded []time.Time) {
-	if m == nil {
-		return
-	}
 	o, now := m.age.WithLabelValues(stage), time.Now()
 	for _, at := range recorded {
 		o.Observe(now.Sub(at).Seconds())
 	}
 }
 
-func (m *Metrics) publishError() {
-	if m != nil {
-		m.publishErrors.Inc()
-	}
-}
-
 func (m *Metrics) caughtUp() {
-	if m != nil {
-		m.catchUps.Inc()
-		m.lastCatchUp.Set(float64(time.Now().UnixMilli()) / 1000)
-	}
+	m.catchUps.Inc()
+	m.lastCatchUp.Set(float64(time.Now().UnixMilli()) / 1000)
 }
 
 func (m *Metrics) setLeader(on bool) {
-	if m == nil {
-		return
-	}
 	v := 0.0
 	if on {
 		v = 1
@@ -129,16 +108,13 @@ func (m *Metrics) setLeader(on bool) {
 }
 
 func (m *Metrics) setCheckpoint(at time.Time) {
-	if m != nil && !at.IsZero() {
+	if !at.IsZero() {
 		m.checkpoint.Set(float64(at.UnixMilli()) / 1000)
 	}
 }
 
 // setBehind records the tail's rounds in flight, oldest first (nil: none).
 func (m *Metrics) setBehind(rounds []*round) {
-	if m == nil {
-		return
-	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.rounds = slices.Clone(rounds)

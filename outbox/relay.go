@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
 )
@@ -59,11 +61,15 @@ type Relay struct {
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
-// made with cfg.LeaseTTL for this instance).
+// made with cfg.LeaseTTL for this instance), recording its metrics in m
+// (nil: in a registry of its own, which nothing exposes).
 func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logger, m *Metrics) *Relay {
 	cfg.setDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
+	}
+	if m == nil {
+		m = NewMetrics(prometheus.NewRegistry())
 	}
 	return &Relay{log: log, pub: pub, lease: lease, cfg: cfg, logger: logger, metrics: m}
 }
@@ -367,7 +373,7 @@ type sentAt struct{ position, round uint64 }
 func (r *Relay) readPositions(ctx context.Context, since time.Time, floor uint64, epoch int64) (*positions, error) {
 	known, top, err := r.pub.Positions(ctx, since, floor)
 	if err != nil {
-		r.metrics.publishError()
+		r.metrics.publishErrors.Inc()
 		return nil, err
 	}
 	p := &positions{epoch: epoch, top: top, before: len(known), events: make(map[string]sentAt, len(known))}
@@ -496,7 +502,7 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 		}
 		if c.Err != nil {
 			r.logger.Error("commit cannot be read; it is not published", "commit", c.ID, "err", c.Err)
-			r.metrics.publishError()
+			r.metrics.publishErrors.Inc()
 			continue
 		}
 		commits = append(commits, c)
@@ -518,9 +524,9 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 		acked, seq, err := wait()
 		if len(acked) == len(commits) && err == nil {
 			rd.acked.Store(true)
-			r.metrics.publishedEvents(n)
+			r.metrics.published.Add(float64(n))
 		} else {
-			r.metrics.publishError()
+			r.metrics.publishErrors.Inc()
 		}
 		if tail {
 			ackedAt := make([]time.Time, len(acked))

@@ -432,7 +432,7 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 // one of them could not be parked (err nil).
 func (r *Runner) redeliver(ctx context.Context, msgs []jetstream.Msg, err error) {
 	if err != nil && ctx.Err() == nil {
-		r.metrics.failed(r.name)
+		r.metrics.errors.WithLabelValues(r.name).Inc()
 		r.setLastError(err)
 		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
 	}
@@ -479,7 +479,7 @@ func (r *Runner) park(ctx context.Context, m jetstream.Msg, stream string, cause
 		r.log.Warn("dead letter not parked; redelivering", "err", err, "stream_id", stream)
 		return false
 	}
-	r.metrics.deadLetter(r.name)
+	r.metrics.deadLetters.WithLabelValues(r.name).Inc()
 	r.setLastError(cause)
 	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version,
 		"correlation_id", correlationOf(m.Data()), "err", cause)

@@ -191,7 +191,7 @@ func (r *Runner) balance(ctx context.Context) {
 			pt.setPulling(len(held) < share)
 		}
 	}
-	r.metrics.setOwned(r.name, len(held))
+	r.metrics.owned.WithLabelValues(r.name).Set(float64(len(held)))
 	if len(released) > 0 {
 		r.log.Info("projection partitions given back to share them", "partitions", released, "held", len(held),
 			"members", len(owners), "share", share)

@@ -12,8 +12,7 @@ import (
 
 // Metrics are the projectors' Prometheus metrics, labelled by projection:
 // consumer lag, partitions, dead letters and failed batches. What the
-// writes did is counted by package projection's Metrics. A nil *Metrics
-// records nothing.
+// writes did is counted by package projection's Metrics.
 type Metrics struct {
 	deadLetters *prometheus.CounterVec
 	errors      *prometheus.CounterVec
@@ -57,9 +56,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // exposed before anything happened and their first increase shows in
 // rate() and increase() (a series born at 1 looks unchanged).
 func (m *Metrics) initProjection(name string) {
-	if m == nil {
-		return
-	}
 	for _, v := range []*prometheus.CounterVec{m.deadLetters, m.errors} {
 		v.WithLabelValues(name)
 	}
@@ -68,29 +64,12 @@ func (m *Metrics) initProjection(name string) {
 
 // partitionApplied counts n events applied in a partition.
 func (m *Metrics) partitionApplied(name string, p, n int) {
-	if m != nil {
-		m.partApplied.WithLabelValues(name, strconv.Itoa(p)).Add(float64(n))
-	}
-}
-
-func (m *Metrics) setPartitionLag(name string, p int, n float64) {
-	if m != nil {
-		m.partLag.WithLabelValues(name, strconv.Itoa(p)).Set(n)
-	}
-}
-
-func (m *Metrics) setPartitionLagSeconds(name string, p int, secs float64) {
-	if m != nil {
-		m.partLagSecs.WithLabelValues(name, strconv.Itoa(p)).Set(secs)
-	}
+	m.partApplied.WithLabelValues(name, strconv.Itoa(p)).Add(float64(n))
 }
 
 // observeAges records the ages of events, which arrived at the given
 // times, now that their batch is written.
 func (m *Metrics) observeAges(name string, events []domain.Event, arrived []time.Time) {
-	if m == nil {
-		return
-	}
 	delivered, applied, now := m.age.WithLabelValues(name, "delivered"), m.age.WithLabelValues(name, "applied"), time.Now()
 	for i, e := range events {
 		delivered.Observe(arrived[i].Sub(e.RecordedAt).Seconds())
@@ -102,38 +81,6 @@ func (m *Metrics) observeAges(name string, events []domain.Event, arrived []time
 // longer owns (its new owner exposes it); the applied counter stays, as
 // counters do.
 func (m *Metrics) dropPartition(name string, p int) {
-	if m != nil {
-		m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
-		m.partLagSecs.DeleteLabelValues(name, strconv.Itoa(p))
-	}
-}
-
-func (m *Metrics) setOwned(name string, n int) {
-	if m != nil {
-		m.owned.WithLabelValues(name).Set(float64(n))
-	}
-}
-
-func (m *Metrics) deadLetter(name string) {
-	if m != nil {
-		m.deadLetters.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) failed(name string) {
-	if m != nil {
-		m.errors.WithLabelValues(name).Inc()
-	}
-}
-
-func (m *Metrics) setLag(name string, n float64) {
-	if m != nil {
-		m.lag.WithLabelValues(name).Set(n)
-	}
-}
-
-func (m *Metrics) setDeadLetters(name string, n float64) {
-	if m != nil {
-		m.parked.WithLabelValues(name).Set(n)
-	}
+	m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
+	m.partLagSecs.DeleteLabelValues(name, strconv.Itoa(p))
 }

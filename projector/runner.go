@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 
@@ -165,7 +166,8 @@ type Runner struct {
 	parts   []*partition
 }
 
-// NewRunner returns a Runner feeding the projection p.
+// NewRunner returns a Runner feeding the projection p, recording its
+// metrics in m (nil: in a registry of its own, which nothing exposes).
 func NewRunner(p Projection, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	r := newRunner(p, js, dead, cfg, log, m)
 	r.store = p
@@ -185,6 +187,9 @@ func NewSequencedRunner(p Sequenced, js jetstream.JetStream, dead DeadLetterStor
 
 func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
 	cfg.setDefaults()
+	if m == nil {
+		m = NewMetrics(prometheus.NewRegistry())
+	}
 	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}

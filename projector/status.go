@@ -3,6 +3,7 @@ package projector
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -161,9 +162,6 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 // sample samples the lag of the partitions this process holds and the
 // number of dead letters parked, into the metrics.
 func (r *Runner) sample(ctx context.Context) {
-	if r.metrics == nil {
-		return
-	}
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.LagInterval)
 	defer cancel()
 	infos, err := r.consumers(sctx)
@@ -180,22 +178,22 @@ func (r *Runner) sample(ctx context.Context) {
 			continue
 		}
 		n := unacked(info)
-		r.metrics.setPartitionLag(r.name, pt.p, float64(n))
+		r.metrics.partLag.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(float64(n))
 		total += int64(n)
 		if n > 0 && stream == nil {
 			stream, _ = r.js.Stream(sctx, r.cfg.Stream)
 		}
 		if n == 0 || stream != nil {
 			if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
-				r.metrics.setPartitionLagSeconds(r.name, pt.p, secs)
+				r.metrics.partLagSecs.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(secs)
 			}
 		}
 	}
-	r.metrics.setLag(r.name, float64(total))
+	r.metrics.lag.WithLabelValues(r.name).Set(float64(total))
 	// The dead letters parked now: one count of a small collection.
 	if r.dead != nil {
 		if n, err := r.dead.Count(ctx, r.name); err == nil {
-			r.metrics.setDeadLetters(r.name, float64(n))
+			r.metrics.parked.WithLabelValues(r.name).Set(float64(n))
 		}
 	}
 }
