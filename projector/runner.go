@@ -70,10 +70,19 @@ type RunnerConfig struct {
 
 // feed is what every kind of projection a Runner feeds has.
 type feed interface {
+	// Name is the projection's name (projection.Definition.Name).
 	Name() string
+	// Key names the version of the definition this process folds
+	// (projection.Definition.Key): its consumers.
 	Key() string
+	// Version is the version of the definition this process folds
+	// (projection.Definition.Ver, at least 1).
 	Version() int
+	// Pointer returns the projection's pointer document, read from the
+	// store unless this process read it less than maxAge ago. Errors:
+	// domain.ErrUnavailable.
 	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	// EnsureIndexes creates the indexes of the collections it writes.
 	EnsureIndexes(ctx context.Context) error
 }
 
@@ -102,26 +111,13 @@ type Sequenced interface {
 // type. projection.Model[D] implements it, over the MongoDB adapter's
 // storage.
 type Projection interface {
-	// Name is the projection's name (projection.Definition.Name).
-	Name() string
-	// Key names the version of the definition this process folds
-	// (projection.Definition.Key): its consumers.
-	Key() string
-	// Version is the version of the definition this process folds
-	// (projection.Definition.Ver, at least 1).
-	Version() int
-	// Pointer returns the projection's pointer document, read from the
-	// store unless this process read it less than maxAge ago. Errors:
-	// domain.ErrUnavailable.
-	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
+	feed
 	// Apply folds a delivery of events into the projection's collections
 	// (fresh: read the documents instead of trusting a cache). It returns
 	// what the batch did, the streams that could not be applied with their
 	// errors, and a failure of the whole batch, such as
 	// domain.ErrUnavailable, after which nothing is known to be written.
 	Apply(ctx context.Context, events []domain.Event, fresh bool) (projection.Outcome, map[string]error, error)
-	// EnsureIndexes creates the indexes of the collections it writes.
-	EnsureIndexes(ctx context.Context) error
 }
 
 // Runner feeds one projection from JetStream, split into partitions by
