@@ -256,14 +256,15 @@ func (r *Runner) setLastError(err error) {
 // ConsumerName is the durable consumer of partition p: "proj_<key>_p<NN>",
 // where key is the projection's name for its first version;
 // "proj_<key>" for a Sequenced projection's one consumer.
-func (r *Runner) ConsumerName(p int) string {
-	if r.seq != nil {
-		return "proj_" + r.key
-	}
-	return consumerOf(r.key, p)
-}
+func (r *Runner) ConsumerName(p int) string { return r.consumerOf(r.key, p) }
 
-func consumerOf(key string, p int) string { return fmt.Sprintf("proj_%s_p%02d", key, p) }
+// consumerOf is ConsumerName of the version whose key is key.
+func (r *Runner) consumerOf(key string, p int) string {
+	if r.seq != nil {
+		return "proj_" + key
+	}
+	return fmt.Sprintf("proj_%s_p%02d", key, p)
+}
 
 // FilterSubject is the subject filter of partition p: "<prefix>.<p>.>";
 // "<prefix>.>" for a Sequenced projection.

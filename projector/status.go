@@ -33,7 +33,7 @@ type PartitionStatus struct {
 // Lag returns the number of messages the partitions' consumers have not
 // acknowledged, summed over every partition.
 func (r *Runner) Lag(ctx context.Context) (uint64, error) {
-	return r.sumConsumers(ctx, unacked)
+	return r.sumConsumers(ctx, r.key, unacked)
 }
 
 // unacked is what a consumer has not acknowledged: pending plus in flight.
@@ -56,23 +56,12 @@ func (r *Runner) consumerInfo(ctx context.Context, name string) (*jetstream.Cons
 
 // VersionLag is Lag of the consumers of version v of the projection's
 // definition: those the processes folding v consume, which feed v's
-// collections (the active one, or a shadow being built). The lag of the
-// version this runner folds is Lag. Errors: JetStream's, wrapped with the
-// consumer's name (jetstream.ErrConsumerNotFound when no process of v
-// ever ran, or its consumers were retired).
+// collections (the active one, or a shadow being built). Errors:
+// JetStream's, wrapped with the consumer's name
+// (jetstream.ErrConsumerNotFound when no process of v ever ran, or its
+// consumers were retired).
 func (r *Runner) VersionLag(ctx context.Context, v int) (uint64, error) {
-	if max(v, 1) == max(r.version, 1) {
-		return r.Lag(ctx)
-	}
-	var n uint64
-	for p := range r.cfg.Partitions {
-		info, err := r.consumerInfo(ctx, consumerOf(projection.VersionKey(r.name, v), p))
-		if err != nil {
-			return 0, err
-		}
-		n += unacked(info)
-	}
-	return n, nil
+	return r.sumConsumers(ctx, projection.VersionKey(r.name, v), unacked)
 }
 
 // AckFloor returns how many deliveries the projection's consumers have
@@ -80,20 +69,18 @@ func (r *Runner) VersionLag(ctx context.Context, v int) (uint64, error) {
 // its own sequence): its change over time is the rate at which the
 // projection applies events, whichever processes apply them.
 func (r *Runner) AckFloor(ctx context.Context) (uint64, error) {
-	return r.sumConsumers(ctx, func(info *jetstream.ConsumerInfo) uint64 { return info.AckFloor.Consumer })
+	return r.sumConsumers(ctx, r.key, func(info *jetstream.ConsumerInfo) uint64 { return info.AckFloor.Consumer })
 }
 
-// sumConsumers adds up what of reads from each partition's consumer.
-func (r *Runner) sumConsumers(ctx context.Context, of func(*jetstream.ConsumerInfo) uint64) (uint64, error) {
-	infos, err := r.consumers(ctx)
-	if err != nil {
-		return 0, err
-	}
+// sumConsumers adds up what of reads from each partition's consumer of
+// the version whose key is key. Errors: the first consumer's that does
+// not answer.
+func (r *Runner) sumConsumers(ctx context.Context, key string, of func(*jetstream.ConsumerInfo) uint64) (uint64, error) {
 	var n uint64
 	for p := range r.cfg.Partitions {
-		info, ok := infos[p]
-		if !ok {
-			return 0, fmt.Errorf("consumer %s: %w", r.ConsumerName(p), jetstream.ErrConsumerNotFound)
+		info, err := r.consumerInfo(ctx, r.consumerOf(key, p))
+		if err != nil {
+			return 0, err
 		}
 		n += of(info)
 	}
