@@ -13,41 +13,22 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// retireVersions deletes what the projection's other versions left once
-// nothing uses them: their durable consumers, for each version that the
-// pointer names neither as active, shadow nor previous collection (its
-// projectors write nothing any more) and that no process runs (none
-// answers its roll call). A rolling upgrade leaves the old
-// version's consumers behind, each holding its place in the stream and
-// kept by JetStream for ever. An old binary started again afterwards
-// creates its consumers anew (from the stream's start) and writes
-// nothing, since the pointer names no collection of its version. Any
-// member may run it at any time: deleting what another member already
-// deleted is not an error.
-func (r *Runner) retireVersions(ctx context.Context, st jetstream.Stream, consumers []string) error {
+// retireAll deletes what the projection's other versions and the
+// projections of RunnerConfig.Retired left once nothing uses them: their
+// durable consumers, for each version that the pointer names neither as
+// active, shadow nor previous collection (its projectors write nothing
+// any more) and that no process runs (none answers its roll call). A
+// rolling upgrade leaves the old version's consumers behind, each holding
+// its place in the stream and kept by JetStream for ever. An old binary
+// started again afterwards creates its consumers anew (from the stream's
+// start) and writes nothing, since the pointer names no collection of its
+// version. Any member may run it at any time: deleting what another
+// member already deleted is not an error.
+func (r *Runner) retireAll(ctx context.Context) error {
 	ptr, err := r.proj.Pointer(ctx, 0)
 	if err != nil {
 		return err
 	}
-	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
-	return r.retireUnless(ctx, st, consumers, r.name, named)
-}
-
-// retireProjections deletes what the projections of RunnerConfig.Retired
-// left, as retireVersions does for this projection's other versions:
-// the durable consumers of each of their versions that no process runs.
-func (r *Runner) retireProjections(ctx context.Context, st jetstream.Stream, consumers []string) error {
-	for _, name := range r.cfg.Retired {
-		if err := r.retireUnless(ctx, st, consumers, name, nil); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// retireAll runs retireVersions and retireProjections on one listing of
-// the stream's consumers.
-func (r *Runner) retireAll(ctx context.Context) error {
 	st, err := r.js.Stream(ctx, r.cfg.Stream)
 	if err != nil {
 		return err
@@ -60,10 +41,16 @@ func (r *Runner) retireAll(ctx context.Context) error {
 	if err := names.Err(); err != nil {
 		return err
 	}
-	if err := r.retireVersions(ctx, st, consumers); err != nil {
+	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
+	if err := r.retireUnless(ctx, st, consumers, r.name, named); err != nil {
 		return err
 	}
-	return r.retireProjections(ctx, st, consumers)
+	for _, name := range r.cfg.Retired {
+		if err := r.retireUnless(ctx, st, consumers, name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // retireUnless deletes, of st's consumers, those of each version of
