@@ -468,7 +468,8 @@ func (r *Runner) park(ctx context.Context, m jetstream.Msg, stream string, cause
 		Projection: r.name, StreamID: stream, Subject: m.Subject(), Payload: string(m.Data()),
 		Error: cause.Error(), Deliveries: md.NumDelivered, ParkedAt: time.Now().UTC(), StreamSeq: md.Sequence.Stream,
 	}
-	if e, err := domain.UnmarshalEvent(m.Data()); err == nil {
+	e, err := domain.UnmarshalEvent(m.Data())
+	if err == nil {
 		d.EventID, d.Version = e.ID, e.Version
 	}
 	d.ID = r.name + ":" + d.EventID
@@ -482,7 +483,7 @@ func (r *Runner) park(ctx context.Context, m jetstream.Msg, stream string, cause
 	r.metrics.deadLetters.WithLabelValues(r.name).Inc()
 	r.setLastError(cause)
 	r.log.Error("event parked in dead letters", "stream_id", stream, "event_id", d.EventID, "version", d.Version,
-		"correlation_id", correlationOf(m.Data()), "err", cause)
+		"correlation_id", e.Metadata.CorrelationID, "err", cause)
 	return true
 }
 
@@ -502,16 +503,6 @@ func (r *Runner) Retry(ctx context.Context, id string) error {
 		}
 		return err
 	})
-}
-
-// correlationOf is the correlation id of an event's message, or "" when
-// it does not decode.
-func correlationOf(data []byte) string {
-	e, err := domain.UnmarshalEvent(data)
-	if err != nil {
-		return ""
-	}
-	return e.Metadata.CorrelationID
 }
 
 // subjectStream is the last token of an event subject: the stream id.
