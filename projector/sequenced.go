@@ -41,15 +41,7 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 			ds[i].Seq = md.Sequence.Stream
 		}
 	}
-	order := make([]int, len(msgs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(a, b int) int { return byPosition(ds[a], ds[b]) })
-	run := make([]projection.Delivery, len(ds))
-	for k, i := range order {
-		run[k] = ds[i]
-	}
+	run := slices.SortedFunc(slices.Values(ds), byPosition)
 	wctx, done := r.writeContext(ctx)
 	defer done()
 	var (
