@@ -120,7 +120,7 @@ func (r *Runner) consumePartition(ctx context.Context, pt *partition, cons jetst
 		pause.For(ctx, backoff)
 		// The consumer may have been deleted (a version retired, an
 		// operator): look it up, or create it, again.
-		if c, err := r.Consumer(ctx, pt.p); err == nil {
+		if c, err := r.consumer(ctx, pt.p); err == nil {
 			cons = c
 		}
 	}

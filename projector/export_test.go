@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
 )
@@ -66,3 +68,15 @@ func (s *slowApplier) counts() (rounds []Round, events int) {
 
 // PinGroup is the priority group every process pulls a partition in.
 const PinGroup = pinGroup
+
+// Partitions is the number of partitions.
+func (r *Runner) Partitions() int { return r.cfg.Partitions }
+
+// FilterSubject is the subject filter of partition p.
+func (r *Runner) FilterSubject(p int) string { return r.filterSubject(p) }
+
+// Consumer returns the durable consumer of partition p, creating or
+// updating it when it is missing or its settings differ.
+func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error) {
+	return r.consumer(ctx, p)
+}

@@ -233,9 +233,6 @@ func (c *RunnerConfig) setDefaults() {
 // Name is the projection's name.
 func (r *Runner) Name() string { return r.name }
 
-// Partitions is the number of partitions.
-func (r *Runner) Partitions() int { return r.cfg.Partitions }
-
 // Key names the projection's version (projection.Definition.Key).
 func (r *Runner) Key() string { return r.key }
 
@@ -266,9 +263,9 @@ func (r *Runner) consumerOf(key string, p int) string {
 	return fmt.Sprintf("proj_%s_p%02d", key, p)
 }
 
-// FilterSubject is the subject filter of partition p: "<prefix>.<p>.>";
+// filterSubject is the subject filter of partition p: "<prefix>.<p>.>";
 // "<prefix>.>" for a Sequenced projection.
-func (r *Runner) FilterSubject(p int) string {
+func (r *Runner) filterSubject(p int) string {
 	if r.seq != nil {
 		return r.cfg.SubjectPrefix + ".>"
 	}
@@ -278,15 +275,15 @@ func (r *Runner) FilterSubject(p int) string {
 // pinGroup is the priority group every process pulls a partition in.
 const pinGroup = "projectors"
 
-// Consumer returns the durable consumer of partition p, creating or
+// consumer returns the durable consumer of partition p, creating or
 // updating it only when it is missing or its settings differ: in a
 // cluster, looking a consumer up is answered by its leader, while creating
 // or updating one needs the meta leader, so a partition pulled during a
 // meta-leader election still starts.
-func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error) {
+func (r *Runner) consumer(ctx context.Context, p int) (jetstream.Consumer, error) {
 	want := jetstream.ConsumerConfig{
 		Durable:        r.ConsumerName(p),
-		FilterSubject:  r.FilterSubject(p),
+		FilterSubject:  r.filterSubject(p),
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        r.cfg.AckWait,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -344,7 +341,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	cons := make([]jetstream.Consumer, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
-		c, err := r.Consumer(ctx, p)
+		c, err := r.consumer(ctx, p)
 		if err != nil {
 			return err
 		}
