@@ -121,17 +121,17 @@ func (r *Runner) consumers(ctx context.Context) (map[int]*jetstream.ConsumerInfo
 	return out, nil
 }
 
-// pinOf is the pin JetStream holds for a consumer, "" when none.
-func pinOf(info *jetstream.ConsumerInfo) string {
-	if info == nil {
-		return ""
-	}
-	for _, g := range info.PriorityGroups {
-		if g.Group == pinGroup {
-			return g.PinnedClientID
+// pinned is the state of the pin group of a consumer (info nil: none):
+// its PinnedClientID is "" when no client holds the pin.
+func pinned(info *jetstream.ConsumerInfo) jetstream.PriorityGroupState {
+	if info != nil {
+		for _, g := range info.PriorityGroups {
+			if g.Group == pinGroup {
+				return g
+			}
 		}
 	}
-	return ""
+	return jetstream.PriorityGroupState{}
 }
 
 // balance shares the partitions with the projection's other members:
@@ -171,7 +171,7 @@ func (r *Runner) balance(ctx context.Context) {
 	share := fairShare(r.cfg.Partitions, len(owners), slices.Index(owners, r.cfg.Owner))
 	var held []int
 	for _, pt := range r.parts {
-		if pin := pt.lastPin(); pin != "" && pin == pinOf(infos[pt.p]) {
+		if pin := pt.lastPin(); pin != "" && pin == pinned(infos[pt.p]).PinnedClientID {
 			held = append(held, pt.p)
 		}
 	}

@@ -93,28 +93,21 @@ func (r *Runner) sumConsumers(ctx context.Context, key string, of func(*jetstrea
 // in seconds (see lagClock). What JetStream does not answer (a consumer
 // not created yet, NATS down) is left out: no owner, a nil lag.
 func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
-	infos, err := r.consumers(ctx)
-	if err != nil {
-		infos = map[int]*jetstream.ConsumerInfo{}
-	}
-	members, err := RollCall(ctx, r.js.Conn(), r.key)
-	if err != nil {
-		members = nil
-	}
-	byPin := map[string]struct {
+	infos, _ := r.consumers(ctx)
+	members, _ := RollCall(ctx, r.js.Conn(), r.key)
+	type held struct {
 		owner string
 		rep   PartitionReport
-	}{}
+	}
+	byPin := map[string]held{}
 	for _, m := range members {
 		for _, rep := range m.Partitions {
-			byPin[fmt.Sprintf("%d/%s", rep.Partition, rep.Pin)] = struct {
-				owner string
-				rep   PartitionReport
-			}{m.Owner, rep}
+			byPin[fmt.Sprintf("%d/%s", rep.Partition, rep.Pin)] = held{m.Owner, rep}
 		}
 	}
 	var stream jetstream.Stream
 	if lag && len(infos) > 0 {
+		var err error
 		if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
 			lag = false
 		}
@@ -124,15 +117,11 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 	for p := range r.cfg.Partitions {
 		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
 		info := infos[p]
-		if pin := pinOf(info); pin != "" {
-			if m, ok := byPin[fmt.Sprintf("%d/%s", p, pin)]; ok {
+		if g := pinned(info); g.PinnedClientID != "" {
+			if m, ok := byPin[fmt.Sprintf("%d/%s", p, g.PinnedClientID)]; ok {
 				st.Owner, st.Applied, st.ApplyRate = m.owner, m.rep.Applied, m.rep.Rate
 			}
-			for _, g := range info.PriorityGroups {
-				if g.Group == pinGroup {
-					st.PinnedAt = g.PinnedTS
-				}
-			}
+			st.PinnedAt = g.PinnedTS
 		}
 		if lag && info != nil {
 			n := unacked(info)
@@ -160,7 +149,7 @@ func (r *Runner) sample(ctx context.Context) {
 	now := time.Now()
 	for _, pt := range r.parts {
 		info := infos[pt.p]
-		if pin := pt.lastPin(); info == nil || pin == "" || pin != pinOf(info) {
+		if pin := pt.lastPin(); info == nil || pin == "" || pin != pinned(info).PinnedClientID {
 			r.metrics.dropPartition(r.name, pt.p)
 			continue
 		}
