@@ -47,11 +47,8 @@ type LagSample struct {
 }
 
 // NewLagWatch watches the named projections' consumers on stream,
-// reading them every interval [1s].
+// reading them every interval.
 func NewLagWatch(js jetstream.JetStream, stream string, projections []string, interval time.Duration, log *slog.Logger) *LagWatch {
-	if interval <= 0 {
-		interval = time.Second
-	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
