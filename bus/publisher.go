@@ -119,46 +119,34 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 
 // Republish publishes events again (a replay of part of the log, for a new
 // consumer or after the broker lost messages), each with its event id as
-// Nats-Msg-Id, and waits for every ack. Copies of events the stream still
-// remembers within its de-duplication window are dropped by the server;
-// consumers' version guards skip the rest. It returns the number of events
-// acknowledged. More events than the window of publishes awaiting acks
-// are sent as acks free room, each send waiting up to republishStall, or
-// until ctx's deadline when sooner.
+// Nats-Msg-Id, through Send, and waits for every ack, within
+// republishWithin, or until ctx's deadline when sooner. Copies of events
+// the stream still remembers within its de-duplication window are dropped
+// by the server; consumers' version guards skip the rest. It returns the
+// number of events acknowledged.
 func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, error) {
-	futures := make([]jetstream.PubAckFuture, 0, len(events))
-	for _, e := range events {
-		stall := republishStall
-		if d, ok := ctx.Deadline(); ok {
-			stall = min(stall, time.Until(d))
-		}
+	commits := make([]domain.RecordedCommit, len(events))
+	for i, e := range events {
 		body, err := domain.MarshalEvent(e)
 		if err != nil {
 			return 0, fmt.Errorf("republish %s v%d: %w", e.StreamID, e.Version, err)
 		}
-		f, err := p.publishAsync(message(p.stream, e.StreamID, domain.EventMessage{ID: e.ID, Body: body}, 0), stall)
-		if err != nil {
-			return 0, fmt.Errorf("republish: %w", err)
-		}
-		futures = append(futures, f)
+		commits[i] = domain.RecordedCommit{StreamID: e.StreamID, Events: []domain.EventMessage{{ID: e.ID, Body: body}}}
 	}
-	acked := 0
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-			acked++
-		case err := <-f.Err():
-			return acked, fmt.Errorf("republish: %w", err)
-		case <-ctx.Done():
-			return acked, ctx.Err()
-		}
+	within := republishWithin
+	if d, ok := ctx.Deadline(); ok {
+		within = min(within, time.Until(d))
 	}
-	return acked, nil
+	acked, _, err := p.Send(ctx, commits, nil, within)()
+	if err != nil {
+		return len(acked), fmt.Errorf("republish: %w", err)
+	}
+	return len(acked), nil
 }
 
-// republishStall bounds how long Republish waits for room among the
-// publishes awaiting acks before it gives up.
-const republishStall = 30 * time.Second
+// republishWithin bounds how long Republish waits for the sends and acks
+// of one call.
+const republishWithin = 30 * time.Second
 
 // publishAsync sends msg and returns the ack's future. When the
 // JetStream context already awaits its maximum of acks it waits up to
