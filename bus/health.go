@@ -11,11 +11,6 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// ErrElecting means JetStream answered that its cluster has no leader to
-// serve the request yet: an election, which passes within seconds. It
-// wraps domain.ErrUnavailable.
-var ErrElecting = fmt.Errorf("jetstream cluster electing a leader: %w", domain.ErrUnavailable)
-
 // clusterNotAvailable is the error code of nats-server's "JetStream system
 // temporarily unavailable" (503), its answer while the meta group or the
 // stream's group has no leader.
@@ -26,18 +21,17 @@ const clusterNotAvailable jetstream.ErrorCode = 10008
 // unlike account info, which only the meta leader answers): it is what the
 // relay publishes to and the projectors consume from. It returns nil when
 // the stream answers with a quorum of its replicas; an error wrapping
-// ErrElecting when the cluster answers that it has no leader yet; one
-// wrapping domain.ErrUnavailable when nothing answers in time (the stream
-// has no leader, or this connection is down) or its leader has no quorum;
-// and the request's error otherwise (no such stream).
+// domain.ErrUnavailable when the cluster answers that it has no leader
+// yet (an election, which passes within seconds), when nothing answers in
+// time (the stream has no leader, or this connection is down) or when its
+// leader has no quorum; and the request's error otherwise (no such
+// stream).
 func CheckStream(ctx context.Context, js jetstream.JetStream, name string) error {
 	st, err := js.Stream(ctx, name)
 	switch {
 	case err == nil:
 		return quorum(name, st.CachedInfo())
-	case electing(err):
-		return fmt.Errorf("stream %s: %w: %w", name, ErrElecting, err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+	case electing(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
 		return fmt.Errorf("stream %s: %w: %w", name, domain.ErrUnavailable, err)
 	}

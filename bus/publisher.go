@@ -38,8 +38,8 @@ func (p *Publisher) Connected() bool {
 }
 
 // CheckStream asks the stream the publisher sends to for its info (see
-// CheckStream): nil when it answers, an error wrapping ErrElecting while
-// its cluster elects a leader.
+// CheckStream): nil when it answers, an error wrapping
+// domain.ErrUnavailable while its cluster elects a leader.
 func (p *Publisher) CheckStream(ctx context.Context) error {
 	return CheckStream(ctx, p.js, p.stream.Name)
 }
