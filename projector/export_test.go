@@ -80,3 +80,6 @@ func (r *Runner) FilterSubject(p int) string { return r.filterSubject(p) }
 func (r *Runner) Consumer(ctx context.Context, p int) (jetstream.Consumer, error) {
 	return r.consumer(ctx, p)
 }
+
+// Key names the projection's version (projection.Definition.Key).
+func (r *Runner) Key() string { return r.key }

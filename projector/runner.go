@@ -233,9 +233,6 @@ func (c *RunnerConfig) setDefaults() {
 // Name is the projection's name.
 func (r *Runner) Name() string { return r.name }
 
-// Key names the projection's version (projection.Definition.Key).
-func (r *Runner) Key() string { return r.key }
-
 // LastError is the last failure of this process's workers: a batch that
 // could not be written, or an event parked; "" when there was none.
 func (r *Runner) LastError() string {
