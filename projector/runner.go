@@ -188,7 +188,7 @@ func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerC
 	}
 	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
-		writers: make(chan struct{}, cfg.Writers), clock: newLagClock()}
+		writers: make(chan struct{}, cfg.Writers), gaps: map[projection.GapError]time.Time{}, clock: newLagClock()}
 	for i := range cfg.Partitions {
 		r.parts = append(r.parts, newPartition(i))
 	}
@@ -388,7 +388,7 @@ func (r *Runner) loop(ctx context.Context) {
 	}
 }
 
-// retire runs retireAll bounded by a quarter of the pinned TTL; a failure
+// retire runs retireAll bounded by half the pinned TTL; a failure
 // is logged and tried again at the next interval.
 func (r *Runner) retire(ctx context.Context) {
 	rctx, cancel := context.WithTimeout(ctx, r.cfg.PinnedTTL/2)

@@ -118,9 +118,6 @@ const lostAfter = 2 * time.Minute
 func (r *Runner) gapSince(gap *projection.GapError) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gaps == nil {
-		r.gaps = map[projection.GapError]time.Time{}
-	}
 	key := projection.GapError{Collection: gap.Collection, From: gap.From}
 	if _, ok := r.gaps[key]; !ok {
 		r.gaps[key] = time.Now()
