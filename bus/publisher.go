@@ -87,9 +87,13 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 		futures = append(futures, fs)
 	}
 	return func() ([]int, uint64, error) {
-		// A commit counts only when every one of its events is acknowledged.
-		w := newAckWait(ctx, time.Until(deadline))
-		defer w.stop()
+		// A commit counts only when every one of its events is
+		// acknowledged. The wait ends at the deadline for all of them, or
+		// ShutdownGrace after ctx is done.
+		wait, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(ShutdownGrace, cancel) })
+		defer stop()
 		var (
 			acked  []int
 			seq    uint64
@@ -99,7 +103,7 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 			var err error
 			for _, f := range fs {
 				var ack *jetstream.PubAck
-				if ack, err = w.wait(f); err != nil {
+				if ack, err = ackOf(wait, ctx, f, within); err != nil {
 					break
 				}
 				seq = max(seq, ack.Sequence)
@@ -184,30 +188,10 @@ func message(cfg StreamConfig, stream string, e domain.EventMessage, position ui
 	return msg
 }
 
-// ackWait waits for acks until one deadline for all of them, or until
-// ShutdownGrace after ctx is done; after either it gives up at once.
-type ackWait struct {
-	ctx      context.Context
-	timeout  *time.Timer
-	within   time.Duration
-	done     <-chan struct{}
-	grace    <-chan time.Time
-	gaveUpOn error
-}
-
-func newAckWait(ctx context.Context, within time.Duration) *ackWait {
-	return &ackWait{ctx: ctx, timeout: time.NewTimer(within), within: within.Round(time.Millisecond), done: ctx.Done()}
-}
-
-func (w *ackWait) stop() { w.timeout.Stop() }
-
-// wait returns f's ack once it is in, or the error that refused it or
-// ended the wait.
-func (w *ackWait) wait(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
-	if w.gaveUpOn != nil {
-		return nil, w.gaveUpOn
-	}
-	// An ack already in counts even when the deadline has passed too.
+// ackOf returns f's ack once it is in, or the error that refused it or
+// ended wait, which ctx (the caller's) may have ended. An ack already in
+// counts even when wait has ended.
+func ackOf(wait, ctx context.Context, f jetstream.PubAckFuture, within time.Duration) (*jetstream.PubAck, error) {
 	select {
 	case ack := <-f.Ok():
 		return ack, nil
@@ -215,21 +199,16 @@ func (w *ackWait) wait(f jetstream.PubAckFuture) (*jetstream.PubAck, error) {
 		return nil, err
 	default:
 	}
-	for {
-		select {
-		case ack := <-f.Ok():
-			return ack, nil
-		case err := <-f.Err():
-			return nil, err
-		case <-w.timeout.C:
-			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: none within %s", w.within)
-			return nil, w.gaveUpOn
-		case <-w.grace:
-			w.gaveUpOn = fmt.Errorf("wait for JetStream acks: %w", w.ctx.Err())
-			return nil, w.gaveUpOn
-		case <-w.done:
-			w.done, w.grace = nil, time.After(ShutdownGrace)
+	select {
+	case ack := <-f.Ok():
+		return ack, nil
+	case err := <-f.Err():
+		return nil, err
+	case <-wait.Done():
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("wait for JetStream acks: %w", ctx.Err())
 		}
+		return nil, fmt.Errorf("wait for JetStream acks: none within %s", within.Round(time.Millisecond))
 	}
 }
 
