@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -89,12 +90,9 @@ var consumerName = regexp.MustCompile(`^(?:v([0-9]+)_p[0-9]{2,}|p[0-9]{2,}|v([0-
 // consumerVersion returns the version of projection name whose partition
 // consumer consumer is, and false when it is not one.
 func consumerVersion(name, consumer string) (int, bool) {
-	prefix := "proj_" + name + "_"
-	if len(consumer) <= len(prefix) || consumer[:len(prefix)] != prefix {
-		return 0, false
-	}
-	m := consumerName.FindStringSubmatch(consumer[len(prefix):])
-	if m == nil {
+	rest, ok := strings.CutPrefix(consumer, "proj_"+name+"_")
+	m := consumerName.FindStringSubmatch(rest)
+	if !ok || m == nil {
 		return 0, false
 	}
 	n := m[1] + m[2]
