@@ -176,15 +176,13 @@ func (r *Runner) balance(ctx context.Context) {
 		}
 	}
 	var released []int
-	for len(held) > share {
-		p := held[len(held)-1]
-		held = held[:len(held)-1]
-		r.parts[p].release()
-		released = append(released, p)
+	if len(held) > share {
+		held, released = held[:share], held[share:]
 	}
 	for _, pt := range r.parts {
 		switch {
 		case slices.Contains(released, pt.p):
+			pt.release()
 		case slices.Contains(held, pt.p):
 			pt.setPulling(true)
 		default:
