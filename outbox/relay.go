@@ -101,10 +101,6 @@ const (
 // flight and the checkpoint after them.
 const shutdownGrace = 2 * time.Second
 
-// errLeaseLost ends a leader's work when its lease has passed to another
-// instance.
-var errLeaseLost = errors.New("relay lease lost")
-
 // Run claims the lease and, while it holds it, publishes the log, until
 // ctx is done; it then releases the lease. Failures (store or NATS down)
 // are logged and retried from the checkpoint; Run always returns nil.
@@ -174,7 +170,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		err = r.lead(ctx)
 		switch {
 		case ctx.Err() != nil:
-		case errors.Is(err, errLeaseLost):
+		case errors.Is(err, domain.ErrLeaseLost):
 			r.logger.Info("relay lease lost", "owner", r.cfg.Owner)
 			leader = false
 			r.metrics.setLeader(false)
@@ -237,8 +233,8 @@ func (r *Relay) standDown(ctx context.Context, reason string) {
 }
 
 // lead publishes the log from the checkpoint while this instance holds
-// the lease: it returns errLeaseLost once it does not, ctx's error, or the
-// error that ended the stream or a round.
+// the lease: it returns an error wrapping domain.ErrLeaseLost once it
+// does not, ctx's error, or the error that ended the stream or a round.
 func (r *Relay) lead(ctx context.Context) error {
 	cp, err := r.lease.Checkpoint(ctx)
 	if err != nil {
@@ -541,7 +537,8 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 }
 
 // renewDue renews the lease when a third of its TTL has passed since the
-// last claim or renewal: errLeaseLost when another instance holds it now.
+// last claim or renewal: an error wrapping domain.ErrLeaseLost when
+// another instance holds it now.
 func (r *Relay) renewDue(ctx context.Context) error {
 	if time.Since(r.renewedAt) < r.cfg.LeaseTTL/3 {
 		return nil
@@ -551,21 +548,17 @@ func (r *Relay) renewDue(ctx context.Context) error {
 		return err
 	}
 	if !held {
-		return errLeaseLost
+		return fmt.Errorf("renew the relay lease: %w", domain.ErrLeaseLost)
 	}
 	return nil
 }
 
-// save writes the checkpoint, fenced by the lease: errLeaseLost when
+// save writes the checkpoint, fenced by the lease: domain.ErrLeaseLost when
 // another instance holds it now.
 func (r *Relay) save(ctx context.Context, cp Checkpoint) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.LeaseTTL/2)
 	defer cancel()
-	err := r.lease.SaveCheckpoint(sctx, cp)
-	if errors.Is(err, domain.ErrLeaseLost) {
-		return fmt.Errorf("%w: %v", errLeaseLost, err)
-	}
-	if err != nil {
+	if err := r.lease.SaveCheckpoint(sctx, cp); err != nil {
 		return fmt.Errorf("save the relay checkpoint: %w", err)
 	}
 	r.metrics.setCheckpoint(cp.RecordedAt)
@@ -591,7 +584,7 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 	err := r.log.Tail(ctx, cp.Token, r.cfg.BatchSize, t.batch)
 	// The rounds acknowledged before the end keep their checkpoint; the
 	// others are published again from it.
-	if errors.Is(err, errLeaseLost) {
+	if errors.Is(err, domain.ErrLeaseLost) {
 		return err
 	}
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
@@ -663,7 +656,7 @@ func (t *tailer) batch(commits []domain.RecordedCommit, next []byte) error {
 // checkpoint after the last of them and of those acknowledged before and
 // not yet saved: with all at once, without it at most every
 // checkpointEvery (checkpoint). An error: a round failed, or the
-// checkpoint was not saved (errLeaseLost when the lease has passed).
+// checkpoint was not saved (domain.ErrLeaseLost when the lease has passed).
 func (t *tailer) settle(ctx context.Context, all bool) error {
 	last, seq := t.acked, max(t.saved.Seq, t.ackedSeq)
 	for waited := false; len(t.inFlight) > 0; waited = true {
