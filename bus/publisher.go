@@ -13,10 +13,10 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// ShutdownGrace is how long a publish still waits for acks once its ctx is
+// shutdownGrace is how long a publish still waits for acks once its ctx is
 // done: long enough for acks already on the wire, short enough not to hold
 // up a shutdown when NATS is down.
-const ShutdownGrace = 2 * time.Second
+const shutdownGrace = 2 * time.Second
 
 // Publisher sends events to one JetStream stream as async publishes and
 // waits for their acks. It is safe for concurrent use.
@@ -46,7 +46,7 @@ func (p *Publisher) CheckStream(ctx context.Context) error {
 
 // Send sends every event of commits, in order, as it is (its wire form,
 // domain.MarshalEvent's JSON) on the subject of its commit's stream, with
-// Nats-Msg-Id = its id and its log position in the PositionHeader
+// Nats-Msg-Id = its id and its log position in the positionHeader
 // (positions[i] is that of commit i's first event; nil positions: none),
 // and returns at once the wait for their acks. The wait returns the
 // indexes in commits of the commits whose every event JetStream
@@ -57,10 +57,10 @@ func (p *Publisher) CheckStream(ctx context.Context) error {
 // a send wait. Sends of one Publisher called one after the other reach
 // the stream in that order, so a caller can send a round while the acks
 // of the one before are still coming. A canceled ctx still sends (the
-// final round of a shutdown) but waits at most ShutdownGrace for acks.
+// final round of a shutdown) but waits at most shutdownGrace for acks.
 func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error) {
 	if ctx.Err() != nil {
-		within = min(within, ShutdownGrace)
+		within = min(within, shutdownGrace)
 	}
 	deadline := time.Now().Add(within)
 	var (
@@ -89,10 +89,10 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 	return func() ([]int, uint64, error) {
 		// A commit counts only when every one of its events is
 		// acknowledged. The wait ends at the deadline for all of them, or
-		// ShutdownGrace after ctx is done.
+		// shutdownGrace after ctx is done.
 		wait, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		stop := context.AfterFunc(ctx, func() { time.AfterFunc(ShutdownGrace, cancel) })
+		stop := context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancel) })
 		defer stop()
 		var (
 			acked  []int
@@ -166,13 +166,13 @@ func (p *Publisher) publishAsync(msg *nats.Msg, stall time.Duration) (jetstream.
 	return f, nil
 }
 
-// PositionHeader carries an event's log position (outbox.Checkpoint), in
+// positionHeader carries an event's log position (outbox.Checkpoint), in
 // decimal; a replay's messages have none.
-const PositionHeader = "Orderd-Position"
+const positionHeader = "Orderd-Position"
 
 // Position returns the log position a message carries, 0 when none.
 func Position(h nats.Header) uint64 {
-	n, _ := strconv.ParseUint(h.Get(PositionHeader), 10, 64)
+	n, _ := strconv.ParseUint(h.Get(positionHeader), 10, 64)
 	return n
 }
 
@@ -183,7 +183,7 @@ func message(cfg StreamConfig, stream string, e domain.EventMessage, position ui
 	msg := &nats.Msg{Subject: cfg.Subject(stream), Data: e.Body, Header: nats.Header{}}
 	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
 	if position > 0 {
-		msg.Header.Set(PositionHeader, strconv.FormatUint(position, 10))
+		msg.Header.Set(positionHeader, strconv.FormatUint(position, 10))
 	}
 	return msg
 }
