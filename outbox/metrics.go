@@ -94,11 +94,6 @@ func (m *Metrics) observeAge(stage string, recorded []time.Time) {
 	}
 }
 
-func (m *Metrics) caughtUp() {
-	m.catchUps.Inc()
-	m.lastCatchUp.Set(float64(time.Now().UnixMilli()) / 1000)
-}
-
 func (m *Metrics) setLeader(on bool) {
 	v := 0.0
 	if on {

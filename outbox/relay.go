@@ -252,7 +252,8 @@ func (r *Relay) lead(ctx context.Context) error {
 			return err
 		}
 		since := cp.RecordedAt.Add(-r.cfg.CatchUpMargin)
-		r.metrics.caughtUp()
+		r.metrics.catchUps.Inc()
+		r.metrics.lastCatchUp.SetToCurrentTime()
 		r.logger.Error("relay cannot resume the log's change stream from its checkpoint; catching up from the log",
 			"checkpoint_recorded_at", cp.RecordedAt, "since", since, "err", err)
 		if cp, err = r.catchUp(ctx, since, cp); err != nil {
