@@ -212,6 +212,10 @@ type wiring struct {
 	runners   []*projector.Runner
 	scheduler *jobs.Jobs
 	jm        *jobs.Metrics
+	// relayLease is the relay's lease, for this instance: the relay role
+	// holds it, the daily sales and the admin API read where the relay
+	// has published up to.
+	relayLease *mongodb.Lease
 }
 
 // startServers starts the embedded servers the configuration leaves to
@@ -353,49 +357,44 @@ func (m *Main) connectBus(ctx context.Context, r roles) (jetstream.JetStream, er
 // jobs that build them; every role uses some of them.
 func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	c := &m.Config
-	db, store, reg, stream := w.db, w.store, w.reg, w.stream
-	pm := projection.NewMetrics(reg)
-	rm := projector.NewMetrics(reg)
-	w.jm = jobs.NewMetrics(reg)
-	pointers := mongodb.NewPointers(db)
+	db := w.db
+	pm := projection.NewMetrics(w.reg)
+	rm := projector.NewMetrics(w.reg)
+	w.jm = jobs.NewMetrics(w.reg)
+	w.pointers = mongodb.NewPointers(db)
 	sumsDef := projection.OrderSummaries
 	if c.summaries != nil {
 		sumsDef = *c.summaries
 	}
-	sums := mongodb.NewProjection(db, sumsDef, store, pm, pointers)
+	w.sums = mongodb.NewProjection(db, sumsDef, w.store, pm, w.pointers)
 	// Every process agrees on what readers read before any of them
 	// serves or feeds a read model (a projection new to a log is built
 	// first, by a jobs instance).
 	// The daily sales start where the relay has published up to when a
 	// build starts them; the instances' clocks may disagree by up to the
 	// relay's catch-up margin.
-	relayLease := mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL)
-	sales := projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), store, pm, pointers, relayLease,
+	w.relayLease = mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL)
+	w.sales = projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), w.store, pm, w.pointers, w.relayLease,
 		c.Relay.WithDefaults().CatchUpMargin)
-	for _, p := range []interface {
-		Name() string
-		Collection() string
-		Version() int
-	}{sums, sales} {
-		if err := pointers.Ensure(setupCtx, p.Name(), p.Collection(), p.Version()); err != nil {
-			return err
-		}
+	if err := w.pointers.Ensure(setupCtx, w.sums.Name(), w.sums.Collection(), w.sums.Version()); err != nil {
+		return err
+	}
+	if err := w.pointers.Ensure(setupCtx, w.sales.Name(), w.sales.Collection(), w.sales.Version()); err != nil {
+		return err
 	}
 	if err := mongodb.DropUnused(setupCtx, db); err != nil {
 		return err
 	}
-	dead := mongodb.NewDeadLetters(db)
+	w.dead = mongodb.NewDeadLetters(db)
 	// Each projection is split into partitions shared by the projector
 	// processes, each partition pinned to one of them by JetStream.
 	rc := c.Projector
-	rc.Stream, rc.SubjectPrefix, rc.Owner = stream.Name, stream.SubjectPrefix, c.instanceID()
-	plog := m.Log.With("component", "projector")
-	js := w.js
+	rc.Stream, rc.SubjectPrefix, rc.Owner = w.stream.Name, w.stream.SubjectPrefix, c.instanceID()
 	rc.Retired = projection.Retired
-	runners := []*projector.Runner{projector.NewRunner(sums, js, dead, rc, plog, rm),
-		projector.NewSequencedRunner(sales, js, dead, rc, plog, rm)}
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), pointers, store, sums, sales)
-	w.pointers, w.dead, w.sums, w.sales, w.runners, w.scheduler = pointers, dead, sums, sales, runners, scheduler
+	plog := m.Log.With("component", "projector")
+	w.runners = []*projector.Runner{projector.NewRunner(w.sums, w.js, w.dead, rc, plog, rm),
+		projector.NewSequencedRunner(w.sales, w.js, w.dead, rc, plog, rm)}
+	w.scheduler = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), w.pointers, w.store, w.sums, w.sales)
 	return nil
 }
 
@@ -405,8 +404,7 @@ func (m *Main) startRelay(ctx context.Context, w *wiring) {
 	c := &m.Config
 	rc := c.Relay
 	rc.Owner = c.instanceID()
-	lease := mongodb.NewLease(w.db, outbox.RelayLease, rc.Owner, rc.WithDefaults().LeaseTTL)
-	relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), lease, rc,
+	relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), w.relayLease, rc,
 		m.Log.With("component", "relay"), outbox.NewMetrics(w.reg))
 	m.group.Go(func() error { return m.supervise(ctx, "relay", "", relay.Run) })
 }
@@ -432,9 +430,6 @@ func (m *Main) startJobs(ctx context.Context, w *wiring) {
 // console's history, the lag watch of admission) and returns the server.
 func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orderhttp.Check) (*orderhttp.Server, error) {
 	c := &m.Config
-	g, reg, js, db, stream := m.group, w.reg, w.js, w.db, w.stream
-	store, pointers, dead, runners, scheduler := w.store, w.pointers, w.dead, w.runners, w.scheduler
-	sums := w.sums
 	var cache domain.StateCache
 	if c.CacheSize > 0 {
 		l, err := lru.New[string, domain.Order](c.CacheSize)
@@ -443,29 +438,27 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 		}
 		cache = stateCache{l}
 	}
-	svc := domain.NewService(tracing.NewEventStore(store), cache)
+	svc := domain.NewService(tracing.NewEventStore(w.store), cache)
 	// Random ids: the log is range-sharded by stream_id (only a ranged
 	// shard key keeps its unique indexes), and time-ordered ids would
 	// send every new order to the top chunk (deployments/sharding.md).
 	svc.NewID = uuid.NewString
 	hc := c.HTTP
-	hc.Commands, hc.ReadModels = svc, mongodb.NewReader(db, pointers, w.sales)
-	adminSvc := admin.New(admin.Config{Jobs: scheduler, DeadLetters: dead, Runners: runners,
-		ReadModels: []admin.ReadModel{sums}, Bus: js != nil,
-		Relay: mongodb.NewLease(db, outbox.RelayLease, c.instanceID(), c.Relay.WithDefaults().LeaseTTL),
-		Log:   store, Metrics: reg})
+	hc.Commands, hc.ReadModels = svc, mongodb.NewReader(w.db, w.pointers, w.sales)
+	adminSvc := admin.New(admin.Config{Jobs: w.scheduler, DeadLetters: w.dead, Runners: w.runners,
+		ReadModels: []admin.ReadModel{w.sums}, Bus: w.js != nil, Relay: w.relayLease, Log: w.store, Metrics: w.reg})
 	hc.Admin = adminSvc
 	if c.HTTP.AdminToken != "" {
 		// The console's first screen shows the last hour from these
 		// samples; without the admin routes nobody reads them.
-		g.Go(func() error { return adminSvc.RunHistory(runCtx) })
+		m.group.Go(func() error { return adminSvc.RunHistory(runCtx) })
 	}
-	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, reg, reg, m.Log.With("component", "http")
-	if js != nil && c.MaxLag > 0 {
-		watch := projector.NewLagWatch(js, stream.Name, []string{sums.Key(), w.sales.Key()}, time.Second, m.Log.With("component", "admission"))
-		g.Go(func() error { return watch.Run(runCtx) })
-		hc.Admission = newLagAdmission(watch, c.MaxLag, reg)
-		hc.Lag = lagByName{watch, map[string]string{sums.Name(): sums.Key(), w.sales.Name(): w.sales.Key()}}
+	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, w.reg, w.reg, m.Log.With("component", "http")
+	if w.js != nil && c.MaxLag > 0 {
+		watch := projector.NewLagWatch(w.js, w.stream.Name, []string{w.sums.Key(), w.sales.Key()}, time.Second, m.Log.With("component", "admission"))
+		m.group.Go(func() error { return watch.Run(runCtx) })
+		hc.Admission = newLagAdmission(watch, c.MaxLag, w.reg)
+		hc.Lag = lagByName{watch, map[string]string{w.sums.Name(): w.sums.Key(), w.sales.Name(): w.sales.Key()}}
 	}
 	return orderhttp.NewServer(hc), nil
 }
