@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -133,29 +134,15 @@ func DefaultConfig() Config {
 func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	var errs []error
 	str := func(p *string, env, name, usage string) {
-		if v := getenv(env); v != "" {
-			*p = v
-		}
+		*p = cmp.Or(getenv(env), *p)
 		fs.StringVar(p, name, *p, usage+" (env "+env+")")
 	}
 	num := func(p *int, env, name, usage string) {
-		if v := getenv(env); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: not a number", env, v))
-			}
-			*p = n
-		}
+		errs = append(errs, fromEnv(p, env, getenv(env), "number", strconv.Atoi))
 		fs.IntVar(p, name, *p, usage+" (env "+env+")")
 	}
 	dur := func(p *time.Duration, env, name, usage string) {
-		if v := getenv(env); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: not a duration", env, v))
-			}
-			*p = d
-		}
+		errs = append(errs, fromEnv(p, env, getenv(env), "duration", time.ParseDuration))
 		fs.DurationVar(p, name, *p, usage+" (env "+env+")")
 	}
 	str(&c.HTTPAddr, "ORDERD_HTTP_ADDR", "http-addr", "REST API listen address")
@@ -181,13 +168,8 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	num(&c.Jobs.Concurrency, "ORDERD_JOB_CONCURRENCY", "job-concurrency", "repair-job tasks (rebuild partitions, verifications) this instance runs at once: a rebuild's partitions are scanned at the same time up to it")
 	dur(&c.Jobs.LeaseTTL, "ORDERD_JOB_LEASE_TTL", "job-lease-ttl", "lease of a claimed job task; another instance resumes a task whose runner died after this")
 	num(&c.Jobs.BatchStreams, "ORDERD_REBUILD_BATCH_STREAMS", "rebuild-batch-streams", "streams a rebuild writes between two checkpoints")
-	if v := getenv("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND"); v != "" {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND=%q: not a number", v))
-		}
-		c.Jobs.MaxEventsPerSecond = f
-	}
+	errs = append(errs, fromEnv(&c.Jobs.MaxEventsPerSecond, "ORDERD_REBUILD_MAX_EVENTS_PER_SECOND",
+		getenv("ORDERD_REBUILD_MAX_EVENTS_PER_SECOND"), "number", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) }))
 	fs.Float64Var(&c.Jobs.MaxEventsPerSecond, "rebuild-max-events-per-second", c.Jobs.MaxEventsPerSecond,
 		"pace of each rebuild partition, to spare the store; 0 is as fast as it goes (env ORDERD_REBUILD_MAX_EVENTS_PER_SECOND)")
 	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning; more than the projectors' pointer age (100ms), so every event the scan does not read reaches the shadow live")
@@ -198,6 +180,22 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 		c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
 	}
 	return errors.Join(errs...)
+}
+
+// fromEnv sets *p to v, the value of the variable env, read by parse
+// (numbers in decimal: strconv, where a flag takes any base); an unset
+// variable leaves *p alone, a value parse refuses is an error that says
+// what it wants.
+func fromEnv[T any](p *T, env, v, what string, parse func(string) (T, error)) error {
+	if v == "" {
+		return nil
+	}
+	x, err := parse(v)
+	if err != nil {
+		return fmt.Errorf("%s=%q: not a %s", env, v, what)
+	}
+	*p = x
+	return nil
 }
 
 // Validate reports every invalid setting.
