@@ -22,10 +22,6 @@ import (
 // projection, named by projection. Repeated stops make the role failing
 // (roleHealth): /readyz and orderd_role_failing say so.
 func (m *Main) supervise(ctx context.Context, role, projection string, run func(context.Context) error) error {
-	name := role
-	if projection != "" {
-		name = "projection " + projection
-	}
 	u := m.health.unit(role, projection)
 	delays := restartDelays()
 	for {
@@ -36,10 +32,10 @@ func (m *Main) supervise(ctx context.Context, role, projection string, run func(
 			return nil
 		}
 		wait := delays.NextBackOff()
-		m.Log.Error("role stopped; restarting", "role", name, "err", err, "retry_in", wait)
+		m.Log.Error("role stopped; restarting", "role", u.name, "err", err, "retry_in", wait)
 		if n, failing := u.stopped(err); failing {
 			m.Log.Error("role failing: it stopped repeatedly without running healthily in between; /readyz answers 503",
-				"role", name, "stops_in_a_row", n)
+				"role", u.name, "stops_in_a_row", n)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -91,8 +87,9 @@ type roleHealth struct {
 type unitHealth struct {
 	h                *roleHealth
 	role, projection string
-	inRow            int   // stops in a row, each run shorter than healthyRun
-	last             error // the last stop's error
+	name             string // the role, or "projection <projection>" for a projector's run
+	inRow            int    // stops in a row, each run shorter than healthyRun
+	last             error  // the last stop's error
 }
 
 func newRoleHealth(reg prometheus.Registerer) *roleHealth {
@@ -110,7 +107,10 @@ func newRoleHealth(reg prometheus.Registerer) *roleHealth {
 
 // unit returns the health of a supervised run.
 func (h *roleHealth) unit(role, projection string) *unitHealth {
-	u := &unitHealth{h: h, role: role, projection: projection}
+	u := &unitHealth{h: h, role: role, projection: projection, name: role}
+	if projection != "" {
+		u.name = "projection " + projection
+	}
 	h.mu.Lock()
 	h.units = append(h.units, u)
 	h.mu.Unlock()
@@ -152,11 +152,7 @@ func (h *roleHealth) check(role string) orderhttp.Check {
 			if u.role != role || u.inRow < failingAfter {
 				continue
 			}
-			name := role
-			if u.projection != "" {
-				name = "projection " + u.projection
-			}
-			errs = append(errs, fmt.Errorf("%s stopped %d times in a row: %w", name, u.inRow, u.last))
+			errs = append(errs, fmt.Errorf("%s stopped %d times in a row: %w", u.name, u.inRow, u.last))
 		}
 		return errors.Join(errs...)
 	}
