@@ -153,11 +153,8 @@ type command struct {
 // (the legacy OP_QUERY of a first handshake) are not commands to funnel.
 func parseCommand(msg []byte) (cmd command, ok bool) {
 	m := parseOpMsg(msg)
-	if m.body() == nil {
-		return command{}, false
-	}
 	body := m.body()
-	elems, err := body.Elements()
+	elems, err := body.Elements() // none for a nil body (not an OP_MSG)
 	if err != nil || len(elems) == 0 {
 		return command{}, false
 	}
