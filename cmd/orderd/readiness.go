@@ -28,11 +28,9 @@ func readyChecks(r roles, store, bus orderhttp.Check, health *roleHealth) map[st
 }
 
 // busConnected is the readiness check of the bus: nil while the NATS
-// connection is up.
+// connection is up. Only the roles that need the bus check it, and they
+// do not start without a connection (connectBus).
 func (m *Main) busConnected(context.Context) error {
-	if m.nc == nil {
-		return errors.New("nats: no NATS_URL")
-	}
 	if !m.nc.IsConnected() {
 		return errors.New("nats: not connected")
 	}
