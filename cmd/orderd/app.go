@@ -51,7 +51,8 @@ type Main struct {
 	// returned: the API, or health, readiness and metrics only for an
 	// instance without the api role.
 	HTTPAddr string
-	// Out receives the start-up summary of the embedded mode [os.Stderr].
+	// Out receives the start-up summary of the embedded mode (NewMain:
+	// os.Stderr).
 	Out io.Writer
 
 	stopEmbedded func()
@@ -71,7 +72,7 @@ type Main struct {
 
 // NewMain returns a Main with the default config.
 func NewMain() *Main {
-	return &Main{Config: DefaultConfig(), stopEmbedded: func() {}}
+	return &Main{Config: DefaultConfig(), Out: os.Stderr, stopEmbedded: func() {}}
 }
 
 // serveEnvOnly is the end of serve's help: the variables it reads that
@@ -128,21 +129,19 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var ln net.Listener
 	defer func() {
-		if lock != nil && err != nil {
-			lock.release() // startServers did not take it
+		if err != nil {
+			lock.release() // nil once startServers has taken it
+			if ln != nil {
+				_ = ln.Close()
+			}
 		}
 	}()
 	// Bound before anything slow starts, so a port in use is said at once.
-	ln, err := listen(c.HTTPAddr, "ORDERD_HTTP_ADDR", "-http-addr")
-	if err != nil {
+	if ln, err = listen(c.HTTPAddr, "ORDERD_HTTP_ADDR", "-http-addr"); err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = ln.Close()
-		}
-	}()
 	if err := lock.setHTTP(ln.Addr().String()); err != nil {
 		return err
 	}
@@ -509,11 +508,7 @@ func (w *connectWatch) wait(ctx context.Context, nc *nats.Conn) error {
 // printEmbedded tells a newcomer what the embedded mode started, where its
 // data lives and how to reach it.
 func (m *Main) printEmbedded(store, bus bool) {
-	c := m.Config
-	out := m.Out
-	if out == nil {
-		out = os.Stderr
-	}
+	c, out := m.Config, m.Out
 	dir, err := filepath.Abs(c.Embedded.DataDir)
 	if err != nil {
 		dir = c.Embedded.DataDir
