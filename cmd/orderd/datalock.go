@@ -93,14 +93,10 @@ func (l *dataLock) setHTTP(addr string) error {
 	return l.write()
 }
 
-// setServers records the embedded servers' addresses once they listen.
+// setServers records the servers' addresses once the embedded ones
+// listen; "" for none.
 func (l *dataLock) setServers(store, nats string) error {
-	if store != "" {
-		l.info.Store = store
-	}
-	if nats != "" {
-		l.info.NATS = nats
-	}
+	l.info.Store, l.info.NATS = store, nats
 	return l.write()
 }
 
