@@ -162,15 +162,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	m.cancel = cancel
 	m.group, runCtx = errgroup.WithContext(runCtx)
-	if r.relay {
-		m.startRelay(runCtx, w)
-	}
-	if r.projector {
-		m.startProjector(runCtx, w)
-	}
-	if r.jobs {
-		m.startJobs(runCtx, w)
-	}
+	m.startRoles(runCtx, r, w)
 	ready := readyChecks(r, w.reach.Ready, m.busConnected, m.health)
 	if r.api {
 		if m.http, err = m.startAPI(runCtx, w, ready); err != nil {
@@ -397,32 +389,30 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	return nil
 }
 
-// startRelay starts the relay role: one relay at a time tails the log
-// under the relay lease; the others stand by.
-func (m *Main) startRelay(ctx context.Context, w *wiring) {
+// startRoles starts the supervised roles of r: the relay (one relay at a
+// time tails the log under the relay lease; the others stand by), the
+// projector (a runner per projection) and the jobs worker (which builds,
+// rebuilds and verifies read models).
+func (m *Main) startRoles(ctx context.Context, r roles, w *wiring) {
 	c := &m.Config
-	rc := c.Relay
-	rc.Owner = c.instanceID()
-	relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), w.relayLease, rc,
-		m.Log.With("component", "relay"), outbox.NewMetrics(w.reg))
-	m.group.Go(func() error { return m.supervise(ctx, "relay", "", relay.Run) })
-}
-
-// startProjector starts the projector role: a runner per projection.
-func (m *Main) startProjector(ctx context.Context, w *wiring) {
-	for _, pr := range w.runners {
-		m.group.Go(func() error { return m.supervise(ctx, "projector", pr.Name(), pr.Run) })
+	if r.relay {
+		rc := c.Relay
+		rc.Owner = c.instanceID()
+		relay := outbox.NewRelay(w.store, tracing.NewPublisher(bus.NewPublisher(w.js, w.stream)), w.relayLease, rc,
+			m.Log.With("component", "relay"), outbox.NewMetrics(w.reg))
+		m.group.Go(func() error { return m.supervise(ctx, "relay", "", relay.Run) })
 	}
-}
-
-// startJobs starts the jobs role: the worker that builds, rebuilds and
-// verifies read models.
-func (m *Main) startJobs(ctx context.Context, w *wiring) {
-	c := &m.Config
-	jc := c.Jobs
-	jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), w.jm, projection.Retired
-	jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, jc, m.Log)
-	m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
+	if r.projector {
+		for _, pr := range w.runners {
+			m.group.Go(func() error { return m.supervise(ctx, "projector", pr.Name(), pr.Run) })
+		}
+	}
+	if r.jobs {
+		jc := c.Jobs
+		jc.Owner, jc.Metrics, jc.Retired = c.instanceID(), w.jm, projection.Retired
+		jw := jobs.NewWorker(w.scheduler, w.store, bus.NewPublisher(w.js, w.stream).Republish, jc, m.Log)
+		m.group.Go(func() error { return m.supervise(ctx, "jobs", "", jw.Run) })
+	}
 }
 
 // startAPI starts what the api role runs beside its HTTP server (the
