@@ -175,10 +175,7 @@ func (c *Config) bind(fs *flag.FlagSet, getenv func(string) string) error {
 	dur(&c.Jobs.Settle, "ORDERD_REBUILD_SETTLE", "rebuild-settle", "wait between announcing a rebuild's shadow collection and scanning; more than the projectors' pointer age (100ms), so every event the scan does not read reaches the shadow live")
 	dur(&c.Jobs.Grace, "ORDERD_REBUILD_GRACE", "rebuild-grace", "how long a replaced read-model collection is kept, and fed by the projectors of its version, for a switch back before it is dropped")
 	c.HTTP.AdminToken = getenv("ADMIN_TOKEN")
-	c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-	if c.Tracing.OTLPEndpoint == "" {
-		c.Tracing.OTLPEndpoint = getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
-	}
+	c.Tracing.OTLPEndpoint = cmp.Or(getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
 	return errors.Join(errs...)
 }
 

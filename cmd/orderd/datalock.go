@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -71,16 +72,9 @@ func inUse(dir string, b []byte) error {
 	who := "another orderd process"
 	if json.Unmarshal(b, &h) == nil && h.PID > 0 {
 		who = fmt.Sprintf("orderd pid %d (http %s, store %s, nats %s, started %s)",
-			h.PID, orNone(h.HTTP), orNone(h.Store), orNone(h.NATS), h.Started.Format(time.RFC3339))
+			h.PID, cmp.Or(h.HTTP, "none"), cmp.Or(h.Store, "none"), cmp.Or(h.NATS, "none"), h.Started.Format(time.RFC3339))
 	}
 	return fmt.Errorf("data dir %s is in use by %s: set another -data-dir (ORDERD_DATA_DIR) for this one, or stop that one", dir, who)
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 // setHTTP records the address this process serves HTTP on once it is
