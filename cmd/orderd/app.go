@@ -165,9 +165,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	m.startRoles(runCtx, r, w)
 	ready := readyChecks(r, w.reach.Ready, m.busConnected, m.health)
 	if r.api {
-		if m.http, err = m.startAPI(runCtx, w, ready); err != nil {
-			return err
-		}
+		m.http = m.startAPI(runCtx, w, ready)
 	} else {
 		// Health, readiness and metrics only, so that probes and scrapers
 		// see every role.
@@ -417,14 +415,11 @@ func (m *Main) startRoles(ctx context.Context, r roles, w *wiring) {
 
 // startAPI starts what the api role runs beside its HTTP server (the
 // console's history, the lag watch of admission) and returns the server.
-func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orderhttp.Check) (*orderhttp.Server, error) {
+func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orderhttp.Check) *orderhttp.Server {
 	c := &m.Config
 	var cache domain.StateCache
 	if c.CacheSize > 0 {
-		l, err := lru.New[string, domain.Order](c.CacheSize)
-		if err != nil {
-			return nil, err
-		}
+		l, _ := lru.New[string, domain.Order](c.CacheSize) // refuses only a size below 1
 		cache = stateCache{l}
 	}
 	svc := domain.NewService(tracing.NewEventStore(w.store), cache)
@@ -449,7 +444,7 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 		hc.Admission = newLagAdmission(watch, c.MaxLag, w.reg)
 		hc.Lag = lagByName{watch, map[string]string{w.sums.Name(): w.sums.Key(), w.sales.Name(): w.sales.Key()}}
 	}
-	return orderhttp.NewServer(hc), nil
+	return orderhttp.NewServer(hc)
 }
 
 // connectWait bounds the wait for the store and, for the roles that need
