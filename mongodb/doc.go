@@ -56,7 +56,7 @@
 // MongoDB one query sorted by _id, a walk of the _id index that holds one
 // batch of commits; on FerretDB, which sorts whole documents in memory, a
 // pass over the commit ids (at most 2^20 held, about 50 MiB, per pass)
-// followed by _id look-ups (see ScanMethod).
+// followed by _id look-ups (see Scan).
 //
 // Durability: every role connects with ClientOptions (w:majority, j:true,
 // readConcern majority, a server selection long enough for an election),

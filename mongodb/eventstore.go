@@ -44,8 +44,7 @@ type EventStore struct {
 	group   group // appends waiting for the insert in flight
 	dialect dialectOf
 
-	scan     ScanMethod // as configured
-	idBudget int        // commit ids a ScanByID pass holds
+	idBudget int // commit ids a scanByID pass holds
 
 	searchBudget time.Duration // browseBudget unless configured
 	searchStep   int           // browseWindow or browseChunk unless configured

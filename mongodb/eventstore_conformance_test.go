@@ -2,6 +2,7 @@ package mongodb_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"testing"
 
@@ -48,21 +49,18 @@ func TestAtomicity(t *testing.T) {
 	storetest.RunAtomicity(t, cfg)
 }
 
-// TestScanMethods runs the scan part of the suite with each way of reading
-// the log in order, whichever store MONGODB_URI names (ScanAuto picks one),
-// and with ScanByID in passes of a few ids.
-func TestScanMethods(t *testing.T) {
-	for name, opts := range map[string][]mongodb.EventStoreOption{
-		"sorted": {mongodb.WithScanMethod(mongodb.ScanSorted)},
-		"by-id":  {mongodb.WithScanMethod(mongodb.ScanByID)},
-		// Passes of 1 to 3 ids: a stream of two commits straddles every
-		// cut of 1 and most cuts of 3.
-		"by-id-passes-of-1": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(1)},
-		"by-id-passes-of-3": {mongodb.WithScanMethod(mongodb.ScanByID), mongodb.WithIDBudget(3)},
-	} {
-		t.Run(name, func(t *testing.T) {
+// TestScanInPasses runs the scan part of the suite on the embedded
+// store's path, which reads the range's commit ids first, in passes of a
+// few ids (TestConformance runs it with the budget of a pass, on both
+// sides of the dialect seam).
+func TestScanInPasses(t *testing.T) {
+	// Passes of 1 to 3 ids: a stream of two commits straddles every cut
+	// of 1 and most cuts of 3.
+	for _, budget := range []int{1, 3} {
+		t.Run(fmt.Sprintf("passes-of-%d", budget), func(t *testing.T) {
 			storetest.RunScan(t, func(t *testing.T) *mongodb.EventStore {
-				s, _ := storetest.OpenStore(t, opts...)
+				s, db := storetest.OpenStore(t, mongodb.WithIDBudget(budget))
+				mongodb.UseDialect(db.Client(), mongodb.DialectFerretDB)
 				return s
 			})
 		})
@@ -83,22 +81,5 @@ func TestDialectOf(t *testing.T) {
 	}
 	if got != want {
 		t.Fatalf("DialectOf = %s, want %s", got, want)
-	}
-}
-
-// TestScanAuto: on the embedded store (no MONGODB_URI), which sorts in
-// memory, ScanAuto reads by id; on another server it reads sorted.
-func TestScanAuto(t *testing.T) {
-	s, _ := storetest.OpenStore(t)
-	got, err := mongodb.ResolvedScanMethod(t.Context(), s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := mongodb.ScanSorted
-	if os.Getenv("MONGODB_URI") == "" {
-		want = mongodb.ScanByID
-	}
-	if got != want {
-		t.Fatalf("ScanAuto resolved to %d, want %d", got, want)
 	}
 }

@@ -25,15 +25,8 @@ func init() {
 // slower).
 func UseDialect(c *mongo.Client, d Dialect) { used.Store(c, d) }
 
-// WithScanMethod sets how Scan and Bounds read the log (default ScanAuto).
-func WithScanMethod(m ScanMethod) EventStoreOption { return func(s *EventStore) { s.scan = m } }
-
-// ResolvedScanMethod is how s reads the log in order on its server.
-func ResolvedScanMethod(ctx context.Context, s *EventStore) (ScanMethod, error) {
-	return s.scanMethod(ctx)
-}
-
-// WithIDBudget makes a ScanByID pass hold about n commit ids.
+// WithIDBudget makes a pass of scanByID (the FerretDB dialect's scan)
+// hold about n commit ids.
 func WithIDBudget(n int) EventStoreOption { return func(s *EventStore) { s.idBudget = n } }
 
 // HoldAppends makes s act as if an insert were in flight, so appends

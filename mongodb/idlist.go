@@ -45,7 +45,7 @@ func (l *idList) push(id string) error {
 	return nil
 }
 
-// idBudget is how many commit ids one pass of a ScanByID holds: about
+// idBudget is how many commit ids one pass of scanByID holds: about
 // 50 MiB. It bounds a scan's memory whatever the size of the log, at the
 // price of a pass over the range's ids per budget's worth of commits.
 const idBudget = 1 << 20

@@ -52,55 +52,22 @@ func scanFilter(r domain.ScanRange) bson.D {
 	return f
 }
 
-// ScanMethod is how Scan reads a range of the log in log order.
-type ScanMethod int
-
-const (
-	// ScanAuto reads sorted on MongoDB and by id on FerretDB (its dialect).
-	ScanAuto ScanMethod = iota
-	// ScanSorted reads the range in one query sorted by _id: on MongoDB a
-	// walk of the _id index that holds one batch of commits in memory.
-	ScanSorted
-	// ScanByID reads the range's commit ids first, unsorted, sorts them
-	// here, then reads the commits in batches of _id look-ups. It is for
-	// a store that sorts in memory: FerretDB sorts whole documents in Go
-	// (the peak RSS of BenchmarkRebuild's sorted scan, docs/benchmarks.md),
-	// while the ids take about 50 bytes per commit, at most 2^20 of them
-	// per pass over the range's ids.
-	ScanByID
-)
-
-// scanMethod resolves ScanAuto from the store's dialect.
-func (s *EventStore) scanMethod(ctx context.Context) (ScanMethod, error) {
-	if s.scan != ScanAuto {
-		return s.scan, nil
-	}
-	d, err := s.dialect.of(ctx, s.commits.Database())
-	if err != nil {
-		return ScanAuto, fmt.Errorf("scan log: %w", err)
-	}
-	if d == DialectFerretDB {
-		return ScanByID, nil
-	}
-	return ScanSorted, nil
-}
-
 // Scan reads the streams of r in log order and calls fn once per stream
 // with its events, until fn returns an error (which Scan returns). A whole
 // stream is read before fn sees it. It holds one batch of commits in
-// memory, and with ScanByID up to 2^20 of the range's commit ids besides,
-// reading a larger range in passes (see ScanMethod). Errors: fn's, domain.ErrUnavailable, and domain.ErrNotFound
+// memory, and on FerretDB up to 2^20 of the range's commit ids besides,
+// reading a larger range in passes (see scanByID). Errors: fn's, domain.ErrUnavailable, and domain.ErrNotFound
 // for a commit whose id was read and whose document then was not there.
 func (s *EventStore) Scan(ctx context.Context, r domain.ScanRange, fn func(domain.StreamEvents) error) error {
-	m, err := s.scanMethod(ctx)
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
-		return err
+		return fmt.Errorf("scan log: %w", err)
 	}
 	g := grouper{fn: fn}
-	if m == ScanSorted {
-		err = s.scanSorted(ctx, r, &g)
-	} else {
+	if dialect == DialectFerretDB {
 		err = s.scanByID(ctx, r, &g)
+	} else {
+		err = s.scanSorted(ctx, r, &g)
 	}
 	if err != nil {
 		return err
@@ -108,7 +75,8 @@ func (s *EventStore) Scan(ctx context.Context, r domain.ScanRange, fn func(domai
 	return g.flush()
 }
 
-// scanSorted reads the range in one cursor sorted by _id.
+// scanSorted reads the range in one query sorted by _id: on MongoDB a
+// walk of the _id index that holds one batch of commits in memory.
 func (s *EventStore) scanSorted(ctx context.Context, r domain.ScanRange, g *grouper) error {
 	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch))
 	if err != nil {
@@ -135,10 +103,13 @@ func (s *EventStore) scanSorted(ctx context.Context, r domain.ScanRange, g *grou
 	return nil
 }
 
-// scanByID reads the range's ids, then its commits by _id, a batch at a
-// time, each batch cut at a stream's end. A range of more than
-// idBudget commits is read in passes, each over the ids of the range
-// after the last stream of the one before.
+// scanByID reads the range's commit ids first, unsorted, sorts them here,
+// then reads the commits by _id, a batch at a time, each batch cut at a
+// stream's end. It is for a store that sorts in memory: FerretDB sorts
+// whole documents in Go (the peak RSS of BenchmarkRebuild's sorted scan,
+// docs/benchmarks.md), while the ids take about 50 bytes per commit. A
+// range of more than idBudget commits is read in passes, each over the
+// ids of the range after the last stream of the one before.
 func (s *EventStore) scanByID(ctx context.Context, r domain.ScanRange, g *grouper) error {
 	for {
 		ids, more, err := s.commitIDs(ctx, scanFilter(r), s.idBudget)
@@ -215,7 +186,7 @@ func (g *grouper) flush() error {
 
 const (
 	scanBatch    = 512 // commits read per batch of a Scan
-	scanParallel = 8   // _id look-ups of a batch in flight at once (ScanByID)
+	scanParallel = 8   // _id look-ups of a batch in flight at once (scanByID)
 )
 
 // streamOf is the stream id of a commit id (see CommitID).

@@ -36,7 +36,7 @@ func databaseOf(t testing.TB, s *mongodb.EventStore) *mongo.Database {
 
 // RunScan is the part of the conformance suite that reads the log in log
 // order (Scan and Bounds), and reads unreadable commits, for running it
-// once per mongodb.ScanMethod; RunConformance runs it too.
+// with passes of a few ids too; RunConformance runs it.
 func RunScan(t *testing.T, newStore func(t *testing.T) *mongodb.EventStore) {
 	t.Run("ScanInLogOrder", func(t *testing.T) { testScan(t, newStore(t)) })
 	t.Run("UnreadableCommit", func(t *testing.T) { testUnreadableCommit(t, newStore(t)) })
