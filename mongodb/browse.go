@@ -121,26 +121,17 @@ func (s *EventStore) LogCommit(ctx context.Context, id string) (c domain.LogComm
 	if err != nil {
 		return domain.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
 	}
-	return logCommitOf(raw), true, nil
+	return logCommitOf(decodeCommit(raw)), true, nil
 }
 
-// logCommitOf decodes a stored commit; one that does not decode keeps its
-// id and stream, with the decoder's error.
-func logCommitOf(raw bson.Raw) domain.LogCommit {
-	var d commitDoc
-	if err := bson.Unmarshal(raw, &d); err != nil {
-		id, _ := raw.Lookup("_id").StringValueOK()
-		return domain.LogCommit{ID: id, StreamID: streamOf(id), Events: []domain.Event{},
-			Error: fmt.Sprintf("commit %s: %v: %v", id, domain.ErrUnreadableCommit, err)}
-	}
-	return logCommitOfDoc(d)
-}
-
-func logCommitOfDoc(d commitDoc) domain.LogCommit {
+// logCommitOf is the commit d as the log browser shows it; unreadable is
+// its decoder's error (decodeCommit), which it then shows instead of its
+// events, as it does an event's.
+func logCommitOf(d commitDoc, unreadable error) domain.LogCommit {
 	out := domain.LogCommit{ID: d.ID, StreamID: d.StreamID, StreamType: d.StreamType, FirstVersion: d.FirstVersion,
 		LastVersion: d.LastVersion, RecordedAt: d.RecordedAt.UTC(), Events: []domain.Event{}}
 	evs, err := d.events()
-	if err != nil {
+	if err = cmp.Or(unreadable, err); err != nil {
 		out.Error = err.Error()
 		return out
 	}
@@ -313,7 +304,7 @@ func readPage(ctx context.Context, cur *mongo.Cursor) (domain.LogPage, error) {
 	defer cur.Close(context.WithoutCancel(ctx))
 	page := domain.LogPage{Commits: []domain.LogCommit{}}
 	for cur.Next(ctx) {
-		page.Commits = append(page.Commits, logCommitOf(cur.Current))
+		page.Commits = append(page.Commits, logCommitOf(decodeCommit(cur.Current)))
 	}
 	if err := cur.Err(); err != nil {
 		return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
@@ -346,7 +337,7 @@ func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain
 			page.Next = encodeCursor(cursorStream, q.StreamID, strconv.FormatInt(last.FirstVersion, 10))
 			break
 		}
-		if c := logCommitOfDoc(docs[i]); q.Matches(c) {
+		if c := logCommitOf(docs[i], nil); q.Matches(c) {
 			page.Commits = append(page.Commits, c)
 		}
 	}

@@ -142,15 +142,13 @@ func changedCommit(ev bson.Raw) (domain.RecordedCommit, error) {
 		op, _ := ev.Lookup("operationType").StringValueOK()
 		return domain.RecordedCommit{}, fmt.Errorf("tail the log: a %q event without its document", op)
 	}
-	var d commitDoc
-	if err := d.UnmarshalBSON(doc); err != nil {
-		id, _ := doc.Lookup("_id").StringValueOK()
+	d, err := decodeCommit(doc)
+	if err != nil {
 		// How many events it holds, for their log positions, as far as
 		// its array can be read.
 		events, _ := doc.Lookup("events").ArrayOK()
 		n, _ := events.Values()
-		return domain.RecordedCommit{ID: id, StreamID: streamOf(id), Count: len(n),
-			Err: fmt.Errorf("commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)}, nil
+		return domain.RecordedCommit{ID: d.ID, StreamID: d.StreamID, Count: len(n), Err: err}, nil
 	}
 	return d.recorded(), nil
 }

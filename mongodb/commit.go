@@ -167,6 +167,19 @@ func decodeValue(v bsoncore.Value, dst any) error {
 	return nil
 }
 
+// decodeCommit decodes the stored commit raw. One that does not decode
+// comes back with only its id and stream id, and an error wrapping
+// domain.ErrUnreadableCommit and the decoder's: reading it again will not
+// help.
+func decodeCommit(raw bson.Raw) (commitDoc, error) {
+	var d commitDoc
+	if err := d.UnmarshalBSON(raw); err != nil {
+		id, _ := raw.Lookup("_id").StringValueOK()
+		return commitDoc{ID: id, StreamID: streamOf(id)}, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
+	}
+	return d, nil
+}
+
 // CommitID is the _id of the commit of stream that starts at version
 // first: "<stream id>:<first version, 10 digits>". Deterministic ids make
 // every read of a stream a chain of _id look-ups, the one query FerretDB

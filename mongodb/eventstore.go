@@ -215,22 +215,20 @@ func (s *EventStore) duplicate(ctx context.Context, c domain.Commit) error {
 	return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, domain.ErrVersionConflict)
 }
 
-// findCommit reads the commit id; found is false when there is none.
-// Errors: domain.ErrUnreadableCommit (wrapped) for a document that does
-// not decode as a commit (reading it again will not help),
-// domain.ErrUnavailable.
-func (s *EventStore) findCommit(ctx context.Context, id string) (d commitDoc, found bool, err error) {
-	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
+// findCommit reads the commit filter selects (what names it in errors);
+// found is false when there is none. Errors: domain.ErrUnreadableCommit
+// (wrapped) for a document that does not decode as a commit, which comes
+// with its id and stream (decodeCommit); domain.ErrUnavailable.
+func (s *EventStore) findCommit(ctx context.Context, what string, filter bson.D) (d commitDoc, found bool, err error) {
+	raw, err := s.commits.FindOne(ctx, filter).Raw()
 	if errors.Is(err, mongo.ErrNoDocuments) {
 		return commitDoc{}, false, nil
 	}
 	if err != nil {
-		return commitDoc{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
+		return commitDoc{}, false, fmt.Errorf("read %s: %w", what, Translate(err))
 	}
-	if err := bson.Unmarshal(raw, &d); err != nil {
-		return commitDoc{}, false, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
-	}
-	return d, true, nil
+	d, err = decodeCommit(raw)
+	return d, true, err
 }
 
 // Load returns the stream's events after version after, in version order;
@@ -291,9 +289,9 @@ func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int6
 	defer cur.Close(context.WithoutCancel(ctx))
 	var docs []commitDoc
 	for cur.Next(ctx) {
-		var d commitDoc
-		if err := bson.Unmarshal(cur.Current, &d); err != nil {
-			return nil, fmt.Errorf("load %s: commit %v: %w: %v", streamID, cur.Current.Lookup("_id"), domain.ErrUnreadableCommit, err)
+		d, err := decodeCommit(cur.Current)
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", streamID, err)
 		}
 		// The commits must continue each other from the one holding from,
 		// as the chain of _id look-ups requires: a hole is a log this build
@@ -339,7 +337,8 @@ func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
 func (s *EventStore) chain(ctx context.Context, streamID string, first int64) ([]commitDoc, error) {
 	var docs []commitDoc
 	for next := first; ; {
-		d, found, err := s.findCommit(ctx, CommitID(streamID, next))
+		id := CommitID(streamID, next)
+		d, found, err := s.findCommit(ctx, "commit "+id, bson.D{{Key: "_id", Value: id}})
 		if err != nil {
 			return nil, fmt.Errorf("load %s at v%d: %w", streamID, next, err)
 		}
@@ -396,18 +395,8 @@ func (s *EventStore) commitWithKey(ctx context.Context, key, streamID string) (c
 		}
 		return docs[i], true, nil
 	}
-	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return commitDoc{}, false, nil
-	}
-	if err != nil {
-		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, Translate(err))
-	}
-	var d commitDoc
-	if err := bson.Unmarshal(raw, &d); err != nil {
-		return commitDoc{}, false, fmt.Errorf("idempotency key %q in stream %s: %w: %v", key, streamID, domain.ErrUnreadableCommit, err)
-	}
-	return d, true, nil
+	return s.findCommit(ctx, fmt.Sprintf("idempotency key %q in stream %s", key, streamID),
+		bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}})
 }
 
 // Ping checks that the store answers.

@@ -84,14 +84,9 @@ func (s *EventStore) scanSorted(ctx context.Context, r domain.ScanRange, g *grou
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
-		var d commitDoc
-		var unreadable error
-		if err := bson.Unmarshal(cur.Current, &d); err != nil {
-			id, ok := cur.Current.Lookup("_id").StringValueOK()
-			if !ok {
-				return fmt.Errorf("scan log: commit id %s is not a string", cur.Current.Lookup("_id"))
-			}
-			d, unreadable = commitDoc{ID: id, StreamID: streamOf(id)}, fmt.Errorf("read commit %s: %w: %v", id, domain.ErrUnreadableCommit, err)
+		d, unreadable := decodeCommit(cur.Current)
+		if d.ID == "" {
+			return fmt.Errorf("scan log: commit id %s is not a string", cur.Current.Lookup("_id"))
 		}
 		if err := g.add(d, unreadable); err != nil {
 			return err
@@ -207,10 +202,10 @@ func (s *EventStore) commitsByID(ctx context.Context, ids []string) (docs []comm
 	g.SetLimit(scanParallel)
 	for i, id := range ids {
 		g.Go(func() error {
-			d, found, err := s.findCommit(gctx, id)
+			d, found, err := s.findCommit(gctx, "commit "+id, bson.D{{Key: "_id", Value: id}})
 			switch {
 			case errors.Is(err, domain.ErrUnreadableCommit):
-				docs[i], unreadable[i] = commitDoc{ID: id, StreamID: streamOf(id)}, err
+				docs[i], unreadable[i] = d, err
 			case err != nil:
 				return fmt.Errorf("scan log: %w", err)
 			case !found:
