@@ -182,17 +182,23 @@ func (s *Documents[D]) Delete(ctx context.Context, coll, id string) error {
 
 // Each reads coll once, in batches of 1,000.
 func (s *Documents[D]) Each(ctx context.Context, coll string, fn func(id string, doc D) error) error {
-	cur, err := s.coll(coll).Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
+	return eachDoc(ctx, s.coll(coll), func(d stored[D]) error { return fn(d.ID, d.Doc) })
+}
+
+// eachDoc reads c once, in batches of 1,000, and calls fn with each
+// document, decoded, until fn returns an error (which it returns).
+func eachDoc[T any](ctx context.Context, c *mongo.Collection, fn func(T) error) error {
+	cur, err := c.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
 	if err != nil {
 		return Translate(err)
 	}
 	defer cur.Close(context.WithoutCancel(ctx))
 	for cur.Next(ctx) {
-		var d stored[D]
+		var d T
 		if err := cur.Decode(&d); err != nil {
 			return fmt.Errorf("decode: %w", err)
 		}
-		if err := fn(d.ID, d.Doc); err != nil {
+		if err := fn(d); err != nil {
 			return err
 		}
 	}
@@ -221,19 +227,21 @@ type sumDoc struct {
 	Hash    []byte `bson:"hash"`
 }
 
-// SaveSums records sums in one unordered insert; the sums of streams
-// already recorded (a scan retried from its cursor writes the streams
-// after it again, or a deposed owner's late batch did) are duplicate
-// keys, and only those are then replaced, by _id.
+// SaveSums records sums (see insertOrReplace).
 func (s *Documents[D]) SaveSums(ctx context.Context, coll string, sums []projection.Sum) error {
 	docs := make([]sumDoc, len(sums))
-	body := make([]any, len(sums))
 	for i, sm := range sums {
 		docs[i] = sumDoc{ID: sm.ID, Version: sm.Version, Hash: sm.Hash[:]}
-		body[i] = docs[i]
 	}
-	c := s.db.Collection(projection.SumsCollection(coll))
-	_, err := c.InsertMany(ctx, body, options.InsertMany().SetOrdered(false))
+	return insertOrReplace(ctx, s.db.Collection(projection.SumsCollection(coll)), docs, func(d sumDoc) string { return d.ID })
+}
+
+// insertOrReplace writes docs to c in one unordered insert; the documents
+// of streams already recorded (a scan retried from its cursor writes the
+// streams after it again, or a deposed owner's late batch did) are
+// duplicate keys, and only those are then replaced, by _id (id).
+func insertOrReplace[T any](ctx context.Context, c *mongo.Collection, docs []T, id func(T) string) error {
+	_, err := c.InsertMany(ctx, docs, options.InsertMany().SetOrdered(false))
 	if err == nil {
 		return nil
 	}
@@ -242,8 +250,8 @@ func (s *Documents[D]) SaveSums(ctx context.Context, coll string, sums []project
 		return Translate(err)
 	}
 	for i := range met {
-		if _, err := c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: docs[i].ID}}, docs[i], options.Replace().SetUpsert(true)); err != nil {
-			return fmt.Errorf("the sum of %s: %w", docs[i].ID, Translate(err))
+		if _, err := c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id(docs[i])}}, docs[i], options.Replace().SetUpsert(true)); err != nil {
+			return fmt.Errorf("%s of %s: %w", c.Name(), id(docs[i]), Translate(err))
 		}
 	}
 	return nil
@@ -252,30 +260,23 @@ func (s *Documents[D]) SaveSums(ctx context.Context, coll string, sums []project
 // EachSum reads the sums recorded for coll once, in batches of 1,000. A
 // hash of the wrong length reads as zero, which matches no document.
 func (s *Documents[D]) EachSum(ctx context.Context, coll string, fn func(projection.Sum) error) error {
-	cur, err := s.db.Collection(projection.SumsCollection(coll)).Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
-	if err != nil {
-		return Translate(err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
-		var d sumDoc
-		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
+	return eachDoc(ctx, s.db.Collection(projection.SumsCollection(coll)), func(d sumDoc) error {
 		sm := projection.Sum{ID: d.ID, Version: d.Version}
 		if len(d.Hash) == len(sm.Hash) {
 			sm.Hash = [32]byte(d.Hash)
 		}
-		if err := fn(sm); err != nil {
-			return err
-		}
-	}
-	return Translate(cur.Err())
+		return fn(sm)
+	})
 }
 
 // DropSums drops the sums recorded for coll.
 func (s *Documents[D]) DropSums(ctx context.Context, coll string) error {
-	if err := s.db.Collection(projection.SumsCollection(coll)).Drop(ctx); err != nil {
+	return dropSums(ctx, s.db, coll)
+}
+
+// dropSums drops projection.SumsCollection(coll).
+func dropSums(ctx context.Context, db *mongo.Database, coll string) error {
+	if err := db.Collection(projection.SumsCollection(coll)).Drop(ctx); err != nil {
 		return fmt.Errorf("drop %s: %w", projection.SumsCollection(coll), Translate(err))
 	}
 	return nil

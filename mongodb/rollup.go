@@ -247,55 +247,21 @@ type contributionDoc struct {
 	Sales    dayDoc `bson:"sales"`
 }
 
-// SaveContributions inserts the contributions unordered and replaces, by
-// _id, those already recorded (a scan resumed from its cursor).
+// SaveContributions records the contributions (see insertOrReplace).
 func (s *Rollups) SaveContributions(ctx context.Context, coll string, cs []projection.Contribution) error {
 	docs := make([]contributionDoc, len(cs))
-	body := make([]any, len(cs))
 	for i, c := range cs {
 		docs[i] = contributionDoc{ID: c.Stream, Day: c.Day, Currency: c.Currency, Sales: dayDoc(c.Sales)}
-		body[i] = docs[i]
 	}
-	sc := s.db.Collection(projection.SumsCollection(coll))
-	_, err := sc.InsertMany(ctx, body, options.InsertMany().SetOrdered(false))
-	if err == nil {
-		return nil
-	}
-	taken, err := splitSuperseded(err)
-	if err != nil {
-		return Translate(err)
-	}
-	for i := range taken {
-		if _, err := sc.ReplaceOne(ctx, bson.D{{Key: "_id", Value: docs[i].ID}}, docs[i], options.Replace().SetUpsert(true)); err != nil {
-			return fmt.Errorf("the contribution of %s: %w", docs[i].ID, Translate(err))
-		}
-	}
-	return nil
+	return insertOrReplace(ctx, s.db.Collection(projection.SumsCollection(coll)), docs, func(d contributionDoc) string { return d.ID })
 }
 
 // EachContribution reads the contributions in batches of 1,000.
 func (s *Rollups) EachContribution(ctx context.Context, coll string, fn func(projection.Contribution) error) error {
-	cur, err := s.db.Collection(projection.SumsCollection(coll)).Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
-	if err != nil {
-		return Translate(err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
-		var d contributionDoc
-		if err := cur.Decode(&d); err != nil {
-			return fmt.Errorf("decode: %w", err)
-		}
-		if err := fn(projection.Contribution{Stream: d.ID, Day: d.Day, Currency: d.Currency, Sales: projection.DaySales(d.Sales)}); err != nil {
-			return err
-		}
-	}
-	return Translate(cur.Err())
+	return eachDoc(ctx, s.db.Collection(projection.SumsCollection(coll)), func(d contributionDoc) error {
+		return fn(projection.Contribution{Stream: d.ID, Day: d.Day, Currency: d.Currency, Sales: projection.DaySales(d.Sales)})
+	})
 }
 
 // DropSums drops the contributions recorded for coll.
-func (s *Rollups) DropSums(ctx context.Context, coll string) error {
-	if err := s.db.Collection(projection.SumsCollection(coll)).Drop(ctx); err != nil {
-		return fmt.Errorf("drop %s: %w", projection.SumsCollection(coll), Translate(err))
-	}
-	return nil
-}
+func (s *Rollups) DropSums(ctx context.Context, coll string) error { return dropSums(ctx, s.db, coll) }
