@@ -212,23 +212,9 @@ func (r *Reader) summedSales(ctx context.Context, from, to time.Time, currency s
 	var gs []projection.SalesGroup
 	if dialect == DialectFerretDB {
 		// As for CustomerStats: summed here.
-		gs, err = perOrder(ctx, coll, match, func(o orderSums) projection.SalesGroup {
-			return projection.SalesGroup{Day: projection.SaleDay(o.PlacedAt), Currency: o.Currency, Status: o.Status, Orders: 1,
-				ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents}
-		})
+		gs, err = perOrder(ctx, coll, match)
 	} else {
-		gs, err = grouped(ctx, coll, match, bson.D{
-			{Key: "_id", Value: bson.D{
-				{Key: "day", Value: bson.D{{Key: "$dateToString", Value: bson.D{{Key: "format", Value: "%Y-%m-%d"}, {Key: "date", Value: "$placed_at"}}}}},
-				{Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},
-			{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
-			{Key: "item_count", Value: bson.D{{Key: "$sum", Value: "$item_count"}}},
-			{Key: "subtotal_cents", Value: bson.D{{Key: "$sum", Value: "$subtotal_cents"}}},
-			{Key: "freight_cents", Value: bson.D{{Key: "$sum", Value: "$freight_cents"}}},
-		}, func(g orderGroup) projection.SalesGroup {
-			return projection.SalesGroup{Day: g.Key.Day, Currency: g.Key.Currency, Status: g.Key.Status, Orders: g.Orders,
-				ItemCount: g.ItemCount, SubtotalCents: g.SubtotalCents, FreightCents: g.FreightCents}
-		})
+		gs, err = grouped(ctx, coll, match)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("daily sales %s to %s: %w", projection.SaleDay(from), projection.SaleDay(to), err)
@@ -252,19 +238,20 @@ var orderSumsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value:
 	{Key: "placed_at", Value: 1}}
 
 // perOrder reads the summaries match selects, one group of each.
-func perOrder[G any](ctx context.Context, coll *mongo.Collection, match bson.D, group func(orderSums) G) ([]G, error) {
+func perOrder(ctx context.Context, coll *mongo.Collection, match bson.D) ([]projection.SalesGroup, error) {
 	cur, err := coll.Find(ctx, match, options.Find().SetProjection(orderSumsFields))
 	if err != nil {
 		return nil, Translate(err)
 	}
 	defer func() { _ = cur.Close(ctx) }()
-	var out []G
+	var out []projection.SalesGroup
 	for cur.Next(ctx) {
 		var o orderSums
 		if err := cur.Decode(&o); err != nil {
 			return nil, err
 		}
-		out = append(out, group(o))
+		out = append(out, projection.SalesGroup{Day: projection.SaleDay(o.PlacedAt), Currency: o.Currency, Status: o.Status, Orders: 1,
+			ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents})
 	}
 	return out, Translate(cur.Err())
 }
@@ -282,8 +269,18 @@ type orderGroup struct {
 	FreightCents  int64 `bson:"freight_cents"`
 }
 
-// grouped runs {$match: match}, {$group: group} on the summaries.
-func grouped[G any](ctx context.Context, coll *mongo.Collection, match, group bson.D, row func(orderGroup) G) ([]G, error) {
+// grouped groups the summaries match selects by day, currency and status
+// in one aggregation.
+func grouped(ctx context.Context, coll *mongo.Collection, match bson.D) ([]projection.SalesGroup, error) {
+	group := bson.D{
+		{Key: "_id", Value: bson.D{
+			{Key: "day", Value: bson.D{{Key: "$dateToString", Value: bson.D{{Key: "format", Value: "%Y-%m-%d"}, {Key: "date", Value: "$placed_at"}}}}},
+			{Key: "currency", Value: "$currency"}, {Key: "status", Value: "$status"}}},
+		{Key: "orders", Value: bson.D{{Key: "$sum", Value: 1}}},
+		{Key: "item_count", Value: bson.D{{Key: "$sum", Value: "$item_count"}}},
+		{Key: "subtotal_cents", Value: bson.D{{Key: "$sum", Value: "$subtotal_cents"}}},
+		{Key: "freight_cents", Value: bson.D{{Key: "$sum", Value: "$freight_cents"}}},
+	}
 	cur, err := coll.Aggregate(ctx, mongo.Pipeline{{{Key: "$match", Value: match}}, {{Key: "$group", Value: group}}})
 	if err != nil {
 		return nil, Translate(err)
@@ -292,9 +289,10 @@ func grouped[G any](ctx context.Context, coll *mongo.Collection, match, group bs
 	if err := cur.All(ctx, &rows); err != nil {
 		return nil, Translate(err)
 	}
-	out := make([]G, len(rows))
+	out := make([]projection.SalesGroup, len(rows))
 	for i, g := range rows {
-		out[i] = row(g)
+		out[i] = projection.SalesGroup{Day: g.Key.Day, Currency: g.Key.Currency, Status: g.Key.Status, Orders: g.Orders,
+			ItemCount: g.ItemCount, SubtotalCents: g.SubtotalCents, FreightCents: g.FreightCents}
 	}
 	return out, nil
 }
