@@ -119,13 +119,7 @@ func (r *Reachability) Ready(context.Context) error {
 	return nil
 }
 
-// Down reports whether every known member failed its last heartbeat.
-func (r *Reachability) Down() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.down()
-}
-
+// down reports whether every known member failed its last heartbeat.
 func (r *Reachability) down() bool {
 	for _, ok := range r.healthy {
 		if ok {

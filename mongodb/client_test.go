@@ -132,7 +132,7 @@ func TestReachability(t *testing.T) {
 	if err := c.Ping(t.Context(), nil); err != nil {
 		t.Fatal(err)
 	}
-	if reach.Down() || reach.Ready(t.Context()) != nil {
+	if reach.Ready(t.Context()) != nil {
 		t.Fatal("down while the store answers")
 	}
 	inFlight, done, err := reach.Bound(t.Context())
@@ -142,7 +142,7 @@ func TestReachability(t *testing.T) {
 	defer done()
 
 	_ = store.Close()
-	storetest.WaitFor(t, 30*time.Second, "the store is seen down", reach.Down)
+	storetest.WaitFor(t, 30*time.Second, "the store is seen down", func() bool { return reach.Ready(t.Context()) != nil })
 	select {
 	case <-inFlight.Done():
 		if cause := context.Cause(inFlight); !errors.Is(cause, domain.ErrUnavailable) {
@@ -163,7 +163,7 @@ func TestReachability(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	storetest.WaitFor(t, 30*time.Second, "the store is seen up again", func() bool { return !reach.Down() })
+	storetest.WaitFor(t, 30*time.Second, "the store is seen up again", func() bool { return reach.Ready(t.Context()) == nil })
 	if _, done, err := reach.Bound(t.Context()); err != nil {
 		t.Errorf("bound after the store came back: %v", err)
 	} else {

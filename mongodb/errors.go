@@ -13,7 +13,7 @@ import (
 
 // Translate returns err wrapping domain.ErrUnavailable when it is not a
 // server's answer (network, timeout, server selection) or is a server
-// error that passes (see Transient); other server errors and context
+// error that passes (see transient); other server errors and context
 // errors are returned as they are, nil as nil.
 func Translate(err error) error {
 	// No server could be selected in time: the driver reports it with the
@@ -33,16 +33,16 @@ func Translate(err error) error {
 		return err
 	}
 	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !Transient(se) {
+	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
 		return err
 	}
 	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
 }
 
-// Transient reports a server error that passes: a failover, a node
+// transient reports a server error that passes: a failover, a node
 // shutting down, a time limit (codes from MongoDB's error_codes.yml), or
 // one the server labels retryable.
-func Transient(se mongo.ServerError) bool {
+func transient(se mongo.ServerError) bool {
 	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
 		return true
 	}

@@ -41,7 +41,7 @@ func (m *EventStoreMetrics) observeAppend(d time.Duration, err error) {
 		return
 	}
 	m.appendSeconds.Observe(d.Seconds())
-	if err != nil && !isDuplicate(err) {
+	if err != nil && !mongo.IsDuplicateKeyError(err) { // a lost race, not a failed append
 		m.appendErrors.Inc()
 	}
 }
@@ -57,6 +57,3 @@ func (m *EventStoreMetrics) observeBatch(n int) {
 		m.batchSize.Observe(float64(n))
 	}
 }
-
-// isDuplicate reports a duplicate key: a lost race, not a failed append.
-func isDuplicate(err error) bool { return err != nil && mongo.IsDuplicateKeyError(err) }
