@@ -52,3 +52,9 @@ func QueuedAppends(s *EventStore) int {
 // SetStatsPage makes r read a customer's summaries for the stats n at a
 // time.
 func SetStatsPage(r *Reader, n int) { r.statsPage = n }
+
+// NewLeases returns the leases kept in collection of db, as a Lease holds
+// them.
+func NewLeases(db *mongo.Database, collection string) *Leases {
+	return newLeases(db, collection, "expires_at")
+}

@@ -62,11 +62,8 @@ type Leases struct {
 	now    func() time.Time
 }
 
-// NewLeases returns the leases kept in collection of db.
-func NewLeases(db *mongo.Database, collection string) *Leases {
-	return newLeases(db, collection, "expires_at")
-}
-
+// newLeases returns the leases kept in collection of db, whose claims'
+// deadlines are in the field expiry.
 func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)),
 		expiry: expiry, now: time.Now}
@@ -252,7 +249,7 @@ type Lease struct {
 // NewLease returns the lease named name of db's LeasesCollection, for
 // holder (an instance id); ttl is how long a claim or renewal lasts.
 func NewLease(db *mongo.Database, name, holder string, ttl time.Duration) *Lease {
-	return &Lease{leases: NewLeases(db, LeasesCollection), name: name, holder: holder, ttl: ttl}
+	return &Lease{leases: newLeases(db, LeasesCollection, "expires_at"), name: name, holder: holder, ttl: ttl}
 }
 
 // TryAcquire renews the claim this Lease holds or, when it holds none or
