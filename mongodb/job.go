@@ -87,28 +87,26 @@ func (s *Jobs) Job(ctx context.Context, id string) (jobs.Job, error) {
 
 // Tasks returns the tasks of job, by id.
 func (s *Jobs) Tasks(ctx context.Context, job string) ([]jobs.Task, error) {
-	tasks, err := s.findTasks(ctx, bson.D{{Key: "job", Value: job}}, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	tasks, err := s.findTasks(ctx, bson.D{{Key: "job", Value: job}})
 	if err != nil {
 		return nil, fmt.Errorf("tasks of %s: %w", job, err)
 	}
 	return tasks, nil
 }
 
-// OpenTasks returns the tasks of every job that are in one of states.
+// OpenTasks returns the tasks of every job that are in one of states, by
+// id.
 func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]jobs.Task, error) {
-	tasks, err := s.findTasks(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}}, nil)
+	tasks, err := s.findTasks(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}})
 	if err != nil {
 		return nil, fmt.Errorf("list tasks: %w", err)
 	}
 	return tasks, nil
 }
 
-func (s *Jobs) findTasks(ctx context.Context, filter bson.D, opts *options.FindOptionsBuilder) ([]jobs.Task, error) {
-	var o []options.Lister[options.FindOptions]
-	if opts != nil {
-		o = append(o, opts)
-	}
-	cur, err := s.tasks.Find(ctx, filter, o...)
+// findTasks returns the tasks filter selects, by id.
+func (s *Jobs) findTasks(ctx context.Context, filter bson.D) ([]jobs.Task, error) {
+	cur, err := s.tasks.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
 		return nil, Translate(err)
 	}
