@@ -398,11 +398,3 @@ func (s *EventStore) commitWithKey(ctx context.Context, key, streamID string) (c
 	return s.findCommit(ctx, fmt.Sprintf("idempotency key %q in stream %s", key, streamID),
 		bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}})
 }
-
-// Ping checks that the store answers.
-func (s *EventStore) Ping(ctx context.Context) error {
-	if err := s.commits.Database().Client().Ping(ctx, nil); err != nil {
-		return fmt.Errorf("ping store: %w", Translate(err))
-	}
-	return nil
-}
