@@ -70,9 +70,7 @@ func (s *EventStore) Tail(ctx context.Context, after []byte, batch int, fn func(
 	rctx, cancel := context.WithCancel(ctx)
 	reads := make(chan tailRead, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		defer close(reads)
 		for {
 			r := readBatch(rctx, cs, batch)
@@ -85,7 +83,7 @@ func (s *EventStore) Tail(ctx context.Context, after []byte, batch int, fn func(
 				return
 			}
 		}
-	}()
+	})
 	defer func() {
 		cancel()
 		wg.Wait()
