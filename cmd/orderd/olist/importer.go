@@ -205,7 +205,7 @@ func document(v any) map[string]any {
 // diff names the top-level keys where a and b differ, with both values.
 func diff(a, b map[string]any) string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(merge(a, b))) {
+	for _, k := range keysOf(a, b) {
 		if !reflect.DeepEqual(a[k], b[k]) {
 			out = append(out, fmt.Sprintf("%s: log %s, read model %s", k, jsonText(a[k]), jsonText(b[k])))
 		}
@@ -213,10 +213,11 @@ func diff(a, b map[string]any) string {
 	return strings.Join(out, "; ")
 }
 
-func merge(a, b map[string]any) map[string]any {
-	m := maps.Clone(a)
-	maps.Copy(m, b)
-	return m
+// keysOf returns the keys of a and b, sorted, each once.
+func keysOf[V any](a, b map[string]V) []string {
+	keys := slices.AppendSeq(slices.Collect(maps.Keys(a)), maps.Keys(b))
+	slices.Sort(keys)
+	return slices.Compact(keys)
 }
 
 // jsonText is v as JSON, cut to valueWidth bytes ("..." appended when cut).

@@ -149,7 +149,7 @@ func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]
 // folds, in day and currency order, with the fields that differ.
 func diffSales(want, got map[string]domain.DailySales) []string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(merge(anyMap(want), anyMap(got)))) {
+	for _, k := range keysOf(want, got) {
 		w, inLog := want[k]
 		g, inModel := got[k]
 		switch {
@@ -160,14 +160,6 @@ func diffSales(want, got map[string]domain.DailySales) []string {
 		case w != g:
 			out = append(out, k+": "+diff(document(w), document(g)))
 		}
-	}
-	return out
-}
-
-func anyMap(m map[string]domain.DailySales) map[string]any {
-	out := make(map[string]any, len(m))
-	for k, v := range m {
-		out[k] = v
 	}
 	return out
 }
