@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // Retry policy of one request: attempts in all, and the first backoff,
@@ -70,12 +71,9 @@ func (r *importer) retry(ctx context.Context, call func(ctx context.Context) err
 		if !again || attempt == attempts || ctx.Err() != nil {
 			return err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		pause.For(ctx, wait)
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case <-t.C:
 		}
 		backoff *= 2
 	}

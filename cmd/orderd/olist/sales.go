@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // salesYears is the longest range one GET /v1/daily-sales covers: ten
@@ -104,10 +105,9 @@ func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial
 		if len(diffs) == 0 || !time.Now().Before(r.catchUp) {
 			return sc
 		}
-		select {
-		case <-ctx.Done():
+		pause.For(ctx, salesPoll)
+		if ctx.Err() != nil {
 			return sc
-		case <-time.After(salesPoll):
 		}
 	}
 }
