@@ -53,12 +53,9 @@ func decode(c echo.Context, dst any, optional bool) error {
 		}
 		return malformed("a JSON body is required")
 	}
-	if ct := req.Header.Get(echo.HeaderContentType); ct != "" {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || (mt != echo.MIMEApplicationJSON && !strings.HasSuffix(mt, "+json")) {
-			return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/json")
-		}
-	} else {
+	// A missing Content-Type is no media type either: ParseMediaType refuses "".
+	if mt, _, err := mime.ParseMediaType(req.Header.Get(echo.HeaderContentType)); err != nil ||
+		(mt != echo.MIMEApplicationJSON && !strings.HasSuffix(mt, "+json")) {
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType, "the body must be application/json")
 	}
 	if trimmed[0] != '{' {
