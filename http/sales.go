@@ -10,10 +10,10 @@ import (
 	"github.com/orderd/orderd/http/api"
 )
 
-// maxSalesYears is the longest range GET /v1/daily-sales answers: ten
+// MaxSalesYears is the longest range GET /v1/daily-sales answers: ten
 // years of days, both ends included (a range reads a document per month
-// and currency).
-const maxSalesYears = 10
+// and currency). A client asks for a longer range in parts.
+const MaxSalesYears = 10
 
 // DailySalesReport is the answer of GET /v1/daily-sales: the range asked
 // for (YYYY-MM-DD, both included) and one row per day and currency that
@@ -27,7 +27,7 @@ type DailySalesReport struct {
 // GetDailySales answers GET /v1/daily-sales?from=YYYY-MM-DD&to=YYYY-MM-DD[&currency=XXX]
 // from the daily_sales rollup (summed from the order summaries until it is
 // built). from and to are required, to is not before from and the range
-// is at most maxSalesYears years; every invalid parameter is listed in
+// is at most MaxSalesYears years; every invalid parameter is listed in
 // the 422.
 func (s operations) GetDailySales(c echo.Context, p api.GetDailySalesParams) error {
 	currency := text(p.Currency)
@@ -46,7 +46,7 @@ func (s operations) GetDailySales(c echo.Context, p api.GetDailySalesParams) err
 	case !fromOK || !toOK:
 	case to.Before(from):
 		fields = append(fields, domain.FieldError{Field: "to", Detail: "on or after from"})
-	case !to.Before(from.AddDate(maxSalesYears, 0, 0)):
+	case !to.Before(from.AddDate(MaxSalesYears, 0, 0)):
 		fields = append(fields, domain.FieldError{Field: "to", Detail: "less than ten years after from"})
 	}
 	if currency != "" && !domain.ValidCurrency(currency) {

@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
+	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/internal/pause"
 )
-
-// salesYears is the longest range one GET /v1/daily-sales covers: ten
-// years of days, both ends included.
-const salesYears = 10
 
 // salesPoll is how long the daily sales check waits between two reads of
 // a read model that is still behind.
@@ -113,7 +110,8 @@ func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial
 }
 
 // dailySales reads the rows of the days from to to (YYYY-MM-DD), in
-// requests of at most salesYears years, keyed by "<day> <currency>".
+// requests of at most orderhttp.MaxSalesYears years, keyed by
+// "<day> <currency>".
 func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]domain.DailySales, error) {
 	start, err := time.Parse(time.DateOnly, from)
 	if err != nil {
@@ -124,8 +122,8 @@ func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]
 		return nil, err
 	}
 	out := map[string]domain.DailySales{}
-	for day := start; !day.After(end); day = day.AddDate(salesYears, 0, 0) {
-		last := day.AddDate(salesYears, 0, -1)
+	for day := start; !day.After(end); day = day.AddDate(orderhttp.MaxSalesYears, 0, 0) {
+		last := day.AddDate(orderhttp.MaxSalesYears, 0, -1)
 		if last.After(end) {
 			last = end
 		}
