@@ -1,6 +1,7 @@
 package http
 
 import (
+	"cmp"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -84,16 +85,13 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 			return
 		}
 		p := toProblem(err)
-		if errors.Is(err, domain.ErrNotBuilt) {
+		var own *problemError // written here, for clients: no internals, and counted, not logged
+		switch {
+		case errors.Is(err, domain.ErrNotBuilt):
 			// A state of the service, not a failure: the first build of
 			// a read model takes about as long as a rebuild.
 			c.Response().Header().Set("Retry-After", "5")
-			c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
-			_ = c.JSON(p.Status, p)
-			return
-		}
-		var own *problemError // written here, for clients: no internals, and counted, not logged
-		if p.Status >= 500 && !errors.As(err, &own) {
+		case p.Status >= 500 && !errors.As(err, &own):
 			if c.Request().Context().Err() == nil { // not a client that went away
 				log.Error("request failed", "method", c.Request().Method, "path", c.Path(), "status", p.Status, "err", err,
 					"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "correlation_id", correlationID(c))
@@ -113,15 +111,12 @@ func toProblem(err error) Problem {
 	}
 	var he *echo.HTTPError
 	if errors.As(err, &he) {
-		slug := map[int]string{
+		slug := cmp.Or(map[int]string{
 			http.StatusNotFound: "route", http.StatusMethodNotAllowed: "method",
 			http.StatusRequestEntityTooLarge: "too-large", http.StatusUnsupportedMediaType: "unsupported",
 			http.StatusUnauthorized: "unauthorized", http.StatusBadRequest: "malformed",
 			http.StatusTooManyRequests: "overloaded", http.StatusServiceUnavailable: "overloaded",
-		}[he.Code]
-		if slug == "" {
-			slug = "internal"
-		}
+		}[he.Code], "internal")
 		detail, _ := he.Message.(string)
 		return Problem{Type: "/problems/" + slug, Title: titles[slug], Status: he.Code, Detail: detail}
 	}
