@@ -27,10 +27,7 @@ func logRequests(log *slog.Logger, slow time.Duration) echo.MiddlewareFunc {
 			if !log.Enabled(req.Context(), level) {
 				return err
 			}
-			status := c.Response().Status
-			if err != nil {
-				status = toProblem(err).Status
-			}
+			status := answered(c, err)
 			log.Log(req.Context(), level, "request", "method", req.Method, "route", c.Path(), "status", status,
 				"duration_ms", float64(took.Microseconds())/1000,
 				"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "correlation_id", correlationID(c))

@@ -104,6 +104,15 @@ func errorHandler(log *slog.Logger) echo.HTTPErrorHandler {
 	}
 }
 
+// answered is the status of c's answer: the one written, or the one the
+// error handler writes for err.
+func answered(c echo.Context, err error) int {
+	if err != nil {
+		return toProblem(err).Status
+	}
+	return c.Response().Status
+}
+
 func toProblem(err error) Problem {
 	var pe *problemError
 	if errors.As(err, &pe) {

@@ -61,11 +61,7 @@ func (m *readMetrics) middleware(e *echo.Echo) echo.MiddlewareFunc {
 			start := time.Now()
 			err := next(c)
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
-			status := c.Response().Status
-			if err != nil {
-				status = toProblem(err).Status
-			}
-			if status >= 400 {
+			if status := answered(c, err); status >= 400 {
 				m.errors.WithLabelValues(route, statusClass(status)).Inc()
 			}
 			return err

@@ -42,10 +42,7 @@ func traceRequests(next echo.HandlerFunc) echo.HandlerFunc {
 		defer span.End()
 		c.SetRequest(req.WithContext(ctx))
 		err := next(c)
-		status := c.Response().Status
-		if err != nil {
-			status = toProblem(err).Status
-		}
+		status := answered(c, err)
 		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if status >= 500 {
 			span.SetStatus(otelcodes.Error, "")
