@@ -43,9 +43,7 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 	if partitions > 0 {
 		body.Partitions = &partitions
 	}
-	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.StartRebuild(ctx, projection, body, edit...)
-	})
+	return answer[jobs.Job](ctx, c, bind2(c.api.StartRebuild, projection, body))
 }
 
 // SwitchBack points readers of projection back at the collection the last
@@ -53,46 +51,40 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // *Error wrapping domain.ErrNotFound (unknown projection),
 // domain.ErrNoPrevious or domain.ErrJobRunning.
 func (c *Client) SwitchBack(ctx context.Context, projection string) (admin.ProjectionStatus, error) {
-	return answer[admin.ProjectionStatus](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.SwitchBack(ctx, projection, edit...)
-	})
+	return answer[admin.ProjectionStatus](ctx, c, bind(c.api.SwitchBack, projection))
 }
 
 // StartVerify starts a verification of the projection's read model
 // against the log, rewriting what differs when repair is set. It returns
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).
 func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
-	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.StartVerify(ctx, projection, api.VerifyRequest{Repair: &repair}, edit...)
-	})
+	return answer[jobs.Job](ctx, c, bind2(c.api.StartVerify, projection, api.VerifyRequest{Repair: &repair}))
 }
 
 // Job returns the job id of kind on projection ("" for a replay), or an
 // *Error wrapping domain.ErrNotFound.
 func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		switch kind {
-		case jobs.KindRebuild:
-			return c.api.GetRebuild(ctx, projection, id, edit...)
-		case jobs.KindVerify:
-			return c.api.GetVerification(ctx, projection, id, edit...)
-		}
-		return c.api.GetReplay(ctx, id, edit...)
-	})
+	op := bind(c.api.GetReplay, id)
+	switch kind {
+	case jobs.KindRebuild:
+		op = bind2(c.api.GetRebuild, projection, id)
+	case jobs.KindVerify:
+		op = bind2(c.api.GetVerification, projection, id)
+	}
+	return answer[jobs.Job](ctx, c, op)
 }
 
 // CancelJob asks the job to stop at its next checkpoint and returns it, or
 // an *Error wrapping domain.ErrNotFound or domain.ErrJobFinished.
 func (c *Client) CancelJob(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	return answer[jobs.Job](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		switch kind {
-		case jobs.KindRebuild:
-			return c.api.CancelRebuild(ctx, projection, id, edit...)
-		case jobs.KindVerify:
-			return c.api.CancelVerification(ctx, projection, id, edit...)
-		}
-		return c.api.CancelReplay(ctx, id, edit...)
-	})
+	op := bind(c.api.CancelReplay, id)
+	switch kind {
+	case jobs.KindRebuild:
+		op = bind2(c.api.CancelRebuild, projection, id)
+	case jobs.KindVerify:
+		op = bind2(c.api.CancelVerification, projection, id)
+	}
+	return answer[jobs.Job](ctx, c, op)
 }
 
 // JobURL is the absolute URL of the job, where a GET follows it.

@@ -153,6 +153,20 @@ func excerpt(body []byte) string {
 // request, edited by edit, and returns the answer.
 type call func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error)
 
+// bind is the call of op with its one argument a.
+func bind[A any](op func(context.Context, A, ...api.RequestEditorFn) (*http.Response, error), a A) call {
+	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return op(ctx, a, edit...)
+	}
+}
+
+// bind2 is the call of op with its two arguments a and b.
+func bind2[A, B any](op func(context.Context, A, B, ...api.RequestEditorFn) (*http.Response, error), a A, b B) call {
+	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
+		return op(ctx, a, b, edit...)
+	}
+}
+
 // do sends the request of op with the headers of h, decodes a 2xx answer
 // into out (nil: not decoded) and returns its headers.
 func (c *Client) do(ctx context.Context, op call, h http.Header, out any) (http.Header, error) {
@@ -217,23 +231,21 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 			body.Items = append(body.Items, api.ItemRequest{Sku: l.SKU, Quantity: l.Quantity, UnitPriceCents: l.UnitPriceCents,
 				FreightCents: nonZero(l.FreightCents)})
 		}
-		op = func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-			return c.api.PlaceOrder(ctx, body, edit...)
-		}
+		op = bind(c.api.PlaceOrder, body)
 	case domain.Approve:
-		op = c.step(c.api.ApproveOrder, orderID, x.At)
+		op = bind2(c.api.ApproveOrder, orderID, api.StepRequest{At: timeOf(x.At)})
 	case domain.Invoice:
-		op = c.step(c.api.InvoiceOrder, orderID, x.At)
+		op = bind2(c.api.InvoiceOrder, orderID, api.StepRequest{At: timeOf(x.At)})
 	case domain.StartProcessing:
-		op = c.step(c.api.ProcessOrder, orderID, x.At)
+		op = bind2(c.api.ProcessOrder, orderID, api.StepRequest{At: timeOf(x.At)})
 	case domain.Ship:
-		op = c.step(c.api.ShipOrder, orderID, x.At)
+		op = bind2(c.api.ShipOrder, orderID, api.StepRequest{At: timeOf(x.At)})
 	case domain.Deliver:
-		op = c.step(c.api.DeliverOrder, orderID, x.At)
+		op = bind2(c.api.DeliverOrder, orderID, api.StepRequest{At: timeOf(x.At)})
 	case domain.Cancel:
-		op = c.reason(c.api.CancelOrder, orderID, x.At, x.Reason)
+		op = bind2(c.api.CancelOrder, orderID, api.ReasonRequest{At: timeOf(x.At), Reason: nonEmpty(x.Reason)})
 	case domain.MarkUnavailable:
-		op = c.reason(c.api.MarkOrderUnavailable, orderID, x.At, x.Reason)
+		op = bind2(c.api.MarkOrderUnavailable, orderID, api.ReasonRequest{At: timeOf(x.At), Reason: nonEmpty(x.Reason)})
 	default:
 		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
 	}
@@ -264,26 +276,6 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 		Replayed: header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
-// step is the call of a lifecycle command whose body is only its time.
-func (c *Client) step(op func(context.Context, api.OrderId, api.StepRequest, ...api.RequestEditorFn) (*http.Response, error),
-	orderID string, at time.Time) call {
-	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return op(ctx, orderID, api.StepRequest{At: timeOf(at)}, edit...)
-	}
-}
-
-// reason is the call of a lifecycle command that carries a reason.
-func (c *Client) reason(op func(context.Context, api.OrderId, api.ReasonRequest, ...api.RequestEditorFn) (*http.Response, error),
-	orderID string, at time.Time, reason string) call {
-	body := api.ReasonRequest{At: timeOf(at)}
-	if reason != "" {
-		body.Reason = &reason
-	}
-	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return op(ctx, orderID, body, edit...)
-	}
-}
-
 func setHeader(h http.Header, k, v string) {
 	if v != "" {
 		h.Set(k, v)
@@ -307,6 +299,14 @@ func nonZero(n int64) *int64 {
 	return &n
 }
 
+// nonEmpty is &s, or nil for "" (left out of the body).
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
 // Order returns the order folded from its event log (GET /v1/orders/{id}),
 // or an *Error wrapping domain.ErrNotFound.
 func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
@@ -323,9 +323,7 @@ func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency st
 	if currency != "" {
 		p.Currency = &currency
 	}
-	return answer[DailySalesReport](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.GetDailySales(ctx, &p, edit...)
-	})
+	return answer[DailySalesReport](ctx, c, bind(c.api.GetDailySales, &p))
 }
 
 // OrderUntil returns the order folded from its event log up to b
@@ -342,9 +340,7 @@ func (c *Client) OrderUntil(ctx context.Context, id string, b domain.Bound) (dom
 		at := b.At.Format(time.RFC3339Nano)
 		p.AsOf = &at
 	}
-	return answer[domain.Order](ctx, c, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.GetOrder(ctx, id, &p, edit...)
-	})
+	return answer[domain.Order](ctx, c, bind2(c.api.GetOrder, id, &p))
 }
 
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
@@ -369,9 +365,7 @@ func (c *Client) Summary(ctx context.Context, id string, q SummaryQuery) (o doma
 		w := q.Wait.String()
 		p.Wait = &w
 	}
-	header, err := c.do(ctx, func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return c.api.GetOrderSummary(ctx, id, &p, edit...)
-	}, nil, &o)
+	header, err := c.do(ctx, bind2(c.api.GetOrderSummary, id, &p), nil, &o)
 	if err != nil {
 		return domain.Order{}, false, err
 	}
