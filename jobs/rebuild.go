@@ -83,10 +83,7 @@ func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
 			// collection a pointer names.
-			if err := j.pointers.Retire(ctx, name, p.Shadow, "abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
-				return false, err
-			}
-			if err := j.pointers.Retire(ctx, name, projection.SumsCollection(p.Shadow), "sums of an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
+			if err := j.retireShadow(ctx, name, p.Shadow, "an abandoned shadow", now.Add(abandonedShadowGrace)); err != nil {
 				return false, err
 			}
 		}
@@ -104,13 +101,7 @@ func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
-		_, perr := j.pointers.Update(context.WithoutCancel(ctx), name, coll, func(p *projection.Pointer) (bool, error) {
-			if p.Shadow != job.Shadow {
-				return false, nil
-			}
-			p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
-			return true, nil
-		})
+		_, perr := j.withdraw(context.WithoutCancel(ctx), job)
 		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
 	j.wake()
@@ -419,13 +410,7 @@ const abandonedShadowGrace = time.Minute
 // shadow the pointer has already made active is left alone: readers read
 // it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job Job) error {
-	ptr, err := w.jobs.pointers.Update(ctx, job.Projection, w.jobs.projs[job.Projection].Collection(), func(p *projection.Pointer) (bool, error) {
-		if p.Shadow != job.Shadow {
-			return false, nil
-		}
-		p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
-		return true, nil
-	})
+	ptr, err := w.jobs.withdraw(ctx, job)
 	if err != nil {
 		return fmt.Errorf("rebuild %s: withdraw %s: %w", job.ID, job.Shadow, err)
 	}
@@ -433,11 +418,8 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
 		return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 	}
-	if err := w.jobs.pointers.Retire(ctx, job.Projection, job.Shadow, "rebuild "+job.ID+" did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
-		return err
-	}
 	// Its scan may still write the sums until it reaches a checkpoint.
-	if err := w.jobs.pointers.Retire(ctx, job.Projection, projection.SumsCollection(job.Shadow), "sums of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
+	if err := w.jobs.retireShadow(ctx, job.Projection, job.Shadow, "the shadow of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
 	if err := w.jobs.store.SetTasksState(ctx, job.ID, taskPending, taskCanceled); err != nil {
@@ -449,4 +431,25 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 		}
 	}
 	return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
+}
+
+// withdraw takes job's shadow off its projection's pointer, if the
+// pointer still names it, and returns the pointer.
+func (j *Jobs) withdraw(ctx context.Context, job Job) (projection.Pointer, error) {
+	return j.pointers.Update(ctx, job.Projection, j.projs[job.Projection].Collection(), func(p *projection.Pointer) (bool, error) {
+		if p.Shadow != job.Shadow {
+			return false, nil
+		}
+		p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
+		return true, nil
+	})
+}
+
+// retireShadow schedules the drop of shadow, which is what (a reason the
+// drop list shows), and of the sums recorded beside it, at after.
+func (j *Jobs) retireShadow(ctx context.Context, name, shadow, what string, after time.Time) error {
+	if err := j.pointers.Retire(ctx, name, shadow, what, after); err != nil {
+		return err
+	}
+	return j.pointers.Retire(ctx, name, projection.SumsCollection(shadow), "the sums of "+what, after)
 }
