@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -71,14 +72,7 @@ func New(store Store, leases TaskLeases, ps Pointers, events EventLog, projs ...
 }
 
 // Projections returns the names of the projections, sorted.
-func (j *Jobs) Projections() []string {
-	var out []string
-	for n := range j.projs {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
+func (j *Jobs) Projections() []string { return slices.Sorted(maps.Keys(j.projs)) }
 
 func (j *Jobs) known(projection string) error {
 	if _, ok := j.projs[projection]; !ok {
