@@ -451,54 +451,21 @@ func (r *Rollup) cursor(ctx context.Context, coll string, fresh bool) (RollupCur
 // then the cursor. A collection without a cursor (a shadow its build has
 // not started) takes nothing.
 func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
-	var out Outcome
 	cur, ok, err := r.cursor(ctx, coll, false)
 	if err != nil || !ok {
-		return out, err
+		return Outcome{}, err
 	}
-	// Another process may have moved the cursor on (a pin that moved):
-	// read it again before calling anything a gap.
-	for fresh := false; ; fresh = true {
-		first := -1
-		for i, d := range ds {
-			if d.Position > cur.Position && d.Position != 0 {
-				first = i
-				break
-			}
-		}
-		if first < 0 {
-			out.Duplicates = len(ds)
-			return out, nil
-		}
-		if ds[first].Position == cur.Position+1 {
-			break
-		}
-		if fresh {
-			return out, &GapError{Collection: coll, From: cur.Position + 1, To: ds[first].Position - 1, AfterSeq: cur.Seq, BeforeSeq: ds[first].Seq}
-		}
+	out, last, byYear, err := r.run(coll, cur, ds, counted)
+	if err != nil && last.Position == cur.Position {
+		// Another process may have moved the cursor on (a pin that
+		// moved): read it again before calling the first position a gap.
 		if cur, ok, err = r.cursor(ctx, coll, true); err != nil || !ok {
-			return out, err
+			return Outcome{}, err
 		}
+		out, last, byYear, err = r.run(coll, cur, ds, counted)
 	}
-	// The run: consecutive positions from the cursor on.
-	last := cur
-	byYear := map[string][]int{}
-	for i, d := range ds {
-		switch {
-		case d.Position == 0 || d.Position <= last.Position:
-			out.Duplicates++
-			continue
-		case d.Position != last.Position+1:
-			return out, &GapError{Collection: coll, From: last.Position + 1, To: d.Position - 1, AfterSeq: last.Seq, BeforeSeq: d.Seq}
-		}
-		last.Position, last.Seq = d.Position, d.Seq
-		c := counted[i]
-		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
-			continue
-		}
-		id := YearID(c.Day, c.Currency)
-		byYear[id] = append(byYear[id], i)
-		out.Applied++
+	if err != nil || last.Position == cur.Position {
+		return out, err // a gap, or nothing past the cursor
 	}
 	for _, id := range slices.Sorted(maps.Keys(byYear)) {
 		if err := r.addToYear(ctx, coll, id, ds, counted, byYear[id]); err != nil {
@@ -514,6 +481,34 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 	}
 	r.mu.Unlock()
 	return out, nil
+}
+
+// run takes the run of ds past cur: the deliveries of consecutive
+// positions from cur on, the others being duplicates. It returns the
+// cursor after the run, and the indexes of the deliveries it counts (those
+// recorded after cur's cut) by the year they add to. Errors: a *GapError
+// at the first position that does not follow on.
+func (r *Rollup) run(coll string, cur RollupCursor, ds []Delivery, counted []*Contribution) (Outcome, RollupCursor, map[string][]int, error) {
+	var out Outcome
+	last, byYear := cur, map[string][]int{}
+	for i, d := range ds {
+		switch {
+		case d.Position == 0 || d.Position <= last.Position:
+			out.Duplicates++
+			continue
+		case d.Position != last.Position+1:
+			return out, last, nil, &GapError{Collection: coll, From: last.Position + 1, To: d.Position - 1, AfterSeq: last.Seq, BeforeSeq: d.Seq}
+		}
+		last.Position, last.Seq = d.Position, d.Seq
+		c := counted[i]
+		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
+			continue
+		}
+		id := YearID(c.Day, c.Currency)
+		byYear[id] = append(byYear[id], i)
+		out.Applied++
+	}
+	return out, last, byYear, nil
 }
 
 // maxSaveTries bounds the compare-and-set writes of a year that another
