@@ -276,12 +276,8 @@ func (r *Rollup) Compare(ctx context.Context, coll, active string) (VerifyReport
 // snapshot reads every year of a and of b, and reports whether both
 // cursors stood at one position, the same before and after.
 func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesYear, pos uint64, ok bool, err error) {
-	ca, _, err := r.store.Cursor(ctx, a)
-	if err != nil {
-		return nil, nil, 0, false, err
-	}
-	cb, _, err := r.store.Cursor(ctx, b)
-	if err != nil || ca.Position != cb.Position {
+	pa, pb, err := r.positions(ctx, a, b)
+	if err != nil || pa != pb {
 		return nil, nil, 0, false, err
 	}
 	if ma, err = r.store.Years(ctx, a, "", "~"); err != nil {
@@ -290,15 +286,18 @@ func (r *Rollup) snapshot(ctx context.Context, a, b string) (ma, mb []SalesYear,
 	if mb, err = r.store.Years(ctx, b, "", "~"); err != nil {
 		return nil, nil, 0, false, err
 	}
-	ca2, _, err := r.store.Cursor(ctx, a)
+	pa2, pb2, err := r.positions(ctx, a, b)
+	return ma, mb, pa, err == nil && pa2 == pa && pb2 == pb, err
+}
+
+// positions returns the positions of the cursors of a and of b.
+func (r *Rollup) positions(ctx context.Context, a, b string) (uint64, uint64, error) {
+	ca, _, err := r.store.Cursor(ctx, a)
 	if err != nil {
-		return nil, nil, 0, false, err
+		return 0, 0, err
 	}
-	cb2, _, err := r.store.Cursor(ctx, b)
-	if err != nil {
-		return nil, nil, 0, false, err
-	}
-	return ma, mb, ca.Position, ca2.Position == ca.Position && cb2.Position == cb.Position, nil
+	cb, _, err := r.store.Cursor(ctx, b)
+	return ca.Position, cb.Position, err
 }
 
 // diff reports in rep each day and currency whose sums differ between
