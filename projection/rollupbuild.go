@@ -143,43 +143,33 @@ const catchUpWait = 2 * time.Minute
 // progress's, and domain.ErrUnavailable (wrapped) when coll did not catch
 // up within catchUpWait (the live feed does not run, or lost positions).
 func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress func(VerifyProgress) error) (VerifyReport, error) {
-	rep := VerifyReport{Collection: coll, Examples: []DriftExample{}}
+	v := &verifying{coll: coll, rep: VerifyReport{Collection: coll, Examples: []DriftExample{}}}
 	years := map[string]*SalesYear{}
-	var pr VerifyProgress
 	err := r.store.EachContribution(ctx, coll, func(c Contribution) error {
-		rep.Streams++
+		v.rep.Streams++
 		id := YearID(c.Day, c.Currency)
 		if years[id] == nil {
 			years[id] = &SalesYear{Days: map[string]DaySales{}}
 		}
 		years[id].addDay(c.Day, c.Sales)
-		pr.Streams, pr.Cursor = rep.Streams, c.Stream
-		if rep.Streams%500 == 0 && progress != nil {
-			return progress(pr)
-		}
-		return nil
+		return v.step(c.Stream, progress)
 	})
 	if err != nil {
-		return rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
+		return v.rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
 	for _, id := range slices.Sorted(maps.Keys(years)) {
 		written, err := r.merge(ctx, coll, id, years[id].Days)
 		if err != nil {
-			return rep, err
+			return v.rep, err
 		}
 		if written {
-			rep.Documents++
+			v.rep.Documents++
 		}
 	}
 	if err := r.waitCaughtUp(ctx, coll); err != nil {
-		return rep, err
+		return v.rep, err
 	}
-	if progress != nil {
-		if err := progress(pr); err != nil {
-			return rep, err
-		}
-	}
-	return rep, nil
+	return v.end(progress)
 }
 
 // merge adds a scan's days to year id of coll unless a merge of coll's

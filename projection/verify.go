@@ -139,7 +139,8 @@ func (p *Model[D]) VerifySums(ctx context.Context, coll string, repair bool, pro
 }
 
 // verifying is one Verify or VerifySums under way: the read model's
-// documents not matched yet, the suspects found and the report so far.
+// documents not matched yet, the suspects found and the report so far. A
+// rollup's VerifySums uses only its report and progress.
 type verifying struct {
 	coll     string
 	rep      VerifyReport
@@ -205,6 +206,11 @@ func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair bool, 
 		}
 	}
 	v.rep.Digest, v.rep.ExpectedDigest = v.digest.String(), v.expected.String()
+	return v.end(progress)
+}
+
+// end calls progress (nil: none) a last time and returns the report.
+func (v *verifying) end(progress func(VerifyProgress) error) (VerifyReport, error) {
 	if progress != nil {
 		if err := progress(v.pr); err != nil {
 			return v.rep, err
