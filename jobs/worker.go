@@ -173,11 +173,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer wg.Wait()
 	t := time.NewTimer(w.cfg.Poll)
 	defer t.Stop()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w.dropRetired(ctx)
-	}()
+	wg.Go(func() { w.dropRetired(ctx) })
 	for {
 		w.buildVersions(ctx)
 		wait := w.cfg.Poll
@@ -196,16 +192,14 @@ func (w *Worker) Run(ctx context.Context) error {
 				break
 			}
 			w.setRunning(c.task.ID, true)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				defer w.setRunning(c.task.ID, false)
 				w.execute(ctx, c, job)
 				select {
 				case w.wake <- struct{}{}:
 				default:
 				}
-			}()
+			})
 		}
 		t.Reset(wait)
 		select {
