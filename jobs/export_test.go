@@ -44,3 +44,11 @@ func (c *Claim) Renew(ctx context.Context) error { return c.c.renew(ctx) }
 
 // Checkpoint saves the task as claimed.
 func (c *Claim) Checkpoint(ctx context.Context) error { return c.c.checkpoint(ctx, &c.c.task) }
+
+// PercentOr returns Percent, or unknown when it is nil.
+func (p JobPhase) PercentOr(unknown int) int {
+	if p.Percent == nil {
+		return unknown
+	}
+	return *p.Percent
+}

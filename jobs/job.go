@@ -298,14 +298,6 @@ type JobPhase struct {
 	EventsTotal int64 `json:"phase_events_total,omitempty"`
 }
 
-// PercentOr returns Percent, or unknown when it is nil.
-func (p JobPhase) PercentOr(unknown int) int {
-	if p.Percent == nil {
-		return unknown
-	}
-	return *p.Percent
-}
-
 func percent(n int) *int { return &n }
 
 // PhaseAt works out a job's phase at now from its state, counters and

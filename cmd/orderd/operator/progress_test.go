@@ -124,14 +124,22 @@ func TestJobPhase(t *testing.T) {
 		t.Errorf("server's phase: %s, want %s", show(got), show(given.JobPhase))
 	}
 	v := jobs.Job{Kind: jobs.KindVerify, State: jobs.StateRunning, StartedAt: t0, Events: 300, RatePerSecond: 100, ETASeconds: 7}
-	if got := jobPhase(v, t0); got.Phase != "verifying" || got.Steps != 1 || got.PercentOr(-1) != 30 || got.PhaseETASeconds != 7 {
+	if got := jobPhase(v, t0); got.Phase != "verifying" || got.Steps != 1 || percentOr(got) != 30 || got.PhaseETASeconds != 7 {
 		t.Errorf("verify job: phase %s, want verifying 30 %% with ETA 7s", show(got))
 	}
 }
 
+// percentOr returns p's Percent, or -1 when it is nil.
+func percentOr(p jobs.JobPhase) int {
+	if p.Percent == nil {
+		return -1
+	}
+	return *p.Percent
+}
+
 // show writes a phase with its percentage (not the pointer to it).
 func show(p jobs.JobPhase) string {
-	return fmt.Sprintf("%s %d/%d %d%% ETA %gs events %d/%d", p.Phase, p.Step, p.Steps, p.PercentOr(-1), p.PhaseETASeconds, p.EventsDone, p.EventsTotal)
+	return fmt.Sprintf("%s %d/%d %d%% ETA %gs events %d/%d", p.Phase, p.Step, p.Steps, percentOr(p), p.PhaseETASeconds, p.EventsDone, p.EventsTotal)
 }
 
 // TestProgressShowsPhases: the lines written to a log and the bars drawn
