@@ -390,31 +390,23 @@ func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) err
 	}
 	for _, e := range evs {
 		c, ok, err := r.contribution(ctx, e)
+		if err == nil && ok {
+			// One compare-and-set write of the year, unless it counted
+			// the dead letter already.
+			_, err = r.updateYear(ctx, ptr.Active, YearID(c.Day, c.Currency), func(m *SalesYear) bool {
+				if slices.Contains(m.Retried, id) {
+					return false
+				}
+				m.addDay(c.Day, c.Sales)
+				m.Retried = append(m.Retried, id)
+				return true
+			})
+		}
 		if err != nil {
-			return err
-		}
-		if !ok {
-			continue
-		}
-		if err := r.recount(ctx, ptr.Active, id, c); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// recount adds c to its year of coll unless dead letter id was counted
-// there already, in one compare-and-set write.
-func (r *Rollup) recount(ctx context.Context, coll, id string, c Contribution) error {
-	_, err := r.updateYear(ctx, coll, YearID(c.Day, c.Currency), func(m *SalesYear) bool {
-		if slices.Contains(m.Retried, id) {
-			return false
-		}
-		m.addDay(c.Day, c.Sales)
-		m.Retried = append(m.Retried, id)
-		return true
-	})
-	return err
 }
 
 // cursor returns coll's cursor as last read or written by this process,
