@@ -158,7 +158,18 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 		return v.rep, fmt.Errorf("verify %s: %w", SumsCollection(coll), err)
 	}
 	for _, id := range slices.Sorted(maps.Keys(years)) {
-		written, err := r.merge(ctx, coll, id, years[id].Days)
+		// One compare-and-set write of the year, unless a finish of this
+		// build merged it already (SalesYear.Merged).
+		written, err := r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
+			if m.Merged == coll {
+				return false
+			}
+			for day, s := range years[id].Days {
+				m.addDay(day, s)
+			}
+			m.Merged = coll
+			return true
+		})
 		if err != nil {
 			return v.rep, err
 		}
@@ -170,21 +181,6 @@ func (r *Rollup) VerifySums(ctx context.Context, coll string, _ bool, progress f
 		return v.rep, err
 	}
 	return v.end(progress)
-}
-
-// merge adds a scan's days to year id of coll unless a merge of coll's
-// build already did (SalesYear.Merged), in one compare-and-set write.
-func (r *Rollup) merge(ctx context.Context, coll, id string, days map[string]DaySales) (bool, error) {
-	return r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
-		if m.Merged == coll {
-			return false
-		}
-		for day, s := range days {
-			m.addDay(day, s)
-		}
-		m.Merged = coll
-		return true
-	})
 }
 
 // waitCaughtUp waits until coll's cursor has reached the active
