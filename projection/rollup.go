@@ -460,7 +460,22 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 		return out, err // a gap, or nothing past the cursor
 	}
 	for _, id := range slices.Sorted(maps.Keys(byYear)) {
-		if err := r.addToYear(ctx, coll, id, ds, counted, byYear[id]); err != nil {
+		// One compare-and-set write of the year: what its deliveries (in
+		// position order) add past its position.
+		idx := byYear[id]
+		_, err := r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
+			changed := false
+			for _, i := range idx {
+				if ds[i].Position <= m.Position {
+					continue // counted by another writer
+				}
+				m.addDay(counted[i].Day, counted[i].Sales)
+				changed = true
+			}
+			m.Position = ds[idx[len(idx)-1]].Position
+			return changed
+		})
+		if err != nil {
 			return Outcome{}, err
 		}
 	}
@@ -506,25 +521,6 @@ func (r *Rollup) run(coll string, cur RollupCursor, ds []Delivery, counted []*Co
 // maxSaveTries bounds the compare-and-set writes of a year that another
 // writer keeps changing.
 const maxSaveTries = 10
-
-// addToYear adds to year id of coll the contributions of the
-// deliveries at idx (in position order) past the year's position, in
-// one compare-and-set write.
-func (r *Rollup) addToYear(ctx context.Context, coll, id string, ds []Delivery, counted []*Contribution, idx []int) error {
-	_, err := r.updateYear(ctx, coll, id, func(m *SalesYear) bool {
-		changed := false
-		for _, i := range idx {
-			if ds[i].Position <= m.Position {
-				continue // counted by another writer
-			}
-			m.addDay(counted[i].Day, counted[i].Sales)
-			changed = true
-		}
-		m.Position = ds[idx[len(idx)-1]].Position
-		return changed
-	})
-	return err
-}
 
 // updateYear lets change edit year id of coll (a new one when it is not
 // stored) and writes it, a compare-and-set on its revision, read again
