@@ -33,43 +33,39 @@ func (w *Worker) replay(ctx context.Context, c *claim, job Job) error {
 		return fmt.Errorf("replay %s: no range", job.ID)
 	}
 	t := c.task
-	publish := func(evs []domain.Event, streams int, last string) error {
+	var evs []domain.Event
+	streams := 0 // of evs, the last of them t.Cursor
+	publish := func() error {
 		n, err := w.pub(ctx, evs)
 		if err != nil {
 			return err
 		}
 		t.Events += int64(n)
 		t.Streams += int64(streams)
-		t.Cursor = last
+		evs, streams = evs[:0], 0
 		return w.progress(ctx, c, &t)
 	}
+	var err error
 	if spec.StreamID != "" {
-		evs, err := w.events.Load(ctx, spec.StreamID, 0)
-		if err != nil {
-			return err
+		if evs, err = w.events.Load(ctx, spec.StreamID, 0); err == nil {
+			streams, t.Cursor = 1, spec.StreamID
+			err = publish()
 		}
-		if err := publish(evs, 1, spec.StreamID); err != nil {
-			return err
+	} else {
+		err = w.events.Scan(ctx, domain.ScanRange{After: t.Cursor, RecordedFrom: spec.From, RecordedTo: spec.To}, func(st domain.StreamEvents) error {
+			if st.Err != nil {
+				return fmt.Errorf("replay %s: %w", st.StreamID, st.Err)
+			}
+			evs = append(evs, st.Events...)
+			streams, t.Cursor = streams+1, st.StreamID
+			if len(evs) >= 1000 {
+				return publish()
+			}
+			return nil
+		})
+		if err == nil && streams > 0 {
+			err = publish()
 		}
-		return w.end(ctx, c, job.ID, StateSucceeded, "", nil)
-	}
-	var evs []domain.Event
-	streams, last := 0, ""
-	err := w.events.Scan(ctx, domain.ScanRange{After: t.Cursor, RecordedFrom: spec.From, RecordedTo: spec.To}, func(st domain.StreamEvents) error {
-		if st.Err != nil {
-			return fmt.Errorf("replay %s: %w", st.StreamID, st.Err)
-		}
-		evs = append(evs, st.Events...)
-		streams, last = streams+1, st.StreamID
-		if len(evs) >= 1000 {
-			err := publish(evs, streams, last)
-			evs, streams = evs[:0], 0
-			return err
-		}
-		return nil
-	})
-	if err == nil && streams > 0 {
-		err = publish(evs, streams, last)
 	}
 	if err != nil {
 		return err
