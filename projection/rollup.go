@@ -338,23 +338,18 @@ func (r *Rollup) Apply(ctx context.Context, ds []Delivery) (Outcome, map[int]err
 			continue
 		}
 		o, err := r.applyTo(ctx, coll, ds, counted)
-		var g *GapError
-		switch {
-		case errors.As(err, &g):
+		if _, isGap := errors.AsType[*GapError](err); isGap {
 			if gap == nil {
 				gap = err
 			}
 			continue
-		case err != nil:
+		} else if err != nil {
 			return Outcome{}, nil, err
 		}
 		out = o
 	}
 	r.metrics.Record(r.def.Name, out)
-	if gap != nil {
-		return out, poison, gap
-	}
-	return out, poison, nil
+	return out, poison, gap
 }
 
 // Lost sets aside the collection of gap, whose log positions are neither
