@@ -1,9 +1,11 @@
 package jobs
 
 import (
-	"github.com/orderd/orderd/projection"
+	"math"
 	"strings"
 	"time"
+
+	"github.com/orderd/orderd/projection"
 )
 
 // The jobs' vocabulary: jobs, their tasks and reports, and each
@@ -323,13 +325,13 @@ func (j Job) PhaseAt(now time.Time) JobPhase {
 		// The events to read, at the events per commit read so far.
 		scan.Percent = percent(min(99, int(100*j.commits/j.TotalCommits)))
 		scan.EventsTotal = int64(float64(j.Events) * float64(j.TotalCommits) / float64(j.commits))
-		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
+		scan.PhaseETASeconds = math.Round(j.ETASeconds)
 	case j.ETASeconds > 0 && j.RatePerSecond > 0:
 		// A job as its JSON gives it, without its commits: the events
 		// left at its rate.
 		left := j.ETASeconds * j.RatePerSecond
 		scan.Percent = percent(min(99, int(100*float64(j.Events)/(float64(j.Events)+left))))
-		scan.PhaseETASeconds = time.Duration(j.ETASeconds * float64(time.Second)).Round(time.Second).Seconds()
+		scan.PhaseETASeconds = math.Round(j.ETASeconds)
 		scan.EventsTotal = j.Events + int64(left)
 	}
 	switch {
@@ -374,7 +376,7 @@ func (j Job) rebuildPhase(scan JobPhase, now time.Time) JobPhase {
 	}
 	if secs := now.Sub(fin.StartedAt).Seconds(); secs > 0 && fin.Events > 0 && j.Events > fin.Events {
 		rate := float64(fin.Events) / secs
-		v.PhaseETASeconds = time.Duration(float64(j.Events-fin.Events) / rate * float64(time.Second)).Round(time.Second).Seconds()
+		v.PhaseETASeconds = math.Round(float64(j.Events-fin.Events) / rate)
 	}
 	return v
 }
