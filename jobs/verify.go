@@ -71,7 +71,6 @@ func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
 		return w.end(ctx, c, job.ID, StateFailed, err.Error(), nil)
 	}
 	t := c.task
-	t.Events, t.Streams, t.Commits, t.Cursor = 0, 0, 0, ""
 	rep, err := m.Verify(ctx, ptr.Active, w.events, job.Repair, func(p projection.VerifyProgress) error {
 		t.Events, t.Streams, t.Commits, t.Cursor = p.Events, p.Streams, p.Commits, p.Cursor
 		return w.progress(ctx, c, &t)
