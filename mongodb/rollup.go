@@ -135,23 +135,18 @@ func unpackDays(year string, b []byte) (map[string]projection.DaySales, error) {
 	return days, nil
 }
 
-// LoadYears reads the years by _id, one look-up each (a handful).
-func (s *Rollups) LoadYears(ctx context.Context, coll string, ids []string) (map[string]projection.SalesYear, error) {
-	out := make(map[string]projection.SalesYear, len(ids))
-	for _, id := range ids {
-		var d yearDoc
-		err := s.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-		if errors.Is(err, mongo.ErrNoDocuments) {
-			continue
-		}
-		if err != nil {
-			return nil, Translate(err)
-		}
-		if out[id], err = d.year(); err != nil {
-			return nil, err
-		}
+// LoadYear reads year id of coll by _id; false when it has none.
+func (s *Rollups) LoadYear(ctx context.Context, coll, id string) (projection.SalesYear, bool, error) {
+	var d yearDoc
+	err := s.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return projection.SalesYear{}, false, nil
 	}
-	return out, nil
+	if err != nil {
+		return projection.SalesYear{}, false, Translate(err)
+	}
+	y, err := d.year()
+	return y, err == nil, err
 }
 
 // SaveYear inserts a year at revision 1, and replaces one filtered on

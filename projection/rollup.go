@@ -128,8 +128,8 @@ func (e *GapError) Error() string {
 // adapter's *mongodb.Rollups implements it. Its errors are
 // domain.ErrUnavailable when the store cannot be reached.
 type RollupStore interface {
-	// LoadYears returns the years of coll with the given ids that exist.
-	LoadYears(ctx context.Context, coll string, ids []string) (map[string]SalesYear, error)
+	// LoadYear returns year id of coll; false when it has none.
+	LoadYear(ctx context.Context, coll, id string) (SalesYear, bool, error)
 	// SaveYear writes m in coll in place of the year stored at revision
 	// m.Rev-1 (where there is none, for m.Rev 1): a compare-and-set. It
 	// reports false when the stored year is not the one read.
@@ -524,11 +524,10 @@ const maxSaveTries = 10
 // wrote.
 func (r *Rollup) updateYear(ctx context.Context, coll, id string, change func(m *SalesYear) bool) (bool, error) {
 	for range maxSaveTries {
-		years, err := r.store.LoadYears(ctx, coll, []string{id})
+		m, exists, err := r.store.LoadYear(ctx, coll, id)
 		if err != nil {
 			return false, fmt.Errorf("%s: read %s of %s: %w", r.def.Name, id, coll, err)
 		}
-		m, exists := years[id]
 		if !exists {
 			m = SalesYear{ID: id, Year: id[:4], Currency: id[5:]}
 		}

@@ -73,11 +73,10 @@ func TestDailySalesVerifyFindsAndRepairsDrift(t *testing.T) {
 	// year's own compare-and-set, as a bug or a hand edit would.
 	rollups := mongodb.NewRollups(db)
 	yearID := projection.YearID(first, "EUR")
-	years, err := rollups.LoadYears(ctx, before.Active, []string{yearID})
-	if err != nil || len(years) != 1 {
-		t.Fatalf("load %s from %s: %v, %d years", yearID, before.Active, err, len(years))
+	y, ok, err := rollups.LoadYear(ctx, before.Active, yearID)
+	if err != nil || !ok {
+		t.Fatalf("load %s from %s: %v, found %v", yearID, before.Active, err, ok)
 	}
-	y := years[yearID]
 	d := y.Days[first]
 	d.GrossCents += 100_000
 	y.Days[first] = d
