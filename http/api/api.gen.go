@@ -1411,7 +1411,7 @@ type GetOrderSummaryParams struct {
 	// MinVersion Wait until the read model reflects at least this version (read-your-writes after a command's ETag).
 	MinVersion *string `form:"min_version,omitempty" json:"min_version,omitempty"`
 
-	// Wait How long to wait for min_version, as a Go duration (e.g. 500ms, 2s); default 5s, at most 30s (the server's SummaryWait and MaxSummaryWait).
+	// Wait How long to wait for min_version, as a Go duration (e.g. 500ms, 2s); default 5s (the server's SummaryWait), at most 30s.
 	Wait *string `form:"wait,omitempty" json:"wait,omitempty"`
 }
 
