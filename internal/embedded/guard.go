@@ -2,21 +2,18 @@ package embedded
 
 import (
 	"bytes"
-	"cmp"
 	"database/sql"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net"
-	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 
 	"github.com/FerretDB/wire"
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
 // Guarded updates ({_id: v, version: {$lt: 7}}), which FerretDB 1.24
@@ -31,8 +28,22 @@ type guardedUpdate struct {
 	stmt   bson.D // the statement with q reduced to {_id: id}
 	size   int    // the statement's bytes as the client sent it
 	id     bson.RawValue
-	guard  bson.Raw // the other top-level conditions of q
+	guard  []condition // the other top-level conditions of q
 	upsert bool
+}
+
+// condition is one comparison of a guard: field, operator ("$eq" or
+// "$lt") and operand (an int64, a double or a string), as judged passes
+// them to SQLite.
+type condition [3]any
+
+// double is a float64 operand in JSON with an exponent, so that SQLite
+// reads it as a real: encoding/json writes 2^60 as 1152921504606847000,
+// which SQLite would read as that integer.
+type double float64
+
+func (d double) MarshalJSON() ([]byte, error) {
+	return strconv.AppendFloat(nil, float64(d), 'e', -1, 64), nil
 }
 
 // guardedUpdates returns the statements of an update request when every one
@@ -52,7 +63,7 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 			if !ok {
 				return nil, false, false
 			}
-			guarded = guarded || len(g.guard) > 5
+			guarded = guarded || len(g.guard) > 0
 			stmts = append(stmts, g)
 		}
 	}
@@ -76,7 +87,6 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 	}
 	g.upsert, _ = stmt.Lookup("upsert").BooleanOK()
 	g.size = len(stmt)
-	guard := bson.D{}
 	for _, e := range elems {
 		k, v := e.Key(), e.Value()
 		ops, isOps := v.DocumentOK()
@@ -84,21 +94,23 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 		switch {
 		case k == "_id" && v.Type == bson.TypeString:
 			g.id = v
-		case k == "_id" || !fieldName.MatchString(k): // storedGuards names it in SQL
+		case k == "_id" || !fieldName.MatchString(k): // judged names it in a JSON path
 			return g, false
-		case !isOps && !g.upsert && scalar(v):
-			guard = append(guard, bson.E{Key: k, Value: bson.D{{Key: "$eq", Value: v}}})
-		case len(opElems) > 0 && !slices.ContainsFunc(opElems, func(op bson.RawElement) bool {
-			_, known := comparisons[op.Key()]
-			return !known || !scalar(op.Value())
-		}):
-			guard = append(guard, bson.E{Key: k, Value: v})
+		case !isOps && !g.upsert && operand(v) != nil:
+			g.guard = append(g.guard, condition{k, "$eq", operand(v)})
+		case len(opElems) > 0:
+			for _, op := range opElems {
+				if o := operand(op.Value()); o != nil && (op.Key() == "$eq" || op.Key() == "$lt") {
+					g.guard = append(g.guard, condition{k, op.Key(), o})
+				} else {
+					return g, false
+				}
+			}
 		default:
 			return g, false
 		}
 	}
-	g.guard, err = bson.Marshal(guard)
-	if g.id.Type == 0 || err != nil || bson.Unmarshal(stmt, &g.stmt) != nil {
+	if g.id.Type == 0 || bson.Unmarshal(stmt, &g.stmt) != nil {
 		return g, false
 	}
 	for i := range g.stmt {
@@ -109,66 +121,20 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 	return g, true
 }
 
-// comparisons are the operators a guard may use, each as the signs of a
-// comparison of the stored value with the operand that satisfy it.
-var comparisons = map[string][]int{"$eq": {0}, "$lt": {-1}}
-
-func scalar(v bson.RawValue) bool {
-	_, isNumber := number(v)
-	return isNumber || v.Type == bson.TypeString
-}
-
-// holds reports whether doc satisfies guard, as MongoDB would with its
-// default collation: numbers compare across int32, int64 and double;
-// values of different kinds, or a missing field, never satisfy it.
-func holds(doc, guard bson.Raw) bool {
-	elems, _ := guard.Elements()
-	for _, e := range elems {
-		stored, err := doc.LookupErr(e.Key())
-		ops, _ := e.Value().Document().Elements()
-		for _, op := range ops {
-			c, comparable := 0, false
-			if err == nil {
-				c, comparable = compare(stored, op.Value())
-			}
-			if !comparable || !slices.Contains(comparisons[op.Key()], c) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// compare orders a before b (-1), equal (0) or after (1); comparable is
-// false for values of different kinds.
-func compare(a, b bson.RawValue) (c int, comparable bool) {
-	fa, aNumber := number(a)
-	fb, bNumber := number(b)
-	switch {
-	case aNumber && bNumber:
-		// Versions and counts are int64: compare them exactly when both are.
-		ia, aInt := a.AsInt64OK()
-		ib, bInt := b.AsInt64OK()
-		if aInt && bInt && a.Type != bson.TypeDouble && b.Type != bson.TypeDouble {
-			return cmp.Compare(ia, ib), true
-		}
-		return cmp.Compare(fa, fb), true
-	case a.Type == bson.TypeString && b.Type == bson.TypeString:
-		return strings.Compare(a.StringValue(), b.StringValue()), true
-	}
-	return 0, false
-}
-
-func number(v bson.RawValue) (float64, bool) {
+// operand is v as a guard compares it: an int64 for an int32 or an int64,
+// a double for a finite double, a string; nil for any other kind.
+func operand(v bson.RawValue) any {
 	switch v.Type {
-	case bson.TypeInt32:
-		return float64(v.Int32()), true
-	case bson.TypeInt64:
-		return float64(v.Int64()), true
+	case bson.TypeInt32, bson.TypeInt64:
+		return v.AsInt64()
 	case bson.TypeDouble:
-		return v.Double(), true
+		if f := v.Double(); !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return double(f)
+		}
+	case bson.TypeString:
+		return v.StringValue()
 	}
-	return 0, false
+	return nil
 }
 
 // requestIDs numbers the funnel's own requests to FerretDB.
@@ -217,8 +183,8 @@ func roundTrip(up net.Conn, cmd bson.D) (bson.Raw, error) {
 // writeErrors (a failed guard under upsert is E11000 on _id). An ordered
 // command stops at its first write error.
 //
-// The statements go in runs of distinct _ids, each run's guards read in
-// one indexed query (storedGuards): a statement per command, a find and an
+// The statements go in runs of distinct _ids, each run's guards judged in
+// one indexed query (judged): a statement per command, a find and an
 // update, cost 1.6 ms, a run of 32 0.5 ms a statement (docs/embedded-store.md,
 // "Guarded updates at index speed"). Only the store itself can then fail a
 // statement, and its answer is the command's. An error means up failed.
@@ -231,7 +197,7 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 			seen[string(stmts[to].id.Value)] = true
 			size += stmts[to].size
 		}
-		stored, err := storedGuards(h, coll, stmts[from:to])
+		judgement, err := judged(h, coll, stmts[from:to])
 		if err != nil {
 			return nil, err
 		}
@@ -241,13 +207,13 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 		stop := false
 		for i := from; i < to && !stop; i++ {
 			st := stmts[i]
-			doc, found := stored[idText(st.id)]
+			holds, found := judgement[idText(st.id)]
 			switch {
-			case found && !holds(doc, st.guard) && st.upsert:
+			case found && !holds && st.upsert:
 				writeErrors = append(writeErrors, bson.D{{Key: "index", Value: int32(i)}, {Key: "code", Value: int32(11000)},
 					{Key: "errmsg", Value: fmt.Sprintf("E11000 duplicate key error collection: %s.%s index: _id_ dup key: { _id: %s }", db, coll, st.id)}})
 				stop = ordered
-			case found && !holds(doc, st.guard), !found && !st.upsert:
+			case found && !holds, !found && !st.upsert:
 				// matches nothing
 			case !found && insertable(st):
 				inserts = append(inserts, field(st.stmt, "u"))
@@ -443,14 +409,16 @@ func idText(id bson.RawValue) string {
 	return string(b)
 }
 
-// storedGuards reads, for the documents stmts name, the top-level fields
-// their guards compare, in one query on the funnel's _id index of coll's
-// table, and returns them by idText as BSON documents of those fields:
-// strings and numbers as stored, any other kind as null (which no guard
-// holds for, as a find's document would not). A document absent from
-// the map does not exist.
-func storedGuards(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bson.Raw, error) {
-	out := map[string]bson.Raw{}
+// judged reads, for the documents stmts name (distinct _ids), whether
+// each statement's guard holds, in one query on the funnel's _id index of
+// coll's table, by idText; a document absent from the map does not exist.
+// SQLite judges a condition as MongoDB does with its default collation:
+// a string only against a string, byte by byte; a number (int32, int64
+// or double) only against a number, exactly (SQLite compares an integer
+// with a real without rounding either); a missing field, or one of any
+// other kind, never holds.
+func judged(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bool, error) {
+	out := map[string]bool{}
 	if h == nil {
 		return out, nil // FerretDB has no file for the database yet
 	}
@@ -458,65 +426,32 @@ func storedGuards(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bso
 	if err != nil || table == "" {
 		return out, err
 	}
-	var fields []string
-	var ids []any
-	for _, st := range stmts {
-		elems, _ := st.guard.Elements()
-		for _, e := range elems {
-			if !slices.Contains(fields, e.Key()) {
-				fields = append(fields, e.Key())
-			}
-		}
-		ids = append(ids, idText(st.id))
+	guards := make([][2]any, len(stmts)) // [idText, [[field, operator, operand], ...]]
+	for i, st := range stmts {
+		guards[i] = [2]any{idText(st.id), append([]condition{}, st.guard...)}
 	}
-	cols := idJSON
-	for _, f := range fields { // fieldName's (guardOf)
-		cols += fmt.Sprintf(`, _ferretdb_sjson->'$.%s', _ferretdb_sjson->>'$."$s".p.%s.t'`, f, f)
-	}
-	q := fmt.Sprintf(`SELECT %s FROM %q WHERE %s IN (?%s) AND %s = 'string'`, cols, table, idJSON, strings.Repeat(", ?", len(ids)-1), idType)
-	rows, err := h.Query(q, ids...)
+	arg, err := json.Marshal(guards)
 	if err != nil {
-		return nil, fmt.Errorf("read the guards of %s: %w", coll, err)
+		return nil, err
+	}
+	// A stored double is read as a real for the same reason as double.
+	const kind = `t._ferretdb_sjson->>('$."$s".p.' || (c.value->>0) || '.t')`
+	const value = `iif(` + kind + ` = 'double', CAST(t._ferretdb_sjson->>('$.' || (c.value->>0)) AS REAL), t._ferretdb_sjson->>('$.' || (c.value->>0)))`
+	rows, err := h.Query(fmt.Sprintf(`SELECT g.value->>0, NOT EXISTS (SELECT 1 FROM json_each(g.value, '$[1]') AS c
+		WHERE NOT coalesce(iif(typeof(c.value->>2) = 'text', %[2]s = 'string', %[2]s IN ('int', 'long', 'double'))
+			AND iif(c.value->>1 = '$eq', %[3]s = c.value->>2, %[3]s < c.value->>2), false))
+		FROM json_each(?) AS g JOIN %[1]q AS t ON t.%[4]s = g.value->>0 WHERE t.%[5]s = 'string'`, table, kind, value, idJSON, idType), string(arg))
+	if err != nil {
+		return nil, fmt.Errorf("judge the guards of %s: %w", coll, err)
 	}
 	defer rows.Close()
-	vals := make([]sql.NullString, 1+2*len(fields))
-	ptrs := make([]any, len(vals))
-	for i := range vals {
-		ptrs[i] = &vals[i]
-	}
 	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return nil, fmt.Errorf("read the guards of %s: %w", coll, err)
+		var id string
+		var holds bool
+		if err := rows.Scan(&id, &holds); err != nil {
+			return nil, fmt.Errorf("judge the guards of %s: %w", coll, err)
 		}
-		doc := bsoncore.NewDocumentBuilder()
-		for i, f := range fields {
-			appendStored(doc, f, vals[1+2*i], vals[2+2*i].String)
-		}
-		out[vals[0].String] = bson.Raw(doc.Build())
+		out[id] = holds
 	}
 	return out, rows.Err()
-}
-
-// appendStored appends field f to doc from its JSON text in FerretDB's
-// document and its kind in the document's schema ("string", "int",
-// "long", "double", ...); nothing when the document has no such field.
-func appendStored(doc *bsoncore.DocumentBuilder, f string, text sql.NullString, kind string) {
-	if !text.Valid {
-		return
-	}
-	var s string
-	i, intErr := strconv.ParseInt(text.String, 10, 64)
-	d, floatErr := strconv.ParseFloat(text.String, 64)
-	switch {
-	case kind == "string" && json.Unmarshal([]byte(text.String), &s) == nil:
-		doc.AppendString(f, s)
-	case kind == "int" && intErr == nil:
-		doc.AppendInt32(f, int32(i))
-	case kind == "long" && intErr == nil:
-		doc.AppendInt64(f, i)
-	case kind == "double" && floatErr == nil:
-		doc.AppendDouble(f, d)
-	default:
-		doc.AppendNull(f)
-	}
 }
