@@ -3,6 +3,7 @@ package embedded
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -294,10 +295,11 @@ func relay(up, c net.Conn, req []byte) ([]byte, error) {
 // idempotency key index); any other request comes back unchanged.
 // FerretDB 1.24 refuses partial indexes, and its plain unique index means
 // the same: SQLite indexes a missing field as NULL, and NULLs never
-// collide in a unique index.
+// collide in a unique index. A request with a document sequence (the
+// driver sends createIndexes as its body alone) comes back unchanged.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	var cmd bson.D
-	if m == nil || bson.Unmarshal(m.body(), &cmd) != nil {
+	if m == nil || len(m.sections) != 1 || bson.Unmarshal(m.body(), &cmd) != nil {
 		return req
 	}
 	exists, _ := bson.Marshal(bson.D{{Key: "$exists", Value: true}})
@@ -324,5 +326,10 @@ func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	if !changed || err != nil {
 		return req
 	}
-	return withBody(req, m, body)
+	// The request's id, which FerretDB's answer names, and its flags but
+	// the checksum, which would no longer match.
+	out := opMessage(body, 0)
+	copy(out[4:8], req[4:8])
+	binary.LittleEndian.PutUint32(out[16:], m.flags&^flagChecksum)
+	return out
 }

@@ -168,34 +168,6 @@ func parseCommand(msg []byte) (cmd command, ok bool) {
 	return cmd, true
 }
 
-// withBody returns the OP_MSG m (read from req) with body in place of its
-// kind-0 section, without a checksum (it would no longer match; clients
-// rarely send one). wire v0.0.7 cannot build a message that keeps m's
-// document sequences.
-func withBody(req []byte, m *opMsg, body bson.Raw) []byte {
-	out := make([]byte, 0, len(req)+len(body))
-	out = append(out, req[:headerLen]...)
-	out = binary.LittleEndian.AppendUint32(out, m.flags&^flagChecksum)
-	for _, s := range m.sections {
-		out = append(out, s.kind)
-		if s.kind == 0 {
-			out = append(out, body...)
-			continue
-		}
-		// int32 size (itself included), cstring identifier, documents.
-		size := len(out)
-		out = binary.LittleEndian.AppendUint32(out, 0)
-		out = append(out, s.identifier...)
-		out = append(out, 0)
-		for _, d := range s.docs {
-			out = append(out, d...)
-		}
-		binary.LittleEndian.PutUint32(out[size:], uint32(len(out)-size))
-	}
-	binary.LittleEndian.PutUint32(out, uint32(len(out)))
-	return out
-}
-
 // refusal is a command error answer, as MongoDB words it.
 func refusal(code int32, codeName, msg string) bson.D {
 	return bson.D{{Key: "ok", Value: 0.0}, {Key: "errmsg", Value: msg}, {Key: "code", Value: code}, {Key: "codeName", Value: codeName}}
