@@ -14,12 +14,13 @@ import (
 	"go.mongodb.org/mongo-driver/v2/x/bsonx/bsoncore"
 )
 
-// Finds the funnel serves from SQLite indexes, which FerretDB 1.24 would
-// answer by decoding the whole collection in Go: the log's pages
-// (logpage.go) and the read models' finds in _id order, find {filter:
-// {f: s[, g: t][, _id: range over strings]}, sort: {_id: 1}[, limit:
-// n][, projection: P]} (docs/embedded-store.md, "Finds in _id order").
-// SQLite sorts the candidates by the _id string (->>), as MongoDB compares
+// Finds the funnel serves from SQLite, which FerretDB 1.24 would answer
+// by decoding the whole collection in Go: the log's pages (logpage.go)
+// and the read models' finds in _id order, find {filter: {f: s[, g: t][,
+// _id: range over strings]}, sort: {_id: 1}[, limit: n][, projection: P]}
+// (docs/embedded-store.md, "Finds in _id order"), their candidates from
+// FerretDB's index of an equality's field, or, for an _id range alone, the
+// table's rows (a rollup's few years, or every summary). SQLite sorts the candidates by the _id string (->>), as MongoDB compares
 // strings: the indexes hold JSON text, which escapes some characters and
 // sorts a space before the closing quote. Each document is read back by
 // _id and checked against the filter in Go. Any find the funnel cannot
@@ -116,7 +117,7 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 	if !sortedBy(sort, 1, "_id") {
 		return q, false, nil
 	}
-	var lower, upper *string
+	var lower, upper bool
 	for _, c := range conds {
 		if c.Key() != "_id" {
 			v, isString := c.Value().StringValueOK()
@@ -128,7 +129,7 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 		}
 		d, _ := c.Value().DocumentOK()
 		ops, err := d.Elements()
-		if err != nil || len(ops) == 0 || lower != nil || upper != nil {
+		if err != nil || len(ops) == 0 || lower || upper {
 			return q, false, nil
 		}
 		for _, op := range ops {
@@ -138,10 +139,10 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 			if strings.HasPrefix(sqlOp, "<") {
 				bound = &upper
 			}
-			if sqlOp == "" || !isString || *bound != nil {
+			if sqlOp == "" || !isString || *bound {
 				return q, false, nil
 			}
-			*bound = &v
+			*bound = true
 			q.and(idExpr+" "+sqlOp+" ?", v)
 		}
 		q.and(idType + ` = 'string'`)
@@ -177,10 +178,6 @@ func idOrder(h *sql.DB, table, settings string, sort bson.Raw, conds []bson.RawE
 		} else {
 			q.and(fmt.Sprintf(`(%s = ? OR substr(%[1]s, 1, 1) = '[')`, ferretExpr(e.field)), string(value))
 		}
-	}
-	if field == "" && (lower != nil || upper != nil) {
-		from, to := jsonPrefixRange(lower, upper)
-		q.and(idJSON+" >= ? AND "+idJSON+" < ?", from, to)
 	}
 	// An _id of another type sorts first, and makes the find FerretDB's.
 	q.sorts, q.order = idType+` IS 'string'`, "2, 1"
@@ -339,30 +336,4 @@ func without(doc bson.Raw, drop map[string]bool) bson.Raw {
 		}
 	}
 	return bson.Raw(bsoncore.BuildDocumentFromElements(nil, kept...))
-}
-
-// jsonPrefixRange bounds, in the order of the JSON text the _id index
-// holds, every string between lower and upper: the strings that begin with
-// the bounds' common prefix, up to its first character JSON would escape
-// or that sorts below '"' (the text of such a string begins with '"' and
-// that prefix unchanged). Without both bounds, every string: ['"', '#').
-func jsonPrefixRange(lower, upper *string) (from, to string) {
-	prefix := ""
-	if lower != nil && upper != nil {
-		a, b := *lower, *upper
-		for i := 0; i < len(a) && i < len(b) && a[i] == b[i] && plainJSON(a[i]); i++ {
-			prefix = a[:i+1]
-		}
-	}
-	if prefix == "" {
-		return `"`, `#`
-	}
-	last := len(prefix) - 1
-	return `"` + prefix, `"` + prefix[:last] + string(rune(prefix[last]+1))
-}
-
-// plainJSON reports whether encoding/json writes byte c of a string as it
-// is, and it sorts above '"': printable ASCII but for '\', '<', '>', '&'.
-func plainJSON(c byte) bool {
-	return c > '"' && c < 0x7f && !strings.ContainsRune(`\<>&`, rune(c))
 }
