@@ -193,7 +193,7 @@ func serveGuarded(up net.Conn, h *sql.DB, db, coll string, stmts []guardedUpdate
 	var upserted, writeErrors bson.A
 	for from := 0; from < len(stmts); {
 		to, seen, size := from, map[string]bool{}, 0
-		for ; to < len(stmts) && !seen[string(stmts[to].id.Value)] && to-from < maxRun && size < maxBatchBytes; to++ {
+		for ; to < len(stmts) && !seen[string(stmts[to].id.Value)] && size < maxBatchBytes; to++ {
 			seen[string(stmts[to].id.Value)] = true
 			size += stmts[to].size
 		}
@@ -388,10 +388,6 @@ func field(d bson.D, key string) any {
 	}
 	return nil
 }
-
-// maxRun bounds the statements of a run, and so the parameters of its
-// query (SQLite allows 32,766).
-const maxRun = 1000
 
 // maxUpdate bounds the statements of an update sent to FerretDB. FerretDB
 // 1.24 keeps each statement's query open until the command ends
