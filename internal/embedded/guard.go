@@ -422,7 +422,9 @@ func judged(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bool, err
 	if err != nil || table == "" {
 		return out, err
 	}
-	guards := make([][2]any, len(stmts)) // [idText, [[field, operator, operand], ...]]
+	// [[idText, [[field, operator, operand], ...]], ...]; an empty guard
+	// as [], not null, which json_each would walk as one condition.
+	guards := make([][2]any, len(stmts))
 	for i, st := range stmts {
 		guards[i] = [2]any{idText(st.id), append([]condition{}, st.guard...)}
 	}
