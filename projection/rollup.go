@@ -181,9 +181,8 @@ type Rollup struct {
 	margin    time.Duration
 	placed    *lru.Cache[string, placement]
 
-	mu      sync.Mutex
-	cursors map[string]RollupCursor // by collection, as last read or written
-	lost    map[string]bool         // collections whose positions were lost (Lost)
+	mu   sync.Mutex
+	lost map[string]bool // collections whose positions were lost (Lost)
 }
 
 // placement is the day and currency an order was placed on and in.
@@ -199,7 +198,7 @@ func NewRollup(def RollupDefinition, store RollupStore, log Log, m *Metrics, ps 
 	c, _ := lru.New[string, placement](cacheSize)
 	m.Init(def.Name)
 	return &Rollup{def: def, store: store, log: log, metrics: m, pointers: ps, published: published, margin: margin,
-		placed: c, cursors: map[string]RollupCursor{}, lost: map[string]bool{}}
+		placed: c, lost: map[string]bool{}}
 }
 
 // Name is the rollup's name.
@@ -404,33 +403,18 @@ func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) err
 	return nil
 }
 
-// cursor returns coll's cursor as last read or written by this process,
-// reading it when it has none (fresh: always); false when coll has none
+// cursor returns coll's cursor, read from the store at each run (another
+// process may have moved it: a pin that moved); false when coll has none
 // (a shadow whose build has not started).
-func (r *Rollup) cursor(ctx context.Context, coll string, fresh bool) (RollupCursor, bool, error) {
-	r.mu.Lock()
-	c, ok := r.cursors[coll]
-	r.mu.Unlock()
-	if ok && !fresh {
-		return c, true, nil
-	}
+func (r *Rollup) cursor(ctx context.Context, coll string) (RollupCursor, bool, error) {
 	c, ok, err := r.store.Cursor(ctx, coll)
-	if err != nil {
+	if err != nil || ok || coll != r.def.Collection {
 		return c, ok, err
 	}
-	if !ok {
-		if coll != r.def.Collection {
-			return c, false, nil
-		}
-		// The base collection is of this version only when the log was
-		// empty as the pointer was first written (Pointers.Ensure): it
-		// starts at the log's first position.
-		c = RollupCursor{}
-	}
-	r.mu.Lock()
-	r.cursors[coll] = c
-	r.mu.Unlock()
-	return c, true, nil
+	// The base collection is of this version only when the log was empty
+	// as the pointer was first written (Pointers.Ensure): it starts at the
+	// log's first position.
+	return RollupCursor{}, true, nil
 }
 
 // applyTo applies the deliveries past coll's cursor, which must follow on
@@ -438,19 +422,11 @@ func (r *Rollup) cursor(ctx context.Context, coll string, fresh bool) (RollupCur
 // then the cursor. A collection without a cursor (a shadow its build has
 // not started) takes nothing.
 func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
-	cur, ok, err := r.cursor(ctx, coll, false)
+	cur, ok, err := r.cursor(ctx, coll)
 	if err != nil || !ok {
 		return Outcome{}, err
 	}
 	out, last, byYear, err := r.run(coll, cur, ds, counted)
-	if err != nil && last.Position == cur.Position {
-		// Another process may have moved the cursor on (a pin that
-		// moved): read it again before calling the first position a gap.
-		if cur, ok, err = r.cursor(ctx, coll, true); err != nil || !ok {
-			return Outcome{}, err
-		}
-		out, last, byYear, err = r.run(coll, cur, ds, counted)
-	}
 	if err != nil || last.Position == cur.Position {
 		return out, err // a gap, or nothing past the cursor
 	}
@@ -477,11 +453,6 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 	if err := r.store.SaveCursor(ctx, coll, last); err != nil {
 		return Outcome{}, fmt.Errorf("%s: cursor of %s: %w", r.def.Name, coll, err)
 	}
-	r.mu.Lock()
-	if c, ok := r.cursors[coll]; !ok || c.Position < last.Position {
-		r.cursors[coll] = last
-	}
-	r.mu.Unlock()
 	return out, nil
 }
 
