@@ -230,21 +230,30 @@ func (r *Rollup) contribution(ctx context.Context, e domain.Event) (Contribution
 	if c, ok := placedBy(e); ok {
 		return c, true, nil
 	}
-	c := Contribution{Stream: e.StreamID}
-	switch e.Type {
-	case domain.TypeOrderCanceled:
-		c.Sales.Canceled = 1
-	case domain.TypeOrderMarkedUnavailable:
-		c.Sales.Unavailable = 1
-	default:
-		return c, false, nil
+	s, ok := sales(e)
+	if !ok {
+		return Contribution{}, false, nil
 	}
 	p, err := r.placement(ctx, e.StreamID)
 	if err != nil {
-		return c, false, err
+		return Contribution{}, false, err
 	}
-	c.Day, c.Currency = p.day, p.currency
-	return c, true, nil
+	return Contribution{Stream: e.StreamID, Day: p.day, Currency: p.currency, Sales: s}, true, nil
+}
+
+// sales returns what event e adds to the daily sales of its order's
+// placement day and currency, and false when it adds nothing: the live
+// feed (contribution) and a build's scan (streamContribution) count
+// through it alike.
+func sales(e domain.Event) (DaySales, bool) {
+	switch e.Type {
+	case domain.TypeOrderCanceled:
+		return DaySales{Canceled: 1}, true
+	case domain.TypeOrderMarkedUnavailable:
+		return DaySales{Unavailable: 1}, true
+	}
+	c, ok := placedBy(e)
+	return c.Sales, ok
 }
 
 // placedBy returns what e adds when it places an order, and false when

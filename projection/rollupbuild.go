@@ -111,18 +111,8 @@ func (r *Rollup) streamContribution(st domain.StreamEvents, cut time.Time) (Cont
 	}
 	c.Day, c.Currency = p.Day, p.Currency
 	for _, e := range st.Events {
-		if e.RecordedAt.After(cut) {
-			continue
-		}
-		switch e.Type {
-		case domain.TypeOrderPlaced:
-			if e.Version == 1 {
-				c.Sales.add(p.Sales)
-			}
-		case domain.TypeOrderCanceled:
-			c.Sales.Canceled++
-		case domain.TypeOrderMarkedUnavailable:
-			c.Sales.Unavailable++
+		if s, ok := sales(e); ok && !e.RecordedAt.After(cut) {
+			c.Sales.add(s)
 		}
 	}
 	return c, nil
