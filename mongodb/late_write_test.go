@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
@@ -60,7 +61,7 @@ func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 			if r.out.Superseded != 1 {
 				t.Errorf("the late write's outcome %+v, want it superseded", r.out)
 			}
-			got, err := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil).Get(ctx, id)
+			got, err := mongodb.Doc[domain.Order](ctx, db, projection.OrderSummaries.Collection, id)
 			if err != nil {
 				t.Fatal(err)
 			}

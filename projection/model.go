@@ -2,7 +2,6 @@ package projection
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -13,7 +12,8 @@ import (
 // it: its Definition, the pointer that says which collection readers read,
 // and a ReadModel per collection in use. Live events go to a rebuild's
 // shadow and the collection a switch replaced, then to the active one
-// (ApplyAll); readers read the active one. The storage is Store's; Model
+// (ApplyAll); readers read the active one (the MongoDB adapter's
+// Reader). The storage is Store's; Model
 // holds the fold, the loop over a delivery, the rebuild's writes
 // (WriteFolds), verify (Verify, VerifySums) and the check of one
 // document (Check).
@@ -87,31 +87,6 @@ func (p *Model[D]) forget(ptr Pointer) {
 // Pointer returns the projection's pointer, at most maxAge old.
 func (p *Model[D]) Pointer(ctx context.Context, maxAge time.Duration) (Pointer, error) {
 	return p.pointers.Get(ctx, p.def.Name, p.def.Collection, maxAge)
-}
-
-// Active returns the read model readers read, whatever its version.
-// Errors: domain.ErrNotBuilt before a first build has switched to a
-// collection, domain.ErrUnavailable.
-func (p *Model[D]) Active(ctx context.Context) (*ReadModel[D], error) {
-	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
-	if err != nil {
-		return nil, err
-	}
-	if ptr.Active == "" {
-		return nil, fmt.Errorf("%s: %w", p.def.Name, domain.ErrNotBuilt)
-	}
-	return p.ReadModel(ptr.Active), nil
-}
-
-// Get returns one document of the active collection, or an error wrapping
-// domain.ErrNotFound.
-func (p *Model[D]) Get(ctx context.Context, id string) (D, error) {
-	s, err := p.Active(ctx)
-	if err != nil {
-		var zero D
-		return zero, err
-	}
-	return s.Get(ctx, id)
 }
 
 // EnsureIndexes creates the indexes of the collections this version

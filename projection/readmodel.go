@@ -173,18 +173,3 @@ func (s *ReadModel[D]) save(ctx context.Context, docs []Doc[D]) (superseded int,
 	}
 	return len(refused), nil
 }
-
-// Get returns the document of one stream, or an error wrapping
-// domain.ErrNotFound.
-func (s *ReadModel[D]) Get(ctx context.Context, id string) (D, error) {
-	docs, err := s.store.Load(ctx, s.coll, []string{id})
-	if err != nil {
-		var zero D
-		return zero, fmt.Errorf("%s %s: %w", s.def.Name, id, err)
-	}
-	d, ok := docs[id]
-	if !ok {
-		return d, fmt.Errorf("%s %s: %w", s.def.Name, id, domain.ErrNotFound)
-	}
-	return d, nil
-}

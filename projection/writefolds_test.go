@@ -90,9 +90,10 @@ func TestRebuildBatchMeetingLiveWritesWritesOnlyWhatIsBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := live.Get(ctx, id)
-		if err != nil {
-			t.Fatalf("%s: %v", id, err)
+		docs, err := mongodb.NewDocuments[domain.Order](db).Load(ctx, shadow, []string{id})
+		got, ok := docs[id]
+		if err != nil || !ok {
+			t.Fatalf("%s: found %v, %v", id, ok, err)
 		}
 		gh, _ := projection.DocHash(got)
 		wh, _ := projection.DocHash(want)
