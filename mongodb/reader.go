@@ -32,15 +32,12 @@ func NewReader(db *mongo.Database, ps *Pointers, sales *projection.Rollup) *Read
 	return &Reader{db: db, pointers: ps, sales: sales, statsPage: statsPage}
 }
 
-// readerPointerAge is how old a pointer readers may act on.
-const readerPointerAge = time.Second
-
 // summaries returns the collection of the order summaries readers read.
 // Errors: domain.ErrNotBuilt before a first build has switched to one,
 // domain.ErrUnavailable.
 func (r *Reader) summaries(ctx context.Context) (*mongo.Collection, error) {
 	def := projection.OrderSummaries
-	ptr, err := r.pointers.Last(ctx, def.Name, def.Collection, readerPointerAge)
+	ptr, err := r.pointers.Last(ctx, def.Name, def.Collection, projection.ReaderPointerAge)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +170,7 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 // (both included; the time of day is ignored), of one currency when
 // currency is not empty, sorted by day then currency, days without
 // orders left out, and the projection that answered: the daily_sales
-// rollup (projection.Rollup.Sales, a document per month and currency)
+// rollup (projection.Rollup.Sales, a document per year and currency)
 // once built, the order summaries until then. Errors: domain.ErrNotBuilt
 // before either is built, domain.ErrUnavailable.
 func (r *Reader) DailySales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, string, error) {

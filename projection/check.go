@@ -39,7 +39,7 @@ type ReadModelCheck struct {
 // (domain.ErrUnavailable) and the log's.
 func (p *Model[D]) Check(ctx context.Context, id string) (ReadModelCheck, error) {
 	c := ReadModelCheck{Projection: p.def.Name, Document: json.RawMessage("null"), Expected: json.RawMessage("null")}
-	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, readerPointerAge)
+	ptr, err := p.pointers.Last(ctx, p.def.Name, p.def.Collection, ReaderPointerAge)
 	if err != nil {
 		return c, err
 	}

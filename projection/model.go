@@ -35,8 +35,9 @@ type Model[D any] struct {
 // (ApplyAll).
 const WriterPointerAge = 100 * time.Millisecond
 
-// readerPointerAge is how old a pointer readers may act on.
-const readerPointerAge = time.Second
+// ReaderPointerAge is how old a pointer readers (the REST queries, a
+// check of one document) may act on.
+const ReaderPointerAge = time.Second
 
 // NewModel returns the projection def kept in store, its pointer read
 // through ps, filling gaps from log. m may be nil; the projection's

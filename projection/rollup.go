@@ -536,7 +536,7 @@ func (r *Rollup) updateYear(ctx context.Context, coll, id string, change func(m 
 // domain.ErrNotBuilt before a first build has switched to a collection of
 // this version, domain.ErrUnavailable.
 func (r *Rollup) Sales(ctx context.Context, from, to time.Time, currency string) ([]domain.DailySales, error) {
-	ptr, err := r.pointers.Last(ctx, r.def.Name, r.def.Collection, readerPointerAge)
+	ptr, err := r.pointers.Last(ctx, r.def.Name, r.def.Collection, ReaderPointerAge)
 	if err != nil {
 		return nil, err
 	}
