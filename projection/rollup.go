@@ -426,18 +426,39 @@ func (r *Rollup) cursor(ctx context.Context, coll string) (RollupCursor, bool, e
 	return RollupCursor{}, true, nil
 }
 
-// applyTo applies the deliveries past coll's cursor, which must follow on
-// from it, to coll: one compare-and-set write per year the events touch,
-// then the cursor. A collection without a cursor (a shadow its build has
-// not started) takes nothing.
+// applyTo applies to coll the run of ds past its cursor: the deliveries
+// of consecutive positions from the cursor on, the others being
+// duplicates. Those recorded after the cursor's cut count: one
+// compare-and-set write per year they add to, then the cursor, moved to
+// the run's end. A collection without a cursor (a shadow its build has
+// not started) takes nothing. Errors: a *GapError at the first position
+// that does not follow on, the store's.
 func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
 	cur, ok, err := r.cursor(ctx, coll)
 	if err != nil || !ok {
 		return Outcome{}, err
 	}
-	out, last, byYear, err := r.run(coll, cur, ds, counted)
-	if err != nil || last.Position == cur.Position {
-		return out, err // a gap, or nothing past the cursor
+	var out Outcome
+	last, byYear := cur, map[string][]int{}
+	for i, d := range ds {
+		switch {
+		case d.Position == 0 || d.Position <= last.Position:
+			out.Duplicates++
+			continue
+		case d.Position != last.Position+1:
+			return out, &GapError{Collection: coll, From: last.Position + 1, To: d.Position - 1, AfterSeq: last.Seq, BeforeSeq: d.Seq}
+		}
+		last.Position, last.Seq = d.Position, d.Seq
+		c := counted[i]
+		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
+			continue
+		}
+		id := YearID(c.Day, c.Currency)
+		byYear[id] = append(byYear[id], i)
+		out.Applied++
+	}
+	if last.Position == cur.Position {
+		return out, nil // nothing past the cursor
 	}
 	for _, id := range slices.Sorted(maps.Keys(byYear)) {
 		// One compare-and-set write of the year: what its deliveries (in
@@ -463,34 +484,6 @@ func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counte
 		return Outcome{}, fmt.Errorf("%s: cursor of %s: %w", r.def.Name, coll, err)
 	}
 	return out, nil
-}
-
-// run takes the run of ds past cur: the deliveries of consecutive
-// positions from cur on, the others being duplicates. It returns the
-// cursor after the run, and the indexes of the deliveries it counts (those
-// recorded after cur's cut) by the year they add to. Errors: a *GapError
-// at the first position that does not follow on.
-func (r *Rollup) run(coll string, cur RollupCursor, ds []Delivery, counted []*Contribution) (Outcome, RollupCursor, map[string][]int, error) {
-	var out Outcome
-	last, byYear := cur, map[string][]int{}
-	for i, d := range ds {
-		switch {
-		case d.Position == 0 || d.Position <= last.Position:
-			out.Duplicates++
-			continue
-		case d.Position != last.Position+1:
-			return out, last, nil, &GapError{Collection: coll, From: last.Position + 1, To: d.Position - 1, AfterSeq: last.Seq, BeforeSeq: d.Seq}
-		}
-		last.Position, last.Seq = d.Position, d.Seq
-		c := counted[i]
-		if c == nil || (!cur.Cut.IsZero() && !d.Event.RecordedAt.After(cur.Cut)) {
-			continue
-		}
-		id := YearID(c.Day, c.Currency)
-		byYear[id] = append(byYear[id], i)
-		out.Applied++
-	}
-	return out, last, byYear, nil
 }
 
 // maxSaveTries bounds the compare-and-set writes of a year that another
