@@ -302,28 +302,13 @@ func splitSuperseded(err error) (map[int]bool, error) {
 
 // storedBSON is the stored form of doc, {_id, fields...}, and its version
 // field.
-func storedBSON[D any](id string, doc D) (bson.D, int64, error) {
-	raw, err := marshalJSONTags(doc)
+func storedBSON[D any](id string, doc D) (bson.Raw, int64, error) {
+	raw, err := marshalJSONTags(stored[D]{ID: id, Doc: doc})
 	if err != nil {
 		return nil, 0, err
 	}
-	elems, err := raw.Elements()
-	if err != nil {
-		return nil, 0, err
-	}
-	out := bson.D{{Key: "_id", Value: id}}
-	var v int64
-	for _, el := range elems {
-		switch k := el.Key(); k {
-		case "_id":
-		case "version":
-			v, _ = el.Value().AsInt64OK()
-			out = append(out, bson.E{Key: k, Value: el.Value()})
-		default:
-			out = append(out, bson.E{Key: k, Value: el.Value()})
-		}
-	}
-	return out, v, nil
+	v, _ := raw.Lookup("version").AsInt64OK()
+	return raw, v, nil
 }
 
 // marshalJSONTags encodes v with its JSON field names.
