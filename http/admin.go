@@ -90,7 +90,15 @@ func (s operations) ListProjections(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, map[string]any{"projections": ps, "relay": relay})
+	return c.JSON(http.StatusOK, ProjectionsReport{Projections: ps, Relay: relay})
+}
+
+// ProjectionsReport is the answer of GET /v1/admin/projections: every
+// projection's status, and the outbox relay's owner, lease and checkpoint
+// (zero before any relay started).
+type ProjectionsReport struct {
+	Projections []admin.ProjectionStatus `json:"projections"`
+	Relay       outbox.RelayStatus       `json:"relay"`
 }
 
 type rebuildRequest struct {

@@ -7,7 +7,6 @@ import (
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/http/api"
 	"github.com/orderd/orderd/jobs"
-	"github.com/orderd/orderd/outbox"
 )
 
 // The admin routes answer 401 (/problems/unauthorized) without the
@@ -15,22 +14,10 @@ import (
 // an admin token. A job of another kind or projection than the route's is
 // not found.
 
-// Projections returns every projection's status
-// (GET /v1/admin/projections).
-func (c *Client) Projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
-	list, err := answer[struct {
-		Projections []admin.ProjectionStatus `json:"projections"`
-	}](ctx, c, c.api.ListProjections)
-	return list.Projections, err
-}
-
-// Relay returns the outbox relay's owner, lease and checkpoint, as the
-// projections' route answers them (GET /v1/admin/projections).
-func (c *Client) Relay(ctx context.Context) (outbox.RelayStatus, error) {
-	list, err := answer[struct {
-		Relay outbox.RelayStatus `json:"relay"`
-	}](ctx, c, c.api.ListProjections)
-	return list.Relay, err
+// Projections returns every projection's status and the outbox relay's
+// owner, lease and checkpoint (GET /v1/admin/projections).
+func (c *Client) Projections(ctx context.Context) (ProjectionsReport, error) {
+	return answer[ProjectionsReport](ctx, c, c.api.ListProjections)
 }
 
 // StartRebuild starts a rebuild of the projection's read model with the

@@ -127,9 +127,9 @@ func TestClientAdmin(t *testing.T) {
 	e := newAdminEnv(t, adminToken)
 	c := serve(t, e.h, adminToken)
 	ctx := t.Context()
-	list, err := c.Projections(ctx)
-	if err != nil || len(list) != 2 || list[0].Name != "order_summaries" {
-		t.Fatalf("projections: %+v, %v", list, err)
+	rep, err := c.Projections(ctx)
+	if list := rep.Projections; err != nil || len(list) != 2 || list[0].Name != "order_summaries" {
+		t.Fatalf("projections: %+v, %v", rep, err)
 	}
 	job, err := c.StartRebuild(ctx, "order_summaries", 4)
 	if err != nil || job.Kind != jobs.KindRebuild || job.Partitions != 4 {

@@ -318,12 +318,12 @@ func (c *cluster) partitionOwners(ctx context.Context) map[string]map[string]hel
 		if err != nil {
 			continue
 		}
-		list, err := cl.Projections(ctx)
+		rep, err := cl.Projections(ctx)
 		if err != nil {
 			continue
 		}
 		out := map[string]map[string]held{}
-		for _, ps := range list {
+		for _, ps := range rep.Projections {
 			out[ps.Name] = map[string]held{}
 			for _, pt := range ps.Partitions {
 				if pt.Owner != "" {

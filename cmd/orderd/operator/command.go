@@ -231,11 +231,11 @@ func (o *command) fail(ctx context.Context, err error) error {
 
 // projections returns the projections as the service reports them.
 func (o *command) projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
-	list, err := o.api.Projections(ctx)
+	rep, err := o.api.Projections(ctx)
 	if err != nil {
 		return nil, o.fail(ctx, err)
 	}
-	return list, nil
+	return rep.Projections, nil
 }
 
 // unknownProjection adds the names of the projections to a not-found

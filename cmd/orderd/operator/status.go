@@ -111,18 +111,14 @@ func Status(ctx context.Context, args []string, getenv func(string) string, stdo
 	if op == nil {
 		return err // nil for -h
 	}
-	list, err := op.projections(ctx)
-	if err != nil {
-		return err
-	}
-	relay, err := op.api.Relay(ctx)
+	rep, err := op.api.Projections(ctx)
 	if err != nil {
 		return op.fail(ctx, err)
 	}
-	if err := printStatus(stdout, op, list, time.Now()); err != nil {
+	if err := printStatus(stdout, op, rep.Projections, time.Now()); err != nil {
 		return err
 	}
-	return printRelay(stdout, relay, time.Now())
+	return printRelay(stdout, rep.Relay, time.Now())
 }
 
 // printRelay writes the relay's line: who holds its lease, and how far
