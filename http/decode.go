@@ -2,16 +2,18 @@ package http
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/go-playground/validator/v10"
 	"github.com/labstack/echo/v4"
 
@@ -34,8 +36,13 @@ var validate = func() *validator.Validate {
 	return v
 }()
 
-// decode reads a JSON body strictly (unknown fields and trailing data are
-// errors) and validates it. An empty body is allowed when optional.
+// decode reads a JSON body strictly and validates it. An empty body is
+// allowed when optional. Malformed (400) is a body that is not one JSON
+// object, a field given twice, an unknown field or one in other case
+// than the API's lower-case names (encoding/json would take the last of
+// two, and match names case-blind); invalid (422) a value of another type
+// than its field's, under its path as the validator writes paths
+// (items[0].quantity), and what the validator refuses.
 func decode(c echo.Context, dst any, optional bool) error {
 	req := c.Request()
 	body, err := io.ReadAll(req.Body)
@@ -61,26 +68,23 @@ func decode(c echo.Context, dst any, optional bool) error {
 	if trimmed[0] != '{' {
 		return malformed("the body must be a JSON object")
 	}
-	if _, err := scanKeys(body, -1); err != nil {
-		return malformed(err.Error())
+	// JSON v2 refuses duplicate names and data after the value, and
+	// matches names case-sensitively; strings that are not UTF-8 become
+	// U+FFFD, as with encoding/json. The syntax is checked as a whole
+	// first: a body that is not JSON is malformed whatever its values.
+	opts := json.JoinOptions(json.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
+	if err := json.Unmarshal(body, new(jsontext.Value), opts); err != nil {
+		return malformed("invalid JSON: " + strings.TrimPrefix(err.Error(), "jsontext: "))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(dst); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			// te.Field leaves out the array indexes (items.quantity); the
-			// validator's paths have them (items[0].quantity).
-			field, _ := scanKeys(body, te.Offset)
-			if field == "" {
-				field = te.Field
-			}
-			return invalid(domain.FieldError{Field: field, Detail: "must be " + jsonKind(te.Type.Kind())})
+	if err := json.Unmarshal(body, dst, opts); err != nil {
+		var se *json.SemanticError
+		switch {
+		case errors.As(err, &se) && errors.Is(se.Err, json.ErrUnknownName):
+			return malformed(fmt.Sprintf("unknown field %s (field names are lower case)", pointerPath(se.JSONPointer)))
+		case errors.As(err, &se) && se.GoType != nil:
+			return invalid(domain.FieldError{Field: pointerPath(se.JSONPointer), Detail: "must be " + jsonKind(se.GoType.Kind())})
 		}
 		return malformed("invalid JSON: " + err.Error())
-	}
-	if len(bytes.Trim(body[dec.InputOffset():], jsonSpace)) > 0 {
-		return malformed("invalid JSON: data after the object")
 	}
 	if err := validate.Struct(dst); err != nil {
 		var ve validator.ValidationErrors
@@ -96,84 +100,22 @@ func decode(c echo.Context, dst any, optional bool) error {
 	return nil
 }
 
-// scanKeys reads body, a JSON object, token by token. It refuses what
-// encoding/json would silently accept: a field given twice (the last
-// would win) and a field name in other case than the API's lower-case
-// names (encoding/json matches them case-blind); syntax errors are left
-// to the decoder. With offset >= 0 it returns, once the scan gets there,
-// the path of the value of body that ends at offset (a string, number,
-// true, false or null) or opens there (an object or array), as the
-// validator writes paths: items[0].quantity; "" when no value does. The
-// decoder's type errors give their offsets so
-// (json.UnmarshalTypeError.Offset).
-func scanKeys(body []byte, offset int64) (string, error) {
-	type frame struct {
-		array   bool
-		key     string          // the member being read, in an object
-		keys    map[string]bool // the object's members so far
-		index   int             // the element being read, in an array
-		wantKey bool            // an object's next token is a key (or its end)
-	}
-	var stack []*frame
-	path := func() string {
-		var b strings.Builder
-		for _, f := range stack {
-			switch {
-			case f.array:
-				fmt.Fprintf(&b, "[%d]", f.index)
-			case b.Len() > 0:
-				b.WriteString("." + f.key)
-			default:
-				b.WriteString(f.key)
-			}
-		}
-		return b.String()
-	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return "", nil
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 && !stack[len(stack)-1].array {
-				stack[len(stack)-1].wantKey = true
-			}
-			continue
-		}
-		if top != nil && top.wantKey {
-			key, _ := tok.(string)
-			switch {
-			case key != strings.ToLower(key):
-				return "", fmt.Errorf("field %q: field names are lower case", key)
-			case top.keys[key]:
-				return "", fmt.Errorf("field %q is given twice", key)
-			}
-			top.key, top.keys[key], top.wantKey = key, true, false
-			continue
-		}
-		if top != nil && top.array {
-			top.index++
-		}
-		if offset >= 0 && dec.InputOffset() == offset {
-			return path(), nil
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{keys: map[string]bool{}, wantKey: true})
-		case json.Delim('['):
-			stack = append(stack, &frame{array: true, index: -1})
+// pointerPath writes a JSON pointer (RFC 6901) into a request body as the
+// validator writes paths: /items/0/quantity is items[0].quantity (the
+// bodies have arrays, never maps, so a number is an index).
+func pointerPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for tok := range p.Tokens() {
+		switch _, err := strconv.Atoi(tok); {
+		case err == nil:
+			b.WriteString("[" + tok + "]")
+		case b.Len() > 0:
+			b.WriteString("." + tok)
 		default:
-			if top != nil && !top.array {
-				top.wantKey = true
-			}
+			b.WriteString(tok)
 		}
 	}
+	return b.String()
 }
 
 // jsonSpace is the white space JSON allows between tokens (RFC 8259 §2);
