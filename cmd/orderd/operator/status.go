@@ -60,16 +60,16 @@ The columns:
 
 Then comes one row per partition of each projection, for example:
 
-  PROJECTION       PARTITION  OWNER        LEASE LEFT  LAG  BEHIND  APPLIED  RATE/S
-  order_summaries  0          projector-1  8s          0    0.0s    1520     12.4
+  PROJECTION       PARTITION  OWNER        PINNED FOR  LAG  BEHIND  APPLIED  RATE/S
+  order_summaries  0          projector-1  8m0s        0    0.0s    1520     12.4
   order_summaries  1          -            -           37   41.3s   0        0.0
 
   PARTITION   the partition: a share of the order streams, consumed by one
               projector process at a time
-  OWNER       the instance id holding the partition's lease; "-" when none
-              does (its owner died and the lease has not run out, or no
-              projector runs): its LAG then grows
-  LEASE LEFT  how long the lease lasts unless the owner renews it
+  OWNER       the instance id JetStream pins the partition's deliveries to;
+              "-" when none (its owner died and the pin has not timed out,
+              or no projector runs): its LAG then grows
+  PINNED FOR  how long the owner has held the pin
   LAG         events of the partition not applied yet; "-" when unknown
   BEHIND      0 when LAG is 0, else the time since the newest event the
               partition applied was recorded: how stale its read-model

@@ -35,7 +35,7 @@ Flags:
 func SwitchBack(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("switch-back", switchBackUsage, stderr)
 	var o options
-	o.bind(fs, getenv)
+	o.bindConn(fs, getenv)
 	var name string
 	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
 		name, err = projectionArg("switch-back", pos)
