@@ -310,7 +310,7 @@ func nonEmpty(s string) *string {
 // Order returns the order folded from its event log (GET /v1/orders/{id}),
 // or an *Error wrapping domain.ErrNotFound.
 func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
-	return c.OrderUntil(ctx, id, domain.Bound{})
+	return answer[domain.Order](ctx, c, bind2(c.api.GetOrder, id, &api.GetOrderParams{}))
 }
 
 // DailySales returns the daily sales (summed from the order summaries) over the UTC dates
@@ -324,23 +324,6 @@ func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency st
 		p.Currency = &currency
 	}
 	return answer[DailySalesReport](ctx, c, bind(c.api.GetDailySales, &p))
-}
-
-// OrderUntil returns the order folded from its event log up to b
-// (GET /v1/orders/{id}?as_of_version= or ?as_of=; the zero Bound is the
-// head), or an *Error wrapping domain.ErrNotFound (also for a bound past
-// the head or before the first event) or domain.ErrValidation.
-func (c *Client) OrderUntil(ctx context.Context, id string, b domain.Bound) (domain.Order, error) {
-	var p api.GetOrderParams
-	if b.Version > 0 {
-		v := strconv.FormatInt(b.Version, 10)
-		p.AsOfVersion = &v
-	}
-	if !b.At.IsZero() {
-		at := b.At.Format(time.RFC3339Nano)
-		p.AsOf = &at
-	}
-	return answer[domain.Order](ctx, c, bind2(c.api.GetOrder, id, &p))
 }
 
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read

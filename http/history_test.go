@@ -201,23 +201,3 @@ func TestGetOrderAsOfBypassesCache(t *testing.T) {
 		t.Errorf("GET head: %d, cache calls %d -> %d", rec.Code, before, cache.calls())
 	}
 }
-
-func TestClientOrderUntil(t *testing.T) {
-	e, base := historyEnv(t)
-	c := serve(t, e.h, "")
-	ctx := t.Context()
-	if o, err := c.OrderUntil(ctx, "o-1", domain.Bound{Version: 2}); err != nil || o.Version != 2 || o.Status != domain.StatusApproved {
-		t.Errorf("v2: %+v, %v", o, err)
-	}
-	at := base.Add(time.Minute + time.Second).In(time.FixedZone("", 3*3600)) // a '+' offset survives the query
-	if o, err := c.OrderUntil(ctx, "o-1", domain.Bound{At: at}); err != nil || o.Version != 1 {
-		t.Errorf("as of %v: %+v, %v", at, o, err)
-	}
-	if o, err := c.OrderUntil(ctx, "o-1", domain.Bound{}); err != nil || o.Version != 3 {
-		t.Errorf("head: %+v, %v", o, err)
-	}
-	_, err := c.OrderUntil(ctx, "o-1", domain.Bound{Version: 4})
-	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
-	_, err = c.OrderUntil(ctx, "o-1", domain.Bound{Version: 1, At: base})
-	wantError(t, err, http.StatusUnprocessableEntity, "validation", domain.ErrValidation)
-}
