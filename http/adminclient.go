@@ -2,7 +2,6 @@ package http
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/http/api"
@@ -48,46 +47,31 @@ func (c *Client) StartVerify(ctx context.Context, projection string, repair bool
 	return answer[jobs.Job](ctx, c, bind2(c.api.StartVerify, projection, api.VerifyRequest{Repair: &repair}))
 }
 
-// Job returns the job id of kind on projection ("" for a replay), or an
-// *Error wrapping domain.ErrNotFound.
+// Job returns the job id of kind (jobs.KindRebuild or jobs.KindVerify)
+// on projection, or an *Error wrapping domain.ErrNotFound.
 func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	op := bind(c.api.GetReplay, id)
-	switch kind {
-	case jobs.KindRebuild:
-		op = bind2(c.api.GetRebuild, projection, id)
-	case jobs.KindVerify:
+	op := bind2(c.api.GetRebuild, projection, id)
+	if kind == jobs.KindVerify {
 		op = bind2(c.api.GetVerification, projection, id)
 	}
 	return answer[jobs.Job](ctx, c, op)
 }
 
-// CancelJob asks the job to stop at its next checkpoint and returns it, or
-// an *Error wrapping domain.ErrNotFound or domain.ErrJobFinished.
-func (c *Client) CancelJob(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
-	op := bind(c.api.CancelReplay, id)
-	switch kind {
-	case jobs.KindRebuild:
-		op = bind2(c.api.CancelRebuild, projection, id)
-	case jobs.KindVerify:
-		op = bind2(c.api.CancelVerification, projection, id)
-	}
-	return answer[jobs.Job](ctx, c, op)
+// CancelRebuild asks the rebuild id of projection to stop at its next
+// checkpoint and returns it, or an *Error wrapping domain.ErrNotFound or
+// domain.ErrJobFinished.
+func (c *Client) CancelRebuild(ctx context.Context, projection, id string) (jobs.Job, error) {
+	return answer[jobs.Job](ctx, c, bind2(c.api.CancelRebuild, projection, id))
 }
 
-// JobURL is the absolute URL of the job, where a GET follows it.
+// JobURL is the absolute URL of the job id of kind (jobs.KindRebuild or
+// jobs.KindVerify) on projection, where a GET follows it.
 func (c *Client) JobURL(kind jobs.JobKind, projection, id string) string {
-	var (
-		req *http.Request
-		err error
-	)
-	switch kind {
-	case jobs.KindRebuild:
-		req, err = api.NewGetRebuildRequest(c.cfg.URL, projection, id)
-	case jobs.KindVerify:
-		req, err = api.NewGetVerificationRequest(c.cfg.URL, projection, id)
-	default:
-		req, err = api.NewGetReplayRequest(c.cfg.URL, id)
+	newRequest := api.NewGetRebuildRequest
+	if kind == jobs.KindVerify {
+		newRequest = api.NewGetVerificationRequest
 	}
+	req, err := newRequest(c.cfg.URL, projection, id)
 	if err != nil {
 		return "" // NewClient checked the URL
 	}

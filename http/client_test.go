@@ -150,11 +150,11 @@ func TestClientAdmin(t *testing.T) {
 	}
 	_, err = c.Job(ctx, jobs.KindVerify, "order_summaries", job.ID)
 	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
-	if got, err := c.CancelJob(ctx, jobs.KindRebuild, "order_summaries", job.ID); err != nil || !got.CancelRequested {
+	if got, err := c.CancelRebuild(ctx, "order_summaries", job.ID); err != nil || !got.CancelRequested {
 		t.Errorf("cancel: %+v, %v", got, err)
 	}
 	e.admin.finish(job.ID, jobs.StateCanceled, nil)
-	_, err = c.CancelJob(ctx, jobs.KindRebuild, "order_summaries", job.ID)
+	_, err = c.CancelRebuild(ctx, "order_summaries", job.ID)
 	wantError(t, err, http.StatusConflict, "job-finished", domain.ErrJobFinished)
 
 	v, err := c.StartVerify(ctx, "customer_order_stats", true)

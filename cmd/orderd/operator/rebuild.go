@@ -74,7 +74,7 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 		if *partitions != 0 {
 			return errors.New("rebuild: -partitions does not go with -cancel")
 		}
-		if job, err = op.api.CancelJob(ctx, jobs.KindRebuild, name, *cancelID); err != nil {
+		if job, err = op.api.CancelRebuild(ctx, name, *cancelID); err != nil {
 			return op.fail(ctx, err)
 		}
 		fmt.Fprintf(stdout, "cancel requested for rebuild %s of %s (now %s)\n", job.ID, name, job.State)
