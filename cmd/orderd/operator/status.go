@@ -246,17 +246,12 @@ func printPartitions(w io.Writer, list []admin.ProjectionStatus, now time.Time) 
 }
 
 // readLag is the LAG cell: the lag of the consumers feeding the
-// collection readers read. A server older than active_lag sends only the
-// lag of its own version, which is the readers' unless it builds another.
+// collection readers read (active_lag); "-" when unknown.
 func readLag(p admin.ProjectionStatus) string {
-	lag := p.ActiveLag
-	if lag == nil && p.ConsumerLagVersion == 0 && (p.ShadowVersion == 0 || p.ShadowVersion == p.ActiveVersion) {
-		lag = p.ConsumerLag
-	}
-	if lag == nil {
+	if p.ActiveLag == nil {
 		return "-"
 	}
-	return fmt.Sprint(*lag)
+	return fmt.Sprint(*p.ActiveLag)
 }
 
 // buildLag is the BUILD LAG cell: while a rebuild runs, the lag of the
