@@ -21,17 +21,6 @@ var files = map[string]struct{ name, contentType string }{
 	Prefix + "console.css": {"static/console.css", "text/css; charset=utf-8"},
 }
 
-// Paths returns the paths the console serves, each under Prefix, for GET.
-// Only tests call it; it stays exported for the http package's route test,
-// which an export_test.go here cannot reach.
-func Paths() []string {
-	out := make([]string, 0, len(files))
-	for p := range files {
-		out = append(out, p)
-	}
-	return out
-}
-
 // securityHeaders keep the shell from loading anything but its own files
 // and from being framed, and keep URLs out of Referer headers.
 var securityHeaders = map[string]string{
@@ -43,7 +32,8 @@ var securityHeaders = map[string]string{
 	"Cache-Control":          "no-cache",
 }
 
-// Handler serves the console's files at the paths Paths returns, and 404
+// Handler serves the console's files to GET (the page at Prefix and at
+// Prefix+"index.html", console.js and console.css under Prefix), and 404
 // elsewhere. The files are the same for every request and carry no data.
 func Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
