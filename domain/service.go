@@ -60,11 +60,13 @@ type EventStore interface {
 // command usually needs no read before its append. Entries may be stale
 // (another instance appended since): the append's expected version then
 // collides and the Service reloads. Implementations must be safe for
-// concurrent use.
+// concurrent use. The method set is that of hashicorp/golang-lru/v2's
+// *lru.Cache[string, Order], which the service uses as it is; the Service
+// ignores the results of Add (an eviction) and Remove (a key was present).
 type StateCache interface {
 	Get(streamID string) (Order, bool)
-	Add(streamID string, o Order)
-	Remove(streamID string)
+	Add(streamID string, o Order) (evicted bool)
+	Remove(streamID string) (present bool)
 }
 
 // ExecOptions are the per-request options of Service.Execute. IfMatch, when

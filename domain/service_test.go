@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/domain/domaintest"
@@ -35,7 +36,7 @@ var serviceNow = time.Date(2024, 6, 1, 11, 0, 0, 555_666_777, time.UTC)
 func newService(store domain.EventStore, cached bool) *domain.Service {
 	var cache domain.StateCache
 	if cached {
-		cache = domaintest.NewMapCache()
+		cache, _ = lru.New[string, domain.Order](1024)
 	}
 	svc := domain.NewService(store, cache)
 	svc.BaseBackoff = 50 * time.Microsecond

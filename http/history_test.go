@@ -152,18 +152,21 @@ func (c *countingCache) Get(id string) (domain.Order, bool) {
 	return o, ok
 }
 
-func (c *countingCache) Add(id string, o domain.Order) {
+func (c *countingCache) Add(id string, o domain.Order) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.adds++
 	c.states[id] = o
+	return false
 }
 
-func (c *countingCache) Remove(id string) {
+func (c *countingCache) Remove(id string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.removals++
+	_, ok := c.states[id]
 	delete(c.states, id)
+	return ok
 }
 
 func (c *countingCache) calls() int {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,6 @@ import (
 
 	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/domain/domaintest"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/internal/projectortest"
 	"github.com/orderd/orderd/internal/tcpproxy"
@@ -76,7 +76,8 @@ func TestRunnerEndToEnd(t *testing.T) {
 	close(jobs)
 	// A state cache spares each command the read of its stream, as the
 	// service binary does.
-	svc := domain.NewService(es, domaintest.NewMapCache())
+	cache, _ := lru.New[string, domain.Order](orders)
+	svc := domain.NewService(es, cache)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for range clients {

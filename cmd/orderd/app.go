@@ -419,8 +419,7 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	c := &m.Config
 	var cache domain.StateCache
 	if c.CacheSize > 0 {
-		l, _ := lru.New[string, domain.Order](c.CacheSize) // refuses only a size below 1
-		cache = stateCache{l}
+		cache, _ = lru.New[string, domain.Order](c.CacheSize) // refuses only a size below 1
 	}
 	svc := domain.NewService(tracing.NewEventStore(w.store), cache)
 	// Random ids: the log is range-sharded by stream_id (only a ranged
@@ -567,15 +566,6 @@ func (m *Main) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// stateCache adapts an LRU to domain.StateCache.
-type stateCache struct {
-	*lru.Cache[string, domain.Order]
-}
-
-func (c stateCache) Get(id string) (domain.Order, bool) { return c.Cache.Get(id) }
-func (c stateCache) Add(id string, o domain.Order)      { c.Cache.Add(id, o) }
-func (c stateCache) Remove(id string)                   { c.Cache.Remove(id) }
 
 func newLogger(format, level string, w io.Writer) *slog.Logger {
 	var lv slog.Level

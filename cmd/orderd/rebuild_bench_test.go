@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.mongodb.org/mongo-driver/v2/bson"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -341,7 +342,10 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 	start := time.Now()
 	for range rebuildLoaders {
 		wg.Go(func() {
-			cache := loaderCache{}
+			// The loader's own state cache (it runs one order at a time),
+			// so its commands need no read before their append, as in the
+			// service.
+			cache, _ := lru.New[string, domain.Order](64)
 			svc := domain.NewService(store, cache)
 			svc.NewID = func() string { return uuid.Must(uuid.NewV7()).String() }
 			for {
@@ -366,7 +370,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 					commands.Add(1)
 					events.Add(1)
 				}
-				clear(cache)
+				cache.Purge()
 			}
 		})
 	}
@@ -572,15 +576,6 @@ func parsePartitions(s string) ([]int, error) {
 	}
 	return out, nil
 }
-
-// loaderCache is the state cache of one loader goroutine (which runs one
-// order at a time), so its commands need no read before their append,
-// as in the service.
-type loaderCache map[string]domain.Order
-
-func (c loaderCache) Get(id string) (domain.Order, bool) { o, ok := c[id]; return o, ok }
-func (c loaderCache) Add(id string, o domain.Order)      { c[id] = o }
-func (c loaderCache) Remove(id string)                   { delete(c, id) }
 
 // scanResult is one raw scan of the log.
 type scanResult struct {

@@ -228,7 +228,7 @@ func TestMain_RebuildResumesAfterKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc := domain.NewService(mongodb.NewEventStore(db), stateCache{cache})
+	svc := domain.NewService(mongodb.NewEventStore(db), cache)
 	const orders = 160
 	var ids []string
 	for i := range orders {

@@ -255,27 +255,3 @@ func (s *MemStore) Reset() {
 	s.Appends.Store(0)
 	s.DownCalls.Store(0)
 }
-
-// MapCache is a domain.StateCache that never evicts, safe for concurrent
-// use.
-type MapCache struct {
-	mu sync.Mutex
-	m  map[string]domain.Order
-}
-
-// NewMapCache returns an empty MapCache.
-func NewMapCache() *MapCache { return &MapCache{m: map[string]domain.Order{}} }
-
-// Get returns the cached state of the stream id.
-func (c *MapCache) Get(id string) (domain.Order, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	o, ok := c.m[id]
-	return o, ok
-}
-
-// Add caches o as the state of the stream id.
-func (c *MapCache) Add(id string, o domain.Order) { c.mu.Lock(); c.m[id] = o; c.mu.Unlock() }
-
-// Remove forgets the stream id.
-func (c *MapCache) Remove(id string) { c.mu.Lock(); delete(c.m, id); c.mu.Unlock() }
