@@ -6,6 +6,8 @@ import (
 	"os"
 	"testing"
 
+	"go.mongodb.org/mongo-driver/v2/mongo"
+
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -27,10 +29,10 @@ func TestConformance(t *testing.T) {
 			if d == native {
 				run = storetest.RunConformance
 			}
-			run(t, func(t *testing.T) *mongodb.EventStore {
+			run(t, func(t *testing.T) (*mongodb.EventStore, *mongo.Database) {
 				s, db := storetest.OpenStore(t)
 				mongodb.UseDialect(db.Client(), d)
-				return s
+				return s, db
 			})
 		})
 	}
@@ -58,10 +60,10 @@ func TestScanInPasses(t *testing.T) {
 	// of 1 and most cuts of 3.
 	for _, budget := range []int{1, 3} {
 		t.Run(fmt.Sprintf("passes-of-%d", budget), func(t *testing.T) {
-			storetest.RunScan(t, func(t *testing.T) *mongodb.EventStore {
+			storetest.RunScan(t, func(t *testing.T) (*mongodb.EventStore, *mongo.Database) {
 				s, db := storetest.OpenStore(t, mongodb.WithIDBudget(budget))
 				mongodb.UseDialect(db.Client(), mongodb.DialectFerretDB)
-				return s
+				return s, db
 			})
 		})
 	}

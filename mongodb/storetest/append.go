@@ -13,7 +13,7 @@ import (
 	"github.com/orderd/orderd/mongodb"
 )
 
-func testAppendAndLoad(t *testing.T, s *mongodb.EventStore) {
+func testAppendAndLoad(t *testing.T, s store) {
 	stream := Unique("order-")
 	c := NewCommit(stream, 0, placed("cust-1"), domain.OrderApproved{})
 	before := time.Now()
@@ -50,7 +50,7 @@ func testAppendAndLoad(t *testing.T, s *mongodb.EventStore) {
 	wantCommits(t, s, inStream(stream), 2)
 }
 
-func testTimesNormalized(t *testing.T, s *mongodb.EventStore) {
+func testTimesNormalized(t *testing.T, s store) {
 	stream := Unique("order-")
 	c := NewCommit(stream, 0, domain.OrderApproved{})
 	sp := time.FixedZone("BRT", -3*3600)
@@ -69,7 +69,7 @@ func testTimesNormalized(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testStaleVersion(t *testing.T, s *mongodb.EventStore) {
+func testStaleVersion(t *testing.T, s store) {
 	stream := Unique("order-")
 	c1 := NewCommit(stream, 0, placed("cust-1"), domain.OrderApproved{})
 	c2 := NewCommit(stream, 2, domain.OrderShipped{})
@@ -91,7 +91,7 @@ func testStaleVersion(t *testing.T, s *mongodb.EventStore) {
 	wantCommits(t, s, inStream(stream), 2)
 }
 
-func testMultiEventCommit(t *testing.T, s *mongodb.EventStore) {
+func testMultiEventCommit(t *testing.T, s store) {
 	stream := Unique("order-")
 	c := NewCommit(stream, 0, placed("cust-9"), domain.OrderApproved{}, domain.OrderInvoiced{})
 	want := appendRecorded(t, s, c)
@@ -107,7 +107,7 @@ func testMultiEventCommit(t *testing.T, s *mongodb.EventStore) {
 		} `bson:"events"`
 		Published bool `bson:"published"`
 	}
-	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+	coll := s.db.Collection(mongodb.CommitsCollection)
 	if err := coll.FindOne(t.Context(), inStream(stream)).Decode(&doc); err != nil {
 		t.Fatalf("read commit: %v", err)
 	}
@@ -133,8 +133,8 @@ func testMultiEventCommit(t *testing.T, s *mongodb.EventStore) {
 // unique indexes that start with the shard key, so every unique index of
 // the event collection does; the two that invariants 1 and 7 rely on are
 // there.
-func testUniqueIndexes(t *testing.T, s *mongodb.EventStore) {
-	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+func testUniqueIndexes(t *testing.T, s store) {
+	coll := s.db.Collection(mongodb.CommitsCollection)
 	mustAppend(t, s, NewCommit(Unique("order-"), 0, placed("cust-1")))
 	cur, err := coll.Indexes().List(t.Context())
 	if err != nil {
@@ -169,7 +169,7 @@ func testUniqueIndexes(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testInvalidStreamID(t *testing.T, s *mongodb.EventStore) {
+func testInvalidStreamID(t *testing.T, s store) {
 	for _, id := range []string{"a.b", "$where", strings.Repeat("a", domain.MaxIDLength+1), "", "a b", "orders.>", "a*", "ü"} {
 		c := NewCommit(id, 0, domain.OrderApproved{})
 		if _, err := s.Append(t.Context(), c); !errors.Is(err, domain.ErrValidation) {
@@ -184,7 +184,7 @@ func testInvalidStreamID(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testMalformedCommit(t *testing.T, s *mongodb.EventStore) {
+func testMalformedCommit(t *testing.T, s store) {
 	stream := Unique("order-")
 	base := NewCommit(stream, 0, placed("cust-5"))
 	want := appendRecorded(t, s, base)

@@ -19,9 +19,9 @@ import (
 // whose type search examines one commit at a time with no time to spare
 // (WithBrowseSearch) answers each page after one step, and paging still
 // finds every match once.
-func testBrowse(t *testing.T, s *mongodb.EventStore) {
+func testBrowse(t *testing.T, s store) {
 	ctx := t.Context()
-	hurried := mongodb.NewEventStore(databaseOf(t, s), mongodb.WithBrowseSearch(time.Nanosecond, 1))
+	hurried := mongodb.NewEventStore(s.db, mongodb.WithBrowseSearch(time.Nanosecond, 1))
 	a, b := Unique("order-"), Unique("order-")
 	commits := []domain.Commit{
 		NewCommit(a, 0, placed("cust-1")),
@@ -70,7 +70,7 @@ func testBrowse(t *testing.T, s *mongodb.EventStore) {
 	}
 	all := func(q domain.LogQuery) []domain.LogCommit {
 		t.Helper()
-		out, timedOut := pages(s, q)
+		out, timedOut := pages(s.EventStore, q)
 		if timedOut > 0 {
 			t.Errorf("browse %+v: %d pages out of time on a log of %d commits", q, timedOut, len(commits))
 		}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // attempt is one append of the concurrency tests.
@@ -21,7 +20,7 @@ type attempt struct {
 	err error
 }
 
-func testConcurrentAppenders(t *testing.T, s *mongodb.EventStore) {
+func testConcurrentAppenders(t *testing.T, s store) {
 	// The writers stop when the stream reaches targetEvents, after
 	// maxAttempts appends in all, or after budget. On the embedded FerretDB
 	// under the race detector 64 concurrent loads of a growing stream take
@@ -171,7 +170,7 @@ func testConcurrentAppenders(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testRaceSameVersion(t *testing.T, s *mongodb.EventStore) {
+func testRaceSameVersion(t *testing.T, s store) {
 	stream := Unique("order-")
 	var want []domain.Event
 	want = raceAt(t, s, stream, want) // a new stream: everyone expects v0
@@ -183,7 +182,7 @@ func testRaceSameVersion(t *testing.T, s *mongodb.EventStore) {
 
 // raceAt lets 64 goroutines append to stream at the head of want at once:
 // exactly one may win. It returns want with the winner's events.
-func raceAt(t *testing.T, s *mongodb.EventStore, stream string, want []domain.Event) []domain.Event {
+func raceAt(t *testing.T, s store, stream string, want []domain.Event) []domain.Event {
 	t.Helper()
 	const racers = 64
 	expected := int64(len(want))
@@ -207,7 +206,7 @@ func raceAt(t *testing.T, s *mongodb.EventStore, stream string, want []domain.Ev
 
 // appendAtOnce appends each commit from a goroutine of its own, all let go
 // together so that they race, and returns each append's result by index.
-func appendAtOnce(t *testing.T, s *mongodb.EventStore, commits []domain.Commit) ([]time.Time, []error) {
+func appendAtOnce(t *testing.T, s store, commits []domain.Commit) ([]time.Time, []error) {
 	ats := make([]time.Time, len(commits))
 	errs := make([]error, len(commits))
 	var wg sync.WaitGroup

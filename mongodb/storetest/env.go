@@ -190,8 +190,8 @@ func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) 
 }
 
 // OpenStore returns a Store on a fresh test database (see Database), its
-// indexes ensured twice (the second call must change nothing) and
-// registered with the conformance suite, and the database.
+// indexes ensured twice (the second call must change nothing), and the
+// database: a NewStore of the conformance suite.
 func OpenStore(t testing.TB, opts ...mongodb.EventStoreOption) (*mongodb.EventStore, *mongo.Database) {
 	t.Helper()
 	db := Database(t)
@@ -202,7 +202,6 @@ func OpenStore(t testing.TB, opts ...mongodb.EventStoreOption) (*mongodb.EventSt
 	if err := s.EnsureIndexes(t.Context()); err != nil {
 		t.Fatalf("ensure indexes again: %v", err)
 	}
-	Register(t, s, db)
 	return s, db
 }
 

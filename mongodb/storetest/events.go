@@ -3,7 +3,6 @@ package storetest
 import (
 	"fmt"
 	"reflect"
-	"strings"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -53,42 +52,16 @@ func recorded(c domain.Commit, recordedAt time.Time) []domain.Event {
 	return out
 }
 
-// DiffEvents describes the first difference between want and got (ids,
-// stream, type, version, times with time.Equal and in UTC, data, metadata),
-// or returns "" when they are equal.
+// DiffEvents describes the first difference between want and got, or
+// returns "" when they are equal: every field alike (reflect.DeepEqual), so
+// times must be the same instant in UTC.
 func DiffEvents(want, got []domain.Event) string {
 	if len(want) != len(got) {
 		return fmt.Sprintf("%d events, want %d: got versions %v", len(got), len(want), versions(got))
 	}
 	for i := range want {
-		w, g := want[i], got[i]
-		var d []string
-		if w.ID != g.ID {
-			d = append(d, fmt.Sprintf("id %q, want %q", g.ID, w.ID))
-		}
-		if w.StreamID != g.StreamID || w.StreamType != g.StreamType {
-			d = append(d, fmt.Sprintf("stream %s/%s, want %s/%s", g.StreamType, g.StreamID, w.StreamType, w.StreamID))
-		}
-		if w.Type != g.Type {
-			d = append(d, fmt.Sprintf("type %s, want %s", g.Type, w.Type))
-		}
-		if w.Version != g.Version {
-			d = append(d, fmt.Sprintf("version %d, want %d", g.Version, w.Version))
-		}
-		if !w.OccurredAt.Equal(g.OccurredAt) || g.OccurredAt.Location() != time.UTC {
-			d = append(d, fmt.Sprintf("occurred_at %v, want %v", g.OccurredAt, w.OccurredAt))
-		}
-		if !w.RecordedAt.Equal(g.RecordedAt) || g.RecordedAt.Location() != time.UTC {
-			d = append(d, fmt.Sprintf("recorded_at %v, want %v", g.RecordedAt, w.RecordedAt))
-		}
-		if !reflect.DeepEqual(w.Data, g.Data) {
-			d = append(d, fmt.Sprintf("data %#v, want %#v", g.Data, w.Data))
-		}
-		if w.Metadata != g.Metadata {
-			d = append(d, fmt.Sprintf("metadata %+v, want %+v", g.Metadata, w.Metadata))
-		}
-		if len(d) > 0 {
-			return fmt.Sprintf("event %d: %s", i, strings.Join(d, "; "))
+		if !reflect.DeepEqual(want[i], got[i]) {
+			return fmt.Sprintf("event %d:\n got %+v\nwant %+v", i, got[i], want[i])
 		}
 	}
 	return ""

@@ -9,7 +9,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
 // Group commit: appends that arrive together are written in one insert,
@@ -20,7 +19,7 @@ import (
 
 // testGroupManyStreams: many goroutines appending to streams of their own
 // all succeed, and every stream holds exactly its own commits.
-func testGroupManyStreams(t *testing.T, s *mongodb.EventStore) {
+func testGroupManyStreams(t *testing.T, s store) {
 	const (
 		writers = 64
 		rounds  = 4
@@ -65,7 +64,7 @@ func testGroupManyStreams(t *testing.T, s *mongodb.EventStore) {
 // and at the version it took (through the commit id), and two rivals for
 // one new stream (one wins, the other conflicts). Each gets exactly its
 // own outcome, and only the winners are stored.
-func testGroupMixedOutcomes(t *testing.T, s *mongodb.EventStore) {
+func testGroupMixedOutcomes(t *testing.T, s store) {
 	const perKind = 12
 	type want int
 	const (

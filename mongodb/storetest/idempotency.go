@@ -9,10 +9,9 @@ import (
 	"go.mongodb.org/mongo-driver/v2/bson"
 
 	"github.com/orderd/orderd/domain"
-	"github.com/orderd/orderd/mongodb"
 )
 
-func testIdempotencyKey(t *testing.T, s *mongodb.EventStore) {
+func testIdempotencyKey(t *testing.T, s store) {
 	stream, other := Unique("order-"), Unique("order-")
 	key := Unique("key-")
 	c0 := NewCommit(stream, 0, placed("cust-2"))
@@ -62,7 +61,7 @@ func testIdempotencyKey(t *testing.T, s *mongodb.EventStore) {
 // testKeyPerStream: an idempotency key is unique within its stream, not
 // across the log (a collection sharded by stream_id cannot enforce more);
 // commits of other streams with the same key, also racing, are stored.
-func testKeyPerStream(t *testing.T, s *mongodb.EventStore) {
+func testKeyPerStream(t *testing.T, s store) {
 	const streams = 8
 	key := Unique("key-")
 	ids := make([]string, streams)
@@ -92,7 +91,7 @@ func testKeyPerStream(t *testing.T, s *mongodb.EventStore) {
 
 // testKeylessCommits: commits without an idempotency key are never
 // compared by the key index, within one stream or across streams.
-func testKeylessCommits(t *testing.T, s *mongodb.EventStore) {
+func testKeylessCommits(t *testing.T, s store) {
 	stream := Unique("order-")
 	keyed := NewCommit(stream, 0, placed("cust-1"))
 	keyed.IdempotencyKey, keyed.RequestHash = Unique("key-"), "hash"
@@ -112,7 +111,7 @@ func testKeylessCommits(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testUnknownKey(t *testing.T, s *mongodb.EventStore) {
+func testUnknownKey(t *testing.T, s store) {
 	stream := Unique("order-")
 	c := NewCommit(stream, 0, domain.OrderApproved{})
 	c.IdempotencyKey = Unique("key-")
@@ -131,7 +130,7 @@ func testUnknownKey(t *testing.T, s *mongodb.EventStore) {
 // testRaceSameKey: racing retries of one request (one stream, one
 // version, one key): one is stored, every other one is told the key is
 // stored, not that the version moved on.
-func testRaceSameKey(t *testing.T, s *mongodb.EventStore) {
+func testRaceSameKey(t *testing.T, s store) {
 	const racers = 16
 	key, stream := Unique("key-"), Unique("order-")
 	commits := keyedCommits(key, slices.Repeat([]string{stream}, racers))

@@ -34,9 +34,9 @@ func rawCommits(t *testing.T, coll *mongo.Collection, stream string) []bson.Raw 
 // of the stream and every read the relay makes (its change stream, its
 // catch-up) leave each stored commit byte for byte as it was inserted,
 // with no outbox marker.
-func testImmutable(t *testing.T, s *mongodb.EventStore) {
+func testImmutable(t *testing.T, s store) {
 	ctx := t.Context()
-	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+	coll := s.db.Collection(mongodb.CommitsCollection)
 	stream := Unique("order-")
 	c1 := NewCommit(stream, 0, placed("cust-7"), domain.OrderApproved{})
 	c1.IdempotencyKey, c1.RequestHash = Unique("key-"), "hash-1"

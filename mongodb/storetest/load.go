@@ -11,7 +11,7 @@ import (
 	"github.com/orderd/orderd/mongodb"
 )
 
-func testLoadFrom(t *testing.T, s *mongodb.EventStore) {
+func testLoadFrom(t *testing.T, s store) {
 	stream := Unique("order-")
 	var all []domain.Event
 	for _, c := range []domain.Commit{
@@ -35,7 +35,7 @@ func testLoadFrom(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-func testLoadUnknown(t *testing.T, s *mongodb.EventStore) {
+func testLoadUnknown(t *testing.T, s store) {
 	mustAppend(t, s, NewCommit(Unique("order-"), 0, domain.OrderApproved{}))
 	for _, from := range []int64{1, 5} {
 		evs, err := s.LoadFrom(t.Context(), Unique("missing-"), from)
@@ -54,9 +54,9 @@ func testLoadUnknown(t *testing.T, s *mongodb.EventStore) {
 // not a commit. Reading those streams fails with ErrUnreadableCommit, not
 // ErrUnavailable (readers would retry it for ever); a scan hands each of
 // them over with that error and the events before it, and goes on.
-func testUnreadableCommit(t *testing.T, s *mongodb.EventStore) {
+func testUnreadableCommit(t *testing.T, s store) {
 	ctx := t.Context()
-	commits := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+	commits := s.db.Collection(mongodb.CommitsCollection)
 	at := time.Date(2025, 2, 3, 4, 5, 6, 0, time.UTC)
 	// raw is a commit document stored under id, as another writer stores it.
 	raw := func(id, stream string, first, last int64, events any) bson.D {

@@ -14,7 +14,7 @@ import (
 // testRecordedSince checks the relay's catch-up read: the commits recorded
 // since a time, oldest first, as Load decodes them, in batches of the size
 // asked; none after the newest.
-func testRecordedSince(t *testing.T, s *mongodb.EventStore) {
+func testRecordedSince(t *testing.T, s store) {
 	ctx := t.Context()
 	a, b := Unique("order-"), Unique("order-")
 	commits := []domain.Commit{
@@ -96,12 +96,12 @@ func testRecordedSince(t *testing.T, s *mongodb.EventStore) {
 // testOldestUnpublished checks where the first relay on a log starts: at
 // the oldest commit that an earlier version did not mark published, which
 // every commit of this version is.
-func testOldestUnpublished(t *testing.T, s *mongodb.EventStore) {
+func testOldestUnpublished(t *testing.T, s store) {
 	ctx := t.Context()
 	if _, found, err := s.OldestUnpublished(ctx); err != nil || found {
 		t.Fatalf("on an empty log: found %v, %v", found, err)
 	}
-	coll := databaseOf(t, s).Collection(mongodb.CommitsCollection)
+	coll := s.db.Collection(mongodb.CommitsCollection)
 	old := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	// A commit an earlier version appended and published, and one it left
 	// unpublished.

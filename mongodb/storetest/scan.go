@@ -3,6 +3,7 @@ package storetest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // scanLog appends streams whose ids are prefixes of one another (the case
 // where log order, by stream id + ":", differs from plain id order), two
 // commits each, interleaved in time, and returns the events by stream.
-func scanLog(t *testing.T, s *mongodb.EventStore) (ids []string, events map[string][]domain.Event) {
+func scanLog(t *testing.T, s store) (ids []string, events map[string][]domain.Event) {
 	suffix := Unique("")
 	for _, base := range []string{"b", "a", "ab", "a1", "a-b", "a_"} {
 		ids = append(ids, base+"-"+suffix)
@@ -35,7 +36,7 @@ func scanLog(t *testing.T, s *mongodb.EventStore) (ids []string, events map[stri
 }
 
 // scanAll runs Scan over r and returns the streams in the order seen.
-func scanAll(t *testing.T, s *mongodb.EventStore, r domain.ScanRange) ([]string, map[string][]domain.Event) {
+func scanAll(t *testing.T, s store, r domain.ScanRange) ([]string, map[string][]domain.Event) {
 	t.Helper()
 	var order []string
 	got := map[string][]domain.Event{}
@@ -60,11 +61,12 @@ func scanAll(t *testing.T, s *mongodb.EventStore, r domain.ScanRange) ([]string,
 // order, in log order; partitions from Bounds cover the log exactly once;
 // a scan resumed after a stream reports exactly the streams after it; a
 // recorded-time range keeps only the commits recorded in it.
-func testScan(t *testing.T, s *mongodb.EventStore) {
+func testScan(t *testing.T, s store) {
 	ids, events := scanLog(t, s)
 	order, got := scanAll(t, s, domain.ScanRange{})
 	want := slices.Clone(ids)
-	slices.SortFunc(want, func(a, b string) int { return compareKeys(a+":", b+":") })
+	// Log order: MongoDB orders string _ids bytewise, as strings.Compare.
+	slices.SortFunc(want, func(a, b string) int { return strings.Compare(a+":", b+":") })
 	if !slices.Equal(order, want) {
 		t.Fatalf("scan order %v, want log order %v", order, want)
 	}
@@ -81,7 +83,7 @@ func testScan(t *testing.T, s *mongodb.EventStore) {
 		if total, err := s.Commits(t.Context()); err != nil || commits != total {
 			t.Fatalf("Bounds(%d) counted %d commits; Commits says %d (%v)", n, commits, total, err)
 		}
-		if len(bounds) > n-1 || !slices.IsSortedFunc(bounds, func(a, b string) int { return compareKeys(a+":", b+":") }) {
+		if len(bounds) > n-1 || !slices.IsSortedFunc(bounds, func(a, b string) int { return strings.Compare(a+":", b+":") }) {
 			t.Fatalf("Bounds(%d) = %v", n, bounds)
 		}
 		edges := append(append([]string{""}, bounds...), "")
@@ -119,21 +121,10 @@ func testScan(t *testing.T, s *mongodb.EventStore) {
 	}
 }
 
-// compareKeys compares strings bytewise, as MongoDB orders string _ids.
-func compareKeys(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 // testBoundsBalanced: on a log of more commits than Bounds samples, the
 // partitions it cuts hold about equal numbers of commits, and it counts
 // them all.
-func testBoundsBalanced(t *testing.T, s *mongodb.EventStore) {
+func testBoundsBalanced(t *testing.T, s store) {
 	const streams, n = 3000, 4 // two commits each: 6,000 commits
 	docs := make([]any, 0, 2*streams)
 	for i := range streams {
@@ -142,7 +133,7 @@ func testBoundsBalanced(t *testing.T, s *mongodb.EventStore) {
 			docs = append(docs, bson.D{{Key: "_id", Value: mongodb.CommitID(id, v)}, {Key: "stream_id", Value: id}, {Key: "first_version", Value: v}})
 		}
 	}
-	if _, err := databaseOf(t, s).Collection(mongodb.CommitsCollection).InsertMany(t.Context(), docs); err != nil {
+	if _, err := s.db.Collection(mongodb.CommitsCollection).InsertMany(t.Context(), docs); err != nil {
 		t.Fatal(err)
 	}
 	bounds, commits, err := s.Bounds(t.Context(), n)
