@@ -44,11 +44,11 @@ func TestConformance(t *testing.T) {
 // a store for certain; 1,000 took 5 to 8 minutes under -race, most of
 // make test. make chaos runs the suite's full 1,000.
 func TestAtomicity(t *testing.T) {
-	cfg := storetest.AtomicityConfig{Rounds: 250}
+	rounds := 250
 	if *chaosLong {
-		cfg.Rounds = 0 // the suite's default
+		rounds = 0 // the suite's default
 	}
-	storetest.RunAtomicity(t, cfg)
+	storetest.RunAtomicity(t, rounds)
 }
 
 // TestScanInPasses runs the scan part of the suite on the embedded

@@ -26,44 +26,34 @@ import (
 
 const (
 	// racerEnv, when set, makes RunAtomicity act as the second process:
-	// "<database> <mode> <rounds> <goroutines>".
+	// "<database> <mode> <rounds>".
 	racerEnv   = "ORDERD_STORETEST_RACER"
 	winsPrefix = "racer-wins:"
 	readyLine  = "racer-ready"
+	// racers race each round in each process.
+	racers = 8
 )
 
-// AtomicityConfig sizes the races. Zero values take the defaults.
-type AtomicityConfig struct {
-	Rounds     int // documents raced on, one race each [1000]
-	Goroutines int // racers per process and round [8]
-}
-
-func (c *AtomicityConfig) setDefaults() {
-	if c.Rounds <= 0 {
-		c.Rounds = 1000
-	}
-	if c.Goroutines <= 0 {
-		c.Goroutines = 8
-	}
-}
-
-// RunAtomicity runs the atomicity suite against MongoURI. The calling test
+// RunAtomicity runs the atomicity suite against MongoURI, racing on rounds
+// documents, one race each (1,000 when rounds is 0). The calling test
 // must be reachable as -test.run=^<its name>$ in its binary: the second
 // process runs it again with racerEnv set, and then RunAtomicity only races.
-func RunAtomicity(t *testing.T, cfg AtomicityConfig) {
-	cfg.setDefaults()
+func RunAtomicity(t *testing.T, rounds int) {
+	if rounds <= 0 {
+		rounds = 1000
+	}
 	if spec := os.Getenv(racerEnv); spec != "" {
 		runRacer(t, spec)
 		return
 	}
-	t.Run("ConditionalUpdateOneWinner", func(t *testing.T) { testRace(t, "update", cfg) })
-	t.Run("UpsertClaimOneWinner", func(t *testing.T) { testRace(t, "upsert", cfg) })
+	t.Run("ConditionalUpdateOneWinner", func(t *testing.T) { testRace(t, "update", rounds) })
+	t.Run("UpsertClaimOneWinner", func(t *testing.T) { testRace(t, "upsert", rounds) })
 }
 
 // testRace seeds the rounds' documents, starts the second process, races
 // alongside it, and checks that every round had exactly one winner, the one
 // the document names.
-func testRace(t *testing.T, mode string, cfg AtomicityConfig) {
+func testRace(t *testing.T, mode string, rounds int) {
 	db := Database(t)
 	coll := db.Collection("race")
 	ctx := t.Context()
@@ -73,7 +63,7 @@ func testRace(t *testing.T, mode string, cfg AtomicityConfig) {
 	}
 	cmd := exec.CommandContext(ctx, self, "-test.run=^"+topName(t)+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "MONGODB_URI="+MongoURI(t),
-		fmt.Sprintf("%s=%s %s %d %d", racerEnv, db.Name(), mode, cfg.Rounds, cfg.Goroutines))
+		fmt.Sprintf("%s=%s %s %d", racerEnv, db.Name(), mode, rounds))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +82,7 @@ func testRace(t *testing.T, mode string, cfg AtomicityConfig) {
 		_ = cmd.Wait()
 		t.Fatal("second process ended before racing")
 	}
-	won, holders, err := race(ctx, coll, mode, "p1", cfg, true)
+	won, holders, err := race(ctx, coll, mode, "p1", rounds, true)
 	if err != nil {
 		t.Fatalf("race: %v", err)
 	}
@@ -106,7 +96,7 @@ func testRace(t *testing.T, mode string, cfg AtomicityConfig) {
 		t.Fatalf("second process: %v", err)
 	}
 
-	winners := make([][]string, cfg.Rounds)
+	winners := make([][]string, rounds)
 	for _, r := range won {
 		winners[r] = append(winners[r], "p1")
 	}
@@ -129,21 +119,21 @@ func testRace(t *testing.T, mode string, cfg AtomicityConfig) {
 		}
 	}
 	if bad > 0 {
-		t.Fatalf("%s: %d of %d rounds without exactly one winner", mode, bad, cfg.Rounds)
+		t.Fatalf("%s: %d of %d rounds without exactly one winner", mode, bad, rounds)
 	}
 	if cross == 0 {
 		t.Fatalf("%s: the second process won no round: the race was not between processes", mode)
 	}
 	t.Logf("%s: %d rounds of %d racers in each of 2 processes: one winner each (%d won by the second process)",
-		mode, cfg.Rounds, cfg.Goroutines, cross)
+		mode, rounds, racers, cross)
 }
 
 // runRacer is the second process: it races the rounds once the first
 // process signals the start, and prints the rounds it won.
 func runRacer(t *testing.T, spec string) {
 	var dbName, mode string
-	var cfg AtomicityConfig
-	if _, err := fmt.Sscanf(spec, "%s %s %d %d", &dbName, &mode, &cfg.Rounds, &cfg.Goroutines); err != nil {
+	var rounds int
+	if _, err := fmt.Sscanf(spec, "%s %s %d", &dbName, &mode, &rounds); err != nil {
 		t.Fatalf("%s=%q: %v", racerEnv, spec, err)
 	}
 	coll := Client(t).Database(dbName).Collection("race")
@@ -153,7 +143,7 @@ func runRacer(t *testing.T, spec string) {
 		t.Fatal(err)
 	}
 	fmt.Println(readyLine)
-	won, _, err := race(ctx, coll, mode, "p2", cfg, false)
+	won, _, err := race(ctx, coll, mode, "p2", rounds, false)
 	if err != nil {
 		t.Fatalf("race: %v", err)
 	}
@@ -172,13 +162,13 @@ func runRacer(t *testing.T, spec string) {
 // collection stays small (FerretDB filters beyond _id in Go, over the
 // whole collection). It returns the rounds this process won and, for the
 // leader, each round's holder.
-func race(ctx context.Context, coll *mongo.Collection, mode, proc string, cfg AtomicityConfig, leader bool) ([]int, []string, error) {
+func race(ctx context.Context, coll *mongo.Collection, mode, proc string, rounds int, leader bool) ([]int, []string, error) {
 	signal := coll.Database().Collection("race_signal")
 	var (
 		won     []int
-		holders = make([]string, cfg.Rounds)
+		holders = make([]string, rounds)
 	)
-	for i := range cfg.Rounds {
+	for i := range rounds {
 		if leader {
 			if err := seed(ctx, coll, mode, i); err != nil {
 				return nil, nil, err
@@ -189,7 +179,7 @@ func race(ctx context.Context, coll *mongo.Collection, mode, proc string, cfg At
 		} else if err := awaitSignal(ctx, signal, "round", i); err != nil {
 			return nil, nil, err
 		}
-		wins, err := raceRound(ctx, coll, mode, proc, i, cfg.Goroutines)
+		wins, err := raceRound(ctx, coll, mode, proc, i)
 		if err != nil {
 			return nil, nil, fmt.Errorf("round %d: %w", i, err)
 		}
@@ -267,9 +257,9 @@ func awaitSignal(ctx context.Context, signal *mongo.Collection, name string, i i
 	}
 }
 
-// raceRound releases goroutines racers together on round i and returns
+// raceRound releases racers goroutines together on round i and returns
 // how many of them won.
-func raceRound(ctx context.Context, coll *mongo.Collection, mode, proc string, i, goroutines int) (int, error) {
+func raceRound(ctx context.Context, coll *mongo.Collection, mode, proc string, i int) (int, error) {
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -277,7 +267,7 @@ func raceRound(ctx context.Context, coll *mongo.Collection, mode, proc string, i
 		first error
 	)
 	start := make(chan struct{})
-	for g := range goroutines {
+	for g := range racers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -69,7 +69,7 @@ func startStoreProcess(dir, addr string, remove bool) (*StoreProcess, error) {
 		goCmd = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
 	cmd := exec.Command(goCmd, "run", "github.com/orderd/orderd/mongodb/storetest/storeproc", "-dir", dir, "-addr", addr,
-		"-remove="+strconv.FormatBool(remove), "-test-commands")
+		"-remove="+strconv.FormatBool(remove))
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

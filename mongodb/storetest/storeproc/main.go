@@ -4,8 +4,8 @@
 // at their normal speed. It prints "uri=<MongoDB URI>" once the store
 // accepts connections and closes the store when its stdin ends, so it
 // never outlives the test process that started it; with -remove it then
-// removes -dir. With -test-commands it serves the store's test commands
-// (embedded.WithTestCommands).
+// removes -dir. It serves the store's test commands
+// (embedded.WithTestCommands), as every store storetest starts does.
 package main
 
 import (
@@ -21,13 +21,8 @@ func main() {
 	dir := flag.String("dir", "", "the store's files")
 	addr := flag.String("addr", "127.0.0.1:0", "the funnel's listen address")
 	remove := flag.Bool("remove", false, "remove -dir once the store is closed")
-	testCommands := flag.Bool("test-commands", false, "serve the store's test commands (embedded.WithTestCommands)")
 	flag.Parse()
-	var opts []embedded.StoreOption
-	if *testCommands {
-		opts = append(opts, embedded.WithTestCommands())
-	}
-	s, err := embedded.StartStore(*dir, *addr, nil, opts...)
+	s, err := embedded.StartStore(*dir, *addr, nil, embedded.WithTestCommands())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "storeproc:", err)
 		os.Exit(1)
