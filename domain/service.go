@@ -33,6 +33,28 @@ type Commit struct {
 // LastVersion is the stream version after the commit.
 func (c Commit) LastVersion() int64 { return c.ExpectedVersion + int64(len(c.Events)) }
 
+// Check returns an error wrapping ErrValidation when c is not a commit an
+// event store stores: an invalid stream id, no events, a negative expected
+// version, or an event that does not fit it (not the next version, of
+// another stream, without id, without payload or with one of another
+// type, or with another correlation id than the first event's: a commit
+// holds one command's events).
+func (c Commit) Check() error {
+	if err := ValidateID("stream id", c.StreamID); err != nil {
+		return err
+	}
+	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
+		return fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), ErrValidation)
+	}
+	for i, e := range c.Events {
+		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type ||
+			e.Metadata.CorrelationID != c.Events[0].Metadata.CorrelationID {
+			return fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, ErrValidation)
+		}
+	}
+	return nil
+}
+
 // EventStore is the event log as the Service needs it.
 //
 // Append stores c or nothing. ExpectedVersion must be a version the stream

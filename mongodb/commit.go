@@ -191,25 +191,18 @@ func CommitID(streamID string, first int64) string {
 }
 
 func newCommitDoc(c domain.Commit, now time.Time) (commitDoc, error) {
-	if err := domain.ValidateID("stream id", c.StreamID); err != nil {
+	// One command's events (Check): the log's correlation index holds
+	// one key per commit, and the embedded store indexes the first
+	// event's.
+	if err := c.Check(); err != nil {
 		return commitDoc{}, err
-	}
-	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
-		return commitDoc{}, fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
 	}
 	doc := commitDoc{
 		ID: CommitID(c.StreamID, c.ExpectedVersion+1), StreamID: c.StreamID, StreamType: c.StreamType,
 		FirstVersion: c.ExpectedVersion + 1, LastVersion: c.LastVersion(),
 		RecordedAt: now, IdempotencyKey: c.IdempotencyKey, RequestHash: c.RequestHash,
 	}
-	for i, e := range c.Events {
-		// One command's events: the log's correlation index holds one
-		// key per commit, and the embedded store indexes the first
-		// event's.
-		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type ||
-			e.Metadata.CorrelationID != c.Events[0].Metadata.CorrelationID {
-			return commitDoc{}, fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
-		}
+	for _, e := range c.Events {
 		data, err := toBSON(e.Data, e.Metadata.SchemaVersion)
 		if err != nil {
 			return commitDoc{}, fmt.Errorf("append %s v%d: %w", c.StreamID, e.Version, err)

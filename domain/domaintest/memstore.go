@@ -79,15 +79,15 @@ func (s *MemStore) unavailable(op string) error {
 
 // Append stores c as one commit, or nothing. It returns the commit's
 // recorded time, or an error wrapping domain.ErrUnavailable (Down),
-// domain.ErrValidation (a malformed commit, refused as mongodb.EventStore
-// refuses it), domain.ErrDuplicateRequest (c.IdempotencyKey is stored) or
+// domain.ErrValidation (a malformed commit: domain.Commit.Check),
+// domain.ErrDuplicateRequest (c.IdempotencyKey is stored) or
 // domain.ErrVersionConflict (c.ExpectedVersion is not the stream's head).
 func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error) {
 	s.Appends.Add(1)
 	if err := s.unavailable("append"); err != nil {
 		return time.Time{}, err
 	}
-	if err := validate(c); err != nil {
+	if err := c.Check(); err != nil {
 		return time.Time{}, err
 	}
 	now := time.Now
@@ -136,24 +136,6 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 		}
 	}
 	return rec, nil
-}
-
-// validate refuses what mongodb.EventStore refuses before writing: a bad
-// stream id, no events, a negative expected version, or an event that does
-// not fit the commit (version, stream, id, payload type).
-func validate(c domain.Commit) error {
-	if err := domain.ValidateID("stream id", c.StreamID); err != nil {
-		return err
-	}
-	if len(c.Events) == 0 || c.ExpectedVersion < 0 {
-		return fmt.Errorf("append %s at v%d with %d events: %w", c.StreamID, c.ExpectedVersion, len(c.Events), domain.ErrValidation)
-	}
-	for i, e := range c.Events {
-		if e.Version != c.ExpectedVersion+int64(i)+1 || e.StreamID != c.StreamID || e.ID == "" || e.Data == nil || e.Data.EventType() != e.Type {
-			return fmt.Errorf("append %s: event %d (%s v%d) does not fit the commit: %w", c.StreamID, i, e.Type, e.Version, domain.ErrValidation)
-		}
-	}
-	return nil
 }
 
 func (s *MemStore) headLocked(streamID string) int64 {
