@@ -259,17 +259,13 @@ func validateReason(ve *ValidationError, r string) {
 	}
 }
 
-// eventJSON is the wire form of an Event (the body of a NATS message).
+// eventJSON is the wire form of an Event (the body of a NATS message):
+// Event's fields with the payload's JSON under "data", which comes before
+// "metadata" (shadowing Event's, so encoding/json writes it last).
 type eventJSON struct {
-	ID         string          `json:"event_id"`
-	StreamID   string          `json:"stream_id"`
-	StreamType string          `json:"stream_type"`
-	Type       string          `json:"type"`
-	Version    int64           `json:"version"`
-	OccurredAt time.Time       `json:"occurred_at"`
-	RecordedAt time.Time       `json:"recorded_at"`
-	Data       json.RawMessage `json:"data"`
-	Metadata   Metadata        `json:"metadata"`
+	Event
+	Data     json.RawMessage `json:"data"`
+	Metadata Metadata        `json:"metadata"`
 }
 
 // MarshalEvent returns the JSON wire form of e: the envelope fields and its
@@ -300,10 +296,7 @@ func MarshalEnvelope(e Event, data json.RawMessage) ([]byte, error) {
 	if b, ok := appendEnvelope(make([]byte, 0, 320+len(data)), e, data); ok {
 		return b, nil
 	}
-	return json.Marshal(eventJSON{
-		ID: e.ID, StreamID: e.StreamID, StreamType: e.StreamType, Type: e.Type, Version: e.Version,
-		OccurredAt: e.OccurredAt, RecordedAt: e.RecordedAt, Data: data, Metadata: e.Metadata,
-	})
+	return json.Marshal(eventJSON{Event: e, Data: data, Metadata: e.Metadata})
 }
 
 // appendEnvelope appends json.Marshal's bytes of e's eventJSON with data;
@@ -399,10 +392,10 @@ func UnmarshalEvent(b []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("decode event %s: %w", w.ID, err)
 	}
-	return Event{
-		ID: w.ID, StreamID: w.StreamID, StreamType: w.StreamType, Type: w.Type, Version: w.Version,
-		OccurredAt: Timestamp(w.OccurredAt), RecordedAt: Timestamp(w.RecordedAt), Data: data, Metadata: w.Metadata,
-	}, nil
+	e := w.Event
+	e.OccurredAt, e.RecordedAt = Timestamp(w.OccurredAt), Timestamp(w.RecordedAt)
+	e.Data, e.Metadata = data, w.Metadata
+	return e, nil
 }
 
 // trailing reports whether anything but white space follows the value dec
