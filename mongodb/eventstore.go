@@ -40,7 +40,6 @@ var _ domain.EventStore = (*EventStore)(nil)
 type EventStore struct {
 	commits *mongo.Collection
 	metrics *EventStoreMetrics
-	now     func() time.Time
 	group   group // appends waiting for the insert in flight
 	dialect dialectOf
 
@@ -59,7 +58,7 @@ func WithMetrics(m *EventStoreMetrics) EventStoreOption { return func(s *EventSt
 // New returns an EventStore on db's "events" collection. Call EnsureIndexes once
 // at start-up before the first append.
 func NewEventStore(db *mongo.Database, opts ...EventStoreOption) *EventStore {
-	s := &EventStore{commits: db.Collection(CommitsCollection), now: time.Now, idBudget: idBudget}
+	s := &EventStore{commits: db.Collection(CommitsCollection), idBudget: idBudget}
 	for _, o := range opts {
 		o(s)
 	}
@@ -172,7 +171,7 @@ func createIndexes(ctx context.Context, coll *mongo.Collection, models []mongo.I
 // (nothing is stored then). Once the batch is being written, Append waits
 // for its outcome whatever ctx does.
 func (s *EventStore) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
-	now := domain.Timestamp(s.now())
+	now := domain.Timestamp(time.Now())
 	doc, err := newCommitDoc(c, now)
 	if err != nil {
 		return time.Time{}, err
