@@ -38,11 +38,9 @@ type MemStore struct {
 	// OnAppend, when set, is called with each event of each stored
 	// commit, RecordedAt set, in commit order across the whole store and
 	// in version order within a commit, before Append returns. The calls
-	// are made without the store's lock held, one at a time: OnAppend may
-	// block (a send on a channel, say) and whoever it waits for may call
-	// Load, FindIdempotencyKey and the inspection methods meanwhile. It
-	// must not wait for an Append that stores a commit, which would queue
-	// behind it.
+	// are made with the store's lock held: OnAppend may block (a send on
+	// a channel, say), but neither it nor whoever it waits for may call
+	// the store meanwhile.
 	OnAppend func(domain.Event)
 
 	// Down makes every call of Append, Load and FindIdempotencyKey fail
@@ -57,10 +55,6 @@ type MemStore struct {
 	streams map[string][]domain.Commit
 	keys    map[streamKey]domain.Commit
 	events  int
-	// notified is closed once OnAppend has seen the last stored commit's
-	// events; the next commit's calls wait for it, which keeps them in
-	// commit order without holding mu.
-	notified chan struct{}
 }
 
 // streamKey is an idempotency key in its stream.
@@ -97,14 +91,13 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 	rec := domain.Timestamp(now())
 
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if c.IdempotencyKey != "" {
 		if _, ok := s.keys[streamKey{c.StreamID, c.IdempotencyKey}]; ok {
-			s.mu.Unlock()
 			return time.Time{}, fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 		}
 	}
 	if head := s.headLocked(c.StreamID); c.ExpectedVersion != head {
-		s.mu.Unlock()
 		return time.Time{}, fmt.Errorf("append %s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
 	}
 	c.Events = slices.Clone(c.Events)
@@ -119,18 +112,7 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 		s.keys[streamKey{c.StreamID, c.IdempotencyKey}] = c
 	}
 	s.events += len(c.Events)
-	var prev, done chan struct{}
 	if s.OnAppend != nil {
-		prev, done = s.notified, make(chan struct{})
-		s.notified = done
-	}
-	s.mu.Unlock()
-
-	if done != nil {
-		defer close(done)
-		if prev != nil {
-			<-prev
-		}
 		for _, e := range c.Events {
 			s.OnAppend(e)
 		}
