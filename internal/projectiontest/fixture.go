@@ -82,7 +82,6 @@ func AppendStream(t *testing.T, ctx context.Context, es *mongodb.EventStore, id 
 // Fixture is a set of order streams in the log, with what the log says
 // about them: the events (from the event store's Load) and their fold.
 type Fixture struct {
-	Store  *mongodb.EventStore
 	IDs    []string
 	Events map[string][]domain.Event
 	Flat   []domain.Event // every event, by stream (IDs order) then version
@@ -106,7 +105,7 @@ func NewFixture(t *testing.T, ctx context.Context, es *mongodb.EventStore, prefi
 // LoadFixture reads the streams ids back from the log and folds them.
 func LoadFixture(t *testing.T, ctx context.Context, es *mongodb.EventStore, ids []string) *Fixture {
 	t.Helper()
-	f := &Fixture{Store: es, IDs: ids, Events: map[string][]domain.Event{}, Orders: map[string]domain.Order{}}
+	f := &Fixture{IDs: ids, Events: map[string][]domain.Event{}, Orders: map[string]domain.Order{}}
 	for _, id := range ids {
 		evs, err := es.Load(ctx, id, 0)
 		if err != nil {
