@@ -53,7 +53,7 @@ func TestLagSeconds(t *testing.T) {
 	go func() { stopped <- r.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-stopped })
 
-	watch := projector.NewLagWatch(b.JS, b.Stream.Name, []string{r.Key()}, 250*time.Millisecond, log)
+	watch := projector.NewLagWatch([]*projector.Runner{r}, 250*time.Millisecond, log)
 	projectiontest.Go(t, "lag watch", watch.Run)
 
 	svc := domain.NewService(es, nil)
@@ -80,7 +80,7 @@ func TestLagSeconds(t *testing.T) {
 		}
 	}
 	projectiontest.WaitFor(t, 10*time.Second, "the watch and the gauge at 0 s", func() error {
-		if s, fresh := watch.LagSeconds(r.Key()); !fresh || s != 0 {
+		if s, fresh := watch.LagSeconds(r.Name()); !fresh || s != 0 {
 			return fmt.Errorf("watch: %v s (fresh %v)", s, fresh)
 		}
 		// One series per partition this process holds: the order's.
@@ -122,7 +122,7 @@ func TestLagSeconds(t *testing.T) {
 		t.Errorf("stalled: %v s behind, want in [%v, %v] and > 0", top, floor, most)
 	}
 	projectiontest.WaitFor(t, 10*time.Second, "the watch sees the stall", func() error {
-		s, fresh := watch.LagSeconds(r.Key())
+		s, fresh := watch.LagSeconds(r.Name())
 		if !fresh || s <= 0 {
 			return fmt.Errorf("watch: %v s (fresh %v)", s, fresh)
 		}

@@ -2,33 +2,25 @@ package projector
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // LagWatch samples the lag of projections from JetStream, whichever
-// processes run them: every interval it lists the stream's consumers (one
-// paged request, not one per partition) and sums, per projection, what its
-// partitions' consumers ("proj_<name>_pNN", or a sequenced projection's
-// one "proj_<name>") have not acknowledged
-// (pending plus in flight), and their ack floors, whose change over time
-// is the rate at which the projection applies, and, per projection, the
-// largest partition lag in seconds (see lagClock; one message read per
-// lagging partition whose ack floor moved). An API instance uses it to
-// refuse commands while the read models are too far behind (Admission)
-// and to tell readers how fresh the read models are (LagSeconds).
+// processes run them: every interval it reads each Runner's partition
+// consumers, as Runner.PartitionStatus does, and sums, per projection,
+// what they have not acknowledged (pending plus in flight), and their
+// ack floors, whose change over time is the rate at which the projection
+// applies, and, per projection, the largest partition lag in seconds (see
+// lagClock). The Runners need not run in this process. An API instance
+// uses it to refuse commands while the read models are too far behind
+// (Admission) and to tell readers how fresh the read models are
+// (LagSeconds).
 type LagWatch struct {
-	js          jetstream.JetStream
-	stream      string
-	projections []string
-	interval    time.Duration
-	log         *slog.Logger
-	clock       *lagClock
+	runners  []*Runner
+	interval time.Duration
+	log      *slog.Logger
 
 	mu   sync.Mutex
 	last LagSample
@@ -46,13 +38,13 @@ type LagSample struct {
 	acked map[string]uint64
 }
 
-// NewLagWatch watches the named projections' consumers on stream,
-// reading them every interval.
-func NewLagWatch(js jetstream.JetStream, stream string, projections []string, interval time.Duration, log *slog.Logger) *LagWatch {
+// NewLagWatch watches the consumers of the runners' projections, reading
+// them every interval.
+func NewLagWatch(runners []*Runner, interval time.Duration, log *slog.Logger) *LagWatch {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &LagWatch{js: js, stream: stream, projections: projections, interval: interval, log: log, clock: newLagClock()}
+	return &LagWatch{runners: runners, interval: interval, log: log}
 }
 
 // Run samples until ctx is done; it returns nil then. A failed reading
@@ -88,45 +80,26 @@ func (w *LagWatch) Run(ctx context.Context) error {
 	}
 }
 
-// read lists the stream's consumers once.
+// read reads every runner's consumers once. A consumer no process has
+// created yet counts nothing.
 func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
 	s := LagSample{Lag: map[string]uint64{}, Seconds: map[string]float64{}, acked: map[string]uint64{}}
-	st, err := w.js.Stream(ctx, w.stream)
-	if err != nil {
-		return s, fmt.Errorf("stream %s: %w", w.stream, err)
-	}
-	now := time.Now()
-	// The listing first, whole: the seconds below read messages, and a
-	// slow read must not hold the listing's pages past its deadline (the
-	// counts are the sample; seconds it cannot read are left unknown).
-	type found struct {
-		projection string
-		info       *jetstream.ConsumerInfo
-	}
-	var consumers []found
-	ls := st.ListConsumers(ctx)
-	for info := range ls.Info() {
-		for _, p := range w.projections {
-			if info.Name == "proj_"+p || strings.HasPrefix(info.Name, "proj_"+p+"_p") {
-				s.Lag[p] += unacked(info)
-				s.acked[p] += info.AckFloor.Consumer
-				consumers = append(consumers, found{p, info})
-			}
-		}
-	}
-	if err := ls.Err(); err != nil {
-		return s, fmt.Errorf("consumers of %s: %w", w.stream, err)
-	}
-	unknown := map[string]bool{}
-	for _, c := range consumers {
-		secs, err := w.clock.seconds(ctx, st, c.info, now)
+	for _, r := range w.runners {
+		infos, err := r.consumers(ctx)
 		if err != nil {
-			unknown[c.projection] = true
+			return s, err
 		}
-		s.Seconds[c.projection] = max(s.Seconds[c.projection], secs)
-	}
-	for p := range unknown {
-		delete(s.Seconds, p)
+		secs := r.secondsBehind(ctx, infos)
+		top, known := 0.0, true
+		for p, info := range infos {
+			s.Lag[r.name] += unacked(info)
+			s.acked[r.name] += info.AckFloor.Consumer
+			behind, ok := secs[p]
+			top, known = max(top, behind), known && ok
+		}
+		if known && len(infos) > 0 {
+			s.Seconds[r.name] = top
+		}
 	}
 	s.At = time.Now()
 	return s, nil
@@ -143,9 +116,9 @@ func (w *LagWatch) Latest() (lag uint64, projection string, rate float64, fresh 
 	if w.last.At.IsZero() || time.Since(w.last.At) > 3*w.interval {
 		return 0, "", 0, false
 	}
-	for _, p := range w.projections {
-		if n := w.last.Lag[p]; n > lag || projection == "" {
-			lag, projection = n, p
+	for _, r := range w.runners {
+		if n := w.last.Lag[r.name]; n > lag || projection == "" {
+			lag, projection = n, r.name
 		}
 	}
 	if dt := w.last.At.Sub(w.prev.At).Seconds(); !w.prev.At.IsZero() && dt > 0 && w.last.acked[projection] >= w.prev.acked[projection] {

@@ -102,23 +102,22 @@ func RollCall(ctx context.Context, nc *nats.Conn, key string) ([]Member, error) 
 // consumers returns, by partition, the state of the projection's
 // consumers (their pins among it). Each is asked of its own leader, which
 // answers also while the cluster has no meta leader (a listing of the
-// stream's consumers needs one). A consumer that does not answer is
-// missing from the map; the error is the last one, when none answered.
+// stream's consumers needs one). A consumer that does not exist (no
+// process created it yet) or does not answer is missing from the map;
+// the error is the last one of a consumer that did not answer.
 func (r *Runner) consumers(ctx context.Context) (map[int]*jetstream.ConsumerInfo, error) {
 	out := map[int]*jetstream.ConsumerInfo{}
 	var last error
 	for p := range r.cfg.Partitions {
 		info, err := r.consumerInfo(ctx, r.ConsumerName(p))
-		if err != nil {
+		switch {
+		case err == nil:
+			out[p] = info
+		case !errors.Is(err, jetstream.ErrConsumerNotFound):
 			last = err
-			continue
 		}
-		out[p] = info
 	}
-	if len(out) == 0 && last != nil {
-		return nil, last
-	}
-	return out, nil
+	return out, last
 }
 
 // pinned is the state of the pin group of a consumer (info nil: none):
@@ -155,7 +154,7 @@ func (r *Runner) balance(ctx context.Context) {
 		return
 	}
 	infos, err := r.consumers(bctx)
-	if err != nil {
+	if len(infos) == 0 && err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("projection partitions not read; kept as they are", "err", err)
 		}

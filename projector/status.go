@@ -105,14 +105,10 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 			byPin[fmt.Sprintf("%d/%s", rep.Partition, rep.Pin)] = held{m.Owner, rep}
 		}
 	}
-	var stream jetstream.Stream
-	if lag && len(infos) > 0 {
-		var err error
-		if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
-			lag = false
-		}
+	var secs map[int]float64
+	if lag {
+		secs = r.secondsBehind(ctx, infos)
 	}
-	now := time.Now()
 	out := make([]PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
 		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
@@ -126,13 +122,33 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 		if lag && info != nil {
 			n := unacked(info)
 			st.Lag = &n
-			if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
-				st.LagSeconds = &secs
+			if s, ok := secs[p]; ok {
+				st.LagSeconds = &s
 			}
 		}
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+// secondsBehind returns the lag in seconds of each partition of infos
+// (see lagClock); a partition whose lag could not be read is missing.
+func (r *Runner) secondsBehind(ctx context.Context, infos map[int]*jetstream.ConsumerInfo) map[int]float64 {
+	out := map[int]float64{}
+	var stream jetstream.Stream // looked up once a partition lags
+	now := time.Now()
+	for p, info := range infos {
+		if unacked(info) > 0 && stream == nil {
+			var err error
+			if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
+				return out
+			}
+		}
+		if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
+			out[p] = secs
+		}
+	}
+	return out
 }
 
 // sample samples the lag of the partitions this process holds and the
@@ -141,28 +157,27 @@ func (r *Runner) sample(ctx context.Context) {
 	sctx, cancel := context.WithTimeout(ctx, r.cfg.LagInterval)
 	defer cancel()
 	infos, err := r.consumers(sctx)
-	if err != nil {
+	if len(infos) == 0 && err != nil {
 		return
 	}
-	var total int64
-	var stream jetstream.Stream // looked up once a partition lags
-	now := time.Now()
+	for p, info := range infos {
+		if pin := r.parts[p].lastPin(); pin == "" || pin != pinned(info).PinnedClientID {
+			delete(infos, p)
+		}
+	}
+	secs := r.secondsBehind(sctx, infos)
+	var total uint64
 	for _, pt := range r.parts {
-		info := infos[pt.p]
-		if pin := pt.lastPin(); info == nil || pin == "" || pin != pinned(info).PinnedClientID {
+		info, ok := infos[pt.p]
+		if !ok {
 			r.metrics.dropPartition(r.name, pt.p)
 			continue
 		}
 		n := unacked(info)
 		r.metrics.partLag.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(float64(n))
-		total += int64(n)
-		if n > 0 && stream == nil {
-			stream, _ = r.js.Stream(sctx, r.cfg.Stream)
-		}
-		if n == 0 || stream != nil {
-			if secs, err := r.clock.seconds(sctx, stream, info, now); err == nil {
-				r.metrics.partLagSecs.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(secs)
-			}
+		total += n
+		if s, ok := secs[pt.p]; ok {
+			r.metrics.partLagSecs.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(s)
 		}
 	}
 	r.metrics.lag.WithLabelValues(r.name).Set(float64(total))

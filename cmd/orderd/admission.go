@@ -23,16 +23,6 @@ type lagAdmission struct {
 	maxLag uint64
 }
 
-// lagByName answers the read routes' Read-Model-Lag by projection name
-// from a watch of the consumers of the versions this process folds (keys,
-// projection.Definition.Key).
-type lagByName struct {
-	w    *projector.LagWatch
-	keys map[string]string // projection name -> key
-}
-
-func (l lagByName) LagSeconds(name string) (float64, bool) { return l.w.LagSeconds(l.keys[name]) }
-
 func newLagAdmission(w *projector.LagWatch, maxLag int, reg prometheus.Registerer) *lagAdmission {
 	a := &lagAdmission{watch: w, maxLag: uint64(maxLag)}
 	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "orderd_admission_projection_lag",

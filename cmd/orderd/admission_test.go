@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
+	"github.com/orderd/orderd/projection"
 	"github.com/orderd/orderd/projector"
 )
 
@@ -137,11 +139,15 @@ func metric(t *testing.T, c *client, series string) float64 {
 func TestAdmissionTakesCommandsWithoutALagSample(t *testing.T) {
 	n := storetest.StartNATS(t)
 	stream := storetest.NewStream(t, n)
-	unread := newLagAdmission(projector.NewLagWatch(nil, stream.Name, nil, time.Second, nil), 10, prometheus.NewRegistry())
+	db := storetest.Database(t)
+	sums := mongodb.NewProjection(db, projection.OrderSummaries, mongodb.NewEventStore(db), nil, mongodb.NewPointers(db))
+	runners := []*projector.Runner{projector.NewRunner(sums, n.JS, nil,
+		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix}, slog.New(slog.DiscardHandler), nil)}
+	unread := newLagAdmission(projector.NewLagWatch(runners, time.Second, nil), 10, prometheus.NewRegistry())
 	if ok, _, why := unread.Admit(); !ok {
 		t.Errorf("no lag sample: refused (%q); want taken", why)
 	}
-	watch := projector.NewLagWatch(n.JS, stream.Name, []string{"order_summaries"}, time.Second, nil)
+	watch := projector.NewLagWatch(runners, time.Second, nil)
 	projectiontest.Go(t, "lag watch", watch.Run)
 	if !waitFor(10*time.Second, 10*time.Millisecond, func() bool { _, _, _, fresh := watch.Latest(); return fresh }) {
 		t.Fatal("no fresh lag sample within 10s")

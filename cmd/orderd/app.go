@@ -438,10 +438,10 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	}
 	hc.Ready, hc.Store, hc.Gatherer, hc.Registerer, hc.Log = ready, w.reach, w.reg, w.reg, m.Log.With("component", "http")
 	if w.js != nil && c.MaxLag > 0 {
-		watch := projector.NewLagWatch(w.js, w.stream.Name, []string{w.sums.Key(), w.sales.Key()}, time.Second, m.Log.With("component", "admission"))
+		watch := projector.NewLagWatch(w.runners, time.Second, m.Log.With("component", "admission"))
 		m.group.Go(func() error { return watch.Run(runCtx) })
 		hc.Admission = newLagAdmission(watch, c.MaxLag, w.reg)
-		hc.Lag = lagByName{watch, map[string]string{w.sums.Name(): w.sums.Key(), w.sales.Name(): w.sales.Key()}}
+		hc.Lag = watch
 	}
 	return orderhttp.NewServer(hc)
 }
