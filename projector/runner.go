@@ -158,7 +158,6 @@ type Runner struct {
 	waiting []*waiting                        // batches no write round has taken yet
 	began   time.Time                         // when the last write round began
 	gaps    map[projection.GapError]time.Time // a Sequenced projection's gaps missing from the stream (by collection and first position), since when
-	clock   *lagClock
 	parts   []*partition
 }
 
@@ -188,7 +187,7 @@ func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerC
 	}
 	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
-		writers: make(chan struct{}, cfg.Writers), gaps: map[projection.GapError]time.Time{}, clock: newLagClock()}
+		writers: make(chan struct{}, cfg.Writers), gaps: map[projection.GapError]time.Time{}}
 	for i := range cfg.Partitions {
 		r.parts = append(r.parts, newPartition(i))
 	}

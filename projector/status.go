@@ -90,7 +90,7 @@ func (r *Runner) sumConsumers(ctx context.Context, key string, of func(*jetstrea
 // PartitionStatus returns every partition of the projection: the member
 // holding its pin (from a roll call: "" when none does), since when, what
 // that member applied, and, with lag, its consumer's lag in messages and
-// in seconds (see lagClock). What JetStream does not answer (a consumer
+// in seconds (see lagSeconds). What JetStream does not answer (a consumer
 // not created yet, NATS down) is left out: no owner, a nil lag.
 func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
 	infos, _ := r.consumers(ctx)
@@ -132,7 +132,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 }
 
 // secondsBehind returns the lag in seconds of each partition of infos
-// (see lagClock); a partition whose lag could not be read is missing.
+// (see lagSeconds); a partition whose lag could not be read is missing.
 func (r *Runner) secondsBehind(ctx context.Context, infos map[int]*jetstream.ConsumerInfo) map[int]float64 {
 	out := map[int]float64{}
 	var stream jetstream.Stream // looked up once a partition lags
@@ -144,7 +144,7 @@ func (r *Runner) secondsBehind(ctx context.Context, infos map[int]*jetstream.Con
 				return out
 			}
 		}
-		if secs, err := r.clock.seconds(ctx, stream, info, now); err == nil {
+		if secs, err := lagSeconds(ctx, stream, info, now); err == nil {
 			out[p] = secs
 		}
 	}
