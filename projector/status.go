@@ -41,17 +41,14 @@ func unacked(info *jetstream.ConsumerInfo) uint64 {
 	return info.NumPending + uint64(info.NumAckPending)
 }
 
-// consumerInfo reads the state of the named consumer from JetStream.
+// consumerInfo reads the state of the named consumer from JetStream: one
+// request, which looking the consumer up makes.
 func (r *Runner) consumerInfo(ctx context.Context, name string) (*jetstream.ConsumerInfo, error) {
 	c, err := r.js.Consumer(ctx, r.cfg.Stream, name)
 	if err != nil {
 		return nil, fmt.Errorf("consumer %s: %w", name, err)
 	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("consumer %s: %w", name, err)
-	}
-	return info, nil
+	return c.CachedInfo(), nil
 }
 
 // VersionLag is Lag of the consumers of version v of the projection's
