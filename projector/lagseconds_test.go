@@ -46,7 +46,6 @@ func TestLagSeconds(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, projection.NewMetrics(reg), mongodb.NewPointers(db))
 	cfg := b.RunnerConfig()
-	cfg.LagInterval = 50 * time.Millisecond
 	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, log, projector.NewMetrics(reg))
 	runCtx, stop := context.WithCancel(ctx)
 	stopped := make(chan error, 1)

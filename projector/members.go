@@ -142,21 +142,29 @@ func pinned(info *jetstream.ConsumerInfo) jetstream.PriorityGroupState {
 // its share pulls only what it holds; a member below it pulls every
 // partition, and is given those no one holds (idle ones, a released one,
 // or a dead member's once their pins expire). A partition no message has
-// reached is pinned to nobody, and counts for nobody.
+// reached is pinned to nobody, and counts for nobody. The consumers read
+// for it also give the lag of the partitions held (sample).
 func (r *Runner) balance(ctx context.Context) {
 	bctx, cancel := context.WithTimeout(ctx, r.cfg.PinnedTTL/2)
 	defer cancel()
-	members, err := RollCall(bctx, r.js.Conn(), r.key)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("projection members not counted; partitions kept as they are", "err", err)
-		}
-		return
-	}
 	infos, err := r.consumers(bctx)
 	if len(infos) == 0 && err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("projection partitions not read; kept as they are", "err", err)
+		}
+		return
+	}
+	var held []int
+	for _, pt := range r.parts {
+		if pin := pt.lastPin(); pin != "" && pin == pinned(infos[pt.p]).PinnedClientID {
+			held = append(held, pt.p)
+		}
+	}
+	r.sample(bctx, infos, held)
+	members, err := RollCall(bctx, r.js.Conn(), r.key)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("projection members not counted; partitions kept as they are", "err", err)
 		}
 		return
 	}
@@ -168,12 +176,6 @@ func (r *Runner) balance(ctx context.Context) {
 	}
 	slices.Sort(owners)
 	share := fairShare(r.cfg.Partitions, len(owners), slices.Index(owners, r.cfg.Owner))
-	var held []int
-	for _, pt := range r.parts {
-		if pin := pt.lastPin(); pin != "" && pin == pinned(infos[pt.p]).PinnedClientID {
-			held = append(held, pt.p)
-		}
-	}
 	var released []int
 	if len(held) > share {
 		held, released = held[:share], held[share:]

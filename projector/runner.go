@@ -54,13 +54,12 @@ type RunnerConfig struct {
 	Writers       int
 	MaxDeliveries int           // deliveries of a failing event before it is parked [5]
 	AckWait       time.Duration // redelivery timeout of an unacknowledged message [30s]
-	LagInterval   time.Duration // consumer lag sampling [2s]
 	// PinnedTTL is how long JetStream keeps a partition pinned to a
 	// process that sends no pull request [10s]: a process that dies loses
 	// its partitions after it, and the processes pulling in its place get
 	// them. A holder pulls again every PinnedTTL/4 (at least every
-	// second, so at least 4s), and processes share the partitions every
-	// PinnedTTL/2.
+	// second, so at least 4s), and processes share the partitions, and
+	// sample the lag of those they hold, every PinnedTTL/2.
 	PinnedTTL time.Duration
 	// Retired names projections that earlier versions of the service ran
 	// and this one does not (projection.Retired): their consumers are
@@ -224,9 +223,6 @@ func (c *RunnerConfig) setDefaults() {
 	if c.PinnedTTL <= 0 {
 		c.PinnedTTL = 10 * time.Second
 	}
-	if c.LagInterval <= 0 {
-		c.LagInterval = 2 * time.Second
-	}
 }
 
 // Name is the projection's name.
@@ -363,13 +359,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// loop shares the partitions, samples the lag and retires what other
+// loop shares the partitions and samples their lag, and retires what other
 // versions left, until ctx is done.
 func (r *Runner) loop(ctx context.Context) {
 	balance := time.NewTicker(r.cfg.PinnedTTL / 2)
 	defer balance.Stop()
-	sample := time.NewTicker(r.cfg.LagInterval)
-	defer sample.Stop()
 	retire := time.NewTicker(retireInterval)
 	defer retire.Stop()
 	r.retire(ctx)
@@ -379,8 +373,6 @@ func (r *Runner) loop(ctx context.Context) {
 			return
 		case <-balance.C:
 			r.balance(ctx)
-		case <-sample.C:
-			r.sample(ctx)
 		case <-retire.C:
 			r.retire(ctx)
 		}

@@ -297,7 +297,6 @@ func TestRunnerDeadLetters(t *testing.T) {
 func TestDeadLettersMetric(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 60*time.Second)
 	cfg := b.RunnerConfig()
-	cfg.LagInterval = 100 * time.Millisecond
 	g := newGapped(t, ctx, b, db, cfg)
 	reg, r := g.reg, g.r
 

@@ -148,24 +148,18 @@ func (r *Runner) secondsBehind(ctx context.Context, infos map[int]*jetstream.Con
 	return out
 }
 
-// sample samples the lag of the partitions this process holds and the
-// number of dead letters parked, into the metrics.
-func (r *Runner) sample(ctx context.Context) {
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.LagInterval)
-	defer cancel()
-	infos, err := r.consumers(sctx)
-	if len(infos) == 0 && err != nil {
-		return
+// sample records, in the metrics, the lag of the partitions this process
+// holds (held, whose consumers infos has) and the number of dead letters
+// parked.
+func (r *Runner) sample(ctx context.Context, infos map[int]*jetstream.ConsumerInfo, held []int) {
+	mine := map[int]*jetstream.ConsumerInfo{}
+	for _, p := range held {
+		mine[p] = infos[p]
 	}
-	for p, info := range infos {
-		if pin := r.parts[p].lastPin(); pin == "" || pin != pinned(info).PinnedClientID {
-			delete(infos, p)
-		}
-	}
-	secs := r.secondsBehind(sctx, infos)
+	secs := r.secondsBehind(ctx, mine)
 	var total uint64
 	for _, pt := range r.parts {
-		info, ok := infos[pt.p]
+		info, ok := mine[pt.p]
 		if !ok {
 			r.metrics.dropPartition(r.name, pt.p)
 			continue

@@ -45,7 +45,7 @@ func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Dat
 // test batch sizes.
 func (b *Bus) RunnerConfig() projector.RunnerConfig {
 	return projector.RunnerConfig{Stream: b.Stream.Name, SubjectPrefix: b.Stream.SubjectPrefix, Partitions: b.Stream.Partitions, BatchSize: 16,
-		PinnedTTL: 4 * time.Second, LagInterval: 500 * time.Millisecond}
+		PinnedTTL: 4 * time.Second}
 }
 
 // Messages is the number of messages the stream holds.
