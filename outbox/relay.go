@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync/atomic"
 	"time"
@@ -355,12 +356,6 @@ type positions struct {
 	before int    // events the bus held when the claim's first tail began
 	rounds uint64 // rounds sent under the claim
 	events map[string]sentAt
-	sends  []sentIn // the events of each round sent, oldest first, until forgotten
-}
-
-type sentIn struct {
-	round uint64
-	ids   []string
 }
 
 type sentAt struct{ position, round uint64 }
@@ -395,27 +390,16 @@ func (p *positions) first(events []domain.EventMessage) (uint64, bool) {
 // give records the positions of a commit's events, from first, sent in
 // round.
 func (p *positions) give(events []domain.EventMessage, first, round uint64) {
-	if n := len(p.sends); n == 0 || p.sends[n-1].round != round {
-		p.sends = append(p.sends, sentIn{round: round})
-	}
-	last := &p.sends[len(p.sends)-1]
 	for i, e := range events {
 		p.events[e.ID] = sentAt{first + uint64(i), round}
-		last.ids = append(last.ids, e.ID)
 	}
 }
 
 // forget drops the events last sent in round or before: a tail starting
-// again resumes after the checkpoint of that round.
+// again resumes after the checkpoint of that round. It scans every event
+// remembered, at most once per checkpoint (checkpointEvery).
 func (p *positions) forget(round uint64) {
-	for len(p.sends) > 0 && p.sends[0].round <= round {
-		for _, id := range p.sends[0].ids {
-			if s, ok := p.events[id]; ok && s.round <= round {
-				delete(p.events, id)
-			}
-		}
-		p.sends = p.sends[1:]
-	}
+	maps.DeleteFunc(p.events, func(_ string, s sentAt) bool { return s.round <= round })
 }
 
 // errOpened stops the stream position reads once it has opened.
