@@ -50,15 +50,14 @@ import (
 // a publish error and passed over: the projections' gap fill reads it
 // from the log and parks its stream as poison.
 type Relay struct {
-	log       Log
-	pub       Publisher
-	lease     Lease
-	cfg       Config
-	logger    *slog.Logger
-	metrics   *Metrics
-	savedAt   time.Time  // when this instance last saved a checkpoint
-	renewedAt time.Time  // when it last claimed or renewed the lease
-	sent      *positions // what it published under its claim of the lease; nil before a tail
+	log     Log
+	pub     Publisher
+	lease   Lease
+	cfg     Config
+	logger  *slog.Logger
+	metrics *Metrics
+	savedAt time.Time  // when this instance last saved a checkpoint
+	sent    *positions // what it published under its claim of the lease; nil before a tail
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
@@ -204,12 +203,8 @@ func (r *Relay) acquire(ctx context.Context) (bool, error) {
 	held, err := r.lease.TryAcquire(lctx)
 	if err != nil {
 		r.logger.Warn("relay lease claim failed", "err", err)
-		return false, err
 	}
-	if held {
-		r.renewedAt = time.Now()
-	}
-	return held, nil
+	return held, err
 }
 
 // checkStream asks the bus whether the stream answers, within a second at
@@ -522,10 +517,10 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 }
 
 // renewDue renews the lease when a third of its TTL has passed since the
-// last claim or renewal: an error wrapping domain.ErrLeaseLost when
-// another instance holds it now.
+// last claim or renewal that got through: an error wrapping
+// domain.ErrLeaseLost when another instance holds it now.
 func (r *Relay) renewDue(ctx context.Context) error {
-	if time.Since(r.renewedAt) < r.cfg.LeaseTTL/3 {
+	if held, ok := r.lease.Held(); ok && time.Since(held.RenewedAt) < r.cfg.LeaseTTL/3 {
 		return nil
 	}
 	held, err := r.acquire(ctx)
