@@ -19,7 +19,6 @@ type StreamConfig struct {
 	SubjectPrefix string        // e.g. "orders.events"
 	Replicas      int           // 1 for a single server, 3 for a cluster
 	Duplicates    time.Duration // de-duplication window for Nats-Msg-Id
-	MaxAge        time.Duration // how long messages are kept; 0 keeps them
 	// Partitions, when above 0, makes the stream store each event under
 	// <prefix>.<partition>.<stream id>, the partition a hash of the stream
 	// id modulo Partitions (JetStream's deterministic subject-token
@@ -32,8 +31,8 @@ type StreamConfig struct {
 func (c StreamConfig) Subject(streamID string) string { return c.SubjectPrefix + "." + streamID }
 
 // EnsureStream creates the JetStream stream or updates its configuration:
-// file storage, one subject per order stream, server-side de-duplication,
-// and with Partitions the subject transform <prefix>.* ->
+// file storage, no age limit, one subject per order stream, server-side
+// de-duplication, and with Partitions the subject transform <prefix>.* ->
 // <prefix>.{{partition(n,1)}}.{{wildcard(1)}}. A transform applies to the
 // messages stored after it is set: those stored before keep their subject.
 //
@@ -92,7 +91,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c StreamConfig) e
 		Retention:  jetstream.LimitsPolicy,
 		Replicas:   max(c.Replicas, 1),
 		Duplicates: c.Duplicates,
-		MaxAge:     c.MaxAge,
 	}
 	if c.Partitions > 0 {
 		sc.SubjectTransform = &jetstream.SubjectTransformConfig{Source: c.SubjectPrefix + ".*",
