@@ -10,27 +10,22 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/outbox"
 )
 
-// Publishing is what Publisher decorates: the outbox's publisher
-// (outbox.Publisher, implemented by *bus.Publisher).
-type Publishing interface {
-	Send(ctx context.Context, commits []domain.RecordedCommit, positions []uint64, within time.Duration) func() ([]int, uint64, error)
-	Connected() bool
-	CheckStream(ctx context.Context) error
-	Positions(ctx context.Context, since time.Time, floor uint64) (map[string]uint64, uint64, error)
-}
-
-// Publisher decorates a Publishing with a producer span "relay.publish"
-// per commit, in the trace of the commit's correlation id
+// Publisher decorates the outbox's publisher (outbox.Publisher,
+// implemented by *bus.Publisher) with a producer span "relay.publish" per
+// commit, in the trace of the commit's correlation id
 // (InCorrelationTrace), so the relay's publish joins the command's trace
 // in whichever process it happens.
 type Publisher struct {
-	Publishing
+	outbox.Publisher
 }
 
+var _ outbox.Publisher = Publisher{}
+
 // NewPublisher returns p with its publishes traced.
-func NewPublisher(p Publishing) Publisher { return Publisher{p} }
+func NewPublisher(p outbox.Publisher) Publisher { return Publisher{p} }
 
 // Send starts a span per commit and sends through the decorated
 // publisher; its wait ends each span, as an error for a commit not
@@ -42,7 +37,7 @@ func (p Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, po
 			trace.WithAttributes(attribute.String("orderd.stream_id", c.StreamID), attribute.Int64("orderd.first_version", c.FirstVersion),
 				attribute.Int("orderd.events", len(c.Events)), attribute.String("orderd.correlation_id", c.CorrelationID)))
 	}
-	wait := p.Publishing.Send(ctx, commits, positions, within)
+	wait := p.Publisher.Send(ctx, commits, positions, within)
 	return func() ([]int, uint64, error) {
 		acked, seq, err := wait()
 		done := make([]bool, len(commits))
