@@ -8,10 +8,11 @@ import (
 	"io"
 	"log"
 	"math"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/orderd/orderd/domain"
 )
@@ -138,58 +139,34 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	start := time.Now()
 	stopProgress := d.progress(start)
 
-	var (
-		mu      sync.Mutex
-		results []*orderResult
-		wg      sync.WaitGroup
-		next    = make(chan int)
-	)
-	for range min(cfg.Concurrency, cfg.Orders) {
+	// No order starts once ctx or Duration ends; those started finish.
+	feed, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	if cfg.Duration > 0 {
+		defer time.AfterFunc(cfg.Duration, stopFeed).Stop()
+	}
+	results := make([]*orderResult, cfg.Orders)
+	slots := semaphore.NewWeighted(int64(cfg.Concurrency))
+	var wg sync.WaitGroup
+	started := 0
+	// The bounds are looked at first: a free slot must not win a tie.
+	for started < cfg.Orders && feed.Err() == nil && slots.Acquire(feed, 1) == nil {
+		i := started
+		started++
+		d.started.Add(1)
 		wg.Go(func() {
-			for n := range next {
-				r := d.drive(ctx, n)
-				mu.Lock()
-				results = append(results, r)
-				mu.Unlock()
-				d.done.Add(1)
-			}
+			defer slots.Release(1)
+			results[i] = d.drive(ctx, i+1)
+			d.done.Add(1)
 		})
 	}
-	var deadline <-chan time.Time
-	if cfg.Duration > 0 {
-		t := time.NewTimer(cfg.Duration)
-		defer t.Stop()
-		deadline = t.C
-	}
-	started := 0
-feed:
-	for n := 1; n <= cfg.Orders; n++ {
-		select { // bounds first: a ready worker must not win a tie
-		case <-ctx.Done():
-			break feed
-		case <-deadline:
-			break feed
-		default:
-		}
-		select {
-		case next <- n:
-			started++
-			d.started.Add(1)
-		case <-ctx.Done():
-			break feed
-		case <-deadline:
-			break feed
-		}
-	}
-	close(next)
 	wg.Wait()
 	stopProgress()
 
-	slices.SortFunc(results, func(a, b *orderResult) int { return a.n - b.n })
 	rep := Report{Orders: started, Refused: map[string]int{}, Elapsed: time.Since(start),
 		Commands: int(d.commands.Load()), Races: int(d.races.Load()), RaceWins: int(d.raceWins.Load()),
 		DoubleWins: int(d.doubleWins.Load()), Retries: int(d.retries.Load()), Paused: int(d.paused.Load())}
-	for _, r := range results {
+	for _, r := range results[:started] {
 		for k, v := range r.refused {
 			rep.Refused[k] += v
 		}
