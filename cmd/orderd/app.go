@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -26,6 +27,7 @@ import (
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/internal/pause"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/outbox"
@@ -306,13 +308,13 @@ func (m *Main) connectBus(ctx context.Context, r roles) (jetstream.JetStream, er
 	}
 	natsLog := m.Log.With("component", "nats")
 	m.Log.Info("connecting to NATS", "url", redact(c.NATS.URL), "required", r.needsBus())
-	w := newConnectWatch()
+	var failed atomic.Pointer[error] // the error of the last attempt to connect that failed
 	var err error
 	m.ncClosed = make(chan struct{})
 	m.nc, err = nats.Connect(c.NATS.URL, nats.Name("orderd "+c.instanceID()), nats.MaxReconnects(-1),
 		nats.ClosedHandler(func(*nats.Conn) { close(m.ncClosed) }),
 		nats.ReconnectWait(250*time.Millisecond), nats.RetryOnFailedConnect(true),
-		nats.ConnectHandler(w.connected), nats.ReconnectErrHandler(w.failed),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) { failed.Store(&err) }),
 		// The client's asynchronous errors in the service's log, with
 		// the subscription's subject, instead of its own line on
 		// stderr. A pull consumer's messages dropped as a slow
@@ -327,10 +329,18 @@ func (m *Main) connectBus(ctx context.Context, r roles) (jetstream.JetStream, er
 	if err != nil {
 		return nil, fmt.Errorf("NATS %s: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), err)
 	}
-	if r.needsBus() && !m.nc.IsConnected() {
-		if err := w.wait(ctx, m.nc); err != nil {
-			return nil, fmt.Errorf("NATS %s not reachable within %v: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), connectWait, err)
+	// The roles that need the bus wait up to connectWait for the first
+	// connection, which RetryOnFailedConnect makes in the background.
+	deadline := time.Now().Add(connectWait)
+	for r.needsBus() && !m.nc.IsConnected() {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			why := cmp.Or(ctx.Err(), errors.New("no answer"))
+			if last := failed.Load(); ctx.Err() == nil && last != nil {
+				why = *last
+			}
+			return nil, fmt.Errorf("NATS %s not reachable within %v: %w; check NATS_URL (-nats-url)", redact(c.NATS.URL), connectWait, why)
 		}
+		pause.For(ctx, 50*time.Millisecond)
 	}
 	// Acks the relay gave up on must not stay pending in the client; the
 	// window bounds the relay's (and replays') publishes awaiting acks.
@@ -449,45 +459,6 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 // connectWait bounds the wait for the store and, for the roles that need
 // it, NATS at start: longer than a replica set's election (10-12 s).
 const connectWait = 15 * time.Second
-
-// connectWatch follows a NATS client's first connection, which
-// RetryOnFailedConnect makes in the background.
-type connectWatch struct {
-	up   chan struct{}
-	last atomic.Pointer[error] // the last attempt's error
-}
-
-func newConnectWatch() *connectWatch { return &connectWatch{up: make(chan struct{}, 1)} }
-
-func (w *connectWatch) connected(*nats.Conn) {
-	select {
-	case w.up <- struct{}{}:
-	default:
-	}
-}
-
-func (w *connectWatch) failed(_ *nats.Conn, err error) { w.last.Store(&err) }
-
-// wait waits up to connectWait for nc's first connection. Its error is
-// the last attempt's, or ctx's.
-func (w *connectWatch) wait(ctx context.Context, nc *nats.Conn) error {
-	t := time.NewTimer(connectWait)
-	defer t.Stop()
-	select {
-	case <-w.up:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-	}
-	if nc.IsConnected() {
-		return nil
-	}
-	if err := w.last.Load(); err != nil {
-		return *err
-	}
-	return errors.New("no answer")
-}
 
 // printEmbedded tells a newcomer what the embedded mode started, where its
 // data lives and how to reach it.
