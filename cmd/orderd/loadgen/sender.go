@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // Retry backoff of one command: the first wait, doubled after each retry
@@ -151,7 +152,7 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			// catch up. Waiting as told is not giving up on the command.
 			a.paused++
 			start = start.Add(pe.RetryAfter) // the wait does not count against RetryFor
-			sleep(ctx, max(pe.RetryAfter, firstBackoff))
+			pause.For(ctx, max(pe.RetryAfter, firstBackoff))
 			continue
 		case pe.Status == http.StatusTooManyRequests || pe.Status >= 500:
 			a.detail = fmt.Sprintf("%d %s: %s", pe.Status, pe.Slug(), pe.Text())
@@ -165,18 +166,8 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			a.detail = fmt.Sprintf("gave up after %d attempts in %v; last: %s", a.attempts, time.Since(start).Round(time.Millisecond), a.detail)
 			return a
 		}
-		sleep(ctx, backoff) // when ctx has ended, the loop's first check says so
+		pause.For(ctx, backoff) // when ctx has ended, the loop's first check says so
 		backoff = min(backoff*2, maxBackoff)
-	}
-}
-
-// sleep waits for d, or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 
