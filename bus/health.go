@@ -11,11 +11,6 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// clusterNotAvailable is the error code of nats-server's "JetStream system
-// temporarily unavailable" (503), its answer while the meta group or the
-// stream's group has no leader.
-const clusterNotAvailable jetstream.ErrorCode = 10008
-
 // CheckStream asks for the stream name's info, which the stream's leader
 // answers (in a cluster also while the meta leader is being elected,
 // unlike account info, which only the meta leader answers): it is what the
@@ -24,15 +19,15 @@ const clusterNotAvailable jetstream.ErrorCode = 10008
 // domain.ErrUnavailable when the cluster answers that it has no leader
 // yet (an election, which passes within seconds), when nothing answers in
 // time (the stream has no leader, or this connection is down) or when its
-// leader has no quorum; and the request's error otherwise (no such
-// stream).
+// leader has no quorum (the answers EnsureStream waits out as a cluster
+// forming, and those of a connection down); and the request's error
+// otherwise (no such stream).
 func CheckStream(ctx context.Context, js jetstream.JetStream, name string) error {
 	st, err := js.Stream(ctx, name)
 	switch {
 	case err == nil:
 		return quorum(name, st.CachedInfo())
-	case electing(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
-		errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
+	case forming(err) || errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected):
 		return fmt.Errorf("stream %s: %w: %w", name, domain.ErrUnavailable, err)
 	}
 	return fmt.Errorf("stream %s: %w", name, err)
@@ -65,11 +60,4 @@ func quorum(name string, info *jetstream.StreamInfo) error {
 		return fmt.Errorf("stream %s: %w: %d of %d replicas current, no quorum", name, domain.ErrUnavailable, live, size)
 	}
 	return nil
-}
-
-// electing reports whether err is JetStream's answer that its cluster has
-// no leader for the request yet.
-func electing(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == clusterNotAvailable || apiErr.Code == 503)
 }

@@ -75,7 +75,7 @@ func forming(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		switch apiErr.ErrorCode {
-		case 10005, 10006, clusterNotAvailable, 10009, 10023: // JSClusterNoPeers, NotActive, NotAvail, NotLeader, InsufficientResources
+		case 10005, 10006, 10008, 10009, 10023: // JSClusterNoPeers, NotActive, NotAvail ("temporarily unavailable"), NotLeader, InsufficientResources
 			return true
 		}
 		return apiErr.Code == 503
