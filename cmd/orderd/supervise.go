@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	orderhttp "github.com/orderd/orderd/http"
+	"github.com/orderd/orderd/internal/pause"
 )
 
 // supervise runs a role until ctx is done, restarting it with capped
@@ -24,12 +25,12 @@ import (
 func (m *Main) supervise(ctx context.Context, role, projection string, run func(context.Context) error) error {
 	u := m.health.unit(role, projection)
 	delays := restartDelays()
-	for {
+	for ctx.Err() == nil {
 		healthy := time.AfterFunc(healthyRun, u.ran)
 		err := run(ctx)
 		healthy.Stop()
 		if ctx.Err() != nil {
-			return nil
+			break
 		}
 		wait := delays.NextBackOff()
 		m.Log.Error("role stopped; restarting", "role", u.name, "err", err, "retry_in", wait)
@@ -37,14 +38,9 @@ func (m *Main) supervise(ctx context.Context, role, projection string, run func(
 			m.Log.Error("role failing: it stopped repeatedly without running healthily in between; /readyz answers 503",
 				"role", u.name, "stops_in_a_row", n)
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
+		pause.For(ctx, wait)
 	}
+	return nil
 }
 
 // restartDelays are supervise's waits: 100 ms doubling up to 10 s, without
