@@ -67,6 +67,7 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 		futures [][]jetstream.PubAckFuture
 		sendErr error
 	)
+send:
 	for i, c := range commits {
 		fs := make([]jetstream.PubAckFuture, 0, len(c.Events))
 		for k, e := range c.Events {
@@ -77,12 +78,9 @@ func (p *Publisher) Send(ctx context.Context, commits []domain.RecordedCommit, p
 			f, err := p.publishAsync(message(p.stream, c.StreamID, e, pos), time.Until(deadline))
 			if err != nil {
 				sendErr = err
-				break
+				break send // a commit is published only whole
 			}
 			fs = append(fs, f)
-		}
-		if sendErr != nil {
-			break
 		}
 		futures = append(futures, fs)
 	}
