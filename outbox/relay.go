@@ -302,11 +302,11 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 		return cp, err
 	}
 	r.sent = nil // a tail after it reads what the catch-up published from the bus
-	known, err := r.readPositions(ctx, since, cp.Position, 0)
+	known, top, err := r.readPositions(ctx, since, cp.Position, 0)
 	if err != nil {
 		return cp, fmt.Errorf("catch up from the log: the positions published since %s: %w", since.Format(time.RFC3339), err)
 	}
-	top := known.top
+	before := len(known.events)
 	cp.Position = top
 	start, commits := time.Now(), 0
 	err = r.log.RecordedSince(ctx, since, r.cfg.BatchSize, func(batch []domain.RecordedCommit) error {
@@ -330,7 +330,7 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 	if err := r.save(ctx, cp); err != nil {
 		return cp, err
 	}
-	r.logger.Info("relay caught up from the log", "commits", commits, "published_before", known.before, "top", top, "position", cp.Position, "since", since, "took", time.Since(start).Round(time.Millisecond))
+	r.logger.Info("relay caught up from the log", "commits", commits, "published_before", before, "top", top, "position", cp.Position, "since", since, "took", time.Since(start).Round(time.Millisecond))
 	return cp, nil
 }
 
@@ -347,8 +347,6 @@ func (r *Relay) catchUp(ctx context.Context, since time.Time, cp Checkpoint) (Ch
 // when it began.
 type positions struct {
 	epoch  int64
-	top    uint64 // the highest position the bus held when read
-	before int    // events the bus held when the claim's first tail began
 	rounds uint64 // rounds sent under the claim
 	events map[string]sentAt
 }
@@ -356,18 +354,19 @@ type positions struct {
 type sentAt struct{ position, round uint64 }
 
 // readPositions reads from the bus the positions of the events it has
-// stored since since, for a tail or catch-up under the claim of epoch.
-func (r *Relay) readPositions(ctx context.Context, since time.Time, floor uint64, epoch int64) (*positions, error) {
+// stored since since, for a tail or catch-up under the claim of epoch,
+// and the highest of them, at least floor.
+func (r *Relay) readPositions(ctx context.Context, since time.Time, floor uint64, epoch int64) (*positions, uint64, error) {
 	known, top, err := r.pub.Positions(ctx, since, floor)
 	if err != nil {
 		r.metrics.publishErrors.Inc()
-		return nil, err
+		return nil, 0, err
 	}
-	p := &positions{epoch: epoch, top: top, before: len(known), events: make(map[string]sentAt, len(known))}
+	p := &positions{epoch: epoch, events: make(map[string]sentAt, len(known))}
 	for id, pos := range known {
 		p.events[id] = sentAt{pos, math.MaxUint64}
 	}
-	return p, nil
+	return p, top, nil
 }
 
 // first returns the log position of the first of a commit's events when
@@ -554,7 +553,7 @@ func (r *Relay) tail(ctx context.Context, cp Checkpoint) error {
 	// stream here before it read the log. They keep their positions.
 	held, _ := r.lease.Held()
 	if r.sent == nil || r.sent.epoch != held.Epoch || held.Epoch == 0 {
-		known, err := r.readPositions(ctx, cp.RecordedAt.Add(-r.cfg.CatchUpMargin), cp.Position, held.Epoch)
+		known, _, err := r.readPositions(ctx, cp.RecordedAt.Add(-r.cfg.CatchUpMargin), cp.Position, held.Epoch)
 		if err != nil {
 			return fmt.Errorf("the positions published since the checkpoint: %w", err)
 		}
