@@ -12,7 +12,7 @@ type Claim struct{ c *claim }
 // ClaimOnlyTask claims the one task of job for owner for ttl; nil when
 // another runner holds it.
 func (j *Jobs) ClaimOnlyTask(ctx context.Context, job, owner string, ttl time.Duration) (*Claim, error) {
-	tasks, err := j.jobTasks(ctx, job)
+	tasks, err := j.store.Tasks(ctx, job)
 	if err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -55,9 +54,10 @@ type Jobs struct {
 	events   EventLog
 	projs    map[string]Projection // by name
 	now      func() time.Time
-	// created wakes a Worker of this process when a job is created, so
-	// that its first task does not wait for the next poll.
-	created chan struct{}
+	// ready wakes a Worker of this process when a job is created or a
+	// task of it ends, so that the next task does not wait for the next
+	// poll.
+	ready chan struct{}
 }
 
 // New returns the jobs kept in store, their tasks claimed through leases
@@ -68,7 +68,7 @@ func New(store Store, leases TaskLeases, ps Pointers, events EventLog, projs ...
 	for _, p := range projs {
 		m[p.Name()] = p
 	}
-	return &Jobs{store: store, leases: leases, pointers: ps, events: events, projs: m, now: time.Now, created: make(chan struct{}, 1)}
+	return &Jobs{store: store, leases: leases, pointers: ps, events: events, projs: m, now: time.Now, ready: make(chan struct{}, 1)}
 }
 
 // Projections returns the names of the projections, sorted.
@@ -94,10 +94,10 @@ func (j *Jobs) create(ctx context.Context, job Job, task string) error {
 	return nil
 }
 
-// wake tells a Worker of this process that a job was created.
+// wake tells a Worker of this process that a task may be claimable.
 func (j *Jobs) wake() {
 	select {
-	case j.created <- struct{}{}:
+	case j.ready <- struct{}{}:
 	default:
 	}
 }
@@ -112,20 +112,14 @@ func (j *Jobs) Get(ctx context.Context, id string) (Job, error) {
 	if err != nil {
 		return Job{}, err
 	}
-	tasks, err := j.jobTasks(ctx, id)
-	if err != nil {
-		return Job{}, err
-	}
-	job.Tasks = tasks
-	job.count(j.now())
-	job.JobPhase = job.PhaseAt(j.now())
-	return job, nil
+	return job, j.fill(ctx, &job)
 }
 
-func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
-	tasks, err := j.store.Tasks(ctx, job)
+// fill adds job's tasks, progress and phase to job as stored.
+func (j *Jobs) fill(ctx context.Context, job *Job) error {
+	tasks, err := j.store.Tasks(ctx, job.ID)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Partitions in order, the finish last.
 	rank := func(t Task) int {
@@ -139,7 +133,10 @@ func (j *Jobs) jobTasks(ctx context.Context, job string) ([]Task, error) {
 		return n
 	}
 	slices.SortFunc(tasks, func(a, b Task) int { return cmp.Compare(rank(a), rank(b)) })
-	return tasks, nil
+	job.Tasks = tasks
+	job.count(j.now())
+	job.JobPhase = job.PhaseAt(j.now())
+	return nil
 }
 
 // Cancel asks a job to stop. Its runners stop at their next checkpoint; a
@@ -239,18 +236,14 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 // returns it (its state and progress from its tasks), or nil. The stored
 // job alone says queued until the job ends.
 func (j *Jobs) latest(ctx context.Context, projection string, kind JobKind) (*Job, error) {
-	l, err := j.store.Latest(ctx, projection, kind)
-	if err != nil || l == nil {
-		return l, err
+	job, err := j.store.Latest(ctx, projection, kind)
+	if err != nil || job == nil {
+		return job, err
 	}
-	job, err := j.Get(ctx, l.ID)
-	if errors.Is(err, domain.ErrNotFound) {
-		return l, nil // its tasks went with it: the stored state is all there is
+	if err := j.fill(ctx, job); err != nil {
+		return nil, fmt.Errorf("job %s of %s: %w", job.ID, projection, err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("job %s of %s: %w", l.ID, projection, err)
-	}
-	return &job, nil
+	return job, nil
 }
 
 // DeadLetterCounter counts a projection's dead letters. The MongoDB

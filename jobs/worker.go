@@ -141,10 +141,9 @@ type Worker struct {
 	pub    Publisher
 	cfg    WorkerConfig
 	l      *slog.Logger
-	wake   chan struct{}
-
-	mu      sync.Mutex
-	running map[string]bool
+	// slots holds one token per task this worker runs, up to
+	// Concurrency.
+	slots chan struct{}
 }
 
 // Publisher publishes events again, each with its event id as
@@ -161,7 +160,7 @@ func NewWorker(jobs *Jobs, events EventLog, pub Publisher, cfg WorkerConfig, l *
 		cfg.Metrics.initRebuild(name)
 	}
 	return &Worker{jobs: jobs, events: events, pub: pub, cfg: cfg, l: l.With("component", "jobs"),
-		wake: make(chan struct{}, 1), running: map[string]bool{}}
+		slots: make(chan struct{}, cfg.Concurrency)}
 }
 
 // Run claims and runs tasks until ctx is done, then releases the tasks it
@@ -177,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	for {
 		w.buildVersions(ctx)
 		wait := w.cfg.Poll
-		for w.busy() < w.cfg.Concurrency && ctx.Err() == nil {
+		for len(w.slots) < cap(w.slots) && ctx.Err() == nil {
 			c, job, settled, err := w.claimNext(ctx)
 			if !settled.IsZero() {
 				wait = min(wait, max(settled.Sub(w.jobs.now()), 0))
@@ -191,14 +190,11 @@ func (w *Worker) Run(ctx context.Context) error {
 			if c == nil {
 				break
 			}
-			w.setRunning(c.task.ID, true)
+			w.slots <- struct{}{}
 			wg.Go(func() {
-				defer w.setRunning(c.task.ID, false)
 				w.execute(ctx, c, job)
-				select {
-				case w.wake <- struct{}{}:
-				default:
-				}
+				<-w.slots
+				w.jobs.wake()
 			})
 		}
 		t.Reset(wait)
@@ -206,8 +202,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-		case <-w.wake:
-		case <-w.jobs.created:
+		case <-w.jobs.ready:
 		}
 	}
 }
@@ -240,22 +235,6 @@ func (w *Worker) dropRetired(ctx context.Context) {
 	}
 }
 
-func (w *Worker) busy() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.running)
-}
-
-func (w *Worker) setRunning(id string, on bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if on {
-		w.running[id] = true
-	} else {
-		delete(w.running, id)
-	}
-}
-
 // claimNext claims the first claimable task, or returns nil and, when a
 // rebuild's scan waits for its settling time to end, the time it ends
 // (settled).
@@ -267,7 +246,7 @@ func (w *Worker) claimNext(ctx context.Context) (c *claim, job Job, settled time
 	now := w.jobs.now()
 	jobs := map[string]*Job{}
 	for _, t := range open {
-		if w.isRunning(t.ID) || (t.State == taskRunning && now.Before(t.LeaseUntil)) {
+		if t.State == taskRunning && now.Before(t.LeaseUntil) {
 			continue
 		}
 		job, ok := jobs[t.Job]
@@ -301,12 +280,6 @@ func (w *Worker) claimNext(ctx context.Context) (c *claim, job Job, settled time
 		}
 	}
 	return nil, Job{}, settled, nil
-}
-
-func (w *Worker) isRunning(id string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.running[id]
 }
 
 // claimable says whether this worker may take t now (job holds its
