@@ -18,7 +18,3 @@ type Lease struct {
 	RenewedAt  time.Time // when the last renewal that got through was sent (AcquiredAt before any)
 	ExpiresAt  time.Time // RenewedAt plus the TTL; zero for a lease nobody ever held
 }
-
-// Held reports whether l names a holder whose claim has not expired at
-// now.
-func (l Lease) Held(now time.Time) bool { return l.Holder != "" && l.ExpiresAt.After(now) }

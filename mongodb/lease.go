@@ -73,26 +73,11 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // expired, or is already holder's (a restart under the same id), raising
 // its epoch; a lease without a document is created, at epoch 1. It returns
 // the new claim and true, or false and no error when another holder has
-// it (or got it first). It costs one round trip, two when the lease has no
-// document yet or another holder has it.
+// it (or got it first). It is one upsert: when another holder has the
+// lease, its insert is refused by the unique _id.
 func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, bool, error) {
 	now := l.now()
-	claimed, ok, err := l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil)
-	if err != nil || ok {
-		return claimed, ok, err
-	}
-	// Held by another holder, or no document: an insert tells which, the
-	// unique _id refusing it when the lease exists.
-	_, err = l.coll.InsertOne(ctx, bson.D{{Key: "_id", Value: name}, {Key: "owner", Value: holder},
-		{Key: "epoch", Value: int64(1)}, {Key: l.expiry, Value: now.Add(ttl)},
-		{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}})
-	if mongo.IsDuplicateKeyError(err) {
-		return lease.Lease{}, false, nil
-	}
-	if err != nil {
-		return lease.Lease{}, false, fmt.Errorf("claim lease %s: %w", name, Translate(err))
-	}
-	return claim(name, holder, 1, now, ttl), true, nil
+	return l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil, true)
 }
 
 // free is the part of a claim's filter that matches a lease holder may
@@ -105,11 +90,13 @@ func (l *Leases) free(holder string, now time.Time) bson.D {
 	}}}
 }
 
-// claim moves the existing lease document name, if it also matches cond,
-// to a new claim of holder from now, in one findAndModify that raises its
-// epoch and applies more (further update operators, merged with the
-// claim's). It returns false and no error when nothing matched.
-func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D) (lease.Lease, bool, error) {
+// claim moves the lease document name, if it also matches cond, to a new
+// claim of holder from now, in one findAndModify that raises its epoch and
+// applies more (further update operators, merged with the claim's); with
+// upsert, a lease that has no document is created. It returns false and
+// no error when nothing matched, or when the upsert's insert found the
+// lease taken.
+func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D, upsert bool) (lease.Lease, bool, error) {
 	filter := append(bson.D{{Key: "_id", Value: name}}, cond...)
 	update := merge(bson.D{
 		{Key: "$set", Value: bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
@@ -118,9 +105,9 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	}, more)
 	// The whole document comes back: lease documents are small, and the
 	// embedded store refuses a findAndModify projection.
-	opts := options.FindOneAndUpdate().SetReturnDocument(options.After)
+	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetUpsert(upsert)
 	raw, err := l.coll.FindOneAndUpdate(ctx, filter, update, opts).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
+	if errors.Is(err, mongo.ErrNoDocuments) || mongo.IsDuplicateKeyError(err) {
 		return lease.Lease{}, false, nil
 	}
 	if err != nil {
@@ -208,14 +195,27 @@ func (l *Leases) write(ctx context.Context, held lease.Lease, set bson.D, what s
 // deadline (a free lease has a deadline in the past). Errors:
 // domain.ErrNotFound when it has no document.
 func (l *Leases) Get(ctx context.Context, name string) (lease.Lease, error) {
-	raw, err := l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
+	raw, err := l.find(ctx, name)
+	if err == nil && raw == nil {
+		err = fmt.Errorf("lease %s: %w", name, domain.ErrNotFound)
 	}
 	if err != nil {
-		return lease.Lease{}, fmt.Errorf("lease %s: %w", name, Translate(err))
+		return lease.Lease{}, err
 	}
 	return l.decode(raw), nil
+}
+
+// find reads the document of lease name, with whatever its holder keeps
+// beside the lease; nil when it has none.
+func (l *Leases) find(ctx context.Context, name string) (bson.Raw, error) {
+	raw, err := l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("lease %s: %w", name, Translate(err))
+	}
+	return raw, nil
 }
 
 // decode reads a lease document; a field it lacks stays zero.
@@ -332,7 +332,7 @@ func (l *Lease) Held() (lease.Lease, bool) {
 // domain.ErrUnavailable.
 func (l *Lease) Checkpoint(ctx context.Context) (outbox.Checkpoint, error) {
 	var out outbox.Checkpoint
-	raw, err := l.stored(ctx)
+	raw, err := l.leases.find(ctx, l.name)
 	if err != nil {
 		return out, err
 	}
@@ -382,7 +382,7 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error 
 // times, as stored (outbox.RelayStatus); zero when the lease has no
 // document. Errors: domain.ErrUnavailable.
 func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
-	raw, err := l.stored(ctx)
+	raw, err := l.leases.find(ctx, l.name)
 	if err != nil || raw == nil {
 		return outbox.RelayStatus{}, err
 	}
@@ -391,17 +391,4 @@ func (l *Lease) Status(ctx context.Context) (outbox.RelayStatus, error) {
 	st.CheckpointRecordedAt, _ = raw.Lookup("checkpoint", "recorded_at").TimeOK()
 	st.CheckpointSavedAt, _ = raw.Lookup("checkpoint", "saved_at").TimeOK()
 	return st, nil
-}
-
-// stored reads the lease's document, with its checkpoint; nil when it has
-// none.
-func (l *Lease) stored(ctx context.Context) (bson.Raw, error) {
-	raw, err := l.leases.coll.FindOne(ctx, bson.D{{Key: "_id", Value: l.name}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read lease %s: %w", l.name, Translate(err))
-	}
-	return raw, nil
 }

@@ -54,7 +54,7 @@ func (s *Tasks) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.
 		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
 	}}}
-	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, more)
+	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, more, false)
 	if err != nil || !ok {
 		return t, lease, false, err
 	}
