@@ -45,24 +45,10 @@ func (s *Jobs) InsertJob(ctx context.Context, job jobs.Job) error {
 }
 
 // InsertTasks stores tasks, keeping any that exists already (so a plan
-// resumed after a crash creates the same tasks): one insert, and one per
-// task after a duplicate (the embedded store stops an unordered insert at
-// its first error).
+// resumed after a crash creates the same tasks): one insert per task, as
+// the embedded store stops an unordered insert at its first error, and a
+// job has a few dozen tasks at most.
 func (s *Jobs) InsertTasks(ctx context.Context, tasks []jobs.Task) error {
-	if len(tasks) == 0 {
-		return nil
-	}
-	docs := make([]any, len(tasks))
-	for i, t := range tasks {
-		docs[i] = taskDoc(t)
-	}
-	_, err := s.tasks.InsertMany(ctx, docs)
-	if err == nil || !mongo.IsDuplicateKeyError(err) {
-		if err != nil {
-			return fmt.Errorf("tasks of %s: %w", tasks[0].Job, Translate(err))
-		}
-		return nil
-	}
 	for _, t := range tasks {
 		if _, err := s.tasks.InsertOne(ctx, taskDoc(t)); err != nil && !mongo.IsDuplicateKeyError(err) {
 			return fmt.Errorf("task %s: %w", t.ID, Translate(err))
