@@ -2,7 +2,7 @@ package jobs
 
 import (
 	"context"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -47,10 +47,8 @@ type claim struct {
 	ttl    time.Duration
 	// task is the task as claimed, then as last checkpointed; only the
 	// runner's goroutine touches it (the renewal uses the lease).
-	task Task
-
-	mu    sync.Mutex
-	lease lease.Lease // as last renewed
+	task  Task
+	lease atomic.Pointer[lease.Lease] // as last renewed
 }
 
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
@@ -60,23 +58,19 @@ func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Dura
 	if err != nil || !ok {
 		return nil, err
 	}
-	return &claim{leases: j.leases, ttl: ttl, task: claimed, lease: lease}, nil
+	c := &claim{leases: j.leases, ttl: ttl, task: claimed}
+	c.lease.Store(&lease)
+	return c, nil
 }
 
 // valid reports whether the claim may still act: its last renewal is
 // recent enough that no other runner can have claimed the task.
 func (c *claim) valid() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Since(c.lease.RenewedAt) < c.ttl*3/4
+	return time.Since(c.held().RenewedAt) < c.ttl*3/4
 }
 
 // held returns the claim's lease as last renewed.
-func (c *claim) held() lease.Lease {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lease
-}
+func (c *claim) held() lease.Lease { return *c.lease.Load() }
 
 // renew extends the lease. It returns domain.ErrLeaseLost when the task moved on
 // to a later claim. Unlike the task's other writes it is not refused when
@@ -89,9 +83,7 @@ func (c *claim) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.lease = renewed
-	c.mu.Unlock()
+	c.lease.Store(&renewed)
 	return nil
 }
 

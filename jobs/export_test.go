@@ -31,9 +31,9 @@ func (c *Claim) TaskID() string { return c.c.task.ID }
 
 // Lapse makes the claim's last renewal a whole ttl old.
 func (c *Claim) Lapse(ttl time.Duration) {
-	c.c.mu.Lock()
-	c.c.lease.RenewedAt = time.Now().Add(-ttl)
-	c.c.mu.Unlock()
+	l := c.c.held()
+	l.RenewedAt = time.Now().Add(-ttl)
+	c.c.lease.Store(&l)
 }
 
 // Valid reports whether the claim may act.

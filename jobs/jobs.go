@@ -156,11 +156,9 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 	if job.State.Final() {
 		return job, fmt.Errorf("job %s is %s: %w", id, job.State, domain.ErrJobFinished)
 	}
-	requested := false
-	if job.Replaced == "" {
-		if requested, err = j.store.RequestCancel(ctx, id); err != nil {
-			return Job{}, err
-		}
+	requested, err := j.store.RequestCancel(ctx, id)
+	if err != nil {
+		return Job{}, err
 	}
 	if !requested {
 		return job, fmt.Errorf("rebuild %s switches the read model to %s: too late to cancel: %w", id, job.Shadow, domain.ErrJobFinished)
