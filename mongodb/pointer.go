@@ -206,12 +206,11 @@ func (ps *Pointers) RetireProjection(ctx context.Context, name string, after tim
 	if p.Shadow != "" {
 		colls = append(colls, projection.SumsCollection(p.Shadow))
 	}
-	seen := map[string]bool{"": true}
+	// A collection named twice is retired twice: Retire is an upsert.
 	for _, c := range colls {
-		if seen[c] {
+		if c == "" {
 			continue
 		}
-		seen[c] = true
 		if err := ps.Retire(ctx, name, c, "projection "+name+" retired", after); err != nil {
 			return err
 		}
