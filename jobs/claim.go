@@ -11,7 +11,7 @@ import (
 
 // TaskLeases holds the tasks' leases (invariant 6): a task is claimed at
 // the epoch it was read at, and each of its runner's writes is fenced by
-// the claim's epoch. The MongoDB adapter's *mongodb.Tasks implements it.
+// the claim's epoch. The MongoDB adapter's *mongodb.Jobs implements it.
 // Every method fails with domain.ErrUnavailable when the store cannot be
 // reached, and those taking a lease with domain.ErrLeaseLost when it has
 // passed to another claim.
@@ -54,11 +54,11 @@ type claim struct {
 // tryClaim claims t (as read, at its epoch) for owner. It returns nil and
 // no error when another runner holds it or got it first.
 func (j *Jobs) tryClaim(ctx context.Context, t Task, owner string, ttl time.Duration) (*claim, error) {
-	claimed, lease, ok, err := j.leases.Claim(ctx, t, owner, ttl, taskRunning)
+	claimed, lease, ok, err := j.store.Claim(ctx, t, owner, ttl, taskRunning)
 	if err != nil || !ok {
 		return nil, err
 	}
-	c := &claim{leases: j.leases, ttl: ttl, task: claimed}
+	c := &claim{leases: j.store, ttl: ttl, task: claimed}
 	c.lease.Store(&lease)
 	return c, nil
 }

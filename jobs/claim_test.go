@@ -22,7 +22,7 @@ import (
 func TestRenewalOutlivesASlowStore(t *testing.T) {
 	ctx, db, es := projectiontest.Start(t, time.Minute)
 	ps := mongodb.NewPointers(db)
-	j := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps))
+	j := jobs.New(mongodb.NewJobs(db), ps, es, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps))
 	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)
 	if err != nil {
 		t.Fatal(err)

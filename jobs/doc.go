@@ -27,7 +27,7 @@
 //     workers matches); the owner renews the lease and checkpoints under a
 //     filter on its epoch, and a task whose lease ran out is resumed by
 //     another worker from its cursor (see claim). The tasks' leases are
-//     kept through TaskLeases, the MongoDB adapter's *mongodb.Tasks.
+//     kept through TaskLeases, part of the job Store.
 //
 // A verify job compares a projection's active collection with the fold of
 // the log and, when asked, repairs the documents that differ; a replay job

@@ -41,7 +41,7 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 		sums: mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps),
 		stat: mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, ps),
 	}
-	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, es, k.sums, k.stat)
+	k.jobs = jobs.New(mongodb.NewJobs(db), ps, es, k.sums, k.stat)
 	return k, f
 }
 

@@ -49,7 +49,6 @@ type EventLog interface {
 // Jobs stores jobs and their tasks, and creates, reads and cancels them.
 type Jobs struct {
 	store    Store
-	leases   TaskLeases
 	pointers Pointers
 	events   EventLog
 	projs    map[string]Projection // by name
@@ -60,15 +59,15 @@ type Jobs struct {
 	ready chan struct{}
 }
 
-// New returns the jobs kept in store, their tasks claimed through leases
-// (the MongoDB adapter's mongodb.NewJobs and mongodb.NewTasks), on projs,
-// whose pointer documents ps keeps, reading events.
-func New(store Store, leases TaskLeases, ps Pointers, events EventLog, projs ...Projection) *Jobs {
+// New returns the jobs kept in store (the MongoDB adapter's
+// mongodb.NewJobs), on projs, whose pointer documents ps keeps, reading
+// events.
+func New(store Store, ps Pointers, events EventLog, projs ...Projection) *Jobs {
 	m := map[string]Projection{}
 	for _, p := range projs {
 		m[p.Name()] = p
 	}
-	return &Jobs{store: store, leases: leases, pointers: ps, events: events, projs: m, now: time.Now, ready: make(chan struct{}, 1)}
+	return &Jobs{store: store, pointers: ps, events: events, projs: m, now: time.Now, ready: make(chan struct{}, 1)}
 }
 
 // Projections returns the names of the projections, sorted.

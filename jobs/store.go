@@ -6,14 +6,15 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// Store keeps the jobs (JobRecords), their tasks (TaskRecords) and the
-// rebuild locks (RebuildLocks). The MongoDB adapter's *mongodb.Jobs
-// implements it; the tasks' leases are TaskLeases'. Besides the errors
-// named below, every method fails with domain.ErrUnavailable when the
-// store cannot be reached.
+// Store keeps the jobs (JobRecords), their tasks (TaskRecords) and their
+// leases (TaskLeases), and the rebuild locks (RebuildLocks). The MongoDB
+// adapter's *mongodb.Jobs implements it. Besides the errors named below,
+// every method fails with domain.ErrUnavailable when the store cannot be
+// reached.
 type Store interface {
 	JobRecords
 	TaskRecords
+	TaskLeases
 	RebuildLocks
 }
 

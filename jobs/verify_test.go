@@ -160,7 +160,7 @@ func TestVerifyRepairStopsWhenItsCollectionIsReplaced(t *testing.T) {
 		})
 	}}
 	k.sums = mongodb.NewProjection(db, projection.OrderSummaries, hooked, nil, k.ps)
-	k.jobs = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), k.ps, k.es, k.sums, k.stat)
+	k.jobs = jobs.New(mongodb.NewJobs(db), k.ps, k.es, k.sums, k.stat)
 	k.worker(t, "w1", jobs.WorkerConfig{MaxAttempts: 1})
 	job, err := k.jobs.StartVerify(ctx, name, true)
 	if err != nil {

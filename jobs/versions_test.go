@@ -161,7 +161,7 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 	v2.Version = v1.Ver() + 1
 	prefix := projection.VersionKey(v2.Collection, v2.Ver()) + "_"
 	sums2 := mongodb.NewProjection(k.db, v2, k.es, nil, k.ps)
-	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, sums2)
+	jobs2 := jobs.New(mongodb.NewJobs(k.db), k.ps, k.es, sums2)
 	// The store as a v1 service left it.
 	if _, err := k.ps.Update(ctx, v1.Name, v1.Collection, func(p *projection.Pointer) (bool, error) {
 		p.ActiveVersion = v1.Ver()
@@ -244,7 +244,7 @@ func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	sums2 := mongodb.NewProjection(k.db, next, k.es, nil, k.ps)
-	jobs2 := jobs.New(mongodb.NewJobs(k.db), mongodb.NewTasks(k.db), k.ps, k.es, sums2)
+	jobs2 := jobs.New(mongodb.NewJobs(k.db), k.ps, k.es, sums2)
 	w2 := jobs.NewWorker(jobs2, k.es, nil, jobs.WorkerConfig{Owner: "next", Poll: 50 * time.Millisecond,
 		Settle: 300 * time.Millisecond, LeaseTTL: 3 * time.Second}, projectiontest.Logger(t))
 	projectiontest.Go(t, "worker next", w2.Run)

@@ -112,8 +112,9 @@
 //     claims and renews it (the relay's, "outbox-relay"), with the
 //     relay's checkpoint kept in the lease's document and written fenced
 //     by the claim (Lease.SaveCheckpoint).
-//   - Tasks: the jobs' tasks in "projection_job_tasks", claimed at the
-//     epoch they were read at, with every checkpoint fenced by the claim.
+//   - the jobs' tasks in "projection_job_tasks" (Jobs.Claim), claimed at
+//     the epoch they were read at, with every checkpoint fenced by the
+//     claim.
 //
 // Jobs is the job store: the operator's jobs in "projection_jobs", their
 // tasks beside them, and one rebuild lock per projection in

@@ -21,11 +21,12 @@ const (
 	LocksCollection = "projection_locks" // one rebuild lock per projection: {_id: "rebuild:<projection>", job_id, since}
 )
 
-// Jobs is the job store: the operator's jobs, their tasks (whose leases
-// are Tasks') and the rebuild locks. Every write is w:majority, j:true,
+// Jobs is the job store: the operator's jobs, their tasks and the tasks'
+// leases, and the rebuild locks. Every write is w:majority, j:true,
 // whatever the client's defaults.
 type Jobs struct {
 	jobs, tasks, locks *mongo.Collection
+	leases             *Leases // of the tasks
 	now                func() time.Time
 }
 
@@ -33,7 +34,7 @@ type Jobs struct {
 func NewJobs(db *mongo.Database) *Jobs {
 	durably := options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)
 	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
-		locks: db.Collection(LocksCollection, durably), now: time.Now}
+		locks: db.Collection(LocksCollection, durably), leases: newLeases(db, TasksCollection, "lease_until"), now: time.Now}
 }
 
 // InsertJob stores a new job.

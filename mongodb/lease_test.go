@@ -268,7 +268,8 @@ func TestLeaseTryAcquire(t *testing.T) {
 func TestTaskLeases(t *testing.T) {
 	ctx := t.Context()
 	db := storetest.Database(t)
-	tasks, store := mongodb.NewTasks(db), mongodb.NewJobs(db)
+	store := mongodb.NewJobs(db)
+	tasks := store
 	read := jobs.Task{ID: "job-1/verify", Job: "job-1", Name: "verify", State: "pending", Cursor: "ord-7", Events: 12}
 	if err := store.InsertTasks(ctx, []jobs.Task{read}); err != nil {
 		t.Fatal(err)
@@ -385,7 +386,7 @@ func TestLeaseWritesAreMajorityJournaled(t *testing.T) {
 	if err := store.InsertJob(ctx, jobs.Job{ID: "j", Kind: jobs.KindVerify, State: jobs.StateQueued}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, ok, err := mongodb.NewTasks(db).Claim(ctx, jobs.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
+	if _, _, ok, err := store.Claim(ctx, jobs.Task{ID: "j/verify"}, "a", time.Minute, "running"); err != nil || !ok {
 		t.Fatalf("task claim: %v, %v", ok, err)
 	}
 

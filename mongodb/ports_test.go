@@ -17,7 +17,6 @@ var (
 	_ projector.DeadLetterStore = (*mongodb.DeadLetters)(nil)
 
 	_ jobs.Store             = (*mongodb.Jobs)(nil)
-	_ jobs.TaskLeases        = (*mongodb.Tasks)(nil)
 	_ jobs.Pointers          = (*mongodb.Pointers)(nil)
 	_ jobs.EventLog          = (*mongodb.EventStore)(nil)
 	_ jobs.Projection        = (*projection.Model[domain.Order])(nil)

@@ -5,29 +5,18 @@ import (
 	"time"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
-	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/lease"
 )
 
 // TasksCollection holds the jobs' tasks, one document per task
-// (taskDoc); a task's owner, epoch and lease_until are its lease.
-const TasksCollection = "projection_job_tasks"
-
-// Tasks are the leases of the jobs' tasks: a task is claimed by one runner
+// (taskDoc); a task's owner, epoch and lease_until are its lease, which
+// the job store keeps (jobs.TaskLeases): a task is claimed by one runner
 // at a time, at the epoch it was read at, and every write of its runner
 // (renewal, checkpoint, finish, release) is fenced by the claim's epoch,
-// so a runner that lost the task writes nothing more (see Leases; the
-// deadline field is lease_until).
-type Tasks struct {
-	leases *Leases
-}
-
-// NewTasks returns the task leases of db's TasksCollection.
-func NewTasks(db *mongo.Database) *Tasks {
-	return &Tasks{leases: newLeases(db, TasksCollection, "lease_until")}
-}
+// so a runner that lost the task writes nothing more (see Leases).
+const TasksCollection = "projection_job_tasks"
 
 // Claim claims t for holder for ttl if t is still at the epoch it was read
 // at and its lease was never taken or has expired, in one update: the
@@ -36,7 +25,7 @@ func NewTasks(db *mongo.Database) *Tasks {
 // of the cursor and counters the holder starts from. It returns the task
 // as claimed and the claim's lease, or false and no error when another
 // runner holds it or got it first.
-func (s *Tasks) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.Duration, state string) (jobs.Task, lease.Lease, bool, error) {
+func (s *Jobs) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.Duration, state string) (jobs.Task, lease.Lease, bool, error) {
 	now := s.leases.now()
 	utc := now.UTC()
 	set := bson.D{{Key: "state", Value: state}}
@@ -65,13 +54,13 @@ func (s *Tasks) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.
 
 // Renew extends the claim's lease by ttl (see Leases.Renew). Errors:
 // domain.ErrLeaseLost when another runner has claimed the task since.
-func (s *Tasks) Renew(ctx context.Context, lease lease.Lease, ttl time.Duration) (lease.Lease, error) {
+func (s *Jobs) Renew(ctx context.Context, lease lease.Lease, ttl time.Duration) (lease.Lease, error) {
 	return s.leases.Renew(ctx, lease, ttl)
 }
 
 // Checkpoint saves t's cursor and counters under lease. Errors:
 // domain.ErrLeaseLost when the task has passed to another claim.
-func (s *Tasks) Checkpoint(ctx context.Context, lease lease.Lease, t jobs.Task) error {
+func (s *Jobs) Checkpoint(ctx context.Context, lease lease.Lease, t jobs.Task) error {
 	return s.leases.write(ctx, lease, bson.D{{Key: "cursor", Value: t.Cursor}, {Key: "events", Value: t.Events},
 		{Key: "streams", Value: t.Streams}, {Key: "commits", Value: t.Commits}, {Key: "poison", Value: t.Poison}, {Key: "summed", Value: t.Summed}}, "checkpoint task")
 }
@@ -79,7 +68,7 @@ func (s *Tasks) Checkpoint(ctx context.Context, lease lease.Lease, t jobs.Task) 
 // Finish sets the task's final state, its finish time and, unless empty,
 // its error, under lease. Errors: domain.ErrLeaseLost when the task has
 // passed to another claim.
-func (s *Tasks) Finish(ctx context.Context, lease lease.Lease, state, errMsg string) error {
+func (s *Jobs) Finish(ctx context.Context, lease lease.Lease, state, errMsg string) error {
 	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.leases.now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
@@ -90,7 +79,7 @@ func (s *Tasks) Finish(ctx context.Context, lease lease.Lease, state, errMsg str
 // Release gives the task back for any runner to claim at once, keeping
 // its cursor, with errMsg as its error unless empty. Errors:
 // domain.ErrLeaseLost when the task has passed to another claim.
-func (s *Tasks) Release(ctx context.Context, lease lease.Lease, errMsg string) error {
+func (s *Jobs) Release(ctx context.Context, lease lease.Lease, errMsg string) error {
 	set := bson.D{{Key: "lease_until", Value: time.Unix(0, 0).UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})

@@ -393,7 +393,7 @@ func (m *Main) setupReadModels(setupCtx context.Context, w *wiring) error {
 	plog := m.Log.With("component", "projector")
 	w.runners = []*projector.Runner{projector.NewRunner(w.sums, w.js, w.dead, rc, plog, rm),
 		projector.NewSequencedRunner(w.sales, w.js, w.dead, rc, plog, rm)}
-	w.scheduler = jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), w.pointers, w.store, w.sums, w.sales)
+	w.scheduler = jobs.New(mongodb.NewJobs(db), w.pointers, w.store, w.sums, w.sales)
 	return nil
 }
 

@@ -130,7 +130,7 @@ func BenchmarkRebuild(b *testing.B) {
 	store := mongodb.NewEventStore(db)
 	// The jobs as the API asks for them; the service's worker runs them.
 	ps := mongodb.NewPointers(db)
-	scheduler := jobs.New(mongodb.NewJobs(db), mongodb.NewTasks(db), ps, store, mongodb.NewProjection(db, projection.OrderSummaries, store, nil, ps),
+	scheduler := jobs.New(mongodb.NewJobs(db), ps, store, mongodb.NewProjection(db, projection.OrderSummaries, store, nil, ps),
 		projection.NewRollup(projection.DailySales, mongodb.NewRollups(db), store, nil, ps, nil, 0))
 
 	loaded := loadOlistCopies(ctx, b, db, store, *rebuildEvents, rebuildServiceEvents)
