@@ -92,17 +92,16 @@ func (l *Leases) free(holder string, now time.Time) bson.D {
 
 // claim moves the lease document name, if it also matches cond, to a new
 // claim of holder from now, in one findAndModify that raises its epoch and
-// applies more (further update operators, merged with the claim's); with
-// upsert, a lease that has no document is created. It returns false and
-// no error when nothing matched, or when the upsert's insert found the
-// lease taken.
-func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, more bson.D, upsert bool) (lease.Lease, bool, error) {
+// sets the fields of set besides the claim's; with upsert, a lease that
+// has no document is created. It returns false and no error when nothing
+// matched, or when the upsert's insert found the lease taken.
+func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Duration, now time.Time, cond, set bson.D, upsert bool) (lease.Lease, bool, error) {
 	filter := append(bson.D{{Key: "_id", Value: name}}, cond...)
-	update := merge(bson.D{
-		{Key: "$set", Value: bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
-			{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}}},
+	update := bson.D{
+		{Key: "$set", Value: append(bson.D{{Key: "owner", Value: holder}, {Key: l.expiry, Value: now.Add(ttl)},
+			{Key: "acquired_at", Value: now}, {Key: "renewed_at", Value: now}}, set...)},
 		{Key: "$inc", Value: bson.D{{Key: "epoch", Value: int64(1)}}},
-	}, more)
+	}
 	// The whole document comes back: lease documents are small, and the
 	// embedded store refuses a findAndModify projection.
 	opts := options.FindOneAndUpdate().SetReturnDocument(options.After).SetUpsert(upsert)
@@ -122,23 +121,6 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 
 func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) lease.Lease {
 	return lease.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
-}
-
-// merge returns the update base with the operators of more added, each
-// operator's fields appended to base's of the same operator.
-func merge(base, more bson.D) bson.D {
-	for _, op := range more {
-		i := 0
-		for i < len(base) && base[i].Key != op.Key {
-			i++
-		}
-		if i == len(base) {
-			base = append(base, op)
-			continue
-		}
-		base[i].Value = append(base[i].Value.(bson.D), op.Value.(bson.D)...)
-	}
-	return base
 }
 
 // fence is the filter of every write made under lease: it matches only

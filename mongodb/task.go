@@ -22,28 +22,28 @@ const TasksCollection = "projection_job_tasks"
 // at and its lease was never taken or has expired, in one update: the
 // task moves to state and the next epoch, counts an attempt, records its
 // start if it had none, and, when it had made progress, a jobs.Resume
-// of the cursor and counters the holder starts from. It returns the task
-// as claimed and the claim's lease, or false and no error when another
-// runner holds it or got it first.
+// of the cursor and counters the holder starts from. Its attempts and
+// resumes are set from t as read: only a claim, which the epoch fences,
+// changes them. It returns the task as claimed and the claim's lease, or
+// false and no error when another runner holds it or got it first.
 func (s *Jobs) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.Duration, state string) (jobs.Task, lease.Lease, bool, error) {
 	now := s.leases.now()
 	utc := now.UTC()
-	set := bson.D{{Key: "state", Value: state}}
 	if t.StartedAt.IsZero() {
 		t.StartedAt = utc
-		set = append(set, bson.E{Key: "started_at", Value: utc})
 	}
-	more := bson.D{{Key: "$set", Value: set}, {Key: "$inc", Value: bson.D{{Key: "attempts", Value: 1}}}}
 	if t.Cursor != "" || t.Events > 0 {
-		r := jobs.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams}
-		more = append(more, bson.E{Key: "$push", Value: bson.D{{Key: "resumes", Value: r}}})
-		t.Resumes = append(t.Resumes, r)
+		t.Resumes = append(t.Resumes, jobs.Resume{At: utc, Owner: holder, Cursor: t.Cursor, Events: t.Events, Streams: t.Streams})
+	}
+	set := bson.D{{Key: "state", Value: state}, {Key: "started_at", Value: t.StartedAt}, {Key: "attempts", Value: t.Attempts + 1}}
+	if len(t.Resumes) > 0 {
+		set = append(set, bson.E{Key: "resumes", Value: t.Resumes})
 	}
 	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
 		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
 	}}}
-	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, more, false)
+	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, set, false)
 	if err != nil || !ok {
 		return t, lease, false, err
 	}
