@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,26 +70,16 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 // Browse returns a page of the log, newest commit first (domain.LogQuery,
 // domain.LogPage). A page of every commit, or of one correlation id, is one
 // ranged query on the (recorded_at, _id) index, or on the
-// events.correlation_id index; one stream's, one on the (stream_id,
-// first_version) index; a page filtered by event type examines the log
-// newest first for at most browseBudget. The embedded store serves the
-// log's ranged queries from SQLite indexes (internal/embedded/logpage.go).
+// events.correlation_id index; one stream's reads the stream's chain of
+// _id look-ups; a page filtered by event type examines the log newest
+// first for at most browseBudget. The embedded store serves the log's
+// ranged queries from SQLite indexes (internal/embedded/logpage.go).
 // Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
-	dialect, err := s.dialect.of(ctx, s.commits.Database())
-	if err != nil {
-		return domain.LogPage{}, err
-	}
 	if q.StreamID != "" {
-		if dialect == DialectFerretDB {
-			// A filter on stream_id decodes the whole log in Go (see
-			// commitsFrom); the stream's chain of _id look-ups reads the
-			// _id index.
-			return s.browseChain(ctx, q)
-		}
-		return s.browseStream(ctx, q)
+		return s.browseChain(ctx, q)
 	}
 	var older bson.A
 	if q.Cursor != "" {
@@ -100,15 +91,19 @@ func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogP
 		if err != nil {
 			return domain.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
 		}
-		older = below(time.UnixMilli(ms), parts[2])
+		older = below(commitKey{RecordedAt: time.UnixMilli(ms), ID: parts[2]})
+	}
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
+	if err != nil {
+		return domain.LogPage{}, err
 	}
 	deadline := time.Now().Add(cmp.Or(s.searchBudget, browseBudget))
 	if q.Type != "" && q.CorrelationID == "" && dialect == DialectMongoDB {
-		return s.searchWindows(ctx, q, older, deadline, cmp.Or(s.searchStep, browseWindow))
+		return s.search(ctx, q, older, deadline, s.filteredWindow(q, cmp.Or(s.searchStep, browseWindow)))
 	}
 	// The embedded store filters events.type in Go over the whole log:
 	// there the search reads the commits and matches them here.
-	return s.searchPages(ctx, q, older, deadline, cmp.Or(s.searchStep, browseChunk))
+	return s.search(ctx, q, older, deadline, s.matchedWindow(q, cmp.Or(s.searchStep, browseChunk)))
 }
 
 // LogCommit returns the commit id with its events; found is false when
@@ -141,12 +136,104 @@ func logCommitOf(d commitDoc, unreadable error) domain.LogCommit {
 
 var newestFirst = bson.D{{Key: "recorded_at", Value: -1}, {Key: "_id", Value: -1}}
 
-// below is the $or of the commits older than (at, id) in the log's
-// newest-first order.
-func below(at time.Time, id string) bson.A {
+// below is the $or of the commits older than k in the log's newest-first
+// order.
+func below(k commitKey) bson.A {
 	return bson.A{
-		bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: at}}}},
-		bson.D{{Key: "recorded_at", Value: at}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: id}}}},
+		bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$lt", Value: k.RecordedAt}}}},
+		bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$lt", Value: k.ID}}}},
+	}
+}
+
+func recordedCursor(k commitKey) string {
+	return encodeCursor(cursorRecorded, strconv.FormatInt(k.RecordedAt.UnixMilli(), 10), k.ID)
+}
+
+// window is one step of a search: of the commits older than the bound
+// older (nil: from the newest), the first that q selects, at most want
+// of them, and the last commit the step examined, nil when it reached the
+// log's end.
+type window func(ctx context.Context, older bson.A, want int) (found []domain.LogCommit, last *commitKey, err error)
+
+// search collects a page of q one window below the last at a time, from
+// the bound older, until it has q.Limit commits, a window reaches the
+// log's end or deadline passes after a window.
+func (s *EventStore) search(ctx context.Context, q domain.LogQuery, older bson.A, deadline time.Time, next window) (domain.LogPage, error) {
+	page := domain.LogPage{Commits: []domain.LogCommit{}}
+	for {
+		found, last, err := next(ctx, older, q.Limit-len(page.Commits))
+		if err != nil {
+			return domain.LogPage{}, err
+		}
+		for _, c := range found {
+			if page.Commits = append(page.Commits, c); len(page.Commits) == q.Limit {
+				page.Next = recordedCursor(commitKey{RecordedAt: c.RecordedAt, ID: c.ID})
+				return page, nil
+			}
+		}
+		if last == nil {
+			return page, nil
+		}
+		if older = below(*last); !time.Now().Before(deadline) {
+			page.Next, page.DeadlineReached = recordedCursor(*last), true
+			return page, nil
+		}
+	}
+}
+
+// matchedWindow reads the commits of each window (the page's, or step
+// when q filters by type), of q's correlation id if it names one, and
+// keeps those q matches.
+func (s *EventStore) matchedWindow(q domain.LogQuery, step int) window {
+	return func(ctx context.Context, older bson.A, want int) ([]domain.LogCommit, *commitKey, error) {
+		n := want
+		if q.Type != "" {
+			n = step
+		}
+		filter := bson.D{}
+		if q.CorrelationID != "" {
+			filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+		}
+		if older != nil {
+			filter = append(filter, bson.E{Key: "$or", Value: older})
+		}
+		read, err := s.readPage(ctx, filter, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		var last *commitKey
+		if len(read) == n {
+			last = &commitKey{RecordedAt: read[n-1].RecordedAt, ID: read[n-1].ID}
+		}
+		return slices.DeleteFunc(read, func(c domain.LogCommit) bool { return !q.Matches(c) }), last, nil
+	}
+}
+
+// filteredWindow is a window of a search by event type on MongoDB: the
+// server filters each window of step commits, whose end it finds on the
+// (recorded_at, _id) index alone.
+func (s *EventStore) filteredWindow(q domain.LogQuery, step int) window {
+	return func(ctx context.Context, older bson.A, want int) ([]domain.LogCommit, *commitKey, error) {
+		bound := bson.A{}
+		if older != nil {
+			bound = append(bound, bson.D{{Key: "$or", Value: older}})
+		}
+		var last *commitKey
+		var k commitKey
+		err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
+			SetSkip(int64(step-1)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
+		switch {
+		case err == nil:
+			last = &k
+			bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
+				bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
+				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
+			}}})
+		case !errors.Is(err, mongo.ErrNoDocuments):
+			return nil, nil, fmt.Errorf("browse the log: %w", Translate(err))
+		}
+		found, err := s.readPage(ctx, allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}})), want)
+		return found, last, err
 	}
 }
 
@@ -158,133 +245,21 @@ func allOf(conds bson.A) bson.D {
 	return bson.D{{Key: "$and", Value: conds}}
 }
 
-func recordedCursor(c domain.LogCommit) string {
-	return encodeCursor(cursorRecorded, strconv.FormatInt(c.RecordedAt.UnixMilli(), 10), c.ID)
-}
-
-// searchPages reads the log newest first, n commits a query (q.Limit, or
-// step when q filters by type) older than the bound older (nil:
-// from the newest), of q's correlation id if it names one, and keeps the
-// commits q matches until it has q.Limit of them, reaches the log's end or
-// passes deadline after a query.
-func (s *EventStore) searchPages(ctx context.Context, q domain.LogQuery, older bson.A, deadline time.Time, step int) (domain.LogPage, error) {
-	n := q.Limit
-	if q.Type != "" {
-		n = step
-	}
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
-	for {
-		filter := bson.D{}
-		if q.CorrelationID != "" {
-			filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
-		}
-		if older != nil {
-			filter = append(filter, bson.E{Key: "$or", Value: older})
-		}
-		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
-		if err != nil {
-			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-		}
-		chunk, err := readPage(ctx, cur)
-		if err != nil {
-			return domain.LogPage{}, err
-		}
-		for _, c := range chunk.Commits {
-			if !q.Matches(c) {
-				continue
-			}
-			if page.Commits = append(page.Commits, c); len(page.Commits) == q.Limit {
-				page.Next = recordedCursor(c)
-				return page, nil
-			}
-		}
-		if len(chunk.Commits) < n {
-			return page, nil
-		}
-		last := chunk.Commits[len(chunk.Commits)-1]
-		if older = below(last.RecordedAt, last.ID); !time.Now().Before(deadline) {
-			page.Next, page.DeadlineReached = recordedCursor(last), true
-			return page, nil
-		}
-	}
-}
-
-// searchWindows is a search by event type on MongoDB: the server filters
-// each window of step commits older than the bound older, whose
-// end it finds on the (recorded_at, _id) index alone, until the page has
-// q.Limit commits, the log ends or deadline passes after a window.
-func (s *EventStore) searchWindows(ctx context.Context, q domain.LogQuery, older bson.A, deadline time.Time, step int) (domain.LogPage, error) {
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
-	for {
-		bound := bson.A{}
-		if older != nil {
-			bound = append(bound, bson.D{{Key: "$or", Value: older}})
-		}
-		var floor *commitKey
-		var k commitKey
-		err := s.commits.FindOne(ctx, allOf(bound), options.FindOne().SetSort(newestFirst).
-			SetSkip(int64(step-1)).SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "recorded_at", Value: 1}})).Decode(&k)
-		switch {
-		case err == nil:
-			floor = &k
-			bound = append(bound, bson.D{{Key: "$or", Value: bson.A{
-				bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gt", Value: k.RecordedAt}}}},
-				bson.D{{Key: "recorded_at", Value: k.RecordedAt}, {Key: "_id", Value: bson.D{{Key: "$gte", Value: k.ID}}}},
-			}}})
-		case !errors.Is(err, mongo.ErrNoDocuments):
-			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-		}
-		filter := allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}}))
-		cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(q.Limit-len(page.Commits))))
-		if err != nil {
-			return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-		}
-		found, err := readPage(ctx, cur)
-		if err != nil {
-			return domain.LogPage{}, err
-		}
-		if page.Commits = append(page.Commits, found.Commits...); len(page.Commits) == q.Limit {
-			page.Next = recordedCursor(page.Commits[len(page.Commits)-1])
-			return page, nil
-		}
-		if floor == nil {
-			return page, nil
-		}
-		older = below(floor.RecordedAt, floor.ID)
-		if !time.Now().Before(deadline) {
-			page.Next = encodeCursor(cursorRecorded, strconv.FormatInt(floor.RecordedAt.UnixMilli(), 10), floor.ID)
-			page.DeadlineReached = true
-			return page, nil
-		}
-	}
-}
-
-// browseStream pages one stream on the (stream_id, first_version) index.
-func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
-	filter := bson.D{{Key: "stream_id", Value: q.StreamID}}
-	if q.Cursor != "" {
-		before, err := streamCursor(q)
-		if err != nil {
-			return domain.LogPage{}, err
-		}
-		filter = append(filter, bson.E{Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}})
-	}
-	if q.Type != "" {
-		filter = append(filter, bson.E{Key: "events.type", Value: q.Type})
-	}
-	if q.CorrelationID != "" {
-		filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
-	}
-	cur, err := s.commits.Find(ctx, filter, options.Find().
-		SetSort(bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}).SetLimit(int64(q.Limit)))
+// readPage reads the first n commits filter selects, newest first.
+func (s *EventStore) readPage(ctx context.Context, filter bson.D, n int) ([]domain.LogCommit, error) {
+	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
 	if err != nil {
-		return domain.LogPage{}, fmt.Errorf("browse %s: %w", q.StreamID, Translate(err))
+		return nil, fmt.Errorf("browse the log: %w", Translate(err))
 	}
-	page, err := readPage(ctx, cur)
-	if err == nil && len(page.Commits) == q.Limit {
-		page.Next = encodeCursor(cursorStream, q.StreamID, strconv.FormatInt(page.Commits[len(page.Commits)-1].FirstVersion, 10))
+	defer cur.Close(context.WithoutCancel(ctx))
+	commits := []domain.LogCommit{}
+	for cur.Next(ctx) {
+		commits = append(commits, logCommitOf(decodeCommit(cur.Current)))
 	}
-	return page, err
+	if err := cur.Err(); err != nil {
+		return nil, fmt.Errorf("browse the log: %w", Translate(err))
+	}
+	return commits, nil
 }
 
 // streamCursor is the first version a stream cursor continues below.
@@ -300,20 +275,9 @@ func streamCursor(q domain.LogQuery) (int64, error) {
 	return v, nil
 }
 
-func readPage(ctx context.Context, cur *mongo.Cursor) (domain.LogPage, error) {
-	defer cur.Close(context.WithoutCancel(ctx))
-	page := domain.LogPage{Commits: []domain.LogCommit{}}
-	for cur.Next(ctx) {
-		page.Commits = append(page.Commits, logCommitOf(decodeCommit(cur.Current)))
-	}
-	if err := cur.Err(); err != nil {
-		return domain.LogPage{}, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	return page, nil
-}
-
-// browseChain pages one stream read by its chain of _id look-ups
-// (FerretDB); streams are short, so the whole stream is read.
+// browseChain pages one stream read by its chain of _id look-ups, on
+// both stores (FerretDB would decode the whole log for a filter on
+// stream_id); streams are short, so the whole stream is read.
 func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	before := int64(1<<63 - 1)
 	if q.Cursor != "" {
