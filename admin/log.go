@@ -50,9 +50,10 @@ func (a *Service) TailLog(ctx context.Context, fn func(*domain.LogCommit) error)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.gone:
-			return s.err
-		case c := <-s.ch:
+		case c, ok := <-s.ch:
+			if !ok {
+				return s.err
+			}
 			if err := fn(c); err != nil {
 				return err
 			}
@@ -79,15 +80,14 @@ type tail struct {
 }
 
 // tailSub is one client: nil on ch is "open" or "still alive", a commit
-// the next commit; gone is closed, with err, when it was dropped.
+// the next commit; ch is closed, after err is set, when it was dropped.
 type tailSub struct {
-	ch   chan *domain.LogCommit
-	gone chan struct{}
-	err  error
+	ch  chan *domain.LogCommit
+	err error
 }
 
 func (t *tail) join(log Log) *tailSub {
-	s := &tailSub{ch: make(chan *domain.LogCommit, tailBacklog+1), gone: make(chan struct{})}
+	s := &tailSub{ch: make(chan *domain.LogCommit, tailBacklog+1)}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.subs == nil {
@@ -124,13 +124,9 @@ func (t *tail) run(ctx context.Context, log Log) {
 		if ctx.Err() != nil {
 			return ctx.Err() // left: a newer stream may serve the clients now
 		}
-		if !t.open {
-			t.open = true
-			for s := range t.subs {
-				t.send(s, nil)
-			}
-			return nil
-		}
+		// The first call, with no commits, is the open: each client gets
+		// its nil, and every commit from here.
+		t.open = true
 		for i := range commits {
 			c := logCommitOf(commits[i])
 			for s := range t.subs {
@@ -172,7 +168,7 @@ func (t *tail) send(s *tailSub, c *domain.LogCommit) {
 func (t *tail) drop(s *tailSub, err error) {
 	delete(t.subs, s)
 	s.err = err
-	close(s.gone)
+	close(s.ch)
 }
 
 // logCommitOf is how the log browser shows a commit the relay's change
