@@ -137,13 +137,7 @@ func (s operations) TailLog(c echo.Context, p api.TailLogParams) error {
 	// The stream ends with the request or when the server shuts down.
 	ctx, cancel := context.WithCancel(c.Request().Context())
 	defer cancel()
-	go func() {
-		select {
-		case <-s.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
+	defer context.AfterFunc(s.closing, cancel)()
 	err := s.cfg.Admin.TailLog(ctx, func(commit *domain.LogCommit) error {
 		switch {
 		case !opened:

@@ -131,9 +131,9 @@ type Server struct {
 	cfg     Config
 	metrics *metrics
 	watch   *summaryWatch
-	// closing is closed when Shutdown starts: it ends the event streams,
+	// closing ends when Shutdown starts: it ends the event streams,
 	// which would otherwise hold Shutdown until its context ran out.
-	closing chan struct{}
+	closing context.Context
 }
 
 // NewServer registers the routes of openapi.json (see router): the REST
@@ -145,8 +145,8 @@ func NewServer(cfg Config) *Server {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Log)
 	e.JSONSerializer = jsonSerializer{}
-	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits),
-		closing: make(chan struct{})}
+	closing, startClosing := context.WithCancel(context.Background())
+	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits), closing: closing}
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -155,7 +155,7 @@ func NewServer(cfg Config) *Server {
 		IdleTimeout:       cfg.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn),
 	}
-	s.http.RegisterOnShutdown(func() { close(s.closing) })
+	s.http.RegisterOnShutdown(startClosing)
 	// The body limit is the server's, not /v1's: echo answers any method
 	// on any path under a group with middleware (a catch-all route it adds
 	// for them), so a wrong method there got 404, not 405 with Allow. No
