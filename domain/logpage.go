@@ -42,17 +42,15 @@ type LogPage struct {
 	DeadlineReached bool        `json:"deadline_reached,omitempty"`
 }
 
-// Matches reports whether c passes q's type and correlation filters.
+// Matches reports whether c passes q's stream, type and correlation
+// filters.
 func (q LogQuery) Matches(c LogCommit) bool {
-	if q.Type == "" && q.CorrelationID == "" {
-		return true
-	}
 	typeOK, corrOK := q.Type == "", q.CorrelationID == ""
 	for _, e := range c.Events {
 		typeOK = typeOK || e.Type == q.Type
 		corrOK = corrOK || e.Metadata.CorrelationID == q.CorrelationID
 	}
-	return typeOK && corrOK
+	return typeOK && corrOK && (q.StreamID == "" || c.StreamID == q.StreamID)
 }
 
 // MarshalJSON writes the commit with each event in its wire form

@@ -144,7 +144,7 @@ func (s operations) TailLog(c echo.Context, p api.TailLogParams) error {
 			opened = true
 			w.WriteHeader(http.StatusOK)
 			return send("open", struct{}{})
-		case commit != nil && (q.StreamID == "" || commit.StreamID == q.StreamID) && q.Matches(*commit):
+		case commit != nil && q.Matches(*commit):
 			return send("commit", commit)
 		case time.Since(last) >= sseKeepAlive:
 			if _, err := fmt.Fprint(w, ": keep-alive\n\n"); err != nil {
