@@ -109,14 +109,11 @@ func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogP
 // LogCommit returns the commit id with its events; found is false when
 // the log has none. Errors: domain.ErrUnavailable.
 func (s *EventStore) LogCommit(ctx context.Context, id string) (c domain.LogCommit, found bool, err error) {
-	raw, err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.LogCommit{}, false, nil
+	d, found, err := s.findCommit(ctx, "commit "+id, bson.D{{Key: "_id", Value: id}})
+	if !found {
+		return domain.LogCommit{}, false, err
 	}
-	if err != nil {
-		return domain.LogCommit{}, false, fmt.Errorf("read commit %s: %w", id, Translate(err))
-	}
-	return logCommitOf(decodeCommit(raw)), true, nil
+	return logCommitOf(d, err), true, nil
 }
 
 // logCommitOf is the commit d as the log browser shows it; unreadable is
