@@ -31,7 +31,7 @@ type Config struct {
 	// Relay and the history.
 	Relay Relay
 	// Log is the event log the log browser pages and tails. Required by
-	// Log, LogCommit and TailLog.
+	// Browse, LogCommit and TailLog.
 	Log Log
 	// Metrics, when set, is this process's registry: the history reads
 	// the relay's catch-ups from it (orderd_relay_catchups_total) when
@@ -62,15 +62,16 @@ type ReadModel interface {
 }
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
-// jobs, the projections' state and the dead letters.
+// jobs, the projections' state and the dead letters. The log browser's
+// pages and commits are its Log's (Browse, LogCommit).
 type Service struct {
+	Log
 	jobs    *jobs.Jobs
 	dead    DeadLetters
 	runners []*projector.Runner
 	checks  []ReadModel
 	bus     bool
 	relay   Relay
-	log     Log
 	tail    tail
 	metrics prometheus.Gatherer
 	history history
@@ -79,7 +80,7 @@ type Service struct {
 // New returns the admin service over cfg.
 func New(cfg Config) *Service {
 	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus, relay: cfg.Relay,
-		log: cfg.Log, metrics: cfg.Metrics}
+		Log: cfg.Log, metrics: cfg.Metrics}
 }
 
 func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {

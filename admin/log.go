@@ -26,25 +26,10 @@ type Log interface {
 	Tail(ctx context.Context, after []byte, batch int, fn func(commits []domain.RecordedCommit, next []byte) error) error
 }
 
-// Log returns a page of the log, newest first (Log.Browse).
-func (a *Service) Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
-	return a.log.Browse(ctx, q)
-}
-
-// LogCommit returns one commit by id, or an error wrapping
-// domain.ErrNotFound.
-func (a *Service) LogCommit(ctx context.Context, id string) (domain.LogCommit, error) {
-	c, found, err := a.log.LogCommit(ctx, id)
-	if err == nil && !found {
-		err = fmt.Errorf("commit %s: %w", id, domain.ErrNotFound)
-	}
-	return c, err
-}
-
 // TailLog passes fn the commits of the log's one change stream in this
 // process (see tail), from when it is open (fn(nil)) until ctx ends.
 func (a *Service) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
-	s := a.tail.join(a.log)
+	s := a.tail.join(a.Log)
 	defer a.tail.leave(s)
 	for {
 		select {

@@ -43,14 +43,14 @@ type Admin interface {
 	// the fold of its log (projection.ReadModelCheck), or an error wrapping
 	// domain.ErrNotFound when neither the log nor any read model has it.
 	ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error)
-	// Log returns a page of the event log, newest commit first
+	// Browse returns a page of the event log, newest commit first
 	// (domain.LogQuery, domain.LogPage), or an error wrapping
 	// domain.ErrValidation for a cursor of another query.
-	Log(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
+	Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error)
 	// LogCommit returns one commit of the log by id
-	// ("<stream id>:<first version, 10 digits>"), or an error wrapping
-	// domain.ErrNotFound.
-	LogCommit(ctx context.Context, id string) (domain.LogCommit, error)
+	// ("<stream id>:<first version, 10 digits>"); found is false when the
+	// log has none.
+	LogCommit(ctx context.Context, id string) (c domain.LogCommit, found bool, err error)
 	// TailLog follows the log's change stream: it calls fn with nil once
 	// the stream is open (every commit recorded after that reaches fn)
 	// and again about every second while nothing happens, and with each

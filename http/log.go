@@ -40,7 +40,7 @@ func (s operations) ListLog(c echo.Context, p api.ListLogParams) error {
 	if len(bad) > 0 {
 		return invalid(bad...)
 	}
-	page, err := s.cfg.Admin.Log(c.Request().Context(), q)
+	page, err := s.cfg.Admin.Browse(c.Request().Context(), q)
 	if errors.Is(err, domain.ErrValidation) {
 		return invalid(domain.FieldError{Field: "cursor", Detail: "not a cursor of this query (its filters differ, or it is not one)"})
 	}
@@ -89,7 +89,10 @@ func (s operations) GetLogCommit(c echo.Context, id string) error {
 	if !commitID.MatchString(id) {
 		return fmt.Errorf("commit %q: not a commit id: %w", id, domain.ErrNotFound)
 	}
-	commit, err := s.cfg.Admin.LogCommit(c.Request().Context(), id)
+	commit, found, err := s.cfg.Admin.LogCommit(c.Request().Context(), id)
+	if err == nil && !found {
+		err = fmt.Errorf("commit %s: %w", id, domain.ErrNotFound)
+	}
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 type fakeLog struct {
 	queries []domain.LogQuery
 	page    domain.LogPage
-	err     error                       // returned by Log when set
+	err     error                       // returned by Browse when set
 	commits map[string]domain.LogCommit // by id
 	// tail, when set, is what TailLog passes on after the open; it ends
 	// with tailErr when tail is closed. Unset, TailLog opens and returns.
@@ -31,19 +31,16 @@ type fakeLog struct {
 	history admin.History
 }
 
-func (f *fakeAdmin) Log(_ context.Context, q domain.LogQuery) (domain.LogPage, error) {
-	defer f.call(adminCall{Method: "Log", ID: q.Cursor, Limit: int64(q.Limit)})()
+func (f *fakeAdmin) Browse(_ context.Context, q domain.LogQuery) (domain.LogPage, error) {
+	defer f.call(adminCall{Method: "Browse", ID: q.Cursor, Limit: int64(q.Limit)})()
 	f.logs.queries = append(f.logs.queries, q)
 	return f.logs.page, f.logs.err
 }
 
-func (f *fakeAdmin) LogCommit(_ context.Context, id string) (domain.LogCommit, error) {
+func (f *fakeAdmin) LogCommit(_ context.Context, id string) (domain.LogCommit, bool, error) {
 	defer f.call(adminCall{Method: "LogCommit", ID: id})()
 	c, ok := f.logs.commits[id]
-	if !ok {
-		return c, fmt.Errorf("commit %s: %w", id, domain.ErrNotFound)
-	}
-	return c, nil
+	return c, ok, nil
 }
 
 func (f *fakeAdmin) TailLog(ctx context.Context, fn func(*domain.LogCommit) error) error {
@@ -125,7 +122,7 @@ func TestLogPage(t *testing.T) {
 		t.Errorf("without parameters: %+v, want the newest 50", got)
 	}
 
-	before := len(e.admin.callsOf("Log"))
+	before := len(e.admin.callsOf("Browse"))
 	rec = e.call(t, http.MethodGet, "/v1/admin/log?limit=0&type=Nope&stream_id=a:b&correlation_id="+strings.Repeat("c", 129), "")
 	wantProblem(t, rec, http.StatusUnprocessableEntity, "/problems/validation")
 	for _, f := range []string{`"limit"`, `"type"`, `"stream_id"`, `"correlation_id"`} {
@@ -142,7 +139,7 @@ func TestLogPage(t *testing.T) {
 	if p := wantProblem(t, rec, http.StatusUnprocessableEntity, "/problems/validation", "typ"); len(p.Errors) != 1 {
 		t.Errorf("errors %+v, want only typ", p.Errors)
 	}
-	if len(e.admin.callsOf("Log")) != before {
+	if len(e.admin.callsOf("Browse")) != before {
 		t.Error("the admin side was asked with invalid parameters")
 	}
 
