@@ -259,30 +259,19 @@ func (s *EventStore) readPage(ctx context.Context, filter bson.D, n int) ([]doma
 	return commits, nil
 }
 
-// streamCursor is the first version a stream cursor continues below.
-func streamCursor(q domain.LogQuery) (int64, error) {
-	parts, err := decodeCursor(q.Cursor, cursorStream, 3)
-	if err != nil {
-		return 0, err
-	}
-	v, err := strconv.ParseInt(parts[2], 10, 64)
-	if err != nil || parts[1] != q.StreamID {
-		return 0, fmt.Errorf("cursor %q: not a cursor of stream %s: %w", q.Cursor, q.StreamID, domain.ErrValidation)
-	}
-	return v, nil
-}
-
 // browseChain pages one stream read by its chain of _id look-ups, on
 // both stores (FerretDB would decode the whole log for a filter on
 // stream_id); streams are short, so the whole stream is read.
 func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	before := int64(1<<63 - 1)
 	if q.Cursor != "" {
-		v, err := streamCursor(q)
+		parts, err := decodeCursor(q.Cursor, cursorStream, 3)
 		if err != nil {
 			return domain.LogPage{}, err
 		}
-		before = v
+		if before, err = strconv.ParseInt(parts[2], 10, 64); err != nil || parts[1] != q.StreamID {
+			return domain.LogPage{}, fmt.Errorf("cursor %q: not a cursor of stream %s: %w", q.Cursor, q.StreamID, domain.ErrValidation)
+		}
 	}
 	docs, err := s.chain(ctx, q.StreamID, 1)
 	if err != nil {
