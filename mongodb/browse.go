@@ -146,10 +146,10 @@ func recordedCursor(k commitKey) string {
 	return encodeCursor(cursorRecorded, strconv.FormatInt(k.RecordedAt.UnixMilli(), 10), k.ID)
 }
 
-// window is one step of a search: of the commits older than the bound
-// older (nil: from the newest), the first that q selects, at most want
-// of them, and the last commit the step examined, nil when it reached the
-// log's end.
+// window is one step of a search: of the next commits older than the
+// bound older (nil: from the newest), those q selects, newest first (the
+// page needs want more), and the last commit the step examined, nil when
+// it reached the log's end.
 type window func(ctx context.Context, older bson.A, want int) (found []domain.LogCommit, last *commitKey, err error)
 
 // search collects a page of q one window below the last at a time, from
