@@ -70,15 +70,23 @@ func decodeCursor(cursor, kind string, n int) ([]string, error) {
 // Browse returns a page of the log, newest commit first (domain.LogQuery,
 // domain.LogPage). A page of every commit, or of one correlation id, is one
 // ranged query on the (recorded_at, _id) index, or on the
-// events.correlation_id index; one stream's reads the stream's chain of
-// _id look-ups; a page filtered by event type examines the log newest
-// first for at most browseBudget. The embedded store serves the log's
+// events.correlation_id index; one stream's, one on the (stream_id,
+// first_version) index (on the embedded store, the stream's chain of _id
+// look-ups); a page filtered by event type examines the log newest first
+// for at most browseBudget. The embedded store serves the log's
 // ranged queries from SQLite indexes (internal/embedded/logpage.go).
 // Errors: domain.ErrValidation (wrapped) for a cursor of another query,
 // domain.ErrUnavailable.
 func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
 	q.Limit = min(max(q.Limit, 1), 200)
-	if q.StreamID != "" {
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
+	if err != nil {
+		return domain.LogPage{}, err
+	}
+	switch {
+	case q.StreamID != "" && dialect == DialectMongoDB:
+		return s.browseStream(ctx, q)
+	case q.StreamID != "":
 		return s.browseChain(ctx, q)
 	}
 	var older bson.A
@@ -92,10 +100,6 @@ func (s *EventStore) Browse(ctx context.Context, q domain.LogQuery) (domain.LogP
 			return domain.LogPage{}, fmt.Errorf("cursor %q: %w", q.Cursor, domain.ErrValidation)
 		}
 		older = below(commitKey{RecordedAt: time.UnixMilli(ms), ID: parts[2]})
-	}
-	dialect, err := s.dialect.of(ctx, s.commits.Database())
-	if err != nil {
-		return domain.LogPage{}, err
 	}
 	deadline := time.Now().Add(cmp.Or(s.searchBudget, browseBudget))
 	if q.Type != "" && q.CorrelationID == "" && dialect == DialectMongoDB {
@@ -194,7 +198,7 @@ func (s *EventStore) matchedWindow(q domain.LogQuery, step int) window {
 		if older != nil {
 			filter = append(filter, bson.E{Key: "$or", Value: older})
 		}
-		read, err := s.readPage(ctx, filter, n)
+		read, err := s.readPage(ctx, filter, newestFirst, n)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -229,7 +233,7 @@ func (s *EventStore) filteredWindow(q domain.LogQuery, step int) window {
 		case !errors.Is(err, mongo.ErrNoDocuments):
 			return nil, nil, fmt.Errorf("browse the log: %w", Translate(err))
 		}
-		found, err := s.readPage(ctx, allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}})), want)
+		found, err := s.readPage(ctx, allOf(append(bound, bson.D{{Key: "events.type", Value: q.Type}})), newestFirst, want)
 		return found, last, err
 	}
 }
@@ -242,9 +246,9 @@ func allOf(conds bson.A) bson.D {
 	return bson.D{{Key: "$and", Value: conds}}
 }
 
-// readPage reads the first n commits filter selects, newest first.
-func (s *EventStore) readPage(ctx context.Context, filter bson.D, n int) ([]domain.LogCommit, error) {
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(newestFirst).SetLimit(int64(n)))
+// readPage reads the first n commits filter selects in the order sort.
+func (s *EventStore) readPage(ctx context.Context, filter, sort bson.D, n int) ([]domain.LogCommit, error) {
+	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(sort).SetLimit(int64(n)))
 	if err != nil {
 		return nil, fmt.Errorf("browse the log: %w", Translate(err))
 	}
@@ -259,19 +263,55 @@ func (s *EventStore) readPage(ctx context.Context, filter bson.D, n int) ([]doma
 	return commits, nil
 }
 
-// browseChain pages one stream read by its chain of _id look-ups, on
-// both stores (FerretDB would decode the whole log for a filter on
+// streamBefore is the first version a page of q's stream starts below:
+// its cursor's, or past every version. Errors wrap domain.ErrValidation.
+func streamBefore(q domain.LogQuery) (int64, error) {
+	if q.Cursor == "" {
+		return 1<<63 - 1, nil
+	}
+	parts, err := decodeCursor(q.Cursor, cursorStream, 3)
+	if err != nil {
+		return 0, err
+	}
+	before, err := strconv.ParseInt(parts[2], 10, 64)
+	if err != nil || parts[1] != q.StreamID {
+		return 0, fmt.Errorf("cursor %q: not a cursor of stream %s: %w", q.Cursor, q.StreamID, domain.ErrValidation)
+	}
+	return before, nil
+}
+
+// browseStream pages one stream on MongoDB: one ranged query on the
+// (stream_id, first_version) index.
+func (s *EventStore) browseStream(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
+	before, err := streamBefore(q)
+	if err != nil {
+		return domain.LogPage{}, err
+	}
+	filter := bson.D{{Key: "stream_id", Value: q.StreamID}, {Key: "first_version", Value: bson.D{{Key: "$lt", Value: before}}}}
+	if q.Type != "" {
+		filter = append(filter, bson.E{Key: "events.type", Value: q.Type})
+	}
+	if q.CorrelationID != "" {
+		filter = append(filter, bson.E{Key: "events.correlation_id", Value: q.CorrelationID})
+	}
+	commits, err := s.readPage(ctx, filter, bson.D{{Key: "stream_id", Value: -1}, {Key: "first_version", Value: -1}}, q.Limit)
+	if err != nil {
+		return domain.LogPage{}, err
+	}
+	page := domain.LogPage{Commits: commits}
+	if len(commits) == q.Limit {
+		page.Next = encodeCursor(cursorStream, q.StreamID, strconv.FormatInt(commits[len(commits)-1].FirstVersion, 10))
+	}
+	return page, nil
+}
+
+// browseChain pages one stream on the embedded store, read by its chain
+// of _id look-ups (FerretDB would decode the whole log for a filter on
 // stream_id); streams are short, so the whole stream is read.
 func (s *EventStore) browseChain(ctx context.Context, q domain.LogQuery) (domain.LogPage, error) {
-	before := int64(1<<63 - 1)
-	if q.Cursor != "" {
-		parts, err := decodeCursor(q.Cursor, cursorStream, 3)
-		if err != nil {
-			return domain.LogPage{}, err
-		}
-		if before, err = strconv.ParseInt(parts[2], 10, 64); err != nil || parts[1] != q.StreamID {
-			return domain.LogPage{}, fmt.Errorf("cursor %q: not a cursor of stream %s: %w", q.Cursor, q.StreamID, domain.ErrValidation)
-		}
+	before, err := streamBefore(q)
+	if err != nil {
+		return domain.LogPage{}, err
 	}
 	docs, err := s.chain(ctx, q.StreamID, 1)
 	if err != nil {
