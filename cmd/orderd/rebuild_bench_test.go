@@ -320,11 +320,11 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 		p := ds.Plan(o)
 		ids[i] = o.ID
 		for _, c := range p.Commands {
-			if slices.Contains(p.Refused, c.Name+": invalid-transition") {
+			if slices.Contains(p.Refused, domain.CommandName(c)+": invalid-transition") {
 				res.refused++
 				continue
 			}
-			plans[i] = append(plans[i], loaderStep{name: c.Name, cmd: c.Domain()})
+			plans[i] = append(plans[i], loaderStep{name: domain.CommandName(c), cmd: c})
 		}
 		perCopy += len(plans[i]) // one event per accepted command
 	}
@@ -356,7 +356,7 @@ func loadOlistCopies(ctx context.Context, b *testing.B, db *mongo.Database, stor
 				i := n % len(plans)
 				id := fmt.Sprintf("c%d-%s", n/len(plans), ids[i])
 				for k, s := range plans[i] {
-					key := olist.Command{Name: s.name}.IdempotencyKey(id)
+					key := olist.IdempotencyKey(id, s.cmd)
 					r, err := svc.Execute(ctx, id, s.cmd, domain.ExecOptions{IdempotencyKey: key})
 					if err == nil && (r.Replayed || r.Version != int64(k+1)) {
 						err = fmt.Errorf("answer %+v, want a new version %d", r, k+1)

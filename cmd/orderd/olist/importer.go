@@ -105,18 +105,19 @@ func (r *importer) send(ctx context.Context, p Plan) sent {
 	for i, cmd := range p.Commands {
 		var res domain.Result
 		err := r.retry(ctx, func(ctx context.Context) (err error) {
-			res, err = r.api.Execute(ctx, p.Order.ID, cmd.Domain(), domain.ExecOptions{IdempotencyKey: cmd.IdempotencyKey(p.Order.ID)})
+			res, err = r.api.Execute(ctx, p.Order.ID, cmd, domain.ExecOptions{IdempotencyKey: IdempotencyKey(p.Order.ID, cmd)})
 			return err
 		})
 		var o outcome
 		var pe *orderhttp.Error
+		name := domain.CommandName(cmd)
 		switch {
 		case errors.As(err, &pe):
-			o = outcome{reason: cmd.Name + ": " + pe.Slug(), detail: pe.Text()}
+			o = outcome{reason: name + ": " + pe.Slug(), detail: pe.Text()}
 		case errors.Is(err, orderhttp.ErrUndecodable):
-			o = outcome{reason: cmd.Name + ": undecodable", detail: err.Error()}
+			o = outcome{reason: name + ": undecodable", detail: err.Error()}
 		case err != nil:
-			o = outcome{reason: cmd.Name + ": unreachable", detail: err.Error()}
+			o = outcome{reason: name + ": unreachable", detail: err.Error()}
 		default:
 			o.replayed = res.Replayed
 		}

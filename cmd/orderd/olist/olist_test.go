@@ -184,12 +184,13 @@ func TestLoadRejectsMalformedRows(t *testing.T) {
 func steps(p Plan) []string {
 	var out []string
 	for _, c := range p.Commands {
-		s := c.Name + "@-"
-		if !c.At.IsZero() {
-			s = c.Name + "@" + c.At.Format(time.DateTime)
+		v := reflect.ValueOf(c)
+		s := domain.CommandName(c) + "@-"
+		if at := v.FieldByName("At").Interface().(time.Time); !at.IsZero() {
+			s = domain.CommandName(c) + "@" + at.Format(time.DateTime)
 		}
-		if c.Reason != "" {
-			s += " (" + c.Reason + ")"
+		if r := v.FieldByName("Reason"); r.IsValid() && r.String() != "" {
+			s += " (" + r.String() + ")"
 		}
 		out = append(out, s)
 	}
@@ -254,8 +255,8 @@ func TestPlanOddPaths(t *testing.T) {
 			if !slices.Equal(p.Odd, tc.odd) || !slices.Equal(p.Refused, tc.refused) || p.Want != tc.want {
 				t.Errorf("odd %q refused %q want %s; want odd %q refused %q want %s", p.Odd, p.Refused, p.Want, tc.odd, tc.refused, tc.want)
 			}
-			pl := p.Commands[0].Place
-			if pl == nil || pl.CustomerID != tc.order.CustomerID || pl.Currency != "BRL" || len(pl.Items) == 0 {
+			pl, ok := p.Commands[0].(domain.PlaceOrder)
+			if !ok || pl.CustomerID != tc.order.CustomerID || pl.Currency != "BRL" || len(pl.Items) == 0 {
 				t.Errorf("place %+v", pl)
 			}
 		})
@@ -288,7 +289,8 @@ func TestPlanLines(t *testing.T) {
 	// The items of the place command as JSON; the data's freight is per
 	// item, so it goes on the lines and the order has no order-level
 	// freight.
-	place := func(p *domain.PlaceOrder) string {
+	place := func(c domain.Command) string {
+		p := c.(domain.PlaceOrder)
 		b, err := json.Marshal(p.Items)
 		if err != nil {
 			return err.Error()
@@ -310,14 +312,14 @@ func TestPlanLines(t *testing.T) {
 			`{"sku":"84a87daa85c8b432d90bc1baa0cb4388","quantity":1,"unit_price_cents":5990,"freight_cents":1594},` +
 			`{"sku":"fdba6f37e0258dbca54eb0ed8b293ae0","quantity":1,"unit_price_cents":5990,"freight_cents":1472}]`},
 	} {
-		if got := place(ds.Plan(find(t, ds, tc.id)).Commands[0].Place); got != tc.want {
+		if got := place(ds.Plan(find(t, ds, tc.id)).Commands[0]); got != tc.want {
 			t.Errorf("%s lines\n got %s\nwant %s", tc.id, got, tc.want)
 		}
 	}
 	// One product at two prices stays two lines (not in the sample).
 	rows := []Item{{"x", "a", 2, 1200, 100}, {"x", "a", 1, 1000, 100}, {"x", "b", 4, 500, 50}, {"x", "a", 3, 1000, 100}}
 	syn := &Dataset{Items: rows, byOrder: map[string][]Item{"x": {rows[1], rows[0], rows[3], rows[2]}}}
-	got := place(syn.Plan(Order{ID: "x"}).Commands[0].Place)
+	got := place(syn.Plan(Order{ID: "x"}).Commands[0])
 	if want := `[{"sku":"a","quantity":2,"unit_price_cents":1000,"freight_cents":200},{"sku":"a","quantity":1,"unit_price_cents":1200,"freight_cents":100},` +
 		`{"sku":"b","quantity":1,"unit_price_cents":500,"freight_cents":50}]`; got != want {
 		t.Errorf("mixed prices\n got %s\nwant %s", got, want)
@@ -475,13 +477,13 @@ func (f *fake) step(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("command")
-	if b.Reason != "" && name != CmdCancel && name != CmdMarkUnavailable {
+	if b.Reason != "" && name != "cancel" && name != "mark-unavailable" {
 		writeErr(w, fmt.Errorf("reason on %s: %w", name, domain.ErrValidation))
 		return
 	}
-	cmd, ok := map[string]domain.Command{CmdApprove: domain.Approve{At: b.At}, CmdInvoice: domain.Invoice{At: b.At},
-		CmdProcess: domain.StartProcessing{At: b.At}, CmdShip: domain.Ship{At: b.At}, CmdDeliver: domain.Deliver{At: b.At},
-		CmdCancel: domain.Cancel{At: b.At, Reason: b.Reason}, CmdMarkUnavailable: domain.MarkUnavailable{At: b.At, Reason: b.Reason}}[name]
+	cmd, ok := map[string]domain.Command{"approve": domain.Approve{At: b.At}, "invoice": domain.Invoice{At: b.At},
+		"process": domain.StartProcessing{At: b.At}, "ship": domain.Ship{At: b.At}, "deliver": domain.Deliver{At: b.At},
+		"cancel": domain.Cancel{At: b.At, Reason: b.Reason}, "mark-unavailable": domain.MarkUnavailable{At: b.At, Reason: b.Reason}}[name]
 	if !ok {
 		writeErr(w, fmt.Errorf("command %q: %w", name, domain.ErrNotFound))
 		return

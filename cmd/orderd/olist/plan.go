@@ -9,19 +9,6 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// Command names: the last path segment of POST /v1/orders/{id}/{name}
-// ("place" is POST /v1/orders).
-const (
-	CmdPlace           = "place"
-	CmdApprove         = "approve"
-	CmdInvoice         = "invoice"
-	CmdProcess         = "process"
-	CmdShip            = "ship"
-	CmdDeliver         = "deliver"
-	CmdCancel          = "cancel"
-	CmdMarkUnavailable = "mark-unavailable"
-)
-
 // Odd paths of the data (package doc).
 const (
 	OddApprovalMissing       = "approval-missing"
@@ -36,53 +23,22 @@ var OddPaths = []string{OddApprovalMissing, OddCanceledAfterCarrier, OddCanceled
 // Currency is the currency of every Olist order.
 const Currency = "BRL"
 
-// Command is one command of a plan. Name is one of the Cmd constants. At is
-// the business time (UTC); zero means the request has no "at" and the
-// service stamps its receive time. Reason is set for cancel and
-// mark-unavailable, Place for place only: amounts in BRL cents, freight on
-// each line as the data has it (no order-level freight).
-type Command struct {
-	Name   string
-	At     time.Time
-	Reason string
-	Place  *domain.PlaceOrder
-}
-
-// IdempotencyKey is the Idempotency-Key header of c for the order:
-// "olist-<order id>-<command>".
-func (c Command) IdempotencyKey(orderID string) string { return "olist-" + orderID + "-" + c.Name }
-
-// Domain is the domain command of c: the one the service runs when it
-// gets c's request.
-func (c Command) Domain() domain.Command {
-	switch c.Name {
-	case CmdPlace:
-		return *c.Place
-	case CmdApprove:
-		return domain.Approve{At: c.At}
-	case CmdInvoice:
-		return domain.Invoice{At: c.At}
-	case CmdProcess:
-		return domain.StartProcessing{At: c.At}
-	case CmdShip:
-		return domain.Ship{At: c.At}
-	case CmdDeliver:
-		return domain.Deliver{At: c.At}
-	case CmdCancel:
-		return domain.Cancel{At: c.At, Reason: c.Reason}
-	case CmdMarkUnavailable:
-		return domain.MarkUnavailable{At: c.At, Reason: c.Reason}
-	}
-	panic("olist: unknown plan command " + c.Name)
+// IdempotencyKey is the Idempotency-Key header of cmd for the order:
+// "olist-<order id>-<command name>".
+func IdempotencyKey(orderID string, cmd domain.Command) string {
+	return "olist-" + orderID + "-" + domain.CommandName(cmd)
 }
 
 // Plan is what the tool sends for one order and what it expects back.
-// Odd lists the order's odd paths (sorted); Refused the documented
+// Commands run in order; the place command carries amounts in BRL cents,
+// freight on each line as the data has it (no order-level freight), and a
+// zero At means the request has no "at" (the service stamps its receive
+// time). Odd lists the order's odd paths (sorted); Refused the documented
 // refusals as rejection reasons ("ship: invalid-transition"); Want the
 // final status after them.
 type Plan struct {
 	Order    Order
-	Commands []Command
+	Commands []domain.Command
 	Odd      []string
 	Refused  []string
 	Want     domain.Status
@@ -91,25 +47,23 @@ type Plan struct {
 // Plan builds the plan of o as the package doc describes.
 func (d *Dataset) Plan(o Order) Plan {
 	p := Plan{Order: o, Want: o.Status}
-	add := func(name string, at time.Time, reason string) {
-		p.Commands = append(p.Commands, Command{Name: name, At: at, Reason: reason})
-	}
+	add := func(cmd domain.Command) { p.Commands = append(p.Commands, cmd) }
 	approval := cmp.Or(o.ApprovedAt, o.PurchasedAt)
-	p.Commands = append(p.Commands, Command{Name: CmdPlace, At: o.PurchasedAt, Place: d.placeOrder(o)})
+	add(d.placeOrder(o))
 	if !o.ApprovedAt.IsZero() {
-		add(CmdApprove, o.ApprovedAt, "")
+		add(domain.Approve{At: o.ApprovedAt})
 	}
 	switch o.Status {
 	case domain.StatusInvoiced:
-		add(CmdInvoice, approval, "")
+		add(domain.Invoice{At: approval})
 	case domain.StatusProcessing:
-		add(CmdProcess, approval, "")
+		add(domain.StartProcessing{At: approval})
 	}
 	if !o.CarrierAt.IsZero() {
-		add(CmdShip, o.CarrierAt, "")
+		add(domain.Ship{At: o.CarrierAt})
 	}
 	if !o.DeliveredAt.IsZero() || o.Status == domain.StatusDelivered {
-		add(CmdDeliver, o.DeliveredAt, "")
+		add(domain.Deliver{At: o.DeliveredAt})
 	}
 	switch o.Status {
 	case domain.StatusCanceled:
@@ -119,21 +73,24 @@ func (d *Dataset) Plan(o Order) Plan {
 				last = t
 			}
 		}
-		add(CmdCancel, last, "olist: canceled")
+		add(domain.Cancel{At: last, Reason: "olist: canceled"})
 	case domain.StatusUnavailable:
-		add(CmdMarkUnavailable, approval, "olist: unavailable")
+		add(domain.MarkUnavailable{At: approval, Reason: "olist: unavailable"})
 	}
 
 	canceled := o.Status == domain.StatusCanceled
 	if o.ApprovedAt.IsZero() {
 		for _, c := range p.Commands {
-			if c.Name == CmdInvoice || c.Name == CmdProcess || c.Name == CmdShip || c.Name == CmdDeliver {
-				p.Refused = append(p.Refused, c.Name+": invalid-transition")
+			switch c.(type) {
+			case domain.Invoice, domain.StartProcessing, domain.Ship, domain.Deliver:
+				p.Refused = append(p.Refused, refusal(c))
 			}
 		}
 		if len(p.Refused) > 0 {
 			p.Odd = append(p.Odd, OddApprovalMissing)
-			if last := p.Commands[len(p.Commands)-1].Name; last != CmdCancel && last != CmdMarkUnavailable {
+			switch p.Commands[len(p.Commands)-1].(type) {
+			case domain.Cancel, domain.MarkUnavailable: // legal from created
+			default:
 				p.Want = domain.StatusCreated
 			}
 		}
@@ -144,7 +101,7 @@ func (d *Dataset) Plan(o Order) Plan {
 	if canceled && !o.DeliveredAt.IsZero() {
 		p.Odd = append(p.Odd, OddCanceledAfterDelivery)
 		if !slices.Contains(p.Odd, OddApprovalMissing) { // else never delivered: the cancel is legal
-			p.Refused = append(p.Refused, CmdCancel+": invalid-transition")
+			p.Refused = append(p.Refused, refusal(domain.Cancel{}))
 			p.Want = domain.StatusDelivered
 		}
 	}
@@ -154,11 +111,14 @@ func (d *Dataset) Plan(o Order) Plan {
 	return p
 }
 
+// refusal is the rejection reason of cmd refused by the lifecycle.
+func refusal(cmd domain.Command) string { return domain.CommandName(cmd) + ": invalid-transition" }
+
 // placeOrder builds the place command: the order's item rows grouped by
 // (product, price) in order_item_id order, each line's freight the sum of
 // its rows' freight_value, or the one line ChooseLine picks.
-func (d *Dataset) placeOrder(o Order) *domain.PlaceOrder {
-	r := &domain.PlaceOrder{CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
+func (d *Dataset) placeOrder(o Order) domain.PlaceOrder {
+	r := domain.PlaceOrder{CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
 	rows := d.ItemsOf(o.ID)
 	if len(rows) == 0 {
 		rows = []Item{ChooseLine(o.ID, d.Items)}
