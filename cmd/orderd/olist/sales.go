@@ -3,13 +3,13 @@ package olist
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/internal/pause"
+	"github.com/orderd/orderd/projection"
 )
 
 // salesPoll is how long the daily sales check waits between two reads of
@@ -30,28 +30,16 @@ type SalesCheck struct {
 }
 
 // salesOf sums the orders' log folds per UTC day of placement and
-// currency, as GET /v1/daily-sales does: orders, items, subtotals, freight, and
-// those now canceled or unavailable.
-func salesOf(folds []domain.Order) map[string]domain.DailySales {
-	rows := map[string]domain.DailySales{}
-	for _, o := range folds {
-		day := o.PlacedAt.UTC().Format(time.DateOnly)
-		k := day + " " + o.Currency
-		r := rows[k]
-		r.Day, r.Currency = day, o.Currency
-		r.OrdersPlaced++
-		r.Items += o.ItemCount
-		r.GrossCents += o.SubtotalCents
-		r.FreightCents += o.FreightCents
-		switch o.Status {
-		case domain.StatusCanceled:
-			r.OrdersCanceled++
-		case domain.StatusUnavailable:
-			r.OrdersUnavailable++
-		}
-		rows[k] = r
+// currency as GET /v1/daily-sales does (projection.SumSales of one group
+// an order): orders, items, subtotals, freight, and those now canceled or
+// unavailable; sorted by day then currency.
+func salesOf(folds []domain.Order) []domain.DailySales {
+	gs := make([]projection.SalesGroup, len(folds))
+	for i, o := range folds {
+		gs[i] = projection.SalesGroup{Day: projection.SaleDay(*o.PlacedAt), Currency: o.Currency, Status: o.Status,
+			Orders: 1, ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents}
 	}
-	return rows
+	return projection.SumSales(gs)
 }
 
 // checkSales compares GET /v1/daily-sales with the daily sales of folds,
@@ -73,21 +61,19 @@ func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial
 		return sc
 	}
 	want := salesOf(folds)
-	days := slices.Sorted(maps.Keys(want))
-	if len(days) == 0 {
+	if len(want) == 0 {
 		sc.Skipped = "no orders"
 		return sc
 	}
-	sc.From, sc.To = want[days[0]].Day, want[days[len(days)-1]].Day
+	sc.From, sc.To = want[0].Day, want[len(want)-1].Day
 	if partial {
 		last := sc.To
-		maps.DeleteFunc(want, func(_ string, r domain.DailySales) bool { return r.Day == last })
+		want = slices.DeleteFunc(want, func(r domain.DailySales) bool { return r.Day == last })
 		if len(want) == 0 {
 			sc.Skipped = "no whole day imported (-limit)"
 			return sc
 		}
-		days = slices.Sorted(maps.Keys(want))
-		sc.To = want[days[len(days)-1]].Day
+		sc.To = want[len(want)-1].Day
 	}
 	sc.Rows = len(want)
 	for {
@@ -110,9 +96,9 @@ func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial
 }
 
 // dailySales reads the rows of the days from to to (YYYY-MM-DD), in
-// requests of at most orderhttp.MaxSalesYears years, keyed by
-// "<day> <currency>".
-func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]domain.DailySales, error) {
+// requests of at most orderhttp.MaxSalesYears years, sorted by day then
+// currency.
+func (r *importer) dailySales(ctx context.Context, from, to string) ([]domain.DailySales, error) {
 	start, err := time.Parse(time.DateOnly, from)
 	if err != nil {
 		return nil, err
@@ -121,7 +107,7 @@ func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]domain.DailySales{}
+	var out []domain.DailySales
 	for day := start; !day.After(end); day = day.AddDate(orderhttp.MaxSalesYears, 0, 0) {
 		last := day.AddDate(orderhttp.MaxSalesYears, 0, -1)
 		if last.After(end) {
@@ -136,20 +122,27 @@ func (r *importer) dailySales(ctx context.Context, from, to string) (map[string]
 		if err != nil {
 			return nil, fmt.Errorf("daily sales %s to %s: %w", day.Format(time.DateOnly), last.Format(time.DateOnly), err)
 		}
-		for _, row := range rows {
-			out[row.Day+" "+row.Currency] = row
-		}
+		out = append(out, rows...)
 	}
 	return out, nil
 }
 
-// diffSales names the rows where the read model differs from the log
-// folds, in day and currency order, with the fields that differ.
-func diffSales(want, got map[string]domain.DailySales) []string {
+// diffSales names the rows, "<day> <currency>", where the read model got
+// differs from the log folds want, in day and currency order, with the
+// fields that differ.
+func diffSales(want, got []domain.DailySales) []string {
+	byRow := func(rows []domain.DailySales) map[string]domain.DailySales {
+		m := map[string]domain.DailySales{}
+		for _, r := range rows {
+			m[r.Day+" "+r.Currency] = r
+		}
+		return m
+	}
+	wantBy, gotBy := byRow(want), byRow(got)
 	var out []string
-	for _, k := range keysOf(want, got) {
-		w, inLog := want[k]
-		g, inModel := got[k]
+	for _, k := range keysOf(wantBy, gotBy) {
+		w, inLog := wantBy[k]
+		g, inModel := gotBy[k]
 		switch {
 		case !inModel:
 			out = append(out, k+": not in the read model")
