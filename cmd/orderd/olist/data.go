@@ -50,12 +50,8 @@ type Item struct {
 type Dataset struct {
 	Orders  []Order
 	Items   []Item
-	byOrder map[string][]Item // sorted by Seq
+	byOrder map[string][]Item // each order's rows, in order_item_id order
 }
-
-// ItemsOf returns the item rows of an order in order_item_id order (nil
-// when the items file has none).
-func (d *Dataset) ItemsOf(orderID string) []Item { return d.byOrder[orderID] }
 
 // Load reads OrdersFile and ItemsFile from dir. Errors name the file and
 // line: a missing column, a malformed id, status, timestamp or amount, a

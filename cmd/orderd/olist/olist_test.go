@@ -60,7 +60,7 @@ func TestLoadSample(t *testing.T) {
 	withItems := 0
 	for _, o := range ds.Orders {
 		statuses[o.Status]++
-		if len(ds.ItemsOf(o.ID)) > 0 {
+		if len(ds.byOrder[o.ID]) > 0 {
 			withItems++
 		}
 	}
@@ -82,7 +82,7 @@ func TestLoadSample(t *testing.T) {
 	if o != want0 {
 		t.Errorf("first row %+v, want %+v", o, want0)
 	}
-	if it := ds.ItemsOf("00010242fe8c5a6d1ba2dd792cb16214"); len(it) != 1 || it[0].PriceCents != 5890 || it[0].FreightCents != 1329 {
+	if it := ds.byOrder["00010242fe8c5a6d1ba2dd792cb16214"]; len(it) != 1 || it[0].PriceCents != 5890 || it[0].FreightCents != 1329 {
 		t.Errorf("first item row %+v", it)
 	}
 }

@@ -119,7 +119,7 @@ func refusal(cmd domain.Command) string { return domain.CommandName(cmd) + ": in
 // its rows' freight_value, or the one line ChooseLine picks.
 func (d *Dataset) placeOrder(o Order) domain.PlaceOrder {
 	r := domain.PlaceOrder{CustomerID: o.CustomerID, Currency: Currency, At: o.PurchasedAt}
-	rows := d.ItemsOf(o.ID)
+	rows := d.byOrder[o.ID]
 	if len(rows) == 0 {
 		rows = []Item{ChooseLine(o.ID, d.Items)}
 	}
