@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -183,31 +184,22 @@ func parseTime(s string) (time.Time, error) {
 	return t, nil
 }
 
+// amount is what ParseCents accepts: 1 to 13 ASCII digits, then
+// optionally a dot and 1 or 2 digits.
+var amount = regexp.MustCompile(`^[0-9]{1,13}(\.[0-9]{1,2})?$`)
+
 // ParseCents parses a non-negative decimal amount with at most two decimals
 // ("58.90", "58.9", "58") into integer minor units (5890, 5890, 5800)
 // without floating point. It rejects signs, spaces, exponents, empty parts
 // ("58.", ".90"), more than two decimals and more than 13 integer digits.
 func ParseCents(s string) (int64, error) {
-	whole, frac, dot := strings.Cut(s, ".")
-	if !digits(whole, 13) || dot && !digits(frac, 2) {
+	if !amount.MatchString(s) {
 		return 0, fmt.Errorf("%q is not an amount like 58.90 (digits, at most two decimals)", s)
 	}
+	whole, frac, _ := strings.Cut(s, ".")
 	n, err := strconv.ParseInt(whole+frac+"00"[len(frac):], 10, 64) // at most 15 digits: fits
 	if err != nil {
 		return 0, fmt.Errorf("amount %q: %w", s, err)
 	}
 	return n, nil
-}
-
-// digits reports whether s is 1 to max ASCII digits.
-func digits(s string, max int) bool {
-	if len(s) == 0 || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
 }
