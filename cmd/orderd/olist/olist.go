@@ -59,7 +59,8 @@ type OddOutcome struct {
 	Ended    map[domain.Status]int
 }
 
-// Report is the result of Run. Commands counts commands sent (retries of
+// Report is the result of Run. Orders counts the orders imported, each of
+// them checked; Commands counts commands sent (retries of
 // one command count once); Replayed counts the accepted ones answered with
 // Idempotent-Replayed: true (all of them on a second run); Rejected counts the commands not accepted by
 // reason ("ship: invalid-transition"), documented refusals included;
@@ -81,7 +82,6 @@ type Report struct {
 	Unexpected      []Finding
 	Skipped         int
 	Odd             map[string]*OddOutcome
-	Checked         int
 	Equal           int
 	StatusOK        int
 	MismatchCount   int
@@ -254,7 +254,7 @@ func parallel(ctx context.Context, cfg Config, desc string, n int, fn func(i int
 
 // add folds the per-order results into r.
 func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
-	r.Orders, r.Checked = len(plans), len(plans)
+	r.Orders = len(plans)
 	r.Rejected, r.Odd = map[string]int{}, map[string]*OddOutcome{}
 	for _, name := range OddPaths {
 		r.Odd[name] = &OddOutcome{Rejected: map[string]int{}, Ended: map[domain.Status]int{}}
@@ -341,7 +341,7 @@ func (r *Report) Print(w io.Writer) error {
 		f("  %-24s %4d  %s\n", name, oo.Orders, cmp.Or(strings.Join(did, ", "), "-"))
 	}
 	f("check           %d orders: read model equal to the log fold %d, status as expected %d, mismatches %d\n",
-		r.Checked, r.Equal, r.StatusOK, r.MismatchCount)
+		r.Orders, r.Equal, r.StatusOK, r.MismatchCount)
 	for _, m := range r.Mismatches {
 		f("  mismatch  %s: %s\n", m.OrderID, m.Detail)
 	}
@@ -354,7 +354,7 @@ func (r *Report) Print(w io.Writer) error {
 	}
 	f("time            send %v (%.0f commands/s), check %v (%.0f orders/s)\n",
 		r.SendTime.Round(time.Millisecond), rate(r.Commands, r.SendTime),
-		r.CheckTime.Round(time.Millisecond), rate(r.Checked, r.CheckTime))
+		r.CheckTime.Round(time.Millisecond), rate(r.Orders, r.CheckTime))
 	if err := r.Err(); err != nil {
 		f("result          FAILED: %s\n", strings.TrimPrefix(err.Error(), "import-olist: "))
 	} else {

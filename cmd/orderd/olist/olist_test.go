@@ -592,7 +592,7 @@ func TestRunLimit300(t *testing.T) {
 		rep.UnexpectedCount != 0 || rep.Skipped != 0 {
 		t.Errorf("sent: %+v", rep)
 	}
-	if rep.Checked != 300 || rep.Equal != 300 || rep.StatusOK != 300 || rep.MismatchCount != 0 || rep.Err() != nil {
+	if rep.Orders != 300 || rep.Equal != 300 || rep.StatusOK != 300 || rep.MismatchCount != 0 || rep.Err() != nil {
 		t.Errorf("checked: %+v", rep)
 	}
 	// The 300th order's day is left out: a larger import may have placed
