@@ -97,11 +97,8 @@ func (r *Report) Err() error {
 	if r.MismatchCount == 0 && r.UnexpectedCount == 0 && r.Sales.MismatchCount == 0 {
 		return nil
 	}
-	if r.Sales.MismatchCount > 0 {
-		return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections, %d daily sales mismatches",
-			r.MismatchCount, r.UnexpectedCount, r.Sales.MismatchCount)
-	}
-	return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections", r.MismatchCount, r.UnexpectedCount)
+	return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections, %d daily sales mismatches",
+		r.MismatchCount, r.UnexpectedCount, r.Sales.MismatchCount)
 }
 
 const usage = `Usage: orderd import-olist [flags]
