@@ -100,7 +100,7 @@
 // order. Both must be equal as JSON values, the read model must not be
 // stale (X-Read-Model-Stale), and the status must be the one the plan
 // expects (the dataset's, or the documented refusal's). Then the
-// daily sales (GET /v1/daily-sales, ten years a request) must
+// daily sales (GET /v1/daily-sales, one request: at most ten years) must
 // equal the sums of those folds per UTC day of placement and currency,
 // over the days from the first order's to the last's; after -limit the
 // last day is left out (a larger import may have placed more orders on

@@ -95,36 +95,23 @@ func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial
 	}
 }
 
-// dailySales reads the rows of the days from to to (YYYY-MM-DD), in
-// requests of at most orderhttp.MaxSalesYears years, sorted by day then
-// currency.
+// dailySales reads the rows of the days from to to (YYYY-MM-DD, as
+// projection.SaleDay makes them), sorted by day then currency, in one
+// request: Olist's orders span three years, within the
+// orderhttp.MaxSalesYears the route answers (a longer range is refused,
+// and so reported as a mismatch).
 func (r *importer) dailySales(ctx context.Context, from, to string) ([]domain.DailySales, error) {
-	start, err := time.Parse(time.DateOnly, from)
+	first, _ := time.Parse(time.DateOnly, from) // a SaleDay parses
+	last, _ := time.Parse(time.DateOnly, to)
+	var rep orderhttp.DailySalesReport
+	err := r.retry(ctx, func(ctx context.Context) (err error) {
+		rep, err = r.api.DailySales(ctx, first, last, "")
+		return err
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("daily sales %s to %s: %w", from, to, err)
 	}
-	end, err := time.Parse(time.DateOnly, to)
-	if err != nil {
-		return nil, err
-	}
-	var out []domain.DailySales
-	for day := start; !day.After(end); day = day.AddDate(orderhttp.MaxSalesYears, 0, 0) {
-		last := day.AddDate(orderhttp.MaxSalesYears, 0, -1)
-		if last.After(end) {
-			last = end
-		}
-		var rows []domain.DailySales
-		err := r.retry(ctx, func(ctx context.Context) error {
-			rep, err := r.api.DailySales(ctx, day, last, "")
-			rows = rep.Days
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("daily sales %s to %s: %w", day.Format(time.DateOnly), last.Format(time.DateOnly), err)
-		}
-		out = append(out, rows...)
-	}
-	return out, nil
+	return rep.Days, nil
 }
 
 // diffSales names the rows, "<day> <currency>", where the read model got
