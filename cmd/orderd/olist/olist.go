@@ -209,11 +209,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := parallel(ctx, cfg, "check", len(plans), func(i int) { checks[i] = c.check(ctx, plans[i]) }); err != nil {
 		return Report{}, err
 	}
-	folds := make([]domain.Order, len(checks))
-	for i, ch := range checks {
-		folds[i] = ch.fold
-	}
-	sales := c.checkSales(ctx, folds, len(orders) < len(ds.Orders))
+	sales := c.checkSales(ctx, checks, len(orders) < len(ds.Orders))
 	rep := Report{Data: cfg.Data, URL: cfg.URL, CheckOnly: cfg.CheckOnly, Sales: sales, SendTime: sendTime, CheckTime: time.Since(start)}
 	rep.add(plans, sends, checks)
 	return rep, nil
@@ -277,7 +273,7 @@ func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
 		for _, name := range p.Odd {
 			oo := r.Odd[name]
 			oo.Orders++
-			oo.Ended[ch.status]++
+			oo.Ended[ch.fold.Status]++
 			for _, a := range s.answers {
 				if a.reason != "" {
 					oo.Rejected[a.reason]++
@@ -287,7 +283,7 @@ func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
 		if ch.equal {
 			r.Equal++
 		}
-		if ch.statusOK {
+		if ch.fold.Status == p.Want {
 			r.StatusOK++
 		}
 		if ch.problem != "" {

@@ -29,38 +29,32 @@ type SalesCheck struct {
 	Skipped       string
 }
 
-// salesOf sums the orders' log folds per UTC day of placement and
-// currency as GET /v1/daily-sales does (projection.SumSales of one group
-// an order): orders, items, subtotals, freight, and those now canceled or
-// unavailable; sorted by day then currency.
-func salesOf(folds []domain.Order) []domain.DailySales {
-	gs := make([]projection.SalesGroup, len(folds))
-	for i, o := range folds {
-		gs[i] = projection.SalesGroup{Day: projection.SaleDay(*o.PlacedAt), Currency: o.Currency, Status: o.Status,
-			Orders: 1, ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents}
-	}
-	return projection.SumSales(gs)
-}
-
-// checkSales compares GET /v1/daily-sales with the daily sales of folds,
-// the log folds of every order checked (unread ones as zero Orders). The
-// service must hold no other orders placed on those days; when partial
-// (the import stopped at -limit) the last day is left out, as orders of
-// it may have been imported before. A read model that differs is read
-// again until the check's catch-up bound.
-func (r *importer) checkSales(ctx context.Context, folds []domain.Order, partial bool) SalesCheck {
+// checkSales compares GET /v1/daily-sales with the sums of the log folds
+// of every order checked, made as the route makes them
+// (projection.SumSales of one group an order): per UTC day of placement
+// and currency, orders, items, subtotals, freight, and those now canceled
+// or unavailable. The service must hold no other orders placed on those
+// days; when partial (the import stopped at -limit) the last day is left
+// out, as orders of it may have been imported before. A read model that
+// differs is read again until the check's catch-up bound.
+func (r *importer) checkSales(ctx context.Context, checks []checked, partial bool) SalesCheck {
 	var sc SalesCheck
 	unread := 0
-	for _, o := range folds {
+	gs := make([]projection.SalesGroup, 0, len(checks))
+	for _, ch := range checks {
+		o := ch.fold
 		if o.PlacedAt == nil {
 			unread++
+			continue
 		}
+		gs = append(gs, projection.SalesGroup{Day: projection.SaleDay(*o.PlacedAt), Currency: o.Currency, Status: o.Status,
+			Orders: 1, ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents})
 	}
 	if unread > 0 {
 		sc.Skipped = fmt.Sprintf("%d orders' log folds could not be read", unread)
 		return sc
 	}
-	want := salesOf(folds)
+	want := projection.SumSales(gs)
 	if len(want) == 0 {
 		sc.Skipped = "no orders"
 		return sc
