@@ -200,22 +200,18 @@ func document(v any) map[string]any {
 	return m
 }
 
-// diff names the top-level keys where a and b differ, with both values.
+// diff names the top-level keys where a and b differ, with both values,
+// in key order.
 func diff(a, b map[string]any) string {
+	keys := slices.AppendSeq(slices.Collect(maps.Keys(a)), maps.Keys(b))
+	slices.Sort(keys)
 	var out []string
-	for _, k := range keysOf(a, b) {
+	for _, k := range slices.Compact(keys) {
 		if !reflect.DeepEqual(a[k], b[k]) {
 			out = append(out, fmt.Sprintf("%s: log %s, read model %s", k, jsonText(a[k]), jsonText(b[k])))
 		}
 	}
 	return strings.Join(out, "; ")
-}
-
-// keysOf returns the keys of a and b, sorted, each once.
-func keysOf[V any](a, b map[string]V) []string {
-	keys := slices.AppendSeq(slices.Collect(maps.Keys(a)), maps.Keys(b))
-	slices.Sort(keys)
-	return slices.Compact(keys)
 }
 
 // jsonText is v as JSON, cut to valueWidth bytes ("..." appended when cut).

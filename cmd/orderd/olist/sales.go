@@ -3,6 +3,7 @@ package olist
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -109,29 +110,28 @@ func (r *importer) dailySales(ctx context.Context, from, to string) ([]domain.Da
 }
 
 // diffSales names the rows, "<day> <currency>", where the read model got
-// differs from the log folds want, in day and currency order, with the
-// fields that differ.
+// differs from the log folds want, with the fields that differ: want's
+// rows in their order (day, then currency), then the rows only the read
+// model has, sorted.
 func diffSales(want, got []domain.DailySales) []string {
-	byRow := func(rows []domain.DailySales) map[string]domain.DailySales {
-		m := map[string]domain.DailySales{}
-		for _, r := range rows {
-			m[r.Day+" "+r.Currency] = r
-		}
-		return m
+	model := map[string]domain.DailySales{}
+	for _, g := range got {
+		model[g.Day+" "+g.Currency] = g
 	}
-	wantBy, gotBy := byRow(want), byRow(got)
 	var out []string
-	for _, k := range keysOf(wantBy, gotBy) {
-		w, inLog := wantBy[k]
-		g, inModel := gotBy[k]
+	for _, w := range want {
+		k := w.Day + " " + w.Currency
+		g, ok := model[k]
+		delete(model, k)
 		switch {
-		case !inModel:
+		case !ok:
 			out = append(out, k+": not in the read model")
-		case !inLog:
-			out = append(out, k+": in the read model, not in the log")
 		case w != g:
 			out = append(out, k+": "+diff(document(w), document(g)))
 		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(model)) {
+		out = append(out, k+": in the read model, not in the log")
 	}
 	return out
 }
