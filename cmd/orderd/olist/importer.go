@@ -58,7 +58,9 @@ func (r *importer) close() { r.tr.CloseIdleConnections() }
 func (r *importer) retry(ctx context.Context, call func(ctx context.Context) error) error {
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
-		err := r.once(ctx, call)
+		attemptCtx, cancel := context.WithTimeout(ctx, r.timeout)
+		err := call(attemptCtx)
+		cancel()
 		var pe *orderhttp.Error
 		again := err != nil && !errors.Is(err, orderhttp.ErrUndecodable) && (!errors.As(err, &pe) || pe.Status >= 500)
 		wait := backoff
@@ -77,12 +79,6 @@ func (r *importer) retry(ctx context.Context, call func(ctx context.Context) err
 		}
 		backoff *= 2
 	}
-}
-
-func (r *importer) once(ctx context.Context, call func(ctx context.Context) error) error {
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
-	defer cancel()
-	return call(ctx)
 }
 
 // outcome is the answer to one command: reason is "" when accepted, else
