@@ -88,17 +88,11 @@ type outcome struct {
 	replayed       bool
 }
 
-// sent is what sending one plan did.
-type sent struct {
-	answers []outcome
-	skipped int
-}
-
-// send runs p's commands in order. After a rejection that is not in
-// p.Refused it skips the rest.
-func (r *importer) send(ctx context.Context, p Plan) sent {
-	var s sent
-	for i, cmd := range p.Commands {
+// send runs p's commands in order and returns their answers. After a
+// rejection that is not in p.Refused it skips the rest.
+func (r *importer) send(ctx context.Context, p Plan) []outcome {
+	var answers []outcome
+	for _, cmd := range p.Commands {
 		var res domain.Result
 		err := r.retry(ctx, func(ctx context.Context) (err error) {
 			res, err = r.api.Execute(ctx, p.Order.ID, cmd, domain.ExecOptions{IdempotencyKey: IdempotencyKey(p.Order.ID, cmd)})
@@ -117,13 +111,12 @@ func (r *importer) send(ctx context.Context, p Plan) sent {
 		default:
 			o.replayed = res.Replayed
 		}
-		s.answers = append(s.answers, o)
+		answers = append(answers, o)
 		if o.reason != "" && !slices.Contains(p.Refused, o.reason) {
-			s.skipped = len(p.Commands) - i - 1
 			break
 		}
 	}
-	return s
+	return answers
 }
 
 // checked is the check of one order: the log fold (zero when unread, so

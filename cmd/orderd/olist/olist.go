@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		plans[i] = ds.Plan(o)
 	}
 
-	sends := make([]sent, len(plans))
+	sends := make([][]outcome, len(plans))
 	start := time.Now()
 	if !cfg.CheckOnly {
 		err := parallel(ctx, cfg, "import", len(plans), func(i int) { sends[i] = c.send(ctx, plans[i]) })
@@ -246,16 +246,18 @@ func parallel(ctx context.Context, cfg Config, desc string, n int, fn func(i int
 }
 
 // add folds the per-order results into r.
-func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
+func (r *Report) add(plans []Plan, sends [][]outcome, checks []checked) {
 	r.Orders = len(plans)
 	r.Rejected, r.Odd = map[string]int{}, map[string]*OddOutcome{}
 	for _, name := range OddPaths {
 		r.Odd[name] = &OddOutcome{Rejected: map[string]int{}, Ended: map[domain.Status]int{}}
 	}
 	for i, p := range plans {
-		s, ch := sends[i], checks[i]
-		r.Skipped += s.skipped
-		for _, a := range s.answers {
+		answers, ch := sends[i], checks[i]
+		if len(answers) > 0 { // sent: the commands after the last answer were skipped
+			r.Skipped += len(p.Commands) - len(answers)
+		}
+		for _, a := range answers {
 			r.Commands++
 			if a.reason == "" {
 				r.Accepted++
@@ -274,7 +276,7 @@ func (r *Report) add(plans []Plan, sends []sent, checks []checked) {
 			oo := r.Odd[name]
 			oo.Orders++
 			oo.Ended[ch.fold.Status]++
-			for _, a := range s.answers {
+			for _, a := range answers {
 				if a.reason != "" {
 					oo.Rejected[a.reason]++
 				}
