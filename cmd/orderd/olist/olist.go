@@ -44,12 +44,6 @@ type Config struct {
 	Progress    io.Writer     // progress bars go here; nil = none
 }
 
-// Finding is one mismatch or unexpected rejection of an order.
-type Finding struct {
-	OrderID string
-	Detail  string
-}
-
 // OddOutcome is what the service did with the orders of one odd path:
 // Orders counts them, Rejected counts their rejections by reason, Ended
 // their final status as the check read it ("" when it could not be read).
@@ -68,7 +62,8 @@ type OddOutcome struct {
 // sent after them. Odd has an entry for each name of OddPaths. Equal
 // counts orders whose read model equals the log fold, StatusOK those in
 // the expected final status; MismatchCount counts orders failing any
-// check. Unexpected and Mismatches list the first 10. Sales is the check
+// check. Unexpected and Mismatches list the first 10, each as "<order
+// id>: <what>". Sales is the check
 // of the daily sales against the orders' log folds.
 type Report struct {
 	Data, URL       string
@@ -79,13 +74,13 @@ type Report struct {
 	Replayed        int
 	Rejected        map[string]int
 	UnexpectedCount int
-	Unexpected      []Finding
+	Unexpected      []string
 	Skipped         int
 	Odd             map[string]*OddOutcome
 	Equal           int
 	StatusOK        int
 	MismatchCount   int
-	Mismatches      []Finding
+	Mismatches      []string
 	Sales           SalesCheck
 	SendTime        time.Duration
 	CheckTime       time.Duration
@@ -269,7 +264,7 @@ func (r *Report) add(plans []Plan, sends [][]outcome, checks []checked) {
 			r.Rejected[a.reason]++
 			if !slices.Contains(p.Refused, a.reason) {
 				r.UnexpectedCount++
-				r.Unexpected = appendFinding(r.Unexpected, p.Order.ID, a.reason+": "+a.detail)
+				r.Unexpected = appendFinding(r.Unexpected, p.Order.ID+": "+a.reason+": "+a.detail)
 			}
 		}
 		for _, name := range p.Odd {
@@ -290,16 +285,16 @@ func (r *Report) add(plans []Plan, sends [][]outcome, checks []checked) {
 		}
 		if ch.problem != "" {
 			r.MismatchCount++
-			r.Mismatches = appendFinding(r.Mismatches, p.Order.ID, ch.problem)
+			r.Mismatches = appendFinding(r.Mismatches, p.Order.ID+": "+ch.problem)
 		}
 	}
 }
 
-func appendFinding(fs []Finding, id, detail string) []Finding {
+func appendFinding(fs []string, finding string) []string {
 	if len(fs) >= maxFindings {
 		return fs
 	}
-	return append(fs, Finding{OrderID: id, Detail: detail})
+	return append(fs, finding)
 }
 
 // Print writes the report as text to w.
@@ -338,10 +333,10 @@ func (r *Report) Print(w io.Writer) error {
 	f("check           %d orders: read model equal to the log fold %d, status as expected %d, mismatches %d\n",
 		r.Orders, r.Equal, r.StatusOK, r.MismatchCount)
 	for _, m := range r.Mismatches {
-		f("  mismatch  %s: %s\n", m.OrderID, m.Detail)
+		f("  mismatch  %s\n", m)
 	}
 	for _, u := range r.Unexpected {
-		f("  unexpected rejection  %s: %s\n", u.OrderID, u.Detail)
+		f("  unexpected rejection  %s\n", u)
 	}
 	f("daily sales     %s\n", r.Sales.line())
 	for _, m := range r.Sales.Mismatches {

@@ -772,7 +772,7 @@ func TestRunReportsStaleSummary(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("Run took %v, less than its catch-up bound", d)
 	}
-	if rep.MismatchCount != 1 || rep.Equal != 9 || !strings.Contains(rep.Mismatches[0].Detail, "read model stale at version 1, want 4") {
+	if rep.MismatchCount != 1 || rep.Equal != 9 || !strings.Contains(rep.Mismatches[0], "read model stale at version 1, want 4") {
 		t.Errorf("mismatches %d %+v, equal %d", rep.MismatchCount, rep.Mismatches, rep.Equal)
 	}
 }
@@ -784,7 +784,7 @@ func TestRunCheckOnlyEmptyService(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rep.Commands != 0 || f.store.EventCount() != 0 || rep.MismatchCount != 5 || rep.Err() == nil ||
-		!strings.Contains(rep.Mismatches[0].Detail, "404 not-found") {
+		!strings.Contains(rep.Mismatches[0], "404 not-found") {
 		t.Errorf("commands %d, events %d, mismatches %d %+v", rep.Commands, f.store.EventCount(), rep.MismatchCount, rep.Mismatches)
 	}
 }
