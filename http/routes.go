@@ -29,6 +29,10 @@ var _ api.ServerInterface = operations{}
 // Those answer 404 like any unknown path. The admin routes go to admin,
 // the group behind the bearer token.
 type router struct {
+	// The other methods of api.EchoRouter: the document has routes of
+	// GET and POST only, and this is nil, so that a route of another
+	// method panics in NewServer instead of being registered unfiltered.
+	api.EchoRouter
 	echo  *echo.Echo
 	admin *echo.Group // nil: no admin routes, no console
 	cfg   *Config
@@ -68,40 +72,13 @@ func (r router) add(method, path string, h echo.HandlerFunc, m ...echo.Middlewar
 	return r.echo.Add(method, path, h, m...)
 }
 
-func (r router) CONNECT(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodConnect, p, h, m...)
-}
-
-func (r router) DELETE(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodDelete, p, h, m...)
-}
-
+// GET and POST are the only methods of the document's routes.
 func (r router) GET(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
 	return r.add(http.MethodGet, p, h, m...)
 }
 
-func (r router) HEAD(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodHead, p, h, m...)
-}
-
-func (r router) OPTIONS(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodOptions, p, h, m...)
-}
-
-func (r router) PATCH(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodPatch, p, h, m...)
-}
-
 func (r router) POST(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
 	return r.add(http.MethodPost, p, h, m...)
-}
-
-func (r router) PUT(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodPut, p, h, m...)
-}
-
-func (r router) TRACE(p string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) *echo.Route {
-	return r.add(http.MethodTrace, p, h, m...)
 }
 
 // text is the value of an optional parameter, "" when it was not given.
