@@ -73,56 +73,44 @@ func (s operations) PlaceOrder(c echo.Context) error {
 }
 
 func (s operations) ApproveOrder(c echo.Context, id api.OrderId) error {
-	return s.step(c, id, func(at time.Time) domain.Command { return domain.Approve{At: at} })
+	return step(s, c, id, func(r stepRequest) domain.Command { return domain.Approve{At: parseTime(r.At)} })
 }
 
 func (s operations) InvoiceOrder(c echo.Context, id api.OrderId) error {
-	return s.step(c, id, func(at time.Time) domain.Command { return domain.Invoice{At: at} })
+	return step(s, c, id, func(r stepRequest) domain.Command { return domain.Invoice{At: parseTime(r.At)} })
 }
 
 func (s operations) ProcessOrder(c echo.Context, id api.OrderId) error {
-	return s.step(c, id, func(at time.Time) domain.Command { return domain.StartProcessing{At: at} })
+	return step(s, c, id, func(r stepRequest) domain.Command { return domain.StartProcessing{At: parseTime(r.At)} })
 }
 
 func (s operations) ShipOrder(c echo.Context, id api.OrderId) error {
-	return s.step(c, id, func(at time.Time) domain.Command { return domain.Ship{At: at} })
+	return step(s, c, id, func(r stepRequest) domain.Command { return domain.Ship{At: parseTime(r.At)} })
 }
 
 func (s operations) DeliverOrder(c echo.Context, id api.OrderId) error {
-	return s.step(c, id, func(at time.Time) domain.Command { return domain.Deliver{At: at} })
+	return step(s, c, id, func(r stepRequest) domain.Command { return domain.Deliver{At: parseTime(r.At)} })
 }
 
 func (s operations) CancelOrder(c echo.Context, id api.OrderId) error {
-	return s.withReason(c, id, func(at time.Time, r string) domain.Command { return domain.Cancel{At: at, Reason: r} })
+	return step(s, c, id, func(r reasonRequest) domain.Command { return domain.Cancel{At: parseTime(r.At), Reason: r.Reason} })
 }
 
 func (s operations) MarkOrderUnavailable(c echo.Context, id api.OrderId) error {
-	return s.withReason(c, id, func(at time.Time, r string) domain.Command { return domain.MarkUnavailable{At: at, Reason: r} })
+	return step(s, c, id, func(r reasonRequest) domain.Command {
+		return domain.MarkUnavailable{At: parseTime(r.At), Reason: r.Reason}
+	})
 }
 
-// step answers POST /v1/orders/{id}/<command> for a lifecycle command
-// whose optional body (stepRequest) gives only its time.
-func (s *Server) step(c echo.Context, id string, cmd func(at time.Time) domain.Command) error {
-	var req stepRequest
+// step answers POST /v1/orders/{id}/<command> for a lifecycle command,
+// which cmd makes of the optional body: a stepRequest, or a reasonRequest
+// for cancel and mark-unavailable. It runs the command and answers 200.
+func step[R any](s operations, c echo.Context, id string, cmd func(R) domain.Command) error {
+	var req R
 	if err := decode(c, &req, true); err != nil {
 		return err
 	}
-	return s.lifecycle(c, id, cmd(parseTime(req.At)))
-}
-
-// withReason is step for a command whose body (reasonRequest) carries a
-// reason too: cancel and mark-unavailable.
-func (s *Server) withReason(c echo.Context, id string, cmd func(at time.Time, reason string) domain.Command) error {
-	var req reasonRequest
-	if err := decode(c, &req, true); err != nil {
-		return err
-	}
-	return s.lifecycle(c, id, cmd(parseTime(req.At), req.Reason))
-}
-
-// lifecycle runs cmd on order id and answers 200.
-func (s *Server) lifecycle(c echo.Context, id string, cmd domain.Command) error {
-	res, err := s.execute(c, id, cmd)
+	res, err := s.execute(c, id, cmd(req))
 	if err != nil {
 		return err
 	}
