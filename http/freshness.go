@@ -9,11 +9,16 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// ProjectionLag is how far behind the projections are (projector.LagWatch):
+// ProjectionLag is how far behind the projections are (projector.LagWatch),
+// from a sample taken in the background: its answers never wait.
 // LagSeconds returns the largest lag in seconds over the named
-// projection's partitions, and false when it has no fresh sample.
+// projection's partitions; Latest the largest lag in events among the
+// projections, the projection that has it and the rate in events per
+// second at which it applied lately (0 when unknown). Both return false
+// without a fresh sample.
 type ProjectionLag interface {
 	LagSeconds(projection string) (seconds float64, fresh bool)
+	Latest() (lag uint64, projection string, rate float64, fresh bool)
 }
 
 // The freshness headers of read-model answers: Read-Model-Version is the

@@ -19,6 +19,9 @@ type fakeLag struct {
 	seconds map[string]float64
 }
 
+// Latest has no fresh sample: the fake's lag admits every command.
+func (f *fakeLag) Latest() (uint64, string, float64, bool) { return 0, "", 0, false }
+
 func (f *fakeLag) LagSeconds(name string) (float64, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

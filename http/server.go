@@ -63,8 +63,12 @@ type Config struct {
 	ReadModels ReadModels
 	Ready      map[string]Check // checked by /readyz: what this instance's roles need, e.g. "store", "bus"
 	Store      StoreGuard       // optional: answer /v1 requests 503 at once while the store is down
-	Admission  Admission        // optional: refuse commands (503, Retry-After) while the read models are too far behind
-	Lag        ProjectionLag    // optional: Read-Model-Lag on read-model answers
+	// Lag (optional) sets Read-Model-Lag on read-model answers, and
+	// commands are admitted by it: with MaxLag > 0 they are refused with
+	// 503 and Retry-After while the slowest read model is more than
+	// MaxLag events behind (admit); 0 takes them whatever the lag.
+	Lag        ProjectionLag
+	MaxLag     int
 	Gatherer   prometheus.Gatherer
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -147,6 +151,9 @@ func NewServer(cfg Config) *Server {
 	e.JSONSerializer = jsonSerializer{}
 	closing, startClosing := context.WithCancel(context.Background())
 	s := &Server{echo: e, cfg: cfg, metrics: newMetrics(cfg.Registerer), watch: newSummaryWatch(cfg.ReadModels, cfg.MaxWaits), closing: closing}
+	if cfg.Lag != nil && cfg.MaxLag > 0 {
+		registerAdmission(cfg.Registerer, cfg.Lag, cfg.MaxLag)
+	}
 	s.http = &http.Server{
 		Handler:           e,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,

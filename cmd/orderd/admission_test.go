@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"go.mongodb.org/mongo-driver/v2/bson"
 
+	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/domain/domaintest"
+	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
@@ -143,16 +146,26 @@ func TestAdmissionTakesCommandsWithoutALagSample(t *testing.T) {
 	sums := mongodb.NewProjection(db, projection.OrderSummaries, mongodb.NewEventStore(db), nil, mongodb.NewPointers(db))
 	runners := []*projector.Runner{projector.NewRunner(sums, n.JS, nil,
 		projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix}, slog.New(slog.DiscardHandler), nil)}
-	unread := newLagAdmission(projector.NewLagWatch(runners, time.Second, nil), 10, prometheus.NewRegistry())
-	if ok, _, why := unread.Admit(); !ok {
-		t.Errorf("no lag sample: refused (%q); want taken", why)
+	// place sends a command to an API whose commands are admitted by
+	// watch, with a limit of 10 events.
+	place := func(watch *projector.LagWatch, id string) *httptest.ResponseRecorder {
+		srv := orderhttp.NewServer(orderhttp.Config{Commands: domain.NewService(domaintest.NewMemStore(), nil), Lag: watch, MaxLag: 10})
+		req := httptest.NewRequest(http.MethodPost, "/v1/orders", strings.NewReader(
+			`{"order_id":"`+id+`","customer_id":"c1","currency":"BRL","items":[{"sku":"s","quantity":1,"unit_price_cents":100}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := place(projector.NewLagWatch(runners, time.Second, nil), "unread"); rec.Code != http.StatusCreated {
+		t.Errorf("no lag sample: %d %s; want taken", rec.Code, rec.Body)
 	}
 	watch := projector.NewLagWatch(runners, time.Second, nil)
 	projectiontest.Go(t, "lag watch", watch.Run)
 	if !waitFor(10*time.Second, 10*time.Millisecond, func() bool { _, _, _, fresh := watch.Latest(); return fresh }) {
 		t.Fatal("no fresh lag sample within 10s")
 	}
-	if ok, _, why := newLagAdmission(watch, 10, prometheus.NewRegistry()).Admit(); !ok {
-		t.Errorf("a fresh sample of no lag: refused (%q); want taken", why)
+	if rec := place(watch, "fresh"); rec.Code != http.StatusCreated {
+		t.Errorf("a fresh sample of no lag: %d %s; want taken", rec.Code, rec.Body)
 	}
 }

@@ -450,8 +450,7 @@ func (m *Main) startAPI(runCtx context.Context, w *wiring, ready map[string]orde
 	if w.js != nil && c.MaxLag > 0 {
 		watch := projector.NewLagWatch(w.runners, time.Second, m.Log.With("component", "admission"))
 		m.group.Go(func() error { return watch.Run(runCtx) })
-		hc.Admission = newLagAdmission(watch, c.MaxLag, w.reg)
-		hc.Lag = watch
+		hc.Lag, hc.MaxLag = watch, c.MaxLag
 	}
 	return orderhttp.NewServer(hc)
 }
