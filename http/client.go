@@ -223,29 +223,29 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 	var op call
 	switch x := cmd.(type) {
 	case domain.PlaceOrder:
-		body := api.PlaceRequest{CustomerId: x.CustomerID, Currency: x.Currency, FreightCents: nonZero(x.FreightCents), At: timeOf(x.At)}
+		body := api.PlaceRequest{CustomerId: x.CustomerID, Currency: x.Currency, FreightCents: omitZero(x.FreightCents), At: omitZero(x.At)}
 		if orderID != "" {
 			body.OrderId = &orderID
 		}
 		for _, l := range x.Items {
 			body.Items = append(body.Items, api.ItemRequest{Sku: l.SKU, Quantity: l.Quantity, UnitPriceCents: l.UnitPriceCents,
-				FreightCents: nonZero(l.FreightCents)})
+				FreightCents: omitZero(l.FreightCents)})
 		}
 		op = bind(c.api.PlaceOrder, body)
 	case domain.Approve:
-		op = bind2(c.api.ApproveOrder, orderID, api.StepRequest{At: timeOf(x.At)})
+		op = bind2(c.api.ApproveOrder, orderID, api.StepRequest{At: omitZero(x.At)})
 	case domain.Invoice:
-		op = bind2(c.api.InvoiceOrder, orderID, api.StepRequest{At: timeOf(x.At)})
+		op = bind2(c.api.InvoiceOrder, orderID, api.StepRequest{At: omitZero(x.At)})
 	case domain.StartProcessing:
-		op = bind2(c.api.ProcessOrder, orderID, api.StepRequest{At: timeOf(x.At)})
+		op = bind2(c.api.ProcessOrder, orderID, api.StepRequest{At: omitZero(x.At)})
 	case domain.Ship:
-		op = bind2(c.api.ShipOrder, orderID, api.StepRequest{At: timeOf(x.At)})
+		op = bind2(c.api.ShipOrder, orderID, api.StepRequest{At: omitZero(x.At)})
 	case domain.Deliver:
-		op = bind2(c.api.DeliverOrder, orderID, api.StepRequest{At: timeOf(x.At)})
+		op = bind2(c.api.DeliverOrder, orderID, api.StepRequest{At: omitZero(x.At)})
 	case domain.Cancel:
-		op = bind2(c.api.CancelOrder, orderID, api.ReasonRequest{At: timeOf(x.At), Reason: nonEmpty(x.Reason)})
+		op = bind2(c.api.CancelOrder, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)})
 	case domain.MarkUnavailable:
-		op = bind2(c.api.MarkOrderUnavailable, orderID, api.ReasonRequest{At: timeOf(x.At), Reason: nonEmpty(x.Reason)})
+		op = bind2(c.api.MarkOrderUnavailable, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)})
 	default:
 		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
 	}
@@ -282,29 +282,16 @@ func setHeader(h http.Header, k, v string) {
 	}
 }
 
-// timeOf is &t, or nil for the zero time (the server then uses its
-// receive time).
-func timeOf(t time.Time) *time.Time {
-	if t.IsZero() {
+// omitZero is &v, or nil for v's zero value: left out of the body, where
+// the server takes it as zero (a time.Time is compared with ==, so the
+// zero instant in a location other than UTC is sent; the server reads it
+// as the zero time too, and uses its receive time).
+func omitZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
 		return nil
 	}
-	return &t
-}
-
-// nonZero is &n, or nil for 0 (left out of the body).
-func nonZero(n int64) *int64 {
-	if n == 0 {
-		return nil
-	}
-	return &n
-}
-
-// nonEmpty is &s, or nil for "" (left out of the body).
-func nonEmpty(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
+	return &v
 }
 
 // Order returns the order folded from its event log (GET /v1/orders/{id}),
