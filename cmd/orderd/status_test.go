@@ -172,17 +172,13 @@ func TestStatus(t *testing.T) {
 		if r.err == nil || !strings.Contains(r.err.Error(), "set ADMIN_TOKEN") {
 			t.Errorf("no token: %v", r.err)
 		}
-		r = runCLI(t, operator.Status, map[string]string{"OPS_TOKEN": testAdminToken, "ORDERD_URL": base}, "-token-env", "OPS_TOKEN")
-		if r.err != nil || statusRows(t, r.stdout)["order_summaries"] == nil {
-			t.Errorf("-token-env OPS_TOKEN: %v", r)
-		}
 		r = runCLI(t, operator.Status, env, "order_summaries")
 		if r.err == nil || !strings.Contains(r.err.Error(), "unexpected arguments") {
 			t.Errorf("an argument: %v", r.err)
 		}
 		r = runCLI(t, operator.Status, env, "-h")
 		if r.err != nil || !strings.Contains(r.stderr, "Usage: orderd status") || !strings.Contains(r.stderr, "ADMIN_TOKEN") ||
-			!strings.Contains(r.stderr, "LAST VERIFY") || !strings.Contains(r.stderr, "-url") || !strings.Contains(r.stderr, "-token-env") {
+			!strings.Contains(r.stderr, "LAST VERIFY") || !strings.Contains(r.stderr, "-url") {
 			t.Errorf("status -h: %v", r)
 		}
 		if strings.Contains(r.stderr, "-interval") {

@@ -24,7 +24,6 @@ import (
 
 // Defaults of the admin subcommands' flags.
 const (
-	adminDefaultTokenEnv = "ADMIN_TOKEN"
 	adminDefaultInterval = time.Second
 	adminRequestTimeout  = 30 * time.Second
 	// adminPollFailures is how many polls in a row may fail (no answer, or
@@ -48,7 +47,6 @@ ADMIN_TOKEN, MONGODB_URI and NATS_URL unset, the command reads it there.
 // options are the flags the admin subcommands share.
 type options struct {
 	url      string
-	tokenEnv string
 	dataDir  string
 	interval time.Duration
 }
@@ -59,11 +57,10 @@ func (o *options) bind(fs *flag.FlagSet, getenv func(string) string) {
 }
 
 // bindConn binds only the flags that say where the service is and where
-// the token is (-url, -token-env), for subcommands that wait for no job;
-// the interval keeps its default.
+// the development mode's token is (-url, -data-dir), for subcommands that
+// wait for no job; the interval keeps its default.
 func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
 	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
-	fs.StringVar(&o.tokenEnv, "token-env", adminDefaultTokenEnv, "`name` of the environment variable holding the admin token")
 	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
 		"data `dir` of a server in the development mode (embedded servers, as make run starts it), whose admin token <dir>/admin-token is used when ADMIN_TOKEN, MONGODB_URI and NATS_URL are unset; default: ORDERD_DATA_DIR, else "+cli.DefaultDataDir)
 	o.interval = adminDefaultInterval
@@ -71,13 +68,13 @@ func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
 
 // command checks the options and returns the command cmd at work.
 func (o *options) command(cmd string, getenv func(string) string) (*command, error) {
-	token := strings.TrimSpace(getenv(o.tokenEnv))
-	tokenShell := "$" + o.tokenEnv
+	token := strings.TrimSpace(getenv("ADMIN_TOKEN"))
+	tokenShell := "$ADMIN_TOKEN"
 	devToken := filepath.Join(o.dataDir, "admin-token")
 	// Neither a token nor a server named: the development mode's server
 	// (both servers embedded, serve's own default) keeps its token in its
 	// data dir, and this shell has not exported it.
-	dev := o.tokenEnv == adminDefaultTokenEnv && getenv("MONGODB_URI") == "" && getenv("NATS_URL") == ""
+	dev := getenv("MONGODB_URI") == "" && getenv("NATS_URL") == ""
 	if token == "" && dev {
 		if b, err := os.ReadFile(devToken); err == nil {
 			token, tokenShell = strings.TrimSpace(string(b)), "$(cat "+devToken+")"
@@ -91,21 +88,15 @@ func (o *options) command(cmd string, getenv func(string) string) (*command, err
 	if o.interval <= 0 {
 		return nil, fmt.Errorf("%s: -interval must be positive", cmd)
 	}
-	if o.tokenEnv == "" {
-		return nil, fmt.Errorf("%s: -token-env must name an environment variable", cmd)
-	}
 	if token == "" {
 		how := "set ADMIN_TOKEN to the token the service was started with (it is read from the environment only, never from a flag)"
-		switch {
-		case o.tokenEnv != adminDefaultTokenEnv:
-			how = fmt.Sprintf("set %s (named by -token-env) to the service's ADMIN_TOKEN (it is read from the environment only, never from a flag)", o.tokenEnv)
-		case dev:
+		if dev {
 			how += fmt.Sprintf("; a server in the development mode keeps its own in <data-dir>/admin-token, and there is none in %s: "+
 				"name its data dir with -data-dir or ORDERD_DATA_DIR", devToken)
 		}
 		return nil, fmt.Errorf("%s: no admin token: %s", cmd, how)
 	}
-	return &command{cmd: cmd, tokenEnv: o.tokenEnv, tokenShell: tokenShell, api: api}, nil
+	return &command{cmd: cmd, tokenShell: tokenShell, api: api}, nil
 }
 
 // parse parses args into fs, the flags of an admin subcommand bound to o
@@ -160,7 +151,6 @@ func projectionArg(cmd string, pos []string) (string, error) {
 type command struct {
 	cmd        string // subcommand, the prefix of errors
 	projection string // for hints
-	tokenEnv   string
 	tokenShell string // what gives the token in a shell: "$ADMIN_TOKEN", or the development mode's file
 	api        *orderhttp.Client
 }
@@ -210,7 +200,7 @@ func (o *command) fail(ctx context.Context, err error) error {
 		e := &adminError{cmd: o.cmd, err: pe}
 		switch {
 		case pe.Status == http.StatusUnauthorized:
-			e.hint = fmt.Sprintf("the token in %s is not the server's ADMIN_TOKEN; set %s to the token orderd was started with", o.tokenShell, o.tokenEnv)
+			e.hint = fmt.Sprintf("the token in %s is not the server's ADMIN_TOKEN; set ADMIN_TOKEN to the token orderd was started with", o.tokenShell)
 		case pe.Status == http.StatusNotFound && (pe.Type == "/problems/route" || pe.Type == ""):
 			e.hint = "the server has no admin routes: it was started without ADMIN_TOKEN, so they are off. " +
 				"Restart it with ADMIN_TOKEN set (or check -url)"

@@ -8,6 +8,6 @@
 //
 // Each subcommand is a function of its arguments, the environment
 // (getenv), stdout and stderr, so tests run it without a process. The
-// admin token is read from the environment only (ADMIN_TOKEN, or the
-// variable -token-env names), never from a flag: flags show in ps.
+// admin token is read from the environment only (ADMIN_TOKEN), never from
+// a flag: flags show in ps.
 package operator

@@ -59,7 +59,7 @@ func TestStatusTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &command{tokenEnv: "ADMIN_TOKEN", api: api}
+	c := &command{api: api}
 	show := func(p admin.ProjectionStatus) string {
 		t.Helper()
 		var b bytes.Buffer
