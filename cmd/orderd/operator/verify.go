@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/orderd/orderd/projection"
 	"io"
 	"strings"
 
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/jobs"
+	"github.com/orderd/orderd/projection"
 )
 
 const verifyUsage = `Usage: orderd verify <projection> [flags]
