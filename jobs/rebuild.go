@@ -238,7 +238,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		return err
 	}
 	m := w.jobs.projs[job.Projection]
-	ptr, err := m.Pointer(ctx, 0)
+	ptr, err := w.jobs.pointers.Get(ctx, job.Projection, m.Collection(), 0)
 	if err != nil {
 		return err
 	}
@@ -269,20 +269,21 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return w.progress(ctx, c, &t)
 		}
 		var rep projection.VerifyReport
-		if summed(cur) {
-			// The scan recorded what it wrote: the shadow is checked
-			// against that, and only what differs against the log. The
-			// scan's counts include the streams that left no document.
+		if f, ok := m.(folder); ok && !summed(cur) {
+			w.l.Info("rebuild verifies its shadow against the whole log: part of the scan recorded no sums", "job", job.ID, "projection", job.Projection)
+			rep, err = f.Verify(ctx, job.Shadow, w.events, true, progress)
+		} else {
+			// The scan recorded what it wrote (a rollup's scan, in every
+			// binary that has rollups): the shadow is checked against
+			// that, and only what differs against the log. The scan's
+			// counts include the streams that left no document.
 			rep, err = m.VerifySums(ctx, job.Shadow, true, progress)
 			rep.Events, rep.PoisonStreams = cur.Events, cur.PoisonStreams
-		} else {
-			w.l.Info("rebuild verifies its shadow against the whole log: part of the scan recorded no sums", "job", job.ID, "projection", job.Projection)
-			rep, err = m.Verify(ctx, job.Shadow, w.events, true, progress)
 		}
 		if err != nil {
 			return err
 		}
-		if ptr, err = m.Pointer(ctx, 0); err != nil {
+		if ptr, err = w.jobs.pointers.Get(ctx, job.Projection, m.Collection(), 0); err != nil {
 			return err
 		}
 		if ptr.Shadow != job.Shadow {

@@ -61,8 +61,11 @@ func activeIs(ptr projection.Pointer, v int) error {
 
 // verify runs a verify job on the active collection.
 func (w *Worker) verify(ctx context.Context, c *claim, job Job) error {
-	m := w.jobs.projs[job.Projection]
-	ptr, err := m.Pointer(ctx, 0)
+	m, ok := w.jobs.projs[job.Projection].(folder)
+	if !ok {
+		return fmt.Errorf("verify %s: %s is verified by a build: %w", job.ID, job.Projection, domain.ErrValidation)
+	}
+	ptr, err := w.jobs.pointers.Get(ctx, job.Projection, m.Collection(), 0)
 	if err != nil {
 		return err
 	}

@@ -83,17 +83,14 @@ func (c *WorkerConfig) setDefaults() {
 }
 
 // Projection is a read model as the jobs see it, whatever its document
-// type: projection.Model[D] implements it. coll
-// names one of the projection's collections (a pointer's active or
-// shadow). Every method fails with domain.ErrUnavailable when the store
-// cannot be reached.
+// type: projection.Model[D] and projection.Rollup implement it. Its
+// pointer is read through Jobs's Pointers. coll names one of the
+// projection's collections (a pointer's active or shadow). Every method
+// fails with domain.ErrUnavailable when the store cannot be reached.
 type Projection interface {
 	Name() string       // projection.Definition.Name
 	Collection() string // projection.Definition.Collection, the base collection
 	Version() int       // of the definition this process folds (projection.Definition.Ver)
-	// Pointer returns the projection's pointer, read from the store unless
-	// this process read it less than maxAge ago.
-	Pointer(ctx context.Context, maxAge time.Duration) (projection.Pointer, error)
 	// EnsureIndexes creates the projection's indexes on the collections
 	// of its version the pointer names (a rebuild's shadow among them).
 	EnsureIndexes(ctx context.Context) error
@@ -102,19 +99,25 @@ type Projection interface {
 	// projection.SumsCollection(coll). A stream that cannot be folded is
 	// counted as poison, not an error.
 	WriteFolds(ctx context.Context, coll string, streams []domain.StreamEvents) (projection.FoldResult, error)
-	// Verify compares coll with the fold of the log and, with repair,
-	// rewrites what differs; progress (nil: none) is called as it goes,
-	// and its error stops the verify. Errors: domain.ErrPointerMoved
-	// (wrapped) when a repair finds coll no longer named by the pointer,
-	// progress's and the log's.
-	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
-	// VerifySums is Verify against the sums a rebuild recorded in
+	// VerifySums compares coll with the sums a rebuild recorded in
 	// projection.SumsCollection(coll), folding again only the documents
-	// that do not match them. Errors: as Verify's.
+	// that do not match them, and with repair rewrites what differs;
+	// progress (nil: none) is called as it goes, and its error stops the
+	// verify. Errors: domain.ErrPointerMoved (wrapped) when a repair finds
+	// coll no longer named by the pointer, progress's and the log's.
 	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
 	// DropSums drops projection.SumsCollection(shadow); one that does
 	// not exist is no error.
 	DropSums(ctx context.Context, shadow string) error
+}
+
+// folder is a projection verified against the fold of the whole log
+// (projection.Model.Verify): by a verify job, and by the finish of a
+// rebuild part of whose scan recorded no sums. Verify's errors are
+// VerifySums's, and the log's.
+type folder interface {
+	Projection
+	Verify(ctx context.Context, coll string, log projection.Scanner, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
 }
 
 // starter is a projection whose build starts its shadow itself, before
@@ -473,7 +476,7 @@ func (w *Worker) buildVersions(ctx context.Context) {
 		if p == nil || ctx.Err() != nil {
 			continue
 		}
-		ptr, err := p.Pointer(ctx, buildCheckAge)
+		ptr, err := w.jobs.pointers.Get(ctx, name, p.Collection(), buildCheckAge)
 		if err != nil {
 			continue // the store is away; the next round asks again
 		}

@@ -214,13 +214,6 @@ func (r *Rollup) activeCursor(ctx context.Context, coll string) (RollupCursor, e
 // DropSums drops the contributions a build's scan recorded.
 func (r *Rollup) DropSums(ctx context.Context, coll string) error { return r.store.DropSums(ctx, coll) }
 
-// Verify is not how a rollup is verified: its verify job builds a shadow
-// and compares it with the active collection (Compare). Errors:
-// domain.ErrValidation.
-func (r *Rollup) Verify(context.Context, string, Scanner, bool, func(VerifyProgress) error) (VerifyReport, error) {
-	return VerifyReport{}, fmt.Errorf("%s: a rollup is verified by a build and a comparison: %w", r.def.Name, domain.ErrValidation)
-}
-
 // Compare compares coll, a build's shadow caught up with active, with
 // active, day by day: each day and currency whose sums differ is drift
 // ("different"; "missing" when active has no sums for it, "extra" when
