@@ -37,3 +37,28 @@ type DriftExample struct {
 	LogVersion    int64    `json:"log_version"`
 	Fields        []string `json:"fields,omitempty"` // top-level fields that differ
 }
+
+// add counts ex, a document that differs, by its kind (different when
+// it is none of the others), and keeps it among the examples while its
+// kind has fewer than examplesPerKind.
+func (r *VerifyReport) add(ex DriftExample) {
+	switch ex.Kind {
+	case "extra":
+		r.Extra++
+	case "missing":
+		r.Missing++
+	case "stale":
+		r.Stale++
+	default:
+		r.Different++
+	}
+	kinds := 0
+	for _, e := range r.Examples {
+		if e.Kind == ex.Kind {
+			kinds++
+		}
+	}
+	if kinds < examplesPerKind {
+		r.Examples = append(r.Examples, ex)
+	}
+}

@@ -299,22 +299,13 @@ func (r *Rollup) diff(rep *VerifyReport, active, built []SalesYear, pos int64) {
 	for _, k := range slices.Sorted(maps.Keys(all)) {
 		h, inHave := have[k]
 		w, inWant := want[k]
-		ex := DriftExample{ID: k}
 		switch {
-		case inHave && inWant && h == w:
-			continue
 		case !inHave:
-			ex.Kind = "missing"
-			rep.Missing++
+			rep.add(DriftExample{ID: k, Kind: "missing"})
 		case !inWant:
-			ex.Kind = "extra"
-			rep.Extra++
-		default:
-			ex.Kind, ex.Fields = "different", DiffFields(h, w)
-			rep.Different++
-		}
-		if n := len(rep.Examples); n < examplesPerKind*3 {
-			rep.Examples = append(rep.Examples, ex)
+			rep.add(DriftExample{ID: k, Kind: "extra"})
+		case h != w:
+			rep.add(DriftExample{ID: k, Kind: "different", Fields: DiffFields(h, w)})
 		}
 	}
 }

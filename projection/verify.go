@@ -262,28 +262,10 @@ func (p *Model[D]) recheck(ctx context.Context, coll, id string, repair bool, re
 		}
 		expected.Add(h)
 	}
-	ex := d.DriftExample
-	switch ex.Kind {
-	case "":
+	if d.Kind == "" {
 		return nil
-	case "extra":
-		rep.Extra++
-	case "missing":
-		rep.Missing++
-	case "stale":
-		rep.Stale++
-	default:
-		rep.Different++
 	}
-	kinds := 0
-	for _, e := range rep.Examples {
-		if e.Kind == ex.Kind {
-			kinds++
-		}
-	}
-	if kinds < examplesPerKind {
-		rep.Examples = append(rep.Examples, ex)
-	}
+	rep.add(d.DriftExample)
 	if !repair {
 		return nil
 	}
@@ -292,11 +274,11 @@ func (p *Model[D]) recheck(ctx context.Context, coll, id string, repair bool, re
 	}
 	s := p.ReadModel(coll)
 	s.cache.Remove(id)
-	if ex.Kind == "extra" {
+	if d.Kind == "extra" {
 		if err := p.store.Delete(ctx, coll, id); err != nil {
 			return fmt.Errorf("repair %s: delete %s: %w", coll, id, err)
 		}
-	} else if err := p.overwrite(ctx, s, id, d.want, ex.StoredVersion, d.exists); err != nil {
+	} else if err := p.overwrite(ctx, s, id, d.want, d.StoredVersion, d.exists); err != nil {
 		return err
 	}
 	rep.Repaired++
