@@ -25,6 +25,9 @@ type Pointers interface {
 	DropAfter(ctx context.Context, collection string) (time.Time, bool, error)
 	// Unretire takes collection off the collections to drop.
 	Unretire(ctx context.Context, collection string) error
+	// Drop drops collection now; one that does not exist is no error. It
+	// stays on the drop list if it is there.
+	Drop(ctx context.Context, collection string) error
 	// DropRetired drops the retired collections whose time has come by
 	// now, except any a pointer names as active or shadow, and returns
 	// their names, with those dropped before a failure.

@@ -351,7 +351,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			return err
 		}
 	}
-	if err := w.dropSums(ctx, m, job); err != nil {
+	if err := w.dropSums(ctx, job); err != nil {
 		return err
 	}
 	if err := w.jobs.store.FinishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
@@ -386,12 +386,12 @@ func summed(job Job) bool {
 // finish's verify. They are put on the drop list first, for the grace
 // period, so that neither a crash before the drop nor a batch a deposed
 // scan owner writes after it can leave them behind.
-func (w *Worker) dropSums(ctx context.Context, m Projection, job Job) error {
+func (w *Worker) dropSums(ctx context.Context, job Job) error {
 	sums := projection.SumsCollection(job.Shadow)
 	if err := w.jobs.pointers.Retire(ctx, job.Projection, sums, "sums of rebuild "+job.ID, w.jobs.now().Add(w.cfg.Grace)); err != nil {
 		return err
 	}
-	return m.DropSums(ctx, job.Shadow)
+	return w.jobs.pointers.Drop(ctx, sums)
 }
 
 // nothingReplaced is recorded as the collection a switch replaces when

@@ -106,9 +106,6 @@ type Projection interface {
 	// verify. Errors: domain.ErrPointerMoved (wrapped) when a repair finds
 	// coll no longer named by the pointer, progress's and the log's.
 	VerifySums(ctx context.Context, coll string, repair bool, progress func(projection.VerifyProgress) error) (projection.VerifyReport, error)
-	// DropSums drops projection.SumsCollection(shadow); one that does
-	// not exist is no error.
-	DropSums(ctx context.Context, shadow string) error
 }
 
 // folder is a projection verified against the fold of the whole log

@@ -302,6 +302,15 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 	return dropped, nil
 }
 
+// Drop drops collection now; one that does not exist is no error. It
+// stays on the drop list if it is there. Errors: domain.ErrUnavailable.
+func (ps *Pointers) Drop(ctx context.Context, collection string) error {
+	if err := ps.coll.Database().Collection(collection).Drop(ctx); err != nil {
+		return fmt.Errorf("drop %s: %w", collection, Translate(err))
+	}
+	return nil
+}
+
 // Ensure writes the first pointer document of projection name (base: its
 // base collection; version: the version of its definition this process
 // folds) when it has none, so that every process agrees on what readers

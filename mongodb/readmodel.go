@@ -269,19 +269,6 @@ func (s *Documents[D]) EachSum(ctx context.Context, coll string, fn func(project
 	})
 }
 
-// DropSums drops the sums recorded for coll.
-func (s *Documents[D]) DropSums(ctx context.Context, coll string) error {
-	return dropSums(ctx, s.db, coll)
-}
-
-// dropSums drops projection.SumsCollection(coll).
-func dropSums(ctx context.Context, db *mongo.Database, coll string) error {
-	if err := db.Collection(projection.SumsCollection(coll)).Drop(ctx); err != nil {
-		return fmt.Errorf("drop %s: %w", projection.SumsCollection(coll), Translate(err))
-	}
-	return nil
-}
-
 // splitSuperseded splits the error of an unordered bulk write of guarded
 // writes (or inserts): the indexes whose write met an existing _id (a
 // duplicate key), and what else went wrong (nil if nothing).

@@ -257,6 +257,3 @@ func (s *Rollups) EachContribution(ctx context.Context, coll string, fn func(pro
 		return fn(projection.Contribution{Stream: d.ID, Day: d.Day, Currency: d.Currency, Sales: projection.DaySales(d.Sales)})
 	})
 }
-
-// DropSums drops the contributions recorded for coll.
-func (s *Rollups) DropSums(ctx context.Context, coll string) error { return dropSums(ctx, s.db, coll) }

@@ -148,8 +148,6 @@ type RollupStore interface {
 	SaveContributions(ctx context.Context, coll string, cs []Contribution) error
 	// EachContribution calls fn with every contribution recorded for coll.
 	EachContribution(ctx context.Context, coll string, fn func(Contribution) error) error
-	// DropSums drops what SaveContributions recorded for coll.
-	DropSums(ctx context.Context, coll string) error
 }
 
 // Contribution is what a stream's events add to the daily sales, on the

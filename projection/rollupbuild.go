@@ -211,9 +211,6 @@ func (r *Rollup) activeCursor(ctx context.Context, coll string) (RollupCursor, e
 	return cur, err
 }
 
-// DropSums drops the contributions a build's scan recorded.
-func (r *Rollup) DropSums(ctx context.Context, coll string) error { return r.store.DropSums(ctx, coll) }
-
 // Compare compares coll, a build's shadow caught up with active, with
 // active, day by day: each day and currency whose sums differ is drift
 // ("different"; "missing" when active has no sums for it, "extra" when

@@ -43,9 +43,6 @@ type Store[D any] interface {
 	SaveSums(ctx context.Context, coll string, sums []Sum) error
 	// EachSum calls fn with every sum recorded for coll.
 	EachSum(ctx context.Context, coll string, fn func(Sum) error) error
-	// DropSums drops SumsCollection(coll); one that does not exist is no
-	// error.
-	DropSums(ctx context.Context, coll string) error
 }
 
 // Doc is a document with its stream id.

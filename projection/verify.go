@@ -219,13 +219,6 @@ func (v *verifying) end(progress func(VerifyProgress) error) (VerifyReport, erro
 	return v.rep, nil
 }
 
-// DropSums drops the SumsCollection of shadow, which the rebuild's finish
-// no longer needs once it has verified and switched. Errors:
-// domain.ErrUnavailable.
-func (p *Model[D]) DropSums(ctx context.Context, shadow string) error {
-	return p.store.DropSums(ctx, shadow)
-}
-
 // leftovers returns the ids of the documents a verify left unmatched:
 // those whose key is still in seen, or shared with another document, read
 // from the read model again (nil when there are none), sorted.
