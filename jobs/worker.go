@@ -50,15 +50,6 @@ const DefaultConcurrency = 4
 // WithDefaults returns c with its zero fields set to the defaults in
 // brackets, for a program that shows or checks them before NewWorker.
 func (c WorkerConfig) WithDefaults() WorkerConfig {
-	c.setDefaults()
-	return c
-}
-
-// DefaultSettle is WorkerConfig.Settle when it is not set: longer than
-// projection.WriterPointerAge, with room for the pointer read's own time.
-const DefaultSettle = 250 * time.Millisecond
-
-func (c *WorkerConfig) setDefaults() {
 	if c.LeaseTTL <= 0 {
 		c.LeaseTTL = 15 * time.Second
 	}
@@ -80,7 +71,12 @@ func (c *WorkerConfig) setDefaults() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 5
 	}
+	return c
 }
+
+// DefaultSettle is WorkerConfig.Settle when it is not set: longer than
+// projection.WriterPointerAge, with room for the pointer read's own time.
+const DefaultSettle = 250 * time.Millisecond
 
 // Projection is a read model as the jobs see it, whatever its document
 // type: projection.Model[D] and projection.Rollup implement it. Its
@@ -155,7 +151,7 @@ type Publisher func(ctx context.Context, events []domain.Event) (int, error)
 // and republishing through pub (nil: replay jobs are left to other
 // instances).
 func NewWorker(jobs *Jobs, events EventLog, pub Publisher, cfg WorkerConfig, l *slog.Logger) *Worker {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	for name := range jobs.projs {
 		cfg.Metrics.initRebuild(name)
 	}
