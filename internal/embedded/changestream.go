@@ -581,16 +581,9 @@ func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 		i, _ := d.Lookup("index").AsInt64OK()
 		failed[i] = true
 	}
-	i := int64(0)
-	for _, sec := range cmd.msg.sections {
-		if sec.identifier != "documents" {
-			continue
-		}
-		for _, d := range sec.docs {
-			if !failed[i] && int64(len(stored)) < n {
-				stored = append(stored, d)
-			}
-			i++
+	for i, d := range cmd.msg.seqs["documents"] {
+		if !failed[int64(i)] && int64(len(stored)) < n {
+			stored = append(stored, d)
 		}
 	}
 	return stored, int64(len(stored)) == n

@@ -299,7 +299,7 @@ func relay(up, c net.Conn, req []byte) ([]byte, error) {
 // driver sends createIndexes as its body alone) comes back unchanged.
 func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	var cmd bson.D
-	if m == nil || len(m.sections) != 1 || bson.Unmarshal(m.body(), &cmd) != nil {
+	if m == nil || len(m.seqs) != 0 || bson.Unmarshal(m.body(), &cmd) != nil {
 		return req
 	}
 	exists, _ := bson.Marshal(bson.D{{Key: "$exists", Value: true}})

@@ -54,18 +54,13 @@ func (d double) MarshalJSON() ([]byte, error) {
 // the driver sends them, leave the update to FerretDB.
 func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 	guarded := false
-	for _, s := range m.sections {
-		for _, r := range s.docs {
-			if s.identifier != "updates" {
-				continue
-			}
-			g, ok := guardOf(r)
-			if !ok {
-				return nil, false, false
-			}
-			guarded = guarded || len(g.guard) > 0
-			stmts = append(stmts, g)
+	for _, r := range m.seqs["updates"] {
+		g, ok := guardOf(r)
+		if !ok {
+			return nil, false, false
 		}
+		guarded = guarded || len(g.guard) > 0
+		stmts = append(stmts, g)
 	}
 	ordered, isBool := m.body().Lookup("ordered").BooleanOK()
 	return stmts, ordered || !isBool, guarded || len(stmts) > maxUpdate

@@ -56,35 +56,25 @@ func msgFlags(msg []byte) uint32 {
 	return binary.LittleEndian.Uint32(msg[16:20])
 }
 
-// opMsg is an OP_MSG's flags and sections, parsed once per request.
+// opMsg is an OP_MSG's flags, its body (the kind-0 section) and its
+// document sequences (kind-1 sections) by identifier, parsed once per
+// request.
 type opMsg struct {
-	flags    uint32
-	sections []section
+	flags uint32
+	doc   bson.Raw
+	seqs  map[string][]bson.Raw
 }
 
-// section is one section of an OP_MSG: its body (kind 0, one document) or
-// a document sequence (kind 1) with its identifier.
-type section struct {
-	kind       byte
-	identifier string
-	docs       []bson.Raw
-}
-
-// body is the command's body, its kind-0 section; nil for a nil m.
+// body is the command's body; nil for a nil m.
 func (m *opMsg) body() bson.Raw {
 	if m == nil {
 		return nil
 	}
-	for _, s := range m.sections {
-		if s.kind == 0 {
-			return s.docs[0]
-		}
-	}
-	return nil
+	return m.doc
 }
 
 // parseOpMsg splits an OP_MSG into its sections without copying them; nil
-// when msg is not a well-formed OP_MSG.
+// when msg is not a well-formed OP_MSG (at most one body).
 // Not wire.OpMsg.UnmarshalBinaryNocopy: at v0.0.7 it also decodes every
 // document (FerretDB/wire#7), 29 times the time of this parse on a
 // 200-document insert (docs/embedded-store.md, "Why the funnel parses
@@ -104,10 +94,10 @@ func parseOpMsg(msg []byte) *opMsg {
 		switch kind {
 		case 0:
 			l, err := wirebson.FindRaw(msg[p:end])
-			if err != nil {
+			if err != nil || m.doc != nil {
 				return nil
 			}
-			m.sections = append(m.sections, section{kind: 0, docs: []bson.Raw{msg[p : p+l]}})
+			m.doc = msg[p : p+l]
 			p += l
 		case 1:
 			// int32 size (itself included), cstring identifier, documents.
@@ -123,16 +113,17 @@ func parseOpMsg(msg []byte) *opMsg {
 			if err != nil {
 				return nil
 			}
-			s := section{kind: 1, identifier: id}
+			if m.seqs == nil {
+				m.seqs = map[string][]bson.Raw{}
+			}
 			for docs := seq[wirebson.SizeCString(id):]; len(docs) > 0; {
 				l, err := wirebson.FindRaw(docs)
 				if err != nil {
 					return nil
 				}
-				s.docs = append(s.docs, bson.Raw(docs[:l]))
+				m.seqs[id] = append(m.seqs[id], bson.Raw(docs[:l]))
 				docs = docs[l:]
 			}
-			m.sections = append(m.sections, s)
 			p += size
 		default:
 			return nil
