@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -26,7 +27,6 @@ import (
 
 // Error codes from MongoDB's error_codes.yml.
 const (
-	codeCursorNotFound            = 43
 	codeCursorInUse               = 292
 	codeCommandNotSupported       = 115
 	codeInvalidResumeToken        = 260
@@ -69,9 +69,9 @@ type streams struct {
 	mu        sync.Mutex
 	lastID    int64 // cursor ids go on from the start's time: no id of an earlier run names a new stream
 	cursors   map[int64]*streamCursor
-	streamed  map[[2]string]bool          // {db, coll}: a stream has been opened on it since the start
-	wake      map[[2]string]chan struct{} // {db, coll}: closed and replaced at each committed insert
-	forgotten map[string]int64            // uuid → the last forgotten rowid
+	streamed  map[[2]string]bool // {db, coll}: a stream has been opened on it since the start
+	wake      chan struct{}      // closed and replaced at each committed insert
+	forgotten map[string]int64   // uuid → the last forgotten rowid
 }
 
 // streamCursor is an open change stream.
@@ -86,7 +86,7 @@ type streamCursor struct {
 
 func newStreams(files *idIndex, testCommands bool) *streams {
 	return &streams{files: files, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
-		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: map[[2]string]chan struct{}{},
+		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: make(chan struct{}),
 		forgotten: map[string]int64{}}
 }
 
@@ -101,28 +101,20 @@ func (s *streams) close() {
 	}
 }
 
-// committed wakes the streams of db.coll: an insert into it committed.
-func (s *streams) committed(db, coll string) {
+// committed wakes the waiting streams, of every collection: an insert
+// committed. Each reads its own collection again.
+func (s *streams) committed() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{db, coll}
-	if ch, ok := s.wake[k]; ok {
-		close(ch)
-		delete(s.wake, k)
-	}
+	close(s.wake)
+	s.wake = make(chan struct{})
 }
 
-// waitChan is closed at the next committed insert into db.coll.
-func (s *streams) waitChan(db, coll string) chan struct{} {
+// waitChan is closed at the next committed insert.
+func (s *streams) waitChan() chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := [2]string{db, coll}
-	ch, ok := s.wake[k]
-	if !ok {
-		ch = make(chan struct{})
-		s.wake[k] = ch
-	}
-	return ch
+	return s.wake
 }
 
 // dropOwnedBy drops the cursors whose client connection closed.
@@ -138,11 +130,10 @@ func (s *streams) dropOwnedBy(c net.Conn) {
 
 // position is what one read of a collection's table found.
 type position struct {
-	exists bool
-	uuid   string  // hex, noUUID when !exists
-	table  string  // the collection's SQLite table
-	end    int64   // the largest rowid, 0 for an empty table
-	rows   []int64 // the rowids after the position asked, in order
+	uuid  string  // hex; noUUID when the collection does not exist
+	table string  // the collection's SQLite table
+	end   int64   // the largest rowid, 0 for an empty table
+	rows  []int64 // the rowids after the position asked, in order
 }
 
 // read reads db.coll's identity, end and up to limit rowids after rowid
@@ -168,7 +159,7 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 	if b, err := hex.DecodeString(u); err != nil || len(b) != 16 {
 		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
-	p.exists, p.uuid, p.table = true, u, table
+	p.uuid, p.table = u, table
 	var end sql.NullInt64
 	if err := tx.QueryRow(fmt.Sprintf(`SELECT max(rowid) FROM %q`, table)).Scan(&end); err != nil {
 		return p, err
@@ -267,7 +258,7 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 		if !ok || u == noUUID && rowid != 0 {
 			return refuse(codeInvalidResumeToken, "InvalidResumeToken", "$changeStream: not a resume token of the embedded store")
 		}
-		if u != noUUID && (!p.exists || u != p.uuid) {
+		if u != noUUID && u != p.uuid {
 			return refuse(codeChangeStreamHistLost, "ChangeStreamHistoryLost",
 				fmt.Sprintf("$changeStream: the resume token is of another incarnation of %s.%s (dropped or re-created since)", cmd.db, cmd.collection))
 		}
@@ -331,15 +322,15 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
-		woken := s.waitChan(cur.db, cur.coll) // before the read: no commit is missed
+		woken := s.waitChan() // before the read: no commit is missed
 		p, err := s.read(context.Background(), cur.db, cur.coll, cur.pos, limit)
 		if err != nil {
 			return refusal(1, "InternalError", "getMore: "+err.Error()), nil
 		}
-		if p.exists && cur.uuid == noUUID && cur.pos == 0 {
-			cur.uuid = p.uuid // created since the stream opened
+		if cur.uuid == noUUID {
+			cur.uuid = p.uuid // created since the stream opened, if at all
 		}
-		if !p.exists && cur.uuid != noUUID || p.exists && p.uuid != cur.uuid {
+		if p.uuid != cur.uuid {
 			s.mu.Lock()
 			delete(s.cursors, cur.id)
 			s.mu.Unlock()
@@ -431,36 +422,32 @@ func readBack(up net.Conn, db, coll, id string, projection bson.D) (bson.Raw, er
 	return bytes.Clone(doc), nil
 }
 
-// killStreams serves a killCursors naming the funnel's cursors; handled is
-// false when it names none (FerretDB answers it). One naming the funnel's
-// cursors and others together is refused (NotImplemented): the driver
-// kills a cursor at a time.
+// killStreams serves a killCursors naming one of the funnel's cursors, as
+// the driver sends it (a cursor at a time); handled is false when it names
+// none of them (FerretDB answers it). One naming a funnel's cursor among
+// others is refused (NotImplemented).
 func (f *funnel) killStreams(c net.Conn, req []byte, cmd command) (handled bool, err error) {
 	s := f.streams
 	arr, _ := cmd.msg.body().Lookup("cursors").ArrayOK()
 	vals, _ := arr.Values()
-	var killed bson.A
 	s.mu.Lock()
-	for _, v := range vals {
+	ours := slices.ContainsFunc(vals, func(v bson.RawValue) bool {
 		id, _ := v.AsInt64OK()
-		if cur := s.cursors[id]; cur != nil && cur.db == cmd.db && cur.coll == cmd.collection {
-			killed = append(killed, id)
-		}
-	}
-	if len(killed) == len(vals) {
-		for _, id := range killed {
-			delete(s.cursors, id.(int64))
-		}
+		cur := s.cursors[id]
+		return cur != nil && cur.db == cmd.db && cur.coll == cmd.collection
+	})
+	if ours && len(vals) == 1 {
+		delete(s.cursors, vals[0].AsInt64())
 	}
 	s.mu.Unlock()
 	switch {
-	case len(killed) == 0:
+	case !ours:
 		return false, nil
-	case len(killed) < len(vals):
+	case len(vals) > 1:
 		return true, answer(c, req, cmd, refusal(codeNotImplemented, "NotImplemented",
-			"killCursors: the embedded store kills its change streams' cursors apart from other cursors"))
+			"killCursors: the embedded store kills its change streams' cursors one at a time, apart from other cursors"))
 	}
-	return true, answer(c, req, cmd, bson.D{{Key: "cursorsKilled", Value: killed}, {Key: "cursorsNotFound", Value: bson.A{}},
+	return true, answer(c, req, cmd, bson.D{{Key: "cursorsKilled", Value: bson.A{vals[0].AsInt64()}}, {Key: "cursorsNotFound", Value: bson.A{}},
 		{Key: "cursorsAlive", Value: bson.A{}}, {Key: "cursorsUnknown", Value: bson.A{}}, {Key: "ok", Value: 1.0}})
 }
 
@@ -471,7 +458,7 @@ func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 	if err != nil {
 		return answer(c, req, cmd, refusal(1, "InternalError", ForgetChangesCommand+": "+err.Error()))
 	}
-	if !p.exists {
+	if p.uuid == noUUID {
 		return answer(c, req, cmd, refusal(26, "NamespaceNotFound", fmt.Sprintf("%s: no collection %s.%s", ForgetChangesCommand, cmd.db, cmd.collection)))
 	}
 	s.mu.Lock()
@@ -533,7 +520,7 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 // documents").
 func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	s := f.streams
-	defer s.committed(cmd.db, cmd.collection)
+	defer s.committed()
 	if !s.watched(cmd.db, cmd.collection) {
 		return
 	}
@@ -549,7 +536,7 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	end += int64(len(stored))
 	if !ok {
 		p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
-		if err != nil || !p.exists {
+		if err != nil || p.uuid == noUUID {
 			f.log.Warn("embedded store change stream: the table's end not read; its events read their documents back",
 				"db", cmd.db, "collection", cmd.collection, "err", err)
 			return

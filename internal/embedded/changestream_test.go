@@ -19,6 +19,9 @@ import (
 // insertsOnlyPipeline is the stream the embedded store serves.
 var insertsOnlyPipeline = mongo.Pipeline{{{Key: "$match", Value: bson.D{{Key: "operationType", Value: "insert"}}}}}
 
+// codeCursorNotFound is MongoDB's answer to a getMore of no open cursor.
+const codeCursorNotFound = 43
+
 // within bounds a wait that only a deadlock would exceed.
 const within = 30 * time.Second
 
