@@ -230,10 +230,7 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 			"$changeStream: the embedded store serves change streams of one collection only")
 	}
 	arr, _ := body.Lookup("pipeline").ArrayOK()
-	stages, err := arr.Values()
-	if err != nil || len(stages) == 0 {
-		return refuse(codeBadValue, "BadValue", "pipeline: not an array of stages")
-	}
+	stages, _ := arr.Values()
 	if len(stages) != 2 || !bytes.Equal(stages[1].Value, insertsStage) {
 		return refuse(codeNotImplemented, "NotImplemented",
 			`$changeStream: the embedded store reports inserts only; add {$match: {operationType: "insert"}} as the stream's only other stage`)
@@ -467,9 +464,9 @@ func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 	return answer(c, req, cmd, bson.D{{Key: "forgottenThrough", Value: token(p.uuid, p.end)}, {Key: "ok", Value: 1.0}})
 }
 
-// serveStream serves the change-stream commands (and compact and the
-// test commands) of a client; served is false for any other command. up
-// returns the client's own upstream connection.
+// serveStream serves the change-stream commands (and compact,
+// renameCollection and the test commands) of a client; served is false
+// for any other command. up returns the client's own upstream connection.
 func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net.Conn, error)) (served bool, err error) {
 	switch strings.ToLower(cmd.name) {
 	case "aggregate":
@@ -499,6 +496,9 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 	case "compact": // a full compaction runs VACUUM, which may renumber the rows streams are ordered by
 		return true, answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
 			"compact: refused by the embedded store: a full compaction runs SQLite's VACUUM, which may renumber the rows its change streams are ordered and resumed by"))
+	case "renamecollection": // the service renames none
+		return true, answer(c, req, cmd, refusal(codeCommandNotSupported, "CommandNotSupported",
+			"renameCollection: refused by the embedded store, whose change streams and _id indexes know collections by name"))
 	case strings.ToLower(ForgetChangesCommand):
 		if !f.streams.testCommands {
 			return false, nil

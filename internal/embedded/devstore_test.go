@@ -3,6 +3,7 @@ package embedded
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -164,7 +165,9 @@ func TestIDIndexAppliedAtStart(t *testing.T) {
 }
 
 // TestIndexedStoreKeepsWorking exercises what FerretDB does to a table
-// with the extra index: update, upsert, delete, rename, and reads of each.
+// with the extra index: update, upsert, delete, and reads of each. A
+// rename, which the funnel's cache and indexes could not follow, is
+// refused.
 func TestIndexedStoreKeepsWorking(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
@@ -181,24 +184,25 @@ func TestIndexedStoreKeepsWorking(t *testing.T) {
 	if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "k-00004"}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "renameCollection", Value: "ops.c"}, {Key: "to", Value: "ops.d"}}).Err(); err != nil {
-		t.Fatalf("rename: %v", err)
+	err := c.Database("admin").RunCommand(ctx, bson.D{{Key: "renameCollection", Value: "ops.c"}, {Key: "to", Value: "ops.d"}}).Err()
+	var se mongo.ServerError
+	if !errors.As(err, &se) || !se.HasErrorCode(codeCommandNotSupported) {
+		t.Fatalf("rename: %v, want CommandNotSupported", err)
 	}
-	renamed := c.Database("ops").Collection("d")
-	usesIDIndex(t, renamed)
+	usesIDIndex(t, coll)
 	for id, want := range map[string]int{"k-00003": 300, "new": -1, "k-00005": 5} {
 		var got struct {
 			N int `bson:"n"`
 		}
-		if err := renamed.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&got); err != nil || got.N != want {
+		if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&got); err != nil || got.N != want {
 			t.Errorf("%s: n=%d, %v; want %d", id, got.N, err, want)
 		}
 	}
-	if err := renamed.FindOne(ctx, bson.D{{Key: "_id", Value: "k-00004"}}).Err(); err != mongo.ErrNoDocuments {
+	if err := coll.FindOne(ctx, bson.D{{Key: "_id", Value: "k-00004"}}).Err(); err != mongo.ErrNoDocuments {
 		t.Errorf("deleted document: %v", err)
 	}
-	if n, err := renamed.CountDocuments(ctx, bson.D{}); err != nil || n != 20 {
-		t.Errorf("count after rename: %d, %v; want 20", n, err)
+	if n, err := coll.CountDocuments(ctx, bson.D{}); err != nil || n != 20 {
+		t.Errorf("count: %d, %v; want 20", n, err)
 	}
 }
 

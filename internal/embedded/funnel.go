@@ -46,7 +46,7 @@ type funnel struct {
 var writeCommands = map[string]bool{
 	"insert": true, "update": true, "delete": true, "findandmodify": true,
 	"create": true, "drop": true, "dropdatabase": true, "createindexes": true,
-	"dropindexes": true, "renamecollection": true,
+	"dropindexes": true,
 }
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger, testCommands bool) *funnel {
@@ -206,6 +206,13 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 		return err
 	}
 	switch name {
+	case "drop":
+		f.index.forget(cmd.db, cmd.collection)
+		f.streams.cache.dropCollection(cmd.db, cmd.collection)
+		return nil
+	case "dropdatabase":
+		f.index.forget(cmd.db, "")
+		return nil
 	case "delete", "findandmodify":
 		// A delete may free the table's last rowids for the next insert:
 		// the cached documents may no longer be at theirs.
@@ -215,21 +222,8 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	case "update": // an upsert adds a row
 		f.streams.cache.setEnd(cmd.db, cmd.collection, 0, false)
 	}
-	switch name {
-	case "drop", "renamecollection":
-		f.index.forget(cmd.db, cmd.collection)
-		f.streams.cache.dropCollection(cmd.db, cmd.collection)
-		if to, _ := cmd.msg.body().Lookup("to").StringValueOK(); name == "renamecollection" {
-			if db, coll, ok := strings.Cut(to, "."); ok {
-				f.streams.cache.dropCollection(db, coll)
-			}
-		}
-	case "dropdatabase":
-		f.index.forget(cmd.db, "")
-	default:
-		if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
-			f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)
-		}
+	if err := f.index.ensure(context.Background(), cmd.db, cmd.collection); err != nil {
+		f.log.Warn("embedded store _id index", "db", cmd.db, "collection", cmd.collection, "err", err)
 	}
 	return nil
 }

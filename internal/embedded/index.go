@@ -97,7 +97,7 @@ func (x *idIndex) ensureAll(ctx context.Context) error {
 	return nil
 }
 
-// forget marks collection coll of db as not indexed (dropped or renamed):
+// forget marks collection coll of db as not indexed (dropped):
 // the next write to that name checks again. With coll "" it forgets every
 // collection of db and closes the handle of its file (a dropped database),
 // and with db "" too every handle (the store's close).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"strings"
 
 	"github.com/FerretDB/wire"
 	"github.com/FerretDB/wire/wirebson"
@@ -152,10 +151,6 @@ func parseCommand(msg []byte) (cmd command, ok bool) {
 	cmd = command{name: elems[0].Key(), msg: m}
 	cmd.collection, _ = elems[0].Value().StringValueOK()
 	cmd.db, _ = body.Lookup("$db").StringValueOK()
-	if strings.EqualFold(cmd.name, "renameCollection") {
-		// {renameCollection: "db.from", to: "db.to"}, sent to admin.
-		cmd.db, cmd.collection, _ = strings.Cut(cmd.collection, ".")
-	}
 	return cmd, true
 }
 
