@@ -371,7 +371,7 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, p position) (bson.A, err
 		if !ok {
 			id, err := f.streams.idAt(cur.db, p.table, rowid)
 			if err == nil {
-				doc, err = readBack(up, cur.db, cur.coll, id, nil)
+				doc, err = readBack(up, cur.db, cur.coll, id)
 			}
 			if err != nil {
 				return nil, err
@@ -400,18 +400,14 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, p position) (bson.A, err
 	return out, nil
 }
 
-// readBack reads one document from FerretDB by its string _id on up, with
-// projection unless it is nil; nil when there is none (or id is "").
-func readBack(up net.Conn, db, coll, id string, projection bson.D) (bson.Raw, error) {
+// readBack reads one document from FerretDB by its string _id on up; nil
+// when there is none (or id is "").
+func readBack(up net.Conn, db, coll, id string) (bson.Raw, error) {
 	if id == "" {
 		return nil, nil
 	}
-	find := bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
-		{Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db}}
-	if projection != nil {
-		find = append(find, bson.E{Key: "projection", Value: projection})
-	}
-	reply, err := roundTrip(up, find)
+	reply, err := roundTrip(up, bson.D{{Key: "find", Value: coll}, {Key: "filter", Value: bson.D{{Key: "_id", Value: id}}},
+		{Key: "limit", Value: int64(1)}, {Key: "singleBatch", Value: true}, {Key: "$db", Value: db}})
 	if err != nil {
 		return nil, err
 	}

@@ -251,34 +251,23 @@ func (f *funnel) serveFind(up, c net.Conn, req []byte, cmd command) (served bool
 	if !ok || len(ids) > maxPage {
 		return false, nil
 	}
-	// The projection a document is read back with adds the filter's fields,
-	// so that the filter can be checked.
-	var fields bson.D
-	added := map[string]bool{}
-	for _, p := range q.projection {
-		fields = append(fields, bson.E{Key: p, Value: 1})
-	}
-	for _, e := range q.equal {
-		if q.projection != nil && !slices.Contains(q.projection, e.field) && !added[e.field] {
-			fields, added[e.field] = append(fields, bson.E{Key: e.field, Value: 1}), true
-		}
-	}
 	docs, size := bson.A{}, 0
 	for _, id := range ids {
 		if q.limit > 0 && int64(len(docs)) == q.limit {
 			break
 		}
-		doc, err := readBack(up, cmd.db, cmd.collection, id, fields)
+		doc, err := readBack(up, cmd.db, cmd.collection, id)
 		if err != nil {
 			return true, err
 		}
 		if doc == nil || !matches(doc, q.equal) { // gone, or changed since
 			continue
 		}
+		doc = projected(doc, q.projection)
 		if size += len(doc); size > maxBatchBytes {
 			return false, nil // FerretDB answers it with a cursor
 		}
-		docs = append(docs, without(doc, added))
+		docs = append(docs, doc)
 	}
 	if int64(len(docs)) < q.limit && int64(len(ids)) == q.limit {
 		return false, nil // candidates failed, and the next ones were not read
@@ -323,15 +312,17 @@ func matches(doc bson.Raw, equal []fieldValue) bool {
 	return true
 }
 
-// without returns doc without the top-level fields named in drop.
-func without(doc bson.Raw, drop map[string]bool) bson.Raw {
-	if len(drop) == 0 {
+// projected returns doc with its _id and the top-level fields named in
+// fields alone, in the document's order, as FerretDB answers an inclusion
+// projection; doc itself for nil fields (no projection).
+func projected(doc bson.Raw, fields []string) bson.Raw {
+	if fields == nil {
 		return doc
 	}
 	elems, _ := doc.Elements()
 	kept := make([][]byte, 0, len(elems))
 	for _, e := range elems {
-		if !drop[e.Key()] {
+		if e.Key() == "_id" || slices.Contains(fields, e.Key()) {
 			kept = append(kept, e)
 		}
 	}
