@@ -192,8 +192,7 @@ func (s *streams) idAt(db, table string, rowid int64) (string, error) {
 		return "", err
 	}
 	var id string
-	err = h.QueryRow(fmt.Sprintf(`SELECT iif(_ferretdb_sjson->>'$."$s".p._id.t' = 'string', _ferretdb_sjson->>'$._id', '')
-		FROM %q WHERE rowid = ?`, table), rowid).Scan(&id)
+	err = h.QueryRow(fmt.Sprintf(`SELECT iif(%s = 'string', %s, '') FROM %q WHERE rowid = ?`, idType, idExpr, table), rowid).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return "", nil
 	}

@@ -298,22 +298,20 @@ func withoutPartialFilters(req []byte, m *opMsg) []byte {
 	}
 	exists, _ := bson.Marshal(bson.D{{Key: "$exists", Value: true}})
 	changed := false
-	for _, e := range cmd {
-		indexes, _ := e.Value.(bson.A)
-		for j := range indexes {
-			raw, _ := bson.Marshal(indexes[j])
-			spec := bson.Raw(raw)
-			partial, _ := spec.Lookup("partialFilterExpression").DocumentOK()
-			filter, _ := partial.Elements()
-			unique, _ := spec.Lookup("unique").BooleanOK()
-			if e.Key != "indexes" || !unique || len(filter) != 1 || !bytes.Equal(filter[0].Value().Value, exists) {
-				continue
-			}
-			if _, err := spec.LookupErr("key", filter[0].Key()); err == nil {
-				d, _ := indexes[j].(bson.D)
-				indexes[j] = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "partialFilterExpression" })
-				changed = true
-			}
+	indexes, _ := field(cmd, "indexes").(bson.A)
+	for j := range indexes {
+		raw, _ := bson.Marshal(indexes[j])
+		spec := bson.Raw(raw)
+		partial, _ := spec.Lookup("partialFilterExpression").DocumentOK()
+		filter, _ := partial.Elements()
+		unique, _ := spec.Lookup("unique").BooleanOK()
+		if !unique || len(filter) != 1 || !bytes.Equal(filter[0].Value().Value, exists) {
+			continue
+		}
+		if _, err := spec.LookupErr("key", filter[0].Key()); err == nil {
+			d, _ := indexes[j].(bson.D)
+			indexes[j] = slices.DeleteFunc(d, func(e bson.E) bool { return e.Key == "partialFilterExpression" })
+			changed = true
 		}
 	}
 	body, err := bson.Marshal(cmd)
