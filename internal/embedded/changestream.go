@@ -48,16 +48,12 @@ const (
 // only WithTestCommands; a restart forgets it.
 const ForgetChangesCommand = "forgetChangesBefore"
 
-// StoreOption configures StartStore.
-type StoreOption func(*storeOptions)
-
-type storeOptions struct {
-	testCommands bool
-}
+// StoreOption configures the funnel StartStore starts.
+type StoreOption func(*funnel)
 
 // WithTestCommands makes the store serve its test commands
 // (ForgetChangesCommand); without it they are unknown commands.
-func WithTestCommands() StoreOption { return func(o *storeOptions) { o.testCommands = true } }
+func WithTestCommands() StoreOption { return func(f *funnel) { f.streams.testCommands = true } }
 
 // streams is the funnel's change-stream state.
 type streams struct {
@@ -84,8 +80,8 @@ type streamCursor struct {
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
 
-func newStreams(files *idIndex, testCommands bool) *streams {
-	return &streams{files: files, testCommands: testCommands, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
+func newStreams(files *idIndex) *streams {
+	return &streams{files: files, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
 		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: make(chan struct{}),
 		forgotten: map[string]int64{}}
 }

@@ -58,10 +58,6 @@ func (s *Store) WriteCosts() map[WriteKind]WriteCost { return s.funnel.slot.cost
 // every client reaches it. It returns once the funnel accepts connections.
 // Options: WithTestCommands.
 func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store, error) {
-	var o storeOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("embedded store dir: %w", err)
 	}
@@ -110,7 +106,10 @@ func StartStore(dir, addr string, log *slog.Logger, opts ...StoreOption) (*Store
 	if err != nil {
 		return fail(fmt.Errorf("embedded store: %w", err))
 	}
-	s.funnel = newFunnel(ln, upstream, s.index, log, o.testCommands)
+	s.funnel = newFunnel(ln, upstream, s.index, log)
+	for _, opt := range opts {
+		opt(s.funnel)
+	}
 	go s.funnel.serve()
 	s.URI = "mongodb://" + ln.Addr().String() + "/"
 	return s, nil

@@ -49,9 +49,9 @@ var writeCommands = map[string]bool{
 	"dropindexes": true,
 }
 
-func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger, testCommands bool) *funnel {
+func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
 	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
-		streams: newStreams(index, testCommands)}
+		streams: newStreams(index)}
 }
 
 // serve accepts clients until the listener is closed.

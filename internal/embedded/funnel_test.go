@@ -109,7 +109,7 @@ func TestCloseDropsRequestsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFunnel(ln, up.Addr().String(), newIDIndex(t.TempDir()), slog.New(slog.DiscardHandler), false)
+	f := newFunnel(ln, up.Addr().String(), newIDIndex(t.TempDir()), slog.New(slog.DiscardHandler))
 	go f.serve()
 
 	insert := opMsgOf(t, bson.D{{Key: "insert", Value: "c"}, {Key: "$db", Value: "d"}}, "documents", bson.D{{Key: "_id", Value: 1}})
@@ -344,7 +344,7 @@ func startStoreThrough(t *testing.T, dir string, via func(upstream string) strin
 		t.Fatal(err)
 	}
 	index := newIDIndex(dir)
-	f := newFunnel(ln, via(strings.TrimSuffix(strings.TrimPrefix(fdb.MongoDBURI(), "mongodb://"), "/")), index, log, false)
+	f := newFunnel(ln, via(strings.TrimSuffix(strings.TrimPrefix(fdb.MongoDBURI(), "mongodb://"), "/")), index, log)
 	go f.serve()
 	c, err := mongo.Connect(options.Client().ApplyURI("mongodb://" + ln.Addr().String() + "/"))
 	if err != nil {
