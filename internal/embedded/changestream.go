@@ -75,7 +75,7 @@ type streamCursor struct {
 	id       int64
 	db, coll string
 	uuid     string     // hex; noUUID while the collection did not exist
-	pos      int64      // the rowid reported last (or examined last)
+	pos      int64      // the rowid of the last event reported, or where it opened
 	owner    net.Conn   // the client connection that used it last
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
@@ -338,9 +338,6 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 				return refusal(1, "InternalError", "getMore: a document of the stream could not be read back from the store"), nil
 			}
 			return cursorReply(cur, "nextBatch", events), nil
-		}
-		if p.end > cur.pos {
-			cur.pos = p.end
 		}
 		select {
 		case <-woken:
