@@ -128,12 +128,13 @@ func (s *streams) dropOwnedBy(c net.Conn) {
 type position struct {
 	uuid  string  // hex; noUUID when the collection does not exist
 	table string  // the collection's SQLite table
-	end   int64   // the largest rowid, 0 for an empty table
+	end   int64   // the largest rowid, 0 for an empty table (a read of no rows)
 	rows  []int64 // the rowids after the position asked, in order
 }
 
-// read reads db.coll's identity, end and up to limit rowids after rowid
-// after, in one snapshot (a transaction of reads).
+// read reads db.coll's identity and, with a limit, up to limit rowids
+// after rowid after, in one snapshot (a transaction of reads), or without
+// one (limit 0) its end.
 func (s *streams) read(ctx context.Context, db, coll string, after int64, limit int) (position, error) {
 	p := position{uuid: noUUID}
 	h, err := s.files.handle(db)
@@ -156,13 +157,11 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		return p, fmt.Errorf("collection %s.%s: uuid %q", db, coll, meta.UUID)
 	}
 	p.uuid, p.table = u, table
-	var end sql.NullInt64
-	if err := tx.QueryRow(fmt.Sprintf(`SELECT max(rowid) FROM %q`, table)).Scan(&end); err != nil {
+	if limit <= 0 {
+		var end sql.NullInt64
+		err := tx.QueryRow(fmt.Sprintf(`SELECT max(rowid) FROM %q`, table)).Scan(&end)
+		p.end = end.Int64
 		return p, err
-	}
-	p.end = end.Int64
-	if limit <= 0 || after >= p.end {
-		return p, nil
 	}
 	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT rowid FROM %q WHERE rowid > ? ORDER BY rowid LIMIT ?`, table), after, limit)
 	if err != nil {
