@@ -65,9 +65,8 @@ type streams struct {
 	mu        sync.Mutex
 	lastID    int64 // cursor ids go on from the start's time: no id of an earlier run names a new stream
 	cursors   map[int64]*streamCursor
-	streamed  map[[2]string]bool // {db, coll}: a stream has been opened on it since the start
-	wake      chan struct{}      // closed and replaced at each committed insert
-	forgotten map[string]int64   // uuid → the last forgotten rowid
+	wake      chan struct{}    // closed and replaced at each committed insert
+	forgotten map[string]int64 // uuid → the last forgotten rowid
 }
 
 // streamCursor is an open change stream.
@@ -82,7 +81,7 @@ type streamCursor struct {
 
 func newStreams(files *idIndex) *streams {
 	return &streams{files: files, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
-		cursors: map[int64]*streamCursor{}, streamed: map[[2]string]bool{}, wake: make(chan struct{}),
+		cursors: map[int64]*streamCursor{}, wake: make(chan struct{}),
 		forgotten: map[string]int64{}}
 }
 
@@ -268,7 +267,6 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 	s.lastID++
 	cur.id = s.lastID
 	s.cursors[cur.id] = cur
-	s.streamed[[2]string{cmd.db, cmd.collection}] = true
 	s.mu.Unlock()
 	// An empty first batch and no operationTime: the driver keeps this
 	// batch's postBatchResumeToken and resumes from it (mongo/change_stream.go).
@@ -497,10 +495,11 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 
 // insertCommitted records what an insert command (cmd, answered with
 // reply; nil when the answer did not parse) stored, and wakes the
-// collection's streams. When a stream has read the collection, the
-// documents the reply says were stored go to the cache under the rowids
-// they took: writes run one at a time and SQLite gives a new row the
-// table's largest rowid plus one. That rowid is counted from insert to
+// streams. Into a log (LogCollection, the one collection the service
+// streams), the documents the reply says were stored go to the cache
+// under the rowids they took, whether or not a stream is open, so that
+// one opened later finds them: writes run one at a time and SQLite gives
+// a new row the table's largest rowid plus one. That rowid is counted from insert to
 // insert and read from the table only when not known: read after every
 // insert, it cost 60 to 100 µs an insert of one commit, about a fifth of
 // the insert (docs/embedded-store.md, "Why the change streams cache
@@ -508,7 +507,7 @@ func (f *funnel) serveStream(c net.Conn, req []byte, cmd command, up func() (net
 func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	s := f.streams
 	defer s.committed()
-	if !s.watched(cmd.db, cmd.collection) {
+	if cmd.collection != LogCollection {
 		return
 	}
 	stored, known := storedDocs(cmd, reply)
@@ -561,15 +560,4 @@ func storedDocs(cmd command, reply bson.Raw) (stored []bson.Raw, known bool) {
 		}
 	}
 	return stored, int64(len(stored)) == n
-}
-
-// watched reports whether a change stream has been opened on db.coll
-// since the store started: a stream opened again finds what was inserted
-// meanwhile cached. Cached only while a stream was open, the relay of
-// BenchmarkRelayPublish read each commit back and published about a tenth
-// as fast (docs/embedded-store.md, "Why the change streams cache documents").
-func (s *streams) watched(db, coll string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.streamed[[2]string{db, coll}]
 }

@@ -92,8 +92,7 @@ func wantServerCode(t *testing.T, what string, err error, code int) {
 }
 
 // startToken opens a stream on coll and closes it again: the token to
-// resume from, and coll watched, so that the funnel caches what is
-// inserted into it from then on.
+// resume from.
 func startToken(t *testing.T, coll *mongo.Collection) bson.Raw {
 	t.Helper()
 	cs, err := coll.Watch(t.Context(), insertsOnlyPipeline)
@@ -447,7 +446,7 @@ func TestChangeStreamReadsBackAfterRestart(t *testing.T) {
 // what reading them back would give.
 func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
-	coll := c.Database("cs").Collection("closed")
+	coll := c.Database("closed").Collection(LogCollection)
 	ctx := t.Context()
 	start := startToken(t, coll)
 	inserted := bson.D{{Key: "_id", Value: "a"}, {Key: "v", Value: 1}}
@@ -480,7 +479,7 @@ func TestChangeStreamKeepsWhatWasInsertedWhileClosed(t *testing.T) {
 // own document.
 func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	_, c := startStore(t, t.TempDir())
-	coll := c.Database("cs").Collection("written")
+	coll := c.Database("written").Collection(LogCollection)
 	ctx := t.Context()
 	start := startToken(t, coll)
 	a, b, late, k, last := doc("a", 1), doc("b", 2), doc("late", 3), doc("k", 4), doc("last", 5)
@@ -490,7 +489,7 @@ func TestChangeStreamAfterOtherWrites(t *testing.T) {
 	if _, err := coll.DeleteOne(ctx, bson.D{{Key: "_id", Value: "b"}}); err != nil {
 		t.Fatal(err)
 	}
-	unacked := c.Database("cs").Collection("written", options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
+	unacked := c.Database("written").Collection(LogCollection, options.Collection().SetWriteConcern(writeconcern.Unacknowledged()))
 	if _, err := unacked.InsertOne(ctx, late); err != nil {
 		t.Fatal(err)
 	}

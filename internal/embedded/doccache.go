@@ -3,12 +3,12 @@ package embedded
 import "sync"
 
 // docCache holds the raw BSON of documents the funnel saw inserted into a
-// collection a change stream has read, by the rowid each took, so that the
-// relay's stream does not read each commit back from FerretDB: with it the
+// log (LogCollection), by the rowid each took, so that the relay's stream
+// does not read each commit back from FerretDB: with it the
 // read models became visible after a command in half the time
 // (docs/embedded-store.md, "Why the change streams cache documents"). The
 // oldest go first beyond maxCachedDocs or maxCachedBytes. It keeps each
-// such collection's largest rowid too, where it knows it (insertCommitted).
+// log's largest rowid too, where it knows it (insertCommitted).
 type docCache struct {
 	mu    sync.Mutex
 	docs  map[cacheKey][]byte

@@ -216,7 +216,7 @@ func (f *funnel) write(c net.Conn, req []byte, cmd command) error {
 	case "delete", "findandmodify":
 		// A delete may free the table's last rowids for the next insert:
 		// the cached documents may no longer be at theirs.
-		if f.streams.watched(cmd.db, cmd.collection) {
+		if cmd.collection == LogCollection {
 			f.streams.cache.dropCollection(cmd.db, cmd.collection)
 		}
 	case "update": // an upsert adds a row

@@ -297,7 +297,7 @@ func TestChangeStreamAfterAWriteWhoseAnswerWasLost(t *testing.T) {
 	p := &cuttingProxy{cut: []byte("lost-answer"), cutDone: make(chan struct{})}
 	c := startStoreThrough(t, t.TempDir(), p.start(t))
 	ctx := t.Context()
-	coll := c.Database("cs").Collection("cut")
+	coll := c.Database("cs").Collection(LogCollection)
 	start := startToken(t, coll)
 	a, lost, next := doc("a", 1), doc("lost-answer", 2), doc("next", 3)
 	if _, err := coll.InsertOne(ctx, a); err != nil {
