@@ -27,14 +27,13 @@ const (
 type Jobs struct {
 	jobs, tasks, locks *mongo.Collection
 	leases             *Leases // of the tasks
-	now                func() time.Time
 }
 
 // NewJobs returns the job store of db.
 func NewJobs(db *mongo.Database) *Jobs {
 	durably := options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)
 	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
-		locks: db.Collection(LocksCollection, durably), leases: newLeases(db, TasksCollection, "lease_until"), now: time.Now}
+		locks: db.Collection(LocksCollection, durably), leases: newLeases(db, TasksCollection, "lease_until")}
 }
 
 // InsertJob stores a new job.
@@ -175,7 +174,7 @@ func (s *Jobs) Latest(ctx context.Context, projection string, kind jobs.JobKind)
 // FinishJob writes a job's final state, its finish time and, unless
 // empty, its error and report.
 func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, errMsg string, report *projection.VerifyReport) error {
-	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.now().UTC()}}
+	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: time.Now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
 	}
@@ -203,7 +202,7 @@ type lockDoc struct {
 func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
 	key := "rebuild:" + projection
 	for attempt := 0; attempt < 3; attempt++ {
-		_, err := s.locks.InsertOne(ctx, lockDoc{ID: key, Job: job, Since: s.now().UTC()})
+		_, err := s.locks.InsertOne(ctx, lockDoc{ID: key, Job: job, Since: time.Now().UTC()})
 		if err == nil {
 			return nil
 		}
@@ -219,7 +218,7 @@ func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
 		}
 		held, err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: l.Job}}).Raw()
 		switch {
-		case errors.Is(err, mongo.ErrNoDocuments) && s.now().Sub(l.Since) < time.Minute:
+		case errors.Is(err, mongo.ErrNoDocuments) && time.Now().Sub(l.Since) < time.Minute:
 			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
 		case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
 			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))

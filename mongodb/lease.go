@@ -59,14 +59,12 @@ type Leases struct {
 	// expiry names the field holding a claim's deadline: "expires_at",
 	// or "lease_until" in a job's task.
 	expiry string
-	now    func() time.Time
 }
 
 // newLeases returns the leases kept in collection of db, whose claims'
 // deadlines are in the field expiry.
 func newLeases(db *mongo.Database, collection, expiry string) *Leases {
-	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)),
-		expiry: expiry, now: time.Now}
+	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)), expiry: expiry}
 }
 
 // Claim takes the lease name for holder for ttl if it is free, has
@@ -76,18 +74,18 @@ func newLeases(db *mongo.Database, collection, expiry string) *Leases {
 // it (or got it first). It is one upsert: when another holder has the
 // lease, its insert is refused by the unique _id.
 func (l *Leases) Claim(ctx context.Context, name, holder string, ttl time.Duration) (lease.Lease, bool, error) {
-	now := l.now()
-	return l.claim(ctx, name, holder, ttl, now, l.free(holder, now), nil, true)
+	now := time.Now()
+	free := bson.D{{Key: "$or", Value: append(l.expired(now), bson.D{{Key: "owner", Value: holder}})}}
+	return l.claim(ctx, name, holder, ttl, now, free, nil, true)
 }
 
-// free is the part of a claim's filter that matches a lease holder may
-// take at now: one never held (no deadline), expired, or its own.
-func (l *Leases) free(holder string, now time.Time) bson.D {
-	return bson.D{{Key: "$or", Value: bson.A{
+// expired is the part of a claim's filter that matches a lease no one
+// holds at now: one never held (no deadline), or expired.
+func (l *Leases) expired(now time.Time) bson.A {
+	return bson.A{
 		bson.D{{Key: l.expiry, Value: bson.D{{Key: "$exists", Value: false}}}},
 		bson.D{{Key: l.expiry, Value: bson.D{{Key: "$lt", Value: now}}}},
-		bson.D{{Key: "owner", Value: holder}},
-	}}}
+	}
 }
 
 // claim moves the lease document name, if it also matches cond, to a new
@@ -134,20 +132,12 @@ func fence(held lease.Lease) bson.D {
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
 // passed to another claim.
 func (l *Leases) Renew(ctx context.Context, held lease.Lease, ttl time.Duration) (lease.Lease, error) {
-	now := l.now()
-	res, err := l.coll.UpdateOne(ctx, fence(held), l.renewal(now, ttl))
-	if err != nil {
-		return held, fmt.Errorf("renew lease %s: %w", held.Name, Translate(err))
-	}
-	if res.MatchedCount == 0 {
-		return held, fmt.Errorf("renew lease %s at epoch %d: %w", held.Name, held.Epoch, domain.ErrLeaseLost)
+	now := time.Now()
+	if err := l.write(ctx, held, bson.D{{Key: l.expiry, Value: now.Add(ttl)}, {Key: "renewed_at", Value: now}}, "renew lease"); err != nil {
+		return held, err
 	}
 	held.RenewedAt, held.ExpiresAt = now, now.Add(ttl)
 	return held, nil
-}
-
-func (l *Leases) renewal(now time.Time, ttl time.Duration) bson.D {
-	return bson.D{{Key: "$set", Value: bson.D{{Key: l.expiry, Value: now.Add(ttl)}, {Key: "renewed_at", Value: now}}}}
 }
 
 // Release gives lease up, so that another holder can claim it at once
@@ -357,7 +347,7 @@ func (l *Lease) SaveCheckpoint(ctx context.Context, cp outbox.Checkpoint) error 
 	}
 	return l.leases.write(ctx, held, bson.D{{Key: "checkpoint", Value: bson.D{{Key: "position", Value: bson.Raw(cp.Token)},
 		{Key: "recorded_at", Value: cp.RecordedAt}, {Key: "log_position", Value: int64(cp.Position)}, {Key: "seq", Value: int64(cp.Seq)},
-		{Key: "saved_at", Value: l.leases.now()}}}}, "save checkpoint")
+		{Key: "saved_at", Value: time.Now()}}}}, "save checkpoint")
 }
 
 // Status returns the lease's holder and deadline and its checkpoint's

@@ -27,7 +27,7 @@ const TasksCollection = "projection_job_tasks"
 // changes them. It returns the task as claimed and the claim's lease, or
 // false and no error when another runner holds it or got it first.
 func (s *Jobs) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.Duration, state string) (jobs.Task, lease.Lease, bool, error) {
-	now := s.leases.now()
+	now := time.Now()
 	utc := now.UTC()
 	if t.StartedAt.IsZero() {
 		t.StartedAt = utc
@@ -39,10 +39,7 @@ func (s *Jobs) Claim(ctx context.Context, t jobs.Task, holder string, ttl time.D
 	if len(t.Resumes) > 0 {
 		set = append(set, bson.E{Key: "resumes", Value: t.Resumes})
 	}
-	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: bson.A{
-		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: "lease_until", Value: bson.D{{Key: "$lt", Value: now}}}},
-	}}}
+	free := bson.D{{Key: "epoch", Value: t.Epoch}, {Key: "$or", Value: s.leases.expired(now)}}
 	lease, ok, err := s.leases.claim(ctx, t.ID, holder, ttl, now, free, set, false)
 	if err != nil || !ok {
 		return t, lease, false, err
@@ -69,7 +66,7 @@ func (s *Jobs) Checkpoint(ctx context.Context, lease lease.Lease, t jobs.Task) e
 // its error, under lease. Errors: domain.ErrLeaseLost when the task has
 // passed to another claim.
 func (s *Jobs) Finish(ctx context.Context, lease lease.Lease, state, errMsg string) error {
-	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: s.leases.now().UTC()}}
+	set := bson.D{{Key: "state", Value: state}, {Key: "finished_at", Value: time.Now().UTC()}}
 	if errMsg != "" {
 		set = append(set, bson.E{Key: "error", Value: errMsg})
 	}
