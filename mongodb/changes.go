@@ -168,12 +168,8 @@ var historyLostCodes = []int{
 // domain.ErrHistoryLost.
 func translateStream(err error) error {
 	var se mongo.ServerError
-	if errors.As(err, &se) {
-		for _, code := range historyLostCodes {
-			if se.HasErrorCode(code) {
-				return fmt.Errorf("%w: %v", domain.ErrHistoryLost, err)
-			}
-		}
+	if errors.As(err, &se) && slices.ContainsFunc(historyLostCodes, se.HasErrorCode) {
+		return fmt.Errorf("%w: %v", domain.ErrHistoryLost, err)
 	}
 	return Translate(err)
 }

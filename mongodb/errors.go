@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/x/mongo/driver/topology"
@@ -43,15 +44,8 @@ func Translate(err error) error {
 // shutting down, a time limit (codes from MongoDB's error_codes.yml), or
 // one the server labels retryable.
 func transient(se mongo.ServerError) bool {
-	if se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") {
-		return true
-	}
-	for _, code := range transientCodes {
-		if se.HasErrorCode(code) {
-			return true
-		}
-	}
-	return false
+	return se.HasErrorLabel("RetryableWriteError") || se.HasErrorLabel("TransientTransactionError") ||
+		slices.ContainsFunc(transientCodes, se.HasErrorCode)
 }
 
 // transientCodes are the server errors that pass, from MongoDB's
