@@ -193,15 +193,11 @@ type commitKey struct {
 // the relay's catch-up when its change stream cannot resume, not a hot
 // path. Errors: domain.ErrUnavailable, or fn's.
 func (s *EventStore) RecordedSince(ctx context.Context, since time.Time, batch int, fn func([]domain.RecordedCommit) error) error {
-	cur, err := s.commits.Find(ctx, bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gte", Value: since}}}},
+	keys, err := findAll[commitKey](ctx, s.commits, bson.D{{Key: "recorded_at", Value: bson.D{{Key: "$gte", Value: since}}}},
 		options.Find().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).
 			SetProjection(bson.D{{Key: "_id", Value: 1}, {Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}, {Key: "recorded_at", Value: 1}}))
 	if err != nil {
-		return fmt.Errorf("read the log since %s: %w", since.Format(time.RFC3339Nano), Translate(err))
-	}
-	var keys []commitKey
-	if err := cur.All(ctx, &keys); err != nil {
-		return fmt.Errorf("read the log since %s: %w", since.Format(time.RFC3339Nano), Translate(err))
+		return fmt.Errorf("read the log since %s: %w", since.Format(time.RFC3339Nano), err)
 	}
 	ids := inStreamOrder(keys)
 	for len(ids) > 0 {
@@ -255,14 +251,10 @@ func inStreamOrder(keys []commitKey) []string {
 // index from its start; on FerretDB it decodes the log. Both once, at the
 // relay's first start on a log. Errors: domain.ErrUnavailable.
 func (s *EventStore) OldestUnpublished(ctx context.Context) (at time.Time, found bool, err error) {
-	var k commitKey
-	err = s.commits.FindOne(ctx, bson.D{{Key: "published", Value: bson.D{{Key: "$ne", Value: true}}}},
-		options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetProjection(bson.D{{Key: "recorded_at", Value: 1}})).Decode(&k)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, false, nil
-	}
+	k, found, err := findOne[commitKey](ctx, s.commits, bson.D{{Key: "published", Value: bson.D{{Key: "$ne", Value: true}}}},
+		options.FindOne().SetSort(bson.D{{Key: "recorded_at", Value: 1}}).SetProjection(bson.D{{Key: "recorded_at", Value: 1}}))
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("find the oldest unpublished commit: %w", Translate(err))
+		return time.Time{}, false, fmt.Errorf("find the oldest unpublished commit: %w", err)
 	}
-	return k.RecordedAt, true, nil
+	return k.RecordedAt, found, nil
 }

@@ -47,13 +47,9 @@ func (s *DeadLetters) List(ctx context.Context, projection string, limit int64) 
 	if projection != "" {
 		filter = bson.D{{Key: "projection", Value: projection}}
 	}
-	cur, err := s.coll.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "parked_at", Value: 1}}).SetLimit(limit))
+	docs, err := findAll[deadLetterDoc](ctx, s.coll, filter, options.Find().SetSort(bson.D{{Key: "parked_at", Value: 1}}).SetLimit(limit))
 	if err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", Translate(err))
-	}
-	var docs []deadLetterDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list dead letters: %w", Translate(err))
+		return nil, fmt.Errorf("list dead letters: %w", err)
 	}
 	out := make([]projector.DeadLetter, len(docs))
 	for i, d := range docs {
@@ -76,13 +72,12 @@ func (s *DeadLetters) Count(ctx context.Context, projection string) (int64, erro
 // document). On success the dead letter is deleted; on failure it stays,
 // with the new error. Errors: domain.ErrNotFound for an unknown id.
 func (s *DeadLetters) Retry(ctx context.Context, id string, apply func(context.Context, []domain.Event) error) error {
-	var d deadLetterDoc
-	err := s.coll.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return fmt.Errorf("dead letter %s: %w", id, domain.ErrNotFound)
+	d, found, err := findOne[deadLetterDoc](ctx, s.coll, bson.D{{Key: "_id", Value: id}})
+	if err == nil && !found {
+		err = domain.ErrNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("dead letter %s: %w", id, Translate(err))
+		return fmt.Errorf("dead letter %s: %w", id, err)
 	}
 	e, err := domain.UnmarshalEvent([]byte(d.Payload))
 	if err == nil {

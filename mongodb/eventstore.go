@@ -200,14 +200,11 @@ func (s *EventStore) Append(ctx context.Context, c domain.Commit) (time.Time, er
 // is there, only the idempotency key, stored in an earlier commit of the
 // same stream, can have collided.
 func (s *EventStore) duplicate(ctx context.Context, c domain.Commit) error {
-	var d commitDoc
-	err := s.commits.FindOne(ctx, bson.D{{Key: "_id", Value: CommitID(c.StreamID, c.ExpectedVersion+1)}}).Decode(&d)
+	d, found, err := findOne[commitDoc](ctx, s.commits, bson.D{{Key: "_id", Value: CommitID(c.StreamID, c.ExpectedVersion+1)}})
 	switch {
-	case errors.Is(err, mongo.ErrNoDocuments) && c.IdempotencyKey != "":
-		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
-	case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
-		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, Translate(err))
-	case err == nil && c.IdempotencyKey != "" && d.IdempotencyKey == c.IdempotencyKey:
+	case err != nil:
+		return fmt.Errorf("append %s at v%d: %w", c.StreamID, c.ExpectedVersion, err)
+	case c.IdempotencyKey != "" && (!found || d.IdempotencyKey == c.IdempotencyKey):
 		return fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 	}
 	s.metrics.conflict()

@@ -2,7 +2,6 @@ package mongodb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -60,13 +59,12 @@ func (s *Jobs) InsertTasks(ctx context.Context, tasks []jobs.Task) error {
 // Job returns the job id as stored, without its tasks. Errors:
 // domain.ErrNotFound for an unknown id.
 func (s *Jobs) Job(ctx context.Context, id string) (jobs.Job, error) {
-	var job jobDoc
-	err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&job)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return jobs.Job{}, fmt.Errorf("job %s: %w", id, domain.ErrNotFound)
+	job, found, err := findOne[jobDoc](ctx, s.jobs, bson.D{{Key: "_id", Value: id}})
+	if err == nil && !found {
+		err = domain.ErrNotFound
 	}
 	if err != nil {
-		return jobs.Job{}, fmt.Errorf("job %s: %w", id, Translate(err))
+		return jobs.Job{}, fmt.Errorf("job %s: %w", id, err)
 	}
 	return job.job(), nil
 }
@@ -92,13 +90,9 @@ func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]jobs.Task, er
 
 // findTasks returns the tasks filter selects, by id.
 func (s *Jobs) findTasks(ctx context.Context, filter bson.D) ([]jobs.Task, error) {
-	cur, err := s.tasks.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
+	docs, err := findAll[taskDoc](ctx, s.tasks, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, Translate(err)
-	}
-	var docs []taskDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
+		return nil, err
 	}
 	tasks := make([]jobs.Task, len(docs))
 	for i, d := range docs {
@@ -158,14 +152,13 @@ func (s *Jobs) SavePlan(ctx context.Context, job jobs.Job) error {
 
 // Latest returns the most recent job of a kind for a projection, or nil.
 func (s *Jobs) Latest(ctx context.Context, projection string, kind jobs.JobKind) (*jobs.Job, error) {
-	var job jobDoc
-	err := s.jobs.FindOne(ctx, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
-		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}})).Decode(&job)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
+	job, found, err := findOne[jobDoc](ctx, s.jobs, bson.D{{Key: "projection", Value: projection}, {Key: "kind", Value: kind}},
+		options.FindOne().SetSort(bson.D{{Key: "created_at", Value: -1}}))
 	if err != nil {
-		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, Translate(err))
+		return nil, fmt.Errorf("latest %s of %s: %w", kind, projection, err)
+	}
+	if !found {
+		return nil, nil
 	}
 	j := job.job()
 	return &j, nil
@@ -209,20 +202,20 @@ func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
 		if !mongo.IsDuplicateKeyError(err) {
 			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
 		}
-		var l lockDoc
-		if err := s.locks.FindOne(ctx, bson.D{{Key: "_id", Value: key}}).Decode(&l); err != nil {
-			if errors.Is(err, mongo.ErrNoDocuments) {
-				continue
-			}
-			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+		l, found, err := findOne[lockDoc](ctx, s.locks, bson.D{{Key: "_id", Value: key}})
+		if err != nil {
+			return fmt.Errorf("rebuild lock of %s: %w", projection, err)
 		}
-		held, err := s.jobs.FindOne(ctx, bson.D{{Key: "_id", Value: l.Job}}).Raw()
+		if !found {
+			continue
+		}
+		held, found, err := findOne[jobDoc](ctx, s.jobs, bson.D{{Key: "_id", Value: l.Job}})
 		switch {
-		case errors.Is(err, mongo.ErrNoDocuments) && time.Now().Sub(l.Since) < time.Minute:
+		case err != nil:
+			return fmt.Errorf("rebuild lock of %s: %w", projection, err)
+		case !found && time.Since(l.Since) < time.Minute:
 			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
-		case err != nil && !errors.Is(err, mongo.ErrNoDocuments):
-			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
-		case err == nil && !jobs.JobState(held.Lookup("state").StringValue()).Final():
+		case found && !held.State.Final():
 			return fmt.Errorf("rebuild %s: %w", l.Job, domain.ErrJobRunning)
 		}
 		if err := s.Unlock(ctx, projection, l.Job); err != nil {

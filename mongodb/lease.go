@@ -180,12 +180,9 @@ func (l *Leases) Get(ctx context.Context, name string) (lease.Lease, error) {
 // find reads the document of lease name, with whatever its holder keeps
 // beside the lease; nil when it has none.
 func (l *Leases) find(ctx context.Context, name string) (bson.Raw, error) {
-	raw, err := l.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Raw()
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil, nil
-	}
+	raw, _, err := findOne[bson.Raw](ctx, l.coll, bson.D{{Key: "_id", Value: name}})
 	if err != nil {
-		return nil, fmt.Errorf("lease %s: %w", name, Translate(err))
+		return nil, fmt.Errorf("lease %s: %w", name, err)
 	}
 	return raw, nil
 }

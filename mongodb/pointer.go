@@ -74,16 +74,14 @@ func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge tim
 	if ok && time.Since(c.at) < maxAge {
 		return c.p, nil
 	}
-	var p projection.Pointer
-	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
+	p, found, err := findOne[projection.Pointer](ctx, ps.coll, bson.D{{Key: "_id", Value: name}})
 	switch {
-	case errors.Is(err, mongo.ErrNoDocuments):
-		p = projection.Pointer{Projection: name, Active: collection}
+	case err != nil && ok && orLast:
+		return c.p, nil
 	case err != nil:
-		if ok && orLast {
-			return c.p, nil
-		}
-		return projection.Pointer{}, fmt.Errorf("pointer of %s: %w", name, Translate(err))
+		return projection.Pointer{}, fmt.Errorf("pointer of %s: %w", name, err)
+	case !found:
+		p = projection.Pointer{Projection: name, Active: collection}
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -194,13 +192,12 @@ func (ps *Pointers) Retire(ctx context.Context, projection, collection, reason s
 // projection without a pointer is retired already: nothing is done.
 // Errors: domain.ErrUnavailable.
 func (ps *Pointers) RetireProjection(ctx context.Context, name string, after time.Time) error {
-	var p projection.Pointer
-	err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: name}}).Decode(&p)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return nil
-	}
+	p, found, err := findOne[projection.Pointer](ctx, ps.coll, bson.D{{Key: "_id", Value: name}})
 	if err != nil {
-		return fmt.Errorf("retire projection %s: %w", name, Translate(err))
+		return fmt.Errorf("retire projection %s: %w", name, err)
+	}
+	if !found {
+		return nil
 	}
 	colls := []string{name, p.Active, p.Previous, p.Shadow}
 	if p.Shadow != "" {
@@ -224,15 +221,11 @@ func (ps *Pointers) RetireProjection(ctx context.Context, name string, after tim
 // DropAfter returns when retired collection is to be dropped, and false
 // when it is not retired. Errors: domain.ErrUnavailable.
 func (ps *Pointers) DropAfter(ctx context.Context, collection string) (time.Time, bool, error) {
-	var d retiredDoc
-	err := ps.retired.FindOne(ctx, bson.D{{Key: "_id", Value: collection}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return time.Time{}, false, nil
-	}
+	d, found, err := findOne[retiredDoc](ctx, ps.retired, bson.D{{Key: "_id", Value: collection}})
 	if err != nil {
-		return time.Time{}, false, fmt.Errorf("retired %s: %w", collection, Translate(err))
+		return time.Time{}, false, fmt.Errorf("retired %s: %w", collection, err)
 	}
-	return d.DropAfter, true, nil
+	return d.DropAfter, found, nil
 }
 
 // Unretire takes collection off the list of collections to drop (it is
@@ -250,30 +243,25 @@ func (ps *Pointers) Unretire(ctx context.Context, collection string) error {
 // no switch back can reach a dropped collection. Errors:
 // domain.ErrUnavailable, with the names dropped before the failure.
 func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, error) {
-	cur, err := ps.retired.Find(ctx, bson.D{})
+	docs, err := findAll[retiredDoc](ctx, ps.retired, bson.D{})
 	if err != nil {
-		return nil, fmt.Errorf("list retired collections: %w", Translate(err))
-	}
-	var docs []retiredDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, fmt.Errorf("list retired collections: %w", Translate(err))
+		return nil, fmt.Errorf("list retired collections: %w", err)
 	}
 	var dropped []string
 	for _, d := range docs {
 		if now.Before(d.DropAfter) {
 			continue
 		}
-		var p projection.Pointer
-		err := ps.coll.FindOne(ctx, bson.D{{Key: "_id", Value: d.Projection}}).Decode(&p)
-		if err != nil && !errors.Is(err, mongo.ErrNoDocuments) {
-			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, Translate(err))
+		p, found, err := findOne[projection.Pointer](ctx, ps.coll, bson.D{{Key: "_id", Value: d.Projection}})
+		if err != nil {
+			return dropped, fmt.Errorf("pointer of %s: %w", d.Projection, err)
 		}
-		if err == nil && (p.Active == d.Collection || p.Shadow == d.Collection) {
+		if found && (p.Active == d.Collection || p.Shadow == d.Collection) {
 			// In use again (switched back to).
 			_, _ = ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}})
 			continue
 		}
-		if err == nil && p.Previous == d.Collection {
+		if found && p.Previous == d.Collection {
 			// Its grace is over: no switch back to it from now on. The
 			// compare-and-set loses to a switch back made meanwhile.
 			p, err := ps.Update(ctx, d.Projection, p.Active, func(p *projection.Pointer) (bool, error) {

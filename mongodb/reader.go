@@ -54,13 +54,12 @@ func (r *Reader) Summary(ctx context.Context, orderID string) (domain.Order, err
 	if err != nil {
 		return domain.Order{}, err
 	}
-	var d stored[domain.Order]
-	err = coll.FindOne(ctx, bson.D{{Key: "_id", Value: orderID}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return domain.Order{}, fmt.Errorf("order summary %s: %w", orderID, domain.ErrNotFound)
+	d, found, err := findOne[stored[domain.Order]](ctx, coll, bson.D{{Key: "_id", Value: orderID}})
+	if err == nil && !found {
+		err = domain.ErrNotFound
 	}
 	if err != nil {
-		return domain.Order{}, fmt.Errorf("order summary %s: %w", orderID, Translate(err))
+		return domain.Order{}, fmt.Errorf("order summary %s: %w", orderID, err)
 	}
 	return d.Doc, nil
 }

@@ -80,13 +80,9 @@ func (s *Documents[D]) Load(ctx context.Context, coll string, ids []string) (map
 		g.SetLimit(parallel)
 		for _, id := range ids {
 			g.Go(func() error {
-				var d stored[D]
-				err := c.FindOne(gctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-				if errors.Is(err, mongo.ErrNoDocuments) {
-					return nil
-				}
-				if err != nil {
-					return Translate(err)
+				d, found, err := findOne[stored[D]](gctx, c, bson.D{{Key: "_id", Value: id}})
+				if err != nil || !found {
+					return err
 				}
 				mu.Lock()
 				out[id] = d.Doc
@@ -96,13 +92,9 @@ func (s *Documents[D]) Load(ctx context.Context, coll string, ids []string) (map
 		}
 		return out, g.Wait()
 	}
-	cursor, err := c.Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
+	docs, err := findAll[stored[D]](ctx, c, bson.D{{Key: "_id", Value: bson.D{{Key: "$in", Value: ids}}}})
 	if err != nil {
-		return nil, Translate(err)
-	}
-	var docs []stored[D]
-	if err := cursor.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
+		return nil, err
 	}
 	for _, d := range docs {
 		out[d.ID] = d.Doc
@@ -203,6 +195,30 @@ func eachDoc[T any](ctx context.Context, c *mongo.Collection, fn func(T) error) 
 		}
 	}
 	return Translate(cur.Err())
+}
+
+// findOne reads the document filter selects into a T; found is false
+// when there is none. Errors: domain.ErrUnavailable (Translate).
+func findOne[T any](ctx context.Context, c *mongo.Collection, filter bson.D, opts ...options.Lister[options.FindOneOptions]) (doc T, found bool, err error) {
+	err = c.FindOne(ctx, filter, opts...).Decode(&doc)
+	if errors.Is(err, mongo.ErrNoDocuments) {
+		return doc, false, nil
+	}
+	return doc, err == nil, Translate(err)
+}
+
+// findAll reads every document filter selects, decoded. Errors:
+// domain.ErrUnavailable (Translate).
+func findAll[T any](ctx context.Context, c *mongo.Collection, filter bson.D, opts ...options.Lister[options.FindOptions]) ([]T, error) {
+	cur, err := c.Find(ctx, filter, opts...)
+	if err != nil {
+		return nil, Translate(err)
+	}
+	var docs []T
+	if err := cur.All(ctx, &docs); err != nil {
+		return nil, Translate(err)
+	}
+	return docs, nil
 }
 
 // EnsureIndexes creates the indexes one per call: FerretDB 1.24 drops the

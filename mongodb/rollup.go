@@ -137,13 +137,9 @@ func unpackDays(year string, b []byte) (map[string]projection.DaySales, error) {
 
 // LoadYear reads year id of coll by _id; false when it has none.
 func (s *Rollups) LoadYear(ctx context.Context, coll, id string) (projection.SalesYear, bool, error) {
-	var d yearDoc
-	err := s.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: id}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return projection.SalesYear{}, false, nil
-	}
-	if err != nil {
-		return projection.SalesYear{}, false, Translate(err)
+	d, found, err := findOne[yearDoc](ctx, s.db.Collection(coll), bson.D{{Key: "_id", Value: id}})
+	if err != nil || !found {
+		return projection.SalesYear{}, false, err
 	}
 	y, err := d.year()
 	return y, err == nil, err
@@ -173,14 +169,10 @@ func (s *Rollups) SaveYear(ctx context.Context, coll string, m projection.SalesY
 
 // Years reads the years of an _id range in one find, sorted by _id.
 func (s *Rollups) Years(ctx context.Context, coll, from, to string) ([]projection.SalesYear, error) {
-	cur, err := s.db.Collection(coll).Find(ctx, bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
+	docs, err := findAll[yearDoc](ctx, s.db.Collection(coll), bson.D{{Key: "_id", Value: bson.D{{Key: "$gte", Value: from}, {Key: "$lte", Value: to}}}},
 		options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, Translate(err)
-	}
-	var docs []yearDoc
-	if err := cur.All(ctx, &docs); err != nil {
-		return nil, Translate(err)
+		return nil, err
 	}
 	out := make([]projection.SalesYear, 0, len(docs))
 	for _, d := range docs {
@@ -206,15 +198,8 @@ type cursorDoc struct {
 
 // Cursor reads the cursor by _id.
 func (s *Rollups) Cursor(ctx context.Context, coll string) (projection.RollupCursor, bool, error) {
-	var d cursorDoc
-	err := s.db.Collection(coll).FindOne(ctx, bson.D{{Key: "_id", Value: cursorID}}).Decode(&d)
-	if errors.Is(err, mongo.ErrNoDocuments) {
-		return projection.RollupCursor{}, false, nil
-	}
-	if err != nil {
-		return projection.RollupCursor{}, false, Translate(err)
-	}
-	return projection.RollupCursor{Position: uint64(d.Position), Seq: uint64(d.Seq), Cut: d.Cut}, true, nil
+	d, found, err := findOne[cursorDoc](ctx, s.db.Collection(coll), bson.D{{Key: "_id", Value: cursorID}})
+	return projection.RollupCursor{Position: uint64(d.Position), Seq: uint64(d.Seq), Cut: d.Cut}, found, err
 }
 
 // SaveCursor is a replacement with upsert filtered on a lower position: a
