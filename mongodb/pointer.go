@@ -105,21 +105,15 @@ func (ps *Pointers) put(ctx context.Context, p projection.Pointer) error {
 	if read < 0 {
 		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, p.Generation, domain.ErrValidation)
 	}
-	var moved bool
-	if read == 0 {
-		// No document was read: another writer's insert since then is a
-		// duplicate key.
-		_, err := ps.coll.InsertOne(ctx, p)
-		if err != nil && !mongo.IsDuplicateKeyError(err) {
-			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, Translate(err))
-		}
-		moved = err != nil
-	} else {
-		res, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}, {Key: "generation", Value: read}}, p)
-		if err != nil {
-			return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, Translate(err))
-		}
-		moved = res.MatchedCount == 0
+	// At generation 0 no document was read: the write is an insert by
+	// upsert, and another writer's insert since then is a duplicate key.
+	// Later, a pointer deleted since it was read (RetireProjection) is
+	// not re-created.
+	res, err := ps.coll.ReplaceOne(ctx, bson.D{{Key: "_id", Value: p.Projection}, {Key: "generation", Value: read}}, p,
+		options.Replace().SetUpsert(read == 0))
+	moved := mongo.IsDuplicateKeyError(err) || err == nil && res.MatchedCount == 0 && res.UpsertedCount == 0
+	if err != nil && !moved {
+		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, Translate(err))
 	}
 	if moved {
 		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, read, domain.ErrPointerMoved)
