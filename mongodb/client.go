@@ -36,9 +36,8 @@ const ServerSelectionTimeout = 15 * time.Second
 // (default ServerSelectionTimeout) and maxPoolSize (default
 // DefaultMaxPoolSize).
 func ClientOptions(uri string) *options.ClientOptions {
-	journal := true
 	o := options.Client().SetServerSelectionTimeout(ServerSelectionTimeout).SetMaxPoolSize(DefaultMaxPoolSize).ApplyURI(uri)
-	return o.SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: &journal}).
+	return o.SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: new(true)}).
 		SetReadConcern(readconcern.Majority()).SetReadPreference(readpref.Primary()).
 		SetRetryWrites(true).SetRetryReads(true)
 }

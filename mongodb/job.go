@@ -30,7 +30,6 @@ type Jobs struct {
 
 // NewJobs returns the job store of db.
 func NewJobs(db *mongo.Database) *Jobs {
-	durably := options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)
 	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
 		locks: db.Collection(LocksCollection, durably), leases: newLeases(db, TasksCollection, "lease_until")}
 }

@@ -22,14 +22,11 @@ import (
 // {_id: name, owner, epoch, expires_at, acquired_at, renewed_at}.
 const LeasesCollection = "leases"
 
-// durable is the write concern of every lease write (docs/guarantees.md): a
-// claim a failover can roll back would let two holders in.
-var durable = func() *writeconcern.WriteConcern {
-	wc := writeconcern.Majority()
-	journal := true
-	wc.Journal = &journal
-	return wc
-}()
+// durably is the options of the lease and job collections: every write
+// w:majority, j:true whatever the client's defaults (docs/guarantees.md),
+// as a claim a failover can roll back would let two holders in, and the
+// domain's types stored under their JSON names (jsonNames).
+var durably = options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W: "majority", Journal: new(true)}).SetBSONOptions(jsonNames)
 
 // Leases is the one lease implementation: named, time-limited claims kept
 // in one collection, one document per lease, each held by one holder at a
@@ -64,7 +61,7 @@ type Leases struct {
 // newLeases returns the leases kept in collection of db, whose claims'
 // deadlines are in the field expiry.
 func newLeases(db *mongo.Database, collection, expiry string) *Leases {
-	return &Leases{coll: db.Collection(collection, options.Collection().SetWriteConcern(durable).SetBSONOptions(jsonNames)), expiry: expiry}
+	return &Leases{coll: db.Collection(collection, durably), expiry: expiry}
 }
 
 // Claim takes the lease name for holder for ttl if it is free, has
