@@ -278,16 +278,12 @@ func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int6
 	} else {
 		filter = append(filter, bson.E{Key: "last_version", Value: bson.D{{Key: "$gte", Value: from}}})
 	}
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}}))
-	if err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
 	var docs []commitDoc
-	for cur.Next(ctx) {
+	opts := options.Find().SetSort(bson.D{{Key: "stream_id", Value: 1}, {Key: "first_version", Value: 1}})
+	err = eachFound(ctx, s.commits, fmt.Sprintf("load %s from v%d", streamID, from), filter, opts, func(cur *mongo.Cursor) error {
 		d, err := decodeCommit(cur.Current)
 		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", streamID, err)
+			return fmt.Errorf("load %s: %w", streamID, err)
 		}
 		// The commits must continue each other from the one holding from,
 		// as the chain of _id look-ups requires: a hole is a log this build
@@ -297,12 +293,13 @@ func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int6
 			next = docs[len(docs)-1].LastVersion + 1
 		}
 		if d.StreamID != streamID || d.LastVersion < d.FirstVersion || d.FirstVersion > next || (len(docs) > 0 || starts) && d.FirstVersion != next {
-			return nil, fmt.Errorf("load %s: commit %s holds %s v%d..v%d where v%d was next: %w", streamID, d.ID, d.StreamID, d.FirstVersion, d.LastVersion, next, domain.ErrUnreadableCommit)
+			return fmt.Errorf("load %s: commit %s holds %s v%d..v%d where v%d was next: %w", streamID, d.ID, d.StreamID, d.FirstVersion, d.LastVersion, next, domain.ErrUnreadableCommit)
 		}
 		docs = append(docs, d)
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("load %s from v%d: %w", streamID, from, Translate(err))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return docs, nil
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 )
 
@@ -102,20 +103,13 @@ func (l *idList) firstStreams(n int) (*idList, string) {
 
 // eachID calls fn with the id of each commit matching filter, unsorted.
 func (s *EventStore) eachID(ctx context.Context, filter bson.D, fn func(string)) error {
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(4096))
-	if err != nil {
-		return fmt.Errorf("scan log ids: %w", Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
+	opts := options.Find().SetProjection(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(4096)
+	return eachFound(ctx, s.commits, "scan log ids", filter, opts, func(cur *mongo.Cursor) error {
 		id, ok := cur.Current.Lookup("_id").StringValueOK()
 		if !ok {
 			return fmt.Errorf("scan log ids: commit id %s is not a string", cur.Current.Lookup("_id"))
 		}
 		fn(id)
-	}
-	if err := cur.Err(); err != nil {
-		return fmt.Errorf("scan log ids: %w", Translate(err))
-	}
-	return nil
+		return nil
+	})
 }

@@ -235,21 +235,17 @@ var orderSumsFields = bson.D{{Key: "status", Value: 1}, {Key: "currency", Value:
 
 // perOrder reads the summaries match selects, one group of each.
 func perOrder(ctx context.Context, coll *mongo.Collection, match bson.D) ([]projection.SalesGroup, error) {
-	cur, err := coll.Find(ctx, match, options.Find().SetProjection(orderSumsFields))
-	if err != nil {
-		return nil, Translate(err)
-	}
-	defer func() { _ = cur.Close(ctx) }()
 	var out []projection.SalesGroup
-	for cur.Next(ctx) {
+	err := eachFound(ctx, coll, "read "+coll.Name(), match, options.Find().SetProjection(orderSumsFields), func(cur *mongo.Cursor) error {
 		var o orderSums
 		if err := cur.Decode(&o); err != nil {
-			return nil, err
+			return err
 		}
 		out = append(out, projection.SalesGroup{Day: projection.SaleDay(o.PlacedAt), Currency: o.Currency, Status: o.Status, Orders: 1,
 			ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents})
-	}
-	return out, Translate(cur.Err())
+		return nil
+	})
+	return out, err
 }
 
 // orderGroup is a row of grouped's aggregation.

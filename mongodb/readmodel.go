@@ -180,21 +180,33 @@ func (s *Documents[D]) Each(ctx context.Context, coll string, fn func(id string,
 // eachDoc reads c once, in batches of 1,000, and calls fn with each
 // document, decoded, until fn returns an error (which it returns).
 func eachDoc[T any](ctx context.Context, c *mongo.Collection, fn func(T) error) error {
-	cur, err := c.Find(ctx, bson.D{}, options.Find().SetBatchSize(1000))
-	if err != nil {
-		return Translate(err)
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
+	return eachFound(ctx, c, "read "+c.Name(), bson.D{}, options.Find().SetBatchSize(1000), func(cur *mongo.Cursor) error {
 		var d T
 		if err := cur.Decode(&d); err != nil {
 			return fmt.Errorf("decode: %w", err)
 		}
-		if err := fn(d); err != nil {
+		return fn(d)
+	})
+}
+
+// eachFound calls fn with the cursor at each document filter selects,
+// until fn returns an error, which it returns as it is; the store's
+// errors are wrapped in what and domain.ErrUnavailable (Translate).
+func eachFound(ctx context.Context, c *mongo.Collection, what string, filter bson.D, opts options.Lister[options.FindOptions], fn func(*mongo.Cursor) error) error {
+	cur, err := c.Find(ctx, filter, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, Translate(err))
+	}
+	defer cur.Close(context.WithoutCancel(ctx))
+	for cur.Next(ctx) {
+		if err := fn(cur); err != nil {
 			return err
 		}
 	}
-	return Translate(cur.Err())
+	if err := cur.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, Translate(err))
+	}
+	return nil
 }
 
 // findOne reads the document filter selects into a T; found is false

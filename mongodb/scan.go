@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
 	"golang.org/x/sync/errgroup"
 
@@ -78,24 +79,14 @@ func (s *EventStore) Scan(ctx context.Context, r domain.ScanRange, fn func(domai
 // scanSorted reads the range in one query sorted by _id: on MongoDB a
 // walk of the _id index that holds one batch of commits in memory.
 func (s *EventStore) scanSorted(ctx context.Context, r domain.ScanRange, g *grouper) error {
-	cur, err := s.commits.Find(ctx, scanFilter(r), options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch))
-	if err != nil {
-		return fmt.Errorf("scan log: %w", Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
-	for cur.Next(ctx) {
+	opts := options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}).SetBatchSize(scanBatch)
+	return eachFound(ctx, s.commits, "scan log", scanFilter(r), opts, func(cur *mongo.Cursor) error {
 		d, unreadable := decodeCommit(cur.Current)
 		if d.ID == "" {
 			return fmt.Errorf("scan log: commit id %s is not a string", cur.Current.Lookup("_id"))
 		}
-		if err := g.add(d, unreadable); err != nil {
-			return err
-		}
-	}
-	if err := cur.Err(); err != nil {
-		return fmt.Errorf("scan log: %w", Translate(err))
-	}
-	return nil
+		return g.add(d, unreadable)
+	})
 }
 
 // scanByID reads the range's commit ids first, unsorted, sorts them here,
