@@ -268,9 +268,7 @@ func raceRound(ctx context.Context, coll *mongo.Collection, mode, proc string, i
 	)
 	start := make(chan struct{})
 	for g := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			<-start
 			ok, err := try(ctx, coll, mode, i, fmt.Sprintf("%s/%d", proc, g))
 			mu.Lock()
@@ -281,7 +279,7 @@ func raceRound(ctx context.Context, coll *mongo.Collection, mode, proc string, i
 			if err != nil && first == nil {
 				first = err
 			}
-		}()
+		})
 	}
 	close(start)
 	wg.Wait()

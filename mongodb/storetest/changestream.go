@@ -166,16 +166,14 @@ func testStreamOrder(t *testing.T, db *mongo.Database) {
 		for i := range each {
 			put(csDoc(fmt.Sprintf("w%d-%02d", w, i), i))
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range each {
 				if _, err := coll.InsertOne(ctx, csDoc(fmt.Sprintf("w%d-%02d", w, i), i)); err != nil {
 					errs <- err
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)
