@@ -111,11 +111,7 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	if !ok {
 		return lease.Lease{}, false, fmt.Errorf("claim lease %s: epoch %s is not an integer", name, raw.Lookup("epoch"))
 	}
-	return claim(name, holder, epoch, now, ttl), true, nil
-}
-
-func claim(name, holder string, epoch int64, at time.Time, ttl time.Duration) lease.Lease {
-	return lease.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: at, RenewedAt: at, ExpiresAt: at.Add(ttl)}
+	return lease.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}, true, nil
 }
 
 // fence is the filter of every write made under lease: it matches only
