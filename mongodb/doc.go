@@ -1,6 +1,6 @@
 // Package mongodb is the MongoDB adapter: the event log (EventStore) with
 // the client options every role connects with, the read models' storage
-// (ReadModel, Projection, Pointers, Reader), the leases instances take
+// (Documents, NewProjection, Rollups, Pointers, Reader), the leases instances take
 // turns under (the relay, the jobs' tasks), the job store, the
 // projections' dead letters, and the translation of the driver's errors.
 // It speaks the domain's types and errors (and package projection's
@@ -10,8 +10,8 @@
 // # Event log
 //
 // EventStore implements domain.EventStore: commits appended under
-// optimistic concurrency, streams loaded and scanned, and the outbox
-// marker of each commit.
+// optimistic concurrency, streams loaded and scanned, and the log tailed
+// for the relay.
 //
 // The log is the "events" collection, one document per commit:
 //
@@ -129,13 +129,13 @@
 // stored under their JSON names, as read-model documents are
 // (document_test.go pins the stored shape).
 //
-// Durability: lease and job writes are w:majority, j:true
-// whatever the client's defaults, so no claim a failover can roll back is acted on.
-// No transaction or TTL index is used: each operation is
-// one document write or one updateMany, which MongoDB applies atomically
-// per document and the embedded store's funnel runs alone, so the leases
-// behave the same on MongoDB 6+ and on FerretDB 1.24; the conformance
-// suite (lease_test.go) proves it on any MONGODB_URI.
+// Durability: lease and job writes are w:majority, j:true whatever the
+// client's defaults, so no claim a failover can roll back is acted on.
+// Each operation is one document write or one updateMany, which MongoDB
+// applies atomically per document and the embedded store's funnel runs
+// alone, so the leases behave the same on MongoDB 6+ and on FerretDB
+// 1.24; the conformance suite (lease_test.go) proves it on any
+// MONGODB_URI.
 //
 // Errors: Translate turns a driver error into the domain's vocabulary at
 // the boundary: a network error, a failed server selection, an exhausted

@@ -31,7 +31,7 @@ var durably = options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W:
 // Leases is the one lease implementation: named, time-limited claims kept
 // in one collection, one document per lease, each held by one holder at a
 // time (invariant 6). The relay's lease (Lease) and the jobs' tasks
-// (Tasks) are held through it.
+// (Jobs.Claim) are held through it.
 //
 // The times of the lease.Lease values it returns are the holder's clock
 // with its monotonic reading, so a holder's fence does not move with the
@@ -46,11 +46,11 @@ var durably = options.Collection().SetWriteConcern(&writeconcern.WriteConcern{W:
 // claim of the same holder, has every write refused with
 // domain.ErrLeaseLost. Expiry uses the holder's and the claimant's clocks:
 // they must agree to well within the TTL. Writes are w:majority, j:true,
-// whatever the client's defaults.
+// whatever the client's defaults (durably).
 //
-// No transaction is used: each operation is one document write (a batch
-// renewal, one updateMany), which MongoDB applies atomically per document
-// and which the embedded store's funnel runs alone.
+// No transaction is used: each operation is one document write, which
+// MongoDB applies atomically and which the embedded store's funnel runs
+// alone.
 type Leases struct {
 	coll *mongo.Collection
 	// expiry names the field holding a claim's deadline: "expires_at",
