@@ -112,6 +112,16 @@ func watch(t *testing.T, coll *mongo.Collection, opts ...options.Lister[options.
 	return cs
 }
 
+// insert inserts docs into coll one at a time, in order.
+func insert(t *testing.T, coll *mongo.Collection, docs ...bson.D) {
+	t.Helper()
+	for _, d := range docs {
+		if _, err := coll.InsertOne(t.Context(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func csDoc(id string, i int) bson.D {
 	return bson.D{{Key: "_id", Value: id}, {Key: "i", Value: int64(i)}, {Key: "payload", Value: bson.D{{Key: "s", Value: "x"}, {Key: "n", Value: bson.A{int32(1), 2.5}}}}}
 }
@@ -123,9 +133,7 @@ func csDoc(id string, i int) bson.D {
 func testStreamOrder(t *testing.T, db *mongo.Database) {
 	ctx := t.Context()
 	coll := db.Collection("events")
-	if _, err := coll.InsertOne(ctx, csDoc("before", 0)); err != nil { // creates it; not reported
-		t.Fatal(err)
-	}
+	insert(t, coll, csDoc("before", 0)) // creates it; not reported
 	cs := watch(t, coll)
 	want := map[string]bson.Raw{}
 	put := func(d bson.D) {
@@ -140,9 +148,7 @@ func testStreamOrder(t *testing.T, db *mongo.Database) {
 		d := csDoc(fmt.Sprintf("seq-%d", i), i)
 		put(d)
 		order = append(order, d[0].Value.(string))
-		if _, err := coll.InsertOne(ctx, d); err != nil {
-			t.Fatal(err)
-		}
+		insert(t, coll, d)
 	}
 	var many []any
 	for i := range 5 {
@@ -211,9 +217,7 @@ func testResumeAnyToken(t *testing.T, db *mongo.Database) {
 	for i := range n {
 		id := fmt.Sprintf("e%02d", i)
 		order = append(order, id)
-		if _, err := coll.InsertOne(ctx, csDoc(id, i)); err != nil {
-			t.Fatal(err)
-		}
+		insert(t, coll, csDoc(id, i))
 	}
 	all := readEvents(t, cs, n)
 	if !slices.Equal(ids(all), order) {
@@ -230,9 +234,7 @@ func testResumeAnyToken(t *testing.T, db *mongo.Database) {
 	// The idle stream's token (its postBatchResumeToken) is past the last.
 	noMore(t, cs)
 	end := cs.ResumeToken()
-	if _, err := coll.InsertOne(ctx, csDoc("after", n)); err != nil {
-		t.Fatal(err)
-	}
+	insert(t, coll, csDoc("after", n))
 	r := watch(t, coll, options.ChangeStream().SetResumeAfter(end))
 	if got := readEvents(t, r, 1); got[0].ID != "after" {
 		t.Fatalf("resumed at the end: %v, want [after]", ids(got))
@@ -261,9 +263,7 @@ func testResumeAcrossRestart(t *testing.T) {
 		d := csDoc(fmt.Sprintf("r%d", i), i)
 		b, _ := bson.Marshal(d)
 		docs = append(docs, b)
-		if _, err := coll.InsertOne(ctx, d); err != nil {
-			t.Fatal(err)
-		}
+		insert(t, coll, d)
 	}
 	readEvents(t, cs, 2)
 	saved := cs.ResumeToken()
@@ -325,17 +325,13 @@ func testRecreatedLost(t *testing.T, db *mongo.Database) {
 	ctx := t.Context()
 	coll := db.Collection("events")
 	cs := watch(t, coll)
-	if _, err := coll.InsertOne(ctx, csDoc("old", 0)); err != nil {
-		t.Fatal(err)
-	}
+	insert(t, coll, csDoc("old", 0))
 	old := readEvents(t, cs, 1)[0].Token
 	_ = cs.Close(ctx)
 	if err := coll.Drop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coll.InsertOne(ctx, csDoc("new", 0)); err != nil {
-		t.Fatal(err)
-	}
+	insert(t, coll, csDoc("new", 0))
 	codes := []int{codeHistoryLost}
 	if os.Getenv("MONGODB_URI") != "" {
 		codes = append(codes, codeInvalidResumeToken, codeFatalStreamError)
@@ -356,9 +352,7 @@ func testForgottenLost(t *testing.T, db *mongo.Database) {
 	coll := db.Collection("events")
 	cs := watch(t, coll)
 	for i := range 3 {
-		if _, err := coll.InsertOne(ctx, csDoc(fmt.Sprintf("f%d", i), i)); err != nil {
-			t.Fatal(err)
-		}
+		insert(t, coll, csDoc(fmt.Sprintf("f%d", i), i))
 	}
 	es := readEvents(t, cs, 3)
 	_ = cs.Close(ctx)
@@ -374,9 +368,7 @@ func testForgottenLost(t *testing.T, db *mongo.Database) {
 	noMore(t, last)
 	// History from now on is kept.
 	fresh := watch(t, coll)
-	if _, err := coll.InsertOne(ctx, csDoc("kept", 9)); err != nil {
-		t.Fatal(err)
-	}
+	insert(t, coll, csDoc("kept", 9))
 	kept := readEvents(t, fresh, 1)
 	if kept[0].ID != "kept" {
 		t.Fatalf("after forgetting: %v, want [kept]", ids(kept))
