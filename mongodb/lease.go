@@ -308,12 +308,9 @@ func (l *Lease) Checkpoint(ctx context.Context) (outbox.Checkpoint, error) {
 	}
 	out.Token = slices.Clone([]byte(p))
 	out.RecordedAt, _ = cp.Lookup("recorded_at").TimeOK()
-	if n, ok := cp.Lookup("log_position").AsInt64OK(); ok {
-		out.Position = uint64(n)
-	}
-	if n, ok := cp.Lookup("seq").AsInt64OK(); ok {
-		out.Seq = uint64(n)
-	}
+	position, _ := cp.Lookup("log_position").AsInt64OK() // 0 when missing
+	seq, _ := cp.Lookup("seq").AsInt64OK()
+	out.Position, out.Seq = uint64(position), uint64(seq)
 	return out, nil
 }
 
