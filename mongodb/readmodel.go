@@ -123,11 +123,7 @@ func (s *Documents[D]) Save(ctx context.Context, coll string, docs []projection.
 		models[i] = mongo.NewReplaceOneModel().SetFilter(guarded(d.ID, v)).SetReplacement(body).SetUpsert(true)
 	}
 	_, err := s.coll(coll).BulkWrite(ctx, models, options.BulkWrite().SetOrdered(false))
-	refused, err := splitSuperseded(err)
-	if err != nil {
-		return nil, Translate(err)
-	}
-	return refused, nil
+	return splitSuperseded(err)
 }
 
 // Insert inserts docs in one unordered insert; FerretDB reports an
@@ -143,11 +139,7 @@ func (s *Documents[D]) Insert(ctx context.Context, coll string, docs []projectio
 		all[i] = body
 	}
 	_, err := s.coll(coll).InsertMany(ctx, all, options.InsertMany().SetOrdered(false))
-	taken, err := splitSuperseded(err)
-	if err != nil {
-		return nil, Translate(err)
-	}
-	return taken, nil
+	return splitSuperseded(err)
 }
 
 // Overwrite replaces document id if it is at version stored, or inserts
@@ -275,7 +267,7 @@ func insertOrReplace[T any](ctx context.Context, c *mongo.Collection, docs []T, 
 	}
 	met, err := splitSuperseded(err)
 	if err != nil {
-		return Translate(err)
+		return err
 	}
 	for i := range met {
 		if _, err := c.ReplaceOne(ctx, bson.D{{Key: "_id", Value: id(docs[i])}}, docs[i], options.Replace().SetUpsert(true)); err != nil {
@@ -299,16 +291,16 @@ func (s *Documents[D]) EachSum(ctx context.Context, coll string, fn func(project
 
 // splitSuperseded splits the error of an unordered bulk write of guarded
 // writes (or inserts): the indexes whose write met an existing _id (a
-// duplicate key), and what else went wrong (nil if nothing).
+// duplicate key), and what else went wrong (nil if nothing; Translate).
 func splitSuperseded(err error) (map[int]bool, error) {
 	var bwe mongo.BulkWriteException
 	if err == nil || !errors.As(err, &bwe) || bwe.WriteConcernError != nil {
-		return nil, err
+		return nil, Translate(err)
 	}
 	refused := map[int]bool{}
 	for _, we := range bwe.WriteErrors {
 		if !mongo.IsDuplicateKeyError(we) {
-			return nil, err
+			return nil, Translate(err)
 		}
 		refused[we.Index] = true
 	}
