@@ -17,24 +17,21 @@ import (
 // error that passes (see transient); other server errors and context
 // errors are returned as they are, nil as nil.
 func Translate(err error) error {
+	var (
+		sel  topology.ServerSelectionError
+		pool topology.WaitQueueTimeoutError
+		se   mongo.ServerError
+	)
+	switch {
 	// No server could be selected in time: the driver reports it with the
 	// deadline of its serverSelectionTimeout, but the store is what failed.
-	var sel topology.ServerSelectionError
-	if errors.As(err, &sel) {
-		return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
-	}
 	// Every pooled connection is busy: the store is saturated, which
 	// passes; the error wraps the caller's deadline, but the pool is what
 	// failed.
-	var pool topology.WaitQueueTimeoutError
-	if errors.As(err, &pool) {
-		return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
-	}
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	case errors.As(err, &sel), errors.As(err, &pool):
+	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
-	}
-	var se mongo.ServerError
-	if errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se) {
+	case errors.As(err, &se) && !mongo.IsNetworkError(err) && !transient(se):
 		return err
 	}
 	return fmt.Errorf("%w: %v", domain.ErrUnavailable, err)
