@@ -233,23 +233,14 @@ func (s *EventStore) findCommit(ctx context.Context, what string, filter bson.D)
 // domain.ErrUnreadableCommit (wrapped) for a commit this build cannot
 // read, domain.ErrUnavailable.
 func (s *EventStore) Load(ctx context.Context, streamID string, after int64) ([]domain.Event, error) {
-	docs, err := s.commitsFrom(ctx, streamID, after+1, true)
-	if err != nil {
-		return nil, err
-	}
-	return eventsFrom(docs, after+1)
+	return s.eventsFrom(ctx, streamID, after+1, true)
 }
 
 // LoadFrom returns the stream's events with version >= from, in version
 // order. Projections use it to fill gaps; from need not start a commit.
 // Errors as Load's.
 func (s *EventStore) LoadFrom(ctx context.Context, streamID string, from int64) ([]domain.Event, error) {
-	from = max(from, 1)
-	docs, err := s.commitsFrom(ctx, streamID, from, false)
-	if err != nil {
-		return nil, err
-	}
-	return eventsFrom(docs, from)
+	return s.eventsFrom(ctx, streamID, max(from, 1), false)
 }
 
 // commitsFrom reads the stream's commits that hold versions from on, in
@@ -304,7 +295,13 @@ func (s *EventStore) commitsFrom(ctx context.Context, streamID string, from int6
 	return docs, nil
 }
 
-func eventsFrom(docs []commitDoc, from int64) ([]domain.Event, error) {
+// eventsFrom returns the stream's events from version from on, read by
+// commitsFrom.
+func (s *EventStore) eventsFrom(ctx context.Context, streamID string, from int64, starts bool) ([]domain.Event, error) {
+	docs, err := s.commitsFrom(ctx, streamID, from, starts)
+	if err != nil {
+		return nil, err
+	}
 	var out []domain.Event
 	for _, d := range docs {
 		if d.LastVersion < from {
