@@ -7,9 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/FerretDB/wire"
@@ -33,18 +31,9 @@ type guardedUpdate struct {
 }
 
 // condition is one comparison of a guard: field, operator ("$eq" or
-// "$lt") and operand (an int64, a double or a string), as judged passes
-// them to SQLite.
+// "$lt") and operand (an int64 or a string), as judged passes them to
+// SQLite.
 type condition [3]any
-
-// double is a float64 operand in JSON with an exponent, so that SQLite
-// reads it as a real: encoding/json writes 2^60 as 1152921504606847000,
-// which SQLite would read as that integer.
-type double float64
-
-func (d double) MarshalJSON() ([]byte, error) {
-	return strconv.AppendFloat(nil, float64(d), 'e', -1, 64), nil
-}
 
 // guardedUpdates returns the statements of an update request when every one
 // can be served by the funnel (guardOf), and whether the command is
@@ -71,7 +60,7 @@ func guardedUpdates(m *opMsg) (stmts []guardedUpdate, ordered bool, ok bool) {
 // conditions that are not equalities or operator documents of $eq and $lt
 // (what the service sends: a read model's {version: {$lt: v}}, a verify's
 // repair on {version: {$eq: v}}, a lease's fence on its owner and epoch)
-// on numbers and strings, a field whose name is no plain identifier
+// on integers and strings, a field whose name is no plain identifier
 // (fieldName), and, with upsert, a plain equality beyond _id (an upsert
 // copies it into the document it inserts).
 func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
@@ -117,15 +106,12 @@ func guardOf(stmt bson.Raw) (g guardedUpdate, ok bool) {
 }
 
 // operand is v as a guard compares it: an int64 for an int32 or an int64,
-// a double for a finite double, a string; nil for any other kind.
+// a string; nil for any other kind (a double operand, which the service
+// does not send, leaves the statement to FerretDB).
 func operand(v bson.RawValue) any {
 	switch v.Type {
 	case bson.TypeInt32, bson.TypeInt64:
 		return v.AsInt64()
-	case bson.TypeDouble:
-		if f := v.Double(); !math.IsNaN(f) && !math.IsInf(f, 0) {
-			return double(f)
-		}
 	case bson.TypeString:
 		return v.StringValue()
 	}
@@ -427,7 +413,9 @@ func judged(h *sql.DB, coll string, stmts []guardedUpdate) (map[string]bool, err
 	if err != nil {
 		return nil, err
 	}
-	// A stored double is read as a real for the same reason as double.
+	// A stored double is read as a real: its JSON text may have no
+	// exponent (2^60 as 1152921504606847000), which SQLite reads as an
+	// integer.
 	const kind = `t._ferretdb_sjson->>('$."$s".p.' || (c.value->>0) || '.t')`
 	const value = `iif(` + kind + ` = 'double', CAST(t._ferretdb_sjson->>('$.' || (c.value->>0)) AS REAL), t._ferretdb_sjson->>('$.' || (c.value->>0)))`
 	rows, err := h.Query(fmt.Sprintf(`SELECT g.value->>0, NOT EXISTS (SELECT 1 FROM json_each(g.value, '$[1]') AS c
