@@ -257,30 +257,23 @@ func (f *funnel) send(c net.Conn, req []byte, cmd command) error {
 	return answer(c, req, cmd, reply)
 }
 
-// relay sends req on up and copies the replies back to c: none when the
-// request says moreToCome, several while a reply says moreToCome
-// (exhaust cursors and streaming hello). FerretDB 1.24 answers a request
-// that says moreToCome all the same: its answer is read and dropped, or
-// the next request on up would be given it
-// (TestUnacknowledgedWritesKeepAnswersInStep). It returns the last reply
-// read from up, nil when none was.
+// relay sends req on up and copies its reply back to c, none when the
+// request says moreToCome. FerretDB 1.24 answers every request with one
+// message, a request that says moreToCome too, and sets no moreToCome on
+// a reply (it serves no exhaust cursor or streaming hello): the answer to
+// a quiet request is read and dropped, or the next request on up would be
+// given it (TestUnacknowledgedWritesKeepAnswersInStep). It returns the
+// reply read from up, nil when none was.
 func relay(up, c net.Conn, req []byte) ([]byte, error) {
 	if _, err := up.Write(req); err != nil {
 		return nil, err
 	}
-	quiet := opCode(req) == wire.OpCodeMsg && msgFlags(req)&flagMoreToCome != 0
-	for {
-		resp, err := readMessage(up)
-		if err != nil || quiet {
-			return resp, err
-		}
-		if _, err := c.Write(resp); err != nil {
-			return resp, err
-		}
-		if opCode(resp) != wire.OpCodeMsg || msgFlags(resp)&flagMoreToCome == 0 {
-			return resp, nil
-		}
+	resp, err := readMessage(up)
+	if err != nil || opCode(req) == wire.OpCodeMsg && msgFlags(req)&flagMoreToCome != 0 {
+		return resp, err
 	}
+	_, err = c.Write(resp)
+	return resp, err
 }
 
 // withoutPartialFilters returns a createIndexes request (req, parsed as m)
