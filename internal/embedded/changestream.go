@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"bytes"
-	"context"
 	"database/sql"
 	"encoding/binary"
 	"encoding/hex"
@@ -57,7 +56,6 @@ func WithTestCommands() StoreOption { return func(f *funnel) { f.streams.testCom
 
 // streams is the funnel's change-stream state.
 type streams struct {
-	files        *idIndex // the databases' handles
 	testCommands bool
 	stop         chan struct{} // closed by the funnel's close: waiters return
 	cache        docCache
@@ -79,8 +77,8 @@ type streamCursor struct {
 	inUse    sync.Mutex // held by its getMore: one at a time, as on MongoDB
 }
 
-func newStreams(files *idIndex) *streams {
-	return &streams{files: files, stop: make(chan struct{}), lastID: time.Now().UnixNano(),
+func newStreams() *streams {
+	return &streams{stop: make(chan struct{}), lastID: time.Now().UnixNano(),
 		cursors: map[int64]*streamCursor{}, wake: make(chan struct{}),
 		forgotten: map[string]int64{}}
 }
@@ -134,13 +132,13 @@ type position struct {
 // read reads db.coll's identity and, with a limit, up to limit rowids
 // after rowid after, in one snapshot (a transaction of reads), or without
 // one (limit 0) its end.
-func (s *streams) read(ctx context.Context, db, coll string, after int64, limit int) (position, error) {
+func (f *funnel) read(db, coll string, after int64, limit int) (position, error) {
 	p := position{uuid: noUUID}
-	h, err := s.files.handle(db)
+	h, err := f.index.handle(db)
 	if err != nil || h == nil {
 		return p, err
 	}
-	tx, err := h.BeginTx(ctx, nil)
+	tx, err := h.Begin()
 	if err != nil {
 		return p, err
 	}
@@ -162,7 +160,7 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 		p.end = end.Int64
 		return p, err
 	}
-	rows, err := tx.QueryContext(ctx, fmt.Sprintf(`SELECT rowid FROM %q WHERE rowid > ? ORDER BY rowid LIMIT ?`, table), after, limit)
+	rows, err := tx.Query(fmt.Sprintf(`SELECT rowid FROM %q WHERE rowid > ? ORDER BY rowid LIMIT ?`, table), after, limit)
 	if err != nil {
 		return p, err
 	}
@@ -180,8 +178,8 @@ func (s *streams) read(ctx context.Context, db, coll string, after int64, limit 
 // idAt reads the _id of the row at rowid of table in database db, for a
 // document the cache does not hold: "" when it is not a string or there
 // is no such row.
-func (s *streams) idAt(db, table string, rowid int64) (string, error) {
-	h, err := s.files.handle(db)
+func (f *funnel) idAt(db, table string, rowid int64) (string, error) {
+	h, err := f.index.handle(db)
 	if err != nil || h == nil {
 		return "", err
 	}
@@ -238,7 +236,7 @@ func (f *funnel) openStream(c net.Conn, req []byte, cmd command) error {
 			return refuse(codeNotImplemented, "NotImplemented", "$changeStream: the embedded store does not serve option "+e.Key())
 		}
 	}
-	p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
+	p, err := f.read(cmd.db, cmd.collection, 0, 0)
 	if err != nil {
 		return refuse(1, "InternalError", "$changeStream: "+err.Error())
 	}
@@ -312,7 +310,7 @@ func (f *funnel) batch(up, c net.Conn, cmd command, cur *streamCursor) (bson.D, 
 	defer deadline.Stop()
 	for {
 		woken := s.waitChan() // before the read: no commit is missed
-		p, err := s.read(context.Background(), cur.db, cur.coll, cur.pos, limit)
+		p, err := f.read(cur.db, cur.coll, cur.pos, limit)
 		if err != nil {
 			return refusal(1, "InternalError", "getMore: "+err.Error()), nil
 		}
@@ -358,7 +356,7 @@ func (f *funnel) events(up net.Conn, cur *streamCursor, p position) (bson.A, err
 		raw, ok := f.streams.cache.get(cur.db, cur.coll, rowid)
 		doc := bson.Raw(raw)
 		if !ok {
-			id, err := f.streams.idAt(cur.db, p.table, rowid)
+			id, err := f.idAt(cur.db, p.table, rowid)
 			if err == nil {
 				doc, err = readBack(up, cur.db, cur.coll, id)
 			}
@@ -436,7 +434,7 @@ func (f *funnel) killStreams(c net.Conn, req []byte, cmd command) (handled bool,
 // forgetChanges serves ForgetChangesCommand.
 func (f *funnel) forgetChanges(c net.Conn, req []byte, cmd command) error {
 	s := f.streams
-	p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
+	p, err := f.read(cmd.db, cmd.collection, 0, 0)
 	if err != nil {
 		return answer(c, req, cmd, refusal(1, "InternalError", ForgetChangesCommand+": "+err.Error()))
 	}
@@ -521,7 +519,7 @@ func (f *funnel) insertCommitted(cmd command, reply bson.Raw) {
 	end, ok := s.cache.end(cmd.db, cmd.collection)
 	end += int64(len(stored))
 	if !ok {
-		p, err := s.read(context.Background(), cmd.db, cmd.collection, 0, 0)
+		p, err := f.read(cmd.db, cmd.collection, 0, 0)
 		if err != nil || p.uuid == noUUID {
 			f.log.Warn("embedded store change stream: the table's end not read; its events read their documents back",
 				"db", cmd.db, "collection", cmd.collection, "err", err)

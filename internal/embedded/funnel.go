@@ -51,7 +51,7 @@ var writeCommands = map[string]bool{
 
 func newFunnel(ln net.Listener, upstream string, index *idIndex, log *slog.Logger) *funnel {
 	return &funnel{ln: ln, upstream: upstream, index: index, log: log, conns: map[net.Conn]struct{}{},
-		streams: newStreams(index)}
+		streams: newStreams()}
 }
 
 // serve accepts clients until the listener is closed.
