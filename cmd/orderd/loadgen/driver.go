@@ -70,9 +70,8 @@ func (d *driver) drive(ctx context.Context, n int) *orderResult {
 	rng := mrand.New(mrand.NewPCG(uint64(d.cfg.Seed), uint64(n)))
 	r := &orderResult{n: n, refused: map[string]int{}}
 	o := &order{id: fmt.Sprintf("%s-%0*d", d.cfg.RunID, d.width, n)}
-	place := step{name: cmdPlace, to: domain.StatusCreated}
-	req := request{orderID: o.id, cmd: d.placeOrder(rng), key: o.id + "-" + cmdPlace, ifMatch: -1}
-	if !d.single(ctx, rng, r, o, place, req) {
+	place := step{cmd: d.placeOrder(rng), to: domain.StatusCreated}
+	if !d.single(ctx, rng, r, o, place, d.stepRequest(o.id, place, "", -1)) {
 		return r
 	}
 	for {
@@ -105,10 +104,10 @@ func (d *driver) placeOrder(rng *mrand.Rand) domain.PlaceOrder {
 	return p
 }
 
-// stepRequest is the request of lifecycle step s on order id; side is ""
+// stepRequest is the request of step s on order id; side is ""
 // outside a race, else "a" or "b"; ifMatch is -1 for none.
 func (d *driver) stepRequest(id string, s step, side string, ifMatch int64) request {
-	key := id + "-" + s.name
+	key := id + "-" + s.name()
 	if side != "" {
 		key += "-" + side
 	}
@@ -156,11 +155,11 @@ func (r *orderResult) ack(o *order, name string, req request, a answer) {
 func (r *orderResult) follow(o *order, s step, a answer) {
 	switch {
 	case a.malformedAnswer:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with a body that is not a command answer: %s", o.id, s.name, a.code, a.detail))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with a body that is not a command answer: %s", o.id, s.name(), a.code, a.detail))
 	case a.version != o.version+1:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with version %d after version %d, want %d", o.id, s.name, a.code, a.version, o.version, o.version+1))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with version %d after version %d, want %d", o.id, s.name(), a.code, a.version, o.version, o.version+1))
 	case domain.Status(a.status) != s.to:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with status %q, want %q", o.id, s.name, a.code, a.status, s.to))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with status %q, want %q", o.id, s.name(), a.code, a.status, s.to))
 	}
 	o.version, o.status = a.version, domain.Status(a.status)
 }
@@ -175,14 +174,14 @@ func (d *driver) single(ctx context.Context, rng *mrand.Rand, r *orderResult, o 
 	d.count(r, a)
 	switch a.outcome {
 	case acked:
-		r.ack(o, s.name, req, a)
+		r.ack(o, s.name(), req, a)
 		r.follow(o, s, a)
 		return true
 	case refused:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d %s: %s", o.id, s.name, a.code, a.reason, a.detail))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d %s: %s", o.id, s.name(), a.code, a.reason, a.detail))
 	default:
 		r.unknown = append(r.unknown, req.key)
-		d.log.Printf("order %s: %s: outcome unknown (key %s): %s", o.id, s.name, req.key, a.detail)
+		d.log.Printf("order %s: %s: outcome unknown (key %s): %s", o.id, s.name(), req.key, a.detail)
 	}
 	return false
 }
@@ -215,7 +214,7 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 			d.count(r, x.a)
 			switch x.a.outcome {
 			case acked:
-				r.ack(o, x.s.name, x.req, x.a)
+				r.ack(o, x.s.name(), x.req, x.a)
 			case unknown:
 				r.unknown = append(r.unknown, x.req.key)
 			}
@@ -229,24 +228,24 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 		d.count(r, x.a)
 		switch x.a.outcome {
 		case acked:
-			r.ack(o, x.s.name, x.req, x.a)
+			r.ack(o, x.s.name(), x.req, x.a)
 			won = append(won, i)
 		case refused:
 			if x.a.code != 409 && x.a.code != 412 {
-				r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s (race at version %d): %d %s: %s", o.id, x.s.name, o.version, x.a.code, x.a.reason, x.a.detail))
+				r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s (race at version %d): %d %s: %s", o.id, x.s.name(), o.version, x.a.code, x.a.reason, x.a.detail))
 			}
 		default:
 			unknowns++
 			r.unknown = append(r.unknown, x.req.key)
-			d.log.Printf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name, o.version, x.req.key, x.a.detail)
+			d.log.Printf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name(), o.version, x.req.key, x.a.detail)
 		}
 	}
-	what := fmt.Sprintf("race %s/%s at version %d", sa.name, sb.name, o.version)
+	what := fmt.Sprintf("race %s/%s at version %d", sa.name(), sb.name(), o.version)
 	switch len(won) {
 	case 2:
 		d.doubleWins.Add(1)
 		d.log.Printf("order %s: %s: DOUBLE WIN: %s v%d %s and %s v%d %s", o.id, what,
-			sa.name, sides[0].a.version, sides[0].a.status, sb.name, sides[1].a.version, sides[1].a.status)
+			sa.name(), sides[0].a.version, sides[0].a.status, sb.name(), sides[1].a.version, sides[1].a.status)
 		return false
 	case 1:
 		d.raceWins.Add(1)

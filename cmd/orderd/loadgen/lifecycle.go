@@ -8,10 +8,6 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// cmdPlace is the name of POST /v1/orders in acks and keys; the lifecycle
-// commands are named by domain.CommandName, the last segment of their path.
-const cmdPlace = "place"
-
 // cancelReason is the reason sent with every cancel.
 const cancelReason = "loadgen"
 
@@ -29,14 +25,17 @@ var lifecycleCommands = []struct {
 	{domain.Cancel{Reason: cancelReason}, 1},
 }
 
-// step is a command legal in some status: its REST name, the command, the
-// status it leads to and its weight.
+// step is a command legal in some status: the command, the status it
+// leads to and its weight.
 type step struct {
-	name   string
 	cmd    domain.Command
 	to     domain.Status
 	weight int
 }
+
+// name is the step's command name ("place", "approve", ...), as acks and
+// idempotency keys carry it.
+func (s step) name() string { return domain.CommandName(s.cmd) }
 
 // legal maps every status to the steps legal in it (none for a terminal
 // status). It is asked of the domain, so it cannot drift from it.
@@ -66,7 +65,7 @@ func legalSteps() map[domain.Status][]step {
 				// The version check assumes one event per command.
 				panic(fmt.Sprintf("loadgen: %s appends %d events", domain.CommandName(c.cmd), len(datas)))
 			}
-			m[s] = append(m[s], step{name: domain.CommandName(c.cmd), cmd: c.cmd, to: next.Status, weight: c.weight})
+			m[s] = append(m[s], step{cmd: c.cmd, to: next.Status, weight: c.weight})
 		}
 	}
 	return m
@@ -97,7 +96,7 @@ func drawPair(rng *rand.Rand, steps []step) (a, b step) {
 	}
 	others := make([]step, 0, len(steps)-1)
 	for _, s := range steps {
-		if s.name != a.name {
+		if s.name() != a.name() {
 			others = append(others, s)
 		}
 	}

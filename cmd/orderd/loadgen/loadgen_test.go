@@ -274,7 +274,7 @@ func TestLoadgenLegalSteps(t *testing.T) {
 	names := func(s domain.Status) string {
 		var out []string
 		for _, st := range legal[s] {
-			out = append(out, st.name+">"+string(st.to))
+			out = append(out, st.name()+">"+string(st.to))
 		}
 		return strings.Join(out, " ")
 	}
