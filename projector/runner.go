@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/projection"
@@ -141,7 +140,6 @@ type Projection interface {
 type Runner struct {
 	name    string
 	key     string // the version's name for its consumers
-	version int
 	proj    feed
 	store   Projection // a projection of one document per stream; nil for a Sequenced one
 	seq     Sequenced  // a projection of the whole stream in order; nil for the others
@@ -184,7 +182,7 @@ func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerC
 	if m == nil {
 		m = NewMetrics(prometheus.NewRegistry())
 	}
-	r := &Runner{name: p.Name(), key: p.Key(), version: p.Version(), proj: p, js: js, dead: dead, cfg: cfg,
+	r := &Runner{name: p.Name(), key: p.Key(), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		writers: make(chan struct{}, cfg.Writers), gaps: map[projection.GapError]time.Time{}}
 	for i := range cfg.Partitions {
@@ -345,18 +343,13 @@ func (r *Runner) Run(ctx context.Context) error {
 		return err
 	}
 	defer leave()
-	g, gctx := errgroup.WithContext(ctx)
+	var wg sync.WaitGroup
 	for p, c := range cons {
-		g.Go(func() error {
-			r.consumePartition(gctx, r.parts[p], c)
-			return nil
-		})
+		wg.Go(func() { r.consumePartition(ctx, r.parts[p], c) })
 	}
-	g.Go(func() error {
-		r.loop(gctx)
-		return nil
-	})
-	return g.Wait()
+	wg.Go(func() { r.loop(ctx) })
+	wg.Wait()
+	return nil
 }
 
 // loop shares the partitions and samples their lag, and retires what other

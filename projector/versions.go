@@ -42,7 +42,7 @@ func (r *Runner) retireAll(ctx context.Context) error {
 	if err := names.Err(); err != nil {
 		return err
 	}
-	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.version: true}
+	named := map[int]bool{ptr.ActiveVer(): true, ptr.ShadowVer(): true, ptr.PreviousVer(): true, r.proj.Version(): true}
 	if err := r.retireUnless(ctx, st, consumers, r.name, named); err != nil {
 		return err
 	}
