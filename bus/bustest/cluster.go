@@ -156,46 +156,27 @@ func (c *Cluster) Name(i int) string { return c.opts[i].ServerName }
 
 // MetaLeader is the node leading the JetStream meta group, -1 while none
 // of the running ones does.
-func (c *Cluster) MetaLeader() int {
-	for i, s := range c.servers {
-		if s != nil && s.JetStreamIsLeader() {
-			return i
-		}
-	}
-	return -1
-}
+func (c *Cluster) MetaLeader() int { return c.first((*server.Server).JetStreamIsLeader) }
 
 // StreamLeader is the node leading stream's group in the global account,
 // -1 while none of the running ones does.
 func (c *Cluster) StreamLeader(stream string) int {
-	for i, s := range c.servers {
-		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return i
-		}
-	}
-	return -1
+	return c.first(func(s *server.Server) bool { return s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) })
 }
 
 // ConsumerLeader is the node leading the group of stream's consumer in
 // the global account, -1 while none of the running ones does.
 func (c *Cluster) ConsumerLeader(stream, consumer string) int {
-	for i, s := range c.servers {
-		if s != nil && s.JetStreamIsConsumerLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream, consumer) {
-			return i
-		}
-	}
-	return -1
+	return c.first(func(s *server.Server) bool {
+		return s.JetStreamIsConsumerLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream, consumer)
+	})
 }
 
 // StreamCurrent reports whether every running node's replica of stream is
 // current with its leader.
 func (c *Cluster) StreamCurrent(stream string) bool {
-	for _, s := range c.servers {
-		if s != nil && !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return false
-		}
-	}
-	return true
+	behind := c.nodes(func(s *server.Server) bool { return !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) })
+	return len(behind) == 0
 }
 
 // WaitMetaLeader waits until a running node leads the meta group and
@@ -235,13 +216,26 @@ func (c *Cluster) WaitConsumerLeader(stream, consumer string, limit time.Duratio
 
 // StreamPeers are the running nodes holding a replica of stream.
 func (c *Cluster) StreamPeers(stream string) []int {
+	return c.nodes(func(s *server.Server) bool { return s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) })
+}
+
+// nodes are the running nodes of which is holds, in order.
+func (c *Cluster) nodes(is func(*server.Server) bool) []int {
 	var out []int
 	for i, s := range c.servers {
-		if s != nil && s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+		if s != nil && is(s) {
 			out = append(out, i)
 		}
 	}
 	return out
+}
+
+// first is the first running node of which is holds, -1 when none.
+func (c *Cluster) first(is func(*server.Server) bool) int {
+	if n := c.nodes(is); len(n) > 0 {
+		return n[0]
+	}
+	return -1
 }
 
 // Connect opens a client connection to the cluster that reconnects to
