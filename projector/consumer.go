@@ -186,7 +186,7 @@ func (r *Runner) pull(ctx, pctx context.Context, pt *partition, cons jetstream.C
 				pumpErr = err
 				return
 			}
-			msgs <- arrival{m, time.Now()}
+			msgs <- arrival{m, pt, time.Now()}
 		}
 	}()
 	defer func() {
@@ -309,9 +309,11 @@ func (r *Runner) write(ctx context.Context, w *waiting) {
 // much later.
 const sequencedSpacing = 100 * time.Millisecond
 
-// arrival is a message and when this process received it.
+// arrival is a message, the partition it was received in and when this
+// process received it.
 type arrival struct {
 	msg jetstream.Msg
+	pt  *partition
 	at  time.Time
 }
 
@@ -319,33 +321,24 @@ type arrival struct {
 // redelivers or parks each of their messages.
 func (r *Runner) handle(ctx context.Context, round []*waiting) {
 	var (
-		msgs  []jetstream.Msg
-		parts []*partition // of each of msgs
-		ats   []time.Time  // when each of msgs arrived
+		msgs  []arrival
 		fresh bool
 	)
 	for _, w := range round {
-		batch := make([]jetstream.Msg, len(w.batch))
-		for i, a := range w.batch {
-			batch[i] = a.msg
-		}
 		// A redelivery, or the first batch of a pin this process was
 		// just given, reads the documents instead of the cache: another
 		// process may have written them since.
-		if pin := batch[0].Headers().Get(pinIDHeader); pin != "" && pin != w.pt.lastPin() {
+		if pin := w.batch[0].msg.Headers().Get(pinIDHeader); pin != "" && pin != w.pt.lastPin() {
 			w.pt.pin.Store(&pin)
 			fresh = true
 		}
 		if r.seq != nil {
 			// A rollup reads its cursor again before it calls anything a
 			// gap. It has one partition.
-			r.handleSequenced(ctx, w.pt, batch)
+			r.handleSequenced(ctx, w.pt, w.batch)
 			continue
 		}
-		msgs = append(msgs, batch...)
-		for _, a := range w.batch {
-			parts, ats = append(parts, w.pt), append(ats, a.at)
-		}
+		msgs = append(msgs, w.batch...)
 	}
 	if len(msgs) == 0 {
 		return
@@ -360,7 +353,8 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 	arrived := make([]time.Time, 0, len(msgs)) // of each of events
 	byStream := map[string][]received{}
 	poison := map[string]error{}
-	for i, m := range msgs {
+	for _, a := range msgs {
+		m := a.msg
 		if md, err := m.Metadata(); err != nil || md.NumDelivered > 1 {
 			fresh = true
 		}
@@ -371,14 +365,14 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 			poison[stream] = errors.Join(poison[stream], err)
 		} else {
 			events = append(events, e)
-			arrived = append(arrived, ats[i])
+			arrived = append(arrived, a.at)
 		}
 		_, span := tracer.Start(tracing.InCorrelationTrace(ctx, e.Metadata.CorrelationID), "projection.apply",
 			trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 				attribute.String("orderd.projection", r.name), attribute.String("orderd.stream_id", stream),
 				attribute.Int64("orderd.version", e.Version), attribute.String("orderd.event_type", e.Type),
 				attribute.String("orderd.correlation_id", e.Metadata.CorrelationID)))
-		byStream[stream] = append(byStream[stream], received{m, parts[i], e.Version, span})
+		byStream[stream] = append(byStream[stream], received{m, a.pt, e.Version, span})
 	}
 	defer func() {
 		for _, ms := range byStream {
@@ -430,14 +424,14 @@ func (r *Runner) handle(ctx context.Context, round []*waiting) {
 // against the dead-letter limit: nothing of their batch is known to be
 // written, for err (counted and logged unless ctx is done), or because
 // one of them could not be parked (err nil).
-func (r *Runner) redeliver(ctx context.Context, msgs []jetstream.Msg, err error) {
+func (r *Runner) redeliver(ctx context.Context, msgs []arrival, err error) {
 	if err != nil && ctx.Err() == nil {
 		r.metrics.errors.WithLabelValues(r.name).Inc()
 		r.setLastError(err)
 		r.log.Warn("projection batch failed", "err", err, "messages", len(msgs))
 	}
 	for _, m := range msgs {
-		_ = m.NakWithDelay(time.Second)
+		_ = m.msg.NakWithDelay(time.Second)
 	}
 }
 

@@ -33,11 +33,11 @@ const refillScan = 4 * refillChunk
 // batch redelivered, for lostAfter, and then lost. Every message is then acknowledged, but for the
 // whole batch's redelivery after a failure that may pass, and but for
 // the deliveries that cannot be counted, which are parked.
-func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jetstream.Msg) {
+func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []arrival) {
 	ds := make([]projection.Delivery, len(msgs))
-	for i, m := range msgs {
-		ds[i] = delivery(m.Data(), bus.Position(m.Headers()), 0)
-		if md, err := m.Metadata(); err == nil {
+	for i, a := range msgs {
+		ds[i] = delivery(a.msg.Data(), bus.Position(a.msg.Headers()), 0)
+		if md, err := a.msg.Metadata(); err == nil {
 			ds[i].Seq = md.Sequence.Stream
 		}
 	}
@@ -90,13 +90,13 @@ func (r *Runner) handleSequenced(ctx context.Context, pt *partition, msgs []jets
 	for k, cause := range poison {
 		d := run[k]
 		i := slices.IndexFunc(ds, func(x projection.Delivery) bool { return x.Seq == d.Seq })
-		if i >= 0 && !r.park(ctx, msgs[i], d.Event.StreamID, cause) {
+		if i >= 0 && !r.park(ctx, msgs[i].msg, d.Event.StreamID, cause) {
 			r.redeliver(ctx, msgs, nil)
 			return
 		}
 	}
 	for _, m := range msgs {
-		_ = m.Ack()
+		_ = m.msg.Ack()
 	}
 }
 
