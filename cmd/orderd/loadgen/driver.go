@@ -204,42 +204,36 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 	wg.Go(func() { sides[0].a = d.s.send(ctx, ua, sides[0].req) })
 	wg.Go(func() { sides[1].a = d.s.send(ctx, ub, sides[1].req) })
 	wg.Wait()
-	if sides[0].a.attempts == 0 || sides[1].a.attempts == 0 {
-		// ctx ended before a side was sent: no race. A side that was sent
-		// still counts.
-		for _, x := range sides {
-			if x.a.attempts == 0 {
-				continue
-			}
-			d.count(r, x.a)
-			switch x.a.outcome {
-			case acked:
-				r.ack(o, x.s.name(), x.req, x.a)
-			case unknown:
-				r.unknown = append(r.unknown, x.req.key)
-			}
-		}
-		return false
-	}
-	d.races.Add(1)
+	// When ctx ended before a side was sent there is no race, but a side
+	// that was sent still counts.
+	raced := sides[0].a.attempts > 0 && sides[1].a.attempts > 0
 	var won []int
 	unknowns := 0
 	for i, x := range sides {
+		if x.a.attempts == 0 {
+			continue
+		}
 		d.count(r, x.a)
 		switch x.a.outcome {
 		case acked:
 			r.ack(o, x.s.name(), x.req, x.a)
 			won = append(won, i)
 		case refused:
-			if x.a.code != 409 && x.a.code != 412 {
+			if raced && x.a.code != 409 && x.a.code != 412 {
 				r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s (race at version %d): %d %s: %s", o.id, x.s.name(), o.version, x.a.code, x.a.reason, x.a.detail))
 			}
 		default:
 			unknowns++
 			r.unknown = append(r.unknown, x.req.key)
-			d.log.Printf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name(), o.version, x.req.key, x.a.detail)
+			if raced {
+				d.log.Printf("order %s: %s (race at version %d): outcome unknown (key %s): %s", o.id, x.s.name(), o.version, x.req.key, x.a.detail)
+			}
 		}
 	}
+	if !raced {
+		return false
+	}
+	d.races.Add(1)
 	what := fmt.Sprintf("race %s/%s at version %d", sa.name(), sb.name(), o.version)
 	switch len(won) {
 	case 2:
