@@ -155,11 +155,11 @@ func (r *orderResult) ack(o *order, name string, req request, a answer) {
 func (r *orderResult) follow(o *order, s step, a answer) {
 	switch {
 	case a.malformedAnswer:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with a body that is not a command answer: %s", o.id, s.name(), a.code, a.detail))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: acknowledged with a body that is not a command answer: %s", o.id, s.name(), a.detail))
 	case a.version != o.version+1:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with version %d after version %d, want %d", o.id, s.name(), a.code, a.version, o.version, o.version+1))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: acknowledged with version %d after version %d, want %d", o.id, s.name(), a.version, o.version, o.version+1))
 	case domain.Status(a.status) != s.to:
-		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: %d with status %q, want %q", o.id, s.name(), a.code, a.status, s.to))
+		r.unexpected = append(r.unexpected, fmt.Sprintf("order %s: %s: acknowledged with status %q, want %q", o.id, s.name(), a.status, s.to))
 	}
 	o.version, o.status = a.version, domain.Status(a.status)
 }

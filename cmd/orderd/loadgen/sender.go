@@ -139,7 +139,7 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 		var pe *orderhttp.Error
 		switch {
 		case err == nil || errors.Is(err, orderhttp.ErrUndecodable):
-			a.outcome, a.code = acked, answerCode(r.cmd)
+			a.outcome = acked
 			a.replayed, a.version, a.status = res.Replayed, res.Version, string(res.Status)
 			if err != nil {
 				a.malformedAnswer, a.detail = true, err.Error()
@@ -180,13 +180,4 @@ func (s *sender) once(ctx context.Context, api *orderhttp.Client, r request) (do
 		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}
 	}
 	return api.Execute(ctx, r.orderID, r.cmd, opt)
-}
-
-// answerCode is the status of an acknowledgement of cmd: the API answers a
-// place 201 Created, every other command 200 OK.
-func answerCode(cmd domain.Command) int {
-	if _, ok := cmd.(domain.PlaceOrder); ok {
-		return http.StatusCreated
-	}
-	return http.StatusOK
 }
