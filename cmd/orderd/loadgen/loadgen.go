@@ -148,12 +148,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	results := make([]*orderResult, cfg.Orders)
 	slots := semaphore.NewWeighted(int64(cfg.Concurrency))
 	var wg sync.WaitGroup
-	started := 0
 	// The bounds are looked at first: a free slot must not win a tie.
-	for started < cfg.Orders && feed.Err() == nil && slots.Acquire(feed, 1) == nil {
-		i := started
-		started++
-		d.started.Add(1)
+	for d.started.Load() < int64(cfg.Orders) && feed.Err() == nil && slots.Acquire(feed, 1) == nil {
+		i := int(d.started.Add(1)) - 1
 		wg.Go(func() {
 			defer slots.Release(1)
 			results[i] = d.drive(ctx, i+1)
@@ -163,6 +160,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	wg.Wait()
 	stopProgress()
 
+	started := int(d.started.Load())
 	rep := Report{Orders: started, Refused: map[string]int{}, Elapsed: time.Since(start),
 		Commands: int(d.commands.Load()), Races: int(d.races.Load()), RaceWins: int(d.raceWins.Load()),
 		DoubleWins: int(d.doubleWins.Load()), Retries: int(d.retries.Load()), Paused: int(d.paused.Load())}
