@@ -11,19 +11,20 @@ import (
 	"github.com/orderd/orderd/domain"
 )
 
-// CheckStream asks for the stream name's info, which the stream's leader
-// answers (in a cluster also while the meta leader is being elected,
-// unlike account info, which only the meta leader answers): it is what the
-// relay publishes to and the projectors consume from. It returns nil when
-// the stream answers with a quorum of its replicas; an error wrapping
-// domain.ErrUnavailable when the cluster answers that it has no leader
-// yet (an election, which passes within seconds), when nothing answers in
-// time (the stream has no leader, or this connection is down) or when its
-// leader has no quorum (the answers EnsureStream waits out as a cluster
-// forming, and those of a connection down); and the request's error
-// otherwise (no such stream).
-func CheckStream(ctx context.Context, js jetstream.JetStream, name string) error {
-	st, err := js.Stream(ctx, name)
+// CheckStream asks for the info of the stream the publisher sends to,
+// which the stream's leader answers (in a cluster also while the meta
+// leader is being elected, unlike account info, which only the meta
+// leader answers): it is what the relay publishes to and the projectors
+// consume from. It returns nil when the stream answers with a quorum of
+// its replicas; an error wrapping domain.ErrUnavailable when the cluster
+// answers that it has no leader yet (an election, which passes within
+// seconds), when nothing answers in time (the stream has no leader, or
+// this connection is down) or when its leader has no quorum (the answers
+// EnsureStream waits out as a cluster forming, and those of a connection
+// down); and the request's error otherwise (no such stream).
+func (p *Publisher) CheckStream(ctx context.Context) error {
+	name := p.stream.Name
+	st, err := p.js.Stream(ctx, name)
 	switch {
 	case err == nil:
 		return quorum(name, st.CachedInfo())

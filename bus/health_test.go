@@ -32,7 +32,7 @@ func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 	check := func(name string) error {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		defer cancel()
-		return bus.CheckStream(ctx, js, name)
+		return bus.NewPublisher(js, bus.StreamConfig{Name: name}).CheckStream(ctx)
 	}
 	if err := check(cfg.Name); err != nil {
 		t.Fatalf("stream with a leader: %v", err)

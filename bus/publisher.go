@@ -37,13 +37,6 @@ func (p *Publisher) Connected() bool {
 	return nc != nil && nc.IsConnected()
 }
 
-// CheckStream asks the stream the publisher sends to for its info (see
-// CheckStream): nil when it answers, an error wrapping
-// domain.ErrUnavailable while its cluster elects a leader.
-func (p *Publisher) CheckStream(ctx context.Context) error {
-	return CheckStream(ctx, p.js, p.stream.Name)
-}
-
 // Send sends every event of commits, in order, as it is (its wire form,
 // domain.MarshalEvent's JSON) on the subject of its commit's stream, with
 // Nats-Msg-Id = its id and its log position in the positionHeader
