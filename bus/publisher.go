@@ -219,14 +219,12 @@ func (p *Publisher) Positions(ctx context.Context, since time.Time, floor uint64
 	if s := p.js.Conn().Status(); s != nats.CONNECTED {
 		return nil, 0, fmt.Errorf("stream %s: %w: the NATS connection is %s", p.stream.Name, domain.ErrUnavailable, s)
 	}
+	// The lookup reads the stream's info: its last message now.
 	st, err := p.js.Stream(ctx, p.stream.Name)
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, 0, fmt.Errorf("stream %s: %w: %v", p.stream.Name, domain.ErrUnavailable, err)
-	}
+	info := st.CachedInfo()
 	byEvent, top := map[string]uint64{}, floor
 	last := info.State.LastSeq
 	if info.State.Msgs == 0 || last == 0 {

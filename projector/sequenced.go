@@ -165,14 +165,11 @@ func mergeByPosition(a, b []projection.Delivery) []projection.Delivery {
 // gap.AfterSeq and gap.BeforeSeq: the gap's positions may have been
 // there. Errors: JetStream's, but for a message not found.
 func (r *Runner) readStream(ctx context.Context, gap *projection.GapError) (out []projection.Delivery, deleted bool, err error) {
-	st, err := r.js.Stream(ctx, r.cfg.Stream)
+	st, err := r.js.Stream(ctx, r.cfg.Stream) // its info read with it: its last sequence now
 	if err != nil {
 		return nil, false, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		return nil, false, fmt.Errorf("stream %s: %w", r.cfg.Stream, err)
-	}
+	info := st.CachedInfo()
 	to := min(gap.To, gap.From+refillChunk-1)
 	found := map[uint64]bool{}
 	lo, hi := min(gap.AfterSeq, gap.BeforeSeq), max(gap.AfterSeq, gap.BeforeSeq)

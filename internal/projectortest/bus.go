@@ -51,15 +51,11 @@ func (b *Bus) RunnerConfig() projector.RunnerConfig {
 // Messages is the number of messages the stream holds.
 func (b *Bus) Messages(t *testing.T, ctx context.Context) uint64 {
 	t.Helper()
-	st, err := b.JS.Stream(ctx, b.Stream.Name)
+	st, err := b.JS.Stream(ctx, b.Stream.Name) // its info read with it
 	if err != nil {
 		t.Fatalf("stream %s: %v", b.Stream.Name, err)
 	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatalf("stream %s: %v", b.Stream.Name, err)
-	}
-	return info.State.Msgs
+	return st.CachedInfo().State.Msgs
 }
 
 // Publish puts body on the event subject of stream id with the given
