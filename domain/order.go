@@ -31,12 +31,13 @@ var Statuses = []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusPro
 // ValidStatus reports whether s is one of Statuses.
 func ValidStatus(s string) bool { return slices.Contains(Statuses, Status(s)) }
 
-// transitions is the table of the package doc: for each lifecycle event
-// type, the statuses it may follow and the status it leads to.
+// transitions is the table of the package doc: for each event type, the
+// statuses it may follow ("" for a new stream) and the status it leads to.
 var transitions = map[string]struct {
 	from []Status
 	to   Status
 }{
+	TypeOrderPlaced:            {[]Status{""}, StatusCreated},
 	TypeOrderApproved:          {[]Status{StatusCreated}, StatusApproved},
 	TypeOrderInvoiced:          {[]Status{StatusApproved}, StatusInvoiced},
 	TypeOrderProcessingStarted: {[]Status{StatusApproved, StatusInvoiced}, StatusProcessing},
@@ -108,41 +109,12 @@ func (o *Order) Apply(e Event) error {
 	if e.Data == nil || reflect.TypeOf(e.Data) != payload {
 		return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
 	}
-	switch d := e.Data.(type) {
-	case OrderPlaced:
-		if o.Version != 0 {
-			return fmt.Errorf("apply %s to %s at v%d: %w", e.Type, e.StreamID, o.Version, ErrInvalidTransition)
-		}
-		sub, freight, count := sums(d.Items)
-		freight += d.FreightCents
-		*o = Order{
-			ID: e.StreamID, CustomerID: d.CustomerID, Status: StatusCreated, Currency: d.Currency,
-			Items: d.Items, ItemCount: count, SubtotalCents: sub, FreightCents: freight,
-			TotalCents: sub + freight, PlacedAt: &at,
-		}
-	default:
-		t := transitions[e.Type]
-		if !slices.Contains(t.from, o.Status) {
-			return fmt.Errorf("apply %s v%d of %s in status %q: %w", e.Type, e.Version, e.StreamID, o.Status, ErrInvalidTransition)
-		}
-		o.Status = t.to
-		switch d := d.(type) {
-		case OrderApproved:
-			o.ApprovedAt = &at
-		case OrderInvoiced:
-			o.InvoicedAt = &at
-		case OrderProcessingStarted:
-			o.ProcessingAt = &at
-		case OrderShipped:
-			o.ShippedAt = &at
-		case OrderDelivered:
-			o.DeliveredAt = &at
-		case OrderCanceled:
-			o.CanceledAt, o.Reason = &at, d.Reason
-		case OrderMarkedUnavailable:
-			o.UnavailableAt, o.Reason = &at, d.Reason
-		}
+	t := transitions[e.Type]
+	if !slices.Contains(t.from, o.Status) {
+		return fmt.Errorf("apply %s v%d of %s in status %q: %w", e.Type, e.Version, e.StreamID, o.Status, ErrInvalidTransition)
 	}
+	o.ID, o.Status = e.StreamID, t.to
+	e.Data.(interface{ apply(*Order, *time.Time) }).apply(o, &at)
 	o.Version = e.Version
 	o.UpdatedAt = at
 	o.RecordedAt = e.RecordedAt
@@ -161,10 +133,31 @@ func sums(items []Line) (subtotal, freight, count int64) {
 	return subtotal, freight, count
 }
 
-// Command is a request to change an order. Each command type has a
-// Decide case; At is when it happened in the business (zero means the
-// time the service received it).
-type Command interface{ commandName() string }
+// apply sets the fields of o that the payload fills, at the time it
+// occurred; Apply has checked the event and set its status.
+func (d OrderPlaced) apply(o *Order, at *time.Time) {
+	sub, freight, count := sums(d.Items)
+	freight += d.FreightCents
+	o.CustomerID, o.Currency, o.Items, o.PlacedAt = d.CustomerID, d.Currency, d.Items, at
+	o.ItemCount, o.SubtotalCents, o.FreightCents, o.TotalCents = count, sub, freight, sub+freight
+}
+func (OrderApproved) apply(o *Order, at *time.Time)          { o.ApprovedAt = at }
+func (OrderInvoiced) apply(o *Order, at *time.Time)          { o.InvoicedAt = at }
+func (OrderProcessingStarted) apply(o *Order, at *time.Time) { o.ProcessingAt = at }
+func (OrderShipped) apply(o *Order, at *time.Time)           { o.ShippedAt = at }
+func (OrderDelivered) apply(o *Order, at *time.Time)         { o.DeliveredAt = at }
+func (d OrderCanceled) apply(o *Order, at *time.Time)        { o.CanceledAt, o.Reason = at, d.Reason }
+func (d OrderMarkedUnavailable) apply(o *Order, at *time.Time) {
+	o.UnavailableAt, o.Reason = at, d.Reason
+}
+
+// Command is a request to change an order: each command type names
+// itself and the one event it appends. At is when it happened in the
+// business (zero means the time the service received it).
+type Command interface {
+	commandName() string
+	event() (EventData, time.Time)
+}
 
 // PlaceOrder opens a new order stream. FreightCents is a whole-order
 // charge on top of each line's own FreightCents.
@@ -207,6 +200,19 @@ func (Deliver) commandName() string         { return "deliver" }
 func (Cancel) commandName() string          { return "cancel" }
 func (MarkUnavailable) commandName() string { return "mark-unavailable" }
 
+func (c PlaceOrder) event() (EventData, time.Time) {
+	return OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency, Items: slices.Clone(c.Items), FreightCents: c.FreightCents}, c.At
+}
+func (c Approve) event() (EventData, time.Time)         { return OrderApproved{}, c.At }
+func (c Invoice) event() (EventData, time.Time)         { return OrderInvoiced{}, c.At }
+func (c StartProcessing) event() (EventData, time.Time) { return OrderProcessingStarted{}, c.At }
+func (c Ship) event() (EventData, time.Time)            { return OrderShipped{}, c.At }
+func (c Deliver) event() (EventData, time.Time)         { return OrderDelivered{}, c.At }
+func (c Cancel) event() (EventData, time.Time)          { return OrderCanceled{Reason: c.Reason}, c.At }
+func (c MarkUnavailable) event() (EventData, time.Time) {
+	return OrderMarkedUnavailable{Reason: c.Reason}, c.At
+}
+
 // CommandName is the command's name in the REST path ("approve", ...).
 func CommandName(c Command) string { return c.commandName() }
 
@@ -215,29 +221,10 @@ func CommandName(c Command) string { return c.commandName() }
 // ErrAlreadyExists or ErrInvalidTransition. It changes nothing. now is used
 // when the command carries no time.
 func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error) {
-	var data EventData
-	var at time.Time
-	switch c := cmd.(type) {
-	case PlaceOrder:
-		data, at = OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency,
-			Items: slices.Clone(c.Items), FreightCents: c.FreightCents}, c.At
-	case Approve:
-		data, at = OrderApproved{}, c.At
-	case Invoice:
-		data, at = OrderInvoiced{}, c.At
-	case StartProcessing:
-		data, at = OrderProcessingStarted{}, c.At
-	case Ship:
-		data, at = OrderShipped{}, c.At
-	case Deliver:
-		data, at = OrderDelivered{}, c.At
-	case Cancel:
-		data, at = OrderCanceled{Reason: c.Reason}, c.At
-	case MarkUnavailable:
-		data, at = OrderMarkedUnavailable{Reason: c.Reason}, c.At
-	default:
-		return nil, time.Time{}, fmt.Errorf("decide %T: %w", cmd, ErrValidation)
+	if cmd == nil {
+		return nil, time.Time{}, fmt.Errorf("decide no command: %w", ErrValidation)
 	}
+	data, at := cmd.event()
 	// The payload passes the checks DecodeData makes of a stored one.
 	if err := validateData(data); err != nil {
 		return nil, time.Time{}, err
@@ -251,7 +238,7 @@ func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error
 		return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
 	case !placing && o.Version == 0:
 		return nil, time.Time{}, fmt.Errorf("%s: order: %w", cmd.commandName(), ErrNotFound)
-	case !placing && !slices.Contains(transitions[data.EventType()].from, o.Status):
+	case !slices.Contains(transitions[data.EventType()].from, o.Status):
 		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", cmd.commandName(), o.ID, o.Status, ErrInvalidTransition)
 	}
 	return []EventData{data}, Timestamp(at), nil
