@@ -169,28 +169,31 @@ func randomID() string {
 
 // Get returns the order as folded from the log: always fresh. A cached
 // state is used only after the log confirms that no commit follows it
-// (one read); the events are not returned then. Returns ErrNotFound for an
-// unknown order.
+// (one read of the events after it); else the whole stream is read. Get
+// adds nothing to the cache. Returns ErrNotFound for an unknown order.
 func (s *Service) Get(ctx context.Context, orderID string) (Order, error) {
 	if err := ValidateID("order id", orderID); err != nil {
 		return Order{}, err
 	}
+	var o Order
 	if s.Cache != nil {
-		if o, ok := s.Cache.Get(orderID); ok {
-			newer, err := s.Store.Load(ctx, orderID, o.Version)
-			if err != nil {
-				return Order{}, err
-			}
-			for _, e := range newer {
-				if err := o.Apply(e); err != nil {
-					return Order{}, fmt.Errorf("fold order %s: %w", orderID, err)
-				}
-			}
-			return o, nil
+		if cached, ok := s.Cache.Get(orderID); ok {
+			o = cached
 		}
 	}
-	o, _, err := s.EventsUntil(ctx, orderID, Bound{})
-	return o, err
+	events, err := s.Store.Load(ctx, orderID, o.Version)
+	if err != nil {
+		return Order{}, err
+	}
+	for _, e := range events {
+		if err := o.Apply(e); err != nil {
+			return Order{}, fmt.Errorf("fold order %s: %w", orderID, err)
+		}
+	}
+	if o.Version == 0 {
+		return Order{}, fmt.Errorf("order %s: %w", orderID, ErrNotFound)
+	}
+	return o, nil
 }
 
 // Bound is a point in a stream's history: the stream up to and including
@@ -330,7 +333,8 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 
 // state returns the stream's state: when assume is set, from the cache, or
 // for a PlaceOrder the empty state of a new stream (assumed=true: not read,
-// so possibly stale); otherwise folded from the log.
+// so possibly stale); otherwise from the log (Get; the zero Order for a
+// new stream).
 func (s *Service) state(ctx context.Context, orderID string, assume, placing bool) (o Order, assumed bool, err error) {
 	if assume && s.Cache != nil {
 		if o, ok := s.Cache.Get(orderID); ok {
@@ -340,15 +344,10 @@ func (s *Service) state(ctx context.Context, orderID string, assume, placing boo
 	if assume && placing {
 		return Order{}, true, nil
 	}
-	events, err := s.Store.Load(ctx, orderID, 0)
-	if err != nil {
-		return Order{}, false, err
+	if o, err = s.Get(ctx, orderID); errors.Is(err, ErrNotFound) {
+		return Order{}, false, nil
 	}
-	o, err = Fold(events)
-	if err != nil {
-		return Order{}, false, fmt.Errorf("fold order %s: %w", orderID, err)
-	}
-	return o, false, nil
+	return o, false, err
 }
 
 // try decides cmd on o and appends the result.
