@@ -133,15 +133,15 @@ var eventTypes = func() map[string]reflect.Type {
 // EventTypes returns the name of every event type, sorted.
 func EventTypes() []string { return slices.Sorted(maps.Keys(eventTypes)) }
 
-// Upcaster rewrites the JSON payload of one (type, schema version) to the
-// next schema version. Register one in upcasters when a payload changes
-// shape; stored events are never rewritten (invariant 2).
+// Upcaster rewrites the JSON payload of one event type from one schema
+// version to the next. Append one to the type's list in upcasters when its
+// payload changes shape; stored events are never rewritten (invariant 2).
 type Upcaster func(data []byte) ([]byte, error)
 
-// upcasters maps type -> schema version -> upcaster to version+1, one for
-// each version below the type's current schema.
-var upcasters = map[string]map[int]Upcaster{
-	TypeOrderPlaced: {1: upcastPlacedV1},
+// upcasters lists each type's upcasters in schema order: the i-th takes a
+// payload from schema version i+1 to i+2.
+var upcasters = map[string][]Upcaster{
+	TypeOrderPlaced: {upcastPlacedV1},
 }
 
 // CurrentSchema returns the schema version the service writes for events of
@@ -207,15 +207,10 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	if err := CheckSchema(eventType, schemaVersion); err != nil {
 		return nil, err
 	}
-	current := CurrentSchema(eventType)
-	for v := schemaVersion; v < current; v++ {
-		up, ok := upcasters[eventType][v]
-		if !ok {
-			return nil, fmt.Errorf("decode %s: no upcaster from schema v%d: %w", eventType, v, ErrUnknownEvent)
-		}
+	for i, up := range upcasters[eventType][schemaVersion-1:] {
 		var err error
 		if data, err = up(data); err != nil {
-			return nil, fmt.Errorf("upcast %s from schema v%d: %w", eventType, v, err)
+			return nil, fmt.Errorf("upcast %s from schema v%d: %w", eventType, schemaVersion+i, err)
 		}
 	}
 	if len(data) == 0 {
