@@ -216,11 +216,11 @@ func (c MarkUnavailable) event() (EventData, time.Time) {
 // CommandName is the command's name in the REST path ("approve", ...).
 func CommandName(c Command) string { return c.commandName() }
 
-// Decide returns the payloads and occurrence time that cmd produces for the
-// order in state o, or an error wrapping ErrValidation, ErrNotFound,
+// Decide returns the payload of the one event cmd appends to the order in
+// state o and its occurrence time, or an error wrapping ErrValidation, ErrNotFound,
 // ErrAlreadyExists or ErrInvalidTransition. It changes nothing. now is used
 // when the command carries no time.
-func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error) {
+func (o Order) Decide(cmd Command, now time.Time) (EventData, time.Time, error) {
 	if cmd == nil {
 		return nil, time.Time{}, fmt.Errorf("decide no command: %w", ErrValidation)
 	}
@@ -241,7 +241,7 @@ func (o Order) Decide(cmd Command, now time.Time) ([]EventData, time.Time, error
 	case !slices.Contains(transitions[data.EventType()].from, o.Status):
 		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", cmd.commandName(), o.ID, o.Status, ErrInvalidTransition)
 	}
-	return []EventData{data}, Timestamp(at), nil
+	return data, Timestamp(at), nil
 }
 
 // SamePlacement reports whether p would place exactly the order o was

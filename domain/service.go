@@ -367,19 +367,16 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 		}
 		return Result{}, fmt.Errorf("%s order %s: at v%d, If-Match %s: %w", cmd.commandName(), orderID, o.Version, opt.IfMatch, ErrPreconditionFailed)
 	}
-	datas, at, err := o.Decide(cmd, s.Now())
+	d, at, err := o.Decide(cmd, s.Now())
 	if err != nil {
 		return Result{}, err
 	}
 	c := Commit{StreamID: orderID, StreamType: StreamTypeOrder, ExpectedVersion: o.Version,
-		IdempotencyKey: opt.IdempotencyKey, RequestHash: hash}
-	for i, d := range datas {
-		c.Events = append(c.Events, Event{
+		IdempotencyKey: opt.IdempotencyKey, RequestHash: hash, Events: []Event{{
 			ID: s.NewID(), StreamID: orderID, StreamType: StreamTypeOrder, Type: d.EventType(),
-			Version: o.Version + int64(i) + 1, OccurredAt: at, Data: d,
+			Version: o.Version + 1, OccurredAt: at, Data: d,
 			Metadata: Metadata{CorrelationID: opt.CorrelationID, CausationID: opt.CommandID, SchemaVersion: CurrentSchema(d.EventType())},
-		})
-	}
+		}}}
 	recordedAt, err := s.Store.Append(ctx, c)
 	if err != nil {
 		return Result{}, err
