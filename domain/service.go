@@ -381,17 +381,15 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 	if err != nil {
 		return Result{}, err
 	}
-	next := o
-	for _, e := range c.Events {
-		e.RecordedAt = recordedAt
-		if err := next.Apply(e); err != nil {
-			return Result{}, fmt.Errorf("apply own event: %w", err)
-		}
+	e := c.Events[0]
+	e.RecordedAt = recordedAt
+	if err := o.Apply(e); err != nil {
+		return Result{}, fmt.Errorf("apply own event: %w", err)
 	}
 	if s.Cache != nil {
-		s.Cache.Add(orderID, next)
+		s.Cache.Add(orderID, o)
 	}
-	return Result{OrderID: orderID, Version: next.Version, Status: next.Status}, nil
+	return Result{OrderID: orderID, Version: o.Version, Status: o.Status}, nil
 }
 
 // replay answers a request whose idempotency key is stored in order
@@ -414,14 +412,14 @@ func (s *Service) replay(ctx context.Context, key, orderID, hash string) (Result
 	return Result{OrderID: c.StreamID, Version: first.Version, Status: first.Status, Replayed: true}, nil
 }
 
+// sleep waits a random time up to BaseBackoff << attempt (full jitter),
+// or until ctx is done.
 func (s *Service) sleep(ctx context.Context, attempt int) error {
 	max := s.BaseBackoff << min(attempt, 10)
-	t := time.NewTimer(time.Duration(mrand.Int64N(int64(max) + 1)))
-	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-t.C:
+	case <-time.After(time.Duration(mrand.Int64N(int64(max) + 1))):
 		return nil
 	}
 }
