@@ -229,7 +229,10 @@ func (o Order) Decide(cmd Command, now time.Time) (EventData, time.Time, error) 
 	if err := validateData(data); err != nil {
 		return nil, time.Time{}, err
 	}
-	if at = pick(at, now); !ValidTime(at) {
+	if at.IsZero() {
+		at = now
+	}
+	if !ValidTime(at) {
 		return nil, time.Time{}, &ValidationError{Fields: []FieldError{{Field: "at", Detail: "a time in years 1 to 9999 UTC"}}}
 	}
 	_, placing := cmd.(PlaceOrder)
@@ -253,13 +256,6 @@ func (o Order) SamePlacement(p PlaceOrder) bool {
 	_, lineFreight, _ := sums(p.Items)
 	return o.Version > 0 && o.CustomerID == p.CustomerID && o.Currency == p.Currency &&
 		slices.Equal(o.Items, p.Items) && o.FreightCents == p.FreightCents+lineFreight
-}
-
-func pick(t, def time.Time) time.Time {
-	if t.IsZero() {
-		return def
-	}
-	return t
 }
 
 // validatePlaced bounds every amount so that subtotals and totals fit in an
