@@ -118,20 +118,8 @@ func (OrderDelivered) EventType() string         { return TypeOrderDelivered }
 func (OrderCanceled) EventType() string          { return TypeOrderCanceled }
 func (OrderMarkedUnavailable) EventType() string { return TypeOrderMarkedUnavailable }
 
-// eventTypes is the one list of the event types: each payload type by the
-// name EventType gives it. Decoding looks a type up here; a name that is
-// not here is an unknown event type.
-var eventTypes = func() map[string]reflect.Type {
-	m := map[string]reflect.Type{}
-	for _, d := range []EventData{OrderPlaced{}, OrderApproved{}, OrderInvoiced{}, OrderProcessingStarted{},
-		OrderShipped{}, OrderDelivered{}, OrderCanceled{}, OrderMarkedUnavailable{}} {
-		m[d.EventType()] = reflect.TypeOf(d)
-	}
-	return m
-}()
-
 // EventTypes returns the name of every event type, sorted.
-func EventTypes() []string { return slices.Sorted(maps.Keys(eventTypes)) }
+func EventTypes() []string { return slices.Sorted(maps.Keys(transitions)) }
 
 // Upcaster rewrites the JSON payload of one event type from one schema
 // version to the next. Append one to the type's list in upcasters when its
@@ -190,7 +178,7 @@ func EncodeData(d EventData) ([]byte, error) {
 // does not know the event type or its schema version, nil when
 // DecodeData can decode (and upcast) a payload of them.
 func CheckSchema(eventType string, schemaVersion int) error {
-	if _, ok := eventTypes[eventType]; !ok {
+	if _, ok := transitions[eventType]; !ok {
 		return fmt.Errorf("decode %q: %w", eventType, ErrUnknownEvent)
 	}
 	if schemaVersion < 1 || schemaVersion > CurrentSchema(eventType) {
@@ -218,7 +206,7 @@ func DecodeData(eventType string, schemaVersion int, data []byte) (EventData, er
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	p := reflect.New(eventTypes[eventType]) // CheckSchema knows the type
+	p := reflect.New(reflect.TypeOf(transitions[eventType].payload)) // CheckSchema knows the type
 	if err := dec.Decode(p.Interface()); err != nil {
 		return nil, fmt.Errorf("decode %s: %v: %w", eventType, err, ErrValidation)
 	}

@@ -31,20 +31,23 @@ var Statuses = []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusPro
 // ValidStatus reports whether s is one of Statuses.
 func ValidStatus(s string) bool { return slices.Contains(Statuses, Status(s)) }
 
-// transitions is the table of the package doc: for each event type, the
-// statuses it may follow ("" for a new stream) and the status it leads to.
+// transitions is the table of the package doc and the one list of the
+// event types: for each, its payload type (a name not here is an unknown
+// event type), the statuses it may follow ("" for a new stream) and the
+// status it leads to.
 var transitions = map[string]struct {
-	from []Status
-	to   Status
+	payload EventData
+	from    []Status
+	to      Status
 }{
-	TypeOrderPlaced:            {[]Status{""}, StatusCreated},
-	TypeOrderApproved:          {[]Status{StatusCreated}, StatusApproved},
-	TypeOrderInvoiced:          {[]Status{StatusApproved}, StatusInvoiced},
-	TypeOrderProcessingStarted: {[]Status{StatusApproved, StatusInvoiced}, StatusProcessing},
-	TypeOrderShipped:           {[]Status{StatusApproved, StatusInvoiced, StatusProcessing}, StatusShipped},
-	TypeOrderDelivered:         {[]Status{StatusShipped}, StatusDelivered},
-	TypeOrderCanceled:          {[]Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing, StatusShipped}, StatusCanceled},
-	TypeOrderMarkedUnavailable: {[]Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing}, StatusUnavailable},
+	TypeOrderPlaced:            {OrderPlaced{}, []Status{""}, StatusCreated},
+	TypeOrderApproved:          {OrderApproved{}, []Status{StatusCreated}, StatusApproved},
+	TypeOrderInvoiced:          {OrderInvoiced{}, []Status{StatusApproved}, StatusInvoiced},
+	TypeOrderProcessingStarted: {OrderProcessingStarted{}, []Status{StatusApproved, StatusInvoiced}, StatusProcessing},
+	TypeOrderShipped:           {OrderShipped{}, []Status{StatusApproved, StatusInvoiced, StatusProcessing}, StatusShipped},
+	TypeOrderDelivered:         {OrderDelivered{}, []Status{StatusShipped}, StatusDelivered},
+	TypeOrderCanceled:          {OrderCanceled{}, []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing, StatusShipped}, StatusCanceled},
+	TypeOrderMarkedUnavailable: {OrderMarkedUnavailable{}, []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing}, StatusUnavailable},
 }
 
 // Order is the order aggregate's state, folded from its events. Amounts are
@@ -102,14 +105,13 @@ func (o *Order) Apply(e Event) error {
 		return fmt.Errorf("apply %s of stream %s to order %s: %w", e.Type, e.StreamID, o.ID, ErrValidation)
 	}
 	at := e.OccurredAt
-	payload, known := eventTypes[e.Type]
+	t, known := transitions[e.Type]
 	if !known {
 		return fmt.Errorf("apply %s v%d of %s: %w", e.Type, e.Version, e.StreamID, ErrUnknownEvent)
 	}
-	if e.Data == nil || reflect.TypeOf(e.Data) != payload {
+	if e.Data == nil || reflect.TypeOf(e.Data) != reflect.TypeOf(t.payload) {
 		return fmt.Errorf("apply %s v%d of %s: payload does not match type: %w", e.Type, e.Version, e.StreamID, ErrValidation)
 	}
-	t := transitions[e.Type]
 	if !slices.Contains(t.from, o.Status) {
 		return fmt.Errorf("apply %s v%d of %s in status %q: %w", e.Type, e.Version, e.StreamID, o.Status, ErrInvalidTransition)
 	}
