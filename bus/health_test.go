@@ -21,7 +21,7 @@ import (
 // sees no quorum of current replicas) is an outage.
 func TestCheckStreamTellsOutagesFromOwnTrouble(t *testing.T) {
 	cl := bustest.StartCluster(t, 3)
-	_, js := cl.Connect(t)
+	js := bustest.ConnectTo(t, cl.URL())
 	cfg := bus.StreamConfig{Name: "CHECKED", SubjectPrefix: "checked", Duplicates: time.Minute, Replicas: 3}
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -75,7 +75,7 @@ func TestEnsureStreamWaitsForTheCluster(t *testing.T) {
 	cl := bustest.StartCluster(t, 3)
 	cl.Shutdown(1)
 	cl.Shutdown(2)
-	_, js := cl.Connect(t)
+	js := bustest.ConnectTo(t, cl.URL())
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
 	cfg := bus.StreamConfig{Name: "WAITS", SubjectPrefix: "waits", Duplicates: time.Minute, Replicas: 3}

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/orderd/orderd/bus"
@@ -60,11 +59,11 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	log := projectiontest.Logger(t)
 	cl := bustest.StartCluster(t, 3)
 	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: 2 * time.Minute, Partitions: 4, Replicas: 3}
-	connect := func() (*nats.Conn, jetstream.JetStream) { return cl.Connect(t) }
-	nc, js := connect()
+	connect := func() jetstream.JetStream { return bustest.ConnectTo(t, cl.URL()) }
+	js := connect()
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	cl.WaitStreamLeader(stream.Name, 30*time.Second)
-	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: nc, JS: js}, Stream: stream}
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
 	db := storetest.Database(t)
 
 	// The relay, on its own connection, with the service's settings but a
@@ -72,14 +71,14 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// node died is never acknowledged, and the round waits out the ack
 	// timeout (10 s by default) before it publishes again from the
 	// checkpoint.
-	_, rjs := connect()
+	rjs := connect()
 	rcfg := outbox.Config{Owner: "relay-1", AckTimeout: 5 * time.Second}
 	es := projectiontest.NewLog(t, ctx, db)
 	lease := &countingLease{Lease: mongodb.NewLease(db, outbox.RelayLease, rcfg.Owner, outbox.DefaultLeaseTTL)}
 	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(rjs, stream), lease, rcfg, log, nil).Run)
 
 	// One projector process, own connection, with both projections.
-	_, pjs := connect()
+	pjs := connect()
 	cfg := b.RunnerConfig()
 	cfg.Owner = "P"
 	pointers := mongodb.NewPointers(db)
@@ -282,10 +281,10 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	log := projectiontest.Logger(t)
 	cl := bustest.StartCluster(t, 5)
 	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: 2 * time.Minute, Partitions: 4, Replicas: 3}
-	nc, js := cl.Connect(t)
+	js := bustest.ConnectTo(t, cl.URL())
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	sl := cl.WaitStreamLeader(stream.Name, 30*time.Second)
-	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: nc, JS: js}, Stream: stream}
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
 	db := storetest.Database(t)
 	es := relayedLog(t, ctx, db, b, log)
 
@@ -293,9 +292,9 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	// The service's pinned TTL and batches.
 	cfg.Owner, cfg.PinnedTTL, cfg.BatchSize = "P", 10*time.Second, 0
 	sums := projector.NewRunner(mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db)),
-		b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, nil)
+		bustest.ConnectTo(t, b.URL), mongodb.NewDeadLetters(db), cfg, log, nil)
 	stats := projector.NewRunner(mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)),
-		b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, nil)
+		bustest.ConnectTo(t, b.URL), mongodb.NewDeadLetters(db), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", sums.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
 	svc := domain.NewService(es, nil)

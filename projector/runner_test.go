@@ -53,7 +53,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 	// as a second process.
 	db2 := storetest.Client(t).Database(db.Name())
 	sumsStore2 := mongodb.NewProjection(db2, projection.OrderSummaries, mongodb.NewEventStore(db2), pm, mongodb.NewPointers(db2))
-	sums2 := projector.NewRunner(sumsStore2, b.Connect(t), mongodb.NewDeadLetters(db2), cfg2, log, m)
+	sums2 := projector.NewRunner(sumsStore2, bustest.ConnectTo(t, b.URL), mongodb.NewDeadLetters(db2), cfg2, log, m)
 	projectiontest.Go(t, "summaries runner 1", sums1.Run)
 	projectiontest.Go(t, "summaries runner 2", sums2.Run)
 	projectiontest.Go(t, "stats runner", stats.Run)
@@ -430,7 +430,7 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 		cfg := b.RunnerConfig()
 		cfg.Owner = owner
 		p := mongodb.NewProjection(db, projection.OrderSummaries, es, pm, mongodb.NewPointers(db))
-		return projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(db), cfg, log, m), reg
+		return projector.NewRunner(p, bustest.ConnectTo(t, b.URL), mongodb.NewDeadLetters(db), cfg, log, m), reg
 	}
 	a, _ := proc("A")
 	bRunner, regB := proc("B")
@@ -516,12 +516,12 @@ func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
 	// A reaches NATS through a proxy the test cuts: A's connection then
 	// stays open and reconnecting, as when the network between them fails.
 	cut := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
-	_, jsA := bustest.ConnectTo(t, "nats://"+cut.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	jsA := bustest.ConnectTo(t, "nats://"+cut.Addr)
 	a := proc("A", jsA)
 	projectiontest.Go(t, "runner A", a.Run)
 	svc := domain.NewService(es, nil)
 	ids := driveUntilOwners(t, ctx, svc, a, "cut", nil, map[string]int{"A": 4})
-	bRunner := proc("B", b.Connect(t))
+	bRunner := proc("B", bustest.ConnectTo(t, b.URL))
 	projectiontest.Go(t, "runner B", bRunner.Run)
 	ids = driveUntilOwners(t, ctx, svc, bRunner, "cut", ids, map[string]int{"A": 2, "B": 2})
 	projectortest.Run(t, b, db, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
@@ -584,7 +584,7 @@ func TestRunnerWritesThroughAStoreStall(t *testing.T) {
 	cfg := b.RunnerConfig()
 	cfg.Owner = "P"
 	p := mongodb.NewProjection(pdb, projection.OrderSummaries, mongodb.NewEventStore(pdb), nil, mongodb.NewPointers(pdb))
-	r := projector.NewRunner(p, b.Connect(t), mongodb.NewDeadLetters(pdb), cfg, log, nil)
+	r := projector.NewRunner(p, bustest.ConnectTo(t, b.URL), mongodb.NewDeadLetters(pdb), cfg, log, nil)
 	projectiontest.Go(t, "summaries runner", r.Run)
 	// The other read model, on a link that does not stall.
 	projectortest.Run(t, b, db, mongodb.NewProjection(db, projectiontest.CustomerTotals, es, nil, mongodb.NewPointers(db)), b.RunnerConfig(), nil)
@@ -707,7 +707,7 @@ func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
 	pdb := c.Database(db.Name())
 	link := tcpproxy.New(t, "127.0.0.1:0", strings.TrimPrefix(b.URL, "nats://"))
 	var slow, reconnects atomic.Int64
-	_, js := bustest.ConnectTo(t, "nats://"+link.Addr, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
+	js := bustest.ConnectTo(t, "nats://"+link.Addr,
 		nats.ReconnectHandler(func(*nats.Conn) { reconnects.Add(1) }),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {

@@ -238,17 +238,13 @@ func (c *Cluster) first(is func(*server.Server) bool) int {
 	return -1
 }
 
-// Connect opens a client connection to the cluster that reconnects to
-// another node without end, every 50 ms, closed when the test ends.
-func (c *Cluster) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+// ConnectTo opens a NATS connection to url (every node's, comma-separated,
+// for a cluster: see URL) that reconnects without end, every 50 ms, to
+// whichever node is up, then applies opts; it is closed when the test or
+// benchmark ends. The connection is the JetStream context's Conn.
+func ConnectTo(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
 	t.Helper()
-	return ConnectTo(t, c.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-}
-
-// ConnectTo opens a NATS connection to url with opts, closed when the test
-// or benchmark ends.
-func ConnectTo(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -258,5 +254,5 @@ func ConnectTo(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetst
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, js
+	return js
 }

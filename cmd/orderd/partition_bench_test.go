@@ -68,7 +68,7 @@ func BenchmarkProjectionScaling(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = client.Disconnect(context.Background()) })
-	_, js := bustest.ConnectTo(b, natsURL)
+	js := bustest.ConnectTo(b, natsURL)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 

@@ -11,7 +11,6 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus"
-	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
@@ -96,14 +95,6 @@ func Run(t *testing.T, b *Bus, db *mongo.Database, p projector.Projection, cfg p
 	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, projectiontest.Logger(t), m)
 	projectiontest.Go(t, r.Name()+" runner", r.Run)
 	return r
-}
-
-// Connect opens a NATS connection of its own to b, as a second process
-// would, closed when the test ends.
-func (b *Bus) Connect(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	_, js := bustest.ConnectTo(t, b.URL)
-	return js
 }
 
 // WaitLag waits until every runner's consumer has no message pending or

@@ -5,7 +5,6 @@
 // the comparison of the read models with the log are package
 // projectiontest's.
 //
-// Every helper takes the test's *testing.T (ConnectTo also a benchmark's
-// *testing.B) and fails it on an error; everything it starts stops when
-// the test ends.
+// Every helper takes the test's *testing.T and fails it on an error;
+// everything it starts stops when the test ends.
 package projectortest

@@ -134,7 +134,8 @@ func StartNATS(t testing.TB) *NATS {
 		t.Cleanup(ns.Shutdown)
 		n.Server, n.URL = ns, ns.ClientURL()
 	}
-	n.Conn, n.JS = bustest.ConnectTo(t, n.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	n.JS = bustest.ConnectTo(t, n.URL)
+	n.Conn = n.JS.Conn()
 	return n
 }
 
