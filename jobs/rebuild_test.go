@@ -34,7 +34,7 @@ func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
 	cfg := b.RunnerConfig()
 	sums := projectortest.Run(t, b, db, k.sums, cfg, nil)
 	stats := projectortest.Run(t, b, db, k.stat, cfg, nil)
-	b.PublishEvents(t, ctx, f.Flat, projectortest.EventID)
+	b.PublishEvents(t, ctx, f.Flat, "")
 	projectiontest.WaitFor(t, 30*time.Second, "read models built", func() error { return projectiontest.DiffReadModels(ctx, db, f, true) })
 	began := time.Now()
 

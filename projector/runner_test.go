@@ -144,8 +144,8 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	total := float64(len(f.Flat))
 
 	for _, e := range reversed(f.Flat) {
-		b.PublishEvents(t, ctx, []domain.Event{e}, projectortest.EventID)
-		b.PublishEvents(t, ctx, []domain.Event{e}, func(e domain.Event) string { return "copy-" + e.ID })
+		b.PublishEvents(t, ctx, []domain.Event{e}, "")
+		b.PublishEvents(t, ctx, []domain.Event{e}, "copy-")
 	}
 
 	reg := prometheus.NewRegistry()
@@ -167,7 +167,7 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 	}
 
 	// The whole log again, reversed, under new message ids.
-	b.PublishEvents(t, ctx, reversed(f.Flat), func(e domain.Event) string { return "again-" + e.ID })
+	b.PublishEvents(t, ctx, reversed(f.Flat), "again-")
 	// A copy with a remembered id is dropped by the stream itself.
 	body, err := domain.MarshalEvent(f.Flat[0])
 	if err != nil {
@@ -206,8 +206,8 @@ func TestRunnerDeadLetters(t *testing.T) {
 		`"occurred_at":"2024-07-01T12:00:00Z","recorded_at":"2024-07-01T12:00:00Z","data":{},"metadata":{"schema_version":1}}`)
 	b.Publish(t, ctx, "o1", teleported, "x1")
 	// v2 of a stream whose log holds only v1: a gap the log cannot fill.
-	b.PublishEvents(t, ctx, []domain.Event{gapV2}, projectortest.EventID)
-	b.PublishEvents(t, ctx, healthy.Flat, projectortest.EventID)
+	b.PublishEvents(t, ctx, []domain.Event{gapV2}, "")
+	b.PublishEvents(t, ctx, healthy.Flat, "")
 
 	reader := mongodb.NewReader(db, mongodb.NewPointers(db), nil)
 	projectiontest.WaitFor(t, 20*time.Second, "healthy order projected behind the poison", func() error {
@@ -323,7 +323,7 @@ func TestDeadLettersMetric(t *testing.T) {
 	}
 
 	// v2 of a stream whose log holds only v1: parked after two deliveries.
-	b.PublishEvents(t, ctx, []domain.Event{g.v2}, projectortest.EventID)
+	b.PublishEvents(t, ctx, []domain.Event{g.v2}, "")
 	projectiontest.WaitFor(t, 20*time.Second, "dead letters gauge at 1", gauge(1))
 	if n := projectiontest.Metric(t, reg, "orderd_projection_dead_letters_total", r.Name()); n != 1 {
 		t.Errorf("orderd_projection_dead_letters_total %v, want 1", n)
@@ -384,9 +384,9 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 	// Only v3 of the newer stream reaches this build: a gap, filled from
 	// the log. The healthy streams' events come before and after it.
 	half := len(healthy.Flat) / 2
-	b.PublishEvents(t, ctx, healthy.Flat[:half], projectortest.EventID)
-	b.PublishEvents(t, ctx, []domain.Event{v3}, projectortest.EventID)
-	b.PublishEvents(t, ctx, healthy.Flat[half:], projectortest.EventID)
+	b.PublishEvents(t, ctx, healthy.Flat[:half], "")
+	b.PublishEvents(t, ctx, []domain.Event{v3}, "")
+	b.PublishEvents(t, ctx, healthy.Flat[half:], "")
 
 	for _, r := range []*projector.Runner{sums, stats} {
 		projectiontest.WaitFor(t, 20*time.Second, r.Name()+": the newer stream's event parked", func() error {

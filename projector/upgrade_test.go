@@ -21,7 +21,7 @@ func TestRunnerPinsTheConsumersOfAnEarlierRelease(t *testing.T) {
 	ctx, b, db := projectortest.Start(t, 60*time.Second)
 	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, "old", 8, 2)
-	b.PublishEvents(t, ctx, f.Flat, projectortest.EventID)
+	b.PublishEvents(t, ctx, f.Flat, "")
 	cfg := b.RunnerConfig()
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	r := projector.NewRunner(p, b.JS, mongodb.NewDeadLetters(db), cfg, projectiontest.Logger(t), nil)

@@ -70,20 +70,18 @@ func (b *Bus) Publish(t *testing.T, ctx context.Context, streamID string, body [
 	return ack
 }
 
-// EventID is the Nats-Msg-Id the relay gives an event: its id.
-func EventID(e domain.Event) string { return e.ID }
-
-// PublishEvents publishes events in the order given, each with msgID(e)
-// as its Nats-Msg-Id, and fails if the stream dropped one as a duplicate.
-func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.Event, msgID func(domain.Event) string) {
+// PublishEvents publishes events in the order given, each with prefix
+// plus its id as its Nats-Msg-Id (the relay's is the id alone: prefix ""),
+// and fails if the stream dropped one as a duplicate.
+func (b *Bus) PublishEvents(t *testing.T, ctx context.Context, events []domain.Event, prefix string) {
 	t.Helper()
 	for _, e := range events {
 		body, err := domain.MarshalEvent(e)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ack := b.Publish(t, ctx, e.StreamID, body, msgID(e)); ack.Duplicate {
-			t.Fatalf("publish %s v%d as %q: the stream dropped it as a duplicate", e.StreamID, e.Version, msgID(e))
+		if ack := b.Publish(t, ctx, e.StreamID, body, prefix+e.ID); ack.Duplicate {
+			t.Fatalf("publish %s v%d as %q: the stream dropped it as a duplicate", e.StreamID, e.Version, prefix+e.ID)
 		}
 	}
 }
