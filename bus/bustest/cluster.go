@@ -49,7 +49,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 			if j == i {
 				continue
 			}
-			l := tcpproxy.New(t, freeport.Addr(t), fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
+			l := tcpproxy.New(t, fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)), fmt.Sprintf("127.0.0.1:%d", ports[n+j]))
 			c.links[i][j] = l
 			routes = append(routes, &url.URL{Scheme: "nats-route", Host: l.Addr})
 		}

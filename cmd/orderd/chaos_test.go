@@ -99,7 +99,7 @@ func (p *proc) url() string { return "http://" + p.addr }
 
 func newCluster(t *testing.T, opts ...func(*cluster)) *cluster {
 	t.Helper()
-	c := &cluster{t: t, dir: t.TempDir(), storeAddr: freeport.Addr(t), natsPort: freeport.Port(t)}
+	c := &cluster{t: t, dir: t.TempDir(), storeAddr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t)), natsPort: freeport.Port(t)}
 	for _, o := range opts {
 		o(c)
 	}
@@ -185,7 +185,7 @@ func (c *cluster) stopNATS() {
 // a fault the test injects next never meets a process still starting.
 func (c *cluster) add(name, roles string, args ...string) *proc {
 	c.t.Helper()
-	p := &proc{name: name, roles: roles, addr: freeport.Addr(c.t), args: args}
+	p := &proc{name: name, roles: roles, addr: fmt.Sprintf("127.0.0.1:%d", freeport.Port(c.t)), args: args}
 	c.procs = append(c.procs, p)
 	c.start(p)
 	if !strings.Contains(p.roles, "api") {

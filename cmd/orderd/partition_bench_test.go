@@ -50,7 +50,7 @@ const (
 // limit. Run it with -benchtime 1x (make bench).
 func BenchmarkProjectionScaling(b *testing.B) {
 	dir := b.TempDir()
-	storeAddr := freeport.Addr(b)
+	storeAddr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(b))
 	store, err := embedded.StartStore(filepath.Join(dir, "store"), storeAddr, nil)
 	if err != nil {
 		b.Fatal(err)

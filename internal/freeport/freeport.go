@@ -53,12 +53,6 @@ func Port(t testing.TB) int {
 	return 0
 }
 
-// Addr is "127.0.0.1:<Port(t)>".
-func Addr(t testing.TB) string {
-	t.Helper()
-	return fmt.Sprintf("127.0.0.1:%d", Port(t))
-}
-
 // bounds is the range ports are drawn from: below the kernel's ephemeral
 // range when that leaves room, else the default.
 func bounds() (int, int) {
