@@ -22,13 +22,12 @@ func Context(t *testing.T, limit time.Duration) context.Context {
 }
 
 // Start is the set-up a read-model test begins with: its context (see
-// Context), a fresh database (storetest.Database) and the event store on
-// it (see NewLog).
-func Start(t *testing.T, limit time.Duration, opts ...mongodb.EventStoreOption) (context.Context, *mongo.Database, *mongodb.EventStore) {
+// Context), a fresh database and the event store on it with its indexes
+// (storetest.OpenStore).
+func Start(t *testing.T, limit time.Duration) (context.Context, *mongo.Database, *mongodb.EventStore) {
 	t.Helper()
-	ctx := Context(t, limit)
-	db := storetest.Database(t)
-	return ctx, db, NewLog(t, ctx, db, opts...)
+	es, db := storetest.OpenStore(t)
+	return Context(t, limit), db, es
 }
 
 // Logger writes warnings and errors of the code under test to the
@@ -81,9 +80,9 @@ func WaitFor(t *testing.T, limit time.Duration, what string, cond func() error) 
 }
 
 // NewLog returns the event store of db with its indexes.
-func NewLog(t *testing.T, ctx context.Context, db *mongo.Database, opts ...mongodb.EventStoreOption) *mongodb.EventStore {
+func NewLog(t *testing.T, ctx context.Context, db *mongo.Database) *mongodb.EventStore {
 	t.Helper()
-	es := mongodb.NewEventStore(db, opts...)
+	es := mongodb.NewEventStore(db)
 	if err := es.EnsureIndexes(ctx); err != nil {
 		t.Fatalf("event store indexes: %v", err)
 	}
