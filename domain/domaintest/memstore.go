@@ -29,19 +29,12 @@ var _ domain.EventStore = (*MemStore)(nil)
 //     one RecordedAt: Now() normalized with domain.Timestamp.
 //
 // Its state is one list of commits per stream and an index from stream
-// and idempotency key to commit. The zero value is ready to use; set Now and
-// OnAppend before the store is shared. All methods are safe for concurrent
-// use. Contexts are ignored: an Append is never abandoned half way.
+// and idempotency key to commit. The zero value is ready to use; set Now
+// before the store is shared. All methods are safe for concurrent use.
+// Contexts are ignored: an Append is never abandoned half way.
 type MemStore struct {
 	// Now gives the RecordedAt of each append (time.Now when nil).
 	Now func() time.Time
-	// OnAppend, when set, is called with each event of each stored
-	// commit, RecordedAt set, in commit order across the whole store and
-	// in version order within a commit, before Append returns. The calls
-	// are made with the store's lock held: OnAppend may block (a send on
-	// a channel, say), but neither it nor whoever it waits for may call
-	// the store meanwhile.
-	OnAppend func(domain.Event)
 
 	// Down makes every call of Append, Load and FindIdempotencyKey fail
 	// with an error wrapping domain.ErrUnavailable, as a store that cannot
@@ -112,11 +105,6 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 		s.keys[streamKey{c.StreamID, c.IdempotencyKey}] = c
 	}
 	s.events += len(c.Events)
-	if s.OnAppend != nil {
-		for _, e := range c.Events {
-			s.OnAppend(e)
-		}
-	}
 	return rec, nil
 }
 
@@ -211,7 +199,7 @@ func (s *MemStore) Keys() int {
 }
 
 // Reset forgets every commit and key and zeroes Appends and DownCalls.
-// Now, OnAppend and Down are kept. Call it when no Append is running.
+// Now and Down are kept. Call it when no Append is running.
 func (s *MemStore) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -351,11 +351,10 @@ type fake struct {
 func newFake(t *testing.T, configure func(*fake)) (*fake, *httptest.Server) {
 	feed := make(chan domain.Event, 1024)
 	f := &fake{store: domaintest.NewMemStore(), summaries: map[string]domain.Order{}, wait: 2 * time.Second}
-	f.store.OnAppend = func(e domain.Event) { feed <- e }
 	if configure != nil {
 		configure(f)
 	}
-	f.svc = domain.NewService(f.store, nil)
+	f.svc = domain.NewService(feeding{f.store, feed}, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -400,6 +399,26 @@ func newFake(t *testing.T, configure func(*fake)) (*fake, *httptest.Server) {
 		}
 	})
 	return f, ts
+}
+
+// feeding is the store that sends each event it stores to feed, in
+// version order, before Append returns. The importer sends an order's
+// next command only once the last one is answered, so each stream's
+// events reach feed in order.
+type feeding struct {
+	*domaintest.MemStore
+	feed chan<- domain.Event
+}
+
+func (s feeding) Append(ctx context.Context, c domain.Commit) (time.Time, error) {
+	rec, err := s.MemStore.Append(ctx, c)
+	if err != nil {
+		return rec, err
+	}
+	for _, e := range s.Events(c.StreamID)[c.ExpectedVersion:][:len(c.Events)] {
+		s.feed <- e
+	}
+	return rec, nil
 }
 
 func problem(w http.ResponseWriter, code int, typ, detail string, fields []domain.FieldError) {
