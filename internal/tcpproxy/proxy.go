@@ -79,7 +79,6 @@ func (p *Proxy) forward(c, up net.Conn) {
 			p.mu.Lock()
 			if p.held {
 				p.seen = append(p.seen, buf[:n]...)
-				p.cond.Broadcast()
 			}
 			for p.held {
 				p.cond.Wait()
@@ -108,22 +107,18 @@ func (p *Proxy) Hold() {
 // they do not within limit.
 func (p *Proxy) WaitHeld(t testing.TB, sub []byte, limit time.Duration) {
 	t.Helper()
-	late := false
-	timer := time.AfterFunc(limit, func() {
-		p.mu.Lock()
-		late = true
-		p.cond.Broadcast()
-		p.mu.Unlock()
-	})
-	defer timer.Stop()
+	for deadline := time.Now().Add(limit); !p.holds(sub); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the proxy held no %q within %s", sub, limit)
+		}
+	}
+}
+
+// holds reports whether the bytes held since Hold contain sub.
+func (p *Proxy) holds(sub []byte) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for !bytes.Contains(p.seen, sub) && !late {
-		p.cond.Wait()
-	}
-	if !bytes.Contains(p.seen, sub) {
-		t.Fatalf("the proxy held no %q within %s", sub, limit)
-	}
+	return bytes.Contains(p.seen, sub)
 }
 
 // Release sends on everything held, in order, and forwards freely again.
