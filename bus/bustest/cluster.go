@@ -238,8 +238,8 @@ func (c *Cluster) first(is func(*server.Server) bool) int {
 	return -1
 }
 
-// ConnectTo opens a NATS connection to url (every node's, comma-separated,
-// for a cluster: see URL) that reconnects without end, every 50 ms, to
+// ConnectTo opens a NATS connection to url (a cluster's: Cluster.URL, every
+// node's, comma-separated) that reconnects without end, every 50 ms, to
 // whichever node is up, then applies opts; it is closed when the test or
 // benchmark ends. The connection is the JetStream context's Conn.
 func ConnectTo(t testing.TB, url string, opts ...nats.Option) jetstream.JetStream {
