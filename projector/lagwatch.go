@@ -15,8 +15,8 @@ import (
 // applies, and, per projection, the largest partition lag in seconds (see
 // lagSeconds). The Runners need not run in this process. An API instance
 // uses it to refuse commands while the read models are too far behind
-// (Admission) and to tell readers how fresh the read models are
-// (LagSeconds).
+// (package http's Config.Lag and MaxLag) and to tell readers how fresh
+// the read models are (LagSeconds).
 type LagWatch struct {
 	runners  []*Runner
 	interval time.Duration
@@ -34,7 +34,8 @@ type LagSample struct {
 	// Seconds is the largest partition lag in seconds, by projection;
 	// absent when a lagging partition's could not be read.
 	Seconds map[string]float64
-	// acked sums, by projection, its consumers' ack floors.
+	// acked sums, by projection, its consumers' ack floors; absent when
+	// one of them did not answer.
 	acked map[string]uint64
 }
 
@@ -81,21 +82,27 @@ func (w *LagWatch) Run(ctx context.Context) error {
 }
 
 // read reads every runner's consumers once. A consumer no process has
-// created yet counts nothing.
+// created yet counts nothing. A consumer that does not answer (its
+// leader being elected) leaves its projection's lag at what the others
+// answered, a lower bound, and its lag in seconds unknown: an error only
+// when none of a projection's consumers answered.
 func (w *LagWatch) read(ctx context.Context) (LagSample, error) {
 	s := LagSample{Lag: map[string]uint64{}, Seconds: map[string]float64{}, acked: map[string]uint64{}}
 	for _, r := range w.runners {
 		infos, err := r.consumers(ctx)
-		if err != nil {
+		if err != nil && len(infos) == 0 {
 			return s, err
 		}
 		secs := r.secondsBehind(ctx, infos)
-		top, known := 0.0, true
+		top, known, acked := 0.0, err == nil, uint64(0)
 		for p, info := range infos {
 			s.Lag[r.name] += unacked(info)
-			s.acked[r.name] += info.AckFloor.Consumer
+			acked += info.AckFloor.Consumer
 			behind, ok := secs[p]
 			top, known = max(top, behind), known && ok
+		}
+		if err == nil {
+			s.acked[r.name] = acked
 		}
 		if known && len(infos) > 0 {
 			s.Seconds[r.name] = top
@@ -121,8 +128,10 @@ func (w *LagWatch) Latest() (lag uint64, projection string, rate float64, fresh 
 			lag, projection = n, r.name
 		}
 	}
-	if dt := w.last.At.Sub(w.prev.At).Seconds(); !w.prev.At.IsZero() && dt > 0 && w.last.acked[projection] >= w.prev.acked[projection] {
-		rate = float64(w.last.acked[projection]-w.prev.acked[projection]) / dt
+	now, ok := w.last.acked[projection]
+	before, okBefore := w.prev.acked[projection]
+	if dt := w.last.At.Sub(w.prev.At).Seconds(); ok && okBefore && dt > 0 && now >= before {
+		rate = float64(now-before) / dt
 	}
 	return lag, projection, rate, true
 }
