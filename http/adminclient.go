@@ -2,8 +2,10 @@ package http
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/orderd/orderd/admin"
+	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/http/api"
 	"github.com/orderd/orderd/jobs"
 )
@@ -48,8 +50,12 @@ func (c *Client) StartVerify(ctx context.Context, projection string, repair bool
 }
 
 // Job returns the job id of kind (jobs.KindRebuild or jobs.KindVerify)
-// on projection, or an *Error wrapping domain.ErrNotFound.
+// on projection, or an *Error wrapping domain.ErrNotFound; another kind
+// is an error wrapping domain.ErrValidation, sending nothing.
 func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id string) (jobs.Job, error) {
+	if kind != jobs.KindRebuild && kind != jobs.KindVerify {
+		return jobs.Job{}, fmt.Errorf("job kind %q: the client reads rebuilds and verifications: %w", kind, domain.ErrValidation)
+	}
 	op := bind2(c.api.GetRebuild, projection, id)
 	if kind == jobs.KindVerify {
 		op = bind2(c.api.GetVerification, projection, id)

@@ -150,6 +150,9 @@ func TestClientAdmin(t *testing.T) {
 	}
 	_, err = c.Job(ctx, jobs.KindVerify, "order_summaries", job.ID)
 	wantError(t, err, http.StatusNotFound, "not-found", domain.ErrNotFound)
+	if _, err := c.Job(ctx, jobs.KindReplay, "order_summaries", job.ID); !errors.Is(err, domain.ErrValidation) {
+		t.Errorf("job of a kind the client does not read: %v, want ErrValidation", err)
+	}
 	if got, err := c.CancelRebuild(ctx, "order_summaries", job.ID); err != nil || !got.CancelRequested {
 		t.Errorf("cancel: %+v, %v", got, err)
 	}
