@@ -10,7 +10,6 @@ import (
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
 	"github.com/orderd/orderd/internal/pause"
-	"github.com/orderd/orderd/projection"
 )
 
 // salesPoll is how long the daily sales check waits between two reads of
@@ -30,32 +29,60 @@ type SalesCheck struct {
 	Skipped       string
 }
 
-// checkSales compares GET /v1/daily-sales with the sums of the log folds
-// of every order checked, made as the route makes them
-// (projection.SumSales of one group an order): per UTC day of placement
-// and currency, orders, items, subtotals, freight, and those now canceled
-// or unavailable. The service must hold no other orders placed on those
+// salesOf sums the log folds of orders (each with a placement) per UTC day
+// of placement and currency, as GET /v1/daily-sales does: orders, items,
+// subtotals, freight, and those now canceled or unavailable; sorted by
+// day, then currency. It is the check's own sum, written apart from the
+// service's (projection.SumSales), so that the check can catch an error
+// in that one too.
+func salesOf(folds []domain.Order) []domain.DailySales {
+	rows := map[string]domain.DailySales{}
+	for _, o := range folds {
+		day := o.PlacedAt.UTC().Format(time.DateOnly)
+		k := day + " " + o.Currency
+		r := rows[k]
+		r.Day, r.Currency = day, o.Currency
+		r.OrdersPlaced++
+		r.Items += o.ItemCount
+		r.GrossCents += o.SubtotalCents
+		r.FreightCents += o.FreightCents
+		switch o.Status {
+		case domain.StatusCanceled:
+			r.OrdersCanceled++
+		case domain.StatusUnavailable:
+			r.OrdersUnavailable++
+		}
+		rows[k] = r
+	}
+	out := make([]domain.DailySales, 0, len(rows))
+	for _, k := range slices.Sorted(maps.Keys(rows)) {
+		out = append(out, rows[k])
+	}
+	return out
+}
+
+// checkSales compares GET /v1/daily-sales with the daily sales of the log
+// folds of every order checked (salesOf). The service must hold no other
+// orders placed on those
 // days; when partial (the import stopped at -limit) the last day is left
 // out, as orders of it may have been imported before. A read model that
 // differs is read again until the check's catch-up bound.
 func (r *importer) checkSales(ctx context.Context, checks []checked, partial bool) SalesCheck {
 	var sc SalesCheck
 	unread := 0
-	gs := make([]projection.SalesGroup, 0, len(checks))
+	folds := make([]domain.Order, 0, len(checks))
 	for _, ch := range checks {
-		o := ch.fold
-		if o.PlacedAt == nil {
+		if ch.fold.PlacedAt == nil {
 			unread++
 			continue
 		}
-		gs = append(gs, projection.SalesGroup{Day: projection.SaleDay(*o.PlacedAt), Currency: o.Currency, Status: o.Status,
-			Orders: 1, ItemCount: o.ItemCount, SubtotalCents: o.SubtotalCents, FreightCents: o.FreightCents})
+		folds = append(folds, ch.fold)
 	}
 	if unread > 0 {
 		sc.Skipped = fmt.Sprintf("%d orders' log folds could not be read", unread)
 		return sc
 	}
-	want := projection.SumSales(gs)
+	want := salesOf(folds)
 	if len(want) == 0 {
 		sc.Skipped = "no orders"
 		return sc
@@ -90,13 +117,12 @@ func (r *importer) checkSales(ctx context.Context, checks []checked, partial boo
 	}
 }
 
-// dailySales reads the rows of the days from to to (YYYY-MM-DD, as
-// projection.SaleDay makes them), sorted by day then currency, in one
+// dailySales reads the rows of the days from to to (YYYY-MM-DD), sorted by day then currency, in one
 // request: Olist's orders span three years, within the
 // orderhttp.MaxSalesYears the route answers (a longer range is refused,
 // and so reported as a mismatch).
 func (r *importer) dailySales(ctx context.Context, from, to string) ([]domain.DailySales, error) {
-	first, _ := time.Parse(time.DateOnly, from) // a SaleDay parses
+	first, _ := time.Parse(time.DateOnly, from) // salesOf made both
 	last, _ := time.Parse(time.DateOnly, to)
 	var rep orderhttp.DailySalesReport
 	err := r.retry(ctx, func(ctx context.Context) (err error) {
