@@ -161,7 +161,11 @@ func (r *Runner) balance(ctx context.Context) {
 		}
 	}
 	r.sample(bctx, infos, held)
-	members, err := RollCall(bctx, r.js.Conn(), r.key)
+	// The roll call has its own time: slow lag reads or a slow count of
+	// the dead letters must not cut it short.
+	rctx, rcancel := context.WithTimeout(ctx, r.cfg.PinnedTTL/2)
+	defer rcancel()
+	members, err := RollCall(rctx, r.js.Conn(), r.key)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("projection members not counted; partitions kept as they are", "err", err)
