@@ -51,7 +51,6 @@ func (d *driver) progress(start time.Time) (stop func()) {
 // orderResult is what driving one order did, beyond the driver's
 // counters.
 type orderResult struct {
-	n                   int
 	refused             map[string]int
 	acks                []Ack
 	unexpected, unknown []string
@@ -68,7 +67,7 @@ type order struct {
 // command is refused or its outcome unknown, or ctx ends.
 func (d *driver) drive(ctx context.Context, n int) *orderResult {
 	rng := mrand.New(mrand.NewPCG(uint64(d.cfg.Seed), uint64(n)))
-	r := &orderResult{n: n, refused: map[string]int{}}
+	r := &orderResult{refused: map[string]int{}}
 	o := &order{id: fmt.Sprintf("%s-%0*d", d.cfg.RunID, d.width, n)}
 	place := step{cmd: d.placeOrder(rng), to: domain.StatusCreated}
 	if !d.single(ctx, rng, r, o, place, d.stepRequest(o.id, place, "", -1)) {
@@ -113,9 +112,6 @@ func (d *driver) stepRequest(id string, s step, side string, ifMatch int64) requ
 	}
 	return request{orderID: id, cmd: s.cmd, key: key, ifMatch: ifMatch}
 }
-
-// url draws the index of one of the URLs.
-func (d *driver) url(rng *mrand.Rand) int { return rng.IntN(len(d.cfg.URLs)) }
 
 // urlPair draws the indexes of two different URLs, or of the only one
 // twice.
@@ -167,7 +163,7 @@ func (r *orderResult) follow(o *order, s step, a answer) {
 // single sends one command on its own and reports whether the order goes
 // on: only after an acknowledgement.
 func (d *driver) single(ctx context.Context, rng *mrand.Rand, r *orderResult, o *order, s step, req request) bool {
-	a := d.s.send(ctx, d.url(rng), req)
+	a := d.s.send(ctx, rng.IntN(len(d.cfg.URLs)), req) // to a URL drawn at random
 	if a.attempts == 0 {
 		return false // ctx ended before it was sent: nothing to count
 	}

@@ -114,7 +114,6 @@ type answer struct {
 	reason, detail  string
 	version         int64
 	status          string
-	replayed        bool
 	attempts        int // HTTP attempts made, at least 1 unless ctx had ended
 	paused          int // of which refused unrun while the read models were behind
 	malformedAnswer bool
@@ -140,7 +139,7 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 		switch {
 		case err == nil || errors.Is(err, orderhttp.ErrUndecodable):
 			a.outcome = acked
-			a.replayed, a.version, a.status = res.Replayed, res.Version, string(res.Status)
+			a.version, a.status = res.Version, string(res.Status)
 			if err != nil {
 				a.malformedAnswer, a.detail = true, err.Error()
 			}
