@@ -58,7 +58,16 @@ func main() {
 	}
 }
 
+// run runs the command args name; -h of any command, having printed its
+// help, is a success.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := command(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return nil
+}
+
+func command(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd := "serve"
 	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
@@ -79,10 +88,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "switch-back":
 		return operator.SwitchBack(ctx, args, os.Getenv, stdout, stderr)
 	case "loadgen":
-		if err := loadgen.Main(ctx, args, stdout, stderr); !errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return nil
+		return loadgen.Main(ctx, args, stdout, stderr)
 	case "help":
 		fmt.Fprint(stdout, usage)
 		return nil
@@ -94,10 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	m := NewMain()
 	if err := m.ParseFlags(args, os.Getenv, stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp after -h
 	}
 	if err := m.Run(ctx); err != nil {
 		_ = m.Close()

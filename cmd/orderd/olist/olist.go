@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -119,8 +118,8 @@ Flags:
 
 // Main runs the import-olist command line: args are the flags (without the
 // program name), the report goes to stdout, usage, errors and the progress
-// bar to stderr. It returns nil for -h, the flag or Run error, or
-// Report.Err.
+// bar to stderr. It returns flag.ErrHelp for -h (a success for the
+// caller), the flag or Run error, or Report.Err.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("import-olist", usage, stderr)
 	var cfg Config
@@ -134,10 +133,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Limit, "limit", 0, "import only the first `N` orders by purchase time; 0 means all")
 	fs.DurationVar(&cfg.CatchUp, "catch-up", DefaultCatchUp, "how long the check waits, in all, for read models that are still catching up")
 	if err := cli.Parse(fs, args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+		return err // flag.ErrHelp for -h
 	}
 	switch {
 	case cfg.Concurrency < 1:

@@ -7,6 +7,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"maps"
@@ -822,7 +823,7 @@ func TestRunUnreachable(t *testing.T) {
 
 func TestMainFlags(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if err := Main(t.Context(), []string{"-h"}, &out, &errOut); err != nil || !strings.Contains(errOut.String(), "Usage: orderd import-olist [flags]") ||
+	if err := Main(t.Context(), []string{"-h"}, &out, &errOut); !errors.Is(err, flag.ErrHelp) || !strings.Contains(errOut.String(), "Usage: orderd import-olist [flags]") ||
 		!strings.Contains(errOut.String(), "or: orderd replay [flags]") ||
 		!strings.Contains(errOut.String(), "-check-only") {
 		t.Errorf("-h: %v\n%s", err, errOut.String())
