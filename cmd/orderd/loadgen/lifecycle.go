@@ -3,6 +3,7 @@ package loadgen
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/orderd/orderd/domain"
@@ -88,11 +89,6 @@ func drawPair(rng *rand.Rand, steps []step) (a, b step) {
 	if len(steps) == 1 {
 		return a, a
 	}
-	others := make([]step, 0, len(steps)-1)
-	for _, s := range steps {
-		if s.name() != a.name() {
-			others = append(others, s)
-		}
-	}
+	others := slices.DeleteFunc(slices.Clone(steps), func(s step) bool { return s.name() == a.name() })
 	return a, others[rng.IntN(len(others))]
 }
