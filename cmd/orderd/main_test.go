@@ -658,8 +658,8 @@ func TestMain_OlistReplay(t *testing.T) {
 		if rep.Orders != n {
 			t.Errorf("orders %d; want %d", rep.Orders, n)
 		}
-		if rep.MismatchCount != 0 || rep.UnexpectedCount != 0 || rep.Err() != nil {
-			t.Errorf("replay (check only %v): %d mismatches, %d unexpected rejections", checkOnly, rep.MismatchCount, rep.UnexpectedCount)
+		if len(rep.Mismatches) != 0 || len(rep.Unexpected) != 0 || rep.Err() != nil {
+			t.Errorf("replay (check only %v): %d mismatches, %d unexpected rejections", checkOnly, len(rep.Mismatches), len(rep.Unexpected))
 		}
 		if rep.Equal != n || rep.StatusOK != n {
 			t.Errorf("equal %d, status as expected %d; want %d", rep.Equal, rep.StatusOK, n)

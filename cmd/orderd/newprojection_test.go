@@ -126,7 +126,7 @@ func TestReadModelBuiltOnAServiceWithALog(t *testing.T) {
 	var out strings.Builder
 	_ = rep.Print(&out)
 	t.Logf("check after the deploy:\n%s", out.String())
-	if rep.Err() != nil || rep.Orders != limit || rep.Sales.MismatchCount != 0 {
+	if rep.Err() != nil || rep.Orders != limit || len(rep.Sales.Mismatches) != 0 {
 		t.Errorf("the replay's check after order_summaries was built: %v", rep.Err())
 	}
 	final := c.must(http.StatusOK, "GET", path, "")

@@ -27,7 +27,7 @@ const (
 	DefaultCatchUp     = 10 * time.Minute
 )
 
-// maxFindings bounds the mismatches and unexpected rejections a Report lists.
+// maxFindings bounds the mismatches and unexpected rejections Print lists.
 const maxFindings = 10
 
 // Config configures Run. Zero Data, URL, Concurrency and Timeout take the
@@ -57,42 +57,40 @@ type OddOutcome struct {
 // one command count once); Replayed counts the accepted ones answered with
 // Idempotent-Replayed: true (all of them on a second run); Rejected counts the commands not accepted by
 // reason ("ship: invalid-transition"), documented refusals included;
-// UnexpectedCount counts the other rejections and Skipped the commands not
-// sent after them. Odd has an entry for each name of OddPaths. Equal
+// Unexpected lists the other rejections and Skipped counts the commands
+// not sent after them. Odd has an entry for each name of OddPaths. Equal
 // counts orders whose read model equals the log fold, StatusOK those in
-// the expected final status; MismatchCount counts orders failing any
-// check. Unexpected and Mismatches list the first 10, each as "<order
-// id>: <what>". Sales is the check
-// of the daily sales against the orders' log folds.
+// the expected final status; Mismatches lists the orders failing any
+// check. Unexpected and Mismatches hold one "<order id>: <what>" each, in
+// order of purchase. Sales is the check of the daily sales against the
+// orders' log folds.
 type Report struct {
-	Data, URL       string
-	CheckOnly       bool
-	Orders          int
-	Commands        int
-	Accepted        int
-	Replayed        int
-	Rejected        map[string]int
-	UnexpectedCount int
-	Unexpected      []string
-	Skipped         int
-	Odd             map[string]*OddOutcome
-	Equal           int
-	StatusOK        int
-	MismatchCount   int
-	Mismatches      []string
-	Sales           SalesCheck
-	SendTime        time.Duration
-	CheckTime       time.Duration
+	Data, URL  string
+	CheckOnly  bool
+	Orders     int
+	Commands   int
+	Accepted   int
+	Replayed   int
+	Rejected   map[string]int
+	Unexpected []string
+	Skipped    int
+	Odd        map[string]*OddOutcome
+	Equal      int
+	StatusOK   int
+	Mismatches []string
+	Sales      SalesCheck
+	SendTime   time.Duration
+	CheckTime  time.Duration
 }
 
 // Err returns nil when the report has no mismatch (of an order or of the
 // daily sales) and no unexpected rejection, else an error counting them.
 func (r *Report) Err() error {
-	if r.MismatchCount == 0 && r.UnexpectedCount == 0 && r.Sales.MismatchCount == 0 {
+	if len(r.Mismatches) == 0 && len(r.Unexpected) == 0 && len(r.Sales.Mismatches) == 0 {
 		return nil
 	}
 	return fmt.Errorf("import-olist: %d mismatches, %d unexpected rejections, %d daily sales mismatches",
-		r.MismatchCount, r.UnexpectedCount, r.Sales.MismatchCount)
+		len(r.Mismatches), len(r.Unexpected), len(r.Sales.Mismatches))
 }
 
 const usage = `Usage: orderd import-olist [flags]
@@ -259,8 +257,7 @@ func (r *Report) add(plans []Plan, sends [][]outcome, checks []checked) {
 			}
 			r.Rejected[a.reason]++
 			if !slices.Contains(p.Refused, a.reason) {
-				r.UnexpectedCount++
-				r.Unexpected = appendFinding(r.Unexpected, p.Order.ID+": "+a.reason+": "+a.detail)
+				r.Unexpected = append(r.Unexpected, p.Order.ID+": "+a.reason+": "+a.detail)
 			}
 		}
 		for _, name := range p.Odd {
@@ -280,20 +277,12 @@ func (r *Report) add(plans []Plan, sends [][]outcome, checks []checked) {
 			r.StatusOK++
 		}
 		if ch.problem != "" {
-			r.MismatchCount++
-			r.Mismatches = appendFinding(r.Mismatches, p.Order.ID+": "+ch.problem)
+			r.Mismatches = append(r.Mismatches, p.Order.ID+": "+ch.problem)
 		}
 	}
 }
 
-func appendFinding(fs []string, finding string) []string {
-	if len(fs) >= maxFindings {
-		return fs
-	}
-	return append(fs, finding)
-}
-
-// Print writes the report as text to w.
+// Print writes the report as text to w, listing the first 10 findings of each kind.
 func (r *Report) Print(w io.Writer) error {
 	var b strings.Builder
 	f := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -303,7 +292,7 @@ func (r *Report) Print(w io.Writer) error {
 		f("commands        none sent (-check-only)\n")
 	} else {
 		f("commands sent   %d: accepted %d (idempotent replays %d), rejected %d (unexpected %d), skipped %d\n",
-			r.Commands, r.Accepted, r.Replayed, r.Commands-r.Accepted, r.UnexpectedCount, r.Skipped)
+			r.Commands, r.Accepted, r.Replayed, r.Commands-r.Accepted, len(r.Unexpected), r.Skipped)
 	}
 	if len(r.Rejected) > 0 {
 		f("rejected by reason:\n")
@@ -327,15 +316,15 @@ func (r *Report) Print(w io.Writer) error {
 		f("  %-24s %4d  %s\n", name, oo.Orders, cmp.Or(strings.Join(did, ", "), "-"))
 	}
 	f("check           %d orders: read model equal to the log fold %d, status as expected %d, mismatches %d\n",
-		r.Orders, r.Equal, r.StatusOK, r.MismatchCount)
-	for _, m := range r.Mismatches {
+		r.Orders, r.Equal, r.StatusOK, len(r.Mismatches))
+	for _, m := range firstFindings(r.Mismatches) {
 		f("  mismatch  %s\n", m)
 	}
-	for _, u := range r.Unexpected {
+	for _, u := range firstFindings(r.Unexpected) {
 		f("  unexpected rejection  %s\n", u)
 	}
 	f("daily sales     %s\n", r.Sales.line())
-	for _, m := range r.Sales.Mismatches {
+	for _, m := range firstFindings(r.Sales.Mismatches) {
 		f("  mismatch  %s\n", m)
 	}
 	f("time            send %v (%.0f commands/s), check %v (%.0f orders/s)\n",
@@ -349,6 +338,9 @@ func (r *Report) Print(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// firstFindings is the head of fs that Print lists.
+func firstFindings(fs []string) []string { return fs[:min(len(fs), maxFindings)] }
 
 func rate(n int, d time.Duration) float64 {
 	if d <= 0 {

@@ -609,16 +609,16 @@ func TestRunLimit300(t *testing.T) {
 	// 300 orders: 279 delivered, 7 shipped, 6 processing, 4 unavailable,
 	// 3 canceled, 1 invoiced; none odd.
 	if rep.Orders != 300 || rep.Commands != 1177 || rep.Accepted != 1177 || rep.Replayed != 0 || len(rep.Rejected) != 0 ||
-		rep.UnexpectedCount != 0 || rep.Skipped != 0 {
+		len(rep.Unexpected) != 0 || rep.Skipped != 0 {
 		t.Errorf("sent: %+v", rep)
 	}
-	if rep.Orders != 300 || rep.Equal != 300 || rep.StatusOK != 300 || rep.MismatchCount != 0 || rep.Err() != nil {
+	if rep.Orders != 300 || rep.Equal != 300 || rep.StatusOK != 300 || len(rep.Mismatches) != 0 || rep.Err() != nil {
 		t.Errorf("checked: %+v", rep)
 	}
 	// The 300th order's day is left out: a larger import may have placed
 	// more orders on it.
 	last := loadSample(t).Orders[299].PurchasedAt.Format(time.DateOnly)
-	if s := rep.Sales; s.Skipped != "" || s.MismatchCount != 0 || s.Rows != 94 || s.From != "2016-10-04" || s.To != "2017-04-19" || last <= s.To {
+	if s := rep.Sales; s.Skipped != "" || len(s.Mismatches) != 0 || s.Rows != 94 || s.From != "2016-10-04" || s.To != "2017-04-19" || last <= s.To {
 		t.Errorf("daily sales check: %+v, the 300th order placed on %s", s, last)
 	}
 	for name, oo := range rep.Odd {
@@ -701,9 +701,9 @@ func TestRunOddPaths(t *testing.T) {
 	_ = rep.Print(&out)
 	t.Logf("report:\n%s", out.String())
 	wantRejected := map[string]int{"cancel: invalid-transition": 1, "ship: invalid-transition": 2, "deliver: invalid-transition": 1}
-	if rep.Orders != 109 || !maps.Equal(rep.Rejected, wantRejected) || rep.UnexpectedCount != 0 || rep.MismatchCount != 0 || rep.Err() != nil {
-		t.Errorf("orders %d, rejected %v, unexpected %d %v, mismatches %d %v", rep.Orders, rep.Rejected, rep.UnexpectedCount,
-			rep.Unexpected, rep.MismatchCount, rep.Mismatches)
+	if rep.Orders != 109 || !maps.Equal(rep.Rejected, wantRejected) || len(rep.Unexpected) != 0 || len(rep.Mismatches) != 0 || rep.Err() != nil {
+		t.Errorf("orders %d, rejected %v, unexpected %d %v, mismatches %d %v", rep.Orders, rep.Rejected, len(rep.Unexpected),
+			rep.Unexpected, len(rep.Mismatches), rep.Mismatches)
 	}
 	want := map[string]OddOutcome{
 		OddApprovalMissing: {2, map[string]int{"ship: invalid-transition": 2, "deliver: invalid-transition": 1},
@@ -753,9 +753,9 @@ func TestRunReportsDailySalesMismatch(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("Run took %v, less than its catch-up bound", d)
 	}
-	if rep.MismatchCount != 0 || rep.Sales.MismatchCount != 1 || rep.Err() == nil ||
+	if len(rep.Mismatches) != 0 || len(rep.Sales.Mismatches) != 1 || rep.Err() == nil ||
 		!strings.Contains(rep.Err().Error(), "1 daily sales mismatches") {
-		t.Fatalf("mismatches %d, sales %+v, err %v", rep.MismatchCount, rep.Sales, rep.Err())
+		t.Fatalf("mismatches %d, sales %+v, err %v", len(rep.Mismatches), rep.Sales, rep.Err())
 	}
 	var out bytes.Buffer
 	_ = rep.Print(&out)
@@ -775,7 +775,7 @@ func TestRunSkipsDailySalesWithoutFolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := rep.Sales; s.Skipped != "5 orders' log folds could not be read" || s.MismatchCount != 0 {
+	if s := rep.Sales; s.Skipped != "5 orders' log folds could not be read" || len(s.Mismatches) != 0 {
 		t.Errorf("daily sales check: %+v", s)
 	}
 }
@@ -792,8 +792,8 @@ func TestRunReportsStaleSummary(t *testing.T) {
 	if d := time.Since(start); d < 300*time.Millisecond {
 		t.Errorf("Run took %v, less than its catch-up bound", d)
 	}
-	if rep.MismatchCount != 1 || rep.Equal != 9 || !strings.Contains(rep.Mismatches[0], "read model stale at version 1, want 4") {
-		t.Errorf("mismatches %d %+v, equal %d", rep.MismatchCount, rep.Mismatches, rep.Equal)
+	if len(rep.Mismatches) != 1 || rep.Equal != 9 || !strings.Contains(rep.Mismatches[0], "read model stale at version 1, want 4") {
+		t.Errorf("mismatches %d %+v, equal %d", len(rep.Mismatches), rep.Mismatches, rep.Equal)
 	}
 }
 
@@ -803,9 +803,9 @@ func TestRunCheckOnlyEmptyService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Commands != 0 || f.store.EventCount() != 0 || rep.MismatchCount != 5 || rep.Err() == nil ||
+	if rep.Commands != 0 || f.store.EventCount() != 0 || len(rep.Mismatches) != 5 || rep.Err() == nil ||
 		!strings.Contains(rep.Mismatches[0], "404 not-found") {
-		t.Errorf("commands %d, events %d, mismatches %d %+v", rep.Commands, f.store.EventCount(), rep.MismatchCount, rep.Mismatches)
+		t.Errorf("commands %d, events %d, mismatches %d %+v", rep.Commands, f.store.EventCount(), len(rep.Mismatches), rep.Mismatches)
 	}
 }
 
@@ -816,7 +816,7 @@ func TestRunUnreachable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Commands != 1 || rep.UnexpectedCount != 1 || rep.Skipped != 3 || rep.Rejected["place: unreachable"] != 1 || rep.MismatchCount != 1 {
+	if rep.Commands != 1 || len(rep.Unexpected) != 1 || rep.Skipped != 3 || rep.Rejected["place: unreachable"] != 1 || len(rep.Mismatches) != 1 {
 		t.Errorf("%+v", rep)
 	}
 }

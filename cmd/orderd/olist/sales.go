@@ -18,15 +18,13 @@ const salesPoll = 250 * time.Millisecond
 
 // SalesCheck is the check of the daily sales: the days From to
 // To (YYYY-MM-DD, both included) and Rows, the day and currency rows the
-// log folds give for them; MismatchCount counts the rows that differ in
-// the read model, Mismatches lists the first 10. Skipped says why the
-// check did not run ("" when it did).
+// log folds give for them; Mismatches lists the rows that differ in the
+// read model. Skipped says why the check did not run ("" when it did).
 type SalesCheck struct {
-	From, To      string
-	Rows          int
-	MismatchCount int
-	Mismatches    []string
-	Skipped       string
+	From, To   string
+	Rows       int
+	Mismatches []string
+	Skipped    string
 }
 
 // salesOf sums the log folds of orders (each with a placement) per UTC day
@@ -100,14 +98,12 @@ func (r *importer) checkSales(ctx context.Context, checks []checked, partial boo
 	sc.Rows = len(want)
 	for {
 		got, err := r.dailySales(ctx, sc.From, sc.To)
-		var diffs []string
 		if err != nil {
-			diffs = []string{err.Error()}
+			sc.Mismatches = []string{err.Error()}
 		} else {
-			diffs = diffSales(want, got)
+			sc.Mismatches = diffSales(want, got)
 		}
-		sc.MismatchCount, sc.Mismatches = len(diffs), diffs[:min(len(diffs), maxFindings)]
-		if len(diffs) == 0 || !time.Now().Before(r.catchUp) {
+		if len(sc.Mismatches) == 0 || !time.Now().Before(r.catchUp) {
 			return sc
 		}
 		pause.For(ctx, salesPoll)
@@ -167,8 +163,8 @@ func (sc SalesCheck) line() string {
 	switch {
 	case sc.Skipped != "":
 		return "not checked: " + sc.Skipped
-	case sc.MismatchCount == 0:
+	case len(sc.Mismatches) == 0:
 		return fmt.Sprintf("%s to %s, %d day and currency rows: equal to the log folds", sc.From, sc.To, sc.Rows)
 	}
-	return fmt.Sprintf("%s to %s, %d day and currency rows: mismatches %d", sc.From, sc.To, sc.Rows, sc.MismatchCount)
+	return fmt.Sprintf("%s to %s, %d day and currency rows: mismatches %d", sc.From, sc.To, sc.Rows, len(sc.Mismatches))
 }
