@@ -27,8 +27,7 @@ const (
 // sender sends commands to the instances, with the run's retry policy.
 type sender struct {
 	tr       *http.Transport
-	apis     []*orderhttp.Client // one per URL, over tr
-	timeout  time.Duration       // per attempt
+	apis     []*orderhttp.Client // one per URL, over tr, each attempt bounded by RequestTimeout
 	retryFor time.Duration       // per command, all attempts
 }
 
@@ -42,10 +41,10 @@ func newSender(cfg Config) (*sender, error) {
 	tr.DialContext = d.DialContext
 	tr.MaxIdleConnsPerHost = cfg.Concurrency * 2
 	tr.MaxIdleConns = cfg.Concurrency * 2 * len(cfg.URLs)
-	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+	hc := &http.Client{Transport: tr, Timeout: cfg.RequestTimeout, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse // a command is never redirected; the 3xx is the answer
 	}}
-	s := &sender{tr: tr, timeout: cfg.RequestTimeout, retryFor: cfg.RetryFor}
+	s := &sender{tr: tr, retryFor: cfg.RetryFor}
 	for _, u := range cfg.URLs {
 		api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: u, HTTPClient: hc})
 		if err != nil {
@@ -170,10 +169,8 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 	}
 }
 
-// once makes one HTTP attempt, bounded by the request timeout.
+// once makes one HTTP attempt.
 func (s *sender) once(ctx context.Context, api *orderhttp.Client, r request) (domain.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
 	if r.ifMatch >= 0 {
 		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}

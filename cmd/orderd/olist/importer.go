@@ -31,18 +31,18 @@ const valueWidth = 120
 type importer struct {
 	api     *orderhttp.Client
 	tr      *http.Transport
-	timeout time.Duration // per attempt
+	timeout time.Duration // per attempt, the HTTP client's
 	// catchUp is when the check stops waiting for read models that are
 	// behind the log (zero: no waiting beyond the server's own bound).
 	catchUp time.Time
 }
 
 // newImporter returns an importer of the service at base that keeps up to
-// conns idle connections.
+// conns idle connections; each HTTP attempt is bounded by timeout.
 func newImporter(base string, timeout time.Duration, conns int) (*importer, error) {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConnsPerHost = conns
-	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: base, HTTPClient: &http.Client{Transport: tr}})
+	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: base, HTTPClient: &http.Client{Transport: tr, Timeout: timeout}})
 	if err != nil {
 		return nil, err
 	}
@@ -58,9 +58,7 @@ func (r *importer) close() { r.tr.CloseIdleConnections() }
 func (r *importer) retry(ctx context.Context, call func(ctx context.Context) error) error {
 	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
-		attemptCtx, cancel := context.WithTimeout(ctx, r.timeout)
-		err := call(attemptCtx)
-		cancel()
+		err := call(ctx)
 		var pe *orderhttp.Error
 		again := err != nil && !errors.Is(err, orderhttp.ErrUndecodable) && (!errors.As(err, &pe) || pe.Status >= 500)
 		wait := backoff
