@@ -124,6 +124,10 @@ type answer struct {
 // order up while another can answer), with backoff, while RetryFor allows
 // and ctx lasts.
 func (s *sender) send(ctx context.Context, first int, r request) answer {
+	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
+	if r.ifMatch >= 0 {
+		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}
+	}
 	start := time.Now()
 	backoff := firstBackoff
 	var a answer
@@ -133,7 +137,7 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 			return a
 		}
 		a.attempts++
-		res, err := s.once(ctx, s.apis[(first+a.attempts-1)%len(s.apis)], r)
+		res, err := s.apis[(first+a.attempts-1)%len(s.apis)].Execute(ctx, r.orderID, r.cmd, opt)
 		var pe *orderhttp.Error
 		switch {
 		case err == nil || errors.Is(err, orderhttp.ErrUndecodable):
@@ -167,13 +171,4 @@ func (s *sender) send(ctx context.Context, first int, r request) answer {
 		pause.For(ctx, backoff) // when ctx has ended, the loop's first check says so
 		backoff = min(backoff*2, maxBackoff)
 	}
-}
-
-// once makes one HTTP attempt.
-func (s *sender) once(ctx context.Context, api *orderhttp.Client, r request) (domain.Result, error) {
-	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
-	if r.ifMatch >= 0 {
-		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}
-	}
-	return api.Execute(ctx, r.orderID, r.cmd, opt)
 }
