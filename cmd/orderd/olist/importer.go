@@ -146,12 +146,18 @@ func (r *importer) check(ctx context.Context, p Plan) checked {
 		problems = append(problems, fmt.Sprintf("status %s, want %s", fold.Status, p.Want))
 	}
 	q := orderhttp.SummaryQuery{MinVersion: fold.Version}
-	summary, stale, err := r.summary(ctx, id, q)
+	var summary domain.Order
+	var stale bool
+	readSummary := func(ctx context.Context) (err error) {
+		summary, stale, err = r.api.Summary(ctx, id, q)
+		return err
+	}
+	err = r.retry(ctx, readSummary)
 	for (err == nil && stale || errors.Is(err, domain.ErrNotFound)) && time.Now().Before(r.catchUp) {
 		// The projection is still catching up (behind, or not at the
 		// order yet): wait longer, up to the check's overall bound.
 		q.Wait = max(min(time.Until(r.catchUp), r.timeout-2*time.Second), time.Second).Round(time.Second)
-		summary, stale, err = r.summary(ctx, id, q)
+		err = r.retry(ctx, readSummary)
 	}
 	switch {
 	case err != nil:
@@ -167,14 +173,6 @@ func (r *importer) check(ctx context.Context, p Plan) checked {
 	}
 	ch.problem = strings.Join(problems, "; ")
 	return ch
-}
-
-func (r *importer) summary(ctx context.Context, id string, q orderhttp.SummaryQuery) (o domain.Order, stale bool, err error) {
-	err = r.retry(ctx, func(ctx context.Context) (err error) {
-		o, stale, err = r.api.Summary(ctx, id, q)
-		return err
-	})
-	return o, stale, err
 }
 
 // document is v (a domain.Order or domain.DailySales) as the JSON object
