@@ -15,7 +15,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/orderd/orderd/admin"
 	"github.com/orderd/orderd/cmd/orderd/internal/cli"
 	"github.com/orderd/orderd/domain"
 	orderhttp "github.com/orderd/orderd/http"
@@ -51,21 +50,6 @@ type options struct {
 	interval time.Duration
 }
 
-func (o *options) bind(fs *flag.FlagSet, getenv func(string) string) {
-	o.bindConn(fs, getenv)
-	fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
-}
-
-// bindConn binds only the flags that say where the service is and where
-// the development mode's token is (-url, -data-dir), for subcommands that
-// wait for no job; the interval keeps its default.
-func (o *options) bindConn(fs *flag.FlagSet, getenv func(string) string) {
-	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
-	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
-		"data `dir` of a server in the development mode (embedded servers, as make run starts it), whose admin token <dir>/admin-token is used when ADMIN_TOKEN, MONGODB_URI and NATS_URL are unset; default: ORDERD_DATA_DIR, else "+cli.DefaultDataDir)
-	o.interval = adminDefaultInterval
-}
-
 // command checks the options and returns the command cmd at work.
 func (o *options) command(cmd string, getenv func(string) string) (*command, error) {
 	token := strings.TrimSpace(getenv("ADMIN_TOKEN"))
@@ -96,14 +80,22 @@ func (o *options) command(cmd string, getenv func(string) string) (*command, err
 		}
 		return nil, fmt.Errorf("%s: no admin token: %s", cmd, how)
 	}
-	return &command{cmd: cmd, tokenShell: tokenShell, api: api}, nil
+	return &command{cmd: cmd, tokenShell: tokenShell, api: api, interval: o.interval}, nil
 }
 
-// parse parses args into fs, the flags of an admin subcommand bound to o
-// and its own, lets check validate the positional arguments and the
-// subcommand's own flags, and returns fs's subcommand at work. For -h it
-// returns a nil command and no error.
-func (o *options) parse(fs *flag.FlagSet, args []string, getenv func(string) string, check func(pos []string) error) (*command, error) {
+// parse binds to fs the flags the admin subcommands share: -url,
+// -data-dir, and -interval when poll (the subcommand waits for jobs). It
+// parses args into fs, lets check validate the positional arguments and
+// the subcommand's own flags, and returns fs's subcommand at work. For -h
+// it returns a nil command and no error.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll bool, check func(pos []string) error) (*command, error) {
+	o := options{interval: adminDefaultInterval}
+	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
+	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
+		"data `dir` of a server in the development mode (embedded servers, as make run starts it), whose admin token <dir>/admin-token is used when ADMIN_TOKEN, MONGODB_URI and NATS_URL are unset; default: ORDERD_DATA_DIR, else "+cli.DefaultDataDir)
+	if poll {
+		fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
+	}
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil, nil
@@ -153,6 +145,7 @@ type command struct {
 	projection string // for hints
 	tokenShell string // what gives the token in a shell: "$ADMIN_TOKEN", or the development mode's file
 	api        *orderhttp.Client
+	interval   time.Duration // how often wait polls a job
 }
 
 // adminError is an answer other than 2xx, as the operator reads it.
@@ -219,15 +212,6 @@ func (o *command) fail(ctx context.Context, err error) error {
 	return fmt.Errorf("%s: %w", o.cmd, err)
 }
 
-// projections returns the projections as the service reports them.
-func (o *command) projections(ctx context.Context) ([]admin.ProjectionStatus, error) {
-	rep, err := o.api.Projections(ctx)
-	if err != nil {
-		return nil, o.fail(ctx, err)
-	}
-	return rep.Projections, nil
-}
-
 // unknownProjection adds the names of the projections to a not-found
 // answer to a start request (the only thing it can be about).
 func (o *command) unknownProjection(ctx context.Context, err error) error {
@@ -235,12 +219,12 @@ func (o *command) unknownProjection(ctx context.Context, err error) error {
 	if !errors.As(err, &ae) || !errors.Is(ae.err, domain.ErrNotFound) {
 		return err
 	}
-	list, lerr := o.projections(ctx)
-	if lerr != nil || len(list) == 0 {
+	rep, lerr := o.api.Projections(ctx)
+	if lerr != nil || len(rep.Projections) == 0 {
 		return err
 	}
 	var names []string
-	for _, p := range list {
+	for _, p := range rep.Projections {
 		names = append(names, p.Name)
 	}
 	if len(names) == 1 {
@@ -254,11 +238,11 @@ func (o *command) unknownProjection(ctx context.Context, err error) error {
 // activeCollection returns the projection's active collection as the
 // service reports it, or "" when it cannot be read.
 func (o *command) activeCollection(ctx context.Context, name string) string {
-	list, err := o.projections(ctx)
+	rep, err := o.api.Projections(ctx)
 	if err != nil {
 		return ""
 	}
-	for _, p := range list {
+	for _, p := range rep.Projections {
 		if p.Name == name {
 			return p.ActiveCollection
 		}
@@ -266,23 +250,22 @@ func (o *command) activeCollection(ctx context.Context, name string) string {
 	return ""
 }
 
-// wait polls the job of kind on the projection every interval until it is
-// final, showing progress. When ctx ends it stops waiting (the job keeps
+// wait polls job every o.interval until it is final, showing progress. When ctx ends it stops waiting (the job keeps
 // running), says how to follow the job, and returns an error.
-func (o *command) wait(ctx context.Context, kind jobs.JobKind, projection string, job jobs.Job, interval time.Duration, p *progress) (jobs.Job, error) {
+func (o *command) wait(ctx context.Context, job jobs.Job, p *progress) (jobs.Job, error) {
 	p.show(job)
-	t := time.NewTicker(interval)
+	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	failures := 0
 	for !job.State.Final() {
 		select {
 		case <-ctx.Done():
-			return job, o.stoppedWaiting(p, kind, projection, job)
+			return job, o.stoppedWaiting(p, job)
 		case <-t.C:
 		}
-		next, err := o.api.Job(ctx, kind, projection, job.ID)
+		next, err := o.api.Job(ctx, job.Kind, job.Projection, job.ID)
 		if ctx.Err() != nil {
-			return job, o.stoppedWaiting(p, kind, projection, job)
+			return job, o.stoppedWaiting(p, job)
 		}
 		if err != nil {
 			err = o.fail(ctx, err)
@@ -306,11 +289,11 @@ func (o *command) wait(ctx context.Context, kind jobs.JobKind, projection string
 	return job, nil
 }
 
-func (o *command) stoppedWaiting(p *progress, kind jobs.JobKind, projection string, job jobs.Job) error {
+func (o *command) stoppedWaiting(p *progress, job jobs.Job) error {
 	p.end()
 	w := p.w
 	fmt.Fprintf(w, "Stopped waiting. The %s job %s keeps running on the server (was %s).\n", job.Kind, job.ID, job.State)
-	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer %s\" %s\n", o.tokenShell, o.api.JobURL(kind, projection, job.ID))
+	fmt.Fprintf(w, "  check it:  curl -H \"Authorization: Bearer %s\" %s\n", o.tokenShell, o.api.JobURL(job.Kind, job.Projection, job.ID))
 	if job.Kind == jobs.KindRebuild {
 		fmt.Fprintf(w, "  stop it:   orderd rebuild %s -cancel %s\n", job.Projection, job.ID)
 	}

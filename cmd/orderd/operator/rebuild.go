@@ -49,13 +49,11 @@ Flags:
 // for a rebuild that was started (or, with -wait, that succeeded).
 func Rebuild(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("rebuild", rebuildUsage, stderr)
-	var o options
-	o.bind(fs, getenv)
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64), scanned at the same time by the instances with the jobs role, each running up to ORDERD_JOB_CONCURRENCY tasks (default 4) at once; partitions beyond that wait for a free slot; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
 	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
 	var name string
-	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
+	op, err := parse(fs, args, getenv, true, func(pos []string) (err error) {
 		if name, err = projectionArg("rebuild", pos); err != nil {
 			return err
 		}
@@ -95,7 +93,7 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	if !*wait {
 		return nil
 	}
-	job, err = op.wait(ctx, jobs.KindRebuild, name, job, o.interval, newProgress(stderr, "rebuild"))
+	job, err = op.wait(ctx, job, newProgress(stderr, "rebuild"))
 	if err != nil {
 		return err
 	}

@@ -100,9 +100,7 @@ Flags:
 // answered.
 func Status(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("status", statusUsage, stderr)
-	var o options
-	o.bindConn(fs, getenv)
-	op, err := o.parse(fs, args, getenv, func(pos []string) error {
+	op, err := parse(fs, args, getenv, false, func(pos []string) error {
 		if len(pos) > 0 {
 			return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
 		}

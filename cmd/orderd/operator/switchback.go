@@ -34,10 +34,8 @@ Flags:
 // stdout. It returns nil for -h and when the switch was made.
 func SwitchBack(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("switch-back", switchBackUsage, stderr)
-	var o options
-	o.bindConn(fs, getenv)
 	var name string
-	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
+	op, err := parse(fs, args, getenv, false, func(pos []string) (err error) {
 		name, err = projectionArg("switch-back", pos)
 		return err
 	})

@@ -44,12 +44,10 @@ Flags:
 // drift left unrepaired.
 func Verify(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("verify", verifyUsage, stderr)
-	var o options
-	o.bind(fs, getenv)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
 	wait := fs.Bool("wait", true, "follow the job until it ends, print the report, and exit non-zero on drift left unrepaired; -wait=false only starts it")
 	var name string
-	op, err := o.parse(fs, args, getenv, func(pos []string) (err error) {
+	op, err := parse(fs, args, getenv, true, func(pos []string) (err error) {
 		name, err = projectionArg("verify", pos)
 		return err
 	})
@@ -66,7 +64,7 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 		return nil
 	}
 	fmt.Fprintf(stderr, "verify of %s started: job %s\n", name, job.ID)
-	job, err = op.wait(ctx, jobs.KindVerify, name, job, o.interval, newProgress(stderr, "verify"))
+	job, err = op.wait(ctx, job, newProgress(stderr, "verify"))
 	if err != nil {
 		return err
 	}
