@@ -85,10 +85,10 @@ func (o *options) command(cmd string, getenv func(string) string) (*command, err
 
 // parse binds to fs the flags the admin subcommands share: -url,
 // -data-dir, and -interval when poll (the subcommand waits for jobs). It
-// parses args into fs, lets check validate the positional arguments and
-// the subcommand's own flags, and returns fs's subcommand at work. For -h
-// it returns a nil command and no error.
-func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll bool, check func(pos []string) error) (*command, error) {
+// parses args into fs and returns fs's subcommand at work: on the
+// projection named by the one positional argument when named, else with
+// none allowed. For -h it returns a nil command and no error.
+func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll, named bool) (*command, error) {
 	o := options{interval: adminDefaultInterval}
 	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
 	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
@@ -97,16 +97,24 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll boo
 		fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
 	}
 	pos, err := parseInterspersed(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
+	cmd := fs.Name()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
 		return nil, nil
-	}
-	if err == nil {
-		err = check(pos)
-	}
-	if err != nil {
+	case err != nil:
 		return nil, err
+	case !named && len(pos) > 0:
+		return nil, fmt.Errorf("%s: unexpected arguments %q: it shows every projection (see -h)", cmd, pos)
+	case named && len(pos) == 0:
+		return nil, fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
+	case named && len(pos) > 1:
+		return nil, fmt.Errorf("%s: unexpected arguments %q (see -h)", cmd, pos[1:])
 	}
-	return o.command(fs.Name(), getenv)
+	op, err := o.command(cmd, getenv)
+	if err == nil && named {
+		op.projection = pos[0]
+	}
+	return op, err
 }
 
 // parseInterspersed parses fs from args, allowing positional arguments
@@ -125,24 +133,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// projectionArg returns the projection, the one positional argument of
-// subcommand cmd, or an error naming cmd for no projection or extra
-// arguments.
-func projectionArg(cmd string, pos []string) (string, error) {
-	switch {
-	case len(pos) == 0:
-		return "", fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
-	case len(pos) > 1:
-		return "", fmt.Errorf("%s: unexpected arguments %q (see -h)", cmd, pos[1:])
-	}
-	return pos[0], nil
-}
-
 // command is one admin subcommand at work: the API client with the
 // admin token, and what its errors and hints name.
 type command struct {
 	cmd        string // subcommand, the prefix of errors
-	projection string // for hints
+	projection string // named on the command line; "" for status
 	tokenShell string // what gives the token in a shell: "$ADMIN_TOKEN", or the development mode's file
 	api        *orderhttp.Client
 	interval   time.Duration // how often wait polls a job

@@ -52,20 +52,14 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	partitions := fs.Int("partitions", 0, "split the scan of the log into `N` partitions (1 to 64), scanned at the same time by the instances with the jobs role, each running up to ORDERD_JOB_CONCURRENCY tasks (default 4) at once; partitions beyond that wait for a free slot; 0 leaves it to the service (1)")
 	wait := fs.Bool("wait", false, "follow the job until it ends, print a summary, and exit non-zero unless it succeeded")
 	cancelID := fs.String("cancel", "", "do not start a rebuild: ask the running rebuild `job-id` to stop (with -wait, follow it until it has stopped)")
-	var name string
-	op, err := parse(fs, args, getenv, true, func(pos []string) (err error) {
-		if name, err = projectionArg("rebuild", pos); err != nil {
-			return err
-		}
-		if *partitions < 0 || *partitions > jobs.MaxPartitions {
-			return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, jobs.MaxPartitions)
-		}
-		return nil
-	})
+	op, err := parse(fs, args, getenv, true, true)
 	if op == nil {
 		return err // nil for -h
 	}
-	op.projection = name
+	name := op.projection
+	if *partitions < 0 || *partitions > jobs.MaxPartitions {
+		return fmt.Errorf("rebuild: -partitions %d: must be 1 to %d (or 0 for the service's default)", *partitions, jobs.MaxPartitions)
+	}
 
 	var job jobs.Job
 	if *cancelID != "" {

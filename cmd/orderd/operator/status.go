@@ -100,12 +100,7 @@ Flags:
 // answered.
 func Status(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("status", statusUsage, stderr)
-	op, err := parse(fs, args, getenv, false, func(pos []string) error {
-		if len(pos) > 0 {
-			return fmt.Errorf("status: unexpected arguments %q: it shows every projection (see -h)", pos)
-		}
-		return nil
-	})
+	op, err := parse(fs, args, getenv, false, false)
 	if op == nil {
 		return err // nil for -h
 	}

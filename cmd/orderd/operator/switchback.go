@@ -34,15 +34,11 @@ Flags:
 // stdout. It returns nil for -h and when the switch was made.
 func SwitchBack(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := cli.FlagSet("switch-back", switchBackUsage, stderr)
-	var name string
-	op, err := parse(fs, args, getenv, false, func(pos []string) (err error) {
-		name, err = projectionArg("switch-back", pos)
-		return err
-	})
+	op, err := parse(fs, args, getenv, false, true)
 	if op == nil {
 		return err // nil for -h
 	}
-	op.projection = name
+	name := op.projection
 	st, err := op.api.SwitchBack(ctx, name)
 	if err != nil {
 		return op.unknownProjection(ctx, op.fail(ctx, err))

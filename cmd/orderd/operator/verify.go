@@ -46,14 +46,11 @@ func Verify(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs := cli.FlagSet("verify", verifyUsage, stderr)
 	repair := fs.Bool("repair", false, "rewrite the documents that differ from the log (and delete extra ones)")
 	wait := fs.Bool("wait", true, "follow the job until it ends, print the report, and exit non-zero on drift left unrepaired; -wait=false only starts it")
-	var name string
-	op, err := parse(fs, args, getenv, true, func(pos []string) (err error) {
-		name, err = projectionArg("verify", pos)
-		return err
-	})
+	op, err := parse(fs, args, getenv, true, true)
 	if op == nil {
 		return err // nil for -h
 	}
+	name := op.projection
 	job, err := op.api.StartVerify(ctx, name, *repair)
 	if err != nil {
 		return op.unknownProjection(ctx, op.fail(ctx, err))
