@@ -43,61 +43,23 @@ it) makes its own token and keeps it in <data-dir>/admin-token: with
 ADMIN_TOKEN, MONGODB_URI and NATS_URL unset, the command reads it there.
 `
 
-// options are the flags the admin subcommands share.
-type options struct {
-	url      string
-	dataDir  string
-	interval time.Duration
-}
-
-// command checks the options and returns the command cmd at work.
-func (o *options) command(cmd string, getenv func(string) string) (*command, error) {
-	token := strings.TrimSpace(getenv("ADMIN_TOKEN"))
-	tokenShell := "$ADMIN_TOKEN"
-	devToken := filepath.Join(o.dataDir, "admin-token")
-	// Neither a token nor a server named: the development mode's server
-	// (both servers embedded, serve's own default) keeps its token in its
-	// data dir, and this shell has not exported it.
-	dev := getenv("MONGODB_URI") == "" && getenv("NATS_URL") == ""
-	if token == "" && dev {
-		if b, err := os.ReadFile(devToken); err == nil {
-			token, tokenShell = strings.TrimSpace(string(b)), "$(cat "+devToken+")"
-		}
-	}
-	api, err := orderhttp.NewClient(orderhttp.ClientConfig{URL: o.url, Token: token,
-		HTTPClient: &http.Client{Timeout: adminRequestTimeout}})
-	if err != nil {
-		return nil, fmt.Errorf("%s: -url %q: want http://host:port", cmd, o.url)
-	}
-	if o.interval <= 0 {
-		return nil, fmt.Errorf("%s: -interval must be positive", cmd)
-	}
-	if token == "" {
-		how := "set ADMIN_TOKEN to the token the service was started with (it is read from the environment only, never from a flag)"
-		if dev {
-			how += fmt.Sprintf("; a server in the development mode keeps its own in <data-dir>/admin-token, and there is none in %s: "+
-				"name its data dir with -data-dir or ORDERD_DATA_DIR", devToken)
-		}
-		return nil, fmt.Errorf("%s: no admin token: %s", cmd, how)
-	}
-	return &command{cmd: cmd, tokenShell: tokenShell, api: api, interval: o.interval}, nil
-}
-
 // parse binds to fs the flags the admin subcommands share: -url,
 // -data-dir, and -interval when poll (the subcommand waits for jobs). It
-// parses args into fs and returns fs's subcommand at work: on the
-// projection named by the one positional argument when named, else with
-// none allowed. For -h it returns a nil command and no error.
+// parses args into fs, finds the admin token, and returns fs's subcommand
+// at work: on the projection named by the one positional argument when
+// named, else with none allowed. For -h it returns a nil command and no
+// error.
 func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll, named bool) (*command, error) {
-	o := options{interval: adminDefaultInterval}
-	fs.StringVar(&o.url, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
-	fs.StringVar(&o.dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
+	cmd := fs.Name()
+	op := &command{cmd: cmd, tokenShell: "$ADMIN_TOKEN", interval: adminDefaultInterval}
+	var serviceURL, dataDir string
+	fs.StringVar(&serviceURL, "url", cli.ServiceURL(getenv), "base `URL` of the orderd service; default: ORDERD_URL, else where ORDERD_HTTP_ADDR makes the server listen")
+	fs.StringVar(&dataDir, "data-dir", cmp.Or(getenv("ORDERD_DATA_DIR"), cli.DefaultDataDir),
 		"data `dir` of a server in the development mode (embedded servers, as make run starts it), whose admin token <dir>/admin-token is used when ADMIN_TOKEN, MONGODB_URI and NATS_URL are unset; default: ORDERD_DATA_DIR, else "+cli.DefaultDataDir)
 	if poll {
-		fs.DurationVar(&o.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
+		fs.DurationVar(&op.interval, "interval", adminDefaultInterval, "how often the job is polled while waiting")
 	}
 	pos, err := parseInterspersed(fs, args)
-	cmd := fs.Name()
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return nil, nil
@@ -109,12 +71,37 @@ func parse(fs *flag.FlagSet, args []string, getenv func(string) string, poll, na
 		return nil, fmt.Errorf("%s: name the projection, e.g. orderd %s order_summaries (see -h)", cmd, cmd)
 	case named && len(pos) > 1:
 		return nil, fmt.Errorf("%s: unexpected arguments %q (see -h)", cmd, pos[1:])
-	}
-	op, err := o.command(cmd, getenv)
-	if err == nil && named {
+	case named:
 		op.projection = pos[0]
 	}
-	return op, err
+
+	token := strings.TrimSpace(getenv("ADMIN_TOKEN"))
+	devToken := filepath.Join(dataDir, "admin-token")
+	// Neither a token nor a server named: the development mode's server
+	// (both servers embedded, serve's own default) keeps its token in its
+	// data dir, and this shell has not exported it.
+	dev := getenv("MONGODB_URI") == "" && getenv("NATS_URL") == ""
+	if token == "" && dev {
+		if b, err := os.ReadFile(devToken); err == nil {
+			token, op.tokenShell = strings.TrimSpace(string(b)), "$(cat "+devToken+")"
+		}
+	}
+	if op.api, err = orderhttp.NewClient(orderhttp.ClientConfig{URL: serviceURL, Token: token,
+		HTTPClient: &http.Client{Timeout: adminRequestTimeout}}); err != nil {
+		return nil, fmt.Errorf("%s: -url %q: want http://host:port", cmd, serviceURL)
+	}
+	if op.interval <= 0 {
+		return nil, fmt.Errorf("%s: -interval must be positive", cmd)
+	}
+	if token == "" {
+		how := "set ADMIN_TOKEN to the token the service was started with (it is read from the environment only, never from a flag)"
+		if dev {
+			how += fmt.Sprintf("; a server in the development mode keeps its own in <data-dir>/admin-token, and there is none in %s: "+
+				"name its data dir with -data-dir or ORDERD_DATA_DIR", devToken)
+		}
+		return nil, fmt.Errorf("%s: no admin token: %s", cmd, how)
+	}
+	return op, nil
 }
 
 // parseInterspersed parses fs from args, allowing positional arguments
