@@ -217,21 +217,6 @@ func (o *command) unknownProjection(ctx context.Context, err error) error {
 	return ae
 }
 
-// activeCollection returns the projection's active collection as the
-// service reports it, or "" when it cannot be read.
-func (o *command) activeCollection(ctx context.Context, name string) string {
-	rep, err := o.api.Projections(ctx)
-	if err != nil {
-		return ""
-	}
-	for _, p := range rep.Projections {
-		if p.Name == name {
-			return p.ActiveCollection
-		}
-	}
-	return ""
-}
-
 // wait polls job every o.interval until it is final, showing progress. When ctx ends it stops waiting (the job keeps
 // running), says how to follow the job, and returns an error.
 func (o *command) wait(ctx context.Context, job jobs.Job, p *progress) (jobs.Job, error) {
@@ -260,7 +245,8 @@ func (o *command) wait(ctx context.Context, job jobs.Job, p *progress) (jobs.Job
 				p.end()
 				return job, fmt.Errorf("%w\n  (gave up after %d failed polls; job %s may still be running)", err, failures, job.ID)
 			}
-			p.note(fmt.Sprintf("poll failed (%d of %d), retrying: %v", failures, adminPollFailures, firstLine(err.Error())))
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			p.note(fmt.Sprintf("poll failed (%d of %d), retrying: %v", failures, adminPollFailures, first))
 			continue
 		}
 		failures = 0
@@ -285,11 +271,6 @@ func (o *command) stoppedWaiting(p *progress, job jobs.Job) error {
 // newTable returns a writer that aligns the tab-separated cells of the
 // subcommands' tables in columns two spaces apart.
 func newTable(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 4, 2, ' ', 0) }
-
-func firstLine(s string) string {
-	first, _, _ := strings.Cut(s, "\n")
-	return first
-}
 
 func suffix(sep, s string) string {
 	if s == "" {

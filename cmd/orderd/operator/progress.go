@@ -86,21 +86,16 @@ func (p *progress) describe(j jobs.Job, ph jobs.JobPhase) string {
 	return b.String()
 }
 
-// line is the progress line printed when stderr is not a terminal.
-func (p *progress) line(j jobs.Job, ph jobs.JobPhase) string {
-	s := p.describe(j, ph)
-	if ph.Percent != nil && !j.State.Final() {
-		s += fmt.Sprintf(" [%d %%]", *ph.Percent)
-	}
-	return s
-}
-
 func (p *progress) show(j jobs.Job) {
 	ph := jobPhase(j, p.now())
 	if !p.tty {
 		now := p.now()
 		if j.State != p.lastState || ph.Phase != p.lastPhase || now.Sub(p.last) >= progressEvery {
-			fmt.Fprintln(p.w, p.line(j, ph))
+			line := p.describe(j, ph)
+			if ph.Percent != nil && !j.State.Final() {
+				line += fmt.Sprintf(" [%d %%]", *ph.Percent)
+			}
+			fmt.Fprintln(p.w, line)
 			p.last, p.lastState, p.lastPhase = now, j.State, ph.Phase
 		}
 		return

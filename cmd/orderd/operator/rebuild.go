@@ -91,7 +91,16 @@ func Rebuild(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
-	active := op.activeCollection(ctx, name)
+	// The summary names the active collection as the service reports it
+	// now; "" when it cannot be read.
+	active := ""
+	if rep, err := op.api.Projections(ctx); err == nil {
+		for _, p := range rep.Projections {
+			if p.Name == name {
+				active = p.ActiveCollection
+			}
+		}
+	}
 	if active == "" && job.State == jobs.StateSucceeded {
 		active = job.Shadow // the switch made it active
 	}
