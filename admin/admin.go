@@ -66,36 +66,29 @@ type ReadModel interface {
 // pages and commits are its Log's (Browse, LogCommit).
 type Service struct {
 	Log
-	jobs    *jobs.Jobs
-	dead    DeadLetters
-	runners []*projector.Runner
-	checks  []ReadModel
-	bus     bool
-	relay   Relay
+	cfg     Config
 	tail    tail
-	metrics prometheus.Gatherer
 	history history
 }
 
 // New returns the admin service over cfg.
 func New(cfg Config) *Service {
-	return &Service{jobs: cfg.Jobs, dead: cfg.DeadLetters, runners: cfg.Runners, checks: cfg.ReadModels, bus: cfg.Bus, relay: cfg.Relay,
-		Log: cfg.Log, metrics: cfg.Metrics}
+	return &Service{Log: cfg.Log, cfg: cfg}
 }
 
 func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
-	return a.jobs.StartRebuild(ctx, projection, partitions)
+	return a.cfg.Jobs.StartRebuild(ctx, projection, partitions)
 }
 
 func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
-	return a.jobs.StartVerify(ctx, projection, repair)
+	return a.cfg.Jobs.StartVerify(ctx, projection, repair)
 }
 
 // SwitchBack points readers of projection back at the collection the last
 // switch replaced (jobs.Jobs.SwitchBack) and returns the projection's
 // state after it.
 func (a *Service) SwitchBack(ctx context.Context, projection string) (ProjectionStatus, error) {
-	if _, err := a.jobs.SwitchBack(ctx, projection); err != nil {
+	if _, err := a.cfg.Jobs.SwitchBack(ctx, projection); err != nil {
 		return ProjectionStatus{}, err
 	}
 	list, err := a.Projections(ctx)
@@ -111,21 +104,21 @@ func (a *Service) SwitchBack(ctx context.Context, projection string) (Projection
 }
 
 func (a *Service) StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
-	return a.jobs.StartReplay(ctx, spec)
+	return a.cfg.Jobs.StartReplay(ctx, spec)
 }
 
 func (a *Service) Job(ctx context.Context, id string) (jobs.Job, error) {
 	if err := domain.ValidateID("job id", id); err != nil {
 		return jobs.Job{}, fmt.Errorf("%v: %w", err, domain.ErrNotFound)
 	}
-	return a.jobs.Get(ctx, id)
+	return a.cfg.Jobs.Get(ctx, id)
 }
 
 func (a *Service) CancelJob(ctx context.Context, id string) (jobs.Job, error) {
 	if _, err := a.Job(ctx, id); err != nil {
 		return jobs.Job{}, err
 	}
-	return a.jobs.Cancel(ctx, id)
+	return a.cfg.Jobs.Cancel(ctx, id)
 }
 
 // ProjectionStatus is one projection as GET /v1/admin/projections shows
@@ -148,12 +141,12 @@ type ProjectionStatus struct {
 // and lag from JetStream; and the lag of the consumers feeding the active
 // collection and a shadow being built, each of its own version.
 func (a *Service) Projections(ctx context.Context) ([]ProjectionStatus, error) {
-	states, err := a.jobs.Status(ctx, a.dead, func(ctx context.Context, name string) (*uint64, string) {
+	states, err := a.cfg.Jobs.Status(ctx, a.cfg.DeadLetters, func(ctx context.Context, name string) (*uint64, string) {
 		r := a.runner(name)
 		if r == nil {
 			return nil, ""
 		}
-		if !a.bus {
+		if !a.cfg.Bus {
 			return nil, "consumer: unknown, this instance has no NATS_URL"
 		}
 		n, err := r.Lag(ctx)
@@ -169,7 +162,7 @@ func (a *Service) Projections(ctx context.Context) ([]ProjectionStatus, error) {
 	for i, p := range states {
 		list[i].ProjectionStatus = p
 		r := a.runner(p.Name)
-		if r == nil || !a.bus {
+		if r == nil || !a.cfg.Bus {
 			continue
 		}
 		if list[i].Partitions, err = r.PartitionStatus(ctx, true); err != nil {
@@ -203,7 +196,7 @@ func (a *Service) Projections(ctx context.Context) ([]ProjectionStatus, error) {
 }
 
 func (a *Service) runner(name string) *projector.Runner {
-	for _, r := range a.runners {
+	for _, r := range a.cfg.Runners {
 		if r.Name() == name {
 			return r
 		}
@@ -214,14 +207,14 @@ func (a *Service) runner(name string) *projector.Runner {
 // Relay returns the relay's owner, lease and checkpoint (zero before any
 // relay started).
 func (a *Service) Relay(ctx context.Context) (outbox.RelayStatus, error) {
-	return a.relay.Status(ctx)
+	return a.cfg.Relay.Status(ctx)
 }
 
 func (a *Service) DeadLetters(ctx context.Context, projection string, limit int64) ([]projector.DeadLetter, error) {
 	if projection != "" && a.runner(projection) == nil {
 		return nil, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
 	}
-	return a.dead.List(ctx, projection, limit)
+	return a.cfg.DeadLetters.List(ctx, projection, limit)
 }
 
 func (a *Service) RetryDeadLetter(ctx context.Context, id string) error {
@@ -234,9 +227,9 @@ func (a *Service) RetryDeadLetter(ctx context.Context, id string) error {
 }
 
 func (a *Service) ReadModels(ctx context.Context, orderID string) ([]projection.ReadModelCheck, error) {
-	out := make([]projection.ReadModelCheck, 0, len(a.checks))
+	out := make([]projection.ReadModelCheck, 0, len(a.cfg.ReadModels))
 	known := false
-	for _, p := range a.checks {
+	for _, p := range a.cfg.ReadModels {
 		c, err := p.Check(ctx, orderID)
 		if err != nil {
 			return nil, err

@@ -95,10 +95,10 @@ func (a *Service) sample(ctx context.Context) {
 // catchups is this process's orderd_relay_catchups_total, nil when it
 // runs no relay (the metric is registered by the relay role only).
 func (a *Service) catchups() *float64 {
-	if a.metrics == nil {
+	if a.cfg.Metrics == nil {
 		return nil
 	}
-	mfs, err := a.metrics.Gather()
+	mfs, err := a.cfg.Metrics.Gather()
 	if err != nil {
 		return nil
 	}
