@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -210,11 +211,7 @@ func printStatus(w io.Writer, op *command, list []admin.ProjectionStatus, now ti
 // printPartitions writes the table of the projections' partitions, if the
 // service reported any.
 func printPartitions(w io.Writer, list []admin.ProjectionStatus, now time.Time) error {
-	n := 0
-	for _, p := range list {
-		n += len(p.Partitions)
-	}
-	if n == 0 {
+	if !slices.ContainsFunc(list, func(p admin.ProjectionStatus) bool { return len(p.Partitions) > 0 }) {
 		return nil
 	}
 	fmt.Fprintln(w)
