@@ -218,6 +218,15 @@ func (c MarkUnavailable) event() (EventData, time.Time) {
 // CommandName is the command's name in the REST path ("approve", ...).
 func CommandName(c Command) string { return c.commandName() }
 
+// Next returns the status cmd leads to and whether the lifecycle table
+// allows cmd on an order in status from ("" for an order not placed
+// yet). It looks at nothing else: Decide also checks the payload and time.
+func Next(from Status, cmd Command) (to Status, ok bool) {
+	data, _ := cmd.event()
+	t := transitions[data.EventType()]
+	return t.to, slices.Contains(t.from, from)
+}
+
 // Decide returns the payload of the one event cmd appends to the order in
 // state o and its occurrence time, or an error wrapping ErrValidation, ErrNotFound,
 // ErrAlreadyExists or ErrInvalidTransition. It changes nothing. now is used

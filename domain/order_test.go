@@ -185,6 +185,9 @@ func TestDecideTransitionTable(t *testing.T) {
 			} else {
 				sc.err = domain.ErrInvalidTransition
 			}
+			if _, ok := domain.Next(s, l.cmd); ok != slices.Contains(l.from, s) {
+				t.Errorf("Next(%s, %s) allowed %v, the table says the opposite", s, l.name, ok)
+			}
 			scs = append(scs, sc)
 		}
 		scs = append(scs, scenario{name: fmt.Sprintf("%s/place", s), given: pathTo(s), when: placeCmd(), err: domain.ErrAlreadyExists})
@@ -201,6 +204,16 @@ func TestDecideTransitionTable(t *testing.T) {
 		if got := fold(t, pathTo(s)...).Status; got != s {
 			t.Fatalf("pathTo(%s) folds to %s", s, got)
 		}
+		for _, l := range lifecycle {
+			if to, ok := domain.Next(s, l.cmd); ok {
+				if got := fold(t, append(pathTo(s), l.want)...).Status; got != to {
+					t.Errorf("Next(%s, %s) = %s, the fold reaches %s", s, l.name, to, got)
+				}
+			}
+		}
+	}
+	if to, ok := domain.Next("", placeCmd()); !ok || to != domain.StatusCreated {
+		t.Errorf("Next of a place on a new stream = %s, %v", to, ok)
 	}
 }
 

@@ -13,7 +13,7 @@
 // then walks the lifecycle one command at a time until a terminal status:
 // at each step the next command is drawn among those the domain's state
 // machine allows in the order's current status (asked of
-// domain.Order.Decide, not a copy of the table), weighted towards the happy
+// domain.Next, not a copy of the table), weighted towards the happy
 // path approve, invoice, process, ship, deliver, with cancel possible from
 // every status before delivered. mark-unavailable is not sent. Each command
 // goes to a URL drawn at random among Config.URLs. Choices are seeded per
