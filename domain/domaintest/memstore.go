@@ -90,7 +90,11 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 			return time.Time{}, fmt.Errorf("append %s: key %q: %w", c.StreamID, c.IdempotencyKey, domain.ErrDuplicateRequest)
 		}
 	}
-	if head := s.headLocked(c.StreamID); c.ExpectedVersion != head {
+	var head int64
+	if cs := s.streams[c.StreamID]; len(cs) > 0 {
+		head = cs[len(cs)-1].LastVersion()
+	}
+	if c.ExpectedVersion != head {
 		return time.Time{}, fmt.Errorf("append %s at v%d, head v%d: %w", c.StreamID, c.ExpectedVersion, head, domain.ErrVersionConflict)
 	}
 	c.Events = slices.Clone(c.Events)
@@ -106,14 +110,6 @@ func (s *MemStore) Append(_ context.Context, c domain.Commit) (time.Time, error)
 	}
 	s.events += len(c.Events)
 	return rec, nil
-}
-
-func (s *MemStore) headLocked(streamID string) int64 {
-	cs := s.streams[streamID]
-	if len(cs) == 0 {
-		return 0
-	}
-	return cs[len(cs)-1].LastVersion()
 }
 
 // Load returns a copy of the stream's events with a version above after,
