@@ -96,12 +96,21 @@ func (r *importer) checkSales(ctx context.Context, checks []checked, partial boo
 		sc.To = want[len(want)-1].Day
 	}
 	sc.Rows = len(want)
+	// One request: Olist's orders span three years, within the
+	// orderhttp.MaxSalesYears the route answers (a longer range is
+	// refused, and so reported as a mismatch).
+	first, _ := time.Parse(time.DateOnly, sc.From) // salesOf made both
+	last, _ := time.Parse(time.DateOnly, sc.To)
 	for {
-		got, err := r.dailySales(ctx, sc.From, sc.To)
+		var got orderhttp.DailySalesReport
+		err := r.retry(ctx, func(ctx context.Context) (err error) {
+			got, err = r.api.DailySales(ctx, first, last, "")
+			return err
+		})
 		if err != nil {
-			sc.Mismatches = []string{err.Error()}
+			sc.Mismatches = []string{fmt.Sprintf("daily sales %s to %s: %v", sc.From, sc.To, err)}
 		} else {
-			sc.Mismatches = diffSales(want, got)
+			sc.Mismatches = diffSales(want, got.Days)
 		}
 		if len(sc.Mismatches) == 0 || !time.Now().Before(r.catchUp) {
 			return sc
@@ -111,24 +120,6 @@ func (r *importer) checkSales(ctx context.Context, checks []checked, partial boo
 			return sc
 		}
 	}
-}
-
-// dailySales reads the rows of the days from to to (YYYY-MM-DD), sorted by day then currency, in one
-// request: Olist's orders span three years, within the
-// orderhttp.MaxSalesYears the route answers (a longer range is refused,
-// and so reported as a mismatch).
-func (r *importer) dailySales(ctx context.Context, from, to string) ([]domain.DailySales, error) {
-	first, _ := time.Parse(time.DateOnly, from) // salesOf made both
-	last, _ := time.Parse(time.DateOnly, to)
-	var rep orderhttp.DailySalesReport
-	err := r.retry(ctx, func(ctx context.Context) (err error) {
-		rep, err = r.api.DailySales(ctx, first, last, "")
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("daily sales %s to %s: %w", from, to, err)
-	}
-	return rep.Days, nil
 }
 
 // diffSales names the rows, "<day> <currency>", where the read model got
