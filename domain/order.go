@@ -33,21 +33,22 @@ func ValidStatus(s string) bool { return slices.Contains(Statuses, Status(s)) }
 
 // transitions is the table of the package doc and the one list of the
 // event types: for each, its payload type (a name not here is an unknown
-// event type), the statuses it may follow ("" for a new stream) and the
-// status it leads to.
+// event type), the name of the command that appends it, the statuses it
+// may follow ("" for a new stream) and the status it leads to.
 var transitions = map[string]struct {
 	payload EventData
+	command string
 	from    []Status
 	to      Status
 }{
-	TypeOrderPlaced:            {OrderPlaced{}, []Status{""}, StatusCreated},
-	TypeOrderApproved:          {OrderApproved{}, []Status{StatusCreated}, StatusApproved},
-	TypeOrderInvoiced:          {OrderInvoiced{}, []Status{StatusApproved}, StatusInvoiced},
-	TypeOrderProcessingStarted: {OrderProcessingStarted{}, []Status{StatusApproved, StatusInvoiced}, StatusProcessing},
-	TypeOrderShipped:           {OrderShipped{}, []Status{StatusApproved, StatusInvoiced, StatusProcessing}, StatusShipped},
-	TypeOrderDelivered:         {OrderDelivered{}, []Status{StatusShipped}, StatusDelivered},
-	TypeOrderCanceled:          {OrderCanceled{}, []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing, StatusShipped}, StatusCanceled},
-	TypeOrderMarkedUnavailable: {OrderMarkedUnavailable{}, []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing}, StatusUnavailable},
+	TypeOrderPlaced:            {OrderPlaced{}, "place", []Status{""}, StatusCreated},
+	TypeOrderApproved:          {OrderApproved{}, "approve", []Status{StatusCreated}, StatusApproved},
+	TypeOrderInvoiced:          {OrderInvoiced{}, "invoice", []Status{StatusApproved}, StatusInvoiced},
+	TypeOrderProcessingStarted: {OrderProcessingStarted{}, "process", []Status{StatusApproved, StatusInvoiced}, StatusProcessing},
+	TypeOrderShipped:           {OrderShipped{}, "ship", []Status{StatusApproved, StatusInvoiced, StatusProcessing}, StatusShipped},
+	TypeOrderDelivered:         {OrderDelivered{}, "deliver", []Status{StatusShipped}, StatusDelivered},
+	TypeOrderCanceled:          {OrderCanceled{}, "cancel", []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing, StatusShipped}, StatusCanceled},
+	TypeOrderMarkedUnavailable: {OrderMarkedUnavailable{}, "mark-unavailable", []Status{StatusCreated, StatusApproved, StatusInvoiced, StatusProcessing}, StatusUnavailable},
 }
 
 // Order is the order aggregate's state, folded from its events. Amounts are
@@ -153,11 +154,11 @@ func (d OrderMarkedUnavailable) apply(o *Order, at *time.Time) {
 	o.UnavailableAt, o.Reason = at, d.Reason
 }
 
-// Command is a request to change an order: each command type names
-// itself and the one event it appends. At is when it happened in the
-// business (zero means the time the service received it).
+// Command is a request to change an order: each command type gives the
+// one event it appends, which names the command in the transition table.
+// At is when it happened in the business (zero means the time the service
+// received it).
 type Command interface {
-	commandName() string
 	event() (EventData, time.Time)
 }
 
@@ -193,15 +194,6 @@ type MarkUnavailable struct {
 	Reason string
 }
 
-func (PlaceOrder) commandName() string      { return "place" }
-func (Approve) commandName() string         { return "approve" }
-func (Invoice) commandName() string         { return "invoice" }
-func (StartProcessing) commandName() string { return "process" }
-func (Ship) commandName() string            { return "ship" }
-func (Deliver) commandName() string         { return "deliver" }
-func (Cancel) commandName() string          { return "cancel" }
-func (MarkUnavailable) commandName() string { return "mark-unavailable" }
-
 func (c PlaceOrder) event() (EventData, time.Time) {
 	return OrderPlaced{CustomerID: c.CustomerID, Currency: c.Currency, Items: slices.Clone(c.Items), FreightCents: c.FreightCents}, c.At
 }
@@ -216,7 +208,10 @@ func (c MarkUnavailable) event() (EventData, time.Time) {
 }
 
 // CommandName is the command's name in the REST path ("approve", ...).
-func CommandName(c Command) string { return c.commandName() }
+func CommandName(c Command) string {
+	data, _ := c.event()
+	return transitions[data.EventType()].command
+}
 
 // Next returns the status cmd leads to and whether the lifecycle table
 // allows cmd on an order in status from ("" for an order not placed
@@ -251,9 +246,9 @@ func (o Order) Decide(cmd Command, now time.Time) (EventData, time.Time, error) 
 	case placing && o.Version > 0:
 		return nil, time.Time{}, fmt.Errorf("place order %s: %w", o.ID, ErrAlreadyExists)
 	case !placing && o.Version == 0:
-		return nil, time.Time{}, fmt.Errorf("%s: order: %w", cmd.commandName(), ErrNotFound)
+		return nil, time.Time{}, fmt.Errorf("%s: order: %w", CommandName(cmd), ErrNotFound)
 	case !slices.Contains(transitions[data.EventType()].from, o.Status):
-		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", cmd.commandName(), o.ID, o.Status, ErrInvalidTransition)
+		return nil, time.Time{}, fmt.Errorf("%s order %s in status %q: %w", CommandName(cmd), o.ID, o.Status, ErrInvalidTransition)
 	}
 	return data, Timestamp(at), nil
 }

@@ -307,10 +307,10 @@ func (s *Service) Execute(ctx context.Context, orderID string, cmd Command, opt 
 				s.Cache.Remove(orderID)
 			}
 			if opt.IfMatch != nil && !opt.IfMatch.Any {
-				return res, fmt.Errorf("%s order %s: If-Match %s: %w", cmd.commandName(), orderID, opt.IfMatch, ErrPreconditionFailed)
+				return res, fmt.Errorf("%s order %s: If-Match %s: %w", CommandName(cmd), orderID, opt.IfMatch, ErrPreconditionFailed)
 			}
 			if attempt >= s.MaxAttempts {
-				return res, fmt.Errorf("%s order %s after %d attempts: %w", cmd.commandName(), orderID, attempt, err)
+				return res, fmt.Errorf("%s order %s after %d attempts: %w", CommandName(cmd), orderID, attempt, err)
 			}
 			if !assumed { // a stale assumption is no contention: reload at once
 				if err := s.sleep(ctx, attempt); err != nil {
@@ -363,9 +363,9 @@ func (s *Service) try(ctx context.Context, orderID string, o Order, cmd Command,
 	}
 	if opt.IfMatch != nil && !opt.IfMatch.holds(o) {
 		if o.Version == 0 {
-			return Result{}, fmt.Errorf("%s order %s: no such order, If-Match %s: %w", cmd.commandName(), orderID, opt.IfMatch, ErrPreconditionFailed)
+			return Result{}, fmt.Errorf("%s order %s: no such order, If-Match %s: %w", CommandName(cmd), orderID, opt.IfMatch, ErrPreconditionFailed)
 		}
-		return Result{}, fmt.Errorf("%s order %s: at v%d, If-Match %s: %w", cmd.commandName(), orderID, o.Version, opt.IfMatch, ErrPreconditionFailed)
+		return Result{}, fmt.Errorf("%s order %s: at v%d, If-Match %s: %w", CommandName(cmd), orderID, o.Version, opt.IfMatch, ErrPreconditionFailed)
 	}
 	d, at, err := o.Decide(cmd, s.Now())
 	if err != nil {
@@ -432,7 +432,7 @@ func (s *Service) sleep(ctx context.Context, attempt int) error {
 func requestHash(clientID string, cmd Command) string {
 	b, _ := json.Marshal(cmd)
 	h := fnv.New128a()
-	h.Write([]byte(cmd.commandName()))
+	h.Write([]byte(CommandName(cmd)))
 	h.Write([]byte{0})
 	h.Write([]byte(clientID))
 	h.Write([]byte{0})
