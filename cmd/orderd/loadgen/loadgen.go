@@ -131,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	defer s.close()
+	defer s.tr.CloseIdleConnections()
 	d := &driver{cfg: cfg, s: s, width: len(strconv.Itoa(cfg.Orders)), log: log.New(io.Discard, "", 0)}
 	if cfg.Progress != nil {
 		d.log = log.New(cfg.Progress, "loadgen: ", 0) // a Logger serializes the orders' lines

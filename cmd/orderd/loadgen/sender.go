@@ -55,8 +55,6 @@ func newSender(cfg Config) (*sender, error) {
 	return s, nil
 }
 
-func (s *sender) close() { s.tr.CloseIdleConnections() }
-
 // loopbackOnly is the dialer's Control: it refuses any address that is not
 // a loopback IP, whatever a host name resolved to.
 func loopbackOnly(_, address string, _ syscall.RawConn) error {

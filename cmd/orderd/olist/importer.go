@@ -49,8 +49,6 @@ func newImporter(base string, timeout time.Duration, conns int) (*importer, erro
 	return &importer{api: api, tr: tr, timeout: timeout}, nil
 }
 
-func (r *importer) close() { r.tr.CloseIdleConnections() }
-
 // retry calls call, each attempt bounded by the timeout, again after no
 // answer or a 5xx, with backoff, and after a pause of the commands (503
 // read-models-behind) once its Retry-After has passed. It returns the last attempt's error, or

@@ -166,7 +166,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	defer c.close()
+	defer c.tr.CloseIdleConnections()
 	if cfg.Concurrency < 0 || cfg.Timeout < 0 || cfg.Limit < 0 {
 		return Report{}, errors.New("concurrency, timeout and limit must not be negative")
 	}
