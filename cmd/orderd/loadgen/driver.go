@@ -70,7 +70,7 @@ func (d *driver) drive(ctx context.Context, n int) *orderResult {
 	r := &orderResult{refused: map[string]int{}}
 	o := &order{id: fmt.Sprintf("%s-%0*d", d.cfg.RunID, d.width, n)}
 	place := step{cmd: d.placeOrder(rng)}
-	if !d.single(ctx, rng, r, o, place, d.stepRequest(o.id, place, "", -1)) {
+	if !d.single(ctx, rng, r, o, place, stepRequest(o, place, "")) {
 		return r
 	}
 	for {
@@ -83,7 +83,7 @@ func (d *driver) drive(ctx context.Context, n int) *orderResult {
 			goOn = d.race(ctx, rng, r, o, steps)
 		} else {
 			s := draw(rng, steps)
-			goOn = d.single(ctx, rng, r, o, s, d.stepRequest(o.id, s, "", -1))
+			goOn = d.single(ctx, rng, r, o, s, stepRequest(o, s, ""))
 		}
 		if !goOn {
 			return r
@@ -103,14 +103,15 @@ func (d *driver) placeOrder(rng *mrand.Rand) domain.PlaceOrder {
 	return p
 }
 
-// stepRequest is the request of step s on order id; side is ""
-// outside a race, else "a" or "b"; ifMatch is -1 for none.
-func (d *driver) stepRequest(id string, s step, side string, ifMatch int64) request {
-	key := id + "-" + s.name()
+// stepRequest is the request of step s on order o; side is "" outside a
+// race, else "a" or "b", and then the request carries If-Match o's version.
+func stepRequest(o *order, s step, side string) request {
+	r := request{orderID: o.id, cmd: s.cmd, key: o.id + "-" + s.name()}
 	if side != "" {
-		key += "-" + side
+		r.key += "-" + side
+		r.ifMatch = &domain.IfMatch{Versions: []int64{o.version}}
 	}
-	return request{orderID: id, cmd: s.cmd, key: key, ifMatch: ifMatch}
+	return r
 }
 
 // urlPair draws the indexes of two different URLs, or of the only one
@@ -195,8 +196,8 @@ func (d *driver) race(ctx context.Context, rng *mrand.Rand, r *orderResult, o *o
 		req request
 		a   answer
 	}{
-		{s: sa, req: d.stepRequest(o.id, sa, "a", o.version)},
-		{s: sb, req: d.stepRequest(o.id, sb, "b", o.version)},
+		{s: sa, req: stepRequest(o, sa, "a")},
+		{s: sb, req: stepRequest(o, sb, "b")},
 	}
 	var wg sync.WaitGroup
 	wg.Go(func() { sides[0].a = d.s.send(ctx, ua, sides[0].req) })

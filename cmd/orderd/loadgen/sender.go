@@ -89,8 +89,8 @@ func checkURL(u string) (string, error) {
 type request struct {
 	orderID string
 	cmd     domain.Command
-	key     string // Idempotency-Key and X-Correlation-ID
-	ifMatch int64  // the If-Match version; -1 for none
+	key     string          // Idempotency-Key and X-Correlation-ID
+	ifMatch *domain.IfMatch // nil for none
 }
 
 // outcome is how a command ended.
@@ -122,10 +122,7 @@ type answer struct {
 // order up while another can answer), with backoff, while RetryFor allows
 // and ctx lasts.
 func (s *sender) send(ctx context.Context, first int, r request) answer {
-	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key}
-	if r.ifMatch >= 0 {
-		opt.IfMatch = &domain.IfMatch{Versions: []int64{r.ifMatch}}
-	}
+	opt := domain.ExecOptions{IdempotencyKey: r.key, CorrelationID: r.key, IfMatch: r.ifMatch}
 	start := time.Now()
 	backoff := firstBackoff
 	var a answer
