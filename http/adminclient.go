@@ -18,7 +18,7 @@ import (
 // Projections returns every projection's status and the outbox relay's
 // owner, lease and checkpoint (GET /v1/admin/projections).
 func (c *Client) Projections(ctx context.Context) (ProjectionsReport, error) {
-	return answer[ProjectionsReport](ctx, c, c.api.ListProjections)
+	return answer[ProjectionsReport](c.api.ListProjections(ctx))
 }
 
 // StartRebuild starts a rebuild of the projection's read model with the
@@ -31,7 +31,7 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 	if partitions > 0 {
 		body.Partitions = &partitions
 	}
-	return answer[jobs.Job](ctx, c, bind2(c.api.StartRebuild, projection, body))
+	return answer[jobs.Job](c.api.StartRebuild(ctx, projection, body))
 }
 
 // SwitchBack points readers of projection back at the collection the last
@@ -39,14 +39,14 @@ func (c *Client) StartRebuild(ctx context.Context, projection string, partitions
 // *Error wrapping domain.ErrNotFound (unknown projection),
 // domain.ErrNoPrevious or domain.ErrJobRunning.
 func (c *Client) SwitchBack(ctx context.Context, projection string) (admin.ProjectionStatus, error) {
-	return answer[admin.ProjectionStatus](ctx, c, bind(c.api.SwitchBack, projection))
+	return answer[admin.ProjectionStatus](c.api.SwitchBack(ctx, projection))
 }
 
 // StartVerify starts a verification of the projection's read model
 // against the log, rewriting what differs when repair is set. It returns
 // the job, or an *Error wrapping domain.ErrNotFound (unknown projection).
 func (c *Client) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
-	return answer[jobs.Job](ctx, c, bind2(c.api.StartVerify, projection, api.VerifyRequest{Repair: &repair}))
+	return answer[jobs.Job](c.api.StartVerify(ctx, projection, api.VerifyRequest{Repair: &repair}))
 }
 
 // Job returns the job id of kind (jobs.KindRebuild or jobs.KindVerify)
@@ -56,18 +56,18 @@ func (c *Client) Job(ctx context.Context, kind jobs.JobKind, projection, id stri
 	if kind != jobs.KindRebuild && kind != jobs.KindVerify {
 		return jobs.Job{}, fmt.Errorf("job kind %q: the client reads rebuilds and verifications: %w", kind, domain.ErrValidation)
 	}
-	op := bind2(c.api.GetRebuild, projection, id)
+	get := c.api.GetRebuild
 	if kind == jobs.KindVerify {
-		op = bind2(c.api.GetVerification, projection, id)
+		get = c.api.GetVerification
 	}
-	return answer[jobs.Job](ctx, c, op)
+	return answer[jobs.Job](get(ctx, projection, id))
 }
 
 // CancelRebuild asks the rebuild id of projection to stop at its next
 // checkpoint and returns it, or an *Error wrapping domain.ErrNotFound or
 // domain.ErrJobFinished.
 func (c *Client) CancelRebuild(ctx context.Context, projection, id string) (jobs.Job, error) {
-	return answer[jobs.Job](ctx, c, bind2(c.api.CancelRebuild, projection, id))
+	return answer[jobs.Job](c.api.CancelRebuild(ctx, projection, id))
 }
 
 // JobURL is the absolute URL of the job id of kind (jobs.KindRebuild or

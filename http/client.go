@@ -1,12 +1,14 @@
 package http
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -42,13 +44,6 @@ type ClientConfig struct {
 	HTTPClient *http.Client
 }
 
-func (c *ClientConfig) setDefaults() {
-	c.URL = strings.TrimRight(c.URL, "/")
-	if c.HTTPClient == nil {
-		c.HTTPClient = http.DefaultClient
-	}
-}
-
 // Client is the client of the REST API that Server serves. Each call is
 // one HTTP request, without retries: a call returns the domain type of a
 // 2xx answer, an *Error for any other answer, an error wrapping
@@ -57,21 +52,25 @@ func (c *ClientConfig) setDefaults() {
 // answer was cut.
 type Client struct {
 	cfg ClientConfig
-	api *api.Client // builds each operation's request from openapi.json
+	api *api.Client // builds each operation's request from openapi.json, sent by sender
 }
 
 // NewClient returns a client of the service at cfg.URL, or an error when
 // the URL is not http(s)://host[:port].
 func NewClient(cfg ClientConfig) (*Client, error) {
-	cfg.setDefaults()
+	cfg.URL = strings.TrimRight(cfg.URL, "/")
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = http.DefaultClient
+	}
 	if u, err := url.Parse(cfg.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("URL %q: want http://host:port", cfg.URL)
 	}
-	a, err := api.NewClient(cfg.URL, api.WithHTTPClient(cfg.HTTPClient))
-	if err != nil {
+	c := &Client{cfg: cfg}
+	var err error
+	if c.api, err = api.NewClient(cfg.URL, api.WithHTTPClient(sender{&c.cfg})); err != nil {
 		return nil, fmt.Errorf("URL %q: %w", cfg.URL, err)
 	}
-	return &Client{cfg: cfg, api: a}, nil
+	return c, nil
 }
 
 // BaseURL is the service's URL, ClientConfig.URL without a trailing slash.
@@ -149,39 +148,19 @@ func excerpt(body []byte) string {
 	return s
 }
 
-// call is one api.Client operation with its arguments bound: it sends the
-// request, edited by edit, and returns the answer.
-type call func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error)
+// sender sends the requests of the Client's api.Client, each once, with
+// the Accept and Authorization headers, and reads the answer whole: a
+// 2xx comes back with its body read (the rest past maxAnswerBytes
+// dropped, so the connection can be reused), any other answer as an
+// *Error.
+type sender struct{ cfg *ClientConfig }
 
-// bind is the call of op with its one argument a.
-func bind[A any](op func(context.Context, A, ...api.RequestEditorFn) (*http.Response, error), a A) call {
-	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return op(ctx, a, edit...)
+func (s sender) Do(req *http.Request) (*http.Response, error) {
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if s.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+s.cfg.Token)
 	}
-}
-
-// bind2 is the call of op with its two arguments a and b.
-func bind2[A, B any](op func(context.Context, A, B, ...api.RequestEditorFn) (*http.Response, error), a A, b B) call {
-	return func(ctx context.Context, edit ...api.RequestEditorFn) (*http.Response, error) {
-		return op(ctx, a, b, edit...)
-	}
-}
-
-// do sends the request of op with the headers of h, decodes a 2xx answer
-// into out (nil: not decoded) and returns its headers.
-func (c *Client) do(ctx context.Context, op call, h http.Header, out any) (http.Header, error) {
-	var method, path string
-	resp, err := op(ctx, func(_ context.Context, req *http.Request) error {
-		method, path = req.Method, strings.TrimPrefix(req.URL.String(), c.cfg.URL)
-		for k, v := range h {
-			req.Header[k] = v
-		}
-		req.Header.Set("Accept", "application/json, application/problem+json")
-		if c.cfg.Token != "" {
-			req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-		}
-		return nil
-	})
+	resp, err := s.cfg.HTTPClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -191,25 +170,29 @@ func (c *Client) do(ctx context.Context, op call, h http.Header, out any) (http.
 		_, err = io.Copy(io.Discard, resp.Body)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %d answer cut: %w", method, path, resp.StatusCode, err)
+		return nil, fmt.Errorf("%s %s: %d answer cut: %w", req.Method, req.URL.RequestURI(), resp.StatusCode, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, newError(method, path, resp.StatusCode, resp.Header, body)
+		return nil, newError(req.Method, req.URL.RequestURI(), resp.StatusCode, resp.Header, body)
 	}
-	if out != nil {
-		if err := json.Unmarshal(body, out); err != nil {
-			return resp.Header, fmt.Errorf("%s %s: %d answer %q: %w: %v", method, path, resp.StatusCode, excerpt(body), ErrUndecodable, err)
-		}
-	}
-	return resp.Header, nil
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.Request = req
+	return resp, nil
 }
 
-// answer sends op and returns its 2xx answer decoded as a T; its errors
-// are do's.
-func answer[T any](ctx context.Context, c *Client, op call) (T, error) {
+// answer decodes the answer of an api.Client call, sent by sender, as a
+// T. Its errors are the call's, or one wrapping ErrUndecodable.
+func answer[T any](resp *http.Response, err error) (T, error) {
 	var v T
-	_, err := c.do(ctx, op, nil, &v)
-	return v, err
+	if err != nil {
+		return v, err
+	}
+	body, _ := io.ReadAll(resp.Body) // a bytes.Reader
+	if err := json.Unmarshal(body, &v); err != nil {
+		return v, fmt.Errorf("%s %s: %d answer %q: %w: %v", resp.Request.Method, resp.Request.URL.RequestURI(), resp.StatusCode,
+			excerpt(body), ErrUndecodable, err)
+	}
+	return v, nil
 }
 
 // Execute sends cmd for the order: POST /v1/orders for a domain.PlaceOrder
@@ -220,35 +203,6 @@ func answer[T any](ctx context.Context, c *Client, op call) (T, error) {
 // *Error wrapping the domain error: domain.ErrInvalidTransition,
 // domain.ErrPreconditionFailed, domain.ErrValidation and so on.
 func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command, opt domain.ExecOptions) (domain.Result, error) {
-	var op call
-	switch x := cmd.(type) {
-	case domain.PlaceOrder:
-		body := api.PlaceRequest{CustomerId: x.CustomerID, Currency: x.Currency, FreightCents: omitZero(x.FreightCents), At: omitZero(x.At)}
-		if orderID != "" {
-			body.OrderId = &orderID
-		}
-		for _, l := range x.Items {
-			body.Items = append(body.Items, api.ItemRequest{Sku: l.SKU, Quantity: l.Quantity, UnitPriceCents: l.UnitPriceCents,
-				FreightCents: omitZero(l.FreightCents)})
-		}
-		op = bind(c.api.PlaceOrder, body)
-	case domain.Approve:
-		op = bind2(c.api.ApproveOrder, orderID, api.StepRequest{At: omitZero(x.At)})
-	case domain.Invoice:
-		op = bind2(c.api.InvoiceOrder, orderID, api.StepRequest{At: omitZero(x.At)})
-	case domain.StartProcessing:
-		op = bind2(c.api.ProcessOrder, orderID, api.StepRequest{At: omitZero(x.At)})
-	case domain.Ship:
-		op = bind2(c.api.ShipOrder, orderID, api.StepRequest{At: omitZero(x.At)})
-	case domain.Deliver:
-		op = bind2(c.api.DeliverOrder, orderID, api.StepRequest{At: omitZero(x.At)})
-	case domain.Cancel:
-		op = bind2(c.api.CancelOrder, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)})
-	case domain.MarkUnavailable:
-		op = bind2(c.api.MarkOrderUnavailable, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)})
-	default:
-		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
-	}
 	h := http.Header{}
 	setHeader(h, "Idempotency-Key", opt.IdempotencyKey)
 	setHeader(h, "X-Correlation-ID", opt.CorrelationID)
@@ -263,17 +217,44 @@ func (c *Client) Execute(ctx context.Context, orderID string, cmd domain.Command
 		}
 		h.Set("If-Match", strings.Join(tags, ", "))
 	}
-	var res struct {
-		OrderID string        `json:"order_id"`
-		Version int64         `json:"version"`
-		Status  domain.Status `json:"status"`
+	headers := func(_ context.Context, req *http.Request) error {
+		maps.Copy(req.Header, h)
+		return nil
 	}
-	header, err := c.do(ctx, op, h, &res)
+	var resp *http.Response
+	var err error
+	switch x := cmd.(type) {
+	case domain.PlaceOrder:
+		body := api.PlaceRequest{OrderId: omitZero(orderID), CustomerId: x.CustomerID, Currency: x.Currency,
+			FreightCents: omitZero(x.FreightCents), At: omitZero(x.At)}
+		for _, l := range x.Items {
+			body.Items = append(body.Items, api.ItemRequest{Sku: l.SKU, Quantity: l.Quantity, UnitPriceCents: l.UnitPriceCents,
+				FreightCents: omitZero(l.FreightCents)})
+		}
+		resp, err = c.api.PlaceOrder(ctx, body, headers)
+	case domain.Approve:
+		resp, err = c.api.ApproveOrder(ctx, orderID, api.StepRequest{At: omitZero(x.At)}, headers)
+	case domain.Invoice:
+		resp, err = c.api.InvoiceOrder(ctx, orderID, api.StepRequest{At: omitZero(x.At)}, headers)
+	case domain.StartProcessing:
+		resp, err = c.api.ProcessOrder(ctx, orderID, api.StepRequest{At: omitZero(x.At)}, headers)
+	case domain.Ship:
+		resp, err = c.api.ShipOrder(ctx, orderID, api.StepRequest{At: omitZero(x.At)}, headers)
+	case domain.Deliver:
+		resp, err = c.api.DeliverOrder(ctx, orderID, api.StepRequest{At: omitZero(x.At)}, headers)
+	case domain.Cancel:
+		resp, err = c.api.CancelOrder(ctx, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)}, headers)
+	case domain.MarkUnavailable:
+		resp, err = c.api.MarkOrderUnavailable(ctx, orderID, api.ReasonRequest{At: omitZero(x.At), Reason: omitZero(x.Reason)}, headers)
+	default:
+		return domain.Result{}, fmt.Errorf("command %T: %w", cmd, domain.ErrValidation)
+	}
+	res, err := answer[api.CommandResult](resp, err)
 	if err != nil {
 		return domain.Result{}, err
 	}
-	return domain.Result{OrderID: res.OrderID, Version: res.Version, Status: res.Status,
-		Replayed: header.Get("Idempotent-Replayed") == "true"}, nil
+	return domain.Result{OrderID: res.OrderId, Version: res.Version, Status: domain.Status(res.Status),
+		Replayed: resp.Header.Get("Idempotent-Replayed") == "true"}, nil
 }
 
 func setHeader(h http.Header, k, v string) {
@@ -297,7 +278,7 @@ func omitZero[T comparable](v T) *T {
 // Order returns the order folded from its event log (GET /v1/orders/{id}),
 // or an *Error wrapping domain.ErrNotFound.
 func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
-	return answer[domain.Order](ctx, c, bind2(c.api.GetOrder, id, &api.GetOrderParams{}))
+	return answer[domain.Order](c.api.GetOrder(ctx, id, &api.GetOrderParams{}))
 }
 
 // DailySales returns the daily sales (summed from the order summaries) over the UTC dates
@@ -305,12 +286,9 @@ func (c *Client) Order(ctx context.Context, id string) (domain.Order, error) {
 // (GET /v1/daily-sales). An invalid range is an *Error wrapping
 // domain.ErrValidation.
 func (c *Client) DailySales(ctx context.Context, from, to time.Time, currency string) (DailySalesReport, error) {
-	f, t := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
-	p := api.GetDailySalesParams{From: &f, To: &t}
-	if currency != "" {
-		p.Currency = &currency
-	}
-	return answer[DailySalesReport](ctx, c, bind(c.api.GetDailySales, &p))
+	p := api.GetDailySalesParams{From: new(from.UTC().Format(time.DateOnly)), To: new(to.UTC().Format(time.DateOnly)),
+		Currency: omitZero(currency)}
+	return answer[DailySalesReport](c.api.GetDailySales(ctx, &p))
 }
 
 // SummaryQuery asks GET /v1/order-summaries/{id} to wait until the read
@@ -328,16 +306,14 @@ type SummaryQuery struct {
 func (c *Client) Summary(ctx context.Context, id string, q SummaryQuery) (o domain.Order, stale bool, err error) {
 	var p api.GetOrderSummaryParams
 	if q.MinVersion > 0 {
-		v := strconv.FormatInt(q.MinVersion, 10)
-		p.MinVersion = &v
+		p.MinVersion = new(strconv.FormatInt(q.MinVersion, 10))
 	}
 	if q.Wait > 0 {
-		w := q.Wait.String()
-		p.Wait = &w
+		p.Wait = new(q.Wait.String())
 	}
-	header, err := c.do(ctx, bind2(c.api.GetOrderSummary, id, &p), nil, &o)
-	if err != nil {
+	resp, err := c.api.GetOrderSummary(ctx, id, &p)
+	if o, err = answer[domain.Order](resp, err); err != nil {
 		return domain.Order{}, false, err
 	}
-	return o, header.Get("X-Read-Model-Stale") == "true", nil
+	return o, resp.Header.Get("X-Read-Model-Stale") == "true", nil
 }
