@@ -33,12 +33,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
-// refused counts a command the admission turned away, as the outcome
-// read-models-behind; no duration is observed (nothing ran).
-func (m *metrics) refused(name string) {
-	m.commands.WithLabelValues(name, "read-models-behind").Inc()
-}
-
 func (m *metrics) command(name string, res domain.Result, err error, d time.Duration) {
 	outcome := "accepted"
 	switch {

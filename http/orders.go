@@ -126,7 +126,8 @@ func (s *Server) execute(c echo.Context, orderID string, cmd domain.Command) (do
 	}
 	start := time.Now()
 	if err := s.admit(c); err != nil {
-		s.metrics.refused(domain.CommandName(cmd))
+		// Counted as its outcome, without a duration: nothing ran.
+		s.metrics.commands.WithLabelValues(domain.CommandName(cmd), "read-models-behind").Inc()
 		return domain.Result{}, err
 	}
 	res, err := s.cfg.Commands.Execute(c.Request().Context(), orderID, cmd, opt)

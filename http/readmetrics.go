@@ -2,6 +2,7 @@ package http
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,17 +63,9 @@ func (m *readMetrics) middleware(e *echo.Echo) echo.MiddlewareFunc {
 			err := next(c)
 			m.duration.WithLabelValues(route).Observe(time.Since(start).Seconds())
 			if status := answered(c, err); status >= 400 {
-				m.errors.WithLabelValues(route, statusClass(status)).Inc()
+				m.errors.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
 			}
 			return err
 		}
 	}
-}
-
-// statusClass is "4xx" or "5xx".
-func statusClass(status int) string {
-	if status >= 500 {
-		return "5xx"
-	}
-	return "4xx"
 }
