@@ -93,7 +93,9 @@ func decode(c echo.Context, dst any, optional bool) error {
 		}
 		fields := make([]domain.FieldError, len(ve))
 		for i, fe := range ve {
-			fields[i] = domain.FieldError{Field: fieldPath(fe.Namespace()), Detail: describe(fe)}
+			// "placeRequest.items[0].sku" is items[0].sku.
+			_, field, _ := strings.Cut(fe.Namespace(), ".")
+			fields[i] = domain.FieldError{Field: field, Detail: describe(fe)}
 		}
 		return invalid(fields...)
 	}
@@ -138,15 +140,6 @@ func jsonKind(k reflect.Kind) string {
 		return "true or false"
 	}
 	return "of another type"
-}
-
-// fieldPath turns "placeRequest.items[0].sku" into "items[0].sku".
-func fieldPath(ns string) string {
-	_, rest, ok := strings.Cut(ns, ".")
-	if !ok {
-		return ns
-	}
-	return rest
 }
 
 func describe(fe validator.FieldError) string {

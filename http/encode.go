@@ -69,19 +69,14 @@ func dateTime(s any) bool {
 
 // encodeJSON is json.Marshal with each timestamp (a string value of a key
 // in timestampKeys that is an RFC 3339 time) written in timestampLayout,
-// truncated to the millisecond.
+// truncated to the millisecond. It reads the compact JSON that
+// json.Marshal writes: a value is a string just after the ':' that
+// follows its key.
 func encodeJSON(v any) ([]byte, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	return fixTimestamps(b), nil
-}
-
-// fixTimestamps rewrites the timestamps of b, compact JSON as
-// encoding/json writes it: a value is a string just after the ':' that
-// follows its key.
-func fixTimestamps(b []byte) []byte {
 	var out []byte // nil until the first rewrite
 	done := 0      // b[:done] is in out
 	var key []byte
@@ -115,9 +110,9 @@ func fixTimestamps(b []byte) []byte {
 		i = end
 	}
 	if out == nil {
-		return b
+		return b, nil
 	}
-	return append(out, b[done:]...)
+	return append(out, b[done:]...), nil
 }
 
 // jsonSerializer is echo's JSON encoding through encodeJSON.
