@@ -27,11 +27,7 @@ func (c *Client) Projections(ctx context.Context) (ProjectionsReport, error) {
 // domain.ErrNotFound (unknown projection), domain.ErrValidation or
 // domain.ErrJobRunning.
 func (c *Client) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
-	var body api.RebuildRequest
-	if partitions > 0 {
-		body.Partitions = &partitions
-	}
-	return answer[jobs.Job](c.api.StartRebuild(ctx, projection, body))
+	return answer[jobs.Job](c.api.StartRebuild(ctx, projection, api.RebuildRequest{Partitions: omitZero(partitions)}))
 }
 
 // SwitchBack points readers of projection back at the collection the last
