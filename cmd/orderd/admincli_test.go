@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -322,9 +323,12 @@ func (w *cancelOnWrite) Write(p []byte) (int, error) {
 
 // TestAdminCLI_AdminRoutesOff checks the hint given when the service runs
 // without ADMIN_TOKEN: its admin routes answer 404 like any unknown path.
+// It listens beyond loopback, so that the development mode (devMode)
+// makes no token of its own.
 func TestAdminCLI_AdminRoutesOff(t *testing.T) {
-	m := runMainDir(t, t.TempDir(), func(c *Config) { c.noDevToken = true })
-	r := runCLI(t, operator.Verify, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://" + m.HTTPAddr}, "order_summaries")
+	m := runMainDir(t, t.TempDir(), func(c *Config) { c.HTTPAddr = "0.0.0.0:0" })
+	_, port, _ := net.SplitHostPort(m.HTTPAddr)
+	r := runCLI(t, operator.Verify, map[string]string{"ADMIN_TOKEN": "x", "ORDERD_URL": "http://127.0.0.1:" + port}, "order_summaries")
 	if r.err == nil || !strings.Contains(r.err.Error(), "HTTP 404") || !strings.Contains(r.err.Error(), "without ADMIN_TOKEN") {
 		t.Errorf("admin routes off: %v", r.err)
 	}

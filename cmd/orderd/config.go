@@ -74,9 +74,6 @@ type Config struct {
 	// [projection.OrderSummaries]; tests set one of another version to
 	// play a deploy of a changed fold.
 	summaries *projection.Definition[domain.Order]
-	// noDevToken keeps the admin routes off in the development mode too
-	// (devMode), as outside it without ADMIN_TOKEN: for the tests of that.
-	noDevToken bool
 }
 
 // LogConfig is the logger's.

@@ -17,7 +17,7 @@ import (
 // HTTP server on loopback only, and no ADMIN_TOKEN. Anything reachable
 // from elsewhere keeps the admin routes off without ADMIN_TOKEN.
 func devMode(c *Config) bool {
-	if c.Mongo.URI != "" || c.NATS.URL != "" || c.HTTP.AdminToken != "" || c.noDevToken {
+	if c.Mongo.URI != "" || c.NATS.URL != "" || c.HTTP.AdminToken != "" {
 		return false
 	}
 	host, _, err := net.SplitHostPort(c.HTTPAddr)
