@@ -105,10 +105,7 @@ func (m *Main) ParseFlags(args []string, getenv func(string) string, stderr io.W
 	if err := m.Config.bind(fs, getenv); err != nil {
 		return err
 	}
-	if err := fs.Parse(args); err != nil {
-		return err // flag.ErrHelp after -h
-	}
-	return m.Config.Validate()
+	return fs.Parse(args) // flag.ErrHelp after -h; Run validates the result
 }
 
 // Run connects to (or starts) the servers, ensures indexes, stream and
