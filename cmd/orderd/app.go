@@ -131,7 +131,7 @@ func (m *Main) Run(ctx context.Context) (err error) {
 	var ln net.Listener
 	defer func() {
 		if err != nil {
-			lock.release() // nil once startServers has taken it
+			lock.release() // nil once startEmbedded has taken it
 			if ln != nil {
 				_ = ln.Close()
 			}
@@ -148,8 +148,8 @@ func (m *Main) Run(ctx context.Context) (err error) {
 		return err
 	}
 	embeddedStore, embeddedNATS := c.Mongo.URI == "", c.NATS.URL == "" && r.needsBus()
-	err = m.startServers(lock)
-	lock = nil // released by startServers' failure, or by m.stopEmbedded
+	err = m.startEmbedded(lock)
+	lock = nil // released by startEmbedded's failure, or by m.stopEmbedded
 	if err != nil {
 		return err
 	}
@@ -204,27 +204,6 @@ type wiring struct {
 	// holds it, the daily sales and the admin API read where the relay
 	// has published up to.
 	relayLease *mongodb.Lease
-}
-
-// startServers starts the embedded servers the configuration leaves to
-// this process, and keeps the development mode's admin token; lock is the
-// data dir's (lockEmbedded), which m.stopEmbedded releases, and which is
-// released at once when it fails.
-func (m *Main) startServers(lock *dataLock) (err error) {
-	c := &m.Config
-	dev := devMode(c) // before startEmbedded sets the servers' URLs
-	if m.stopEmbedded, m.devStore, err = startEmbedded(c, m.Log, lock); err != nil {
-		return fmt.Errorf("embedded servers: %w", err)
-	}
-	if dev {
-		// Reachable from this machine only: the console opens without a
-		// token to choose, and the printed link carries it.
-		if c.HTTP.AdminToken, err = keptAdminToken(c.Embedded.DataDir); err != nil {
-			return err
-		}
-		m.devToken = true
-	}
-	return nil
 }
 
 // setup is what every role shares: the connections, the metrics, the

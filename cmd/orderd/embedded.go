@@ -28,21 +28,24 @@ func lockEmbedded(c *Config) (*dataLock, error) {
 }
 
 // startEmbedded starts the embedded servers that the config leaves
-// unnamed, with their data under Embedded.DataDir, and fills in their URLs; NATS
-// only when a role needs it. lock is the data dir's (lockEmbedded), nil
-// when no server is embedded; stop stops the servers and then releases
-// it, also when startEmbedded fails. store is the embedded store
-// (*embedded.Store), nil without one.
-func startEmbedded(c *Config, log *slog.Logger, lock *dataLock) (stop func(), store any, err error) {
+// unnamed, with their data under Embedded.DataDir, and fills in their
+// URLs; NATS only when a role needs it. In the development mode (devMode)
+// it keeps the admin token too. lock is the data dir's (lockEmbedded),
+// nil when no server is embedded; m.stopEmbedded stops the servers and
+// then releases it. A failed start stops what did start and releases the
+// lock at once.
+func (m *Main) startEmbedded(lock *dataLock) (err error) {
+	c, log := &m.Config, m.Log
 	stops := []func(){lock.release}
-	stop = func() {
+	m.stopEmbedded = func() {
 		for i := len(stops) - 1; i >= 0; i-- {
 			stops[i]()
 		}
 	}
 	if lock == nil {
-		return stop, store, nil
+		return nil
 	}
+	dev := devMode(c) // before the servers' URLs are filled in
 	r, _ := c.roles()
 	defer func() {
 		if err == nil {
@@ -55,22 +58,23 @@ func startEmbedded(c *Config, log *slog.Logger, lock *dataLock) (stop func(), st
 		if err != nil {
 			// What did start stops now, the lock last: a failed start
 			// holds nothing.
-			stop()
-			stop = func() {}
+			m.stopEmbedded()
+			m.stopEmbedded = func() {}
+			err = fmt.Errorf("embedded servers: %w", err)
 		}
 	}()
 	if c.NATS.URL == "" && r.needsBus() {
 		host, port, err := splitAddr(c.Embedded.NATSAddr)
 		if err != nil {
-			return stop, store, err
+			return err
 		}
 		if err := free(c.Embedded.NATSAddr, port, "ORDERD_EMBEDDED_NATS_ADDR", "-embedded-nats-addr"); err != nil {
-			return stop, store, err
+			return err
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "nats")
 		ns, err := embedded.StartNATS(dir, host, port)
 		if err != nil {
-			return stop, store, err
+			return err
 		}
 		stops = append(stops, ns.Shutdown)
 		c.NATS.URL = ns.ClientURL()
@@ -83,25 +87,33 @@ func startEmbedded(c *Config, log *slog.Logger, lock *dataLock) (stop func(), st
 			// takes back its partition and relay leases at once instead of
 			// waiting for them to expire.
 			if c.InstanceID, err = keptInstanceID(c.Embedded.DataDir); err != nil {
-				return stop, store, err
+				return err
 			}
 		}
 		if _, port, err := splitAddr(c.Embedded.StoreAddr); err == nil {
 			if err := free(c.Embedded.StoreAddr, port, "ORDERD_EMBEDDED_STORE_ADDR", "-embedded-store-addr"); err != nil {
-				return stop, store, err
+				return err
 			}
 		}
 		dir := filepath.Join(c.Embedded.DataDir, "store")
 		s, err := embedded.StartStore(dir, c.Embedded.StoreAddr, slog.New(warnOnly{log.With("component", "ferretdb").Handler()}))
 		if err != nil {
-			return stop, store, err
+			return err
 		}
 		stops = append(stops, func() { _ = s.Close() })
-		store = s
+		m.devStore = s
 		c.Mongo.URI = s.URI
 		log.Info("embedded store started (FerretDB on SQLite)", "mongodb_uri", c.Mongo.URI, "dir", dir)
 	}
-	return stop, store, nil
+	if dev {
+		// Reachable from this machine only: the console opens without a
+		// token to choose, and the printed link carries it.
+		if c.HTTP.AdminToken, err = keptAdminToken(c.Embedded.DataDir); err != nil {
+			return err
+		}
+		m.devToken = true
+	}
+	return nil
 }
 
 func splitAddr(addr string) (string, int, error) {

@@ -2,10 +2,7 @@
 
 package main
 
-import (
-	"errors"
-	"log/slog"
-)
+import "errors"
 
 // dataLock is absent from production builds: they have no data dir.
 type dataLock struct{}
@@ -25,6 +22,4 @@ func lockEmbedded(c *Config) (*dataLock, error) {
 }
 
 // startEmbedded starts nothing in production builds.
-func startEmbedded(*Config, *slog.Logger, *dataLock) (func(), any, error) {
-	return func() {}, nil, nil
-}
+func (*Main) startEmbedded(*dataLock) error { return nil }
