@@ -44,14 +44,10 @@ type progress struct {
 }
 
 func newProgress(w io.Writer, kind string) *progress {
-	return &progress{w: w, kind: kind, tty: isTerminal(w), now: time.Now}
-}
-
-// isTerminal reports whether w is a terminal (not /dev/null, a pipe or a
-// file), where the progress line may redraw itself.
-func isTerminal(w io.Writer) bool {
+	// The progress line redraws itself only on a terminal (not /dev/null,
+	// a pipe or a file).
 	f, ok := w.(*os.File)
-	return ok && term.IsTerminal(int(f.Fd()))
+	return &progress{w: w, kind: kind, tty: ok && term.IsTerminal(int(f.Fd())), now: time.Now}
 }
 
 // describe is what is known of the job in its phase ph, without the
