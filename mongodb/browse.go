@@ -248,19 +248,12 @@ func allOf(conds bson.A) bson.D {
 
 // readPage reads the first n commits filter selects in the order sort.
 func (s *EventStore) readPage(ctx context.Context, filter, sort bson.D, n int) ([]domain.LogCommit, error) {
-	cur, err := s.commits.Find(ctx, filter, options.Find().SetSort(sort).SetLimit(int64(n)))
-	if err != nil {
-		return nil, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	defer cur.Close(context.WithoutCancel(ctx))
 	commits := []domain.LogCommit{}
-	for cur.Next(ctx) {
+	err := eachFound(ctx, s.commits, "browse the log", filter, options.Find().SetSort(sort).SetLimit(int64(n)), func(cur *mongo.Cursor) error {
 		commits = append(commits, logCommitOf(decodeCommit(cur.Current)))
-	}
-	if err := cur.Err(); err != nil {
-		return nil, fmt.Errorf("browse the log: %w", Translate(err))
-	}
-	return commits, nil
+		return nil
+	})
+	return commits, err
 }
 
 // streamBefore is the first version a page of q's stream starts below:
