@@ -73,8 +73,8 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	if err != nil {
 		return nil, err
 	}
-	var docs []stored[domain.Order]
-	if err := summaryPage(ctx, coll, customerID, status, after, limit, nil, &docs); err != nil {
+	docs, err := summaryPage[stored[domain.Order]](ctx, coll, customerID, status, after, limit, nil)
+	if err != nil {
 		return nil, fmt.Errorf("list summaries: %w", err)
 	}
 	out := make([]domain.Order, len(docs))
@@ -84,13 +84,13 @@ func (r *Reader) ListSummaries(ctx context.Context, customerID, status, after st
 	return out, nil
 }
 
-// summaryPage reads into out up to limit summaries in _id order after the
+// summaryPage reads up to limit summaries in _id order after the
 // id after ("" to start), of one customer and one status where they are
 // not empty, with projection unless it is nil: one find, on MongoDB
 // through the (customer_id, _id), (status, _id) or _id index, and on the
 // embedded store served from the same indexes by its funnel
 // (docs/embedded-store.md, "Finds in _id order").
-func summaryPage(ctx context.Context, coll *mongo.Collection, customerID, status, after string, limit int, projection bson.D, out any) error {
+func summaryPage[T any](ctx context.Context, coll *mongo.Collection, customerID, status, after string, limit int, projection bson.D) ([]T, error) {
 	filter := bson.D{}
 	if customerID != "" {
 		filter = append(filter, bson.E{Key: "customer_id", Value: customerID})
@@ -107,11 +107,7 @@ func summaryPage(ctx context.Context, coll *mongo.Collection, customerID, status
 	if projection != nil {
 		opts.SetProjection(projection)
 	}
-	cur, err := coll.Find(ctx, filter, opts)
-	if err != nil {
-		return Translate(err)
-	}
-	return Translate(cur.All(ctx, out))
+	return findAll[T](ctx, coll, filter, opts)
 }
 
 // statsPage is how many of a customer's summaries one find of the stats
@@ -146,8 +142,8 @@ func (r *Reader) CustomerStats(ctx context.Context, customerID string) (domain.C
 	}
 	var gs []projection.StatsGroup
 	for after := ""; ; {
-		var page []statsSums
-		if err := summaryPage(ctx, coll, customerID, "", after, r.statsPage, statsFields, &page); err != nil {
+		page, err := summaryPage[statsSums](ctx, coll, customerID, "", after, r.statsPage, statsFields)
+		if err != nil {
 			return domain.CustomerOrderStats{}, fmt.Errorf("customer %s stats: %w", customerID, err)
 		}
 		for _, o := range page {
