@@ -70,28 +70,21 @@ func (s *Jobs) Job(ctx context.Context, id string) (jobs.Job, error) {
 
 // Tasks returns the tasks of job, by id.
 func (s *Jobs) Tasks(ctx context.Context, job string) ([]jobs.Task, error) {
-	tasks, err := s.findTasks(ctx, bson.D{{Key: "job", Value: job}})
-	if err != nil {
-		return nil, fmt.Errorf("tasks of %s: %w", job, err)
-	}
-	return tasks, nil
+	return s.findTasks(ctx, "tasks of "+job, bson.D{{Key: "job", Value: job}})
 }
 
 // OpenTasks returns the tasks of every job that are in one of states, by
 // id.
 func (s *Jobs) OpenTasks(ctx context.Context, states ...string) ([]jobs.Task, error) {
-	tasks, err := s.findTasks(ctx, bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}})
-	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
-	}
-	return tasks, nil
+	return s.findTasks(ctx, "list tasks", bson.D{{Key: "state", Value: bson.D{{Key: "$in", Value: states}}}})
 }
 
-// findTasks returns the tasks filter selects, by id.
-func (s *Jobs) findTasks(ctx context.Context, filter bson.D) ([]jobs.Task, error) {
+// findTasks returns the tasks filter selects, by id; what names the read
+// in errors.
+func (s *Jobs) findTasks(ctx context.Context, what string, filter bson.D) ([]jobs.Task, error) {
 	docs, err := findAll[taskDoc](ctx, s.tasks, filter, options.Find().SetSort(bson.D{{Key: "_id", Value: 1}}))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	tasks := make([]jobs.Task, len(docs))
 	for i, d := range docs {
@@ -258,14 +251,14 @@ type jobDoc struct {
 func newJobDoc(j jobs.Job) jobDoc {
 	return jobDoc{ID: j.ID, Kind: j.Kind, Projection: j.Projection, Version: j.Version, State: j.State, CreatedAt: j.CreatedAt,
 		FinishedAt: j.FinishedAt, Error: j.Error, Partitions: j.Partitions, Shadow: j.Shadow, Replaced: j.Replaced,
-		Repair: j.Repair, Replay: newReplayDoc(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
+		Repair: j.Repair, Replay: (*replayDoc)(j.Replay), TotalCommits: j.TotalCommits, Bounds: j.Bounds,
 		Report: j.Report, CancelRequested: j.CancelRequested}
 }
 
 func (d jobDoc) job() jobs.Job {
 	return jobs.Job{ID: d.ID, Kind: d.Kind, Projection: d.Projection, Version: d.Version, State: d.State, CreatedAt: d.CreatedAt,
 		FinishedAt: d.FinishedAt, Error: d.Error, Partitions: d.Partitions, Shadow: d.Shadow, Replaced: d.Replaced,
-		Repair: d.Repair, Replay: d.Replay.spec(), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
+		Repair: d.Repair, Replay: (*jobs.ReplaySpec)(d.Replay), TotalCommits: d.TotalCommits, Bounds: d.Bounds,
 		Report: d.Report, CancelRequested: d.CancelRequested}
 }
 
@@ -277,7 +270,3 @@ type replayDoc struct {
 	From     time.Time `bson:"from,omitempty"`
 	To       time.Time `bson:"to,omitempty"`
 }
-
-func newReplayDoc(s *jobs.ReplaySpec) *replayDoc { return (*replayDoc)(s) }
-
-func (d *replayDoc) spec() *jobs.ReplaySpec { return (*jobs.ReplaySpec)(d) }
