@@ -273,8 +273,8 @@ func (ps *Pointers) DropRetired(ctx context.Context, now time.Time) ([]string, e
 				continue
 			}
 		}
-		if err := ps.coll.Database().Collection(d.Collection).Drop(ctx); err != nil {
-			return dropped, fmt.Errorf("drop %s: %w", d.Collection, Translate(err))
+		if err := ps.Drop(ctx, d.Collection); err != nil {
+			return dropped, err
 		}
 		if _, err := ps.retired.DeleteOne(ctx, bson.D{{Key: "_id", Value: d.Collection}}); err != nil {
 			return dropped, fmt.Errorf("forget %s: %w", d.Collection, Translate(err))
