@@ -252,14 +252,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	held := l.held
 	if held == nil && l.uncertain {
 		stored, err := l.leases.Get(ctx, l.name)
-		if errors.Is(err, domain.ErrNotFound) {
-			l.uncertain = false
-			return nil
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, domain.ErrNotFound) {
 			return err
 		}
-		if stored.Holder == l.holder {
+		if err == nil && stored.Holder == l.holder {
 			held = &stored
 		}
 	}
