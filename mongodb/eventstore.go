@@ -352,9 +352,28 @@ func (s *EventStore) FindIdempotencyKey(ctx context.Context, key, streamID strin
 	if key == "" || domain.ValidateID("stream id", streamID) != nil {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %q: %w", key, streamID, domain.ErrNotFound)
 	}
-	d, found, err := s.commitWithKey(ctx, key, streamID)
+	dialect, err := s.dialect.of(ctx, s.commits.Database())
 	if err != nil {
 		return domain.Commit{}, err
+	}
+	var d commitDoc
+	found := false
+	if dialect == DialectFerretDB {
+		// A filter on the key decodes the whole log (see commitsFrom); the
+		// stream's chain of _id look-ups reads the index.
+		docs, err := s.chain(ctx, streamID, 1)
+		if err != nil {
+			return domain.Commit{}, err
+		}
+		if i := slices.IndexFunc(docs, func(c commitDoc) bool { return c.IdempotencyKey == key }); i >= 0 {
+			d, found = docs[i], true
+		}
+	} else {
+		d, found, err = s.findCommit(ctx, fmt.Sprintf("idempotency key %q in stream %s", key, streamID),
+			bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}})
+		if err != nil {
+			return domain.Commit{}, err
+		}
 	}
 	if !found {
 		return domain.Commit{}, fmt.Errorf("idempotency key %q in stream %s: %w", key, streamID, domain.ErrNotFound)
@@ -365,26 +384,4 @@ func (s *EventStore) FindIdempotencyKey(ctx context.Context, key, streamID strin
 	}
 	return domain.Commit{StreamID: d.StreamID, StreamType: d.StreamType, ExpectedVersion: d.FirstVersion - 1,
 		Events: events, IdempotencyKey: d.IdempotencyKey, RequestHash: d.RequestHash}, nil
-}
-
-func (s *EventStore) commitWithKey(ctx context.Context, key, streamID string) (commitDoc, bool, error) {
-	dialect, err := s.dialect.of(ctx, s.commits.Database())
-	if err != nil {
-		return commitDoc{}, false, err
-	}
-	if dialect == DialectFerretDB {
-		// A filter on the key decodes the whole log (see commitsFrom); the
-		// stream's chain of _id look-ups reads the index.
-		docs, err := s.chain(ctx, streamID, 1)
-		if err != nil {
-			return commitDoc{}, false, err
-		}
-		i := slices.IndexFunc(docs, func(c commitDoc) bool { return c.IdempotencyKey == key })
-		if i < 0 {
-			return commitDoc{}, false, nil
-		}
-		return docs[i], true, nil
-	}
-	return s.findCommit(ctx, fmt.Sprintf("idempotency key %q in stream %s", key, streamID),
-		bson.D{{Key: "stream_id", Value: streamID}, {Key: "idempotency_key", Value: key}})
 }
