@@ -307,24 +307,16 @@ func splitSuperseded(err error) (map[int]bool, error) {
 	return refused, nil
 }
 
-// storedBSON is the stored form of doc, {_id, fields...}, and its version
-// field.
+// storedBSON is the stored form of doc, {_id, fields...} with its JSON
+// field names, and its version field.
 func storedBSON[D any](id string, doc D) (bson.Raw, int64, error) {
-	raw, err := marshalJSONTags(stored[D]{ID: id, Doc: doc})
-	if err != nil {
-		return nil, 0, err
-	}
-	v, _ := raw.Lookup("version").AsInt64OK()
-	return raw, v, nil
-}
-
-// marshalJSONTags encodes v with its JSON field names.
-func marshalJSONTags(v any) (bson.Raw, error) {
 	buf := new(bytes.Buffer)
 	enc := bson.NewEncoder(bson.NewDocumentWriter(buf))
 	enc.UseJSONStructTags()
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	if err := enc.Encode(stored[D]{ID: id, Doc: doc}); err != nil {
+		return nil, 0, err
 	}
-	return bson.Raw(buf.Bytes()), nil
+	raw := bson.Raw(buf.Bytes())
+	v, _ := raw.Lookup("version").AsInt64OK()
+	return raw, v, nil
 }
