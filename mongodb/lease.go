@@ -114,12 +114,6 @@ func (l *Leases) claim(ctx context.Context, name, holder string, ttl time.Durati
 	return lease.Lease{Name: name, Holder: holder, Epoch: epoch, AcquiredAt: now, RenewedAt: now, ExpiresAt: now.Add(ttl)}, true, nil
 }
 
-// fence is the filter of every write made under lease: it matches only
-// while lease's claim is the current one.
-func fence(held lease.Lease) bson.D {
-	return bson.D{{Key: "_id", Value: held.Name}, {Key: "owner", Value: held.Holder}, {Key: "epoch", Value: held.Epoch}}
-}
-
 // Renew extends lease by ttl from now, in one update fenced by its epoch,
 // and returns it renewed. A claim that expired is renewed while no other
 // claim has followed it. Errors: domain.ErrLeaseLost when the lease has
@@ -142,11 +136,14 @@ func (l *Leases) Release(ctx context.Context, held lease.Lease) error {
 	return l.write(ctx, held, bson.D{{Key: l.expiry, Value: time.Unix(0, 0).UTC()}}, "release lease")
 }
 
-// write sets fields of lease's document while lease's claim is the
-// current one; what names the write in errors. Errors:
-// domain.ErrLeaseLost when it is not.
+// write sets fields of lease's document in one update filtered on {_id,
+// owner, epoch} of its claim, the fence of every write made under a
+// lease: it matches only while that claim is the current one. what names
+// the write in errors. Errors: domain.ErrLeaseLost when the claim is not
+// the current one.
 func (l *Leases) write(ctx context.Context, held lease.Lease, set bson.D, what string) error {
-	res, err := l.coll.UpdateOne(ctx, fence(held), bson.D{{Key: "$set", Value: set}})
+	fence := bson.D{{Key: "_id", Value: held.Name}, {Key: "owner", Value: held.Holder}, {Key: "epoch", Value: held.Epoch}}
+	res, err := l.coll.UpdateOne(ctx, fence, bson.D{{Key: "$set", Value: set}})
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", what, held.Name, Translate(err))
 	}
