@@ -108,22 +108,24 @@ func (s *Jobs) SetTasksState(ctx context.Context, job, from, to string) error {
 // CommitSwitch): of the two, racing, exactly one wins. It reports whether
 // the request was recorded.
 func (s *Jobs) RequestCancel(ctx context.Context, id string) (bool, error) {
-	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "cancel_requested", Value: true}}}})
-	if err != nil {
-		return false, fmt.Errorf("cancel %s: %w", id, Translate(err))
-	}
-	return res.MatchedCount == 1, nil
+	return s.setJob(ctx, "cancel", id, bson.D{{Key: "replaced", Value: bson.D{{Key: "$exists", Value: false}}}},
+		bson.D{{Key: "cancel_requested", Value: true}})
 }
 
 // CommitSwitch records what rebuild id's switch replaces, and its verify
 // report, unless an operator asked it to stop (see RequestCancel). It
 // reports whether it recorded them.
 func (s *Jobs) CommitSwitch(ctx context.Context, id, replaced string, report *projection.VerifyReport) (bool, error) {
-	res, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}, {Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
-		bson.D{{Key: "$set", Value: bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: report}}}})
+	return s.setJob(ctx, "rebuild", id, bson.D{{Key: "cancel_requested", Value: bson.D{{Key: "$ne", Value: true}}}},
+		bson.D{{Key: "replaced", Value: replaced}, {Key: "report", Value: report}})
+}
+
+// setJob sets the fields set of job id's document if it also matches
+// cond, and reports whether it did; what names the write in errors.
+func (s *Jobs) setJob(ctx context.Context, what, id string, cond, set bson.D) (bool, error) {
+	res, err := s.jobs.UpdateOne(ctx, append(bson.D{{Key: "_id", Value: id}}, cond...), bson.D{{Key: "$set", Value: set}})
 	if err != nil {
-		return false, fmt.Errorf("rebuild %s: %w", id, Translate(err))
+		return false, fmt.Errorf("%s %s: %w", what, id, Translate(err))
 	}
 	return res.MatchedCount == 1, nil
 }
@@ -135,11 +137,9 @@ func (s *Jobs) SavePlan(ctx context.Context, job jobs.Job) error {
 	if bounds == nil {
 		bounds = []string{}
 	}
-	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{{Key: "$set", Value: bson.D{
-		{Key: "bounds", Value: bounds}, {Key: "total_commits", Value: job.TotalCommits}, {Key: "partitions", Value: job.Partitions}}}}); err != nil {
-		return fmt.Errorf("plan %s: %w", job.ID, Translate(err))
-	}
-	return nil
+	_, err := s.setJob(ctx, "plan", job.ID, nil,
+		bson.D{{Key: "bounds", Value: bounds}, {Key: "total_commits", Value: job.TotalCommits}, {Key: "partitions", Value: job.Partitions}})
+	return err
 }
 
 // Latest returns the most recent job of a kind for a projection, or nil.
@@ -166,10 +166,8 @@ func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, er
 	if report != nil {
 		set = append(set, bson.E{Key: "report", Value: report})
 	}
-	if _, err := s.jobs.UpdateOne(ctx, bson.D{{Key: "_id", Value: id}}, bson.D{{Key: "$set", Value: set}}); err != nil {
-		return fmt.Errorf("finish job %s: %w", id, Translate(err))
-	}
-	return nil
+	_, err := s.setJob(ctx, "finish job", id, nil, set)
+	return err
 }
 
 // lockDoc is a projection's rebuild lock: the job holding it, since when.
