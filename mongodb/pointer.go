@@ -99,12 +99,9 @@ func (ps *Pointers) get(ctx context.Context, name, collection string, maxAge tim
 // before another write moved it on never overwrites that write. Errors:
 // domain.ErrPointerMoved (wrapped) when the pointer is no longer at
 // p.Generation-1 (re-read it and decide again, see Update),
-// domain.ErrValidation for a generation below 1, domain.ErrUnavailable.
+// domain.ErrUnavailable.
 func (ps *Pointers) put(ctx context.Context, p projection.Pointer) error {
 	read := p.Generation - 1
-	if read < 0 {
-		return fmt.Errorf("pointer of %s at generation %d: %w", p.Projection, p.Generation, domain.ErrValidation)
-	}
 	// At generation 0 no document was read: the write is an insert by
 	// upsert, and another writer's insert since then is a duplicate key.
 	// Later, a pointer deleted since it was read (RetireProjection) is
