@@ -140,11 +140,6 @@ const DefaultLeaseTTL = 10 * time.Second
 // WithDefaults returns c with its zero fields set to the defaults in
 // brackets, for a program that shows or checks them before NewRelay.
 func (c Config) WithDefaults() Config {
-	c.setDefaults()
-	return c
-}
-
-func (c *Config) setDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 256
 	}
@@ -160,4 +155,5 @@ func (c *Config) setDefaults() {
 	if c.IdleCheckpoint <= 0 {
 		c.IdleCheckpoint = 30 * time.Second
 	}
+	return c
 }

@@ -64,7 +64,7 @@ type Relay struct {
 // made with cfg.LeaseTTL for this instance), recording its metrics in m
 // (nil: in a registry of its own, which nothing exposes).
 func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logger, m *Metrics) *Relay {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
