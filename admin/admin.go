@@ -62,9 +62,11 @@ type ReadModel interface {
 }
 
 // Service is the admin side of the REST API (orderhttp.Admin): the repair
-// jobs, the projections' state and the dead letters. The log browser's
-// pages and commits are its Log's (Browse, LogCommit).
+// jobs, the projections' state and the dead letters. The repair jobs'
+// starts are its Jobs' (StartRebuild, StartVerify, StartReplay), the log
+// browser's pages and commits its Log's (Browse, LogCommit).
 type Service struct {
+	*jobs.Jobs
 	Log
 	cfg     Config
 	tail    tail
@@ -73,15 +75,7 @@ type Service struct {
 
 // New returns the admin service over cfg.
 func New(cfg Config) *Service {
-	return &Service{Log: cfg.Log, cfg: cfg}
-}
-
-func (a *Service) StartRebuild(ctx context.Context, projection string, partitions int) (jobs.Job, error) {
-	return a.cfg.Jobs.StartRebuild(ctx, projection, partitions)
-}
-
-func (a *Service) StartVerify(ctx context.Context, projection string, repair bool) (jobs.Job, error) {
-	return a.cfg.Jobs.StartVerify(ctx, projection, repair)
+	return &Service{Jobs: cfg.Jobs, Log: cfg.Log, cfg: cfg}
 }
 
 // SwitchBack points readers of projection back at the collection the last
@@ -101,10 +95,6 @@ func (a *Service) SwitchBack(ctx context.Context, projection string) (Projection
 		}
 	}
 	return ProjectionStatus{}, fmt.Errorf("projection %q: %w", projection, domain.ErrNotFound)
-}
-
-func (a *Service) StartReplay(ctx context.Context, spec jobs.ReplaySpec) (jobs.Job, error) {
-	return a.cfg.Jobs.StartReplay(ctx, spec)
 }
 
 func (a *Service) Job(ctx context.Context, id string) (jobs.Job, error) {
