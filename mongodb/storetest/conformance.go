@@ -109,21 +109,15 @@ func wantEvents(t *testing.T, s store, stream string, want []domain.Event) {
 	}
 }
 
-// commitCount counts the raw commit documents matching filter.
-func commitCount(t *testing.T, s store, filter bson.D) int64 {
+// wantCommits checks that filter matches want raw commit documents.
+func wantCommits(t *testing.T, s store, filter bson.D, want int64) {
 	t.Helper()
 	n, err := s.db.Collection(mongodb.CommitsCollection).CountDocuments(t.Context(), filter)
 	if err != nil {
 		t.Fatalf("count commits: %v", err)
 	}
-	return n
-}
-
-// wantCommits checks that filter matches want raw commit documents.
-func wantCommits(t *testing.T, s store, filter bson.D, want int64) {
-	t.Helper()
-	if n := commitCount(t, s, filter); n != want {
-		t.Errorf("%d commit documents, want %d", n, want)
+	if n != want {
+		t.Errorf("%d commit documents matching %v, want %d", n, filter, want)
 	}
 }
 
