@@ -27,9 +27,9 @@ import (
 const (
 	// racerEnv, when set, makes RunAtomicity act as the second process:
 	// "<database> <mode> <rounds>".
-	racerEnv   = "ORDERD_STORETEST_RACER"
-	winsPrefix = "racer-wins:"
-	readyLine  = "racer-ready"
+	racerEnv  = "ORDERD_STORETEST_RACER"
+	wonPrefix = "racer-won:"
+	readyLine = "racer-ready"
 	// racers race each round in each process.
 	racers = 8
 )
@@ -61,7 +61,8 @@ func testRace(t *testing.T, mode string, rounds int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, self, "-test.run=^"+topName(t)+"$", "-test.count=1")
+	top, _, _ := strings.Cut(t.Name(), "/")
+	cmd := exec.CommandContext(ctx, self, "-test.run=^"+top+"$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "MONGODB_URI="+MongoURI(t),
 		fmt.Sprintf("%s=%s %s %d", racerEnv, db.Name(), mode, rounds))
 	out, err := cmd.StdoutPipe()
@@ -73,7 +74,6 @@ func testRace(t *testing.T, mode string, rounds int) {
 		t.Fatalf("start second process: %v", err)
 	}
 	lines := bufio.NewScanner(out)
-	lines.Buffer(make([]byte, 1<<20), 16<<20)
 	ready := false
 	for !ready && lines.Scan() {
 		ready = strings.TrimSpace(lines.Text()) == readyLine
@@ -88,8 +88,12 @@ func testRace(t *testing.T, mode string, rounds int) {
 	}
 	var theirs []int
 	for lines.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), winsPrefix); ok {
-			theirs = parseRounds(t, rest)
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(lines.Text()), wonPrefix); ok {
+			r, err := strconv.Atoi(rest)
+			if err != nil {
+				t.Fatalf("second process output %q: %v", lines.Text(), err)
+			}
+			theirs = append(theirs, r)
 		}
 	}
 	if err := cmd.Wait(); err != nil {
@@ -129,7 +133,7 @@ func testRace(t *testing.T, mode string, rounds int) {
 }
 
 // runRacer is the second process: it races the rounds once the first
-// process signals the start, and prints the rounds it won.
+// process signals the start, and prints each round it won on a line.
 func runRacer(t *testing.T, spec string) {
 	var dbName, mode string
 	var rounds int
@@ -147,11 +151,9 @@ func runRacer(t *testing.T, spec string) {
 	if err != nil {
 		t.Fatalf("race: %v", err)
 	}
-	parts := make([]string, len(won))
-	for i, r := range won {
-		parts[i] = strconv.Itoa(r)
+	for _, r := range won {
+		fmt.Println(wonPrefix + strconv.Itoa(r))
 	}
-	fmt.Println(winsPrefix + strings.Join(parts, ","))
 }
 
 // race runs every round in lockstep with the other process. The leader
@@ -314,24 +316,3 @@ func try(ctx context.Context, coll *mongo.Collection, mode string, round int, wh
 }
 
 func roundID(i int) string { return fmt.Sprintf("round-%05d", i) }
-
-func parseRounds(t *testing.T, s string) []int {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		if f == "" {
-			continue
-		}
-		i, err := strconv.Atoi(f)
-		if err != nil {
-			t.Fatalf("second process output %q: %v", s, err)
-		}
-		out = append(out, i)
-	}
-	return out
-}
-
-// topName is the name of t's top-level test.
-func topName(t *testing.T) string {
-	name, _, _ := strings.Cut(t.Name(), "/")
-	return name
-}
