@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/pause"
 )
@@ -61,15 +59,11 @@ type Relay struct {
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
-// made with cfg.LeaseTTL for this instance), recording its metrics in m
-// (nil: in a registry of its own, which nothing exposes).
+// made with cfg.LeaseTTL for this instance), recording its metrics in m.
 func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logger, m *Metrics) *Relay {
 	cfg = cfg.WithDefaults()
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
-	}
-	if m == nil {
-		m = NewMetrics(prometheus.NewRegistry())
 	}
 	return &Relay{log: log, pub: pub, lease: lease, cfg: cfg, logger: logger, metrics: m}
 }

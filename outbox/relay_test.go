@@ -421,7 +421,7 @@ func TestRelayResumesFromTheCheckpointAfterACrash(t *testing.T) {
 	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 4, LeaseTTL: 2 * time.Second}
 	a := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	dying := &unreleased{Lease: a.lease}
-	relayA := outbox.NewRelay(s, bus.NewPublisher(n.JS, cfg), dying, ocfg.WithDefaults(), testLogger(t), nil)
+	relayA := outbox.NewRelay(s, bus.NewPublisher(n.JS, cfg), dying, ocfg.WithDefaults(), testLogger(t), outbox.NewMetrics(prometheus.NewRegistry()))
 	stopA := goRun(t, relayA.Run)
 	want := appendCommits(t, s, 3, 4)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
@@ -652,7 +652,7 @@ func TestRelayCheckpointIsFencedByTheLease(t *testing.T) {
 	ocfg := outbox.Config{Owner: "relay-1", BatchSize: 4, LeaseTTL: 2 * time.Second, AckTimeout: time.Minute}
 	pubA := &heldAcks{Publisher: bus.NewPublisher(n.JS, cfg)}
 	leaseA := savesOf{Lease: mongodb.NewLease(db, outbox.RelayLease, ocfg.Owner, ocfg.LeaseTTL), errs: make(chan error, 1000)}
-	relayA := outbox.NewRelay(s, pubA, leaseA, ocfg, testLogger(t), nil)
+	relayA := outbox.NewRelay(s, pubA, leaseA, ocfg, testLogger(t), outbox.NewMetrics(prometheus.NewRegistry()))
 	goRun(t, relayA.Run)
 	want := appendCommits(t, s, 2, 2)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
@@ -866,7 +866,7 @@ func TestRelayFirstStartMissesNoCommitAppendedMeanwhile(t *testing.T) {
 	log := &racingLog{EventStore: s, append: func() { appended <- appendCommits(t, s, 1, 1) }}
 	ocfg := outbox.Config{Owner: "relay-1"}.WithDefaults()
 	lease := mongodb.NewLease(db, outbox.RelayLease, ocfg.Owner, ocfg.LeaseTTL)
-	goRun(t, outbox.NewRelay(log, bus.NewPublisher(n.JS, cfg), lease, ocfg, testLogger(t), nil).Run)
+	goRun(t, outbox.NewRelay(log, bus.NewPublisher(n.JS, cfg), lease, ocfg, testLogger(t), outbox.NewMetrics(prometheus.NewRegistry())).Run)
 	var want []domain.Event
 	select {
 	case want = <-appended:

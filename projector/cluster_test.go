@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/orderd/orderd/bus"
 	"github.com/orderd/orderd/bus/bustest"
@@ -75,7 +76,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	rcfg := outbox.Config{Owner: "relay-1", AckTimeout: 5 * time.Second}
 	es := projectiontest.NewLog(t, ctx, db)
 	lease := &countingLease{Lease: mongodb.NewLease(db, outbox.RelayLease, rcfg.Owner, outbox.DefaultLeaseTTL)}
-	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(rjs, stream), lease, rcfg, log, nil).Run)
+	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(rjs, stream), lease, rcfg, log, outbox.NewMetrics(prometheus.NewRegistry())).Run)
 
 	// One projector process, own connection, with both projections.
 	pjs := connect()

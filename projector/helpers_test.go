@@ -33,7 +33,7 @@ func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projec
 	es := projectiontest.NewLog(t, ctx, db)
 	cfg := outbox.Config{Owner: "relay-1"}
 	lease := mongodb.NewLease(db, outbox.RelayLease, cfg.Owner, outbox.DefaultLeaseTTL)
-	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(b.JS, b.Stream), lease, cfg, log, nil).Run)
+	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(b.JS, b.Stream), lease, cfg, log, outbox.NewMetrics(prometheus.NewRegistry())).Run)
 	return es
 }
 
