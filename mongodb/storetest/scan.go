@@ -13,28 +13,6 @@ import (
 	"github.com/orderd/orderd/mongodb"
 )
 
-// scanLog appends streams whose ids are prefixes of one another (the case
-// where log order, by stream id + ":", differs from plain id order), two
-// commits each, interleaved in time, and returns the events by stream.
-func scanLog(t *testing.T, s store) (ids []string, events map[string][]domain.Event) {
-	suffix := Unique("")
-	for _, base := range []string{"b", "a", "ab", "a1", "a-b", "a_"} {
-		ids = append(ids, base+"-"+suffix)
-	}
-	ids = append(ids, "a-"+suffix+"-x") // a prefix of nothing, prefixed by another
-	events = map[string][]domain.Event{}
-	for _, id := range ids {
-		c := NewCommit(id, 0, placed("cust-scan"))
-		events[id] = append(events[id], appendRecorded(t, s, c)...)
-	}
-	time.Sleep(5 * time.Millisecond) // recorded times are in milliseconds
-	for _, id := range ids {
-		c := NewCommit(id, 1, domain.OrderApproved{}, domain.OrderShipped{})
-		events[id] = append(events[id], appendRecorded(t, s, c)...)
-	}
-	return ids, events
-}
-
 // scanAll runs Scan over r and returns the streams in the order seen.
 func scanAll(t *testing.T, s store, r domain.ScanRange) ([]string, map[string][]domain.Event) {
 	t.Helper()
@@ -62,7 +40,25 @@ func scanAll(t *testing.T, s store, r domain.ScanRange) ([]string, map[string][]
 // a scan resumed after a stream reports exactly the streams after it; a
 // recorded-time range keeps only the commits recorded in it.
 func testScan(t *testing.T, s store) {
-	ids, events := scanLog(t, s)
+	// Streams whose ids are prefixes of one another (the case where log
+	// order, by stream id + ":", differs from plain id order), two commits
+	// each, interleaved in time.
+	suffix := Unique("")
+	var ids []string
+	for _, base := range []string{"b", "a", "ab", "a1", "a-b", "a_"} {
+		ids = append(ids, base+"-"+suffix)
+	}
+	ids = append(ids, "a-"+suffix+"-x") // a prefix of nothing, prefixed by another
+	events := map[string][]domain.Event{}
+	for _, id := range ids {
+		c := NewCommit(id, 0, placed("cust-scan"))
+		events[id] = append(events[id], appendRecorded(t, s, c)...)
+	}
+	time.Sleep(5 * time.Millisecond) // recorded times are in milliseconds
+	for _, id := range ids {
+		c := NewCommit(id, 1, domain.OrderApproved{}, domain.OrderShipped{})
+		events[id] = append(events[id], appendRecorded(t, s, c)...)
+	}
 	order, got := scanAll(t, s, domain.ScanRange{})
 	want := slices.Clone(ids)
 	// Log order: MongoDB orders string _ids bytewise, as strings.Compare.
