@@ -254,10 +254,7 @@ func testResumeAcrossRestart(t *testing.T) {
 	uri, stop := startOwnStore(t, dir)
 	c := dial(t, options.Client().ApplyURI(uri))
 	coll := c.Database("restart").Collection("events")
-	cs, err := coll.Watch(ctx, insertsOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := watch(t, coll)
 	var docs []bson.Raw
 	for i := range 6 {
 		d := csDoc(fmt.Sprintf("r%d", i), i)
