@@ -3,8 +3,6 @@ package mongodb_test
 import (
 	"testing"
 
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
 	"github.com/orderd/orderd/mongodb/storetest"
 )
 
@@ -13,5 +11,5 @@ import (
 // server MONGODB_URI names (a replica set: MongoDB serves change streams
 // on replica sets and sharded clusters only).
 func TestChangeStreamConformance(t *testing.T) {
-	storetest.RunChangeStream(t, func(t *testing.T) *mongo.Database { return storetest.Database(t) })
+	storetest.RunChangeStream(t)
 }

@@ -34,15 +34,15 @@ const csWait = 30 * time.Second
 // RunChangeStream is the change-stream conformance suite: what the outbox
 // relay relies on when it tails a collection's inserts with
 // Collection.Watch(insertsOnly) and keeps resume tokens as checkpoints.
-// db returns a fresh database on the store under test (Database); the
+// Each case runs on a fresh database of the test store (Database); the
 // restart case starts an embedded store of its own, and is skipped on
 // MONGODB_URI, whose server the test does not control.
-func RunChangeStream(t *testing.T, db func(t *testing.T) *mongo.Database) {
-	t.Run("CommitOrder", func(t *testing.T) { testStreamOrder(t, db(t)) })
-	t.Run("ResumeFromAnyToken", func(t *testing.T) { testResumeAnyToken(t, db(t)) })
+func RunChangeStream(t *testing.T) {
+	t.Run("CommitOrder", func(t *testing.T) { testStreamOrder(t, Database(t)) })
+	t.Run("ResumeFromAnyToken", func(t *testing.T) { testResumeAnyToken(t, Database(t)) })
 	t.Run("ResumeAcrossRestart", testResumeAcrossRestart)
-	t.Run("RecreatedCollectionLost", func(t *testing.T) { testRecreatedLost(t, db(t)) })
-	t.Run("ForgottenTokenLost", func(t *testing.T) { testForgottenLost(t, db(t)) })
+	t.Run("RecreatedCollectionLost", func(t *testing.T) { testRecreatedLost(t, Database(t)) })
+	t.Run("ForgottenTokenLost", func(t *testing.T) { testForgottenLost(t, Database(t)) })
 }
 
 // streamed is an event as the suite reads it.
