@@ -375,21 +375,6 @@ func (p *positions) first(events []domain.EventMessage) (uint64, bool) {
 	return 0, false
 }
 
-// give records the positions of a commit's events, from first, sent in
-// round.
-func (p *positions) give(events []domain.EventMessage, first, round uint64) {
-	for i, e := range events {
-		p.events[e.ID] = sentAt{first + uint64(i), round}
-	}
-}
-
-// forget drops the events last sent in round or before: a tail starting
-// again resumes after the checkpoint of that round. It scans every event
-// remembered, at most once per checkpoint (checkpointEvery).
-func (p *positions) forget(round uint64) {
-	maps.DeleteFunc(p.events, func(_ string, s sentAt) bool { return s.round <= round })
-}
-
 // errOpened stops the stream position reads once it has opened.
 var errOpened = errors.New("opened")
 
@@ -462,7 +447,9 @@ func (r *Relay) send(ctx context.Context, batch []domain.RecordedCommit, next []
 			first = position + 1
 		}
 		position = max(position, first+uint64(c.Count)-1)
-		known.give(c.Events, first, rd.n)
+		for i, e := range c.Events {
+			known.events[e.ID] = sentAt{first + uint64(i), rd.n}
+		}
 		if rd.first.IsZero() {
 			rd.first = c.RecordedAt
 		}
@@ -679,6 +666,9 @@ func (t *tailer) checkpoint(ctx context.Context, last *round, seq uint64, err er
 		return errors.Join(err, serr)
 	}
 	t.saved, t.savedAt = cp, time.Now()
-	t.sent.forget(last.n)
+	// A tail starting again resumes after this checkpoint: the events last
+	// sent in its round or before are forgotten, a scan of every event
+	// remembered at most once per checkpoint (checkpointEvery).
+	maps.DeleteFunc(t.sent.events, func(_ string, s sentAt) bool { return s.round <= last.n })
 	return err
 }
