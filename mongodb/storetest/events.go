@@ -57,7 +57,11 @@ func recorded(c domain.Commit, recordedAt time.Time) []domain.Event {
 // times must be the same instant in UTC.
 func DiffEvents(want, got []domain.Event) string {
 	if len(want) != len(got) {
-		return fmt.Sprintf("%d events, want %d: got versions %v", len(got), len(want), versions(got))
+		versions := make([]int64, len(got))
+		for i, e := range got {
+			versions[i] = e.Version
+		}
+		return fmt.Sprintf("%d events, want %d: got versions %v", len(got), len(want), versions)
 	}
 	for i := range want {
 		if !reflect.DeepEqual(want[i], got[i]) {
@@ -65,12 +69,4 @@ func DiffEvents(want, got []domain.Event) string {
 		}
 	}
 	return ""
-}
-
-func versions(evs []domain.Event) []int64 {
-	v := make([]int64, len(evs))
-	for i, e := range evs {
-		v[i] = e.Version
-	}
-	return v
 }
