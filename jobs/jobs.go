@@ -112,8 +112,13 @@ func (j *Jobs) holds(ctx context.Context, id string) error {
 	return nil
 }
 
-func (j *Jobs) create(ctx context.Context, job Job, task string) error {
-	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
+// create stores job with its first tasks, named tasks, pending.
+func (j *Jobs) create(ctx context.Context, job Job, tasks ...string) error {
+	var ts []Task
+	for _, name := range tasks {
+		ts = append(ts, Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, State: taskPending})
+	}
+	if err := j.store.InsertTasks(ctx, ts); err != nil {
 		return err
 	}
 	if err := j.store.InsertJob(ctx, job); err != nil {

@@ -85,21 +85,12 @@ func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 	// projection.SumsCollection(job.Shadow), which is dropped with the job.
 	// The partitions are cut by the plan task, off the request path:
 	// cutting the log reads every commit id.
-	tasks := []Task{
-		{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
-		{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
-	}
-	err = j.store.InsertTasks(ctx, tasks)
-	if err == nil {
-		err = j.store.InsertJob(ctx, job)
-	}
-	if err != nil {
+	if err := j.create(ctx, job, taskPlan, taskFinish); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
 		_, perr := j.withdraw(context.WithoutCancel(ctx), job)
 		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
-	j.wake()
 	return job, nil
 }
 
