@@ -410,20 +410,6 @@ func (r *Rollup) Recount(ctx context.Context, id string, evs []domain.Event) err
 	return nil
 }
 
-// cursor returns coll's cursor, read from the store at each run (another
-// process may have moved it: a pin that moved); false when coll has none
-// (a shadow whose build has not started).
-func (r *Rollup) cursor(ctx context.Context, coll string) (RollupCursor, bool, error) {
-	c, ok, err := r.store.Cursor(ctx, coll)
-	if err != nil || ok || coll != r.def.Collection {
-		return c, ok, err
-	}
-	// The base collection is of this version only when the log was empty
-	// as the pointer was first written (Pointers.Ensure): it starts at the
-	// log's first position.
-	return RollupCursor{}, true, nil
-}
-
 // applyTo applies to coll the run of ds past its cursor: the deliveries
 // of consecutive positions from the cursor on, the others being
 // duplicates. Those recorded after the cursor's cut count: one
@@ -432,10 +418,15 @@ func (r *Rollup) cursor(ctx context.Context, coll string) (RollupCursor, bool, e
 // not started) takes nothing. Errors: a *GapError at the first position
 // that does not follow on, the store's.
 func (r *Rollup) applyTo(ctx context.Context, coll string, ds []Delivery, counted []*Contribution) (Outcome, error) {
-	cur, ok, err := r.cursor(ctx, coll)
-	if err != nil || !ok {
+	// The cursor is read from the store at each run: another process may
+	// have moved it (a pin that moved).
+	cur, ok, err := r.store.Cursor(ctx, coll)
+	if err != nil || (!ok && coll != r.def.Collection) {
 		return Outcome{}, err
 	}
+	// The base collection without a cursor is of this version only when
+	// the log was empty as the pointer was first written (Pointers.Ensure):
+	// it starts at the log's first position.
 	var out Outcome
 	last, byYear := cur, map[string][]int{}
 	for i, d := range ds {
