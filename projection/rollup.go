@@ -1,7 +1,6 @@
 package projection
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -530,23 +529,25 @@ func (r *Rollup) Sales(ctx context.Context, from, to time.Time, currency string)
 	if err != nil {
 		return nil, fmt.Errorf("%s: years %s to %s: %w", r.def.Name, first[:4], last[:4], err)
 	}
-	out := []domain.DailySales{}
+	return salesRows(salesDays(years, first, last, currency)), nil
+}
+
+// salesDays returns the days of years from first to last (YYYY-MM-DD,
+// both included) in currency ("": every one) whose sums are not all zero,
+// keyed "<day>|<currency>".
+func salesDays(years []SalesYear, first, last, currency string) map[string]DaySales {
+	out := map[string]DaySales{}
 	for _, m := range years {
 		if currency != "" && m.Currency != currency {
 			continue
 		}
 		for day, s := range m.Days {
-			if day < first || day > last || s == (DaySales{}) {
-				continue
+			if day >= first && day <= last && s != (DaySales{}) {
+				out[day+"|"+m.Currency] = s
 			}
-			out = append(out, domain.DailySales{Day: day, Currency: m.Currency, OrdersPlaced: s.Orders, Items: s.Items,
-				GrossCents: s.GrossCents, FreightCents: s.FreightCents, OrdersCanceled: s.Canceled, OrdersUnavailable: s.Unavailable})
 		}
 	}
-	slices.SortFunc(out, func(a, b domain.DailySales) int {
-		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Currency, b.Currency))
-	})
-	return out, nil
+	return out
 }
 
 // ErrPositionsLost says that a rollup cannot go on: log positions it has

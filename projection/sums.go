@@ -1,7 +1,7 @@
 package projection
 
 import (
-	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -61,32 +61,31 @@ func SaleDay(t time.Time) string { return t.UTC().Format(time.DateOnly) }
 // SumSales adds up groups into one domain.DailySales row per day and
 // currency, sorted by day then currency; nothing gives an empty slice.
 func SumSales(gs []SalesGroup) []domain.DailySales {
-	type key struct{ day, currency string }
-	rows := map[key]*domain.DailySales{}
+	days := map[string]DaySales{}
 	for _, g := range gs {
-		k := key{g.Day, g.Currency}
-		r, ok := rows[k]
-		if !ok {
-			r = &domain.DailySales{Day: g.Day, Currency: g.Currency}
-			rows[k] = r
-		}
-		r.OrdersPlaced += g.Orders
-		r.Items += g.ItemCount
-		r.GrossCents += g.SubtotalCents
-		r.FreightCents += g.FreightCents
+		s := DaySales{Orders: g.Orders, Items: g.ItemCount, GrossCents: g.SubtotalCents, FreightCents: g.FreightCents}
 		switch g.Status {
 		case domain.StatusCanceled:
-			r.OrdersCanceled += g.Orders
+			s.Canceled = g.Orders
 		case domain.StatusUnavailable:
-			r.OrdersUnavailable += g.Orders
+			s.Unavailable = g.Orders
 		}
+		d := days[g.Day+"|"+g.Currency]
+		d.add(s)
+		days[g.Day+"|"+g.Currency] = d
 	}
-	out := make([]domain.DailySales, 0, len(rows))
-	for _, r := range rows {
-		out = append(out, *r)
+	return salesRows(days)
+}
+
+// salesRows returns days, keyed "<day>|<currency>" (YYYY-MM-DD, so the
+// keys sort by day then currency), as one domain.DailySales row each,
+// sorted by day then currency; none gives an empty slice.
+func salesRows(days map[string]DaySales) []domain.DailySales {
+	out := make([]domain.DailySales, 0, len(days))
+	for _, k := range slices.Sorted(maps.Keys(days)) {
+		s := days[k]
+		out = append(out, domain.DailySales{Day: k[:len(time.DateOnly)], Currency: k[len(time.DateOnly)+1:], OrdersPlaced: s.Orders,
+			Items: s.Items, GrossCents: s.GrossCents, FreightCents: s.FreightCents, OrdersCanceled: s.Canceled, OrdersUnavailable: s.Unavailable})
 	}
-	slices.SortFunc(out, func(a, b domain.DailySales) int {
-		return cmp.Or(cmp.Compare(a.Day, b.Day), cmp.Compare(a.Currency, b.Currency))
-	})
 	return out
 }
