@@ -177,9 +177,7 @@ type Rollup struct {
 	published Positions
 	margin    time.Duration
 	placed    *lru.Cache[string, placement]
-
-	mu   sync.Mutex
-	lost map[string]bool // collections whose positions were lost (Lost)
+	lost      sync.Map // collections whose positions were lost (Lost), to true
 }
 
 // placement is the day and currency an order was placed on and in.
@@ -195,7 +193,7 @@ func NewRollup(def RollupDefinition, store RollupStore, log Log, m *Metrics, ps 
 	c, _ := lru.New[string, placement](cacheSize)
 	m.Init(def.Name)
 	return &Rollup{def: def, store: store, log: log, metrics: m, pointers: ps, published: published, margin: margin,
-		placed: c, lost: map[string]bool{}}
+		placed: c}
 }
 
 // Name is the rollup's name.
@@ -336,10 +334,7 @@ func (r *Rollup) Apply(ctx context.Context, ds []Delivery) (Outcome, map[int]err
 		gap error // the first collection's gap; the others go on
 	)
 	for _, coll := range colls {
-		r.mu.Lock()
-		lost := r.lost[coll]
-		r.mu.Unlock()
-		if lost || (coll == ptr.Active && ptr.Broken != "") {
+		if _, lost := r.lost.Load(coll); lost || (coll == ptr.Active && ptr.Broken != "") {
 			continue
 		}
 		o, err := r.applyTo(ctx, coll, ds, counted)
@@ -363,9 +358,7 @@ func (r *Rollup) Apply(ctx context.Context, ds []Delivery) (Outcome, map[int]err
 // (Pointer.Broken), which readers then leave aside and a build of this
 // version repairs. Errors: the pointer's write.
 func (r *Rollup) Lost(ctx context.Context, gap *GapError) error {
-	r.mu.Lock()
-	r.lost[gap.Collection] = true
-	r.mu.Unlock()
+	r.lost.Store(gap.Collection, true)
 	_, err := r.pointers.Update(ctx, r.def.Name, r.def.Collection, func(p *Pointer) (bool, error) {
 		if p.Active != gap.Collection || p.Broken != "" {
 			return false, nil
