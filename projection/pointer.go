@@ -42,28 +42,22 @@ type Pointer struct {
 
 // ActiveVer is the version of the active collection: 0 when none is
 // built, else at least 1.
-func (p Pointer) ActiveVer() int {
-	if p.Active == "" {
-		return 0
-	}
-	return max(p.ActiveVersion, 1)
-}
+func (p Pointer) ActiveVer() int { return roleVer(p.Active, p.ActiveVersion) }
 
 // ShadowVer is the version of the shadow collection, 0 when there is none.
-func (p Pointer) ShadowVer() int {
-	if p.Shadow == "" {
-		return 0
-	}
-	return max(p.ShadowVersion, 1)
-}
+func (p Pointer) ShadowVer() int { return roleVer(p.Shadow, p.ShadowVersion) }
 
 // PreviousVer is the version of the previous collection, 0 when there is
 // none.
-func (p Pointer) PreviousVer() int {
-	if p.Previous == "" {
+func (p Pointer) PreviousVer() int { return roleVer(p.Previous, p.PreviousVersion) }
+
+// roleVer is the version of coll, stored as v in the pointer: 0 when
+// there is no coll, else at least 1.
+func roleVer(coll string, v int) int {
+	if coll == "" {
 		return 0
 	}
-	return max(p.PreviousVersion, 1)
+	return max(v, 1)
 }
 
 // Collections returns the collections of version v that live events go
