@@ -53,22 +53,18 @@ func (p *Model[D]) Check(ctx context.Context, id string) (ReadModelCheck, error)
 		return c, nil
 	}
 	d, err := p.compare(ctx, ptr.Active, id)
+	if err == nil && d.exists {
+		c.Document, err = json.Marshal(d.stored)
+	}
+	if err == nil && d.events > 0 {
+		c.Expected, err = json.Marshal(d.want)
+	}
 	if err != nil {
 		return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
 	}
 	c.State, c.StoredVersion, c.LogVersion, c.Fields = cmp.Or(d.Kind, "equal"), d.StoredVersion, d.LogVersion, d.Fields
 	if d.foldErr != nil {
 		c.FoldError = d.foldErr.Error()
-	}
-	if d.exists {
-		if c.Document, err = json.Marshal(d.stored); err != nil {
-			return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
-		}
-	}
-	if d.events > 0 {
-		if c.Expected, err = json.Marshal(d.want); err != nil {
-			return c, fmt.Errorf("check %s %s: %w", ptr.Active, id, err)
-		}
 	}
 	return c, nil
 }
