@@ -195,11 +195,20 @@ func (v *verifying) step(cursor string, progress func(VerifyProgress) error) err
 // each suspect again on its own (recheck, adding its fresh fold to fresh
 // unless nil), and calls progress a last time.
 func (p *Model[D]) finishVerify(ctx context.Context, v *verifying, repair bool, fresh *Digest, progress func(VerifyProgress) error) (VerifyReport, error) {
-	extra, err := p.leftovers(ctx, v)
-	if err != nil {
-		return v.rep, err
+	if len(v.seen) > 0 || len(v.shared) > 0 {
+		// The documents left unmatched, whose key is still in seen or
+		// shared with another document, read from the read model again.
+		err := p.store.Each(ctx, v.coll, func(id string, _ D) error {
+			if _, ok := v.seen[v.key(id)]; ok || v.shared[v.key(id)] {
+				v.suspects = append(v.suspects, id)
+			}
+			return nil
+		})
+		if err != nil {
+			return v.rep, fmt.Errorf("verify %s: %w", v.coll, err)
+		}
 	}
-	suspects := slices.Compact(slices.Sorted(slices.Values(append(v.suspects, extra...))))
+	suspects := slices.Compact(slices.Sorted(slices.Values(v.suspects)))
 	for _, id := range suspects {
 		if err := p.recheck(ctx, v.coll, id, repair, &v.rep, fresh); err != nil {
 			return v.rep, err
@@ -217,27 +226,6 @@ func (v *verifying) end(progress func(VerifyProgress) error) (VerifyReport, erro
 		}
 	}
 	return v.rep, nil
-}
-
-// leftovers returns the ids of the documents a verify left unmatched:
-// those whose key is still in seen, or shared with another document, read
-// from the read model again (nil when there are none), sorted.
-func (p *Model[D]) leftovers(ctx context.Context, v *verifying) ([]string, error) {
-	if len(v.seen) == 0 && len(v.shared) == 0 {
-		return nil, nil
-	}
-	var ids []string
-	err := p.store.Each(ctx, v.coll, func(id string, _ D) error {
-		if _, ok := v.seen[v.key(id)]; ok || v.shared[v.key(id)] {
-			ids = append(ids, id)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("verify %s: %w", v.coll, err)
-	}
-	slices.Sort(ids)
-	return ids, nil
 }
 
 // recheck compares one suspect document with a fresh fold of its stream,
