@@ -178,7 +178,7 @@ func NewSequencedRunner(p Sequenced, js jetstream.JetStream, dead DeadLetterStor
 }
 
 func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerConfig, log *slog.Logger, m *Metrics) *Runner {
-	cfg.setDefaults()
+	cfg = cfg.WithDefaults()
 	if m == nil {
 		m = NewMetrics(prometheus.NewRegistry())
 	}
@@ -194,11 +194,6 @@ func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerC
 // WithDefaults returns c with its zero fields set to the defaults in
 // brackets, for a program that shows or checks them before NewRunner.
 func (c RunnerConfig) WithDefaults() RunnerConfig {
-	c.setDefaults()
-	return c
-}
-
-func (c *RunnerConfig) setDefaults() {
 	if c.Partitions <= 0 {
 		c.Partitions = DefaultPartitions
 	}
@@ -221,6 +216,7 @@ func (c *RunnerConfig) setDefaults() {
 	if c.PinnedTTL <= 0 {
 		c.PinnedTTL = 10 * time.Second
 	}
+	return c
 }
 
 // Name is the projection's name.
