@@ -155,9 +155,7 @@ func (a *Service) Projections(ctx context.Context) ([]ProjectionStatus, error) {
 		if r == nil || !a.cfg.Bus {
 			continue
 		}
-		if list[i].Partitions, err = r.PartitionStatus(ctx, true); err != nil {
-			return nil, err
-		}
+		list[i].Partitions = r.PartitionStatus(ctx)
 		if n, err := r.AckFloor(ctx); err == nil {
 			list[i].AckFloor = &n
 		}

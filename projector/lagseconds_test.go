@@ -20,12 +20,8 @@ import (
 // partitionSeconds returns the lag in seconds of every partition, failing
 // on one JetStream could not tell, and the largest.
 func partitionSeconds(ctx context.Context, r *projector.Runner) (map[int]float64, float64, error) {
-	ps, err := r.PartitionStatus(ctx, true)
-	if err != nil {
-		return nil, 0, err
-	}
 	out, top := map[int]float64{}, 0.0
-	for _, p := range ps {
+	for _, p := range r.PartitionStatus(ctx) {
 		if p.LagSeconds == nil {
 			return nil, 0, fmt.Errorf("partition %d: lag seconds unknown", p.Partition)
 		}

@@ -86,10 +86,10 @@ func (r *Runner) sumConsumers(ctx context.Context, key string, of func(*jetstrea
 
 // PartitionStatus returns every partition of the projection: the member
 // holding its pin (from a roll call: "" when none does), since when, what
-// that member applied, and, with lag, its consumer's lag in messages and
-// in seconds (see lagSeconds). What JetStream does not answer (a consumer
-// not created yet, NATS down) is left out: no owner, a nil lag.
-func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStatus, error) {
+// that member applied, and its consumer's lag in messages and in seconds
+// (see lagSeconds). What JetStream does not answer (a consumer not
+// created yet, NATS down) is left out: no owner, a nil lag.
+func (r *Runner) PartitionStatus(ctx context.Context) []PartitionStatus {
 	infos, _ := r.consumers(ctx)
 	members, _ := RollCall(ctx, r.js.Conn(), r.key)
 	type held struct {
@@ -102,10 +102,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 			byPin[fmt.Sprintf("%d/%s", rep.Partition, rep.Pin)] = held{m.Owner, rep}
 		}
 	}
-	var secs map[int]float64
-	if lag {
-		secs = r.secondsBehind(ctx, infos)
-	}
+	secs := r.secondsBehind(ctx, infos)
 	out := make([]PartitionStatus, 0, r.cfg.Partitions)
 	for p := range r.cfg.Partitions {
 		st := PartitionStatus{Partition: p, Consumer: r.ConsumerName(p)}
@@ -116,7 +113,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 			}
 			st.PinnedAt = g.PinnedTS
 		}
-		if lag && info != nil {
+		if info != nil {
 			n := unacked(info)
 			st.Lag = &n
 			if s, ok := secs[p]; ok {
@@ -125,7 +122,7 @@ func (r *Runner) PartitionStatus(ctx context.Context, lag bool) ([]PartitionStat
 		}
 		out = append(out, st)
 	}
-	return out, nil
+	return out
 }
 
 // secondsBehind returns the lag in seconds of each partition of infos
