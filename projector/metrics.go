@@ -76,11 +76,3 @@ func (m *Metrics) observeAges(name string, events []domain.Event, arrived []time
 		applied.Observe(now.Sub(e.RecordedAt).Seconds())
 	}
 }
-
-// dropPartition removes the lag series of a partition this instance no
-// longer owns (its new owner exposes it); the applied counter stays, as
-// counters do.
-func (m *Metrics) dropPartition(name string, p int) {
-	m.partLag.DeleteLabelValues(name, strconv.Itoa(p))
-	m.partLagSecs.DeleteLabelValues(name, strconv.Itoa(p))
-}

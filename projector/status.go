@@ -156,16 +156,20 @@ func (r *Runner) sample(ctx context.Context, infos map[int]*jetstream.ConsumerIn
 	secs := r.secondsBehind(ctx, mine)
 	var total uint64
 	for _, pt := range r.parts {
+		p := strconv.Itoa(pt.p)
 		info, ok := mine[pt.p]
 		if !ok {
-			r.metrics.dropPartition(r.name, pt.p)
+			// Its new owner exposes its lag; the applied counter stays,
+			// as counters do.
+			r.metrics.partLag.DeleteLabelValues(r.name, p)
+			r.metrics.partLagSecs.DeleteLabelValues(r.name, p)
 			continue
 		}
 		n := unacked(info)
-		r.metrics.partLag.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(float64(n))
+		r.metrics.partLag.WithLabelValues(r.name, p).Set(float64(n))
 		total += n
 		if s, ok := secs[pt.p]; ok {
-			r.metrics.partLagSecs.WithLabelValues(r.name, strconv.Itoa(pt.p)).Set(s)
+			r.metrics.partLagSecs.WithLabelValues(r.name, p).Set(s)
 		}
 	}
 	r.metrics.lag.WithLabelValues(r.name).Set(float64(total))
