@@ -42,9 +42,6 @@ type LagSample struct {
 // NewLagWatch watches the consumers of the runners' projections, reading
 // them every interval.
 func NewLagWatch(runners []*Runner, interval time.Duration, log *slog.Logger) *LagWatch {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	return &LagWatch{runners: runners, interval: interval, log: log}
 }
 

@@ -157,10 +157,10 @@ func TestAdmissionTakesCommandsWithoutALagSample(t *testing.T) {
 		srv.Handler().ServeHTTP(rec, req)
 		return rec
 	}
-	if rec := place(projector.NewLagWatch(runners, time.Second, nil), "unread"); rec.Code != http.StatusCreated {
+	if rec := place(projector.NewLagWatch(runners, time.Second, slog.New(slog.DiscardHandler)), "unread"); rec.Code != http.StatusCreated {
 		t.Errorf("no lag sample: %d %s; want taken", rec.Code, rec.Body)
 	}
-	watch := projector.NewLagWatch(runners, time.Second, nil)
+	watch := projector.NewLagWatch(runners, time.Second, slog.New(slog.DiscardHandler))
 	projectiontest.Go(t, "lag watch", watch.Run)
 	if !waitFor(10*time.Second, 10*time.Millisecond, func() bool { _, _, _, fresh := watch.Latest(); return fresh }) {
 		t.Fatal("no fresh lag sample within 10s")
