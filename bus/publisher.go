@@ -68,7 +68,7 @@ send:
 			if positions != nil {
 				pos = positions[i] + uint64(k)
 			}
-			f, err := p.publishAsync(message(p.stream, c.StreamID, e, pos), time.Until(deadline))
+			f, err := p.publishAsync(c.StreamID, e, pos, time.Until(deadline))
 			if err != nil {
 				sendErr = err
 				break send // a commit is published only whole
@@ -143,16 +143,22 @@ func (p *Publisher) Republish(ctx context.Context, events []domain.Event) (int, 
 // of one call.
 const republishWithin = 30 * time.Second
 
-// publishAsync sends msg and returns the ack's future. When the
-// JetStream context already awaits its maximum of acks it waits up to
-// stall for room.
-func (p *Publisher) publishAsync(msg *nats.Msg, stall time.Duration) (jetstream.PubAckFuture, error) {
+// publishAsync sends event e of stream and returns the ack's future: its
+// wire form on the stream's subject, with Nats-Msg-Id set to the event id,
+// and its log position when it has one. When the JetStream context
+// already awaits its maximum of acks it waits up to stall for room.
+func (p *Publisher) publishAsync(stream string, e domain.EventMessage, position uint64, stall time.Duration) (jetstream.PubAckFuture, error) {
 	if stall <= 0 {
-		return nil, fmt.Errorf("publish event %s: the round's deadline has passed", msg.Header.Get(jetstream.MsgIDHeader))
+		return nil, fmt.Errorf("publish event %s: the round's deadline has passed", e.ID)
+	}
+	msg := &nats.Msg{Subject: p.stream.Subject(stream), Data: e.Body, Header: nats.Header{}}
+	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
+	if position > 0 {
+		msg.Header.Set(positionHeader, strconv.FormatUint(position, 10))
 	}
 	f, err := p.js.PublishMsgAsync(msg, jetstream.WithExpectStream(p.stream.Name), jetstream.WithStallWait(stall))
 	if err != nil {
-		return nil, fmt.Errorf("publish event %s: %w", msg.Header.Get(jetstream.MsgIDHeader), err)
+		return nil, fmt.Errorf("publish event %s: %w", e.ID, err)
 	}
 	return f, nil
 }
@@ -165,18 +171,6 @@ const positionHeader = "Orderd-Position"
 func Position(h nats.Header) uint64 {
 	n, _ := strconv.ParseUint(h.Get(positionHeader), 10, 64)
 	return n
-}
-
-// message is the JetStream message of an event of stream: its wire form
-// on the stream's subject, with Nats-Msg-Id set to the event id, and its
-// log position when it has one.
-func message(cfg StreamConfig, stream string, e domain.EventMessage, position uint64) *nats.Msg {
-	msg := &nats.Msg{Subject: cfg.Subject(stream), Data: e.Body, Header: nats.Header{}}
-	msg.Header.Set(jetstream.MsgIDHeader, e.ID)
-	if position > 0 {
-		msg.Header.Set(positionHeader, strconv.FormatUint(position, 10))
-	}
-	return msg
 }
 
 // ackOf returns f's ack once it is in, or the error that refused it or
