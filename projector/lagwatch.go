@@ -13,7 +13,7 @@ import (
 // what they have not acknowledged (pending plus in flight), and their
 // ack floors, whose change over time is the rate at which the projection
 // applies, and, per projection, the largest partition lag in seconds (see
-// lagSeconds). The Runners need not run in this process. An API instance
+// secondsBehind). The Runners need not run in this process. An API instance
 // uses it to refuse commands while the read models are too far behind
 // (package http's Config.Lag and MaxLag) and to tell readers how fresh
 // the read models are (LagSeconds).

@@ -2,6 +2,7 @@ package projector
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -87,7 +88,7 @@ func (r *Runner) sumConsumers(ctx context.Context, key string, of func(*jetstrea
 // PartitionStatus returns every partition of the projection: the member
 // holding its pin (from a roll call: "" when none does), since when, what
 // that member applied, and its consumer's lag in messages and in seconds
-// (see lagSeconds). What JetStream does not answer (a consumer not
+// (see secondsBehind). What JetStream does not answer (a consumer not
 // created yet, NATS down) is left out: no owner, a nil lag.
 func (r *Runner) PartitionStatus(ctx context.Context) []PartitionStatus {
 	infos, _ := r.consumers(ctx)
@@ -125,21 +126,43 @@ func (r *Runner) PartitionStatus(ctx context.Context) []PartitionStatus {
 	return out
 }
 
-// secondsBehind returns the lag in seconds of each partition of infos
-// (see lagSeconds); a partition whose lag could not be read is missing.
+// secondsBehind returns the lag in seconds of each partition of infos: 0
+// when its consumer has nothing unacknowledged, else the time since the
+// newest event the partition has applied was recorded (its recorded_at),
+// read from the message at the consumer's ack floor. That bounds from
+// above how stale the partition's documents can be: what it has not
+// applied was recorded later. A partition that has applied nothing yet
+// (or whose floor message the stream no longer holds) counts from its
+// oldest pending event. A partition whose lag could not be read (the
+// message cannot be read or carries no recorded_at) is missing.
 func (r *Runner) secondsBehind(ctx context.Context, infos map[int]*jetstream.ConsumerInfo) map[int]float64 {
 	out := map[int]float64{}
 	var stream jetstream.Stream // looked up once a partition lags
 	now := time.Now()
 	for p, info := range infos {
-		if unacked(info) > 0 && stream == nil {
-			var err error
+		if unacked(info) == 0 {
+			out[p] = 0
+			continue
+		}
+		var err error
+		if stream == nil {
 			if stream, err = r.js.Stream(ctx, r.cfg.Stream); err != nil {
 				return out
 			}
 		}
-		if secs, err := lagSeconds(ctx, stream, info, now); err == nil {
-			out[p] = secs
+		var msg *jetstream.RawStreamMsg
+		seq := info.AckFloor.Stream
+		if seq > 0 {
+			msg, err = stream.GetMsg(ctx, seq)
+		}
+		if seq == 0 || err != nil {
+			msg, err = stream.GetMsg(ctx, seq+1, jetstream.WithGetMsgSubject(info.Config.FilterSubject))
+		}
+		var e struct {
+			RecordedAt time.Time `json:"recorded_at"`
+		}
+		if err == nil && json.Unmarshal(msg.Data, &e) == nil && !e.RecordedAt.IsZero() {
+			out[p] = max(now.Sub(e.RecordedAt), 0).Seconds()
 		}
 	}
 	return out
