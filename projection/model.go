@@ -54,9 +54,6 @@ func (p *Model[D]) Name() string { return p.def.Name }
 // folds (Definition.Ver).
 func (p *Model[D]) Version() int { return p.def.Ver() }
 
-// Key names this version's consumers (Definition.Key).
-func (p *Model[D]) Key() string { return p.def.Key() }
-
 // Collection is the definition's base collection: the first version's
 // read model, and the prefix of rebuilt collections' names.
 func (p *Model[D]) Collection() string { return p.def.Collection }

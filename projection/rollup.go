@@ -202,9 +202,6 @@ func (r *Rollup) Name() string { return r.def.Name }
 // Version is the version of the definition this process folds.
 func (r *Rollup) Version() int { return r.def.Ver() }
 
-// Key names this version's consumer.
-func (r *Rollup) Key() string { return r.def.Key() }
-
 // Collection is the definition's base collection.
 func (r *Rollup) Collection() string { return r.def.Collection }
 

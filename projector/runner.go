@@ -70,9 +70,6 @@ type RunnerConfig struct {
 type feed interface {
 	// Name is the projection's name (projection.Definition.Name).
 	Name() string
-	// Key names the version of the definition this process folds
-	// (projection.Definition.Key): its consumers.
-	Key() string
 	// Version is the version of the definition this process folds
 	// (projection.Definition.Ver, at least 1).
 	Version() int
@@ -182,7 +179,7 @@ func newRunner(p feed, js jetstream.JetStream, dead DeadLetterStore, cfg RunnerC
 	if m == nil {
 		m = NewMetrics(prometheus.NewRegistry())
 	}
-	r := &Runner{name: p.Name(), key: p.Key(), proj: p, js: js, dead: dead, cfg: cfg,
+	r := &Runner{name: p.Name(), key: projection.VersionKey(p.Name(), p.Version()), proj: p, js: js, dead: dead, cfg: cfg,
 		log: log.With("projection", p.Name(), "version", p.Version()), metrics: m,
 		writers: make(chan struct{}, cfg.Writers), gaps: map[projection.GapError]time.Time{}}
 	for i := range cfg.Partitions {
