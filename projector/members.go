@@ -179,7 +179,10 @@ func (r *Runner) balance(ctx context.Context) {
 		}
 	}
 	slices.Sort(owners)
-	share := fairShare(r.cfg.Partitions, len(owners), slices.Index(owners, r.cfg.Owner))
+	share := r.cfg.Partitions / len(owners)
+	if slices.Index(owners, r.cfg.Owner) < r.cfg.Partitions%len(owners) {
+		share++
+	}
 	var released []int
 	if len(held) > share {
 		held, released = held[:share], held[share:]
@@ -234,14 +237,4 @@ func (r *Runner) unpin(ctx context.Context, p int) {
 	if err != nil && !(errors.As(err, &apiErr) && apiErr.Code == 400) && ctx.Err() == nil {
 		r.log.Warn("projection partition not unpinned; it moves when its pin expires", "partition", p, "err", err)
 	}
-}
-
-// fairShare is how many of n partitions the member at index i of m
-// members should hold: n/m, plus one for the first n%m members.
-func fairShare(n, m, i int) int {
-	s := n / m
-	if i < n%m {
-		s++
-	}
-	return s
 }
