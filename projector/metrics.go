@@ -52,16 +52,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// initProjection creates the projection's counters at 0, so they are
-// exposed before anything happened and their first increase shows in
-// rate() and increase() (a series born at 1 looks unchanged).
-func (m *Metrics) initProjection(name string) {
-	for _, v := range []*prometheus.CounterVec{m.deadLetters, m.errors} {
-		v.WithLabelValues(name)
-	}
-	m.owned.WithLabelValues(name)
-}
-
 // partitionApplied counts n events applied in a partition.
 func (m *Metrics) partitionApplied(name string, p, n int) {
 	m.partApplied.WithLabelValues(name, strconv.Itoa(p)).Add(float64(n))

@@ -330,7 +330,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		}
 		cons[p] = c
 	}
-	r.metrics.initProjection(r.name)
+	// The projection's counters start at 0, so they are exposed before
+	// anything happened and their first increase shows in rate() and
+	// increase() (a series born at 1 looks unchanged).
+	r.metrics.deadLetters.WithLabelValues(r.name)
+	r.metrics.errors.WithLabelValues(r.name)
+	r.metrics.owned.WithLabelValues(r.name)
 	leave, err := r.join()
 	if err != nil {
 		return err
