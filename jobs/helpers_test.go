@@ -30,11 +30,10 @@ type repairKit struct {
 }
 
 // newKit appends n orders named prefix000.. for customers cust-0 ..
-// cust-(customers-1) to the log of db, and returns the repair jobs on db
-// with that fixture.
-func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
+// cust-(customers-1) to es, the log of db, and returns the repair jobs on
+// db with that fixture.
+func newKit(t *testing.T, ctx context.Context, es *mongodb.EventStore, db *mongo.Database, prefix string, n, customers int) (*repairKit, *projectiontest.Fixture) {
 	t.Helper()
-	es := projectiontest.NewLog(t, ctx, db)
 	f := projectiontest.NewFixture(t, ctx, es, prefix, n, customers)
 	ps := mongodb.NewPointers(db)
 	k := &repairKit{db: db, es: es, ps: ps,
@@ -51,7 +50,8 @@ func newKit(t *testing.T, ctx context.Context, db *mongo.Database, prefix string
 func projectedKit(t *testing.T, limit time.Duration, prefix string, n, customers int) (context.Context, *repairKit, *projectiontest.Fixture) {
 	t.Helper()
 	ctx := projectiontest.Context(t, limit)
-	k, f := newKit(t, ctx, storetest.Database(t), prefix, n, customers)
+	es, db := storetest.OpenStore(t)
+	k, f := newKit(t, ctx, es, db, prefix, n, customers)
 	k.project(t, ctx, f)
 	return ctx, k, f
 }

@@ -154,7 +154,11 @@ func TestOldEventsRebuildAndFold(t *testing.T) {
 	if _, err := db.Collection(mongodb.CommitsCollection).InsertMany(ctx, raw); err != nil {
 		t.Fatalf("insert the old commits: %v", err)
 	}
-	k, _ := newKit(t, ctx, db, "none", 0, 1) // no orders but the old ones
+	es := mongodb.NewEventStore(db)
+	if err := es.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("event store indexes: %v", err)
+	}
+	k, _ := newKit(t, ctx, es, db, "none", 0, 1) // no orders but the old ones
 	k.worker(t, "w1", jobs.WorkerConfig{})
 
 	var events int64

@@ -28,9 +28,8 @@ import (
 // models end equal to the fold of the log, and the replaced collection is
 // dropped after the grace period (invariants 5 and 6).
 func TestRebuildUnderLoadNeverShowsAHalfBuiltModel(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
-	k, f := newKit(t, ctx, db, "pre", 50, 9)
-	es := k.es
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
+	k, f := newKit(t, ctx, es, db, "pre", 50, 9)
 	cfg := b.RunnerConfig()
 	sums := projectortest.Run(t, b, db, k.sums, cfg, nil)
 	stats := projectortest.Run(t, b, db, k.stat, cfg, nil)

@@ -15,8 +15,8 @@ import (
 // range of the log: every message carries its event's id as Nats-Msg-Id,
 // so the stream's de-duplication window keeps one message per event.
 func TestReplayKeepsMessageIDs(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 60*time.Second)
-	k, f := newKit(t, ctx, db, "rpl", 6, 2)
+	ctx, b, db, es := projectortest.Start(t, 60*time.Second)
+	k, f := newKit(t, ctx, es, db, "rpl", 6, 2)
 	k.republish = bus.NewPublisher(b.JS, b.Stream).Republish
 	k.worker(t, "w1", jobs.WorkerConfig{})
 

@@ -23,7 +23,8 @@ import (
 // worker has built it from the log, verified and switched to it.
 func TestNewProjectionIsBuiltBeforeItServes(t *testing.T) {
 	ctx := projectiontest.Context(t, 3*time.Minute)
-	k, f := newKit(t, ctx, storetest.Database(t), "new", 30, 4)
+	es, db := storetest.OpenStore(t)
+	k, f := newKit(t, ctx, es, db, "new", 30, 4)
 	if err := k.ps.Ensure(ctx, k.sums.Name(), k.sums.Collection(), k.sums.Version()); err != nil {
 		t.Fatal(err)
 	}

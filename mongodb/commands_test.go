@@ -67,7 +67,10 @@ func TestMongoDBPathsRoundTrips(t *testing.T) {
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	mongodb.UseDialect(c, mongodb.DialectMongoDB)
 	db := c.Database(storetest.Database(t).Name())
-	es := projectiontest.NewLog(t, ctx, db)
+	es := mongodb.NewEventStore(db)
+	if err := es.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("event store indexes: %v", err)
+	}
 
 	const streams = 12
 	f := projectiontest.NewFixture(t, ctx, es, "rt", streams, 3)
@@ -181,7 +184,10 @@ func TestCustomerStatsInPages(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Disconnect(context.Background()) })
 	db := c.Database(storetest.Database(t).Name())
-	es := projectiontest.NewLog(t, ctx, db)
+	es := mongodb.NewEventStore(db)
+	if err := es.EnsureIndexes(ctx); err != nil {
+		t.Fatalf("event store indexes: %v", err)
+	}
 	f := projectiontest.NewFixture(t, ctx, es, "pg", 12, 3)
 	rm := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := rm.EnsureIndexes(ctx); err != nil {

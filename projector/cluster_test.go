@@ -65,7 +65,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	cl.WaitStreamLeader(stream.Name, 30*time.Second)
 	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
-	db := storetest.Database(t)
+	es, db := storetest.OpenStore(t)
 
 	// The relay, on its own connection, with the service's settings but a
 	// shorter ack timeout: a publish that reached the stream leader as its
@@ -74,7 +74,6 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	// checkpoint.
 	rjs := connect()
 	rcfg := outbox.Config{Owner: "relay-1", AckTimeout: 5 * time.Second}
-	es := projectiontest.NewLog(t, ctx, db)
 	lease := &countingLease{Lease: mongodb.NewLease(db, outbox.RelayLease, rcfg.Owner, outbox.DefaultLeaseTTL)}
 	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(rjs, stream), lease, rcfg, log, outbox.NewMetrics(prometheus.NewRegistry())).Run)
 
@@ -286,8 +285,8 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	sl := cl.WaitStreamLeader(stream.Name, 30*time.Second)
 	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
-	db := storetest.Database(t)
-	es := relayedLog(t, ctx, db, b, log)
+	es, db := storetest.OpenStore(t)
+	relayLog(t, es, db, b, log)
 
 	cfg := b.RunnerConfig()
 	// The service's pinned TTL and batches.

@@ -26,15 +26,13 @@ import (
 	"github.com/orderd/orderd/projector"
 )
 
-// relayedLog returns the event store of db (with its indexes) and runs
-// the relay that tails its log to b's stream until the test ends.
-func relayedLog(t *testing.T, ctx context.Context, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) *mongodb.EventStore {
+// relayLog runs the relay that tails the log of es, with its lease in db,
+// to b's stream until the test ends.
+func relayLog(t *testing.T, es *mongodb.EventStore, db *mongo.Database, b *projectortest.Bus, log *slog.Logger) {
 	t.Helper()
-	es := projectiontest.NewLog(t, ctx, db)
 	cfg := outbox.Config{Owner: "relay-1"}
 	lease := mongodb.NewLease(db, outbox.RelayLease, cfg.Owner, outbox.DefaultLeaseTTL)
 	projectiontest.Go(t, "relay", outbox.NewRelay(es, bus.NewPublisher(b.JS, b.Stream), lease, cfg, log, outbox.NewMetrics(prometheus.NewRegistry())).Run)
-	return es
 }
 
 // commands returns the commands that produce lifecycle(i, customerID).
@@ -93,9 +91,9 @@ type gapped struct {
 	v2   domain.Event
 }
 
-func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mongo.Database, cfg projector.RunnerConfig) *gapped {
+func newGapped(t *testing.T, ctx context.Context, b *projectortest.Bus, db *mongo.Database, es *mongodb.EventStore, cfg projector.RunnerConfig) *gapped {
 	t.Helper()
-	g := &gapped{es: projectiontest.NewLog(t, ctx, db), reg: prometheus.NewRegistry(), dead: mongodb.NewDeadLetters(db),
+	g := &gapped{es: es, reg: prometheus.NewRegistry(), dead: mongodb.NewDeadLetters(db),
 		at: time.Date(2024, 7, 1, 12, 0, 0, 0, time.UTC)}
 	projectiontest.AppendStream(t, ctx, g.es, "gapped", projectiontest.Lifecycle(0, "cust-g")[:1], 1, g.at)
 	g.v2 = projectiontest.NewEvent("gapped", 2, domain.OrderApproved{}, g.at.Add(time.Hour))

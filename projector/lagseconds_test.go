@@ -36,9 +36,9 @@ func partitionSeconds(ctx context.Context, r *projector.Runner) (map[int]float64
 // stops and the order moves on, it is behind by at least the time since
 // the newest event it applied was recorded.
 func TestLagSeconds(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 90*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 	reg := prometheus.NewRegistry()
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, projection.NewMetrics(reg), mongodb.NewPointers(db))
 	cfg := b.RunnerConfig()

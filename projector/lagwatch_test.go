@@ -28,8 +28,7 @@ import (
 func TestLagWatchKeepsTheConsumersThatAnswer(t *testing.T) {
 	ctx := projectiontest.Context(t, 90*time.Second)
 	log := projectiontest.Logger(t)
-	db := storetest.Database(t)
-	es := projectiontest.NewLog(t, ctx, db)
+	es, db := storetest.OpenStore(t)
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	stream := bus.StreamConfig{Name: "ORDERS", SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}
 	cfg := projector.RunnerConfig{Stream: stream.Name, SubjectPrefix: stream.SubjectPrefix, Partitions: stream.Partitions}

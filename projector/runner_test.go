@@ -36,10 +36,10 @@ import (
 // are done, the consumers' lag drains to 0 and every read-model document
 // equals the fold of the log.
 func TestRunnerEndToEnd(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
 
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 
 	reg := prometheus.NewRegistry()
 	pm, m := projection.NewMetrics(reg), projector.NewMetrics(reg)
@@ -138,8 +138,7 @@ func TestRunnerEndToEnd(t *testing.T) {
 // batch; later the whole log once more. The read models end equal to the
 // fold, and the second round is all skipped duplicates.
 func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 80*time.Second)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, b, db, es := projectortest.Start(t, 80*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "dup", 20, 4)
 	total := float64(len(f.Flat))
 
@@ -196,8 +195,8 @@ func TestRunnerDuplicatedAndReorderedDelivery(t *testing.T) {
 // projected. Retry heals a dead letter once its cause is fixed (the missing
 // event appended to the log) and keeps one that still fails.
 func TestRunnerDeadLetters(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 60*time.Second)
-	g := newGapped(t, ctx, b, db, b.RunnerConfig())
+	ctx, b, db, es := projectortest.Start(t, 60*time.Second)
+	g := newGapped(t, ctx, b, db, es, b.RunnerConfig())
 	es, reg, dead, r, gapV2 := g.es, g.reg, g.dead, g.r, g.v2
 	projectiontest.AppendStream(t, ctx, es, "healthy", projectiontest.Lifecycle(0, "cust-h"), 2, g.at)
 	healthy := projectiontest.LoadFixture(t, ctx, es, []string{"healthy"})
@@ -295,9 +294,9 @@ func TestRunnerDeadLetters(t *testing.T) {
 // is parked, 0 again once a retry has healed it (unlike the counter
 // orderd_projection_dead_letters_total, which stays at 1).
 func TestDeadLettersMetric(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 60*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 60*time.Second)
 	cfg := b.RunnerConfig()
-	g := newGapped(t, ctx, b, db, cfg)
+	g := newGapped(t, ctx, b, db, es, cfg)
 	reg, r := g.reg, g.r
 
 	gauge := func(want float64) func() error {
@@ -347,8 +346,7 @@ func TestDeadLettersMetric(t *testing.T) {
 // parked after MaxDeliveries instead of being redelivered for ever, and
 // the events of the other streams, published around it, are projected.
 func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 60*time.Second)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, b, db, es := projectortest.Start(t, 60*time.Second)
 	healthy := projectiontest.NewFixture(t, ctx, es, "fine", 6, 2)
 
 	// The stream of the newer writer: v1 as this build writes it, v2 of a
@@ -420,9 +418,9 @@ func TestRunnerParksStreamWhoseLogCannotBeDecoded(t *testing.T) {
 // After each step the read model reaches the fold of the log, and B
 // applies events once it holds partitions.
 func TestRunnerPartitionsRebalance(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 
 	proc := func(owner string) (*projector.Runner, *prometheus.Registry) {
 		reg := prometheus.NewRegistry()
@@ -503,9 +501,9 @@ func TestRunnerPartitionsRebalance(t *testing.T) {
 // pulls every partition, is given them and applies what was written
 // meanwhile.
 func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 90*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 
 	proc := func(owner string, js jetstream.JetStream) *projector.Runner {
 		cfg := b.RunnerConfig()
@@ -540,9 +538,9 @@ func TestRunnerTakesOverFromAProcessCutOffTheBus(t *testing.T) {
 // created anew, while the other partitions go on: Run does not return,
 // and the read model reaches the fold.
 func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 90*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 90*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 	cfg := b.RunnerConfig()
 	cfg.Owner = "A"
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
@@ -575,9 +573,9 @@ func TestRunnerPartitionConsumerFailureStaysItsOwn(t *testing.T) {
 // read model then equals the fold, and the process still holds its
 // partitions.
 func TestRunnerWritesThroughAStoreStall(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 
 	c, proxy := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())
@@ -613,9 +611,9 @@ func TestRunnerWritesThroughAStoreStall(t *testing.T) {
 // runner once the pointer names none and no version 1 process answers
 // its roll call. Version 2's own are kept.
 func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 	v2 := projection.OrderSummaries
 	v1 := v2
 	v1.Version = 1
@@ -699,9 +697,9 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 // Every message is handled without waiting that out, and the NATS client
 // reports no slow consumer.
 func TestRunnerLosesNoMessageWhenItsBusLinkIsCut(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 120*time.Second)
+	ctx, b, db, es := projectortest.Start(t, 120*time.Second)
 	log := projectiontest.Logger(t)
-	es := relayedLog(t, ctx, db, b, log)
+	relayLog(t, es, db, b, log)
 
 	c, store := storetest.HeldClient(t)
 	pdb := c.Database(db.Name())

@@ -35,8 +35,7 @@ type salesFixture struct {
 
 func newSalesFixture(t *testing.T, orders int) (context.Context, *salesFixture) {
 	t.Helper()
-	ctx, b, db := projectortest.Start(t, 2*time.Minute)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, b, db, es := projectortest.Start(t, 2*time.Minute)
 	s := &salesFixture{b: b, db: db, ps: mongodb.NewPointers(db), next: 1}
 	// A store whose log was empty at its first start: the base
 	// collection is the rollup's, from position 1.

@@ -18,8 +18,7 @@ import (
 // is updated in place to a pinned one: it keeps its position, so what it
 // had acknowledged is not delivered again.
 func TestRunnerPinsTheConsumersOfAnEarlierRelease(t *testing.T) {
-	ctx, b, db := projectortest.Start(t, 60*time.Second)
-	es := projectiontest.NewLog(t, ctx, db)
+	ctx, b, db, es := projectortest.Start(t, 60*time.Second)
 	f := projectiontest.NewFixture(t, ctx, es, "old", 8, 2)
 	b.PublishEvents(t, ctx, f.Flat, "")
 	cfg := b.RunnerConfig()

@@ -79,16 +79,6 @@ func WaitFor(t *testing.T, limit time.Duration, what string, cond func() error) 
 	}
 }
 
-// NewLog returns the event store of db with its indexes.
-func NewLog(t *testing.T, ctx context.Context, db *mongo.Database) *mongodb.EventStore {
-	t.Helper()
-	es := mongodb.NewEventStore(db)
-	if err := es.EnsureIndexes(ctx); err != nil {
-		t.Fatalf("event store indexes: %v", err)
-	}
-	return es
-}
-
 // Must fails the test when a call returning (result, error) failed.
 func Must(t *testing.T) func(any, error) {
 	return func(_ any, err error) {

@@ -27,9 +27,9 @@ type Bus struct {
 // Start is the set-up a projector test begins with: its context (see
 // projectiontest.Context), an embedded NATS server with a JetStream event
 // stream of four partitions, stopped when the test ends, and a fresh
-// database (storetest.Database), on which the test builds its event
-// store, plain or relayed.
-func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database) {
+// database with the event store on it and its indexes
+// (storetest.OpenStore); a relayed test runs the relay on that store.
+func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database, *mongodb.EventStore) {
 	t.Helper()
 	ctx := projectiontest.Context(t, limit)
 	b := &Bus{NATS: storetest.StartNATS(t), Stream: bus.StreamConfig{
@@ -37,7 +37,8 @@ func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Dat
 	if err := bus.EnsureStream(ctx, b.JS, b.Stream); err != nil {
 		t.Fatal(err)
 	}
-	return ctx, b, storetest.Database(t)
+	es, db := storetest.OpenStore(t)
+	return ctx, b, db, es
 }
 
 // RunnerConfig is a projector.RunnerConfig consuming b's stream with
