@@ -43,7 +43,7 @@ func openOutbox(t testing.TB) (*mongodb.EventStore, *mongo.Database, *storetest.
 	t.Helper()
 	s, db := storetest.OpenStore(t)
 	n := storetest.StartNATS(t)
-	return s, db, n, storetest.NewStream(t, n)
+	return s, db, n, storetest.NewStream(t, n, 0)
 }
 
 // appendCommits appends commits to a few fresh streams, 1 to 3 events each,
@@ -702,7 +702,7 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 	ns := newRestartableNATS(t)
 	s, db := storetest.OpenStore(t)
 	n := ns.connect()
-	cfg := storetest.NewStream(t, n)
+	cfg := storetest.NewStream(t, n, 0)
 	r := newRelay(t, db, bus.NewPublisher(n.JS, cfg), outbox.Config{Owner: "relay-1", AckTimeout: 300 * time.Millisecond})
 	goRun(t, r.Run)
 	want := appendCommits(t, s, 2, 1)
@@ -747,7 +747,7 @@ func TestRelayRestartsUnderItsLeaseWithoutReadingPositionsBack(t *testing.T) {
 	ns := newRestartableNATS(t)
 	s, db := storetest.OpenStore(t)
 	n := ns.connect()
-	cfg := storetest.NewStream(t, n)
+	cfg := storetest.NewStream(t, n, 0)
 	pub := &countingPositions{Publisher: bus.NewPublisher(n.JS, cfg)}
 	r := newRelay(t, db, pub, outbox.Config{Owner: "relay-1", AckTimeout: 300 * time.Millisecond, LeaseTTL: time.Minute})
 	goRun(t, r.Run)

@@ -141,7 +141,7 @@ func metric(t *testing.T, c *client, series string) float64 {
 // limit.
 func TestAdmissionTakesCommandsWithoutALagSample(t *testing.T) {
 	n := storetest.StartNATS(t)
-	stream := storetest.NewStream(t, n)
+	stream := storetest.NewStream(t, n, 0)
 	db := storetest.Database(t)
 	sums := mongodb.NewProjection(db, projection.OrderSummaries, mongodb.NewEventStore(db), nil, mongodb.NewPointers(db))
 	runners := []*projector.Runner{projector.NewRunner(sums, n.JS, nil,

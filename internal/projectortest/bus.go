@@ -25,20 +25,17 @@ type Bus struct {
 }
 
 // Start is the set-up a projector test begins with: its context (see
-// projectiontest.Context), an embedded NATS server with a JetStream event
-// stream of four partitions, stopped when the test ends, and a fresh
+// projectiontest.Context), a NATS server with a JetStream event stream of
+// four partitions (storetest.StartNATS and NewStream), stopped when the
+// test ends, and a fresh
 // database with the event store on it and its indexes
 // (storetest.OpenStore); a relayed test runs the relay on that store.
 func Start(t *testing.T, limit time.Duration) (context.Context, *Bus, *mongo.Database, *mongodb.EventStore) {
 	t.Helper()
-	ctx := projectiontest.Context(t, limit)
-	b := &Bus{NATS: storetest.StartNATS(t), Stream: bus.StreamConfig{
-		Name: storetest.Unique("ORDERS_"), SubjectPrefix: "orders.events", Duplicates: time.Minute, Partitions: 4}}
-	if err := bus.EnsureStream(ctx, b.JS, b.Stream); err != nil {
-		t.Fatal(err)
-	}
+	n := storetest.StartNATS(t)
+	b := &Bus{NATS: n, Stream: storetest.NewStream(t, n, 4)}
 	es, db := storetest.OpenStore(t)
-	return ctx, b, db, es
+	return projectiontest.Context(t, limit), b, db, es
 }
 
 // RunnerConfig is a projector.RunnerConfig consuming b's stream with

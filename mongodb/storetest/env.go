@@ -141,15 +141,18 @@ func StartNATS(t testing.TB) *NATS {
 
 // NewStream creates a JetStream stream with a unique name on n, deleted in
 // cleanup, and returns its configuration. Its subjects are
-// "orders.events.<stream id>"; on a shared server (NATS_URL) the prefix gets
-// a unique first token so streams of concurrent tests do not overlap.
-func NewStream(t testing.TB, n *NATS) bus.StreamConfig {
+// "orders.events.<stream id>", stored by partition (of partitions; 0 for
+// none) as bus.StreamConfig maps them; on a shared server (NATS_URL) the
+// prefix gets a unique first token so streams of concurrent tests do not
+// overlap.
+func NewStream(t testing.TB, n *NATS, partitions int) bus.StreamConfig {
 	t.Helper()
 	cfg := bus.StreamConfig{
 		Name:          Unique("ORDERS_"),
 		SubjectPrefix: "orders.events",
 		Replicas:      1,
 		Duplicates:    2 * time.Minute,
+		Partitions:    partitions,
 	}
 	if n.Server == nil {
 		cfg.SubjectPrefix = Unique("t") + ".orders.events"
