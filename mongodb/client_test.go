@@ -14,6 +14,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -142,7 +143,12 @@ func TestReachability(t *testing.T) {
 	defer done()
 
 	_ = store.Close()
-	storetest.WaitFor(t, 30*time.Second, "the store is seen down", func() bool { return reach.Ready(t.Context()) != nil })
+	projectiontest.WaitFor(t, 30*time.Second, "the store is seen down", func() error {
+		if reach.Ready(t.Context()) == nil {
+			return errors.New("still seen up")
+		}
+		return nil
+	})
 	select {
 	case <-inFlight.Done():
 		if cause := context.Cause(inFlight); !errors.Is(cause, domain.ErrUnavailable) {
@@ -163,7 +169,7 @@ func TestReachability(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	storetest.WaitFor(t, 30*time.Second, "the store is seen up again", func() bool { return reach.Ready(t.Context()) == nil })
+	projectiontest.WaitFor(t, 30*time.Second, "the store is seen up again", func() error { return reach.Ready(t.Context()) })
 	if _, done, err := reach.Bound(t.Context()); err != nil {
 		t.Errorf("bound after the store came back: %v", err)
 	} else {

@@ -3,6 +3,7 @@ package mongodb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/event"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 )
@@ -60,7 +62,12 @@ func monitoredStore(t *testing.T) (*mongodb.EventStore, *inserts, *prometheus.Re
 // waitQueued waits until n appends are queued behind the held insert.
 func waitQueued(t *testing.T, s *mongodb.EventStore, n int) {
 	t.Helper()
-	storetest.WaitFor(t, 30*time.Second, "appends to queue", func() bool { return mongodb.QueuedAppends(s) == n })
+	projectiontest.WaitFor(t, 30*time.Second, "appends to queue", func() error {
+		if q := mongodb.QueuedAppends(s); q != n {
+			return fmt.Errorf("%d queued", q)
+		}
+		return nil
+	})
 }
 
 // batchSizes returns the count and sum of orderd_append_batch_size.

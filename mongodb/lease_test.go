@@ -14,6 +14,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo/writeconcern"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/lease"
 	"github.com/orderd/orderd/mongodb"
@@ -83,13 +84,16 @@ func TestLeaseFencesADeposedHolder(t *testing.T) {
 		t.Fatalf("a claims: %v, %v", ok, err)
 	}
 	var b lease.Lease
-	storetest.WaitFor(t, 5*time.Second, "b to take over a's expired lease", func() bool {
+	projectiontest.WaitFor(t, 5*time.Second, "b to take over a's expired lease", func() error {
 		var err error
 		b, ok, err = leases.Claim(ctx, name, "b", time.Minute)
 		if err != nil {
 			t.Fatalf("b claims: %v", err)
 		}
-		return ok
+		if !ok {
+			return errors.New("b's claim refused")
+		}
+		return nil
 	})
 	if took := time.Since(old.RenewedAt); took < ttl {
 		t.Errorf("b took the lease %v after a's claim; the TTL is %v", took, ttl)
@@ -234,12 +238,15 @@ func TestLeaseTryAcquire(t *testing.T) {
 	// stops: b gets the lease once that claim has expired, not before.
 	claimed := time.Now() // before the claim: its expiry is at least this + ttl
 	try(aShort, "a claims again for the short ttl", true)
-	storetest.WaitFor(t, 5*time.Second, "b to take over the expired lease", func() bool {
+	projectiontest.WaitFor(t, 5*time.Second, "b to take over the expired lease", func() error {
 		ok, err := b.TryAcquire(ctx)
 		if err != nil {
 			t.Fatalf("b: %v", err)
 		}
-		return ok
+		if !ok {
+			return errors.New("b did not acquire the lease")
+		}
+		return nil
 	})
 	if took := time.Since(claimed); took < ttl-5*time.Millisecond {
 		t.Errorf("b took the lease %v after a's claim; the TTL is %v", took, ttl)

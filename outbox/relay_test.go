@@ -21,6 +21,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
+	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/outbox"
@@ -375,8 +376,22 @@ func newRelay(t testing.TB, db *mongo.Database, pub outbox.Publisher, cfg outbox
 // waitPublished waits until the stream holds n messages.
 func waitPublished(t *testing.T, n *storetest.NATS, cfg bus.StreamConfig, want int, within time.Duration) {
 	t.Helper()
-	storetest.WaitFor(t, within, fmt.Sprintf("%d events in the stream", want), func() bool {
-		return streamCount(t, n.JS, cfg.Name) >= uint64(want)
+	projectiontest.WaitFor(t, within, fmt.Sprintf("%d events in the stream", want), func() error {
+		if got := streamCount(t, n.JS, cfg.Name); got < uint64(want) {
+			return fmt.Errorf("%d in the stream", got)
+		}
+		return nil
+	})
+}
+
+// waitCheckpoint waits until the relay lease holds a checkpoint.
+func waitCheckpoint(t *testing.T, db *mongo.Database, what string) {
+	t.Helper()
+	projectiontest.WaitFor(t, 10*time.Second, what, func() error {
+		if pos, _ := checkpointOf(t, db); pos == nil {
+			return errors.New("no checkpoint saved")
+		}
+		return nil
 	})
 }
 
@@ -403,12 +418,15 @@ func TestRelayPublishesTheLogOnce(t *testing.T) {
 	want = append(want, appendCommits(t, s, 4, 3)...)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
 	checkPublishedOnce(t, n, cfg, want)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	if got := metric(t, r.reg, "orderd_relay_catchups_total"); got != 0 {
 		t.Errorf("%v catch-ups on a log that never lost its stream, want 0", got)
 	}
-	storetest.WaitFor(t, 10*time.Second, "an idle relay's lag at 0", func() bool {
-		return metric(t, r.reg, "orderd_relay_lag_seconds") == 0 && metric(t, r.reg, "orderd_relay_commits_behind") == 0
+	projectiontest.WaitFor(t, 10*time.Second, "an idle relay's lag at 0", func() error {
+		if lag, behind := metric(t, r.reg, "orderd_relay_lag_seconds"), metric(t, r.reg, "orderd_relay_commits_behind"); lag != 0 || behind != 0 {
+			return fmt.Errorf("lag %vs, %v commits behind", lag, behind)
+		}
+		return nil
 	})
 }
 
@@ -425,7 +443,7 @@ func TestRelayResumesFromTheCheckpointAfterACrash(t *testing.T) {
 	stopA := goRun(t, relayA.Run)
 	want := appendCommits(t, s, 3, 4)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	stopA() // its lease stays claimed until it expires
 	want = append(want, appendCommits(t, s, 5, 2)...)
 
@@ -508,7 +526,7 @@ func testCatchUp(t *testing.T, lose func(*testing.T, *mongo.Database)) {
 	stopA := goRun(t, a.Run)
 	want := appendCommits(t, s, 3, 2)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	stopA()
 
 	want = append(want, appendCommits(t, s, 4, 2)...) // after the checkpoint
@@ -516,7 +534,12 @@ func testCatchUp(t *testing.T, lose func(*testing.T, *mongo.Database)) {
 	b := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	goRun(t, b.Run)
 	waitPublished(t, n, cfg, len(want), 30*time.Second)
-	storetest.WaitFor(t, 10*time.Second, "the catch-up counted", func() bool { return metric(t, b.reg, "orderd_relay_catchups_total") == 1 })
+	projectiontest.WaitFor(t, 10*time.Second, "the catch-up counted", func() error {
+		if got := metric(t, b.reg, "orderd_relay_catchups_total"); got != 1 {
+			return fmt.Errorf("%v catch-ups", got)
+		}
+		return nil
+	})
 	if got := metric(t, b.reg, "orderd_relay_last_catchup_timestamp_seconds"); got <= 0 {
 		t.Errorf("last catch-up time %v, want set", got)
 	}
@@ -544,7 +567,7 @@ func TestRelayCatchUpKeepsEachEventsPosition(t *testing.T) {
 	stopA := goRun(t, a.Run)
 	want := appendCommits(t, s, 3, 3)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	stopA()
 	published := len(want)
 	want = append(want, appendCommits(t, s, 2, 2)...) // after the checkpoint
@@ -656,7 +679,7 @@ func TestRelayCheckpointIsFencedByTheLease(t *testing.T) {
 	goRun(t, relayA.Run)
 	want := appendCommits(t, s, 2, 2)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 
 	pubA.hold()
 	want = append(want, appendCommits(t, s, 1, 1)...)
@@ -672,8 +695,11 @@ func TestRelayCheckpointIsFencedByTheLease(t *testing.T) {
 	stopB := goRun(t, b.Run)
 	want = append(want, appendCommits(t, s, 3, 1)...)
 	waitPublished(t, n, cfg, len(want), 30*time.Second)
-	storetest.WaitFor(t, 20*time.Second, "relay-2's checkpoint after every commit", func() bool {
-		return metric(t, b.reg, "orderd_relay_commits_behind") == 0 && metric(t, b.reg, "orderd_relay_leader") == 1
+	projectiontest.WaitFor(t, 20*time.Second, "relay-2's checkpoint after every commit", func() error {
+		if behind, leader := metric(t, b.reg, "orderd_relay_commits_behind"), metric(t, b.reg, "orderd_relay_leader"); behind != 0 || leader != 1 {
+			return fmt.Errorf("%v commits behind, leader %v", behind, leader)
+		}
+		return nil
 	})
 	stopB()
 	successors, _ := checkpointOf(t, db)
@@ -712,8 +738,11 @@ func TestRelayPublishesThroughAnOutage(t *testing.T) {
 	want = append(want, appendCommits(t, s, 3, 2)...)
 	// The relay sees the outage: a round fails, or it stands down before
 	// it sends one.
-	storetest.WaitFor(t, 20*time.Second, "a failed publish round or the relay standing down", func() bool {
-		return metric(t, r.reg, "orderd_relay_publish_errors_total") >= 1 || metric(t, r.reg, "orderd_relay_leader") == 0
+	projectiontest.WaitFor(t, 20*time.Second, "a failed publish round or the relay standing down", func() error {
+		if errs, leader := metric(t, r.reg, "orderd_relay_publish_errors_total"), metric(t, r.reg, "orderd_relay_leader"); errs < 1 && leader != 0 {
+			return fmt.Errorf("%v publish errors, leader %v", errs, leader)
+		}
+		return nil
 	})
 	ns.start()
 	waitPublished(t, n, cfg, len(want), 30*time.Second)
@@ -754,21 +783,26 @@ func TestRelayRestartsUnderItsLeaseWithoutReadingPositionsBack(t *testing.T) {
 	// On the empty log the first start saves a checkpoint and its tail
 	// reads the positions once.
 	var reads int
-	storetest.WaitFor(t, 20*time.Second, "the tail's read of the positions", func() bool {
+	projectiontest.WaitFor(t, 20*time.Second, "the tail's read of the positions", func() error {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()
-		reads = pub.reads
-		return reads > 0
+		if reads = pub.reads; reads == 0 {
+			return errors.New("no read yet")
+		}
+		return nil
 	})
 	want := appendCommits(t, s, 2, 1)
 	waitPublished(t, n, cfg, len(want), 20*time.Second)
 
 	ns.stop()
 	want = append(want, appendCommits(t, s, 3, 2)...)
-	storetest.WaitFor(t, 20*time.Second, "two failed publish rounds, or a read of the positions", func() bool {
+	projectiontest.WaitFor(t, 20*time.Second, "two failed publish rounds, or a read of the positions", func() error {
 		pub.mu.Lock()
 		defer pub.mu.Unlock()
-		return metric(t, r.reg, "orderd_relay_publish_errors_total") >= 2 || pub.reads > reads
+		if errs := metric(t, r.reg, "orderd_relay_publish_errors_total"); errs < 2 && pub.reads <= reads {
+			return fmt.Errorf("%v publish errors, %d reads", errs, pub.reads)
+		}
+		return nil
 	})
 	ns.start()
 	waitPublished(t, n, cfg, len(want), 30*time.Second)
@@ -796,7 +830,7 @@ func TestRelaySendsRoundsWithoutWaitingForEachOnesAcks(t *testing.T) {
 	// below is read from the change stream.
 	first := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	stop := goRun(t, first.Run)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	stop()
 	want := appendCommits(t, s, 10, 8) // 80 commits waiting: 10 rounds
 	pub := &heldAcks{Publisher: bus.NewPublisher(n.JS, cfg)}
@@ -831,7 +865,12 @@ func TestRelayReleasesItsLeaseWhenItStops(t *testing.T) {
 	ocfg := outbox.Config{Owner: "relay-1", LeaseTTL: time.Hour}
 	a := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	stopA := goRun(t, a.Run)
-	storetest.WaitFor(t, 10*time.Second, "relay-1 leading", func() bool { return metric(t, a.reg, "orderd_relay_leader") == 1 })
+	projectiontest.WaitFor(t, 10*time.Second, "relay-1 leading", func() error {
+		if leader := metric(t, a.reg, "orderd_relay_leader"); leader != 1 {
+			return fmt.Errorf("leader %v", leader)
+		}
+		return nil
+	})
 	other := mongodb.NewLease(db, outbox.RelayLease, "relay-2", time.Hour)
 	if held, err := other.TryAcquire(t.Context()); err != nil || held {
 		t.Fatalf("relay-2's claim while relay-1 leads: %v, %v; want refused", held, err)
@@ -894,13 +933,20 @@ func TestRelaySavesItsCheckpointWhileIdle(t *testing.T) {
 		}
 		return st.CheckpointSavedAt
 	}
-	storetest.WaitFor(t, 20*time.Second, "the checkpoint after the published commit", func() bool {
-		pos, at := checkpointOf(t, db)
-		return pos != nil && !at.Before(want[len(want)-1].RecordedAt)
+	projectiontest.WaitFor(t, 20*time.Second, "the checkpoint after the published commit", func() error {
+		if pos, at := checkpointOf(t, db); pos == nil || at.Before(want[len(want)-1].RecordedAt) {
+			return fmt.Errorf("checkpoint %x at %v", pos, at)
+		}
+		return nil
 	})
 	last := savedAt()
 	for i := range 2 {
-		storetest.WaitFor(t, 20*time.Second, fmt.Sprintf("idle checkpoint %d", i+1), func() bool { return savedAt().After(last) })
+		projectiontest.WaitFor(t, 20*time.Second, fmt.Sprintf("idle checkpoint %d", i+1), func() error {
+			if at := savedAt(); !at.After(last) {
+				return fmt.Errorf("last saved at %v", at)
+			}
+			return nil
+		})
 		last = savedAt()
 	}
 	checkPublishedOnce(t, n, cfg, want)
@@ -969,16 +1015,18 @@ func TestRelaySpacesItsCheckpointsWhileBusy(t *testing.T) {
 	// below is read from the change stream.
 	first := newRelay(t, db, bus.NewPublisher(n.JS, cfg), ocfg)
 	stop := goRun(t, first.Run)
-	storetest.WaitFor(t, 10*time.Second, "a checkpoint", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "a checkpoint")
 	stop()
 	want := appendCommits(t, s, 20, 20)
 	lease := &countedLease{Lease: mongodb.NewLease(db, outbox.RelayLease, ocfg.Owner, ocfg.LeaseTTL)}
 	r := outbox.NewRelay(mongodb.NewEventStore(db), bus.NewPublisher(n.JS, cfg), lease, ocfg, testLogger(t), outbox.NewMetrics(prometheus.NewRegistry()))
 	began := time.Now()
 	goRun(t, r.Run)
-	storetest.WaitFor(t, 20*time.Second, "the checkpoint after the last commit", func() bool {
-		_, at := checkpointOf(t, db)
-		return !at.Before(want[len(want)-1].RecordedAt)
+	projectiontest.WaitFor(t, 20*time.Second, "the checkpoint after the last commit", func() error {
+		if _, at := checkpointOf(t, db); at.Before(want[len(want)-1].RecordedAt) {
+			return fmt.Errorf("checkpoint at %v", at)
+		}
+		return nil
 	})
 	took := time.Since(began)
 	lease.mu.Lock()
@@ -1016,12 +1064,15 @@ func TestRelayLagIsZeroOnceEverythingIsAcknowledged(t *testing.T) {
 	s, db, n, cfg := openOutbox(t)
 	r := newRelay(t, db, bus.NewPublisher(n.JS, cfg), outbox.Config{Owner: "relay-1", BatchSize: 4})
 	goRun(t, r.Run)
-	storetest.WaitFor(t, 10*time.Second, "the relay tailing", func() bool { pos, _ := checkpointOf(t, db); return pos != nil })
+	waitCheckpoint(t, db, "the relay tailing")
 	for round := range 3 {
 		before := metric(t, r.reg, "orderd_relay_published_events_total")
 		want := before + float64(len(appendCommits(t, s, 5, 3)))
-		storetest.WaitFor(t, 20*time.Second, "the burst acknowledged", func() bool {
-			return metric(t, r.reg, "orderd_relay_published_events_total") >= want
+		projectiontest.WaitFor(t, 20*time.Second, "the burst acknowledged", func() error {
+			if got := metric(t, r.reg, "orderd_relay_published_events_total"); got < want {
+				return fmt.Errorf("%v events published", got)
+			}
+			return nil
 		})
 		// Read at once: the tail has not taken the last acks in yet.
 		if behind, lag := metric(t, r.reg, "orderd_relay_commits_behind"), metric(t, r.reg, "orderd_relay_lag_seconds"); behind != 0 || lag != 0 {

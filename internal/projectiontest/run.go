@@ -59,7 +59,7 @@ func Go(t *testing.T, name string, fn func(ctx context.Context) error) {
 	})
 }
 
-// WaitFor polls cond every 100ms until it returns nil, failing the test
+// WaitFor polls cond every 20 ms until it returns nil, failing the test
 // with cond's last error after limit.
 func WaitFor(t *testing.T, limit time.Duration, what string, cond func() error) {
 	t.Helper()
@@ -75,7 +75,7 @@ func WaitFor(t *testing.T, limit time.Duration, what string, cond func() error) 
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not reached within %s: %v", what, limit, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

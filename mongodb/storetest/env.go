@@ -180,19 +180,6 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// WaitFor polls cond every 20 ms until it holds, and fails t when it does
-// not within the given time.
-func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // OpenStore returns a Store on a fresh test database (see Database), its
 // indexes ensured twice (the second call must change nothing), and the
 // database: a NewStore of the conformance suite.
