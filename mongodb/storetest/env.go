@@ -101,7 +101,7 @@ func HeldClient(t testing.TB) (*mongo.Client, *tcpproxy.Proxy) {
 // Database returns a new, uniquely named database, dropped in cleanup.
 func Database(t testing.TB) *mongo.Database {
 	t.Helper()
-	db := Client(t).Database("t_" + randomHex(6))
+	db := Client(t).Database(Unique("t_"))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -170,14 +170,12 @@ func NewStream(t testing.TB, n *NATS, partitions int) bus.StreamConfig {
 	return cfg
 }
 
-// Unique returns prefix plus a random suffix of letters and digits, for
-// names that must not clash on shared external servers.
-func Unique(prefix string) string { return prefix + randomHex(4) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
+// Unique returns prefix plus a random suffix of eight lowercase hex
+// digits, for names that must not clash on shared external servers.
+func Unique(prefix string) string {
+	b := make([]byte, 4)
 	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return prefix + hex.EncodeToString(b)
 }
 
 // OpenStore returns a Store on a fresh test database (see Database), its
