@@ -18,6 +18,7 @@ import (
 	"go.mongodb.org/mongo-driver/v2/mongo"
 
 	"github.com/orderd/orderd/bus"
+	"github.com/orderd/orderd/bus/bustest"
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/embedded"
 	"github.com/orderd/orderd/internal/freeport"
@@ -229,22 +230,6 @@ func goRun(t *testing.T, run func(context.Context) error) (stop func()) {
 	return stop
 }
 
-// connectNATS opens a NATS connection of its own to url, as another
-// process would, closed in cleanup.
-func connectNATS(t *testing.T, url string) (*nats.Conn, jetstream.JetStream) {
-	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatalf("connect nats: %v", err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatalf("jetstream: %v", err)
-	}
-	return nc, js
-}
-
 // metric returns the value of the counter or gauge name in reg (0 when
 // it has none).
 func metric(t testing.TB, reg *prometheus.Registry, name string) float64 {
@@ -299,8 +284,8 @@ func (r *restartableNATS) stop() {
 
 func (r *restartableNATS) connect() *storetest.NATS {
 	srv := r.srv.ClientURL()
-	nc, js := connectNATS(r.t, srv)
-	return &storetest.NATS{URL: srv, Conn: nc, JS: js, Server: r.srv}
+	js := bustest.ConnectTo(r.t, srv, nats.ReconnectWait(20*time.Millisecond))
+	return &storetest.NATS{URL: srv, JS: js, Server: r.srv}
 }
 
 // EnsureStream creates the stream, leaves one already as wanted alone,
@@ -338,7 +323,7 @@ func TestEnsureStreamUpdatesOnlyWhatDiffers(t *testing.T) {
 // fail the relay or Republish: their sends wait for room.
 func TestPublishWindowPacesRounds(t *testing.T) {
 	s, db, n, cfg := openOutbox(t)
-	js, err := jetstream.New(n.Conn, jetstream.WithPublishAsyncMaxPending(2))
+	js, err := jetstream.New(n.JS.Conn(), jetstream.WithPublishAsyncMaxPending(2))
 	if err != nil {
 		t.Fatalf("jetstream: %v", err)
 	}

@@ -64,7 +64,7 @@ func TestNATSClusterLosesNodes(t *testing.T) {
 	js := connect()
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	cl.WaitStreamLeader(stream.Name, 30*time.Second)
-	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), JS: js}, Stream: stream}
 	es, db := storetest.OpenStore(t)
 
 	// The relay, on its own connection, with the service's settings but a
@@ -284,7 +284,7 @@ func TestNATSClusterMetaGroupWithoutQuorum(t *testing.T) {
 	js := bustest.ConnectTo(t, cl.URL())
 	projectiontest.WaitFor(t, 60*time.Second, "the stream at R3", func() error { return bus.EnsureStream(ctx, js, stream) })
 	sl := cl.WaitStreamLeader(stream.Name, 30*time.Second)
-	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), Conn: js.Conn(), JS: js}, Stream: stream}
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: cl.URL(), JS: js}, Stream: stream}
 	es, db := storetest.OpenStore(t)
 	relayLog(t, es, db, b, log)
 

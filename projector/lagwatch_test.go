@@ -54,7 +54,7 @@ func TestLagWatchKeepsTheConsumersThatAnswer(t *testing.T) {
 	if err := bus.EnsureStream(ctx, full, stream); err != nil {
 		t.Fatal(err)
 	}
-	b := &projectortest.Bus{NATS: &storetest.NATS{URL: ns.ClientURL(), Conn: full.Conn(), JS: full, Server: ns}, Stream: stream}
+	b := &projectortest.Bus{NATS: &storetest.NATS{URL: ns.ClientURL(), JS: full, Server: ns}, Stream: stream}
 	owner := projector.NewRunner(p, full, mongodb.NewDeadLetters(db), cfg, log, nil)
 	var total, unanswered uint64
 	for part := range cfg.Partitions {

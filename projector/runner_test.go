@@ -646,7 +646,7 @@ func TestRunnerRetiresVersionsNothingUses(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- r.Run(rctx) }()
 		projectiontest.WaitFor(t, 20*time.Second, owner+" answers its roll call", func() error {
-			ms, err := projector.RollCall(ctx, b.Conn, r.Key())
+			ms, err := projector.RollCall(ctx, b.JS.Conn(), r.Key())
 			if err == nil && len(ms) == 0 {
 				err = errors.New("no member")
 			}

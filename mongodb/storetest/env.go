@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.mongodb.org/mongo-driver/v2/mongo"
 	"go.mongodb.org/mongo-driver/v2/mongo/options"
@@ -110,11 +109,10 @@ func Database(t testing.TB) *mongo.Database {
 	return db
 }
 
-// NATS is a JetStream connection for a test, with the server when it is an
-// embedded one (nil on NATS_URL).
+// NATS is a JetStream connection for a test (its NATS connection is
+// JS.Conn()), with the server when it is an embedded one (nil on NATS_URL).
 type NATS struct {
 	URL    string
-	Conn   *nats.Conn
 	JS     jetstream.JetStream
 	Server *server.Server
 }
@@ -135,7 +133,6 @@ func StartNATS(t testing.TB) *NATS {
 		n.Server, n.URL = ns, ns.ClientURL()
 	}
 	n.JS = bustest.ConnectTo(t, n.URL)
-	n.Conn = n.JS.Conn()
 	return n
 }
 
