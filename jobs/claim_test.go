@@ -11,6 +11,7 @@ import (
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -20,7 +21,8 @@ import (
 // claimed it after its lease ran out, the renewal answers domain.ErrLeaseLost and
 // the task's other writes are refused.
 func TestRenewalOutlivesASlowStore(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, time.Minute)
+	ctx := projectiontest.Context(t, time.Minute)
+	es, db := storetest.OpenStore(t)
 	ps := mongodb.NewPointers(db)
 	j := jobs.New(mongodb.NewJobs(db), ps, es, mongodb.NewProjection(db, projection.OrderSummaries, es, nil, ps))
 	job, err := j.StartVerify(ctx, projection.OrderSummaries.Name, false)

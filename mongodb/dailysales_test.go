@@ -8,6 +8,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -17,7 +18,8 @@ import (
 // range left out, days without orders absent, the currency filter, and
 // the canceled and unavailable counts by the orders' current status.
 func TestReaderDailySales(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, time.Minute)
+	ctx := projectiontest.Context(t, time.Minute)
+	es, db := storetest.OpenStore(t)
 	day := func(d, h, m, s, ms int) time.Time { return time.Date(2017, 10, d, h, m, s, ms*1e6, time.UTC) }
 	placed := func(currency string, qty, price, freight int64) domain.OrderPlaced {
 		return domain.OrderPlaced{CustomerID: "c-1", Currency: currency, FreightCents: freight,

@@ -20,7 +20,8 @@ import (
 func TestLateWriteNeverMovesADocumentBack(t *testing.T) {
 	for _, dialect := range []mongodb.Dialect{mongodb.DialectMongoDB, mongodb.DialectFerretDB} {
 		t.Run(dialect.String(), func(t *testing.T) {
-			ctx, db, es := projectiontest.Start(t, time.Minute)
+			ctx := projectiontest.Context(t, time.Minute)
+			es, db := storetest.OpenStore(t)
 			f := projectiontest.NewFixture(t, ctx, es, "late", 1, 1)
 			id := f.IDs[0]
 			evs := f.Events[id]

@@ -62,7 +62,8 @@ func singles(evs []domain.Event) [][]domain.Event {
 // equal to the fold of the log, every event is folded exactly once, and
 // the skipped duplicates and filled gaps are counted.
 func TestStoreApplyIdempotentAndOrderTolerant(t *testing.T) {
-	ctx, _, es := projectiontest.Start(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es, _ := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "ord", 7, 3)
 	total, gappy := len(f.Flat), multiEventStreams(f)
 	if total < 25 || gappy < 6 {
@@ -171,7 +172,8 @@ func TestStoreReadsNotFound(t *testing.T) {
 // The test checks that Apply calls on the same documents did overlap, so
 // it proves something.
 func TestStoreApplyRacingWriters(t *testing.T) {
-	ctx, _, es := projectiontest.Start(t, 90*time.Second)
+	ctx := projectiontest.Context(t, 90*time.Second)
+	es, _ := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "race", 20, 4)
 	const writers = 8
 
@@ -334,7 +336,8 @@ func (o *overlaps) apply(ctx context.Context, projection string, apply applier, 
 // in the per-stream error map, their stream's document stays as it was, and
 // the other streams of the same batch are written.
 func TestStoreApplyPoisonIsPerStream(t *testing.T) {
-	ctx, _, es := projectiontest.Start(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es, _ := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "ok", 5, 2)
 	at := time.Date(2024, 5, 6, 7, 8, 9, 0, time.UTC)
 
@@ -440,7 +443,8 @@ func TestStoreApplyWritesPrefixBeforePoison(t *testing.T) {
 // pagination with limit 3 that returns every matching summary exactly once,
 // in order id order.
 func TestReaderListSummaries(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es, db := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "lst", 14, 3)
 	s := mongodb.NewReadModel(db, projection.OrderSummaries, es, nil)
 	if err := s.EnsureIndexes(ctx); err != nil {
@@ -521,7 +525,8 @@ func ids(os []domain.Order) []string {
 // placed before lines had freight (schema 1, freight on the order) into
 // the totals it always had.
 func TestReadModelsCountLineFreight(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es, db := storetest.OpenStore(t)
 	at := time.Date(2018, 1, 2, 3, 4, 5, 0, time.UTC)
 	lines := domain.OrderPlaced{CustomerID: "cust-f", Currency: "BRL", Items: []domain.Line{
 		{SKU: "sku-a", Quantity: 2, UnitPriceCents: 5890, FreightCents: 1579},

@@ -6,6 +6,7 @@ import (
 
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -15,7 +16,8 @@ import (
 // process's (its fold would call every document different); with the
 // process's own version active it compares the document with the fold.
 func TestCheckComparesOnlyWhatItCanFold(t *testing.T) {
-	ctx, db, es := projectiontest.Start(t, time.Minute)
+	ctx := projectiontest.Context(t, time.Minute)
+	es, db := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "check", 1, 1)
 	id := f.IDs[0]
 	def := projection.OrderSummaries

@@ -36,7 +36,7 @@ type salesLog struct {
 
 func newSalesLog(t *testing.T, ctx context.Context, orders int) *salesLog {
 	t.Helper()
-	_, db, es := projectiontest.Start(t, 2*time.Minute)
+	es, db := storetest.OpenStore(t)
 	l := &salesLog{es: es, db: db}
 	l.add(t, ctx, orders)
 	return l

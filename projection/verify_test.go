@@ -9,6 +9,7 @@ import (
 
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -17,7 +18,8 @@ import (
 // extra document) and a clean read model as clean.
 func TestVerifyWhenIDHashesCollide(t *testing.T) {
 	projection.CollideVerifyKeys(t)
-	ctx, db, es := projectiontest.Start(t, 60*time.Second)
+	ctx := projectiontest.Context(t, 60*time.Second)
+	es, db := storetest.OpenStore(t)
 	f := projectiontest.NewFixture(t, ctx, es, "vck", 6, 2)
 	p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 	if _, poison, err := p.Apply(ctx, f.Flat, false); err != nil || len(poison) > 0 {

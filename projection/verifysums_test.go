@@ -10,6 +10,7 @@ import (
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
 	"github.com/orderd/orderd/mongodb"
+	"github.com/orderd/orderd/mongodb/storetest"
 	"github.com/orderd/orderd/projection"
 )
 
@@ -27,7 +28,8 @@ func TestVerifySumsFindsWhatDiffersFromTheScan(t *testing.T) {
 			if collide {
 				projection.CollideVerifyKeys(t)
 			}
-			ctx, db, es := projectiontest.Start(t, 60*time.Second)
+			ctx := projectiontest.Context(t, 60*time.Second)
+			es, db := storetest.OpenStore(t)
 			f := projectiontest.NewFixture(t, ctx, es, "vsm", 6, 2)
 			p := mongodb.NewProjection(db, projection.OrderSummaries, es, nil, mongodb.NewPointers(db))
 			const shadow = "order_summaries_sums_test"

@@ -5,11 +5,6 @@ import (
 	"log/slog"
 	"testing"
 	"time"
-
-	"go.mongodb.org/mongo-driver/v2/mongo"
-
-	"github.com/orderd/orderd/mongodb"
-	"github.com/orderd/orderd/mongodb/storetest"
 )
 
 // Context is the context of a test body: canceled when the test ends
@@ -19,15 +14,6 @@ func Context(t *testing.T, limit time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// Start is the set-up a read-model test begins with: its context (see
-// Context), a fresh database and the event store on it with its indexes
-// (storetest.OpenStore).
-func Start(t *testing.T, limit time.Duration) (context.Context, *mongo.Database, *mongodb.EventStore) {
-	t.Helper()
-	es, db := storetest.OpenStore(t)
-	return Context(t, limit), db, es
 }
 
 // Logger writes warnings and errors of the code under test to the
