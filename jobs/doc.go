@@ -20,9 +20,8 @@
 //     the whole log when a partition was scanned without sums), and
 //     switches the pointer; the sums are dropped then, and the replaced
 //     collection after a grace period. Readers never see the shadow before
-//     the switch. One rebuild per projection runs at a time: the pointer
-//     names the rebuild that announced its shadow (Pointer.ShadowJob), and
-//     no other starts until that one is final.
+//     the switch. One rebuild per projection runs at a time (the rebuild lock
+//     in projection_locks).
 //   - Invariant 6: a task is claimed by one update filtered on its epoch
 //     and an expired lease (claim-by-filter: exactly one of any number of
 //     workers matches); the owner renews the lease and checkpoints under a

@@ -3,7 +3,6 @@ package jobs
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -83,42 +82,8 @@ func (j *Jobs) known(projection string) error {
 
 func newJobID() string { return uuid.Must(uuid.NewV7()).String() }
 
-// creating is how long a job the pointer names (projection.Pointer.ShadowJob)
-// may be missing from the store while its creator is still creating it.
-const creating = time.Minute
-
-// holds returns domain.ErrJobRunning (wrapped, with its id) when job id,
-// which a projection's pointer names (projection.Pointer.ShadowJob), holds
-// the projection: no other rebuild starts and no switch back runs until it
-// is final. A job not stored yet holds it for creating after its id (a
-// UUIDv7, newJobID) was made; after that its creator is taken to have
-// died. No job ("") holds nothing.
-func (j *Jobs) holds(ctx context.Context, id string) error {
-	if id == "" {
-		return nil
-	}
-	job, err := j.store.Job(ctx, id)
-	switch {
-	case errors.Is(err, domain.ErrNotFound):
-		if u, perr := uuid.Parse(id); perr == nil && j.now().Before(time.Unix(u.Time().UnixTime()).Add(creating)) {
-			return fmt.Errorf("rebuild %s is being created: %w", id, domain.ErrJobRunning)
-		}
-		return nil
-	case err != nil:
-		return err
-	case !job.State.Final():
-		return fmt.Errorf("rebuild %s: %w", id, domain.ErrJobRunning)
-	}
-	return nil
-}
-
-// create stores job with its first tasks, named tasks, pending.
-func (j *Jobs) create(ctx context.Context, job Job, tasks ...string) error {
-	var ts []Task
-	for _, name := range tasks {
-		ts = append(ts, Task{ID: job.ID + "/" + name, Job: job.ID, Name: name, State: taskPending})
-	}
-	if err := j.store.InsertTasks(ctx, ts); err != nil {
+func (j *Jobs) create(ctx context.Context, job Job, task string) error {
+	if err := j.store.InsertTasks(ctx, []Task{{ID: job.ID + "/" + task, Job: job.ID, Name: task, State: taskPending}}); err != nil {
 		return err
 	}
 	if err := j.store.InsertJob(ctx, job); err != nil {
@@ -207,9 +172,8 @@ func (j *Jobs) Cancel(ctx context.Context, id string) (Job, error) {
 // grace after that switch; the collection it leaves becomes the previous
 // one, to be dropped when the restored one would have been. A version
 // switched back from is not built again on its own (see
-// Worker.buildVersions); a newer one is. It is refused while a rebuild
-// holds the projection (Jobs.holds), and its switch is a compare-and-set
-// that checks that again, so no rebuild starts or switches meanwhile.
+// Worker.buildVersions); a newer one is. It holds the projection's
+// rebuild lock while it works, so no rebuild switches at the same time.
 // It returns the pointer as stored. Errors: domain.ErrNotFound for an
 // unknown projection, domain.ErrNoPrevious when there is nothing to switch
 // back to, domain.ErrJobRunning while a rebuild runs, domain.ErrUnavailable.
@@ -217,13 +181,15 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 	if err := j.known(name); err != nil {
 		return projection.Pointer{}, err
 	}
+	id := newJobID()
+	if err := j.store.Lock(ctx, name, id); err != nil {
+		return projection.Pointer{}, err
+	}
+	defer func() { _ = j.store.Unlock(context.WithoutCancel(ctx), name, id) }()
 	coll := j.projs[name].Collection()
 	ptr, err := j.pointers.Get(ctx, name, coll, 0)
 	if err != nil {
 		return projection.Pointer{}, err
-	}
-	if err := j.holds(ctx, ptr.ShadowJob); err != nil {
-		return ptr, err
 	}
 	if ptr.Previous == "" {
 		return ptr, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious)
@@ -245,9 +211,6 @@ func (j *Jobs) SwitchBack(ctx context.Context, name string) (projection.Pointer,
 	}
 	restored := ptr.Previous
 	ptr, err = j.pointers.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
-		if err := j.holds(ctx, p.ShadowJob); err != nil {
-			return false, err
-		}
 		if p.Previous != restored {
 			return false, fmt.Errorf("%s: %w", name, domain.ErrNoPrevious) // dropped meanwhile
 		}

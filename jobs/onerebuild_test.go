@@ -1,24 +1,26 @@
 package jobs_test
 
 import (
-	"encoding/binary"
 	"errors"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
+	"go.mongodb.org/mongo-driver/v2/bson"
+	"go.mongodb.org/mongo-driver/v2/mongo/options"
 
 	"github.com/orderd/orderd/domain"
+	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
 
 // TestOneRebuildPerProjection: of rebuilds started at once, with no
 // worker to run them, one is created and every other is refused with
-// ErrJobRunning, and the pointer names the one created. A pointer naming
-// a job that was never stored holds the projection for the minute after
-// the job's id was made (its creator may still be storing it), and not
-// after (its creator died): a start then retires the shadow it left.
+// ErrJobRunning, and the pointer names the one created. A rebuild lock
+// whose job was never stored holds the projection for a minute after it
+// was taken (its creator may still be storing the job), and not after
+// (its creator died): a start then takes it over.
 func TestOneRebuildPerProjection(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 60*time.Second, "one", 6, 2)
 	name, coll := projection.OrderSummaries.Name, projection.OrderSummaries.Collection
@@ -58,39 +60,26 @@ func TestOneRebuildPerProjection(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A creator that announced its shadow and died before storing its job.
-	abandon := func(id string) {
+	// A creator that took the lock and died before storing its job.
+	locks := k.db.Collection(mongodb.LocksCollection)
+	abandon := func(since time.Time) {
 		t.Helper()
-		if _, err := k.ps.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
-			p.Shadow, p.ShadowJob, p.ShadowVersion = coll+"_"+id[:8], id, projection.OrderSummaries.Version
-			return true, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		projectiontest.Must(t)(locks.ReplaceOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + name}},
+			bson.D{{Key: "job_id", Value: "never-stored"}, {Key: "since", Value: since.UTC()}}, options.Replace().SetUpsert(true)))
 	}
-	abandon(madeAt(time.Now()))
+	abandon(time.Now())
 	if _, err := k.jobs.StartRebuild(ctx, name, 1); !errors.Is(err, domain.ErrJobRunning) {
-		t.Errorf("a start while the pointer names a job made just now, not stored yet: %v, want ErrJobRunning", err)
+		t.Errorf("a start while a lock taken just now names a job not stored yet: %v, want ErrJobRunning", err)
 	}
-	dead := madeAt(time.Now().Add(-2 * time.Minute))
-	abandon(dead)
+	abandon(time.Now().Add(-2 * time.Minute))
 	job, err := k.jobs.StartRebuild(ctx, name, 1)
 	if err != nil {
-		t.Fatalf("a start while the pointer names a job made two minutes ago and never stored: %v", err)
+		t.Fatalf("a start while a lock taken two minutes ago names a job never stored: %v", err)
 	}
 	if ptr, err = k.ps.Get(ctx, name, coll, 0); err != nil {
 		t.Fatal(err)
 	}
 	if ptr.ShadowJob != job.ID || ptr.Shadow != job.Shadow {
-		t.Errorf("pointer after taking over from %s: job %q shadow %q; want %s %s", dead, ptr.ShadowJob, ptr.Shadow, job.ID, job.Shadow)
+		t.Errorf("pointer after taking the lock over: job %q shadow %q; want %s %s", ptr.ShadowJob, ptr.Shadow, job.ID, job.Shadow)
 	}
-}
-
-// madeAt is a job id (a UUIDv7) made at t.
-func madeAt(t time.Time) string {
-	id := uuid.Must(uuid.NewV7())
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(t.UnixMilli()))
-	copy(id[:6], ms[2:])
-	return id.String()
 }

@@ -41,27 +41,44 @@ func (j *Jobs) StartRebuild(ctx context.Context, projection string, partitions i
 	return j.createRebuild(ctx, Job{Kind: KindRebuild, Projection: projection, Partitions: partitions})
 }
 
-// createRebuild creates job (its Kind, Projection, Partitions and Repair
-// set), which builds a shadow collection: a rebuild, or the verify of a
-// rollup (a comparer). Announcing the shadow in the pointer, a
-// compare-and-set, is what makes it the projection's one rebuild: the
-// announcement names the job (projection.Pointer.ShadowJob), and is
-// refused while the job it names holds the projection (Jobs.holds).
-// Errors: domain.ErrJobRunning (wrapped) while another rebuild holds it,
-// the store's.
+// createRebuild takes the projection's rebuild lock and creates job (its
+// Kind, Projection, Partitions and Repair set), which builds a shadow
+// collection: a rebuild, or the verify of a rollup (a comparer).
+// Errors: domain.ErrJobRunning (wrapped) while another rebuild holds the
+// lock, the store's.
 func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
+	job.ID = newJobID()
+	if err := j.store.Lock(ctx, job.Projection, job.ID); err != nil {
+		return Job{}, err
+	}
+	created, err := j.createLocked(ctx, job)
+	if err != nil {
+		_ = j.store.Unlock(context.WithoutCancel(ctx), job.Projection, job.ID)
+	}
+	return created, err
+}
+
+func (j *Jobs) createLocked(ctx context.Context, job Job) (Job, error) {
 	now := j.now().UTC()
-	id, name := newJobID(), job.Projection
+	id, name := job.ID, job.Projection
 	coll := j.projs[name].Collection()
-	job.ID, job.Version, job.State, job.CreatedAt = id, j.projs[name].Version(), StateQueued, now
+	job.Version, job.State, job.CreatedAt = j.projs[name].Version(), StateQueued, now
 	job.Shadow = projection.VersionKey(coll, job.Version) + "_" + strings.ReplaceAll(id, "-", "")
+	// Its scan records the sums of what it writes beside the shadow, in
+	// projection.SumsCollection(job.Shadow), which is dropped with the job.
+	// The partitions are cut by the plan task, off the request path:
+	// cutting the log reads every commit id.
+	tasks := []Task{
+		{ID: id + "/" + taskPlan, Job: id, Name: taskPlan, State: taskPending},
+		{ID: id + "/" + taskFinish, Job: id, Name: taskFinish, State: taskPending},
+	}
+	if err := j.store.InsertTasks(ctx, tasks); err != nil {
+		return Job{}, fmt.Errorf("rebuild %s: %w", name, err)
+	}
 	// Announce the shadow before the job exists: every scan starts after
 	// it, and a projector batch that ran across it writes the shadow too
 	// (projection.ApplyAll), so every event is in the scan or the shadow.
 	_, err := j.pointers.Update(ctx, name, coll, func(p *projection.Pointer) (bool, error) {
-		if err := j.holds(ctx, p.ShadowJob); err != nil {
-			return false, err
-		}
 		if p.Shadow != "" {
 			// Left by a rebuild that died before it finished. Retired
 			// first, so a crash here cannot leak it; the drop skips any
@@ -81,16 +98,13 @@ func (j *Jobs) createRebuild(ctx context.Context, job Job) (Job, error) {
 	if err != nil {
 		return Job{}, fmt.Errorf("rebuild %s: announce %s: %w", name, job.Shadow, err)
 	}
-	// Its scan records the sums of what it writes beside the shadow, in
-	// projection.SumsCollection(job.Shadow), which is dropped with the job.
-	// The partitions are cut by the plan task, off the request path:
-	// cutting the log reads every commit id.
-	if err := j.create(ctx, job, taskPlan, taskFinish); err != nil {
+	if err := j.store.InsertJob(ctx, job); err != nil {
 		// Take the announcement back, or projectors would write a shadow
 		// no job will finish.
 		_, perr := j.withdraw(context.WithoutCancel(ctx), job)
 		return Job{}, errors.Join(fmt.Errorf("rebuild %s: %w", name, err), perr)
 	}
+	j.wake()
 	return job, nil
 }
 
@@ -319,9 +333,7 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 			// its version, for a switch back until its grace is over.
 			p.Previous, p.PreviousVersion = p.Active, p.ActiveVer()
 			p.Active, p.ActiveVersion = job.Shadow, max(job.Version, 1)
-			// The pointer still names the job, which holds the
-			// projection until it has ended (Jobs.holds).
-			p.Shadow, p.ShadowVersion, p.SwitchedAt = "", 0, switchedAt
+			p.Shadow, p.ShadowJob, p.ShadowVersion, p.SwitchedAt = "", "", 0, switchedAt
 			p.Broken = "" // of the collection replaced
 			if p.SwitchedBackFrom <= p.ActiveVersion {
 				p.SwitchedBackFrom = 0
@@ -343,6 +355,9 @@ func (w *Worker) finishRebuild(ctx context.Context, c *claim, job Job) error {
 		return err
 	}
 	if err := w.jobs.store.FinishJob(ctx, job.ID, StateSucceeded, "", nil); err != nil {
+		return err
+	}
+	if err := w.jobs.store.Unlock(ctx, job.Projection, job.ID); err != nil {
 		return err
 	}
 	return c.finish(ctx, taskDone, "")
@@ -392,10 +407,9 @@ const abandonedShadowGrace = time.Minute
 // cleanUp undoes a rebuild that will not finish: the pointer drops its
 // shadow (scheduled for dropping after the grace period, since projectors
 // may write it until they re-read the pointer), partitions not started are
-// canceled, and the pointer no longer names the job (Jobs.holds). A
-// canceled job is marked here. A shadow the pointer has already made
-// active is left alone: readers read it now, and what it replaced is the
-// finish's to retire.
+// canceled, and the lock is released. A canceled job is marked here. A
+// shadow the pointer has already made active is left alone: readers read
+// it now, and what it replaced is the finish's to retire.
 func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 	ptr, err := w.jobs.withdraw(ctx, job)
 	if err != nil {
@@ -403,7 +417,7 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 	}
 	if ptr.Active == job.Shadow {
 		w.l.Warn("rebuild not cleaned up: it has switched the read model", "job", job.ID, "projection", job.Projection, "active", job.Shadow)
-		return nil
+		return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 	}
 	// Its scan may still write the sums until it reaches a checkpoint.
 	if err := w.jobs.retireShadow(ctx, job.Projection, job.Shadow, "the shadow of rebuild "+job.ID+", which did not finish", w.jobs.now().Add(w.cfg.Grace)); err != nil {
@@ -413,24 +427,21 @@ func (w *Worker) cleanUp(ctx context.Context, job Job) error {
 		return err
 	}
 	if job.CancelRequested {
-		return w.jobs.store.FinishJob(ctx, job.ID, StateCanceled, "", nil)
+		if err := w.jobs.store.FinishJob(ctx, job.ID, StateCanceled, "", nil); err != nil {
+			return err
+		}
 	}
-	return nil
+	return w.jobs.store.Unlock(ctx, job.Projection, job.ID)
 }
 
 // withdraw takes job's shadow off its projection's pointer, if the
-// pointer still names it, and the job too once it has switched to its
-// shadow, and returns the pointer.
+// pointer still names it, and returns the pointer.
 func (j *Jobs) withdraw(ctx context.Context, job Job) (projection.Pointer, error) {
 	return j.pointers.Update(ctx, job.Projection, j.projs[job.Projection].Collection(), func(p *projection.Pointer) (bool, error) {
-		switch {
-		case p.Shadow == job.Shadow:
-			p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
-		case p.ShadowJob == job.ID:
-			p.ShadowJob = "" // switched to its shadow
-		default:
+		if p.Shadow != job.Shadow {
 			return false, nil
 		}
+		p.Shadow, p.ShadowJob, p.ShadowVersion = "", "", 0
 		return true, nil
 	})
 }

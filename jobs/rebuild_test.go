@@ -374,7 +374,7 @@ func TestRebuildCancel(t *testing.T) {
 
 // TestRebuildCancelAfterTheSwitchIsTooLate leaves a rebuild as a finish
 // that died right after switching the pointer leaves it (the job not yet
-// final, the pointer naming it, the finish task claimed with its lease run out),
+// final, the lock held, the finish task claimed with its lease run out),
 // asks to cancel it, and lets a worker run the finish again: the cancel is
 // refused as too late, and even with a cancel request recorded on the job
 // (as a binary without that check records it) the finish completes the
@@ -405,10 +405,10 @@ func TestRebuildCancelAfterTheSwitchIsTooLate(t *testing.T) {
 	projectiontest.Must(t)(db.Collection(mongodb.JobsCollection).UpdateOne(ctx, bson.D{{Key: "_id", Value: job.ID}}, bson.D{
 		{Key: "$set", Value: bson.D{{Key: "state", Value: jobs.StateRunning}}},
 		{Key: "$unset", Value: bson.D{{Key: "finished_at", Value: ""}}}}))
-	// The pointer still names the job, which holds the projection until
-	// it is final.
-	if _, err := k.jobs.StartRebuild(ctx, name, 1); !errors.Is(err, domain.ErrJobRunning) {
-		t.Errorf("a rebuild while the switched one is not final: %v, want ErrJobRunning", err)
+	projectiontest.Must(t)(db.Collection(mongodb.LocksCollection).InsertOne(ctx, bson.D{
+		{Key: "_id", Value: "rebuild:" + name}, {Key: "job_id", Value: job.ID}, {Key: "since", Value: time.Now().UTC()}}))
+	if _, err := k.jobs.SwitchBack(ctx, name); !errors.Is(err, domain.ErrJobRunning) {
+		t.Errorf("a switch back while the switched rebuild is not final: %v, want ErrJobRunning", err)
 	}
 
 	_, cancelErr := k.jobs.Cancel(ctx, job.ID)

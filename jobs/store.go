@@ -7,7 +7,7 @@ import (
 )
 
 // Store keeps the jobs (JobRecords), their tasks (TaskRecords) and their
-// leases (TaskLeases). The MongoDB
+// leases (TaskLeases), and the rebuild locks (RebuildLocks). The MongoDB
 // adapter's *mongodb.Jobs implements it. Besides the errors named below,
 // every method fails with domain.ErrUnavailable when the store cannot be
 // reached.
@@ -15,6 +15,7 @@ type Store interface {
 	JobRecords
 	TaskRecords
 	TaskLeases
+	RebuildLocks
 }
 
 // JobRecords keeps one record per job: its kind, bounds, state, cancel
@@ -51,4 +52,14 @@ type TaskRecords interface {
 	OpenTasks(ctx context.Context, states ...string) ([]Task, error)
 	// SetTasksState moves a job's tasks in state from to state to.
 	SetTasksState(ctx context.Context, job, from, to string) error
+}
+
+// RebuildLocks keeps one lock per projection, held by the rebuild or
+// verify job that writes its shadow.
+type RebuildLocks interface {
+	// Lock takes a projection's rebuild lock for a job;
+	// domain.ErrJobRunning when another rebuild holds it.
+	Lock(ctx context.Context, projection, job string) error
+	// Unlock releases a projection's rebuild lock if the job holds it.
+	Unlock(ctx context.Context, projection, job string) error
 }

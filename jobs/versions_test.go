@@ -227,9 +227,9 @@ func TestVersionsClaimTheirOwnJobs(t *testing.T) {
 
 // TestNewerVersionSupersedesAnOlderRebuild: a rebuild of the current
 // version that no worker of that version is left to run (a rolling
-// upgrade replaced them all) holds the projection. A worker of the next
-// version cancels it, cleans it up (its shadow and the job unnamed in the
-// pointer), builds the next version and switches to it.
+// upgrade replaced them all) holds the projection's rebuild lock. A worker
+// of the next version cancels it, cleans it up (its shadow unnamed, the
+// lock released), builds the next version and switches to it.
 func TestNewerVersionSupersedesAnOlderRebuild(t *testing.T) {
 	ctx, k, _ := projectedKit(t, 3*time.Minute, "sup", 20, 3)
 	cur, next := projection.OrderSummaries, projection.OrderSummaries

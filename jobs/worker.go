@@ -458,9 +458,8 @@ func (w *Worker) progress(ctx context.Context, c *claim, t *Task) error {
 // buildVersions starts, for each projection whose store has not built the
 // version of the definition this process folds, a rebuild that builds it
 // (its verified switch is the cutover): a definition bumped by a deploy,
-// or a projection new to a service whose log holds events. Announcing its
-// shadow in the pointer, a compare-and-set that names the job, makes it
-// one rebuild however many instances try (Jobs.holds); a rebuild already
+// or a projection new to a service whose log holds events. The rebuild
+// lock makes it one rebuild however many instances try; a rebuild already
 // running (of any version) is waited for. A version an operator switched
 // back from is not built again; a newer one is. An older binary, during a
 // rolling upgrade, finds the store ahead of it and builds nothing.
@@ -502,12 +501,12 @@ func (w *Worker) buildVersions(ctx context.Context) {
 // names, when it builds a version older than v and has not recorded its
 // switch: once v is built it replaces whatever that rebuild would switch
 // to, and during or after a rolling upgrade no worker of the older
-// version may be left to run it, so it would hold the projection for
-// ever (Jobs.holds). Its clean-up may then run on this version's workers
+// version may be left to run it, so it would hold the rebuild lock for
+// ever. Its clean-up may then run on this version's workers
 // (cleansUpOlder).
 func (w *Worker) supersede(ctx context.Context, id, name string, v int) {
 	if id == "" {
-		return // a rebuild this read of the pointer does not show yet: wait
+		return // a switch back, or a rebuild not yet announced: wait
 	}
 	job, err := w.jobs.Get(ctx, id)
 	if err != nil || !job.builds() || job.State.Final() || job.CancelRequested || job.Replaced != "" || max(job.Version, 1) >= v {

@@ -116,8 +116,10 @@
 //     the epoch they were read at, with every checkpoint fenced by the
 //     claim.
 //
-// Jobs is the job store: the operator's jobs in "projection_jobs" and
-// their tasks beside them. DeadLetters is the "dead_letters" collection: the
+// Jobs is the job store: the operator's jobs in "projection_jobs", their
+// tasks beside them, and one rebuild lock per projection in
+// "projection_locks", taken by an insert so that one of concurrent
+// requests gets it. DeadLetters is the "dead_letters" collection: the
 // events a projection could not apply, parked with their error, listed
 // and retried. Their documents are the adapter's own types (jobDoc,
 // taskDoc, deadLetterDoc), converted from and to the domain's at each

@@ -14,22 +14,24 @@ import (
 	"github.com/orderd/orderd/projection"
 )
 
-// JobsCollection is the job store's collection of jobs: one document per
-// job (jobDoc).
-const JobsCollection = "projection_jobs"
+// Collections of the job store.
+const (
+	JobsCollection  = "projection_jobs"  // one document per job (jobDoc)
+	LocksCollection = "projection_locks" // one rebuild lock per projection: {_id: "rebuild:<projection>", job_id, since}
+)
 
 // Jobs is the job store: the operator's jobs, their tasks and the tasks'
-// leases. Every write is w:majority, j:true, whatever the client's
-// defaults.
+// leases, and the rebuild locks. Every write is w:majority, j:true,
+// whatever the client's defaults.
 type Jobs struct {
-	jobs, tasks *mongo.Collection
-	leases      *Leases // of the tasks
+	jobs, tasks, locks *mongo.Collection
+	leases             *Leases // of the tasks
 }
 
 // NewJobs returns the job store of db.
 func NewJobs(db *mongo.Database) *Jobs {
 	return &Jobs{jobs: db.Collection(JobsCollection, durably), tasks: db.Collection(TasksCollection, durably),
-		leases: newLeases(db, TasksCollection, "lease_until")}
+		locks: db.Collection(LocksCollection, durably), leases: newLeases(db, TasksCollection, "lease_until")}
 }
 
 // InsertJob stores a new job.
@@ -166,6 +168,60 @@ func (s *Jobs) FinishJob(ctx context.Context, id string, state jobs.JobState, er
 	}
 	_, err := s.setJob(ctx, "finish job", id, nil, set)
 	return err
+}
+
+// lockDoc is a projection's rebuild lock: the job holding it, since when.
+type lockDoc struct {
+	ID    string    `bson:"_id"`
+	Job   string    `bson:"job_id"`
+	Since time.Time `bson:"since"`
+}
+
+// Lock takes projection's rebuild lock for job: an insert, so exactly one
+// of concurrent requests gets it. A lock whose job has finished, or whose
+// job was never created a minute after the lock was taken (its creator
+// died), is taken over. Errors: domain.ErrJobRunning when another rebuild
+// holds it.
+func (s *Jobs) Lock(ctx context.Context, projection, job string) error {
+	key := "rebuild:" + projection
+	for attempt := 0; attempt < 3; attempt++ {
+		_, err := s.locks.InsertOne(ctx, lockDoc{ID: key, Job: job, Since: time.Now().UTC()})
+		if err == nil {
+			return nil
+		}
+		if !mongo.IsDuplicateKeyError(err) {
+			return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+		}
+		l, found, err := findOne[lockDoc](ctx, s.locks, bson.D{{Key: "_id", Value: key}})
+		if err != nil {
+			return fmt.Errorf("rebuild lock of %s: %w", projection, err)
+		}
+		if !found {
+			continue
+		}
+		held, found, err := findOne[jobDoc](ctx, s.jobs, bson.D{{Key: "_id", Value: l.Job}})
+		switch {
+		case err != nil:
+			return fmt.Errorf("rebuild lock of %s: %w", projection, err)
+		case !found && time.Since(l.Since) < time.Minute:
+			return fmt.Errorf("rebuild %s is being created: %w", l.Job, domain.ErrJobRunning)
+		case found && !held.State.Final():
+			return fmt.Errorf("rebuild %s: %w", l.Job, domain.ErrJobRunning)
+		}
+		if err := s.Unlock(ctx, projection, l.Job); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("rebuild lock of %s: contended: %w", projection, domain.ErrJobRunning)
+}
+
+// Unlock releases projection's rebuild lock if job holds it.
+func (s *Jobs) Unlock(ctx context.Context, projection, job string) error {
+	_, err := s.locks.DeleteOne(ctx, bson.D{{Key: "_id", Value: "rebuild:" + projection}, {Key: "job_id", Value: job}})
+	if err != nil {
+		return fmt.Errorf("rebuild lock of %s: %w", projection, Translate(err))
+	}
+	return nil
 }
 
 // jobDoc is a job as stored in JobsCollection. The fields Jobs.Get fills

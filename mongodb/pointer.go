@@ -123,10 +123,9 @@ func (ps *Pointers) put(ctx context.Context, p projection.Pointer) error {
 	return nil
 }
 
-// pointerAttempts bounds the compare-and-sets of one update. Rebuilds
-// starting at once race for the pointer, and stalled writers of earlier
-// rebuilds race the rebuild it names; each of them gives up once it sees
-// the pointer moved on, so a few suffice.
+// pointerAttempts bounds the compare-and-sets of one update. Only stalled
+// writers of earlier rebuilds race the rebuild holding the lock, and each
+// of them gives up once it sees the pointer moved on, so a few suffice.
 const pointerAttempts = 3
 
 // Update reads the pointer of projection name (collection: its

@@ -5,16 +5,11 @@ import "time"
 // Pointer is a projection's pointer document: which collection readers
 // read, and which others live events go to. The storage adapter keeps it
 // (package mongodb's Pointers, under the bson tags below); the projector
-// and the jobs read it and the jobs move it. Only the rebuild ShadowJob
-// names should write it while that job runs, and a switch back only when
-// none runs; but a runner that stalled may wake up after its lease passed on:
+// and the jobs read it and the jobs move it. Only the holder of the
+// projection's rebuild lock should write it (a rebuild's runner, a switch
+// back), but a runner that stalled may wake up after its lease passed on:
 // every write is therefore a compare-and-set on Generation, which each
 // write increments.
-//
-// ShadowJob is the rebuild that announced Shadow. It stays named after the
-// switch to its shadow, until the job is withdrawn or the next rebuild
-// replaces it: while that job is not final no other rebuild starts and no
-// switch back runs (package jobs).
 //
 // An empty Active means no version has been built yet (a projection added
 // to a service whose log already holds events): readers get
