@@ -226,21 +226,23 @@ func (r *Rollup) Compare(ctx context.Context, coll, active string) (VerifyReport
 		if err != nil {
 			return rep, err
 		}
-		a, err := r.store.Years(ctx, active, "", "~")
-		if err != nil {
-			return rep, err
-		}
-		b, err := r.store.Years(ctx, coll, "", "~")
-		if err != nil {
-			return rep, err
-		}
-		after, err := r.positions(ctx, active, coll)
-		if err != nil {
-			return rep, err
-		}
-		if before[0] == before[1] && after == before {
-			r.diff(&rep, a, b, int64(before[0]))
-			return rep, nil
+		if before[0] == before[1] { // else read again after the pause, not the years
+			a, err := r.store.Years(ctx, active, "", "~")
+			if err != nil {
+				return rep, err
+			}
+			b, err := r.store.Years(ctx, coll, "", "~")
+			if err != nil {
+				return rep, err
+			}
+			after, err := r.positions(ctx, active, coll)
+			if err != nil {
+				return rep, err
+			}
+			if after == before {
+				r.diff(&rep, a, b, int64(before[0]))
+				return rep, nil
+			}
 		}
 		if time.Now().After(deadline) {
 			return rep, fmt.Errorf("%s: %s and %s never at one position within %v: %w", r.def.Name, active, coll, catchUpWait, domain.ErrUnavailable)
