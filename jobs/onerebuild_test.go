@@ -11,6 +11,7 @@ import (
 
 	"github.com/orderd/orderd/domain"
 	"github.com/orderd/orderd/internal/projectiontest"
+	"github.com/orderd/orderd/jobs"
 	"github.com/orderd/orderd/mongodb"
 	"github.com/orderd/orderd/projection"
 )
@@ -81,5 +82,68 @@ func TestOneRebuildPerProjection(t *testing.T) {
 	}
 	if ptr.ShadowJob != job.ID || ptr.Shadow != job.Shadow {
 		t.Errorf("pointer after taking the lock over: job %q shadow %q; want %s %s", ptr.ShadowJob, ptr.Shadow, job.ID, job.Shadow)
+	}
+}
+
+// TestSwitchBacksAtOnce: switch backs sent together (a double click) run
+// one at a time under the rebuild lock: each is done or refused with
+// ErrJobRunning, the pointer ends where the number done says, and the
+// collection left as previous is on the drop list while the active one
+// is not.
+func TestSwitchBacksAtOnce(t *testing.T) {
+	ctx, k, _ := projectedKit(t, 60*time.Second, "back", 6, 2)
+	name, coll := projection.OrderSummaries.Name, projection.OrderSummaries.Collection
+	k.worker(t, "w1", jobs.WorkerConfig{BatchStreams: 5, Grace: time.Hour})
+	before, err := k.ps.Get(ctx, name, coll, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, err := k.jobs.StartRebuild(ctx, name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if job = k.waitJob(t, ctx, job.ID, 30*time.Second); job.State != jobs.StateSucceeded {
+		t.Fatalf("rebuild: %s %s", job.State, job.Error)
+	}
+
+	total := 0
+	for round := range 3 {
+		const clicks = 4
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		done := 0
+		for range clicks {
+			wg.Go(func() {
+				_, err := k.jobs.SwitchBack(ctx, name)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					done++
+				case !errors.Is(err, domain.ErrJobRunning):
+					t.Errorf("round %d: switch back: %v", round, err)
+				}
+			})
+		}
+		wg.Wait()
+		ptr, err := k.ps.Get(ctx, name, coll, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total += done
+		active, previous := job.Shadow, before.Active
+		if total%2 == 1 {
+			active, previous = previous, active
+		}
+		if done == 0 || ptr.Active != active || ptr.Previous != previous {
+			t.Fatalf("round %d: %d of %d switch backs done, %d in all; pointer active %q previous %q, want %q %q",
+				round, done, clicks, total, ptr.Active, ptr.Previous, active, previous)
+		}
+		if _, listed, err := k.ps.DropAfter(ctx, ptr.Previous); err != nil || !listed {
+			t.Errorf("round %d: previous %s not on the drop list (%v)", round, ptr.Previous, err)
+		}
+		if _, listed, err := k.ps.DropAfter(ctx, ptr.Active); err != nil || listed {
+			t.Errorf("round %d: active %s on the drop list (%v)", round, ptr.Active, err)
+		}
 	}
 }
