@@ -59,7 +59,8 @@ type Relay struct {
 }
 
 // NewRelay returns a Relay from log to pub under lease (the RelayLease,
-// made with cfg.LeaseTTL for this instance), recording its metrics in m.
+// made with cfg.LeaseTTL for this instance), recording its metrics in m
+// (not nil).
 func NewRelay(log Log, pub Publisher, lease Lease, cfg Config, logger *slog.Logger, m *Metrics) *Relay {
 	cfg = cfg.WithDefaults()
 	if logger == nil {

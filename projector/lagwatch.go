@@ -40,7 +40,8 @@ type LagSample struct {
 }
 
 // NewLagWatch watches the consumers of the runners' projections, reading
-// them every interval.
+// them every interval and logging to log (not nil) when they cannot be
+// read.
 func NewLagWatch(runners []*Runner, interval time.Duration, log *slog.Logger) *LagWatch {
 	return &LagWatch{runners: runners, interval: interval, log: log}
 }
